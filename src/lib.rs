@@ -1,0 +1,1 @@
+//! sb-inbox: the Idempotent Consumer for Azure Service Bus.
