@@ -1,1 +1,33 @@
 //! sb-inbox: the Idempotent Consumer for Azure Service Bus.
+//!
+//! Repeated delivery of one logical message produces one business effect: a peek-lock
+//! receiver keeps each message's lock alive while one database transaction inserts
+//! `(consumer, message_id)` into the inbox, applies the business rows and writes outgoing
+//! messages to a local outbox; only after commit is the message completed.
+//!
+//! # Layout
+//! - [`ports`]: the traits the runtime depends on ([`Receiver`], [`Delivery`], [`Store`], [`Tx`]).
+//! - [`runtime`]: outcomes, lock keeping, settlement after commit ([`Runtime`]).
+//! - [`store`]: PostgreSQL ([`PgStore`]) and SQLite ([`SqliteStore`]).
+//! - [`inventory`]: the reference consumer, written on the public API only.
+//! - `testing` (feature `test-util`): an in-memory receiver with fault injection.
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![doc(test(attr(deny(warnings))))]
+
+pub mod inventory;
+pub mod ports;
+pub mod runtime;
+pub mod store;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
+
+pub use ports::{
+    Delivery, DuplicateScope, ErrorKind, Message, OutboxMessage, PropertyValue, ReceiveError,
+    Receiver, SettleError, Store, StoreError, Tx, VersionCheck,
+};
+pub use runtime::{
+    Clock, ConsumerName, ConsumerNameError, Context, Contract, ContractParseError,
+    DeadLetterReason, DecodeError, Handled, Handler, HandlerError, LockKeeper, Outcome, Rejection,
+    Report, Runtime, RuntimeConfig, RuntimeError, Settlement, Stats, StatsSnapshot,
+};
+pub use store::{PgStore, PgTx, SqliteStore, SqliteTx};

@@ -1,0 +1,147 @@
+//! The reference consumer from the article: `inventory.order-placed.v1` consumes
+//! `orders.order-placed.v1` and reserves stock, one reservation per order.
+//!
+//! It is written the way a user writes a consumer: on the public API only. The business
+//! statements are per store ([`InventoryTx`]); everything else is the runtime's.
+//!
+//! Each order also claims the business key `order:<order id>`, so a producer that republishes
+//! the same order under a new message id is recognised as a duplicate too.
+
+mod sql;
+
+use std::future::Future;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    Context, Contract, DecodeError, Handled, Handler, HandlerError, Store, StoreError, Tx,
+};
+
+/// The consumer name.
+pub const CONSUMER: &str = "inventory.order-placed.v1";
+/// The contract consumed.
+pub const CONTRACT: &str = "orders.order-placed.v1";
+
+/// `orders.order-placed.v1`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OrderPlaced {
+    /// The order.
+    pub order_id: String,
+    /// What to reserve.
+    pub lines: Vec<OrderLine>,
+}
+
+/// One line of an order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OrderLine {
+    /// Stock keeping unit.
+    pub sku: String,
+    /// Units to reserve (positive).
+    pub quantity: i32,
+}
+
+/// The business statements of the inventory consumer, per store.
+pub trait InventoryTx: Tx {
+    /// Records the reservation of `order` and adds its quantities to the reserved stock.
+    fn reserve(
+        &mut self,
+        message_id: &str,
+        order: &OrderPlaced,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// What the inventory tables hold, for reports and verification.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InventoryCounts {
+    /// Reservations (one per order).
+    pub reservations: i64,
+    /// Reserved units over all SKUs.
+    pub reserved_units: i64,
+    /// Units of all reservation lines: equals `reserved_units` unless an effect repeated.
+    pub line_units: i64,
+    /// Inbox rows of this consumer.
+    pub inbox_rows: i64,
+}
+
+/// Reads [`InventoryCounts`] from a store.
+pub trait InventoryStore: Store {
+    /// Counts reservations, units and inbox rows.
+    fn inventory_counts(&self) -> impl Future<Output = Result<InventoryCounts, StoreError>> + Send;
+}
+
+/// The consumer.
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
+/// use sb_inbox::testing::MemoryBroker;
+/// use sb_inbox::{ConsumerName, Message, Runtime, RuntimeConfig, SqliteStore};
+///
+/// let store = SqliteStore::open_in_memory()?;
+/// store.migrate().await?;
+/// let broker = MemoryBroker::new(sb_inbox::Clock::new());
+/// broker.send(Message::new("m-1", "orders.order-placed.v1", r#"{"orderId":"o-1","lines":[{"sku":"A","quantity":2}]}"#));
+/// let config = RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER)?);
+/// let runtime = Runtime::new(broker.receiver(), store.clone(), OrderPlacedConsumer::new(), config);
+/// let delivery = broker.try_receive().expect("a message");
+/// runtime.process(delivery).await;
+/// assert_eq!(store.inventory_counts().await?.reservations, 1);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct OrderPlacedConsumer {
+    contracts: Vec<Contract>,
+}
+
+impl OrderPlacedConsumer {
+    /// The consumer of `orders.order-placed.v1`.
+    pub fn new() -> Self {
+        OrderPlacedConsumer {
+            contracts: vec![Contract::new("orders.order-placed", 1)],
+        }
+    }
+}
+
+impl Default for OrderPlacedConsumer {
+    fn default() -> Self {
+        OrderPlacedConsumer::new()
+    }
+}
+
+impl<T: InventoryTx> Handler<T> for OrderPlacedConsumer {
+    type Payload = OrderPlaced;
+
+    fn contracts(&self) -> &[Contract] {
+        &self.contracts
+    }
+
+    fn decode(&self, _contract: &Contract, body: &[u8]) -> Result<OrderPlaced, DecodeError> {
+        let order: OrderPlaced = serde_json::from_slice(body).map_err(|e| DecodeError::json(&e))?;
+        if order.order_id.is_empty() || order.order_id.len() > 64 {
+            return Err(DecodeError::new("orderId must be 1 to 64 characters"));
+        }
+        if order.lines.is_empty() {
+            return Err(DecodeError::new("an order needs at least one line"));
+        }
+        Ok(order)
+    }
+
+    async fn handle(
+        &self,
+        ctx: &Context<'_, OrderPlaced>,
+        tx: &mut T,
+    ) -> Result<Handled, HandlerError> {
+        let order = &ctx.payload;
+        tx.claim_business_key(
+            ctx.consumer.as_str(),
+            &format!("order:{}", order.order_id),
+            ctx.message_id,
+        )
+        .await?;
+        tx.reserve(ctx.message_id, order).await?;
+        Ok(Handled::Processed)
+    }
+}

@@ -1,0 +1,101 @@
+//! The inventory statements for each store.
+
+use tokio_postgres::types::ToSql;
+
+use super::{CONSUMER, InventoryCounts, InventoryStore, InventoryTx, OrderPlaced};
+use crate::{PgStore, PgTx, SqliteStore, SqliteTx, StoreError};
+
+const PG_COUNTS: &str = "SELECT
+    (SELECT count(*) FROM inventory_reservation),
+    (SELECT coalesce(sum(reserved), 0)::bigint FROM inventory_stock),
+    (SELECT coalesce(sum(quantity), 0)::bigint FROM inventory_reservation_line),
+    (SELECT count(*) FROM sb_inbox WHERE consumer = $1)";
+
+const SQLITE_COUNTS: &str = "SELECT
+    (SELECT count(*) FROM inventory_reservation),
+    (SELECT coalesce(sum(reserved), 0) FROM inventory_stock),
+    (SELECT coalesce(sum(quantity), 0) FROM inventory_reservation_line),
+    (SELECT count(*) FROM sb_inbox WHERE consumer = ?1)";
+
+impl InventoryTx for PgTx {
+    async fn reserve(&mut self, message_id: &str, order: &OrderPlaced) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO inventory_reservation (order_id, message_id) VALUES ($1, $2)",
+            &[&order.order_id, &message_id],
+        )
+        .await?;
+        for (line_no, line) in (1i32..).zip(&order.lines) {
+            let params: [&(dyn ToSql + Sync); 4] =
+                [&order.order_id, &line_no, &line.sku, &line.quantity];
+            self.execute(
+                "INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES ($1, $2, $3, $4)",
+                &params,
+            )
+            .await?;
+            self.execute(
+                "INSERT INTO inventory_stock (sku, reserved) VALUES ($1, $2)
+                 ON CONFLICT (sku) DO UPDATE SET reserved = inventory_stock.reserved + excluded.reserved",
+                &[&line.sku, &i64::from(line.quantity)],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+impl InventoryTx for SqliteTx {
+    async fn reserve(&mut self, message_id: &str, order: &OrderPlaced) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO inventory_reservation (order_id, message_id) VALUES (?1, ?2)",
+            rusqlite::params![order.order_id, message_id],
+        )?;
+        for (line_no, line) in (1i32..).zip(&order.lines) {
+            self.execute(
+                "INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES (?1, ?2, ?3, ?4)",
+                rusqlite::params![order.order_id, line_no, line.sku, line.quantity],
+            )?;
+            self.execute(
+                "INSERT INTO inventory_stock (sku, reserved) VALUES (?1, ?2)
+                 ON CONFLICT (sku) DO UPDATE SET reserved = inventory_stock.reserved + excluded.reserved",
+                rusqlite::params![line.sku, line.quantity],
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl InventoryStore for PgStore {
+    async fn inventory_counts(&self) -> Result<InventoryCounts, StoreError> {
+        let rows = self.query(PG_COUNTS, &[&CONSUMER]).await?;
+        let row = rows.first().ok_or_else(|| {
+            StoreError::new(
+                crate::ErrorKind::Unknown,
+                None,
+                None,
+                "counts query returned no row",
+            )
+        })?;
+        Ok(InventoryCounts {
+            reservations: row.get(0),
+            reserved_units: row.get(1),
+            line_units: row.get(2),
+            inbox_rows: row.get(3),
+        })
+    }
+}
+
+impl InventoryStore for SqliteStore {
+    async fn inventory_counts(&self) -> Result<InventoryCounts, StoreError> {
+        self.with_connection(|conn| {
+            conn.query_row(SQLITE_COUNTS, [CONSUMER], |row| {
+                Ok(InventoryCounts {
+                    reservations: row.get(0)?,
+                    reserved_units: row.get(1)?,
+                    line_units: row.get(2)?,
+                    inbox_rows: row.get(3)?,
+                })
+            })
+        })
+        .await
+    }
+}

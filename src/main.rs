@@ -1,0 +1,62 @@
+//! The `sb-inbox` command line.
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use sb_inbox::store::StoreUrl;
+use sb_inbox::{PgStore, SqliteStore};
+
+/// sb-inbox: the Idempotent Consumer for Azure Service Bus.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Applies the store's schema migrations (sql/<provider>/), each once.
+    Migrate {
+        /// The store: postgres://USER@HOST/DB, sqlite://PATH or sqlite::memory:.
+        #[arg(long, env = "SB_INBOX_STORE")]
+        store: String,
+    },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Migrate { store } => {
+            let url: StoreUrl = store.parse()?;
+            let applied = match &url {
+                StoreUrl::Postgres(raw) => PgStore::connect(raw, 1).await?.migrate().await,
+                StoreUrl::Sqlite(path) => SqliteStore::open(path)?.migrate().await,
+                StoreUrl::SqliteMemory => SqliteStore::open_in_memory()?.migrate().await,
+                _ => anyhow::bail!("unsupported store {url}"),
+            }
+            .with_context(|| format!("migrating {url}"))?;
+            println!("{applied} migration(s) applied to {url}");
+            Ok(())
+        }
+    }
+}

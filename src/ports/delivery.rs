@@ -1,0 +1,90 @@
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::SystemTime;
+
+use super::{Message, PropertyValue};
+
+/// Why a lock renewal or a settlement failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SettleError {
+    /// The lock expired or is unknown to the broker: the message will be redelivered and nothing
+    /// can settle this delivery any more. Permanent for this delivery.
+    #[error("message lock lost")]
+    LockLost,
+    /// The broker or the connection failed in a way that may pass (timeout, throttling,
+    /// connection loss). The outcome of the operation is unknown.
+    #[error("transient broker failure: {0}")]
+    Transient(String),
+    /// The broker refused the operation with an error condition.
+    #[error("broker refused: {condition}: {description}")]
+    Refused {
+        /// The broker's error condition symbol.
+        condition: String,
+        /// The broker's description.
+        description: String,
+    },
+}
+
+impl SettleError {
+    /// True when the lock is gone for good.
+    pub fn is_lock_lost(&self) -> bool {
+        matches!(self, SettleError::LockLost)
+    }
+
+    /// True when retrying the same operation may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, SettleError::Transient(_))
+    }
+}
+
+/// A received, peek-locked delivery.
+///
+/// The runtime shares one delivery between the handler's task and its lock keeper, hence `Sync`.
+/// Every operation awaits the broker's answer: a settlement that returns `Ok` was accepted.
+pub trait Delivery: Send + Sync + 'static {
+    /// The message as the producer sent it.
+    fn message(&self) -> &Message;
+    /// How many times this message was delivered before (0 on the first delivery).
+    fn delivery_count(&self) -> u32;
+    /// The broker's lock token.
+    fn lock_token(&self) -> uuid::Uuid;
+    /// When the lock runs out, as last reported by the broker.
+    fn locked_until(&self) -> SystemTime;
+    /// Renews the lock; returns the new expiry.
+    fn renew_lock(&self) -> impl Future<Output = Result<SystemTime, SettleError>> + Send;
+    /// Completes (removes) the message.
+    fn complete(&self) -> impl Future<Output = Result<(), SettleError>> + Send;
+    /// Abandons the message: it becomes available again with its delivery count raised, and the
+    /// given properties are merged into its application properties.
+    fn abandon(
+        &self,
+        properties: BTreeMap<String, PropertyValue>,
+    ) -> impl Future<Output = Result<(), SettleError>> + Send;
+    /// Moves the message to the dead-letter subqueue with a reason and a description.
+    fn dead_letter(
+        &self,
+        reason: &str,
+        description: &str,
+    ) -> impl Future<Output = Result<(), SettleError>> + Send;
+}
+
+/// Why a receive failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReceiveError {
+    /// The connection failed; receiving again may succeed after recovery.
+    #[error("transient receive failure: {0}")]
+    Transient(String),
+    /// The receiver cannot go on (entity gone, access denied).
+    #[error("receiver failed: {0}")]
+    Fatal(String),
+}
+
+/// A source of peek-locked deliveries (a queue or a subscription).
+pub trait Receiver: Send + Sync + 'static {
+    /// The delivery type.
+    type Delivery: Delivery;
+    /// Waits for the next delivery; `Ok(None)` once the receiver is closed for good.
+    fn receive(&self) -> impl Future<Output = Result<Option<Self::Delivery>, ReceiveError>> + Send;
+}

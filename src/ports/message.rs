@@ -1,0 +1,76 @@
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+/// An application property value: the subset of AMQP simple types Service Bus carries.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum PropertyValue {
+    /// A string.
+    String(String),
+    /// Any integer type, widened.
+    Long(i64),
+    /// Any floating point type, widened.
+    Double(f64),
+    /// A boolean.
+    Bool(bool),
+}
+
+impl From<&str> for PropertyValue {
+    fn from(value: &str) -> Self {
+        PropertyValue::String(value.to_owned())
+    }
+}
+
+impl From<String> for PropertyValue {
+    fn from(value: String) -> Self {
+        PropertyValue::String(value)
+    }
+}
+
+impl From<i64> for PropertyValue {
+    fn from(value: i64) -> Self {
+        PropertyValue::Long(value)
+    }
+}
+
+/// The broker-neutral view of one message as the runtime and handlers see it.
+///
+/// # Examples
+/// ```
+/// use sb_inbox::Message;
+/// let message = Message::new("m-1", "orders.order-placed.v1", br#"{"orderId":"o-1","lines":[]}"#.to_vec());
+/// assert_eq!(message.message_id.as_deref(), Some("m-1"));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Message {
+    /// The producer-assigned message id: the inbox key. `None` when the broker delivered none.
+    pub message_id: Option<String>,
+    /// Correlation id, carried to telemetry.
+    pub correlation_id: Option<String>,
+    /// Subject (Service Bus "label"): the contract name and version, e.g. `orders.order-placed.v1`.
+    pub subject: Option<String>,
+    /// MIME content type of the body.
+    pub content_type: Option<String>,
+    /// Application properties.
+    pub application_properties: BTreeMap<String, PropertyValue>,
+    /// The body bytes.
+    pub body: Bytes,
+}
+
+impl Message {
+    /// A message with an id, a subject (contract) and a body.
+    pub fn new(
+        message_id: impl Into<String>,
+        subject: impl Into<String>,
+        body: impl Into<Bytes>,
+    ) -> Self {
+        Message {
+            message_id: Some(message_id.into()),
+            subject: Some(subject.into()),
+            content_type: Some("application/json".to_owned()),
+            body: body.into(),
+            ..Message::default()
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! Ports: the traits the runtime depends on.
+//!
+//! # Layout
+//! - [`message`]: the broker-neutral view of one received message.
+//! - [`delivery`]: a received delivery with its lock and settlement operations, and the
+//!   [`Receiver`] that yields them.
+//! - [`store`]: a transactional store with the inbox operations, and its portable errors.
+//!
+//! The runtime only sees these traits: no SQL dialect and no AMQP frame crosses them.
+
+mod delivery;
+mod message;
+mod store;
+
+pub use delivery::{Delivery, ReceiveError, Receiver, SettleError};
+pub use message::{Message, PropertyValue};
+pub use store::{DuplicateScope, ErrorKind, OutboxMessage, Store, StoreError, Tx, VersionCheck};

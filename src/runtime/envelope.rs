@@ -1,0 +1,316 @@
+use std::fmt;
+
+use crate::ports::Message;
+
+/// The longest message id accepted, in bytes: Service Bus's own limit, and the inbox column's.
+pub const MAX_MESSAGE_ID_LEN: usize = 128;
+
+/// The longest dead-letter description written, in bytes. Longer text is cut at a character
+/// boundary and ends with `…`. Service Bus keeps descriptions in message properties, where
+/// shorter is kinder to the 64 KiB header budget.
+pub const MAX_DESCRIPTION_LEN: usize = 1024;
+
+/// The fixed vocabulary of dead-letter reasons the runtime writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DeadLetterReason {
+    /// The message has no message id, or an empty one.
+    MissingMessageId,
+    /// The message id is longer than [`MAX_MESSAGE_ID_LEN`] or has control characters.
+    InvalidMessageId,
+    /// The message has no subject naming its contract.
+    MissingContract,
+    /// No handler accepts the contract name.
+    UnsupportedContract,
+    /// The contract name is known but not this version.
+    UnsupportedContractVersion,
+    /// The body does not decode as the contract says.
+    InvalidPayload,
+    /// The store refused the business change for good (constraint, conversion, schema).
+    PermanentStoreError,
+    /// The handler classified the message as permanently unprocessable.
+    HandlerRejected,
+    /// Delayed retries were exhausted.
+    RetriesExhausted,
+}
+
+impl DeadLetterReason {
+    /// The reason as written to `DeadLetterReason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadLetterReason::MissingMessageId => "MissingMessageId",
+            DeadLetterReason::InvalidMessageId => "InvalidMessageId",
+            DeadLetterReason::MissingContract => "MissingContract",
+            DeadLetterReason::UnsupportedContract => "UnsupportedContract",
+            DeadLetterReason::UnsupportedContractVersion => "UnsupportedContractVersion",
+            DeadLetterReason::InvalidPayload => "InvalidPayload",
+            DeadLetterReason::PermanentStoreError => "PermanentStoreError",
+            DeadLetterReason::HandlerRejected => "HandlerRejected",
+            DeadLetterReason::RetriesExhausted => "RetriesExhausted",
+        }
+    }
+}
+
+impl fmt::Display for DeadLetterReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A contract: a name and a version, written in the message subject as `name.vN`.
+///
+/// # Examples
+/// ```
+/// use sb_inbox::Contract;
+/// let contract: Contract = "orders.order-placed.v1".parse()?;
+/// assert_eq!((contract.name(), contract.version()), ("orders.order-placed", 1));
+/// assert_eq!(contract.to_string(), "orders.order-placed.v1");
+/// # Ok::<(), sb_inbox::ContractParseError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Contract {
+    name: String,
+    version: u32,
+}
+
+/// A subject that is not `name.vN`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("contract {0:?} is not of the form <name>.v<version>")]
+pub struct ContractParseError(String);
+
+impl Contract {
+    /// A contract from its parts.
+    pub fn new(name: impl Into<String>, version: u32) -> Self {
+        Contract {
+            name: name.into(),
+            version,
+        }
+    }
+
+    /// The name without the version.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The version number.
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+}
+
+impl std::str::FromStr for Contract {
+    type Err = ContractParseError;
+
+    fn from_str(subject: &str) -> Result<Self, Self::Err> {
+        let invalid = || ContractParseError(truncate(subject, 128));
+        let (name, version) = subject.rsplit_once(".v").ok_or_else(invalid)?;
+        if name.is_empty() || version.starts_with('+') {
+            return Err(invalid());
+        }
+        let version = version.parse().map_err(|_| invalid())?;
+        Ok(Contract::new(name, version))
+    }
+}
+
+impl fmt::Display for Contract {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.v{}", self.name, self.version)
+    }
+}
+
+/// An envelope that cannot be processed, ever: it is dead-lettered and never recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}: {description}")]
+pub struct Rejection {
+    /// The reason, from the fixed vocabulary.
+    pub reason: DeadLetterReason,
+    /// A bounded description that never echoes the payload.
+    pub description: String,
+}
+
+impl Rejection {
+    /// A rejection with its description cut to [`MAX_DESCRIPTION_LEN`].
+    pub fn new(reason: DeadLetterReason, description: impl AsRef<str>) -> Self {
+        Rejection {
+            reason,
+            description: truncate(description.as_ref(), MAX_DESCRIPTION_LEN),
+        }
+    }
+}
+
+/// A checked envelope: the message id and contract the inbox and handler rely on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Envelope {
+    pub(crate) message_id: String,
+    pub(crate) contract: Contract,
+}
+
+/// Checks the message id and the contract against the accepted contracts.
+pub(crate) fn check(message: &Message, accepted: &[Contract]) -> Result<Envelope, Rejection> {
+    let message_id = match message.message_id.as_deref() {
+        None | Some("") => {
+            return Err(Rejection::new(
+                DeadLetterReason::MissingMessageId,
+                "the message has no message id; the inbox cannot recognise its redeliveries",
+            ));
+        }
+        Some(id) if id.len() > MAX_MESSAGE_ID_LEN => {
+            return Err(Rejection::new(
+                DeadLetterReason::InvalidMessageId,
+                format!(
+                    "message id is {} bytes long; the limit is {MAX_MESSAGE_ID_LEN}",
+                    id.len()
+                ),
+            ));
+        }
+        Some(id) if id.chars().any(char::is_control) => {
+            return Err(Rejection::new(
+                DeadLetterReason::InvalidMessageId,
+                "message id contains control characters",
+            ));
+        }
+        Some(id) => id.to_owned(),
+    };
+    let subject = match message.subject.as_deref() {
+        None | Some("") => {
+            return Err(Rejection::new(
+                DeadLetterReason::MissingContract,
+                "the message has no subject naming its contract (<name>.v<version>)",
+            ));
+        }
+        Some(subject) => subject,
+    };
+    let contract: Contract = subject.parse().map_err(|e: ContractParseError| {
+        Rejection::new(DeadLetterReason::UnsupportedContract, e.to_string())
+    })?;
+    if accepted.contains(&contract) {
+        return Ok(Envelope {
+            message_id,
+            contract,
+        });
+    }
+    let supported = accepted
+        .iter()
+        .filter(|c| c.name == contract.name)
+        .map(ToString::to_string)
+        .collect::<Vec<_>>();
+    if supported.is_empty() {
+        Err(Rejection::new(
+            DeadLetterReason::UnsupportedContract,
+            format!("no handler for contract {}", truncate(contract.name(), 256)),
+        ))
+    } else {
+        Err(Rejection::new(
+            DeadLetterReason::UnsupportedContractVersion,
+            format!(
+                "version {} is not supported; supported: {}",
+                contract.version,
+                supported.join(", ")
+            ),
+        ))
+    }
+}
+
+/// Cuts `text` to at most `max` bytes at a character boundary, marking the cut with `…`.
+pub(crate) fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    const MARK: &str = "…";
+    let mut end = max.saturating_sub(MARK.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{MARK}", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accepted() -> Vec<Contract> {
+        vec![Contract::new("orders.order-placed", 1)]
+    }
+
+    fn message(id: Option<&str>, subject: Option<&str>) -> Message {
+        Message {
+            message_id: id.map(str::to_owned),
+            subject: subject.map(str::to_owned),
+            ..Message::default()
+        }
+    }
+
+    #[test]
+    fn accepts_known_contract() {
+        let envelope = check(
+            &message(Some("m"), Some("orders.order-placed.v1")),
+            &accepted(),
+        )
+        .unwrap();
+        assert_eq!(envelope.message_id, "m");
+        assert_eq!(envelope.contract, Contract::new("orders.order-placed", 1));
+    }
+
+    #[test]
+    fn rejects_each_bad_envelope_with_its_reason() {
+        let cases = [
+            (
+                message(None, Some("orders.order-placed.v1")),
+                DeadLetterReason::MissingMessageId,
+            ),
+            (
+                message(Some(""), Some("orders.order-placed.v1")),
+                DeadLetterReason::MissingMessageId,
+            ),
+            (
+                message(Some(&"x".repeat(129)), Some("orders.order-placed.v1")),
+                DeadLetterReason::InvalidMessageId,
+            ),
+            (
+                message(Some("a\nb"), Some("orders.order-placed.v1")),
+                DeadLetterReason::InvalidMessageId,
+            ),
+            (message(Some("m"), None), DeadLetterReason::MissingContract),
+            (
+                message(Some("m"), Some("orders.order-placed")),
+                DeadLetterReason::UnsupportedContract,
+            ),
+            (
+                message(Some("m"), Some("billing.charge.v1")),
+                DeadLetterReason::UnsupportedContract,
+            ),
+            (
+                message(Some("m"), Some("orders.order-placed.v2")),
+                DeadLetterReason::UnsupportedContractVersion,
+            ),
+        ];
+        for (message, reason) in cases {
+            let rejection = check(&message, &accepted()).unwrap_err();
+            assert_eq!(rejection.reason, reason, "{message:?}");
+            assert!(rejection.description.len() <= MAX_DESCRIPTION_LEN);
+        }
+    }
+
+    #[test]
+    fn truncation_is_utf8_safe_and_bounded() {
+        let text = "é".repeat(2000);
+        let cut = truncate(&text, MAX_DESCRIPTION_LEN);
+        assert!(cut.len() <= MAX_DESCRIPTION_LEN);
+        assert!(cut.ends_with('…'));
+        assert_eq!(truncate("short", 10), "short");
+        let long_subject = format!("{}.v1", "n".repeat(5000));
+        let rejection = check(&message(Some("m"), Some(&long_subject)), &accepted()).unwrap_err();
+        assert!(rejection.description.len() <= MAX_DESCRIPTION_LEN);
+    }
+
+    #[test]
+    fn contract_parsing() {
+        assert!("a.v".parse::<Contract>().is_err());
+        assert!(".v1".parse::<Contract>().is_err());
+        assert!("a.v+1".parse::<Contract>().is_err());
+        assert_eq!(
+            "a.b.v12".parse::<Contract>().unwrap(),
+            Contract::new("a.b", 12)
+        );
+    }
+}

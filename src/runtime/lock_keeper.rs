@@ -1,0 +1,143 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio_util::sync::CancellationToken;
+
+use super::Clock;
+use crate::ports::{Delivery, SettleError};
+
+/// Keeps a delivery's lock alive while its handler runs.
+///
+/// It renews at `locked_until − margin`. A renewal that fails transiently is retried every
+/// `margin / 4` (at least 50 ms) for as long as the current lock lasts. The lock counts as lost
+/// when the broker says so or when its expiry passes without a successful renewal; the keeper
+/// then cancels [`KeptLock::lost`], which stops the handler and forbids the commit.
+#[derive(Debug, Clone, Copy)]
+pub struct LockKeeper {
+    margin: Duration,
+    clock: Clock,
+}
+
+/// The lock of one delivery under a [`LockKeeper`]. Dropping it stops the renewals.
+#[derive(Debug)]
+pub struct KeptLock {
+    lost: CancellationToken,
+    stop: CancellationToken,
+    state: Arc<LockState>,
+    clock: Clock,
+}
+
+#[derive(Debug)]
+struct LockState {
+    until_ms: AtomicU64,
+    renewals: AtomicU32,
+}
+
+fn to_ms(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl LockKeeper {
+    /// A keeper renewing `margin` before each expiry.
+    pub fn new(margin: Duration, clock: Clock) -> Self {
+        LockKeeper { margin, clock }
+    }
+
+    /// Starts keeping `delivery`'s lock in a background task.
+    pub fn keep<D: Delivery>(&self, delivery: Arc<D>) -> KeptLock {
+        let kept = KeptLock {
+            lost: CancellationToken::new(),
+            stop: CancellationToken::new(),
+            state: Arc::new(LockState {
+                until_ms: AtomicU64::new(to_ms(delivery.locked_until())),
+                renewals: AtomicU32::new(0),
+            }),
+            clock: self.clock,
+        };
+        let task = Renewer {
+            delivery,
+            margin: self.margin,
+            clock: self.clock,
+            lost: kept.lost.clone(),
+            state: kept.state.clone(),
+        };
+        let stop = kept.stop.clone();
+        tokio::spawn(async move {
+            // Stopping ends the renewals: the delivery is settled or abandoned to redelivery.
+            stop.run_until_cancelled(task.run()).await;
+        });
+        kept
+    }
+}
+
+impl KeptLock {
+    /// Cancelled once the lock is lost.
+    pub fn lost(&self) -> &CancellationToken {
+        &self.lost
+    }
+
+    /// True while the lock is held: not reported lost and not past its known expiry.
+    pub fn is_held(&self) -> bool {
+        !self.lost.is_cancelled()
+            && to_ms(self.clock.now()) < self.state.until_ms.load(Ordering::Acquire)
+    }
+
+    /// Successful renewals so far.
+    pub fn renewals(&self) -> u32 {
+        self.state.renewals.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for KeptLock {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+struct Renewer<D> {
+    delivery: Arc<D>,
+    margin: Duration,
+    clock: Clock,
+    lost: CancellationToken,
+    state: Arc<LockState>,
+}
+
+impl<D: Delivery> Renewer<D> {
+    async fn run(self) {
+        let retry = (self.margin / 4).max(Duration::from_millis(50));
+        let mut until = self.delivery.locked_until();
+        let mut next = until.checked_sub(self.margin).unwrap_or(until);
+        loop {
+            self.clock.sleep_until(next).await;
+            match self.delivery.renew_lock().await {
+                Ok(new_until) => {
+                    until = new_until;
+                    next = until.checked_sub(self.margin).unwrap_or(until);
+                    self.state.until_ms.store(to_ms(until), Ordering::Release);
+                    self.state.renewals.fetch_add(1, Ordering::AcqRel);
+                    tracing::debug!(lock_token = %self.delivery.lock_token(), "Lock renewed.");
+                }
+                Err(SettleError::LockLost) => {
+                    tracing::warn!(lock_token = %self.delivery.lock_token(), "Lock lost on renewal.");
+                    self.lost.cancel();
+                    return;
+                }
+                Err(error) => {
+                    let now = self.clock.now();
+                    if now + retry >= until {
+                        // No retry can land before the lock runs out: wait for the expiry, then
+                        // fence. The handler may still commit until then.
+                        self.clock.sleep_until(until).await;
+                        tracing::warn!(lock_token = %self.delivery.lock_token(), %error, "Lock expired while renewals failed.");
+                        self.lost.cancel();
+                        return;
+                    }
+                    tracing::debug!(%error, "Lock renewal failed; retrying.");
+                    next = now + retry;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,90 @@
+use std::fmt;
+
+use super::DeadLetterReason;
+use crate::ports::DuplicateScope;
+
+/// What happened to one delivery. Each outcome has exactly one settlement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The handler committed: complete.
+    Processed,
+    /// A dedupe constraint recognised the message: roll back, complete.
+    Duplicate(DuplicateScope),
+    /// The aggregate already holds a newer version: the inbox row is committed, complete.
+    Stale,
+    /// A failure that may pass: roll back, abandon.
+    Transient,
+    /// A failure that cannot pass: roll back, dead-letter with this reason.
+    Permanent(DeadLetterReason),
+    /// The lock was lost before commit: roll back, no settlement is possible.
+    LockLost,
+}
+
+/// The broker action an [`Outcome`] asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settlement {
+    /// Remove the message.
+    Complete,
+    /// Make it available again.
+    Abandon,
+    /// Move it to the dead-letter subqueue.
+    DeadLetter,
+    /// Nothing: the broker redelivers once the lock runs out.
+    None,
+}
+
+impl Outcome {
+    /// The settlement this outcome requires.
+    pub fn settlement(self) -> Settlement {
+        match self {
+            Outcome::Processed | Outcome::Duplicate(_) | Outcome::Stale => Settlement::Complete,
+            Outcome::Transient => Settlement::Abandon,
+            Outcome::Permanent(_) => Settlement::DeadLetter,
+            Outcome::LockLost => Settlement::None,
+        }
+    }
+
+    /// A short stable name for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Processed => "processed",
+            Outcome::Duplicate(_) => "duplicate",
+            Outcome::Stale => "stale",
+            Outcome::Transient => "transient",
+            Outcome::Permanent(_) => "permanent",
+            Outcome::LockLost => "lock_lost",
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settlement_table_matches_architecture() {
+        use Outcome::*;
+        let table = [
+            (Processed, Settlement::Complete),
+            (Duplicate(DuplicateScope::Inbox), Settlement::Complete),
+            (Duplicate(DuplicateScope::BusinessKey), Settlement::Complete),
+            (Stale, Settlement::Complete),
+            (Transient, Settlement::Abandon),
+            (
+                Permanent(DeadLetterReason::InvalidPayload),
+                Settlement::DeadLetter,
+            ),
+            (LockLost, Settlement::None),
+        ];
+        for (outcome, settlement) in table {
+            assert_eq!(outcome.settlement(), settlement, "{outcome}");
+        }
+    }
+}

@@ -1,0 +1,83 @@
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::{Outcome, Report};
+
+/// Counters a running [`super::Runtime`] keeps.
+#[derive(Debug, Default)]
+pub struct Stats {
+    processed: AtomicU64,
+    duplicate: AtomicU64,
+    stale: AtomicU64,
+    transient: AtomicU64,
+    permanent: AtomicU64,
+    lock_lost: AtomicU64,
+    settle_failed: AtomicU64,
+    renewals: AtomicU64,
+}
+
+/// A snapshot of [`Stats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StatsSnapshot {
+    /// Processed deliveries.
+    pub processed: u64,
+    /// Duplicates.
+    pub duplicate: u64,
+    /// Stale messages.
+    pub stale: u64,
+    /// Transient failures.
+    pub transient: u64,
+    /// Permanent failures (dead-lettered).
+    pub permanent: u64,
+    /// Locks lost before commit.
+    pub lock_lost: u64,
+    /// Settlements the broker refused or did not answer.
+    pub settle_failed: u64,
+    /// Lock renewals.
+    pub renewals: u64,
+}
+
+impl StatsSnapshot {
+    /// All deliveries handled.
+    pub fn handled(&self) -> u64 {
+        self.processed
+            + self.duplicate
+            + self.stale
+            + self.transient
+            + self.permanent
+            + self.lock_lost
+    }
+}
+
+impl Stats {
+    pub(crate) fn record(&self, report: &Report) {
+        let counter = match report.outcome {
+            Outcome::Processed => &self.processed,
+            Outcome::Duplicate(_) => &self.duplicate,
+            Outcome::Stale => &self.stale,
+            Outcome::Transient => &self.transient,
+            Outcome::Permanent(_) => &self.permanent,
+            Outcome::LockLost => &self.lock_lost,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if matches!(report.settled, Some(Err(_))) {
+            self.settle_failed.fetch_add(1, Ordering::Relaxed);
+        }
+        self.renewals
+            .fetch_add(u64::from(report.renewals), Ordering::Relaxed);
+    }
+
+    /// The counters now.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            processed: self.processed.load(Ordering::Relaxed),
+            duplicate: self.duplicate.load(Ordering::Relaxed),
+            stale: self.stale.load(Ordering::Relaxed),
+            transient: self.transient.load(Ordering::Relaxed),
+            permanent: self.permanent.load(Ordering::Relaxed),
+            lock_lost: self.lock_lost.load(Ordering::Relaxed),
+            settle_failed: self.settle_failed.load(Ordering::Relaxed),
+            renewals: self.renewals.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! PostgreSQL error classification by SQLSTATE and constraint name.
+//!
+//! Codes: <https://www.postgresql.org/docs/current/errcodes-appendix.html>.
+
+use tokio_postgres::error::SqlState;
+
+use crate::ports::{ErrorKind, StoreError};
+use crate::store::duplicate_scope;
+
+/// Classifies a `tokio-postgres` error.
+pub fn classify(error: tokio_postgres::Error) -> StoreError {
+    let Some(db) = error.as_db_error() else {
+        // No server answer: the socket broke, timed out or was closed.
+        let kind = if error.is_closed() || std::error::Error::source(&error).is_some() {
+            ErrorKind::Connection
+        } else {
+            ErrorKind::Unknown
+        };
+        return StoreError::new(kind, None, None, error.to_string());
+    };
+    let code = db.code();
+    let constraint = db.constraint().map(str::to_owned);
+    let kind = kind_of(code, constraint.as_deref());
+    StoreError::new(
+        kind,
+        Some(code.code().to_owned()),
+        constraint,
+        db.message().to_owned(),
+    )
+}
+
+/// The kind of a SQLSTATE (with the constraint for unique violations).
+pub(crate) fn kind_of(code: &SqlState, constraint: Option<&str>) -> ErrorKind {
+    let text = code.code();
+    match *code {
+        SqlState::UNIQUE_VIOLATION => constraint
+            .and_then(duplicate_scope)
+            .map_or(ErrorKind::UniqueViolation, ErrorKind::Duplicate),
+        SqlState::FOREIGN_KEY_VIOLATION => ErrorKind::ForeignKeyViolation,
+        SqlState::CHECK_VIOLATION | SqlState::EXCLUSION_VIOLATION => ErrorKind::CheckViolation,
+        SqlState::NOT_NULL_VIOLATION => ErrorKind::NotNullViolation,
+        SqlState::STRING_DATA_RIGHT_TRUNCATION => ErrorKind::Truncation,
+        SqlState::T_R_SERIALIZATION_FAILURE
+        | SqlState::T_R_DEADLOCK_DETECTED
+        | SqlState::LOCK_NOT_AVAILABLE
+        | SqlState::QUERY_CANCELED => ErrorKind::Contention,
+        SqlState::ADMIN_SHUTDOWN
+        | SqlState::CRASH_SHUTDOWN
+        | SqlState::CANNOT_CONNECT_NOW
+        | SqlState::TOO_MANY_CONNECTIONS
+        | SqlState::READ_ONLY_SQL_TRANSACTION => ErrorKind::Unavailable,
+        // Class 22: data exceptions (bad text representation, numeric out of range, …).
+        _ if text.starts_with("22") => ErrorKind::Conversion,
+        // Class 08: connection exceptions; class 53: insufficient resources; 40: rollbacks.
+        _ if text.starts_with("08") => ErrorKind::Connection,
+        _ if text.starts_with("53") || text.starts_with("40") => ErrorKind::Contention,
+        // Class 42: syntax, missing objects, permissions; 23: other integrity violations.
+        _ if text.starts_with("42") => ErrorKind::Schema,
+        _ if text.starts_with("23") => ErrorKind::CheckViolation,
+        _ => ErrorKind::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ports::DuplicateScope;
+
+    #[test]
+    fn codes_and_constraints() {
+        let unique = SqlState::UNIQUE_VIOLATION;
+        assert_eq!(
+            kind_of(&unique, Some("pk_sb_inbox")),
+            ErrorKind::Duplicate(DuplicateScope::Inbox)
+        );
+        assert_eq!(
+            kind_of(&unique, Some("pk_sb_inbox_business_key")),
+            ErrorKind::Duplicate(DuplicateScope::BusinessKey)
+        );
+        assert_eq!(
+            kind_of(&unique, Some("pk_sb_inbox_x")),
+            ErrorKind::UniqueViolation
+        );
+        assert_eq!(kind_of(&unique, None), ErrorKind::UniqueViolation);
+        let cases = [
+            ("23503", ErrorKind::ForeignKeyViolation),
+            ("23514", ErrorKind::CheckViolation),
+            ("23502", ErrorKind::NotNullViolation),
+            ("22001", ErrorKind::Truncation),
+            ("22P02", ErrorKind::Conversion),
+            ("22003", ErrorKind::Conversion),
+            ("40001", ErrorKind::Contention),
+            ("40P01", ErrorKind::Contention),
+            ("55P03", ErrorKind::Contention),
+            ("57014", ErrorKind::Contention),
+            ("57P01", ErrorKind::Unavailable),
+            ("53300", ErrorKind::Unavailable),
+            ("08006", ErrorKind::Connection),
+            ("42P01", ErrorKind::Schema),
+            ("XX000", ErrorKind::Unknown),
+        ];
+        for (code, kind) in cases {
+            assert_eq!(kind_of(&SqlState::from_code(code), None), kind, "{code}");
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! PostgreSQL store on `tokio-postgres`, pooled by `bb8` with our own connection manager.
+//!
+//! The manager evicts a connection that broke or that was returned inside a transaction (a
+//! handler cancelled mid-statement), so the pool never hands out a connection in an unknown
+//! state. Statements are prepared once per connection. Connections are plain TCP or a Unix
+//! socket (`NoTls`).
+
+mod classify;
+
+use std::collections::HashMap;
+
+use bb8::{ManageConnection, Pool, PooledConnection};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, NoTls, Row, Statement};
+
+pub use classify::classify;
+
+use super::Migration;
+use crate::ports::{ErrorKind, OutboxMessage, Store, StoreError, Tx, VersionCheck};
+
+/// The PostgreSQL migrations, in order.
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_inbox.sql",
+        sql: include_str!("../../../sql/postgres/0001_inbox.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_inventory.sql",
+        sql: include_str!("../../../sql/postgres/0002_inventory.sql"),
+    },
+];
+
+/// Serialises concurrent `migrate` calls across processes.
+const MIGRATION_LOCK: i64 = 0x5b1_0b0c;
+
+/// A pooled connection with its prepared statements.
+#[derive(Debug)]
+pub struct PgConn {
+    client: Client,
+    statements: HashMap<&'static str, Statement>,
+    in_tx: bool,
+}
+
+impl PgConn {
+    async fn prepared(&mut self, sql: &'static str) -> Result<Statement, StoreError> {
+        if let Some(statement) = self.statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client.prepare(sql).await.map_err(classify)?;
+        self.statements.insert(sql, statement.clone());
+        Ok(statement)
+    }
+}
+
+/// Connects `tokio-postgres` clients for the pool.
+#[derive(Debug, Clone)]
+pub struct PgManager {
+    config: tokio_postgres::Config,
+}
+
+impl ManageConnection for PgManager {
+    type Connection = PgConn;
+    type Error = StoreError;
+
+    async fn connect(&self) -> Result<PgConn, StoreError> {
+        let (client, connection) = self.config.connect(NoTls).await.map_err(classify)?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "PostgreSQL connection ended.");
+            }
+        });
+        Ok(PgConn {
+            client,
+            statements: HashMap::new(),
+            in_tx: false,
+        })
+    }
+
+    async fn is_valid(&self, conn: &mut PgConn) -> Result<(), StoreError> {
+        conn.client
+            .simple_query("")
+            .await
+            .map(drop)
+            .map_err(classify)
+    }
+
+    fn has_broken(&self, conn: &mut PgConn) -> bool {
+        conn.in_tx || conn.client.is_closed()
+    }
+}
+
+/// A PostgreSQL store.
+///
+/// # Examples
+/// ```no_run
+/// # async fn example() -> Result<(), sb_inbox::StoreError> {
+/// use sb_inbox::{PgStore, Store, Tx};
+/// let store = PgStore::connect("postgres://postgres@127.0.0.1/test", 16).await?;
+/// store.migrate().await?;
+/// let mut tx = store.begin().await?;
+/// tx.insert_inbox("inventory", "m-1").await?;
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: Pool<PgManager>,
+}
+
+impl PgStore {
+    /// Connects a pool of at most `max_size` connections to a `postgres://` URL (libpq key/value
+    /// strings work too). The URL's `options` can set `-c search_path=…`.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Schema`] for an unparseable URL; a classified error when the first connection
+    /// fails.
+    pub async fn connect(url: &str, max_size: u32) -> Result<Self, StoreError> {
+        let config: tokio_postgres::Config = url.parse().map_err(|error| {
+            StoreError::new(
+                ErrorKind::Schema,
+                None,
+                None,
+                format!("invalid PostgreSQL URL: {error}"),
+            )
+        })?;
+        let pool = Pool::builder()
+            .max_size(max_size.max(1))
+            .build(PgManager { config })
+            .await?;
+        Ok(PgStore { pool })
+    }
+
+    async fn connection(&self) -> Result<PooledConnection<'static, PgManager>, StoreError> {
+        self.pool.get_owned().await.map_err(|error| match error {
+            bb8::RunError::User(error) => error,
+            bb8::RunError::TimedOut => StoreError::new(
+                ErrorKind::Unavailable,
+                None,
+                None,
+                "timed out waiting for a pooled connection",
+            ),
+        })
+    }
+
+    /// Applies the migrations not applied yet, under an advisory lock; returns how many ran.
+    ///
+    /// # Errors
+    /// A [`StoreError`] from the first failing script (its transaction rolls back).
+    pub async fn migrate(&self) -> Result<usize, StoreError> {
+        let mut conn = self.connection().await?;
+        let client = &mut conn.client;
+        client
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS sb_inbox_schema_migrations (
+                     version bigint NOT NULL CONSTRAINT pk_sb_inbox_schema_migrations PRIMARY KEY,
+                     name text NOT NULL,
+                     applied_at timestamptz NOT NULL DEFAULT now())",
+            )
+            .await
+            .map_err(classify)?;
+        let mut applied = 0;
+        for migration in MIGRATIONS {
+            let tx = client.transaction().await.map_err(classify)?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+                .await
+                .map_err(classify)?;
+            let done = tx
+                .query_opt(
+                    "SELECT 1 FROM sb_inbox_schema_migrations WHERE version = $1",
+                    &[&migration.version],
+                )
+                .await
+                .map_err(classify)?;
+            if done.is_none() {
+                tx.batch_execute(migration.sql).await.map_err(classify)?;
+                tx.execute(
+                    "INSERT INTO sb_inbox_schema_migrations (version, name) VALUES ($1, $2)",
+                    &[&migration.version, &migration.name],
+                )
+                .await
+                .map_err(classify)?;
+                applied += 1;
+                tracing::info!(migration = migration.name, "Migration applied.");
+            }
+            tx.commit().await.map_err(classify)?;
+        }
+        Ok(applied)
+    }
+
+    /// Runs a query outside any inbox transaction (reports, tests).
+    ///
+    /// # Errors
+    /// The classified [`StoreError`].
+    pub async fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        let conn = self.connection().await?;
+        conn.client.query(sql, params).await.map_err(classify)
+    }
+}
+
+impl Store for PgStore {
+    type Tx = PgTx;
+
+    async fn begin(&self) -> Result<PgTx, StoreError> {
+        let mut conn = self.connection().await?;
+        // Marked first: if BEGIN is cancelled half-way the pool discards the connection.
+        conn.in_tx = true;
+        conn.client.batch_execute("BEGIN").await.map_err(classify)?;
+        Ok(PgTx { conn })
+    }
+}
+
+/// An open PostgreSQL transaction. Dropping it without commit or rollback discards the
+/// connection, which ends the transaction on the server.
+#[derive(Debug)]
+pub struct PgTx {
+    conn: PooledConnection<'static, PgManager>,
+}
+
+impl PgTx {
+    /// The client, for the handler's business statements.
+    pub fn client(&self) -> &Client {
+        &self.conn.client
+    }
+
+    /// Executes one statement, classifying its error.
+    ///
+    /// # Errors
+    /// The classified [`StoreError`].
+    pub async fn execute(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, StoreError> {
+        self.conn
+            .client
+            .execute(sql, params)
+            .await
+            .map_err(classify)
+    }
+
+    /// Runs one query, classifying its error.
+    ///
+    /// # Errors
+    /// The classified [`StoreError`].
+    pub async fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, StoreError> {
+        self.conn.client.query(sql, params).await.map_err(classify)
+    }
+
+    async fn run(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, StoreError> {
+        let statement = self.conn.prepared(sql).await?;
+        self.conn
+            .client
+            .execute(&statement, params)
+            .await
+            .map_err(classify)
+    }
+
+    async fn finish(mut self, sql: &str) -> Result<(), StoreError> {
+        self.conn
+            .client
+            .batch_execute(sql)
+            .await
+            .map_err(classify)?;
+        self.conn.in_tx = false;
+        Ok(())
+    }
+}
+
+impl Tx for PgTx {
+    async fn insert_inbox(&mut self, consumer: &str, message_id: &str) -> Result<(), StoreError> {
+        self.run(
+            "INSERT INTO sb_inbox (consumer, message_id) VALUES ($1, $2)",
+            &[&consumer, &message_id],
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn claim_business_key(
+        &mut self,
+        consumer: &str,
+        key: &str,
+        message_id: &str,
+    ) -> Result<(), StoreError> {
+        self.run(
+            "INSERT INTO sb_inbox_business_key (consumer, business_key, message_id) VALUES ($1, $2, $3)",
+            &[&consumer, &key, &message_id],
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn advance_version(
+        &mut self,
+        consumer: &str,
+        aggregate: &str,
+        version: i64,
+    ) -> Result<VersionCheck, StoreError> {
+        let changed = self
+            .run(
+                "INSERT INTO sb_inbox_aggregate_version (consumer, aggregate, version) VALUES ($1, $2, $3)
+                 ON CONFLICT (consumer, aggregate) DO UPDATE
+                    SET version = excluded.version, updated_at = now()
+                  WHERE sb_inbox_aggregate_version.version < excluded.version",
+                &[&consumer, &aggregate, &version],
+            )
+            .await?;
+        if changed == 1 {
+            return Ok(VersionCheck::Advanced);
+        }
+        let statement = self
+            .conn
+            .prepared("SELECT version FROM sb_inbox_aggregate_version WHERE consumer = $1 AND aggregate = $2")
+            .await?;
+        let row = self
+            .conn
+            .client
+            .query_one(&statement, &[&consumer, &aggregate])
+            .await
+            .map_err(classify)?;
+        Ok(VersionCheck::Stale {
+            current: row.get(0),
+        })
+    }
+
+    async fn append_outbox(&mut self, message: &OutboxMessage) -> Result<(), StoreError> {
+        let properties = super::properties_json(message);
+        self.run(
+            "INSERT INTO sb_outbox (message_id, destination, subject, correlation_id, content_type, application_properties, body)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            &[
+                &message.message_id,
+                &message.destination,
+                &message.subject,
+                &message.correlation_id,
+                &message.content_type,
+                &properties,
+                &message.body,
+            ],
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn commit(self) -> Result<(), StoreError> {
+        self.finish("COMMIT").await
+    }
+
+    async fn rollback(self) -> Result<(), StoreError> {
+        self.finish("ROLLBACK").await
+    }
+}

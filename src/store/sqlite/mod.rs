@@ -1,0 +1,275 @@
+//! SQLite store: the embedded default.
+//!
+//! One connection per [`SqliteStore`], behind an async mutex: SQLite has a single writer, so
+//! transactions queue here instead of spinning on `SQLITE_BUSY`. Several stores (or processes)
+//! on one file serialise through SQLite's own locks (`BEGIN IMMEDIATE`, busy timeout 5 s); a
+//! busy database past the timeout is a transient error. Statements are microseconds long and run
+//! on the calling task.
+
+mod classify;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+pub use classify::classify;
+
+use super::Migration;
+use crate::ports::{OutboxMessage, Store, StoreError, Tx, VersionCheck};
+
+/// The SQLite migrations, in order.
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_inbox.sql",
+        sql: include_str!("../../../sql/sqlite/0001_inbox.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_inventory.sql",
+        sql: include_str!("../../../sql/sqlite/0002_inventory.sql"),
+    },
+];
+
+/// A SQLite store.
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), sb_inbox::StoreError> {
+/// use sb_inbox::{SqliteStore, Store, Tx};
+/// let store = SqliteStore::open_in_memory()?;
+/// store.migrate().await?;
+/// let mut tx = store.begin().await?;
+/// tx.insert_inbox("inventory", "m-1").await?;
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    conn: Arc<Mutex<Connection>>,
+}
+
+impl SqliteStore {
+    /// Opens (or creates) a database file, in WAL mode.
+    ///
+    /// # Errors
+    /// A [`StoreError`] when the file cannot be opened.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let conn = Connection::open(path).map_err(classify)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(classify)?;
+        Self::configure(conn)
+    }
+
+    /// Opens a private in-memory database.
+    ///
+    /// # Errors
+    /// A [`StoreError`] when SQLite cannot allocate it.
+    pub fn open_in_memory() -> Result<Self, StoreError> {
+        Self::configure(Connection::open_in_memory().map_err(classify)?)
+    }
+
+    fn configure(conn: Connection) -> Result<Self, StoreError> {
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(classify)?;
+        conn.busy_timeout(Duration::from_secs(5))
+            .map_err(classify)?;
+        Ok(SqliteStore {
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
+    /// Sets how long a transaction waits for another writer on the same file before failing
+    /// with a transient `SQLITE_BUSY`.
+    ///
+    /// # Errors
+    /// A [`StoreError`] from SQLite.
+    pub async fn set_busy_timeout(&self, timeout: Duration) -> Result<(), StoreError> {
+        self.conn
+            .lock()
+            .await
+            .busy_timeout(timeout)
+            .map_err(classify)
+    }
+
+    /// Applies the migrations not applied yet; returns how many ran.
+    ///
+    /// # Errors
+    /// A [`StoreError`] from the first failing script; earlier ones stay applied.
+    pub async fn migrate(&self) -> Result<usize, StoreError> {
+        let mut conn = self.conn.lock().await;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS sb_inbox_schema_migrations (
+                 version INTEGER NOT NULL CONSTRAINT pk_sb_inbox_schema_migrations PRIMARY KEY,
+                 name TEXT NOT NULL,
+                 applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))",
+        )
+        .map_err(classify)?;
+        let mut applied = 0;
+        for migration in MIGRATIONS {
+            let tx = conn
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(classify)?;
+            let done: Option<i64> = tx
+                .query_row(
+                    "SELECT version FROM sb_inbox_schema_migrations WHERE version = ?1",
+                    params![migration.version],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(classify)?;
+            if done.is_none() {
+                tx.execute_batch(migration.sql).map_err(classify)?;
+                tx.execute(
+                    "INSERT INTO sb_inbox_schema_migrations (version, name) VALUES (?1, ?2)",
+                    params![migration.version, migration.name],
+                )
+                .map_err(classify)?;
+                applied += 1;
+                tracing::info!(migration = migration.name, "Migration applied.");
+            }
+            tx.commit().map_err(classify)?;
+        }
+        Ok(applied)
+    }
+
+    /// Runs `f` on the connection outside any inbox transaction (reports, tests).
+    ///
+    /// # Errors
+    /// The classified error `f` returns.
+    pub async fn with_connection<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
+        let conn = self.conn.lock().await;
+        f(&conn).map_err(classify)
+    }
+}
+
+impl Store for SqliteStore {
+    type Tx = SqliteTx;
+
+    async fn begin(&self) -> Result<SqliteTx, StoreError> {
+        let conn = self.conn.clone().lock_owned().await;
+        conn.execute_batch("BEGIN IMMEDIATE").map_err(classify)?;
+        Ok(SqliteTx { conn, open: true })
+    }
+}
+
+/// An open SQLite transaction. Dropping it rolls back.
+#[derive(Debug)]
+pub struct SqliteTx {
+    conn: OwnedMutexGuard<Connection>,
+    open: bool,
+}
+
+impl SqliteTx {
+    /// The connection, for the handler's business statements.
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// Executes one statement, classifying its error.
+    ///
+    /// # Errors
+    /// The classified [`StoreError`].
+    pub fn execute(&self, sql: &str, params: impl rusqlite::Params) -> Result<usize, StoreError> {
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut stmt| stmt.execute(params))
+            .map_err(classify)
+    }
+
+    fn finish(&mut self, sql: &str) -> Result<(), StoreError> {
+        self.open = false;
+        self.conn.execute_batch(sql).map_err(classify)
+    }
+}
+
+impl Drop for SqliteTx {
+    fn drop(&mut self) {
+        if self.open {
+            if let Err(error) = self.conn.execute_batch("ROLLBACK") {
+                tracing::warn!(%error, "Rollback of a dropped SQLite transaction failed.");
+            }
+        }
+    }
+}
+
+impl Tx for SqliteTx {
+    async fn insert_inbox(&mut self, consumer: &str, message_id: &str) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO sb_inbox (consumer, message_id) VALUES (?1, ?2)",
+            params![consumer, message_id],
+        )
+        .map(drop)
+    }
+
+    async fn claim_business_key(
+        &mut self,
+        consumer: &str,
+        key: &str,
+        message_id: &str,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO sb_inbox_business_key (consumer, business_key, message_id) VALUES (?1, ?2, ?3)",
+            params![consumer, key, message_id],
+        )
+        .map(drop)
+    }
+
+    async fn advance_version(
+        &mut self,
+        consumer: &str,
+        aggregate: &str,
+        version: i64,
+    ) -> Result<VersionCheck, StoreError> {
+        let changed = self.execute(
+            "INSERT INTO sb_inbox_aggregate_version (consumer, aggregate, version) VALUES (?1, ?2, ?3)
+             ON CONFLICT (consumer, aggregate) DO UPDATE
+                SET version = excluded.version, updated_at = excluded.updated_at
+              WHERE sb_inbox_aggregate_version.version < excluded.version",
+            params![consumer, aggregate, version],
+        )?;
+        if changed == 1 {
+            return Ok(VersionCheck::Advanced);
+        }
+        let current = self
+            .conn
+            .query_row(
+                "SELECT version FROM sb_inbox_aggregate_version WHERE consumer = ?1 AND aggregate = ?2",
+                params![consumer, aggregate],
+                |row| row.get(0),
+            )
+            .map_err(classify)?;
+        Ok(VersionCheck::Stale { current })
+    }
+
+    async fn append_outbox(&mut self, message: &OutboxMessage) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO sb_outbox (message_id, destination, subject, correlation_id, content_type, application_properties, body)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                message.message_id,
+                message.destination,
+                message.subject,
+                message.correlation_id,
+                message.content_type,
+                super::properties_json(message),
+                message.body,
+            ],
+        )
+        .map(drop)
+    }
+
+    async fn commit(mut self) -> Result<(), StoreError> {
+        self.finish("COMMIT")
+    }
+
+    async fn rollback(mut self) -> Result<(), StoreError> {
+        self.finish("ROLLBACK")
+    }
+}
