@@ -1,0 +1,180 @@
+//! The store conformance suite. Every case is a generic function over the [`Store`] port;
+//! the macro at the bottom instantiates all of them for each store.
+
+use std::sync::Arc;
+
+use sb_inbox::{DuplicateScope, ErrorKind, OutboxMessage, Store, Tx, VersionCheck};
+
+use crate::support::Count;
+
+fn assert_duplicate(result: Result<(), sb_inbox::StoreError>, scope: DuplicateScope) {
+    let error = result.expect_err("expected a duplicate");
+    assert_eq!(error.kind(), ErrorKind::Duplicate(scope), "{error}");
+}
+
+pub(crate) async fn inbox_insert_then_duplicate<S: Store + Count>(store: S) {
+    let mut tx = store.begin().await.unwrap();
+    tx.insert_inbox("c", "m-1").await.unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = store.begin().await.unwrap();
+    assert_duplicate(tx.insert_inbox("c", "m-1").await, DuplicateScope::Inbox);
+    tx.rollback().await.unwrap();
+    assert_eq!(store.count("sb_inbox").await.unwrap(), 1);
+}
+
+pub(crate) async fn rollback_leaves_no_row<S: Store + Count>(store: S) {
+    let mut tx = store.begin().await.unwrap();
+    tx.insert_inbox("c", "m-1").await.unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(store.count("sb_inbox").await.unwrap(), 0);
+    let mut tx = store.begin().await.unwrap();
+    tx.insert_inbox("c", "m-1").await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(store.count("sb_inbox").await.unwrap(), 1);
+}
+
+pub(crate) async fn dropped_tx_rolls_back<S: Store + Count>(store: S) {
+    {
+        let mut tx = store.begin().await.unwrap();
+        tx.insert_inbox("c", "m-1").await.unwrap();
+    }
+    assert_eq!(store.count("sb_inbox").await.unwrap(), 0);
+    let mut tx = store.begin().await.unwrap();
+    tx.insert_inbox("c", "m-1").await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(store.count("sb_inbox").await.unwrap(), 1);
+}
+
+pub(crate) async fn consumers_are_independent<S: Store + Count>(store: S) {
+    for consumer in ["billing", "inventory"] {
+        let mut tx = store.begin().await.unwrap();
+        tx.insert_inbox(consumer, "m-1").await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    assert_eq!(store.count("sb_inbox").await.unwrap(), 2);
+}
+
+pub(crate) async fn business_key_duplicate<S: Store + Count>(store: S) {
+    let mut tx = store.begin().await.unwrap();
+    tx.claim_business_key("c", "payment:7", "m-1")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let mut tx = store.begin().await.unwrap();
+    assert_duplicate(
+        tx.claim_business_key("c", "payment:7", "m-2").await,
+        DuplicateScope::BusinessKey,
+    );
+    tx.rollback().await.unwrap();
+    let mut tx = store.begin().await.unwrap();
+    tx.claim_business_key("other", "payment:7", "m-2")
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(store.count("sb_inbox_business_key").await.unwrap(), 2);
+}
+
+pub(crate) async fn versions_advance_and_detect_stale<S: Store>(store: S) {
+    let steps = [
+        (1, VersionCheck::Advanced),
+        (3, VersionCheck::Advanced),
+        (2, VersionCheck::Stale { current: 3 }),
+        (3, VersionCheck::Stale { current: 3 }),
+        (4, VersionCheck::Advanced),
+    ];
+    for (version, expected) in steps {
+        let mut tx = store.begin().await.unwrap();
+        assert_eq!(
+            tx.advance_version("c", "order:1", version).await.unwrap(),
+            expected,
+            "v{version}"
+        );
+        tx.commit().await.unwrap();
+    }
+    let mut tx = store.begin().await.unwrap();
+    assert_eq!(
+        tx.advance_version("other", "order:1", 1).await.unwrap(),
+        VersionCheck::Advanced
+    );
+    tx.commit().await.unwrap();
+}
+
+pub(crate) async fn outbox_commits_with_the_transaction<S: Store + Count>(store: S) {
+    let mut tx = store.begin().await.unwrap();
+    let mut message = OutboxMessage::new(
+        "stock-reserved",
+        "inventory.stock-reserved.v1",
+        b"{}".to_vec(),
+    );
+    message
+        .application_properties
+        .insert("tenant".into(), "t1".into());
+    tx.append_outbox(&message).await.unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(store.count("sb_outbox").await.unwrap(), 0);
+    let mut tx = store.begin().await.unwrap();
+    tx.append_outbox(&message).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(
+        store
+            .count("sb_outbox WHERE dispatched_at IS NULL")
+            .await
+            .unwrap(),
+        1
+    );
+}
+
+/// Two transactions insert the same key at once: the second fails as a duplicate once the
+/// first commits (PostgreSQL makes it wait on the row; SQLite queues the writer).
+pub(crate) async fn concurrent_insert_of_same_key_duplicates<S: Store + Count + Clone>(store: S) {
+    let mut first = store.begin().await.unwrap();
+    first.insert_inbox("c", "m-1").await.unwrap();
+    let second_store = store.clone();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let started_2 = started.clone();
+    let second = tokio::spawn(async move {
+        started_2.notify_one();
+        let mut tx = second_store.begin().await.unwrap();
+        let result = tx.insert_inbox("c", "m-1").await;
+        let _ = tx.rollback().await;
+        result
+    });
+    started.notified().await;
+    tokio::task::yield_now().await;
+    first.commit().await.unwrap();
+    assert_duplicate(second.await.unwrap(), DuplicateScope::Inbox);
+    assert_eq!(store.count("sb_inbox").await.unwrap(), 1);
+}
+
+macro_rules! conformance {
+    ($store:ident, $make:path, [$($case:ident),* $(,)?]) => {
+        mod $store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    crate::support::init_tracing();
+                    let store = $make(concat!(stringify!($store), "_", stringify!($case)), 4).await;
+                    super::$case(store).await;
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! all_stores {
+    ($($case:ident),* $(,)?) => {
+        conformance!(postgres, crate::support::pg_store, [$($case),*]);
+        conformance!(sqlite, crate::support::sqlite_store, [$($case),*]);
+    };
+}
+
+all_stores!(
+    inbox_insert_then_duplicate,
+    rollback_leaves_no_row,
+    dropped_tx_rolls_back,
+    consumers_are_independent,
+    business_key_duplicate,
+    versions_advance_and_detect_stale,
+    outbox_commits_with_the_transaction,
+    concurrent_insert_of_same_key_duplicates,
+);

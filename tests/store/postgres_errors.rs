@@ -1,0 +1,267 @@
+//! Real PostgreSQL errors, provoked on the server, and their classification.
+
+use sb_inbox::{DuplicateScope, ErrorKind, PgStore, PgTx, Store, StoreError, Tx};
+
+use crate::support::pg_store;
+
+async fn begin(store: &PgStore) -> PgTx {
+    store.begin().await.unwrap()
+}
+
+async fn fails(tx: &PgTx, sql: &str) -> StoreError {
+    tx.execute(sql, &[]).await.expect_err(sql)
+}
+
+#[tokio::test]
+async fn constraint_violations() {
+    let store = pg_store("pg_constraint_violations", 2).await;
+    let tx = begin(&store).await;
+    tx.execute(
+        "INSERT INTO inventory_reservation (order_id, message_id) VALUES ('o-1', 'm-1')",
+        &[],
+    )
+    .await
+    .unwrap();
+    tx.execute(
+        "INSERT INTO sb_inbox (consumer, message_id) VALUES ('c', 'm-1')",
+        &[],
+    )
+    .await
+    .unwrap();
+    tx.execute("INSERT INTO sb_inbox_business_key (consumer, business_key, message_id) VALUES ('c', 'k', 'm-1')", &[])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+
+    let cases: &[(&str, ErrorKind, Option<&str>, &str)] = &[
+        (
+            "INSERT INTO sb_inbox (consumer, message_id) VALUES ('c', 'm-1')",
+            ErrorKind::Duplicate(DuplicateScope::Inbox),
+            Some("pk_sb_inbox"),
+            "23505",
+        ),
+        (
+            "INSERT INTO sb_inbox_business_key (consumer, business_key, message_id) VALUES ('c', 'k', 'm-2')",
+            ErrorKind::Duplicate(DuplicateScope::BusinessKey),
+            Some("pk_sb_inbox_business_key"),
+            "23505",
+        ),
+        (
+            "INSERT INTO inventory_reservation (order_id, message_id) VALUES ('o-1', 'm-2')",
+            ErrorKind::UniqueViolation,
+            Some("pk_inventory_reservation"),
+            "23505",
+        ),
+        (
+            "INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES ('nope', 1, 'A', 1)",
+            ErrorKind::ForeignKeyViolation,
+            Some("fk_inventory_reservation_line_reservation"),
+            "23503",
+        ),
+        (
+            "INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES ('o-1', 1, 'A', 0)",
+            ErrorKind::CheckViolation,
+            Some("ck_inventory_reservation_line_quantity"),
+            "23514",
+        ),
+        (
+            "INSERT INTO inventory_reservation (order_id, message_id) VALUES ('o-2', NULL)",
+            ErrorKind::NotNullViolation,
+            None,
+            "23502",
+        ),
+        (
+            "INSERT INTO inventory_reservation (order_id, message_id) VALUES (repeat('x', 65), 'm')",
+            ErrorKind::Truncation,
+            None,
+            "22001",
+        ),
+        (
+            "SELECT 'abc'::text::int",
+            ErrorKind::Conversion,
+            None,
+            "22P02",
+        ),
+        (
+            "SELECT 2147483647::int + 1",
+            ErrorKind::Conversion,
+            None,
+            "22003",
+        ),
+        (
+            "SELECT * FROM no_such_table",
+            ErrorKind::Schema,
+            None,
+            "42P01",
+        ),
+    ];
+    for (sql, kind, constraint, code) in cases {
+        let tx = begin(&store).await;
+        let error = fails(&tx, sql).await;
+        assert_eq!(error.kind(), *kind, "{sql}: {error}");
+        assert_eq!(error.code(), Some(*code), "{sql}");
+        if constraint.is_some() {
+            assert_eq!(error.constraint(), *constraint, "{sql}");
+        }
+        assert!(!error.kind().is_transient() || matches!(kind, ErrorKind::Unknown));
+        tx.rollback().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn serialization_failure_is_transient() {
+    let store = pg_store("pg_serialization_failure", 2).await;
+    let a = begin(&store).await;
+    let b = begin(&store).await;
+    for tx in [&a, &b] {
+        tx.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", &[])
+            .await
+            .unwrap();
+        tx.query("SELECT count(*) FROM sb_inbox", &[])
+            .await
+            .unwrap();
+    }
+    a.execute(
+        "INSERT INTO sb_inbox (consumer, message_id) VALUES ('c', 'a')",
+        &[],
+    )
+    .await
+    .unwrap();
+    b.execute(
+        "INSERT INTO sb_inbox (consumer, message_id) VALUES ('c', 'b')",
+        &[],
+    )
+    .await
+    .unwrap();
+    a.commit().await.unwrap();
+    let error = b.commit().await.expect_err("write skew must fail");
+    assert_eq!(error.code(), Some("40001"));
+    assert_eq!(error.kind(), ErrorKind::Contention);
+    assert!(error.kind().is_transient());
+}
+
+#[tokio::test]
+async fn deadlock_is_transient() {
+    let store = pg_store("pg_deadlock", 3).await;
+    store
+        .query(
+            "INSERT INTO inventory_stock (sku, reserved) VALUES ('A', 0), ('B', 0)",
+            &[],
+        )
+        .await
+        .unwrap();
+    let a = begin(&store).await;
+    let b = begin(&store).await;
+    a.execute(
+        "UPDATE inventory_stock SET reserved = 1 WHERE sku = 'A'",
+        &[],
+    )
+    .await
+    .unwrap();
+    b.execute(
+        "UPDATE inventory_stock SET reserved = 1 WHERE sku = 'B'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let a_waits = tokio::spawn(async move {
+        let result = a
+            .execute(
+                "UPDATE inventory_stock SET reserved = 2 WHERE sku = 'B'",
+                &[],
+            )
+            .await;
+        (a, result)
+    });
+    // Wait until `a` is really blocked on b's row before closing the cycle.
+    loop {
+        let rows = store
+            .query("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()", &[])
+            .await
+            .unwrap();
+        if rows[0].get::<_, i64>(0) > 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let b_result = b
+        .execute(
+            "UPDATE inventory_stock SET reserved = 2 WHERE sku = 'A'",
+            &[],
+        )
+        .await;
+    let (a, a_result) = a_waits.await.unwrap();
+    let error = match (a_result, b_result) {
+        (Err(error), Ok(_)) | (Ok(_), Err(error)) => error,
+        other => panic!("exactly one side must be the deadlock victim: {other:?}"),
+    };
+    assert_eq!(error.code(), Some("40P01"));
+    assert_eq!(error.kind(), ErrorKind::Contention);
+    let _ = a.rollback().await;
+    let _ = b.rollback().await;
+}
+
+#[tokio::test]
+async fn lock_and_statement_timeouts_are_transient() {
+    let store = pg_store("pg_lock_timeout", 2).await;
+    store
+        .query(
+            "INSERT INTO inventory_stock (sku, reserved) VALUES ('A', 0)",
+            &[],
+        )
+        .await
+        .unwrap();
+    let holder = begin(&store).await;
+    holder
+        .execute(
+            "UPDATE inventory_stock SET reserved = 1 WHERE sku = 'A'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let waiter = begin(&store).await;
+    waiter
+        .execute("SET LOCAL lock_timeout = '20ms'", &[])
+        .await
+        .unwrap();
+    let error = fails(
+        &waiter,
+        "UPDATE inventory_stock SET reserved = 2 WHERE sku = 'A'",
+    )
+    .await;
+    assert_eq!(
+        (error.code(), error.kind()),
+        (Some("55P03"), ErrorKind::Contention)
+    );
+    waiter.rollback().await.unwrap();
+    holder.rollback().await.unwrap();
+
+    let tx = begin(&store).await;
+    tx.execute("SET LOCAL statement_timeout = '20ms'", &[])
+        .await
+        .unwrap();
+    let error = fails(&tx, "SELECT pg_sleep(5)").await;
+    assert_eq!(
+        (error.code(), error.kind()),
+        (Some("57014"), ErrorKind::Contention)
+    );
+}
+
+#[tokio::test]
+async fn admin_shutdown_then_connection_loss_are_transient_and_the_pool_recovers() {
+    let store = pg_store("pg_admin_shutdown", 1).await;
+    let tx = begin(&store).await;
+    let error = fails(&tx, "SELECT pg_terminate_backend(pg_backend_pid())").await;
+    assert_eq!(
+        (error.code(), error.kind()),
+        (Some("57P01"), ErrorKind::Unavailable)
+    );
+    let error = fails(&tx, "SELECT 1").await;
+    assert_eq!(error.kind(), ErrorKind::Connection, "{error}");
+    assert!(error.kind().is_transient());
+    drop(tx);
+    // The broken connection was evicted: the single-connection pool serves a new one.
+    let mut tx = begin(&store).await;
+    tx.insert_inbox("c", "after-recovery").await.unwrap();
+    tx.commit().await.unwrap();
+}
