@@ -66,7 +66,7 @@ pub struct InventoryCounts {
 }
 
 /// Reads [`InventoryCounts`] from a store.
-pub trait InventoryStore: Store {
+pub trait InventoryStore: Store<Tx: InventoryTx> {
     /// Counts reservations, units and inbox rows.
     fn inventory_counts(&self) -> impl Future<Output = Result<InventoryCounts, StoreError>> + Send;
 }

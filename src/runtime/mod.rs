@@ -84,6 +84,7 @@ pub enum RuntimeError {
 ///
 /// # Examples
 /// ```no_run
+/// # #[allow(dead_code)]
 /// # async fn example<R, S, H>(receiver: R, store: S, handler: H) -> Result<(), sb_inbox::RuntimeError>
 /// # where R: sb_inbox::Receiver, S: sb_inbox::Store, H: sb_inbox::Handler<S::Tx> {
 /// use sb_inbox::{ConsumerName, Runtime, RuntimeConfig};

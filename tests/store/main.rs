@@ -1,5 +1,6 @@
 //! Store tests: one conformance suite run unchanged against each store, and the
 //! classification of real provider errors.
+#![allow(clippy::unwrap_used, clippy::panic, clippy::unwrap_in_result)]
 
 #[path = "../support.rs"]
 mod support;

@@ -95,6 +95,7 @@ impl ManageConnection for PgManager {
 ///
 /// # Examples
 /// ```no_run
+/// # #[allow(dead_code)]
 /// # async fn example() -> Result<(), sb_inbox::StoreError> {
 /// use sb_inbox::{PgStore, Store, Tx};
 /// let store = PgStore::connect("postgres://postgres@127.0.0.1/test", 16).await?;

@@ -191,10 +191,10 @@ impl SqliteTx {
 
 impl Drop for SqliteTx {
     fn drop(&mut self) {
-        if self.open {
-            if let Err(error) = self.conn.execute_batch("ROLLBACK") {
-                tracing::warn!(%error, "Rollback of a dropped SQLite transaction failed.");
-            }
+        if self.open
+            && let Err(error) = self.conn.execute_batch("ROLLBACK")
+        {
+            tracing::warn!(%error, "Rollback of a dropped SQLite transaction failed.");
         }
     }
 }

@@ -1,0 +1,215 @@
+//! Test handlers and store wrappers.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use sb_inbox::{
+    ConsumerName, Context, Contract, DecodeError, Handled, Handler, HandlerError, Message,
+    RuntimeConfig, Store, StoreError, Tx, VersionCheck,
+};
+use tokio::sync::{Barrier, Notify};
+
+pub(crate) fn config(consumer: &str) -> RuntimeConfig {
+    RuntimeConfig::new(ConsumerName::new(consumer).unwrap())
+}
+
+pub(crate) fn order(message_id: &str, order_id: &str) -> Message {
+    let body = format!(
+        r#"{{"orderId":"{order_id}","lines":[{{"sku":"A","quantity":2}},{{"sku":"B","quantity":1}}]}}"#
+    );
+    Message::new(message_id, "orders.order-placed.v1", body)
+}
+
+/// Fails the first `failures` attempts with a transient error after the inner handler wrote its
+/// rows, so the transaction must roll them back.
+#[derive(Debug)]
+pub(crate) struct Flaky<H> {
+    pub(crate) inner: H,
+    pub(crate) failures: AtomicU32,
+}
+
+impl<T: Tx, H: Handler<T>> Handler<T> for Flaky<H> {
+    type Payload = H::Payload;
+
+    fn contracts(&self) -> &[Contract] {
+        self.inner.contracts()
+    }
+
+    fn decode(&self, contract: &Contract, body: &[u8]) -> Result<H::Payload, DecodeError> {
+        self.inner.decode(contract, body)
+    }
+
+    async fn handle(
+        &self,
+        ctx: &Context<'_, H::Payload>,
+        tx: &mut T,
+    ) -> Result<Handled, HandlerError> {
+        let handled = self.inner.handle(ctx, tx).await?;
+        let left = self.failures.load(Ordering::SeqCst);
+        if left > 0 {
+            self.failures.store(left - 1, Ordering::SeqCst);
+            return Err(HandlerError::Transient(
+                "injected failure after the business writes".into(),
+            ));
+        }
+        Ok(handled)
+    }
+}
+
+/// Writes its rows, then takes `duration` of (tokio) time before returning.
+#[derive(Debug)]
+pub(crate) struct Slow<H> {
+    pub(crate) inner: H,
+    pub(crate) duration: Duration,
+}
+
+impl<T: Tx, H: Handler<T>> Handler<T> for Slow<H> {
+    type Payload = H::Payload;
+
+    fn contracts(&self) -> &[Contract] {
+        self.inner.contracts()
+    }
+
+    fn decode(&self, contract: &Contract, body: &[u8]) -> Result<H::Payload, DecodeError> {
+        self.inner.decode(contract, body)
+    }
+
+    async fn handle(
+        &self,
+        ctx: &Context<'_, H::Payload>,
+        tx: &mut T,
+    ) -> Result<Handled, HandlerError> {
+        let handled = self.inner.handle(ctx, tx).await?;
+        tokio::time::sleep(self.duration).await;
+        Ok(handled)
+    }
+}
+
+/// Signals `started`, then waits for `open` before returning.
+#[derive(Debug)]
+pub(crate) struct Gate<H> {
+    pub(crate) inner: H,
+    pub(crate) started: Arc<Notify>,
+    pub(crate) open: Arc<Notify>,
+}
+
+impl<T: Tx, H: Handler<T>> Handler<T> for Gate<H> {
+    type Payload = H::Payload;
+
+    fn contracts(&self) -> &[Contract] {
+        self.inner.contracts()
+    }
+
+    fn decode(&self, contract: &Contract, body: &[u8]) -> Result<H::Payload, DecodeError> {
+        self.inner.decode(contract, body)
+    }
+
+    async fn handle(
+        &self,
+        ctx: &Context<'_, H::Payload>,
+        tx: &mut T,
+    ) -> Result<Handled, HandlerError> {
+        let handled = self.inner.handle(ctx, tx).await?;
+        self.started.notify_one();
+        self.open.notified().await;
+        Ok(handled)
+    }
+}
+
+/// Accepts `orders.order-placed.v1` and writes nothing beyond the inbox row.
+#[derive(Debug)]
+pub(crate) struct Noop(pub(crate) Vec<Contract>);
+
+impl Noop {
+    pub(crate) fn new() -> Self {
+        Noop(vec![Contract::new("orders.order-placed", 1)])
+    }
+}
+
+impl<T: Tx> Handler<T> for Noop {
+    type Payload = ();
+
+    fn contracts(&self) -> &[Contract] {
+        &self.0
+    }
+
+    fn decode(&self, _: &Contract, _: &[u8]) -> Result<(), DecodeError> {
+        Ok(())
+    }
+
+    async fn handle(&self, _: &Context<'_, ()>, _: &mut T) -> Result<Handled, HandlerError> {
+        Ok(Handled::Processed)
+    }
+}
+
+/// `orders.order-status.v1` `{"orderId": "...", "version": N}`: applies a status only when its
+/// version is newer than the stored one.
+#[derive(Debug)]
+pub(crate) struct Versioned(pub(crate) Vec<Contract>);
+
+impl Versioned {
+    pub(crate) fn new() -> Self {
+        Versioned(vec![Contract::new("orders.order-status", 1)])
+    }
+
+    pub(crate) fn message(message_id: &str, order_id: &str, version: i64) -> Message {
+        Message::new(
+            message_id,
+            "orders.order-status.v1",
+            format!(r#"{{"orderId":"{order_id}","version":{version}}}"#),
+        )
+    }
+}
+
+impl<T: Tx> Handler<T> for Versioned {
+    type Payload = (String, i64);
+
+    fn contracts(&self) -> &[Contract] {
+        &self.0
+    }
+
+    fn decode(&self, _: &Contract, body: &[u8]) -> Result<(String, i64), DecodeError> {
+        let value: serde_json::Value =
+            serde_json::from_slice(body).map_err(|e| DecodeError::json(&e))?;
+        let order = value["orderId"]
+            .as_str()
+            .ok_or_else(|| DecodeError::new("orderId missing"))?;
+        let version = value["version"]
+            .as_i64()
+            .ok_or_else(|| DecodeError::new("version missing"))?;
+        Ok((order.to_owned(), version))
+    }
+
+    async fn handle(
+        &self,
+        ctx: &Context<'_, (String, i64)>,
+        tx: &mut T,
+    ) -> Result<Handled, HandlerError> {
+        let (order, version) = &ctx.payload;
+        match tx
+            .advance_version(ctx.consumer.as_str(), &format!("order:{order}"), *version)
+            .await?
+        {
+            VersionCheck::Advanced => Ok(Handled::Processed),
+            VersionCheck::Stale { .. } => Ok(Handled::Stale),
+        }
+    }
+}
+
+/// Holds every `begin` until `parties` transactions are open, so they race for real.
+#[derive(Debug, Clone)]
+pub(crate) struct BarrierStore<S> {
+    pub(crate) inner: S,
+    pub(crate) barrier: Arc<Barrier>,
+}
+
+impl<S: Store> Store for BarrierStore<S> {
+    type Tx = S::Tx;
+
+    async fn begin(&self) -> Result<S::Tx, StoreError> {
+        let tx = self.inner.begin().await?;
+        self.barrier.wait().await;
+        Ok(tx)
+    }
+}

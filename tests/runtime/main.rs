@@ -1,0 +1,11 @@
+//! Runtime tests on the in-memory broker and real stores: the article's verification at the
+//! runtime level, lock keeping under tokio's paused clock, and shutdown.
+#![allow(clippy::unwrap_used, clippy::panic, clippy::unwrap_in_result)]
+
+#[path = "../support.rs"]
+mod support;
+
+mod handlers;
+mod lock;
+mod scenarios;
+mod shutdown;

@@ -1,0 +1,72 @@
+//! Graceful drain on shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
+use sb_inbox::testing::MemoryBroker;
+use sb_inbox::{Clock, Runtime};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::handlers::{Gate, config, order};
+use crate::support::sqlite_store;
+
+async fn run_with_gate(open_before_grace: bool) -> (MemoryBroker, sb_inbox::SqliteStore, Duration) {
+    let store = sqlite_store("shutdown", 1).await;
+    let broker = MemoryBroker::new(Clock::new());
+    let started = Arc::new(Notify::new());
+    let open = Arc::new(Notify::new());
+    let handler = Gate {
+        inner: OrderPlacedConsumer::new(),
+        started: started.clone(),
+        open: open.clone(),
+    };
+    let mut config = config(sb_inbox::inventory::CONSUMER);
+    config.shutdown_grace = Duration::from_secs(5);
+    config.concurrency = 1;
+    let runtime = Runtime::with_clock(
+        broker.receiver(),
+        store.clone(),
+        handler,
+        config,
+        Clock::new(),
+    );
+    broker.send(order("m-1", "o-1"));
+    broker.send(order("m-2", "o-2"));
+    let shutdown = CancellationToken::new();
+    let begun = tokio::time::Instant::now();
+    let (result, ()) = tokio::join!(runtime.run(shutdown.clone()), async {
+        started.notified().await;
+        shutdown.cancel();
+        if open_before_grace {
+            tokio::task::yield_now().await;
+            open.notify_one();
+        }
+    });
+    result.unwrap();
+    (broker, store, begun.elapsed())
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_flight_delivery_finishes_within_grace() {
+    let (broker, store, elapsed) = run_with_gate(true).await;
+    assert!(elapsed < Duration::from_secs(5));
+    assert_eq!(store.inventory_counts().await.unwrap().reservations, 1);
+    let counts = broker.counts();
+    assert_eq!(counts.completed, 1);
+    assert_eq!(counts.ready, 1, "no new message is taken after shutdown");
+}
+
+#[tokio::test(start_paused = true)]
+async fn in_flight_delivery_past_grace_is_rolled_back_and_abandoned() {
+    let (broker, store, elapsed) = run_with_gate(false).await;
+    assert_eq!(elapsed, Duration::from_secs(5));
+    let counts = store.inventory_counts().await.unwrap();
+    assert_eq!((counts.reservations, counts.inbox_rows), (0, 0));
+    let counts = broker.counts();
+    assert_eq!(
+        (counts.abandoned, counts.completed, counts.ready),
+        (1, 0, 2)
+    );
+}
