@@ -5,7 +5,9 @@
 #[path = "../support.rs"]
 mod support;
 
+mod cli;
 mod handlers;
+mod limits;
 mod lock;
 mod scenarios;
 mod shutdown;
