@@ -17,6 +17,7 @@
 pub mod inventory;
 pub mod ports;
 pub mod runtime;
+pub mod servicebus;
 pub mod store;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;

@@ -1,0 +1,288 @@
+use std::fmt;
+
+/// Why a connection string was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectionStringError {
+    /// The n-th `;`-separated part (from 1) has no `=`. The part itself is not shown: it may
+    /// hold a key.
+    #[error("connection string part {0} is not key=value")]
+    Malformed(usize),
+    /// `Endpoint` is missing.
+    #[error("connection string has no Endpoint")]
+    MissingEndpoint,
+    /// `Endpoint` is not `sb://host[:port][/]`.
+    #[error("Endpoint {0:?} is not sb://HOST[:PORT]/")]
+    InvalidEndpoint(String),
+    /// Neither a key (name + key) nor a shared access signature.
+    #[error(
+        "connection string needs SharedAccessKeyName and SharedAccessKey, or SharedAccessSignature"
+    )]
+    MissingCredential,
+    /// A key name without a key, or the other way round.
+    #[error("SharedAccessKeyName and SharedAccessKey must be given together")]
+    IncompleteKey,
+    /// An unknown key (a typo would otherwise be ignored).
+    #[error("unknown connection string key {0:?}")]
+    UnknownKey(String),
+}
+
+/// How a client authenticates on `$cbs`.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// A shared access key: tokens are signed per audience.
+    Key {
+        /// `SharedAccessKeyName`.
+        name: String,
+        /// `SharedAccessKey` (never printed).
+        key: String,
+    },
+    /// A ready-made `SharedAccessSignature …` token (never printed).
+    Signature(String),
+}
+
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Credential::Key { name, .. } => write!(f, "Key {{ name: {name:?}, key: *** }}"),
+            Credential::Signature(_) => f.write_str("Signature(***)"),
+        }
+    }
+}
+
+/// A Service Bus connection string as the Azure portal and the emulators write it.
+///
+/// Keys are matched case-insensitively. `Debug` and `Display` never show the key or signature.
+///
+/// # Examples
+/// ```
+/// use sb_inbox::servicebus::ConnectionString;
+/// let cs: ConnectionString = "Endpoint=sb://127.0.0.1:5699;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;".parse()?;
+/// assert_eq!((cs.host(), cs.port(), cs.use_tls()), ("127.0.0.1", 5699, false));
+/// assert!(!cs.to_string().contains("SAS_KEY_VALUE"));
+/// # Ok::<(), sb_inbox::servicebus::ConnectionStringError>(())
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct ConnectionString {
+    host: String,
+    port: Option<u16>,
+    credential: Credential,
+    entity_path: Option<String>,
+    emulator: bool,
+}
+
+impl ConnectionString {
+    /// The namespace host.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The port: the one given, else 5671 (TLS) or 5672 (emulator, plain AMQP).
+    pub fn port(&self) -> u16 {
+        self.port.unwrap_or(if self.emulator { 5672 } else { 5671 })
+    }
+
+    /// False only with `UseDevelopmentEmulator=true`.
+    pub fn use_tls(&self) -> bool {
+        !self.emulator
+    }
+
+    /// The credential.
+    pub fn credential(&self) -> &Credential {
+        &self.credential
+    }
+
+    /// `EntityPath`, when the string is scoped to one entity.
+    pub fn entity_path(&self) -> Option<&str> {
+        self.entity_path.as_deref()
+    }
+
+    /// The AMQP URL of the namespace (no credentials).
+    pub fn amqp_url(&self) -> String {
+        let scheme = if self.use_tls() { "amqps" } else { "amqp" };
+        format!("{scheme}://{}:{}", self.host, self.port())
+    }
+
+    /// The token audience for an entity: `sb://HOST/ENTITY`.
+    pub fn audience(&self, entity: &str) -> String {
+        format!("sb://{}/{}", self.host, entity.trim_start_matches('/'))
+    }
+}
+
+impl std::str::FromStr for ConnectionString {
+    type Err = ConnectionStringError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let mut endpoint = None;
+        let (mut key_name, mut key, mut signature, mut entity_path) = (None, None, None, None);
+        let mut emulator = false;
+        for (index, part) in text.split(';').map(str::trim).enumerate() {
+            if part.is_empty() {
+                continue;
+            }
+            let (name, value) = part
+                .split_once('=')
+                .ok_or(ConnectionStringError::Malformed(index + 1))?;
+            let value = value.trim().to_owned();
+            match name.trim().to_ascii_lowercase().as_str() {
+                "endpoint" => endpoint = Some(value),
+                "sharedaccesskeyname" => key_name = Some(value),
+                "sharedaccesskey" => key = Some(value),
+                "sharedaccesssignature" => signature = Some(value),
+                "entitypath" => entity_path = Some(value),
+                "usedevelopmentemulator" => emulator = value.eq_ignore_ascii_case("true"),
+                other => return Err(ConnectionStringError::UnknownKey(other.to_owned())),
+            }
+        }
+        let endpoint = endpoint.ok_or(ConnectionStringError::MissingEndpoint)?;
+        let rest = endpoint
+            .split_once("://")
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("sb"))
+            .map(|(_, rest)| rest.trim_end_matches('/'))
+            .filter(|rest| !rest.is_empty() && !rest.contains('/'))
+            .ok_or_else(|| ConnectionStringError::InvalidEndpoint(endpoint.clone()))?;
+        let (host, port) = match rest.rsplit_once(':') {
+            Some((host, port)) => {
+                let port = port
+                    .parse()
+                    .map_err(|_| ConnectionStringError::InvalidEndpoint(endpoint.clone()))?;
+                (host.to_owned(), Some(port))
+            }
+            None => (rest.to_owned(), None),
+        };
+        let credential = match (key_name, key, signature) {
+            (_, _, Some(signature)) => Credential::Signature(signature),
+            (Some(name), Some(key), None) => Credential::Key { name, key },
+            (None, None, None) => return Err(ConnectionStringError::MissingCredential),
+            _ => return Err(ConnectionStringError::IncompleteKey),
+        };
+        Ok(ConnectionString {
+            host,
+            port,
+            credential,
+            entity_path,
+            emulator,
+        })
+    }
+}
+
+impl fmt::Display for ConnectionString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Endpoint=sb://{}:{}/;", self.host, self.port())?;
+        match &self.credential {
+            Credential::Key { name, .. } => {
+                write!(f, "SharedAccessKeyName={name};SharedAccessKey=***;")?
+            }
+            Credential::Signature(_) => f.write_str("SharedAccessSignature=***;")?,
+        }
+        if let Some(entity) = &self.entity_path {
+            write!(f, "EntityPath={entity};")?;
+        }
+        if self.emulator {
+            f.write_str("UseDevelopmentEmulator=true;")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for ConnectionString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn azure_portal_form() {
+        let cs: ConnectionString = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=listen;SharedAccessKey=abc=;EntityPath=orders"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            (cs.host(), cs.port(), cs.use_tls()),
+            ("ns.servicebus.windows.net", 5671, true)
+        );
+        assert_eq!(cs.entity_path(), Some("orders"));
+        assert_eq!(
+            cs.credential(),
+            &Credential::Key {
+                name: "listen".into(),
+                key: "abc=".into()
+            }
+        );
+        assert_eq!(cs.amqp_url(), "amqps://ns.servicebus.windows.net:5671");
+        assert_eq!(
+            cs.audience("orders"),
+            "sb://ns.servicebus.windows.net/orders"
+        );
+    }
+
+    #[test]
+    fn emulator_form_keeps_port_and_drops_tls() {
+        let cs: ConnectionString =
+            "endpoint=sb://localhost;sharedaccesskeyname=k;sharedaccesskey=v;usedevelopmentemulator=TRUE".parse().unwrap();
+        assert_eq!((cs.port(), cs.use_tls()), (5672, false));
+        assert_eq!(cs.amqp_url(), "amqp://localhost:5672");
+    }
+
+    #[test]
+    fn signature_form() {
+        let cs: ConnectionString =
+            "Endpoint=sb://ns/;SharedAccessSignature=SharedAccessSignature sr=x&sig=y&se=1&skn=k"
+                .parse()
+                .unwrap();
+        assert!(
+            matches!(cs.credential(), Credential::Signature(s) if s.starts_with("SharedAccessSignature sr="))
+        );
+        assert!(!format!("{cs:?}").contains("sig=y"));
+    }
+
+    #[test]
+    fn errors_are_specific_and_secret_free() {
+        let cases = [
+            (
+                "SharedAccessKeyName=k;SharedAccessKey=v",
+                ConnectionStringError::MissingEndpoint,
+            ),
+            (
+                "Endpoint=http://ns/;SharedAccessKeyName=k;SharedAccessKey=v",
+                ConnectionStringError::InvalidEndpoint("http://ns/".into()),
+            ),
+            (
+                "Endpoint=sb://ns:notaport/;SharedAccessKeyName=k;SharedAccessKey=v",
+                ConnectionStringError::InvalidEndpoint("sb://ns:notaport/".into()),
+            ),
+            (
+                "Endpoint=sb://ns/",
+                ConnectionStringError::MissingCredential,
+            ),
+            (
+                "Endpoint=sb://ns/;SharedAccessKey=secret",
+                ConnectionStringError::IncompleteKey,
+            ),
+            (
+                "Endpoint=sb://ns/;SharedAccesKeyName=k;SharedAccessKey=v",
+                ConnectionStringError::UnknownKey("sharedacceskeyname".into()),
+            ),
+            (
+                "Endpoint=sb://ns/;secret",
+                ConnectionStringError::Malformed(2),
+            ),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(
+                text.parse::<ConnectionString>().unwrap_err(),
+                expected,
+                "{text}"
+            );
+        }
+        let cs: ConnectionString =
+            "Endpoint=sb://ns/;SharedAccessKeyName=k;SharedAccessKey=TOPSECRET"
+                .parse()
+                .unwrap();
+        assert!(!cs.to_string().contains("TOPSECRET"));
+        assert!(!format!("{cs:?}").contains("TOPSECRET"));
+    }
+}
