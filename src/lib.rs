@@ -21,6 +21,7 @@ pub mod servicebus;
 pub mod store;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
+pub mod worker;
 
 pub use ports::{
     Delivery, DuplicateScope, ErrorKind, Message, OutboxMessage, PropertyValue, ReceiveError,

@@ -1,0 +1,611 @@
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::ReplayHorizon;
+use crate::runtime::{ConsumerName, RuntimeConfig};
+use crate::servicebus::ConnectionString;
+use crate::store::StoreUrl;
+
+/// The environment variables that override `worker.toml`, with the file key each one replaces.
+pub const ENV_VARS: &[(&str, &str, &str)] = &[
+    (
+        "SB_INBOX_CONSUMER",
+        "consumer",
+        "stable consumer name (half of the inbox key)",
+    ),
+    (
+        "SB_INBOX_STORE",
+        "store",
+        "store URL: postgres://…, sqlite://PATH, sqlite::memory:",
+    ),
+    (
+        "SB_INBOX_SERVICEBUS_CONNECTION",
+        "servicebus.connection",
+        "connection string (SAS or emulator)",
+    ),
+    (
+        "SB_INBOX_SERVICEBUS_NAMESPACE",
+        "servicebus.namespace",
+        "NAME.servicebus.windows.net, Entra ID auth",
+    ),
+    (
+        "SB_INBOX_ENTITY",
+        "servicebus.entity",
+        "queue, or TOPIC/Subscriptions/SUBSCRIPTION",
+    ),
+    (
+        "SB_INBOX_CONCURRENCY",
+        "runtime.concurrency",
+        "deliveries handled at once (default 8)",
+    ),
+    (
+        "SB_INBOX_PREFETCH",
+        "runtime.prefetch",
+        "deliveries received ahead (default 0)",
+    ),
+    (
+        "SB_INBOX_LOCK_MARGIN_SECS",
+        "runtime.lock_margin_secs",
+        "renew this long before expiry (default 10)",
+    ),
+    (
+        "SB_INBOX_SHUTDOWN_GRACE_SECS",
+        "runtime.shutdown_grace_secs",
+        "drain time on SIGTERM (default 30)",
+    ),
+    (
+        "SB_INBOX_HEALTH_PORT",
+        "health.port",
+        "serve /healthz and /readyz on this port",
+    ),
+    (
+        "SB_INBOX_OUTBOX_DESTINATION",
+        "outbox.destination",
+        "queue or topic the outbox relay publishes to",
+    ),
+    (
+        "SB_INBOX_RETENTION_SECS",
+        "retention.retention_secs",
+        "delete inbox rows older than this",
+    ),
+    (
+        "SB_INBOX_MESSAGE_TTL_SECS",
+        "retention.message_ttl_secs",
+        "the entity's DefaultMessageTimeToLive",
+    ),
+    (
+        "SB_INBOX_LOCK_DURATION_SECS",
+        "retention.lock_duration_secs",
+        "the entity's LockDuration",
+    ),
+    (
+        "SB_INBOX_MAX_DELIVERY_COUNT",
+        "retention.max_delivery_count",
+        "the entity's MaxDeliveryCount",
+    ),
+    (
+        "SB_INBOX_DLQ_RESUBMIT_WINDOW_SECS",
+        "retention.dlq_resubmit_window_secs",
+        "how long DLQ resubmission stays allowed",
+    ),
+];
+
+/// One problem in the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file key (and its environment variable).
+    pub field: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+/// Every problem found, so one run reports them all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid worker configuration ({} problem(s)):",
+            self.0.len()
+        )?;
+        for error in &self.0 {
+            write!(f, "\n  - {}: {}", error.field, error.problem)?;
+        }
+        Ok(())
+    }
+}
+
+/// How the worker reaches Service Bus.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BrokerAddress {
+    /// A connection string (SAS key, SAS token, or the emulator).
+    Connection(ConnectionString),
+    /// A namespace host with Microsoft Entra ID tokens.
+    Namespace(String),
+}
+
+/// Dedupe retention and the replay horizon it must cover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Inbox rows older than this may be deleted.
+    pub retention: Duration,
+    /// What the retention must cover.
+    pub horizon: ReplayHorizon,
+}
+
+/// The validated worker configuration.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct WorkerConfig {
+    /// The runtime settings (consumer, concurrency, prefetch, lock margin, grace).
+    pub runtime: RuntimeConfig,
+    /// The store.
+    pub store: StoreUrl,
+    /// The broker.
+    pub broker: BrokerAddress,
+    /// The entity consumed.
+    pub entity: String,
+    /// Port for `/healthz` and `/readyz`.
+    pub health_port: Option<u16>,
+    /// Where the outbox relay publishes.
+    pub outbox_destination: Option<String>,
+    /// Retention, when inbox rows are to be deleted.
+    pub retention: Option<Retention>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    consumer: Option<String>,
+    store: Option<String>,
+    #[serde(default)]
+    servicebus: ServiceBus,
+    #[serde(default)]
+    runtime: Runtime,
+    #[serde(default)]
+    health: Health,
+    #[serde(default)]
+    outbox: Outbox,
+    #[serde(default)]
+    retention: RetentionFile,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServiceBus {
+    connection: Option<String>,
+    namespace: Option<String>,
+    entity: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Runtime {
+    concurrency: Option<u64>,
+    prefetch: Option<u64>,
+    lock_margin_secs: Option<u64>,
+    shutdown_grace_secs: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Health {
+    port: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Outbox {
+    destination: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetentionFile {
+    retention_secs: Option<u64>,
+    message_ttl_secs: Option<u64>,
+    lock_duration_secs: Option<u64>,
+    max_delivery_count: Option<u64>,
+    dlq_resubmit_window_secs: Option<u64>,
+}
+
+/// Collects problems while reading values.
+struct Reader<'a> {
+    env: &'a dyn Fn(&str) -> Option<String>,
+    errors: Vec<ConfigError>,
+}
+
+impl Reader<'_> {
+    fn field(key: &str) -> String {
+        match ENV_VARS.iter().find(|(_, file_key, _)| *file_key == key) {
+            Some((var, _, _)) => format!("{key} ({var})"),
+            None => key.to_owned(),
+        }
+    }
+
+    fn fail(&mut self, key: &str, problem: impl Into<String>) {
+        self.errors.push(ConfigError {
+            field: Self::field(key),
+            problem: problem.into(),
+        });
+    }
+
+    fn env_of(&self, key: &str) -> Option<String> {
+        let (var, _, _) = ENV_VARS.iter().find(|(_, file_key, _)| *file_key == key)?;
+        (self.env)(var).filter(|v| !v.is_empty())
+    }
+
+    fn text(&mut self, key: &str, file: Option<String>) -> Option<String> {
+        self.env_of(key).or(file)
+    }
+
+    fn number(&mut self, key: &str, file: Option<u64>, min: u64, max: u64) -> Option<u64> {
+        let value = match self.env_of(key) {
+            Some(text) => match text.trim().parse::<u64>() {
+                Ok(n) => Some(n),
+                Err(_) => {
+                    self.fail(key, format!("{text:?} is not a whole number"));
+                    return None;
+                }
+            },
+            None => file,
+        }?;
+        if !(min..=max).contains(&value) {
+            self.fail(key, format!("{value} is outside {min}..={max}"));
+            return None;
+        }
+        Some(value)
+    }
+}
+
+impl WorkerConfig {
+    /// Reads `path` (if given), applies the environment overrides from `env`, and validates.
+    ///
+    /// # Errors
+    /// [`ConfigErrors`] listing every problem: unreadable or unknown file keys, missing values,
+    /// bad numbers, an invalid consumer name, store URL or connection string, a lock margin not
+    /// shorter than the lock, retention shorter than the replay horizon.
+    pub fn load(
+        path: Option<&Path>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigErrors> {
+        let file = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    single("--config", format!("cannot read {}: {e}", path.display()))
+                })?;
+                toml::from_str::<File>(&text).map_err(|e| {
+                    single("--config", format!("{}: {}", path.display(), e.message()))
+                })?
+            }
+            None => File::default(),
+        };
+        let mut r = Reader {
+            env,
+            errors: Vec::new(),
+        };
+
+        let consumer = match r.text("consumer", file.consumer) {
+            Some(name) => ConsumerName::new(name)
+                .map_err(|e| r.fail("consumer", e.to_string()))
+                .ok(),
+            None => {
+                r.fail("consumer", "required");
+                None
+            }
+        };
+        let store = match r.text("store", file.store) {
+            Some(url) => url
+                .parse::<StoreUrl>()
+                .map_err(|e| r.fail("store", e.to_string()))
+                .ok(),
+            None => {
+                r.fail("store", "required");
+                None
+            }
+        };
+        let connection = r.text("servicebus.connection", file.servicebus.connection);
+        let namespace = r.text("servicebus.namespace", file.servicebus.namespace);
+        let broker = match (connection, namespace) {
+            (Some(cs), None) => cs
+                .parse::<ConnectionString>()
+                .map(BrokerAddress::Connection)
+                .map_err(|e| r.fail("servicebus.connection", e.to_string()))
+                .ok(),
+            (None, Some(ns)) if ns.contains('.') && !ns.contains('/') => {
+                Some(BrokerAddress::Namespace(ns))
+            }
+            (None, Some(ns)) => {
+                r.fail(
+                    "servicebus.namespace",
+                    format!("{ns:?} is not a host name like NAME.servicebus.windows.net"),
+                );
+                None
+            }
+            (Some(_), Some(_)) => {
+                r.fail(
+                    "servicebus.connection",
+                    "give a connection string or a namespace, not both",
+                );
+                None
+            }
+            (None, None) => {
+                r.fail(
+                    "servicebus.connection",
+                    "required (or servicebus.namespace)",
+                );
+                None
+            }
+        };
+        let entity =
+            r.text("servicebus.entity", file.servicebus.entity)
+                .or_else(|| match &broker {
+                    Some(BrokerAddress::Connection(cs)) => cs.entity_path().map(str::to_owned),
+                    _ => None,
+                });
+        if entity.is_none() {
+            r.fail(
+                "servicebus.entity",
+                "required (or EntityPath in the connection string)",
+            );
+        }
+
+        let concurrency = r
+            .number("runtime.concurrency", file.runtime.concurrency, 1, 1024)
+            .unwrap_or(8);
+        let prefetch = r
+            .number("runtime.prefetch", file.runtime.prefetch, 0, 10_000)
+            .unwrap_or(0);
+        let margin = r
+            .number(
+                "runtime.lock_margin_secs",
+                file.runtime.lock_margin_secs,
+                1,
+                3600,
+            )
+            .unwrap_or(10);
+        let grace = r
+            .number(
+                "runtime.shutdown_grace_secs",
+                file.runtime.shutdown_grace_secs,
+                0,
+                3600,
+            )
+            .unwrap_or(30);
+        let health_port = r
+            .number("health.port", file.health.port, 1, 65_535)
+            .and_then(|p| u16::try_from(p).ok());
+        let outbox_destination = r.text("outbox.destination", file.outbox.destination);
+
+        let lock_duration = r.number(
+            "retention.lock_duration_secs",
+            file.retention.lock_duration_secs,
+            1,
+            300,
+        );
+        if let Some(lock) = lock_duration
+            && margin >= lock
+        {
+            r.fail(
+                "runtime.lock_margin_secs",
+                format!("{margin} s must be shorter than the lock duration {lock} s"),
+            );
+        }
+        let retention = r.number(
+            "retention.retention_secs",
+            file.retention.retention_secs,
+            1,
+            u64::from(u32::MAX),
+        );
+        let ttl = r.number(
+            "retention.message_ttl_secs",
+            file.retention.message_ttl_secs,
+            1,
+            u64::MAX,
+        );
+        let max_delivery = r.number(
+            "retention.max_delivery_count",
+            file.retention.max_delivery_count,
+            1,
+            2000,
+        );
+        let dlq_window = r.number(
+            "retention.dlq_resubmit_window_secs",
+            file.retention.dlq_resubmit_window_secs,
+            0,
+            u64::MAX,
+        );
+        let retention = match retention {
+            None => None,
+            Some(retention) => {
+                for (key, value) in [
+                    ("retention.message_ttl_secs", ttl),
+                    ("retention.lock_duration_secs", lock_duration),
+                    ("retention.max_delivery_count", max_delivery),
+                ] {
+                    if value.is_none() {
+                        r.fail(
+                            key,
+                            "required when retention is set: the replay horizon is derived from it",
+                        );
+                    }
+                }
+                match (ttl, lock_duration, max_delivery) {
+                    (Some(ttl), Some(lock), Some(max)) => {
+                        let horizon = ReplayHorizon {
+                            message_ttl: Duration::from_secs(ttl),
+                            lock_duration: Duration::from_secs(lock),
+                            max_delivery_count: u32::try_from(max).unwrap_or(u32::MAX),
+                            dlq_resubmit_window: Duration::from_secs(dlq_window.unwrap_or(0)),
+                        };
+                        let retention = Duration::from_secs(retention);
+                        if let Err(error) = horizon.check(retention) {
+                            r.fail("retention.retention_secs", error.to_string());
+                        }
+                        Some(Retention { retention, horizon })
+                    }
+                    _ => None,
+                }
+            }
+        };
+
+        match (r.errors.is_empty(), consumer, store, broker, entity) {
+            (true, Some(consumer), Some(store), Some(broker), Some(entity)) => {
+                let mut runtime = RuntimeConfig::new(consumer);
+                runtime.concurrency = usize::try_from(concurrency).unwrap_or(8);
+                runtime.prefetch = usize::try_from(prefetch).unwrap_or(0);
+                runtime.lock_margin = Duration::from_secs(margin);
+                runtime.shutdown_grace = Duration::from_secs(grace);
+                Ok(WorkerConfig {
+                    runtime,
+                    store,
+                    broker,
+                    entity,
+                    health_port,
+                    outbox_destination,
+                    retention,
+                })
+            }
+            _ => Err(ConfigErrors(r.errors)),
+        }
+    }
+}
+
+fn single(field: &str, problem: String) -> ConfigErrors {
+    ConfigErrors(vec![ConfigError {
+        field: field.to_owned(),
+        problem,
+    }])
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_in_result)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn load(toml: &str, env: &[(&str, &str)]) -> Result<WorkerConfig, ConfigErrors> {
+        let dir = std::env::temp_dir().join(format!(
+            "sb-inbox-config-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("worker.toml");
+        std::fs::write(&path, toml).unwrap();
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let result = WorkerConfig::load(Some(&path), &|name| env.get(name).cloned());
+        let _ = std::fs::remove_dir_all(&dir);
+        result
+    }
+
+    const GOOD: &str = r#"
+consumer = "inventory.order-placed.v1"
+store = "sqlite://inbox.db"
+[servicebus]
+connection = "Endpoint=sb://localhost:5699;SharedAccessKeyName=k;SharedAccessKey=SECRET;UseDevelopmentEmulator=true"
+entity = "orders"
+[runtime]
+concurrency = 4
+"#;
+
+    #[test]
+    fn file_values_and_defaults() {
+        let config = load(GOOD, &[]).unwrap();
+        assert_eq!(
+            config.runtime.consumer.as_str(),
+            "inventory.order-placed.v1"
+        );
+        assert_eq!(
+            (config.runtime.concurrency, config.runtime.prefetch),
+            (4, 0)
+        );
+        assert_eq!(config.runtime.lock_margin, Duration::from_secs(10));
+        assert_eq!(config.entity, "orders");
+        assert!(matches!(config.broker, BrokerAddress::Connection(_)));
+        assert!(!format!("{config:?}").contains("SECRET"));
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let config = load(
+            GOOD,
+            &[
+                ("SB_INBOX_CONCURRENCY", "16"),
+                ("SB_INBOX_ENTITY", "t/Subscriptions/s"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(config.runtime.concurrency, 16);
+        assert_eq!(config.entity, "t/Subscriptions/s");
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let errors = load(
+            "consumer = \"Bad Name\"\n[runtime]\nconcurrency = 0\n",
+            &[
+                ("SB_INBOX_PREFETCH", "lots"),
+                ("SB_INBOX_STORE", "mysql://u:pw@h/d"),
+            ],
+        )
+        .unwrap_err();
+        let fields: Vec<&str> = errors.0.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "consumer (SB_INBOX_CONSUMER)",
+                "store (SB_INBOX_STORE)",
+                "servicebus.connection (SB_INBOX_SERVICEBUS_CONNECTION)",
+                "servicebus.entity (SB_INBOX_ENTITY)",
+                "runtime.concurrency (SB_INBOX_CONCURRENCY)",
+                "runtime.prefetch (SB_INBOX_PREFETCH)",
+            ]
+        );
+        assert!(!errors.to_string().contains("pw@"), "{errors}");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let errors = load("consumer = \"a\"\nconcurency = 3\n", &[]).unwrap_err();
+        assert!(errors.to_string().contains("concurency"), "{errors}");
+    }
+
+    #[test]
+    fn retention_needs_the_horizon_and_must_cover_it() {
+        let retention = format!("{GOOD}[retention]\nretention_secs = 3600\n");
+        let errors = load(&retention, &[]).unwrap_err();
+        assert_eq!(errors.0.len(), 3, "{errors}");
+        let short = format!(
+            "{GOOD}[retention]\nretention_secs = 3600\nmessage_ttl_secs = 86400\nlock_duration_secs = 60\nmax_delivery_count = 10\n"
+        );
+        let errors = load(&short, &[]).unwrap_err();
+        assert!(errors.to_string().contains("at least 86400"), "{errors}");
+        let config = load(&short, &[("SB_INBOX_RETENTION_SECS", "172800")]).unwrap();
+        assert_eq!(
+            config.retention.unwrap().retention,
+            Duration::from_secs(172_800)
+        );
+    }
+
+    #[test]
+    fn lock_margin_must_be_shorter_than_the_lock() {
+        let errors = load(GOOD, &[("SB_INBOX_LOCK_DURATION_SECS", "5")]).unwrap_err();
+        assert!(
+            errors
+                .to_string()
+                .contains("shorter than the lock duration"),
+            "{errors}"
+        );
+    }
+}

@@ -1,0 +1,107 @@
+use std::time::Duration;
+
+/// How long after its first processing a message can be delivered again.
+///
+/// A message lives on the entity at most its time-to-live; while it lives, lock expiries and
+/// abandons redeliver it, at most `max delivery count` times of `lock duration` each; after
+/// dead-lettering, an operator may resubmit it within the resubmission window. An inbox row
+/// deleted before the horizon ends lets such a redelivery take effect a second time.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use sb_inbox::worker::ReplayHorizon;
+/// let horizon = ReplayHorizon {
+///     message_ttl: Duration::from_secs(14 * 86_400),
+///     lock_duration: Duration::from_secs(60),
+///     max_delivery_count: 10,
+///     dlq_resubmit_window: Duration::from_secs(7 * 86_400),
+/// };
+/// assert_eq!(horizon.span(), Duration::from_secs(21 * 86_400));
+/// assert!(horizon.check(Duration::from_secs(30 * 86_400)).is_ok());
+/// assert!(horizon.check(Duration::from_secs(7 * 86_400)).is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayHorizon {
+    /// The entity's `DefaultMessageTimeToLive` (the smaller of it and any message's own TTL).
+    pub message_ttl: Duration,
+    /// The entity's `LockDuration`.
+    pub lock_duration: Duration,
+    /// The entity's `MaxDeliveryCount`.
+    pub max_delivery_count: u32,
+    /// How long after dead-lettering operators may resubmit (`sb-inbox dlq resubmit`).
+    pub dlq_resubmit_window: Duration,
+}
+
+/// Retention shorter than the replay horizon.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "dedupe retention {retention_secs} s is shorter than the replay horizon {horizon_secs} s \
+     (message TTL {ttl_secs} s or lock duration × max delivery count {redelivery_secs} s, \
+     whichever is longer, plus the DLQ resubmission window {dlq_secs} s): raise \
+     SB_INBOX_RETENTION_SECS (retention.retention_secs) to at least {horizon_secs}, or lower the \
+     entity's DefaultMessageTimeToLive / the DLQ resubmission window"
+)]
+pub struct RetentionTooShort {
+    /// The configured retention.
+    pub retention_secs: u64,
+    /// The horizon it must cover.
+    pub horizon_secs: u64,
+    /// Message TTL.
+    pub ttl_secs: u64,
+    /// Lock duration × max delivery count.
+    pub redelivery_secs: u64,
+    /// DLQ resubmission window.
+    pub dlq_secs: u64,
+}
+
+impl ReplayHorizon {
+    fn redelivery(&self) -> Duration {
+        self.lock_duration.saturating_mul(self.max_delivery_count)
+    }
+
+    /// The horizon: the longer of the TTL and the redelivery span, plus the DLQ window.
+    pub fn span(&self) -> Duration {
+        self.message_ttl
+            .max(self.redelivery())
+            .saturating_add(self.dlq_resubmit_window)
+    }
+
+    /// Checks that `retention` covers the horizon.
+    ///
+    /// # Errors
+    /// [`RetentionTooShort`], naming the value to change.
+    pub fn check(&self, retention: Duration) -> Result<(), RetentionTooShort> {
+        let horizon = self.span();
+        if retention >= horizon {
+            return Ok(());
+        }
+        Err(RetentionTooShort {
+            retention_secs: retention.as_secs(),
+            horizon_secs: horizon.as_secs(),
+            ttl_secs: self.message_ttl.as_secs(),
+            redelivery_secs: self.redelivery().as_secs(),
+            dlq_secs: self.dlq_resubmit_window.as_secs(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redelivery_span_wins_over_a_short_ttl() {
+        let horizon = ReplayHorizon {
+            message_ttl: Duration::from_secs(60),
+            lock_duration: Duration::from_secs(300),
+            max_delivery_count: 10,
+            dlq_resubmit_window: Duration::from_secs(100),
+        };
+        assert_eq!(horizon.span(), Duration::from_secs(3100));
+        let error = horizon.check(Duration::from_secs(3099)).unwrap_err();
+        assert_eq!((error.horizon_secs, error.retention_secs), (3100, 3099));
+        assert!(error.to_string().contains("SB_INBOX_RETENTION_SECS"));
+        assert!(horizon.check(Duration::from_secs(3100)).is_ok());
+    }
+}
