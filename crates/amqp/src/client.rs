@@ -912,8 +912,7 @@ impl Sender {
         loop {
             match self.events.recv().await {
                 Some(LinkEvent::Disposition(d)) => return Ok(d),
-                Some(LinkEvent::Detached(e)) => {
-                    let err = Error::LinkDetached(e);
+                Some(LinkEvent::Gone(err)) => {
                     self.detach_error = Some(err.clone());
                     return Err(err);
                 }
@@ -1105,8 +1104,7 @@ impl Receiver {
         loop {
             match self.events.recv().await {
                 Some(LinkEvent::Delivery(d)) => return Ok(d),
-                Some(LinkEvent::Detached(e)) => {
-                    let err = Error::LinkDetached(e);
+                Some(LinkEvent::Gone(err)) => {
                     self.detach_error = Some(err.clone());
                     return Err(err);
                 }
@@ -1127,8 +1125,7 @@ impl Receiver {
         loop {
             match self.events.try_recv() {
                 Ok(LinkEvent::Delivery(d)) => return Ok(Some(d)),
-                Ok(LinkEvent::Detached(e)) => {
-                    let err = Error::LinkDetached(e);
+                Ok(LinkEvent::Gone(err)) => {
                     self.detach_error = Some(err.clone());
                     return Err(err);
                 }

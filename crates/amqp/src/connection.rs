@@ -118,7 +118,7 @@ impl FramedIo {
             },
             FrameWriter {
                 io: w,
-                buf: self.wbuf,
+                buf: BytesMut::with_capacity(self.wbuf.capacity()),
             },
         )
     }

@@ -58,7 +58,8 @@ pub(crate) struct LinkSetup {
 pub(crate) enum LinkEvent {
     Delivery(Delivery),
     Disposition(IncomingDisposition),
-    Detached(Option<AmqpError>),
+    /// The link is gone: detached by the peer, its session ended or the connection died.
+    Gone(Error),
 }
 
 #[derive(Debug)]
@@ -186,7 +187,7 @@ impl Link {
         });
     }
 
-    fn fail(&mut self, err: &Error, detached: Option<AmqpError>) {
+    fn fail(&mut self, err: &Error) {
         if let Some(w) = self.attach_waiter.take() {
             let _ = w.send(Err(err.clone())); // the handle may be gone; nothing to tell then
         }
@@ -199,7 +200,7 @@ impl Link {
         for w in self.detach_waiters.drain(..) {
             let _ = w.send(Ok(())); // the link is gone either way
         }
-        let _ = self.setup.events.send(LinkEvent::Detached(detached)); // handle may be dropped
+        let _ = self.setup.events.send(LinkEvent::Gone(err.clone())); // handle may be dropped
     }
 }
 
@@ -265,12 +266,12 @@ impl Session {
         (0..).find(|h| !self.links.contains_key(h)).unwrap_or(0)
     }
 
-    fn fail(&mut self, err: &Error, remote: Option<AmqpError>) {
+    fn fail(&mut self, err: &Error) {
         if let Some(w) = self.begin_waiter.take() {
             let _ = w.send(Err(err.clone())); // the caller may have given up
         }
         for (_, mut l) in self.links.drain() {
-            l.fail(err, remote.clone());
+            l.fail(err);
         }
         for (_, u) in self.unsettled_out.drain() {
             if let Some(w) = u.waiter {
@@ -415,7 +416,7 @@ impl Driver {
         self.writer.shutdown().await;
         self.terminal.send_replace(Some(err.clone()));
         for (_, mut s) in self.sessions.drain() {
-            s.fail(&err, None);
+            s.fail(&err);
         }
         for w in self.close_waiters.drain(..) {
             let r = match &err {
@@ -657,7 +658,7 @@ impl Driver {
         if !s.end_sent {
             self.write(local, End { error: None });
         }
-        s.fail(&Error::SessionEnded(remote.clone()), remote);
+        s.fail(&Error::SessionEnded(remote));
     }
 
     fn on_attach(&mut self, local: u16, a: Attach) {
@@ -1040,7 +1041,7 @@ impl Driver {
                 }
             }
         }
-        l.fail(&err, remote);
+        l.fail(&err);
     }
 
     fn pump(&mut self, local: u16, h: u32) {
