@@ -1,12 +1,29 @@
-//! Azure Service Bus: connection strings and token signing (the AMQP client comes with the
-//! engine crate).
+//! Azure Service Bus over our AMQP engine: connection strings, tokens, receiver and sender.
 //!
 //! # Layout
 //! - [`ConnectionString`]: `Endpoint=sb://…;SharedAccessKeyName=…;…`, printable without secrets.
-//! - [`sign_sas`]: shared access signatures per audience, for `$cbs` put-token.
+//! - [`TokenProvider`]: tokens per audience ([`SasProvider`] signs with [`sign_sas`]), put on
+//!   `$cbs` before each link and refreshed before expiry.
+//! - [`ServiceBusClient`]: one connection, re-established after failures.
+//! - [`ServiceBusReceiver`] / [`ServiceBusDelivery`]: the runtime's `Receiver` / `Delivery`
+//!   ports: peek-lock, renew-lock on `$management`, settlement that awaits the broker's outcome.
+//! - [`ServiceBusSender`]: sends that await `accepted`, with typed rejections.
 
+mod amqp_message;
+mod auth;
+mod cbs;
+mod client;
 mod connection_string;
+mod error;
+mod management;
+mod receiver;
 mod sas;
+mod sender;
 
+pub use auth::{AccessToken, SasProvider, TokenFuture, TokenProvider, TokenType};
+pub use client::ServiceBusClient;
 pub use connection_string::{ConnectionString, ConnectionStringError, Credential};
+pub use error::ServiceBusError;
+pub use receiver::{ServiceBusDelivery, ServiceBusReceiver};
 pub use sas::{SasToken, sign_sas};
+pub use sender::{SendError, SendErrorKind, ServiceBusSender};

@@ -1208,3 +1208,46 @@ impl Receiver {
         self.core.detach(Some(error)).await
     }
 }
+
+/// Settles deliveries of one [`Receiver`] from any task, while another task waits in
+/// [`Receiver::recv`]. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Settler {
+    ctx: ConnCtx,
+    channel: u16,
+    settle_first: bool,
+}
+
+impl Receiver {
+    /// A settlement handle for this link's deliveries.
+    pub fn settler(&self) -> Settler {
+        Settler {
+            ctx: self.core.ctx.clone(),
+            channel: self.core.channel,
+            settle_first: self.local.rcv_settle_mode == ReceiverSettleMode::First,
+        }
+    }
+}
+
+impl Settler {
+    /// As [`Receiver::settle`], by delivery id: with receiver settle mode `second` it waits for
+    /// the peer's settled reply and returns the peer's outcome.
+    ///
+    /// # Errors
+    /// [`Error::LinkDetached`] and connection errors.
+    pub async fn settle(&self, delivery_id: u32, outcome: Outcome) -> Result<Option<Outcome>> {
+        let (channel, settled) = (self.channel, self.settle_first);
+        let state = self
+            .ctx
+            .call(|reply| Command::Dispose {
+                channel,
+                role: Role::Receiver,
+                delivery_id,
+                settled,
+                state: Some(outcome.into()),
+                reply,
+            })
+            .await?;
+        Ok(state.as_ref().and_then(Outcome::from_state))
+    }
+}

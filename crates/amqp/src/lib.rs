@@ -55,7 +55,7 @@ mod transport;
 
 pub use client::{
     Connection, ConnectionOptions, Receiver, ReceiverOptions, Sender, SenderOptions, Session,
-    SessionOptions, unique_name,
+    SessionOptions, Settler, unique_name,
 };
 pub use connection::{BoxIo, FramedIo, Io};
 pub use delivery::{

@@ -1,0 +1,70 @@
+//! Claims-based security: put a token for an audience on the `$cbs` node.
+
+use sb_amqp::RequestResponse;
+use sb_amqp::types::messaging::{AmqpValue, ApplicationProperties, Message};
+use sb_amqp::types::primitives::SimpleValue;
+
+use super::amqp_message::system_to_timestamp;
+use super::{AccessToken, ServiceBusError};
+
+/// Reads an integer application property of a reply.
+pub(crate) fn int_property(message: &sb_amqp::AnyMessage, names: &[&str]) -> Option<i64> {
+    let ApplicationProperties(map) = message.application_properties.as_ref()?;
+    names.iter().find_map(|name| match map.get(*name)? {
+        SimpleValue::Int(n) => Some(i64::from(*n)),
+        SimpleValue::Long(n) => Some(*n),
+        SimpleValue::Uint(n) => Some(i64::from(*n)),
+        SimpleValue::Ulong(n) => i64::try_from(*n).ok(),
+        SimpleValue::Short(n) => Some(i64::from(*n)),
+        SimpleValue::Ushort(n) => Some(i64::from(*n)),
+        _ => None,
+    })
+}
+
+/// Reads a string application property of a reply.
+pub(crate) fn text_property(message: &sb_amqp::AnyMessage, names: &[&str]) -> Option<String> {
+    let ApplicationProperties(map) = message.application_properties.as_ref()?;
+    names.iter().find_map(|name| match map.get(*name)? {
+        SimpleValue::String(s) => Some(s.clone()),
+        SimpleValue::Symbol(s) => Some(s.0.clone()),
+        _ => None,
+    })
+}
+
+/// Puts `token` for `audience`.
+pub(crate) async fn put_token(
+    cbs: &RequestResponse,
+    audience: &str,
+    token: &AccessToken,
+) -> Result<(), ServiceBusError> {
+    let properties = ApplicationProperties::builder()
+        .insert("operation", SimpleValue::String("put-token".into()))
+        .insert(
+            "type",
+            SimpleValue::String(token.token_type.as_str().into()),
+        )
+        .insert("name", SimpleValue::String(audience.into()))
+        .insert(
+            "expiration",
+            SimpleValue::Timestamp(system_to_timestamp(token.expires_at)),
+        )
+        .build();
+    let request = Message::builder()
+        .application_properties(properties)
+        .body(AmqpValue(token.token.clone()))
+        .build();
+    let reply = cbs
+        .request(request)
+        .await
+        .map_err(|e| ServiceBusError::from_amqp(&e))?;
+    let status = int_property(&reply, &["status-code", "statusCode"]).unwrap_or(0);
+    if (200..300).contains(&status) {
+        Ok(())
+    } else {
+        Err(ServiceBusError::Unauthorized {
+            status,
+            description: text_property(&reply, &["status-description", "statusDescription"])
+                .unwrap_or_default(),
+        })
+    }
+}

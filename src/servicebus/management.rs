@@ -1,0 +1,82 @@
+//! The `<entity>/$management` node: lock renewal.
+
+use std::time::SystemTime;
+
+use sb_amqp::RequestResponse;
+use sb_amqp::codec::Value;
+use sb_amqp::codec::primitives::{Array, OrderedMap};
+use sb_amqp::types::messaging::{AmqpValue, ApplicationProperties, Body, Message};
+use sb_amqp::types::primitives::SimpleValue;
+
+use super::amqp_message::timestamp_to_system;
+use super::cbs::{int_property, text_property};
+use crate::SettleError;
+
+const SERVER_TIMEOUT_MS: u32 = 30_000;
+
+/// Renews one lock; returns the new expiry.
+pub(crate) async fn renew_lock(
+    management: &RequestResponse,
+    link_name: &str,
+    lock_token: uuid::Uuid,
+) -> Result<SystemTime, SettleError> {
+    let mut body = OrderedMap::new();
+    body.insert(
+        Value::String("lock-tokens".into()),
+        Value::Array(Array(vec![Value::Uuid(super::amqp_message::to_amqp_uuid(lock_token))])),
+    );
+    let properties = ApplicationProperties::builder()
+        .insert(
+            "operation",
+            SimpleValue::String("com.microsoft:renew-lock".into()),
+        )
+        .insert(
+            "com.microsoft:server-timeout",
+            SimpleValue::Uint(SERVER_TIMEOUT_MS),
+        )
+        .insert(
+            "associated-link-name",
+            SimpleValue::String(link_name.into()),
+        )
+        .build();
+    let request = Message::builder()
+        .application_properties(properties)
+        .body(AmqpValue(Value::Map(body)))
+        .build();
+    let reply = management.request(request).await.map_err(|e| {
+        if e.is_lock_lost() {
+            SettleError::LockLost
+        } else {
+            SettleError::Transient(e.to_string())
+        }
+    })?;
+    let status = int_property(&reply, &["statusCode", "status-code"]).unwrap_or(0);
+    let condition = text_property(&reply, &["errorCondition", "error-condition"]);
+    if status == 410 || condition.as_deref() == Some(sb_amqp::condition::MESSAGE_LOCK_LOST) {
+        return Err(SettleError::LockLost);
+    }
+    if status != 200 {
+        let description =
+            text_property(&reply, &["statusDescription", "status-description"]).unwrap_or_default();
+        return Err(SettleError::Refused {
+            condition: condition.unwrap_or_else(|| status.to_string()),
+            description,
+        });
+    }
+    let Body::Value(AmqpValue(Value::Map(map))) = &reply.body else {
+        return Err(SettleError::Transient(
+            "renew-lock reply has no map body".into(),
+        ));
+    };
+    let expirations = map.iter().find_map(|(key, value)| match (key, value) {
+        (Value::String(k), Value::Array(a)) if k == "expirations" => Some(a),
+        (Value::Symbol(k), Value::Array(a)) if k.0 == "expirations" => Some(a),
+        _ => None,
+    });
+    match expirations.and_then(|a| a.0.first()) {
+        Some(Value::Timestamp(ts)) => Ok(timestamp_to_system(ts)),
+        _ => Err(SettleError::Transient(
+            "renew-lock reply has no expiration".into(),
+        )),
+    }
+}

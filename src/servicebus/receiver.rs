@@ -1,0 +1,321 @@
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, SystemTime};
+
+use sb_amqp::codec::Value;
+use sb_amqp::codec::primitives::OrderedMap;
+use sb_amqp::types::definitions::{Fields, ReceiverSettleMode, SenderSettleMode};
+use sb_amqp::types::primitives::Symbol;
+use sb_amqp::{AmqpError, Outcome, ReceiverOptions, RequestResponse, Settler, unique_name};
+use tokio::sync::Mutex;
+
+use super::amqp_message::{Received, from_amqp};
+use super::client::Link;
+use super::{ServiceBusClient, management};
+use crate::{Delivery, Message, PropertyValue, ReceiveError, Receiver, SettleError};
+
+/// A peek-lock receiver implementing the runtime's [`Receiver`] port.
+///
+/// Credit follows demand: each [`Receiver::receive`] call grants one message, plus up to
+/// `prefetch` more. After a connection failure the next receive reconnects; deliveries of the
+/// lost link can no longer be settled or renewed: their renewals report `LockLost`, which fences
+/// their commit.
+#[derive(Debug, Clone)]
+pub struct ServiceBusReceiver {
+    inner: Arc<ReceiverInner>,
+}
+
+#[derive(Debug)]
+struct ReceiverInner {
+    client: ServiceBusClient,
+    entity: String,
+    prefetch: u32,
+    link: Mutex<Option<ReceiveLink>>,
+}
+
+#[derive(Debug)]
+struct ReceiveLink {
+    receiver: sb_amqp::Receiver,
+    shared: Arc<LinkShared>,
+    granted: bool,
+}
+
+/// What deliveries of one link share.
+#[derive(Debug)]
+struct LinkShared {
+    settler: Settler,
+    management: RequestResponse,
+    name: String,
+    generation: u64,
+    client: ServiceBusClient,
+}
+
+impl ServiceBusReceiver {
+    pub(crate) fn new(client: ServiceBusClient, entity: &str, prefetch: u32) -> Self {
+        ServiceBusReceiver {
+            inner: Arc::new(ReceiverInner {
+                client,
+                entity: entity.to_owned(),
+                prefetch,
+                link: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// The entity this receiver reads.
+    pub fn entity(&self) -> &str {
+        &self.inner.entity
+    }
+
+    async fn attach(&self) -> Result<ReceiveLink, ReceiveError> {
+        let inner = &self.inner;
+        let link: Arc<Link> = inner.client.link().await.map_err(transient)?;
+        inner
+            .client
+            .authorize(&link, &inner.entity)
+            .await
+            .map_err(classify)?;
+        let management_node = format!("{}/$management", inner.entity);
+        inner
+            .client
+            .authorize(&link, &management_node)
+            .await
+            .map_err(classify)?;
+        let name = unique_name("sb-inbox-receiver");
+        let options = ReceiverOptions::new(name.clone(), inner.entity.clone())
+            .rcv_settle_mode(ReceiverSettleMode::Second)
+            .snd_settle_mode(SenderSettleMode::Unsettled);
+        let receiver = link
+            .session
+            .attach_receiver(options)
+            .await
+            .map_err(|e| classify_amqp(&e))?;
+        let management = RequestResponse::attach(&link.session, &management_node)
+            .await
+            .map_err(|e| classify_amqp(&e))?;
+        if inner.prefetch > 0 {
+            receiver
+                .add_credit(inner.prefetch)
+                .await
+                .map_err(|e| transient_amqp(&e))?;
+        }
+        Ok(ReceiveLink {
+            shared: Arc::new(LinkShared {
+                settler: receiver.settler(),
+                management,
+                name,
+                generation: link.generation,
+                client: inner.client.clone(),
+            }),
+            receiver,
+            granted: false,
+        })
+    }
+
+    /// Returns every delivery received but not handed out to the broker (released: no delivery
+    /// count), then detaches. Call on shutdown.
+    pub async fn close(&self) {
+        let Some(mut link) = self.inner.link.lock().await.take() else {
+            return;
+        };
+        if link.receiver.drain().await.is_ok() {
+            while let Ok(Some(delivery)) = link.receiver.try_recv() {
+                // Best effort: the lock runs out anyway if the release is lost.
+                let _ = link.receiver.release(&delivery).await;
+            }
+        }
+        let _ = link.receiver.detach().await;
+    }
+}
+
+fn transient(error: super::ServiceBusError) -> ReceiveError {
+    ReceiveError::Transient(error.to_string())
+}
+
+fn transient_amqp(error: &sb_amqp::Error) -> ReceiveError {
+    ReceiveError::Transient(error.to_string())
+}
+
+fn classify(error: super::ServiceBusError) -> ReceiveError {
+    if error.is_transient() {
+        ReceiveError::Transient(error.to_string())
+    } else {
+        ReceiveError::Fatal(error.to_string())
+    }
+}
+
+fn classify_amqp(error: &sb_amqp::Error) -> ReceiveError {
+    classify(super::ServiceBusError::from_amqp(error))
+}
+
+impl Receiver for ServiceBusReceiver {
+    type Delivery = ServiceBusDelivery;
+
+    async fn receive(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
+        let mut guard = self.inner.link.lock().await;
+        if guard.is_none() {
+            *guard = Some(self.attach().await?);
+        }
+        let Some(link) = guard.as_mut() else {
+            return Err(ReceiveError::Transient("no link".into()));
+        };
+        // One credit per outstanding receive; a receive cancelled after granting leaves its
+        // credit for the next call instead of granting again.
+        if !link.granted {
+            link.receiver
+                .add_credit(1)
+                .await
+                .map_err(|e| transient_amqp(&e))?;
+            link.granted = true;
+        }
+        let received = link.receiver.recv().await;
+        let delivery = match received {
+            Ok(delivery) => delivery,
+            Err(error) => {
+                let generation = link.shared.generation;
+                *guard = None;
+                self.inner.client.reset(generation).await;
+                return Err(classify_amqp(&error));
+            }
+        };
+        link.granted = false;
+        let message = delivery
+            .message()
+            .map_err(|e| ReceiveError::Transient(e.to_string()))?;
+        let received = from_amqp(&message, &delivery.delivery_tag);
+        let lock_token = received.lock_token.unwrap_or_else(uuid::Uuid::nil);
+        let locked_until = received
+            .locked_until
+            .unwrap_or_else(|| SystemTime::now() + Duration::from_secs(30));
+        Ok(Some(ServiceBusDelivery {
+            link: link.shared.clone(),
+            delivery_id: delivery.delivery_id,
+            lock_token,
+            locked_until: StdMutex::new(locked_until),
+            received,
+        }))
+    }
+}
+
+/// A peek-locked Service Bus delivery.
+#[derive(Debug)]
+pub struct ServiceBusDelivery {
+    link: Arc<LinkShared>,
+    delivery_id: u32,
+    lock_token: uuid::Uuid,
+    locked_until: StdMutex<SystemTime>,
+    received: Received,
+}
+
+impl ServiceBusDelivery {
+    /// The broker's sequence number.
+    pub fn sequence_number(&self) -> Option<i64> {
+        self.received.sequence_number
+    }
+
+    fn link_lost(&self) -> bool {
+        self.link.client.generation() != self.link.generation
+    }
+
+    async fn settle(&self, outcome: Outcome) -> Result<(), SettleError> {
+        if self.link_lost() {
+            return Err(SettleError::LockLost);
+        }
+        match self.link.settler.settle(self.delivery_id, outcome).await {
+            Ok(Some(Outcome::Rejected(Some(error)))) if error.is_lock_lost() => {
+                Err(SettleError::LockLost)
+            }
+            Ok(Some(Outcome::Rejected(Some(error)))) => Err(SettleError::Refused {
+                condition: error.condition,
+                description: error.description.unwrap_or_default(),
+            }),
+            Ok(_) => Ok(()),
+            Err(error) if error.is_lock_lost() => Err(SettleError::LockLost),
+            Err(error) => Err(SettleError::Transient(error.to_string())),
+        }
+    }
+}
+
+fn fields(entries: impl IntoIterator<Item = (String, Value)>) -> Fields {
+    let mut map = OrderedMap::new();
+    for (key, value) in entries {
+        map.insert(Symbol::from(key), value);
+    }
+    map
+}
+
+fn amqp_value(value: &PropertyValue) -> Value {
+    match value {
+        PropertyValue::String(s) => Value::String(s.clone()),
+        PropertyValue::Long(n) => Value::Long(*n),
+        PropertyValue::Double(f) => Value::Double((*f).into()),
+        PropertyValue::Bool(b) => Value::Bool(*b),
+    }
+}
+
+impl Delivery for ServiceBusDelivery {
+    fn message(&self) -> &Message {
+        &self.received.message
+    }
+
+    fn delivery_count(&self) -> u32 {
+        self.received.delivery_count
+    }
+
+    fn lock_token(&self) -> uuid::Uuid {
+        self.lock_token
+    }
+
+    fn locked_until(&self) -> SystemTime {
+        *self
+            .locked_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    async fn renew_lock(&self) -> Result<SystemTime, SettleError> {
+        if self.link_lost() {
+            return Err(SettleError::LockLost);
+        }
+        let until =
+            management::renew_lock(&self.link.management, &self.link.name, self.lock_token).await?;
+        *self
+            .locked_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = until;
+        Ok(until)
+    }
+
+    async fn complete(&self) -> Result<(), SettleError> {
+        self.settle(Outcome::Accepted).await
+    }
+
+    async fn abandon(
+        &self,
+        properties: BTreeMap<String, PropertyValue>,
+    ) -> Result<(), SettleError> {
+        let annotations = (!properties.is_empty())
+            .then(|| fields(properties.iter().map(|(k, v)| (k.clone(), amqp_value(v)))));
+        self.settle(Outcome::Modified {
+            delivery_failed: true,
+            undeliverable_here: false,
+            message_annotations: annotations,
+        })
+        .await
+    }
+
+    async fn dead_letter(&self, reason: &str, description: &str) -> Result<(), SettleError> {
+        let info = fields([
+            (
+                "DeadLetterReason".to_owned(),
+                Value::String(reason.to_owned()),
+            ),
+            (
+                "DeadLetterErrorDescription".to_owned(),
+                Value::String(description.to_owned()),
+            ),
+        ]);
+        let error = AmqpError::new(sb_amqp::condition::DEAD_LETTER, None).with_info(info);
+        self.settle(Outcome::Rejected(Some(error))).await
+    }
+}
