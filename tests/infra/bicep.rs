@@ -151,31 +151,27 @@ fn find_object(decl: Node<'_>) -> Option<Node<'_>> {
         return Some(last);
     }
     let mut inner = last.walk();
-    let found = last
-        .named_children(&mut inner)
+    last.named_children(&mut inner)
         .filter(|c| c.kind() == "object")
-        .last();
-    found
+        .last()
 }
 
 /// The value of `key` in an object literal.
 fn property<'t>(object: Node<'t>, key: &str, src: &[u8]) -> Option<Node<'t>> {
     let mut cursor = object.walk();
-    let found = object
+    object
         .named_children(&mut cursor)
         .filter(|p| p.kind() == "object_property")
         .find(|p| {
             p.named_child(0)
                 .is_some_and(|k| unquote(&text(k, src)) == key)
         })
-        .and_then(|p| p.named_child(p.named_child_count().saturating_sub(1)));
-    found
+        .and_then(|p| p.named_child(p.named_child_count().saturating_sub(1)))
 }
 
 fn first_named<'t>(node: Node<'t>, kind: &str) -> Option<Node<'t>> {
     let mut cursor = node.walk();
-    let found = node.named_children(&mut cursor).find(|c| c.kind() == kind);
-    found
+    node.named_children(&mut cursor).find(|c| c.kind() == kind)
 }
 
 fn text(node: Node<'_>, src: &[u8]) -> String {
