@@ -144,8 +144,13 @@ param sqlEntraAdminPrincipalType string = 'Group'
 @description('Database name.')
 param sqlDatabaseName string = 'sbinbox'
 
-@description('Database SKU name.')
-param sqlDatabaseSkuName string = 'GP_S_Gen5_1'
+@description('Database SKU (default: General Purpose serverless, 1 vCore max).')
+param sqlDatabaseSku object = {
+  name: 'GP_S_Gen5'
+  tier: 'GeneralPurpose'
+  family: 'Gen5'
+  capacity: 1
+}
 
 // ---- Telemetry and alerts ----
 
@@ -222,7 +227,7 @@ module sql 'modules/sql.bicep' = {
     location: location
     namePrefix: namePrefix
     databaseName: sqlDatabaseName
-    databaseSkuName: sqlDatabaseSkuName
+    databaseSku: sqlDatabaseSku
     entraAdminLogin: sqlEntraAdminLogin
     entraAdminObjectId: sqlEntraAdminObjectId
     entraAdminPrincipalType: sqlEntraAdminPrincipalType

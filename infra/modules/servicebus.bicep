@@ -127,7 +127,7 @@ resource topic 'Microsoft.ServiceBus/namespaces/topics@2024-01-01' = if (!isQueu
   }
 }
 
-resource subscription 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2024-01-01' = if (!isQueue) {
+resource topicSubscription 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2024-01-01' = if (!isQueue) {
   parent: topic
   name: subscriptionName
   properties: {
@@ -171,7 +171,7 @@ resource receiverOnQueue 'Microsoft.Authorization/roleAssignments@2022-04-01' = 
 
 resource receiverOnSubscription 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!isQueue) {
   name: guid(namespace.id, entityName, subscriptionName, workerPrincipalId, roleDataReceiver)
-  scope: subscription
+  scope: topicSubscription
   properties: {
     principalId: workerPrincipalId
     principalType: 'ServicePrincipal'
@@ -215,7 +215,7 @@ resource ownerOnQueue 'Microsoft.Authorization/roleAssignments@2022-04-01' = if 
 
 resource ownerOnSubscription 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (!isQueue) {
   name: guid(namespace.id, entityName, subscriptionName, scalerPrincipalId, roleDataOwner)
-  scope: subscription
+  scope: topicSubscription
   properties: {
     principalId: scalerPrincipalId
     principalType: 'ServicePrincipal'

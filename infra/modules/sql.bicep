@@ -11,8 +11,8 @@ param namePrefix string
 @description('Database name.')
 param databaseName string
 
-@description('Database SKU name, e.g. GP_S_Gen5_1 (serverless) or S0.')
-param databaseSkuName string
+@description('Database SKU, e.g. { name: \'GP_S_Gen5\', tier: \'GeneralPurpose\', family: \'Gen5\', capacity: 1 } (serverless) or { name: \'S0\' }.')
+param databaseSku object
 
 @description('Entra admin of the server: display name of the user or group.')
 param entraAdminLogin string
@@ -68,9 +68,7 @@ resource database 'Microsoft.Sql/servers/databases@2023-08-01-preview' = {
   name: databaseName
   location: location
   tags: tags
-  sku: {
-    name: databaseSkuName
-  }
+  sku: databaseSku
   properties: {
     collation: 'SQL_Latin1_General_CP1_CI_AS'
   }

@@ -1,11 +1,13 @@
 //! Offline checks of the Bicep under `infra/`: every file parses with the tree-sitter Bicep
 //! grammar (no ERROR or MISSING node), module paths exist, module calls pass exactly the
 //! module's parameters, `main.parameters.json` matches `main.bicep`, dedupe retention covers the
-//! replay horizon, and no template holds a secret. `az bicep build`/`lint` run in GitHub Actions.
+//! replay horizon, no template holds a secret, and templates, docs and image agree.
+//! `az bicep build`, `az bicep lint` and `docker build` run in GitHub Actions only.
 #![allow(clippy::unwrap_used, clippy::panic, clippy::unwrap_in_result)]
 
 mod bicep;
 mod check;
+mod wiring;
 
 use std::path::{Path, PathBuf};
 
