@@ -106,8 +106,9 @@ param prefetch int = 32
 @minValue(1)
 param lockMarginSecs int = 10
 
-@description('Seconds the worker drains in-flight messages after SIGTERM.')
+@description('Seconds the worker drains in-flight messages after SIGTERM (the app\'s termination grace is this + 10, at most 600).')
 @minValue(1)
+@maxValue(590)
 param shutdownGraceSecs int = 30
 
 @description('Port of /healthz and /readyz.')

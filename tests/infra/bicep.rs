@@ -23,12 +23,22 @@ pub(crate) struct ModuleCall {
     pub(crate) line: usize,
 }
 
+/// A `module.outputs.name` reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OutputRef {
+    pub(crate) symbol: String,
+    pub(crate) output: String,
+    pub(crate) line: usize,
+}
+
 /// The declarations of one file.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct BicepFile {
     pub(crate) params: Vec<Param>,
     pub(crate) modules: Vec<ModuleCall>,
     pub(crate) outputs: Vec<String>,
+    /// Every `symbol.outputs.name` in the file (module outputs used).
+    pub(crate) output_refs: Vec<OutputRef>,
 }
 
 impl BicepFile {
@@ -78,7 +88,27 @@ pub(crate) fn parse(source: &str) -> Result<BicepFile, Vec<String>> {
             _ => {}
         }
     }
+    collect_output_refs(root, src, &mut file.output_refs);
     Ok(file)
+}
+
+fn collect_output_refs(node: Node<'_>, src: &[u8], out: &mut Vec<OutputRef>) {
+    if node.kind() == "member_expression" {
+        let text = text(node, src);
+        let parts: Vec<&str> = text.split('.').map(str::trim).collect();
+        if let [symbol, "outputs", output] = parts.as_slice() {
+            out.push(OutputRef {
+                symbol: (*symbol).to_owned(),
+                output: (*output).to_owned(),
+                line: node.start_position().row + 1,
+            });
+            return;
+        }
+    }
+    let mut cursor = node.walk();
+    for child in node.named_children(&mut cursor) {
+        collect_output_refs(child, src, out);
+    }
 }
 
 fn collect_errors(node: Node<'_>, src: &[u8], out: &mut Vec<String>) {

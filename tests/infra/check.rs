@@ -1,6 +1,7 @@
 //! Consistency of a Bicep deployment: every file parses, every module path exists, every module
-//! call passes exactly the module's parameters (all required ones, no unknown ones), and the
-//! parameters file supplies every required parameter of the entry file and nothing else.
+//! call passes exactly the module's parameters (all required ones, no unknown ones), every
+//! `module.outputs.x` used exists in that module, and the parameters file supplies every required
+//! parameter of the entry file and nothing else.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -107,6 +108,24 @@ pub(crate) fn check(deployment: &Deployment) -> Vec<String> {
                 if module.param(name).is_none() {
                     problems.push(format!("{at}: '{}' has no parameter `{name}`", call.path));
                 }
+            }
+        }
+        for used in &file.output_refs {
+            let Some(call) = file.modules.iter().find(|m| m.symbol == used.symbol) else {
+                // `x.outputs.y` on something that is not a module (e.g. a nested deployment).
+                continue;
+            };
+            let Some(module) = parsed.get(&resolve(path, &call.path)) else {
+                continue;
+            };
+            if !module.outputs.contains(&used.output) {
+                problems.push(format!(
+                    "{}:{}: '{}' has no output `{}`",
+                    path.display(),
+                    used.line,
+                    call.path,
+                    used.output
+                ));
             }
         }
     }

@@ -44,6 +44,7 @@ fn infra_parses_and_is_consistent() {
             .all(|m| m.params.as_ref().is_some_and(|p| !p.is_empty()))
     );
     assert!(main.params.iter().filter(|p| p.required).count() >= 4);
+    assert!(main.output_refs.len() >= 10, "{:#?}", main.output_refs);
 }
 
 #[test]
@@ -81,9 +82,10 @@ fn retention_covers_the_replay_horizon() {
         + value("lockDurationSecs") * value("maxDeliveryCount")
         + value("dlqResubmitWindowSecs");
     let retention = value("retentionSecs");
+    // The same rule as the worker's start-up check (it refuses retention < horizon).
     assert!(
-        retention > horizon,
-        "retentionSecs {retention} must exceed the replay horizon {horizon}"
+        retention >= horizon,
+        "retentionSecs {retention} must cover the replay horizon {horizon}"
     );
 }
 
@@ -197,6 +199,16 @@ fn catches_unknown_module_parameter() {
     let main = MAIN.replace("size: 2", "size: 2\n    colour: 'red'");
     let problems = problems_of(&main, MODULE, PARAMETERS);
     assert!(problems.contains("has no parameter `colour`"), "{problems}");
+}
+
+#[test]
+fn catches_unknown_module_output() {
+    let main = MAIN.replace("m.outputs.id", "m.outputs.name");
+    let problems = problems_of(&main, MODULE, PARAMETERS);
+    assert!(
+        problems.contains("'modules/m.bicep' has no output `name`"),
+        "{problems}"
+    );
 }
 
 #[test]
