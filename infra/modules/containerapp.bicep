@@ -201,7 +201,7 @@ var workerEnv = [
   { name: 'SB_INBOX_OUTBOX_DESTINATION', value: outboxEntityName }
   { name: 'AZURE_CLIENT_ID', value: workerClientId }
   { name: 'OTEL_SERVICE_NAME', value: 'sb-inbox' }
-  { name: 'OTEL_RESOURCE_ATTRIBUTES', value: 'service.namespace=${namePrefix},messaging.consumer=${worker.consumer}' }
+  { name: 'OTEL_RESOURCE_ATTRIBUTES', value: 'service.namespace=sb-inbox,deployment.environment.name=${namePrefix}' }
 ]
 
 // With the managed agent, Container Apps injects OTEL_EXPORTER_OTLP_ENDPOINT itself.
