@@ -1,0 +1,351 @@
+// Container Apps environment (logs to Log Analytics through Azure Monitor, OpenTelemetry through
+// the managed agent or an OTLP endpoint), the worker app (KEDA azure-servicebus scale rule with a
+// managed identity, health probes, graceful shutdown) and a manual migration job.
+
+@description('Azure region.')
+param location string
+
+@description('Prefix of every resource name.')
+param namePrefix string
+
+@description('Container image of the worker, e.g. myregistry.azurecr.io/sb-inbox:1.2.3.')
+param image string
+
+@description('Registry server to pull from with the worker identity (AcrPull), or empty for a public image.')
+param registryServer string = ''
+
+@description('Arguments after the sb-inbox entrypoint for the worker.')
+param workerArgs array
+
+@description('Log Analytics workspace resource id.')
+param workspaceId string
+
+@description('Application Insights resource id.')
+param appInsightsId string
+
+@description('OTLP endpoint the worker exports to directly; empty = use the managed agent.')
+param otlpEndpoint string
+
+@description('With the managed agent: OTLP endpoint for metrics (Application Insights takes no metrics from the agent); empty = no metrics destination.')
+param agentMetricsOtlpEndpoint string
+
+@description('Resource id of the worker identity.')
+param workerIdentityId string
+
+@description('Client id of the worker identity (AZURE_CLIENT_ID).')
+param workerClientId string
+
+@description('Resource id of the KEDA scaler identity.')
+param scalerIdentityId string
+
+@description('Resource id of the migration identity.')
+param migrateIdentityId string
+
+@description('Client id of the migration identity.')
+param migrateClientId string
+
+@description('Service Bus namespace name (the KEDA scaler wants the name, not the FQDN).')
+param serviceBusNamespaceName string
+
+@description('Service Bus namespace FQDN.')
+param serviceBusNamespaceFqdn string
+
+@description('The consumed entity is a queue or a topic subscription.')
+param entityKind string
+
+@description('Queue or topic name.')
+param entityName string
+
+@description('Subscription name (topic only).')
+param subscriptionName string
+
+@description('Consumed entity path for the worker: queue, or topic/Subscriptions/sub.')
+param entityPath string
+
+@description('Outbox destination name.')
+param outboxEntityName string
+
+@description('Worker settings passed as SB_INBOX_* environment variables.')
+param worker object
+
+@description('Store connection string (no secret: Entra auth with the identity in AZURE_CLIENT_ID).')
+param store string
+
+@description('Minimum replicas (0 lets KEDA scale to zero).')
+@minValue(0)
+param minReplicas int
+
+@description('Maximum replicas.')
+@minValue(1)
+param maxReplicas int
+
+@description('Active messages per replica that KEDA aims for.')
+@minValue(1)
+param scaleMessageCount int
+
+@description('CPU cores per replica.')
+param cpu string = '0.5'
+
+@description('Memory per replica.')
+param memory string = '1Gi'
+
+@description('Tags for every resource.')
+param tags object = {}
+
+var useAgent = empty(otlpEndpoint)
+var agentMetrics = useAgent && !empty(agentMetricsOtlpEndpoint)
+
+resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
+  name: last(split(appInsightsId, '/'))
+}
+
+resource environment 'Microsoft.App/managedEnvironments@2024-10-02-preview' = {
+  name: '${namePrefix}-env'
+  location: location
+  tags: tags
+  properties: {
+    // Logs go through Azure Monitor diagnostic settings: no workspace key in the template.
+    appLogsConfiguration: {
+      destination: 'azure-monitor'
+    }
+    // The managed agent's Application Insights destination takes traces and logs, not metrics.
+    appInsightsConfiguration: useAgent
+      ? {
+          connectionString: appInsights.properties.ConnectionString
+        }
+      : null
+    openTelemetryConfiguration: useAgent
+      ? {
+          destinationsConfiguration: agentMetrics
+            ? {
+                otlpConfigurations: [
+                  {
+                    name: 'metrics'
+                    endpoint: agentMetricsOtlpEndpoint
+                    insecure: false
+                    headers: []
+                  }
+                ]
+              }
+            : null
+          tracesConfiguration: {
+            destinations: [
+              'appInsights'
+            ]
+          }
+          logsConfiguration: {
+            destinations: [
+              'appInsights'
+            ]
+          }
+          metricsConfiguration: agentMetrics
+            ? {
+                destinations: [
+                  'metrics'
+                ]
+              }
+            : null
+        }
+      : null
+  }
+}
+
+resource environmentLogs 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = {
+  name: 'to-log-analytics'
+  scope: environment
+  properties: {
+    workspaceId: workspaceId
+    logs: [
+      {
+        categoryGroup: 'allLogs'
+        enabled: true
+      }
+    ]
+  }
+}
+
+var scaleEntity = entityKind == 'queue'
+  ? {
+      queueName: entityName
+    }
+  : {
+      topicName: entityName
+      subscriptionName: subscriptionName
+    }
+
+var registries = empty(registryServer)
+  ? []
+  : [
+      {
+        server: registryServer
+        identity: workerIdentityId
+      }
+    ]
+
+// One table of environment variables; docs/deploy.md lists the same names.
+var workerEnv = [
+  { name: 'SB_INBOX_SERVICEBUS_NAMESPACE', value: serviceBusNamespaceFqdn }
+  { name: 'SB_INBOX_ENTITY', value: entityPath }
+  { name: 'SB_INBOX_CONSUMER', value: worker.consumer }
+  { name: 'SB_INBOX_STORE', value: store }
+  { name: 'SB_INBOX_CONCURRENCY', value: string(worker.concurrency) }
+  { name: 'SB_INBOX_PREFETCH', value: string(worker.prefetch) }
+  { name: 'SB_INBOX_LOCK_MARGIN_SECS', value: string(worker.lockMarginSecs) }
+  { name: 'SB_INBOX_SHUTDOWN_GRACE_SECS', value: string(worker.shutdownGraceSecs) }
+  { name: 'SB_INBOX_HEALTH_PORT', value: string(worker.healthPort) }
+  { name: 'SB_INBOX_LOCK_DURATION_SECS', value: string(worker.lockDurationSecs) }
+  { name: 'SB_INBOX_MAX_DELIVERY_COUNT', value: string(worker.maxDeliveryCount) }
+  { name: 'SB_INBOX_MESSAGE_TTL_SECS', value: string(worker.messageTtlSecs) }
+  { name: 'SB_INBOX_DLQ_RESUBMIT_WINDOW_SECS', value: string(worker.dlqResubmitWindowSecs) }
+  { name: 'SB_INBOX_RETENTION_SECS', value: string(worker.retentionSecs) }
+  { name: 'SB_INBOX_OUTBOX_DESTINATION', value: outboxEntityName }
+  { name: 'AZURE_CLIENT_ID', value: workerClientId }
+  { name: 'OTEL_SERVICE_NAME', value: 'sb-inbox' }
+  { name: 'OTEL_RESOURCE_ATTRIBUTES', value: 'service.namespace=sb-inbox,deployment.environment.name=${namePrefix}' }
+]
+
+// With the managed agent, Container Apps injects OTEL_EXPORTER_OTLP_ENDPOINT itself.
+var otlpEnv = useAgent ? [] : [{ name: 'OTEL_EXPORTER_OTLP_ENDPOINT', value: otlpEndpoint }]
+
+resource app 'Microsoft.App/containerApps@2024-10-02-preview' = {
+  name: '${namePrefix}-worker'
+  location: location
+  tags: tags
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${workerIdentityId}': {}
+      '${scalerIdentityId}': {}
+    }
+  }
+  properties: {
+    environmentId: environment.id
+    configuration: {
+      activeRevisionsMode: 'Single'
+      // A queue worker: no ingress; the probes reach the container port directly.
+      registries: registries
+    }
+    template: {
+      // Must exceed the worker's own drain time so in-flight messages settle before SIGKILL.
+      terminationGracePeriodSeconds: worker.shutdownGraceSecs + 10
+      containers: [
+        {
+          name: 'sb-inbox'
+          image: image
+          args: workerArgs
+          env: concat(workerEnv, otlpEnv)
+          resources: {
+            cpu: json(cpu)
+            memory: memory
+          }
+          probes: [
+            {
+              type: 'Liveness'
+              httpGet: {
+                path: '/healthz'
+                port: worker.healthPort
+              }
+              periodSeconds: 10
+              failureThreshold: 3
+            }
+            {
+              type: 'Readiness'
+              httpGet: {
+                path: '/readyz'
+                port: worker.healthPort
+              }
+              periodSeconds: 5
+              failureThreshold: 3
+            }
+            {
+              type: 'Startup'
+              httpGet: {
+                path: '/healthz'
+                port: worker.healthPort
+              }
+              periodSeconds: 2
+              failureThreshold: 30
+            }
+          ]
+        }
+      ]
+      scale: {
+        minReplicas: minReplicas
+        maxReplicas: maxReplicas
+        rules: [
+          {
+            name: 'servicebus-backlog'
+            custom: {
+              type: 'azure-servicebus'
+              metadata: union(
+                {
+                  namespace: serviceBusNamespaceName
+                  messageCount: string(scaleMessageCount)
+                },
+                scaleEntity
+              )
+              // KEDA authenticates with this identity (Data Owner on the consumed entity).
+              identity: scalerIdentityId
+            }
+          }
+        ]
+      }
+    }
+  }
+}
+
+// Migrations run on demand (az containerapp job start) with the identity that may run DDL.
+resource migrateJob 'Microsoft.App/jobs@2024-10-02-preview' = {
+  name: '${namePrefix}-migrate'
+  location: location
+  tags: tags
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${migrateIdentityId}': {}
+    }
+  }
+  properties: {
+    environmentId: environment.id
+    configuration: {
+      triggerType: 'Manual'
+      replicaTimeout: 1800
+      replicaRetryLimit: 0
+      manualTriggerConfig: {
+        parallelism: 1
+        replicaCompletionCount: 1
+      }
+      registries: empty(registryServer)
+        ? []
+        : [
+            {
+              server: registryServer
+              identity: migrateIdentityId
+            }
+          ]
+    }
+    template: {
+      containers: [
+        {
+          name: 'migrate'
+          image: image
+          args: [
+            'migrate'
+          ]
+          env: [
+            { name: 'SB_INBOX_STORE', value: store }
+            { name: 'AZURE_CLIENT_ID', value: migrateClientId }
+          ]
+          resources: {
+            cpu: json('0.25')
+            memory: '0.5Gi'
+          }
+        }
+      ]
+    }
+  }
+}
+
+output appName string = app.name
+output environmentName string = environment.name
+output migrateJobName string = migrateJob.name

@@ -1,0 +1,107 @@
+//! The templates, the docs and the image agree: every environment variable the worker reads is in
+//! docs/deploy.md's table and (where the deployment sets it) in the container app, and the image
+//! exposes the default health port.
+
+use std::path::Path;
+
+use crate::bicep;
+
+/// The worker's environment variables (docs/deploy.md, section 4).
+const WORKER_ENV: [&str; 20] = [
+    "SB_INBOX_SERVICEBUS_NAMESPACE",
+    "SB_INBOX_SERVICEBUS_CONNECTION",
+    "SB_INBOX_ENTITY",
+    "SB_INBOX_CONSUMER",
+    "SB_INBOX_STORE",
+    "SB_INBOX_CONCURRENCY",
+    "SB_INBOX_PREFETCH",
+    "SB_INBOX_LOCK_MARGIN_SECS",
+    "SB_INBOX_SHUTDOWN_GRACE_SECS",
+    "SB_INBOX_HEALTH_PORT",
+    "SB_INBOX_LOCK_DURATION_SECS",
+    "SB_INBOX_MAX_DELIVERY_COUNT",
+    "SB_INBOX_MESSAGE_TTL_SECS",
+    "SB_INBOX_DLQ_RESUBMIT_WINDOW_SECS",
+    "SB_INBOX_RETENTION_SECS",
+    "SB_INBOX_OUTBOX_DESTINATION",
+    "AZURE_CLIENT_ID",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+];
+
+/// Not always set in Azure: the emulator's connection string (never), the OTLP endpoint (only
+/// without the managed agent, which injects its own).
+const NOT_ALWAYS_SET: [&str; 2] = [
+    "SB_INBOX_SERVICEBUS_CONNECTION",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+];
+
+fn read(relative: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn names() -> impl Iterator<Item = &'static str> {
+    WORKER_ENV.into_iter()
+}
+
+#[test]
+fn every_variable_is_in_the_docs_table() {
+    let docs = read("docs/deploy.md");
+    for name in names() {
+        assert!(
+            docs.contains(&format!("| `{name}` |")),
+            "docs/deploy.md: no table row for {name}"
+        );
+    }
+}
+
+#[test]
+fn the_container_app_sets_the_variables() {
+    let app = read("infra/modules/containerapp.bicep");
+    for name in names() {
+        if NOT_ALWAYS_SET.contains(&name) {
+            continue;
+        }
+        assert!(
+            app.contains(&format!("name: '{name}'")),
+            "containerapp.bicep does not set {name}"
+        );
+    }
+    assert!(
+        !app.contains("name: 'SB_INBOX_SERVICEBUS_CONNECTION'"),
+        "the deployment authenticates with Entra, never a connection string"
+    );
+    // And sets nothing the docs do not describe.
+    for line in app.lines().filter(|l| l.contains("name: 'SB_INBOX_")) {
+        assert!(
+            names().any(|n| line.contains(&format!("name: '{n}'"))),
+            "undocumented variable: {line}"
+        );
+    }
+}
+
+#[test]
+fn image_exposes_the_default_health_port() {
+    let main = bicep::parse(&read("infra/main.bicep")).unwrap();
+    let port = main
+        .param("healthPort")
+        .and_then(|p| p.int_default)
+        .unwrap();
+    let dockerfile = read("Dockerfile");
+    assert!(
+        dockerfile.contains(&format!("EXPOSE {port}")),
+        "Dockerfile: EXPOSE {port}"
+    );
+    assert!(dockerfile.contains(&format!("SB_INBOX_HEALTH_PORT={port}")));
+}
+
+#[test]
+fn shutdown_grace_fits_the_termination_grace_period() {
+    let app = read("infra/modules/containerapp.bicep");
+    assert!(
+        app.contains("terminationGracePeriodSeconds: worker.shutdownGraceSecs + "),
+        "terminationGracePeriodSeconds must be derived from the worker's shutdown grace"
+    );
+}
