@@ -1512,6 +1512,11 @@ fn apply_link_flow(l: &mut Link, f: &Flow) {
                 l.credit = wrapping_diff(limit, dc);
                 l.delivery_count = dc;
             }
+            // Lenient: RabbitMQ 3.10 answers a drain with `link-credit = 0` without advancing
+            // `delivery-count`; the sender's word on its remaining credit wins.
+            if f.drain && f.link_credit == Some(0) {
+                l.credit = 0;
+            }
             l.available = f.available.unwrap_or(0);
             if l.drain && l.credit == 0 {
                 l.drain = false;
