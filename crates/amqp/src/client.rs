@@ -1087,6 +1087,15 @@ impl Receiver {
         self.credit(CreditOp::Add(0), true).await
     }
 
+    /// Sets the credit to `n` and asks the sender to drain, in one `flow`; returns when the
+    /// credit is zero.
+    ///
+    /// # Errors
+    /// [`Error::LinkDetached`] and connection errors.
+    pub async fn drain_with(&self, n: u32) -> Result<()> {
+        self.credit(CreditOp::Set(n), true).await
+    }
+
     /// Credit state as last seen.
     pub fn flow(&self) -> LinkFlow {
         *self.flow.borrow()

@@ -496,8 +496,8 @@ impl Driver {
                 },
                 _ = tokio::time::sleep_until(deadline) => {
                     let now = Instant::now();
-                    if let Some(d) = self.neg.local_idle {
-                        if now >= self.last_recv + d {
+                    if let Some(d) = self.neg.local_idle
+                        && now >= self.last_recv + d {
                             tracing::warn!(idle_ms = d.as_millis() as u64, "Peer went silent; closing.");
                             self.send_close(Some(AmqpError::new(
                                 condition::RESOURCE_LIMIT_EXCEEDED,
@@ -505,13 +505,11 @@ impl Driver {
                             )));
                             return Error::IdleTimeout;
                         }
-                    }
-                    if let Some(d) = self.neg.remote_idle {
-                        if now >= self.last_sent + d / 2 && self.writer.pending() == 0 {
+                    if let Some(d) = self.neg.remote_idle
+                        && now >= self.last_sent + d / 2 && self.writer.pending() == 0 {
                             let _ = self.writer.buffer(&Frame::heartbeat()); // cannot fail: no body
                             self.stats.heartbeats_sent.fetch_add(1, Ordering::Relaxed);
                         }
-                    }
                 }
             }
             if self.writer.pending() > 0 {
@@ -767,11 +765,11 @@ impl Driver {
             let fr = s.flow_frame();
             self.write(local, fr);
         }
-        if let Some(h) = echo_handle {
-            if let Some(s) = self.sessions.get(&local) {
-                let fr = s.link_flow_frame(h);
-                self.write(local, fr);
-            }
+        if let Some(h) = echo_handle
+            && let Some(s) = self.sessions.get(&local)
+        {
+            let fr = s.link_flow_frame(h);
+            self.write(local, fr);
         }
         // The session window may have opened: pump every sender.
         let handles: Vec<u32> = self
@@ -878,14 +876,14 @@ impl Driver {
                 );
             }
             let _ = l.setup.events.send(LinkEvent::Delivery(d)); // handle dropped: detach pending
-            if let Some(n) = l.setup.auto_credit {
-                if l.credit <= n / 2 {
-                    l.credit = n;
-                    flow_out = None;
-                    l.publish_flow();
-                    let fr = s.link_flow_frame(h);
-                    self.write(local, fr);
-                }
+            if let Some(n) = l.setup.auto_credit
+                && l.credit <= n / 2
+            {
+                l.credit = n;
+                flow_out = None;
+                l.publish_flow();
+                let fr = s.link_flow_frame(h);
+                self.write(local, fr);
             }
         }
         if let Some(l) = self
@@ -1050,10 +1048,7 @@ impl Driver {
             return;
         };
         let mut frames: Vec<(Transfer, Bytes)> = Vec::new();
-        loop {
-            let Some(l) = s.links.get_mut(&h) else {
-                break;
-            };
+        while let Some(l) = s.links.get_mut(&h) {
             let Some(front) = l.pending.front_mut() else {
                 break;
             };
@@ -1129,39 +1124,37 @@ impl Driver {
             frames.push((t, chunk));
             s.next_outgoing_id = s.next_outgoing_id.wrapping_add(1);
             s.remote_incoming_window -= 1;
-            if done {
-                if let Some(p) = l.pending.pop_front() {
-                    match p.track {
-                        Track::Settled => {
-                            let _ = p.reply.send(Ok(SendReport {
-                                delivery_id: id,
-                                state: None,
-                            })); // the caller may have given up
-                        }
-                        Track::Await => {
-                            s.unsettled_out.insert(
-                                id,
-                                OutUnsettled {
-                                    handle: h,
-                                    tag,
-                                    waiter: Some(p.reply),
-                                },
-                            );
-                        }
-                        Track::Events => {
-                            s.unsettled_out.insert(
-                                id,
-                                OutUnsettled {
-                                    handle: h,
-                                    tag,
-                                    waiter: None,
-                                },
-                            );
-                            let _ = p.reply.send(Ok(SendReport {
-                                delivery_id: id,
-                                state: None,
-                            })); // the caller may have given up
-                        }
+            if done && let Some(p) = l.pending.pop_front() {
+                match p.track {
+                    Track::Settled => {
+                        let _ = p.reply.send(Ok(SendReport {
+                            delivery_id: id,
+                            state: None,
+                        })); // the caller may have given up
+                    }
+                    Track::Await => {
+                        s.unsettled_out.insert(
+                            id,
+                            OutUnsettled {
+                                handle: h,
+                                tag,
+                                waiter: Some(p.reply),
+                            },
+                        );
+                    }
+                    Track::Events => {
+                        s.unsettled_out.insert(
+                            id,
+                            OutUnsettled {
+                                handle: h,
+                                tag,
+                                waiter: None,
+                            },
+                        );
+                        let _ = p.reply.send(Ok(SendReport {
+                            delivery_id: id,
+                            state: None,
+                        })); // the caller may have given up
                     }
                 }
             }
@@ -1282,19 +1275,19 @@ impl Driver {
                         s.by_remote.insert(remote_handle, h);
                         s.links.insert(h, link);
                         self.write(channel, *attach);
-                        if let Some(s) = self.sessions.get_mut(&channel) {
-                            if let Some(l) = s.links.get_mut(&h) {
-                                if let Some(f) = pending.flow {
-                                    apply_link_flow(l, &f);
-                                }
-                                if l.role == Role::Receiver {
-                                    if let Some(n) = l.setup.auto_credit {
-                                        l.credit = n;
-                                        l.publish_flow();
-                                        let fr = s.link_flow_frame(h);
-                                        self.write(channel, fr);
-                                    }
-                                }
+                        if let Some(s) = self.sessions.get_mut(&channel)
+                            && let Some(l) = s.links.get_mut(&h)
+                        {
+                            if let Some(f) = pending.flow {
+                                apply_link_flow(l, &f);
+                            }
+                            if l.role == Role::Receiver
+                                && let Some(n) = l.setup.auto_credit
+                            {
+                                l.credit = n;
+                                l.publish_flow();
+                                let fr = s.link_flow_frame(h);
+                                self.write(channel, fr);
                             }
                         }
                         self.pump(channel, h);
@@ -1511,6 +1504,11 @@ fn apply_link_flow(l: &mut Link, f: &Flow) {
                 let limit = l.delivery_count.wrapping_add(l.credit);
                 l.credit = wrapping_diff(limit, dc);
                 l.delivery_count = dc;
+            }
+            // Lenient: RabbitMQ 3.10 answers a drain with `link-credit = 0` without advancing
+            // `delivery-count`; the sender's word on its remaining credit wins.
+            if f.drain && f.link_credit == Some(0) {
+                l.credit = 0;
             }
             l.available = f.available.unwrap_or(0);
             if l.drain && l.credit == 0 {

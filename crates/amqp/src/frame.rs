@@ -229,3 +229,57 @@ mod tests {
         assert!(value_len(&[0x00]).is_err());
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
+
+        /// Arbitrary bytes never panic the frame decoder: it returns a frame, asks for more
+        /// bytes, or fails with an error.
+        #[test]
+        fn frame_parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let mut b = BytesMut::from(&bytes[..]);
+            for _ in 0..8 {
+                match Frame::parse(&mut b, 4096) {
+                    Ok(Some(_)) => continue,
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        }
+
+        /// A valid frame header followed by arbitrary body bytes: the body decoders
+        /// (performatives, SASL) never panic either.
+        #[test]
+        fn body_decode_never_panics(
+            frame_type in 0u8..3,
+            code in 0x10u8..0x19,
+            body in proptest::collection::vec(any::<u8>(), 0..256),
+        ) {
+            let mut full = vec![0x00, 0x53, code];
+            full.extend_from_slice(&body);
+            let mut b = BytesMut::new();
+            b.extend_from_slice(&((8 + full.len()) as u32).to_be_bytes());
+            b.extend_from_slice(&[2, frame_type, 0, 0]);
+            b.extend_from_slice(&full);
+            let _ = Frame::parse(&mut b, 4096);
+            let _ = crate::delivery::decode_message(&body);
+            let _ = crate::sasl::SaslFrame::decode(&full);
+        }
+
+        /// Described lists with arbitrary (but length-consistent) content.
+        #[test]
+        fn list_bodies_never_panic(
+            code in 0x10u8..0x19,
+            count in any::<u8>(),
+            items in proptest::collection::vec(any::<u8>(), 0..200),
+        ) {
+            let mut full = vec![0x00, 0x53, code, 0xc0, (items.len() + 1) as u8, count];
+            full.extend_from_slice(&items);
+            let _ = crate::performative::Performative::decode(&full);
+        }
+    }
+}

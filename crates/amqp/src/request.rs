@@ -76,10 +76,10 @@ impl RequestResponse {
             loop {
                 match receiver.recv().await {
                     Ok(d) => {
-                        if !d.settled {
-                            if let Err(e) = receiver.accept(&d).await {
-                                tracing::debug!(error = %e, "Could not accept a reply.");
-                            }
+                        if !d.settled
+                            && let Err(e) = receiver.accept(&d).await
+                        {
+                            tracing::debug!(error = %e, "Could not accept a reply.");
                         }
                         let m = match d.message() {
                             Ok(m) => m,

@@ -210,17 +210,18 @@ pub(crate) async fn server(io: &mut FramedIo, cfg: &SaslServer) -> Result<SaslId
         hostname: init.hostname.clone(),
         ..Default::default()
     };
-    let offered = cfg.mechanisms.iter().any(|m| *m == init.mechanism.0);
-    if offered && init.mechanism.0 == "PLAIN" {
-        if let Some(resp) = &init.initial_response {
-            let mut parts = resp.as_ref().split(|b| *b == 0).skip(1);
-            id.username = parts
-                .next()
-                .map(|u| String::from_utf8_lossy(u).into_owned());
-            id.password = parts
-                .next()
-                .map(|p| String::from_utf8_lossy(p).into_owned());
-        }
+    let offered = cfg.mechanisms.contains(&init.mechanism.0);
+    if offered
+        && init.mechanism.0 == "PLAIN"
+        && let Some(resp) = &init.initial_response
+    {
+        let mut parts = resp.as_ref().split(|b| *b == 0).skip(1);
+        id.username = parts
+            .next()
+            .map(|u| String::from_utf8_lossy(u).into_owned());
+        id.password = parts
+            .next()
+            .map(|p| String::from_utf8_lossy(p).into_owned());
     }
     let ok = offered && cfg.authenticator.as_ref().is_none_or(|auth| auth(&id));
     io.write_frame(&sasl_frame(SaslFrame::Outcome(SaslOutcome {

@@ -16,3 +16,31 @@ impl From<Begin> for Performative {
         Performative::Begin(p)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::performative::roundtrip;
+
+    // begin{remote-channel=null, next-outgoing-id=0, incoming-window=2048, outgoing-window=255}
+    const BYTES: &[u8] = &[
+        0x00, 0x53, 0x11, 0xc0, 10, 4, 0x40, 0x43, 0x70, 0, 0, 8, 0, 0x52, 0xff,
+    ];
+
+    #[test]
+    fn decodes_spec_bytes() {
+        let b = decode(BYTES).unwrap();
+        assert_eq!(b.remote_channel, None);
+        assert_eq!(b.next_outgoing_id, 0);
+        assert_eq!(b.incoming_window, 2048);
+        assert_eq!(b.outgoing_window, 255);
+    }
+
+    #[test]
+    fn encode_round_trip() {
+        let mut b = decode(BYTES).unwrap();
+        b.remote_channel = Some(3);
+        let bytes = roundtrip(b.into());
+        assert_eq!(&bytes[..3], &[0x00, 0x53, 0x11]);
+    }
+}

@@ -16,3 +16,21 @@ impl From<End> for Performative {
         Performative::End(p)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::performative::roundtrip;
+
+    #[test]
+    fn decodes_list0_and_empty_list8() {
+        assert_eq!(decode(&[0x00, 0x53, 0x17, 0x45]).unwrap().error, None);
+        assert_eq!(decode(&[0x00, 0x53, 0x17, 0xc0, 1, 0]).unwrap().error, None);
+    }
+
+    #[test]
+    fn encodes_compactly() {
+        let b = roundtrip(End { error: None }.into());
+        assert_eq!(b, vec![0x00, 0x53, 0x17, 0x45]);
+    }
+}

@@ -469,10 +469,10 @@ async fn silent_peer_trips_idle_timeout() {
         f.write_frame(&Frame::amqp(0, mine)).await.unwrap();
         // Read (and ignore) everything; never answer.
         while let Ok(Some(fr)) = f.read_frame().await {
-            if let FrameBody::Amqp(p, _) = fr.body {
-                if let sb_amqp::performative::Performative::Close(c) = *p {
-                    closed_tx.send(c).unwrap();
-                }
+            if let FrameBody::Amqp(p, _) = fr.body
+                && let sb_amqp::performative::Performative::Close(c) = *p
+            {
+                closed_tx.send(c).unwrap();
             }
         }
     });

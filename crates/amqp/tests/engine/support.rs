@@ -13,14 +13,14 @@ use sb_amqp::{
 };
 use tokio::sync::Notify;
 
-pub fn data_message(body: &[u8]) -> Sendable {
+pub(crate) fn data_message(body: &[u8]) -> Sendable {
     let m = Message::builder()
         .data(sb_amqp::types::messaging::Data(body.to_vec().into()))
         .build();
     Sendable::message(&m).unwrap()
 }
 
-pub fn body_bytes(d: &sb_amqp::Delivery) -> Vec<u8> {
+pub(crate) fn body_bytes(d: &sb_amqp::Delivery) -> Vec<u8> {
     match d.message().unwrap().body {
         Body::Data(batch) => batch.into_iter().flat_map(|d| d.0.into_vec()).collect(),
         other => panic!("unexpected body {other:?}"),
@@ -28,7 +28,7 @@ pub fn body_bytes(d: &sb_amqp::Delivery) -> Vec<u8> {
 }
 
 /// Spawns a server whose connections are handled by `handler`.
-pub async fn spawn_server<F, Fut>(opts: ServerOptions, handler: F) -> SocketAddr
+pub(crate) async fn spawn_server<F, Fut>(opts: ServerOptions, handler: F) -> SocketAddr
 where
     F: Fn(ServerConnection) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
@@ -49,22 +49,22 @@ where
     addr
 }
 
-pub fn url(addr: SocketAddr) -> String {
+pub(crate) fn url(addr: SocketAddr) -> String {
     format!("amqp://{addr}")
 }
 
-pub async fn connect(addr: SocketAddr) -> Connection {
+pub(crate) async fn connect(addr: SocketAddr) -> Connection {
     Connection::open(&url(addr)).await.unwrap()
 }
 
 #[derive(Default)]
-pub struct Queues {
+pub(crate) struct Queues {
     q: Mutex<HashMap<String, VecDeque<Bytes>>>,
     notify: Notify,
 }
 
 impl Queues {
-    pub fn push(&self, addr: &str, b: Bytes) {
+    pub(crate) fn push(&self, addr: &str, b: Bytes) {
         self.q
             .lock()
             .unwrap()
@@ -74,7 +74,7 @@ impl Queues {
         self.notify.notify_waiters();
     }
 
-    pub async fn pop(&self, addr: &str) -> Bytes {
+    pub(crate) async fn pop(&self, addr: &str) -> Bytes {
         loop {
             let n = self.notify.notified();
             if let Some(b) = self
@@ -93,7 +93,7 @@ impl Queues {
 
 /// A tiny in-memory broker: messages sent to an address are queued and delivered to
 /// receivers of the same address (unsettled; released/rejected are not redelivered).
-pub async fn spawn_broker() -> SocketAddr {
+pub(crate) async fn spawn_broker() -> SocketAddr {
     let queues = Arc::new(Queues::default());
     spawn_server(ServerOptions::default(), move |mut conn| {
         let queues = queues.clone();
@@ -140,13 +140,13 @@ pub async fn spawn_broker() -> SocketAddr {
 }
 
 /// A TCP proxy that can be killed to simulate abrupt socket loss.
-pub struct Proxy {
-    pub addr: SocketAddr,
+pub(crate) struct Proxy {
+    pub(crate) addr: SocketAddr,
     kill: Arc<Notify>,
 }
 
 impl Proxy {
-    pub async fn start(upstream: SocketAddr) -> Proxy {
+    pub(crate) async fn start(upstream: SocketAddr) -> Proxy {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         let kill = Arc::new(Notify::new());
@@ -165,7 +165,7 @@ impl Proxy {
         Proxy { addr, kill }
     }
 
-    pub fn kill(&self) {
+    pub(crate) fn kill(&self) {
         self.kill.notify_one();
     }
 }
