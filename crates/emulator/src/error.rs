@@ -1,0 +1,103 @@
+//! The crate's error type.
+
+use crate::config::ConfigError;
+
+/// A specialized `Result` for broker operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Errors returned by the broker core.
+///
+/// Each variant maps to the AMQP error condition a real Service Bus namespace sends
+/// ([`Error::condition`]), so the wire layer can translate without matching on text.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No queue, topic or subscription has this name (permanent; `amqp:not-found`).
+    #[error("entity not found: {entity}")]
+    NotFound {
+        /// The name or address that was looked up.
+        entity: String,
+    },
+    /// The lock token is unknown, already settled or its lock expired
+    /// (permanent for this delivery; `com.microsoft:message-lock-lost`).
+    #[error("message lock lost: {lock_token}")]
+    LockLost {
+        /// The token the caller presented.
+        lock_token: uuid::Uuid,
+    },
+    /// The message is larger than the entity's maximum message size
+    /// (permanent; `amqp:link:message-size-exceeded`).
+    #[error("message of {size} bytes exceeds the maximum message size of {max} bytes")]
+    MessageSizeExceeded {
+        /// The message size in bytes (the length of its payload).
+        size: usize,
+        /// The entity's limit in bytes.
+        max: usize,
+    },
+    /// No deferred (or scheduled) message has this sequence number
+    /// (permanent; `com.microsoft:message-not-found`).
+    #[error("message not found: sequence number {sequence_number}")]
+    MessageNotFound {
+        /// The sequence number that was asked for.
+        sequence_number: i64,
+    },
+    /// The address cannot name an entity (permanent; `amqp:invalid-field`).
+    #[error("invalid address {address:?}: {reason}")]
+    InvalidAddress {
+        /// The address as given.
+        address: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// The operation does not apply to this entity, e.g. receiving from a topic or sending to a
+    /// dead-letter queue (permanent; `amqp:not-allowed`).
+    #[error("{operation} is not allowed on {entity}: {reason}")]
+    NotAllowed {
+        /// The operation attempted.
+        operation: &'static str,
+        /// The entity path.
+        entity: String,
+        /// Why it is not allowed.
+        reason: &'static str,
+    },
+    /// A fault hook refused the operation (transient; `com.microsoft:server-busy`).
+    #[error("{operation} refused by an injected fault")]
+    Refused {
+        /// The refused operation (`disposition`).
+        operation: &'static str,
+    },
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+impl Error {
+    /// The AMQP error condition Service Bus sends for this error.
+    pub fn condition(&self) -> &'static str {
+        match self {
+            Error::NotFound { .. } => "amqp:not-found",
+            Error::LockLost { .. } => "com.microsoft:message-lock-lost",
+            Error::MessageSizeExceeded { .. } => "amqp:link:message-size-exceeded",
+            Error::MessageNotFound { .. } => "com.microsoft:message-not-found",
+            Error::InvalidAddress { .. } => "amqp:invalid-field",
+            Error::NotAllowed { .. } => "amqp:not-allowed",
+            Error::Refused { .. } => "com.microsoft:server-busy",
+            Error::Config(_) => "amqp:internal-error",
+        }
+    }
+
+    /// Whether the lock was lost (unknown, settled or expired token, or a refused renewal).
+    pub fn is_lock_lost(&self) -> bool {
+        matches!(self, Error::LockLost { .. })
+    }
+
+    /// Whether the entity does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::NotFound { .. })
+    }
+
+    /// Whether retrying the same operation may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Refused { .. })
+    }
+}

@@ -1,0 +1,69 @@
+//! sb-emulator: the broker core of our Azure Service Bus emulator.
+//!
+//! An in-memory namespace of queues, topics and subscriptions with Service Bus semantics
+//! (peek-lock, lock expiry and renewal, delivery counts, `MaxDeliveryCount`, dead-letter
+//! subqueues, TTL, duplicate detection, scheduled and deferred messages, correlation and SQL
+//! filters, `ForwardTo`), configured from Microsoft's emulator `Config.json`. It knows nothing
+//! of AMQP: the wire layer stores each encoded message in [`BrokerMessage::payload`] and maps
+//! links, dispositions and management requests onto [`Entity`] methods.
+//!
+//! # Layout
+//! - [`config`](Config): `Config.json` parsing and validation with path-aware errors
+//!   ([`Config`], [`ConfigError`]); ISO-8601 durations ([`parse_iso8601_duration`]).
+//! - [`Broker`]: the namespace; [`Broker::entity`] resolves a link address ([`Address`]) to an
+//!   [`Entity`] handle that sends, receives (waiting on the injected [`Clock`]), settles,
+//!   renews, peeks, schedules and injects faults.
+//! - Messages: [`BrokerMessage`], [`ReceivedMessage`], [`PropertyValue`], [`Settlement`].
+//! - Filters: [`Filter`], [`CorrelationFilter`], [`SqlFilter`] (a documented subset), [`Rule`].
+//! - Errors: [`Error`] with [`Error::condition`] giving the AMQP error condition.
+//!
+//! # Examples
+//! ```
+//! use std::time::Duration;
+//! use sb_emulator::{Broker, BrokerMessage, Config, ReceiveMode};
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), sb_emulator::Error> {
+//! let config = Config::from_json(r#"{"UserConfig":{"Namespaces":[{"Name":"sbemulatorns",
+//!     "Queues":[{"Name":"orders","Properties":{"LockDuration":"PT5S","MaxDeliveryCount":2}}],
+//!     "Topics":[]}],"Logging":{"Type":"File"}}}"#)?;
+//! let broker = Broker::new(config)?;
+//! let orders = broker.entity("orders")?;
+//! orders.send(BrokerMessage::new("payload"))?;
+//! let msg = orders.receive(ReceiveMode::PeekLock, Some(Duration::from_secs(1))).await?.unwrap();
+//! orders.abandon(msg.lock_token.unwrap(), Default::default()).await?;
+//! let again = orders.try_receive(ReceiveMode::PeekLock)?.unwrap();
+//! assert_eq!(again.delivery_count, 1);
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![doc(test(attr(deny(warnings))))]
+
+mod address;
+mod broker;
+mod clock;
+mod config;
+mod duration;
+mod entity;
+mod error;
+mod filter;
+mod message;
+mod sql_filter;
+
+pub use address::{Address, EntityPath};
+pub use broker::{Broker, DispositionStatus, Entity, SendOutcome};
+pub use clock::Clock;
+pub use config::{
+    Config, ConfigError, DEFAULT_DUPLICATE_DETECTION_WINDOW, DEFAULT_LOCK_DURATION,
+    DEFAULT_MAX_DELIVERY_COUNT, DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_MESSAGE_TIME_TO_LIVE,
+    EntityProperties, NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig,
+    TopicProperties,
+};
+pub use duration::{format_iso8601_duration, parse_iso8601_duration};
+pub use entity::{EntityCounts, Settlement};
+pub use error::{Error, Result};
+pub use filter::{CorrelationFilter, Filter, Rule};
+pub use message::{
+    BrokerMessage, DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, MAX_DELIVERY_COUNT_EXCEEDED,
+    MessageState, Properties, PropertyValue, ReceiveMode, ReceivedMessage, TTL_EXPIRED,
+};
+pub use sql_filter::{SqlError, SqlFilter};

@@ -1,0 +1,1 @@
+//! Broker core integration tests.
