@@ -23,7 +23,9 @@ pub(crate) async fn renew_lock(
     let mut body = OrderedMap::new();
     body.insert(
         Value::String("lock-tokens".into()),
-        Value::Array(Array(vec![Value::Uuid(super::amqp_message::to_amqp_uuid(lock_token))])),
+        Value::Array(Array(vec![Value::Uuid(super::amqp_message::to_amqp_uuid(
+            lock_token,
+        ))])),
     );
     let properties = ApplicationProperties::builder()
         .insert(

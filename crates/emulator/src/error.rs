@@ -69,6 +69,10 @@ pub enum Error {
     /// The configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
+
+    /// The AMQP server failed (bind, encode).
+    #[error("server error: {0}")]
+    Server(String),
 }
 
 impl Error {
@@ -82,7 +86,7 @@ impl Error {
             Error::InvalidAddress { .. } => "amqp:invalid-field",
             Error::NotAllowed { .. } => "amqp:not-allowed",
             Error::Refused { .. } => "com.microsoft:server-busy",
-            Error::Config(_) => "amqp:internal-error",
+            Error::Config(_) | Error::Server(_) => "amqp:internal-error",
         }
     }
 

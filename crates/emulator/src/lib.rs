@@ -47,6 +47,7 @@ mod entity;
 mod error;
 mod filter;
 mod message;
+mod server;
 mod sql_filter;
 
 pub use address::{Address, EntityPath};
@@ -66,4 +67,5 @@ pub use message::{
     BrokerMessage, DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, MAX_DELIVERY_COUNT_EXCEEDED,
     MessageState, Properties, PropertyValue, ReceiveMode, ReceivedMessage, TTL_EXPIRED,
 };
+pub use server::{Emulator, EmulatorOptions, KEY, KEY_NAME, start_from_json};
 pub use sql_filter::{SqlError, SqlFilter};

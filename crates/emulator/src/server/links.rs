@@ -1,0 +1,178 @@
+//! Entity links: deliveries to receiving clients and messages from sending clients.
+
+use std::time::Duration;
+
+use sb_amqp::codec::Value;
+use sb_amqp::types::definitions::{ReceiverSettleMode, SenderSettleMode};
+use sb_amqp::types::messaging::DeliveryState;
+use sb_amqp::types::messaging::Modified;
+use sb_amqp::{AmqpError, IncomingDisposition, LinkAnswer, LinkRequest, Outcome, Sendable};
+use tokio_util::sync::CancellationToken;
+
+use super::codec::{self, value_property};
+use crate::{Entity, Properties, ReceiveMode, Settlement};
+
+/// How often a link without credit looks at its credit again. Credit changes arrive with the
+/// peer's flow; this bounds the wait when nothing else wakes the link.
+const CREDIT_POLL: Duration = Duration::from_millis(20);
+
+pub(crate) async fn serve(
+    request: LinkRequest,
+    entity: Entity,
+    stop: CancellationToken,
+) -> Result<(), sb_amqp::Error> {
+    let max_size = u64::try_from(entity.max_message_size()).unwrap_or(u64::MAX);
+    if request.is_peer_sender() {
+        receive_from_client(request, entity, max_size, stop).await
+    } else {
+        deliver_to_client(request, entity, max_size, stop).await
+    }
+}
+
+async fn receive_from_client(
+    request: LinkRequest,
+    entity: Entity,
+    max_size: u64,
+    stop: CancellationToken,
+) -> Result<(), sb_amqp::Error> {
+    // Answer `first` whatever the client asked: Python asks `second` and then never settles.
+    let answer = LinkAnswer::default()
+        .credit(100)
+        .max_message_size(max_size)
+        .rcv_settle_mode(ReceiverSettleMode::First);
+    let mut receiver = request.accept_receiver(answer).await?;
+    loop {
+        let delivery = tokio::select! {
+            () = stop.cancelled() => return Ok(()),
+            delivery = receiver.recv() => delivery?,
+        };
+        let outcome =
+            match codec::broker_messages(delivery.message_format, delivery.payload.clone()) {
+                Ok(messages) => match entity.send_batch(messages) {
+                    Ok(_) => Outcome::Accepted,
+                    Err(error) => Outcome::Rejected(Some(AmqpError::new(
+                        error.condition(),
+                        Some(error.to_string()),
+                    ))),
+                },
+                Err(error) => Outcome::Rejected(Some(AmqpError::new(
+                    sb_amqp::condition::DECODE_ERROR,
+                    Some(error.to_string()),
+                ))),
+            };
+        if !delivery.settled {
+            receiver.settle(&delivery, outcome).await?;
+        }
+    }
+}
+
+async fn deliver_to_client(
+    request: LinkRequest,
+    entity: Entity,
+    max_size: u64,
+    stop: CancellationToken,
+) -> Result<(), sb_amqp::Error> {
+    let settled = request.remote_attach().snd_settle_mode == SenderSettleMode::Settled;
+    let mode = if settled {
+        ReceiveMode::ReceiveAndDelete
+    } else {
+        ReceiveMode::PeekLock
+    };
+    let answer = LinkAnswer::default()
+        .initial_delivery_count(0)
+        .max_message_size(max_size);
+    let mut sender = request.accept_sender(answer).await?;
+    loop {
+        let credit = sender.flow().credit;
+        tokio::select! {
+            () = stop.cancelled() => return Ok(()),
+            disposition = sender.next_disposition() => {
+                let disposition = disposition?;
+                let reply = settle(&entity, &disposition).await;
+                if !disposition.settled {
+                    sender.settle(disposition.delivery_id, reply).await?;
+                }
+            }
+            received = entity.receive(mode, Some(CREDIT_POLL)), if credit > 0 => {
+                let Some(received) = received.map_err(|e| sb_amqp::Error::Decode(e.to_string()))? else { continue };
+                let payload = codec::delivered(&received).map_err(|e| sb_amqp::Error::Encode(e.0))?;
+                let tag = received.lock_token.map_or_else(|| received.sequence_number.to_le_bytes().to_vec(), |t| t.to_bytes_le().to_vec());
+                let sendable = Sendable::raw(payload).tag(tag);
+                if settled {
+                    sender.send_settled(sendable).await?;
+                } else {
+                    sender.send_no_wait(sendable).await?;
+                }
+            }
+            () = tokio::time::sleep(CREDIT_POLL), if credit == 0 => {}
+        }
+    }
+}
+
+fn annotations_as_properties(modified: &Modified) -> Properties {
+    let mut out = Properties::new();
+    if let Some(fields) = &modified.message_annotations {
+        for (key, value) in fields.iter() {
+            out.insert(key.0.clone(), value_property(value));
+        }
+    }
+    out
+}
+
+/// Applies a client's disposition and returns the settled reply: the same outcome type, or
+/// `rejected{com.microsoft:message-lock-lost}`.
+async fn settle(entity: &Entity, disposition: &IncomingDisposition) -> Outcome {
+    let Ok(tag) = <[u8; 16]>::try_from(disposition.delivery_tag.as_ref()) else {
+        return Outcome::Rejected(Some(AmqpError::new(
+            sb_amqp::condition::MESSAGE_LOCK_LOST,
+            Some("unknown delivery tag".to_owned()),
+        )));
+    };
+    let token = uuid::Uuid::from_bytes_le(tag);
+    let settlement = match &disposition.state {
+        Some(DeliveryState::Accepted(_)) => Settlement::Complete,
+        Some(DeliveryState::Released(_)) => Settlement::Release,
+        Some(DeliveryState::Modified(modified)) if modified.undeliverable_here == Some(true) => {
+            Settlement::Defer {
+                properties_to_modify: annotations_as_properties(modified),
+            }
+        }
+        Some(DeliveryState::Modified(modified)) => Settlement::Abandon {
+            properties_to_modify: annotations_as_properties(modified),
+        },
+        Some(DeliveryState::Rejected(rejected)) => {
+            let info = rejected.error.as_ref().and_then(|e| e.info.as_ref());
+            let field = |name: &str| {
+                info.and_then(|fields| fields.iter().find(|(k, _)| k.0 == name))
+                    .and_then(|(_, v)| match v {
+                        Value::String(s) => Some(s.clone()),
+                        _ => None,
+                    })
+            };
+            let mut properties_to_modify = Properties::new();
+            if let Some(fields) = info {
+                for (key, value) in fields.iter() {
+                    if key.0 != "DeadLetterReason" && key.0 != "DeadLetterErrorDescription" {
+                        properties_to_modify.insert(key.0.clone(), value_property(value));
+                    }
+                }
+            }
+            Settlement::DeadLetter {
+                reason: field("DeadLetterReason"),
+                description: field("DeadLetterErrorDescription"),
+                properties_to_modify,
+            }
+        }
+        _ => return Outcome::Accepted,
+    };
+    let same = disposition
+        .outcome()
+        .map_or(Outcome::Accepted, |o| o.same_type());
+    match entity.settle(token, settlement).await {
+        Ok(()) => same,
+        Err(error) => Outcome::Rejected(Some(AmqpError::new(
+            error.condition(),
+            Some(error.to_string()),
+        ))),
+    }
+}

@@ -1,0 +1,332 @@
+//! The AMQP side of the emulator: a listener on the sb-amqp engine that maps Service Bus links,
+//! `$cbs` and `$management` onto the [`Broker`].
+//!
+//! # Layout
+//! - [`Emulator`]: start on an address, print the connection string, inspect, inject faults,
+//!   drop connections, shut down.
+//! - `codec`: AMQP messages ⇄ [`crate::BrokerMessage`], delivery annotations and batches.
+//! - `sas`: shared access signature validation for `$cbs` put-token.
+//! - `nodes`: `$cbs` and `<entity>/$management` request handling.
+//! - `links`: entity links: deliveries with lock tokens, dispositions, sends.
+
+mod codec;
+mod links;
+mod nodes;
+mod sas;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use sb_amqp::{
+    AmqpError, AnyMessage, ConnectionEvent, LinkRequest, Listener, ServerOptions, condition,
+};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::{Broker, Config, Error};
+
+/// The key name the emulator's connection string uses, as Microsoft's emulator does.
+pub const KEY_NAME: &str = "RootManageSharedAccessKey";
+/// The key the emulator's connection string uses, as Microsoft's emulator does.
+pub const KEY: &str = "SAS_KEY_VALUE";
+
+/// How an [`Emulator`] serves.
+#[derive(Debug, Clone)]
+pub struct EmulatorOptions {
+    /// Address to bind, e.g. `127.0.0.1:0` for an ephemeral port.
+    pub listen: String,
+    /// The shared access key name tokens must be signed with.
+    pub key_name: String,
+    /// The shared access key.
+    pub key: String,
+    /// Accept JWTs on `$cbs` without validating them (Entra ID clients in development).
+    pub accept_jwt: bool,
+}
+
+impl Default for EmulatorOptions {
+    fn default() -> Self {
+        EmulatorOptions {
+            listen: "127.0.0.1:0".into(),
+            key_name: KEY_NAME.into(),
+            key: KEY.into(),
+            accept_jwt: false,
+        }
+    }
+}
+
+/// A running emulator.
+///
+/// # Examples
+/// ```no_run
+/// # async fn f() -> Result<(), sb_emulator::Error> {
+/// let config = sb_emulator::Config::from_json(r#"{"UserConfig":{"Namespaces":[{"Name":"ns","Queues":[{"Name":"q"}],"Topics":[]}],"Logging":{"Type":"File"}}}"#)?;
+/// let emulator = sb_emulator::Emulator::start(sb_emulator::Broker::new(config)?, Default::default()).await?;
+/// println!("{}", emulator.connection_string());
+/// emulator.shutdown().await;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Emulator {
+    addr: SocketAddr,
+    broker: Broker,
+    options: Arc<EmulatorOptions>,
+    shutdown: CancellationToken,
+    connections: Arc<Mutex<Vec<CancellationToken>>>,
+    tracker: TaskTracker,
+}
+
+/// Per-connection state shared by its links.
+#[derive(Debug, Default)]
+pub(crate) struct ConnState {
+    /// Audience paths (lowercase, no host) granted by put-token.
+    granted: Mutex<Vec<String>>,
+    /// Reply links by target address, link name, and `node:<node>`.
+    replies: Mutex<HashMap<String, mpsc::UnboundedSender<AnyMessage>>>,
+}
+
+impl ConnState {
+    pub(crate) fn grant(&self, audience: &str) {
+        let path = audience_path(audience);
+        if let Ok(mut granted) = self.granted.lock() {
+            granted.push(path);
+        }
+    }
+
+    /// True when a granted audience covers `entity` (same path or a parent path).
+    pub(crate) fn is_granted(&self, entity: &str) -> bool {
+        let entity = entity.trim_matches('/').to_ascii_lowercase();
+        self.granted.lock().is_ok_and(|granted| {
+            granted.iter().any(|path| {
+                path.is_empty() || entity == *path || entity.starts_with(&format!("{path}/"))
+            })
+        })
+    }
+
+    pub(crate) fn route(&self, keys: &[String]) -> Option<mpsc::UnboundedSender<AnyMessage>> {
+        let replies = self.replies.lock().ok()?;
+        keys.iter().find_map(|k| replies.get(k).cloned())
+    }
+}
+
+/// `sb://host:port/a/b` → `a/b` (lowercase).
+pub(crate) fn audience_path(audience: &str) -> String {
+    let rest = audience.split_once("://").map_or(audience, |(_, r)| r);
+    let path = rest.split_once('/').map_or("", |(_, p)| p);
+    path.trim_matches('/').to_ascii_lowercase()
+}
+
+/// The entity path of a link address: scheme, host and port stripped.
+pub(crate) fn link_path(address: &str) -> String {
+    let rest = match address.split_once("://") {
+        Some((_, rest)) => rest.split_once('/').map_or("", |(_, p)| p),
+        None => address,
+    };
+    rest.trim_matches('/').to_owned()
+}
+
+impl Emulator {
+    /// Binds and serves `broker`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when the address cannot be bound.
+    pub async fn start(broker: Broker, options: EmulatorOptions) -> Result<Emulator, Error> {
+        let server = ServerOptions {
+            container_id: format!("sb-emulator-{}", broker.namespace()),
+            ..ServerOptions::default()
+        };
+        let listener = Listener::bind(options.listen.as_str(), server)
+            .await
+            .map_err(|e| Error::Server(format!("cannot listen on {}: {e}", options.listen)))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::Server(e.to_string()))?;
+        let emulator = Emulator {
+            addr,
+            broker,
+            options: Arc::new(options),
+            shutdown: CancellationToken::new(),
+            connections: Arc::new(Mutex::new(Vec::new())),
+            tracker: TaskTracker::new(),
+        };
+        let (broker, options, shutdown, connections, tracker) = (
+            emulator.broker.clone(),
+            emulator.options.clone(),
+            emulator.shutdown.clone(),
+            emulator.connections.clone(),
+            emulator.tracker.clone(),
+        );
+        emulator.tracker.spawn(async move {
+            loop {
+                let incoming = tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    incoming = listener.accept() => incoming,
+                };
+                let Ok(incoming) = incoming else { continue };
+                let token = shutdown.child_token();
+                if let Ok(mut list) = connections.lock() {
+                    list.retain(|t| !t.is_cancelled());
+                    list.push(token.clone());
+                }
+                let (broker, options, tracker2) =
+                    (broker.clone(), options.clone(), tracker.clone());
+                tracker.spawn(async move {
+                    serve_connection(incoming, broker, options, token, tracker2).await;
+                });
+            }
+        });
+        tracing::info!(%addr, "Service Bus emulator listening.");
+        Ok(emulator)
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The connection string clients use (plain AMQP, this port).
+    pub fn connection_string(&self) -> String {
+        format!(
+            "Endpoint=sb://{};SharedAccessKeyName={};SharedAccessKey={};UseDevelopmentEmulator=true;",
+            self.addr, self.options.key_name, self.options.key
+        )
+    }
+
+    /// The broker, for inspection and fault hooks.
+    pub fn broker(&self) -> &Broker {
+        &self.broker
+    }
+
+    /// Closes every client connection now (with `amqp:connection:forced`); new connections
+    /// are still accepted.
+    pub fn drop_all_connections(&self) {
+        if let Ok(mut list) = self.connections.lock() {
+            for token in list.drain(..) {
+                token.cancel();
+            }
+        }
+    }
+
+    /// Stops accepting, closes every connection and waits for their tasks.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+    }
+}
+
+async fn serve_connection(
+    incoming: sb_amqp::IncomingConnection,
+    broker: Broker,
+    options: Arc<EmulatorOptions>,
+    stop: CancellationToken,
+    tracker: TaskTracker,
+) {
+    let peer = incoming.peer_addr();
+    let mut conn = match incoming.handshake().await {
+        Ok(conn) => conn,
+        Err(error) => {
+            tracing::debug!(%peer, %error, "Handshake failed.");
+            return;
+        }
+    };
+    let state = Arc::new(ConnState::default());
+    let links = CancellationToken::new();
+    loop {
+        let event = tokio::select! {
+            () = stop.cancelled() => {
+                let _ = conn.connection().close_with(Some(AmqpError::new(condition::CONNECTION_FORCED, Some("dropped by the emulator".to_owned())))).await;
+                break;
+            }
+            event = conn.next_event() => event,
+        };
+        let Some(ConnectionEvent::Link(request)) = event else {
+            break;
+        };
+        let (broker, options, state, links) = (
+            broker.clone(),
+            options.clone(),
+            state.clone(),
+            links.clone(),
+        );
+        tracker.spawn(async move {
+            if let Err(error) = serve_link(request, broker, options, state, links).await {
+                tracing::debug!(%error, "Link ended.");
+            }
+        });
+    }
+    links.cancel();
+}
+
+async fn serve_link(
+    request: LinkRequest,
+    broker: Broker,
+    options: Arc<EmulatorOptions>,
+    state: Arc<ConnState>,
+    stop: CancellationToken,
+) -> Result<(), sb_amqp::Error> {
+    let address = if request.is_peer_sender() {
+        request.target_address().map(str::to_owned)
+    } else {
+        request.source_address().map(str::to_owned)
+    };
+    let path = link_path(address.as_deref().unwrap_or_default());
+    let lower = path.to_ascii_lowercase();
+    if lower == "$cbs" {
+        return nodes::serve(request, nodes::Node::Cbs, broker, options, state, stop).await;
+    }
+    if let Some(entity) = lower
+        .strip_suffix("/$management")
+        .map(|_| &path[..path.len() - "/$management".len()])
+    {
+        let entity = entity.to_owned();
+        if !state.is_granted(&entity) {
+            return request.reject(unauthorized(&entity)).await;
+        }
+        return nodes::serve(
+            request,
+            nodes::Node::Management(entity),
+            broker,
+            options,
+            state,
+            stop,
+        )
+        .await;
+    }
+    let entity = match broker.entity(&path) {
+        Ok(entity) => entity,
+        Err(error) => {
+            return request
+                .reject(AmqpError::new(error.condition(), Some(error.to_string())))
+                .await;
+        }
+    };
+    if !state.is_granted(&path) {
+        return request.reject(unauthorized(&path)).await;
+    }
+    links::serve(request, entity, stop).await
+}
+
+fn unauthorized(entity: &str) -> AmqpError {
+    AmqpError::new(
+        condition::UNAUTHORIZED_ACCESS,
+        Some(format!("no valid token was put on $cbs for {entity}")),
+    )
+}
+
+/// Starts an emulator from a `Config.json` text on `listen`.
+///
+/// # Errors
+/// Config and bind errors.
+pub async fn start_from_json(json: &str, listen: &str) -> Result<Emulator, Error> {
+    let broker = Broker::new(Config::from_json(json)?)?;
+    Emulator::start(
+        broker,
+        EmulatorOptions {
+            listen: listen.to_owned(),
+            ..EmulatorOptions::default()
+        },
+    )
+    .await
+}
