@@ -97,7 +97,7 @@ impl ServiceBusReceiver {
             receiver
                 .add_credit(inner.prefetch)
                 .await
-                .map_err(|e| transient_amqp(&e))?;
+                .map_err(|e| classify_amqp(&e))?;
         }
         Ok(ReceiveLink {
             shared: Arc::new(LinkShared {
@@ -132,10 +132,6 @@ fn transient(error: super::ServiceBusError) -> ReceiveError {
     ReceiveError::Transient(error.to_string())
 }
 
-fn transient_amqp(error: &sb_amqp::Error) -> ReceiveError {
-    ReceiveError::Transient(error.to_string())
-}
-
 fn classify(error: super::ServiceBusError) -> ReceiveError {
     if error.is_transient() {
         ReceiveError::Transient(error.to_string())
@@ -159,26 +155,28 @@ impl Receiver for ServiceBusReceiver {
         let Some(link) = guard.as_mut() else {
             return Err(ReceiveError::Transient("no link".into()));
         };
-        // One credit per outstanding receive; a receive cancelled after granting leaves its
-        // credit for the next call instead of granting again.
-        if !link.granted {
-            link.receiver
-                .add_credit(1)
-                .await
-                .map_err(|e| transient_amqp(&e))?;
-            link.granted = true;
+        let result = async {
+            // One credit per outstanding receive; a receive cancelled after granting leaves its
+            // credit for the next call instead of granting again.
+            if !link.granted {
+                link.receiver.add_credit(1).await?;
+                link.granted = true;
+            }
+            let delivery = link.receiver.recv().await?;
+            link.granted = false;
+            Ok::<_, sb_amqp::Error>(delivery)
         }
-        let received = link.receiver.recv().await;
-        let delivery = match received {
+        .await;
+        let delivery = match result {
             Ok(delivery) => delivery,
             Err(error) => {
+                // The link or the connection is gone: the next receive attaches anew.
                 let generation = link.shared.generation;
                 *guard = None;
                 self.inner.client.reset(generation).await;
                 return Err(classify_amqp(&error));
             }
         };
-        link.granted = false;
         let message = delivery
             .message()
             .map_err(|e| ReceiveError::Transient(e.to_string()))?;
@@ -188,6 +186,7 @@ impl Receiver for ServiceBusReceiver {
             .locked_until
             .unwrap_or_else(|| SystemTime::now() + Duration::from_secs(30));
         Ok(Some(ServiceBusDelivery {
+            _receiver: self.inner.clone(),
             link: link.shared.clone(),
             delivery_id: delivery.delivery_id,
             lock_token,
@@ -200,6 +199,9 @@ impl Receiver for ServiceBusReceiver {
 /// A peek-locked Service Bus delivery.
 #[derive(Debug)]
 pub struct ServiceBusDelivery {
+    /// Keeps the receive link attached while the delivery waits for its settlement, even if
+    /// the caller dropped its receiver handle.
+    _receiver: Arc<ReceiverInner>,
     link: Arc<LinkShared>,
     delivery_id: u32,
     lock_token: uuid::Uuid,

@@ -1,0 +1,231 @@
+//! The client's receive, settle, renew and send against the emulator.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use sb_inbox::servicebus::{ConnectionString, SendErrorKind, ServiceBusClient};
+use sb_inbox::{Delivery, Message, PropertyValue, ReceiveError, Receiver, SettleError};
+
+use crate::{client, emulator};
+
+fn order(id: &str) -> Message {
+    Message::new(
+        id,
+        "orders.order-placed.v1",
+        format!(r#"{{"orderId":"{id}","lines":[{{"sku":"A","quantity":1}}]}}"#),
+    )
+}
+
+#[tokio::test]
+async fn send_receive_complete_keeps_every_field() {
+    let emulator = emulator("PT30S").await;
+    let client = client(&emulator);
+    let mut message = order("m-1");
+    message.correlation_id = Some("c-1".into());
+    message
+        .application_properties
+        .insert("tenant".into(), "t1".into());
+    client.sender("orders").send(message.clone()).await.unwrap();
+
+    let receiver = client.receiver("orders", 0);
+    let delivery = receiver.receive().await.unwrap().unwrap();
+    assert_eq!(delivery.message(), &message);
+    assert_eq!(delivery.delivery_count(), 0);
+    assert!(!delivery.lock_token().is_nil());
+    let lock_left = delivery
+        .locked_until()
+        .duration_since(SystemTime::now())
+        .unwrap();
+    assert!(
+        lock_left > Duration::from_secs(25) && lock_left <= Duration::from_secs(30),
+        "{lock_left:?}"
+    );
+    assert_eq!(delivery.sequence_number(), Some(1));
+    delivery.complete().await.unwrap();
+    assert_eq!(
+        emulator.broker().entity("orders").unwrap().counts().active,
+        0
+    );
+}
+
+#[tokio::test]
+async fn abandon_redelivers_with_the_properties_and_a_higher_count() {
+    let emulator = emulator("PT30S").await;
+    let client = client(&emulator);
+    client.sender("orders").send(order("m-1")).await.unwrap();
+    let receiver = client.receiver("orders", 0);
+    let first = receiver.receive().await.unwrap().unwrap();
+    let mut properties = BTreeMap::new();
+    properties.insert(
+        "sb-inbox-last-error".to_owned(),
+        PropertyValue::String("timeout".into()),
+    );
+    first.abandon(properties).await.unwrap();
+    let second = receiver.receive().await.unwrap().unwrap();
+    assert_eq!(second.delivery_count(), 1);
+    assert_eq!(
+        second
+            .message()
+            .application_properties
+            .get("sb-inbox-last-error"),
+        Some(&PropertyValue::String("timeout".into()))
+    );
+    second.complete().await.unwrap();
+}
+
+#[tokio::test]
+async fn dead_letter_carries_reason_and_description() {
+    let emulator = emulator("PT30S").await;
+    let client = client(&emulator);
+    client.sender("orders").send(order("m-1")).await.unwrap();
+    let delivery = client
+        .receiver("orders", 0)
+        .receive()
+        .await
+        .unwrap()
+        .unwrap();
+    delivery
+        .dead_letter("InvalidPayload", "invalid JSON at line 1 column 2")
+        .await
+        .unwrap();
+    let dead = client
+        .receiver("orders/$DeadLetterQueue", 0)
+        .receive()
+        .await
+        .unwrap()
+        .unwrap();
+    let props = &dead.message().application_properties;
+    assert_eq!(
+        props.get("DeadLetterReason"),
+        Some(&PropertyValue::String("InvalidPayload".into()))
+    );
+    assert_eq!(
+        props.get("DeadLetterErrorDescription"),
+        Some(&PropertyValue::String(
+            "invalid JSON at line 1 column 2".into()
+        ))
+    );
+    assert_eq!(dead.message().message_id.as_deref(), Some("m-1"));
+    dead.complete().await.unwrap();
+}
+
+#[tokio::test]
+async fn renew_extends_and_an_expired_lock_is_lost_on_settle_and_renew() {
+    let emulator = emulator("PT30S").await;
+    let client = client(&emulator);
+    client.sender("orders").send(order("m-1")).await.unwrap();
+    let delivery = client
+        .receiver("orders", 0)
+        .receive()
+        .await
+        .unwrap()
+        .unwrap();
+    let before = delivery.locked_until();
+    let renewed = delivery.renew_lock().await.unwrap();
+    assert!(renewed >= before);
+    assert_eq!(delivery.locked_until(), renewed);
+
+    emulator
+        .broker()
+        .entity("orders")
+        .unwrap()
+        .expire_lock(delivery.lock_token())
+        .unwrap();
+    assert_eq!(delivery.complete().await, Err(SettleError::LockLost));
+    assert_eq!(delivery.renew_lock().await, Err(SettleError::LockLost));
+}
+
+#[tokio::test]
+async fn refused_renewals_surface_as_lock_lost() {
+    let emulator = emulator("PT30S").await;
+    let client = client(&emulator);
+    client.sender("orders").send(order("m-1")).await.unwrap();
+    let delivery = client
+        .receiver("orders", 0)
+        .receive()
+        .await
+        .unwrap()
+        .unwrap();
+    emulator
+        .broker()
+        .entity("orders")
+        .unwrap()
+        .refuse_renewals(1)
+        .unwrap();
+    assert_eq!(delivery.renew_lock().await, Err(SettleError::LockLost));
+}
+
+#[tokio::test]
+async fn unknown_entity_and_bad_key_are_permanent_errors() {
+    let emulator = emulator("PT30S").await;
+    let client = client(&emulator);
+    let error = client.receiver("nope", 0).receive().await.unwrap_err();
+    assert!(
+        matches!(&error, ReceiveError::Fatal(text) if text.contains("not found")),
+        "{error:?}"
+    );
+    let error = client.sender("nope").send(order("m")).await.unwrap_err();
+    assert!(
+        matches!(error.error, SendErrorKind::NotFound(_)),
+        "{error:?}"
+    );
+    assert_eq!(
+        error.message.message_id.as_deref(),
+        Some("m"),
+        "the message is handed back"
+    );
+
+    let bad: ConnectionString = emulator
+        .connection_string()
+        .replace("SAS_KEY_VALUE", "wrong")
+        .parse()
+        .unwrap();
+    let error = ServiceBusClient::from_connection_string(&bad)
+        .receiver("orders", 0)
+        .receive()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, ReceiveError::Fatal(text) if text.contains("401")),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn dropped_connection_fences_old_deliveries_and_the_receiver_recovers() {
+    let emulator = emulator("PT30S").await;
+    let client = client(&emulator);
+    let sender = client.sender("orders");
+    sender.send(order("m-1")).await.unwrap();
+    let receiver = client.receiver("orders", 0);
+    let first = receiver.receive().await.unwrap().unwrap();
+    emulator.drop_all_connections();
+    emulator
+        .broker()
+        .entity("orders")
+        .unwrap()
+        .expire_lock(first.lock_token())
+        .unwrap();
+    // The first receive after the loss may fail transiently; the next one reconnects.
+    let mut again = None;
+    for _ in 0..5 {
+        match receiver.receive().await {
+            Ok(delivery) => {
+                again = delivery;
+                break;
+            }
+            Err(ReceiveError::Transient(_)) => {}
+            Err(error) => panic!("{error:?}"),
+        }
+    }
+    let again = again.expect("redelivered after the lock ran out");
+    assert_eq!(again.message().message_id.as_deref(), Some("m-1"));
+    assert_eq!(again.delivery_count(), 1);
+    assert_eq!(
+        first.renew_lock().await,
+        Err(SettleError::LockLost),
+        "the old link is fenced"
+    );
+    assert_eq!(first.complete().await, Err(SettleError::LockLost));
+    again.complete().await.unwrap();
+}

@@ -1,0 +1,28 @@
+//! The Service Bus client against the emulator, in-process on an ephemeral port, and the
+//! runtime end to end over both.
+#![allow(clippy::unwrap_used, clippy::panic, clippy::unwrap_in_result)]
+
+#[path = "../support.rs"]
+mod support;
+
+mod client;
+mod worker;
+
+use sb_emulator::{Broker, Config, Emulator};
+use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
+
+/// A queue `orders` (lock `lock`, max delivery count 5) and `outbox`.
+pub(crate) async fn emulator(lock: &str) -> Emulator {
+    let json = format!(
+        r#"{{"UserConfig":{{"Namespaces":[{{"Name":"sbemulatorns","Queues":[
+            {{"Name":"orders","Properties":{{"LockDuration":"{lock}","MaxDeliveryCount":5}}}},
+            {{"Name":"outbox","Properties":{{}}}}],"Topics":[]}}],"Logging":{{"Type":"File"}}}}}}"#
+    );
+    let broker = Broker::new(Config::from_json(&json).unwrap()).unwrap();
+    Emulator::start(broker, Default::default()).await.unwrap()
+}
+
+pub(crate) fn client(emulator: &Emulator) -> ServiceBusClient {
+    let cs: ConnectionString = emulator.connection_string().parse().unwrap();
+    ServiceBusClient::from_connection_string(&cs)
+}

@@ -1,0 +1,1 @@
+//! The runtime end to end over the emulator.
