@@ -161,6 +161,10 @@ struct Namespace {
     clock: Clock,
     /// Queues and topics by lower-case name.
     nodes: HashMap<String, Node>,
+    /// Queues and subscriptions with `ForwardDeadLetteredMessagesTo`: their timers are
+    /// processed on every operation, so a message they dead-letter by lock expiry or TTL
+    /// reaches its target without waiting for an operation on the source.
+    dlq_forwarders: Vec<Arc<MessageQueue>>,
 }
 
 impl fmt::Debug for Namespace {
@@ -288,6 +292,34 @@ impl Namespace {
         }
     }
 
+    /// Processes the timers of every dead-letter forwarder and forwards what they dead-letter.
+    fn tick_forwarders(&self, now: SystemTime) {
+        for queue in &self.dlq_forwarders {
+            let (forwards, dirty) = {
+                let mut st = queue.lock();
+                st.tick(now);
+                (
+                    std::mem::take(&mut st.forwards),
+                    std::mem::take(&mut st.dirty),
+                )
+            };
+            if dirty {
+                queue.notify.notify_waiters();
+            }
+            if !forwards.is_empty() {
+                self.forward_dead_letters(queue, forwards);
+            }
+        }
+    }
+
+    /// The earliest timer of any dead-letter forwarder.
+    fn forwarders_next_due(&self) -> Option<SystemTime> {
+        self.dlq_forwarders
+            .iter()
+            .filter_map(|q| q.lock().next_due(false))
+            .min()
+    }
+
     /// Passes dead-lettered messages on to `ForwardDeadLetteredMessagesTo`.
     fn forward_dead_letters(&self, queue: &MessageQueue, messages: Vec<BrokerMessage>) {
         let Some(target) = &queue.props.forward_dead_lettered_messages_to else {
@@ -344,9 +376,13 @@ impl Broker {
     pub fn with_clock(config: Config, clock: Clock) -> Result<Broker> {
         config.validate()?;
         let mut nodes = HashMap::new();
+        let mut dlq_forwarders = Vec::new();
         for q in config.namespace.queues {
-            let queue = MessageQueue::new(q.name.clone(), q.properties, false);
-            nodes.insert(q.name.to_ascii_lowercase(), Node::Queue(Arc::new(queue)));
+            let queue = Arc::new(MessageQueue::new(q.name.clone(), q.properties, false));
+            if queue.props.forward_dead_lettered_messages_to.is_some() {
+                dlq_forwarders.push(queue.clone());
+            }
+            nodes.insert(q.name.to_ascii_lowercase(), Node::Queue(queue));
         }
         for t in config.namespace.topics {
             let mut subscriptions = Vec::new();
@@ -364,6 +400,9 @@ impl Broker {
                     rules,
                     queue: Arc::new(MessageQueue::new(path, props, true)),
                 };
+                if sub.queue.props.forward_dead_lettered_messages_to.is_some() {
+                    dlq_forwarders.push(sub.queue.clone());
+                }
                 subscriptions.push((s.name, Arc::new(sub)));
             }
             let topic = Topic {
@@ -384,6 +423,7 @@ impl Broker {
                 name: config.namespace.name,
                 clock,
                 nodes,
+                dlq_forwarders,
             }),
         })
     }
@@ -572,6 +612,7 @@ impl Entity {
             ));
         };
         let now = self.ns.clock.now();
+        self.ns.tick_forwarders(now);
         let (result, forwards, dirty) = {
             let mut st = queue.lock();
             st.tick(now);
@@ -628,6 +669,7 @@ impl Entity {
         if msg.message_id.is_none() {
             msg.message_id = Some(Uuid::new_v4().simple().to_string());
         }
+        self.ns.tick_forwarders(self.ns.clock.now());
         self.ns.route(&self.node(), msg, 0)
     }
 
@@ -731,7 +773,12 @@ impl Entity {
             if deadline.is_some_and(|d| now >= d) {
                 return Ok(None);
             }
-            match [next_due, deadline].into_iter().flatten().min() {
+            let forwarders_due = self.ns.forwarders_next_due();
+            match [next_due, deadline, forwarders_due]
+                .into_iter()
+                .flatten()
+                .min()
+            {
                 Some(wake) => {
                     tokio::select! {
                         () = &mut notified => {}

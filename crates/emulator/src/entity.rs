@@ -160,19 +160,21 @@ struct Store {
 }
 
 impl Store {
-    fn insert(&mut self, s: Stored) {
+    fn insert(&mut self, s: Stored, now: SystemTime) {
         let seq = s.seq;
         self.messages.insert(seq, s);
-        self.push_due(seq);
+        self.push_due(seq, now);
         self.reindex(seq);
     }
 
-    fn push_due(&mut self, seq: i64) {
+    /// Registers the message's future timers. Past ones are not re-registered: the timer pass
+    /// that popped them already handled them, and re-adding them would loop.
+    fn push_due(&mut self, seq: i64, now: SystemTime) {
         let Some(s) = self.messages.get(&seq) else {
             return;
         };
         let times = [s.lock.map(|l| l.until), s.scheduled_at, s.expires_at];
-        for t in times.into_iter().flatten() {
+        for t in times.into_iter().flatten().filter(|t| *t > now) {
             self.due.insert((t, seq));
         }
     }
@@ -353,7 +355,7 @@ impl QueueState {
         };
         self.counts.sent += 1;
         self.dirty |= stored.available();
-        self.main.insert(stored);
+        self.main.insert(stored, now);
     }
 
     /// Processes every timer due at `now`: lock expiry (redelivery with delivery count + 1, or
@@ -415,6 +417,7 @@ impl QueueState {
                     Some(format!(
                         "Message could not be consumed after {count} delivery attempts."
                     )),
+                    now,
                 );
             }
             return;
@@ -432,7 +435,7 @@ impl QueueState {
         if !expired {
             self.dirty |= s.available();
             self.main.reindex(seq);
-            self.main.push_due(seq);
+            self.main.push_due(seq, now);
             return;
         }
         let Some(s) = self.main.remove(seq) else {
@@ -444,13 +447,20 @@ impl QueueState {
                 s,
                 Some(TTL_EXPIRED.to_owned()),
                 Some("The message expired and was dead lettered.".to_owned()),
+                now,
             );
         } else {
             tracing::debug!(entity = %self.path, sequence_number = seq, "Expired message dropped.");
         }
     }
 
-    fn dead_letter(&mut self, mut s: Stored, reason: Option<String>, description: Option<String>) {
+    fn dead_letter(
+        &mut self,
+        mut s: Stored,
+        reason: Option<String>,
+        description: Option<String>,
+        now: SystemTime,
+    ) {
         let mut props = Properties::new();
         if let Some(r) = reason {
             props.insert(DEAD_LETTER_REASON.to_owned(), PropertyValue::String(r));
@@ -474,7 +484,7 @@ impl QueueState {
             self.forwards.push(s.msg);
         } else {
             self.dirty = true;
-            self.dlq.insert(s);
+            self.dlq.insert(s, now);
         }
     }
 
@@ -556,7 +566,7 @@ impl QueueState {
                     s.deferred = true;
                 }
                 store.reindex(seq);
-                store.push_due(seq);
+                store.push_due(seq, now);
             }
             Settlement::DeadLetter {
                 reason,
@@ -572,7 +582,7 @@ impl QueueState {
                 }
                 if let Some(mut s) = self.main.remove(seq) {
                     s.msg.modify(properties_to_modify);
-                    self.dead_letter(s, reason, description);
+                    self.dead_letter(s, reason, description, now);
                 }
             }
         }
