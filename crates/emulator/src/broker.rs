@@ -190,7 +190,7 @@ impl Namespace {
         let now = self.clock.now();
         match node {
             Node::Queue(q) => {
-                let forward = {
+                let (target, msg) = {
                     let mut st = q.lock();
                     st.tick(now);
                     let dup = q.props.requires_duplicate_detection
@@ -207,14 +207,17 @@ impl Namespace {
                         return Ok(SendOutcome::Duplicate);
                     }
                     match &q.props.forward_to {
+                        // Beyond the hop limit the message stays where it is.
                         Some(target) if hops < MAX_FORWARD_HOPS => {
                             st.counts.forwarded += 1;
-                            Some((target.clone(), msg))
+                            (target.clone(), msg)
                         }
                         _ => {
                             let seq = st.next_seq;
                             st.next_seq += 1;
                             st.enqueue(msg, seq, now, None);
+                            // Woken right here, so the next operation need not wake them again.
+                            st.dirty = false;
                             drop(st);
                             q.notify.notify_waiters();
                             return Ok(SendOutcome::Accepted {
@@ -223,15 +226,8 @@ impl Namespace {
                         }
                     }
                 };
-                match forward {
-                    Some((target, msg)) => {
-                        let node = self.node(&target)?.clone();
-                        self.route(&node, msg, hops + 1)
-                    }
-                    None => Err(Error::NotFound {
-                        entity: q.path.clone(),
-                    }),
-                }
+                let node = self.node(&target)?.clone();
+                self.route(&node, msg, hops + 1)
             }
             Node::Topic(t) => {
                 let seq = {
@@ -273,6 +269,8 @@ impl Namespace {
                                     now,
                                     Some(t.props.default_message_time_to_live),
                                 );
+                                // Woken below.
+                                st.dirty = false;
                                 None
                             }
                         }

@@ -990,3 +990,29 @@ async fn counts_per_state() {
     assert_eq!((dlq.active, dlq.sent), (1, 1));
     assert_eq!(q.counts().completed, 1);
 }
+
+/// Handles and futures cross tasks and threads in the wire layer.
+#[test]
+fn handles_and_futures_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>(_: &T) {}
+    fn send<T: Send>(_: &T) {}
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+    let broker = Broker::new(Config::new("ns").with_queue(QueueConfig::new("q"))).unwrap();
+    let q = broker.entity("q").unwrap();
+    send_sync(&broker);
+    send_sync(&q);
+    send(&q.receive(ReceiveMode::PeekLock, None));
+    send(&q.settle(uuid::Uuid::nil(), Settlement::Complete));
+    send(&q.update_disposition(
+        DispositionStatus::Completed,
+        &[],
+        None,
+        None,
+        Properties::new(),
+    ));
+    send_sync(&Error::Refused { operation: "x" });
+}
