@@ -1157,3 +1157,53 @@ async fn session_renewal_release_and_state() {
         Err(Error::NotAllowed { .. })
     ));
 }
+
+#[tokio::test(start_paused = true)]
+async fn receive_is_cancel_safe() {
+    let (_broker, q) = queue_broker(props(|_| {}));
+    tokio::select! {
+        r = q.receive(ReceiveMode::PeekLock, None) => panic!("nothing was sent: {r:?}"),
+        () = tokio::time::sleep(SEC) => {}
+    }
+    q.send(msg("a")).unwrap();
+    // The cancelled receiver took nothing: the message is still there.
+    let m = q.try_receive(ReceiveMode::PeekLock).unwrap().unwrap();
+    assert_eq!(m.delivery_count, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn config_json_rules_drive_fan_out() {
+    let config = Config::from_json(
+        r#"{"UserConfig":{"Namespaces":[{"Name":"sbemulatorns","Queues":[],"Topics":[{"Name":"t",
+          "Subscriptions":[
+            {"Name":"high","Properties":{"LockDuration":"PT1S","MaxDeliveryCount":1},
+             "Rules":[{"Name":"r","Properties":{"FilterType":"Sql","SqlFilter":{"SqlExpression":"priority = 'High' OR sys.Label LIKE 'urgent%'"}}}]},
+            {"Name":"corr","Rules":[{"Name":"r","Properties":{"FilterType":"Correlation","CorrelationFilter":{"CorrelationId":"c1","Properties":{"n":1}}}}]},
+            {"Name":"all"}]}]}],"Logging":{"Type":"File"}}}"#,
+    )
+    .unwrap();
+    let broker = Broker::new(config).unwrap();
+    let t = broker.entity("sb://localhost/t").unwrap();
+    t.send(msg("1").with_property("priority", "High")).unwrap();
+    let mut m2 = msg("2").with_property("n", 1);
+    m2.correlation_id = Some("c1".into());
+    m2.subject = Some("urgent-fix".into());
+    t.send(m2).unwrap();
+    t.send(msg("3").with_property("priority", "Low")).unwrap();
+    let sub = |n: &str| broker.entity(&format!("t/subscriptions/{n}")).unwrap();
+    assert_eq!(ids(&sub("high")).await, ["1", "2"]);
+    assert_eq!(ids(&sub("corr")).await, ["2"]);
+    assert_eq!(ids(&sub("all")).await, ["1", "2", "3"]);
+    // The subscription's 1 s lock and MaxDeliveryCount 1 from the file apply.
+    t.send(msg("4").with_property("priority", "High")).unwrap();
+    let high = sub("high");
+    recv(&high).await;
+    advance(SEC).await;
+    let d = recv(
+        &broker
+            .entity("t/Subscriptions/high/$DeadLetterQueue")
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(d.dead_letter_reason(), Some("MaxDeliveryCountExceeded"));
+}
