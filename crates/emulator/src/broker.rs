@@ -17,13 +17,14 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
 use crate::address::{Address, EntityPath};
 use crate::clock::Clock;
 use crate::config::{Config, EntityProperties, TopicProperties};
-use crate::entity::{DupWindow, EntityCounts, QueueState, Settlement};
+use crate::entity::{DupWindow, EntityCounts, QueueState, SessionLock, Settlement};
 use crate::error::{Error, Result};
 use crate::filter::Rule;
 use crate::message::{BrokerMessage, Properties, ReceiveMode, ReceivedMessage};
@@ -161,6 +162,10 @@ struct Namespace {
     clock: Clock,
     /// Queues and topics by lower-case name.
     nodes: HashMap<String, Node>,
+    /// Queues and subscriptions with `ForwardDeadLetteredMessagesTo`: their timers are
+    /// processed on every operation, so a message they dead-letter by lock expiry or TTL
+    /// reaches its target without waiting for an operation on the source.
+    dlq_forwarders: Vec<Arc<MessageQueue>>,
 }
 
 impl fmt::Debug for Namespace {
@@ -186,7 +191,7 @@ impl Namespace {
         let now = self.clock.now();
         match node {
             Node::Queue(q) => {
-                let forward = {
+                let (target, msg) = {
                     let mut st = q.lock();
                     st.tick(now);
                     let dup = q.props.requires_duplicate_detection
@@ -203,14 +208,17 @@ impl Namespace {
                         return Ok(SendOutcome::Duplicate);
                     }
                     match &q.props.forward_to {
+                        // Beyond the hop limit the message stays where it is.
                         Some(target) if hops < MAX_FORWARD_HOPS => {
                             st.counts.forwarded += 1;
-                            Some((target.clone(), msg))
+                            (target.clone(), msg)
                         }
                         _ => {
                             let seq = st.next_seq;
                             st.next_seq += 1;
                             st.enqueue(msg, seq, now, None);
+                            // Woken right here, so the next operation need not wake them again.
+                            st.dirty = false;
                             drop(st);
                             q.notify.notify_waiters();
                             return Ok(SendOutcome::Accepted {
@@ -219,15 +227,8 @@ impl Namespace {
                         }
                     }
                 };
-                match forward {
-                    Some((target, msg)) => {
-                        let node = self.node(&target)?.clone();
-                        self.route(&node, msg, hops + 1)
-                    }
-                    None => Err(Error::NotFound {
-                        entity: q.path.clone(),
-                    }),
-                }
+                let node = self.node(&target)?.clone();
+                self.route(&node, msg, hops + 1)
             }
             Node::Topic(t) => {
                 let seq = {
@@ -269,6 +270,8 @@ impl Namespace {
                                     now,
                                     Some(t.props.default_message_time_to_live),
                                 );
+                                // Woken below.
+                                st.dirty = false;
                                 None
                             }
                         }
@@ -286,6 +289,34 @@ impl Namespace {
                 })
             }
         }
+    }
+
+    /// Processes the timers of every dead-letter forwarder and forwards what they dead-letter.
+    fn tick_forwarders(&self, now: SystemTime) {
+        for queue in &self.dlq_forwarders {
+            let (forwards, dirty) = {
+                let mut st = queue.lock();
+                st.tick(now);
+                (
+                    std::mem::take(&mut st.forwards),
+                    std::mem::take(&mut st.dirty),
+                )
+            };
+            if dirty {
+                queue.notify.notify_waiters();
+            }
+            if !forwards.is_empty() {
+                self.forward_dead_letters(queue, forwards);
+            }
+        }
+    }
+
+    /// The earliest timer of any dead-letter forwarder.
+    fn forwarders_next_due(&self) -> Option<SystemTime> {
+        self.dlq_forwarders
+            .iter()
+            .filter_map(|q| q.lock().next_due(false))
+            .min()
     }
 
     /// Passes dead-lettered messages on to `ForwardDeadLetteredMessagesTo`.
@@ -344,9 +375,13 @@ impl Broker {
     pub fn with_clock(config: Config, clock: Clock) -> Result<Broker> {
         config.validate()?;
         let mut nodes = HashMap::new();
+        let mut dlq_forwarders = Vec::new();
         for q in config.namespace.queues {
-            let queue = MessageQueue::new(q.name.clone(), q.properties, false);
-            nodes.insert(q.name.to_ascii_lowercase(), Node::Queue(Arc::new(queue)));
+            let queue = Arc::new(MessageQueue::new(q.name.clone(), q.properties, false));
+            if queue.props.forward_dead_lettered_messages_to.is_some() {
+                dlq_forwarders.push(queue.clone());
+            }
+            nodes.insert(q.name.to_ascii_lowercase(), Node::Queue(queue));
         }
         for t in config.namespace.topics {
             let mut subscriptions = Vec::new();
@@ -364,6 +399,9 @@ impl Broker {
                     rules,
                     queue: Arc::new(MessageQueue::new(path, props, true)),
                 };
+                if sub.queue.props.forward_dead_lettered_messages_to.is_some() {
+                    dlq_forwarders.push(sub.queue.clone());
+                }
                 subscriptions.push((s.name, Arc::new(sub)));
             }
             let topic = Topic {
@@ -384,6 +422,7 @@ impl Broker {
                 name: config.namespace.name,
                 clock,
                 nodes,
+                dlq_forwarders,
             }),
         })
     }
@@ -541,8 +580,8 @@ impl Entity {
         }
     }
 
-    /// Whether the entity requires sessions (sessions are not emulated: such entities behave
-    /// like plain ones).
+    /// Whether the entity requires sessions (receive through
+    /// [`accept_session`](Self::accept_session) then).
     pub fn requires_session(&self) -> bool {
         match &self.target {
             Target::Queue { queue, .. } => queue.props.requires_session,
@@ -572,6 +611,7 @@ impl Entity {
             ));
         };
         let now = self.ns.clock.now();
+        self.ns.tick_forwarders(now);
         let (result, forwards, dirty) = {
             let mut st = queue.lock();
             st.tick(now);
@@ -599,6 +639,12 @@ impl Entity {
             && queue.is_subscription
         {
             return Err(self.not_allowed("send", "send to the topic, not to a subscription"));
+        }
+        if let Target::Queue { queue, .. } = &self.target
+            && queue.props.requires_session
+            && msg.session_id.is_none()
+        {
+            return Err(self.not_allowed("send", "the queue requires sessions: set a session id"));
         }
         let max = self.max_message_size();
         if msg.size() > max {
@@ -628,6 +674,7 @@ impl Entity {
         if msg.message_id.is_none() {
             msg.message_id = Some(Uuid::new_v4().simple().to_string());
         }
+        self.ns.tick_forwarders(self.ns.clock.now());
         self.ns.route(&self.node(), msg, 0)
     }
 
@@ -690,8 +737,9 @@ impl Entity {
     /// delivery is paused).
     ///
     /// # Errors
-    /// [`Error::NotAllowed`] on topics.
+    /// [`Error::NotAllowed`] on topics and session-enabled entities.
     pub fn try_receive(&self, mode: ReceiveMode) -> Result<Option<ReceivedMessage>> {
+        self.check_sessionless("receive")?;
         self.with_queue("receive", |_, st, dlq, now| Ok(st.take(dlq, mode, now)))
     }
 
@@ -702,15 +750,49 @@ impl Entity {
     /// `tokio::select!` with the link's cancellation, say) loses nothing.
     ///
     /// # Errors
-    /// [`Error::NotAllowed`] on topics.
+    /// [`Error::NotAllowed`] on topics and on session-enabled entities (use
+    /// [`accept_session`](Self::accept_session)).
     pub async fn receive(
         &self,
         mode: ReceiveMode,
         max_wait: Option<Duration>,
     ) -> Result<Option<ReceivedMessage>> {
+        self.check_sessionless("receive")?;
+        self.wait_for("receive", max_wait, |st, dlq, now| {
+            Ok(st.take(dlq, mode, now))
+        })
+        .await
+    }
+
+    fn check_sessionless(&self, operation: &'static str) -> Result<()> {
+        match &self.target {
+            Target::Queue { queue, dlq: false } if queue.props.requires_session => Err(self
+                .not_allowed(
+                    operation,
+                    "the entity requires sessions; accept a session first",
+                )),
+            _ => Ok(()),
+        }
+    }
+
+    fn check_sessionful(&self, operation: &'static str) -> Result<()> {
+        match &self.target {
+            Target::Queue { queue, dlq: false } if queue.props.requires_session => Ok(()),
+            _ => Err(self.not_allowed(operation, "the entity does not require sessions")),
+        }
+    }
+
+    /// Runs `attempt` until it yields a value, waking on notifications and on the entity's
+    /// timers, for at most `max_wait`.
+    async fn wait_for<T>(
+        &self,
+        operation: &'static str,
+        max_wait: Option<Duration>,
+        mut attempt: impl FnMut(&mut QueueState, bool, SystemTime) -> Result<Option<T>>,
+    ) -> Result<Option<T>> {
         let Target::Queue { queue, .. } = &self.target else {
             return Err(self.not_allowed(
-                "receive",
+                operation,
                 "a topic has no messages of its own; use a subscription",
             ));
         };
@@ -721,8 +803,13 @@ impl Entity {
             tokio::pin!(notified);
             // Register before looking, so a message sent in between wakes us.
             notified.as_mut().enable();
-            let (got, next_due) = self.with_queue("receive", |_, st, dlq, now| {
-                Ok((st.take(dlq, mode, now), st.next_due(dlq)))
+            let (got, next_due) = self.with_queue(operation, |_, st, dlq, now| {
+                let got = attempt(st, dlq, now)?;
+                let next_due = [st.next_due(dlq), st.next_session_expiry(now)]
+                    .into_iter()
+                    .flatten()
+                    .min();
+                Ok((got, next_due))
             })?;
             if got.is_some() {
                 return Ok(got);
@@ -731,7 +818,12 @@ impl Entity {
             if deadline.is_some_and(|d| now >= d) {
                 return Ok(None);
             }
-            match [next_due, deadline].into_iter().flatten().min() {
+            let forwarders_due = self.ns.forwarders_next_due();
+            match [next_due, deadline, forwarders_due]
+                .into_iter()
+                .flatten()
+                .min()
+            {
                 Some(wake) => {
                     tokio::select! {
                         () = &mut notified => {}
@@ -741,6 +833,95 @@ impl Entity {
                 None => notified.await,
             }
         }
+    }
+
+    /// Accepts a session of a session-enabled queue or subscription: `session_id`, or (with
+    /// `None`) the session of the oldest receivable message whose session is free, waiting at
+    /// most `max_wait` for one (`Ok(None)` on timeout). The session lock lasts `LockDuration`.
+    ///
+    /// # Errors
+    /// [`Error::SessionCannotBeLocked`] when another receiver holds `session_id`;
+    /// [`Error::NotAllowed`] when the entity does not require sessions.
+    pub async fn accept_session(
+        &self,
+        session_id: Option<&str>,
+        max_wait: Option<Duration>,
+    ) -> Result<Option<SessionLock>> {
+        self.check_sessionful("accept-session")?;
+        match session_id {
+            Some(id) => self.with_queue("accept-session", |_, st, _, now| {
+                st.accept_session(Some(id), now)
+            }),
+            None => {
+                self.wait_for("accept-session", max_wait, |st, _, now| {
+                    st.accept_session(None, now)
+                })
+                .await
+            }
+        }
+    }
+
+    /// Waits for the next message of a session this receiver has accepted. Message locks end
+    /// with the session lock.
+    ///
+    /// # Errors
+    /// [`Error::SessionLockLost`] once the session lock expired or was released.
+    pub async fn receive_from_session(
+        &self,
+        session_id: &str,
+        mode: ReceiveMode,
+        max_wait: Option<Duration>,
+    ) -> Result<Option<ReceivedMessage>> {
+        self.check_sessionful("receive")?;
+        self.wait_for("receive", max_wait, |st, _, now| {
+            st.take_from_session(session_id, mode, now)
+        })
+        .await
+    }
+
+    /// `com.microsoft:renew-session-lock`: extends the session lock and its messages' locks.
+    ///
+    /// # Errors
+    /// [`Error::SessionLockLost`] when the session lock already expired.
+    pub fn renew_session_lock(&self, session_id: &str) -> Result<SystemTime> {
+        self.check_sessionful("renew-session-lock")?;
+        self.with_queue("renew-session-lock", |_, st, _, now| {
+            st.renew_session(session_id, now)
+        })
+    }
+
+    /// Releases a session lock (call when the session receiver's link closes).
+    ///
+    /// # Errors
+    /// [`Error::NotAllowed`] when the entity does not require sessions.
+    pub fn release_session(&self, session_id: &str) -> Result<()> {
+        self.check_sessionful("release-session")?;
+        self.with_queue("release-session", |_, st, _, _| {
+            st.release_session(session_id);
+            Ok(())
+        })
+    }
+
+    /// `com.microsoft:get-session-state`.
+    ///
+    /// # Errors
+    /// [`Error::SessionLockLost`] without a valid session lock.
+    pub fn session_state(&self, session_id: &str) -> Result<Option<Bytes>> {
+        self.check_sessionful("get-session-state")?;
+        self.with_queue("get-session-state", |_, st, _, now| {
+            st.session_state(session_id, now)
+        })
+    }
+
+    /// `com.microsoft:set-session-state` (`None` clears it).
+    ///
+    /// # Errors
+    /// [`Error::SessionLockLost`] without a valid session lock.
+    pub fn set_session_state(&self, session_id: &str, state: Option<Bytes>) -> Result<()> {
+        self.check_sessionful("set-session-state")?;
+        self.with_queue("set-session-state", |_, st, _, now| {
+            st.set_session_state(session_id, state, now)
+        })
     }
 
     /// Settles a locked message by lock token (link dispositions).

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
 use uuid::Uuid;
 
 use crate::config::EntityProperties;
@@ -160,19 +161,21 @@ struct Store {
 }
 
 impl Store {
-    fn insert(&mut self, s: Stored) {
+    fn insert(&mut self, s: Stored, now: SystemTime) {
         let seq = s.seq;
         self.messages.insert(seq, s);
-        self.push_due(seq);
+        self.push_due(seq, now);
         self.reindex(seq);
     }
 
-    fn push_due(&mut self, seq: i64) {
+    /// Registers the message's future timers. Past ones are not re-registered: the timer pass
+    /// that popped them already handled them, and re-adding them would loop.
+    fn push_due(&mut self, seq: i64, now: SystemTime) {
         let Some(s) = self.messages.get(&seq) else {
             return;
         };
         let times = [s.lock.map(|l| l.until), s.scheduled_at, s.expires_at];
-        for t in times.into_iter().flatten() {
+        for t in times.into_iter().flatten().filter(|t| *t > now) {
             self.due.insert((t, seq));
         }
     }
@@ -301,6 +304,23 @@ pub(crate) struct QueueState {
     pub(crate) forwards: Vec<BrokerMessage>,
     /// Set when a message may have become receivable: waiting receivers must look again.
     pub(crate) dirty: bool,
+    sessions: HashMap<String, Session>,
+}
+
+/// A message session of a session-enabled queue or subscription.
+#[derive(Debug, Default)]
+struct Session {
+    locked_until: Option<SystemTime>,
+    state: Option<Bytes>,
+}
+
+/// A session accepted by a receiver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionLock {
+    /// The session id (AMQP `group-id` of its messages).
+    pub session_id: String,
+    /// When the session lock expires unless renewed (`com.microsoft:locked-until-utc`).
+    pub locked_until: SystemTime,
 }
 
 impl QueueState {
@@ -316,6 +336,7 @@ impl QueueState {
             counts: EntityCounts::default(),
             forwards: Vec::new(),
             dirty: false,
+            sessions: HashMap::new(),
         }
     }
 
@@ -353,7 +374,7 @@ impl QueueState {
         };
         self.counts.sent += 1;
         self.dirty |= stored.available();
-        self.main.insert(stored);
+        self.main.insert(stored, now);
     }
 
     /// Processes every timer due at `now`: lock expiry (redelivery with delivery count + 1, or
@@ -415,6 +436,7 @@ impl QueueState {
                     Some(format!(
                         "Message could not be consumed after {count} delivery attempts."
                     )),
+                    now,
                 );
             }
             return;
@@ -432,7 +454,7 @@ impl QueueState {
         if !expired {
             self.dirty |= s.available();
             self.main.reindex(seq);
-            self.main.push_due(seq);
+            self.main.push_due(seq, now);
             return;
         }
         let Some(s) = self.main.remove(seq) else {
@@ -444,13 +466,20 @@ impl QueueState {
                 s,
                 Some(TTL_EXPIRED.to_owned()),
                 Some("The message expired and was dead lettered.".to_owned()),
+                now,
             );
         } else {
             tracing::debug!(entity = %self.path, sequence_number = seq, "Expired message dropped.");
         }
     }
 
-    fn dead_letter(&mut self, mut s: Stored, reason: Option<String>, description: Option<String>) {
+    fn dead_letter(
+        &mut self,
+        mut s: Stored,
+        reason: Option<String>,
+        description: Option<String>,
+        now: SystemTime,
+    ) {
         let mut props = Properties::new();
         if let Some(r) = reason {
             props.insert(DEAD_LETTER_REASON.to_owned(), PropertyValue::String(r));
@@ -474,7 +503,7 @@ impl QueueState {
             self.forwards.push(s.msg);
         } else {
             self.dirty = true;
-            self.dlq.insert(s);
+            self.dlq.insert(s, now);
         }
     }
 
@@ -556,7 +585,7 @@ impl QueueState {
                     s.deferred = true;
                 }
                 store.reindex(seq);
-                store.push_due(seq);
+                store.push_due(seq, now);
             }
             Settlement::DeadLetter {
                 reason,
@@ -572,7 +601,7 @@ impl QueueState {
                 }
                 if let Some(mut s) = self.main.remove(seq) {
                     s.msg.modify(properties_to_modify);
-                    self.dead_letter(s, reason, description);
+                    self.dead_letter(s, reason, description, now);
                 }
             }
         }
@@ -690,6 +719,160 @@ impl QueueState {
             }
         }
         removed
+    }
+
+    fn session_locked(&self, id: &str, now: SystemTime) -> bool {
+        self.sessions
+            .get(id)
+            .and_then(|s| s.locked_until)
+            .is_some_and(|until| until > now)
+    }
+
+    fn check_session(&self, id: &str, now: SystemTime) -> Result<()> {
+        if self.session_locked(id, now) {
+            Ok(())
+        } else {
+            Err(Error::SessionLockLost {
+                session_id: id.to_owned(),
+            })
+        }
+    }
+
+    /// Locks a session: the given one (even if it has no messages yet), or the session of the
+    /// oldest receivable message whose session is not locked (`Ok(None)` when there is none).
+    pub(crate) fn accept_session(
+        &mut self,
+        id: Option<&str>,
+        now: SystemTime,
+    ) -> Result<Option<SessionLock>> {
+        let id = match id {
+            Some(id) if self.session_locked(id, now) => {
+                return Err(Error::SessionCannotBeLocked {
+                    session_id: id.to_owned(),
+                });
+            }
+            Some(id) => id.to_owned(),
+            None => {
+                if self.faults.paused {
+                    return Ok(None);
+                }
+                let next = self.main.ready.iter().find_map(|seq| {
+                    let sid = self.main.messages.get(seq)?.msg.session_id.as_deref()?;
+                    (!self.session_locked(sid, now)).then(|| sid.to_owned())
+                });
+                match next {
+                    Some(id) => id,
+                    None => return Ok(None),
+                }
+            }
+        };
+        let locked_until = now + self.props.lock_duration;
+        self.sessions.entry(id.clone()).or_default().locked_until = Some(locked_until);
+        Ok(Some(SessionLock {
+            session_id: id,
+            locked_until,
+        }))
+    }
+
+    /// Takes the next receivable message of a locked session; its message lock ends with the
+    /// session lock.
+    pub(crate) fn take_from_session(
+        &mut self,
+        id: &str,
+        mode: ReceiveMode,
+        now: SystemTime,
+    ) -> Result<Option<ReceivedMessage>> {
+        self.check_session(id, now)?;
+        if self.faults.paused {
+            return Ok(None);
+        }
+        let until = self
+            .sessions
+            .get(id)
+            .and_then(|s| s.locked_until)
+            .unwrap_or(now);
+        let Some(seq) = self.main.ready.iter().copied().find(|seq| {
+            self.main
+                .messages
+                .get(seq)
+                .is_some_and(|s| s.msg.session_id.as_deref() == Some(id))
+        }) else {
+            return Ok(None);
+        };
+        Ok(match mode {
+            ReceiveMode::PeekLock => self.main.lock(
+                seq,
+                now,
+                until.duration_since(now).unwrap_or(Duration::ZERO),
+            ),
+            ReceiveMode::ReceiveAndDelete => {
+                let view = self.main.remove(seq).map(|s| s.view(false));
+                self.counts.completed += 1;
+                view
+            }
+        })
+    }
+
+    /// Renews a session lock and the locks of its locked messages.
+    pub(crate) fn renew_session(&mut self, id: &str, now: SystemTime) -> Result<SystemTime> {
+        self.check_session(id, now)?;
+        let until = now + self.props.lock_duration;
+        if let Some(s) = self.sessions.get_mut(id) {
+            s.locked_until = Some(until);
+        }
+        let seqs: Vec<i64> = self
+            .main
+            .messages
+            .values()
+            .filter(|s| s.lock.is_some() && s.msg.session_id.as_deref() == Some(id))
+            .map(|s| s.seq)
+            .collect();
+        for seq in seqs {
+            if let Some(s) = self.main.messages.get_mut(&seq)
+                && let Some(lock) = &mut s.lock
+            {
+                lock.until = until;
+                self.main.due.insert((until, seq));
+            }
+        }
+        Ok(until)
+    }
+
+    /// Releases a session lock (the receiver closed its link).
+    pub(crate) fn release_session(&mut self, id: &str) {
+        if let Some(s) = self.sessions.get_mut(id) {
+            s.locked_until = None;
+            self.dirty = true;
+        }
+    }
+
+    /// The session state (requires the session lock).
+    pub(crate) fn session_state(&self, id: &str, now: SystemTime) -> Result<Option<Bytes>> {
+        self.check_session(id, now)?;
+        Ok(self.sessions.get(id).and_then(|s| s.state.clone()))
+    }
+
+    /// Sets the session state (requires the session lock).
+    pub(crate) fn set_session_state(
+        &mut self,
+        id: &str,
+        state: Option<Bytes>,
+        now: SystemTime,
+    ) -> Result<()> {
+        self.check_session(id, now)?;
+        if let Some(s) = self.sessions.get_mut(id) {
+            s.state = state;
+        }
+        Ok(())
+    }
+
+    /// The earliest session lock expiry after `now` (a waiting acceptor may get that session).
+    pub(crate) fn next_session_expiry(&self, now: SystemTime) -> Option<SystemTime> {
+        self.sessions
+            .values()
+            .filter_map(|s| s.locked_until)
+            .filter(|t| *t > now)
+            .min()
     }
 
     /// Current counts.

@@ -25,6 +25,20 @@ pub enum Error {
         /// The token the caller presented.
         lock_token: uuid::Uuid,
     },
+    /// Another receiver holds this session's lock (transient;
+    /// `com.microsoft:session-cannot-be-locked`).
+    #[error("session {session_id:?} is locked by another receiver")]
+    SessionCannotBeLocked {
+        /// The session id.
+        session_id: String,
+    },
+    /// The session lock expired or was released (permanent for this receiver;
+    /// `com.microsoft:session-lock-lost`).
+    #[error("session lock lost: {session_id:?}")]
+    SessionLockLost {
+        /// The session id.
+        session_id: String,
+    },
     /// The message is larger than the entity's maximum message size
     /// (permanent; `amqp:link:message-size-exceeded`).
     #[error("message of {size} bytes exceeds the maximum message size of {max} bytes")]
@@ -81,6 +95,8 @@ impl Error {
         match self {
             Error::NotFound { .. } => "amqp:not-found",
             Error::LockLost { .. } => "com.microsoft:message-lock-lost",
+            Error::SessionCannotBeLocked { .. } => "com.microsoft:session-cannot-be-locked",
+            Error::SessionLockLost { .. } => "com.microsoft:session-lock-lost",
             Error::MessageSizeExceeded { .. } => "amqp:link:message-size-exceeded",
             Error::MessageNotFound { .. } => "com.microsoft:message-not-found",
             Error::InvalidAddress { .. } => "amqp:invalid-field",
@@ -102,6 +118,9 @@ impl Error {
 
     /// Whether retrying the same operation may succeed.
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Refused { .. })
+        matches!(
+            self,
+            Error::Refused { .. } | Error::SessionCannotBeLocked { .. }
+        )
     }
 }

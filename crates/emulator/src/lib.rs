@@ -60,7 +60,7 @@ pub use config::{
     TopicProperties,
 };
 pub use duration::{format_iso8601_duration, parse_iso8601_duration};
-pub use entity::{EntityCounts, Settlement};
+pub use entity::{EntityCounts, SessionLock, Settlement};
 pub use error::{Error, Result};
 pub use filter::{CorrelationFilter, Filter, Rule};
 pub use message::{
