@@ -207,6 +207,7 @@ impl Connection {
     /// # async fn f() -> sb_amqp::Result<()> {
     /// let conn = sb_amqp::Connection::open("amqp://guest:guest@127.0.0.1:5672").await?;
     /// let session = conn.begin().await?;
+    /// session.end().await?;
     /// # Ok(()) }
     /// ```
     ///

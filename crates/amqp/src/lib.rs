@@ -40,6 +40,7 @@
 //! # Ok(()) }
 //! ```
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![doc(test(attr(deny(warnings), allow(dead_code))))]
 
 mod client;
 mod connection;

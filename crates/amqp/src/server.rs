@@ -80,9 +80,12 @@ impl Listener {
     /// let mut conn = listener.accept().await?.handshake().await?;
     /// while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
     ///     if req.is_peer_sender() {
-    ///         let receiver = req.accept_receiver(LinkAnswer::default().credit(10)).await?;
+    ///         let mut receiver = req.accept_receiver(LinkAnswer::default().credit(10)).await?;
+    ///         let delivery = receiver.recv().await?;
+    ///         receiver.accept(&delivery).await?;
     ///     } else {
     ///         let sender = req.accept_sender(LinkAnswer::default()).await?;
+    ///         sender.send_settled(sb_amqp::Sendable::raw(&b"\x00\x53\x77\x45"[..])).await?;
     ///     }
     /// }
     /// # Ok(()) }
