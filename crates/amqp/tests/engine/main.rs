@@ -1,4 +1,6 @@
 //! Integration tests for sb-amqp: engine-to-engine, RabbitMQ interop, Qpid Proton interop.
+// Helpers outside #[test] functions panic on setup failures by design.
+#![allow(clippy::unwrap_used)]
 
 mod e2e;
 mod proton;
