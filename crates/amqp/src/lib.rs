@@ -78,3 +78,8 @@ pub use fe2o3_amqp_types as types;
 /// rustls, re-exported for building TLS configurations.
 pub use rustls;
 pub use serde_amqp as codec;
+
+/// Compiles the README's examples as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
