@@ -716,6 +716,9 @@ pub struct ReceiverOptions {
     pub credit: Option<u32>,
     /// Link properties.
     pub properties: Option<Fields>,
+    /// Our `max-message-size`: larger deliveries are rejected with
+    /// `amqp:link:message-size-exceeded` without being buffered.
+    pub max_message_size: Option<u64>,
 }
 
 impl ReceiverOptions {
@@ -731,7 +734,15 @@ impl ReceiverOptions {
             auto_credit: None,
             credit: None,
             properties: None,
+            max_message_size: None,
         }
+    }
+
+    /// Sets our `max-message-size`.
+    #[must_use]
+    pub fn max_message_size(mut self, n: u64) -> Self {
+        self.max_message_size = Some(n);
+        self
     }
 
     /// Sets the receiver settle mode.
@@ -790,7 +801,7 @@ impl ReceiverOptions {
             unsettled: None,
             incomplete_unsettled: false,
             initial_delivery_count: None,
-            max_message_size: None,
+            max_message_size: self.max_message_size,
             offered_capabilities: None,
             desired_capabilities: None,
             properties: self.properties,

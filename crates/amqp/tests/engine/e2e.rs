@@ -904,3 +904,57 @@ fn self_signed() -> Option<(Vec<u8>, Vec<u8>)> {
     }
     Some((std::fs::read(c).ok()?, std::fs::read(k).ok()?))
 }
+
+#[tokio::test]
+async fn sender_refuses_above_peer_max_message_size_locally() {
+    let addr = spawn_server(ServerOptions::default(), |mut conn| async move {
+        while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
+            let r = req
+                .accept_receiver(LinkAnswer::default().credit(10).max_message_size(64))
+                .await
+                .unwrap();
+            tokio::spawn(async move {
+                let _r = r;
+                std::future::pending::<()>().await
+            });
+        }
+    })
+    .await;
+    let conn = connect(addr).await;
+    let s = conn.begin().await.unwrap();
+    let sender = s.attach_sender(SenderOptions::new("s", "q")).await.unwrap();
+    let e = sender.send(data_message(&[0u8; 100])).await.unwrap_err();
+    assert_eq!(e.condition(), Some(condition::MESSAGE_SIZE_EXCEEDED));
+}
+
+/// Handles and their futures can move across tasks.
+#[allow(dead_code)]
+fn handles_and_futures_are_send() {
+    fn is_send<T: Send>(_: &T) {}
+    fn is_send_sync<T: Send + Sync>() {}
+    is_send_sync::<Connection>();
+    is_send_sync::<sb_amqp::Session>();
+    is_send_sync::<sb_amqp::Sender>();
+    is_send_sync::<sb_amqp::Receiver>();
+    is_send_sync::<sb_amqp::LinkRequest>();
+    is_send_sync::<sb_amqp::ServerConnection>();
+    is_send_sync::<RequestResponse>();
+    is_send_sync::<Error>();
+    async fn futs(
+        c: Connection,
+        s: sb_amqp::Sender,
+        mut r: sb_amqp::Receiver,
+        rr: RequestResponse,
+    ) {
+        let f1 = c.begin();
+        is_send(&f1);
+        let f2 = s.send(Sendable::raw(Bytes::new()));
+        is_send(&f2);
+        let f3 = r.recv();
+        is_send(&f3);
+        drop(f3);
+        let f4 = rr.request(Message::builder().value(1).build());
+        is_send(&f4);
+    }
+    let _ = futs;
+}

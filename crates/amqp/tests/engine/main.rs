@@ -5,4 +5,5 @@
 mod e2e;
 mod proton;
 mod rabbitmq;
+mod raw;
 mod support;
