@@ -343,6 +343,8 @@ pub(crate) struct Driver {
     sessions: HashMap<u16, Session>,
     remote_channels: HashMap<u16, u16>,
     events: Option<mpsc::UnboundedSender<ConnectionEvent>>,
+    /// The connection handle, for link requests to keep it alive (weak: the driver must not).
+    self_ref: SelfRef,
     stats: Arc<Stats>,
     last_recv: Instant,
     last_sent: Instant,
@@ -356,11 +358,14 @@ pub(crate) struct Driver {
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Starts the reader and driver tasks.
+pub(crate) type SelfRef = Arc<std::sync::OnceLock<std::sync::Weak<crate::client::ConnInner>>>;
+
 pub(crate) fn spawn(
     reader: FrameReader,
     writer: FrameWriter,
     neg: Negotiated,
     events: Option<mpsc::UnboundedSender<ConnectionEvent>>,
+    self_ref: SelfRef,
     span: tracing::Span,
 ) -> (crate::client::ConnCtx, Arc<Stats>) {
     use tracing::Instrument;
@@ -383,6 +388,7 @@ pub(crate) fn spawn(
         sessions: HashMap::new(),
         remote_channels: HashMap::new(),
         events,
+        self_ref,
         stats: stats.clone(),
         last_recv: Instant::now(),
         last_sent: Instant::now(),
@@ -721,7 +727,8 @@ impl Driver {
                     cmd,
                     terminal: self.terminal.subscribe(),
                 };
-                let req = LinkRequest::new(ctx, local, a);
+                let conn = self.self_ref.get().and_then(std::sync::Weak::upgrade);
+                let req = LinkRequest::new(ctx, conn, local, a);
                 if events.send(ConnectionEvent::Link(req)).is_err() {
                     tracing::debug!("Link request dropped: nobody listens for events.");
                 }

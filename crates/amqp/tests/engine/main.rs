@@ -7,3 +7,4 @@ mod proton;
 mod rabbitmq;
 mod raw;
 mod support;
+mod timing;
