@@ -68,12 +68,11 @@ async fn silent_peer_detected_after_idle_timeout() {
         f.write_frame(&Frame::amqp(0, open)).await.unwrap();
         let mut closed_tx = Some(closed_tx);
         while let Ok(Some(fr)) = f.read_frame().await {
-            if let FrameBody::Amqp(p, _) = fr.body {
-                if let sb_amqp::performative::Performative::Close(c) = *p {
-                    if let Some(tx) = closed_tx.take() {
-                        tx.send(c).unwrap();
-                    }
-                }
+            if let FrameBody::Amqp(p, _) = fr.body
+                && let sb_amqp::performative::Performative::Close(c) = *p
+                && let Some(tx) = closed_tx.take()
+            {
+                tx.send(c).unwrap();
             }
         }
     });
