@@ -189,14 +189,16 @@ pub(crate) fn start(
     };
     f.set_max_frame_size(local.max_frame_size.0);
     let (r, w) = f.split();
-    let (ctx, stats) = driver::spawn(r, w, neg, events, span);
-    Connection {
-        inner: Arc::new(ConnInner {
-            ctx,
-            remote_open: remote,
-            stats,
-        }),
-    }
+    let self_ref: driver::SelfRef = Arc::default();
+    let (ctx, stats) = driver::spawn(r, w, neg, events, self_ref.clone(), span);
+    let inner = Arc::new(ConnInner {
+        ctx,
+        remote_open: remote,
+        stats,
+    });
+    // Cannot fail: set once, right here.
+    let _ = self_ref.set(Arc::downgrade(&inner));
+    Connection { inner }
 }
 
 impl Connection {
@@ -207,6 +209,7 @@ impl Connection {
     /// # async fn f() -> sb_amqp::Result<()> {
     /// let conn = sb_amqp::Connection::open("amqp://guest:guest@127.0.0.1:5672").await?;
     /// let session = conn.begin().await?;
+    /// session.end().await?;
     /// # Ok(()) }
     /// ```
     ///
@@ -490,6 +493,7 @@ impl Session {
                 name,
                 detached: false,
                 _session: Some(self.inner.clone()),
+                _conn: None,
             },
             events: erx,
             flow: frx,
@@ -512,6 +516,7 @@ impl Session {
     ///
     /// # Errors
     /// [`Error::AttachRefused`] with the peer's condition, or session/connection errors.
+    #[tracing::instrument(level = "debug", skip_all, fields(link = %opts.name, channel = self.inner.channel))]
     pub async fn attach_sender(&self, opts: SenderOptions) -> Result<Sender> {
         let auto_drain = opts.auto_drain;
         let p = self.attach(opts.into_attach(), None, auto_drain).await?;
@@ -522,6 +527,7 @@ impl Session {
     ///
     /// # Errors
     /// [`Error::AttachRefused`] with the peer's condition, or session/connection errors.
+    #[tracing::instrument(level = "debug", skip_all, fields(link = %opts.name, channel = self.inner.channel))]
     pub async fn attach_receiver(&self, opts: ReceiverOptions) -> Result<Receiver> {
         let auto = opts.auto_credit;
         let initial = opts.credit;
@@ -568,6 +574,7 @@ pub(crate) struct LinkCore {
     pub(crate) name: String,
     pub(crate) detached: bool,
     pub(crate) _session: Option<Arc<SessionInner>>,
+    pub(crate) _conn: Option<Arc<ConnInner>>,
 }
 
 impl Drop for LinkCore {
@@ -715,6 +722,9 @@ pub struct ReceiverOptions {
     pub credit: Option<u32>,
     /// Link properties.
     pub properties: Option<Fields>,
+    /// Our `max-message-size`: larger deliveries are rejected with
+    /// `amqp:link:message-size-exceeded` without being buffered.
+    pub max_message_size: Option<u64>,
 }
 
 impl ReceiverOptions {
@@ -730,7 +740,15 @@ impl ReceiverOptions {
             auto_credit: None,
             credit: None,
             properties: None,
+            max_message_size: None,
         }
+    }
+
+    /// Sets our `max-message-size`.
+    #[must_use]
+    pub fn max_message_size(mut self, n: u64) -> Self {
+        self.max_message_size = Some(n);
+        self
     }
 
     /// Sets the receiver settle mode.
@@ -789,7 +807,7 @@ impl ReceiverOptions {
             unsettled: None,
             incomplete_unsettled: false,
             initial_delivery_count: None,
-            max_message_size: None,
+            max_message_size: self.max_message_size,
             offered_capabilities: None,
             desired_capabilities: None,
             properties: self.properties,
@@ -876,6 +894,7 @@ impl Sender {
     ///
     /// # Errors
     /// [`Error::LinkDetached`] and connection errors; a rejection is an `Ok(Outcome::Rejected)`.
+    #[tracing::instrument(level = "trace", skip_all, fields(link = %self.core.name))]
     pub async fn send(&self, send: Sendable) -> Result<Outcome> {
         let r = self.send_tracked(send, Track::Await).await?;
         Ok(r.state
@@ -1155,6 +1174,7 @@ impl Receiver {
     /// # Errors
     /// [`Error::LinkDetached`] and connection errors; [`Error::IllegalState`] for a delivery
     /// already settled.
+    #[tracing::instrument(level = "trace", skip_all, fields(link = %self.core.name, delivery_id = d.delivery_id))]
     pub async fn settle(&self, d: &Delivery, outcome: Outcome) -> Result<Option<Outcome>> {
         if d.settled {
             return Ok(None);

@@ -155,6 +155,7 @@ struct Partial {
     settled: bool,
     state: Option<DeliveryState>,
     buf: BytesMut,
+    oversize: bool,
 }
 
 struct Link {
@@ -162,6 +163,8 @@ struct Link {
     role: Role,
     remote_handle: Option<u32>,
     max_message_size: u64,
+    /// Our own `max-message-size`: larger incoming deliveries are rejected, not buffered.
+    max_incoming: u64,
     delivery_count: u32,
     credit: u32,
     drain: bool,
@@ -217,6 +220,8 @@ struct InUnsettled {
 
 struct PendingRemote {
     flow: Option<Flow>,
+    initial_delivery_count: Option<u32>,
+    max_message_size: Option<u64>,
 }
 
 struct Session {
@@ -338,20 +343,29 @@ pub(crate) struct Driver {
     sessions: HashMap<u16, Session>,
     remote_channels: HashMap<u16, u16>,
     events: Option<mpsc::UnboundedSender<ConnectionEvent>>,
+    /// The connection handle, for link requests to keep it alive (weak: the driver must not).
+    self_ref: SelfRef,
     stats: Arc<Stats>,
     last_recv: Instant,
     last_sent: Instant,
     close_sent: bool,
+    close_deadline: Option<Instant>,
     close_waiters: Vec<Reply<()>>,
     finished: Option<Error>,
 }
 
+/// How long we wait for the peer's `close` after sending ours.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Starts the reader and driver tasks.
+pub(crate) type SelfRef = Arc<std::sync::OnceLock<std::sync::Weak<crate::client::ConnInner>>>;
+
 pub(crate) fn spawn(
     reader: FrameReader,
     writer: FrameWriter,
     neg: Negotiated,
     events: Option<mpsc::UnboundedSender<ConnectionEvent>>,
+    self_ref: SelfRef,
     span: tracing::Span,
 ) -> (crate::client::ConnCtx, Arc<Stats>) {
     use tracing::Instrument;
@@ -374,10 +388,12 @@ pub(crate) fn spawn(
         sessions: HashMap::new(),
         remote_channels: HashMap::new(),
         events,
+        self_ref,
         stats: stats.clone(),
         last_recv: Instant::now(),
         last_sent: Instant::now(),
         close_sent: false,
+        close_deadline: None,
         close_waiters: Vec::new(),
         finished: None,
     };
@@ -439,7 +455,7 @@ impl Driver {
             .local_idle
             .map(|d| self.last_recv + d)
             .unwrap_or(far);
-        hb.min(idle)
+        hb.min(idle).min(self.close_deadline.unwrap_or(far))
     }
 
     async fn run_inner(&mut self) -> Error {
@@ -496,6 +512,10 @@ impl Driver {
                 },
                 _ = tokio::time::sleep_until(deadline) => {
                     let now = Instant::now();
+                    if self.close_deadline.is_some_and(|d| now >= d) {
+                        tracing::warn!("Peer did not answer our close; dropping the connection.");
+                        return Error::ConnectionClosed(None);
+                    }
                     if let Some(d) = self.neg.local_idle
                         && now >= self.last_recv + d {
                             tracing::warn!(idle_ms = d.as_millis() as u64, "Peer went silent; closing.");
@@ -535,6 +555,7 @@ impl Driver {
     fn send_close(&mut self, error: Option<AmqpError>) {
         if !self.close_sent {
             self.close_sent = true;
+            self.close_deadline = Some(Instant::now() + CLOSE_TIMEOUT);
             self.write(
                 0,
                 Close {
@@ -694,13 +715,20 @@ impl Driver {
         // Peer-initiated link.
         match self.events.as_ref().zip(self.cmd_weak.upgrade()) {
             Some((events, cmd)) => {
-                s.pending_remote
-                    .insert(remote_handle, PendingRemote { flow: None });
+                s.pending_remote.insert(
+                    remote_handle,
+                    PendingRemote {
+                        flow: None,
+                        initial_delivery_count: a.initial_delivery_count,
+                        max_message_size: a.max_message_size,
+                    },
+                );
                 let ctx = crate::client::ConnCtx {
                     cmd,
                     terminal: self.terminal.subscribe(),
                 };
-                let req = LinkRequest::new(ctx, local, a);
+                let conn = self.self_ref.get().and_then(std::sync::Weak::upgrade);
+                let req = LinkRequest::new(ctx, conn, local, a);
                 if events.send(ConnectionEvent::Link(req)).is_err() {
                     tracing::debug!("Link request dropped: nobody listens for events.");
                 }
@@ -839,11 +867,18 @@ impl Driver {
                 settled: false,
                 state: None,
                 buf: BytesMut::new(),
+                oversize: false,
             });
         }
         let mut complete = None;
         if let Some(p) = l.partial.as_mut() {
-            p.buf.extend_from_slice(&payload);
+            if l.max_incoming > 0 && (p.buf.len() + payload.len()) as u64 > l.max_incoming {
+                p.oversize = true;
+                p.buf = BytesMut::new();
+            }
+            if !p.oversize {
+                p.buf.extend_from_slice(&payload);
+            }
             if t.settled == Some(true) {
                 p.settled = true;
             }
@@ -857,6 +892,22 @@ impl Driver {
             }
         }
         let mut flow_out = session_flow;
+        let mut oversize_reject = None;
+        let max_incoming = l.max_incoming;
+        let complete = match complete {
+            Some(p) if p.oversize => {
+                tracing::debug!(
+                    delivery_id = p.delivery_id,
+                    limit = l.max_incoming,
+                    "Delivery above max-message-size rejected."
+                );
+                if !p.settled {
+                    oversize_reject = Some(p.delivery_id);
+                }
+                None
+            }
+            other => other,
+        };
         if let Some(p) = complete {
             let d = Delivery {
                 delivery_id: p.delivery_id,
@@ -901,6 +952,25 @@ impl Driver {
         }
         if let Some(f) = flow_out {
             self.write(local, f);
+        }
+        if let Some(id) = oversize_reject {
+            self.write(
+                local,
+                Disposition {
+                    role: Role::Receiver,
+                    first: id,
+                    last: None,
+                    settled: true,
+                    state: Some(
+                        crate::delivery::Outcome::Rejected(Some(AmqpError::new(
+                            condition::MESSAGE_SIZE_EXCEEDED,
+                            Some(format!("message larger than {max_incoming} bytes")),
+                        )))
+                        .into(),
+                    ),
+                    batchable: false,
+                },
+            );
         }
     }
 
@@ -1272,6 +1342,10 @@ impl Driver {
                     (None, Some(setup)) => {
                         let mut link = new_link(&attach, setup, None);
                         link.remote_handle = Some(remote_handle);
+                        link.max_message_size = pending.max_message_size.unwrap_or(0);
+                        if link.role == Role::Receiver {
+                            link.delivery_count = pending.initial_delivery_count.unwrap_or(0);
+                        }
                         s.by_remote.insert(remote_handle, h);
                         s.links.insert(h, link);
                         self.write(channel, *attach);
@@ -1528,6 +1602,7 @@ fn new_link(a: &Attach, setup: LinkSetup, waiter: Option<Reply<(u32, Box<Attach>
         role: a.role.clone(),
         remote_handle: None,
         max_message_size: 0,
+        max_incoming: a.max_message_size.unwrap_or(0),
         delivery_count: a.initial_delivery_count.unwrap_or(0),
         credit: 0,
         drain: false,

@@ -40,6 +40,7 @@
 //! # Ok(()) }
 //! ```
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+#![doc(test(attr(deny(warnings), allow(dead_code))))]
 
 mod client;
 mod connection;
@@ -77,3 +78,8 @@ pub use fe2o3_amqp_types as types;
 /// rustls, re-exported for building TLS configurations.
 pub use rustls;
 pub use serde_amqp as codec;
+
+/// Compiles the README's examples as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -18,8 +18,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
 use crate::client::{
-    ConnCtx, Connection, LinkCore, LinkParts, Receiver, Sender, local_open, read_open, start,
-    unique_name,
+    ConnCtx, ConnInner, Connection, LinkCore, LinkParts, Receiver, Sender, local_open, read_open,
+    start, unique_name,
 };
 use crate::connection::{BoxIo, FramedIo};
 use crate::delivery::LinkFlow;
@@ -46,6 +46,8 @@ pub struct ServerOptions {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// `properties` in our `open`.
     pub properties: Option<Fields>,
+    /// Time allowed for TLS, headers, SASL and `open` before the socket is dropped.
+    pub handshake_timeout: Duration,
 }
 
 impl Default for ServerOptions {
@@ -58,6 +60,7 @@ impl Default for ServerOptions {
             sasl: SaslServer::default(),
             tls: None,
             properties: None,
+            handshake_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -80,9 +83,12 @@ impl Listener {
     /// let mut conn = listener.accept().await?.handshake().await?;
     /// while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
     ///     if req.is_peer_sender() {
-    ///         let receiver = req.accept_receiver(LinkAnswer::default().credit(10)).await?;
+    ///         let mut receiver = req.accept_receiver(LinkAnswer::default().credit(10)).await?;
+    ///         let delivery = receiver.recv().await?;
+    ///         receiver.accept(&delivery).await?;
     ///     } else {
     ///         let sender = req.accept_sender(LinkAnswer::default()).await?;
+    ///         sender.send_settled(sb_amqp::Sendable::raw(&b"\x00\x53\x77\x45"[..])).await?;
     ///     }
     /// }
     /// # Ok(()) }
@@ -138,8 +144,16 @@ impl IncomingConnection {
     /// Runs TLS (if configured), protocol headers, SASL and the `open` exchange.
     ///
     /// # Errors
-    /// TLS, SASL, I/O and protocol errors.
+    /// TLS, SASL, I/O and protocol errors; [`Error::Timeout`] after
+    /// [`ServerOptions::handshake_timeout`].
     pub async fn handshake(self) -> Result<ServerConnection> {
+        let limit = self.opts.handshake_timeout;
+        tokio::time::timeout(limit, self.handshake_inner())
+            .await
+            .map_err(|_| Error::Timeout)?
+    }
+
+    async fn handshake_inner(self) -> Result<ServerConnection> {
         let io: BoxIo = match &self.opts.tls {
             Some(cfg) => Box::new(
                 tokio_rustls::TlsAcceptor::from(cfg.clone())
@@ -344,15 +358,22 @@ impl LinkAnswer {
 #[derive(Debug)]
 pub struct LinkRequest {
     ctx: ConnCtx,
+    conn: Option<Arc<ConnInner>>,
     channel: u16,
     remote: Box<Attach>,
     answered: bool,
 }
 
 impl LinkRequest {
-    pub(crate) fn new(ctx: ConnCtx, channel: u16, remote: Attach) -> Self {
+    pub(crate) fn new(
+        ctx: ConnCtx,
+        conn: Option<Arc<ConnInner>>,
+        channel: u16,
+        remote: Attach,
+    ) -> Self {
         Self {
             ctx,
+            conn,
             channel,
             remote: Box::new(remote),
             answered: false,
@@ -419,6 +440,7 @@ impl LinkRequest {
         }
     }
 
+    #[tracing::instrument(level = "debug", skip_all, fields(link = %self.remote.name, channel = self.channel))]
     async fn accept(mut self, a: LinkAnswer, role: Role) -> Result<LinkParts> {
         self.answered = true;
         let attach = self.answer_attach(&a, role);
@@ -452,6 +474,7 @@ impl LinkRequest {
                 name: self.remote.name.clone(),
                 detached: false,
                 _session: None,
+                _conn: self.conn.clone(),
             },
             events: erx,
             flow: frx,

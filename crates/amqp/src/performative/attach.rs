@@ -64,3 +64,22 @@ mod tests {
         assert_eq!(&b[..3], &[0x00, 0x53, 0x12]);
     }
 }
+
+#[cfg(test)]
+mod lenient_keys {
+    use super::*;
+
+    #[test]
+    fn string_keys_in_properties_map() {
+        // properties = map{ "k" (str8, not sym8) : "v" }
+        let mut fields = vec![
+            0xa1, 1, b'l', 0x43, 0x42, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40, 0x40,
+        ];
+        fields.extend_from_slice(&[0xc1, 7, 2, 0xa1, 1, b'k', 0xa1, 1, b'v']);
+        let mut b = vec![0x00, 0x53, 0x12, 0xc0, (fields.len() + 1) as u8, 14];
+        b.extend_from_slice(&fields);
+        let a = decode(&b).unwrap();
+        let props = a.properties.unwrap();
+        assert_eq!(props.len(), 1);
+    }
+}

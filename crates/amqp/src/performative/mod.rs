@@ -93,8 +93,71 @@ fn symbolic_code(name: &[u8]) -> Option<u64> {
     })
 }
 
+/// Decodes a performative body. If the strict decode fails, retries once with map keys
+/// encoded as strings turned into symbols: some peers send `fields` (symbol-keyed maps)
+/// with string keys.
 pub(crate) fn decode_as<T: DeserializeOwned>(b: &[u8]) -> Result<T> {
-    serde_amqp::from_slice(b).map_err(|e| Error::Decode(e.to_string()))
+    match serde_amqp::from_slice(b) {
+        Ok(v) => Ok(v),
+        Err(e) => {
+            let mut copy = b.to_vec();
+            if symbolize_map_keys(&mut copy, 0).is_some()
+                && copy != b
+                && let Ok(v) = serde_amqp::from_slice(&copy)
+            {
+                return Ok(v);
+            }
+            Err(Error::Decode(e.to_string()))
+        }
+    }
+}
+
+/// Rewrites `str8`/`str32` map keys to `sym8`/`sym32` in place (same lengths), walking
+/// described values, lists and maps. Returns the encoded length of the value at `b[0]`, or
+/// `None` on malformed input (then nothing more is rewritten).
+fn symbolize_map_keys(b: &mut [u8], depth: u8) -> Option<usize> {
+    if depth > 32 {
+        return None;
+    }
+    let code = *b.first()?;
+    let (hdr, size, count) = match code {
+        0x00 => {
+            let d = symbolize_map_keys(b.get_mut(1..)?, depth + 1)?;
+            let v = symbolize_map_keys(b.get_mut(1 + d..)?, depth + 1)?;
+            return Some(1 + d + v);
+        }
+        0xc0 | 0xc1 => (3, *b.get(1)? as usize, *b.get(2)? as usize),
+        0xd0 | 0xd1 => {
+            let s = b.get(1..9)?;
+            (
+                9,
+                u32::from_be_bytes([s[0], s[1], s[2], s[3]]) as usize,
+                u32::from_be_bytes([s[4], s[5], s[6], s[7]]) as usize,
+            )
+        }
+        _ => return crate::frame::value_len(b).ok(),
+    };
+    let width = if hdr == 3 { 1 } else { 4 };
+    let end = 1 + width + size;
+    if end > b.len() || size < width {
+        return None;
+    }
+    let is_map = code == 0xc1 || code == 0xd1;
+    let mut pos = hdr;
+    for i in 0..count {
+        if pos >= end {
+            return None;
+        }
+        if is_map && i % 2 == 0 {
+            match b[pos] {
+                0xa1 => b[pos] = 0xa3,
+                0xb1 => b[pos] = 0xb3,
+                _ => {}
+            }
+        }
+        pos += symbolize_map_keys(b.get_mut(pos..end)?, depth + 1)?;
+    }
+    Some(end)
 }
 
 pub(crate) fn encode_into<T: serde::Serialize>(v: &T, dst: &mut BytesMut) -> Result<()> {

@@ -904,3 +904,129 @@ fn self_signed() -> Option<(Vec<u8>, Vec<u8>)> {
     }
     Some((std::fs::read(c).ok()?, std::fs::read(k).ok()?))
 }
+
+#[tokio::test]
+async fn sender_refuses_above_peer_max_message_size_locally() {
+    let addr = spawn_server(ServerOptions::default(), |mut conn| async move {
+        while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
+            let r = req
+                .accept_receiver(LinkAnswer::default().credit(10).max_message_size(64))
+                .await
+                .unwrap();
+            tokio::spawn(async move {
+                let _r = r;
+                std::future::pending::<()>().await
+            });
+        }
+    })
+    .await;
+    let conn = connect(addr).await;
+    let s = conn.begin().await.unwrap();
+    let sender = s.attach_sender(SenderOptions::new("s", "q")).await.unwrap();
+    let e = sender.send(data_message(&[0u8; 100])).await.unwrap_err();
+    assert_eq!(e.condition(), Some(condition::MESSAGE_SIZE_EXCEEDED));
+}
+
+/// Handles and their futures can move across tasks.
+#[allow(dead_code)]
+fn handles_and_futures_are_send() {
+    fn is_send<T: Send>(_: &T) {}
+    fn is_send_sync<T: Send + Sync>() {}
+    is_send_sync::<Connection>();
+    is_send_sync::<sb_amqp::Session>();
+    is_send_sync::<sb_amqp::Sender>();
+    is_send_sync::<sb_amqp::Receiver>();
+    is_send_sync::<sb_amqp::LinkRequest>();
+    is_send_sync::<sb_amqp::ServerConnection>();
+    is_send_sync::<RequestResponse>();
+    is_send_sync::<Error>();
+    async fn futs(
+        c: Connection,
+        s: sb_amqp::Sender,
+        mut r: sb_amqp::Receiver,
+        rr: RequestResponse,
+    ) {
+        let f1 = c.begin();
+        is_send(&f1);
+        let f2 = s.send(Sendable::raw(Bytes::new()));
+        is_send(&f2);
+        let f3 = r.recv();
+        is_send(&f3);
+        drop(f3);
+        let f4 = rr.request(Message::builder().value(1).build());
+        is_send(&f4);
+    }
+    let _ = futs;
+}
+
+/// A tiny session window (4 frames) with 50 deliveries of 3 frames each: the receiving
+/// session re-opens its window and the sender waits for it.
+#[tokio::test]
+async fn small_session_window_flow_controls_transfers() {
+    let opts = ServerOptions {
+        max_frame_size: 1024,
+        ..Default::default()
+    };
+    let addr = spawn_server(opts, |mut conn| async move {
+        while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
+            let s = req.accept_sender(LinkAnswer::default()).await.unwrap();
+            tokio::spawn(async move {
+                for i in 0..50u32 {
+                    let body = vec![(i % 256) as u8; 2500];
+                    s.send_settled(data_message(&body)).await.unwrap();
+                }
+                std::future::pending::<()>().await
+            });
+        }
+    })
+    .await;
+    let conn = Connection::open_with(
+        &url(addr),
+        ConnectionOptions {
+            max_frame_size: 1024,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let session = conn
+        .begin_with(sb_amqp::SessionOptions {
+            incoming_window: 4,
+            outgoing_window: 4,
+        })
+        .await
+        .unwrap();
+    let mut r = session
+        .attach_receiver(ReceiverOptions::new("r", "q").auto_credit(10))
+        .await
+        .unwrap();
+    for i in 0..50u32 {
+        let d = r.recv().await.unwrap();
+        assert_eq!(body_bytes(&d), vec![(i % 256) as u8; 2500]);
+    }
+}
+
+/// Server side: dropping the `ServerConnection` handle does not break links it accepted.
+#[tokio::test]
+async fn server_links_outlive_server_connection_handle() {
+    let addr = spawn_server(ServerOptions::default(), |mut conn| async move {
+        let Some(ConnectionEvent::Link(req)) = conn.next_event().await else {
+            return;
+        };
+        let mut r = req
+            .accept_receiver(LinkAnswer::default().credit(5))
+            .await
+            .unwrap();
+        drop(conn);
+        while let Ok(d) = r.recv().await {
+            r.accept(&d).await.unwrap();
+        }
+    })
+    .await;
+    let conn = connect(addr).await;
+    let s = conn.begin().await.unwrap();
+    let sender = s.attach_sender(SenderOptions::new("s", "q")).await.unwrap();
+    for _ in 0..3 {
+        assert!(sender.send(data_message(b"x")).await.unwrap().is_accepted());
+    }
+}

@@ -1,6 +1,10 @@
 //! Integration tests for sb-amqp: engine-to-engine, RabbitMQ interop, Qpid Proton interop.
+// Helpers outside #[test] functions panic on setup failures by design.
+#![allow(clippy::unwrap_used)]
 
 mod e2e;
 mod proton;
 mod rabbitmq;
+mod raw;
 mod support;
+mod timing;
