@@ -14,6 +14,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![doc(test(attr(deny(warnings))))]
 
+pub mod demo;
 pub mod inventory;
 pub mod ports;
 pub mod runtime;

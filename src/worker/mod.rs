@@ -5,9 +5,12 @@
 //!   whole so one run reports every mistake.
 //! - [`ReplayHorizon`]: how long after processing a message can come back, and the check that
 //!   dedupe retention covers it.
+//! - [`run`]: the reference inventory consumer on Service Bus and the configured store.
 
 mod config;
 mod horizon;
+mod run;
 
 pub use config::{BrokerAddress, ConfigError, ConfigErrors, ENV_VARS, Retention, WorkerConfig};
 pub use horizon::{ReplayHorizon, RetentionTooShort};
+pub use run::{WorkerError, run};

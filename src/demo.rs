@@ -1,0 +1,338 @@
+//! `sb-inbox demo`: the article's scenario on the embedded default (the emulator in-process and
+//! SQLite), with two worker instances.
+//!
+//! The stream holds distinct orders, exact redeliveries (the same message id published again),
+//! concurrent copies, a republished order under a new message id (a business-key duplicate),
+//! settlements refused after commit (the crash window between commit and settlement: the lock
+//! runs out and the message comes back), poison messages and an unsupported contract version.
+//! The demo succeeds only if the database holds exactly one reservation per distinct order.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::inventory::{InventoryCounts, InventoryStore, OrderPlacedConsumer};
+use crate::servicebus::{ConnectionString, ServiceBusClient, ServiceBusReceiver};
+use crate::{ConsumerName, Message, Runtime, RuntimeConfig, SqliteStore, StatsSnapshot};
+
+const QUEUE: &str = "orders";
+const CONFIG: &str = r#"{"UserConfig":{"Namespaces":[{"Name":"sbemulatorns","Queues":[
+    {"Name":"orders","Properties":{"LockDuration":"PT2S","MaxDeliveryCount":5,"DefaultMessageTimeToLive":"PT1H"}}],
+    "Topics":[]}],"Logging":{"Type":"File"}}}"#;
+
+/// How many of each kind the demo publishes.
+#[derive(Debug, Clone, Copy)]
+pub struct DemoPlan {
+    /// Distinct orders published once.
+    pub orders: usize,
+    /// Of those, how many are published again with the same message id.
+    pub redeliveries: usize,
+    /// Distinct orders published as two copies back to back.
+    pub concurrent_copies: usize,
+    /// Orders republished under a new message id.
+    pub republished: usize,
+    /// Settlements the emulator refuses after the commit.
+    pub refused_settlements: u32,
+    /// Messages whose body is not JSON.
+    pub poison: usize,
+    /// Messages of `orders.order-placed.v2`.
+    pub unsupported: usize,
+}
+
+impl Default for DemoPlan {
+    fn default() -> Self {
+        DemoPlan {
+            orders: 100,
+            redeliveries: 20,
+            concurrent_copies: 10,
+            republished: 5,
+            refused_settlements: 5,
+            poison: 3,
+            unsupported: 2,
+        }
+    }
+}
+
+/// What the demo saw.
+#[derive(Debug, Clone, Default)]
+pub struct DemoReport {
+    /// Messages published.
+    pub sent: u64,
+    /// Runtime counters of both workers together.
+    pub stats: StatsSnapshot,
+    /// Dead-letter reasons and counts.
+    pub dead_letter_reasons: BTreeMap<String, u64>,
+    /// Distinct valid orders published.
+    pub distinct_orders: i64,
+    /// Units ordered over the distinct orders.
+    pub ordered_units: i64,
+    /// What the database holds.
+    pub counts: InventoryCounts,
+    /// Where the SQLite database is.
+    pub database: PathBuf,
+}
+
+impl DemoReport {
+    /// True when every order took effect exactly once.
+    pub fn is_correct(&self) -> bool {
+        self.counts.reservations == self.distinct_orders
+            && self.counts.reserved_units == self.ordered_units
+            && self.counts.line_units == self.ordered_units
+    }
+}
+
+/// Why the demo could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DemoError {
+    /// The emulator failed to start.
+    #[error("emulator: {0}")]
+    Emulator(#[from] sb_emulator::Error),
+    /// The store failed.
+    #[error("store: {0}")]
+    Store(#[from] crate::StoreError),
+    /// Publishing failed.
+    #[error("send: {0}")]
+    Send(String),
+    /// A worker failed.
+    #[error("worker: {0}")]
+    Runtime(#[from] crate::RuntimeError),
+    /// The queue did not drain in time.
+    #[error("the queue did not drain within {0:?}")]
+    Timeout(Duration),
+}
+
+fn order(message_id: &str, order_id: &str, lines: usize) -> (Message, i64) {
+    let lines_json: Vec<String> = (0..lines)
+        .map(|i| format!(r#"{{"sku":"SKU-{i}","quantity":{}}}"#, i + 1))
+        .collect();
+    let units = (1..=lines as i64).sum();
+    let body = format!(
+        r#"{{"orderId":"{order_id}","lines":[{}]}}"#,
+        lines_json.join(",")
+    );
+    (
+        Message::new(message_id, crate::inventory::CONTRACT, body),
+        units,
+    )
+}
+
+/// Runs the demo; `progress(done, total)` is called as messages settle.
+///
+/// # Errors
+/// [`DemoError`] when the emulator, the store or a worker fails, or the queue does not drain.
+pub async fn run(
+    plan: DemoPlan,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<DemoReport, DemoError> {
+    let dir = std::env::temp_dir().join(format!("sb-inbox-demo-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).map_err(|e| DemoError::Send(e.to_string()))?;
+    let database = dir.join("inbox.db");
+    let broker = sb_emulator::Broker::new(
+        sb_emulator::Config::from_json(CONFIG).map_err(sb_emulator::Error::from)?,
+    )?;
+    let emulator =
+        sb_emulator::Emulator::start(broker, sb_emulator::EmulatorOptions::default()).await?;
+    let cs: ConnectionString = emulator
+        .connection_string()
+        .parse()
+        .map_err(|e: crate::servicebus::ConnectionStringError| DemoError::Send(e.to_string()))?;
+
+    let first_store = SqliteStore::open(&database)?;
+    first_store.migrate().await?;
+
+    // Publish.
+    let sender = ServiceBusClient::from_connection_string(&cs).sender(QUEUE);
+    let mut report = DemoReport {
+        database: database.clone(),
+        ..DemoReport::default()
+    };
+    let mut send = Vec::new();
+    for i in 0..plan.orders {
+        let (message, units) = order(&format!("m-{i}"), &format!("o-{i}"), 1 + i % 3);
+        report.distinct_orders += 1;
+        report.ordered_units += units;
+        if i < plan.redeliveries {
+            send.push(message.clone());
+        }
+        if i < plan.republished {
+            let (again, _) = order(&format!("m-{i}-republished"), &format!("o-{i}"), 1 + i % 3);
+            send.push(again);
+        }
+        send.push(message);
+    }
+    for i in 0..plan.concurrent_copies {
+        let (message, units) = order(&format!("m-copy-{i}"), &format!("o-copy-{i}"), 2);
+        report.distinct_orders += 1;
+        report.ordered_units += units;
+        send.push(message.clone());
+        send.push(message);
+    }
+    for i in 0..plan.poison {
+        send.push(Message::new(
+            format!("m-poison-{i}"),
+            crate::inventory::CONTRACT,
+            "{not json",
+        ));
+    }
+    for i in 0..plan.unsupported {
+        send.push(Message::new(
+            format!("m-v2-{i}"),
+            "orders.order-placed.v2",
+            r#"{"orderId":"x","lines":[]}"#,
+        ));
+    }
+    for message in send {
+        sender
+            .send(message)
+            .await
+            .map_err(|e| DemoError::Send(e.to_string()))?;
+        report.sent += 1;
+    }
+    emulator
+        .broker()
+        .entity(QUEUE)?
+        .refuse_dispositions(plan.refused_settlements)?;
+
+    // Two workers: separate connections, separate SQLite connections on one file.
+    let shutdown = CancellationToken::new();
+    let mut workers = Vec::new();
+    for store in [first_store, SqliteStore::open(&database)?] {
+        let receiver: ServiceBusReceiver =
+            ServiceBusClient::from_connection_string(&cs).receiver(QUEUE, 0);
+        let mut config = RuntimeConfig::new(
+            ConsumerName::new(crate::inventory::CONSUMER)
+                .map_err(|e| DemoError::Send(e.to_string()))?,
+        );
+        config.concurrency = 4;
+        config.lock_margin = Duration::from_millis(500);
+        let runtime = Arc::new(Runtime::new(
+            receiver.clone(),
+            store,
+            OrderPlacedConsumer::new(),
+            config,
+        ));
+        let token = shutdown.child_token();
+        let task = {
+            let runtime = runtime.clone();
+            tokio::spawn(async move {
+                let result = runtime.run(token).await;
+                receiver.close().await;
+                result
+            })
+        };
+        workers.push((runtime, task));
+    }
+
+    // Wait until every message is settled: completed or dead-lettered.
+    let entity = emulator.broker().entity(QUEUE)?;
+    let limit = Duration::from_secs(120);
+    let drained = tokio::time::timeout(limit, async {
+        loop {
+            let counts = entity.counts();
+            let settled = counts.completed + counts.dead_lettered_total;
+            progress(settled.min(report.sent), report.sent);
+            if counts.active == 0 && counts.locked == 0 && settled >= report.sent {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    shutdown.cancel();
+    let mut stats = StatsSnapshot::default();
+    for (runtime, task) in workers {
+        match task.await {
+            Ok(result) => result?,
+            Err(error) => return Err(DemoError::Send(format!("worker task failed: {error}"))),
+        }
+        let s = runtime.stats().snapshot();
+        stats.processed += s.processed;
+        stats.duplicate += s.duplicate;
+        stats.stale += s.stale;
+        stats.transient += s.transient;
+        stats.permanent += s.permanent;
+        stats.lock_lost += s.lock_lost;
+        stats.settle_failed += s.settle_failed;
+        stats.renewals += s.renewals;
+        report.counts = runtime.store().inventory_counts().await?;
+    }
+    report.stats = stats;
+    let dead = emulator
+        .broker()
+        .entity(&format!("{QUEUE}/$DeadLetterQueue"))?;
+    while let Some(message) = dead.try_receive(sb_emulator::ReceiveMode::ReceiveAndDelete)? {
+        let reason = message.dead_letter_reason().unwrap_or("unknown").to_owned();
+        *report.dead_letter_reasons.entry(reason).or_default() += 1;
+    }
+    emulator.shutdown().await;
+    drained.map_err(|_| DemoError::Timeout(limit))?;
+    Ok(report)
+}
+
+/// The report as the table the CLI prints.
+pub fn table(report: &DemoReport) -> String {
+    let s = &report.stats;
+    let reasons: Vec<String> = report
+        .dead_letter_reasons
+        .iter()
+        .map(|(r, n)| format!("{r} {n}"))
+        .collect();
+    let check = |ok: bool| if ok { "OK" } else { "WRONG" };
+    let rows = [
+        ("messages sent", report.sent.to_string(), String::new()),
+        (
+            "deliveries",
+            s.handled().to_string(),
+            "received by the two workers, redeliveries included".into(),
+        ),
+        (
+            "processed",
+            s.processed.to_string(),
+            "committed: one business effect each".into(),
+        ),
+        (
+            "duplicates",
+            s.duplicate.to_string(),
+            "recognised by the inbox or business-key constraint".into(),
+        ),
+        ("stale", s.stale.to_string(), String::new()),
+        ("dead-lettered", s.permanent.to_string(), reasons.join(", ")),
+        (
+            "transient (retried)",
+            s.transient.to_string(),
+            String::new(),
+        ),
+        (
+            "settlements refused",
+            s.settle_failed.to_string(),
+            "after commit: redelivered, then duplicates".into(),
+        ),
+        (
+            "reservations in db",
+            report.counts.reservations.to_string(),
+            format!(
+                "distinct orders {}: {}",
+                report.distinct_orders,
+                check(report.counts.reservations == report.distinct_orders)
+            ),
+        ),
+        (
+            "reserved units",
+            report.counts.reserved_units.to_string(),
+            format!(
+                "ordered units {}: {}",
+                report.ordered_units,
+                check(report.counts.reserved_units == report.ordered_units)
+            ),
+        ),
+    ];
+    let mut out = String::new();
+    for (name, value, note) in rows {
+        out.push_str(&format!("  {name:<22} {value:>6}  {note}\n"));
+    }
+    out
+}
