@@ -973,8 +973,25 @@ impl Sender {
     /// # Errors
     /// The connection's error if it ends.
     pub async fn flow_changed(&mut self) -> Result<LinkFlow> {
-        self.flow.changed().await.map_err(|_| self.core.ctx.err())?;
+        if self.flow.changed().await.is_err() {
+            return Err(self.gone_error());
+        }
         Ok(*self.flow.borrow_and_update())
+    }
+
+    /// Why the link is gone: the detach/end/close error queued for this handle, else the
+    /// connection's error.
+    fn gone_error(&mut self) -> Error {
+        if let Some(e) = &self.detach_error {
+            return e.clone();
+        }
+        while let Ok(ev) = self.events.try_recv() {
+            if let LinkEvent::Gone(e) = ev {
+                self.detach_error = Some(e.clone());
+                return e;
+            }
+        }
+        self.core.ctx.err()
     }
 
     /// Waits until the receiver granted credit.
@@ -982,12 +999,8 @@ impl Sender {
     /// # Errors
     /// The connection's error if it ends.
     pub async fn wait_credit(&mut self) -> Result<LinkFlow> {
-        let f = self
-            .flow
-            .wait_for(|f| f.credit > 0)
-            .await
-            .map_err(|_| self.core.ctx.err())?;
-        Ok(*f)
+        let r = self.flow.wait_for(|f| f.credit > 0).await.map(|f| *f);
+        r.map_err(|_| self.gone_error())
     }
 
     /// Answers a receiver's drain request: spends the remaining credit and reports it.

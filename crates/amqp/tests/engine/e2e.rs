@@ -1030,3 +1030,45 @@ async fn server_links_outlive_server_connection_handle() {
         assert!(sender.send(data_message(b"x")).await.unwrap().is_accepted());
     }
 }
+
+/// The server learns that a client detached: waits on credit or dispositions end with
+/// `LinkDetached` carrying the client's error.
+#[tokio::test]
+async fn server_sees_client_detach() {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let addr = spawn_server(ServerOptions::default(), move |mut conn| {
+        let tx = tx.clone();
+        async move {
+            while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
+                let mut s = req.accept_sender(LinkAnswer::default()).await.unwrap();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    tx.send(s.wait_credit().await.unwrap_err()).unwrap();
+                });
+            }
+        }
+    })
+    .await;
+    let conn = connect(addr).await;
+    let s = conn.begin().await.unwrap();
+    let r = s
+        .attach_receiver(ReceiverOptions::new("r", "q"))
+        .await
+        .unwrap();
+    r.detach_with_error(AmqpError::new(condition::DETACH_FORCED, None))
+        .await
+        .unwrap();
+    let e = rx.recv().await.unwrap();
+    assert!(matches!(e, Error::LinkDetached(_)), "{e:?}");
+    assert_eq!(e.condition(), Some(condition::DETACH_FORCED));
+    // The session and connection are still usable.
+    let r2 = s
+        .attach_receiver(ReceiverOptions::new("r2", "q"))
+        .await
+        .unwrap();
+    r2.detach().await.unwrap();
+    assert!(matches!(
+        rx.recv().await.unwrap(),
+        Error::LinkDetached(None)
+    ));
+}
