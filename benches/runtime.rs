@@ -14,7 +14,9 @@ const MESSAGES: usize = 20_000;
 const ROUNDS: usize = 3;
 
 fn body(i: usize) -> String {
-    format!(r#"{{"orderId":"o-{i}","lines":[{{"sku":"A","quantity":2}},{{"sku":"B","quantity":1}}]}}"#)
+    format!(
+        r#"{{"orderId":"o-{i}","lines":[{{"sku":"A","quantity":2}},{{"sku":"B","quantity":1}}]}}"#
+    )
 }
 
 async fn store() -> SqliteStore {
@@ -32,7 +34,9 @@ async fn bare(messages: usize) -> Duration {
         let body = body(i);
         let order: OrderPlaced = serde_json::from_slice(body.as_bytes()).unwrap();
         let mut tx = store.begin().await.unwrap();
-        tx.claim_business_key("c", &format!("order:{}", order.order_id), &format!("m-{i}")).await.unwrap();
+        tx.claim_business_key("c", &format!("order:{}", order.order_id), &format!("m-{i}"))
+            .await
+            .unwrap();
         tx.reserve(&format!("m-{i}"), &order).await.unwrap();
         tx.commit().await.unwrap();
     }
@@ -47,7 +51,11 @@ async fn through_runtime(messages: usize) -> Duration {
     let config = RuntimeConfig::new(ConsumerName::new("c").unwrap());
     let runtime = Runtime::new(broker.receiver(), store, OrderPlacedConsumer::new(), config);
     for i in 0..messages {
-        broker.send(Message::new(format!("m-{i}"), "orders.order-placed.v1", body(i)));
+        broker.send(Message::new(
+            format!("m-{i}"),
+            "orders.order-placed.v1",
+            body(i),
+        ));
     }
     let start = Instant::now();
     while let Some(delivery) = broker.try_receive() {
@@ -63,7 +71,10 @@ fn per_message_us(elapsed: Duration, messages: usize) -> f64 {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         bare(1_000).await;
         through_runtime(1_000).await;
