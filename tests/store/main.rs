@@ -6,5 +6,6 @@
 mod support;
 
 mod conformance;
+mod mssql_mock;
 mod postgres_errors;
 mod sqlite_errors;
