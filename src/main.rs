@@ -61,7 +61,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let url: StoreUrl = store.parse()?;
             let applied = match &url {
                 StoreUrl::Postgres(raw) => PgStore::connect(raw, 1).await?.migrate().await,
-                StoreUrl::Mssql(raw) => MssqlStore::connect(raw, 1).await?.migrate().await,
+                StoreUrl::Mssql(raw) => {
+                    MssqlStore::connect(raw, 1)
+                        .await
+                        .with_context(|| format!("connecting to {url}"))?
+                        .migrate()
+                        .await
+                }
                 StoreUrl::Sqlite(path) => SqliteStore::open(path)?.migrate().await,
                 StoreUrl::SqliteMemory => SqliteStore::open_in_memory()?.migrate().await,
                 _ => anyhow::bail!("unsupported store {url}"),

@@ -338,3 +338,27 @@ async fn mock_entra_token_is_sent_per_new_connection() {
         Some("eyJ0eXAi.test-token")
     );
 }
+
+#[tokio::test]
+async fn mock_health_check_rejects_a_connection_inside_a_transaction() {
+    use bb8::ManageConnection as _;
+    use sb_inbox::store::mssql::MssqlManager;
+
+    let mock = mock().await;
+    let manager = MssqlManager::new(connection_string(mock.port).parse().unwrap());
+    let mut conn = manager.connect().await.unwrap();
+    manager.is_valid(&mut conn).await.unwrap();
+    assert!(!manager.has_broken(&mut conn));
+
+    // The server now reports an open transaction on this session.
+    mock.registry.lock().await.register(
+        "SELECT @@TRANCOUNT",
+        QueryResponse::new(
+            vec![ColumnDefinition::new("", SqlDataType::Int)],
+            vec![Row::new(vec![ColumnValue::Int(1)])],
+        ),
+    );
+    let error = manager.is_valid(&mut conn).await.unwrap_err();
+    assert!(error.message().contains("open transaction"), "{error}");
+    assert!(manager.has_broken(&mut conn), "the pool discards it");
+}

@@ -234,6 +234,20 @@ impl ManageConnection for MssqlManager {
     }
 }
 
+/// Logs the connection errors bb8 does not hand to a caller (background connects).
+#[derive(Debug, Clone, Copy)]
+struct LogErrors;
+
+impl bb8::ErrorSink<StoreError> for LogErrors {
+    fn sink(&self, error: StoreError) {
+        tracing::warn!(%error, "SQL Server connection failed.");
+    }
+
+    fn boxed_clone(&self) -> Box<dyn bb8::ErrorSink<StoreError>> {
+        Box::new(*self)
+    }
+}
+
 /// A SQL Server or Azure SQL store.
 ///
 /// # Examples
@@ -274,12 +288,19 @@ impl MssqlStore {
     /// # Errors
     /// A classified error when the first connection fails.
     pub async fn connect_with(config: MssqlConfig, max_size: u32) -> Result<Self, StoreError> {
+        let manager = MssqlManager::new(config);
+        // The first connection is made here, not by the pool: bb8 reports a failed connect only
+        // to its error sink and lets `get` time out 30 s later, which would hide a wrong
+        // address or login behind "timed out".
+        let first = manager.connect().await?;
         let pool = Pool::builder()
             .max_size(max_size.max(1))
-            .build(MssqlManager::new(config))
+            .error_sink(Box::new(LogErrors))
+            .build(manager)
             .await?;
-        // Fail fast on a bad address or login, as PgStore does.
-        drop(Self::checkout(&pool).await?);
+        if pool.add(first).is_err() {
+            tracing::debug!("The pool was full already; the first connection was dropped.");
+        }
         Ok(MssqlStore { pool })
     }
 
