@@ -362,3 +362,15 @@ async fn mock_health_check_rejects_a_connection_inside_a_transaction() {
     assert!(error.message().contains("open transaction"), "{error}");
     assert!(manager.has_broken(&mut conn), "the pool discards it");
 }
+
+#[test]
+fn mssql_types_are_send() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<MssqlStore>();
+    send_sync::<MssqlConfig>();
+    send::<sb_inbox::MssqlTx>();
+    let store = async { MssqlStore::connect("mssql://h", 1).await };
+    fn send_future<F: std::future::Future + Send>(_: &F) {}
+    send_future(&store);
+}

@@ -214,6 +214,18 @@ mod tests {
         assert!(EntraMode::parse("Active Directory Password").is_err());
     }
 
+    /// No network: the credential fails on its missing `AZURE_*` variables before any request.
+    #[tokio::test]
+    async fn workload_identity_without_its_variables_is_unavailable() {
+        if std::env::var_os("AZURE_TENANT_ID").is_some() {
+            return;
+        }
+        let source = AzureTokenSource::new(EntraMode::WorkloadIdentity, None).unwrap();
+        let error = source.token().await.unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
+        assert!(error.kind().is_transient());
+    }
+
     #[tokio::test]
     async fn static_token_hides_itself() {
         let source = StaticToken("eyJ.secret".into());
