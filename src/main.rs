@@ -22,7 +22,7 @@ enum Command {
         /// The store: postgres://USER@HOST/DB, an ADO.NET SQL Server connection string
         /// (Server=tcp:HOST,1433;Database=…;…) or mssql://USER:PASSWORD@HOST:1433/DB,
         /// sqlite://PATH or sqlite::memory:.
-        #[arg(long, env = "SB_INBOX_STORE")]
+        #[arg(long, env = "SB_INBOX_STORE", hide_env_values = true)]
         store: String,
     },
 }
