@@ -5,7 +5,9 @@
 //! The mock answers a SQL batch registered under its exact text and an RPC request
 //! (`sp_executesql`, which every parameterised statement uses) whose statement contains a
 //! registered upper-case text; `INSERT INTO ` therefore catches every insert. Anything
-//! unregistered gets an empty `DONE`.
+//! unregistered gets an empty `DONE`. The mock reads one TDS packet per request, so it cannot
+//! take the migration scripts (several packets each): `migrate` is verified on the real server
+//! only.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
