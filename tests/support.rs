@@ -87,10 +87,19 @@ pub async fn mssql_store(test: &str, pool: u32) -> Option<MssqlStore> {
         ))
         .await
         .expect("drop database");
-    admin
-        .batch(&format!("CREATE DATABASE [{database}]"))
-        .await
-        .expect("create database");
+    // Tests run in parallel; concurrent CREATE DATABASE can briefly fail on the lock of
+    // `model` (1807), so retry a few times.
+    let mut attempt = 0;
+    loop {
+        match admin.batch(&format!("CREATE DATABASE [{database}]")).await {
+            Ok(_) => break,
+            Err(error) if attempt < 10 && error.kind().is_transient() => {
+                attempt += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(200 * attempt)).await;
+            }
+            Err(error) => panic!("create database {database}: {error}"),
+        }
+    }
     let mut config: MssqlConfig = url.parse().expect("SB_INBOX_MSSQL parses");
     config.set_database(&database);
     let store = MssqlStore::connect_with(config, pool)
