@@ -8,7 +8,8 @@
 //! # Layout
 //! - [`ports`]: the traits the runtime depends on ([`Receiver`], [`Delivery`], [`Store`], [`Tx`]).
 //! - [`runtime`]: outcomes, lock keeping, settlement after commit ([`Runtime`]).
-//! - [`store`]: PostgreSQL ([`PgStore`]) and SQLite ([`SqliteStore`]).
+//! - [`store`]: SQL Server / Azure SQL ([`MssqlStore`]), PostgreSQL ([`PgStore`]) and SQLite
+//!   ([`SqliteStore`]).
 //! - [`inventory`]: the reference consumer, written on the public API only.
 //! - `testing` (feature `test-util`): an in-memory receiver with fault injection.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -33,4 +34,4 @@ pub use runtime::{
     DeadLetterReason, DecodeError, Handled, Handler, HandlerError, LockKeeper, Outcome, Rejection,
     Report, Runtime, RuntimeConfig, RuntimeError, Settlement, Stats, StatsSnapshot,
 };
-pub use store::{PgStore, PgTx, SqliteStore, SqliteTx};
+pub use store::{MssqlStore, MssqlTx, PgStore, PgTx, SqliteStore, SqliteTx};

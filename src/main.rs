@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use sb_inbox::store::StoreUrl;
 use sb_inbox::worker::{ENV_VARS, WorkerConfig};
-use sb_inbox::{PgStore, SqliteStore};
+use sb_inbox::{MssqlStore, PgStore, SqliteStore};
 use tokio_util::sync::CancellationToken;
 
 /// sb-inbox: the Idempotent Consumer for Azure Service Bus.
@@ -34,7 +34,9 @@ enum Command {
     },
     /// Applies the store's schema migrations (sql/<provider>/), each once.
     Migrate {
-        /// The store: postgres://USER@HOST/DB, sqlite://PATH or sqlite::memory:.
+        /// The store: postgres://USER@HOST/DB, an ADO.NET SQL Server connection string
+        /// (Server=tcp:HOST,1433;Database=…;…) or mssql://USER:PASSWORD@HOST:1433/DB,
+        /// sqlite://PATH or sqlite::memory:.
         #[arg(long, env = "SB_INBOX_STORE", hide_env_values = true)]
         store: String,
     },
@@ -50,6 +52,15 @@ fn env_help() -> String {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Exactly one rustls crypto provider in this binary: ring (SQL Server TLS, Entra ID token
+    // requests and the AMQP connection all use the process default). An Err means one is
+    // installed already, which can only be this same provider.
+    if rustls::crypto::ring::default_provider()
+        .install_default()
+        .is_err()
+    {
+        tracing::debug!("A rustls crypto provider was installed already.");
+    }
     let cli = Cli::parse();
     // The demo's expected warnings (refused settlements, poison messages) would bury its table.
     let default_level = if matches!(cli.command, Command::Demo) {
@@ -81,6 +92,13 @@ async fn migrate(store: &str) -> anyhow::Result<()> {
     let url: StoreUrl = store.parse()?;
     let applied = match &url {
         StoreUrl::Postgres(raw) => PgStore::connect(raw, 1).await?.migrate().await,
+        StoreUrl::Mssql(raw) => {
+            MssqlStore::connect(raw, 1)
+                .await
+                .with_context(|| format!("connecting to {url}"))?
+                .migrate()
+                .await
+        }
         StoreUrl::Sqlite(path) => SqliteStore::open(path)?.migrate().await,
         StoreUrl::SqliteMemory => SqliteStore::open_in_memory()?.migrate().await,
         _ => anyhow::bail!("unsupported store {url}"),

@@ -3,7 +3,8 @@
 
 use std::future::Future;
 
-use sb_inbox::{PgStore, SqliteStore, Store, StoreError};
+use sb_inbox::store::MssqlConfig;
+use sb_inbox::{MssqlStore, PgStore, SqliteStore, Store, StoreError};
 
 /// The PostgreSQL server tests use: `DATABASE_URL`, defaulting to the local one.
 pub fn pg_url() -> String {
@@ -46,6 +47,68 @@ pub fn with_search_path(url: &str, schema: &str) -> String {
     format!("{url}{sep}options=-csearch_path%3D{schema}")
 }
 
+/// The SQL Server tests use: `SB_INBOX_MSSQL` (an ADO.NET connection string or `mssql://`
+/// URL). There is no SQL Server on the CI machine, so unset means skipped.
+pub fn mssql_url() -> Option<String> {
+    std::env::var("SB_INBOX_MSSQL")
+        .ok()
+        .filter(|url| !url.trim().is_empty())
+}
+
+/// Says that a SQL Server test was skipped, past the test harness's output capture.
+pub fn skip_mssql(test: &str) {
+    use std::io::Write as _;
+    // Best effort: a closed stderr is no reason to fail a skipped test.
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipped: SB_INBOX_MSSQL not set ({test})"
+    );
+}
+
+/// A migrated SQL Server store in a fresh database of its own (`SQL Server has no per-session
+/// search path, so a database is the unit of isolation), or `None` when `SB_INBOX_MSSQL` is
+/// not set.
+pub async fn mssql_store(test: &str, pool: u32) -> Option<MssqlStore> {
+    let Some(url) = mssql_url() else {
+        skip_mssql(test);
+        return None;
+    };
+    let database = schema_for(test);
+    let admin = MssqlStore::connect(&url, 1)
+        .await
+        .expect("SQL Server reachable at SB_INBOX_MSSQL");
+    admin
+        .batch(&format!(
+            "IF DB_ID(N'{database}') IS NOT NULL
+             BEGIN
+                 ALTER DATABASE [{database}] SET SINGLE_USER WITH ROLLBACK IMMEDIATE;
+                 DROP DATABASE [{database}];
+             END"
+        ))
+        .await
+        .expect("drop database");
+    // Tests run in parallel; concurrent CREATE DATABASE can briefly fail on the lock of
+    // `model` (1807), so retry a few times.
+    let mut attempt = 0;
+    loop {
+        match admin.batch(&format!("CREATE DATABASE [{database}]")).await {
+            Ok(_) => break,
+            Err(error) if attempt < 10 && error.kind().is_transient() => {
+                attempt += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(200 * attempt)).await;
+            }
+            Err(error) => panic!("create database {database}: {error}"),
+        }
+    }
+    let mut config: MssqlConfig = url.parse().expect("SB_INBOX_MSSQL parses");
+    config.set_database(&database);
+    let store = MssqlStore::connect_with(config, pool)
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    Some(store)
+}
+
 /// A migrated in-memory SQLite store.
 pub async fn sqlite_store(_test: &str, _pool: u32) -> SqliteStore {
     let store = SqliteStore::open_in_memory().expect("open");
@@ -65,6 +128,18 @@ impl Count for PgStore {
             .query(&format!("SELECT count(*) FROM {table}"), &[])
             .await?;
         Ok(rows[0].get(0))
+    }
+}
+
+impl Count for MssqlStore {
+    async fn count(&self, table: &str) -> Result<i64, StoreError> {
+        let rows = self
+            .query(
+                &format!("SELECT CAST(count(*) AS bigint) FROM {table}"),
+                &[],
+            )
+            .await?;
+        Ok(rows[0].get::<i64, _>(0).unwrap_or_default())
     }
 }
 

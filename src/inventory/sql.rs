@@ -3,7 +3,7 @@
 use tokio_postgres::types::ToSql;
 
 use super::{CONSUMER, InventoryCounts, InventoryStore, InventoryTx, OrderPlaced};
-use crate::{PgStore, PgTx, SqliteStore, SqliteTx, StoreError};
+use crate::{MssqlStore, MssqlTx, PgStore, PgTx, SqliteStore, SqliteTx, StoreError};
 
 const PG_COUNTS: &str = "SELECT
     (SELECT count(*) FROM inventory_reservation),
@@ -16,6 +16,12 @@ const SQLITE_COUNTS: &str = "SELECT
     (SELECT coalesce(sum(reserved), 0) FROM inventory_stock),
     (SELECT coalesce(sum(quantity), 0) FROM inventory_reservation_line),
     (SELECT count(*) FROM sb_inbox WHERE consumer = ?1)";
+
+const MSSQL_COUNTS: &str = "SELECT
+    (SELECT CAST(count(*) AS bigint) FROM inventory_reservation),
+    (SELECT coalesce(sum(reserved), CAST(0 AS bigint)) FROM inventory_stock),
+    (SELECT coalesce(sum(CAST(quantity AS bigint)), CAST(0 AS bigint)) FROM inventory_reservation_line),
+    (SELECT CAST(count(*) AS bigint) FROM sb_inbox WHERE consumer = @P1)";
 
 impl InventoryTx for PgTx {
     async fn reserve(&mut self, message_id: &str, order: &OrderPlaced) -> Result<(), StoreError> {
@@ -61,6 +67,57 @@ impl InventoryTx for SqliteTx {
             )?;
         }
         Ok(())
+    }
+}
+
+impl InventoryTx for MssqlTx {
+    async fn reserve(&mut self, message_id: &str, order: &OrderPlaced) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO inventory_reservation (order_id, message_id) VALUES (@P1, @P2)",
+            &[&order.order_id.as_str(), &message_id],
+        )
+        .await?;
+        for (line_no, line) in (1i32..).zip(&order.lines) {
+            self.execute(
+                "INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES (@P1, @P2, @P3, @P4)",
+                &[&order.order_id.as_str(), &line_no, &line.sku.as_str(), &line.quantity],
+            )
+            .await?;
+            // Update-then-insert under a key-range lock: two orders for a new SKU cannot both
+            // insert it.
+            self.execute(
+                "UPDATE inventory_stock WITH (UPDLOCK, HOLDLOCK) SET reserved = reserved + @P2 WHERE sku = @P1;
+                 IF @@ROWCOUNT = 0 INSERT INTO inventory_stock (sku, reserved) VALUES (@P1, @P2);",
+                &[&line.sku.as_str(), &i64::from(line.quantity)],
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+impl InventoryStore for MssqlStore {
+    async fn inventory_counts(&self) -> Result<InventoryCounts, StoreError> {
+        let rows = self.query(MSSQL_COUNTS, &[&CONSUMER]).await?;
+        let row = rows.first().ok_or_else(|| {
+            StoreError::new(
+                crate::ErrorKind::Unknown,
+                None,
+                None,
+                "counts query returned no row",
+            )
+        })?;
+        let column = |index: usize| -> Result<i64, StoreError> {
+            row.try_get::<i64, _>(index)
+                .map(Option::unwrap_or_default)
+                .map_err(crate::store::mssql::classify)
+        };
+        Ok(InventoryCounts {
+            reservations: column(0)?,
+            reserved_units: column(1)?,
+            line_units: column(2)?,
+            inbox_rows: column(3)?,
+        })
     }
 }
 

@@ -1,6 +1,7 @@
 //! Stores: the [`crate::Store`] port on real databases.
 //!
 //! # Layout
+//! - [`mssql`]: SQL Server and Azure SQL through `tiberius` and `bb8` ([`MssqlStore`]).
 //! - [`postgres`]: PostgreSQL through `tokio-postgres` and `bb8` ([`PgStore`]).
 //! - [`sqlite`]: SQLite through `rusqlite`, the embedded default ([`SqliteStore`]).
 //! - [`StoreUrl`]: which store a URL names, printable without its secrets.
@@ -9,10 +10,12 @@
 //! the constraint name: only [`INBOX_CONSTRAINT`] and [`BUSINESS_KEY_CONSTRAINT`] are duplicates.
 //! Migrations live in `sql/<provider>/` and are compiled in.
 
+pub mod mssql;
 pub mod postgres;
 pub mod sqlite;
 mod url;
 
+pub use mssql::{MssqlConfig, MssqlStore, MssqlTx};
 pub use postgres::{PgStore, PgTx};
 pub use sqlite::{SqliteStore, SqliteTx};
 pub use url::{StoreUrl, StoreUrlError};

@@ -4,7 +4,7 @@ use super::{BrokerAddress, WorkerConfig};
 use crate::inventory::{InventoryStore, OrderPlacedConsumer};
 use crate::servicebus::{ServiceBusClient, ServiceBusReceiver};
 use crate::store::StoreUrl;
-use crate::{PgStore, Runtime, RuntimeError, SqliteStore, StatsSnapshot, StoreError};
+use crate::{MssqlStore, PgStore, Runtime, RuntimeError, SqliteStore, StatsSnapshot, StoreError};
 
 /// Why the worker stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +48,15 @@ pub async fn run(
             serve(
                 receiver,
                 PgStore::connect(url, pool).await?,
+                config,
+                shutdown,
+            )
+            .await
+        }
+        StoreUrl::Mssql(raw) => {
+            serve(
+                receiver,
+                MssqlStore::connect(raw, pool).await?,
                 config,
                 shutdown,
             )

@@ -1,4 +1,5 @@
-//! The article's verification and outcome rules, run against PostgreSQL and SQLite.
+//! The article's verification and outcome rules, run against PostgreSQL and SQLite, and SQL
+//! Server when `SB_INBOX_MSSQL` is set.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -103,6 +104,13 @@ async fn concurrent_copies_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_copies_sqlite() {
     concurrent_copies(sqlite_store("rt_concurrent_copies", 1).await, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_copies_mssql() {
+    if let Some(store) = crate::support::mssql_store("rt_concurrent_copies", 8).await {
+        concurrent_copies(store, true).await;
+    }
 }
 
 /// The process stops after commit and before settlement: the lock runs out, the message is
@@ -447,6 +455,18 @@ macro_rules! on_both_stores {
                 async fn $scenario() {
                     crate::support::init_tracing();
                     super::$scenario(crate::support::sqlite_store(stringify!($scenario), 1).await).await;
+                }
+            )*
+        }
+        // SQL Server when SB_INBOX_MSSQL is set (GitHub Actions); skipped otherwise.
+        mod mssql {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    crate::support::init_tracing();
+                    if let Some(store) = crate::support::mssql_store(concat!("rt_", stringify!($scenario)), 4).await {
+                        super::$scenario(store).await;
+                    }
                 }
             )*
         }

@@ -125,7 +125,7 @@ pub(crate) async fn outbox_commits_with_the_transaction<S: Store + Count>(store:
 }
 
 /// Two transactions insert the same key at once: the second fails as a duplicate once the
-/// first commits (PostgreSQL makes it wait on the row; SQLite queues the writer).
+/// first commits (PostgreSQL and SQL Server make it wait on the key; SQLite queues the writer).
 pub(crate) async fn concurrent_insert_of_same_key_duplicates<S: Store + Count + Clone>(store: S) {
     let mut first = store.begin().await.unwrap();
     first.insert_inbox("c", "m-1").await.unwrap();
@@ -159,12 +159,31 @@ macro_rules! conformance {
             )*
         }
     };
+    // A store that may be absent here: `$make` returns `None` (and says so) to skip.
+    ($store:ident, optional $make:path, [$($case:ident),* $(,)?]) => {
+        mod $store {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    crate::support::init_tracing();
+                    let Some(store) =
+                        $make(concat!(stringify!($store), "_", stringify!($case)), 4).await
+                    else {
+                        return;
+                    };
+                    super::$case(store).await;
+                }
+            )*
+        }
+    };
 }
 
 macro_rules! all_stores {
     ($($case:ident),* $(,)?) => {
         conformance!(postgres, crate::support::pg_store, [$($case),*]);
         conformance!(sqlite, crate::support::sqlite_store, [$($case),*]);
+        // SQL Server when SB_INBOX_MSSQL is set (GitHub Actions); skipped otherwise.
+        conformance!(mssql, optional crate::support::mssql_store, [$($case),*]);
     };
 }
 

@@ -1,10 +1,13 @@
 //! Store tests: one conformance suite run unchanged against each store, and the
-//! classification of real provider errors.
+//! classification of real provider errors (SQL Server: a mock TDS server here, the real one
+//! when `SB_INBOX_MSSQL` is set).
 #![allow(clippy::unwrap_used, clippy::panic, clippy::unwrap_in_result)]
 
 #[path = "../support.rs"]
 mod support;
 
 mod conformance;
+mod mssql_errors;
+mod mssql_mock;
 mod postgres_errors;
 mod sqlite_errors;

@@ -1,0 +1,552 @@
+//! SQL Server and Azure SQL store on `tiberius`, pooled by `bb8` with our own connection
+//! manager.
+//!
+//! # Layout
+//! - [`MssqlStore`] / [`MssqlTx`]: the [`Store`] port.
+//! - [`MssqlManager`]: connects (TCP, TLS through rustls on ring, Azure gateway redirects,
+//!   Entra ID tokens), prepares each session (`SET XACT_ABORT ON`, `SET LANGUAGE us_english`,
+//!   the ANSI options filtered indexes need), checks health (`@@TRANCOUNT` must be 0) and evicts
+//!   connections marked broken.
+//! - [`MssqlConfig`]: ADO.NET connection strings and `mssql://` URLs, printable without secrets.
+//! - [`TokenSource`] / [`AzureTokenSource`]: Entra ID access tokens for Azure SQL.
+//! - [`classify`]: error numbers and constraint names to [`ErrorKind`]; its docs list the
+//!   transient numbers and where they come from.
+//!
+//! Every result stream is read to its end, so a connection never goes back to the pool with
+//! unread tokens. With `XACT_ABORT ON` any error inside a transaction rolls it back on the
+//! server; [`Tx::rollback`] is therefore tolerant of a transaction that is already gone.
+
+mod classify;
+mod config;
+mod token;
+
+use std::time::Duration;
+
+use bb8::{ManageConnection, Pool, PooledConnection};
+use tiberius::{Client, Row, ToSql};
+use tokio::net::TcpStream;
+use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
+
+pub use classify::{TRANSIENT, breaks_connection, classify};
+pub use config::MssqlConfig;
+pub use token::{
+    AZURE_SQL_SCOPE, AzureTokenSource, EntraMode, StaticToken, TokenFuture, TokenSource,
+};
+
+pub(crate) use config::{is_ado, is_url};
+
+use super::Migration;
+use crate::ports::{ErrorKind, OutboxMessage, Store, StoreError, Tx, VersionCheck};
+
+/// The SQL Server migrations, in order.
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_inbox.sql",
+        sql: include_str!("../../../sql/mssql/0001_inbox.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_inventory.sql",
+        sql: include_str!("../../../sql/mssql/0002_inventory.sql"),
+    },
+];
+
+/// Run on every new session. `XACT_ABORT` makes any error roll the transaction back instead of
+/// leaving it open with half its statements applied; `us_english` keeps the messages the
+/// classifier parses in their documented form; the ANSI options are those filtered indexes
+/// (`ix_sb_outbox_pending`) and truncation errors (`ANSI_WARNINGS`) require, whatever the login
+/// defaults are.
+const SESSION_SETUP: &str = "SET XACT_ABORT ON; SET LANGUAGE us_english; SET ANSI_NULLS ON; \
+     SET ANSI_PADDING ON; SET ANSI_WARNINGS ON; SET ARITHABORT ON; SET CONCAT_NULL_YIELDS_NULL ON; \
+     SET QUOTED_IDENTIFIER ON; SET NUMERIC_ROUNDABORT OFF;";
+
+/// The health check: a pooled connection must not be inside a transaction.
+const HEALTH_CHECK: &str = "SELECT @@TRANCOUNT";
+
+/// How long the TCP connect may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How many gateway redirects one connect follows (Azure SQL sends one at most).
+const MAX_REDIRECTS: usize = 3;
+
+/// The transport tiberius runs on.
+pub type MssqlClient = Client<Compat<TcpStream>>;
+
+/// A pooled connection.
+pub struct MssqlConn {
+    client: MssqlClient,
+    broken: bool,
+    in_tx: bool,
+}
+
+impl std::fmt::Debug for MssqlConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MssqlConn")
+            .field("broken", &self.broken)
+            .field("in_tx", &self.in_tx)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MssqlConn {
+    /// Classifies `error` and marks the connection broken when it cannot be reused.
+    fn fail(&mut self, error: tiberius::error::Error) -> StoreError {
+        if breaks_connection(&error) {
+            self.broken = true;
+        }
+        let error = classify(error);
+        if error.kind() == ErrorKind::Connection {
+            self.broken = true;
+        }
+        error
+    }
+
+    /// Runs a parameterised statement (`@P1`, `@P2`, …); returns the rows affected.
+    async fn execute(&mut self, sql: &str, params: &[&dyn ToSql]) -> Result<u64, StoreError> {
+        match self.client.execute(sql, params).await {
+            Ok(result) => Ok(result.total()),
+            Err(error) => Err(self.fail(error)),
+        }
+    }
+
+    /// Runs a parameterised query and reads every result set to the end.
+    async fn query(&mut self, sql: &str, params: &[&dyn ToSql]) -> Result<Vec<Row>, StoreError> {
+        let result = match self.client.query(sql, params).await {
+            Ok(stream) => stream.into_results().await,
+            Err(error) => Err(error),
+        };
+        match result {
+            Ok(sets) => Ok(sets.into_iter().flatten().collect()),
+            Err(error) => Err(self.fail(error)),
+        }
+    }
+
+    /// Runs a batch without parameters and reads it to the end.
+    async fn batch(&mut self, sql: &str) -> Result<Vec<Row>, StoreError> {
+        let result = match self.client.simple_query(sql).await {
+            Ok(stream) => stream.into_results().await,
+            Err(error) => Err(error),
+        };
+        match result {
+            Ok(sets) => Ok(sets.into_iter().flatten().collect()),
+            Err(error) => Err(self.fail(error)),
+        }
+    }
+}
+
+/// Connects tiberius clients for the pool.
+#[derive(Debug, Clone)]
+pub struct MssqlManager {
+    config: MssqlConfig,
+}
+
+impl MssqlManager {
+    /// A manager for `config`.
+    pub fn new(config: MssqlConfig) -> Self {
+        MssqlManager { config }
+    }
+
+    async fn tcp(addr: &str) -> Result<TcpStream, StoreError> {
+        let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+            .await
+            .map_err(|_| {
+                StoreError::new(
+                    ErrorKind::Connection,
+                    None,
+                    None,
+                    format!("timed out connecting to {addr}"),
+                )
+            })?
+            .map_err(|error| classify(error.into()))?;
+        tcp.set_nodelay(true)
+            .map_err(|error| classify(error.into()))?;
+        Ok(tcp)
+    }
+}
+
+impl ManageConnection for MssqlManager {
+    type Connection = MssqlConn;
+    type Error = StoreError;
+
+    async fn connect(&self) -> Result<MssqlConn, StoreError> {
+        let mut config = self.config.tiberius.clone();
+        if let Some(source) = &self.config.token {
+            // A token per new connection: the credential refreshes it before it expires.
+            let token = source.token().await?;
+            config.authentication(tiberius::AuthMethod::aad_token(token));
+        }
+        let mut redirects = 0;
+        let client = loop {
+            let tcp = Self::tcp(&config.get_addr()).await?;
+            match Client::connect(config.clone(), tcp.compat_write()).await {
+                Ok(client) => break client,
+                // The Azure SQL gateway hands the session to the node that hosts the database
+                // (redirect connection policy): log in again there.
+                Err(tiberius::error::Error::Routing { host, port })
+                    if redirects < MAX_REDIRECTS =>
+                {
+                    tracing::debug!(%host, port, "Gateway redirected the SQL Server connection.");
+                    config.host(&host);
+                    config.port(port);
+                    redirects += 1;
+                }
+                Err(error) => return Err(classify(error)),
+            }
+        };
+        let mut conn = MssqlConn {
+            client,
+            broken: false,
+            in_tx: false,
+        };
+        conn.batch(SESSION_SETUP).await?;
+        Ok(conn)
+    }
+
+    async fn is_valid(&self, conn: &mut MssqlConn) -> Result<(), StoreError> {
+        let rows = conn.batch(HEALTH_CHECK).await?;
+        let open = rows
+            .first()
+            .and_then(|row| row.try_get::<i32, _>(0).ok().flatten())
+            .ok_or_else(|| {
+                conn.broken = true;
+                StoreError::new(
+                    ErrorKind::Connection,
+                    None,
+                    None,
+                    "health check returned no @@TRANCOUNT",
+                )
+            })?;
+        if open != 0 {
+            conn.broken = true;
+            return Err(StoreError::new(
+                ErrorKind::Connection,
+                None,
+                None,
+                format!("pooled connection has {open} open transaction(s)"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn has_broken(&self, conn: &mut MssqlConn) -> bool {
+        conn.broken || conn.in_tx
+    }
+}
+
+/// Logs the connection errors bb8 does not hand to a caller (background connects).
+#[derive(Debug, Clone, Copy)]
+struct LogErrors;
+
+impl bb8::ErrorSink<StoreError> for LogErrors {
+    fn sink(&self, error: StoreError) {
+        tracing::warn!(%error, "SQL Server connection failed.");
+    }
+
+    fn boxed_clone(&self) -> Box<dyn bb8::ErrorSink<StoreError>> {
+        Box::new(*self)
+    }
+}
+
+/// A SQL Server or Azure SQL store.
+///
+/// # Examples
+/// ```no_run
+/// # #[allow(dead_code)]
+/// # async fn example() -> Result<(), sb_inbox::StoreError> {
+/// use sb_inbox::{MssqlStore, Store, Tx};
+/// let store = MssqlStore::connect(
+///     "Server=tcp:myserver.database.windows.net,1433;Database=app;\
+///      Authentication=Active Directory Default;Encrypt=true",
+///     16,
+/// )
+/// .await?;
+/// store.migrate().await?;
+/// let mut tx = store.begin().await?;
+/// tx.insert_inbox("inventory", "m-1").await?;
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct MssqlStore {
+    pool: Pool<MssqlManager>,
+}
+
+impl MssqlStore {
+    /// Connects a pool of at most `max_size` connections from an ADO.NET connection string or
+    /// an `mssql://` URL (see [`MssqlConfig`]).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Schema`] for an unparseable string; a classified error when the first
+    /// connection fails.
+    pub async fn connect(connection: &str, max_size: u32) -> Result<Self, StoreError> {
+        Self::connect_with(connection.parse()?, max_size).await
+    }
+
+    /// Connects a pool from a parsed [`MssqlConfig`].
+    ///
+    /// # Errors
+    /// A classified error when the first connection fails.
+    pub async fn connect_with(config: MssqlConfig, max_size: u32) -> Result<Self, StoreError> {
+        let manager = MssqlManager::new(config);
+        // The first connection is made here, not by the pool: bb8 reports a failed connect only
+        // to its error sink and lets `get` time out 30 s later, which would hide a wrong
+        // address or login behind "timed out".
+        let first = manager.connect().await?;
+        let pool = Pool::builder()
+            .max_size(max_size.max(1))
+            .error_sink(Box::new(LogErrors))
+            .build(manager)
+            .await?;
+        if pool.add(first).is_err() {
+            tracing::debug!("The pool was full already; the first connection was dropped.");
+        }
+        Ok(MssqlStore { pool })
+    }
+
+    async fn checkout(
+        pool: &Pool<MssqlManager>,
+    ) -> Result<PooledConnection<'static, MssqlManager>, StoreError> {
+        pool.get_owned().await.map_err(|error| match error {
+            bb8::RunError::User(error) => error,
+            bb8::RunError::TimedOut => StoreError::new(
+                ErrorKind::Unavailable,
+                None,
+                None,
+                "timed out waiting for a pooled connection",
+            ),
+        })
+    }
+
+    async fn connection(&self) -> Result<PooledConnection<'static, MssqlManager>, StoreError> {
+        Self::checkout(&self.pool).await
+    }
+
+    /// Connections the pool holds now (idle and in use).
+    pub fn connections(&self) -> u32 {
+        self.pool.state().connections
+    }
+
+    /// Applies the migrations not applied yet, each in a transaction under an application lock
+    /// (so concurrent `migrate` calls serialise); returns how many ran.
+    ///
+    /// # Errors
+    /// A [`StoreError`] from the first failing script (its transaction rolls back).
+    pub async fn migrate(&self) -> Result<usize, StoreError> {
+        let mut conn = self.connection().await?;
+        let mut applied = 0;
+        for migration in MIGRATIONS {
+            conn.in_tx = true;
+            conn.batch(
+                "BEGIN TRANSACTION;
+                 EXEC sp_getapplock @Resource = N'sb_inbox_migrate', @LockMode = N'Exclusive',
+                      @LockOwner = N'Transaction', @LockTimeout = 60000;
+                 IF OBJECT_ID(N'sb_inbox_schema_migrations', N'U') IS NULL
+                     CREATE TABLE sb_inbox_schema_migrations (
+                         version    bigint        NOT NULL CONSTRAINT pk_sb_inbox_schema_migrations PRIMARY KEY,
+                         name       nvarchar(256) NOT NULL,
+                         applied_at datetime2(3)  NOT NULL
+                             CONSTRAINT df_sb_inbox_schema_migrations_applied_at DEFAULT SYSUTCDATETIME());",
+            )
+            .await?;
+            let done = conn
+                .query(
+                    "SELECT version FROM sb_inbox_schema_migrations WHERE version = @P1",
+                    &[&migration.version],
+                )
+                .await?;
+            if done.is_empty() {
+                conn.batch(migration.sql).await?;
+                conn.execute(
+                    "INSERT INTO sb_inbox_schema_migrations (version, name) VALUES (@P1, @P2)",
+                    &[&migration.version, &migration.name],
+                )
+                .await?;
+                applied += 1;
+                tracing::info!(migration = migration.name, "Migration applied.");
+            }
+            conn.batch("COMMIT TRANSACTION").await?;
+            conn.in_tx = false;
+        }
+        Ok(applied)
+    }
+
+    /// Runs a query outside any inbox transaction (reports, tests), reading all result sets.
+    ///
+    /// # Errors
+    /// The classified [`StoreError`].
+    pub async fn query(&self, sql: &str, params: &[&dyn ToSql]) -> Result<Vec<Row>, StoreError> {
+        let mut conn = self.connection().await?;
+        conn.query(sql, params).await
+    }
+
+    /// Runs a statement outside any inbox transaction (administration, tests); returns the rows
+    /// affected.
+    ///
+    /// # Errors
+    /// The classified [`StoreError`].
+    pub async fn execute(&self, sql: &str, params: &[&dyn ToSql]) -> Result<u64, StoreError> {
+        let mut conn = self.connection().await?;
+        conn.execute(sql, params).await
+    }
+
+    /// Runs a batch without parameters outside any transaction (`CREATE DATABASE` cannot run
+    /// inside `sp_executesql`'s transaction-free batch either way; this sends it as is).
+    ///
+    /// # Errors
+    /// The classified [`StoreError`].
+    pub async fn batch(&self, sql: &str) -> Result<Vec<Row>, StoreError> {
+        let mut conn = self.connection().await?;
+        conn.batch(sql).await
+    }
+}
+
+impl Store for MssqlStore {
+    type Tx = MssqlTx;
+
+    async fn begin(&self) -> Result<MssqlTx, StoreError> {
+        let mut conn = self.connection().await?;
+        // Marked first: if BEGIN is cancelled half-way the pool discards the connection.
+        conn.in_tx = true;
+        conn.batch("BEGIN TRANSACTION").await?;
+        Ok(MssqlTx { conn })
+    }
+}
+
+/// An open SQL Server transaction. Dropping it without commit or rollback discards the
+/// connection, which ends the transaction on the server.
+#[derive(Debug)]
+pub struct MssqlTx {
+    conn: PooledConnection<'static, MssqlManager>,
+}
+
+impl MssqlTx {
+    /// Executes one parameterised statement (`@P1`, `@P2`, …), classifying its error; returns
+    /// the rows affected.
+    ///
+    /// # Errors
+    /// The classified [`StoreError`]; an I/O, TLS or timeout error also marks the connection
+    /// broken so the pool evicts it.
+    pub async fn execute(&mut self, sql: &str, params: &[&dyn ToSql]) -> Result<u64, StoreError> {
+        self.conn.execute(sql, params).await
+    }
+
+    /// Runs one parameterised query, reading every result set to the end.
+    ///
+    /// # Errors
+    /// As [`MssqlTx::execute`].
+    pub async fn query(
+        &mut self,
+        sql: &str,
+        params: &[&dyn ToSql],
+    ) -> Result<Vec<Row>, StoreError> {
+        self.conn.query(sql, params).await
+    }
+
+    async fn finish(&mut self, sql: &str) -> Result<(), StoreError> {
+        self.conn.batch(sql).await?;
+        self.conn.in_tx = false;
+        Ok(())
+    }
+}
+
+impl Tx for MssqlTx {
+    async fn insert_inbox(&mut self, consumer: &str, message_id: &str) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO sb_inbox (consumer, message_id) VALUES (@P1, @P2)",
+            &[&consumer, &message_id],
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn claim_business_key(
+        &mut self,
+        consumer: &str,
+        key: &str,
+        message_id: &str,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO sb_inbox_business_key (consumer, business_key, message_id) VALUES (@P1, @P2, @P3)",
+            &[&consumer, &key, &message_id],
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn advance_version(
+        &mut self,
+        consumer: &str,
+        aggregate: &str,
+        version: i64,
+    ) -> Result<VersionCheck, StoreError> {
+        // UPDLOCK + HOLDLOCK (serializable) on the key range: two transactions for a new
+        // aggregate cannot both take the insert branch.
+        let rows = self
+            .query(
+                "DECLARE @written int;
+                 UPDATE sb_inbox_aggregate_version WITH (UPDLOCK, HOLDLOCK)
+                    SET version = @P3, updated_at = SYSUTCDATETIME()
+                  WHERE consumer = @P1 AND aggregate = @P2 AND version < @P3;
+                 SET @written = @@ROWCOUNT;
+                 IF @written = 0
+                    AND NOT EXISTS (SELECT 1 FROM sb_inbox_aggregate_version WITH (UPDLOCK, HOLDLOCK)
+                                     WHERE consumer = @P1 AND aggregate = @P2)
+                 BEGIN
+                     INSERT INTO sb_inbox_aggregate_version (consumer, aggregate, version)
+                     VALUES (@P1, @P2, @P3);
+                     SET @written = @@ROWCOUNT;
+                 END;
+                 SELECT @written, version FROM sb_inbox_aggregate_version
+                  WHERE consumer = @P1 AND aggregate = @P2;",
+                &[&consumer, &aggregate, &version],
+            )
+            .await?;
+        let row = rows.first().ok_or_else(|| {
+            StoreError::new(
+                ErrorKind::Unknown,
+                None,
+                None,
+                "aggregate version row missing after upsert",
+            )
+        })?;
+        let written = row.try_get::<i32, _>(0).map_err(classify)?.unwrap_or(0);
+        let current = row
+            .try_get::<i64, _>(1)
+            .map_err(classify)?
+            .unwrap_or(version);
+        Ok(if written > 0 {
+            VersionCheck::Advanced
+        } else {
+            VersionCheck::Stale { current }
+        })
+    }
+
+    async fn append_outbox(&mut self, message: &OutboxMessage) -> Result<(), StoreError> {
+        let properties = super::properties_json(message);
+        self.execute(
+            "INSERT INTO sb_outbox (message_id, destination, subject, correlation_id, content_type, application_properties, body)
+             VALUES (@P1, @P2, @P3, @P4, @P5, @P6, @P7)",
+            &[
+                &message.message_id.as_str(),
+                &message.destination.as_str(),
+                &message.subject,
+                &message.correlation_id,
+                &message.content_type,
+                &properties.as_str(),
+                &message.body.as_slice(),
+            ],
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn commit(mut self) -> Result<(), StoreError> {
+        self.finish("COMMIT TRANSACTION").await
+    }
+
+    async fn rollback(mut self) -> Result<(), StoreError> {
+        // XACT_ABORT may have rolled the transaction back already (any error does).
+        self.finish("IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION").await
+    }
+}

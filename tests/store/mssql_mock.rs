@@ -1,0 +1,378 @@
+//! The SQL Server store against a mock TDS server (`mssql-mock-tds`): real tiberius clients,
+//! real TDS ERROR tokens, classified by the store. Runs everywhere; the real SQL Server runs
+//! in GitHub Actions (see `conformance.rs`).
+//!
+//! The mock answers a SQL batch registered under its exact text and an RPC request
+//! (`sp_executesql`, which every parameterised statement uses) whose statement contains a
+//! registered upper-case text; `INSERT INTO ` therefore catches every insert. Anything
+//! unregistered gets an empty `DONE`. The mock reads one TDS packet per request, so it cannot
+//! take the migration scripts (several packets each): `migrate` is verified on the real server
+//! only.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use mssql_mock_tds::{
+    ColumnDefinition, ColumnValue, MockTdsServer, QueryRegistry, QueryResponse, Row, SqlDataType,
+    TerminalError,
+};
+use sb_inbox::store::MssqlConfig;
+use sb_inbox::store::mssql::StaticToken;
+use sb_inbox::{DuplicateScope, ErrorKind, MssqlStore, Store, StoreError, Tx};
+use tokio::net::TcpListener;
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+
+/// Every insert the store sends.
+const INSERT: &str = "INSERT INTO ";
+
+/// A mock server on `127.0.0.1:0`, stopped when dropped.
+struct Mock {
+    port: u16,
+    registry: Arc<Mutex<QueryRegistry>>,
+    server: JoinHandle<()>,
+    connections: Arc<Mutex<mssql_mock_tds::ConnectionStore>>,
+}
+
+impl Drop for Mock {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+fn spawn(server: MockTdsServer) -> Mock {
+    let port = server.local_addr().port();
+    let registry = server.query_registry();
+    let connections = server.connection_store();
+    let server = tokio::spawn(async move {
+        // The accept loop ends only with an accept error; the test aborts it.
+        let _ = server.run().await;
+    });
+    Mock {
+        port,
+        registry,
+        server,
+        connections,
+    }
+}
+
+/// A mock whose health check reports no open transaction.
+async fn mock() -> Mock {
+    let mock = spawn(MockTdsServer::new("127.0.0.1:0").await.unwrap());
+    mock.registry.lock().await.register(
+        "SELECT @@TRANCOUNT",
+        QueryResponse::new(
+            vec![ColumnDefinition::new("", SqlDataType::Int)],
+            vec![Row::new(vec![ColumnValue::Int(0)])],
+        ),
+    );
+    mock
+}
+
+impl Mock {
+    /// Every insert fails with this server error.
+    async fn fail_inserts(&self, number: u32, severity: u8, message: &str) {
+        self.registry.lock().await.register(
+            INSERT,
+            QueryResponse::error_only(TerminalError::new(number, severity, message)),
+        );
+    }
+}
+
+/// An ADO.NET connection string for `port`, without TLS (the mock runs plain TDS).
+fn connection_string(port: u16) -> String {
+    format!(
+        "Server=tcp:127.0.0.1,{port};Database=test;User Id=sa;Password=not-a-secret;Encrypt=DANGER_PLAINTEXT"
+    )
+}
+
+async fn store(port: u16) -> MssqlStore {
+    MssqlStore::connect(&connection_string(port), 2)
+        .await
+        .expect("connect to the mock TDS server")
+}
+
+fn duplicate_message(constraint: &str) -> String {
+    format!(
+        "Violation of PRIMARY KEY constraint '{constraint}'. Cannot insert duplicate key in object \
+         'dbo.sb_inbox'. The duplicate key value is (c, m-1)."
+    )
+}
+
+async fn failed_insert(store: &MssqlStore) -> StoreError {
+    let mut tx = store.begin().await.unwrap();
+    let error = tx.insert_inbox("c", "m-1").await.expect_err("insert fails");
+    tx.rollback().await.unwrap();
+    error
+}
+
+#[tokio::test]
+async fn mock_2627_on_inbox_constraint_is_duplicate() {
+    crate::support::init_tracing();
+    let mock = mock().await;
+    mock.fail_inserts(2627, 14, &duplicate_message("pk_sb_inbox"))
+        .await;
+    let store = store(mock.port).await;
+    let error = failed_insert(&store).await;
+    assert_eq!(
+        error.kind(),
+        ErrorKind::Duplicate(DuplicateScope::Inbox),
+        "{error}"
+    );
+    assert_eq!(error.code(), Some("2627"));
+    assert_eq!(error.constraint(), Some("pk_sb_inbox"));
+    // A statement error leaves the connection usable: it went back to the pool, not away.
+    assert_eq!(store.connections(), 1);
+    assert_eq!(
+        failed_insert(&store).await.kind(),
+        ErrorKind::Duplicate(DuplicateScope::Inbox)
+    );
+    assert_eq!(mock.connections.lock().await.count(), 1, "one login only");
+}
+
+#[tokio::test]
+async fn mock_2627_on_business_key_is_its_own_duplicate() {
+    let mock = mock().await;
+    mock.fail_inserts(2627, 14, &duplicate_message("pk_sb_inbox_business_key"))
+        .await;
+    let store = store(mock.port).await;
+    let mut tx = store.begin().await.unwrap();
+    let error = tx
+        .claim_business_key("c", "order:1", "m-2")
+        .await
+        .unwrap_err();
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        error.kind(),
+        ErrorKind::Duplicate(DuplicateScope::BusinessKey)
+    );
+    assert_eq!(error.constraint(), Some("pk_sb_inbox_business_key"));
+}
+
+#[tokio::test]
+async fn mock_2627_on_another_constraint_is_permanent() {
+    let mock = mock().await;
+    for other in ["pk_inventory_reservation", "pk_sb_inbox_x", "pk_sb_inbo"] {
+        mock.fail_inserts(2627, 14, &duplicate_message(other)).await;
+        let store = store(mock.port).await;
+        let error = failed_insert(&store).await;
+        assert_eq!(error.kind(), ErrorKind::UniqueViolation, "{other}: {error}");
+        assert!(error.kind().is_permanent());
+        assert_eq!(error.constraint(), Some(other));
+    }
+    // 2601 names a unique index instead.
+    mock.fail_inserts(
+        2601,
+        14,
+        "Cannot insert duplicate key row in object 'dbo.t' with unique index 'ix_other'. \
+         The duplicate key value is (1).",
+    )
+    .await;
+    let error = failed_insert(&store(mock.port).await).await;
+    assert_eq!(error.kind(), ErrorKind::UniqueViolation);
+    assert_eq!(error.constraint(), Some("ix_other"));
+}
+
+#[tokio::test]
+async fn mock_deadlock_1205_is_transient() {
+    let mock = mock().await;
+    mock.fail_inserts(
+        1205,
+        13,
+        "Transaction (Process ID 52) was deadlocked on lock resources with another process and \
+         has been chosen as the deadlock victim. Rerun the transaction.",
+    )
+    .await;
+    let error = failed_insert(&store(mock.port).await).await;
+    assert_eq!(error.kind(), ErrorKind::Contention, "{error}");
+    assert!(error.kind().is_transient());
+    assert_eq!(error.code(), Some("1205"));
+}
+
+#[tokio::test]
+async fn mock_unavailable_40613_is_transient() {
+    let mock = mock().await;
+    mock.fail_inserts(
+        40613,
+        17,
+        "Database 'test' on server 'mock' is not currently available. Please retry the \
+         connection later.",
+    )
+    .await;
+    let error = failed_insert(&store(mock.port).await).await;
+    assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
+    assert!(error.kind().is_transient());
+    assert_eq!(error.code(), Some("40613"));
+}
+
+#[tokio::test]
+async fn mock_fatal_severity_evicts_the_connection() {
+    let mock = mock().await;
+    mock.fail_inserts(
+        596,
+        21,
+        "Cannot continue the execution because the session is in the kill state.",
+    )
+    .await;
+    let store = store(mock.port).await;
+    let mut tx = store.begin().await.unwrap();
+    let error = tx.insert_inbox("c", "m-1").await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Connection, "{error}");
+    drop(tx);
+    assert_eq!(store.connections(), 0, "evicted");
+}
+
+/// A TCP proxy whose live connections a test can cut.
+struct Proxy {
+    port: u16,
+    accepted: Arc<AtomicUsize>,
+    links: Arc<std::sync::Mutex<Vec<JoinHandle<()>>>>,
+    acceptor: JoinHandle<()>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.acceptor.abort();
+        self.cut();
+    }
+}
+
+impl Proxy {
+    async fn start(target: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let links: Arc<std::sync::Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let (accepted_2, links_2) = (accepted.clone(), links.clone());
+        let acceptor = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                accepted_2.fetch_add(1, Ordering::SeqCst);
+                let link = tokio::spawn(async move {
+                    let Ok(mut server) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", target)).await
+                    else {
+                        return;
+                    };
+                    // Ends when either side closes or the test cuts the link.
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                });
+                links_2.lock().unwrap().push(link);
+            }
+        });
+        Proxy {
+            port,
+            accepted,
+            links,
+            acceptor,
+        }
+    }
+
+    /// Drops every proxied connection (both sockets close).
+    fn cut(&self) {
+        for link in self.links.lock().unwrap().drain(..) {
+            link.abort();
+        }
+    }
+}
+
+#[tokio::test]
+async fn mock_dropped_connection_is_evicted_and_pool_recovers() {
+    crate::support::init_tracing();
+    let mock = mock().await;
+    let proxy = Proxy::start(mock.port).await;
+    let store = store(proxy.port).await;
+    assert_eq!(proxy.accepted.load(Ordering::SeqCst), 1);
+
+    let mut tx = store.begin().await.unwrap();
+    proxy.cut();
+    // Let the aborted link close both sockets.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let error = tx.insert_inbox("c", "m-1").await.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Connection, "{error}");
+    assert!(error.kind().is_transient());
+    assert!(tx.rollback().await.is_err(), "the connection is gone");
+    assert_eq!(store.connections(), 0, "the broken connection was evicted");
+
+    // The pool opens a fresh connection and the next message goes through.
+    let mut tx = store.begin().await.unwrap();
+    tx.insert_inbox("c", "m-1").await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(proxy.accepted.load(Ordering::SeqCst), 2);
+    assert_eq!(store.connections(), 1);
+}
+
+#[tokio::test]
+async fn mock_gateway_redirect_is_followed() {
+    let node = mock().await;
+    let gateway = spawn(
+        MockTdsServer::new_with_redirection("127.0.0.1:0", "127.0.0.1", node.port)
+            .await
+            .unwrap(),
+    );
+    let store = store(gateway.port).await;
+    let mut tx = store.begin().await.unwrap();
+    tx.insert_inbox("c", "m-1").await.unwrap();
+    tx.commit().await.unwrap();
+    assert!(
+        node.connections.lock().await.count() >= 1,
+        "logged in on the node the gateway named"
+    );
+}
+
+#[tokio::test]
+async fn mock_entra_token_is_sent_per_new_connection() {
+    let mock = mock().await;
+    let mut config: MssqlConfig = format!(
+        "Server=tcp:127.0.0.1,{};Database=test;Encrypt=DANGER_PLAINTEXT",
+        mock.port
+    )
+    .parse()
+    .unwrap();
+    config.set_token_source(Arc::new(StaticToken("eyJ0eXAi.test-token".into())));
+    let store = MssqlStore::connect_with(config, 1).await.unwrap();
+    let mut tx = store.begin().await.unwrap();
+    tx.insert_inbox("c", "m-1").await.unwrap();
+    tx.commit().await.unwrap();
+    let connections = mock.connections.lock().await;
+    let info = connections.all().values().last().expect("a connection");
+    assert_eq!(
+        info.received_token_as_string().as_deref(),
+        Some("eyJ0eXAi.test-token")
+    );
+}
+
+#[tokio::test]
+async fn mock_health_check_rejects_a_connection_inside_a_transaction() {
+    use bb8::ManageConnection as _;
+    use sb_inbox::store::mssql::MssqlManager;
+
+    let mock = mock().await;
+    let manager = MssqlManager::new(connection_string(mock.port).parse().unwrap());
+    let mut conn = manager.connect().await.unwrap();
+    manager.is_valid(&mut conn).await.unwrap();
+    assert!(!manager.has_broken(&mut conn));
+
+    // The server now reports an open transaction on this session.
+    mock.registry.lock().await.register(
+        "SELECT @@TRANCOUNT",
+        QueryResponse::new(
+            vec![ColumnDefinition::new("", SqlDataType::Int)],
+            vec![Row::new(vec![ColumnValue::Int(1)])],
+        ),
+    );
+    let error = manager.is_valid(&mut conn).await.unwrap_err();
+    assert!(error.message().contains("open transaction"), "{error}");
+    assert!(manager.has_broken(&mut conn), "the pool discards it");
+}
+
+#[test]
+fn mssql_types_are_send() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<MssqlStore>();
+    send_sync::<MssqlConfig>();
+    send::<sb_inbox::MssqlTx>();
+    let store = async { MssqlStore::connect("mssql://h", 1).await };
+    fn send_future<F: std::future::Future + Send>(_: &F) {}
+    send_future(&store);
+}
