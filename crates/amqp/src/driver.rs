@@ -1039,11 +1039,8 @@ impl Driver {
                         .filter(|i| in_range(*i))
                         .collect();
                     for id in ids {
-                        if let Some(u) = s.unsettled_in.remove(&id) {
-                            let _ = u.handle;
-                            if let Some(w) = u.waiter {
-                                let _ = w.send(Ok(d.state.clone())); // the caller may have given up
-                            }
+                        if let Some(Some(w)) = s.unsettled_in.remove(&id).map(|u| u.waiter) {
+                            let _ = w.send(Ok(d.state.clone())); // the caller may have given up
                         }
                     }
                 }
