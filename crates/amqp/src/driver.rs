@@ -1119,6 +1119,11 @@ impl Driver {
             let Some(front) = l.pending.front_mut() else {
                 break;
             };
+            // A send whose caller gave up before it started is dropped, not sent late.
+            if front.started.is_none() && front.reply.is_closed() {
+                l.pending.pop_front();
+                continue;
+            }
             if front.started.is_none() && l.credit == 0 {
                 break;
             }

@@ -1072,3 +1072,49 @@ async fn server_sees_client_detach() {
         Error::LinkDetached(None)
     ));
 }
+
+/// A send cancelled while it waits for credit is never transmitted.
+#[tokio::test]
+async fn cancelled_send_waiting_for_credit_is_not_sent() {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let go_rx = std::sync::Arc::new(tokio::sync::Mutex::new(Some(go_rx)));
+    let addr = spawn_server(ServerOptions::default(), move |mut conn| {
+        let (tx, go_rx) = (tx.clone(), go_rx.clone());
+        async move {
+            while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
+                let mut r = req.accept_receiver(LinkAnswer::default()).await.unwrap();
+                let (tx, go_rx) = (tx.clone(), go_rx.clone());
+                tokio::spawn(async move {
+                    // No credit until the test says so.
+                    let go = go_rx.lock().await.take().unwrap();
+                    go.await.unwrap();
+                    r.set_credit(10).await.unwrap();
+                    while let Ok(d) = r.recv().await {
+                        r.accept(&d).await.unwrap();
+                        tx.send(body_bytes(&d)).unwrap();
+                    }
+                });
+            }
+        }
+    })
+    .await;
+    let conn = connect(addr).await;
+    let s = conn.begin().await.unwrap();
+    let sender = s.attach_sender(SenderOptions::new("s", "q")).await.unwrap();
+    {
+        let fut = sender.send(data_message(b"cancelled"));
+        tokio::pin!(fut);
+        assert!(futures_poll_once(fut.as_mut()).await.is_none());
+    }
+    go_tx.send(()).unwrap();
+    assert!(
+        sender
+            .send(data_message(b"kept"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(rx.recv().await.unwrap(), b"kept");
+    assert!(rx.try_recv().is_err());
+}
