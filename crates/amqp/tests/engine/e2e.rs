@@ -1118,3 +1118,57 @@ async fn cancelled_send_waiting_for_credit_is_not_sent() {
     assert_eq!(rx.recv().await.unwrap(), b"kept");
     assert!(rx.try_recv().is_err());
 }
+
+/// Ending a session with links attached: the peer's links end with `SessionEnded`, ours too,
+/// and other sessions on the connection keep working.
+#[tokio::test]
+async fn session_end_ends_its_links_on_both_sides() {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let addr = spawn_server(ServerOptions::default(), move |mut conn| {
+        let tx = tx.clone();
+        async move {
+            while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
+                let mut r = req
+                    .accept_receiver(LinkAnswer::default().credit(10))
+                    .await
+                    .unwrap();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    loop {
+                        match r.recv().await {
+                            Ok(d) => {
+                                r.accept(&d).await.unwrap();
+                            }
+                            Err(e) => {
+                                tx.send(e).unwrap();
+                                break;
+                            }
+                        }
+                    }
+                });
+            }
+        }
+    })
+    .await;
+    let conn = connect(addr).await;
+    let s1 = conn.begin().await.unwrap();
+    let s2 = conn.begin().await.unwrap();
+    let a = s1
+        .attach_sender(SenderOptions::new("a", "q"))
+        .await
+        .unwrap();
+    let b = s2
+        .attach_sender(SenderOptions::new("b", "q"))
+        .await
+        .unwrap();
+    assert!(a.send(data_message(b"1")).await.unwrap().is_accepted());
+    s1.end().await.unwrap();
+    let e = rx.recv().await.unwrap();
+    assert!(matches!(e, Error::SessionEnded(None)), "{e:?}");
+    let e = a.send(data_message(b"2")).await.unwrap_err();
+    assert!(
+        matches!(e, Error::SessionEnded(_) | Error::LinkDetached(_)),
+        "{e:?}"
+    );
+    assert!(b.send(data_message(b"3")).await.unwrap().is_accepted());
+}
