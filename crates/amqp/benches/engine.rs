@@ -40,7 +40,7 @@ async fn server(count: Arc<AtomicU64>, done: Arc<Notify>) -> std::net::SocketAdd
                     return;
                 };
                 while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
-                    let Ok(mut r) = req
+                    let Ok(r) = req
                         .accept_receiver(LinkAnswer::default().credit(2000))
                         .await
                     else {
