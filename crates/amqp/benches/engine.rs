@@ -15,7 +15,10 @@ use sb_amqp::{
 };
 use tokio::sync::Notify;
 
-const N: u64 = 20_000;
+const N: u64 = 10_000;
+/// Each figure is the best of this many rounds (the machine is shared; the best is the least
+/// disturbed).
+const ROUNDS: usize = 3;
 
 fn message() -> Sendable {
     let m = Message::builder()
@@ -37,7 +40,7 @@ async fn server(count: Arc<AtomicU64>, done: Arc<Notify>) -> std::net::SocketAdd
                     return;
                 };
                 while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
-                    let Ok(mut r) = req
+                    let Ok(r) = req
                         .accept_receiver(LinkAnswer::default().credit(2000))
                         .await
                     else {
@@ -46,11 +49,10 @@ async fn server(count: Arc<AtomicU64>, done: Arc<Notify>) -> std::net::SocketAdd
                     let (count, done) = (count.clone(), done.clone());
                     tokio::spawn(async move {
                         while let Ok(d) = r.recv().await {
+                            count.fetch_add(1, Ordering::Relaxed);
+                            done.notify_waiters();
                             if !d.settled && r.accept(&d).await.is_err() {
                                 break;
-                            }
-                            if count.fetch_add(1, Ordering::Relaxed) + 1 == N {
-                                done.notify_one();
                             }
                         }
                     });
@@ -77,6 +79,31 @@ async fn loopback() {
     );
     let msg = message();
 
+    let (mut seq, mut unsettled, mut settled) = (0f64, 0f64, 0f64);
+    for _ in 0..ROUNDS {
+        let (a, b, c) = round(&sender, &msg, &count, &done).await;
+        seq = seq.max(a);
+        unsettled = unsettled.max(b);
+        settled = settled.max(c);
+    }
+
+    println!("loopback 1 KiB, unsettled, 1 in flight:     {seq:>10.0} transfers/s");
+    println!("loopback 1 KiB, unsettled, 200 in flight:   {unsettled:>10.0} transfers/s");
+    println!("loopback 1 KiB, pre-settled:                {settled:>10.0} transfers/s");
+    println!(
+        "ratio pre-settled / unsettled-awaited:      {:>10.2}x (vs 1 in flight: {:.2}x)",
+        settled / unsettled,
+        settled / seq
+    );
+    conn.close().await.expect("close");
+}
+
+async fn round(
+    sender: &Arc<sb_amqp::Sender>,
+    msg: &Sendable,
+    count: &Arc<AtomicU64>,
+    done: &Arc<Notify>,
+) -> (f64, f64, f64) {
     // Unsettled, one in flight: each send waits for the peer's `accepted`.
     let n1 = N / 4;
     let t = Instant::now();
@@ -106,25 +133,20 @@ async fn loopback() {
 
     // Pre-settled: measured until the server has received all N.
     count.store(0, Ordering::Relaxed);
-    let notified = done.notified();
-    tokio::pin!(notified);
-    notified.as_mut().enable();
     let t = Instant::now();
     for _ in 0..N {
         sender.send_settled(msg.clone()).await.expect("send");
     }
-    notified.await;
+    loop {
+        let notified = done.notified();
+        if count.load(Ordering::Relaxed) >= N {
+            break;
+        }
+        notified.await;
+    }
     let settled = N as f64 / t.elapsed().as_secs_f64();
 
-    println!("loopback 1 KiB, unsettled, 1 in flight:     {seq:>10.0} transfers/s");
-    println!("loopback 1 KiB, unsettled, 200 in flight:   {unsettled:>10.0} transfers/s");
-    println!("loopback 1 KiB, pre-settled:                {settled:>10.0} transfers/s");
-    println!(
-        "ratio pre-settled / unsettled-awaited:      {:>10.2}x (vs 1 in flight: {:.2}x)",
-        settled / unsettled,
-        settled / seq
-    );
-    conn.close().await.expect("close");
+    (seq, unsettled, settled)
 }
 
 fn codec() {

@@ -606,6 +606,124 @@ impl LinkCore {
     }
 }
 
+/// A link handle's view of its event queue and credit state, shareable between tasks.
+#[derive(Debug)]
+pub(crate) struct LinkEvents {
+    rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<LinkEvent>>,
+    gone: std::sync::Mutex<Option<Error>>,
+    flow: watch::Receiver<LinkFlow>,
+    flow_wait: tokio::sync::Mutex<watch::Receiver<LinkFlow>>,
+}
+
+impl LinkEvents {
+    fn new(rx: mpsc::UnboundedReceiver<LinkEvent>, flow: watch::Receiver<LinkFlow>) -> Self {
+        Self {
+            rx: tokio::sync::Mutex::new(rx),
+            gone: std::sync::Mutex::new(None),
+            flow_wait: tokio::sync::Mutex::new(flow.clone()),
+            flow,
+        }
+    }
+
+    fn gone(&self) -> Option<Error> {
+        self.gone.lock().ok().and_then(|g| g.clone())
+    }
+
+    fn set_gone(&self, e: &Error) {
+        if let Ok(mut g) = self.gone.lock() {
+            *g = Some(e.clone());
+        }
+    }
+
+    /// Next event `pick` accepts; other kinds are skipped. `Gone` ends the link for good.
+    async fn next<T>(&self, ctx: &ConnCtx, pick: impl Fn(LinkEvent) -> Option<T>) -> Result<T> {
+        if let Some(e) = self.gone() {
+            return Err(e);
+        }
+        let mut rx = self.rx.lock().await;
+        loop {
+            match rx.recv().await {
+                Some(LinkEvent::Gone(e)) => {
+                    self.set_gone(&e);
+                    return Err(e);
+                }
+                Some(ev) => {
+                    if let Some(v) = pick(ev) {
+                        return Ok(v);
+                    }
+                }
+                None => return Err(self.gone().unwrap_or_else(|| ctx.err())),
+            }
+        }
+    }
+
+    /// Like [`LinkEvents::next`] without waiting; `Ok(None)` if nothing is queued or another
+    /// task is waiting on the queue.
+    fn try_next<T>(
+        &self,
+        ctx: &ConnCtx,
+        pick: impl Fn(LinkEvent) -> Option<T>,
+    ) -> Result<Option<T>> {
+        if let Some(e) = self.gone() {
+            return Err(e);
+        }
+        let Ok(mut rx) = self.rx.try_lock() else {
+            return Ok(None);
+        };
+        loop {
+            match rx.try_recv() {
+                Ok(LinkEvent::Gone(e)) => {
+                    self.set_gone(&e);
+                    return Err(e);
+                }
+                Ok(ev) => {
+                    if let Some(v) = pick(ev) {
+                        return Ok(Some(v));
+                    }
+                }
+                Err(mpsc::error::TryRecvError::Empty) => return Ok(None),
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    return Err(self.gone().unwrap_or_else(|| ctx.err()));
+                }
+            }
+        }
+    }
+
+    /// Why the link is gone: the queued detach/end/close error, else the connection's.
+    fn gone_error(&self, ctx: &ConnCtx) -> Error {
+        if let Some(e) = self.gone() {
+            return e;
+        }
+        if let Ok(mut rx) = self.rx.try_lock() {
+            while let Ok(ev) = rx.try_recv() {
+                if let LinkEvent::Gone(e) = ev {
+                    self.set_gone(&e);
+                    return e;
+                }
+            }
+        }
+        ctx.err()
+    }
+
+    fn flow(&self) -> LinkFlow {
+        *self.flow.borrow()
+    }
+
+    async fn flow_changed(&self, ctx: &ConnCtx) -> Result<LinkFlow> {
+        let mut w = self.flow_wait.lock().await;
+        if w.changed().await.is_err() {
+            return Err(self.gone_error(ctx));
+        }
+        Ok(*w.borrow_and_update())
+    }
+
+    async fn wait_credit(&self, ctx: &ConnCtx) -> Result<LinkFlow> {
+        let mut w = self.flow_wait.lock().await;
+        let r = w.wait_for(|f| f.credit > 0).await.map(|f| *f);
+        r.map_err(|_| self.gone_error(ctx))
+    }
+}
+
 fn source(address: Option<String>) -> Source {
     Source {
         address,
@@ -830,22 +948,18 @@ fn address_of_target(a: &Attach) -> Option<&str> {
 #[derive(Debug)]
 pub struct Sender {
     core: LinkCore,
-    events: mpsc::UnboundedReceiver<LinkEvent>,
-    flow: watch::Receiver<LinkFlow>,
+    events: LinkEvents,
     local: Box<Attach>,
     remote: Box<Attach>,
-    detach_error: Option<Error>,
 }
 
 impl Sender {
     pub(crate) fn from_parts(p: LinkParts) -> Self {
         Self {
             core: p.core,
-            events: p.events,
-            flow: p.flow,
+            events: LinkEvents::new(p.events, p.flow),
             local: p.local,
             remote: p.remote,
-            detach_error: None,
         }
     }
 
@@ -924,21 +1038,13 @@ impl Sender {
     ///
     /// # Errors
     /// [`Error::LinkDetached`] once the link is gone, or the connection's error.
-    pub async fn next_disposition(&mut self) -> Result<IncomingDisposition> {
-        if let Some(e) = &self.detach_error {
-            return Err(e.clone());
-        }
-        loop {
-            match self.events.recv().await {
-                Some(LinkEvent::Disposition(d)) => return Ok(d),
-                Some(LinkEvent::Gone(err)) => {
-                    self.detach_error = Some(err.clone());
-                    return Err(err);
-                }
-                Some(LinkEvent::Delivery(_)) => {}
-                None => return Err(self.core.ctx.err()),
-            }
-        }
+    pub async fn next_disposition(&self) -> Result<IncomingDisposition> {
+        self.events
+            .next(&self.core.ctx, |ev| match ev {
+                LinkEvent::Disposition(d) => Some(d),
+                _ => None,
+            })
+            .await
     }
 
     /// Settles a delivery the peer disposed without settling (receiver settle mode
@@ -965,42 +1071,23 @@ impl Sender {
 
     /// Credit and drain state as last seen.
     pub fn flow(&self) -> LinkFlow {
-        *self.flow.borrow()
+        self.events.flow()
     }
 
     /// Waits for the next change of credit or drain state.
     ///
     /// # Errors
-    /// The connection's error if it ends.
-    pub async fn flow_changed(&mut self) -> Result<LinkFlow> {
-        if self.flow.changed().await.is_err() {
-            return Err(self.gone_error());
-        }
-        Ok(*self.flow.borrow_and_update())
-    }
-
-    /// Why the link is gone: the detach/end/close error queued for this handle, else the
-    /// connection's error.
-    fn gone_error(&mut self) -> Error {
-        if let Some(e) = &self.detach_error {
-            return e.clone();
-        }
-        while let Ok(ev) = self.events.try_recv() {
-            if let LinkEvent::Gone(e) = ev {
-                self.detach_error = Some(e.clone());
-                return e;
-            }
-        }
-        self.core.ctx.err()
+    /// [`Error::LinkDetached`] (or the session's/connection's error) once the link is gone.
+    pub async fn flow_changed(&self) -> Result<LinkFlow> {
+        self.events.flow_changed(&self.core.ctx).await
     }
 
     /// Waits until the receiver granted credit.
     ///
     /// # Errors
-    /// The connection's error if it ends.
-    pub async fn wait_credit(&mut self) -> Result<LinkFlow> {
-        let r = self.flow.wait_for(|f| f.credit > 0).await.map(|f| *f);
-        r.map_err(|_| self.gone_error())
+    /// [`Error::LinkDetached`] (or the session's/connection's error) once the link is gone.
+    pub async fn wait_credit(&self) -> Result<LinkFlow> {
+        self.events.wait_credit(&self.core.ctx).await
     }
 
     /// Answers a receiver's drain request: spends the remaining credit and reports it.
@@ -1035,22 +1122,18 @@ impl Sender {
 #[derive(Debug)]
 pub struct Receiver {
     core: LinkCore,
-    events: mpsc::UnboundedReceiver<LinkEvent>,
-    flow: watch::Receiver<LinkFlow>,
+    events: LinkEvents,
     local: Box<Attach>,
     remote: Box<Attach>,
-    detach_error: Option<Error>,
 }
 
 impl Receiver {
     pub(crate) fn from_parts(p: LinkParts) -> Self {
         Self {
             core: p.core,
-            events: p.events,
-            flow: p.flow,
+            events: LinkEvents::new(p.events, p.flow),
             local: p.local,
             remote: p.remote,
-            detach_error: None,
         }
     }
 
@@ -1130,7 +1213,7 @@ impl Receiver {
 
     /// Credit state as last seen.
     pub fn flow(&self) -> LinkFlow {
-        *self.flow.borrow()
+        self.events.flow()
     }
 
     /// Waits for the next delivery.
@@ -1138,43 +1221,25 @@ impl Receiver {
     /// # Errors
     /// [`Error::LinkDetached`] with the peer's condition once the link is gone, or the
     /// connection's error.
-    pub async fn recv(&mut self) -> Result<Delivery> {
-        if let Some(e) = &self.detach_error {
-            return Err(e.clone());
-        }
-        loop {
-            match self.events.recv().await {
-                Some(LinkEvent::Delivery(d)) => return Ok(d),
-                Some(LinkEvent::Gone(err)) => {
-                    self.detach_error = Some(err.clone());
-                    return Err(err);
-                }
-                Some(LinkEvent::Disposition(_)) => {}
-                None => return Err(self.core.ctx.err()),
-            }
-        }
+    pub async fn recv(&self) -> Result<Delivery> {
+        self.events
+            .next(&self.core.ctx, |ev| match ev {
+                LinkEvent::Delivery(d) => Some(d),
+                _ => None,
+            })
+            .await
     }
 
-    /// Returns a delivery if one is queued.
+    /// Returns a delivery if one is queued (`Ok(None)` also while another task waits in
+    /// [`Receiver::recv`]).
     ///
     /// # Errors
     /// As [`Receiver::recv`].
-    pub fn try_recv(&mut self) -> Result<Option<Delivery>> {
-        if let Some(e) = &self.detach_error {
-            return Err(e.clone());
-        }
-        loop {
-            match self.events.try_recv() {
-                Ok(LinkEvent::Delivery(d)) => return Ok(Some(d)),
-                Ok(LinkEvent::Gone(err)) => {
-                    self.detach_error = Some(err.clone());
-                    return Err(err);
-                }
-                Ok(LinkEvent::Disposition(_)) => {}
-                Err(mpsc::error::TryRecvError::Empty) => return Ok(None),
-                Err(mpsc::error::TryRecvError::Disconnected) => return Err(self.core.ctx.err()),
-            }
-        }
+    pub fn try_recv(&self) -> Result<Option<Delivery>> {
+        self.events.try_next(&self.core.ctx, |ev| match ev {
+            LinkEvent::Delivery(d) => Some(d),
+            _ => None,
+        })
     }
 
     /// Sends a disposition with `outcome`.

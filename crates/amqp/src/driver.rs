@@ -1039,11 +1039,8 @@ impl Driver {
                         .filter(|i| in_range(*i))
                         .collect();
                     for id in ids {
-                        if let Some(u) = s.unsettled_in.remove(&id) {
-                            let _ = u.handle;
-                            if let Some(w) = u.waiter {
-                                let _ = w.send(Ok(d.state.clone())); // the caller may have given up
-                            }
+                        if let Some(Some(w)) = s.unsettled_in.remove(&id).map(|u| u.waiter) {
+                            let _ = w.send(Ok(d.state.clone())); // the caller may have given up
                         }
                     }
                 }
@@ -1122,6 +1119,11 @@ impl Driver {
             let Some(front) = l.pending.front_mut() else {
                 break;
             };
+            // A send whose caller gave up before it started is dropped, not sent late.
+            if front.started.is_none() && front.reply.is_closed() {
+                l.pending.pop_front();
+                continue;
+            }
             if front.started.is_none() && l.credit == 0 {
                 break;
             }

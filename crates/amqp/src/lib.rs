@@ -32,7 +32,7 @@
 //! let outcome = sender.send(Sendable::message(&msg)?).await?;
 //! assert!(outcome.is_accepted());
 //!
-//! let mut receiver = session
+//! let receiver = session
 //!     .attach_receiver(ReceiverOptions::new("r", "/queue/a").credit(10))
 //!     .await?;
 //! let delivery = receiver.recv().await?;

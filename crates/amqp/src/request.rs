@@ -62,7 +62,7 @@ impl RequestResponse {
                 node,
             ))
             .await?;
-        let mut receiver = session
+        let receiver = session
             .attach_receiver(
                 ReceiverOptions::new(unique_name(&format!("{node}-receiver")), node)
                     .target(reply_to.clone())

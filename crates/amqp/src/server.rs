@@ -83,7 +83,7 @@ impl Listener {
     /// let mut conn = listener.accept().await?.handshake().await?;
     /// while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
     ///     if req.is_peer_sender() {
-    ///         let mut receiver = req.accept_receiver(LinkAnswer::default().credit(10)).await?;
+    ///         let receiver = req.accept_receiver(LinkAnswer::default().credit(10)).await?;
     ///         let delivery = receiver.recv().await?;
     ///         receiver.accept(&delivery).await?;
     ///     } else {

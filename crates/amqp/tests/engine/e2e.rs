@@ -24,7 +24,7 @@ async fn send_awaits_accept_with_raw_bytes_tag_and_format() {
             while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
                 assert!(req.is_peer_sender());
                 assert_eq!(req.target_address(), Some("q1"));
-                let mut r = req
+                let r = req
                     .accept_receiver(LinkAnswer::default().credit(10).max_message_size(1 << 20))
                     .await
                     .unwrap();
@@ -76,7 +76,7 @@ async fn send_awaits_accept_with_raw_bytes_tag_and_format() {
 async fn server_rejects_transfer_with_condition() {
     let addr = spawn_server(ServerOptions::default(), |mut conn| async move {
         while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
-            let mut r = req
+            let r = req
                 .accept_receiver(LinkAnswer::default().credit(10))
                 .await
                 .unwrap();
@@ -166,7 +166,7 @@ async fn server_chooses_settled_reply_to_client_disposition() {
                 req.remote_attach().rcv_settle_mode,
                 ReceiverSettleMode::Second
             );
-            let mut s = req
+            let s = req
                 .accept_sender(LinkAnswer::default().initial_delivery_count(0))
                 .await
                 .unwrap();
@@ -210,7 +210,7 @@ async fn server_chooses_settled_reply_to_client_disposition() {
     .await;
     let conn = connect(addr).await;
     let session = conn.begin().await.unwrap();
-    let mut r = session
+    let r = session
         .attach_receiver(
             ReceiverOptions::new("peek", "q1")
                 .rcv_settle_mode(ReceiverSettleMode::Second)
@@ -240,7 +240,7 @@ async fn server_chooses_settled_reply_to_client_disposition() {
 async fn presettled_server_send_and_auto_settle_client_side() {
     let addr = spawn_server(ServerOptions::default(), |mut conn| async move {
         while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
-            let mut s = req.accept_sender(LinkAnswer::default()).await.unwrap();
+            let s = req.accept_sender(LinkAnswer::default()).await.unwrap();
             tokio::spawn(async move {
                 s.wait_credit().await.unwrap();
                 s.send_settled(data_message(b"pre")).await.unwrap();
@@ -254,7 +254,7 @@ async fn presettled_server_send_and_auto_settle_client_side() {
     .await;
     let conn = connect(addr).await;
     let session = conn.begin().await.unwrap();
-    let mut r = session
+    let r = session
         .attach_receiver(
             ReceiverOptions::new("r", "q")
                 .rcv_settle_mode(ReceiverSettleMode::Second)
@@ -286,7 +286,7 @@ async fn drain_auto_and_manual() {
                         std::future::pending::<()>().await;
                     });
                 } else {
-                    let mut s = req
+                    let s = req
                         .accept_sender(LinkAnswer::default().manual_drain())
                         .await
                         .unwrap();
@@ -322,7 +322,7 @@ async fn drain_auto_and_manual() {
     assert_eq!(r.flow().delivery_count, 5);
 
     // Manual: the server reads credit and drain, sends two, then answers.
-    let mut r = session
+    let r = session
         .attach_receiver(ReceiverOptions::new("manual", "q"))
         .await
         .unwrap();
@@ -348,7 +348,7 @@ async fn multi_frame_transfers_both_ways() {
     let addr = spawn_server(opts, |mut conn| async move {
         while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
             if req.is_peer_sender() {
-                let mut r = req
+                let r = req
                     .accept_receiver(LinkAnswer::default().credit(10))
                     .await
                     .unwrap();
@@ -369,7 +369,7 @@ async fn multi_frame_transfers_both_ways() {
                     }
                 });
             } else {
-                let mut s = req.accept_sender(LinkAnswer::default()).await.unwrap();
+                let s = req.accept_sender(LinkAnswer::default()).await.unwrap();
                 tokio::spawn(async move {
                     s.wait_credit().await.unwrap();
                     let big: Vec<u8> = (0..(1 << 20)).map(|i| (i % 251) as u8).collect();
@@ -400,7 +400,7 @@ async fn multi_frame_transfers_both_ways() {
         sender.send(data_message(&big)).await.unwrap(),
         Outcome::Accepted
     );
-    let mut r = session
+    let r = session
         .attach_receiver(ReceiverOptions::new("r", "q").credit(1))
         .await
         .unwrap();
@@ -509,7 +509,7 @@ async fn socket_loss_fails_every_pending_operation() {
                     }
                 }));
             } else {
-                let mut s = req
+                let s = req
                     .accept_sender(LinkAnswer::default().manual_drain())
                     .await
                     .unwrap();
@@ -532,7 +532,7 @@ async fn socket_loss_fails_every_pending_operation() {
         .attach_sender(SenderOptions::new("s", "q"))
         .await
         .unwrap();
-    let mut receiver = session
+    let receiver = session
         .attach_receiver(ReceiverOptions::new("r", "q"))
         .await
         .unwrap();
@@ -540,7 +540,7 @@ async fn socket_loss_fails_every_pending_operation() {
         .attach_receiver(ReceiverOptions::new("d", "q"))
         .await
         .unwrap();
-    let mut peek = session
+    let peek = session
         .attach_receiver(
             ReceiverOptions::new("p", "q")
                 .rcv_settle_mode(ReceiverSettleMode::Second)
@@ -582,7 +582,7 @@ async fn socket_loss_fails_every_pending_operation() {
 async fn remote_close_error_reaches_pending_operations() {
     let addr = spawn_server(ServerOptions::default(), |mut conn| async move {
         if let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
-            let mut s = req.accept_sender(LinkAnswer::default()).await.unwrap();
+            let s = req.accept_sender(LinkAnswer::default()).await.unwrap();
             s.wait_credit().await.unwrap();
             conn.connection()
                 .close_with(Some(AmqpError::new(condition::CONNECTION_FORCED, None)))
@@ -593,7 +593,7 @@ async fn remote_close_error_reaches_pending_operations() {
     .await;
     let conn = connect(addr).await;
     let s = conn.begin().await.unwrap();
-    let mut r = s
+    let r = s
         .attach_receiver(ReceiverOptions::new("r", "q").credit(1))
         .await
         .unwrap();
@@ -616,7 +616,7 @@ async fn request_response_correlates_and_survives_cancellation() {
             while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
                 if req.is_peer_sender() {
                     assert_eq!(req.target_address(), Some("$cbs"));
-                    let mut r = req
+                    let r = req
                         .accept_receiver(LinkAnswer::default().credit(10))
                         .await
                         .unwrap();
@@ -749,7 +749,7 @@ async fn dropping_handles_does_not_break_siblings() {
     let os = other.begin().await.unwrap();
     drop(other);
     drop(os);
-    let mut r = s2
+    let r = s2
         .attach_receiver(ReceiverOptions::new("r", "q").credit(10))
         .await
         .unwrap();
@@ -839,7 +839,7 @@ async fn tls_round_trip() {
             let tx = tx.clone();
             async move {
                 while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
-                    let mut r = req
+                    let r = req
                         .accept_receiver(LinkAnswer::default().credit(1))
                         .await
                         .unwrap();
@@ -940,12 +940,7 @@ fn handles_and_futures_are_send() {
     is_send_sync::<sb_amqp::ServerConnection>();
     is_send_sync::<RequestResponse>();
     is_send_sync::<Error>();
-    async fn futs(
-        c: Connection,
-        s: sb_amqp::Sender,
-        mut r: sb_amqp::Receiver,
-        rr: RequestResponse,
-    ) {
+    async fn futs(c: Connection, s: sb_amqp::Sender, r: sb_amqp::Receiver, rr: RequestResponse) {
         let f1 = c.begin();
         is_send(&f1);
         let f2 = s.send(Sendable::raw(Bytes::new()));
@@ -996,7 +991,7 @@ async fn small_session_window_flow_controls_transfers() {
         })
         .await
         .unwrap();
-    let mut r = session
+    let r = session
         .attach_receiver(ReceiverOptions::new("r", "q").auto_credit(10))
         .await
         .unwrap();
@@ -1013,7 +1008,7 @@ async fn server_links_outlive_server_connection_handle() {
         let Some(ConnectionEvent::Link(req)) = conn.next_event().await else {
             return;
         };
-        let mut r = req
+        let r = req
             .accept_receiver(LinkAnswer::default().credit(5))
             .await
             .unwrap();
@@ -1040,7 +1035,7 @@ async fn server_sees_client_detach() {
         let tx = tx.clone();
         async move {
             while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
-                let mut s = req.accept_sender(LinkAnswer::default()).await.unwrap();
+                let s = req.accept_sender(LinkAnswer::default()).await.unwrap();
                 let tx = tx.clone();
                 tokio::spawn(async move {
                     tx.send(s.wait_credit().await.unwrap_err()).unwrap();
@@ -1071,4 +1066,142 @@ async fn server_sees_client_detach() {
         rx.recv().await.unwrap(),
         Error::LinkDetached(None)
     ));
+}
+
+/// A send cancelled while it waits for credit is never transmitted.
+#[tokio::test]
+async fn cancelled_send_waiting_for_credit_is_not_sent() {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let go_rx = std::sync::Arc::new(tokio::sync::Mutex::new(Some(go_rx)));
+    let addr = spawn_server(ServerOptions::default(), move |mut conn| {
+        let (tx, go_rx) = (tx.clone(), go_rx.clone());
+        async move {
+            while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
+                let r = req.accept_receiver(LinkAnswer::default()).await.unwrap();
+                let (tx, go_rx) = (tx.clone(), go_rx.clone());
+                tokio::spawn(async move {
+                    // No credit until the test says so.
+                    let go = go_rx.lock().await.take().unwrap();
+                    go.await.unwrap();
+                    r.set_credit(10).await.unwrap();
+                    while let Ok(d) = r.recv().await {
+                        r.accept(&d).await.unwrap();
+                        tx.send(body_bytes(&d)).unwrap();
+                    }
+                });
+            }
+        }
+    })
+    .await;
+    let conn = connect(addr).await;
+    let s = conn.begin().await.unwrap();
+    let sender = s.attach_sender(SenderOptions::new("s", "q")).await.unwrap();
+    {
+        let fut = sender.send(data_message(b"cancelled"));
+        tokio::pin!(fut);
+        assert!(futures_poll_once(fut.as_mut()).await.is_none());
+    }
+    go_tx.send(()).unwrap();
+    assert!(
+        sender
+            .send(data_message(b"kept"))
+            .await
+            .unwrap()
+            .is_accepted()
+    );
+    assert_eq!(rx.recv().await.unwrap(), b"kept");
+    assert!(rx.try_recv().is_err());
+}
+
+/// Ending a session with links attached: the peer's links end with `SessionEnded`, ours too,
+/// and other sessions on the connection keep working.
+#[tokio::test]
+async fn session_end_ends_its_links_on_both_sides() {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let addr = spawn_server(ServerOptions::default(), move |mut conn| {
+        let tx = tx.clone();
+        async move {
+            while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
+                let r = req
+                    .accept_receiver(LinkAnswer::default().credit(10))
+                    .await
+                    .unwrap();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    loop {
+                        match r.recv().await {
+                            Ok(d) => {
+                                r.accept(&d).await.unwrap();
+                            }
+                            Err(e) => {
+                                tx.send(e).unwrap();
+                                break;
+                            }
+                        }
+                    }
+                });
+            }
+        }
+    })
+    .await;
+    let conn = connect(addr).await;
+    let s1 = conn.begin().await.unwrap();
+    let s2 = conn.begin().await.unwrap();
+    let a = s1
+        .attach_sender(SenderOptions::new("a", "q"))
+        .await
+        .unwrap();
+    let b = s2
+        .attach_sender(SenderOptions::new("b", "q"))
+        .await
+        .unwrap();
+    assert!(a.send(data_message(b"1")).await.unwrap().is_accepted());
+    s1.end().await.unwrap();
+    let e = rx.recv().await.unwrap();
+    assert!(matches!(e, Error::SessionEnded(None)), "{e:?}");
+    let e = a.send(data_message(b"2")).await.unwrap_err();
+    assert!(
+        matches!(e, Error::SessionEnded(_) | Error::LinkDetached(_)),
+        "{e:?}"
+    );
+    assert!(b.send(data_message(b"3")).await.unwrap().is_accepted());
+}
+
+/// Handles are shareable: one task receives while others settle, through an `Arc`.
+#[tokio::test]
+async fn receiver_shared_between_tasks() {
+    use std::sync::Arc;
+    let addr = spawn_broker().await;
+    let conn = connect(addr).await;
+    let s = conn.begin().await.unwrap();
+    let sender = Arc::new(
+        s.attach_sender(SenderOptions::new("s", "shared"))
+            .await
+            .unwrap(),
+    );
+    let r = Arc::new(
+        s.attach_receiver(ReceiverOptions::new("r", "shared").auto_credit(20))
+            .await
+            .unwrap(),
+    );
+    let sends: Vec<_> = (0..10u8)
+        .map(|i| {
+            let sender = sender.clone();
+            tokio::spawn(async move { sender.send(data_message(&[i])).await.unwrap() })
+        })
+        .collect();
+    let mut settles = Vec::new();
+    for _ in 0..10 {
+        let d = r.recv().await.unwrap();
+        let r = r.clone();
+        settles.push(tokio::spawn(async move { r.accept(&d).await.unwrap() }));
+    }
+    for t in sends {
+        assert!(t.await.unwrap().is_accepted());
+    }
+    for t in settles {
+        t.await.unwrap();
+    }
+    assert!(r.try_recv().unwrap().is_none());
 }

@@ -93,7 +93,7 @@ async fn our_client_against_proton_broker() {
     let big: Vec<u8> = (0..(1 << 20)).map(|i| (i % 249) as u8).collect();
     assert!(sender.send(data_message(&big)).await.unwrap().is_accepted());
 
-    let mut r = s
+    let r = s
         .attach_receiver(ReceiverOptions::new("r", "q1"))
         .await
         .unwrap();

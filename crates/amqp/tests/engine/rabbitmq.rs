@@ -37,7 +37,7 @@ async fn rabbit_send_awaits_accept_and_receive() {
             Outcome::Accepted
         );
     }
-    let mut r = s
+    let r = s
         .attach_receiver(ReceiverOptions::new("r", &q))
         .await
         .unwrap();
@@ -62,7 +62,7 @@ async fn rabbit_presettled_send() {
     for _ in 0..5 {
         sender.send_settled(data_message(b"fire")).await.unwrap();
     }
-    let mut r = s
+    let r = s
         .attach_receiver(ReceiverOptions::new("r", &q).credit(5))
         .await
         .unwrap();
@@ -81,7 +81,7 @@ async fn rabbit_reject_release_accept() {
     let sender = s.attach_sender(SenderOptions::new("s", &q)).await.unwrap();
     sender.send(data_message(b"to-reject")).await.unwrap();
     sender.send(data_message(b"to-release")).await.unwrap();
-    let mut r = s
+    let r = s
         .attach_receiver(ReceiverOptions::new("r", &q).credit(1))
         .await
         .unwrap();
@@ -131,7 +131,7 @@ async fn rabbit_credit_and_drain() {
     for i in 0..3u8 {
         sender.send(data_message(&[i])).await.unwrap();
     }
-    let mut r = s
+    let r = s
         .attach_receiver(ReceiverOptions::new("r", &q))
         .await
         .unwrap();
@@ -170,7 +170,7 @@ async fn rabbit_one_mib_multi_frame() {
         sender.send(data_message(&big)).await.unwrap(),
         Outcome::Accepted
     );
-    let mut r = s
+    let r = s
         .attach_receiver(ReceiverOptions::new("r", &q).credit(1))
         .await
         .unwrap();

@@ -53,7 +53,7 @@ async fn pipelined_client_and_oversize_rejection() {
         async move {
             while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
                 assert_eq!(req.remote_attach().initial_delivery_count, Some(5));
-                let mut r = req
+                let r = req
                     .accept_receiver(
                         LinkAnswer::default()
                             .credit(10)

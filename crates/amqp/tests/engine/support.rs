@@ -105,7 +105,7 @@ pub(crate) async fn spawn_broker() -> SocketAddr {
                 let queues = queues.clone();
                 if req.is_peer_sender() {
                     let addr = req.target_address().unwrap_or_default().to_string();
-                    let mut r = req
+                    let r = req
                         .accept_receiver(LinkAnswer::default().credit(100))
                         .await
                         .unwrap();
@@ -119,7 +119,7 @@ pub(crate) async fn spawn_broker() -> SocketAddr {
                     });
                 } else {
                     let addr = req.source_address().unwrap_or_default().to_string();
-                    let mut s = req.accept_sender(LinkAnswer::default()).await.unwrap();
+                    let s = req.accept_sender(LinkAnswer::default()).await.unwrap();
                     tokio::spawn(async move {
                         loop {
                             if s.wait_credit().await.is_err() {
