@@ -13,7 +13,7 @@ pub fn pg_url() -> String {
 }
 
 /// A schema name unique to `test`, so tests running at once never share tables.
-fn schema_for(test: &str) -> String {
+pub fn schema_for(test: &str) -> String {
     let clean: String = test
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })

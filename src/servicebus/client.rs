@@ -21,12 +21,14 @@ pub(crate) struct Link {
 /// A Service Bus client: one connection, re-established on demand after a failure.
 ///
 /// # Examples
-/// ```no_run
-/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// ```
 /// use sb_inbox::servicebus::ServiceBusClient;
-/// let client = ServiceBusClient::from_connection_string(&"Endpoint=sb://127.0.0.1:5699;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true".parse()?);
+/// let cs = "Endpoint=sb://127.0.0.1:5699;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true";
+/// let client = ServiceBusClient::from_connection_string(&cs.parse()?);
+/// // Links attach on first use.
 /// let receiver = client.receiver("orders", 0);
-/// # Ok(()) }
+/// assert_eq!(receiver.entity(), "orders");
+/// # Ok::<(), sb_inbox::servicebus::ConnectionStringError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct ServiceBusClient {

@@ -115,7 +115,7 @@ impl ServiceBusReceiver {
     /// Returns every delivery received but not handed out to the broker (released: no delivery
     /// count), then detaches. Call on shutdown.
     pub async fn close(&self) {
-        let Some(mut link) = self.inner.link.lock().await.take() else {
+        let Some(link) = self.inner.link.lock().await.take() else {
             return;
         };
         if link.receiver.drain().await.is_ok() {

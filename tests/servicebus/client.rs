@@ -193,7 +193,9 @@ async fn unknown_entity_and_bad_key_are_permanent_errors() {
 
 #[tokio::test]
 async fn dropped_connection_fences_old_deliveries_and_the_receiver_recovers() {
-    let emulator = emulator("PT30S").await;
+    // A short lock: if the old link took the redelivery before the close reached it, the
+    // message comes back once more after this lock, as on Service Bus.
+    let emulator = emulator("PT2S").await;
     let client = client(&emulator);
     let sender = client.sender("orders");
     sender.send(order("m-1")).await.unwrap();
@@ -220,7 +222,7 @@ async fn dropped_connection_fences_old_deliveries_and_the_receiver_recovers() {
     }
     let again = again.expect("redelivered after the lock ran out");
     assert_eq!(again.message().message_id.as_deref(), Some("m-1"));
-    assert_eq!(again.delivery_count(), 1);
+    assert!(again.delivery_count() >= 1);
     assert_eq!(
         first.renew_lock().await,
         Err(SettleError::LockLost),

@@ -6,6 +6,7 @@
 mod support;
 
 mod client;
+mod python;
 mod worker;
 
 use sb_emulator::{Broker, Config, Emulator};

@@ -1,1 +1,149 @@
-//! The runtime end to end over the emulator.
+//! The worker end to end over the emulator: two instances, PostgreSQL, duplicates, poison.
+
+use std::time::Duration;
+
+use sb_inbox::inventory::InventoryStore;
+use sb_inbox::worker::WorkerConfig;
+use sb_inbox::{Message, PgStore};
+use tokio_util::sync::CancellationToken;
+
+use crate::support::{pg_store, pg_url, schema_for, with_search_path};
+use crate::{client, emulator};
+
+fn order(message_id: &str, order_id: &str) -> Message {
+    Message::new(
+        message_id,
+        "orders.order-placed.v1",
+        format!(r#"{{"orderId":"{order_id}","lines":[{{"sku":"A","quantity":2}}]}}"#),
+    )
+}
+
+/// Waits (bounded) until the queue holds nothing active or locked and `settled` messages were
+/// completed or dead-lettered.
+async fn drained(emulator: &sb_emulator::Emulator, settled: u64) {
+    let entity = emulator.broker().entity("orders").unwrap();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let c = entity.counts();
+            if c.active == 0 && c.locked == 0 && c.completed + c.dead_lettered_total >= settled {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the queue drains");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_workers_on_postgres_apply_each_order_once() {
+    let store: PgStore = pg_store("sb_two_workers", 4).await;
+    let emulator = emulator("PT5S").await;
+    let sender = client(&emulator).sender("orders");
+    let mut sent = 0;
+    for i in 0..30 {
+        let message = order(&format!("m-{i}"), &format!("o-{i}"));
+        if i % 3 == 0 {
+            sender.send(message.clone()).await.unwrap();
+            sent += 1;
+        }
+        sender.send(message).await.unwrap();
+        sent += 1;
+    }
+    sender
+        .send(Message::new("poison", "orders.order-placed.v1", "{nope"))
+        .await
+        .unwrap();
+    sent += 1;
+
+    let env = |name: &str| match name {
+        "SB_INBOX_CONSUMER" => Some(sb_inbox::inventory::CONSUMER.to_owned()),
+        "SB_INBOX_STORE" => Some(with_search_path(&pg_url(), &schema_for("sb_two_workers"))),
+        "SB_INBOX_SERVICEBUS_CONNECTION" => Some(emulator.connection_string()),
+        "SB_INBOX_ENTITY" => Some("orders".to_owned()),
+        "SB_INBOX_CONCURRENCY" => Some("4".to_owned()),
+        "SB_INBOX_LOCK_MARGIN_SECS" => Some("2".to_owned()),
+        _ => None,
+    };
+    let config = WorkerConfig::load(None, &env).unwrap();
+    let shutdown = CancellationToken::new();
+    let workers = [
+        tokio::spawn({
+            let (config, token) = (config.clone(), shutdown.clone());
+            async move { sb_inbox::worker::run(&config, token).await }
+        }),
+        tokio::spawn({
+            let (config, token) = (config.clone(), shutdown.clone());
+            async move { sb_inbox::worker::run(&config, token).await }
+        }),
+    ];
+    drained(&emulator, sent).await;
+    shutdown.cancel();
+    let mut processed = 0;
+    let mut duplicates = 0;
+    for worker in workers {
+        let stats = worker.await.unwrap().unwrap();
+        processed += stats.processed;
+        duplicates += stats.duplicate;
+    }
+    assert_eq!((processed, duplicates), (30, 10));
+    let counts = store.inventory_counts().await.unwrap();
+    assert_eq!(
+        (
+            counts.reservations,
+            counts.inbox_rows,
+            counts.reserved_units
+        ),
+        (30, 30, 60)
+    );
+    assert_eq!(
+        emulator
+            .broker()
+            .entity("orders/$DeadLetterQueue")
+            .unwrap()
+            .counts()
+            .active,
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_applies_every_order_exactly_once() {
+    let plan = sb_inbox::demo::DemoPlan {
+        orders: 30,
+        redeliveries: 5,
+        concurrent_copies: 3,
+        republished: 2,
+        refused_settlements: 2,
+        poison: 1,
+        unsupported: 1,
+    };
+    let report = sb_inbox::demo::run(plan, &|_, _| {}).await.unwrap();
+    assert!(report.is_correct(), "{report:?}");
+    assert_eq!(report.counts.reservations, 33);
+    assert_eq!(report.stats.permanent, 2);
+    assert_eq!(report.stats.settle_failed, 2);
+    assert_eq!(report.stats.duplicate, 5 + 3 + 2 + 2);
+    let table = sb_inbox::demo::table(&report);
+    assert!(table.contains("distinct orders 33: OK"), "{table}");
+}
+
+#[test]
+fn run_with_invalid_config_exits_2_listing_every_problem() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
+        .args(["run"])
+        .env_clear()
+        .env("SB_INBOX_CONCURRENCY", "zero")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for field in [
+        "SB_INBOX_CONSUMER",
+        "SB_INBOX_STORE",
+        "SB_INBOX_SERVICEBUS_CONNECTION",
+        "SB_INBOX_CONCURRENCY",
+    ] {
+        assert!(stderr.contains(field), "{field} missing from:\n{stderr}");
+    }
+}

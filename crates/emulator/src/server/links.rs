@@ -12,9 +12,9 @@ use tokio_util::sync::CancellationToken;
 use super::codec::{self, value_property};
 use crate::{Entity, Properties, ReceiveMode, Settlement};
 
-/// How often a link without credit looks at its credit again. Credit changes arrive with the
-/// peer's flow; this bounds the wait when nothing else wakes the link.
-const CREDIT_POLL: Duration = Duration::from_millis(20);
+/// How long one receive waits before the link looks at its credit again (a drain or a credit
+/// change may have arrived meanwhile).
+const RECEIVE_SLICE: Duration = Duration::from_millis(200);
 
 pub(crate) async fn serve(
     request: LinkRequest,
@@ -40,7 +40,7 @@ async fn receive_from_client(
         .credit(100)
         .max_message_size(max_size)
         .rcv_settle_mode(ReceiverSettleMode::First);
-    let mut receiver = request.accept_receiver(answer).await?;
+    let receiver = request.accept_receiver(answer).await?;
     loop {
         let delivery = tokio::select! {
             () = stop.cancelled() => return Ok(()),
@@ -81,7 +81,7 @@ async fn deliver_to_client(
     let answer = LinkAnswer::default()
         .initial_delivery_count(0)
         .max_message_size(max_size);
-    let mut sender = request.accept_sender(answer).await?;
+    let sender = request.accept_sender(answer).await?;
     loop {
         let credit = sender.flow().credit;
         tokio::select! {
@@ -93,18 +93,27 @@ async fn deliver_to_client(
                     sender.settle(disposition.delivery_id, reply).await?;
                 }
             }
-            received = entity.receive(mode, Some(CREDIT_POLL)), if credit > 0 => {
+            received = entity.receive(mode, Some(RECEIVE_SLICE)), if credit > 0 => {
                 let Some(received) = received.map_err(|e| sb_amqp::Error::Decode(e.to_string()))? else { continue };
                 let payload = codec::delivered(&received).map_err(|e| sb_amqp::Error::Encode(e.0))?;
                 let tag = received.lock_token.map_or_else(|| received.sequence_number.to_le_bytes().to_vec(), |t| t.to_bytes_le().to_vec());
                 let sendable = Sendable::raw(payload).tag(tag);
-                if settled {
-                    sender.send_settled(sendable).await?;
+                let sent = if settled {
+                    sender.send_settled(sendable).await.map(drop)
                 } else {
-                    sender.send_no_wait(sendable).await?;
+                    sender.send_no_wait(sendable).await.map(drop)
+                };
+                if let Err(error) = sent {
+                    // Never written: give the message back without counting a delivery.
+                    if let Some(token) = received.lock_token {
+                        let _ = entity.settle(token, Settlement::Release).await;
+                    }
+                    return Err(error);
                 }
             }
-            () = tokio::time::sleep(CREDIT_POLL), if credit == 0 => {}
+            flow = sender.flow_changed(), if credit == 0 => {
+                flow?;
+            }
         }
     }
 }

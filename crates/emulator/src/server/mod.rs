@@ -59,11 +59,11 @@ impl Default for EmulatorOptions {
 /// A running emulator.
 ///
 /// # Examples
-/// ```no_run
-/// # async fn f() -> Result<(), sb_emulator::Error> {
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), sb_emulator::Error> {
 /// let config = sb_emulator::Config::from_json(r#"{"UserConfig":{"Namespaces":[{"Name":"ns","Queues":[{"Name":"q"}],"Topics":[]}],"Logging":{"Type":"File"}}}"#)?;
 /// let emulator = sb_emulator::Emulator::start(sb_emulator::Broker::new(config)?, Default::default()).await?;
-/// println!("{}", emulator.connection_string());
+/// assert!(emulator.connection_string().ends_with("UseDevelopmentEmulator=true;"));
 /// emulator.shutdown().await;
 /// # Ok(()) }
 /// ```

@@ -68,7 +68,7 @@ pub(crate) async fn serve(
             sender.send_settled(Sendable::message(&reply)?).await?;
         }
     }
-    let mut receiver = request
+    let receiver = request
         .accept_receiver(
             LinkAnswer::default()
                 .credit(100)
