@@ -139,6 +139,15 @@ impl ServiceBusClient {
         }
     }
 
+    /// True while a connection is open and healthy (false before the first use, while
+    /// reconnecting, and after a failure).
+    pub fn is_connected(&self) -> bool {
+        self.inner.link.try_lock().is_ok_and(|link| {
+            link.as_ref()
+                .is_some_and(|l| l.connection.error().is_none())
+        })
+    }
+
     /// The generation of the current connection (0 before the first).
     pub(crate) fn generation(&self) -> u64 {
         self.inner.generation.load(Ordering::Acquire)

@@ -378,8 +378,9 @@ impl WorkerConfig {
                 3600,
             )
             .unwrap_or(30);
+        // Port 0 picks a free port, logged at start-up.
         let health_port = r
-            .number("health.port", file.health.port, 1, 65_535)
+            .number("health.port", file.health.port, 0, 65_535)
             .and_then(|p| u16::try_from(p).ok());
         let outbox_destination = r.text("outbox.destination", file.outbox.destination);
 

@@ -8,9 +8,11 @@
 //! - [`run`]: the reference inventory consumer on Service Bus and the configured store.
 
 mod config;
+mod health;
 mod horizon;
 mod run;
 
 pub use config::{BrokerAddress, ConfigError, ConfigErrors, ENV_VARS, Retention, WorkerConfig};
+pub use health::Ping;
 pub use horizon::{ReplayHorizon, RetentionTooShort};
-pub use run::{WorkerError, run};
+pub use run::{WorkerError, run, run_with};

@@ -1,5 +1,9 @@
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::health::{self, Ping};
 use super::{BrokerAddress, WorkerConfig};
 use crate::inventory::{InventoryStore, OrderPlacedConsumer};
 use crate::servicebus::{ServiceBusClient, ServiceBusReceiver};
@@ -16,18 +20,44 @@ pub enum WorkerError {
     /// The runtime failed (a receiver that cannot go on).
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// The health endpoints could not be served.
+    #[error("health endpoints: {0}")]
+    Health(String),
     /// A configured feature this build does not have.
     #[error("{0}")]
     Unsupported(&'static str),
 }
 
 /// Runs the reference inventory consumer as configured until `shutdown`, then drains, releases
-/// prefetched deliveries and returns the counters.
+/// prefetched deliveries and returns the counters. Serves `/healthz` and `/readyz` on
+/// `health.port` when configured.
 ///
 /// # Errors
-/// [`WorkerError`] when the store cannot be opened or the receiver fails for good.
+/// [`WorkerError`] when the store cannot be opened, the health port cannot be bound, or the
+/// receiver fails for good.
 pub async fn run(
     config: &WorkerConfig,
+    shutdown: CancellationToken,
+) -> Result<StatsSnapshot, WorkerError> {
+    let health = match config.health_port {
+        Some(port) => Some(
+            TcpListener::bind(("0.0.0.0", port))
+                .await
+                .map_err(|e| WorkerError::Health(format!("cannot listen on port {port}: {e}")))?,
+        ),
+        None => None,
+    };
+    run_with(config, health, shutdown).await
+}
+
+/// As [`run`], serving the health endpoints on `health` when given (tests pass a listener on an
+/// ephemeral port).
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_with(
+    config: &WorkerConfig,
+    health: Option<TcpListener>,
     shutdown: CancellationToken,
 ) -> Result<StatsSnapshot, WorkerError> {
     let client = match &config.broker {
@@ -40,43 +70,64 @@ pub async fn run(
     };
     let prefetch = u32::try_from(config.runtime.prefetch).unwrap_or(u32::MAX);
     let receiver = client.receiver(&config.entity, prefetch);
+    let probe = Probe {
+        client,
+        health,
+        shutdown,
+    };
     let pool = u32::try_from(config.runtime.concurrency)
         .unwrap_or(u32::MAX)
         .saturating_add(2);
     match &config.store {
         StoreUrl::Postgres(url) => {
-            serve(
-                receiver,
-                PgStore::connect(url, pool).await?,
-                config,
-                shutdown,
-            )
-            .await
+            serve(receiver, PgStore::connect(url, pool).await?, config, probe).await
         }
         StoreUrl::Mssql(raw) => {
             serve(
                 receiver,
                 MssqlStore::connect(raw, pool).await?,
                 config,
-                shutdown,
+                probe,
             )
             .await
         }
-        StoreUrl::Sqlite(path) => serve(receiver, SqliteStore::open(path)?, config, shutdown).await,
+        StoreUrl::Sqlite(path) => serve(receiver, SqliteStore::open(path)?, config, probe).await,
         StoreUrl::SqliteMemory => {
             let store = SqliteStore::open_in_memory()?;
             store.migrate().await?;
-            serve(receiver, store, config, shutdown).await
+            serve(receiver, store, config, probe).await
         }
     }
 }
 
-async fn serve<S: InventoryStore>(
+/// What the health endpoints and the drain need.
+struct Probe {
+    client: ServiceBusClient,
+    health: Option<TcpListener>,
+    shutdown: CancellationToken,
+}
+
+async fn serve<S: InventoryStore + Ping + Clone>(
     receiver: ServiceBusReceiver,
     store: S,
     config: &WorkerConfig,
-    shutdown: CancellationToken,
+    probe: Probe,
 ) -> Result<StatsSnapshot, WorkerError> {
+    let Probe {
+        client,
+        health,
+        shutdown,
+    } = probe;
+    let stop_health = CancellationToken::new();
+    if let Some(listener) = health {
+        let readiness = health::Readiness {
+            broker: Arc::new(move || client.is_connected()),
+            store: Arc::new(store.clone()),
+        };
+        tokio::spawn(health::serve(listener, readiness, stop_health.clone()));
+    }
+    // The probes answer until the drain is over, then stop with the worker.
+    let _stop_health = stop_health.drop_guard();
     let runtime = Runtime::new(
         receiver.clone(),
         store,

@@ -147,3 +147,124 @@ fn run_with_invalid_config_exits_2_listing_every_problem() {
         assert!(stderr.contains(field), "{field} missing from:\n{stderr}");
     }
 }
+
+/// Reads the worker's stderr until the health endpoints log their address.
+fn health_address(stderr: std::process::ChildStderr) -> std::net::SocketAddr {
+    use std::io::BufRead as _;
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    loop {
+        let line = lines
+            .next()
+            .expect("the worker logs its health address")
+            .unwrap();
+        let plain: String = strip_ansi(&line);
+        if plain.contains("Health endpoints listening")
+            && let Some(at) = plain.find("addr=")
+        {
+            let addr: String = plain[at + 5..]
+                .chars()
+                .take_while(|c| !c.is_whitespace())
+                .collect();
+            // Keep draining stderr so the worker never blocks on a full pipe.
+            std::thread::spawn(move || for _ in lines {});
+            return addr.replace("0.0.0.0", "127.0.0.1").parse().unwrap();
+        }
+    }
+}
+
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+        return String::new();
+    };
+    let _ = stream
+        .write_all(format!("GET {path} HTTP/1.1\r\n\r\n").as_bytes())
+        .await;
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response).await;
+    response
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_process_is_ready_then_drains_and_exits_0_on_sigterm() {
+    let emulator = emulator("PT30S").await;
+    let dir = std::env::temp_dir().join(format!("sb-inbox-sigterm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("worker.db");
+    let _ = std::fs::remove_file(&db);
+    sb_inbox::SqliteStore::open(&db)
+        .unwrap()
+        .migrate()
+        .await
+        .unwrap();
+
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
+        .arg("run")
+        .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
+        .env("SB_INBOX_STORE", format!("sqlite://{}", db.display()))
+        .env(
+            "SB_INBOX_SERVICEBUS_CONNECTION",
+            emulator.connection_string(),
+        )
+        .env("SB_INBOX_ENTITY", "orders")
+        .env("SB_INBOX_HEALTH_PORT", "0")
+        .env("SB_INBOX_SHUTDOWN_GRACE_SECS", "5")
+        .env("RUST_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let addr = tokio::task::spawn_blocking(move || health_address(stderr))
+        .await
+        .unwrap();
+    assert!(http_get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !http_get(addr, "/readyz").await.starts_with("HTTP/1.1 200") {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("ready once broker and store are connected");
+
+    client(&emulator)
+        .sender("orders")
+        .send(order("m-1", "o-1"))
+        .await
+        .unwrap();
+    drained(&emulator, 1).await;
+
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+    let counts = sb_inbox::SqliteStore::open(&db)
+        .unwrap()
+        .inventory_counts()
+        .await
+        .unwrap();
+    assert_eq!(counts.reservations, 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -82,8 +82,20 @@ async fn deliver_to_client(
         .initial_delivery_count(0)
         .max_message_size(max_size);
     let sender = request.accept_sender(answer).await?;
+    // Transfers started on this link. The engine's flow snapshot may not count the latest
+    // sends yet; taking a message without real credit would lock it while it waits, and block
+    // this loop (and the client's settlements) until the client grants more.
+    let mut started: u32 = 0;
     loop {
-        let credit = sender.flow().credit;
+        let flow = sender.flow();
+        let ahead = flow.delivery_count.wrapping_sub(started);
+        if ahead != 0 && ahead < 1 << 31 {
+            // A drain advanced the delivery count past our sends.
+            started = flow.delivery_count;
+        }
+        let credit = flow
+            .credit
+            .saturating_sub(started.wrapping_sub(flow.delivery_count));
         tokio::select! {
             () = stop.cancelled() => return Ok(()),
             disposition = sender.next_disposition() => {
@@ -110,6 +122,7 @@ async fn deliver_to_client(
                     }
                     return Err(error);
                 }
+                started = started.wrapping_add(1);
             }
             flow = sender.flow_changed(), if credit == 0 => {
                 flow?;
