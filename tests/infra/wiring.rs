@@ -6,24 +6,9 @@ use std::path::Path;
 
 use crate::bicep;
 
-/// The worker's environment variables (docs/deploy.md, section 4).
-const WORKER_ENV: [&str; 20] = [
-    "SB_INBOX_SERVICEBUS_NAMESPACE",
-    "SB_INBOX_SERVICEBUS_CONNECTION",
-    "SB_INBOX_ENTITY",
-    "SB_INBOX_CONSUMER",
-    "SB_INBOX_STORE",
-    "SB_INBOX_CONCURRENCY",
-    "SB_INBOX_PREFETCH",
-    "SB_INBOX_LOCK_MARGIN_SECS",
-    "SB_INBOX_SHUTDOWN_GRACE_SECS",
-    "SB_INBOX_HEALTH_PORT",
-    "SB_INBOX_LOCK_DURATION_SECS",
-    "SB_INBOX_MAX_DELIVERY_COUNT",
-    "SB_INBOX_MESSAGE_TTL_SECS",
-    "SB_INBOX_DLQ_RESUBMIT_WINDOW_SECS",
-    "SB_INBOX_RETENTION_SECS",
-    "SB_INBOX_OUTBOX_DESTINATION",
+/// Variables read by libraries the worker uses (Azure identity, OpenTelemetry), beside the
+/// worker's own `SB_INBOX_*` overrides, which come from `sb_inbox::worker::ENV_VARS`.
+const OTHER_ENV: [&str; 4] = [
     "AZURE_CLIENT_ID",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_SERVICE_NAME",
@@ -43,7 +28,10 @@ fn read(relative: &str) -> String {
 }
 
 fn names() -> impl Iterator<Item = &'static str> {
-    WORKER_ENV.into_iter()
+    sb_inbox::worker::ENV_VARS
+        .iter()
+        .map(|(name, _, _)| *name)
+        .chain(OTHER_ENV)
 }
 
 #[test]
