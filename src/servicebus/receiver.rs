@@ -14,6 +14,12 @@ use super::client::Link;
 use super::{ServiceBusClient, management};
 use crate::{Delivery, Message, PropertyValue, ReceiveError, Receiver, SettleError};
 
+/// How long [`ServiceBusReceiver::close`] waits for the broker.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a settlement or a renewal waits for the broker's answer (Service Bus's own server
+/// timeout is 30 s); past it the outcome is unknown: a transient error.
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A peek-lock receiver implementing the runtime's [`Receiver`] port.
 ///
 /// Credit follows demand: each [`Receiver::receive`] call grants one message, plus up to
@@ -118,13 +124,20 @@ impl ServiceBusReceiver {
         let Some(link) = self.inner.link.lock().await.take() else {
             return;
         };
-        if link.receiver.drain().await.is_ok() {
-            while let Ok(Some(delivery)) = link.receiver.try_recv() {
-                // Best effort: the lock runs out anyway if the release is lost.
-                let _ = link.receiver.release(&delivery).await;
+        // Shutdown must not hang on a broker that does not answer: after the bound, the locks
+        // of anything prefetched simply run out.
+        let closing = async {
+            if link.receiver.drain().await.is_ok() {
+                while let Ok(Some(delivery)) = link.receiver.try_recv() {
+                    // Best effort: the lock runs out anyway if the release is lost.
+                    let _ = link.receiver.release(&delivery).await;
+                }
             }
+            let _ = link.receiver.detach().await;
+        };
+        if tokio::time::timeout(CLOSE_TIMEOUT, closing).await.is_err() {
+            tracing::warn!(entity = %self.inner.entity, "Receiver close timed out; dropping the link.");
         }
-        let _ = link.receiver.detach().await;
     }
 }
 
@@ -223,7 +236,17 @@ impl ServiceBusDelivery {
         if self.link_lost() {
             return Err(SettleError::LockLost);
         }
-        match self.link.settler.settle(self.delivery_id, outcome).await {
+        let settled = tokio::time::timeout(
+            OPERATION_TIMEOUT,
+            self.link.settler.settle(self.delivery_id, outcome),
+        )
+        .await;
+        let Ok(settled) = settled else {
+            return Err(SettleError::Transient(
+                "the broker did not answer the settlement in time".into(),
+            ));
+        };
+        match settled {
             Ok(Some(Outcome::Rejected(Some(error)))) if error.is_lock_lost() => {
                 Err(SettleError::LockLost)
             }
@@ -279,8 +302,14 @@ impl Delivery for ServiceBusDelivery {
         if self.link_lost() {
             return Err(SettleError::LockLost);
         }
-        let until =
-            management::renew_lock(&self.link.management, &self.link.name, self.lock_token).await?;
+        let until = tokio::time::timeout(
+            OPERATION_TIMEOUT,
+            management::renew_lock(&self.link.management, &self.link.name, self.lock_token),
+        )
+        .await
+        .map_err(|_| {
+            SettleError::Transient("the broker did not answer the renewal in time".into())
+        })??;
         *self
             .locked_until
             .lock()
