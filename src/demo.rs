@@ -209,6 +209,7 @@ pub async fn run(
         );
         config.concurrency = 4;
         config.lock_margin = Duration::from_millis(500);
+        config.shutdown_grace = Duration::from_secs(5);
         let runtime = Arc::new(Runtime::new(
             receiver.clone(),
             store,
@@ -245,9 +246,11 @@ pub async fn run(
     shutdown.cancel();
     let mut stats = StatsSnapshot::default();
     for (runtime, task) in workers {
-        match task.await {
-            Ok(result) => result?,
-            Err(error) => return Err(DemoError::Send(format!("worker task failed: {error}"))),
+        // Grace (5 s) plus the receiver's bounded close: a worker that takes longer is stuck.
+        match tokio::time::timeout(Duration::from_secs(30), task).await {
+            Ok(Ok(result)) => result?,
+            Ok(Err(error)) => return Err(DemoError::Send(format!("worker task failed: {error}"))),
+            Err(_) => return Err(DemoError::Send("a worker did not stop within 30 s".into())),
         }
         let s = runtime.stats().snapshot();
         stats.processed += s.processed;

@@ -53,9 +53,10 @@ pub(crate) async fn put_token(
         .application_properties(properties)
         .body(AmqpValue(token.token.clone()))
         .build();
-    let reply = cbs
-        .request(request)
+    // A reply that never comes (a broker that lost it) must not hang the link set-up.
+    let reply = tokio::time::timeout(std::time::Duration::from_secs(30), cbs.request(request))
         .await
+        .map_err(|_| ServiceBusError::Connection("$cbs did not answer put-token in time".into()))?
         .map_err(|e| ServiceBusError::from_amqp(&e))?;
     let status = int_property(&reply, &["status-code", "statusCode"]).unwrap_or(0);
     if (200..300).contains(&status) {

@@ -8,6 +8,9 @@ use super::amqp_message::to_amqp;
 use super::{ServiceBusClient, ServiceBusError};
 use crate::Message;
 
+/// How long a send waits for the broker's outcome (Service Bus's own server timeout is 30 s).
+const SEND_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Why a send failed. The message is handed back.
 #[derive(Debug, thiserror::Error)]
 #[error("send to {entity} failed: {error}")]
@@ -124,7 +127,15 @@ impl ServiceBusSender {
         let Some((generation, sender)) = guard.as_ref() else {
             return Err(fail(SendErrorKind::Connection("no link".into()), message));
         };
-        match sender.send(sendable).await {
+        let Ok(sent) = tokio::time::timeout(SEND_TIMEOUT, sender.send(sendable)).await else {
+            return Err(fail(
+                SendErrorKind::Connection(
+                    "the broker did not answer in time; the message may have been enqueued".into(),
+                ),
+                message,
+            ));
+        };
+        match sent {
             Ok(Outcome::Accepted) => Ok(()),
             Ok(Outcome::Rejected(Some(error))) => {
                 let description = error.description.clone().unwrap_or_default();

@@ -37,6 +37,7 @@ async fn drained(emulator: &sb_emulator::Emulator, settled: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_workers_on_postgres_apply_each_order_once() {
+    crate::support::init_tracing();
     let store: PgStore = pg_store("sb_two_workers", 4).await;
     let emulator = emulator("PT5S").await;
     let sender = client(&emulator).sender("orders");

@@ -85,17 +85,50 @@ async fn busy_database_is_transient() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("busy.db");
     let _ = std::fs::remove_file(&path);
-    let first = SqliteStore::open(&path).unwrap();
-    first.migrate().await.unwrap();
-    let second = SqliteStore::open(&path).unwrap();
-    second.set_busy_timeout(Duration::ZERO).await.unwrap();
-    let held = first.begin().await.unwrap();
-    let error = second.begin().await.expect_err("the file is write-locked");
+    let store = SqliteStore::open(&path).unwrap();
+    store.migrate().await.unwrap();
+    store.set_busy_timeout(Duration::ZERO).await.unwrap();
+    // Another process's writer: a plain connection that holds the file's write lock.
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let error = store.begin().await.expect_err("the file is write-locked");
     assert_eq!(error.kind(), ErrorKind::Contention, "{error}");
     assert_eq!(error.code(), Some("5"));
-    held.rollback().await.unwrap();
+    other.execute_batch("ROLLBACK").unwrap();
+    let second = store;
     let mut tx = second.begin().await.unwrap();
     tx.insert_inbox("c", "m").await.unwrap();
     tx.commit().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two stores on one file in one process take turns without blocking a runtime thread in
+/// SQLite's busy wait: the second transaction waits for the first asynchronously.
+#[tokio::test(flavor = "current_thread")]
+async fn stores_on_one_file_take_turns() {
+    let dir = std::env::temp_dir().join(format!("sb-inbox-turns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("turns.db");
+    let _ = std::fs::remove_file(&path);
+    let first = SqliteStore::open(&path).unwrap();
+    first.migrate().await.unwrap();
+    let second = SqliteStore::open(&path).unwrap();
+    let mut held = first.begin().await.unwrap();
+    held.insert_inbox("c", "m-1").await.unwrap();
+    // On a current-thread runtime a blocking busy wait would stall this very task; the
+    // waiting transaction must instead yield until the first commits.
+    let waiting = tokio::spawn(async move {
+        let mut tx = second.begin().await.unwrap();
+        let duplicate = tx.insert_inbox("c", "m-1").await;
+        tx.rollback().await.unwrap();
+        duplicate
+    });
+    tokio::task::yield_now().await;
+    held.commit().await.unwrap();
+    let error = waiting.await.unwrap().unwrap_err();
+    assert_eq!(
+        error.kind(),
+        ErrorKind::Duplicate(sb_inbox::DuplicateScope::Inbox)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,7 +8,8 @@
 
 mod classify;
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,6 +51,22 @@ pub const MIGRATIONS: &[Migration] = &[
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
+    /// Serialises writers of the same file within this process. SQLite has one writer per
+    /// file; without this, two stores on one file would wait for each other inside
+    /// `BEGIN IMMEDIATE`, blocking the runtime's threads for up to the busy timeout. Other
+    /// processes still meet SQLite's own lock and the busy timeout.
+    writer: Arc<Mutex<()>>,
+}
+
+/// One writer lock per database file in this process.
+fn writer_for(path: &Path) -> Arc<Mutex<()>> {
+    static WRITERS: std::sync::LazyLock<std::sync::Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>> =
+        std::sync::LazyLock::new(Default::default);
+    let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut writers = WRITERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    writers.entry(key).or_default().clone()
 }
 
 impl SqliteStore {
@@ -58,10 +75,10 @@ impl SqliteStore {
     /// # Errors
     /// A [`StoreError`] when the file cannot be opened.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
-        let conn = Connection::open(path).map_err(classify)?;
+        let conn = Connection::open(path.as_ref()).map_err(classify)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(classify)?;
-        Self::configure(conn)
+        Self::configure(conn, writer_for(path.as_ref()))
     }
 
     /// Opens a private in-memory database.
@@ -69,16 +86,20 @@ impl SqliteStore {
     /// # Errors
     /// A [`StoreError`] when SQLite cannot allocate it.
     pub fn open_in_memory() -> Result<Self, StoreError> {
-        Self::configure(Connection::open_in_memory().map_err(classify)?)
+        Self::configure(
+            Connection::open_in_memory().map_err(classify)?,
+            Arc::default(),
+        )
     }
 
-    fn configure(conn: Connection) -> Result<Self, StoreError> {
+    fn configure(conn: Connection, writer: Arc<Mutex<()>>) -> Result<Self, StoreError> {
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(classify)?;
         conn.busy_timeout(Duration::from_secs(5))
             .map_err(classify)?;
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
+            writer,
         })
     }
 
@@ -153,9 +174,14 @@ impl Store for SqliteStore {
     type Tx = SqliteTx;
 
     async fn begin(&self) -> Result<SqliteTx, StoreError> {
+        let writer = self.writer.clone().lock_owned().await;
         let conn = self.conn.clone().lock_owned().await;
         conn.execute_batch("BEGIN IMMEDIATE").map_err(classify)?;
-        Ok(SqliteTx { conn, open: true })
+        Ok(SqliteTx {
+            conn,
+            _writer: writer,
+            open: true,
+        })
     }
 }
 
@@ -163,6 +189,7 @@ impl Store for SqliteStore {
 #[derive(Debug)]
 pub struct SqliteTx {
     conn: OwnedMutexGuard<Connection>,
+    _writer: OwnedMutexGuard<()>,
     open: bool,
 }
 

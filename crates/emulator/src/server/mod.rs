@@ -208,11 +208,20 @@ impl Emulator {
         }
     }
 
-    /// Stops accepting, closes every connection and waits for their tasks.
+    /// Stops accepting, closes every connection and waits (at most 10 s) for their tasks.
     pub async fn shutdown(self) {
         self.shutdown.cancel();
         self.tracker.close();
-        self.tracker.wait().await;
+        // A link task blocked on a client that stopped reading must not hold the process.
+        if tokio::time::timeout(std::time::Duration::from_secs(10), self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                tasks = self.tracker.len(),
+                "Emulator tasks still running after shutdown."
+            );
+        }
     }
 }
 

@@ -50,15 +50,17 @@ pub(crate) async fn serve(
             Some(request.name().to_owned()),
             Some(node.key()),
         ];
-        let sender = request
-            .accept_sender(LinkAnswer::default().initial_delivery_count(0))
-            .await?;
+        // Register the route before answering the attach: the client may send its first request
+        // as soon as it sees our attach, and its reply must find this link.
         let (tx, mut rx) = mpsc::unbounded_channel::<AnyMessage>();
         if let Ok(mut replies) = state.replies.lock() {
             for key in keys.into_iter().flatten() {
                 replies.insert(key, tx.clone());
             }
         }
+        let sender = request
+            .accept_sender(LinkAnswer::default().initial_delivery_count(0))
+            .await?;
         loop {
             let reply = tokio::select! {
                 () = stop.cancelled() => return Ok(()),
