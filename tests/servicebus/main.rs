@@ -7,6 +7,7 @@ mod support;
 
 mod client;
 mod python;
+mod verification;
 mod worker;
 
 use sb_emulator::{Broker, Config, Emulator};

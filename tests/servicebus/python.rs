@@ -4,7 +4,7 @@ use std::process::Stdio;
 
 use crate::emulator;
 
-fn sdk_installed() -> bool {
+pub(crate) fn sdk_installed() -> bool {
     std::process::Command::new("python3")
         .args(["-c", "import azure.servicebus"])
         .stdout(Stdio::null())

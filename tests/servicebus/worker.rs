@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::support::{pg_store, pg_url, schema_for, with_search_path};
 use crate::{client, emulator};
 
-fn order(message_id: &str, order_id: &str) -> Message {
+pub(crate) fn order(message_id: &str, order_id: &str) -> Message {
     Message::new(
         message_id,
         "orders.order-placed.v1",
@@ -20,7 +20,7 @@ fn order(message_id: &str, order_id: &str) -> Message {
 
 /// Waits (bounded) until the queue holds nothing active or locked and `settled` messages were
 /// completed or dead-lettered.
-async fn drained(emulator: &sb_emulator::Emulator, settled: u64) {
+pub(crate) async fn drained(emulator: &sb_emulator::Emulator, settled: u64) {
     let entity = emulator.broker().entity("orders").unwrap();
     tokio::time::timeout(Duration::from_secs(60), async {
         loop {
@@ -173,7 +173,7 @@ fn health_address(stderr: std::process::ChildStderr) -> std::net::SocketAddr {
     }
 }
 
-fn strip_ansi(text: &str) -> String {
+pub(crate) fn strip_ansi(text: &str) -> String {
     let mut out = String::new();
     let mut chars = text.chars();
     while let Some(c) = chars.next() {

@@ -1,0 +1,275 @@
+//! End-to-end throughput: the emulator in-process → our AMQP client → the runtime → PostgreSQL
+//! commit → complete, at concurrency 1, 8 and 32, beside
+//! - the raw PostgreSQL rate of the same transaction with no broker (begin, inbox row, business
+//!   key, reservation, commit), run by as many tasks as the concurrency, and
+//! - the same worker with the inbox insert turned off (a store wrapper whose `insert_inbox` is a
+//!   no-op; the bench only).
+//!
+//! `cargo bench --bench e2e` (PostgreSQL at `DATABASE_URL`, default
+//! `postgres://postgres@127.0.0.1:5432/test`). Each configuration is sized to run about
+//! `SECONDS` seconds from a short calibration run. Messages are preloaded through our sender
+//! (not timed); the clock runs from the runtime's start until the last message is completed.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use sb_emulator::Emulator;
+use sb_inbox::inventory::{InventoryTx, OrderPlaced, OrderPlacedConsumer};
+use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
+use sb_inbox::{
+    ConsumerName, Message, OutboxMessage, PgStore, PgTx, Runtime, RuntimeConfig, Store, StoreError,
+    Tx, VersionCheck,
+};
+use tokio_util::sync::CancellationToken;
+
+const SECONDS: f64 = 3.0;
+const CONSUMER: &str = "inventory.order-placed.v1";
+
+fn pg_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+fn body(i: usize) -> String {
+    format!(
+        r#"{{"orderId":"o-{i}","lines":[{{"sku":"SKU-{}","quantity":2}}]}}"#,
+        i % 64
+    )
+}
+
+/// A migrated store in a fresh schema `bench_e2e_<pid>_<tag>`.
+async fn store(tag: &str, pool: u32) -> PgStore {
+    let schema = format!("bench_e2e_{}_{tag}", std::process::id());
+    let admin = PgStore::connect(&pg_url(), 1).await.unwrap();
+    admin
+        .query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"), &[])
+        .await
+        .unwrap();
+    admin
+        .query(&format!("CREATE SCHEMA {schema}"), &[])
+        .await
+        .unwrap();
+    let sep = if pg_url().contains('?') { '&' } else { '?' };
+    let url = format!("{}{sep}options=-csearch_path%3D{schema}", pg_url());
+    let store = PgStore::connect(&url, pool).await.unwrap();
+    store.migrate().await.unwrap();
+    store
+}
+
+async fn drop_schema(tag: &str) {
+    let schema = format!("bench_e2e_{}_{tag}", std::process::id());
+    let admin = PgStore::connect(&pg_url(), 1).await.unwrap();
+    admin
+        .query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"), &[])
+        .await
+        .unwrap();
+}
+
+/// The same transaction as the runtime's, straight on PostgreSQL: `concurrency` tasks take
+/// message numbers until `messages` are committed.
+async fn raw_pg(tag: &str, concurrency: usize, messages: usize) -> f64 {
+    let store = store(tag, concurrency as u32 + 2).await;
+    let next = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (store, next) = (store.clone(), next.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= messages {
+                        return;
+                    }
+                    let id = format!("m-{i}");
+                    let order: OrderPlaced = serde_json::from_str(&body(i)).unwrap();
+                    let mut tx = store.begin().await.unwrap();
+                    tx.insert_inbox(CONSUMER, &id).await.unwrap();
+                    tx.claim_business_key(CONSUMER, &format!("order:{}", order.order_id), &id)
+                        .await
+                        .unwrap();
+                    tx.reserve(&id, &order).await.unwrap();
+                    tx.commit().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let rate = messages as f64 / start.elapsed().as_secs_f64();
+    drop_schema(tag).await;
+    rate
+}
+
+/// A [`PgStore`] whose transactions skip the inbox row: the cost of everything else.
+#[derive(Debug, Clone)]
+struct NoInbox(PgStore);
+
+#[derive(Debug)]
+struct NoInboxTx(PgTx);
+
+impl Store for NoInbox {
+    type Tx = NoInboxTx;
+
+    async fn begin(&self) -> Result<NoInboxTx, StoreError> {
+        Ok(NoInboxTx(self.0.begin().await?))
+    }
+}
+
+impl Tx for NoInboxTx {
+    async fn insert_inbox(&mut self, _consumer: &str, _message_id: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn claim_business_key(
+        &mut self,
+        consumer: &str,
+        key: &str,
+        message_id: &str,
+    ) -> Result<(), StoreError> {
+        self.0.claim_business_key(consumer, key, message_id).await
+    }
+
+    async fn advance_version(
+        &mut self,
+        consumer: &str,
+        aggregate: &str,
+        version: i64,
+    ) -> Result<VersionCheck, StoreError> {
+        self.0.advance_version(consumer, aggregate, version).await
+    }
+
+    async fn append_outbox(&mut self, message: &OutboxMessage) -> Result<(), StoreError> {
+        self.0.append_outbox(message).await
+    }
+
+    async fn commit(self) -> Result<(), StoreError> {
+        self.0.commit().await
+    }
+
+    async fn rollback(self) -> Result<(), StoreError> {
+        self.0.rollback().await
+    }
+}
+
+impl InventoryTx for NoInboxTx {
+    async fn reserve(&mut self, message_id: &str, order: &OrderPlaced) -> Result<(), StoreError> {
+        self.0.reserve(message_id, order).await
+    }
+}
+
+async fn emulator() -> Emulator {
+    let json = r#"{"UserConfig":{"Namespaces":[{"Name":"sbemulatorns","Queues":[
+        {"Name":"orders","Properties":{"LockDuration":"PT60S","MaxDeliveryCount":10}}],
+        "Topics":[]}],"Logging":{"Type":"File"}}}"#;
+    let broker = sb_emulator::Broker::new(sb_emulator::Config::from_json(json).unwrap()).unwrap();
+    Emulator::start(broker, Default::default()).await.unwrap()
+}
+
+/// Preloads `messages` orders (not timed), runs one runtime at `concurrency` (prefetch the same)
+/// until all are completed, and returns messages/s.
+async fn e2e<S>(store: S, concurrency: usize, messages: usize) -> f64
+where
+    S: Store,
+    S::Tx: InventoryTx,
+{
+    let emulator = emulator().await;
+    let entity = emulator.broker().entity("orders").unwrap();
+    let cs: ConnectionString = emulator.connection_string().parse().unwrap();
+    let client = ServiceBusClient::from_connection_string(&cs);
+    let senders: Vec<_> = (0..8)
+        .map(|k| {
+            let sender = client.sender("orders");
+            tokio::spawn(async move {
+                for i in (k..messages).step_by(8) {
+                    let message = Message::new(format!("m-{i}"), "orders.order-placed.v1", body(i));
+                    sender.send(message).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for sender in senders {
+        sender.await.unwrap();
+    }
+    let receiver =
+        ServiceBusClient::from_connection_string(&cs).receiver("orders", concurrency as u32);
+    let mut config = RuntimeConfig::new(ConsumerName::new(CONSUMER).unwrap());
+    config.concurrency = concurrency;
+    config.prefetch = concurrency;
+    let runtime = Runtime::new(receiver.clone(), store, OrderPlacedConsumer::new(), config);
+    let shutdown = CancellationToken::new();
+    let start = Instant::now();
+    let run = {
+        let token = shutdown.clone();
+        async move { runtime.run(token).await.map(|()| runtime) }
+    };
+    let watch = async {
+        while entity.counts().completed < messages as u64 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let elapsed = start.elapsed();
+        shutdown.cancel();
+        elapsed
+    };
+    let (runtime, elapsed) = tokio::join!(run, watch);
+    let runtime = runtime.unwrap();
+    receiver.close().await;
+    emulator.shutdown().await;
+    let stats = runtime.stats().snapshot();
+    assert_eq!(stats.processed, messages as u64, "{stats:?}");
+    messages as f64 / elapsed.as_secs_f64()
+}
+
+async fn e2e_inbox(tag: &str, concurrency: usize, messages: usize) -> f64 {
+    let rate = e2e(
+        store(tag, concurrency as u32 + 2).await,
+        concurrency,
+        messages,
+    )
+    .await;
+    drop_schema(tag).await;
+    rate
+}
+
+async fn e2e_no_inbox(tag: &str, concurrency: usize, messages: usize) -> f64 {
+    let rate = e2e(
+        NoInbox(store(tag, concurrency as u32 + 2).await),
+        concurrency,
+        messages,
+    )
+    .await;
+    drop_schema(tag).await;
+    rate
+}
+
+/// Messages for about `SECONDS` at the rate a short calibration run showed.
+fn sized(rate: f64) -> usize {
+    ((rate * SECONDS) as usize).clamp(200, 50_000)
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        println!("end-to-end throughput, about {SECONDS} s per configuration (PostgreSQL at {})", pg_url());
+        println!(
+            "{:>11} | {:>12} | {:>12} | {:>14} | {:>9} | {:>14}",
+            "concurrency", "raw PG msg/s", "e2e msg/s", "e2e/raw PG", "no-inbox", "no-inbox/raw"
+        );
+        for concurrency in [1usize, 8, 32] {
+            let raw = raw_pg("raw", concurrency, sized(raw_pg("raw", concurrency, 300).await)).await;
+            let full = e2e_inbox("full", concurrency, sized(e2e_inbox("full", concurrency, 200).await)).await;
+            let bare =
+                e2e_no_inbox("bare", concurrency, sized(e2e_no_inbox("bare", concurrency, 200).await)).await;
+            println!(
+                "{concurrency:>11} | {raw:>12.0} | {full:>12.0} | {:>13.2}x | {bare:>9.0} | {:>13.2}x",
+                full / raw,
+                bare / raw
+            );
+        }
+    });
+}

@@ -1,0 +1,594 @@
+//! The article's verification with real processes: `sb-inbox run` against the in-process
+//! emulator and PostgreSQL, plus lock renewal, lost connections and the dead-letter queue read
+//! back by the official Python SDK.
+//!
+//! Each test has its own emulator and schema. Windows (commit before settlement, a rolled-back
+//! transaction, two transactions at once) are opened deterministically with the emulator's fault
+//! hooks and row locks held by the test, and waited for with bounded loops on observable state.
+
+use std::io::BufRead as _;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sb_inbox::inventory::{InventoryCounts, InventoryStore, OrderPlacedConsumer};
+use sb_inbox::{
+    ConsumerName, Context, Contract, DecodeError, Handled, Handler, HandlerError, Message, Outcome,
+    PgStore, Receiver, Runtime, RuntimeConfig, Tx,
+};
+
+use crate::support::{pg_store, pg_url, schema_for, with_search_path};
+use crate::worker::{drained, order, strip_ansi};
+use crate::{client, emulator};
+
+/// Waits (bounded) until `condition` holds, polling every 20 ms.
+async fn until<F, Fut>(what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while !condition().await {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("timed out waiting until {what}"));
+}
+
+/// `sb-inbox run` as a child process, its stderr collected line by line. Killed on drop.
+struct WorkerProcess {
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl WorkerProcess {
+    /// Starts the reference inventory consumer on `orders` with `concurrency`, lock margin 1 s.
+    fn spawn(emulator: &sb_emulator::Emulator, store_url: &str, concurrency: usize) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
+            .arg("run")
+            .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
+            .env("SB_INBOX_STORE", store_url)
+            .env(
+                "SB_INBOX_SERVICEBUS_CONNECTION",
+                emulator.connection_string(),
+            )
+            .env("SB_INBOX_ENTITY", "orders")
+            .env("SB_INBOX_CONCURRENCY", concurrency.to_string())
+            .env("SB_INBOX_LOCK_MARGIN_SECS", "1")
+            .env("SB_INBOX_SHUTDOWN_GRACE_SECS", "5")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        std::thread::spawn({
+            let log = log.clone();
+            move || {
+                for line in std::io::BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { return };
+                    log.lock().unwrap().push(strip_ansi(&line));
+                }
+            }
+        });
+        WorkerProcess { child, log }
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// SIGKILL: no drain, no settlement, no goodbye.
+    async fn kill(mut self) {
+        self.child.kill().unwrap();
+        // Drop then finds the child reaped (its second kill fails and is ignored).
+        tokio::task::spawn_blocking(move || {
+            let mut this = self;
+            this.child.wait()
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    }
+
+    /// SIGTERM, then waits for a clean exit and returns the worker's final counters.
+    async fn terminate(self) -> WorkerStats {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let log = self.log.clone();
+        let mut this = self;
+        let exit = tokio::task::spawn_blocking(move || {
+            let exit = this.child.wait();
+            (this, exit)
+        })
+        .await
+        .unwrap();
+        let (this, exit) = exit;
+        let exit = exit.unwrap();
+        assert!(exit.success(), "{exit:?}\n{}", this.log());
+        // The reader thread sees end of file once the child is gone; wait for the last line.
+        until("the worker's last log line is read", || {
+            let log = log.clone();
+            async move {
+                log.lock()
+                    .unwrap()
+                    .iter()
+                    .any(|l| l.contains("Worker stopped."))
+            }
+        })
+        .await;
+        WorkerStats::parse(&this.log())
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        // Best effort: the child may already have exited.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The counters a worker logs when it stops (`Worker stopped.` with `stats=StatsSnapshot {…}`).
+#[derive(Debug)]
+struct WorkerStats {
+    line: String,
+}
+
+impl WorkerStats {
+    fn parse(log: &str) -> Self {
+        let line = log
+            .lines()
+            .find(|l| l.contains("Worker stopped."))
+            .unwrap_or_else(|| panic!("no final stats in:\n{log}"))
+            .to_owned();
+        WorkerStats { line }
+    }
+
+    fn get(&self, name: &str) -> u64 {
+        let key = format!(" {name}: ");
+        let at = self
+            .line
+            .find(&key)
+            .unwrap_or_else(|| panic!("{name} missing from {}", self.line));
+        self.line[at + key.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .unwrap()
+    }
+}
+
+fn orders_counts(emulator: &sb_emulator::Emulator) -> sb_emulator::EntityCounts {
+    emulator.broker().entity("orders").unwrap().counts()
+}
+
+async fn counts(store: &PgStore) -> InventoryCounts {
+    store.inventory_counts().await.unwrap()
+}
+
+/// A raw session of the test's own, in the test's schema, to hold row locks.
+async fn session(schema: &str) -> tokio_postgres::Client {
+    let (client, connection) =
+        tokio_postgres::connect(&with_search_path(&pg_url(), schema), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// Inserts the stock row of SKU `A` and locks it in an open transaction of `session`.
+async fn lock_stock_row(session: &tokio_postgres::Client) {
+    session
+        .batch_execute("INSERT INTO inventory_stock (sku, reserved) VALUES ('A', 0)")
+        .await
+        .unwrap();
+    session
+        .batch_execute("BEGIN; SELECT 1 FROM inventory_stock WHERE sku = 'A' FOR UPDATE")
+        .await
+        .unwrap();
+}
+
+/// Verification 1a: one message id delivered to two worker processes at once, both
+/// transactions open at the same time. The test holds the stock row, so the first worker waits
+/// on it with its inbox row inserted and the second waits on that uncommitted inbox key; at that
+/// point both deliveries are locked by different processes. Releasing the row lets the first
+/// commit and the second fail on the unique key: one effect, one inbox row, both settled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_message_to_two_worker_processes_at_once_takes_effect_once() {
+    let test = "verify_concurrent";
+    let store = pg_store(test, 1).await;
+    let schema = schema_for(test);
+    let emulator = emulator("PT30S").await;
+    let holder = session(&schema).await;
+    lock_stock_row(&holder).await;
+
+    let app = format!("{schema}_w");
+    let url = format!(
+        "{}&application_name={app}",
+        with_search_path(&pg_url(), &schema)
+    );
+    let workers = [
+        WorkerProcess::spawn(&emulator, &url, 1),
+        WorkerProcess::spawn(&emulator, &url, 1),
+    ];
+    let sender = client(&emulator).sender("orders");
+    sender.send(order("m-1", "o-1")).await.unwrap();
+    sender.send(order("m-1", "o-1")).await.unwrap();
+
+    // Each worker handles one delivery at a time, so both copies are locked by different
+    // processes once two of their sessions wait on a lock.
+    let (store_ref, app_ref) = (&store, &app);
+    until("both workers' transactions wait on a lock", move || async move {
+        let store = store_ref;
+        let rows = store
+            .query(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                &[app_ref],
+            )
+            .await
+            .unwrap();
+        rows[0].get::<_, i64>(0) == 2
+    })
+    .await;
+    let c = orders_counts(&emulator);
+    assert_eq!((c.locked, c.completed), (2, 0));
+    assert_eq!(counts(&store).await.inbox_rows, 0);
+
+    holder.batch_execute("COMMIT").await.unwrap();
+    drained(&emulator, 2).await;
+    let mut per_worker = Vec::new();
+    for worker in workers {
+        let stats = worker.terminate().await;
+        per_worker.push((stats.get("processed"), stats.get("duplicate")));
+    }
+    per_worker.sort();
+    assert_eq!(per_worker, [(0, 1), (1, 0)]);
+    let c = orders_counts(&emulator);
+    assert_eq!(
+        (c.completed, c.active, c.locked, c.dead_lettered),
+        (2, 0, 0, 0)
+    );
+    let counts = counts(&store).await;
+    assert_eq!(
+        (
+            counts.reservations,
+            counts.inbox_rows,
+            counts.reserved_units
+        ),
+        (1, 1, 2)
+    );
+}
+
+/// Verification 1b: a worker process killed with SIGKILL after its commit and before its
+/// settlement. The emulator holds the disposition, the test waits for the committed inbox row,
+/// kills the worker, and a second worker gets the redelivery once the 2 s lock runs out: a
+/// duplicate, completed, with no second effect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_between_commit_and_settlement_redelivers_as_a_duplicate() {
+    let test = "verify_sigkill";
+    let store = pg_store(test, 1).await;
+    let url = with_search_path(&pg_url(), &schema_for(test));
+    let emulator = emulator("PT2S").await;
+    emulator
+        .broker()
+        .entity("orders")
+        .unwrap()
+        .delay_dispositions(1, Duration::from_secs(600))
+        .unwrap();
+    client(&emulator)
+        .sender("orders")
+        .send(order("m-1", "o-1"))
+        .await
+        .unwrap();
+
+    let first = WorkerProcess::spawn(&emulator, &url, 1);
+    let store_ref = &store;
+    until("the first worker has committed", move || async move {
+        counts(store_ref).await.inbox_rows == 1
+    })
+    .await;
+    let c = orders_counts(&emulator);
+    assert_eq!((c.locked, c.completed), (1, 0), "committed, not settled");
+    first.kill().await;
+
+    let second = WorkerProcess::spawn(&emulator, &url, 1);
+    drained(&emulator, 1).await;
+    let stats = second.terminate().await;
+    assert_eq!((stats.get("processed"), stats.get("duplicate")), (0, 1));
+    let c = orders_counts(&emulator);
+    assert_eq!(
+        (c.completed, c.active, c.locked, c.dead_lettered),
+        (1, 0, 0, 0)
+    );
+    let counts = counts(&store).await;
+    assert_eq!(
+        (
+            counts.reservations,
+            counts.inbox_rows,
+            counts.reserved_units
+        ),
+        (1, 1, 2)
+    );
+}
+
+/// Verification 1c: the transaction rolls back. The test holds the stock row and the worker's
+/// sessions run with `lock_timeout = 300ms`, so each attempt inserts its inbox row, times out on
+/// the row (SQLSTATE 55P03, transient), rolls back and abandons. Once the message is back with
+/// a delivery count, no inbox row exists; after the row is released the redelivery is processed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_transaction_leaves_no_inbox_row_and_the_redelivery_is_processed() {
+    let test = "verify_rollback";
+    let store = pg_store(test, 1).await;
+    let schema = schema_for(test);
+    let emulator = emulator("PT30S").await;
+    let holder = session(&schema).await;
+    lock_stock_row(&holder).await;
+    client(&emulator)
+        .sender("orders")
+        .send(order("m-1", "o-1"))
+        .await
+        .unwrap();
+
+    let url = format!(
+        "{}%20-clock_timeout%3D300",
+        with_search_path(&pg_url(), &schema)
+    );
+    let worker = WorkerProcess::spawn(&emulator, &url, 1);
+    let entity = emulator.broker().entity("orders").unwrap();
+    let entity_ref = &entity;
+    until("an attempt rolled back and abandoned", move || async move {
+        entity_ref
+            .peek(0, 1)
+            .unwrap()
+            .first()
+            .is_some_and(|m| m.delivery_count >= 1)
+    })
+    .await;
+    let peeked = entity.peek(0, 1).unwrap();
+    let last_error = peeked[0]
+        .message
+        .application_properties
+        .get(sb_inbox::runtime::LAST_ERROR_PROPERTY);
+    assert!(last_error.is_some(), "{peeked:?}");
+    let after_rollback = counts(&store).await;
+    assert_eq!(
+        (after_rollback.inbox_rows, after_rollback.reservations),
+        (0, 0)
+    );
+
+    holder.batch_execute("COMMIT").await.unwrap();
+    drained(&emulator, 1).await;
+    let stats = worker.terminate().await;
+    assert_eq!(stats.get("processed"), 1);
+    assert!(stats.get("transient") >= 1, "{stats:?}");
+    let c = orders_counts(&emulator);
+    assert_eq!(
+        (c.completed, c.active, c.locked, c.dead_lettered),
+        (1, 0, 0, 0)
+    );
+    let counts = counts(&store).await;
+    assert_eq!(
+        (
+            counts.reservations,
+            counts.inbox_rows,
+            counts.reserved_units
+        ),
+        (1, 1, 2)
+    );
+}
+
+/// Writes its rows, then takes `duration` of real time before returning.
+#[derive(Debug)]
+struct Slow<H> {
+    inner: H,
+    duration: Duration,
+}
+
+impl<T: Tx, H: Handler<T>> Handler<T> for Slow<H> {
+    type Payload = H::Payload;
+
+    fn contracts(&self) -> &[Contract] {
+        self.inner.contracts()
+    }
+
+    fn decode(&self, contract: &Contract, body: &[u8]) -> Result<H::Payload, DecodeError> {
+        self.inner.decode(contract, body)
+    }
+
+    async fn handle(
+        &self,
+        ctx: &Context<'_, H::Payload>,
+        tx: &mut T,
+    ) -> Result<Handled, HandlerError> {
+        let handled = self.inner.handle(ctx, tx).await?;
+        tokio::time::sleep(self.duration).await;
+        Ok(handled)
+    }
+}
+
+/// One order through a runtime whose handler takes 3 s under a 1 s lock (margin 300 ms).
+async fn slow_order(test: &str, refuse_renewals: bool) -> (sb_inbox::Report, PgStore, u64) {
+    let store = pg_store(test, 2).await;
+    let emulator = emulator("PT1S").await;
+    if refuse_renewals {
+        emulator
+            .broker()
+            .entity("orders")
+            .unwrap()
+            .refuse_renewals(u32::MAX)
+            .unwrap();
+    }
+    let client = client(&emulator);
+    client
+        .sender("orders")
+        .send(order("m-1", "o-1"))
+        .await
+        .unwrap();
+    let receiver = client.receiver("orders", 0);
+    let mut config = RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER).unwrap());
+    config.lock_margin = Duration::from_millis(300);
+    let runtime = Runtime::new(
+        receiver.clone(),
+        store.clone(),
+        Slow {
+            inner: OrderPlacedConsumer::new(),
+            duration: Duration::from_secs(3),
+        },
+        config,
+    );
+    let delivery = receiver.receive().await.unwrap().unwrap();
+    let report = runtime.process(delivery).await;
+    let completed = orders_counts(&emulator).completed;
+    receiver.close().await;
+    (report, store, completed)
+}
+
+/// Verification 2: a handler three times as long as the lock keeps it through `$management`
+/// renew-lock and completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_three_times_the_lock_duration_keeps_its_lock_and_completes() {
+    let (report, store, completed) = slow_order("verify_long_handler", false).await;
+    assert_eq!(report.outcome, Outcome::Processed, "{report:?}");
+    assert!(matches!(report.settled, Some(Ok(()))), "{report:?}");
+    assert!(report.renewals >= 2, "{report:?}");
+    assert_eq!(completed, 1);
+    let counts = counts(&store).await;
+    assert_eq!((counts.reservations, counts.inbox_rows), (1, 1));
+}
+
+/// Verification 2, refused: the emulator refuses every renewal, so the lock is lost mid-handler,
+/// the transaction never commits and the message is left for redelivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_renewals_refused_a_long_handler_ends_lock_lost_and_commits_nothing() {
+    let (report, store, completed) = slow_order("verify_renewals_refused", true).await;
+    assert_eq!(report.outcome, Outcome::LockLost, "{report:?}");
+    assert_eq!(completed, 0);
+    let counts = counts(&store).await;
+    assert_eq!((counts.reservations, counts.inbox_rows), (0, 0));
+}
+
+/// Verification 3: every emulator connection dropped while a worker process is halfway through
+/// 50 orders whose settlements the emulator slows down (so some are committed and unsettled at
+/// the drop). The worker reconnects; every order is reserved exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_connections_mid_stream_lose_nothing_and_repeat_nothing() {
+    const ORDERS: u64 = 50;
+    let test = "verify_dropped_connections";
+    let store = pg_store(test, 1).await;
+    let url = with_search_path(&pg_url(), &schema_for(test));
+    let emulator = emulator("PT2S").await;
+    let sender = client(&emulator).sender("orders");
+    for i in 0..ORDERS {
+        sender
+            .send(order(&format!("m-{i}"), &format!("o-{i}")))
+            .await
+            .unwrap();
+    }
+    emulator
+        .broker()
+        .entity("orders")
+        .unwrap()
+        .delay_dispositions(u32::MAX, Duration::from_millis(150))
+        .unwrap();
+
+    let worker = WorkerProcess::spawn(&emulator, &url, 4);
+    let emulator_ref = &emulator;
+    until("a fifth of the orders are completed", move || async move {
+        orders_counts(emulator_ref).completed >= ORDERS / 5
+    })
+    .await;
+    emulator.drop_all_connections();
+    let at_drop = orders_counts(&emulator);
+    assert!(at_drop.completed < ORDERS, "{at_drop:?}");
+
+    drained(&emulator, ORDERS).await;
+    let stats = worker.terminate().await;
+    assert_eq!(stats.get("processed"), ORDERS, "{stats:?}");
+    let c = orders_counts(&emulator);
+    assert_eq!(
+        (c.completed, c.active, c.locked, c.dead_lettered),
+        (ORDERS, 0, 0, 0)
+    );
+    let counts = counts(&store).await;
+    let orders = i64::try_from(ORDERS).unwrap();
+    assert_eq!(
+        (
+            counts.reservations,
+            counts.inbox_rows,
+            counts.reserved_units,
+            counts.line_units
+        ),
+        (orders, orders, 2 * orders, 2 * orders)
+    );
+}
+
+/// Verification 4: a poison message is dead-lettered by the worker process with reason
+/// `InvalidPayload`, and the official Python SDK reads it back from the DLQ.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_message_is_dead_lettered_invalid_payload_and_read_back_by_the_python_sdk() {
+    if !crate::python::sdk_installed() {
+        println!("skipped: azure-servicebus is not installed (.ci/run installs it)");
+        return;
+    }
+    let test = "verify_poison";
+    let store = pg_store(test, 1).await;
+    let url = with_search_path(&pg_url(), &schema_for(test));
+    let emulator = emulator("PT30S").await;
+    client(&emulator)
+        .sender("orders")
+        .send(Message::new(
+            "poison-1",
+            sb_inbox::inventory::CONTRACT,
+            "{nope",
+        ))
+        .await
+        .unwrap();
+    let worker = WorkerProcess::spawn(&emulator, &url, 1);
+    drained(&emulator, 1).await;
+    let stats = worker.terminate().await;
+    assert_eq!(stats.get("permanent"), 1);
+
+    let script = r#"
+import sys
+from azure.servicebus import ServiceBusClient
+with ServiceBusClient.from_connection_string(sys.argv[1], retry_total=0) as client:
+    with client.get_queue_receiver("orders", sub_queue="deadletter", max_wait_time=5) as receiver:
+        msgs = receiver.receive_messages(max_message_count=2, max_wait_time=5)
+        for m in msgs:
+            print(f"dlq message_id={m.message_id} reason={m.dead_letter_reason} description={m.dead_letter_error_description}")
+            receiver.complete_message(m)
+"#;
+    let output = tokio::process::Command::new("python3")
+        .args(["-c", script, &emulator.connection_string()])
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{stdout}");
+    assert!(
+        lines[0]
+            .starts_with("dlq message_id=poison-1 reason=InvalidPayload description=invalid JSON"),
+        "{stdout}"
+    );
+    let dlq = emulator
+        .broker()
+        .entity("orders/$DeadLetterQueue")
+        .unwrap()
+        .counts();
+    assert_eq!(dlq.active, 0, "the SDK completed it");
+    let counts = counts(&store).await;
+    assert_eq!((counts.reservations, counts.inbox_rows), (0, 0));
+}
