@@ -5,7 +5,9 @@
 #[path = "../support.rs"]
 mod support;
 
+mod bad_input;
 mod client;
+mod js;
 mod python;
 mod verification;
 mod worker;

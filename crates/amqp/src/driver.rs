@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use fe2o3_amqp_types::definitions::{Handle, Role};
+use fe2o3_amqp_types::definitions::{Fields, Handle, Role};
 use fe2o3_amqp_types::messaging::DeliveryState;
 use serde_bytes::ByteBuf;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -962,10 +962,15 @@ impl Driver {
                     last: None,
                     settled: true,
                     state: Some(
-                        crate::delivery::Outcome::Rejected(Some(AmqpError::new(
-                            condition::MESSAGE_SIZE_EXCEEDED,
-                            Some(format!("message larger than {max_incoming} bytes")),
-                        )))
+                        // `info` written (empty): Python's pyamqp reads the error's third
+                        // field unconditionally and fails on a two-field error.
+                        crate::delivery::Outcome::Rejected(Some(
+                            AmqpError::new(
+                                condition::MESSAGE_SIZE_EXCEEDED,
+                                Some(format!("message larger than {max_incoming} bytes")),
+                            )
+                            .with_info(Fields::default()),
+                        ))
                         .into(),
                     ),
                     batchable: false,

@@ -6,10 +6,11 @@ use sb_amqp::codec::Value;
 use sb_amqp::types::definitions::{ReceiverSettleMode, SenderSettleMode};
 use sb_amqp::types::messaging::DeliveryState;
 use sb_amqp::types::messaging::Modified;
-use sb_amqp::{AmqpError, IncomingDisposition, LinkAnswer, LinkRequest, Outcome, Sendable};
+use sb_amqp::{IncomingDisposition, LinkAnswer, LinkRequest, Outcome, Sendable};
 use tokio_util::sync::CancellationToken;
 
 use super::codec::{self, value_property};
+use super::wire_error;
 use crate::{Entity, Properties, ReceiveMode, Settlement};
 
 /// How long one receive waits before the link looks at its credit again (a drain or a credit
@@ -50,12 +51,12 @@ async fn receive_from_client(
             match codec::broker_messages(delivery.message_format, delivery.payload.clone()) {
                 Ok(messages) => match entity.send_batch(messages) {
                     Ok(_) => Outcome::Accepted,
-                    Err(error) => Outcome::Rejected(Some(AmqpError::new(
+                    Err(error) => Outcome::Rejected(Some(wire_error(
                         error.condition(),
                         Some(error.to_string()),
                     ))),
                 },
-                Err(error) => Outcome::Rejected(Some(AmqpError::new(
+                Err(error) => Outcome::Rejected(Some(wire_error(
                     sb_amqp::condition::DECODE_ERROR,
                     Some(error.to_string()),
                 ))),
@@ -97,13 +98,19 @@ async fn deliver_to_client(
             .credit
             .saturating_sub(started.wrapping_sub(flow.delivery_count));
         tokio::select! {
-            () = stop.cancelled() => return Ok(()),
+            // Dispositions first: a client that releases its prefetched messages and then
+            // detaches and closes at once (Python on close) must have its releases applied.
+            biased;
             disposition = sender.next_disposition() => {
                 let disposition = disposition?;
                 let reply = settle(&entity, &disposition).await;
                 if !disposition.settled {
                     sender.settle(disposition.delivery_id, reply).await?;
                 }
+            }
+            () = stop.cancelled() => {
+                settle_queued(&sender, &entity).await;
+                return Ok(());
             }
             received = entity.receive(mode, Some(RECEIVE_SLICE)), if credit > 0 => {
                 let Some(received) = received.map_err(|e| sb_amqp::Error::Decode(e.to_string()))? else { continue };
@@ -125,11 +132,27 @@ async fn deliver_to_client(
                 started = started.wrapping_add(1);
             }
             flow = sender.flow_changed(), if credit == 0 => {
-                flow?;
+                if let Err(error) = flow {
+                    settle_queued(&sender, &entity).await;
+                    return Err(error);
+                }
             }
         }
     }
 }
+
+/// Applies the dispositions that arrived before the link or connection ended (their replies
+/// cannot be sent any more): a `released` sent just before `detach` still unlocks the message.
+async fn settle_queued(sender: &sb_amqp::Sender, entity: &Entity) {
+    while let Ok(Ok(disposition)) =
+        tokio::time::timeout(QUEUED_DISPOSITION_WAIT, sender.next_disposition()).await
+    {
+        let _ = settle(entity, &disposition).await;
+    }
+}
+
+/// How long [`settle_queued`] waits for one more queued disposition.
+const QUEUED_DISPOSITION_WAIT: Duration = Duration::from_millis(20);
 
 fn annotations_as_properties(modified: &Modified) -> Properties {
     let mut out = Properties::new();
@@ -145,7 +168,7 @@ fn annotations_as_properties(modified: &Modified) -> Properties {
 /// `rejected{com.microsoft:message-lock-lost}`.
 async fn settle(entity: &Entity, disposition: &IncomingDisposition) -> Outcome {
     let Ok(tag) = <[u8; 16]>::try_from(disposition.delivery_tag.as_ref()) else {
-        return Outcome::Rejected(Some(AmqpError::new(
+        return Outcome::Rejected(Some(wire_error(
             sb_amqp::condition::MESSAGE_LOCK_LOST,
             Some("unknown delivery tag".to_owned()),
         )));
@@ -192,9 +215,8 @@ async fn settle(entity: &Entity, disposition: &IncomingDisposition) -> Outcome {
         .map_or(Outcome::Accepted, |o| o.same_type());
     match entity.settle(token, settlement).await {
         Ok(()) => same,
-        Err(error) => Outcome::Rejected(Some(AmqpError::new(
-            error.condition(),
-            Some(error.to_string()),
-        ))),
+        Err(error) => {
+            Outcome::Rejected(Some(wire_error(error.condition(), Some(error.to_string()))))
+        }
     }
 }

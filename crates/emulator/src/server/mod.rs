@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+use sb_amqp::types::definitions::Fields;
 use sb_amqp::{
     AmqpError, AnyMessage, ConnectionEvent, LinkRequest, Listener, ServerOptions, condition,
 };
@@ -245,7 +246,7 @@ async fn serve_connection(
     loop {
         let event = tokio::select! {
             () = stop.cancelled() => {
-                let _ = conn.connection().close_with(Some(AmqpError::new(condition::CONNECTION_FORCED, Some("dropped by the emulator".to_owned())))).await;
+                let _ = conn.connection().close_with(Some(wire_error(condition::CONNECTION_FORCED, Some("dropped by the emulator".to_owned())))).await;
                 break;
             }
             event = conn.next_event() => event,
@@ -307,7 +308,7 @@ async fn serve_link(
         Ok(entity) => entity,
         Err(error) => {
             return request
-                .reject(AmqpError::new(error.condition(), Some(error.to_string())))
+                .reject(wire_error(error.condition(), Some(error.to_string())))
                 .await;
         }
     };
@@ -317,8 +318,16 @@ async fn serve_link(
     links::serve(request, entity, stop).await
 }
 
+/// An error as the emulator puts it on the wire: `info` is always present (an empty map when
+/// there is nothing to add). Python's pyamqp reads `error[2]` unconditionally on send
+/// dispositions, management dispositions and `close`, and fails with `IndexError` when the
+/// encoder drops a trailing null `info` (AMQP allows it; real Service Bus always writes it).
+pub(crate) fn wire_error(condition: &str, description: Option<String>) -> AmqpError {
+    AmqpError::new(condition, description).with_info(Fields::default())
+}
+
 fn unauthorized(entity: &str) -> AmqpError {
-    AmqpError::new(
+    wire_error(
         condition::UNAUTHORIZED_ACCESS,
         Some(format!("no valid token was put on $cbs for {entity}")),
     )
@@ -338,4 +347,23 @@ pub async fn start_from_json(json: &str, listen: &str) -> Result<Emulator, Error
         },
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_errors_always_carry_info() {
+        let error = wire_error(condition::MESSAGE_SIZE_EXCEEDED, None);
+        let encoded =
+            sb_amqp::codec::to_vec(&sb_amqp::types::definitions::Error::from(error)).unwrap();
+        // error{condition, description: null, info: {}}: three fields, the last an empty map.
+        assert_eq!(&encoded[..3], &[0x00, 0x53, 0x1d]);
+        assert_eq!(encoded[5], 3, "{encoded:02x?}");
+        assert!(
+            encoded.ends_with(&[0x40, 0xc1, 0x01, 0x00]),
+            "{encoded:02x?}"
+        );
+    }
 }

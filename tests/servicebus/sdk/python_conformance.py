@@ -1,0 +1,421 @@
+"""Conformance of the emulator with the official Python SDK (azure-servicebus 7.15).
+
+Usage: python_conformance.py CONNECTION_STRING [CASE ...]
+
+Each case uses its own entities (declared in tests/servicebus/python.rs) so cases are independent.
+Prints `case NAME: ok` per case and `python conformance: ok` at the end; exits non-zero on the first
+failure (with the case name and a traceback)."""
+import datetime
+import sys
+import time
+import traceback
+import uuid
+
+from azure.servicebus import (
+    AutoLockRenewer,
+    ServiceBusClient,
+    ServiceBusMessage,
+    ServiceBusReceiveMode,
+    ServiceBusSubQueue,
+)
+from azure.servicebus.exceptions import (
+    MessageLockLostError,
+    MessageSizeExceededError,
+    MessagingEntityNotFoundError,
+)
+
+CS = sys.argv[1]
+CASES = []
+
+
+def case(fn):
+    CASES.append(fn)
+    return fn
+
+
+def now():
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def client():
+    return ServiceBusClient.from_connection_string(CS, retry_total=0)
+
+
+def drain(c, queue, count, wait=5, **kwargs):
+    """Receives until `count` messages arrived or `wait` seconds passed."""
+    out = []
+    deadline = time.monotonic() + wait
+    with c.get_queue_receiver(queue, **kwargs) as receiver:
+        while len(out) < count and time.monotonic() < deadline:
+            out.extend(receiver.receive_messages(max_message_count=count - len(out), max_wait_time=1))
+        for m in out:
+            if receiver._receive_mode == ServiceBusReceiveMode.PEEK_LOCK:
+                receiver.complete_message(m)
+    return out
+
+
+def assert_empty(c, queue, **kwargs):
+    with c.get_queue_receiver(queue, **kwargs) as receiver:
+        msgs = receiver.receive_messages(max_message_count=1, max_wait_time=1)
+        assert msgs == [], [str(m) for m in msgs]
+
+
+@case
+def sends():
+    with client() as c:
+        with c.get_queue_sender("c-send") as sender:
+            sender.send_messages(ServiceBusMessage("single"))
+            sender.send_messages([ServiceBusMessage("list-1"), ServiceBusMessage("list-2")])
+            batch = sender.create_message_batch()
+            for i in range(3):
+                batch.add_message(ServiceBusMessage(f"batch-{i}"))
+            sender.send_messages(batch)
+        got = [str(m) for m in drain(c, "c-send", 6)]
+        assert got == ["single", "list-1", "list-2", "batch-0", "batch-1", "batch-2"], got
+
+
+@case
+def oversize_message_is_refused():
+    with client() as c:
+        with c.get_queue_sender("c-small") as sender:
+            try:
+                sender.send_messages(ServiceBusMessage(b"x" * (80 * 1024)))
+                raise AssertionError("an 80 KiB message to a 64 KiB queue must fail")
+            except MessageSizeExceededError:
+                pass
+            sender.send_messages(ServiceBusMessage("fits"))
+        assert [str(m) for m in drain(c, "c-small", 1)] == ["fits"]
+
+
+@case
+def unknown_queue_is_not_found():
+    with client() as c:
+        try:
+            with c.get_queue_sender("no-such-queue") as sender:
+                sender.send_messages(ServiceBusMessage("x"))
+            raise AssertionError("sending to an unknown queue must fail")
+        except MessagingEntityNotFoundError:
+            pass
+        try:
+            with c.get_queue_receiver("no-such-queue", max_wait_time=1) as receiver:
+                receiver.receive_messages(max_wait_time=1)
+            raise AssertionError("receiving from an unknown queue must fail")
+        except MessagingEntityNotFoundError:
+            pass
+
+
+@case
+def received_fields():
+    with client() as c:
+        with c.get_queue_sender("c-fields") as sender:
+            sender.send_messages(
+                [
+                    ServiceBusMessage(
+                        "one",
+                        message_id="f-1",
+                        subject="s",
+                        correlation_id="corr",
+                        content_type="text/plain",
+                        application_properties={"k": "v", "n": 7},
+                    ),
+                    ServiceBusMessage("two"),
+                ]
+            )
+        with c.get_queue_receiver("c-fields") as receiver:
+            msgs = []
+            while len(msgs) < 2:
+                batch = receiver.receive_messages(max_message_count=2, max_wait_time=5)
+                assert batch, "messages expected"
+                msgs.extend(batch)
+            received_at = now()
+            first, second = msgs
+            for m in msgs:
+                assert isinstance(m.lock_token, (str, uuid.UUID)), m.lock_token
+                uuid.UUID(str(m.lock_token))
+                assert m.delivery_count == 0, m.delivery_count
+                lock_left = (m.locked_until_utc - received_at).total_seconds()
+                assert 0.5 < lock_left <= 2.5, lock_left
+                assert abs((m.enqueued_time_utc - received_at).total_seconds()) < 5, m.enqueued_time_utc
+            assert first.lock_token != second.lock_token
+            assert first.sequence_number < second.sequence_number, (first.sequence_number, second.sequence_number)
+            assert first.message_id == "f-1" and first.subject == "s" and first.correlation_id == "corr"
+            assert first.content_type == "text/plain", first.content_type
+            props = {k.decode() if isinstance(k, bytes) else k: v for k, v in first.application_properties.items()}
+            props = {k: v.decode() if isinstance(v, bytes) else v for k, v in props.items()}
+            assert props == {"k": "v", "n": 7}, props
+            assert second.message_id, "the broker assigns a message id"
+            receiver.abandon_message(first)
+            receiver.complete_message(second)
+            again = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            assert [(str(m), m.delivery_count) for m in again] == [("one", 1)], [(str(m), m.delivery_count) for m in again]
+            assert again[0].sequence_number == first.sequence_number
+            receiver.complete_message(again[0])
+
+
+@case
+def complete_abandon_defer_dead_letter():
+    with client() as c:
+        with c.get_queue_sender("c-settle") as sender:
+            sender.send_messages([ServiceBusMessage(t) for t in ["complete", "abandon", "defer", "dead"]])
+        with c.get_queue_receiver("c-settle") as receiver:
+            msgs = []
+            while len(msgs) < 4:
+                batch = receiver.receive_messages(max_message_count=4 - len(msgs), max_wait_time=5)
+                assert batch
+                msgs.extend(batch)
+            by = {str(m): m for m in msgs}
+            receiver.complete_message(by["complete"])
+            receiver.abandon_message(by["abandon"])
+            receiver.defer_message(by["defer"])
+            receiver.dead_letter_message(by["dead"], reason="Poison", error_description="bad payload")
+            deferred_seq = by["defer"].sequence_number
+            again = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            assert [(str(m), m.delivery_count) for m in again] == [("abandon", 1)], [(str(m), m.delivery_count) for m in again]
+            receiver.complete_message(again[0])
+            deferred = receiver.receive_deferred_messages([deferred_seq])
+            assert [str(m) for m in deferred] == ["defer"], [str(m) for m in deferred]
+            assert deferred[0].sequence_number == deferred_seq
+            uuid.UUID(str(deferred[0].lock_token))
+            receiver.complete_message(deferred[0])
+            try:
+                receiver.receive_deferred_messages([deferred_seq])
+                raise AssertionError("a completed deferred message cannot be received again")
+            except AssertionError:
+                raise
+            except Exception:  # noqa: BLE001 (MessageNotFoundError / ServiceBusError by version)
+                pass
+            assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
+        with c.get_queue_receiver("c-settle", sub_queue=ServiceBusSubQueue.DEAD_LETTER) as receiver:
+            dead = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            got = [(str(m), m.dead_letter_reason, m.dead_letter_error_description) for m in dead]
+            assert got == [("dead", "Poison", "bad payload")], got
+            receiver.complete_message(dead[0])
+
+
+@case
+def lock_expiry_loses_the_lock():
+    with client() as c:
+        with c.get_queue_sender("c-lock") as sender:
+            sender.send_messages(ServiceBusMessage("expire"))
+        with c.get_queue_receiver("c-lock") as receiver:
+            (m,) = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            time.sleep(2.2)
+            try:
+                receiver.complete_message(m)
+                raise AssertionError("settling after the lock expired must fail")
+            except MessageLockLostError:
+                pass
+            try:
+                receiver.renew_message_lock(m)
+                raise AssertionError("renewing an expired lock must fail")
+            except MessageLockLostError:
+                pass
+            again = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            assert [(str(x), x.delivery_count) for x in again] == [("expire", 1)], [(str(x), x.delivery_count) for x in again]
+            receiver.complete_message(again[0])
+
+
+@case
+def renew_lock_and_auto_lock_renewer():
+    with client() as c:
+        with c.get_queue_sender("c-renew") as sender:
+            sender.send_messages([ServiceBusMessage("renew"), ServiceBusMessage("auto")])
+        with c.get_queue_receiver("c-renew") as receiver:
+            msgs = []
+            while len(msgs) < 2:
+                msgs.extend(receiver.receive_messages(max_message_count=2 - len(msgs), max_wait_time=5))
+            by = {str(m): m for m in msgs}
+            renewer = AutoLockRenewer(max_lock_renewal_duration=10)
+            renewer.register(receiver, by["auto"])
+            m = by["renew"]
+            for _ in range(3):
+                time.sleep(0.6)
+                before = m.locked_until_utc
+                until = receiver.renew_message_lock(m)
+                assert until >= before and (until - now()).total_seconds() > 0.5, (before, until)
+            receiver.complete_message(m)
+            time.sleep(2.0)  # five lock durations since the receive in all
+            assert (by["auto"].locked_until_utc - now()).total_seconds() > 0, by["auto"].locked_until_utc
+            receiver.complete_message(by["auto"])
+            renewer.close()
+            assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
+
+
+@case
+def max_delivery_count_dead_letters():
+    with client() as c:
+        with c.get_queue_sender("c-maxdc") as sender:
+            sender.send_messages(ServiceBusMessage("poison"))
+        with c.get_queue_receiver("c-maxdc") as receiver:
+            for attempt in range(2):
+                got = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+                assert [(str(m), m.delivery_count) for m in got] == [("poison", attempt)], [(str(m), m.delivery_count) for m in got]
+                receiver.abandon_message(got[0])
+            assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
+        with c.get_queue_receiver("c-maxdc", sub_queue=ServiceBusSubQueue.DEAD_LETTER) as receiver:
+            dead = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            got = [(str(m), m.dead_letter_reason) for m in dead]
+            assert got == [("poison", "MaxDeliveryCountExceeded")], got
+            receiver.complete_message(dead[0])
+
+
+@case
+def ttl_expiry_dead_letters():
+    with client() as c:
+        with c.get_queue_sender("c-ttl") as sender:
+            sender.send_messages(ServiceBusMessage("short", time_to_live=datetime.timedelta(seconds=1)))
+            sender.send_messages(ServiceBusMessage("long"))
+        time.sleep(1.5)
+        got = [str(m) for m in drain(c, "c-ttl", 1)]
+        assert got == ["long"], got
+        assert_empty(c, "c-ttl")
+        dead = drain(c, "c-ttl", 1, sub_queue=ServiceBusSubQueue.DEAD_LETTER)
+        assert [(str(m), m.dead_letter_reason) for m in dead] == [("short", "TTLExpiredException")], [
+            (str(m), m.dead_letter_reason) for m in dead
+        ]
+
+
+@case
+def duplicate_detection():
+    with client() as c:
+        with c.get_queue_sender("c-dup") as sender:
+            sender.send_messages(ServiceBusMessage("first", message_id="dup-1"))
+            sender.send_messages(ServiceBusMessage("second", message_id="dup-1"))
+            sender.send_messages([ServiceBusMessage("third", message_id="dup-2"), ServiceBusMessage("fourth", message_id="dup-2")])
+        got = [str(m) for m in drain(c, "c-dup", 3, wait=3)]
+        assert got == ["first", "third"], got
+
+
+@case
+def peek():
+    with client() as c:
+        with c.get_queue_sender("c-peek") as sender:
+            sender.send_messages([ServiceBusMessage(f"p-{i}") for i in range(3)])
+        with c.get_queue_receiver("c-peek") as receiver:
+            peeked = receiver.peek_messages(max_message_count=10)
+            assert [str(m) for m in peeked] == ["p-0", "p-1", "p-2"], [str(m) for m in peeked]
+            seqs = [m.sequence_number for m in peeked]
+            assert seqs == sorted(seqs)
+            assert all(m.delivery_count == 0 for m in peeked)
+            later = receiver.peek_messages(max_message_count=1, sequence_number=seqs[1])
+            assert [str(m) for m in later] == ["p-1"], [str(m) for m in later]
+            got = receiver.receive_messages(max_message_count=3, max_wait_time=5)
+            while len(got) < 3:
+                got.extend(receiver.receive_messages(max_message_count=3 - len(got), max_wait_time=5))
+            for m in got:
+                receiver.complete_message(m)
+            assert receiver.peek_messages(max_message_count=10, sequence_number=seqs[-1] + 1) == []
+
+
+@case
+def schedule_and_cancel():
+    with client() as c:
+        with c.get_queue_sender("c-sched") as sender:
+            soon = now() + datetime.timedelta(seconds=4)
+            later = now() + datetime.timedelta(hours=1)
+            (kept,) = sender.schedule_messages(ServiceBusMessage("scheduled"), soon)
+            cancelled = sender.schedule_messages([ServiceBusMessage("cancelled-1"), ServiceBusMessage("cancelled-2")], later)
+            assert len(cancelled) == 2 and kept not in cancelled, (kept, cancelled)
+            sender.cancel_scheduled_messages(cancelled)
+        with c.get_queue_receiver("c-sched") as receiver:
+            peeked = receiver.peek_messages(max_message_count=10)
+            assert [str(m) for m in peeked] == ["scheduled"], [str(m) for m in peeked]
+            early = receiver.receive_messages(max_message_count=1, max_wait_time=1)
+            assert early == [] or now() >= soon, [(str(m), now(), soon) for m in early]
+            got = early or receiver.receive_messages(max_message_count=1, max_wait_time=8)
+            assert [str(m) for m in got] == ["scheduled"], [str(m) for m in got]
+            assert got[0].sequence_number == kept
+            assert got[0].scheduled_enqueue_time_utc is not None
+            assert now() >= soon - datetime.timedelta(milliseconds=100)
+            receiver.complete_message(got[0])
+            assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
+
+
+@case
+def topic_filters():
+    with client() as c:
+        with c.get_topic_sender("t-filter") as sender:
+            sender.send_messages(ServiceBusMessage("red", subject="red"))
+            sender.send_messages(ServiceBusMessage("blue", application_properties={"color": "blue"}))
+            sender.send_messages(ServiceBusMessage("plain"))
+
+        def take(sub, count):
+            out = []
+            with c.get_subscription_receiver("t-filter", sub) as receiver:
+                deadline = time.monotonic() + 5
+                while len(out) < count and time.monotonic() < deadline:
+                    out.extend(receiver.receive_messages(max_message_count=count - len(out), max_wait_time=1))
+                for m in out:
+                    receiver.complete_message(m)
+                assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
+            return [str(m) for m in out]
+
+        assert take("s-correlation", 1) == ["red"]
+        assert take("s-sql", 1) == ["blue"]
+        assert take("s-all", 3) == ["red", "blue", "plain"]
+
+
+@case
+def receive_and_delete():
+    with client() as c:
+        with c.get_queue_sender("c-rad") as sender:
+            sender.send_messages([ServiceBusMessage("r-1"), ServiceBusMessage("r-2")])
+        with c.get_queue_receiver("c-rad", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
+            got = []
+            while len(got) < 2:
+                batch = receiver.receive_messages(max_message_count=2, max_wait_time=5)
+                assert batch
+                got.extend(batch)
+            assert [str(m) for m in got] == ["r-1", "r-2"], [str(m) for m in got]
+            assert all(m.lock_token is None or m.locked_until_utc is None for m in got)
+        with c.get_queue_receiver("c-rad") as receiver:
+            assert receiver.peek_messages(max_message_count=10) == []
+            assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
+
+
+@case
+def prefetch_and_close_release_without_counting():
+    with client() as c:
+        with c.get_queue_sender("c-prefetch") as sender:
+            sender.send_messages([ServiceBusMessage(f"pf-{i}") for i in range(5)])
+        with c.get_queue_receiver("c-prefetch", prefetch_count=10) as receiver:
+            got = receiver.receive_messages(max_message_count=1, max_wait_time=5)
+            assert [str(m) for m in got] == ["pf-0"], [str(m) for m in got]
+            receiver.complete_message(got[0])
+            time.sleep(0.5)  # let the prefetched messages arrive before closing
+        # Closing with prefetched messages releases them: no delivery counted.
+        with c.get_queue_receiver("c-prefetch") as receiver:
+            got = []
+            deadline = time.monotonic() + 10
+            while len(got) < 4 and time.monotonic() < deadline:
+                got.extend(receiver.receive_messages(max_message_count=4 - len(got), max_wait_time=1))
+            assert sorted((str(m), m.delivery_count) for m in got) == [(f"pf-{i}", 0) for i in range(1, 5)], [
+                (str(m), m.delivery_count) for m in got
+            ]
+            for m in got:
+                receiver.complete_message(m)
+            # A receive call that times out releases what arrived late, still without counting.
+        with c.get_queue_sender("c-prefetch") as sender:
+            sender.send_messages(ServiceBusMessage("late"))
+        got = drain(c, "c-prefetch", 1)
+        assert [(str(m), m.delivery_count) for m in got] == [("late", 0)], [(str(m), m.delivery_count) for m in got]
+
+
+selected = set(sys.argv[2:])
+failed = []
+for fn in CASES:
+    if selected and fn.__name__ not in selected:
+        continue
+    started = time.monotonic()
+    try:
+        fn()
+    except Exception:  # noqa: BLE001
+        print(f"case {fn.__name__}: FAILED after {time.monotonic() - started:.1f}s", flush=True)
+        traceback.print_exc()
+        failed.append(fn.__name__)
+        continue
+    print(f"case {fn.__name__}: ok ({time.monotonic() - started:.1f}s)", flush=True)
+if failed:
+    print("failed: " + ", ".join(failed), flush=True)
+    sys.exit(1)
+print("python conformance: ok", flush=True)
