@@ -5,6 +5,11 @@
 #[path = "../support.rs"]
 mod support;
 
+// The runtime tests' handler wrappers (`Slow`), shared rather than written again.
+#[path = "../runtime/handlers.rs"]
+#[allow(dead_code)]
+mod handlers;
+
 mod bad_input;
 mod client;
 mod js;

@@ -12,10 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sb_inbox::inventory::{InventoryCounts, InventoryStore, OrderPlacedConsumer};
-use sb_inbox::{
-    ConsumerName, Context, Contract, DecodeError, Handled, Handler, HandlerError, Message, Outcome,
-    PgStore, Receiver, Runtime, RuntimeConfig, Tx,
-};
+use sb_inbox::{ConsumerName, Message, Outcome, PgStore, Receiver, Runtime, RuntimeConfig};
 
 use crate::support::{pg_store, pg_url, schema_for, with_search_path};
 use crate::worker::{drained, order, strip_ansi};
@@ -384,35 +381,6 @@ async fn a_rolled_back_transaction_leaves_no_inbox_row_and_the_redelivery_is_pro
     );
 }
 
-/// Writes its rows, then takes `duration` of real time before returning.
-#[derive(Debug)]
-struct Slow<H> {
-    inner: H,
-    duration: Duration,
-}
-
-impl<T: Tx, H: Handler<T>> Handler<T> for Slow<H> {
-    type Payload = H::Payload;
-
-    fn contracts(&self) -> &[Contract] {
-        self.inner.contracts()
-    }
-
-    fn decode(&self, contract: &Contract, body: &[u8]) -> Result<H::Payload, DecodeError> {
-        self.inner.decode(contract, body)
-    }
-
-    async fn handle(
-        &self,
-        ctx: &Context<'_, H::Payload>,
-        tx: &mut T,
-    ) -> Result<Handled, HandlerError> {
-        let handled = self.inner.handle(ctx, tx).await?;
-        tokio::time::sleep(self.duration).await;
-        Ok(handled)
-    }
-}
-
 /// One order through a runtime whose handler takes 3 s under a 1 s lock (margin 300 ms).
 async fn slow_order(test: &str, refuse_renewals: bool) -> (sb_inbox::Report, PgStore, u64) {
     let store = pg_store(test, 2).await;
@@ -437,7 +405,7 @@ async fn slow_order(test: &str, refuse_renewals: bool) -> (sb_inbox::Report, PgS
     let runtime = Runtime::new(
         receiver.clone(),
         store.clone(),
-        Slow {
+        crate::handlers::Slow {
             inner: OrderPlacedConsumer::new(),
             duration: Duration::from_secs(3),
         },
