@@ -252,15 +252,7 @@ pub async fn run(
             Ok(Err(error)) => return Err(DemoError::Send(format!("worker task failed: {error}"))),
             Err(_) => return Err(DemoError::Send("a worker did not stop within 30 s".into())),
         }
-        let s = runtime.stats().snapshot();
-        stats.processed += s.processed;
-        stats.duplicate += s.duplicate;
-        stats.stale += s.stale;
-        stats.transient += s.transient;
-        stats.permanent += s.permanent;
-        stats.lock_lost += s.lock_lost;
-        stats.settle_failed += s.settle_failed;
-        stats.renewals += s.renewals;
+        stats += runtime.stats().snapshot();
         report.counts = runtime.store().inventory_counts().await?;
     }
     report.stats = stats;

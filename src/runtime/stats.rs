@@ -49,6 +49,20 @@ impl StatsSnapshot {
     }
 }
 
+impl std::ops::AddAssign for StatsSnapshot {
+    /// Sums the counters of several runtimes (several worker instances).
+    fn add_assign(&mut self, other: StatsSnapshot) {
+        self.processed += other.processed;
+        self.duplicate += other.duplicate;
+        self.stale += other.stale;
+        self.transient += other.transient;
+        self.permanent += other.permanent;
+        self.lock_lost += other.lock_lost;
+        self.settle_failed += other.settle_failed;
+        self.renewals += other.renewals;
+    }
+}
+
 impl Stats {
     pub(crate) fn record(&self, report: &Report) {
         let counter = match report.outcome {
