@@ -27,7 +27,7 @@ pub mod worker;
 
 pub use ports::{
     Delivery, DuplicateScope, ErrorKind, Message, OutboxMessage, PropertyValue, ReceiveError,
-    Receiver, SettleError, Store, StoreError, Tx, VersionCheck,
+    Receiver, SendFailure, Sender, SettleError, Store, StoreError, Tx, VersionCheck,
 };
 pub use runtime::{
     Clock, ConsumerName, ConsumerNameError, Context, Contract, ContractParseError,

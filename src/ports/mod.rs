@@ -5,13 +5,17 @@
 //! - [`delivery`]: a received delivery with its lock and settlement operations, and the
 //!   [`Receiver`] that yields them.
 //! - [`store`]: a transactional store with the inbox operations, and its portable errors.
+//! - [`sender`]: sends to named destinations, awaiting the broker's acceptance (outbox relay,
+//!   delayed retries).
 //!
 //! The runtime only sees these traits: no SQL dialect and no AMQP frame crosses them.
 
 mod delivery;
 mod message;
+mod sender;
 mod store;
 
 pub use delivery::{Delivery, ReceiveError, Receiver, SettleError};
 pub use message::{Message, PropertyValue};
+pub use sender::{SendFailure, Sender};
 pub use store::{DuplicateScope, ErrorKind, OutboxMessage, Store, StoreError, Tx, VersionCheck};

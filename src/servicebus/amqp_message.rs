@@ -4,14 +4,20 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use sb_amqp::codec::primitives::OrderedMap;
+use sb_amqp::types::messaging::annotations::OwnedKey;
 use sb_amqp::types::messaging::{
-    AmqpValue, ApplicationProperties, Body, Data, Header, Message as AmqpMessage, MessageId,
-    Properties,
+    AmqpValue, ApplicationProperties, Body, Data, Header, Message as AmqpMessage,
+    MessageAnnotations, MessageId, Properties,
 };
 use sb_amqp::types::primitives::{Binary, SimpleValue, Symbol, Timestamp};
 use sb_amqp::{AnyMessage, codec::Value};
 
+use super::SendOptions;
 use crate::{Message, PropertyValue};
+
+/// The message annotation that makes Service Bus hold a message until the given time.
+const SCHEDULED_ENQUEUE_TIME: &str = "x-opt-scheduled-enqueue-time";
 
 /// What a received Service Bus message adds to the bare message.
 #[derive(Debug, Clone, PartialEq)]
@@ -172,8 +178,8 @@ pub(crate) fn from_amqp(message: &AnyMessage, tag: &[u8]) -> Received {
 }
 
 /// Builds the AMQP message for a send: properties, application properties and one data
-/// section, with an optional TTL.
-pub(crate) fn to_amqp(message: &Message, ttl: Option<Duration>) -> AmqpMessage<Data> {
+/// section, with the options' TTL and scheduled enqueue time.
+pub(crate) fn to_amqp(message: &Message, options: &SendOptions) -> AmqpMessage<Data> {
     let properties = Properties {
         message_id: message.message_id.clone().map(MessageId::String),
         correlation_id: message.correlation_id.clone().map(MessageId::String),
@@ -188,14 +194,21 @@ pub(crate) fn to_amqp(message: &Message, ttl: Option<Duration>) -> AmqpMessage<D
         }
         builder.build()
     });
-    let header = ttl.map(|ttl| Header {
+    let header = options.time_to_live.map(|ttl| Header {
         ttl: Some(u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX)),
         ..Header::default()
     });
     AmqpMessage {
         header,
         delivery_annotations: None,
-        message_annotations: None,
+        message_annotations: options.scheduled_enqueue_time.map(|at| {
+            let mut map = OrderedMap::new();
+            map.insert(
+                OwnedKey::Symbol(Symbol::from(SCHEDULED_ENQUEUE_TIME)),
+                Value::Timestamp(system_to_timestamp(at)),
+            );
+            MessageAnnotations(map)
+        }),
         properties: Some(properties),
         application_properties,
         body: Data(Binary::from(message.body.to_vec())),
@@ -226,12 +239,28 @@ mod tests {
         message
             .application_properties
             .insert("n".into(), PropertyValue::Long(7));
-        let encoded =
-            sb_amqp::encode_message(&to_amqp(&message, Some(Duration::from_secs(5)))).unwrap();
+        let at = UNIX_EPOCH + Duration::from_millis(1_800_000_000_123);
+        let options = SendOptions {
+            time_to_live: Some(Duration::from_secs(5)),
+            scheduled_enqueue_time: Some(at),
+        };
+        let encoded = sb_amqp::encode_message(&to_amqp(&message, &options)).unwrap();
         let decoded = sb_amqp::decode_message(&encoded).unwrap();
         let received = from_amqp(&decoded, &[]);
         assert_eq!(received.message, message);
         assert_eq!(received.delivery_count, 0);
+        let annotations = decoded.message_annotations.clone().unwrap();
+        let scheduled = annotations
+            .0
+            .iter()
+            .find(|(k, _)| matches!(k, OwnedKey::Symbol(s) if s.0 == SCHEDULED_ENQUEUE_TIME))
+            .map(|(_, v)| v.clone());
+        assert_eq!(
+            scheduled,
+            Some(Value::Timestamp(Timestamp::from_milliseconds(
+                1_800_000_000_123
+            )))
+        );
         assert_eq!(decoded.header.unwrap().ttl, Some(5000));
     }
 

@@ -91,6 +91,11 @@ impl ServiceBusClient {
         super::ServiceBusSender::new(self.clone(), entity)
     }
 
+    /// The runtime's `Sender` port: sends to any queue or topic of the namespace.
+    pub fn publisher(&self) -> super::ServiceBusPublisher {
+        super::ServiceBusPublisher::new(self.clone())
+    }
+
     /// The token audience of an entity or node.
     pub(crate) fn audience(&self, entity: &str) -> String {
         format!(

@@ -7,7 +7,8 @@
 //! - [`ServiceBusClient`]: one connection, re-established after failures.
 //! - [`ServiceBusReceiver`] / [`ServiceBusDelivery`]: the runtime's `Receiver` / `Delivery`
 //!   ports: peek-lock, renew-lock on `$management`, settlement that awaits the broker's outcome.
-//! - [`ServiceBusSender`]: sends that await `accepted`, with typed rejections.
+//! - [`ServiceBusSender`]: sends that await `accepted`, with typed rejections and scheduled
+//!   enqueue times; [`ServiceBusPublisher`]: the runtime's `Sender` port, any destination.
 
 mod amqp_message;
 mod auth;
@@ -26,4 +27,4 @@ pub use connection_string::{ConnectionString, ConnectionStringError, Credential}
 pub use error::ServiceBusError;
 pub use receiver::{ServiceBusDelivery, ServiceBusReceiver};
 pub use sas::{SasToken, sign_sas};
-pub use sender::{SendError, SendErrorKind, ServiceBusSender};
+pub use sender::{SendError, SendErrorKind, SendOptions, ServiceBusPublisher, ServiceBusSender};

@@ -1,12 +1,13 @@
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, SystemTime};
 
 use sb_amqp::{Outcome, Sendable, SenderOptions, unique_name};
 use tokio::sync::Mutex;
 
 use super::amqp_message::to_amqp;
 use super::{ServiceBusClient, ServiceBusError};
-use crate::Message;
+use crate::{Message, SendFailure, Sender};
 
 /// How long a send waits for the broker's outcome (Service Bus's own server timeout is 30 s).
 const SEND_TIMEOUT: Duration = Duration::from_secs(30);
@@ -59,6 +60,26 @@ impl SendErrorKind {
     }
 }
 
+/// Per-message send options.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SendOptions {
+    /// The message's time-to-live (the entity's default when `None`).
+    pub time_to_live: Option<Duration>,
+    /// Keep the message invisible until this time (Service Bus scheduled messages).
+    pub scheduled_enqueue_time: Option<SystemTime>,
+}
+
+impl SendOptions {
+    /// Options that schedule the message for `at`.
+    pub fn scheduled(at: SystemTime) -> Self {
+        SendOptions {
+            time_to_live: None,
+            scheduled_enqueue_time: Some(at),
+        }
+    }
+}
+
 /// A sender that awaits the broker's `accepted` for every message.
 #[derive(Debug, Clone)]
 pub struct ServiceBusSender {
@@ -88,24 +109,24 @@ impl ServiceBusSender {
     /// # Errors
     /// [`SendError`] with the message handed back.
     pub async fn send(&self, message: Message) -> Result<(), SendError> {
-        self.send_with_ttl(message, None).await
+        self.send_with(message, &SendOptions::default()).await
     }
 
-    /// As [`ServiceBusSender::send`], with a time-to-live.
+    /// As [`ServiceBusSender::send`], with a time-to-live or a scheduled enqueue time.
     ///
     /// # Errors
     /// [`SendError`] with the message handed back.
-    pub async fn send_with_ttl(
+    pub async fn send_with(
         &self,
         message: Message,
-        ttl: Option<Duration>,
+        options: &SendOptions,
     ) -> Result<(), SendError> {
         let fail = |error: SendErrorKind, message: Message| SendError {
             entity: self.inner.entity.clone(),
             error,
             message: Box::new(message),
         };
-        let sendable = match Sendable::message(&to_amqp(&message, ttl)) {
+        let sendable = match Sendable::message(&to_amqp(&message, options)) {
             Ok(sendable) => sendable,
             Err(error) => {
                 return Err(fail(
@@ -195,5 +216,57 @@ fn kind_of(error: &ServiceBusError) -> SendErrorKind {
             description: description.clone(),
         },
         other => SendErrorKind::Connection(other.to_string()),
+    }
+}
+
+/// The runtime's [`Sender`] port on one client: one sender link per destination, attached on
+/// first use and kept.
+#[derive(Debug, Clone)]
+pub struct ServiceBusPublisher {
+    client: ServiceBusClient,
+    senders: Arc<StdMutex<HashMap<String, ServiceBusSender>>>,
+}
+
+impl ServiceBusPublisher {
+    pub(crate) fn new(client: ServiceBusClient) -> Self {
+        ServiceBusPublisher {
+            client,
+            senders: Arc::default(),
+        }
+    }
+
+    fn sender(&self, destination: &str) -> ServiceBusSender {
+        let mut senders = self
+            .senders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        senders
+            .entry(destination.to_owned())
+            .or_insert_with(|| self.client.sender(destination))
+            .clone()
+    }
+}
+
+impl Sender for ServiceBusPublisher {
+    async fn send(
+        &self,
+        destination: &str,
+        message: Message,
+        scheduled_enqueue_time: Option<SystemTime>,
+    ) -> Result<(), SendFailure> {
+        let options = SendOptions {
+            time_to_live: None,
+            scheduled_enqueue_time,
+        };
+        self.sender(destination)
+            .send_with(message, &options)
+            .await
+            .map_err(|failed| {
+                if failed.error.is_transient() {
+                    SendFailure::Transient(failed.to_string())
+                } else {
+                    SendFailure::Permanent(failed.to_string())
+                }
+            })
     }
 }

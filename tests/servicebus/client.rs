@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use sb_inbox::servicebus::{ConnectionString, SendErrorKind, ServiceBusClient};
-use sb_inbox::{Delivery, Message, PropertyValue, ReceiveError, Receiver, SettleError};
+use sb_inbox::{
+    Delivery, Message, PropertyValue, ReceiveError, Receiver, SendFailure, Sender, SettleError,
+};
 
 use crate::{client, emulator};
 
@@ -71,6 +73,37 @@ async fn abandon_redelivers_with_the_properties_and_a_higher_count() {
         Some(&PropertyValue::String("timeout".into()))
     );
     second.complete().await.unwrap();
+}
+
+#[tokio::test]
+async fn publisher_schedules_with_the_enqueue_time() {
+    let emulator = emulator("PT30S").await;
+    let publisher = client(&emulator).publisher();
+    let later = SystemTime::now() + Duration::from_secs(3600);
+    publisher
+        .send("orders", order("m-later"), Some(later))
+        .await
+        .unwrap();
+    let counts = emulator.broker().entity("orders").unwrap().counts();
+    assert_eq!((counts.scheduled, counts.active), (1, 0));
+
+    let past = SystemTime::now() - Duration::from_secs(1);
+    publisher
+        .send("orders", order("m-now"), Some(past))
+        .await
+        .unwrap();
+    publisher
+        .send("orders", order("m-plain"), None)
+        .await
+        .unwrap();
+    let counts = emulator.broker().entity("orders").unwrap().counts();
+    assert_eq!((counts.scheduled, counts.active), (1, 2));
+
+    let missing = publisher.send("no-such-queue", order("m-x"), None).await;
+    assert!(
+        matches!(missing, Err(SendFailure::Permanent(_))),
+        "{missing:?}"
+    );
 }
 
 #[tokio::test]

@@ -1,0 +1,39 @@
+use std::future::Future;
+use std::time::SystemTime;
+
+use super::Message;
+
+/// Why a send failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendFailure {
+    /// Throttling or a broken connection. The outcome may be unknown (the broker may have
+    /// enqueued the message), so a retry must resend the same message id.
+    #[error("transient send failure: {0}")]
+    Transient(String),
+    /// The broker refused the message for good (too large, entity not found, denied).
+    #[error("send refused: {0}")]
+    Permanent(String),
+}
+
+impl SendFailure {
+    /// True when sending again may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, SendFailure::Transient(_))
+    }
+}
+
+/// Sends messages to named destinations and waits for the broker to accept each.
+///
+/// The outbox relay and delayed retries publish through this port; the Service Bus client
+/// implements it.
+pub trait Sender: Send + Sync + 'static {
+    /// Sends `message` to `destination` (a queue or topic). With `scheduled_enqueue_time` the
+    /// broker keeps the message invisible until then. `Ok` means the broker accepted it.
+    fn send(
+        &self,
+        destination: &str,
+        message: Message,
+        scheduled_enqueue_time: Option<SystemTime>,
+    ) -> impl Future<Output = Result<(), SendFailure>> + Send;
+}
