@@ -3,7 +3,12 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use sb_inbox::servicebus::{ConnectionString, SendErrorKind, ServiceBusClient};
+use std::sync::Arc;
+
+use sb_inbox::entra::EntraCredential;
+use sb_inbox::servicebus::{
+    ConnectionString, EntraProvider, SERVICE_BUS_SCOPE, SendErrorKind, ServiceBusClient,
+};
 use sb_inbox::{
     Delivery, Message, PropertyValue, ReceiveError, Receiver, SendFailure, Sender, SettleError,
 };
@@ -263,4 +268,76 @@ async fn dropped_connection_fences_old_deliveries_and_the_receiver_recovers() {
     );
     assert_eq!(first.complete().await, Err(SettleError::LockLost));
     again.complete().await.unwrap();
+}
+
+/// An Entra ID credential double: records the scopes it was asked for.
+#[derive(Debug, Default)]
+struct FakeEntra {
+    scopes: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl azure_core::credentials::TokenCredential for FakeEntra {
+    async fn get_token(
+        &self,
+        scopes: &[&str],
+        _options: Option<azure_core::credentials::TokenRequestOptions<'_>>,
+    ) -> azure_core::Result<azure_core::credentials::AccessToken> {
+        self.scopes
+            .lock()
+            .unwrap()
+            .extend(scopes.iter().map(|s| (*s).to_owned()));
+        let expires =
+            azure_core::time::OffsetDateTime::now_utc() + azure_core::time::Duration::hours(1);
+        Ok(azure_core::credentials::AccessToken::new(
+            "eyJhbGciOiJub25lIn0.eyJhdWQiOiJodHRwczovL3NlcnZpY2VidXMuYXp1cmUubmV0In0.",
+            expires,
+        ))
+    }
+}
+
+fn entra_client(emulator: &sb_emulator::Emulator, fake: &Arc<FakeEntra>) -> ServiceBusClient {
+    let credential = EntraCredential::from_credential(fake.clone());
+    ServiceBusClient::new(
+        format!("amqp://{}", emulator.local_addr()),
+        "sbemulatorns.servicebus.windows.net",
+        Arc::new(EntraProvider::new(credential)),
+    )
+}
+
+#[tokio::test]
+async fn entra_id_tokens_are_put_as_jwt_for_the_service_bus_scope() {
+    let json = r#"{"UserConfig":{"Namespaces":[{"Name":"sbemulatorns","Queues":[
+        {"Name":"orders","Properties":{}}],"Topics":[]}],"Logging":{"Type":"File"}}}"#;
+    let broker = sb_emulator::Broker::new(sb_emulator::Config::from_json(json).unwrap()).unwrap();
+    let options = sb_emulator::EmulatorOptions {
+        accept_jwt: true,
+        ..Default::default()
+    };
+    let emulator = sb_emulator::Emulator::start(broker, options).await.unwrap();
+    let fake = Arc::new(FakeEntra::default());
+    let client = entra_client(&emulator, &fake);
+    client.sender("orders").send(order("m-1")).await.unwrap();
+    let delivery = client
+        .receiver("orders", 0)
+        .receive()
+        .await
+        .unwrap()
+        .unwrap();
+    delivery.complete().await.unwrap();
+    let scopes = fake.scopes.lock().unwrap().clone();
+    assert!(!scopes.is_empty());
+    assert!(scopes.iter().all(|s| s == SERVICE_BUS_SCOPE), "{scopes:?}");
+
+    // The same token against an emulator that refuses JWTs: the client reports it as an
+    // authorization failure, not as a connection problem.
+    let strict = crate::emulator("PT30S").await;
+    let client = entra_client(&strict, &fake);
+    let error = client
+        .sender("orders")
+        .send(order("m-2"))
+        .await
+        .unwrap_err();
+    assert!(!error.error.is_transient(), "{error}");
+    assert!(error.to_string().contains("JWT"), "{error}");
 }
