@@ -116,12 +116,7 @@ async fn dead_letter_carries_reason_and_description() {
     let emulator = emulator("PT30S").await;
     let client = client(&emulator);
     client.sender("orders").send(order("m-1")).await.unwrap();
-    let delivery = client
-        .receiver("orders", 0)
-        .receive()
-        .await
-        .unwrap()
-        .unwrap();
+    let delivery = receive_one(&client).await;
     delivery
         .dead_letter("InvalidPayload", "invalid JSON at line 1 column 2")
         .await
@@ -152,12 +147,7 @@ async fn renew_extends_and_an_expired_lock_is_lost_on_settle_and_renew() {
     let emulator = emulator("PT30S").await;
     let client = client(&emulator);
     client.sender("orders").send(order("m-1")).await.unwrap();
-    let delivery = client
-        .receiver("orders", 0)
-        .receive()
-        .await
-        .unwrap()
-        .unwrap();
+    let delivery = receive_one(&client).await;
     let before = delivery.locked_until();
     let renewed = delivery.renew_lock().await.unwrap();
     assert!(renewed >= before);
@@ -178,12 +168,7 @@ async fn refused_renewals_surface_as_lock_lost() {
     let emulator = emulator("PT30S").await;
     let client = client(&emulator);
     client.sender("orders").send(order("m-1")).await.unwrap();
-    let delivery = client
-        .receiver("orders", 0)
-        .receive()
-        .await
-        .unwrap()
-        .unwrap();
+    let delivery = receive_one(&client).await;
     emulator
         .broker()
         .entity("orders")
@@ -318,12 +303,7 @@ async fn entra_id_tokens_are_put_as_jwt_for_the_service_bus_scope() {
     let fake = Arc::new(FakeEntra::default());
     let client = entra_client(&emulator, &fake);
     client.sender("orders").send(order("m-1")).await.unwrap();
-    let delivery = client
-        .receiver("orders", 0)
-        .receive()
-        .await
-        .unwrap()
-        .unwrap();
+    let delivery = receive_one(&client).await;
     delivery.complete().await.unwrap();
     let scopes = fake.scopes.lock().unwrap().clone();
     assert!(!scopes.is_empty());
@@ -340,4 +320,14 @@ async fn entra_id_tokens_are_put_as_jwt_for_the_service_bus_scope() {
         .unwrap_err();
     assert!(!error.error.is_transient(), "{error}");
     assert!(error.to_string().contains("JWT"), "{error}");
+}
+
+/// The next delivery of `orders`.
+async fn receive_one(client: &ServiceBusClient) -> sb_inbox::servicebus::ServiceBusDelivery {
+    client
+        .receiver("orders", 0)
+        .receive()
+        .await
+        .unwrap()
+        .unwrap()
 }
