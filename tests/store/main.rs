@@ -10,4 +10,5 @@ mod conformance;
 mod mssql_errors;
 mod mssql_mock;
 mod postgres_errors;
+mod postgres_tls;
 mod sqlite_errors;

@@ -16,7 +16,15 @@ pub fn classify(error: tokio_postgres::Error) -> StoreError {
         } else {
             ErrorKind::Unknown
         };
-        return StoreError::new(kind, None, None, error.to_string());
+        // The cause (a refused certificate, a reset socket) is in the source chain.
+        let mut message = error.to_string();
+        let mut source = std::error::Error::source(&error);
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        return StoreError::new(kind, None, None, message);
     };
     let code = db.code();
     let constraint = db.constraint().map(str::to_owned);

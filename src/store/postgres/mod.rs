@@ -2,16 +2,17 @@
 //!
 //! The manager evicts a connection that broke or that was returned inside a transaction (a
 //! handler cancelled mid-statement), so the pool never hands out a connection in an unknown
-//! state. Statements are prepared once per connection. Connections are plain TCP or a Unix
-//! socket (`NoTls`).
+//! state. Statements are prepared once per connection. Connections are plain TCP, a Unix
+//! socket, or TLS with verification (`sslmode`, `sslrootcert`: see `tls`).
 
 mod classify;
+mod tls;
 
 use std::collections::HashMap;
 
 use bb8::{ManageConnection, Pool, PooledConnection};
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, NoTls, Row, Statement};
+use tokio_postgres::{Client, Row, Statement};
 
 pub use classify::classify;
 
@@ -58,6 +59,7 @@ impl PgConn {
 #[derive(Debug, Clone)]
 pub struct PgManager {
     config: tokio_postgres::Config,
+    tls: tls::PgTls,
 }
 
 impl ManageConnection for PgManager {
@@ -65,7 +67,11 @@ impl ManageConnection for PgManager {
     type Error = StoreError;
 
     async fn connect(&self) -> Result<PgConn, StoreError> {
-        let (client, connection) = self.config.connect(NoTls).await.map_err(classify)?;
+        let (client, connection) = self
+            .config
+            .connect(self.tls.clone())
+            .await
+            .map_err(classify)?;
         tokio::spawn(async move {
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "PostgreSQL connection ended.");
@@ -112,23 +118,22 @@ pub struct PgStore {
 
 impl PgStore {
     /// Connects a pool of at most `max_size` connections to a `postgres://` URL (libpq key/value
-    /// strings work too). The URL's `options` can set `-c search_path=…`.
+    /// strings work too). The URL's `options` can set `-c search_path=…`. TLS: `sslmode=require`
+    /// (or `verify-full`) with the server's certificate verified against the webpki roots and
+    /// `sslrootcert=PATH`; no `sslmode` means plain TCP.
     ///
     /// # Errors
-    /// [`ErrorKind::Schema`] for an unparseable URL; a classified error when the first connection
-    /// fails.
+    /// [`ErrorKind::Schema`] for an unparseable URL or `sslrootcert`; the classified error of a
+    /// first connection, made before returning.
     pub async fn connect(url: &str, max_size: u32) -> Result<Self, StoreError> {
-        let config: tokio_postgres::Config = url.parse().map_err(|error| {
-            StoreError::new(
-                ErrorKind::Schema,
-                None,
-                None,
-                format!("invalid PostgreSQL URL: {error}"),
-            )
-        })?;
+        let (config, tls) = tls::parse(url)?;
+        let manager = PgManager { config, tls };
+        // One connection up front, so that a wrong host, password or certificate fails here with
+        // its cause; the pool would retry it silently until its timeout.
+        drop(manager.connect().await?);
         let pool = Pool::builder()
             .max_size(max_size.max(1))
-            .build(PgManager { config })
+            .build(manager)
             .await?;
         Ok(PgStore { pool })
     }
