@@ -11,12 +11,14 @@
 //! - [`store`]: SQL Server / Azure SQL ([`MssqlStore`]), PostgreSQL ([`PgStore`]) and SQLite
 //!   ([`SqliteStore`]).
 //! - [`inventory`]: the reference consumer, written on the public API only.
+//! - [`ops`]: operator commands (publish orders, dead-letter peek and resubmit).
 //! - `testing` (feature `test-util`): an in-memory receiver with fault injection.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![doc(test(attr(deny(warnings))))]
 
 pub mod demo;
 pub mod inventory;
+pub mod ops;
 pub mod ports;
 pub mod runtime;
 pub mod servicebus;

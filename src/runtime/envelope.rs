@@ -185,6 +185,23 @@ pub(crate) fn logical_id(message: &Message) -> Result<&str, Rejection> {
     }
 }
 
+/// A broker message id for a copy of a message with `logical_id` (a delayed retry, a
+/// resubmission): `{logical}/{suffix}`, or the logical id's SHA-256 (hex) in place of a logical
+/// id too long for the [`MAX_MESSAGE_ID_LEN`] limit. Deterministic, so the same copy sent twice
+/// has the same broker id.
+pub(crate) fn derived_message_id(logical_id: &str, suffix: &str) -> String {
+    if logical_id.len() + 1 + suffix.len() <= MAX_MESSAGE_ID_LEN {
+        return format!("{logical_id}/{suffix}");
+    }
+    let digest = ring::digest::digest(&ring::digest::SHA256, logical_id.as_bytes());
+    let hex: String = digest
+        .as_ref()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    format!("{hex}/{suffix}")
+}
+
 /// Checks the logical message id and the contract against the accepted contracts.
 pub(crate) fn check(message: &Message, accepted: &[Contract]) -> Result<Envelope, Rejection> {
     let message_id = logical_id(message)?.to_owned();

@@ -34,6 +34,7 @@ pub use envelope::{
     Contract, ContractParseError, DeadLetterReason, LOGICAL_ID_PROPERTY, MAX_DESCRIPTION_LEN,
     MAX_MESSAGE_ID_LEN, Rejection,
 };
+pub(crate) use envelope::{derived_message_id, logical_id};
 pub use handler::{Context, DecodeError, Handled, Handler, HandlerError};
 pub use lock_keeper::{KeptLock, LockKeeper};
 pub use outcome::{Outcome, Settlement};

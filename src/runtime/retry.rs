@@ -14,7 +14,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::envelope::{LOGICAL_ID_PROPERTY, MAX_MESSAGE_ID_LEN};
+use super::envelope::{LOGICAL_ID_PROPERTY, derived_message_id};
 use crate::ports::{Message, PropertyValue, SendFailure, Sender};
 
 /// The application property that counts the delayed retries a message copy stands for (1 on
@@ -288,22 +288,11 @@ pub(crate) fn attempts_so_far(message: &Message) -> u32 {
     }
 }
 
-/// The broker message id of retry `attempt` of `logical_id`: `{logical}/retry-{n}`, or the
-/// logical id's SHA-256 in place of a logical id too long for the 128-byte limit. Deterministic,
-/// so a copy sent again after an ambiguous send failure is dropped by broker duplicate
-/// detection where it is on.
+/// The broker message id of retry `attempt` of `logical_id`: `{logical}/retry-{n}`.
+/// Deterministic, so a copy sent again after an ambiguous send failure is dropped by broker
+/// duplicate detection where it is on.
 pub(crate) fn copy_message_id(logical_id: &str, attempt: u32) -> String {
-    let suffix = format!("/retry-{attempt}");
-    if logical_id.len() + suffix.len() <= MAX_MESSAGE_ID_LEN {
-        return format!("{logical_id}{suffix}");
-    }
-    let digest = ring::digest::digest(&ring::digest::SHA256, logical_id.as_bytes());
-    let hex: String = digest
-        .as_ref()
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect();
-    format!("{hex}{suffix}")
+    derived_message_id(logical_id, &format!("retry-{attempt}"))
 }
 
 /// The copy of `message` for retry `attempt`: the same subject, body and properties, a fresh
@@ -398,6 +387,7 @@ mod tests {
 
     #[test]
     fn copy_ids_fit_the_broker_limit() {
+        use super::super::MAX_MESSAGE_ID_LEN;
         let long = "x".repeat(MAX_MESSAGE_ID_LEN);
         let id = copy_message_id(&long, 12);
         assert!(id.len() <= MAX_MESSAGE_ID_LEN, "{id}");
