@@ -114,6 +114,8 @@ impl ServiceBusClient {
         let max = usize::try_from(max).unwrap_or(usize::MAX);
         let link = self.link().await?;
         let node = format!("{entity}/$management");
+        // As for a receiver: the entity's token, then the node's.
+        self.authorize(&link, entity).await?;
         self.authorize(&link, &node).await?;
         let management = RequestResponse::attach(&link.session, &node)
             .await

@@ -19,7 +19,7 @@ use crate::worker::{drained, order, strip_ansi};
 use crate::{client, emulator};
 
 /// Waits (bounded) until `condition` holds, polling every 20 ms.
-async fn until<F, Fut>(what: &str, mut condition: F)
+pub(crate) async fn until<F, Fut>(what: &str, mut condition: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
@@ -34,7 +34,7 @@ where
 }
 
 /// `sb-inbox run` as a child process, its stderr collected line by line. Killed on drop.
-struct WorkerProcess {
+pub(crate) struct WorkerProcess {
     child: Child,
     log: Arc<Mutex<Vec<String>>>,
 }
@@ -42,6 +42,16 @@ struct WorkerProcess {
 impl WorkerProcess {
     /// Starts the reference inventory consumer on `orders` with `concurrency`, lock margin 1 s.
     fn spawn(emulator: &sb_emulator::Emulator, store_url: &str, concurrency: usize) -> Self {
+        Self::spawn_with(emulator, store_url, concurrency, &[])
+    }
+
+    /// As [`WorkerProcess::spawn`], with more environment variables.
+    pub(crate) fn spawn_with(
+        emulator: &sb_emulator::Emulator,
+        store_url: &str,
+        concurrency: usize,
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
             .arg("run")
             .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
@@ -55,6 +65,7 @@ impl WorkerProcess {
             .env("SB_INBOX_LOCK_MARGIN_SECS", "1")
             .env("SB_INBOX_SHUTDOWN_GRACE_SECS", "5")
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -91,7 +102,7 @@ impl WorkerProcess {
     }
 
     /// SIGTERM, then waits for a clean exit and returns the worker's final counters.
-    async fn terminate(self) -> WorkerStats {
+    pub(crate) async fn terminate(self) -> WorkerStats {
         let status = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
@@ -133,7 +144,7 @@ impl Drop for WorkerProcess {
 
 /// The counters a worker logs when it stops (`Worker stopped.` with `stats=StatsSnapshot {…}`).
 #[derive(Debug)]
-struct WorkerStats {
+pub(crate) struct WorkerStats {
     line: String,
 }
 
@@ -147,7 +158,7 @@ impl WorkerStats {
         WorkerStats { line }
     }
 
-    fn get(&self, name: &str) -> u64 {
+    pub(crate) fn get(&self, name: &str) -> u64 {
         let key = format!(" {name}: ");
         let at = self
             .line
@@ -171,7 +182,7 @@ async fn counts(store: &PgStore) -> InventoryCounts {
 }
 
 /// A raw session of the test's own, in the test's schema, to hold row locks.
-async fn session(schema: &str) -> tokio_postgres::Client {
+pub(crate) async fn session(schema: &str) -> tokio_postgres::Client {
     let (client, connection) =
         tokio_postgres::connect(&with_search_path(&pg_url(), schema), tokio_postgres::NoTls)
             .await
@@ -181,7 +192,7 @@ async fn session(schema: &str) -> tokio_postgres::Client {
 }
 
 /// Inserts the stock row of SKU `A` and locks it in an open transaction of `session`.
-async fn lock_stock_row(session: &tokio_postgres::Client) {
+pub(crate) async fn lock_stock_row(session: &tokio_postgres::Client) {
     session
         .batch_execute("INSERT INTO inventory_stock (sku, reserved) VALUES ('A', 0)")
         .await
