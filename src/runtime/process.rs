@@ -259,7 +259,8 @@ where
             let rejection = Rejection::new(
                 DeadLetterReason::RetriesExhausted,
                 format!(
-                    "{done} delayed retries exhausted ({} attempts); last error: {why}",
+                    "delayed retries exhausted ({done} of {}, {} attempts in all); last error: {why}",
+                    policy.max_retries(),
                     done + 1
                 ),
             );

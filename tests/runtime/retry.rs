@@ -179,7 +179,7 @@ async fn exhausted_retries_dead_letter_with_retries_exhausted() {
     assert_eq!(dead.reason, "RetriesExhausted");
     assert!(
         dead.description
-            .starts_with("3 delayed retries exhausted (4 attempts); last error: "),
+            .starts_with("delayed retries exhausted (3 of 3, 4 attempts in all); last error: "),
         "{}",
         dead.description
     );

@@ -11,6 +11,7 @@ mod support;
 mod handlers;
 
 mod bad_input;
+mod cli;
 mod client;
 mod js;
 mod python;

@@ -162,7 +162,8 @@ async fn exhausted_retries_are_dead_lettered_retries_exhausted() {
     assert_eq!(dead[0].dead_letter_reason(), Some("RetriesExhausted"));
     let description = dead[0].dead_letter_description().unwrap();
     assert!(
-        description.starts_with("2 delayed retries exhausted (3 attempts); last error: "),
+        description
+            .starts_with("delayed retries exhausted (2 of 2, 3 attempts in all); last error: "),
         "{description}"
     );
     assert_eq!(dead[0].message.message_id.as_deref(), Some("m-1/retry-2"));
