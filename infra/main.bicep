@@ -237,6 +237,7 @@ module serviceBus 'modules/servicebus.bicep' = {
     outboxEntityName: outboxEntityName
     workerPrincipalId: identities.outputs.workerPrincipalId
     scalerPrincipalId: identities.outputs.scalerPrincipalId
+    delayedRetries: retryMaxRetries > 0
     tags: tags
   }
 }
