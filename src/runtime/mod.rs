@@ -163,6 +163,11 @@ where
         &self.inner.store
     }
 
+    /// The handler.
+    pub fn handler(&self) -> &H {
+        &self.inner.handler
+    }
+
     /// Handles one delivery now, outside the receive loop, and records it in [`Runtime::stats`].
     pub async fn process<D: crate::ports::Delivery>(&self, delivery: D) -> Report {
         let report = self

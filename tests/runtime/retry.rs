@@ -2,7 +2,6 @@
 //! the logical id kept, one effect however the copies and originals interleave, and
 //! `RetriesExhausted` once the retries are spent.
 
-use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
@@ -51,10 +50,7 @@ async fn setup(
     let store = sqlite_store("retry", 1).await;
     let clock = Clock::new();
     let broker = MemoryBroker::with_options(clock, lock, 10);
-    let handler = Flaky {
-        inner: OrderPlacedConsumer::new(),
-        failures: AtomicU32::new(failures),
-    };
+    let handler = Flaky::new(OrderPlacedConsumer::new(), failures);
     let config = retry_config(&broker, max_retries);
     let runtime = Runtime::with_clock(broker.receiver(), store.clone(), handler, config, clock);
     broker.send(order("m-1", "o-1"));
@@ -103,6 +99,20 @@ async fn failing_twice_then_succeeding_takes_effect_once_after_the_configured_de
         elapsed,
         DELAYS[0] + DELAYS[1],
         "each copy ran when it was due"
+    );
+    let attempts = runtime.handler().attempts();
+    let (first, _) = attempts[0];
+    let timeline: Vec<(Duration, &str)> = attempts
+        .iter()
+        .map(|(at, id)| (*at - first, id.as_str()))
+        .collect();
+    assert_eq!(
+        timeline,
+        [
+            (Duration::ZERO, "m-1"),
+            (DELAYS[0], "m-1/retry-1"),
+            (DELAYS[0] + DELAYS[1], "m-1/retry-2")
+        ]
     );
 
     let sent = broker.sent();

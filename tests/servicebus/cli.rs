@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Output;
-use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 use sb_emulator::{Broker, Config, Emulator};
@@ -298,10 +297,7 @@ async fn dlq_peek_and_resubmit_recognise_a_processed_message_as_a_duplicate() {
     let failing = Runtime::new(
         receiver.clone(),
         store.clone(),
-        Flaky {
-            inner: OrderPlacedConsumer::new(),
-            failures: AtomicU32::new(u32::MAX),
-        },
+        Flaky::new(OrderPlacedConsumer::new(), u32::MAX),
         config,
     );
 

@@ -2,15 +2,12 @@
 //! and PostgreSQL; then the same through a real `sb-inbox run` process configured by
 //! environment.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
 use sb_inbox::runtime::{DelayedRetry, JitterSource, LOGICAL_ID_PROPERTY, RetryPolicy};
-use sb_inbox::{
-    ConsumerName, Context, Contract, DecodeError, Handled, Handler, HandlerError, PgStore,
-    PropertyValue, Runtime, RuntimeConfig, Tx,
-};
+use sb_inbox::{ConsumerName, PgStore, PropertyValue, Runtime, RuntimeConfig};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::handlers::Flaky;
@@ -18,35 +15,6 @@ use crate::support::{pg_store, pg_url, schema_for, with_search_path};
 use crate::verification::{WorkerProcess, lock_stock_row, session, until};
 use crate::worker::{drained, order};
 use crate::{client, emulator};
-
-/// Records when each attempt started and on which message id, then delegates.
-#[derive(Debug)]
-struct Attempts<H> {
-    inner: H,
-    seen: Arc<Mutex<Vec<(Instant, String)>>>,
-}
-
-impl<T: Tx, H: Handler<T>> Handler<T> for Attempts<H> {
-    type Payload = H::Payload;
-
-    fn contracts(&self) -> &[Contract] {
-        self.inner.contracts()
-    }
-
-    fn decode(&self, contract: &Contract, body: &[u8]) -> Result<H::Payload, DecodeError> {
-        self.inner.decode(contract, body)
-    }
-
-    async fn handle(
-        &self,
-        ctx: &Context<'_, H::Payload>,
-        tx: &mut T,
-    ) -> Result<Handled, HandlerError> {
-        let id = ctx.message.message_id.clone().unwrap_or_default();
-        self.seen.lock().unwrap().push((Instant::now(), id));
-        self.inner.handle(ctx, tx).await
-    }
-}
 
 const BASE: Duration = Duration::from_millis(400);
 
@@ -77,14 +45,7 @@ async fn run_flaky(
         .unwrap();
     let mut config = RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER).unwrap());
     config.delayed_retry = Some(DelayedRetry::new(policy, client.publisher(), "orders"));
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let handler = Attempts {
-        inner: Flaky {
-            inner: OrderPlacedConsumer::new(),
-            failures: std::sync::atomic::AtomicU32::new(failures),
-        },
-        seen: seen.clone(),
-    };
+    let handler = Flaky::new(OrderPlacedConsumer::new(), failures);
     let receiver = client.receiver("orders", 0);
     let runtime = Runtime::new(receiver.clone(), store.clone(), handler, config);
     let shutdown = CancellationToken::new();
@@ -96,8 +57,18 @@ async fn run_flaky(
     });
     result.unwrap();
     receiver.close().await;
-    let seen = seen.lock().unwrap().clone();
-    (emulator, store, seen, runtime.stats().snapshot())
+    let attempts = runtime.handler().attempts();
+    (emulator, store, attempts, runtime.stats().snapshot())
+}
+
+/// Reservations, inbox rows and reserved units.
+async fn effects(store: &PgStore) -> (i64, i64, i64) {
+    let counts = store.inventory_counts().await.unwrap();
+    (
+        counts.reservations,
+        counts.inbox_rows,
+        counts.reserved_units,
+    )
 }
 
 fn orders_scheduled(emulator: &sb_emulator::Emulator) -> usize {
@@ -131,15 +102,7 @@ async fn two_transient_failures_are_retried_later_and_take_effect_once() {
         (c.completed, c.active, c.locked, c.dead_lettered_total),
         (3, 0, 0, 0)
     );
-    let counts = store.inventory_counts().await.unwrap();
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (1, 1, 2)
-    );
+    assert_eq!(effects(&store).await, (1, 1, 2));
     let rows = store
         .query("SELECT message_id FROM sb_inbox", &[])
         .await
@@ -174,8 +137,7 @@ async fn exhausted_retries_are_dead_lettered_retries_exhausted() {
             .get(LOGICAL_ID_PROPERTY),
         Some(&PropertyValue::String("m-1".into()))
     );
-    let counts = store.inventory_counts().await.unwrap();
-    assert_eq!((counts.reservations, counts.inbox_rows), (0, 0));
+    assert_eq!(effects(&store).await, (0, 0, 0));
 }
 
 /// A real `sb-inbox run` with `SB_INBOX_RETRY_*`: the test holds the stock row, so the attempt
@@ -228,15 +190,7 @@ async fn a_worker_process_with_delayed_retries_schedules_a_copy_and_commits_it()
         ),
         (1, 1, 1)
     );
-    let counts = store.inventory_counts().await.unwrap();
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (1, 1, 2)
-    );
+    assert_eq!(effects(&store).await, (1, 1, 2));
     let c = emulator.broker().entity("orders").unwrap().counts();
     assert_eq!((c.completed, c.dead_lettered_total), (2, 0));
 }
