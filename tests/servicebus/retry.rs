@@ -11,8 +11,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::handlers::Flaky;
-use crate::support::{pg_store, pg_url, schema_for, with_search_path};
-use crate::verification::{WorkerProcess, lock_stock_row, session, until};
+use crate::support::pg_store;
+use crate::verification::{HeldRow, WorkerProcess, one_order_behind_a_held_row, until};
 use crate::worker::{drained, order};
 use crate::{client, emulator};
 
@@ -145,21 +145,12 @@ async fn exhausted_retries_are_dead_lettered_retries_exhausted() {
 /// the row is released meanwhile and the copy commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_process_with_delayed_retries_schedules_a_copy_and_commits_it() {
-    let test = "sb_retry_process";
-    let store = pg_store(test, 1).await;
-    let schema = schema_for(test);
-    let emulator = emulator("PT30S").await;
-    let holder = session(&schema).await;
-    lock_stock_row(&holder).await;
-    client(&emulator)
-        .sender("orders")
-        .send(order("m-1", "o-1"))
-        .await
-        .unwrap();
-    let url = format!(
-        "{}%20-clock_timeout%3D300",
-        with_search_path(&pg_url(), &schema)
-    );
+    let HeldRow {
+        store,
+        emulator,
+        holder,
+        url,
+    } = one_order_behind_a_held_row("sb_retry_process").await;
     let worker = WorkerProcess::spawn_with(
         &emulator,
         &url,

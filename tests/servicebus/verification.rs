@@ -182,7 +182,7 @@ async fn counts(store: &PgStore) -> InventoryCounts {
 }
 
 /// A raw session of the test's own, in the test's schema, to hold row locks.
-pub(crate) async fn session(schema: &str) -> tokio_postgres::Client {
+async fn session(schema: &str) -> tokio_postgres::Client {
     let (client, connection) =
         tokio_postgres::connect(&with_search_path(&pg_url(), schema), tokio_postgres::NoTls)
             .await
@@ -192,7 +192,7 @@ pub(crate) async fn session(schema: &str) -> tokio_postgres::Client {
 }
 
 /// Inserts the stock row of SKU `A` and locks it in an open transaction of `session`.
-pub(crate) async fn lock_stock_row(session: &tokio_postgres::Client) {
+async fn lock_stock_row(session: &tokio_postgres::Client) {
     session
         .batch_execute("INSERT INTO inventory_stock (sku, reserved) VALUES ('A', 0)")
         .await
@@ -201,6 +201,39 @@ pub(crate) async fn lock_stock_row(session: &tokio_postgres::Client) {
         .batch_execute("BEGIN; SELECT 1 FROM inventory_stock WHERE sku = 'A' FOR UPDATE")
         .await
         .unwrap();
+}
+
+/// A test's store and emulator with order `m-1` on `orders`, the stock row held by the test's
+/// own session (`COMMIT` on `holder` releases it), and a store URL whose sessions give up on a
+/// lock after 300 ms (SQLSTATE 55P03: transient).
+pub(crate) struct HeldRow {
+    pub(crate) store: PgStore,
+    pub(crate) emulator: sb_emulator::Emulator,
+    pub(crate) holder: tokio_postgres::Client,
+    pub(crate) url: String,
+}
+
+pub(crate) async fn one_order_behind_a_held_row(test: &str) -> HeldRow {
+    let store = pg_store(test, 1).await;
+    let schema = schema_for(test);
+    let emulator = emulator("PT30S").await;
+    let holder = session(&schema).await;
+    lock_stock_row(&holder).await;
+    client(&emulator)
+        .sender("orders")
+        .send(order("m-1", "o-1"))
+        .await
+        .unwrap();
+    let url = format!(
+        "{}%20-clock_timeout%3D300",
+        with_search_path(&pg_url(), &schema)
+    );
+    HeldRow {
+        store,
+        emulator,
+        holder,
+        url,
+    }
 }
 
 /// Verification 1a: one message id delivered to two worker processes at once, both
@@ -332,22 +365,12 @@ async fn a_worker_killed_between_commit_and_settlement_redelivers_as_a_duplicate
 /// a delivery count, no inbox row exists; after the row is released the redelivery is processed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolled_back_transaction_leaves_no_inbox_row_and_the_redelivery_is_processed() {
-    let test = "verify_rollback";
-    let store = pg_store(test, 1).await;
-    let schema = schema_for(test);
-    let emulator = emulator("PT30S").await;
-    let holder = session(&schema).await;
-    lock_stock_row(&holder).await;
-    client(&emulator)
-        .sender("orders")
-        .send(order("m-1", "o-1"))
-        .await
-        .unwrap();
-
-    let url = format!(
-        "{}%20-clock_timeout%3D300",
-        with_search_path(&pg_url(), &schema)
-    );
+    let HeldRow {
+        store,
+        emulator,
+        holder,
+        url,
+    } = one_order_behind_a_held_row("verify_rollback").await;
     let worker = WorkerProcess::spawn(&emulator, &url, 1);
     let entity = emulator.broker().entity("orders").unwrap();
     let entity_ref = &entity;
