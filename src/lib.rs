@@ -10,6 +10,9 @@
 //! - [`runtime`]: outcomes, lock keeping, settlement after commit ([`Runtime`]).
 //! - [`store`]: SQL Server / Azure SQL ([`MssqlStore`]), PostgreSQL ([`PgStore`]) and SQLite
 //!   ([`SqliteStore`]).
+//! - [`servicebus`]: the Service Bus client on our AMQP engine (the runtime's receiver and sender).
+//! - [`entra`]: Microsoft Entra ID tokens for Azure SQL and Service Bus.
+//! - [`worker`]: the worker's configuration and run loop; [`demo`]: `sb-inbox demo`.
 //! - [`inventory`]: the reference consumer, written on the public API only.
 //! - [`ops`]: operator commands (publish orders, dead-letter peek and resubmit).
 //! - `testing` (feature `test-util`): an in-memory receiver with fault injection.
@@ -17,6 +20,7 @@
 #![doc(test(attr(deny(warnings))))]
 
 pub mod demo;
+pub mod entra;
 pub mod inventory;
 pub mod ops;
 pub mod ports;

@@ -140,6 +140,11 @@ fn env_help() -> String {
     for (var, key, meaning) in ENV_VARS {
         text.push_str(&format!("  {var:<34} {key:<36} {meaning}\n"));
     }
+    text.push_str(
+        "\nWith servicebus.namespace the worker authenticates with Microsoft Entra ID: workload\n\
+         identity (AZURE_FEDERATED_TOKEN_FILE), else managed identity (IDENTITY_ENDPOINT; AZURE_CLIENT_ID\n\
+         selects a user-assigned one), else the Azure CLI / Azure Developer CLI login.\n",
+    );
     text
 }
 

@@ -11,6 +11,7 @@
 //!
 //! The runtime sees only [`crate::ports`]: no SQL dialect, no AMQP frame.
 
+mod backoff;
 mod clock;
 mod consumer;
 mod envelope;
@@ -28,6 +29,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use backoff::Backoff;
 pub use clock::Clock;
 pub use consumer::{ConsumerName, ConsumerNameError, MAX_CONSUMER_NAME_LEN};
 pub use envelope::{
@@ -195,7 +197,8 @@ where
         let handling = Arc::new(Semaphore::new(config.concurrency));
         let tracker = TaskTracker::new();
         let abort = CancellationToken::new();
-        let mut backoff = Duration::from_millis(100);
+        // Jittered, so that workers cut off by one outage do not all reconnect at once.
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
         let result = loop {
             let slot = tokio::select! {
                 () = shutdown.cancelled() => break Ok(()),
@@ -210,17 +213,17 @@ where
             };
             let delivery = match received {
                 Ok(Some(delivery)) => {
-                    backoff = Duration::from_millis(100);
+                    backoff.reset();
                     delivery
                 }
                 Ok(None) => break Ok(()),
                 Err(ReceiveError::Transient(error)) => {
-                    tracing::warn!(%error, ?backoff, "Receive failed; retrying.");
+                    let delay = backoff.next_delay();
+                    tracing::warn!(%error, ?delay, "Receive failed; retrying.");
                     tokio::select! {
                         () = shutdown.cancelled() => break Ok(()),
-                        () = tokio::time::sleep(backoff) => {}
+                        () = tokio::time::sleep(delay) => {}
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(30));
                     continue;
                 }
                 Err(error) => break Err(RuntimeError::Receive(error)),

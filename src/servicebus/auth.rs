@@ -4,6 +4,7 @@ use std::pin::Pin;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{Credential, ServiceBusError, sign_sas};
+use crate::entra::EntraCredential;
 
 /// The token types `$cbs` accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +98,40 @@ impl TokenProvider for SasProvider {
                     })
                 }
             }
+        })
+    }
+}
+
+/// The OAuth scope of Azure Service Bus data-plane tokens.
+pub const SERVICE_BUS_SCOPE: &str = "https://servicebus.azure.net/.default";
+
+/// Microsoft Entra ID tokens (type `jwt`, scope [`SERVICE_BUS_SCOPE`]): one token serves every
+/// audience of the namespace; the credential caches it until shortly before it expires.
+#[derive(Debug)]
+pub struct EntraProvider {
+    credential: EntraCredential,
+}
+
+impl EntraProvider {
+    /// A provider on `credential` (managed identity, workload identity or developer tools).
+    pub fn new(credential: EntraCredential) -> Self {
+        EntraProvider { credential }
+    }
+}
+
+impl TokenProvider for EntraProvider {
+    fn token<'a>(&'a self, _audience: &'a str) -> TokenFuture<'a> {
+        Box::pin(async move {
+            let token = self
+                .credential
+                .token(SERVICE_BUS_SCOPE)
+                .await
+                .map_err(|error| ServiceBusError::Token(error.to_string()))?;
+            Ok(AccessToken {
+                token: token.secret,
+                token_type: TokenType::Jwt,
+                expires_at: token.expires_at,
+            })
         })
     }
 }

@@ -61,6 +61,17 @@ impl ServiceBusClient {
         )
     }
 
+    /// A client for the namespace `host` (`NAME.servicebus.windows.net`) over AMQPS with
+    /// Microsoft Entra ID tokens from `credential` (role *Azure Service Bus Data Receiver* /
+    /// *Sender* on the entities).
+    pub fn with_entra(host: &str, credential: crate::entra::EntraCredential) -> Self {
+        Self::new(
+            format!("amqps://{host}:5671"),
+            host,
+            Arc::new(super::EntraProvider::new(credential)),
+        )
+    }
+
     /// A client for `url` (`amqps://HOST:5671`) whose tokens come from `tokens` (for Microsoft
     /// Entra ID: a JWT provider for scope `https://servicebus.azure.net/.default`).
     pub fn new(

@@ -2,8 +2,9 @@
 //!
 //! # Layout
 //! - [`ConnectionString`]: `Endpoint=sb://…;SharedAccessKeyName=…;…`, printable without secrets.
-//! - [`TokenProvider`]: tokens per audience ([`SasProvider`] signs with [`sign_sas`]), put on
-//!   `$cbs` before each link and refreshed before expiry.
+//! - [`TokenProvider`]: tokens per audience ([`SasProvider`] signs with [`sign_sas`];
+//!   [`EntraProvider`] gets Microsoft Entra ID tokens), put on `$cbs` before each link and
+//!   refreshed before expiry.
 //! - [`ServiceBusClient`]: one connection, re-established after failures.
 //! - [`ServiceBusReceiver`] / [`ServiceBusDelivery`]: the runtime's `Receiver` / `Delivery`
 //!   ports: peek-lock, renew-lock on `$management`, settlement that awaits the broker's outcome.
@@ -24,7 +25,10 @@ mod receiver;
 mod sas;
 mod sender;
 
-pub use auth::{AccessToken, SasProvider, TokenFuture, TokenProvider, TokenType};
+pub use auth::{
+    AccessToken, EntraProvider, SERVICE_BUS_SCOPE, SasProvider, TokenFuture, TokenProvider,
+    TokenType,
+};
 pub use client::ServiceBusClient;
 pub use connection_string::{ConnectionString, ConnectionStringError, Credential};
 pub use error::ServiceBusError;

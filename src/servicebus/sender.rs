@@ -208,6 +208,11 @@ impl ServiceBusSender {
 fn kind_of(error: &ServiceBusError) -> SendErrorKind {
     match error {
         ServiceBusError::NotFound(d) => SendErrorKind::NotFound(d.clone()),
+        // Refused until the credential or its role assignment changes: not a connection problem.
+        ServiceBusError::Unauthorized { .. } => SendErrorKind::Refused {
+            condition: sb_amqp::condition::UNAUTHORIZED_ACCESS.to_owned(),
+            description: error.to_string(),
+        },
         ServiceBusError::Broker {
             condition,
             description,

@@ -29,7 +29,7 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
     (
         "SB_INBOX_SERVICEBUS_NAMESPACE",
         "servicebus.namespace",
-        "NAME.servicebus.windows.net, Entra ID auth",
+        "NAME.servicebus.windows.net: Entra ID (AZURE_CLIENT_ID: user-assigned identity)",
     ),
     (
         "SB_INBOX_ENTITY",
@@ -147,7 +147,13 @@ pub enum BrokerAddress {
     /// A connection string (SAS key, SAS token, or the emulator).
     Connection(ConnectionString),
     /// A namespace host with Microsoft Entra ID tokens.
-    Namespace(String),
+    Namespace {
+        /// `NAME.servicebus.windows.net`.
+        host: String,
+        /// A user-assigned managed identity's client id (`AZURE_CLIENT_ID`); `None` for the
+        /// system-assigned identity, workload identity or developer tools.
+        client_id: Option<String>,
+    },
 }
 
 /// Dedupe retention and the replay horizon it must cover.
@@ -353,7 +359,10 @@ impl WorkerConfig {
                 .map_err(|e| r.fail("servicebus.connection", e.to_string()))
                 .ok(),
             (None, Some(ns)) if ns.contains('.') && !ns.contains('/') => {
-                Some(BrokerAddress::Namespace(ns))
+                Some(BrokerAddress::Namespace {
+                    host: ns,
+                    client_id: (r.env)("AZURE_CLIENT_ID").filter(|id| !id.is_empty()),
+                })
             }
             (None, Some(ns)) => {
                 r.fail(
@@ -619,6 +628,30 @@ concurrency = 4
         assert_eq!(config.entity, "orders");
         assert!(matches!(config.broker, BrokerAddress::Connection(_)));
         assert!(!format!("{config:?}").contains("SECRET"));
+    }
+
+    #[test]
+    fn namespace_means_entra_id_with_the_identity_from_azure_client_id() {
+        let toml = GOOD.replace(
+            "connection = \"Endpoint=sb://localhost:5699;SharedAccessKeyName=k;SharedAccessKey=SECRET;UseDevelopmentEmulator=true\"",
+            "namespace = \"contoso.servicebus.windows.net\"",
+        );
+        let config = load(&toml, &[("AZURE_CLIENT_ID", "1111-2222")]).unwrap();
+        assert_eq!(
+            config.broker,
+            BrokerAddress::Namespace {
+                host: "contoso.servicebus.windows.net".into(),
+                client_id: Some("1111-2222".into()),
+            }
+        );
+        let config = load(&toml, &[]).unwrap();
+        assert!(matches!(
+            config.broker,
+            BrokerAddress::Namespace {
+                client_id: None,
+                ..
+            }
+        ));
     }
 
     #[test]

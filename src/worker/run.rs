@@ -5,6 +5,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::health::{self, Ping};
 use super::{BrokerAddress, WorkerConfig};
+use crate::entra::{EntraCredential, EntraMode};
 use crate::inventory::{InventoryStore, OrderPlacedConsumer};
 use crate::runtime::{DelayedRetry, RetryPolicy};
 use crate::servicebus::{ServiceBusClient, ServiceBusReceiver};
@@ -24,9 +25,6 @@ pub enum WorkerError {
     /// The health endpoints could not be served.
     #[error("health endpoints: {0}")]
     Health(String),
-    /// A configured feature this build does not have.
-    #[error("{0}")]
-    Unsupported(&'static str),
 }
 
 /// Runs the reference inventory consumer as configured until `shutdown`, then drains, releases
@@ -63,11 +61,10 @@ pub async fn run_with(
 ) -> Result<StatsSnapshot, WorkerError> {
     let client = match &config.broker {
         BrokerAddress::Connection(cs) => ServiceBusClient::from_connection_string(cs),
-        BrokerAddress::Namespace(_) => {
-            return Err(WorkerError::Unsupported(
-                "Microsoft Entra ID authentication is not in this build yet: set servicebus.connection (SB_INBOX_SERVICEBUS_CONNECTION)",
-            ));
-        }
+        BrokerAddress::Namespace { host, client_id } => ServiceBusClient::with_entra(
+            host,
+            EntraCredential::new(EntraMode::Default, client_id.clone()),
+        ),
     };
     let prefetch = u32::try_from(config.runtime.prefetch).unwrap_or(u32::MAX);
     let receiver = client.receiver(&config.entity, prefetch);

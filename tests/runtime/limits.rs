@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use sb_inbox::testing::MemoryBroker;
 use sb_inbox::{
@@ -96,4 +97,51 @@ async fn zero_concurrency_is_refused() {
     let runtime = Runtime::new(broker.receiver(), store, Noop::new(), config);
     let error = runtime.run(CancellationToken::new()).await.unwrap_err();
     assert!(error.to_string().contains("concurrency"), "{error}");
+}
+
+/// A receiver whose first receives fail transiently, recording when each call came.
+struct Flaky {
+    failures: AtomicUsize,
+    calls: Arc<std::sync::Mutex<Vec<tokio::time::Instant>>>,
+}
+
+impl sb_inbox::Receiver for Flaky {
+    type Delivery = sb_inbox::testing::MemoryDelivery;
+
+    async fn receive(&self) -> Result<Option<Self::Delivery>, sb_inbox::ReceiveError> {
+        self.calls.lock().unwrap().push(tokio::time::Instant::now());
+        if self.failures.load(Ordering::SeqCst) > 0 {
+            self.failures.fetch_sub(1, Ordering::SeqCst);
+            return Err(sb_inbox::ReceiveError::Transient("connection reset".into()));
+        }
+        Ok(None)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn receive_failures_back_off_exponentially_with_jitter() {
+    let store = sqlite_store("backoff", 1).await;
+    let calls = Arc::default();
+    let receiver = Flaky {
+        failures: AtomicUsize::new(6),
+        calls: Arc::clone(&calls),
+    };
+    let runtime = Runtime::new(receiver, store, Noop::new(), config("limits"));
+    runtime.run(CancellationToken::new()).await.unwrap();
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 7, "six failures, then the receiver closes");
+    let gaps: Vec<Duration> = calls.windows(2).map(|w| w[1] - w[0]).collect();
+    for (gap, step_ms) in gaps.iter().zip([100u64, 200, 400, 800, 1600, 3200]) {
+        let step = Duration::from_millis(step_ms);
+        assert!(
+            *gap >= step / 2 && *gap <= step,
+            "step {step:?}: waited {gap:?}"
+        );
+    }
+    // Jitter: the waits are not exactly the steps (all six on the upper bound would mean none).
+    assert!(
+        gaps.iter()
+            .zip([100u64, 200, 400, 800, 1600, 3200])
+            .any(|(g, s)| *g != Duration::from_millis(s))
+    );
 }

@@ -3,7 +3,12 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use sb_inbox::servicebus::{ConnectionString, SendErrorKind, ServiceBusClient};
+use std::sync::Arc;
+
+use sb_inbox::entra::EntraCredential;
+use sb_inbox::servicebus::{
+    ConnectionString, EntraProvider, SERVICE_BUS_SCOPE, SendErrorKind, ServiceBusClient,
+};
 use sb_inbox::{
     Delivery, Message, PropertyValue, ReceiveError, Receiver, SendFailure, Sender, SettleError,
 };
@@ -111,12 +116,7 @@ async fn dead_letter_carries_reason_and_description() {
     let emulator = emulator("PT30S").await;
     let client = client(&emulator);
     client.sender("orders").send(order("m-1")).await.unwrap();
-    let delivery = client
-        .receiver("orders", 0)
-        .receive()
-        .await
-        .unwrap()
-        .unwrap();
+    let delivery = receive_one(&client).await;
     delivery
         .dead_letter("InvalidPayload", "invalid JSON at line 1 column 2")
         .await
@@ -147,12 +147,7 @@ async fn renew_extends_and_an_expired_lock_is_lost_on_settle_and_renew() {
     let emulator = emulator("PT30S").await;
     let client = client(&emulator);
     client.sender("orders").send(order("m-1")).await.unwrap();
-    let delivery = client
-        .receiver("orders", 0)
-        .receive()
-        .await
-        .unwrap()
-        .unwrap();
+    let delivery = receive_one(&client).await;
     let before = delivery.locked_until();
     let renewed = delivery.renew_lock().await.unwrap();
     assert!(renewed >= before);
@@ -173,12 +168,7 @@ async fn refused_renewals_surface_as_lock_lost() {
     let emulator = emulator("PT30S").await;
     let client = client(&emulator);
     client.sender("orders").send(order("m-1")).await.unwrap();
-    let delivery = client
-        .receiver("orders", 0)
-        .receive()
-        .await
-        .unwrap()
-        .unwrap();
+    let delivery = receive_one(&client).await;
     emulator
         .broker()
         .entity("orders")
@@ -263,6 +253,83 @@ async fn dropped_connection_fences_old_deliveries_and_the_receiver_recovers() {
     );
     assert_eq!(first.complete().await, Err(SettleError::LockLost));
     again.complete().await.unwrap();
+}
+
+/// An Entra ID credential double: records the scopes it was asked for.
+#[derive(Debug, Default)]
+struct FakeEntra {
+    scopes: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl azure_core::credentials::TokenCredential for FakeEntra {
+    async fn get_token(
+        &self,
+        scopes: &[&str],
+        _options: Option<azure_core::credentials::TokenRequestOptions<'_>>,
+    ) -> azure_core::Result<azure_core::credentials::AccessToken> {
+        self.scopes
+            .lock()
+            .unwrap()
+            .extend(scopes.iter().map(|s| (*s).to_owned()));
+        let expires =
+            azure_core::time::OffsetDateTime::now_utc() + azure_core::time::Duration::hours(1);
+        Ok(azure_core::credentials::AccessToken::new(
+            "eyJhbGciOiJub25lIn0.eyJhdWQiOiJodHRwczovL3NlcnZpY2VidXMuYXp1cmUubmV0In0.",
+            expires,
+        ))
+    }
+}
+
+fn entra_client(emulator: &sb_emulator::Emulator, fake: &Arc<FakeEntra>) -> ServiceBusClient {
+    let credential = EntraCredential::from_credential(fake.clone());
+    ServiceBusClient::new(
+        format!("amqp://{}", emulator.local_addr()),
+        "sbemulatorns.servicebus.windows.net",
+        Arc::new(EntraProvider::new(credential)),
+    )
+}
+
+#[tokio::test]
+async fn entra_id_tokens_are_put_as_jwt_for_the_service_bus_scope() {
+    let json = r#"{"UserConfig":{"Namespaces":[{"Name":"sbemulatorns","Queues":[
+        {"Name":"orders","Properties":{}}],"Topics":[]}],"Logging":{"Type":"File"}}}"#;
+    let broker = sb_emulator::Broker::new(sb_emulator::Config::from_json(json).unwrap()).unwrap();
+    let options = sb_emulator::EmulatorOptions {
+        accept_jwt: true,
+        ..Default::default()
+    };
+    let emulator = sb_emulator::Emulator::start(broker, options).await.unwrap();
+    let fake = Arc::new(FakeEntra::default());
+    let client = entra_client(&emulator, &fake);
+    client.sender("orders").send(order("m-1")).await.unwrap();
+    let delivery = receive_one(&client).await;
+    delivery.complete().await.unwrap();
+    let scopes = fake.scopes.lock().unwrap().clone();
+    assert!(!scopes.is_empty());
+    assert!(scopes.iter().all(|s| s == SERVICE_BUS_SCOPE), "{scopes:?}");
+
+    // The same token against an emulator that refuses JWTs: the client reports it as an
+    // authorization failure, not as a connection problem.
+    let strict = crate::emulator("PT30S").await;
+    let client = entra_client(&strict, &fake);
+    let error = client
+        .sender("orders")
+        .send(order("m-2"))
+        .await
+        .unwrap_err();
+    assert!(!error.error.is_transient(), "{error}");
+    assert!(error.to_string().contains("JWT"), "{error}");
+}
+
+/// The next delivery of `orders`.
+async fn receive_one(client: &ServiceBusClient) -> sb_inbox::servicebus::ServiceBusDelivery {
+    client
+        .receiver("orders", 0)
+        .receive()
+        .await
+        .unwrap()
+        .unwrap()
 }
 
 /// Peek pages past the 100 messages one request returns, in sequence order, locks nothing and

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use tiberius::Config;
 
-use super::token::{AzureTokenSource, EntraMode, TokenSource};
+use super::token::{AzureTokenSource, TokenSource, parse_authentication};
+use crate::entra::EntraMode;
 use crate::ports::{ErrorKind, StoreError};
 
 /// Where a [`super::MssqlStore`] connects and how it authenticates.
@@ -51,7 +52,7 @@ impl MssqlConfig {
         let entra = pairs
             .iter()
             .find(|(key, _)| key == "authentication")
-            .map(|(_, value)| EntraMode::parse(value))
+            .map(|(_, value)| parse_authentication(value))
             .transpose()?
             .flatten();
         let tiberius = Config::from_ado_string(&ado).map_err(|e| invalid(e.to_string()))?;
@@ -64,7 +65,7 @@ impl MssqlConfig {
             .find(|(key, _)| matches!(key.as_str(), "user id" | "uid" | "user" | "username"))
             .map(|(_, value)| value.clone());
         let token: Option<Arc<dyn TokenSource>> = match entra {
-            Some(mode) => Some(Arc::new(AzureTokenSource::new(mode, user)?)),
+            Some(mode) => Some(Arc::new(AzureTokenSource::new(mode, user))),
             None => None,
         };
         Ok(MssqlConfig {

@@ -30,7 +30,7 @@ use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 pub use classify::{TRANSIENT, breaks_connection, classify};
 pub use config::MssqlConfig;
 pub use token::{
-    AZURE_SQL_SCOPE, AzureTokenSource, EntraMode, StaticToken, TokenFuture, TokenSource,
+    AZURE_SQL_SCOPE, AzureTokenSource, StaticToken, TokenFuture, TokenSource, parse_authentication,
 };
 
 pub(crate) use config::{is_ado, is_url};

@@ -1,0 +1,149 @@
+//! Microsoft Entra ID access tokens through `azure_identity`, for the SQL Server store (scope
+//! `https://database.windows.net/.default`) and the Service Bus client (scope
+//! `https://servicebus.azure.net/.default`).
+//!
+//! [`EntraCredential`] picks the credential for the environment it runs in (workload identity,
+//! managed identity, developer tools) on first use; the credentials cache and refresh tokens
+//! themselves.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use azure_core::credentials::TokenCredential;
+use azure_identity::{
+    DeveloperToolsCredential, ManagedIdentityCredential, ManagedIdentityCredentialOptions,
+    UserAssignedId, WorkloadIdentityCredential,
+};
+use tokio::sync::OnceCell;
+
+/// Which Entra ID credentials to try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntraMode {
+    /// Workload identity when `AZURE_FEDERATED_TOKEN_FILE` is set, managed identity when
+    /// `IDENTITY_ENDPOINT` or `MSI_ENDPOINT` is set (App Service, Container Apps), otherwise the
+    /// Azure CLI / Azure Developer CLI, then the VM's managed identity.
+    Default,
+    /// Managed identity only; a client id selects a user-assigned identity.
+    ManagedIdentity,
+    /// Workload identity only (AKS, from the `AZURE_*` variables).
+    WorkloadIdentity,
+}
+
+/// No token could be obtained. Callers treat it as transient: the identity endpoint may be
+/// briefly unreachable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("Entra ID token: {0}")]
+pub struct EntraError(String);
+
+/// An access token and its expiry. The token never appears in `Debug` output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EntraToken {
+    /// The bearer token.
+    pub secret: String,
+    /// When it expires.
+    pub expires_at: SystemTime,
+}
+
+impl fmt::Debug for EntraToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EntraToken")
+            .field("expires_at", &self.expires_at)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Entra ID credentials, built on first use.
+pub struct EntraCredential {
+    mode: EntraMode,
+    client_id: Option<String>,
+    credentials: OnceCell<Vec<Arc<dyn TokenCredential>>>,
+}
+
+impl fmt::Debug for EntraCredential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EntraCredential")
+            .field("mode", &self.mode)
+            .field("client_id", &self.client_id)
+            .finish_non_exhaustive()
+    }
+}
+
+fn env_set(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| !v.is_empty())
+}
+
+impl EntraCredential {
+    /// Credentials for `mode`; `client_id` selects a user-assigned managed identity.
+    pub fn new(mode: EntraMode, client_id: Option<String>) -> Self {
+        EntraCredential {
+            mode,
+            client_id: client_id.filter(|id| !id.is_empty()),
+            credentials: OnceCell::new(),
+        }
+    }
+
+    /// One given credential (a custom chain, or a test double).
+    pub fn from_credential(credential: Arc<dyn TokenCredential>) -> Self {
+        EntraCredential {
+            mode: EntraMode::Default,
+            client_id: None,
+            credentials: OnceCell::new_with(Some(vec![credential])),
+        }
+    }
+
+    fn managed_identity(&self) -> azure_core::Result<Arc<dyn TokenCredential>> {
+        let options = ManagedIdentityCredentialOptions {
+            user_assigned_id: self.client_id.clone().map(UserAssignedId::ClientId),
+            ..Default::default()
+        };
+        Ok(ManagedIdentityCredential::new(Some(options))?)
+    }
+
+    fn build(&self) -> azure_core::Result<Vec<Arc<dyn TokenCredential>>> {
+        // reqwest is built with `rustls-no-provider`: it needs a process-wide rustls provider.
+        // The binary installs ring at start-up; a library user who did not gets ring here.
+        // An Err means a provider is installed already, which is what we need.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Ok(match self.mode {
+            EntraMode::ManagedIdentity => vec![self.managed_identity()?],
+            EntraMode::WorkloadIdentity => vec![WorkloadIdentityCredential::new(None)?],
+            EntraMode::Default if env_set("AZURE_FEDERATED_TOKEN_FILE") => {
+                vec![WorkloadIdentityCredential::new(None)?]
+            }
+            EntraMode::Default if env_set("IDENTITY_ENDPOINT") || env_set("MSI_ENDPOINT") => {
+                vec![self.managed_identity()?]
+            }
+            EntraMode::Default => vec![
+                DeveloperToolsCredential::new(None)?,
+                self.managed_identity()?,
+            ],
+        })
+    }
+
+    /// A token for `scope` from the first credential that answers.
+    ///
+    /// # Errors
+    /// [`EntraError`] with every credential's failure.
+    pub async fn token(&self, scope: &str) -> Result<EntraToken, EntraError> {
+        let credentials = self
+            .credentials
+            .get_or_try_init(|| async { self.build() })
+            .await
+            .map_err(|e| EntraError(e.to_string()))?;
+        let mut failures = Vec::new();
+        for credential in credentials {
+            match credential.get_token(&[scope], None).await {
+                Ok(token) => {
+                    let seconds = u64::try_from(token.expires_on.unix_timestamp()).unwrap_or(0);
+                    return Ok(EntraToken {
+                        secret: token.token.secret().to_owned(),
+                        expires_at: UNIX_EPOCH + Duration::from_secs(seconds),
+                    });
+                }
+                Err(error) => failures.push(error.to_string()),
+            }
+        }
+        Err(EntraError(failures.join("; ")))
+    }
+}
