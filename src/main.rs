@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use sb_inbox::entra::{EntraCredential, EntraMode};
 use sb_inbox::ops::{self, OpsError, dlq};
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
 use sb_inbox::store::StoreUrl;
@@ -109,25 +110,52 @@ enum DlqCommand {
     },
 }
 
-/// Where an operator command goes.
+/// Where an operator command goes, and how it authenticates.
 #[derive(Debug, clap::Args)]
 struct BrokerArgs {
     /// The entity: a queue, or TOPIC/Subscriptions/SUBSCRIPTION for dlq commands (send takes a
     /// queue or a topic).
     #[arg(long)]
     entity: String,
-    /// The Service Bus connection string (SAS, or the emulator's).
+    /// A Service Bus connection string (SAS, or the emulator's).
     #[arg(long, env = "SB_INBOX_SERVICEBUS_CONNECTION", hide_env_values = true)]
-    connection: String,
+    connection: Option<String>,
+    /// Or the namespace NAME.servicebus.windows.net, with Microsoft Entra ID (Azure CLI login,
+    /// managed or workload identity; AZURE_CLIENT_ID selects a user-assigned identity).
+    #[arg(long, env = "SB_INBOX_SERVICEBUS_NAMESPACE")]
+    namespace: Option<String>,
 }
 
 impl BrokerArgs {
     fn client(&self) -> anyhow::Result<ServiceBusClient> {
-        let cs: ConnectionString = self
-            .connection
-            .parse()
-            .context("invalid --connection (SB_INBOX_SERVICEBUS_CONNECTION)")?;
-        Ok(ServiceBusClient::from_connection_string(&cs))
+        match (&self.connection, &self.namespace) {
+            (Some(connection), None) => {
+                let cs: ConnectionString = connection
+                    .parse()
+                    .context("invalid --connection (SB_INBOX_SERVICEBUS_CONNECTION)")?;
+                Ok(ServiceBusClient::from_connection_string(&cs))
+            }
+            (None, Some(host)) if host.contains('.') && !host.contains('/') => {
+                let client_id = std::env::var("AZURE_CLIENT_ID")
+                    .ok()
+                    .filter(|id| !id.is_empty());
+                Ok(ServiceBusClient::with_entra(
+                    host,
+                    EntraCredential::new(EntraMode::Default, client_id),
+                ))
+            }
+            (None, Some(host)) => anyhow::bail!(
+                "--namespace {host:?} is not a host name like NAME.servicebus.windows.net"
+            ),
+            (Some(_), Some(_)) => anyhow::bail!(
+                "give --connection (SB_INBOX_SERVICEBUS_CONNECTION) or --namespace \
+                 (SB_INBOX_SERVICEBUS_NAMESPACE), not both"
+            ),
+            (None, None) => anyhow::bail!(
+                "give --connection (SB_INBOX_SERVICEBUS_CONNECTION) or --namespace \
+                 (SB_INBOX_SERVICEBUS_NAMESPACE)"
+            ),
+        }
     }
 }
 
