@@ -217,6 +217,7 @@ impl<T: Sender> ErasedSender for T {
 ///
 /// # Examples
 /// ```no_run
+/// # #[allow(dead_code)]
 /// # fn example(publisher: sb_inbox::servicebus::ServiceBusPublisher) -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
 /// use sb_inbox::runtime::{DelayedRetry, RetryPolicy};

@@ -141,7 +141,7 @@ async fn exhausted_retries_are_dead_lettered_retries_exhausted() {
 }
 
 /// A real `sb-inbox run` with `SB_INBOX_RETRY_*`: the test holds the stock row, so the attempt
-/// times out on it (transient) and a copy is scheduled 1 s later with the original completed;
+/// times out on it (transient) and a copy is scheduled 2 s later with the original completed;
 /// the row is released meanwhile and the copy commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_process_with_delayed_retries_schedules_a_copy_and_commits_it() {
@@ -157,18 +157,20 @@ async fn a_worker_process_with_delayed_retries_schedules_a_copy_and_commits_it()
         1,
         &[
             ("SB_INBOX_RETRY_MAX_RETRIES", "3"),
-            ("SB_INBOX_RETRY_BASE_DELAY_SECS", "1"),
+            ("SB_INBOX_RETRY_BASE_DELAY_SECS", "2"),
             ("SB_INBOX_RETRY_JITTER_PERCENT", "0"),
         ],
     );
     let emulator_ref = &emulator;
+    // The copy is sent before the original is completed: wait for both.
     until(
-        "the first attempt turned into a scheduled copy",
-        move || async move { orders_scheduled(emulator_ref) == 1 },
+        "the first attempt turned into a scheduled copy and the original completed",
+        move || async move {
+            let c = emulator_ref.broker().entity("orders").unwrap().counts();
+            (c.scheduled, c.completed, c.active) == (1, 1, 0)
+        },
     )
     .await;
-    let c = emulator.broker().entity("orders").unwrap().counts();
-    assert_eq!((c.completed, c.active), (1, 0), "the original completed");
     holder.batch_execute("COMMIT").await.unwrap();
 
     drained(&emulator, 2).await;
