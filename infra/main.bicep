@@ -114,6 +114,24 @@ param shutdownGraceSecs int = 30
 @description('Port of /healthz and /readyz.')
 param healthPort int = 8080
 
+@description('Delayed retries of a transient failure (a copy scheduled for later, the original completed) before dead-lettering with RetriesExhausted; 0 = abandon for an immediate redelivery. Needs entityKind queue: the worker refuses delayed retries on a subscription.')
+@minValue(0)
+@maxValue(100)
+param retryMaxRetries int = 0
+
+@description('Seconds the first delayed retry waits; each next one waits twice as long.')
+@minValue(1)
+param retryBaseDelaySecs int = 10
+
+@description('Longest delayed-retry wait in seconds.')
+@minValue(1)
+param retryMaxDelaySecs int = 600
+
+@description('Each delayed-retry wait is shortened by up to this percentage, so failures of one burst do not come back as one burst.')
+@minValue(0)
+@maxValue(100)
+param retryJitterPercent int = 20
+
 @description('Minimum replicas (0 lets KEDA scale to zero).')
 @minValue(0)
 param minReplicas int = 1
@@ -179,9 +197,10 @@ param processDurationMetricName string = 'messaging.process.duration'
 param processDurationTargetSecs int = 30
 
 // The longest time after which the same message id can still arrive: it may wait its whole TTL,
-// then each delivery can hold the lock, then it can sit in the DLQ until resubmitted. Inbox rows
-// must live longer, or a replay is processed twice. The worker refuses to start otherwise.
-var replayHorizonSecs = messageTtlSecs + (lockDurationSecs * maxDeliveryCount) + dlqResubmitWindowSecs
+// then each delivery can hold the lock, delayed retries can put copies of it (same logical id)
+// on the queue later still, then it can sit in the DLQ until resubmitted. Inbox rows must live
+// longer, or a replay is processed twice. The worker refuses to start otherwise.
+var replayHorizonSecs = messageTtlSecs + (lockDurationSecs * maxDeliveryCount) + (retryMaxRetries * retryMaxDelaySecs) + dlqResubmitWindowSecs
 
 module identities 'modules/identity.bicep' = {
   name: 'identities'
@@ -218,6 +237,7 @@ module serviceBus 'modules/servicebus.bicep' = {
     outboxEntityName: outboxEntityName
     workerPrincipalId: identities.outputs.workerPrincipalId
     scalerPrincipalId: identities.outputs.scalerPrincipalId
+    delayedRetries: retryMaxRetries > 0
     tags: tags
   }
 }
@@ -276,6 +296,10 @@ module app 'modules/containerapp.bicep' = {
       messageTtlSecs: messageTtlSecs
       dlqResubmitWindowSecs: dlqResubmitWindowSecs
       retentionSecs: retentionSecs
+      retryMaxRetries: retryMaxRetries
+      retryBaseDelaySecs: retryBaseDelaySecs
+      retryMaxDelaySecs: retryMaxDelaySecs
+      retryJitterPercent: retryJitterPercent
     }
     minReplicas: minReplicas
     maxReplicas: maxReplicas
@@ -331,7 +355,7 @@ output workerIdentityClientId string = identities.outputs.workerClientId
 @description('Migration identity name: the database user allowed DDL.')
 output migrateIdentityName string = identities.outputs.migrateName
 
-@description('Replay horizon in seconds: TTL + lock duration x max delivery count + DLQ resubmit window.')
+@description('Replay horizon in seconds: TTL + lock duration x max delivery count + delayed retries x their longest wait + DLQ resubmit window.')
 output replayHorizonSecs int = replayHorizonSecs
 
 @description('True when inbox retention covers the replay horizon; the worker refuses to start otherwise.')

@@ -14,6 +14,7 @@
 //! - [`entra`]: Microsoft Entra ID tokens for Azure SQL and Service Bus.
 //! - [`worker`]: the worker's configuration and run loop; [`demo`]: `sb-inbox demo`.
 //! - [`inventory`]: the reference consumer, written on the public API only.
+//! - [`ops`]: operator commands (publish orders, dead-letter peek and resubmit).
 //! - `testing` (feature `test-util`): an in-memory receiver with fault injection.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![doc(test(attr(deny(warnings))))]
@@ -21,6 +22,7 @@
 pub mod demo;
 pub mod entra;
 pub mod inventory;
+pub mod ops;
 pub mod ports;
 pub mod runtime;
 pub mod servicebus;

@@ -6,6 +6,9 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use sb_inbox::entra::{EntraCredential, EntraMode};
+use sb_inbox::ops::{self, OpsError, dlq};
+use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
 use sb_inbox::store::StoreUrl;
 use sb_inbox::worker::{ENV_VARS, WorkerConfig};
 use sb_inbox::{MssqlStore, PgStore, SqliteStore};
@@ -40,7 +43,125 @@ enum Command {
         #[arg(long, env = "SB_INBOX_STORE", hide_env_values = true)]
         store: String,
     },
+    /// Publishes orders of the reference contract orders.order-placed.v1, each with a stable
+    /// message id (the file's messageId, else order-placed-<orderId>), and prints a summary.
+    /// Every order is checked before the first is sent.
+    #[command(after_help = SEND_HELP)]
+    Send {
+        #[command(flatten)]
+        broker: BrokerArgs,
+        /// A JSON array of orders: [{"orderId": "o-1", "lines": [{"sku": "A", "quantity": 2}],
+        /// "messageId": "optional"}, …].
+        #[arg(
+            long,
+            required_unless_present = "generate",
+            conflicts_with = "generate"
+        )]
+        file: Option<PathBuf>,
+        /// Generate this many orders (ids gen-<seed>-<i>) instead of reading a file.
+        #[arg(long)]
+        generate: Option<usize>,
+        /// Send this many of the orders a second time with the same message id.
+        #[arg(long, default_value_t = 0)]
+        duplicates: usize,
+        /// Seed for generated orders and for choosing the duplicates (random if not given; the
+        /// summary prints it, so a run can be repeated with the same message ids).
+        #[arg(long)]
+        seed: Option<u64>,
+    },
+    /// Operator commands on an entity's dead-letter queue.
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+    },
 }
+
+#[derive(Debug, Subcommand)]
+enum DlqCommand {
+    /// Lists dead letters without locking them: sequence number, message id, logical id,
+    /// subject, delivery count, dead-letter reason and description; never the body.
+    Peek {
+        #[command(flatten)]
+        broker: BrokerArgs,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        max: u32,
+    },
+    /// Sends dead letters back to their entity under a fresh broker message id with the
+    /// logical id kept (sb-inbox-logical-id), then completes them: a message that was in fact
+    /// processed is completed as a duplicate by the consumer. Fix the cause first, and stay
+    /// within the retention's DLQ resubmission window.
+    Resubmit {
+        #[command(flatten)]
+        broker: BrokerArgs,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        max: usize,
+        /// Only the dead letters whose broker or logical message id is this.
+        #[arg(long)]
+        message_id: Option<String>,
+        /// Send the copies here instead of the entity: required for a subscription (the topic
+        /// reaches every subscription; a queue it forwards to reaches only it).
+        #[arg(long)]
+        to: Option<String>,
+        /// Stop once no dead letter arrives for this many seconds.
+        #[arg(long, default_value_t = 5)]
+        wait_secs: u64,
+    },
+}
+
+/// Where an operator command goes, and how it authenticates.
+#[derive(Debug, clap::Args)]
+struct BrokerArgs {
+    /// The entity: a queue, or TOPIC/Subscriptions/SUBSCRIPTION for dlq commands (send takes a
+    /// queue or a topic).
+    #[arg(long)]
+    entity: String,
+    /// A Service Bus connection string (SAS, or the emulator's).
+    #[arg(long, env = "SB_INBOX_SERVICEBUS_CONNECTION", hide_env_values = true)]
+    connection: Option<String>,
+    /// Or the namespace NAME.servicebus.windows.net, with Microsoft Entra ID (Azure CLI login,
+    /// managed or workload identity; AZURE_CLIENT_ID selects a user-assigned identity).
+    #[arg(long, env = "SB_INBOX_SERVICEBUS_NAMESPACE")]
+    namespace: Option<String>,
+}
+
+impl BrokerArgs {
+    fn client(&self) -> anyhow::Result<ServiceBusClient> {
+        match (&self.connection, &self.namespace) {
+            (Some(connection), None) => {
+                let cs: ConnectionString = connection
+                    .parse()
+                    .context("invalid --connection (SB_INBOX_SERVICEBUS_CONNECTION)")?;
+                Ok(ServiceBusClient::from_connection_string(&cs))
+            }
+            (None, Some(host)) if host.contains('.') && !host.contains('/') => {
+                let client_id = std::env::var("AZURE_CLIENT_ID")
+                    .ok()
+                    .filter(|id| !id.is_empty());
+                Ok(ServiceBusClient::with_entra(
+                    host,
+                    EntraCredential::new(EntraMode::Default, client_id),
+                ))
+            }
+            (None, Some(host)) => anyhow::bail!(
+                "--namespace {host:?} is not a host name like NAME.servicebus.windows.net"
+            ),
+            (Some(_), Some(_)) => anyhow::bail!(
+                "give --connection (SB_INBOX_SERVICEBUS_CONNECTION) or --namespace \
+                 (SB_INBOX_SERVICEBUS_NAMESPACE), not both"
+            ),
+            (None, None) => anyhow::bail!(
+                "give --connection (SB_INBOX_SERVICEBUS_CONNECTION) or --namespace \
+                 (SB_INBOX_SERVICEBUS_NAMESPACE)"
+            ),
+        }
+    }
+}
+
+const SEND_HELP: &str = "Examples:
+  sb-inbox send --entity orders --file orders.json
+  sb-inbox send --entity orders --generate 100 --duplicates 10 --seed 42";
 
 fn env_help() -> String {
     let mut text = String::from("Environment overrides:\n");
@@ -80,17 +201,114 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    match cli.command {
-        Command::Demo => demo().await,
-        Command::Run { config } => run_worker(config).await,
-        Command::Migrate { store } => match migrate(&store).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                eprintln!("error: {error:#}");
-                ExitCode::FAILURE
+    let result = match cli.command {
+        Command::Demo => return demo().await,
+        Command::Run { config } => return run_worker(config).await,
+        Command::Migrate { store } => migrate(&store).await,
+        Command::Send {
+            broker,
+            file,
+            generate,
+            duplicates,
+            seed,
+        } => send(&broker, file, generate, duplicates, seed).await,
+        Command::Dlq { command } => match command {
+            DlqCommand::Peek { broker, max } => dlq_peek(&broker, max).await,
+            DlqCommand::Resubmit {
+                broker,
+                max,
+                message_id,
+                to,
+                wait_secs,
+            } => {
+                let mut options = dlq::ResubmitOptions::new(max);
+                options.message_id = message_id;
+                options.idle = std::time::Duration::from_secs(wait_secs);
+                dlq_resubmit(&broker, to.as_deref(), &options).await
             }
         },
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
     }
+}
+
+async fn send(
+    broker: &BrokerArgs,
+    file: Option<PathBuf>,
+    generate: Option<usize>,
+    duplicates: usize,
+    seed: Option<u64>,
+) -> anyhow::Result<()> {
+    let seed = seed.unwrap_or_else(|| u64::from(rand::random::<u32>()));
+    let orders = match (&file, generate) {
+        (Some(path), _) => ops::send::orders_from_file(path)?,
+        (None, Some(count)) => ops::send::generate(count, seed),
+        (None, None) => anyhow::bail!("give --file or --generate"),
+    };
+    let messages = ops::send::with_duplicates(&orders, duplicates, seed)?;
+    let client = broker.client()?;
+    let published = ops::send::publish(&client.publisher(), &broker.entity, messages).await;
+    let published = published.map_err(|error| match error {
+        OpsError::Partial { done, total, error } => anyhow::anyhow!(
+            "sending to {} failed after {done} of {total} message(s) were accepted: {error}",
+            broker.entity
+        ),
+        other => other.into(),
+    })?;
+    println!(
+        "sent {} message(s) to {}: {} order(s), {} duplicate(s) with the same message id, seed {seed}",
+        published.sent,
+        broker.entity,
+        published.distinct,
+        published.sent - published.distinct,
+    );
+    Ok(())
+}
+
+async fn dlq_peek(broker: &BrokerArgs, max: u32) -> anyhow::Result<()> {
+    let client = broker.client()?;
+    let queue = dlq::dead_letter_queue(&broker.entity);
+    let peeked = client.peek(&queue, 0, max).await;
+    let peeked = peeked.with_context(|| format!("peeking {queue}"))?;
+    for message in &peeked {
+        println!("{}", dlq::describe(message));
+    }
+    println!("{} dead letter(s) in {queue}", peeked.len());
+    Ok(())
+}
+
+async fn dlq_resubmit(
+    broker: &BrokerArgs,
+    to: Option<&str>,
+    options: &dlq::ResubmitOptions,
+) -> anyhow::Result<()> {
+    let destination = dlq::resubmit_destination(&broker.entity, to)?;
+    let client = broker.client()?;
+    let queue = dlq::dead_letter_queue(&broker.entity);
+    let receiver = client.receiver(&queue, 0);
+    let result = dlq::resubmit(&receiver, &client.publisher(), &destination, options).await;
+    receiver.close().await;
+    let report = result.with_context(|| format!("resubmitting from {queue} to {destination}"))?;
+    for done in &report.resubmitted {
+        println!(
+            "resubmitted message_id={:?} as {:?} logical_id={:?}",
+            done.from, done.to, done.logical_id
+        );
+    }
+    for (id, why) in &report.left {
+        println!("left message_id={id:?}: {why}");
+    }
+    println!(
+        "{} dead letter(s) resubmitted from {queue} to {destination}, {} left",
+        report.resubmitted.len(),
+        report.left.len()
+    );
+    Ok(())
 }
 
 async fn migrate(store: &str) -> anyhow::Result<()> {

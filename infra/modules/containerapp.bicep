@@ -198,6 +198,10 @@ var workerEnv = [
   { name: 'SB_INBOX_MESSAGE_TTL_SECS', value: string(worker.messageTtlSecs) }
   { name: 'SB_INBOX_DLQ_RESUBMIT_WINDOW_SECS', value: string(worker.dlqResubmitWindowSecs) }
   { name: 'SB_INBOX_RETENTION_SECS', value: string(worker.retentionSecs) }
+  { name: 'SB_INBOX_RETRY_MAX_RETRIES', value: string(worker.retryMaxRetries) }
+  { name: 'SB_INBOX_RETRY_BASE_DELAY_SECS', value: string(worker.retryBaseDelaySecs) }
+  { name: 'SB_INBOX_RETRY_MAX_DELAY_SECS', value: string(worker.retryMaxDelaySecs) }
+  { name: 'SB_INBOX_RETRY_JITTER_PERCENT', value: string(worker.retryJitterPercent) }
   { name: 'SB_INBOX_OUTBOX_DESTINATION', value: outboxEntityName }
   { name: 'AZURE_CLIENT_ID', value: workerClientId }
   { name: 'OTEL_SERVICE_NAME', value: 'sb-inbox' }

@@ -3,7 +3,8 @@
 //
 // Roles (built-in, by id):
 // - worker: Azure Service Bus Data Receiver on the consumed entity only (receive, renew lock,
-//   complete, abandon, dead-letter) and Data Sender on the outbox destination only.
+//   complete, abandon, dead-letter) and Data Sender on the outbox destination only; with delayed
+//   retries also Data Sender on the consumed queue (the scheduled copies go back to it).
 // - scaler: the KEDA azure-servicebus scaler reads the entity's runtime properties
 //   (ActiveMessageCount) through the Service Bus administration API (GetQueueRuntimeProperties /
 //   GetSubscriptionRuntimeProperties, an ATOM call on the namespace endpoint, not Azure Resource
@@ -78,6 +79,9 @@ param scalerPrincipalId string
 
 @description('Tags for every resource.')
 param tags object = {}
+
+@description('The worker schedules delayed-retry copies on the consumed queue, so it needs Data Sender there too.')
+param delayedRetries bool = false
 
 var roleDataReceiver = '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
 var roleDataSender = '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
@@ -176,6 +180,18 @@ resource receiverOnSubscription 'Microsoft.Authorization/roleAssignments@2022-04
     principalId: workerPrincipalId
     principalType: 'ServicePrincipal'
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roleDataReceiver)
+  }
+}
+
+// Worker with delayed retries: send the scheduled copies to the consumed queue (a subscription
+// cannot take them; the worker refuses delayed retries there).
+resource senderOnQueue 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (isQueue && delayedRetries) {
+  name: guid(namespace.id, entityName, workerPrincipalId, roleDataSender)
+  scope: queue
+  properties: {
+    principalId: workerPrincipalId
+    principalType: 'ServicePrincipal'
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roleDataSender)
   }
 }
 

@@ -32,6 +32,23 @@ pub struct OrderPlaced {
     pub lines: Vec<OrderLine>,
 }
 
+impl OrderPlaced {
+    /// The consumer's own rules beyond the JSON shape: an order id of 1 to 64 characters and
+    /// at least one line.
+    ///
+    /// # Errors
+    /// [`DecodeError`] naming the rule broken (never quoting values).
+    pub fn validate(&self) -> Result<(), DecodeError> {
+        if self.order_id.is_empty() || self.order_id.len() > 64 {
+            return Err(DecodeError::new("orderId must be 1 to 64 characters"));
+        }
+        if self.lines.is_empty() {
+            return Err(DecodeError::new("an order needs at least one line"));
+        }
+        Ok(())
+    }
+}
+
 /// One line of an order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -120,12 +137,7 @@ impl<T: InventoryTx> Handler<T> for OrderPlacedConsumer {
 
     fn decode(&self, _contract: &Contract, body: &[u8]) -> Result<OrderPlaced, DecodeError> {
         let order: OrderPlaced = serde_json::from_slice(body).map_err(|e| DecodeError::json(&e))?;
-        if order.order_id.is_empty() || order.order_id.len() > 64 {
-            return Err(DecodeError::new("orderId must be 1 to 64 characters"));
-        }
-        if order.lines.is_empty() {
-            return Err(DecodeError::new("an order needs at least one line"));
-        }
+        order.validate()?;
         Ok(order)
     }
 

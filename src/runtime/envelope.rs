@@ -1,6 +1,12 @@
 use std::fmt;
 
-use crate::ports::Message;
+use crate::ports::{Message, PropertyValue};
+
+/// The application property that carries a message's *logical* id when its broker message id
+/// differs from it: delayed-retry copies and resubmitted dead letters get fresh broker ids (so
+/// broker duplicate detection does not drop them) and keep the logical id here. The inbox keys on
+/// it when present, else on the broker message id.
+pub const LOGICAL_ID_PROPERTY: &str = "sb-inbox-logical-id";
 
 /// The longest message id accepted, in bytes: Service Bus's own limit, and the inbox column's.
 pub const MAX_MESSAGE_ID_LEN: usize = 128;
@@ -138,39 +144,67 @@ impl Rejection {
     }
 }
 
-/// A checked envelope: the message id and contract the inbox and handler rely on.
+/// A checked envelope: the logical message id (the inbox key) and the contract the handler
+/// relies on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Envelope {
     pub(crate) message_id: String,
     pub(crate) contract: Contract,
 }
 
-/// Checks the message id and the contract against the accepted contracts.
-pub(crate) fn check(message: &Message, accepted: &[Contract]) -> Result<Envelope, Rejection> {
-    let message_id = match message.message_id.as_deref() {
-        None | Some("") => {
-            return Err(Rejection::new(
-                DeadLetterReason::MissingMessageId,
-                "the message has no message id; the inbox cannot recognise its redeliveries",
-            ));
-        }
-        Some(id) if id.len() > MAX_MESSAGE_ID_LEN => {
+/// The logical message id: [`LOGICAL_ID_PROPERTY`] when present, else the broker message id;
+/// checked for presence, length and control characters.
+pub(crate) fn logical_id(message: &Message) -> Result<&str, Rejection> {
+    let (id, what) = match message.application_properties.get(LOGICAL_ID_PROPERTY) {
+        Some(PropertyValue::String(id)) => (Some(id.as_str()), "logical message id"),
+        Some(_) => {
             return Err(Rejection::new(
                 DeadLetterReason::InvalidMessageId,
-                format!(
-                    "message id is {} bytes long; the limit is {MAX_MESSAGE_ID_LEN}",
-                    id.len()
-                ),
+                format!("application property {LOGICAL_ID_PROPERTY} is not a string"),
             ));
         }
-        Some(id) if id.chars().any(char::is_control) => {
-            return Err(Rejection::new(
-                DeadLetterReason::InvalidMessageId,
-                "message id contains control characters",
-            ));
-        }
-        Some(id) => id.to_owned(),
+        None => (message.message_id.as_deref(), "message id"),
     };
+    match id {
+        None | Some("") => Err(Rejection::new(
+            DeadLetterReason::MissingMessageId,
+            format!("the message has no {what}; the inbox cannot recognise its redeliveries"),
+        )),
+        Some(id) if id.len() > MAX_MESSAGE_ID_LEN => Err(Rejection::new(
+            DeadLetterReason::InvalidMessageId,
+            format!(
+                "{what} is {} bytes long; the limit is {MAX_MESSAGE_ID_LEN}",
+                id.len()
+            ),
+        )),
+        Some(id) if id.chars().any(char::is_control) => Err(Rejection::new(
+            DeadLetterReason::InvalidMessageId,
+            format!("{what} contains control characters"),
+        )),
+        Some(id) => Ok(id),
+    }
+}
+
+/// A broker message id for a copy of a message with `logical_id` (a delayed retry, a
+/// resubmission): `{logical}/{suffix}`, or the logical id's SHA-256 (hex) in place of a logical
+/// id too long for the [`MAX_MESSAGE_ID_LEN`] limit. Deterministic, so the same copy sent twice
+/// has the same broker id.
+pub(crate) fn derived_message_id(logical_id: &str, suffix: &str) -> String {
+    if logical_id.len() + 1 + suffix.len() <= MAX_MESSAGE_ID_LEN {
+        return format!("{logical_id}/{suffix}");
+    }
+    let digest = ring::digest::digest(&ring::digest::SHA256, logical_id.as_bytes());
+    let hex: String = digest
+        .as_ref()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
+    format!("{hex}/{suffix}")
+}
+
+/// Checks the logical message id and the contract against the accepted contracts.
+pub(crate) fn check(message: &Message, accepted: &[Contract]) -> Result<Envelope, Rejection> {
+    let message_id = logical_id(message)?.to_owned();
     let subject = match message.subject.as_deref() {
         None | Some("") => {
             return Err(Rejection::new(
@@ -288,6 +322,44 @@ mod tests {
             let rejection = check(&message, &accepted()).unwrap_err();
             assert_eq!(rejection.reason, reason, "{message:?}");
             assert!(rejection.description.len() <= MAX_DESCRIPTION_LEN);
+        }
+    }
+
+    #[test]
+    fn the_logical_id_property_is_the_inbox_key() {
+        let mut copy = message(Some("m-1/retry-1"), Some("orders.order-placed.v1"));
+        copy.application_properties
+            .insert(LOGICAL_ID_PROPERTY.into(), "m-1".into());
+        assert_eq!(check(&copy, &accepted()).unwrap().message_id, "m-1");
+        copy.message_id = None;
+        assert_eq!(check(&copy, &accepted()).unwrap().message_id, "m-1");
+
+        let cases = [
+            (
+                PropertyValue::String(String::new()),
+                DeadLetterReason::MissingMessageId,
+            ),
+            (
+                PropertyValue::String("x".repeat(129)),
+                DeadLetterReason::InvalidMessageId,
+            ),
+            (
+                PropertyValue::String("a\tb".into()),
+                DeadLetterReason::InvalidMessageId,
+            ),
+            (PropertyValue::Long(7), DeadLetterReason::InvalidMessageId),
+        ];
+        for (value, reason) in cases {
+            let mut bad = message(Some("m-1"), Some("orders.order-placed.v1"));
+            bad.application_properties
+                .insert(LOGICAL_ID_PROPERTY.into(), value.clone());
+            let rejection = check(&bad, &accepted()).unwrap_err();
+            assert_eq!(rejection.reason, reason, "{value:?}");
+            assert!(
+                rejection.description.contains("logical message id")
+                    || matches!(value, PropertyValue::Long(_)),
+                "{rejection}"
+            );
         }
     }
 

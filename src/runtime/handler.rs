@@ -80,7 +80,8 @@ pub struct Context<'a, P> {
     pub payload: P,
     /// The message as received.
     pub message: &'a Message,
-    /// The checked message id (the inbox key).
+    /// The checked logical message id (the inbox key): the `sb-inbox-logical-id` property of a
+    /// delayed-retry copy or a resubmitted dead letter, else the broker message id.
     pub message_id: &'a str,
     /// The consumer this runtime runs as.
     pub consumer: &'a ConsumerName,

@@ -6,6 +6,8 @@
 //! - `process` runs the algorithm for one delivery and returns a [`Report`].
 //! - [`LockKeeper`] renews each lock in parallel with its handler and fences the commit.
 //! - [`Handler`] is what a user implements; [`Outcome`] is what happened.
+//! - [`DelayedRetry`] with a [`RetryPolicy`]: transient failures scheduled for later instead of
+//!   abandoned, keeping the logical message id ([`LOGICAL_ID_PROPERTY`]).
 //!
 //! The runtime sees only [`crate::ports`]: no SQL dialect, no AMQP frame.
 
@@ -17,6 +19,7 @@ mod handler;
 mod lock_keeper;
 mod outcome;
 mod process;
+mod retry;
 mod stats;
 
 use std::sync::Arc;
@@ -30,13 +33,18 @@ pub use backoff::Backoff;
 pub use clock::Clock;
 pub use consumer::{ConsumerName, ConsumerNameError, MAX_CONSUMER_NAME_LEN};
 pub use envelope::{
-    Contract, ContractParseError, DeadLetterReason, MAX_DESCRIPTION_LEN, MAX_MESSAGE_ID_LEN,
-    Rejection,
+    Contract, ContractParseError, DeadLetterReason, LOGICAL_ID_PROPERTY, MAX_DESCRIPTION_LEN,
+    MAX_MESSAGE_ID_LEN, Rejection,
 };
+pub(crate) use envelope::{derived_message_id, logical_id};
 pub use handler::{Context, DecodeError, Handled, Handler, HandlerError};
 pub use lock_keeper::{KeptLock, LockKeeper};
 pub use outcome::{Outcome, Settlement};
 pub use process::{LAST_ERROR_PROPERTY, Report};
+pub use retry::{
+    DEFAULT_JITTER, DelayedRetry, InvalidRetryPolicy, JitterSource, RETRY_ATTEMPT_PROPERTY,
+    RetryPolicy, ScheduledRetry,
+};
 pub use stats::{Stats, StatsSnapshot};
 
 use crate::ports::{ReceiveError, Receiver, Store};
@@ -55,10 +63,14 @@ pub struct RuntimeConfig {
     /// On shutdown, how long in-flight deliveries may run before they are rolled back and
     /// abandoned.
     pub shutdown_grace: Duration,
+    /// Transient failures: `None` abandons them (the broker redelivers at once, and its max
+    /// delivery count bounds the attempts); `Some` schedules a copy for later and completes the
+    /// original, then dead-letters with `RetriesExhausted` after the policy's retries.
+    pub delayed_retry: Option<DelayedRetry>,
 }
 
 impl RuntimeConfig {
-    /// Defaults: concurrency 8, prefetch 0, margin 10 s, grace 30 s.
+    /// Defaults: concurrency 8, prefetch 0, margin 10 s, grace 30 s, no delayed retries.
     pub fn new(consumer: ConsumerName) -> Self {
         RuntimeConfig {
             consumer,
@@ -66,6 +78,7 @@ impl RuntimeConfig {
             prefetch: 0,
             lock_margin: Duration::from_secs(10),
             shutdown_grace: Duration::from_secs(30),
+            delayed_retry: None,
         }
     }
 }
@@ -150,6 +163,11 @@ where
     /// The store.
     pub fn store(&self) -> &S {
         &self.inner.store
+    }
+
+    /// The handler.
+    pub fn handler(&self) -> &H {
+        &self.inner.handler
     }
 
     /// Handles one delivery now, outside the receive loop, and records it in [`Runtime::stats`].
@@ -252,6 +270,8 @@ where
             handler: &self.handler,
             consumer: &self.config.consumer,
             keeper: LockKeeper::new(self.config.lock_margin, self.clock),
+            retry: self.config.delayed_retry.as_ref(),
+            clock: self.clock,
         }
     }
 }

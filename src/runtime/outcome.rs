@@ -13,7 +13,8 @@ pub enum Outcome {
     Duplicate(DuplicateScope),
     /// The aggregate already holds a newer version: the inbox row is committed, complete.
     Stale,
-    /// A failure that may pass: roll back, abandon.
+    /// A failure that may pass: roll back, abandon, or with
+    /// [`crate::RuntimeConfig::delayed_retry`] schedule a copy for later and complete.
     Transient,
     /// A failure that cannot pass: roll back, dead-letter with this reason.
     Permanent(DeadLetterReason),
@@ -26,7 +27,7 @@ pub enum Outcome {
 pub enum Settlement {
     /// Remove the message.
     Complete,
-    /// Make it available again.
+    /// Make it available again (or, under delayed retries, schedule a copy and complete).
     Abandon,
     /// Move it to the dead-letter subqueue.
     DeadLetter,

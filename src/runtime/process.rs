@@ -4,9 +4,10 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::lock_keeper::KeptLock;
+use super::retry::{self, DelayedRetry, ScheduledRetry};
 use super::{
-    Context, DeadLetterReason, Handled, Handler, HandlerError, LockKeeper, Outcome, Rejection,
-    Settlement, envelope,
+    Clock, Context, DeadLetterReason, Handled, Handler, HandlerError, LockKeeper, Outcome,
+    Rejection, Settlement, envelope,
 };
 use crate::ports::{Delivery, ErrorKind, PropertyValue, SettleError, Store, StoreError, Tx};
 use crate::runtime::ConsumerName;
@@ -24,6 +25,10 @@ pub struct Report {
     pub settled: Option<Result<(), SettleError>>,
     /// Lock renewals while the delivery was handled.
     pub renewals: u32,
+    /// The delayed retry scheduled for a transient failure (the broker accepted the copy and
+    /// `settled` is the original's completion); `None` otherwise, also when scheduling failed
+    /// and the original was abandoned instead.
+    pub retry: Option<ScheduledRetry>,
 }
 
 pub(crate) struct Step<'a, S, H> {
@@ -31,18 +36,23 @@ pub(crate) struct Step<'a, S, H> {
     pub(crate) handler: &'a H,
     pub(crate) consumer: &'a ConsumerName,
     pub(crate) keeper: LockKeeper,
+    pub(crate) retry: Option<&'a DelayedRetry>,
+    pub(crate) clock: Clock,
 }
 
 /// Why an outcome came about, for the abandon properties.
 enum Note {
     None,
     Why(String),
+    /// Shutdown past its grace: not the message's fault, so never a delayed retry.
+    Shutdown,
 }
 
 /// Why a transaction ended without a commit.
 enum Abort {
     Failed(Outcome, String),
     Rejected(Rejection),
+    Shutdown,
 }
 
 impl From<StoreError> for Abort {
@@ -115,15 +125,29 @@ where
             // Biased: a lost lock or a shutdown must win over a handler that is ready to commit.
             biased;
             () = lock.lost().cancelled() => Err(Abort::Failed(Outcome::LockLost, "lock lost".to_owned())),
-            () = cancel.cancelled() => Err(Abort::Failed(Outcome::Transient, "shutdown".to_owned())),
+            () = cancel.cancelled() => Err(Abort::Shutdown),
             result = self.transact(&ctx, &lock) => result,
         };
         let renewals = lock.renewals();
+        let logical_id = envelope.message_id.as_str();
         let report = match result {
-            Ok(outcome) => self.settle(&*delivery, outcome, Note::None, renewals).await,
-            Err(Abort::Failed(outcome, why)) => {
-                self.settle(&*delivery, outcome, Note::Why(why), renewals)
+            Ok(outcome) => {
+                self.settle(&*delivery, logical_id, outcome, Note::None, renewals)
                     .await
+            }
+            Err(Abort::Failed(outcome, why)) => {
+                self.settle(&*delivery, logical_id, outcome, Note::Why(why), renewals)
+                    .await
+            }
+            Err(Abort::Shutdown) => {
+                self.settle(
+                    &*delivery,
+                    logical_id,
+                    Outcome::Transient,
+                    Note::Shutdown,
+                    renewals,
+                )
+                .await
             }
             Err(Abort::Rejected(rejection)) => {
                 self.dead_letter(&*delivery, rejection, renewals).await
@@ -175,19 +199,23 @@ where
     async fn settle<D: Delivery>(
         &self,
         delivery: &D,
+        logical_id: &str,
         outcome: Outcome,
         note: Note,
         renewals: u32,
     ) -> Report {
         let settled = match outcome.settlement() {
             Settlement::Complete => Some(delivery.complete().await),
-            Settlement::Abandon => {
-                let mut properties = BTreeMap::new();
-                if let Note::Why(why) = note {
-                    properties.insert(LAST_ERROR_PROPERTY.to_owned(), PropertyValue::String(why));
+            Settlement::Abandon => match (self.retry, note) {
+                (Some(retry), Note::Why(why)) => {
+                    return self
+                        .retry_later(delivery, retry, logical_id, why, renewals)
+                        .await;
                 }
-                Some(delivery.abandon(properties).await)
-            }
+                (_, Note::Why(why)) => Some(delivery.abandon(last_error(why)).await),
+                (_, Note::Shutdown) => Some(delivery.abandon(last_error("shutdown".into())).await),
+                (_, Note::None) => Some(delivery.abandon(BTreeMap::new()).await),
+            },
             Settlement::None => None,
             Settlement::DeadLetter => {
                 let reason = match outcome {
@@ -196,7 +224,7 @@ where
                 };
                 let description = match note {
                     Note::Why(why) => why,
-                    Note::None => String::new(),
+                    Note::None | Note::Shutdown => String::new(),
                 };
                 Some(delivery.dead_letter(reason.as_str(), &description).await)
             }
@@ -208,6 +236,73 @@ where
             outcome,
             settled,
             renewals,
+            retry: None,
+        }
+    }
+
+    /// A transient failure under delayed retries: dead-letter once the retries are spent; else
+    /// send the next copy, scheduled, and only once the broker accepted it complete the original.
+    /// A failed send abandons instead, so nothing is lost; a failed completion leaves both, and
+    /// the inbox (keyed on the logical id) lets only one of them take effect.
+    async fn retry_later<D: Delivery>(
+        &self,
+        delivery: &D,
+        retry: &DelayedRetry,
+        logical_id: &str,
+        why: String,
+        renewals: u32,
+    ) -> Report {
+        let message = delivery.message();
+        let done = retry::attempts_so_far(message);
+        let policy = retry.policy();
+        if done >= policy.max_retries() {
+            let rejection = Rejection::new(
+                DeadLetterReason::RetriesExhausted,
+                format!(
+                    "delayed retries exhausted ({done} of {}, {} attempts in all); last error: {why}",
+                    policy.max_retries(),
+                    done + 1
+                ),
+            );
+            return self.dead_letter(delivery, rejection, renewals).await;
+        }
+        let attempt = done + 1;
+        let delay = policy.delay(attempt);
+        let at = self.clock.now() + delay;
+        let copy = retry::copy(message, logical_id, attempt, &why);
+        match retry.send(copy, at).await {
+            Ok(()) => {
+                tracing::info!(
+                    logical_id,
+                    attempt,
+                    ?delay,
+                    destination = retry.destination(),
+                    "Delayed retry scheduled."
+                );
+                let settled = delivery.complete().await;
+                if let Err(error) = &settled {
+                    tracing::warn!(logical_id, %error, "Completing the original after scheduling its retry failed; the inbox lets only one of them take effect.");
+                }
+                Report {
+                    outcome: Outcome::Transient,
+                    settled: Some(settled),
+                    renewals,
+                    retry: Some(ScheduledRetry { attempt, delay, at }),
+                }
+            }
+            Err(error) => {
+                tracing::warn!(logical_id, %error, "Scheduling a delayed retry failed; abandoning instead.");
+                let settled = delivery.abandon(last_error(why)).await;
+                if let Err(error) = &settled {
+                    tracing::warn!(%error, "Abandon failed; the broker will redeliver.");
+                }
+                Report {
+                    outcome: Outcome::Transient,
+                    settled: Some(settled),
+                    renewals,
+                    retry: None,
+                }
+            }
         }
     }
 
@@ -228,6 +323,11 @@ where
             outcome: Outcome::Permanent(rejection.reason),
             settled: Some(settled),
             renewals,
+            retry: None,
         }
     }
+}
+
+fn last_error(why: String) -> BTreeMap<String, PropertyValue> {
+    BTreeMap::from([(LAST_ERROR_PROPERTY.to_owned(), PropertyValue::String(why))])
 }

@@ -13,6 +13,7 @@ pub struct Stats {
     lock_lost: AtomicU64,
     settle_failed: AtomicU64,
     renewals: AtomicU64,
+    retried: AtomicU64,
 }
 
 /// A snapshot of [`Stats`].
@@ -35,6 +36,9 @@ pub struct StatsSnapshot {
     pub settle_failed: u64,
     /// Lock renewals.
     pub renewals: u64,
+    /// Transient failures turned into delayed retries (the copy accepted by the broker); a
+    /// subset of `transient`.
+    pub retried: u64,
 }
 
 impl StatsSnapshot {
@@ -60,6 +64,7 @@ impl std::ops::AddAssign for StatsSnapshot {
         self.lock_lost += other.lock_lost;
         self.settle_failed += other.settle_failed;
         self.renewals += other.renewals;
+        self.retried += other.retried;
     }
 }
 
@@ -79,6 +84,9 @@ impl Stats {
         }
         self.renewals
             .fetch_add(u64::from(report.renewals), Ordering::Relaxed);
+        if report.retry.is_some() {
+            self.retried.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The counters now.
@@ -92,6 +100,7 @@ impl Stats {
             lock_lost: self.lock_lost.load(Ordering::Relaxed),
             settle_failed: self.settle_failed.load(Ordering::Relaxed),
             renewals: self.renewals.load(Ordering::Relaxed),
+            retried: self.retried.load(Ordering::Relaxed),
         }
     }
 }

@@ -107,6 +107,50 @@ impl ServiceBusClient {
         super::ServiceBusPublisher::new(self.clone())
     }
 
+    /// Peeks up to `max` messages of `entity` (a queue, `TOPIC/Subscriptions/SUB`, or either's
+    /// `/$DeadLetterQueue`) from `from_sequence_number` on, in sequence order, without locking
+    /// them: what an operator looks at before acting on a dead-letter queue.
+    ///
+    /// # Errors
+    /// [`ServiceBusError`]: `NotFound` for an unknown entity, connection and authorization
+    /// failures.
+    pub async fn peek(
+        &self,
+        entity: &str,
+        from_sequence_number: i64,
+        max: u32,
+    ) -> Result<Vec<super::PeekedMessage>, ServiceBusError> {
+        /// Messages asked for per request: Service Bus answers at most this many anyway.
+        const PAGE: usize = 100;
+        let max = usize::try_from(max).unwrap_or(usize::MAX);
+        let link = self.link().await?;
+        let node = format!("{entity}/$management");
+        // As for a receiver: the entity's token, then the node's.
+        self.authorize(&link, entity).await?;
+        self.authorize(&link, &node).await?;
+        let management = RequestResponse::attach(&link.session, &node)
+            .await
+            .map_err(|e| ServiceBusError::from_amqp(&e))?;
+        let mut out: Vec<super::PeekedMessage> = Vec::new();
+        let mut from = from_sequence_number;
+        while out.len() < max {
+            let count = i32::try_from((max - out.len()).min(PAGE)).unwrap_or(1);
+            let page = tokio::time::timeout(
+                Duration::from_secs(30),
+                super::management::peek(&management, from, count),
+            )
+            .await
+            .map_err(|_| {
+                ServiceBusError::Connection("$management did not answer peek in time".into())
+            })??;
+            let Some(last) = page.last() else { break };
+            from = last.sequence_number + 1;
+            out.extend(page);
+        }
+        out.truncate(max);
+        Ok(out)
+    }
+
     /// The token audience of an entity or node.
     pub(crate) fn audience(&self, entity: &str) -> String {
         format!(

@@ -1,4 +1,4 @@
-//! The `<entity>/$management` node: lock renewal.
+//! The `<entity>/$management` node: lock renewal and peek.
 
 use std::time::SystemTime;
 
@@ -8,11 +8,107 @@ use sb_amqp::codec::primitives::{Array, OrderedMap};
 use sb_amqp::types::messaging::{AmqpValue, ApplicationProperties, Body, Message};
 use sb_amqp::types::primitives::SimpleValue;
 
-use super::amqp_message::timestamp_to_system;
+use super::amqp_message::{Received, from_amqp, timestamp_to_system};
 use super::cbs::{int_property, text_property};
+use super::{PeekedMessage, ServiceBusError};
 use crate::SettleError;
 
 const SERVER_TIMEOUT_MS: u32 = 30_000;
+
+/// The application properties of a `$management` request.
+fn request_properties(operation: &str) -> ApplicationProperties {
+    ApplicationProperties::builder()
+        .insert("operation", SimpleValue::String(operation.into()))
+        .insert(
+            "com.microsoft:server-timeout",
+            SimpleValue::Uint(SERVER_TIMEOUT_MS),
+        )
+        .build()
+}
+
+/// `com.microsoft:peek-message`: up to `count` messages from `from_sequence_number` on, without
+/// locking them. An empty list when there are none (status 204).
+pub(crate) async fn peek(
+    management: &RequestResponse,
+    from_sequence_number: i64,
+    count: i32,
+) -> Result<Vec<PeekedMessage>, ServiceBusError> {
+    let mut body = OrderedMap::new();
+    body.insert(
+        Value::String("from-sequence-number".into()),
+        Value::Long(from_sequence_number),
+    );
+    body.insert(Value::String("message-count".into()), Value::Int(count));
+    let request = Message::builder()
+        .application_properties(request_properties("com.microsoft:peek-message"))
+        .body(AmqpValue(Value::Map(body)))
+        .build();
+    let reply = management
+        .request(request)
+        .await
+        .map_err(|e| ServiceBusError::from_amqp(&e))?;
+    let status = int_property(&reply, &["statusCode", "status-code"]).unwrap_or(0);
+    if status == 204 {
+        return Ok(Vec::new());
+    }
+    if status != 200 {
+        let description =
+            text_property(&reply, &["statusDescription", "status-description"]).unwrap_or_default();
+        return Err(match status {
+            404 => ServiceBusError::NotFound(description),
+            401 => ServiceBusError::Unauthorized {
+                status,
+                description,
+            },
+            _ => ServiceBusError::Broker {
+                condition: text_property(&reply, &["errorCondition", "error-condition"])
+                    .unwrap_or_else(|| status.to_string()),
+                description,
+            },
+        });
+    }
+    let malformed = |what: &str| ServiceBusError::Broker {
+        condition: "peek-message".into(),
+        description: format!("malformed reply: {what}"),
+    };
+    let Body::Value(AmqpValue(Value::Map(map))) = &reply.body else {
+        return Err(malformed("no map body"));
+    };
+    let messages = map
+        .iter()
+        .find_map(|(key, value)| match (key, value) {
+            (Value::String(k), Value::List(list)) if k == "messages" => Some(list.clone()),
+            (Value::String(k), Value::Array(Array(list))) if k == "messages" => Some(list.clone()),
+            _ => None,
+        })
+        .ok_or_else(|| malformed("no messages"))?;
+    let mut out = Vec::with_capacity(messages.len());
+    for entry in messages {
+        let Value::Map(entry) = entry else {
+            return Err(malformed("an entry is not a map"));
+        };
+        let encoded = entry
+            .iter()
+            .find_map(|(key, value)| match (key, value) {
+                (Value::String(k), Value::Binary(b)) if k == "message" => Some(b.clone()),
+                _ => None,
+            })
+            .ok_or_else(|| malformed("an entry has no message"))?;
+        let message = sb_amqp::decode_message(&encoded).map_err(|e| malformed(&e.to_string()))?;
+        let Received {
+            message,
+            delivery_count,
+            sequence_number,
+            ..
+        } = from_amqp(&message, &[]);
+        out.push(PeekedMessage {
+            message,
+            delivery_count,
+            sequence_number: sequence_number.ok_or_else(|| malformed("no sequence number"))?,
+        });
+    }
+    Ok(out)
+}
 
 /// Renews one lock; returns the new expiry.
 pub(crate) async fn renew_lock(

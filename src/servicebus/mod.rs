@@ -10,6 +10,8 @@
 //!   ports: peek-lock, renew-lock on `$management`, settlement that awaits the broker's outcome.
 //! - [`ServiceBusSender`]: sends that await `accepted`, with typed rejections and scheduled
 //!   enqueue times; [`ServiceBusPublisher`]: the runtime's `Sender` port, any destination.
+//! - [`ServiceBusClient::peek`] / [`PeekedMessage`]: `$management` peek-message, e.g. of a
+//!   dead-letter queue.
 
 mod amqp_message;
 mod auth;
@@ -18,6 +20,7 @@ mod client;
 mod connection_string;
 mod error;
 mod management;
+mod peek;
 mod receiver;
 mod sas;
 mod sender;
@@ -29,6 +32,7 @@ pub use auth::{
 pub use client::ServiceBusClient;
 pub use connection_string::{ConnectionString, ConnectionStringError, Credential};
 pub use error::ServiceBusError;
+pub use peek::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, PeekedMessage};
 pub use receiver::{ServiceBusDelivery, ServiceBusReceiver};
 pub use sas::{SasToken, sign_sas};
 pub use sender::{SendError, SendErrorKind, SendOptions, ServiceBusPublisher, ServiceBusSender};

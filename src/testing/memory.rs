@@ -5,7 +5,10 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-use crate::{Clock, Delivery, Message, PropertyValue, ReceiveError, Receiver, SettleError};
+use crate::{
+    Clock, Delivery, Message, PropertyValue, ReceiveError, Receiver, SendFailure, Sender,
+    SettleError,
+};
 
 /// How renewals fail, when told to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -32,6 +35,20 @@ pub struct DeadLettered {
     pub delivery_count: u32,
 }
 
+/// A message sent through the broker's [`Sender`] port (delayed-retry copies, relayed outbox
+/// messages).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SentMessage {
+    /// The destination the sender named.
+    pub destination: String,
+    /// The message.
+    pub message: Message,
+    /// When it was to become available (`None`: at once).
+    pub scheduled_enqueue_time: Option<SystemTime>,
+    /// When it was sent, on the broker's clock.
+    pub sent_at: SystemTime,
+}
+
 /// What the broker has seen.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -56,6 +73,8 @@ pub struct BrokerCounts {
     pub ready: u64,
     /// Messages locked now.
     pub locked: u64,
+    /// Messages waiting for their scheduled enqueue time now.
+    pub scheduled: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -74,11 +93,24 @@ struct Locked {
 struct State {
     ready: VecDeque<Stored>,
     locked: HashMap<Uuid, Locked>,
+    /// In the order they were sent; released to `ready` once due.
+    scheduled: Vec<(SystemTime, Stored)>,
     dead: Vec<DeadLettered>,
+    sent: Vec<SentMessage>,
     counts: BrokerCounts,
     fail_settlements: u32,
+    fail_sends: u32,
     renew_fault: RenewFault,
     closed: bool,
+}
+
+impl State {
+    /// When something next changes by itself: a lock runs out or a scheduled message is due.
+    fn next_wake(&self) -> Option<SystemTime> {
+        let expiry = self.locked.values().map(|l| l.until);
+        let due = self.scheduled.iter().map(|(at, _)| *at);
+        expiry.chain(due).min()
+    }
 }
 
 #[derive(Debug)]
@@ -91,6 +123,10 @@ struct Shared {
 }
 
 /// An in-memory peek-lock queue with fault injection.
+///
+/// It is also a [`Sender`]: whatever the destination, a sent message lands in this queue, at
+/// once or at its scheduled enqueue time on the broker's clock, and is recorded for
+/// [`MemoryBroker::sent`].
 ///
 /// # Examples
 /// ```
@@ -164,6 +200,17 @@ impl MemoryBroker {
         self.shared.update(|state| self.shared.take(state))
     }
 
+    /// Makes the next `count` sends through the [`Sender`] port fail transiently (nothing is
+    /// enqueued).
+    pub fn fail_next_sends(&self, count: u32) {
+        self.shared.update(|state| state.fail_sends = count);
+    }
+
+    /// Messages sent through the [`Sender`] port, in order.
+    pub fn sent(&self) -> Vec<SentMessage> {
+        self.shared.lock().sent.clone()
+    }
+
     /// Makes the next `count` settlements fail transiently without reaching the queue: the
     /// message stays locked until its lock runs out, as when a process dies after its commit.
     pub fn fail_next_settlements(&self, count: u32) {
@@ -198,6 +245,7 @@ impl MemoryBroker {
         let mut counts = state.counts;
         counts.ready = state.ready.len() as u64;
         counts.locked = state.locked.len() as u64;
+        counts.scheduled = state.scheduled.len() as u64;
         counts
     }
 
@@ -206,17 +254,17 @@ impl MemoryBroker {
         self.shared.lock().dead.clone()
     }
 
-    /// Waits until every message is settled or dead-lettered (none ready, none locked).
+    /// Waits until every message is settled or dead-lettered (none ready, locked or scheduled).
     pub async fn wait_idle(&self) {
         loop {
             let changed = self.shared.changed.notified();
             let next_expiry = {
                 let mut state = self.shared.lock();
                 self.shared.expire(&mut state);
-                if state.ready.is_empty() && state.locked.is_empty() {
+                if state.ready.is_empty() && state.locked.is_empty() && state.scheduled.is_empty() {
                     return;
                 }
-                state.locked.values().map(|l| l.until).min()
+                state.next_wake()
             };
             match next_expiry {
                 Some(until) => {
@@ -249,9 +297,17 @@ impl Shared {
         result
     }
 
-    /// Returns locks that ran out to the queue, counting the delivery.
+    /// Returns locks that ran out to the queue, counting the delivery, and releases scheduled
+    /// messages that are due.
     fn expire(&self, state: &mut State) {
         let now = self.clock.now();
+        let (due, waiting) = std::mem::take(&mut state.scheduled)
+            .into_iter()
+            .partition::<Vec<_>, _>(|(at, _)| *at <= now);
+        state.scheduled = waiting;
+        state
+            .ready
+            .extend(due.into_iter().map(|(_, stored)| stored));
         let expired: Vec<Uuid> = state
             .locked
             .iter()
@@ -360,7 +416,7 @@ impl Receiver for MemoryReceiver {
                 if state.closed {
                     return Ok(None);
                 }
-                state.locked.values().map(|l| l.until).min()
+                state.next_wake()
             };
             match next_expiry {
                 Some(until) => {
@@ -372,6 +428,39 @@ impl Receiver for MemoryReceiver {
                 None => changed.await,
             }
         }
+    }
+}
+
+impl Sender for MemoryBroker {
+    async fn send(
+        &self,
+        destination: &str,
+        message: Message,
+        scheduled_enqueue_time: Option<SystemTime>,
+    ) -> Result<(), SendFailure> {
+        let sent_at = self.shared.clock.now();
+        self.shared.update(|state| {
+            if state.fail_sends > 0 {
+                state.fail_sends -= 1;
+                return Err(SendFailure::Transient("injected send failure".to_owned()));
+            }
+            state.counts.sent += 1;
+            state.sent.push(SentMessage {
+                destination: destination.to_owned(),
+                message: message.clone(),
+                scheduled_enqueue_time,
+                sent_at,
+            });
+            let stored = Stored {
+                message,
+                delivery_count: 0,
+            };
+            match scheduled_enqueue_time {
+                Some(at) if at > sent_at => state.scheduled.push((at, stored)),
+                _ => state.ready.push_back(stored),
+            }
+            Ok(())
+        })
     }
 }
 

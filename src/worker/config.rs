@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::ReplayHorizon;
-use crate::runtime::{ConsumerName, RuntimeConfig};
+use crate::runtime::{ConsumerName, JitterSource, RetryPolicy, RuntimeConfig};
 use crate::servicebus::ConnectionString;
 use crate::store::StoreUrl;
 
@@ -55,6 +55,26 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "SB_INBOX_SHUTDOWN_GRACE_SECS",
         "runtime.shutdown_grace_secs",
         "drain time on SIGTERM (default 30)",
+    ),
+    (
+        "SB_INBOX_RETRY_MAX_RETRIES",
+        "retry.max_retries",
+        "delayed retries before RetriesExhausted (default 0: off, abandon)",
+    ),
+    (
+        "SB_INBOX_RETRY_BASE_DELAY_SECS",
+        "retry.base_delay_secs",
+        "first delayed retry waits this long (default 10)",
+    ),
+    (
+        "SB_INBOX_RETRY_MAX_DELAY_SECS",
+        "retry.max_delay_secs",
+        "longest delayed-retry wait (default 600)",
+    ),
+    (
+        "SB_INBOX_RETRY_JITTER_PERCENT",
+        "retry.jitter_percent",
+        "shorten each delay by up to this % (default 20)",
     ),
     (
         "SB_INBOX_HEALTH_PORT",
@@ -161,6 +181,9 @@ pub struct WorkerConfig {
     pub health_port: Option<u16>,
     /// Where the outbox relay publishes.
     pub outbox_destination: Option<String>,
+    /// Delayed retries for transient failures (copies go to [`WorkerConfig::entity`], which must
+    /// be a queue); `None` abandons them.
+    pub retry: Option<RetryPolicy>,
     /// Retention, when inbox rows are to be deleted.
     pub retention: Option<Retention>,
 }
@@ -179,7 +202,18 @@ struct File {
     #[serde(default)]
     outbox: Outbox,
     #[serde(default)]
+    retry: RetryFile,
+    #[serde(default)]
     retention: RetentionFile,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetryFile {
+    max_retries: Option<u64>,
+    base_delay_secs: Option<u64>,
+    max_delay_secs: Option<u64>,
+    jitter_percent: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -392,6 +426,7 @@ impl WorkerConfig {
             .number("health.port", file.health.port, 0, 65_535)
             .and_then(|p| u16::try_from(p).ok());
         let outbox_destination = r.text("outbox.destination", file.outbox.destination);
+        let retry = retry_policy(&mut r, &file.retry, entity.as_deref());
 
         let lock_duration = r.number(
             "retention.lock_duration_secs",
@@ -452,6 +487,9 @@ impl WorkerConfig {
                             message_ttl: Duration::from_secs(ttl),
                             lock_duration: Duration::from_secs(lock),
                             max_delivery_count: u32::try_from(max).unwrap_or(u32::MAX),
+                            retry_span: retry.as_ref().map_or(Duration::ZERO, |policy| {
+                                policy.max_delay().saturating_mul(policy.max_retries())
+                            }),
                             dlq_resubmit_window: Duration::from_secs(dlq_window.unwrap_or(0)),
                         };
                         let retention = Duration::from_secs(retention);
@@ -479,10 +517,56 @@ impl WorkerConfig {
                     entity,
                     health_port,
                     outbox_destination,
+                    retry,
                     retention,
                 })
             }
             _ => Err(ConfigErrors(r.errors)),
+        }
+    }
+}
+
+/// The delayed-retry policy, or `None` when `retry.max_retries` is 0 (the default: abandon).
+fn retry_policy(r: &mut Reader<'_>, file: &RetryFile, entity: Option<&str>) -> Option<RetryPolicy> {
+    const DAY: u64 = 86_400;
+    let max_retries = r
+        .number("retry.max_retries", file.max_retries, 0, 100)
+        .unwrap_or(0);
+    let base = r.number("retry.base_delay_secs", file.base_delay_secs, 1, 7 * DAY);
+    let max = r.number("retry.max_delay_secs", file.max_delay_secs, 1, 7 * DAY);
+    let jitter = r.number("retry.jitter_percent", file.jitter_percent, 0, 100);
+    if max_retries == 0 {
+        return None;
+    }
+    if let Some(entity) = entity
+        && entity.to_ascii_lowercase().contains("/subscriptions/")
+    {
+        r.fail(
+            "retry.max_retries",
+            "delayed retries need a queue: a copy sent to the topic would reach every \
+             subscription. Forward the subscription to a queue (ForwardTo) and consume the queue, \
+             or set 0 (abandon)",
+        );
+        return None;
+    }
+    let (base, max) = (base.unwrap_or(10), max.unwrap_or(600));
+    let policy = RetryPolicy::new(
+        u32::try_from(max_retries).unwrap_or(u32::MAX),
+        Duration::from_secs(base),
+        Duration::from_secs(max),
+    )
+    .and_then(|policy| {
+        let fraction = f64::from(u32::try_from(jitter.unwrap_or(20)).unwrap_or(100)) / 100.0;
+        policy.with_jitter(fraction, JitterSource::random())
+    });
+    match policy {
+        Ok(policy) => Some(policy),
+        Err(_) => {
+            r.fail(
+                "retry.max_delay_secs",
+                format!("{max} s must not be shorter than retry.base_delay_secs {base} s"),
+            );
+            None
         }
     }
 }
@@ -630,6 +714,79 @@ concurrency = 4
             config.retention.unwrap().retention,
             Duration::from_secs(172_800)
         );
+    }
+
+    #[test]
+    fn delayed_retries_are_off_by_default_and_validated() {
+        assert!(load(GOOD, &[]).unwrap().retry.is_none());
+        let config = load(
+            &format!("{GOOD}[retry]\nmax_retries = 4\nbase_delay_secs = 5\n"),
+            &[("SB_INBOX_RETRY_JITTER_PERCENT", "0")],
+        )
+        .unwrap();
+        let policy = config.retry.unwrap();
+        assert_eq!(
+            (
+                policy.max_retries(),
+                policy.base_delay(),
+                policy.max_delay()
+            ),
+            (4, Duration::from_secs(5), Duration::from_secs(600))
+        );
+        assert_eq!(policy.delay(3), Duration::from_secs(20));
+
+        let errors = load(
+            GOOD,
+            &[
+                ("SB_INBOX_RETRY_MAX_RETRIES", "3"),
+                ("SB_INBOX_RETRY_BASE_DELAY_SECS", "60"),
+                ("SB_INBOX_RETRY_MAX_DELAY_SECS", "30"),
+                ("SB_INBOX_RETRY_JITTER_PERCENT", "101"),
+            ],
+        )
+        .unwrap_err();
+        let fields: Vec<&str> = errors.0.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "retry.jitter_percent (SB_INBOX_RETRY_JITTER_PERCENT)",
+                "retry.max_delay_secs (SB_INBOX_RETRY_MAX_DELAY_SECS)",
+            ],
+            "{errors}"
+        );
+
+        let errors = load(
+            GOOD,
+            &[
+                ("SB_INBOX_RETRY_MAX_RETRIES", "3"),
+                ("SB_INBOX_ENTITY", "orders/Subscriptions/inventory"),
+            ],
+        )
+        .unwrap_err();
+        assert!(errors.to_string().contains("ForwardTo"), "{errors}");
+        let off = load(
+            GOOD,
+            &[("SB_INBOX_ENTITY", "orders/Subscriptions/inventory")],
+        )
+        .unwrap();
+        assert!(off.retry.is_none());
+    }
+
+    #[test]
+    fn delayed_retries_lengthen_the_replay_horizon() {
+        let retention = format!(
+            "{GOOD}[retention]\nretention_secs = 87000\nmessage_ttl_secs = 86400\nlock_duration_secs = 60\nmax_delivery_count = 10\n"
+        );
+        assert!(load(&retention, &[]).is_ok());
+        let errors = load(
+            &retention,
+            &[
+                ("SB_INBOX_RETRY_MAX_RETRIES", "5"),
+                ("SB_INBOX_RETRY_MAX_DELAY_SECS", "600"),
+            ],
+        )
+        .unwrap_err();
+        assert!(errors.to_string().contains("at least 89400"), "{errors}");
     }
 
     #[test]

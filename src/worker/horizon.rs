@@ -3,7 +3,8 @@ use std::time::Duration;
 /// How long after its first processing a message can be delivered again.
 ///
 /// A message lives on the entity at most its time-to-live; while it lives, lock expiries and
-/// abandons redeliver it, at most `max delivery count` times of `lock duration` each; after
+/// abandons redeliver it, at most `max delivery count` times of `lock duration` each; a delayed
+/// retry can put a copy of it (same logical id) on the entity later still; after
 /// dead-lettering, an operator may resubmit it within the resubmission window. An inbox row
 /// deleted before the horizon ends lets such a redelivery take effect a second time.
 ///
@@ -15,6 +16,7 @@ use std::time::Duration;
 ///     message_ttl: Duration::from_secs(14 * 86_400),
 ///     lock_duration: Duration::from_secs(60),
 ///     max_delivery_count: 10,
+///     retry_span: Duration::ZERO,
 ///     dlq_resubmit_window: Duration::from_secs(7 * 86_400),
 /// };
 /// assert_eq!(horizon.span(), Duration::from_secs(21 * 86_400));
@@ -29,6 +31,9 @@ pub struct ReplayHorizon {
     pub lock_duration: Duration,
     /// The entity's `MaxDeliveryCount`.
     pub max_delivery_count: u32,
+    /// How much later than its original a delayed-retry copy can come: max retries × max
+    /// delay (zero without delayed retries).
+    pub retry_span: Duration,
     /// How long after dead-lettering operators may resubmit (`sb-inbox dlq resubmit`).
     pub dlq_resubmit_window: Duration,
 }
@@ -38,7 +43,8 @@ pub struct ReplayHorizon {
 #[error(
     "dedupe retention {retention_secs} s is shorter than the replay horizon {horizon_secs} s \
      (message TTL {ttl_secs} s or lock duration × max delivery count {redelivery_secs} s, \
-     whichever is longer, plus the DLQ resubmission window {dlq_secs} s): raise \
+     whichever is longer, plus delayed retries {retry_secs} s, plus the DLQ resubmission window \
+     {dlq_secs} s): raise \
      SB_INBOX_RETENTION_SECS (retention.retention_secs) to at least {horizon_secs}, or lower the \
      entity's DefaultMessageTimeToLive / the DLQ resubmission window"
 )]
@@ -51,6 +57,8 @@ pub struct RetentionTooShort {
     pub ttl_secs: u64,
     /// Lock duration × max delivery count.
     pub redelivery_secs: u64,
+    /// Delayed retries: max retries × max delay.
+    pub retry_secs: u64,
     /// DLQ resubmission window.
     pub dlq_secs: u64,
 }
@@ -60,10 +68,12 @@ impl ReplayHorizon {
         self.lock_duration.saturating_mul(self.max_delivery_count)
     }
 
-    /// The horizon: the longer of the TTL and the redelivery span, plus the DLQ window.
+    /// The horizon: the longer of the TTL and the redelivery span, plus the delayed-retry span
+    /// and the DLQ window.
     pub fn span(&self) -> Duration {
         self.message_ttl
             .max(self.redelivery())
+            .saturating_add(self.retry_span)
             .saturating_add(self.dlq_resubmit_window)
     }
 
@@ -81,6 +91,7 @@ impl ReplayHorizon {
             horizon_secs: horizon.as_secs(),
             ttl_secs: self.message_ttl.as_secs(),
             redelivery_secs: self.redelivery().as_secs(),
+            retry_secs: self.retry_span.as_secs(),
             dlq_secs: self.dlq_resubmit_window.as_secs(),
         })
     }
@@ -96,6 +107,7 @@ mod tests {
             message_ttl: Duration::from_secs(60),
             lock_duration: Duration::from_secs(300),
             max_delivery_count: 10,
+            retry_span: Duration::ZERO,
             dlq_resubmit_window: Duration::from_secs(100),
         };
         assert_eq!(horizon.span(), Duration::from_secs(3100));
@@ -103,5 +115,17 @@ mod tests {
         assert_eq!((error.horizon_secs, error.retention_secs), (3100, 3099));
         assert!(error.to_string().contains("SB_INBOX_RETENTION_SECS"));
         assert!(horizon.check(Duration::from_secs(3100)).is_ok());
+        let retried = ReplayHorizon {
+            retry_span: Duration::from_secs(50),
+            ..horizon
+        };
+        assert_eq!(retried.span(), Duration::from_secs(3150));
+        assert!(
+            retried
+                .check(Duration::from_secs(3100))
+                .unwrap_err()
+                .to_string()
+                .contains("delayed retries 50 s")
+        );
     }
 }

@@ -7,6 +7,7 @@ use super::health::{self, Ping};
 use super::{BrokerAddress, WorkerConfig};
 use crate::entra::{EntraCredential, EntraMode};
 use crate::inventory::{InventoryStore, OrderPlacedConsumer};
+use crate::runtime::{DelayedRetry, RetryPolicy};
 use crate::servicebus::{ServiceBusClient, ServiceBusReceiver};
 use crate::store::StoreUrl;
 use crate::{MssqlStore, PgStore, Runtime, RuntimeError, SqliteStore, StatsSnapshot, StoreError};
@@ -115,6 +116,15 @@ async fn serve<S: InventoryStore + Ping + Clone>(
         health,
         shutdown,
     } = probe;
+    let mut runtime_config = config.runtime.clone();
+    if let Some(policy) = &config.retry {
+        // Copies go back to the consumed queue (the configuration refuses subscriptions).
+        runtime_config.delayed_retry = Some(DelayedRetry::new(
+            policy.clone(),
+            client.publisher(),
+            config.entity.clone(),
+        ));
+    }
     let stop_health = CancellationToken::new();
     if let Some(listener) = health {
         let readiness = health::Readiness {
@@ -129,9 +139,10 @@ async fn serve<S: InventoryStore + Ping + Clone>(
         receiver.clone(),
         store,
         OrderPlacedConsumer::new(),
-        config.runtime.clone(),
+        runtime_config,
     );
-    tracing::info!(entity = %config.entity, consumer = %config.runtime.consumer, store = %config.store, "Worker started.");
+    let retries = config.retry.as_ref().map_or(0, RetryPolicy::max_retries);
+    tracing::info!(entity = %config.entity, consumer = %config.runtime.consumer, store = %config.store, delayed_retries = retries, "Worker started.");
     let result = runtime.run(shutdown).await;
     receiver.close().await;
     result?;

@@ -80,6 +80,7 @@ fn retention_covers_the_replay_horizon() {
     };
     let horizon = value("messageTtlSecs")
         + value("lockDurationSecs") * value("maxDeliveryCount")
+        + value("retryMaxRetries") * value("retryMaxDelaySecs")
         + value("dlqResubmitWindowSecs");
     let retention = value("retentionSecs");
     // The same rule as the worker's start-up check (it refuses retention < horizon).

@@ -1,7 +1,7 @@
 //! Test handlers and store wrappers.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sb_inbox::{
@@ -9,6 +9,7 @@ use sb_inbox::{
     RuntimeConfig, Store, StoreError, Tx, VersionCheck,
 };
 use tokio::sync::{Barrier, Notify};
+use tokio::time::Instant;
 
 pub(crate) fn config(consumer: &str) -> RuntimeConfig {
     RuntimeConfig::new(ConsumerName::new(consumer).unwrap())
@@ -22,11 +23,28 @@ pub(crate) fn order(message_id: &str, order_id: &str) -> Message {
 }
 
 /// Fails the first `failures` attempts with a transient error after the inner handler wrote its
-/// rows, so the transaction must roll them back.
+/// rows, so the transaction must roll them back. Records when each attempt started and on which
+/// broker message id.
 #[derive(Debug)]
 pub(crate) struct Flaky<H> {
-    pub(crate) inner: H,
-    pub(crate) failures: AtomicU32,
+    inner: H,
+    failures: AtomicU32,
+    attempts: Mutex<Vec<(Instant, String)>>,
+}
+
+impl<H> Flaky<H> {
+    pub(crate) fn new(inner: H, failures: u32) -> Self {
+        Flaky {
+            inner,
+            failures: AtomicU32::new(failures),
+            attempts: Mutex::default(),
+        }
+    }
+
+    /// Every attempt so far: when it started (tokio's clock) and the broker message id.
+    pub(crate) fn attempts(&self) -> Vec<(Instant, String)> {
+        self.attempts.lock().unwrap().clone()
+    }
 }
 
 impl<T: Tx, H: Handler<T>> Handler<T> for Flaky<H> {
@@ -45,6 +63,8 @@ impl<T: Tx, H: Handler<T>> Handler<T> for Flaky<H> {
         ctx: &Context<'_, H::Payload>,
         tx: &mut T,
     ) -> Result<Handled, HandlerError> {
+        let id = ctx.message.message_id.clone().unwrap_or_default();
+        self.attempts.lock().unwrap().push((Instant::now(), id));
         let handled = self.inner.handle(ctx, tx).await?;
         let left = self.failures.load(Ordering::SeqCst);
         if left > 0 {

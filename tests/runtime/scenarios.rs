@@ -3,7 +3,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU32;
 
 use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
 use sb_inbox::runtime::LAST_ERROR_PROPERTY;
@@ -166,10 +165,7 @@ async fn settle_fails_after_commit<S: InventoryStore + Clone>(store: S) {
 /// reservation; the abandoned message is processed once on redelivery.
 async fn rollback_then_redelivery<S: InventoryStore + Clone>(store: S) {
     let broker = MemoryBroker::new(Clock::new());
-    let handler = Flaky {
-        inner: OrderPlacedConsumer::new(),
-        failures: AtomicU32::new(1),
-    };
+    let handler = Flaky::new(OrderPlacedConsumer::new(), 1);
     let runtime = Runtime::new(broker.receiver(), store.clone(), handler, config(INVENTORY));
     broker.send(order("m-1", "o-1"));
     let report = runtime.process(broker.try_receive().unwrap()).await;

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
+use sb_inbox::runtime::{DelayedRetry, RetryPolicy};
 use sb_inbox::testing::MemoryBroker;
 use sb_inbox::{Clock, Runtime};
 use tokio::sync::Notify;
@@ -12,7 +13,10 @@ use tokio_util::sync::CancellationToken;
 use crate::handlers::{Gate, config, order};
 use crate::support::sqlite_store;
 
-async fn run_with_gate(open_before_grace: bool) -> (MemoryBroker, sb_inbox::SqliteStore, Duration) {
+async fn run_with_gate(
+    open_before_grace: bool,
+    delayed_retry: bool,
+) -> (MemoryBroker, sb_inbox::SqliteStore, Duration) {
     let store = sqlite_store("shutdown", 1).await;
     let broker = MemoryBroker::new(Clock::new());
     let started = Arc::new(Notify::new());
@@ -25,6 +29,10 @@ async fn run_with_gate(open_before_grace: bool) -> (MemoryBroker, sb_inbox::Sqli
     let mut config = config(sb_inbox::inventory::CONSUMER);
     config.shutdown_grace = Duration::from_secs(5);
     config.concurrency = 1;
+    if delayed_retry {
+        let policy = RetryPolicy::new(3, Duration::from_secs(10), Duration::from_secs(60)).unwrap();
+        config.delayed_retry = Some(DelayedRetry::new(policy, broker.clone(), "orders"));
+    }
     let runtime = Runtime::with_clock(
         broker.receiver(),
         store.clone(),
@@ -50,7 +58,7 @@ async fn run_with_gate(open_before_grace: bool) -> (MemoryBroker, sb_inbox::Sqli
 
 #[tokio::test(start_paused = true)]
 async fn in_flight_delivery_finishes_within_grace() {
-    let (broker, store, elapsed) = run_with_gate(true).await;
+    let (broker, store, elapsed) = run_with_gate(true, false).await;
     assert!(elapsed < Duration::from_secs(5));
     assert_eq!(store.inventory_counts().await.unwrap().reservations, 1);
     let counts = broker.counts();
@@ -58,9 +66,11 @@ async fn in_flight_delivery_finishes_within_grace() {
     assert_eq!(counts.ready, 1, "no new message is taken after shutdown");
 }
 
+/// Shutdown is not the message's fault: even with delayed retries on, the delivery is abandoned
+/// for an immediate redelivery, not scheduled for later.
 #[tokio::test(start_paused = true)]
 async fn in_flight_delivery_past_grace_is_rolled_back_and_abandoned() {
-    let (broker, store, elapsed) = run_with_gate(false).await;
+    let (broker, store, elapsed) = run_with_gate(false, true).await;
     assert_eq!(elapsed, Duration::from_secs(5));
     let counts = store.inventory_counts().await.unwrap();
     assert_eq!((counts.reservations, counts.inbox_rows), (0, 0));
@@ -69,4 +79,5 @@ async fn in_flight_delivery_past_grace_is_rolled_back_and_abandoned() {
         (counts.abandoned, counts.completed, counts.ready),
         (1, 0, 2)
     );
+    assert!(broker.sent().is_empty(), "no delayed retry on shutdown");
 }

@@ -331,3 +331,50 @@ async fn receive_one(client: &ServiceBusClient) -> sb_inbox::servicebus::Service
         .unwrap()
         .unwrap()
 }
+
+/// Peek pages past the 100 messages one request returns, in sequence order, locks nothing and
+/// carries every field; an unknown entity is `NotFound`.
+#[tokio::test]
+async fn peek_pages_in_sequence_order_without_locking() {
+    let emulator = emulator("PT30S").await;
+    let client = client(&emulator);
+    let sender = client.sender("orders");
+    for i in 0..130 {
+        let mut message = order(&format!("m-{i}"));
+        message
+            .application_properties
+            .insert("n".into(), PropertyValue::Long(i));
+        sender.send(message).await.unwrap();
+    }
+    let peeked = client.peek("orders", 0, 120).await.unwrap();
+    assert_eq!(peeked.len(), 120);
+    for (i, p) in (0..).zip(&peeked) {
+        assert_eq!(p.message.message_id, Some(format!("m-{i}")));
+        assert_eq!(
+            p.message.application_properties.get("n"),
+            Some(&PropertyValue::Long(i))
+        );
+        assert_eq!(p.message.body, order(&format!("m-{i}")).body);
+        assert_eq!(p.delivery_count, 0);
+    }
+    assert!(
+        peeked
+            .windows(2)
+            .all(|w| w[0].sequence_number < w[1].sequence_number)
+    );
+    let rest = client
+        .peek("orders", peeked[119].sequence_number + 1, 50)
+        .await
+        .unwrap();
+    assert_eq!(rest.len(), 10);
+    let counts = emulator.broker().entity("orders").unwrap().counts();
+    assert_eq!((counts.active, counts.locked), (130, 0));
+    let missing = client.peek("nope", 0, 1).await;
+    assert!(
+        matches!(
+            missing,
+            Err(sb_inbox::servicebus::ServiceBusError::NotFound(_))
+        ),
+        "{missing:?}"
+    );
+}

@@ -11,9 +11,11 @@ mod support;
 mod handlers;
 
 mod bad_input;
+mod cli;
 mod client;
 mod js;
 mod python;
+mod retry;
 mod verification;
 mod worker;
 

@@ -19,7 +19,7 @@ use crate::worker::{drained, order, strip_ansi};
 use crate::{client, emulator};
 
 /// Waits (bounded) until `condition` holds, polling every 20 ms.
-async fn until<F, Fut>(what: &str, mut condition: F)
+pub(crate) async fn until<F, Fut>(what: &str, mut condition: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
@@ -34,7 +34,7 @@ where
 }
 
 /// `sb-inbox run` as a child process, its stderr collected line by line. Killed on drop.
-struct WorkerProcess {
+pub(crate) struct WorkerProcess {
     child: Child,
     log: Arc<Mutex<Vec<String>>>,
 }
@@ -42,6 +42,16 @@ struct WorkerProcess {
 impl WorkerProcess {
     /// Starts the reference inventory consumer on `orders` with `concurrency`, lock margin 1 s.
     fn spawn(emulator: &sb_emulator::Emulator, store_url: &str, concurrency: usize) -> Self {
+        Self::spawn_with(emulator, store_url, concurrency, &[])
+    }
+
+    /// As [`WorkerProcess::spawn`], with more environment variables.
+    pub(crate) fn spawn_with(
+        emulator: &sb_emulator::Emulator,
+        store_url: &str,
+        concurrency: usize,
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
             .arg("run")
             .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
@@ -55,6 +65,7 @@ impl WorkerProcess {
             .env("SB_INBOX_LOCK_MARGIN_SECS", "1")
             .env("SB_INBOX_SHUTDOWN_GRACE_SECS", "5")
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -91,7 +102,7 @@ impl WorkerProcess {
     }
 
     /// SIGTERM, then waits for a clean exit and returns the worker's final counters.
-    async fn terminate(self) -> WorkerStats {
+    pub(crate) async fn terminate(self) -> WorkerStats {
         let status = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()
@@ -133,7 +144,7 @@ impl Drop for WorkerProcess {
 
 /// The counters a worker logs when it stops (`Worker stopped.` with `stats=StatsSnapshot {…}`).
 #[derive(Debug)]
-struct WorkerStats {
+pub(crate) struct WorkerStats {
     line: String,
 }
 
@@ -147,7 +158,7 @@ impl WorkerStats {
         WorkerStats { line }
     }
 
-    fn get(&self, name: &str) -> u64 {
+    pub(crate) fn get(&self, name: &str) -> u64 {
         let key = format!(" {name}: ");
         let at = self
             .line
@@ -190,6 +201,39 @@ async fn lock_stock_row(session: &tokio_postgres::Client) {
         .batch_execute("BEGIN; SELECT 1 FROM inventory_stock WHERE sku = 'A' FOR UPDATE")
         .await
         .unwrap();
+}
+
+/// A test's store and emulator with order `m-1` on `orders`, the stock row held by the test's
+/// own session (`COMMIT` on `holder` releases it), and a store URL whose sessions give up on a
+/// lock after 300 ms (SQLSTATE 55P03: transient).
+pub(crate) struct HeldRow {
+    pub(crate) store: PgStore,
+    pub(crate) emulator: sb_emulator::Emulator,
+    pub(crate) holder: tokio_postgres::Client,
+    pub(crate) url: String,
+}
+
+pub(crate) async fn one_order_behind_a_held_row(test: &str) -> HeldRow {
+    let store = pg_store(test, 1).await;
+    let schema = schema_for(test);
+    let emulator = emulator("PT30S").await;
+    let holder = session(&schema).await;
+    lock_stock_row(&holder).await;
+    client(&emulator)
+        .sender("orders")
+        .send(order("m-1", "o-1"))
+        .await
+        .unwrap();
+    let url = format!(
+        "{}%20-clock_timeout%3D300",
+        with_search_path(&pg_url(), &schema)
+    );
+    HeldRow {
+        store,
+        emulator,
+        holder,
+        url,
+    }
 }
 
 /// Verification 1a: one message id delivered to two worker processes at once, both
@@ -321,22 +365,12 @@ async fn a_worker_killed_between_commit_and_settlement_redelivers_as_a_duplicate
 /// a delivery count, no inbox row exists; after the row is released the redelivery is processed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolled_back_transaction_leaves_no_inbox_row_and_the_redelivery_is_processed() {
-    let test = "verify_rollback";
-    let store = pg_store(test, 1).await;
-    let schema = schema_for(test);
-    let emulator = emulator("PT30S").await;
-    let holder = session(&schema).await;
-    lock_stock_row(&holder).await;
-    client(&emulator)
-        .sender("orders")
-        .send(order("m-1", "o-1"))
-        .await
-        .unwrap();
-
-    let url = format!(
-        "{}%20-clock_timeout%3D300",
-        with_search_path(&pg_url(), &schema)
-    );
+    let HeldRow {
+        store,
+        emulator,
+        holder,
+        url,
+    } = one_order_behind_a_held_row("verify_rollback").await;
     let worker = WorkerProcess::spawn(&emulator, &url, 1);
     let entity = emulator.broker().entity("orders").unwrap();
     let entity_ref = &entity;

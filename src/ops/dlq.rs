@@ -1,0 +1,304 @@
+//! `sb-inbox dlq peek|resubmit`: look at a dead-letter queue, and put its messages back on their
+//! entity so that one that was in fact processed is recognised as a duplicate.
+//!
+//! A resubmitted copy gets a fresh broker message id (`{logical}/resubmit-{n}`: broker duplicate
+//! detection would drop the original id) and keeps the logical id in
+//! [`crate::runtime::LOGICAL_ID_PROPERTY`], which the inbox keys on. The copy is sent and
+//! accepted before the dead letter is completed, so a crash in between leaves at most a
+//! duplicate; running again sends a copy with the same broker id.
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::OpsError;
+use crate::runtime::{
+    LAST_ERROR_PROPERTY, LOGICAL_ID_PROPERTY, RETRY_ATTEMPT_PROPERTY, derived_message_id,
+    logical_id,
+};
+use crate::servicebus::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, PeekedMessage};
+use crate::{Delivery, Message, PropertyValue, Receiver, Sender};
+
+/// The application property counting how often a message was resubmitted from a dead-letter
+/// queue (1 on the first resubmission).
+pub const RESUBMISSION_PROPERTY: &str = "sb-inbox-resubmission";
+
+/// The dead-letter subqueue of `entity`.
+pub fn dead_letter_queue(entity: &str) -> String {
+    format!("{entity}/$DeadLetterQueue")
+}
+
+/// Where resubmitted copies of `entity`'s dead letters go: the entity itself for a queue. A
+/// subscription has no send address: `to` must name one (the topic reaches every subscription;
+/// a queue the subscription forwards to reaches only it).
+///
+/// # Errors
+/// [`OpsError::Input`] for a subscription without `to`.
+pub fn resubmit_destination(entity: &str, to: Option<&str>) -> Result<String, OpsError> {
+    match to {
+        Some(to) => Ok(to.to_owned()),
+        None if entity.to_ascii_lowercase().contains("/subscriptions/") => {
+            Err(OpsError::Input(format!(
+                "{entity} is a subscription, which cannot be sent to: pass --to with the topic \
+                 (every subscription gets the copy) or the queue it forwards to"
+            )))
+        }
+        None => Ok(entity.to_owned()),
+    }
+}
+
+/// One line per peeked dead letter: sequence number, message id, logical id, subject,
+/// delivery count, reason and description. Never the body.
+pub fn describe(peeked: &PeekedMessage) -> String {
+    let message = &peeked.message;
+    let text = |value: Option<&str>| format!("{:?}", value.unwrap_or(""));
+    let logical = match message.application_properties.get(LOGICAL_ID_PROPERTY) {
+        Some(PropertyValue::String(id)) => Some(id.as_str()),
+        _ => message.message_id.as_deref(),
+    };
+    let mut line = String::new();
+    // Writing to a String cannot fail.
+    let _ = write!(
+        line,
+        "seq={} message_id={} logical_id={} subject={} delivery_count={} reason={} description={}",
+        peeked.sequence_number,
+        text(message.message_id.as_deref()),
+        text(logical),
+        text(message.subject.as_deref()),
+        peeked.delivery_count,
+        text(peeked.dead_letter_reason()),
+        text(peeked.dead_letter_description()),
+    );
+    line
+}
+
+/// The copy of a dead letter to resubmit: a fresh broker id, the logical id kept, the
+/// resubmission counted; the dead-letter properties and the delayed-retry count removed, so the
+/// copy starts with its retries afresh.
+///
+/// # Errors
+/// The reason a message without a usable logical id cannot be resubmitted (it would only be
+/// dead-lettered again).
+pub fn resubmission(message: &Message) -> Result<Message, String> {
+    let logical = logical_id(message)
+        .map_err(|rejection| rejection.description)?
+        .to_owned();
+    let count = match message.application_properties.get(RESUBMISSION_PROPERTY) {
+        Some(PropertyValue::Long(n)) => n.saturating_add(1).max(1),
+        _ => 1,
+    };
+    let mut copy = message.clone();
+    copy.message_id = Some(derived_message_id(&logical, &format!("resubmit-{count}")));
+    let properties = &mut copy.application_properties;
+    for stale in [
+        DEAD_LETTER_REASON,
+        DEAD_LETTER_ERROR_DESCRIPTION,
+        RETRY_ATTEMPT_PROPERTY,
+        LAST_ERROR_PROPERTY,
+    ] {
+        properties.remove(stale);
+    }
+    properties.insert(LOGICAL_ID_PROPERTY.to_owned(), logical.into());
+    properties.insert(RESUBMISSION_PROPERTY.to_owned(), PropertyValue::Long(count));
+    Ok(copy)
+}
+
+/// Which dead letters to resubmit.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ResubmitOptions {
+    /// Resubmit at most this many.
+    pub max: usize,
+    /// Only messages whose broker or logical message id is this.
+    pub message_id: Option<String>,
+    /// Stop once no message arrives for this long.
+    pub idle: Duration,
+}
+
+impl ResubmitOptions {
+    /// At most `max`, any message id, 5 s idle.
+    pub fn new(max: usize) -> Self {
+        ResubmitOptions {
+            max,
+            message_id: None,
+            idle: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One resubmitted dead letter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resubmitted {
+    /// The dead letter's broker message id.
+    pub from: String,
+    /// The copy's broker message id.
+    pub to: String,
+    /// The logical id both carry.
+    pub logical_id: String,
+}
+
+/// What [`resubmit`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ResubmitReport {
+    /// Resubmitted and completed in the dead-letter queue.
+    pub resubmitted: Vec<Resubmitted>,
+    /// Left in the dead-letter queue: not matching `--message-id`, or unusable (with why).
+    pub left: Vec<(String, String)>,
+}
+
+/// Receives dead letters in peek-lock from `receiver` (the dead-letter queue), sends each
+/// matching one's [`resubmission`] to `destination` and, once the broker accepted it,
+/// completes the dead letter. Messages not resubmitted are held until the end, then abandoned
+/// back to the dead-letter queue (dead letters are never dead-lettered again).
+///
+/// # Errors
+/// [`OpsError::Partial`] when receiving, sending or completing fails: the report of what was
+/// done so far is in its text; a dead letter whose copy was sent but not completed stays, and
+/// resubmitting it again is recognised as a duplicate.
+pub async fn resubmit<R: Receiver>(
+    receiver: &R,
+    sender: &impl Sender,
+    destination: &str,
+    options: &ResubmitOptions,
+) -> Result<ResubmitReport, OpsError> {
+    let mut report = ResubmitReport::default();
+    let mut held = Vec::new();
+    let result = resubmit_matching(
+        receiver,
+        sender,
+        destination,
+        options,
+        &mut report,
+        &mut held,
+    )
+    .await;
+    for delivery in held {
+        // Best effort: a lost abandon only means the lock runs out first.
+        let _ = delivery.abandon(Default::default()).await;
+    }
+    result.map(|()| report)
+}
+
+async fn resubmit_matching<R: Receiver>(
+    receiver: &R,
+    sender: &impl Sender,
+    destination: &str,
+    options: &ResubmitOptions,
+    report: &mut ResubmitReport,
+    held: &mut Vec<R::Delivery>,
+) -> Result<(), OpsError> {
+    // A held message seen again means its lock ran out and the scan came round.
+    let mut seen = HashSet::new();
+    let partial = |report: &ResubmitReport, error: String| OpsError::Partial {
+        done: report.resubmitted.len(),
+        total: options.max,
+        error,
+    };
+    while report.resubmitted.len() < options.max {
+        let delivery = match tokio::time::timeout(options.idle, receiver.receive()).await {
+            Err(_) | Ok(Ok(None)) => return Ok(()),
+            Ok(Ok(Some(delivery))) => delivery,
+            Ok(Err(error)) => return Err(partial(report, error.to_string())),
+        };
+        let message = delivery.message();
+        let from = message.message_id.clone().unwrap_or_default();
+        let matches = options.message_id.as_deref().is_none_or(|wanted| {
+            from == wanted || logical_id(message).is_ok_and(|logical| logical == wanted)
+        });
+        let copy = match resubmission(message) {
+            Ok(copy) if matches => copy,
+            other => {
+                let why = other.map_or_else(|why| why, |_| "does not match --message-id".into());
+                let came_round = !seen.insert(from.clone());
+                if !came_round {
+                    report.left.push((from, why));
+                }
+                held.push(delivery);
+                if came_round {
+                    return Ok(());
+                }
+                continue;
+            }
+        };
+        let to = copy.message_id.clone().unwrap_or_default();
+        let logical_id = logical_id(&copy).map(str::to_owned).unwrap_or_default();
+        if let Err(error) = sender.send(destination, copy, None).await {
+            held.push(delivery);
+            return Err(partial(report, format!("sending {to}: {error}")));
+        }
+        if let Err(error) = delivery.complete().await {
+            return Err(partial(
+                report,
+                format!(
+                    "{to} was sent but completing dead letter {from} failed ({error}); it stays and a second resubmission is a duplicate"
+                ),
+            ));
+        }
+        report.resubmitted.push(Resubmitted {
+            from,
+            to,
+            logical_id,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resubmission_keeps_the_logical_id_under_a_fresh_id() {
+        let mut dead = Message::new("m-1/retry-3", "orders.order-placed.v1", "{}");
+        let props = &mut dead.application_properties;
+        props.insert(LOGICAL_ID_PROPERTY.into(), "m-1".into());
+        props.insert(RETRY_ATTEMPT_PROPERTY.into(), PropertyValue::Long(3));
+        props.insert(DEAD_LETTER_REASON.into(), "RetriesExhausted".into());
+        props.insert(DEAD_LETTER_ERROR_DESCRIPTION.into(), "…".into());
+        props.insert("tenant".into(), "t-1".into());
+        let copy = resubmission(&dead).unwrap();
+        assert_eq!(copy.message_id.as_deref(), Some("m-1/resubmit-1"));
+        let props = &copy.application_properties;
+        assert_eq!(props.get(LOGICAL_ID_PROPERTY), Some(&"m-1".into()));
+        assert_eq!(
+            props.get(RESUBMISSION_PROPERTY),
+            Some(&PropertyValue::Long(1))
+        );
+        assert_eq!(props.get("tenant"), Some(&"t-1".into()));
+        for gone in [
+            DEAD_LETTER_REASON,
+            DEAD_LETTER_ERROR_DESCRIPTION,
+            RETRY_ATTEMPT_PROPERTY,
+        ] {
+            assert!(!props.contains_key(gone), "{gone}");
+        }
+        let again = resubmission(&copy).unwrap();
+        assert_eq!(again.message_id.as_deref(), Some("m-1/resubmit-2"));
+
+        let plain = Message::new("m-2", "orders.order-placed.v1", "{}");
+        assert_eq!(
+            resubmission(&plain).unwrap().message_id.as_deref(),
+            Some("m-2/resubmit-1")
+        );
+        let nameless = Message {
+            message_id: None,
+            ..plain
+        };
+        assert!(
+            resubmission(&nameless)
+                .unwrap_err()
+                .contains("no message id")
+        );
+    }
+
+    #[test]
+    fn subscriptions_need_an_explicit_destination() {
+        assert_eq!(resubmit_destination("orders", None).unwrap(), "orders");
+        assert!(resubmit_destination("t/Subscriptions/s", None).is_err());
+        assert_eq!(
+            resubmit_destination("t/subscriptions/s", Some("q")).unwrap(),
+            "q"
+        );
+    }
+}

@@ -1,0 +1,39 @@
+//! Messages read with `com.microsoft:peek-message`: their state, no lock.
+
+use crate::{Message, PropertyValue};
+
+/// The application property Service Bus writes the dead-letter reason to.
+pub const DEAD_LETTER_REASON: &str = "DeadLetterReason";
+/// The application property Service Bus writes the dead-letter description to.
+pub const DEAD_LETTER_ERROR_DESCRIPTION: &str = "DeadLetterErrorDescription";
+
+/// A peeked message: the message as sent (plus broker-written properties) and its broker state.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct PeekedMessage {
+    /// The message.
+    pub message: Message,
+    /// The broker's sequence number.
+    pub sequence_number: i64,
+    /// Deliveries so far.
+    pub delivery_count: u32,
+}
+
+impl PeekedMessage {
+    /// `DeadLetterReason`, for a dead-lettered message.
+    pub fn dead_letter_reason(&self) -> Option<&str> {
+        self.text(DEAD_LETTER_REASON)
+    }
+
+    /// `DeadLetterErrorDescription`, for a dead-lettered message.
+    pub fn dead_letter_description(&self) -> Option<&str> {
+        self.text(DEAD_LETTER_ERROR_DESCRIPTION)
+    }
+
+    fn text(&self, name: &str) -> Option<&str> {
+        match self.message.application_properties.get(name) {
+            Some(PropertyValue::String(text)) => Some(text),
+            _ => None,
+        }
+    }
+}
