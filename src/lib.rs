@@ -10,6 +10,9 @@
 //! - [`runtime`]: outcomes, lock keeping, settlement after commit ([`Runtime`]).
 //! - [`store`]: SQL Server / Azure SQL ([`MssqlStore`]), PostgreSQL ([`PgStore`]) and SQLite
 //!   ([`SqliteStore`]).
+//! - [`relay`]: the outbox relay (claim with a lease, publish under the stable message id,
+//!   mark dispatched).
+//! - [`retention`]: batched deletes of inbox and dispatched outbox rows past the retention.
 //! - [`inventory`]: the reference consumer, written on the public API only.
 //! - `testing` (feature `test-util`): an in-memory receiver with fault injection.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
@@ -18,6 +21,8 @@
 pub mod demo;
 pub mod inventory;
 pub mod ports;
+pub mod relay;
+pub mod retention;
 pub mod runtime;
 pub mod servicebus;
 pub mod store;
@@ -26,8 +31,9 @@ pub mod testing;
 pub mod worker;
 
 pub use ports::{
-    Delivery, DuplicateScope, ErrorKind, Message, OutboxMessage, PropertyValue, ReceiveError,
-    Receiver, SendFailure, Sender, SettleError, Store, StoreError, Tx, VersionCheck,
+    Delivery, DuplicateScope, ErrorKind, Message, OutboxBacklog, OutboxLease, OutboxMessage,
+    OutboxRow, OutboxStore, PropertyValue, ReceiveError, Receiver, RetentionStore, SendFailure,
+    Sender, SettleError, Store, StoreError, Tx, VersionCheck,
 };
 pub use runtime::{
     Clock, ConsumerName, ConsumerNameError, Context, Contract, ContractParseError,

@@ -31,6 +31,7 @@ pub use envelope::{
     Contract, ContractParseError, DeadLetterReason, MAX_DESCRIPTION_LEN, MAX_MESSAGE_ID_LEN,
     Rejection,
 };
+pub(crate) use envelope::truncate;
 pub use handler::{Context, DecodeError, Handled, Handler, HandlerError};
 pub use lock_keeper::{KeptLock, LockKeeper};
 pub use outcome::{Outcome, Settlement};

@@ -17,6 +17,7 @@
 //! server; [`Tx::rollback`] is therefore tolerant of a transaction that is already gone.
 
 mod classify;
+mod outbox;
 mod config;
 mod token;
 
@@ -49,6 +50,11 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 2,
         name: "0002_inventory.sql",
         sql: include_str!("../../../sql/mssql/0002_inventory.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "0003_outbox_relay.sql",
+        sql: include_str!("../../../sql/mssql/0003_outbox_relay.sql"),
     },
 ];
 

@@ -6,6 +6,7 @@
 //! socket (`NoTls`).
 
 mod classify;
+mod outbox;
 
 use std::collections::HashMap;
 
@@ -29,6 +30,11 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 2,
         name: "0002_inventory.sql",
         sql: include_str!("../../../sql/postgres/0002_inventory.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "0003_outbox_relay.sql",
+        sql: include_str!("../../../sql/postgres/0003_outbox_relay.sql"),
     },
 ];
 
