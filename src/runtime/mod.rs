@@ -27,11 +27,11 @@ use tokio_util::task::TaskTracker;
 
 pub use clock::Clock;
 pub use consumer::{ConsumerName, ConsumerNameError, MAX_CONSUMER_NAME_LEN};
+pub(crate) use envelope::truncate;
 pub use envelope::{
     Contract, ContractParseError, DeadLetterReason, MAX_DESCRIPTION_LEN, MAX_MESSAGE_ID_LEN,
     Rejection,
 };
-pub(crate) use envelope::truncate;
 pub use handler::{Context, DecodeError, Handled, Handler, HandlerError};
 pub use lock_keeper::{KeptLock, LockKeeper};
 pub use outcome::{Outcome, Settlement};

@@ -95,9 +95,16 @@ pub(crate) fn properties_from_json(
                 serde_json::Value::Bool(b) => PropertyValue::Bool(b),
                 serde_json::Value::Number(n) => match n.as_i64() {
                     Some(i) => PropertyValue::Long(i),
-                    None => PropertyValue::Double(n.as_f64().ok_or_else(|| invalid("holds a number out of range"))?),
+                    None => PropertyValue::Double(
+                        n.as_f64()
+                            .ok_or_else(|| invalid("holds a number out of range"))?,
+                    ),
                 },
-                _ => return Err(invalid("holds a value that is no string, number or boolean")),
+                _ => {
+                    return Err(invalid(
+                        "holds a value that is no string, number or boolean",
+                    ));
+                }
             };
             Ok((key, value))
         })

@@ -9,5 +9,6 @@ mod support;
 mod conformance;
 mod mssql_errors;
 mod mssql_mock;
+mod outbox;
 mod postgres_errors;
 mod sqlite_errors;

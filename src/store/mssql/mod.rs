@@ -17,8 +17,8 @@
 //! server; [`Tx::rollback`] is therefore tolerant of a transaction that is already gone.
 
 mod classify;
-mod outbox;
 mod config;
+mod outbox;
 mod token;
 
 use std::time::Duration;

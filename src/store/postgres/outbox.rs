@@ -32,8 +32,7 @@ const RELEASE: &str = "UPDATE sb_outbox
         last_error = coalesce($4::varchar, last_error)
   WHERE id = ANY($2) AND lease_token = $3 AND dispatched_at IS NULL";
 
-const BACKLOG: &str =
-    "SELECT count(*), min(created_at) FROM sb_outbox WHERE dispatched_at IS NULL";
+const BACKLOG: &str = "SELECT count(*), min(created_at) FROM sb_outbox WHERE dispatched_at IS NULL";
 
 // ctid: the batch is found through the age index and deleted by physical row address, with no
 // second index lookup. Ordered by age so the planner walks the index rather than scanning the
@@ -116,7 +115,8 @@ impl OutboxStore for PgStore {
         if ids.is_empty() {
             return Ok(0);
         }
-        self.execute_prepared(MARK, &[&at, &ids, &lease.token()]).await
+        self.execute_prepared(MARK, &[&at, &ids, &lease.token()])
+            .await
     }
 
     async fn release_outbox(
@@ -152,7 +152,8 @@ impl RetentionStore for PgStore {
         before: SystemTime,
         limit_to: usize,
     ) -> Result<u64, StoreError> {
-        self.execute_prepared(DELETE_INBOX, &[&before, &limit(limit_to)]).await
+        self.execute_prepared(DELETE_INBOX, &[&before, &limit(limit_to)])
+            .await
     }
 
     async fn delete_dispatched_outbox_batch(
@@ -160,6 +161,7 @@ impl RetentionStore for PgStore {
         before: SystemTime,
         limit_to: usize,
     ) -> Result<u64, StoreError> {
-        self.execute_prepared(DELETE_OUTBOX, &[&before, &limit(limit_to)]).await
+        self.execute_prepared(DELETE_OUTBOX, &[&before, &limit(limit_to)])
+            .await
     }
 }

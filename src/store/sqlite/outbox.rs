@@ -181,11 +181,8 @@ impl OutboxStore for SqliteStore {
         if ids.is_empty() {
             return Ok(0);
         }
-        self.update(
-            MARK,
-            || (unix_millis(at), id_list(ids), lease.token()),
-        )
-        .await
+        self.update(MARK, || (unix_millis(at), id_list(ids), lease.token()))
+            .await
     }
 
     async fn release_outbox(
@@ -199,10 +196,9 @@ impl OutboxStore for SqliteStore {
             return Ok(0);
         }
         let failure = failure.map(|text| crate::runtime::truncate(text, MAX_FAILURE_LEN));
-        self.update(
-            RELEASE,
-            || (unix_millis(due), id_list(ids), lease.token(), failure),
-        )
+        self.update(RELEASE, || {
+            (unix_millis(due), id_list(ids), lease.token(), failure)
+        })
         .await
     }
 
@@ -229,11 +225,8 @@ impl RetentionStore for SqliteStore {
         before: SystemTime,
         limit_to: usize,
     ) -> Result<u64, StoreError> {
-        self.update(
-            DELETE_INBOX,
-            || (unix_millis(before), limit(limit_to)),
-        )
-        .await
+        self.update(DELETE_INBOX, || (unix_millis(before), limit(limit_to)))
+            .await
     }
 
     async fn delete_dispatched_outbox_batch(
@@ -241,10 +234,7 @@ impl RetentionStore for SqliteStore {
         before: SystemTime,
         limit_to: usize,
     ) -> Result<u64, StoreError> {
-        self.update(
-            DELETE_OUTBOX,
-            || (unix_millis(before), limit(limit_to)),
-        )
-        .await
+        self.update(DELETE_OUTBOX, || (unix_millis(before), limit(limit_to)))
+            .await
     }
 }
