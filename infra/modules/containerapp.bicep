@@ -198,7 +198,12 @@ var workerEnv = [
   { name: 'SB_INBOX_MESSAGE_TTL_SECS', value: string(worker.messageTtlSecs) }
   { name: 'SB_INBOX_DLQ_RESUBMIT_WINDOW_SECS', value: string(worker.dlqResubmitWindowSecs) }
   { name: 'SB_INBOX_RETENTION_SECS', value: string(worker.retentionSecs) }
+  { name: 'SB_INBOX_RETENTION_BATCH', value: string(worker.retentionBatchSize) }
+  { name: 'SB_INBOX_RETENTION_INTERVAL_SECS', value: string(worker.retentionIntervalSecs) }
   { name: 'SB_INBOX_OUTBOX_DESTINATION', value: outboxEntityName }
+  { name: 'SB_INBOX_OUTBOX_BATCH', value: string(worker.outboxBatchSize) }
+  { name: 'SB_INBOX_OUTBOX_POLL_MS', value: string(worker.outboxPollIntervalMs) }
+  { name: 'SB_INBOX_OUTBOX_LEASE_SECS', value: string(worker.outboxLeaseSecs) }
   { name: 'AZURE_CLIENT_ID', value: workerClientId }
   { name: 'OTEL_SERVICE_NAME', value: 'sb-inbox' }
   { name: 'OTEL_RESOURCE_ATTRIBUTES', value: 'service.namespace=sb-inbox,deployment.environment.name=${namePrefix}' }

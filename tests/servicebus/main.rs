@@ -14,6 +14,7 @@ mod bad_input;
 mod client;
 mod js;
 mod python;
+mod relay;
 mod verification;
 mod worker;
 

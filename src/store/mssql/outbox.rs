@@ -78,7 +78,7 @@ const RELEASE: &str = concat!(
 );
 
 const BACKLOG: &str = concat!(
-    "SELECT CAST(count(*) AS bigint), ",
+    "SELECT CAST(COUNT(*) AS bigint), ",
     millis!("MIN(created_at)"),
     " FROM sb_outbox WHERE dispatched_at IS NULL"
 );
