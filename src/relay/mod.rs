@@ -134,6 +134,11 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
         }
     }
 
+    /// The publisher.
+    pub fn publisher(&self) -> &P {
+        &self.publisher
+    }
+
     /// The counters, shared with the running relay.
     pub fn stats(&self) -> Arc<RelayStats> {
         self.stats.clone()

@@ -9,5 +9,6 @@ mod cli;
 mod handlers;
 mod limits;
 mod lock;
+mod relay;
 mod scenarios;
 mod shutdown;

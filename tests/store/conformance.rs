@@ -11,6 +11,7 @@ use crate::support::Count;
 pub(crate) use crate::outbox::{
     backlog_counts_pending_rows, concurrent_claims_are_disjoint, outbox_claim_lease_and_mark,
     outbox_release_with_and_without_failure, retention_deletes_old_rows_in_batches,
+    retention_runs_beside_a_consumer,
 };
 
 fn assert_duplicate(result: Result<(), sb_inbox::StoreError>, scope: DuplicateScope) {
@@ -207,4 +208,5 @@ all_stores!(
     concurrent_claims_are_disjoint,
     backlog_counts_pending_rows,
     retention_deletes_old_rows_in_batches,
+    retention_runs_beside_a_consumer,
 );

@@ -558,3 +558,71 @@ macro_rules! locking_stores {
 }
 
 locking_stores!(claims_skip_locked_rows);
+
+/// A sweep in batches of 50 runs while a consumer commits the inventory transaction over and
+/// over: every consumer transaction commits, every expired row goes, every recent row stays.
+pub(crate) async fn retention_runs_beside_a_consumer<S>(store: S)
+where
+    S: Store<Tx: sb_inbox::inventory::InventoryTx> + RetentionStore + Backdate + Count + Clone,
+{
+    use sb_inbox::inventory::{InventoryTx, OrderLine, OrderPlaced};
+    use sb_inbox::retention::{RetentionConfig, RetentionTask};
+
+    const EXPIRED: i64 = 2000;
+    let mut tx = store.begin().await.unwrap();
+    for i in 0..EXPIRED {
+        tx.insert_inbox("expired", &format!("m-{i}")).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    store
+        .backdate("sb_inbox", "processed_at", 40, "consumer = 'expired'")
+        .await
+        .unwrap();
+
+    let mut config = RetentionConfig::new(30 * DAY);
+    config.batch_size = 50;
+    let task = RetentionTask::new(store.clone(), config);
+    let consumer = tokio::spawn({
+        let store = store.clone();
+        async move {
+            for i in 0..200 {
+                let id = format!("m-{i}");
+                let order = OrderPlaced {
+                    order_id: format!("o-{i}"),
+                    lines: vec![OrderLine {
+                        sku: "A".into(),
+                        quantity: 1,
+                    }],
+                };
+                let mut tx = store.begin().await.unwrap();
+                tx.insert_inbox("inventory", &id).await.unwrap();
+                tx.reserve(&id, &order).await.unwrap();
+                tx.commit().await.unwrap();
+                tokio::task::yield_now().await;
+            }
+        }
+    });
+    let sweep = task
+        .sweep(&tokio_util::sync::CancellationToken::new())
+        .await
+        .unwrap();
+    consumer.await.unwrap();
+    assert_eq!(sweep.inbox_deleted, EXPIRED as u64);
+    assert!(sweep.batches > (EXPIRED / 50) as u64, "{sweep:?}");
+    assert_eq!(task.stats().snapshot().inbox_deleted, EXPIRED as u64);
+    assert_eq!(
+        store
+            .count("sb_inbox WHERE consumer = 'expired'")
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        store
+            .count("sb_inbox WHERE consumer = 'inventory'")
+            .await
+            .unwrap(),
+        200
+    );
+    assert_eq!(store.count("inventory_reservation").await.unwrap(), 200);
+}
