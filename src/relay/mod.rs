@@ -216,10 +216,12 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
         pass.failed = failed.len();
         pass.untried = untried.values().map(Vec::len).sum();
         // Marking first: it is what keeps accepted rows from being published twice.
-        pass.marked = self
-            .store
-            .mark_dispatched(&lease, &sent, self.clock.now())
-            .await?;
+        if !sent.is_empty() {
+            pass.marked = self
+                .store
+                .mark_dispatched(&lease, &sent, self.clock.now())
+                .await?;
+        }
         self.stats.add_marked(pass.marked, sent.len());
         if pass.marked < sent.len() as u64 {
             tracing::warn!(
@@ -299,22 +301,27 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
 }
 
 fn log_failure(row: &OutboxRow, failure: &crate::SendFailure, retry_in: Duration) {
+    macro_rules! failed {
+        ($level:expr, $text:literal) => {
+            tracing::event!(
+                $level,
+                message_id = %row.message.message_id,
+                destination = %row.message.destination,
+                attempts = row.attempts,
+                %failure,
+                ?retry_in,
+                $text
+            )
+        };
+    }
     if failure.is_transient() {
-        tracing::warn!(
-            message_id = %row.message.message_id,
-            destination = %row.message.destination,
-            attempts = row.attempts,
-            %failure,
-            ?retry_in,
+        failed!(
+            tracing::Level::WARN,
             "Outbox message not published; retrying later."
         );
     } else {
-        tracing::error!(
-            message_id = %row.message.message_id,
-            destination = %row.message.destination,
-            attempts = row.attempts,
-            %failure,
-            ?retry_in,
+        failed!(
+            tracing::Level::ERROR,
             "Broker refused an outbox message; it stays in the outbox and is retried until an operator fixes the cause."
         );
     }

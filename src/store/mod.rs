@@ -142,8 +142,10 @@ pub(crate) fn attempts(n: i64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-/// The longest failure text kept on an outbox row (`last_error`).
-pub(crate) const MAX_FAILURE_LEN: usize = 1024;
+/// A send failure as kept on an outbox row: cut to the `last_error` column (1024).
+pub(crate) fn failure_text(failure: Option<&str>) -> Option<String> {
+    failure.map(|text| crate::runtime::truncate(text, 1024))
+}
 
 #[cfg(test)]
 mod tests {

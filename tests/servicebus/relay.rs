@@ -17,6 +17,7 @@ use tokio::sync::{Barrier, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::support::{Count, pg_store};
+use crate::worker::queue_drained;
 use crate::{client, emulator};
 
 const ROWS: usize = 40;
@@ -78,23 +79,6 @@ fn order_row(i: usize) -> OutboxMessage {
     );
     message.correlation_id = Some(format!("o-{i}"));
     message
-}
-
-/// Waits (bounded) until `queue` holds nothing active or locked and `completed` messages were
-/// completed.
-async fn queue_drained(emulator: &sb_emulator::Emulator, queue: &str, completed: u64) {
-    let entity = emulator.broker().entity(queue).unwrap();
-    tokio::time::timeout(Duration::from_secs(60), async {
-        loop {
-            let c = entity.counts();
-            if c.active == 0 && c.locked == 0 && c.completed >= completed {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("the queue drains");
 }
 
 /// Waits (bounded) until the outbox has nothing left to publish.

@@ -14,7 +14,7 @@ use crate::ports::{
     OutboxStore, RetentionStore, StoreError,
 };
 use crate::store::{
-    MAX_FAILURE_LEN, attempts, count, from_unix_millis, properties_from_json, unix_millis,
+    attempts, count, failure_text, from_unix_millis, properties_from_json, unix_millis,
 };
 
 /// `datetime2(3)` from a parameter holding Unix milliseconds (days and the rest apart, as
@@ -181,9 +181,6 @@ impl OutboxStore for MssqlStore {
         ids: &[i64],
         at: SystemTime,
     ) -> Result<u64, StoreError> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
         self.execute(
             MARK,
             &[&unix_millis(at), &id_list(ids).as_str(), &lease.token()],
@@ -198,10 +195,7 @@ impl OutboxStore for MssqlStore {
         due: SystemTime,
         failure: Option<&str>,
     ) -> Result<u64, StoreError> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let failure = failure.map(|text| crate::runtime::truncate(text, MAX_FAILURE_LEN));
+        let failure = failure_text(failure);
         self.execute(
             RELEASE,
             &[

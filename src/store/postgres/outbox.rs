@@ -10,7 +10,7 @@ use super::{PgStore, classify};
 use crate::ports::{
     OutboxBacklog, OutboxLease, OutboxMessage, OutboxRow, OutboxStore, RetentionStore, StoreError,
 };
-use crate::store::{MAX_FAILURE_LEN, attempts, count, properties_from_json};
+use crate::store::{attempts, count, failure_text, properties_from_json};
 
 const CLAIM: &str = "UPDATE sb_outbox AS o
     SET lease_until = $1, lease_token = $2, attempts = o.attempts + 1
@@ -112,9 +112,6 @@ impl OutboxStore for PgStore {
         ids: &[i64],
         at: SystemTime,
     ) -> Result<u64, StoreError> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
         self.execute_prepared(MARK, &[&at, &ids, &lease.token()])
             .await
     }
@@ -126,10 +123,7 @@ impl OutboxStore for PgStore {
         due: SystemTime,
         failure: Option<&str>,
     ) -> Result<u64, StoreError> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let failure = failure.map(|text| crate::runtime::truncate(text, MAX_FAILURE_LEN));
+        let failure = failure_text(failure);
         self.execute_prepared(RELEASE, &[&due, &ids, &lease.token(), &failure])
             .await
     }

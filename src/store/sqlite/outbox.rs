@@ -12,7 +12,7 @@ use crate::ports::{
     OutboxBacklog, OutboxLease, OutboxMessage, OutboxRow, OutboxStore, RetentionStore, StoreError,
 };
 use crate::store::{
-    MAX_FAILURE_LEN, attempts, count, from_unix_millis, properties_from_json, unix_millis,
+    attempts, count, failure_text, from_unix_millis, properties_from_json, unix_millis,
 };
 
 const CLAIM: &str = "UPDATE sb_outbox
@@ -178,9 +178,6 @@ impl OutboxStore for SqliteStore {
         ids: &[i64],
         at: SystemTime,
     ) -> Result<u64, StoreError> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
         self.update(MARK, || (unix_millis(at), id_list(ids), lease.token()))
             .await
     }
@@ -192,10 +189,7 @@ impl OutboxStore for SqliteStore {
         due: SystemTime,
         failure: Option<&str>,
     ) -> Result<u64, StoreError> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let failure = failure.map(|text| crate::runtime::truncate(text, MAX_FAILURE_LEN));
+        let failure = failure_text(failure);
         self.update(RELEASE, || {
             (unix_millis(due), id_list(ids), lease.token(), failure)
         })
