@@ -106,6 +106,31 @@ param prefetch int = 32
 @minValue(1)
 param lockMarginSecs int = 10
 
+@description('Outbox rows the relay claims per pass.')
+@minValue(1)
+@maxValue(1000)
+param outboxBatchSize int = 100
+
+@description('Relay poll interval in milliseconds while the outbox has nothing due.')
+@minValue(10)
+@maxValue(60000)
+param outboxPollIntervalMs int = 500
+
+@description('Seconds a relay claim reserves its rows; after a crash, rows are published again (same message id) once it ends.')
+@minValue(5)
+@maxValue(3600)
+param outboxLeaseSecs int = 60
+
+@description('Inbox rows deleted per retention statement (at most 4000: below SQL Server lock escalation).')
+@minValue(1)
+@maxValue(4000)
+param retentionBatchSize int = 1000
+
+@description('Seconds between retention sweeps.')
+@minValue(1)
+@maxValue(86400)
+param retentionIntervalSecs int = 300
+
 @description('Seconds the worker drains in-flight messages after SIGTERM (the app\'s termination grace is this + 10, at most 600).')
 @minValue(1)
 @maxValue(590)
@@ -300,6 +325,11 @@ module app 'modules/containerapp.bicep' = {
       retryBaseDelaySecs: retryBaseDelaySecs
       retryMaxDelaySecs: retryMaxDelaySecs
       retryJitterPercent: retryJitterPercent
+      retentionBatchSize: retentionBatchSize
+      retentionIntervalSecs: retentionIntervalSecs
+      outboxBatchSize: outboxBatchSize
+      outboxPollIntervalMs: outboxPollIntervalMs
+      outboxLeaseSecs: outboxLeaseSecs
     }
     minReplicas: minReplicas
     maxReplicas: maxReplicas

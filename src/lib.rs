@@ -13,6 +13,9 @@
 //! - [`servicebus`]: the Service Bus client on our AMQP engine (the runtime's receiver and sender).
 //! - [`entra`]: Microsoft Entra ID tokens for Azure SQL and Service Bus.
 //! - [`worker`]: the worker's configuration and run loop; [`demo`]: `sb-inbox demo`.
+//! - [`relay`]: the outbox relay (claim with a lease, publish under the stable message id,
+//!   mark dispatched).
+//! - [`retention`]: batched deletes of inbox and dispatched outbox rows past the retention.
 //! - [`inventory`]: the reference consumer, written on the public API only.
 //! - [`ops`]: operator commands (publish orders, dead-letter peek and resubmit).
 //! - `testing` (feature `test-util`): an in-memory receiver with fault injection.
@@ -24,6 +27,8 @@ pub mod entra;
 pub mod inventory;
 pub mod ops;
 pub mod ports;
+pub mod relay;
+pub mod retention;
 pub mod runtime;
 pub mod servicebus;
 pub mod store;
@@ -32,8 +37,9 @@ pub mod testing;
 pub mod worker;
 
 pub use ports::{
-    Delivery, DuplicateScope, ErrorKind, Message, OutboxMessage, PropertyValue, ReceiveError,
-    Receiver, SendFailure, Sender, SettleError, Store, StoreError, Tx, VersionCheck,
+    Delivery, DuplicateScope, ErrorKind, Message, OutboxBacklog, OutboxLease, OutboxMessage,
+    OutboxRow, OutboxStore, PropertyValue, ReceiveError, Receiver, RetentionStore, SendFailure,
+    Sender, SettleError, Store, StoreError, Tx, VersionCheck,
 };
 pub use runtime::{
     Clock, ConsumerName, ConsumerNameError, Context, Contract, ContractParseError,

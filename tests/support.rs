@@ -160,3 +160,69 @@ pub fn init_tracing() {
         .with_test_writer()
         .try_init();
 }
+
+/// Moves timestamps into the past, in each provider's SQL (tests make rows old this way rather
+/// than by waiting).
+pub trait Backdate: Store {
+    /// `UPDATE table SET column = column - days WHERE filter` (test constants only).
+    fn backdate(
+        &self,
+        table: &str,
+        column: &str,
+        days: u32,
+        filter: &str,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+impl Backdate for PgStore {
+    async fn backdate(
+        &self,
+        table: &str,
+        column: &str,
+        days: u32,
+        filter: &str,
+    ) -> Result<u64, StoreError> {
+        let sql = format!(
+            "UPDATE {table} SET {column} = {column} - interval '{days} days' WHERE {filter}"
+        );
+        let tx = self.begin().await?;
+        let n = tx.execute(&sql, &[]).await?;
+        sb_inbox::Tx::commit(tx).await?;
+        Ok(n)
+    }
+}
+
+impl Backdate for MssqlStore {
+    async fn backdate(
+        &self,
+        table: &str,
+        column: &str,
+        days: u32,
+        filter: &str,
+    ) -> Result<u64, StoreError> {
+        self.execute(
+            &format!(
+                "UPDATE {table} SET {column} = DATEADD(day, -{days}, {column}) WHERE {filter}"
+            ),
+            &[],
+        )
+        .await
+    }
+}
+
+impl Backdate for SqliteStore {
+    async fn backdate(
+        &self,
+        table: &str,
+        column: &str,
+        days: u32,
+        filter: &str,
+    ) -> Result<u64, StoreError> {
+        let sql = format!(
+            "UPDATE {table} SET {column} = strftime('%Y-%m-%dT%H:%M:%fZ', {column}, '-{days} days') WHERE {filter}"
+        );
+        self.with_connection(move |conn| conn.execute(&sql, []))
+            .await
+            .map(|n| n as u64)
+    }
+}

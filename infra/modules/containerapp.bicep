@@ -202,7 +202,12 @@ var workerEnv = [
   { name: 'SB_INBOX_RETRY_BASE_DELAY_SECS', value: string(worker.retryBaseDelaySecs) }
   { name: 'SB_INBOX_RETRY_MAX_DELAY_SECS', value: string(worker.retryMaxDelaySecs) }
   { name: 'SB_INBOX_RETRY_JITTER_PERCENT', value: string(worker.retryJitterPercent) }
+  { name: 'SB_INBOX_RETENTION_BATCH', value: string(worker.retentionBatchSize) }
+  { name: 'SB_INBOX_RETENTION_INTERVAL_SECS', value: string(worker.retentionIntervalSecs) }
   { name: 'SB_INBOX_OUTBOX_DESTINATION', value: outboxEntityName }
+  { name: 'SB_INBOX_OUTBOX_BATCH', value: string(worker.outboxBatchSize) }
+  { name: 'SB_INBOX_OUTBOX_POLL_MS', value: string(worker.outboxPollIntervalMs) }
+  { name: 'SB_INBOX_OUTBOX_LEASE_SECS', value: string(worker.outboxLeaseSecs) }
   { name: 'AZURE_CLIENT_ID', value: workerClientId }
   { name: 'OTEL_SERVICE_NAME', value: 'sb-inbox' }
   { name: 'OTEL_RESOURCE_ATTRIBUTES', value: 'service.namespace=sb-inbox,deployment.environment.name=${namePrefix}' }

@@ -5,7 +5,9 @@
 //! statements are per store ([`InventoryTx`]); everything else is the runtime's.
 //!
 //! Each order also claims the business key `order:<order id>`, so a producer that republishes
-//! the same order under a new message id is recognised as a duplicate too.
+//! the same order under a new message id is recognised as a duplicate too. With an events
+//! destination ([`OrderPlacedConsumer::with_events`]) it also writes `inventory.stock-reserved.v1`
+//! to the outbox in the same transaction; the outbox relay publishes it.
 
 mod sql;
 
@@ -14,13 +16,27 @@ use std::future::Future;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Context, Contract, DecodeError, Handled, Handler, HandlerError, Store, StoreError, Tx,
+    Context, Contract, DecodeError, Handled, Handler, HandlerError, OutboxMessage, Store,
+    StoreError, Tx,
 };
 
 /// The consumer name.
 pub const CONSUMER: &str = "inventory.order-placed.v1";
 /// The contract consumed.
 pub const CONTRACT: &str = "orders.order-placed.v1";
+
+/// The event written to the outbox for each reservation.
+pub const EVENT_CONTRACT: &str = "inventory.stock-reserved.v1";
+
+/// `inventory.stock-reserved.v1`: the stock of an order is reserved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StockReserved {
+    /// The order.
+    pub order_id: String,
+    /// What was reserved.
+    pub lines: Vec<OrderLine>,
+}
 
 /// `orders.order-placed.v1`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,6 +127,7 @@ pub trait InventoryStore: Store<Tx: InventoryTx> {
 #[derive(Debug, Clone)]
 pub struct OrderPlacedConsumer {
     contracts: Vec<Contract>,
+    events: Option<String>,
 }
 
 impl OrderPlacedConsumer {
@@ -118,7 +135,15 @@ impl OrderPlacedConsumer {
     pub fn new() -> Self {
         OrderPlacedConsumer {
             contracts: vec![Contract::new("orders.order-placed", 1)],
+            events: None,
         }
+    }
+
+    /// Also writes an [`EVENT_CONTRACT`] event for `destination` to the outbox with each
+    /// reservation (a fresh message id, the order's correlation id or else its message id).
+    pub fn with_events(mut self, destination: impl Into<String>) -> Self {
+        self.events = Some(destination.into());
+        self
     }
 }
 
@@ -154,6 +179,23 @@ impl<T: InventoryTx> Handler<T> for OrderPlacedConsumer {
         )
         .await?;
         tx.reserve(ctx.message_id, order).await?;
+        if let Some(destination) = &self.events {
+            let event = StockReserved {
+                order_id: order.order_id.clone(),
+                lines: order.lines.clone(),
+            };
+            let body = serde_json::to_vec(&event).map_err(|e| {
+                HandlerError::rejected(format!("cannot encode {EVENT_CONTRACT}: {e}"))
+            })?;
+            let mut message = OutboxMessage::new(destination.clone(), EVENT_CONTRACT, body);
+            message.correlation_id = Some(
+                ctx.message
+                    .correlation_id
+                    .clone()
+                    .unwrap_or_else(|| ctx.message_id.to_owned()),
+            );
+            tx.append_outbox(&message).await?;
+        }
         Ok(Handled::Processed)
     }
 }

@@ -7,15 +7,21 @@
 //! - [`store`]: a transactional store with the inbox operations, and its portable errors.
 //! - [`sender`]: sends to named destinations, awaiting the broker's acceptance (outbox relay,
 //!   delayed retries).
+//! - [`outbox`]: the store as the outbox relay ([`OutboxStore`]) and retention
+//!   ([`RetentionStore`]) see it: leased claims, marks, backlog, batched deletes.
 //!
 //! The runtime only sees these traits: no SQL dialect and no AMQP frame crosses them.
 
 mod delivery;
 mod message;
+mod outbox;
 mod sender;
 mod store;
 
 pub use delivery::{Delivery, ReceiveError, Receiver, SettleError};
 pub use message::{Message, PropertyValue};
+pub use outbox::{
+    MAX_RETENTION_BATCH, OutboxBacklog, OutboxLease, OutboxRow, OutboxStore, RetentionStore,
+};
 pub use sender::{SendFailure, Sender};
 pub use store::{DuplicateScope, ErrorKind, OutboxMessage, Store, StoreError, Tx, VersionCheck};

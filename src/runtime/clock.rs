@@ -33,6 +33,15 @@ impl Clock {
         }
     }
 
+    /// A clock that reads `wall` now and runs on from there: a process whose clock is ahead of
+    /// or behind the others (tests move lease expiry this way).
+    pub fn starting_at(wall: SystemTime) -> Self {
+        Clock {
+            wall,
+            mono: Instant::now(),
+        }
+    }
+
     /// The current wall-clock time.
     pub fn now(&self) -> SystemTime {
         self.wall + self.mono.elapsed()

@@ -32,6 +32,7 @@ use tokio_util::task::TaskTracker;
 pub use backoff::Backoff;
 pub use clock::Clock;
 pub use consumer::{ConsumerName, ConsumerNameError, MAX_CONSUMER_NAME_LEN};
+pub(crate) use envelope::truncate;
 pub use envelope::{
     Contract, ContractParseError, DeadLetterReason, LOGICAL_ID_PROPERTY, MAX_DESCRIPTION_LEN,
     MAX_MESSAGE_ID_LEN, Rejection,

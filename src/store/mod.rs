@@ -20,7 +20,7 @@ pub use postgres::{PgStore, PgTx};
 pub use sqlite::{SqliteStore, SqliteTx};
 pub use url::{StoreUrl, StoreUrlError};
 
-use crate::ports::DuplicateScope;
+use crate::ports::{DuplicateScope, StoreError};
 
 /// The inbox primary key `(consumer, message_id)`.
 pub const INBOX_CONSTRAINT: &str = "pk_sb_inbox";
@@ -67,9 +67,122 @@ pub(crate) fn properties_json(message: &crate::ports::OutboxMessage) -> String {
     serde_json::Value::Object(map).to_string()
 }
 
+/// Reads application properties back from the outbox's text column (the inverse of
+/// [`properties_json`]). Row and message id go into the error: a row edited by hand into
+/// something else stops the relay at that row, loudly, instead of publishing it altered.
+pub(crate) fn properties_from_json(
+    text: &str,
+    row: i64,
+) -> Result<std::collections::BTreeMap<String, crate::ports::PropertyValue>, StoreError> {
+    use crate::ports::{ErrorKind, PropertyValue};
+    let invalid = |what: &str| {
+        StoreError::new(
+            ErrorKind::Conversion,
+            None,
+            None,
+            format!("sb_outbox row {row}: application_properties {what}"),
+        )
+    };
+    let serde_json::Value::Object(map) =
+        serde_json::from_str(text).map_err(|_| invalid("is not JSON"))?
+    else {
+        return Err(invalid("is not a JSON object"));
+    };
+    map.into_iter()
+        .map(|(key, value)| {
+            let value = match value {
+                serde_json::Value::String(s) => PropertyValue::String(s),
+                serde_json::Value::Bool(b) => PropertyValue::Bool(b),
+                serde_json::Value::Number(n) => match n.as_i64() {
+                    Some(i) => PropertyValue::Long(i),
+                    None => PropertyValue::Double(
+                        n.as_f64()
+                            .ok_or_else(|| invalid("holds a number out of range"))?,
+                    ),
+                },
+                _ => {
+                    return Err(invalid(
+                        "holds a value that is no string, number or boolean",
+                    ));
+                }
+            };
+            Ok((key, value))
+        })
+        .collect()
+}
+
+/// Milliseconds since the Unix epoch (negative before it): how SQLite and SQL Server receive
+/// times, converted to their column types in SQL.
+pub(crate) fn unix_millis(time: std::time::SystemTime) -> i64 {
+    match time.duration_since(std::time::UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
+        Err(before) => i64::try_from(before.duration().as_millis())
+            .map(|ms| -ms)
+            .unwrap_or(i64::MIN),
+    }
+}
+
+/// The inverse of [`unix_millis`].
+pub(crate) fn from_unix_millis(ms: i64) -> std::time::SystemTime {
+    let offset = std::time::Duration::from_millis(ms.unsigned_abs());
+    if ms >= 0 {
+        std::time::UNIX_EPOCH + offset
+    } else {
+        std::time::UNIX_EPOCH - offset
+    }
+}
+
+/// A row count from a store (never negative) as `u64`.
+pub(crate) fn count(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+/// Attempts from the store's integer column.
+pub(crate) fn attempts(n: i64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// A send failure as kept on an outbox row: cut to the `last_error` column (1024).
+pub(crate) fn failure_text(failure: Option<&str>) -> Option<String> {
+    failure.map(|text| crate::runtime::truncate(text, 1024))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn properties_round_trip_through_json() {
+        use crate::ports::{OutboxMessage, PropertyValue};
+        let mut message = OutboxMessage::new("d", "s.v1", Vec::new());
+        message.application_properties.extend([
+            ("s".to_owned(), PropertyValue::from("text")),
+            ("n".to_owned(), PropertyValue::Long(-7)),
+            ("f".to_owned(), PropertyValue::Double(1.5)),
+            ("b".to_owned(), PropertyValue::Bool(true)),
+        ]);
+        let json = properties_json(&message);
+        assert_eq!(
+            properties_from_json(&json, 1).unwrap(),
+            message.application_properties
+        );
+        for bad in ["", "[]", r#"{"a":null}"#, r#"{"a":[1]}"#] {
+            let error = properties_from_json(bad, 42).unwrap_err();
+            assert!(error.message().contains("row 42"), "{error}");
+        }
+    }
+
+    #[test]
+    fn unix_millis_round_trip() {
+        use std::time::{Duration, UNIX_EPOCH};
+        for time in [
+            UNIX_EPOCH,
+            UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+            UNIX_EPOCH - Duration::from_millis(86_400_001),
+        ] {
+            assert_eq!(from_unix_millis(unix_millis(time)), time);
+        }
+    }
 
     #[test]
     fn only_exact_constraint_names_are_duplicates() {

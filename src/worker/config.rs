@@ -5,6 +5,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::ReplayHorizon;
+use crate::ports::MAX_RETENTION_BATCH;
+use crate::relay::RelayConfig;
+use crate::retention::RetentionConfig;
 use crate::runtime::{ConsumerName, JitterSource, RetryPolicy, RuntimeConfig};
 use crate::servicebus::ConnectionString;
 use crate::store::StoreUrl;
@@ -84,12 +87,37 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
     (
         "SB_INBOX_OUTBOX_DESTINATION",
         "outbox.destination",
-        "queue or topic the outbox relay publishes to",
+        "queue or topic the consumer's events go to",
+    ),
+    (
+        "SB_INBOX_OUTBOX_BATCH",
+        "outbox.batch_size",
+        "rows the relay claims per pass (default 100)",
+    ),
+    (
+        "SB_INBOX_OUTBOX_POLL_MS",
+        "outbox.poll_interval_ms",
+        "relay poll interval when idle (default 500)",
+    ),
+    (
+        "SB_INBOX_OUTBOX_LEASE_SECS",
+        "outbox.lease_secs",
+        "how long a claim reserves rows (default 60)",
     ),
     (
         "SB_INBOX_RETENTION_SECS",
         "retention.retention_secs",
         "delete inbox rows older than this",
+    ),
+    (
+        "SB_INBOX_RETENTION_BATCH",
+        "retention.batch_size",
+        "rows per delete (default 1000, max 4000)",
+    ),
+    (
+        "SB_INBOX_RETENTION_INTERVAL_SECS",
+        "retention.interval_secs",
+        "time between sweeps (default 300)",
     ),
     (
         "SB_INBOX_MESSAGE_TTL_SECS",
@@ -158,11 +186,26 @@ pub enum BrokerAddress {
 
 /// Dedupe retention and the replay horizon it must cover.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Retention {
     /// Inbox rows older than this may be deleted.
     pub retention: Duration,
     /// What the retention must cover.
     pub horizon: ReplayHorizon,
+    /// Rows per delete statement.
+    pub batch_size: usize,
+    /// Time between sweeps.
+    pub interval: Duration,
+}
+
+impl Retention {
+    /// The retention task's settings: the configured retention, batch and interval.
+    pub fn task_config(&self) -> RetentionConfig {
+        let mut config = RetentionConfig::new(self.retention);
+        config.batch_size = self.batch_size;
+        config.interval = self.interval;
+        config
+    }
 }
 
 /// The validated worker configuration.
@@ -179,11 +222,14 @@ pub struct WorkerConfig {
     pub entity: String,
     /// Port for `/healthz` and `/readyz`.
     pub health_port: Option<u16>,
-    /// Where the outbox relay publishes.
+    /// Where the inventory consumer's `inventory.stock-reserved.v1` events go (through the
+    /// outbox); none are written without it.
     pub outbox_destination: Option<String>,
     /// Delayed retries for transient failures (copies go to [`WorkerConfig::entity`], which must
     /// be a queue); `None` abandons them.
     pub retry: Option<RetryPolicy>,
+    /// The outbox relay.
+    pub relay: RelayConfig,
     /// Retention, when inbox rows are to be deleted.
     pub retention: Option<Retention>,
 }
@@ -243,6 +289,9 @@ struct Health {
 #[serde(deny_unknown_fields)]
 struct Outbox {
     destination: Option<String>,
+    batch_size: Option<u64>,
+    poll_interval_ms: Option<u64>,
+    lease_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -253,6 +302,8 @@ struct RetentionFile {
     lock_duration_secs: Option<u64>,
     max_delivery_count: Option<u64>,
     dlq_resubmit_window_secs: Option<u64>,
+    batch_size: Option<u64>,
+    interval_secs: Option<u64>,
 }
 
 /// Collects problems while reading values.
@@ -427,6 +478,23 @@ impl WorkerConfig {
             .and_then(|p| u16::try_from(p).ok());
         let outbox_destination = r.text("outbox.destination", file.outbox.destination);
         let retry = retry_policy(&mut r, &file.retry, entity.as_deref());
+        let relay_defaults = RelayConfig::default();
+        let relay = RelayConfig {
+            batch_size: r
+                .number("outbox.batch_size", file.outbox.batch_size, 1, 1000)
+                .map_or(relay_defaults.batch_size, to_usize),
+            poll_interval: r
+                .number(
+                    "outbox.poll_interval_ms",
+                    file.outbox.poll_interval_ms,
+                    10,
+                    60_000,
+                )
+                .map_or(relay_defaults.poll_interval, Duration::from_millis),
+            lease: r
+                .number("outbox.lease_secs", file.outbox.lease_secs, 5, 3600)
+                .map_or(relay_defaults.lease, Duration::from_secs),
+        };
 
         let lock_duration = r.number(
             "retention.lock_duration_secs",
@@ -466,6 +534,36 @@ impl WorkerConfig {
             0,
             u64::MAX,
         );
+        let task_defaults = RetentionConfig::new(Duration::ZERO);
+        let batch_size = r
+            .number(
+                "retention.batch_size",
+                file.retention.batch_size,
+                1,
+                MAX_RETENTION_BATCH as u64,
+            )
+            .map(to_usize);
+        let interval = r
+            .number(
+                "retention.interval_secs",
+                file.retention.interval_secs,
+                1,
+                86_400,
+            )
+            .map(Duration::from_secs);
+        if retention.is_none() {
+            for (key, set) in [
+                ("retention.batch_size", batch_size.is_some()),
+                ("retention.interval_secs", interval.is_some()),
+            ] {
+                if set {
+                    r.fail(
+                        key,
+                        "has no effect without retention.retention_secs (SB_INBOX_RETENTION_SECS): nothing is deleted",
+                    );
+                }
+            }
+        }
         let retention = match retention {
             None => None,
             Some(retention) => {
@@ -496,7 +594,12 @@ impl WorkerConfig {
                         if let Err(error) = horizon.check(retention) {
                             r.fail("retention.retention_secs", error.to_string());
                         }
-                        Some(Retention { retention, horizon })
+                        Some(Retention {
+                            retention,
+                            horizon,
+                            batch_size: batch_size.unwrap_or(task_defaults.batch_size),
+                            interval: interval.unwrap_or(task_defaults.interval),
+                        })
                     }
                     _ => None,
                 }
@@ -518,6 +621,7 @@ impl WorkerConfig {
                     health_port,
                     outbox_destination,
                     retry,
+                    relay,
                     retention,
                 })
             }
@@ -569,6 +673,10 @@ fn retry_policy(r: &mut Reader<'_>, file: &RetryFile, entity: Option<&str>) -> O
             None
         }
     }
+}
+
+fn to_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
 }
 
 fn single(field: &str, problem: String) -> ConfigErrors {
@@ -787,6 +895,66 @@ concurrency = 4
         )
         .unwrap_err();
         assert!(errors.to_string().contains("at least 89400"), "{errors}");
+    }
+
+    #[test]
+    fn relay_and_retention_settings_have_defaults_and_bounds() {
+        let config = load(GOOD, &[]).unwrap();
+        assert_eq!(config.relay, RelayConfig::default());
+        let horizon = "[retention]\nretention_secs = 172800\nmessage_ttl_secs = 86400\nlock_duration_secs = 60\nmax_delivery_count = 10\n";
+        let config = load(
+            &format!("{GOOD}[outbox]\nbatch_size = 50\n{horizon}interval_secs = 60\n"),
+            &[
+                ("SB_INBOX_OUTBOX_POLL_MS", "250"),
+                ("SB_INBOX_OUTBOX_LEASE_SECS", "30"),
+                ("SB_INBOX_RETENTION_BATCH", "4000"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            config.relay,
+            RelayConfig {
+                batch_size: 50,
+                poll_interval: Duration::from_millis(250),
+                lease: Duration::from_secs(30),
+            }
+        );
+        let task = config.retention.unwrap().task_config();
+        assert_eq!(
+            (task.retention, task.batch_size, task.interval),
+            (Duration::from_secs(172_800), 4000, Duration::from_secs(60))
+        );
+        let defaults = load(&format!("{GOOD}{horizon}"), &[]).unwrap();
+        let task = defaults.retention.unwrap().task_config();
+        assert_eq!(
+            (task.batch_size, task.interval),
+            (1000, Duration::from_secs(300))
+        );
+
+        let errors = load(
+            GOOD,
+            &[
+                ("SB_INBOX_OUTBOX_BATCH", "0"),
+                ("SB_INBOX_OUTBOX_LEASE_SECS", "1"),
+                ("SB_INBOX_RETENTION_BATCH", "5000"),
+                ("SB_INBOX_RETENTION_INTERVAL_SECS", "60"),
+            ],
+        )
+        .unwrap_err();
+        let problems: Vec<String> = errors
+            .0
+            .iter()
+            .map(|e| format!("{}: {}", e.field, e.problem))
+            .collect();
+        assert_eq!(
+            problems,
+            [
+                "outbox.batch_size (SB_INBOX_OUTBOX_BATCH): 0 is outside 1..=1000",
+                "outbox.lease_secs (SB_INBOX_OUTBOX_LEASE_SECS): 1 is outside 5..=3600",
+                "retention.batch_size (SB_INBOX_RETENTION_BATCH): 5000 is outside 1..=4000",
+                "retention.interval_secs (SB_INBOX_RETENTION_INTERVAL_SECS): has no effect without retention.retention_secs (SB_INBOX_RETENTION_SECS): nothing is deleted",
+            ]
+        );
     }
 
     #[test]

@@ -1,16 +1,27 @@
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::health::{self, Ping};
 use super::{BrokerAddress, WorkerConfig};
 use crate::entra::{EntraCredential, EntraMode};
 use crate::inventory::{InventoryStore, OrderPlacedConsumer};
+use crate::relay::Relay;
+use crate::retention::RetentionTask;
 use crate::runtime::{DelayedRetry, RetryPolicy};
 use crate::servicebus::{ServiceBusClient, ServiceBusReceiver};
 use crate::store::StoreUrl;
-use crate::{MssqlStore, PgStore, Runtime, RuntimeError, SqliteStore, StatsSnapshot, StoreError};
+use crate::{
+    MssqlStore, OutboxStore, PgStore, RetentionStore, Runtime, RuntimeError, SqliteStore,
+    StatsSnapshot, StoreError,
+};
+
+/// How long the relay and retention get to finish their current batch after the runtime has
+/// drained: one send's timeout and a little. A relay stopped harder only causes duplicates.
+const BACKGROUND_STOP: Duration = Duration::from_secs(35);
 
 /// Why the worker stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -28,8 +39,9 @@ pub enum WorkerError {
 }
 
 /// Runs the reference inventory consumer as configured until `shutdown`, then drains, releases
-/// prefetched deliveries and returns the counters. Serves `/healthz` and `/readyz` on
-/// `health.port` when configured.
+/// prefetched deliveries and returns the counters. Beside it run the outbox relay (always: any
+/// row in the outbox is published) and, when a retention is configured, the retention task;
+/// both stop after the drain. Serves `/healthz` and `/readyz` on `health.port` when configured.
 ///
 /// # Errors
 /// [`WorkerError`] when the store cannot be opened, the health port cannot be bound, or the
@@ -105,7 +117,7 @@ struct Probe {
     shutdown: CancellationToken,
 }
 
-async fn serve<S: InventoryStore + Ping + Clone>(
+async fn serve<S: InventoryStore + OutboxStore + RetentionStore + Ping + Clone>(
     receiver: ServiceBusReceiver,
     store: S,
     config: &WorkerConfig,
@@ -125,6 +137,19 @@ async fn serve<S: InventoryStore + Ping + Clone>(
             config.entity.clone(),
         ));
     }
+    // The relay and retention stop after the drain, or when this future is dropped.
+    let stop_background = CancellationToken::new();
+    let _stop_background = stop_background.clone().drop_guard();
+    let relay = Relay::new(store.clone(), client.publisher(), config.relay.clone());
+    let mut background = vec![tokio::spawn({
+        let stop = stop_background.clone();
+        async move { relay.run(stop).await }
+    })];
+    if let Some(retention) = &config.retention {
+        let task = RetentionTask::new(store.clone(), retention.task_config());
+        let stop = stop_background.clone();
+        background.push(tokio::spawn(async move { task.run(stop).await }));
+    }
     let stop_health = CancellationToken::new();
     if let Some(listener) = health {
         let readiness = health::Readiness {
@@ -135,18 +160,34 @@ async fn serve<S: InventoryStore + Ping + Clone>(
     }
     // The probes answer until the drain is over, then stop with the worker.
     let _stop_health = stop_health.drop_guard();
-    let runtime = Runtime::new(
-        receiver.clone(),
-        store,
-        OrderPlacedConsumer::new(),
-        runtime_config,
-    );
+    let consumer = match &config.outbox_destination {
+        Some(destination) => OrderPlacedConsumer::new().with_events(destination),
+        None => OrderPlacedConsumer::new(),
+    };
+    let runtime = Runtime::new(receiver.clone(), store, consumer, runtime_config);
     let retries = config.retry.as_ref().map_or(0, RetryPolicy::max_retries);
     tracing::info!(entity = %config.entity, consumer = %config.runtime.consumer, store = %config.store, delayed_retries = retries, "Worker started.");
     let result = runtime.run(shutdown).await;
     receiver.close().await;
+    stop_background.cancel();
+    stop(background).await;
     result?;
     let stats = runtime.stats().snapshot();
     tracing::info!(?stats, "Worker stopped.");
     Ok(stats)
+}
+
+/// Waits for the background tasks to finish their batch, at most [`BACKGROUND_STOP`] in all.
+async fn stop(tasks: Vec<JoinHandle<()>>) {
+    let deadline = tokio::time::Instant::now() + BACKGROUND_STOP;
+    for mut task in tasks {
+        match tokio::time::timeout_at(deadline, &mut task).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::error!(%error, "A background task failed."),
+            Err(_) => {
+                tracing::warn!("A background task did not stop in time; aborting it.");
+                task.abort();
+            }
+        }
+    }
 }

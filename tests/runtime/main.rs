@@ -9,6 +9,7 @@ mod cli;
 mod handlers;
 mod limits;
 mod lock;
+mod relay;
 mod retry;
 mod scenarios;
 mod shutdown;

@@ -15,6 +15,7 @@ mod cli;
 mod client;
 mod js;
 mod python;
+mod relay;
 mod retry;
 mod verification;
 mod worker;

@@ -21,7 +21,12 @@ pub(crate) fn order(message_id: &str, order_id: &str) -> Message {
 /// Waits (bounded) until the queue holds nothing active or locked and `settled` messages were
 /// completed or dead-lettered.
 pub(crate) async fn drained(emulator: &sb_emulator::Emulator, settled: u64) {
-    let entity = emulator.broker().entity("orders").unwrap();
+    queue_drained(emulator, "orders", settled).await;
+}
+
+/// As [`drained`], for any queue.
+pub(crate) async fn queue_drained(emulator: &sb_emulator::Emulator, queue: &str, settled: u64) {
+    let entity = emulator.broker().entity(queue).unwrap();
     tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             let c = entity.counts();

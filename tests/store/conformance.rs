@@ -7,6 +7,13 @@ use sb_inbox::{DuplicateScope, ErrorKind, OutboxMessage, Store, Tx, VersionCheck
 
 use crate::support::Count;
 
+// The outbox relay's and retention's cases, written in their own file.
+pub(crate) use crate::outbox::{
+    backlog_counts_pending_rows, concurrent_claims_are_disjoint, outbox_claim_lease_and_mark,
+    outbox_release_with_and_without_failure, retention_deletes_old_rows_in_batches,
+    retention_runs_beside_a_consumer,
+};
+
 fn assert_duplicate(result: Result<(), sb_inbox::StoreError>, scope: DuplicateScope) {
     let error = result.expect_err("expected a duplicate");
     assert_eq!(error.kind(), ErrorKind::Duplicate(scope), "{error}");
@@ -196,4 +203,10 @@ all_stores!(
     versions_advance_and_detect_stale,
     outbox_commits_with_the_transaction,
     concurrent_insert_of_same_key_duplicates,
+    outbox_claim_lease_and_mark,
+    outbox_release_with_and_without_failure,
+    concurrent_claims_are_disjoint,
+    backlog_counts_pending_rows,
+    retention_deletes_old_rows_in_batches,
+    retention_runs_beside_a_consumer,
 );

@@ -9,6 +9,7 @@ mod support;
 mod conformance;
 mod mssql_errors;
 mod mssql_mock;
+mod outbox;
 mod postgres_errors;
 mod postgres_tls;
 mod sqlite_errors;

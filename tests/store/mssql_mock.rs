@@ -376,3 +376,108 @@ fn mssql_types_are_send() {
     fn send_future<F: std::future::Future + Send>(_: &F) {}
     send_future(&store);
 }
+
+/// The relay's claim reads its `OUTPUT` rows (ids, texts, `nvarchar(max)` properties,
+/// `varbinary(max)` body, Unix milliseconds, attempts) and the backlog its two numbers; a
+/// deadlock on a retention delete is transient.
+#[tokio::test]
+async fn mock_outbox_claim_backlog_and_retention() {
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use sb_inbox::{OutboxLease, OutboxStore, PropertyValue, RetentionStore};
+
+    let utf16 = |text: &str| vec![text.encode_utf16().collect::<Vec<u16>>()];
+    let mock = mock().await;
+    // The mock matches statements by an upper-case part that appears verbatim.
+    let columns = [
+        ("id", SqlDataType::BigInt),
+        ("message_id", SqlDataType::NVarChar),
+        ("destination", SqlDataType::NVarChar),
+        ("subject", SqlDataType::NVarChar),
+        ("correlation_id", SqlDataType::NVarChar),
+        ("content_type", SqlDataType::NVarChar),
+        ("application_properties", SqlDataType::NVarCharMax),
+        ("body", SqlDataType::VarBinaryMax),
+        ("created", SqlDataType::BigInt),
+        ("attempts", SqlDataType::Int),
+    ]
+    .map(|(name, kind)| ColumnDefinition::new(name, kind))
+    .to_vec();
+    let row = |id: i64, attempts: i32| {
+        Row::new(vec![
+            ColumnValue::BigInt(id),
+            ColumnValue::NVarChar(format!("m-{id}")),
+            ColumnValue::NVarChar("events".into()),
+            ColumnValue::NVarChar("inventory.stock-reserved.v1".into()),
+            // (The mock encodes a NULL as IntN's, so texts here are never NULL.)
+            ColumnValue::NVarChar(format!("c-{id}")),
+            ColumnValue::NVarChar("application/json".into()),
+            ColumnValue::NVarCharMax(utf16(r#"{"tenant":"t1","n":7}"#)),
+            ColumnValue::VarBinaryMax(vec![b"{}".to_vec()]),
+            ColumnValue::BigInt(1_700_000_000_123),
+            ColumnValue::Int(attempts),
+        ])
+    };
+    {
+        let mut registry = mock.registry.lock().await;
+        // OUTPUT order is no order: the store sorts by id.
+        registry.register(
+            "UPDLOCK, ROWLOCK, READPAST",
+            QueryResponse::new(columns, vec![row(9, 2), row(4, 1)]),
+        );
+        registry.register(
+            "SELECT CAST(COUNT(*)",
+            QueryResponse::new(
+                vec![
+                    ColumnDefinition::new("", SqlDataType::BigInt),
+                    ColumnDefinition::new("", SqlDataType::BigInt),
+                ],
+                vec![Row::new(vec![
+                    ColumnValue::BigInt(2),
+                    ColumnValue::BigInt(1_700_000_000_123),
+                ])],
+            ),
+        );
+        registry.register(
+            "DELETE TOP",
+            QueryResponse::error_only(TerminalError::new(
+                1205,
+                13,
+                "Transaction (Process ID 52) was deadlocked on lock resources with another \
+                 process and has been chosen as the deadlock victim. Rerun the transaction.",
+            )),
+        );
+    }
+    let store = store(mock.port).await;
+    let now = SystemTime::now();
+    let rows = store
+        .claim_outbox(now, &OutboxLease::new(now + Duration::from_secs(60)), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        rows.iter().map(|r| (r.id, r.attempts)).collect::<Vec<_>>(),
+        [(4, 1), (9, 2)]
+    );
+    let created = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+    let first = &rows[0];
+    assert_eq!(first.message.message_id, "m-4");
+    assert_eq!(first.message.destination, "events");
+    assert_eq!(first.message.correlation_id.as_deref(), Some("c-4"));
+    assert_eq!(first.message.body, b"{}");
+    assert_eq!(first.created_at, created);
+    assert_eq!(
+        first.message.application_properties.get("n"),
+        Some(&PropertyValue::Long(7))
+    );
+    assert!(rows[1].is_retry());
+
+    let backlog = store.outbox_backlog().await.unwrap();
+    assert_eq!((backlog.pending, backlog.oldest), (2, Some(created)));
+
+    let error = store
+        .delete_inbox_batch(now, 10_000)
+        .await
+        .expect_err("deadlock victim");
+    assert_eq!(error.kind(), ErrorKind::Contention);
+    assert!(error.kind().is_transient());
+}

@@ -18,6 +18,7 @@
 
 mod classify;
 mod config;
+mod outbox;
 mod token;
 
 use std::time::Duration;
@@ -49,6 +50,11 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 2,
         name: "0002_inventory.sql",
         sql: include_str!("../../../sql/mssql/0002_inventory.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "0003_outbox_relay.sql",
+        sql: include_str!("../../../sql/mssql/0003_outbox_relay.sql"),
     },
 ];
 

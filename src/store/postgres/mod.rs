@@ -6,6 +6,7 @@
 //! socket, or TLS with verification (`sslmode`, `sslrootcert`: see `tls`).
 
 mod classify;
+mod outbox;
 mod tls;
 
 use std::collections::HashMap;
@@ -30,6 +31,11 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 2,
         name: "0002_inventory.sql",
         sql: include_str!("../../../sql/postgres/0002_inventory.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "0003_outbox_relay.sql",
+        sql: include_str!("../../../sql/postgres/0003_outbox_relay.sql"),
     },
 ];
 

@@ -7,6 +7,7 @@
 //! on the calling task.
 
 mod classify;
+mod outbox;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -32,6 +33,11 @@ pub const MIGRATIONS: &[Migration] = &[
         version: 2,
         name: "0002_inventory.sql",
         sql: include_str!("../../../sql/sqlite/0002_inventory.sql"),
+    },
+    Migration {
+        version: 3,
+        name: "0003_outbox_relay.sql",
+        sql: include_str!("../../../sql/sqlite/0003_outbox_relay.sql"),
     },
 ];
 

@@ -1,0 +1,328 @@
+//! The outbox relay: publishes the messages consumer transactions wrote to the local outbox.
+//!
+//! # Algorithm
+//! 1. **Claim** a batch of due rows in a short transaction of the store's own
+//!    ([`OutboxStore::claim_outbox`]): rows another relay is claiming are skipped, not waited
+//!    for, and each claimed row gets this pass's lease (a token and an end time from the
+//!    relay's clock).
+//! 2. **Publish** each row, outside any transaction, through the [`Sender`] port under the
+//!    message id fixed when the row was written, and await the broker's `accepted`.
+//! 3. **Mark** the accepted rows dispatched by id and lease token.
+//!
+//! A relay that stops between 2 and 3 leaves its rows leased; once the lease ends another pass
+//! (of any relay) claims and publishes them again under the same ids: at most a duplicate,
+//! which downstream inboxes (and broker duplicate detection, within its window) drop; never a
+//! loss. Failed sends wait for an exponential backoff on the row (its `last_error` says why);
+//! a destination that failed transiently is not tried again in the same pass. No order is
+//! promised across relays.
+//!
+//! The relay sees only [`crate::ports`]: the worker hands it the Service Bus publisher.
+
+mod stats;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio_util::sync::CancellationToken;
+
+pub use stats::{BacklogSample, RelayStats, RelayStatsSnapshot};
+
+use crate::ports::{OutboxBacklog, OutboxLease, OutboxRow, OutboxStore, Sender, StoreError};
+use crate::runtime::Clock;
+
+/// The longest wait before a failed row is tried again, and between failed claims.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// How often the running relay samples the backlog for [`RelayStats`].
+pub const BACKLOG_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How a [`Relay`] runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayConfig {
+    /// Rows claimed per pass.
+    pub batch_size: usize,
+    /// Wait between passes while the outbox has nothing due.
+    pub poll_interval: Duration,
+    /// How long claimed rows stay reserved for this relay. No send starts after half of it has
+    /// passed, so another relay only takes rows over from a relay that stopped (or a send that
+    /// hung for half a lease). Shorter means faster recovery after a crash; too short for a
+    /// batch means duplicates, never losses.
+    pub lease: Duration,
+}
+
+impl Default for RelayConfig {
+    /// 100 rows per pass, polling every 500 ms, 60 s leases.
+    fn default() -> Self {
+        RelayConfig {
+            batch_size: 100,
+            poll_interval: Duration::from_millis(500),
+            lease: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Pass {
+    /// Rows claimed.
+    pub claimed: usize,
+    /// Rows the broker accepted.
+    pub published: usize,
+    /// Rows marked dispatched.
+    pub marked: u64,
+    /// Sends that failed.
+    pub failed: usize,
+    /// Rows handed back untried (shutdown, a destination down, the lease half gone).
+    pub untried: usize,
+}
+
+/// The outbox relay over one store and one publisher.
+///
+/// # Examples
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::SystemTime;
+/// use sb_inbox::relay::{Relay, RelayConfig};
+/// use sb_inbox::{Message, OutboxMessage, SendFailure, Sender, SqliteStore, Store, Tx};
+///
+/// /// Prints instead of publishing (the worker passes the Service Bus publisher).
+/// struct Print;
+/// impl Sender for Print {
+///     async fn send(&self, to: &str, message: Message, _: Option<SystemTime>) -> Result<(), SendFailure> {
+///         println!("{to}: {:?}", message.message_id);
+///         Ok(())
+///     }
+/// }
+///
+/// let store = SqliteStore::open_in_memory()?;
+/// store.migrate().await?;
+/// let mut tx = store.begin().await?;
+/// tx.append_outbox(&OutboxMessage::new("events", "inventory.stock-reserved.v1", b"{}".to_vec())).await?;
+/// tx.commit().await?;
+///
+/// let relay = Relay::new(store, Print, RelayConfig::default());
+/// let pass = relay.relay_once(&Default::default()).await?;
+/// assert_eq!((pass.published, pass.marked), (1, 1));
+/// assert_eq!(relay.backlog().await?.pending, 0);
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Relay<S, P> {
+    store: S,
+    publisher: P,
+    config: RelayConfig,
+    clock: Clock,
+    stats: Arc<RelayStats>,
+}
+
+impl<S: OutboxStore, P: Sender> Relay<S, P> {
+    /// A relay on the real clock.
+    pub fn new(store: S, publisher: P, config: RelayConfig) -> Self {
+        Relay::with_clock(store, publisher, config, Clock::new())
+    }
+
+    /// A relay on a given clock: leases are written and compared in it.
+    pub fn with_clock(store: S, publisher: P, config: RelayConfig, clock: Clock) -> Self {
+        Relay {
+            store,
+            publisher,
+            config,
+            clock,
+            stats: Arc::new(RelayStats::default()),
+        }
+    }
+
+    /// The publisher.
+    pub fn publisher(&self) -> &P {
+        &self.publisher
+    }
+
+    /// The counters, shared with the running relay.
+    pub fn stats(&self) -> Arc<RelayStats> {
+        self.stats.clone()
+    }
+
+    /// Reads the backlog now (and records it in [`Relay::stats`]).
+    ///
+    /// # Errors
+    /// The store's [`StoreError`].
+    pub async fn backlog(&self) -> Result<OutboxBacklog, StoreError> {
+        let backlog = self.store.outbox_backlog().await?;
+        self.stats.record_backlog(&backlog, self.clock.now());
+        Ok(backlog)
+    }
+
+    /// Claims one batch, publishes it and marks what the broker accepted. With `stop`
+    /// cancelled, the send in flight finishes, the rest is handed back untried.
+    ///
+    /// # Errors
+    /// A [`StoreError`] from the claim or the mark (published rows that could not be marked are
+    /// published again after their lease: duplicates, not losses). A failed send is no error:
+    /// the row waits for its backoff.
+    pub async fn relay_once(&self, stop: &CancellationToken) -> Result<Pass, StoreError> {
+        let claimed_at = self.clock.now();
+        let lease = OutboxLease::new(claimed_at + self.config.lease);
+        let rows = self
+            .store
+            .claim_outbox(claimed_at, &lease, self.config.batch_size)
+            .await?;
+        self.stats.add_claimed(rows.len());
+        let send_until = claimed_at + self.config.lease / 2;
+        let mut pass = Pass {
+            claimed: rows.len(),
+            ..Pass::default()
+        };
+        let mut sent = Vec::new();
+        let mut failed = Vec::new();
+        // Rows not tried, by the time they become due again.
+        let mut untried: HashMap<SystemTime, Vec<i64>> = HashMap::new();
+        // Destinations that failed transiently in this pass, with their backoff end.
+        let mut down: HashMap<&str, SystemTime> = HashMap::new();
+        for row in &rows {
+            let destination = row.message.destination.as_str();
+            let now = self.clock.now();
+            if let Some(due) = down.get(destination) {
+                untried.entry(*due).or_default().push(row.id);
+                continue;
+            }
+            if stop.is_cancelled() || now >= send_until {
+                untried.entry(now).or_default().push(row.id);
+                continue;
+            }
+            match self
+                .publisher
+                .send(destination, row.to_message(), None)
+                .await
+            {
+                Ok(()) => {
+                    self.stats.add_published(row.is_retry());
+                    sent.push(row.id);
+                }
+                Err(failure) => {
+                    self.stats.add_failed();
+                    let wait = self.backoff(row.attempts);
+                    let due = self.clock.now() + wait;
+                    log_failure(row, &failure, wait);
+                    if failure.is_transient() {
+                        down.insert(destination, due);
+                    }
+                    failed.push((row.id, due, failure.to_string()));
+                }
+            }
+        }
+        pass.published = sent.len();
+        pass.failed = failed.len();
+        pass.untried = untried.values().map(Vec::len).sum();
+        // Marking first: it is what keeps accepted rows from being published twice.
+        if !sent.is_empty() {
+            pass.marked = self
+                .store
+                .mark_dispatched(&lease, &sent, self.clock.now())
+                .await?;
+        }
+        self.stats.add_marked(pass.marked, sent.len());
+        if pass.marked < sent.len() as u64 {
+            tracing::warn!(
+                published = sent.len(),
+                marked = pass.marked,
+                "Another relay took over expired leases; it publishes those rows again."
+            );
+        }
+        for (id, due, failure) in &failed {
+            self.store
+                .release_outbox(&lease, &[*id], *due, Some(failure))
+                .await?;
+        }
+        for (due, ids) in &untried {
+            self.store.release_outbox(&lease, ids, *due, None).await?;
+        }
+        Ok(pass)
+    }
+
+    /// Relays until `shutdown`: a pass right after a full batch, otherwise every poll
+    /// interval; samples the backlog every [`BACKLOG_SAMPLE_INTERVAL`]. Store errors are logged
+    /// and retried with backoff.
+    pub async fn run(&self, shutdown: CancellationToken) {
+        tracing::info!(
+            batch = self.config.batch_size,
+            poll = ?self.config.poll_interval,
+            lease = ?self.config.lease,
+            "Outbox relay started."
+        );
+        let mut failures = 0u32;
+        let mut sampled: Option<tokio::time::Instant> = None;
+        while !shutdown.is_cancelled() {
+            let wait = match self.relay_once(&shutdown).await {
+                Ok(pass) => {
+                    failures = 0;
+                    if pass.claimed == self.config.batch_size && pass.published > 0 {
+                        Duration::ZERO
+                    } else {
+                        self.config.poll_interval
+                    }
+                }
+                Err(error) => {
+                    failures = failures.saturating_add(1);
+                    let wait = self.backoff(failures);
+                    tracing::warn!(%error, ?wait, "Outbox relay pass failed; retrying.");
+                    wait
+                }
+            };
+            if sampled.is_none_or(|at| at.elapsed() >= BACKLOG_SAMPLE_INTERVAL) {
+                sampled = Some(tokio::time::Instant::now());
+                if let Err(error) = self.backlog().await {
+                    tracing::debug!(%error, "Outbox backlog not sampled.");
+                }
+            }
+            if wait.is_zero() {
+                tokio::task::yield_now().await;
+            } else if shutdown
+                .run_until_cancelled(tokio::time::sleep(wait))
+                .await
+                .is_none()
+            {
+                break;
+            }
+        }
+        tracing::info!(stats = ?self.stats.snapshot(), "Outbox relay stopped.");
+    }
+
+    /// Poll interval × 2^(n − 1), at most [`MAX_BACKOFF`].
+    fn backoff(&self, n: u32) -> Duration {
+        let factor = 1u32 << n.saturating_sub(1).min(16);
+        self.config
+            .poll_interval
+            .max(Duration::from_millis(1))
+            .saturating_mul(factor)
+            .min(MAX_BACKOFF)
+    }
+}
+
+fn log_failure(row: &OutboxRow, failure: &crate::SendFailure, retry_in: Duration) {
+    macro_rules! failed {
+        ($level:expr, $text:literal) => {
+            tracing::event!(
+                $level,
+                message_id = %row.message.message_id,
+                destination = %row.message.destination,
+                attempts = row.attempts,
+                %failure,
+                ?retry_in,
+                $text
+            )
+        };
+    }
+    if failure.is_transient() {
+        failed!(
+            tracing::Level::WARN,
+            "Outbox message not published; retrying later."
+        );
+    } else {
+        failed!(
+            tracing::Level::ERROR,
+            "Broker refused an outbox message; it stays in the outbox and is retried until an operator fixes the cause."
+        );
+    }
+}

@@ -1,0 +1,246 @@
+//! The outbox relay's claims and retention's deletes on SQL Server. Each statement commits on
+//! its own. Claims read `UPDLOCK, ROWLOCK, READPAST` and deletes `ROWLOCK, READPAST`: rows
+//! another transaction holds are skipped, never waited for, and a batch stays below the 5 000
+//! locks at which SQL Server escalates to a table lock. Times travel as Unix milliseconds and
+//! are turned into `datetime2(3)` in SQL (no date types in the parameters).
+
+use std::time::SystemTime;
+
+use tiberius::Row;
+
+use super::{MssqlStore, classify};
+use crate::ports::{
+    ErrorKind, MAX_RETENTION_BATCH, OutboxBacklog, OutboxLease, OutboxMessage, OutboxRow,
+    OutboxStore, RetentionStore, StoreError,
+};
+use crate::store::{
+    attempts, count, failure_text, from_unix_millis, properties_from_json, unix_millis,
+};
+
+/// `datetime2(3)` from a parameter holding Unix milliseconds (days and the rest apart, as
+/// `DATEADD` takes an `int`).
+macro_rules! at {
+    ($param:literal) => {
+        concat!(
+            "DATEADD(millisecond, CAST(",
+            $param,
+            " % 86400000 AS int), DATEADD(day, CAST(",
+            $param,
+            " / 86400000 AS int), CAST('19700101' AS datetime2(3))))"
+        )
+    };
+}
+
+/// Unix milliseconds of a `datetime2` column.
+macro_rules! millis {
+    ($column:expr) => {
+        concat!(
+            "DATEDIFF_BIG(millisecond, CAST('19700101' AS datetime2(3)), ",
+            $column,
+            ")"
+        )
+    };
+}
+
+const CLAIM: &str = concat!(
+    "WITH due AS (
+        SELECT TOP (@P4) * FROM sb_outbox WITH (UPDLOCK, ROWLOCK, READPAST)
+         WHERE dispatched_at IS NULL AND (lease_until IS NULL OR lease_until <= ",
+    at!("@P3"),
+    ")
+         ORDER BY id)
+     UPDATE due SET lease_until = ",
+    at!("@P1"),
+    ", lease_token = @P2, attempts = attempts + 1
+     OUTPUT inserted.id, inserted.message_id, inserted.destination, inserted.subject,
+            inserted.correlation_id, inserted.content_type, inserted.application_properties,
+            inserted.body, ",
+    millis!("inserted.created_at"),
+    ", inserted.attempts;"
+);
+
+const MARK: &str = concat!(
+    "UPDATE sb_outbox WITH (ROWLOCK) SET dispatched_at = ",
+    at!("@P1"),
+    ", last_error = NULL
+      WHERE id IN (SELECT CAST(value AS bigint) FROM OPENJSON(@P2))
+        AND lease_token = @P3 AND dispatched_at IS NULL"
+);
+
+const RELEASE: &str = concat!(
+    "UPDATE sb_outbox WITH (ROWLOCK) SET lease_until = ",
+    at!("@P1"),
+    ",
+            attempts = CASE WHEN @P4 IS NULL AND attempts > 0 THEN attempts - 1 ELSE attempts END,
+            last_error = COALESCE(@P4, last_error)
+      WHERE id IN (SELECT CAST(value AS bigint) FROM OPENJSON(@P2))
+        AND lease_token = @P3 AND dispatched_at IS NULL"
+);
+
+const BACKLOG: &str = concat!(
+    "SELECT CAST(COUNT(*) AS bigint), ",
+    millis!("MIN(created_at)"),
+    " FROM sb_outbox WHERE dispatched_at IS NULL"
+);
+
+const DELETE_INBOX: &str = concat!(
+    "DELETE TOP (@P2) FROM sb_inbox WITH (ROWLOCK, READPAST) WHERE processed_at < ",
+    at!("@P1")
+);
+
+const DELETE_OUTBOX: &str = concat!(
+    "DELETE TOP (@P2) FROM sb_outbox WITH (ROWLOCK, READPAST) WHERE dispatched_at < ",
+    at!("@P1")
+);
+
+fn limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Ids as a JSON array, for `OPENJSON`: one parameter, however many ids (SQL Server takes at
+/// most 2 100 parameters).
+fn id_list(ids: &[i64]) -> String {
+    serde_json::Value::from(ids).to_string()
+}
+
+fn missing(column: &str) -> StoreError {
+    StoreError::new(
+        ErrorKind::Conversion,
+        None,
+        None,
+        format!("sb_outbox.{column} is NULL"),
+    )
+}
+
+fn text(row: &Row, index: usize) -> Result<Option<String>, StoreError> {
+    Ok(row
+        .try_get::<&str, _>(index)
+        .map_err(classify)?
+        .map(str::to_owned))
+}
+
+fn outbox_row(row: &Row) -> Result<OutboxRow, StoreError> {
+    let id = row
+        .try_get::<i64, _>(0)
+        .map_err(classify)?
+        .ok_or_else(|| missing("id"))?;
+    let properties = text(row, 6)?.ok_or_else(|| missing("application_properties"))?;
+    Ok(OutboxRow {
+        id,
+        message: OutboxMessage {
+            message_id: text(row, 1)?.ok_or_else(|| missing("message_id"))?,
+            destination: text(row, 2)?.ok_or_else(|| missing("destination"))?,
+            subject: text(row, 3)?,
+            correlation_id: text(row, 4)?,
+            content_type: text(row, 5)?,
+            application_properties: properties_from_json(&properties, id)?,
+            body: row
+                .try_get::<&[u8], _>(7)
+                .map_err(classify)?
+                .map(<[u8]>::to_vec)
+                .unwrap_or_default(),
+        },
+        created_at: from_unix_millis(
+            row.try_get::<i64, _>(8)
+                .map_err(classify)?
+                .ok_or_else(|| missing("created_at"))?,
+        ),
+        attempts: attempts(i64::from(
+            row.try_get::<i32, _>(9).map_err(classify)?.unwrap_or(0),
+        )),
+    })
+}
+
+impl OutboxStore for MssqlStore {
+    async fn claim_outbox(
+        &self,
+        now: SystemTime,
+        lease: &OutboxLease,
+        limit_to: usize,
+    ) -> Result<Vec<OutboxRow>, StoreError> {
+        let rows = self
+            .query(
+                CLAIM,
+                &[
+                    &unix_millis(lease.until()),
+                    &lease.token(),
+                    &unix_millis(now),
+                    &limit(limit_to),
+                ],
+            )
+            .await?;
+        let mut claimed = rows.iter().map(outbox_row).collect::<Result<Vec<_>, _>>()?;
+        // OUTPUT follows no order.
+        claimed.sort_by_key(|row| row.id);
+        Ok(claimed)
+    }
+
+    async fn mark_dispatched(
+        &self,
+        lease: &OutboxLease,
+        ids: &[i64],
+        at: SystemTime,
+    ) -> Result<u64, StoreError> {
+        self.execute(
+            MARK,
+            &[&unix_millis(at), &id_list(ids).as_str(), &lease.token()],
+        )
+        .await
+    }
+
+    async fn release_outbox(
+        &self,
+        lease: &OutboxLease,
+        ids: &[i64],
+        due: SystemTime,
+        failure: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        let failure = failure_text(failure);
+        self.execute(
+            RELEASE,
+            &[
+                &unix_millis(due),
+                &id_list(ids).as_str(),
+                &lease.token(),
+                &failure,
+            ],
+        )
+        .await
+    }
+
+    async fn outbox_backlog(&self) -> Result<OutboxBacklog, StoreError> {
+        let rows = self.query(BACKLOG, &[]).await?;
+        let Some(row) = rows.first() else {
+            return Ok(OutboxBacklog::default());
+        };
+        Ok(OutboxBacklog {
+            pending: count(row.try_get::<i64, _>(0).map_err(classify)?.unwrap_or(0)),
+            oldest: row
+                .try_get::<i64, _>(1)
+                .map_err(classify)?
+                .map(from_unix_millis),
+        })
+    }
+}
+
+impl RetentionStore for MssqlStore {
+    async fn delete_inbox_batch(
+        &self,
+        before: SystemTime,
+        limit_to: usize,
+    ) -> Result<u64, StoreError> {
+        let batch = limit(limit_to.min(MAX_RETENTION_BATCH));
+        self.execute(DELETE_INBOX, &[&unix_millis(before), &batch])
+            .await
+    }
+
+    async fn delete_dispatched_outbox_batch(
+        &self,
+        before: SystemTime,
+        limit_to: usize,
+    ) -> Result<u64, StoreError> {
+        let batch = limit(limit_to.min(MAX_RETENTION_BATCH));
+        self.execute(DELETE_OUTBOX, &[&unix_millis(before), &batch])
+            .await
+    }
+}

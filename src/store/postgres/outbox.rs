@@ -1,0 +1,161 @@
+//! The outbox relay's claims and retention's deletes on PostgreSQL. Each statement commits on
+//! its own; claims and deletes pick their rows `FOR UPDATE SKIP LOCKED`, so they never wait
+//! for a consumer's or another relay's transaction.
+
+use std::time::SystemTime;
+
+use tokio_postgres::Row;
+
+use super::{PgStore, classify};
+use crate::ports::{
+    OutboxBacklog, OutboxLease, OutboxMessage, OutboxRow, OutboxStore, RetentionStore, StoreError,
+};
+use crate::store::{attempts, count, failure_text, properties_from_json};
+
+const CLAIM: &str = "UPDATE sb_outbox AS o
+    SET lease_until = $1, lease_token = $2, attempts = o.attempts + 1
+   FROM (SELECT id FROM sb_outbox
+          WHERE dispatched_at IS NULL AND (lease_until IS NULL OR lease_until <= $3)
+          ORDER BY id
+          LIMIT $4
+          FOR UPDATE SKIP LOCKED) AS due
+  WHERE o.id = due.id
+  RETURNING o.id, o.message_id, o.destination, o.subject, o.correlation_id, o.content_type,
+            o.application_properties, o.body, o.created_at, o.attempts";
+
+const MARK: &str = "UPDATE sb_outbox SET dispatched_at = $1, last_error = NULL
+  WHERE id = ANY($2) AND lease_token = $3 AND dispatched_at IS NULL";
+
+const RELEASE: &str = "UPDATE sb_outbox
+    SET lease_until = $1,
+        attempts = CASE WHEN $4::varchar IS NULL THEN greatest(attempts - 1, 0) ELSE attempts END,
+        last_error = coalesce($4::varchar, last_error)
+  WHERE id = ANY($2) AND lease_token = $3 AND dispatched_at IS NULL";
+
+const BACKLOG: &str = "SELECT count(*), min(created_at) FROM sb_outbox WHERE dispatched_at IS NULL";
+
+// ctid: the batch is found through the age index and deleted by physical row address, with no
+// second index lookup. Ordered by age so the planner walks the index rather than scanning the
+// table past the dead rows of earlier batches.
+const DELETE_INBOX: &str = "DELETE FROM sb_inbox WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM sb_inbox WHERE processed_at < $1
+     ORDER BY processed_at LIMIT $2 FOR UPDATE SKIP LOCKED))";
+
+const DELETE_OUTBOX: &str = "DELETE FROM sb_outbox WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM sb_outbox WHERE dispatched_at < $1
+     ORDER BY dispatched_at LIMIT $2 FOR UPDATE SKIP LOCKED))";
+
+fn limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn outbox_row(row: &Row) -> Result<OutboxRow, StoreError> {
+    let id: i64 = row.try_get(0).map_err(classify)?;
+    let properties: String = row.try_get(6).map_err(classify)?;
+    Ok(OutboxRow {
+        id,
+        message: OutboxMessage {
+            message_id: row.try_get(1).map_err(classify)?,
+            destination: row.try_get(2).map_err(classify)?,
+            subject: row.try_get(3).map_err(classify)?,
+            correlation_id: row.try_get(4).map_err(classify)?,
+            content_type: row.try_get(5).map_err(classify)?,
+            application_properties: properties_from_json(&properties, id)?,
+            body: row.try_get(7).map_err(classify)?,
+        },
+        created_at: row.try_get(8).map_err(classify)?,
+        attempts: attempts(i64::from(row.try_get::<_, i32>(9).map_err(classify)?)),
+    })
+}
+
+impl PgStore {
+    async fn execute_prepared(
+        &self,
+        sql: &'static str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<u64, StoreError> {
+        let mut conn = self.connection().await?;
+        let statement = conn.prepared(sql).await?;
+        conn.client
+            .execute(&statement, params)
+            .await
+            .map_err(classify)
+    }
+}
+
+impl OutboxStore for PgStore {
+    async fn claim_outbox(
+        &self,
+        now: SystemTime,
+        lease: &OutboxLease,
+        limit_to: usize,
+    ) -> Result<Vec<OutboxRow>, StoreError> {
+        let mut conn = self.connection().await?;
+        let statement = conn.prepared(CLAIM).await?;
+        let rows = conn
+            .client
+            .query(
+                &statement,
+                &[&lease.until(), &lease.token(), &now, &limit(limit_to)],
+            )
+            .await
+            .map_err(classify)?;
+        let mut claimed = rows.iter().map(outbox_row).collect::<Result<Vec<_>, _>>()?;
+        // RETURNING follows no order.
+        claimed.sort_by_key(|row| row.id);
+        Ok(claimed)
+    }
+
+    async fn mark_dispatched(
+        &self,
+        lease: &OutboxLease,
+        ids: &[i64],
+        at: SystemTime,
+    ) -> Result<u64, StoreError> {
+        self.execute_prepared(MARK, &[&at, &ids, &lease.token()])
+            .await
+    }
+
+    async fn release_outbox(
+        &self,
+        lease: &OutboxLease,
+        ids: &[i64],
+        due: SystemTime,
+        failure: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        let failure = failure_text(failure);
+        self.execute_prepared(RELEASE, &[&due, &ids, &lease.token(), &failure])
+            .await
+    }
+
+    async fn outbox_backlog(&self) -> Result<OutboxBacklog, StoreError> {
+        let rows = self.query(BACKLOG, &[]).await?;
+        let Some(row) = rows.first() else {
+            return Ok(OutboxBacklog::default());
+        };
+        Ok(OutboxBacklog {
+            pending: count(row.try_get(0).map_err(classify)?),
+            oldest: row.try_get(1).map_err(classify)?,
+        })
+    }
+}
+
+impl RetentionStore for PgStore {
+    async fn delete_inbox_batch(
+        &self,
+        before: SystemTime,
+        limit_to: usize,
+    ) -> Result<u64, StoreError> {
+        self.execute_prepared(DELETE_INBOX, &[&before, &limit(limit_to)])
+            .await
+    }
+
+    async fn delete_dispatched_outbox_batch(
+        &self,
+        before: SystemTime,
+        limit_to: usize,
+    ) -> Result<u64, StoreError> {
+        self.execute_prepared(DELETE_OUTBOX, &[&before, &limit(limit_to)])
+            .await
+    }
+}

@@ -1,0 +1,258 @@
+//! The outbox relay's decisions on SQLite with a scripted sender, under tokio's paused clock:
+//! failed sends back off on the row, a destination that failed transiently is not tried again in
+//! the same pass, shutdown and a half-spent lease hand rows back untried, and the run loop
+//! relays until stopped.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use sb_inbox::relay::{Relay, RelayConfig};
+use sb_inbox::{
+    Clock, Message, OutboxMessage, OutboxStore, SendFailure, Sender, SqliteStore, Store, Tx,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::support::{Count, sqlite_store};
+
+const POLL: Duration = Duration::from_millis(100);
+
+/// What a destination answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    Accept,
+    Transient,
+    Refuse,
+}
+
+/// A sender with a scripted answer per destination that records every attempt and can run an
+/// action on the first attempt.
+#[derive(Default)]
+struct Script {
+    answers: HashMap<&'static str, Answer>,
+    attempts: Mutex<Vec<(String, String)>>,
+    on_first: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// How far the first send moves the paused clock.
+    first_send_takes: Duration,
+}
+
+impl Script {
+    fn new(answers: &[(&'static str, Answer)]) -> Self {
+        Script {
+            answers: answers.iter().copied().collect(),
+            ..Script::default()
+        }
+    }
+
+    fn on_first(self, action: impl FnOnce() + Send + 'static) -> Self {
+        *self.on_first.lock().unwrap() = Some(Box::new(action));
+        self
+    }
+
+    /// (destination, message id) of every attempt, in order.
+    fn attempts(&self) -> Vec<(String, String)> {
+        self.attempts.lock().unwrap().clone()
+    }
+}
+
+impl Sender for Script {
+    async fn send(
+        &self,
+        destination: &str,
+        message: Message,
+        _at: Option<SystemTime>,
+    ) -> Result<(), SendFailure> {
+        let first = self.attempts.lock().unwrap().is_empty();
+        if let Some(action) = self.on_first.lock().unwrap().take() {
+            action();
+        }
+        if first && !self.first_send_takes.is_zero() {
+            tokio::time::advance(self.first_send_takes).await;
+        }
+        self.attempts
+            .lock()
+            .unwrap()
+            .push((destination.to_owned(), message.message_id.unwrap()));
+        match self
+            .answers
+            .get(destination)
+            .copied()
+            .unwrap_or(Answer::Accept)
+        {
+            Answer::Accept => Ok(()),
+            Answer::Transient => Err(SendFailure::Transient("connection reset".into())),
+            Answer::Refuse => Err(SendFailure::Permanent("entity not found".into())),
+        }
+    }
+}
+
+/// Appends one row per destination, in order; returns their message ids.
+async fn append(store: &SqliteStore, destinations: &[&str]) -> Vec<String> {
+    let mut tx = store.begin().await.unwrap();
+    let mut ids = Vec::new();
+    for destination in destinations {
+        let message = OutboxMessage::new(*destination, "test.event.v1", b"{}".to_vec());
+        ids.push(message.message_id.clone());
+        tx.append_outbox(&message).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    ids
+}
+
+fn config(batch_size: usize) -> RelayConfig {
+    RelayConfig {
+        batch_size,
+        poll_interval: POLL,
+        lease: Duration::from_secs(60),
+    }
+}
+
+async fn pending(store: &SqliteStore) -> u64 {
+    store.outbox_backlog().await.unwrap().pending
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_transient_failure_backs_off_its_destination_for_the_pass() {
+    let store = sqlite_store("relay_transient", 1).await;
+    let ids = append(&store, &["down", "up", "down", "up"]).await;
+    let relay = Relay::with_clock(
+        store.clone(),
+        Script::new(&[("down", Answer::Transient)]),
+        config(10),
+        Clock::new(),
+    );
+    let pass = relay.relay_once(&CancellationToken::new()).await.unwrap();
+    assert_eq!(
+        (pass.claimed, pass.published, pass.failed, pass.untried),
+        (4, 2, 1, 1)
+    );
+    // The second row for `down` was not tried: one attempt per destination and pass.
+    let attempted: Vec<String> = relay_attempts(&relay).into_iter().map(|(d, _)| d).collect();
+    assert_eq!(attempted, ["down", "up", "up"]);
+    assert_eq!(
+        store
+            .count("sb_outbox WHERE last_error IS NOT NULL")
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(pending(&store).await, 2);
+
+    // Both `down` rows wait for the first one's backoff (poll interval × 2⁰).
+    let pass = relay.relay_once(&CancellationToken::new()).await.unwrap();
+    assert_eq!(pass.claimed, 0, "backing off");
+    tokio::time::advance(POLL).await;
+    let pass = relay.relay_once(&CancellationToken::new()).await.unwrap();
+    assert_eq!((pass.claimed, pass.failed, pass.untried), (2, 1, 1));
+    let stats = relay.stats().snapshot();
+    assert_eq!((stats.published, stats.failed, stats.marked), (2, 2, 2));
+    assert_eq!(
+        relay_attempts(&relay)
+            .iter()
+            .filter(|(_, id)| *id == ids[0])
+            .count(),
+        2
+    );
+}
+
+fn relay_attempts(relay: &Relay<SqliteStore, Script>) -> Vec<(String, String)> {
+    relay.publisher().attempts()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_message_stays_with_a_growing_backoff() {
+    let store = sqlite_store("relay_refused", 1).await;
+    append(&store, &["missing"]).await;
+    let relay = Relay::with_clock(
+        store.clone(),
+        Script::new(&[("missing", Answer::Refuse)]),
+        config(10),
+        Clock::new(),
+    );
+    let stop = CancellationToken::new();
+    // Attempt n waits poll × 2^(n−1) before attempt n + 1.
+    for (attempt, wait) in [(1, POLL), (2, 2 * POLL), (3, 4 * POLL)] {
+        let pass = relay.relay_once(&stop).await.unwrap();
+        assert_eq!((pass.claimed, pass.failed), (1, 1), "attempt {attempt}");
+        tokio::time::advance(wait - Duration::from_millis(1)).await;
+        assert_eq!(
+            relay.relay_once(&stop).await.unwrap().claimed,
+            0,
+            "attempt {attempt}"
+        );
+        tokio::time::advance(Duration::from_millis(1)).await;
+    }
+    assert_eq!(pending(&store).await, 1, "never dropped");
+    assert_eq!(relay.stats().snapshot().republished, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_mid_batch_hands_the_rest_back_untried() {
+    let store = sqlite_store("relay_shutdown", 1).await;
+    append(&store, &["a", "a", "a"]).await;
+    let stop = CancellationToken::new();
+    let relay = Relay::with_clock(
+        store.clone(),
+        Script::new(&[]).on_first({
+            let stop = stop.clone();
+            move || stop.cancel()
+        }),
+        config(10),
+        Clock::new(),
+    );
+    let pass = relay.relay_once(&stop).await.unwrap();
+    assert_eq!((pass.published, pass.marked, pass.untried), (1, 1, 2));
+    // Due again at once, for any relay, and not counted as a retry: nothing was sent.
+    let other = Relay::with_clock(store.clone(), Script::new(&[]), config(10), Clock::new());
+    let pass = other.relay_once(&CancellationToken::new()).await.unwrap();
+    assert_eq!((pass.claimed, pass.published), (2, 2));
+    assert_eq!(other.stats().snapshot().republished, 0);
+    assert_eq!(pending(&store).await, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_send_starts_once_half_the_lease_is_gone() {
+    let store = sqlite_store("relay_lease", 1).await;
+    append(&store, &["a", "a", "a"]).await;
+    // The first send takes half the 60 s lease.
+    let mut script = Script::new(&[]);
+    script.first_send_takes = Duration::from_secs(30);
+    let relay = Relay::with_clock(store.clone(), script, config(10), Clock::new());
+    let pass = relay.relay_once(&CancellationToken::new()).await.unwrap();
+    assert_eq!((pass.published, pass.marked, pass.untried), (1, 1, 2));
+    assert_eq!(pending(&store).await, 2);
+    assert_eq!(
+        relay
+            .relay_once(&CancellationToken::new())
+            .await
+            .unwrap()
+            .published,
+        2
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_relays_until_shutdown_and_samples_the_backlog() {
+    let store = sqlite_store("relay_run", 1).await;
+    append(&store, &["a"; 25]).await;
+    let relay = Relay::with_clock(store.clone(), Script::new(&[]), config(10), Clock::new());
+    let stats = relay.stats();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { relay.run(shutdown).await }
+    });
+    // Full batches follow each other at once; then the relay polls.
+    while stats.snapshot().marked < 25 {
+        tokio::time::sleep(POLL).await;
+    }
+    append(&store, &["a"]).await;
+    while stats.snapshot().marked < 26 {
+        tokio::time::sleep(POLL).await;
+    }
+    shutdown.cancel();
+    running.await.unwrap();
+    let snapshot = stats.snapshot();
+    assert_eq!((snapshot.claimed, snapshot.published), (26, 26));
+    assert!(snapshot.backlog.is_some(), "sampled at the first pass");
+}
