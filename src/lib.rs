@@ -11,6 +11,7 @@
 //! - [`store`]: SQL Server / Azure SQL ([`MssqlStore`]), PostgreSQL ([`PgStore`]) and SQLite
 //!   ([`SqliteStore`]).
 //! - [`inventory`]: the reference consumer, written on the public API only.
+//! - [`telemetry`]: OpenTelemetry names, trace-context propagation, OTLP export set-up.
 //! - `testing` (feature `test-util`): an in-memory receiver with fault injection.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![doc(test(attr(deny(warnings))))]
@@ -21,13 +22,14 @@ pub mod ports;
 pub mod runtime;
 pub mod servicebus;
 pub mod store;
+pub mod telemetry;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 pub mod worker;
 
 pub use ports::{
     Delivery, DuplicateScope, ErrorKind, Message, OutboxMessage, PropertyValue, ReceiveError,
-    Receiver, SendFailure, Sender, SettleError, Store, StoreError, Tx, VersionCheck,
+    Receiver, SendFailure, Sender, SettleError, Source, Store, StoreError, Tx, VersionCheck,
 };
 pub use runtime::{
     Clock, ConsumerName, ConsumerNameError, Context, Contract, ContractParseError,

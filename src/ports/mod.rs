@@ -15,7 +15,7 @@ mod message;
 mod sender;
 mod store;
 
-pub use delivery::{Delivery, ReceiveError, Receiver, SettleError};
+pub use delivery::{Delivery, ReceiveError, Receiver, SettleError, Source};
 pub use message::{Message, PropertyValue};
 pub use sender::{SendFailure, Sender};
 pub use store::{DuplicateScope, ErrorKind, OutboxMessage, Store, StoreError, Tx, VersionCheck};

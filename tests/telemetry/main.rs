@@ -1,0 +1,1 @@
+//! Telemetry end to end (filled in below).
