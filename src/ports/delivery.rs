@@ -36,6 +36,16 @@ impl SettleError {
     pub fn is_transient(&self) -> bool {
         matches!(self, SettleError::Transient(_))
     }
+
+    /// The bounded `error.type` telemetry reports for this error.
+    pub fn error_type(&self) -> &'static str {
+        use crate::telemetry::names::error;
+        match self {
+            SettleError::LockLost => error::LOCK_LOST,
+            SettleError::Transient(_) => error::TRANSIENT,
+            SettleError::Refused { .. } => error::REFUSED,
+        }
+    }
 }
 
 /// A received, peek-locked delivery.

@@ -3,6 +3,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::Clock;
 use crate::ports::{Delivery, SettleError};
@@ -64,10 +65,14 @@ impl LockKeeper {
             state: kept.state.clone(),
         };
         let stop = kept.stop.clone();
-        tokio::spawn(async move {
-            // Stopping ends the renewals: the delivery is settled or abandoned to redelivery.
-            stop.run_until_cancelled(task.run()).await;
-        });
+        // In the current (process) span: each renewal's client span is its child.
+        tokio::spawn(
+            async move {
+                // Stopping ends the renewals: the delivery is settled or abandoned to redelivery.
+                stop.run_until_cancelled(task.run()).await;
+            }
+            .in_current_span(),
+        );
         kept
     }
 }

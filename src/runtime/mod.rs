@@ -14,6 +14,7 @@ mod consumer;
 mod envelope;
 mod handler;
 mod lock_keeper;
+mod observe;
 mod outcome;
 mod process;
 mod stats;
@@ -107,6 +108,7 @@ struct Inner<R, S, H> {
     config: RuntimeConfig,
     clock: Clock,
     stats: Arc<Stats>,
+    observer: observe::Observer,
 }
 
 impl<R, S, H> Runtime<R, S, H>
@@ -128,8 +130,10 @@ where
         config: RuntimeConfig,
         clock: Clock,
     ) -> Self {
+        let observer = observe::Observer::new(receiver.source(), &config.consumer, clock);
         Runtime {
             inner: Arc::new(Inner {
+                observer,
                 receiver,
                 store,
                 handler,
@@ -249,6 +253,7 @@ where
             handler: &self.handler,
             consumer: &self.config.consumer,
             keeper: LockKeeper::new(self.config.lock_margin, self.clock),
+            observer: &self.observer,
         }
     }
 }

@@ -96,6 +96,11 @@ impl ServiceBusClient {
         super::ServiceBusPublisher::new(self.clone())
     }
 
+    /// The namespace host (telemetry's `server.address`).
+    pub(crate) fn host(&self) -> &str {
+        &self.inner.host
+    }
+
     /// The token audience of an entity or node.
     pub(crate) fn audience(&self, entity: &str) -> String {
         format!(

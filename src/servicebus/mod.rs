@@ -20,6 +20,7 @@ mod management;
 mod receiver;
 mod sas;
 mod sender;
+mod telemetry;
 
 pub use auth::{AccessToken, SasProvider, TokenFuture, TokenProvider, TokenType};
 pub use client::ServiceBusClient;
