@@ -252,7 +252,8 @@ where
             store: &self.store,
             handler: &self.handler,
             consumer: &self.config.consumer,
-            keeper: LockKeeper::new(self.config.lock_margin, self.clock),
+            keeper: LockKeeper::new(self.config.lock_margin, self.clock)
+                .metered(self.observer.renewal_meter()),
             observer: &self.observer,
         }
     }

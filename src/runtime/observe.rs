@@ -11,6 +11,7 @@ use tracing::field::Empty;
 use tracing::{Instrument as _, Span};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
+use super::lock_keeper::RenewalMeter;
 use super::{Clock, ConsumerName, Contract, Outcome, Report, Settlement, envelope};
 use crate::ports::{Delivery, DuplicateScope, PropertyValue, Source};
 use crate::telemetry::cardinality::LabelSet;
@@ -103,6 +104,14 @@ impl Observer {
             renewals: counter(&meter, metric::LOCK_RENEWALS, "{renewal}"),
             lock_lost: counter(&meter, metric::LOCK_LOST, "{lock}"),
             settlement_failures: counter(&meter, metric::SETTLEMENT_FAILURES, "{settlement}"),
+        }
+    }
+
+    /// The renewal counter for the lock keeper.
+    pub(crate) fn renewal_meter(&self) -> RenewalMeter {
+        RenewalMeter {
+            counter: self.renewals.clone(),
+            labels: self.base.clone().into(),
         }
     }
 
@@ -242,12 +251,6 @@ impl Observer {
                 },
             ));
             self.duplicates.add(1, &duplicate_labels);
-        }
-        if report.renewals > 0 {
-            let mut renewal_labels = self.base.clone();
-            renewal_labels.push(KeyValue::new(attr::RENEWAL_RESULT, value::OK));
-            self.renewals
-                .add(u64::from(report.renewals), &renewal_labels);
         }
         if outcome == Outcome::LockLost {
             self.lock_lost.add(1, &labels);

@@ -144,8 +144,8 @@ where
                 self.dead_letter(&*delivery, rejection, renewals).await
             }
         };
-        // The lock is kept until the settlement is answered; dropping it stops the renewals.
-        drop(lock);
+        // The lock is kept until the settlement is answered; then the renewals stop.
+        lock.release().await;
         report
     }
 
