@@ -32,6 +32,10 @@ pub const OTEL_ENV_VARS: &[(&str, &str)] = &[
         "milliseconds between metric exports (default 60000)",
     ),
     (
+        "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
+        "cumulative (default; Prometheus) or delta (Azure Monitor)",
+    ),
+    (
         "RUST_LOG",
         "log filter, e.g. info or sb_inbox=debug (default info)",
     ),

@@ -95,6 +95,34 @@ pub mod attr {
 
     /// Attributes that carry per-message values: allowed on spans, never on metrics.
     pub const PER_MESSAGE: [&str; 4] = [MESSAGE_ID, CONVERSATION_ID, CAUSATION_ID, ENQUEUED_TIME];
+
+    /// Every attribute above.
+    pub const ALL: [&str; 24] = [
+        MESSAGING_SYSTEM,
+        OPERATION_TYPE,
+        OPERATION_NAME,
+        DESTINATION,
+        SUBSCRIPTION,
+        MESSAGE_ID,
+        CONVERSATION_ID,
+        DELIVERY_COUNT,
+        ENQUEUED_TIME,
+        DISPOSITION_STATUS,
+        SERVER_ADDRESS,
+        ERROR_TYPE,
+        BATCH_MESSAGE_COUNT,
+        CONSUMER,
+        CONTRACT,
+        OUTCOME,
+        SETTLEMENT,
+        SETTLEMENT_RESULT,
+        DEAD_LETTER_REASON,
+        DUPLICATE_SCOPE,
+        PRODUCER,
+        CAUSATION_ID,
+        TRANSACTION_RESULT,
+        RENEWAL_RESULT,
+    ];
 }
 
 /// Values of the attributes above that are not free text.
