@@ -9,6 +9,11 @@
 //! `postgres://postgres@127.0.0.1:5432/test`). Each configuration is sized to run about
 //! `SECONDS` seconds from a short calibration run. Messages are preloaded through our sender
 //! (not timed); the clock runs from the runtime's start until the last message is completed.
+//!
+//! `cargo bench --bench e2e -- telemetry`: the same end-to-end run at concurrency 8 with
+//! OpenTelemetry export off and on (spans and metrics over OTLP/gRPC to an in-process receiver,
+//! metrics every second), each run in a child process of its own (the exporter and the tracing
+//! subscriber are process-global), alternating off/on `ROUNDS` times.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;
@@ -25,6 +30,13 @@ use sb_inbox::{
 use tokio_util::sync::CancellationToken;
 
 const SECONDS: f64 = 3.0;
+/// Off/on pairs of the telemetry comparison.
+const ROUNDS: usize = 3;
+/// Messages per telemetry run (about 4 s at concurrency 8).
+const TELEMETRY_MESSAGES: usize = 3000;
+
+#[path = "../tests/telemetry/sink.rs"]
+mod sink;
 const CONSUMER: &str = "inventory.order-placed.v1";
 
 fn pg_url() -> String {
@@ -249,11 +261,93 @@ fn sized(rate: f64) -> usize {
     ((rate * SECONDS) as usize).clamp(200, 50_000)
 }
 
+/// One run in this (child) process: `on` exports to an in-process OTLP receiver. Prints
+/// `rate <msg/s>` on stdout.
+async fn telemetry_child(on: bool, concurrency: usize, messages: usize) {
+    let exported = if on {
+        let (sink, addr) = sink::Sink::start().await;
+        let mut config = sb_inbox::telemetry::TelemetryConfig::new();
+        config.endpoint = Some(format!("http://{addr}"));
+        config.log_filter = "error".to_owned();
+        config.metric_interval = Duration::from_secs(1);
+        let telemetry = sb_inbox::telemetry::init(&config).unwrap();
+        Some((sink, telemetry))
+    } else {
+        None
+    };
+    let tag = if on { "tel_on" } else { "tel_off" };
+    let rate = e2e_inbox(tag, concurrency, messages).await;
+    if let Some((sink, telemetry)) = exported {
+        tokio::task::spawn_blocking(move || telemetry.shutdown())
+            .await
+            .unwrap();
+        // Proof that the run exported: about 6 spans per message.
+        eprintln!("  spans exported: {}", sink.span_count());
+    }
+    println!("rate {rate}");
+}
+
+/// Alternates off/on child processes and prints both rates and their ratio.
+fn telemetry_compare() {
+    let exe = std::env::current_exe().unwrap();
+    let concurrency = 8;
+    println!(
+        "telemetry overhead: e2e at concurrency {concurrency}, {TELEMETRY_MESSAGES} messages per run, {ROUNDS} off/on pairs (PostgreSQL at {})",
+        pg_url()
+    );
+    let mut rates = [Vec::new(), Vec::new()];
+    for round in 0..ROUNDS {
+        for (i, mode) in ["off", "on"].into_iter().enumerate() {
+            let output = std::process::Command::new(&exe)
+                .args([
+                    "telemetry-child",
+                    mode,
+                    &concurrency.to_string(),
+                    &TELEMETRY_MESSAGES.to_string(),
+                ])
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .unwrap();
+            assert!(output.status.success(), "child {mode} failed");
+            let stdout = String::from_utf8(output.stdout).unwrap();
+            let rate: f64 = stdout
+                .lines()
+                .find_map(|l| l.strip_prefix("rate "))
+                .unwrap()
+                .parse()
+                .unwrap();
+            println!("  round {round}: export {mode:>3}: {rate:>7.0} msg/s");
+            rates[i].push(rate);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    let (off, on) = (median(&mut rates[0]), median(&mut rates[1]));
+    println!(
+        "median: export off {off:.0} msg/s, export on {on:.0} msg/s: on/off {:.2}x",
+        on / off
+    );
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
+    if let Some(at) = args.iter().position(|a| a == "telemetry-child") {
+        let on = args[at + 1] == "on";
+        let concurrency = args[at + 2].parse().unwrap();
+        let messages = args[at + 3].parse().unwrap();
+        rt.block_on(telemetry_child(on, concurrency, messages));
+        return;
+    }
+    if args.iter().any(|a| a == "telemetry") {
+        telemetry_compare();
+        return;
+    }
     rt.block_on(async {
         println!("end-to-end throughput, about {SECONDS} s per configuration (PostgreSQL at {})", pg_url());
         println!(
