@@ -5,6 +5,8 @@
 //! only that. [`producer_context`] reads `traceparent` first and falls back to
 //! `Diagnostic-Id`; [`stamp`] writes both on outgoing messages.
 
+use std::collections::BTreeMap;
+
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::{SpanContext, TraceContextExt};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
@@ -45,13 +47,11 @@ impl Extractor for Carrier<'_> {
     }
 }
 
-struct Writer<'a>(&'a mut Message);
+struct Writer<'a>(&'a mut BTreeMap<String, PropertyValue>);
 
 impl Injector for Writer<'_> {
     fn set(&mut self, key: &str, value: String) {
-        self.0
-            .application_properties
-            .insert(key.to_owned(), PropertyValue::String(value));
+        self.0.insert(key.to_owned(), PropertyValue::String(value));
     }
 }
 
@@ -80,22 +80,25 @@ pub fn producer_context(message: &Message) -> Option<SpanContext> {
 /// the outbox inside a handler keeps the handler's context through the relay). Nothing is
 /// written when `span` has no OpenTelemetry context (no exporter configured).
 pub fn stamp(message: &mut Message, span: &tracing::Span) {
-    if message.application_properties.contains_key(TRACEPARENT) {
-        copy_diagnostic_id(message);
-        return;
+    stamp_properties(&mut message.application_properties, span);
+}
+
+/// As [`stamp`], on bare application properties: e.g. an outbox row's, written inside a handler
+/// with `tracing::Span::current()` so the relayed message keeps the handler's context.
+pub fn stamp_properties(properties: &mut BTreeMap<String, PropertyValue>, span: &tracing::Span) {
+    if !properties.contains_key(TRACEPARENT) {
+        let context = span.context();
+        if !context.span().span_context().is_valid() {
+            return;
+        }
+        TraceContextPropagator::new().inject_context(&context, &mut Writer(properties));
     }
-    let context = span.context();
-    if !context.span().span_context().is_valid() {
-        return;
-    }
-    TraceContextPropagator::new().inject_context(&context, &mut Writer(message));
-    copy_diagnostic_id(message);
+    copy_diagnostic_id(properties);
 }
 
 /// Service Bus consumers on the Azure SDKs read `Diagnostic-Id`: keep it equal to
 /// `traceparent` when only the latter is set.
-fn copy_diagnostic_id(message: &mut Message) {
-    let properties = &mut message.application_properties;
+fn copy_diagnostic_id(properties: &mut BTreeMap<String, PropertyValue>) {
     if properties.contains_key(DIAGNOSTIC_ID) {
         return;
     }
