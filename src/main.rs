@@ -58,7 +58,7 @@ fn env_help() -> String {
     }
     text.push_str("\nTelemetry (OpenTelemetry over OTLP/gRPC; no endpoint = logs only):\n");
     for (var, meaning) in OTEL_ENV_VARS {
-        text.push_str(&format!("  {var:<34} {meaning}\n"));
+        text.push_str(&format!("  {var:<50} {meaning}\n"));
     }
     text
 }

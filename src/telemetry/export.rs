@@ -234,6 +234,18 @@ fn exported_targets() -> tracing_subscriber::filter::Targets {
 /// [`TelemetryError`] when the exporter cannot be built or a subscriber exists already.
 pub fn init(config: &TelemetryConfig) -> Result<Telemetry, TelemetryError> {
     let exporting = match &config.endpoint {
+        Some(endpoint)
+            if endpoint
+                .trim_start()
+                .to_ascii_lowercase()
+                .starts_with("https:") =>
+        {
+            return Err(TelemetryError::Exporter(format!(
+                "{endpoint}: this build exports OTLP/gRPC over plain HTTP/2 only; point \
+                 OTEL_EXPORTER_OTLP_ENDPOINT at http://HOST:4317 (the Container Apps agent or a \
+                 collector beside the worker)"
+            )));
+        }
         Some(endpoint) => Some(providers(config, endpoint)?),
         None => None,
     };
