@@ -9,6 +9,12 @@
 //! `postgres://postgres@127.0.0.1:5432/test`). Each configuration is sized to run about
 //! `SECONDS` seconds from a short calibration run. Messages are preloaded through our sender
 //! (not timed); the clock runs from the runtime's start until the last message is completed.
+//!
+//! `cargo bench --bench e2e -- telemetry`: the same end-to-end run at concurrency 8 with
+//! OpenTelemetry export off and on (spans and metrics over OTLP/gRPC, metrics every second, to
+//! a receiver in this parent process), each run in a child process of its own (the exporter and
+//! the tracing subscriber are process-global), alternating off/on `ROUNDS` times; throughput and
+//! the child's CPU time per message.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;
@@ -25,6 +31,13 @@ use sb_inbox::{
 use tokio_util::sync::CancellationToken;
 
 const SECONDS: f64 = 3.0;
+/// Off/on pairs of the telemetry comparison.
+const ROUNDS: usize = 5;
+/// Messages per telemetry run (about 4 s at concurrency 8).
+const TELEMETRY_MESSAGES: usize = 3000;
+
+#[path = "../tests/telemetry/sink.rs"]
+mod sink;
 const CONSUMER: &str = "inventory.order-placed.v1";
 
 fn pg_url() -> String {
@@ -249,11 +262,127 @@ fn sized(rate: f64) -> usize {
     ((rate * SECONDS) as usize).clamp(200, 50_000)
 }
 
+/// CPU seconds (user + system) this process has used, from `/proc/self/stat` (Linux; clock
+/// ticks of 10 ms).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
+    let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    ticks as f64 / 100.0
+}
+
+/// One run in this (child) process; with `endpoint` it exports there. Prints `rate <msg/s>`
+/// and `cpu <ms per message>` (the whole run: preload sends, receive, process, export) on
+/// stdout.
+async fn telemetry_child(endpoint: Option<String>, concurrency: usize, messages: usize) {
+    let tag = if endpoint.is_some() {
+        "tel_on"
+    } else {
+        "tel_off"
+    };
+    let telemetry = endpoint.map(|endpoint| {
+        let mut config = sb_inbox::telemetry::TelemetryConfig::new();
+        config.endpoint = Some(endpoint);
+        config.log_filter = "error".to_owned();
+        config.metric_interval = Duration::from_secs(1);
+        sb_inbox::telemetry::init(&config).unwrap()
+    });
+    let cpu = cpu_seconds();
+    let rate = e2e_inbox(tag, concurrency, messages).await;
+    if let Some(telemetry) = telemetry {
+        // The last spans leave before the CPU is read.
+        tokio::task::spawn_blocking(move || telemetry.shutdown())
+            .await
+            .unwrap();
+    }
+    let cpu_ms = (cpu_seconds() - cpu) * 1000.0 / messages as f64;
+    println!("rate {rate}");
+    println!("cpu {cpu_ms}");
+}
+
+/// Alternates off/on child processes and prints both rates and their ratio. The OTLP receiver
+/// runs here, in the parent, so its decoding is not charged to the worker.
+fn telemetry_compare(rt: &tokio::runtime::Runtime) {
+    let exe = std::env::current_exe().unwrap();
+    let (sink, addr) = rt.block_on(sink::Sink::start());
+    let concurrency = 8;
+    println!(
+        "telemetry overhead: e2e at concurrency {concurrency}, {TELEMETRY_MESSAGES} messages per run, {ROUNDS} off/on pairs (PostgreSQL at {})",
+        pg_url()
+    );
+    let mut rates = [Vec::new(), Vec::new()];
+    let mut cpu = [Vec::new(), Vec::new()];
+    for round in 0..ROUNDS {
+        for (i, mode) in ["off", "on"].into_iter().enumerate() {
+            let endpoint = if mode == "on" {
+                format!("http://{addr}")
+            } else {
+                "-".to_owned()
+            };
+            let spans_before = sink.span_count();
+            let output = std::process::Command::new(&exe)
+                .args([
+                    "telemetry-child",
+                    &endpoint,
+                    &concurrency.to_string(),
+                    &TELEMETRY_MESSAGES.to_string(),
+                ])
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .unwrap();
+            assert!(output.status.success(), "child {mode} failed");
+            let stdout = String::from_utf8(output.stdout).unwrap();
+            let value = |key: &str| -> f64 {
+                stdout
+                    .lines()
+                    .find_map(|l| l.strip_prefix(key))
+                    .unwrap()
+                    .parse()
+                    .unwrap()
+            };
+            let (rate, cpu_ms) = (value("rate "), value("cpu "));
+            println!(
+                "  round {round}: export {mode:>3}: {rate:>7.0} msg/s, {cpu_ms:.3} CPU ms/message, {} spans received",
+                sink.span_count() - spans_before
+            );
+            rates[i].push(rate);
+            cpu[i].push(cpu_ms);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    let (off, on) = (median(&mut rates[0]), median(&mut rates[1]));
+    println!(
+        "median: export off {off:.0} msg/s, export on {on:.0} msg/s: on/off {:.2}x",
+        on / off
+    );
+    let (off, on) = (median(&mut cpu[0]), median(&mut cpu[1]));
+    println!(
+        "median CPU: export off {off:.3} ms/message, export on {on:.3} ms/message: on/off {:.2}x",
+        on / off
+    );
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
+    if let Some(at) = args.iter().position(|a| a == "telemetry-child") {
+        let endpoint = Some(args[at + 1].clone()).filter(|e| e != "-");
+        let concurrency = args[at + 2].parse().unwrap();
+        let messages = args[at + 3].parse().unwrap();
+        rt.block_on(telemetry_child(endpoint, concurrency, messages));
+        return;
+    }
+    if args.iter().any(|a| a == "telemetry") {
+        telemetry_compare(&rt);
+        return;
+    }
     rt.block_on(async {
         println!("end-to-end throughput, about {SECONDS} s per configuration (PostgreSQL at {})", pg_url());
         println!(

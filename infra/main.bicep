@@ -221,6 +221,13 @@ param processDurationMetricName string = 'messaging.process.duration'
 @minValue(1)
 param processDurationTargetSecs int = 30
 
+@description('The worker\'s end-to-end age histogram in seconds (enqueue to settlement).')
+param messageAgeMetricName string = 'sb_inbox.message.age'
+
+@description('End-to-end age target in seconds: older messages mean the consumer is falling behind.')
+@minValue(1)
+param messageAgeTargetSecs int = 300
+
 // The longest time after which the same message id can still arrive: it may wait its whole TTL,
 // then each delivery can hold the lock, delayed retries can put copies of it (same logical id)
 // on the queue later still, then it can sit in the DLQ until resubmitted. Inbox rows must live
@@ -241,6 +248,7 @@ module monitoring 'modules/monitoring.bicep' = {
   params: {
     location: location
     namePrefix: namePrefix
+    workbook: loadTextContent('dashboards/sb-inbox.workbook.json')
     tags: tags
   }
 }
@@ -351,6 +359,8 @@ module alerts 'modules/alerts.bicep' = {
     lockLostMetricName: lockLostMetricName
     processDurationMetricName: processDurationMetricName
     processDurationTargetSecs: processDurationTargetSecs
+    messageAgeMetricName: messageAgeMetricName
+    messageAgeTargetSecs: messageAgeTargetSecs
     tags: tags
   }
 }

@@ -18,6 +18,7 @@
 //! - [`retention`]: batched deletes of inbox and dispatched outbox rows past the retention.
 //! - [`inventory`]: the reference consumer, written on the public API only.
 //! - [`ops`]: operator commands (publish orders, dead-letter peek and resubmit).
+//! - [`telemetry`]: OpenTelemetry names, trace-context propagation, OTLP export set-up.
 //! - `testing` (feature `test-util`): an in-memory receiver with fault injection.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![doc(test(attr(deny(warnings))))]
@@ -32,6 +33,7 @@ pub mod retention;
 pub mod runtime;
 pub mod servicebus;
 pub mod store;
+pub mod telemetry;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 pub mod worker;
@@ -39,7 +41,7 @@ pub mod worker;
 pub use ports::{
     Delivery, DuplicateScope, ErrorKind, Message, OutboxBacklog, OutboxLease, OutboxMessage,
     OutboxRow, OutboxStore, PropertyValue, ReceiveError, Receiver, RetentionStore, SendFailure,
-    Sender, SettleError, Store, StoreError, Tx, VersionCheck,
+    Sender, SettleError, Source, Store, StoreError, Tx, VersionCheck,
 };
 pub use runtime::{
     Clock, ConsumerName, ConsumerNameError, Context, Contract, ContractParseError,

@@ -10,6 +10,7 @@ use sb_inbox::entra::{EntraCredential, EntraMode};
 use sb_inbox::ops::{self, OpsError, dlq};
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
 use sb_inbox::store::StoreUrl;
+use sb_inbox::telemetry::{LogFormat, OTEL_ENV_VARS, TelemetryConfig};
 use sb_inbox::worker::{ENV_VARS, WorkerConfig};
 use sb_inbox::{MssqlStore, PgStore, SqliteStore};
 use tokio_util::sync::CancellationToken;
@@ -18,8 +19,16 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Parser)]
 #[command(version, about, long_about = None)]
 struct Cli {
+    /// Log lines on stderr: text (for people) or json (one object per line, for collectors).
+    #[arg(long, global = true, default_value = "text", value_parser = parse_log_format)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+fn parse_log_format(text: &str) -> Result<LogFormat, String> {
+    text.parse()
+        .map_err(|e: sb_inbox::telemetry::LogFormatError| e.to_string())
 }
 
 #[derive(Debug, Subcommand)]
@@ -173,6 +182,10 @@ fn env_help() -> String {
          identity (AZURE_FEDERATED_TOKEN_FILE), else managed identity (IDENTITY_ENDPOINT; AZURE_CLIENT_ID\n\
          selects a user-assigned one), else the Azure CLI / Azure Developer CLI login.\n",
     );
+    text.push_str("\nTelemetry (OpenTelemetry over OTLP/gRPC; no endpoint = logs only):\n");
+    for (var, meaning) in OTEL_ENV_VARS {
+        text.push_str(&format!("  {var:<50} {meaning}\n"));
+    }
     text
 }
 
@@ -188,20 +201,42 @@ async fn main() -> ExitCode {
         tracing::debug!("A rustls crypto provider was installed already.");
     }
     let cli = Cli::parse();
-    // The demo's expected warnings (refused settlements, poison messages) would bury its table.
-    let default_level = if matches!(cli.command, Command::Demo) {
-        "error"
-    } else {
-        "info"
+    let env = |name: &str| std::env::var(name).ok();
+    let mut telemetry_config = match TelemetryConfig::from_env(&env) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let result = match cli.command {
+    telemetry_config.log_format = cli.log_format;
+    // The demo's expected warnings (refused settlements, poison messages) would bury its table.
+    if matches!(cli.command, Command::Demo) && env("RUST_LOG").is_none() {
+        telemetry_config.log_filter = "error".to_owned();
+    }
+    let telemetry = match sb_inbox::telemetry::init(&telemetry_config) {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            eprintln!("error: telemetry: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if telemetry.exporting() {
+        tracing::info!(endpoint = ?telemetry_config.endpoint, service = %telemetry_config.service_name, "Exporting spans and metrics over OTLP.");
+    }
+    let code = run(cli.command).await;
+    // Flushing waits for the collector: off the async threads.
+    if tokio::task::spawn_blocking(move || telemetry.shutdown())
+        .await
+        .is_err()
+    {
+        eprintln!("warning: telemetry shutdown panicked");
+    }
+    code
+}
+
+async fn run(command: Command) -> ExitCode {
+    let result = match command {
         Command::Demo => return demo().await,
         Command::Run { config } => return run_worker(config).await,
         Command::Migrate { store } => migrate(&store).await,

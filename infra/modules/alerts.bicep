@@ -1,6 +1,7 @@
-// Alert rules: dead-letter growth (Service Bus platform metric), any lost lock and processing time
-// above target (the worker's OpenTelemetry metrics in Application Insights). The metric names come
-// from main.bicep parameters so they live in one place.
+// Alert rules: dead-letter growth (Service Bus platform metric), any lost lock, processing time
+// and end-to-end message age above target (the worker's OpenTelemetry metrics in Application
+// Insights). The metric names come from main.bicep parameters, whose defaults tests/infra checks
+// against the worker's names module.
 
 @description('Azure region.')
 param location string
@@ -33,6 +34,13 @@ param processDurationMetricName string
 @description('Processing duration target in seconds; the alert fires when the maximum exceeds it.')
 @minValue(1)
 param processDurationTargetSecs int
+
+@description('Name of the worker\'s end-to-end age histogram (seconds, enqueue to settlement).')
+param messageAgeMetricName string
+
+@description('End-to-end age target in seconds; the alert fires when the maximum exceeds it.')
+@minValue(1)
+param messageAgeTargetSecs int
 
 @description('Tags for every resource.')
 param tags object = {}
@@ -160,8 +168,46 @@ resource slowProcessing 'Microsoft.Insights/scheduledQueryRules@2023-03-15-previ
   }
 }
 
+resource oldMessages 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview' = {
+  name: '${namePrefix}-message-age'
+  location: location
+  tags: tags
+  properties: {
+    description: 'Messages settled more than ${messageAgeTargetSecs} s after they were enqueued: the consumer is falling behind.'
+    severity: 2
+    enabled: true
+    scopes: [
+      appInsightsId
+    ]
+    evaluationFrequency: 'PT5M'
+    windowSize: 'PT15M'
+    criteria: {
+      allOf: [
+        {
+          query: 'customMetrics | where name == "${messageAgeMetricName}" | summarize oldest = max(valueMax)'
+          timeAggregation: 'Maximum'
+          metricMeasureColumn: 'oldest'
+          operator: 'GreaterThan'
+          threshold: messageAgeTargetSecs
+          failingPeriods: {
+            numberOfEvaluationPeriods: 1
+            minFailingPeriodsToAlert: 1
+          }
+        }
+      ]
+    }
+    autoMitigate: true
+    actions: {
+      actionGroups: empty(actionGroupId) ? [] : [
+        actionGroupId
+      ]
+    }
+  }
+}
+
 output alertNames array = [
   dlqGrowth.name
   lockLost.name
   slowProcessing.name
+  oldMessages.name
 ]

@@ -211,6 +211,8 @@ var workerEnv = [
   { name: 'AZURE_CLIENT_ID', value: workerClientId }
   { name: 'OTEL_SERVICE_NAME', value: 'sb-inbox' }
   { name: 'OTEL_RESOURCE_ATTRIBUTES', value: 'service.namespace=sb-inbox,deployment.environment.name=${namePrefix}' }
+  // Azure Monitor sums metric deltas (the workbook and alerts add up valueSum).
+  { name: 'OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE', value: 'delta' }
 ]
 
 // With the managed agent, Container Apps injects OTEL_EXPORTER_OTLP_ENDPOINT itself.

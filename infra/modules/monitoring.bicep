@@ -1,4 +1,5 @@
-// Log Analytics workspace and a workspace-based Application Insights component.
+// Log Analytics workspace, a workspace-based Application Insights component and the sb-inbox
+// workbook (infra/dashboards/sb-inbox.workbook.json) over it.
 
 @description('Azure region.')
 param location string
@@ -10,6 +11,9 @@ param namePrefix string
 @minValue(30)
 @maxValue(730)
 param logRetentionDays int = 30
+
+@description('Serialized Azure Monitor workbook (infra/dashboards/sb-inbox.workbook.json).')
+param workbook string
 
 @description('Tags for every resource.')
 param tags object = {}
@@ -37,6 +41,19 @@ resource appInsights 'Microsoft.Insights/components@2020-02-02' = {
     // The Container Apps OpenTelemetry agent ingests with the connection string (instrumentation
     // key, an identifier rather than a credential), so key-based ingestion stays enabled.
     DisableLocalAuth: false
+  }
+}
+
+resource dashboard 'Microsoft.Insights/workbooks@2023-06-01' = {
+  name: guid(resourceGroup().id, namePrefix, 'sb-inbox-workbook')
+  location: location
+  tags: tags
+  kind: 'shared'
+  properties: {
+    displayName: '${namePrefix} sb-inbox'
+    category: 'workbook'
+    serializedData: workbook
+    sourceId: appInsights.id
   }
 }
 

@@ -36,6 +36,16 @@ impl SettleError {
     pub fn is_transient(&self) -> bool {
         matches!(self, SettleError::Transient(_))
     }
+
+    /// The bounded `error.type` telemetry reports for this error.
+    pub fn error_type(&self) -> &'static str {
+        use crate::telemetry::names::error;
+        match self {
+            SettleError::LockLost => error::LOCK_LOST,
+            SettleError::Transient(_) => error::TRANSIENT,
+            SettleError::Refused { .. } => error::REFUSED,
+        }
+    }
 }
 
 /// A received, peek-locked delivery.
@@ -51,6 +61,10 @@ pub trait Delivery: Send + Sync + 'static {
     fn lock_token(&self) -> uuid::Uuid;
     /// When the lock runs out, as last reported by the broker.
     fn locked_until(&self) -> SystemTime;
+    /// When the broker accepted the message, if it says (telemetry: end-to-end age).
+    fn enqueued_time(&self) -> Option<SystemTime> {
+        None
+    }
     /// Renews the lock; returns the new expiry.
     fn renew_lock(&self) -> impl Future<Output = Result<SystemTime, SettleError>> + Send;
     /// Completes (removes) the message.
@@ -81,10 +95,40 @@ pub enum ReceiveError {
     Fatal(String),
 }
 
+/// Where a [`Receiver`]'s deliveries come from, as telemetry names it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Source {
+    /// `messaging.system`, e.g. `servicebus`.
+    pub system: String,
+    /// The queue or topic name.
+    pub destination: String,
+    /// The subscription name, for a topic subscription.
+    pub subscription: Option<String>,
+    /// The broker's host name.
+    pub server_address: Option<String>,
+}
+
+impl Source {
+    /// A source on `system` reading `destination`.
+    pub fn new(system: impl Into<String>, destination: impl Into<String>) -> Self {
+        Source {
+            system: system.into(),
+            destination: destination.into(),
+            subscription: None,
+            server_address: None,
+        }
+    }
+}
+
 /// A source of peek-locked deliveries (a queue or a subscription).
 pub trait Receiver: Send + Sync + 'static {
     /// The delivery type.
     type Delivery: Delivery;
+    /// Where the deliveries come from; telemetry labels spans and metrics with it.
+    fn source(&self) -> Source {
+        Source::default()
+    }
     /// Waits for the next delivery; `Ok(None)` once the receiver is closed for good.
     fn receive(&self) -> impl Future<Output = Result<Option<Self::Delivery>, ReceiveError>> + Send;
 }

@@ -18,7 +18,7 @@ mod outbox;
 mod sender;
 mod store;
 
-pub use delivery::{Delivery, ReceiveError, Receiver, SettleError};
+pub use delivery::{Delivery, ReceiveError, Receiver, SettleError, Source};
 pub use message::{Message, PropertyValue};
 pub use outbox::{
     MAX_RETENTION_BATCH, OutboxBacklog, OutboxLease, OutboxRow, OutboxStore, RetentionStore,

@@ -3,6 +3,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::Clock;
 use crate::ports::{Delivery, SettleError};
@@ -13,10 +14,29 @@ use crate::ports::{Delivery, SettleError};
 /// `margin / 4` (at least 50 ms) for as long as the current lock lasts. The lock counts as lost
 /// when the broker says so or when its expiry passes without a successful renewal; the keeper
 /// then cancels [`KeptLock::lost`], which stops the handler and forbids the commit.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct LockKeeper {
     margin: Duration,
     clock: Clock,
+    meter: Option<RenewalMeter>,
+}
+
+/// Counts renewal attempts by result (`sb_inbox.lock.renewals`).
+#[derive(Debug, Clone)]
+pub(crate) struct RenewalMeter {
+    pub(crate) counter: opentelemetry::metrics::Counter<u64>,
+    pub(crate) labels: Arc<[opentelemetry::KeyValue]>,
+}
+
+impl RenewalMeter {
+    fn record(&self, result: &'static str) {
+        let mut labels = self.labels.to_vec();
+        labels.push(opentelemetry::KeyValue::new(
+            crate::telemetry::names::attr::RENEWAL_RESULT,
+            result,
+        ));
+        self.counter.add(1, &labels);
+    }
 }
 
 /// The lock of one delivery under a [`LockKeeper`]. Dropping it stops the renewals.
@@ -24,6 +44,7 @@ pub struct LockKeeper {
 pub struct KeptLock {
     lost: CancellationToken,
     stop: CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
     state: Arc<LockState>,
     clock: Clock,
 }
@@ -42,14 +63,25 @@ fn to_ms(time: SystemTime) -> u64 {
 impl LockKeeper {
     /// A keeper renewing `margin` before each expiry.
     pub fn new(margin: Duration, clock: Clock) -> Self {
-        LockKeeper { margin, clock }
+        LockKeeper {
+            margin,
+            clock,
+            meter: None,
+        }
+    }
+
+    /// The same keeper, counting each renewal attempt.
+    pub(crate) fn metered(mut self, meter: RenewalMeter) -> Self {
+        self.meter = Some(meter);
+        self
     }
 
     /// Starts keeping `delivery`'s lock in a background task.
     pub fn keep<D: Delivery>(&self, delivery: Arc<D>) -> KeptLock {
-        let kept = KeptLock {
+        let mut kept = KeptLock {
             lost: CancellationToken::new(),
             stop: CancellationToken::new(),
+            task: None,
             state: Arc::new(LockState {
                 until_ms: AtomicU64::new(to_ms(delivery.locked_until())),
                 renewals: AtomicU32::new(0),
@@ -62,12 +94,17 @@ impl LockKeeper {
             clock: self.clock,
             lost: kept.lost.clone(),
             state: kept.state.clone(),
+            meter: self.meter.clone(),
         };
         let stop = kept.stop.clone();
-        tokio::spawn(async move {
-            // Stopping ends the renewals: the delivery is settled or abandoned to redelivery.
-            stop.run_until_cancelled(task.run()).await;
-        });
+        // In the current (process) span: each renewal's client span is its child.
+        kept.task = Some(tokio::spawn(
+            async move {
+                // Stopping ends the renewals: the delivery is settled or abandoned to redelivery.
+                stop.run_until_cancelled(task.run()).await;
+            }
+            .in_current_span(),
+        ));
         kept
     }
 }
@@ -88,6 +125,16 @@ impl KeptLock {
     pub fn renewals(&self) -> u32 {
         self.state.renewals.load(Ordering::Acquire)
     }
+
+    /// Stops the renewals and waits until the renewing task has ended (so no renewal, and no
+    /// span of one, outlives the delivery's processing).
+    pub async fn release(mut self) {
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            // A renewal task that panicked has stopped all the same.
+            let _ = task.await;
+        }
+    }
 }
 
 impl Drop for KeptLock {
@@ -102,6 +149,7 @@ struct Renewer<D> {
     clock: Clock,
     lost: CancellationToken,
     state: Arc<LockState>,
+    meter: Option<RenewalMeter>,
 }
 
 impl<D: Delivery> Renewer<D> {
@@ -111,7 +159,14 @@ impl<D: Delivery> Renewer<D> {
         let mut next = until.checked_sub(self.margin).unwrap_or(until);
         loop {
             self.clock.sleep_until(next).await;
-            match self.delivery.renew_lock().await {
+            let renewed = self.delivery.renew_lock().await;
+            if let Some(meter) = &self.meter {
+                meter.record(match &renewed {
+                    Ok(_) => crate::telemetry::names::value::OK,
+                    Err(error) => error.error_type(),
+                });
+            }
+            match renewed {
                 Ok(new_until) => {
                     until = new_until;
                     next = until.checked_sub(self.margin).unwrap_or(until);

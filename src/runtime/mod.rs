@@ -17,6 +17,7 @@ mod consumer;
 mod envelope;
 mod handler;
 mod lock_keeper;
+mod observe;
 mod outcome;
 mod process;
 mod retry;
@@ -123,6 +124,7 @@ struct Inner<R, S, H> {
     config: RuntimeConfig,
     clock: Clock,
     stats: Arc<Stats>,
+    observer: observe::Observer,
 }
 
 impl<R, S, H> Runtime<R, S, H>
@@ -144,8 +146,10 @@ where
         config: RuntimeConfig,
         clock: Clock,
     ) -> Self {
+        let observer = observe::Observer::new(receiver.source(), &config.consumer, clock);
         Runtime {
             inner: Arc::new(Inner {
+                observer,
                 receiver,
                 store,
                 handler,
@@ -270,7 +274,9 @@ where
             store: &self.store,
             handler: &self.handler,
             consumer: &self.config.consumer,
-            keeper: LockKeeper::new(self.config.lock_margin, self.clock),
+            keeper: LockKeeper::new(self.config.lock_margin, self.clock)
+                .metered(self.observer.renewal_meter()),
+            observer: &self.observer,
             retry: self.config.delayed_retry.as_ref(),
             clock: self.clock,
         }

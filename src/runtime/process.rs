@@ -2,8 +2,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use super::lock_keeper::KeptLock;
+use super::observe::Observer;
 use super::retry::{self, DelayedRetry, ScheduledRetry};
 use super::{
     Clock, Context, DeadLetterReason, Handled, Handler, HandlerError, LockKeeper, Outcome,
@@ -38,6 +40,7 @@ pub(crate) struct Step<'a, S, H> {
     pub(crate) keeper: LockKeeper,
     pub(crate) retry: Option<&'a DelayedRetry>,
     pub(crate) clock: Clock,
+    pub(crate) observer: &'a Observer,
 }
 
 /// Why an outcome came about, for the abandon properties.
@@ -93,13 +96,25 @@ where
     S: Store,
     H: Handler<S::Tx>,
 {
-    /// Runs the algorithm for one delivery: envelope check, inbox insert, handler, fenced
-    /// commit, then settlement. `cancel` (shutdown past its grace) rolls back and abandons.
+    /// Runs the algorithm for one delivery under its process span (opened here, when handling
+    /// starts, not at receipt): envelope check, inbox insert, handler, fenced commit, then
+    /// settlement. `cancel` (shutdown past its grace) rolls back and abandons.
     pub(crate) async fn run<D: Delivery>(
         &self,
         delivery: Arc<D>,
         cancel: &CancellationToken,
     ) -> Report {
+        let processing = self.observer.start(&*delivery);
+        let report = self
+            .handle(delivery.clone(), cancel)
+            .instrument(processing.span.clone())
+            .await;
+        self.observer
+            .finish(processing, &*delivery, &report, self.handler.contracts());
+        report
+    }
+
+    async fn handle<D: Delivery>(&self, delivery: Arc<D>, cancel: &CancellationToken) -> Report {
         let message = delivery.message();
         let envelope = match envelope::check(message, self.handler.contracts()) {
             Ok(envelope) => envelope,
@@ -126,7 +141,7 @@ where
             biased;
             () = lock.lost().cancelled() => Err(Abort::Failed(Outcome::LockLost, "lock lost".to_owned())),
             () = cancel.cancelled() => Err(Abort::Shutdown),
-            result = self.transact(&ctx, &lock) => result,
+            result = self.observer.transaction(self.transact(&ctx, &lock)) => result,
         };
         let renewals = lock.renewals();
         let logical_id = envelope.message_id.as_str();
@@ -153,8 +168,8 @@ where
                 self.dead_letter(&*delivery, rejection, renewals).await
             }
         };
-        // The lock is kept until the settlement is answered; dropping it stops the renewals.
-        drop(lock);
+        // The lock is kept until the settlement is answered; then the renewals stop.
+        lock.release().await;
         report
     }
 

@@ -27,6 +27,7 @@ pub(crate) struct Received {
     pub(crate) lock_token: Option<uuid::Uuid>,
     pub(crate) locked_until: Option<SystemTime>,
     pub(crate) sequence_number: Option<i64>,
+    pub(crate) enqueued_time: Option<SystemTime>,
 }
 
 /// Converts the lock token of a delivery tag: .NET's `Guid.ToByteArray` order (the first three
@@ -143,6 +144,10 @@ pub(crate) fn from_amqp(message: &AnyMessage, tag: &[u8]) -> Received {
         Some(Value::Long(n)) => Some(n),
         _ => None,
     };
+    let enqueued_time = match annotation("x-opt-enqueued-time") {
+        Some(Value::Timestamp(ts)) => Some(timestamp_to_system(&ts)),
+        _ => None,
+    };
     let lock_token = message
         .delivery_annotations
         .as_ref()
@@ -174,6 +179,7 @@ pub(crate) fn from_amqp(message: &AnyMessage, tag: &[u8]) -> Received {
         lock_token,
         locked_until,
         sequence_number,
+        enqueued_time,
     }
 }
 

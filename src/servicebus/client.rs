@@ -151,6 +151,11 @@ impl ServiceBusClient {
         Ok(out)
     }
 
+    /// The namespace host (telemetry's `server.address`).
+    pub(crate) fn host(&self) -> &str {
+        &self.inner.host
+    }
+
     /// The token audience of an entity or node.
     pub(crate) fn audience(&self, entity: &str) -> String {
         format!(

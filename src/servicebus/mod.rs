@@ -24,6 +24,7 @@ mod peek;
 mod receiver;
 mod sas;
 mod sender;
+mod telemetry;
 
 pub use auth::{
     AccessToken, EntraProvider, SERVICE_BUS_SCOPE, SasProvider, TokenFuture, TokenProvider,

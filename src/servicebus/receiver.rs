@@ -9,10 +9,16 @@ use sb_amqp::types::primitives::Symbol;
 use sb_amqp::{AmqpError, Outcome, ReceiverOptions, RequestResponse, Settler, unique_name};
 use tokio::sync::Mutex;
 
+use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
 use super::amqp_message::{Received, from_amqp};
 use super::client::Link;
+use super::telemetry::{EntityTelemetry, Kind};
 use super::{ServiceBusClient, management};
-use crate::{Delivery, Message, PropertyValue, ReceiveError, Receiver, SettleError};
+use crate::telemetry::names::{error, span};
+use crate::telemetry::propagation::producer_context;
+use crate::{Delivery, Message, PropertyValue, ReceiveError, Receiver, SettleError, Source};
 
 /// How long [`ServiceBusReceiver::close`] waits for the broker.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -37,6 +43,7 @@ struct ReceiverInner {
     entity: String,
     prefetch: u32,
     link: Mutex<Option<ReceiveLink>>,
+    telemetry: EntityTelemetry,
 }
 
 #[derive(Debug)]
@@ -60,6 +67,7 @@ impl ServiceBusReceiver {
     pub(crate) fn new(client: ServiceBusClient, entity: &str, prefetch: u32) -> Self {
         ServiceBusReceiver {
             inner: Arc::new(ReceiverInner {
+                telemetry: EntityTelemetry::new(entity, client.host()),
                 client,
                 entity: entity.to_owned(),
                 prefetch,
@@ -160,7 +168,31 @@ fn classify_amqp(error: &sb_amqp::Error) -> ReceiveError {
 impl Receiver for ServiceBusReceiver {
     type Delivery = ServiceBusDelivery;
 
+    fn source(&self) -> Source {
+        self.inner.telemetry.source()
+    }
+
+    /// Under a `receive {entity}` client span, linked to the message's producer.
     async fn receive(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
+        let operation = self.inner.telemetry.start(span::RECEIVE, Kind::Receive);
+        let received = self.next().instrument(operation.span.clone()).await;
+        match &received {
+            Ok(Some(delivery)) => {
+                if let Some(producer) = producer_context(delivery.message()) {
+                    operation.span.add_link(producer);
+                }
+                operation.received();
+            }
+            Ok(None) => operation.end(None),
+            Err(ReceiveError::Transient(_)) => operation.end(Some(error::TRANSIENT)),
+            Err(_) => operation.end(Some(error::REFUSED)),
+        }
+        received
+    }
+}
+
+impl ServiceBusReceiver {
+    async fn next(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
         let mut guard = self.inner.link.lock().await;
         if guard.is_none() {
             *guard = Some(self.attach().await?);
@@ -199,7 +231,7 @@ impl Receiver for ServiceBusReceiver {
             .locked_until
             .unwrap_or_else(|| SystemTime::now() + Duration::from_secs(30));
         Ok(Some(ServiceBusDelivery {
-            _receiver: self.inner.clone(),
+            receiver: self.inner.clone(),
             link: link.shared.clone(),
             delivery_id: delivery.delivery_id,
             lock_token,
@@ -213,8 +245,8 @@ impl Receiver for ServiceBusReceiver {
 #[derive(Debug)]
 pub struct ServiceBusDelivery {
     /// Keeps the receive link attached while the delivery waits for its settlement, even if
-    /// the caller dropped its receiver handle.
-    _receiver: Arc<ReceiverInner>,
+    /// the caller dropped its receiver handle; its telemetry names the settlement spans.
+    receiver: Arc<ReceiverInner>,
     link: Arc<LinkShared>,
     delivery_id: u32,
     lock_token: uuid::Uuid,
@@ -232,7 +264,37 @@ impl ServiceBusDelivery {
         self.link.client.generation() != self.link.generation
     }
 
-    async fn settle(&self, outcome: Outcome) -> Result<(), SettleError> {
+    /// Settles under a `{disposition} {entity}` client span.
+    async fn settle(&self, name: &'static str, outcome: Outcome) -> Result<(), SettleError> {
+        let operation = self.receiver.telemetry.start(name, Kind::Settle);
+        let settled = self
+            .settle_now(outcome)
+            .instrument(operation.span.clone())
+            .await;
+        operation.end(settled.as_ref().err().map(SettleError::error_type));
+        settled
+    }
+
+    async fn renew_now(&self) -> Result<SystemTime, SettleError> {
+        if self.link_lost() {
+            return Err(SettleError::LockLost);
+        }
+        let until = tokio::time::timeout(
+            OPERATION_TIMEOUT,
+            management::renew_lock(&self.link.management, &self.link.name, self.lock_token),
+        )
+        .await
+        .map_err(|_| {
+            SettleError::Transient("the broker did not answer the renewal in time".into())
+        })??;
+        *self
+            .locked_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = until;
+        Ok(until)
+    }
+
+    async fn settle_now(&self, outcome: Outcome) -> Result<(), SettleError> {
         if self.link_lost() {
             return Err(SettleError::LockLost);
         }
@@ -298,27 +360,19 @@ impl Delivery for ServiceBusDelivery {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn enqueued_time(&self) -> Option<SystemTime> {
+        self.received.enqueued_time
+    }
+
     async fn renew_lock(&self) -> Result<SystemTime, SettleError> {
-        if self.link_lost() {
-            return Err(SettleError::LockLost);
-        }
-        let until = tokio::time::timeout(
-            OPERATION_TIMEOUT,
-            management::renew_lock(&self.link.management, &self.link.name, self.lock_token),
-        )
-        .await
-        .map_err(|_| {
-            SettleError::Transient("the broker did not answer the renewal in time".into())
-        })??;
-        *self
-            .locked_until
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = until;
-        Ok(until)
+        let operation = self.receiver.telemetry.start(span::RENEW_LOCK, Kind::Renew);
+        let renewed = self.renew_now().instrument(operation.span.clone()).await;
+        operation.end(renewed.as_ref().err().map(SettleError::error_type));
+        renewed
     }
 
     async fn complete(&self) -> Result<(), SettleError> {
-        self.settle(Outcome::Accepted).await
+        self.settle(span::COMPLETE, Outcome::Accepted).await
     }
 
     async fn abandon(
@@ -327,11 +381,14 @@ impl Delivery for ServiceBusDelivery {
     ) -> Result<(), SettleError> {
         let annotations = (!properties.is_empty())
             .then(|| fields(properties.iter().map(|(k, v)| (k.clone(), amqp_value(v)))));
-        self.settle(Outcome::Modified {
-            delivery_failed: true,
-            undeliverable_here: false,
-            message_annotations: annotations,
-        })
+        self.settle(
+            span::ABANDON,
+            Outcome::Modified {
+                delivery_failed: true,
+                undeliverable_here: false,
+                message_annotations: annotations,
+            },
+        )
         .await
     }
 
@@ -347,6 +404,7 @@ impl Delivery for ServiceBusDelivery {
             ),
         ]);
         let error = AmqpError::new(sb_amqp::condition::DEAD_LETTER, None).with_info(info);
-        self.settle(Outcome::Rejected(Some(error))).await
+        self.settle(span::DEAD_LETTER, Outcome::Rejected(Some(error)))
+            .await
     }
 }

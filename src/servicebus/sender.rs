@@ -5,8 +5,13 @@ use std::time::{Duration, SystemTime};
 use sb_amqp::{Outcome, Sendable, SenderOptions, unique_name};
 use tokio::sync::Mutex;
 
+use tracing::Instrument as _;
+
 use super::amqp_message::to_amqp;
+use super::telemetry::{EntityTelemetry, Kind};
 use super::{ServiceBusClient, ServiceBusError};
+use crate::telemetry::names::{attr, error, span};
+use crate::telemetry::propagation::stamp;
 use crate::{Message, SendFailure, Sender};
 
 /// How long a send waits for the broker's outcome (Service Bus's own server timeout is 30 s).
@@ -58,6 +63,17 @@ impl SendErrorKind {
             SendErrorKind::Throttled(_) | SendErrorKind::Connection(_)
         )
     }
+
+    /// The bounded `error.type` telemetry reports for this failure.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            SendErrorKind::SizeExceeded(_) => error::SIZE_EXCEEDED,
+            SendErrorKind::NotFound(_) => error::NOT_FOUND,
+            SendErrorKind::Throttled(_) => error::SERVER_BUSY,
+            SendErrorKind::Refused { .. } => error::REFUSED,
+            SendErrorKind::Connection(_) => error::TRANSIENT,
+        }
+    }
 }
 
 /// Per-message send options.
@@ -91,12 +107,14 @@ struct SenderInner {
     client: ServiceBusClient,
     entity: String,
     link: Mutex<Option<(u64, sb_amqp::Sender)>>,
+    telemetry: EntityTelemetry,
 }
 
 impl ServiceBusSender {
     pub(crate) fn new(client: ServiceBusClient, entity: &str) -> Self {
         ServiceBusSender {
             inner: Arc::new(SenderInner {
+                telemetry: EntityTelemetry::new(entity, client.host()),
                 client,
                 entity: entity.to_owned(),
                 link: Mutex::new(None),
@@ -114,13 +132,30 @@ impl ServiceBusSender {
 
     /// As [`ServiceBusSender::send`], with a time-to-live or a scheduled enqueue time.
     ///
+    /// Under a `send {entity}` producer span whose context the message carries as
+    /// `traceparent` and `Diagnostic-Id` (unless it carries a `traceparent` already).
+    ///
     /// # Errors
     /// [`SendError`] with the message handed back.
     pub async fn send_with(
         &self,
-        message: Message,
+        mut message: Message,
         options: &SendOptions,
     ) -> Result<(), SendError> {
+        let operation = self.inner.telemetry.start(span::SEND, Kind::Send);
+        if let Some(id) = &message.message_id {
+            operation.span.record(attr::MESSAGE_ID, id.as_str());
+        }
+        stamp(&mut message, &operation.span);
+        let sent = self
+            .send_now(message, options)
+            .instrument(operation.span.clone())
+            .await;
+        operation.end(sent.as_ref().err().map(|failed| failed.error.error_type()));
+        sent
+    }
+
+    async fn send_now(&self, message: Message, options: &SendOptions) -> Result<(), SendError> {
         let fail = |error: SendErrorKind, message: Message| SendError {
             entity: self.inner.entity.clone(),
             error,

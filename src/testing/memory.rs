@@ -403,6 +403,10 @@ pub struct MemoryReceiver {
 impl Receiver for MemoryReceiver {
     type Delivery = MemoryDelivery;
 
+    fn source(&self) -> crate::ports::Source {
+        crate::ports::Source::new("memory", "memory")
+    }
+
     async fn receive(&self) -> Result<Option<MemoryDelivery>, ReceiveError> {
         let shared = self.broker.shared();
         loop {

@@ -7,6 +7,7 @@
 
 mod bicep;
 mod check;
+mod dashboards;
 mod wiring;
 
 use std::path::{Path, PathBuf};

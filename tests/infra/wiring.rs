@@ -6,20 +6,14 @@ use std::path::Path;
 
 use crate::bicep;
 
-/// Variables read by libraries the worker uses (Azure identity, OpenTelemetry), beside the
-/// worker's own `SB_INBOX_*` overrides, which come from `sb_inbox::worker::ENV_VARS`.
-const OTHER_ENV: [&str; 4] = [
-    "AZURE_CLIENT_ID",
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-    "OTEL_SERVICE_NAME",
-    "OTEL_RESOURCE_ATTRIBUTES",
-];
-
 /// Not always set in Azure: the emulator's connection string (never), the OTLP endpoint (only
-/// without the managed agent, which injects its own).
-const NOT_ALWAYS_SET: [&str; 2] = [
+/// without the managed agent, which injects its own), the export interval and log filter
+/// (defaults).
+const NOT_ALWAYS_SET: [&str; 4] = [
     "SB_INBOX_SERVICEBUS_CONNECTION",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_METRIC_EXPORT_INTERVAL",
+    "RUST_LOG",
 ];
 
 fn read(relative: &str) -> String {
@@ -27,11 +21,18 @@ fn read(relative: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// The worker's own `SB_INBOX_*` overrides, the Azure identity's client id and the
+/// OpenTelemetry variables (`sb_inbox::telemetry::OTEL_ENV_VARS`).
 fn names() -> impl Iterator<Item = &'static str> {
     sb_inbox::worker::ENV_VARS
         .iter()
         .map(|(name, _, _)| *name)
-        .chain(OTHER_ENV)
+        .chain(["AZURE_CLIENT_ID"])
+        .chain(
+            sb_inbox::telemetry::OTEL_ENV_VARS
+                .iter()
+                .map(|(name, _)| *name),
+        )
 }
 
 #[test]

@@ -1,0 +1,99 @@
+//! Metrics whose values another part of the worker owns (the outbox relay, retention): it
+//! keeps the numbers, these observable instruments read them at each export.
+//!
+//! # Examples
+//! ```
+//! use std::sync::Arc;
+//! use std::sync::atomic::{AtomicU64, Ordering};
+//! use std::time::Duration;
+//! use sb_inbox::telemetry::hooks::{OutboxBacklog, observe_outbox, observe_retention};
+//!
+//! let pending = Arc::new(AtomicU64::new(0));
+//! let _outbox = observe_outbox("inventory.order-placed.v1", {
+//!     let pending = pending.clone();
+//!     move || OutboxBacklog {
+//!         pending: pending.load(Ordering::Relaxed),
+//!         oldest_age: Duration::ZERO,
+//!     }
+//! });
+//! let deleted = Arc::new(AtomicU64::new(0));
+//! let _retention = observe_retention("inventory.order-placed.v1", {
+//!     let deleted = deleted.clone();
+//!     move || deleted.load(Ordering::Relaxed)
+//! });
+//! ```
+
+use std::time::Duration;
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::{ObservableCounter, ObservableGauge};
+
+use super::names::{attr, metric};
+
+/// The outbox's state at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutboxBacklog {
+    /// Rows not yet relayed.
+    pub pending: u64,
+    /// Age of the oldest of them (zero when none).
+    pub oldest_age: Duration,
+}
+
+/// The outbox gauges; they report while the meter provider lives.
+#[derive(Debug)]
+pub struct OutboxGauges {
+    _backlog: ObservableGauge<u64>,
+    _age: ObservableGauge<f64>,
+}
+
+/// The retention counter; it reports while the meter provider lives.
+#[derive(Debug)]
+pub struct RetentionCounter {
+    _deleted: ObservableCounter<u64>,
+}
+
+/// Registers `sb_inbox.outbox.backlog` and `sb_inbox.outbox.age` for `consumer`, read from
+/// `read` at each metric export (keep `read` cheap: it runs on the exporter's thread).
+pub fn observe_outbox(
+    consumer: &str,
+    read: impl Fn() -> OutboxBacklog + Send + Sync + 'static,
+) -> OutboxGauges {
+    let meter = opentelemetry::global::meter("sb-inbox");
+    let labels = [KeyValue::new(attr::CONSUMER, consumer.to_owned())];
+    let read = std::sync::Arc::new(read);
+    let backlog = meter
+        .u64_observable_gauge(metric::OUTBOX_BACKLOG)
+        .with_unit("{message}")
+        .with_description("Outbox rows not yet relayed.")
+        .with_callback({
+            let (read, labels) = (read.clone(), labels.clone());
+            move |gauge| gauge.observe(read().pending, &labels)
+        })
+        .build();
+    let age = meter
+        .f64_observable_gauge(metric::OUTBOX_AGE)
+        .with_unit("s")
+        .with_description("Age of the oldest outbox row not yet relayed.")
+        .with_callback(move |gauge| gauge.observe(read().oldest_age.as_secs_f64(), &labels))
+        .build();
+    OutboxGauges {
+        _backlog: backlog,
+        _age: age,
+    }
+}
+
+/// Registers `sb_inbox.retention.deleted` for `consumer`: `total` returns the running total
+/// of inbox rows retention has deleted since start.
+pub fn observe_retention(
+    consumer: &str,
+    total: impl Fn() -> u64 + Send + Sync + 'static,
+) -> RetentionCounter {
+    let labels = [KeyValue::new(attr::CONSUMER, consumer.to_owned())];
+    let deleted = opentelemetry::global::meter("sb-inbox")
+        .u64_observable_counter(metric::RETENTION_DELETED)
+        .with_unit("{row}")
+        .with_description("Inbox rows deleted by retention.")
+        .with_callback(move |counter| counter.observe(total(), &labels))
+        .build();
+    RetentionCounter { _deleted: deleted }
+}

@@ -1,0 +1,281 @@
+//! Every span, attribute and metric name the worker emits, in one place.
+//!
+//! A leaf module: any layer may import it, and `tests/infra` checks that every name the
+//! dashboards and alert rules in `infra/` query is one of these. The messaging names follow the
+//! OpenTelemetry messaging semantic conventions for Azure Service Bus; ours start with
+//! `sb_inbox.`.
+//!
+//! Metric names reach Prometheus-style backends (Grafana) through the collector's translation:
+//! dots become underscores, the unit is appended (`_seconds`) and counters end in `_total`, so
+//! `messaging.process.duration` is queried as `messaging_process_duration_seconds_bucket` and
+//! `sb_inbox.outcomes` as `sb_inbox_outcomes_total`. [`prometheus_name`] implements that mapping.
+
+/// `messaging.system` of everything this worker emits.
+pub const SYSTEM: &str = "servicebus";
+
+/// Span names are `{operation} {entity}`; these are the operation parts.
+pub mod span {
+    /// Client span of one receive call.
+    pub const RECEIVE: &str = "receive";
+    /// Consumer span of handling one delivery, from the start of handling to settlement.
+    pub const PROCESS: &str = "process";
+    /// Client span of completing a delivery.
+    pub const COMPLETE: &str = "complete";
+    /// Client span of abandoning a delivery.
+    pub const ABANDON: &str = "abandon";
+    /// Client span of dead-lettering a delivery.
+    pub const DEAD_LETTER: &str = "dead_letter";
+    /// Client span of one lock renewal.
+    pub const RENEW_LOCK: &str = "renew_lock";
+    /// Producer span of one send.
+    pub const SEND: &str = "send";
+    /// Internal span of the inbox transaction (inbox row, handler, commit or rollback); its name
+    /// has no entity.
+    pub const STORE_TRANSACTION: &str = "sb_inbox.transaction";
+
+    /// `{operation} {entity}`.
+    pub fn name(operation: &str, entity: &str) -> String {
+        format!("{operation} {entity}")
+    }
+}
+
+/// Attribute names (span attributes and metric labels).
+pub mod attr {
+    /// `servicebus`.
+    pub const MESSAGING_SYSTEM: &str = "messaging.system";
+    /// `create`, `send`, `receive`, `process` or `settle`.
+    pub const OPERATION_TYPE: &str = "messaging.operation.type";
+    /// The Service Bus operation: `receive`, `process`, `complete`, `abandon`, `dead_letter`,
+    /// `renew_lock`, `send`.
+    pub const OPERATION_NAME: &str = "messaging.operation.name";
+    /// Queue or topic name.
+    pub const DESTINATION: &str = "messaging.destination.name";
+    /// Subscription name (topic subscriptions only).
+    pub const SUBSCRIPTION: &str = "messaging.destination.subscription.name";
+    /// The message id. Spans only: never a metric label.
+    pub const MESSAGE_ID: &str = "messaging.message.id";
+    /// The correlation id. Spans only.
+    pub const CONVERSATION_ID: &str = "messaging.message.conversation_id";
+    /// Deliveries attempted, this one included (the broker's count + 1, as the Azure SDKs
+    /// report it).
+    pub const DELIVERY_COUNT: &str = "messaging.servicebus.message.delivery_count";
+    /// When the broker accepted the message, UTC epoch seconds. Spans only.
+    pub const ENQUEUED_TIME: &str = "messaging.servicebus.message.enqueued_time";
+    /// `complete`, `abandon` or `dead_letter`.
+    pub const DISPOSITION_STATUS: &str = "messaging.servicebus.disposition_status";
+    /// The namespace host.
+    pub const SERVER_ADDRESS: &str = "server.address";
+    /// A bounded error class: see [`super::error`].
+    pub const ERROR_TYPE: &str = "error.type";
+    /// Messages in one receive call.
+    pub const BATCH_MESSAGE_COUNT: &str = "messaging.batch.message_count";
+
+    /// The stable consumer name.
+    pub const CONSUMER: &str = "sb_inbox.consumer";
+    /// The contract `name.vN` when the handler supports it, else [`super::value::OTHER`].
+    pub const CONTRACT: &str = "sb_inbox.contract";
+    /// The outcome: `processed`, `duplicate`, `stale`, `transient`, `permanent`, `lock_lost`.
+    pub const OUTCOME: &str = "sb_inbox.outcome";
+    /// The settlement the outcome asked for: `complete`, `abandon`, `dead_letter`, `none`.
+    pub const SETTLEMENT: &str = "sb_inbox.settlement";
+    /// Whether that settlement succeeded: `ok`, or the failure's `error.type`.
+    pub const SETTLEMENT_RESULT: &str = "sb_inbox.settlement.result";
+    /// The dead-letter reason (permanent outcomes), from the runtime's fixed vocabulary.
+    pub const DEAD_LETTER_REASON: &str = "sb_inbox.dead_letter.reason";
+    /// Which constraint recognised a duplicate: `inbox` or `business_key`.
+    pub const DUPLICATE_SCOPE: &str = "sb_inbox.duplicate.scope";
+    /// The producer named by the message's [`super::property::PRODUCER`] property, bounded.
+    pub const PRODUCER: &str = "sb_inbox.producer";
+    /// The causation id property of the message. Spans only.
+    pub const CAUSATION_ID: &str = "sb_inbox.causation_id";
+    /// How the transaction ended: `commit` or `rollback`.
+    pub const TRANSACTION_RESULT: &str = "sb_inbox.transaction.result";
+    /// Whether a lock renewal succeeded: `ok` or the failure's `error.type`.
+    pub const RENEWAL_RESULT: &str = "sb_inbox.renewal.result";
+
+    /// Attributes that carry per-message values: allowed on spans, never on metrics.
+    pub const PER_MESSAGE: [&str; 4] = [MESSAGE_ID, CONVERSATION_ID, CAUSATION_ID, ENQUEUED_TIME];
+
+    /// Every attribute above.
+    pub const ALL: [&str; 24] = [
+        MESSAGING_SYSTEM,
+        OPERATION_TYPE,
+        OPERATION_NAME,
+        DESTINATION,
+        SUBSCRIPTION,
+        MESSAGE_ID,
+        CONVERSATION_ID,
+        DELIVERY_COUNT,
+        ENQUEUED_TIME,
+        DISPOSITION_STATUS,
+        SERVER_ADDRESS,
+        ERROR_TYPE,
+        BATCH_MESSAGE_COUNT,
+        CONSUMER,
+        CONTRACT,
+        OUTCOME,
+        SETTLEMENT,
+        SETTLEMENT_RESULT,
+        DEAD_LETTER_REASON,
+        DUPLICATE_SCOPE,
+        PRODUCER,
+        CAUSATION_ID,
+        TRANSACTION_RESULT,
+        RENEWAL_RESULT,
+    ];
+}
+
+/// Values of the attributes above that are not free text.
+pub mod value {
+    /// `messaging.operation.type` of a receive.
+    pub const TYPE_RECEIVE: &str = "receive";
+    /// `messaging.operation.type` of processing.
+    pub const TYPE_PROCESS: &str = "process";
+    /// `messaging.operation.type` of a settlement or a lock renewal.
+    pub const TYPE_SETTLE: &str = "settle";
+    /// `messaging.operation.type` of a send.
+    pub const TYPE_SEND: &str = "send";
+    /// A success in `*.result` attributes.
+    pub const OK: &str = "ok";
+    /// A label value past the cardinality bound, or not from the allowed set.
+    pub const OTHER: &str = "_other";
+    /// No settlement (lock lost).
+    pub const NONE: &str = "none";
+    /// A committed transaction.
+    pub const COMMIT: &str = "commit";
+    /// A rolled-back transaction.
+    pub const ROLLBACK: &str = "rollback";
+}
+
+/// `error.type` values.
+pub mod error {
+    /// The lock expired or the broker no longer knows it.
+    pub const LOCK_LOST: &str = "MessageLockLost";
+    /// Timeout, throttling or a broken connection.
+    pub const TRANSIENT: &str = "ServiceCommunicationProblem";
+    /// The broker refused the operation.
+    pub const REFUSED: &str = "Refused";
+    /// A transient failure of the handler or the store.
+    pub const TRANSIENT_FAILURE: &str = "TransientFailure";
+    /// The entity does not exist.
+    pub const NOT_FOUND: &str = "MessagingEntityNotFound";
+    /// The message is larger than the entity allows.
+    pub const SIZE_EXCEEDED: &str = "MessageSizeExceeded";
+    /// The namespace is throttling.
+    pub const SERVER_BUSY: &str = "ServiceBusy";
+}
+
+/// Application properties read from and written to messages.
+pub mod property {
+    /// W3C trace context of the producer.
+    pub const TRACEPARENT: &str = "traceparent";
+    /// W3C trace state of the producer.
+    pub const TRACESTATE: &str = "tracestate";
+    /// The Azure SDKs' copy of `traceparent`, read when `traceparent` is absent.
+    pub const DIAGNOSTIC_ID: &str = "Diagnostic-Id";
+    /// The id of the message whose handling produced this one.
+    pub const CAUSATION_ID: &str = "causation-id";
+    /// The producing service, for the duplicate rate by producer.
+    pub const PRODUCER: &str = "producer";
+}
+
+/// Metric names, each with its unit below.
+pub mod metric {
+    /// Messages delivered to the application (counter, `{message}`).
+    pub const CONSUMED_MESSAGES: &str = "messaging.client.consumed.messages";
+    /// Handling one delivery, start of handling to settlement (histogram, `s`).
+    pub const PROCESS_DURATION: &str = "messaging.process.duration";
+    /// One client operation: receive, settle, renew, send (histogram, `s`).
+    pub const OPERATION_DURATION: &str = "messaging.client.operation.duration";
+    /// Deliveries by consumer, contract and outcome (counter, `{message}`).
+    pub const OUTCOMES: &str = "sb_inbox.outcomes";
+    /// Duplicates by consumer, contract, producer and scope (counter, `{message}`).
+    pub const DUPLICATES: &str = "sb_inbox.duplicates";
+    /// Lock renewal attempts by result (counter, `{renewal}`).
+    pub const LOCK_RENEWALS: &str = "sb_inbox.lock.renewals";
+    /// Locks lost before commit (counter, `{lock}`).
+    pub const LOCK_LOST: &str = "sb_inbox.lock.lost";
+    /// Settlements the broker refused or did not answer (counter, `{settlement}`).
+    pub const SETTLEMENT_FAILURES: &str = "sb_inbox.settlement.failures";
+    /// The inbox transaction, begin to commit or rollback (histogram, `s`).
+    pub const TRANSACTION_DURATION: &str = "sb_inbox.store.transaction.duration";
+    /// Enqueue to settlement of one delivery (histogram, `s`).
+    pub const MESSAGE_AGE: &str = "sb_inbox.message.age";
+    /// Outbox rows not yet relayed (gauge, `{message}`).
+    pub const OUTBOX_BACKLOG: &str = "sb_inbox.outbox.backlog";
+    /// Age of the oldest outbox row not yet relayed (gauge, `s`).
+    pub const OUTBOX_AGE: &str = "sb_inbox.outbox.age";
+    /// Inbox rows deleted by retention (counter, `{row}`).
+    pub const RETENTION_DELETED: &str = "sb_inbox.retention.deleted";
+
+    /// Every metric with its unit.
+    pub const ALL: [(&str, &str); 13] = [
+        (CONSUMED_MESSAGES, "{message}"),
+        (PROCESS_DURATION, "s"),
+        (OPERATION_DURATION, "s"),
+        (OUTCOMES, "{message}"),
+        (DUPLICATES, "{message}"),
+        (LOCK_RENEWALS, "{renewal}"),
+        (LOCK_LOST, "{lock}"),
+        (SETTLEMENT_FAILURES, "{settlement}"),
+        (TRANSACTION_DURATION, "s"),
+        (MESSAGE_AGE, "s"),
+        (OUTBOX_BACKLOG, "{message}"),
+        (OUTBOX_AGE, "s"),
+        (RETENTION_DELETED, "{row}"),
+    ];
+
+    /// Counters (monotonic sums): Prometheus names end in `_total`.
+    pub const COUNTERS: [&str; 7] = [
+        CONSUMED_MESSAGES,
+        OUTCOMES,
+        DUPLICATES,
+        LOCK_RENEWALS,
+        LOCK_LOST,
+        SETTLEMENT_FAILURES,
+        RETENTION_DELETED,
+    ];
+
+    /// The semantic conventions' bucket boundaries for `messaging.process.duration` and
+    /// `messaging.client.operation.duration`, in seconds.
+    pub const DURATION_BUCKETS: [f64; 14] = [
+        0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    ];
+
+    /// Buckets of [`MESSAGE_AGE`]: the convention's, then up to a day, since a backlog ages
+    /// messages by minutes or hours.
+    pub const AGE_BUCKETS: [f64; 22] = [
+        0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 30.0,
+        60.0, 300.0, 900.0, 1800.0, 3600.0, 21600.0, 86400.0,
+    ];
+}
+
+/// The name a Prometheus-compatible backend gives an OTLP metric (the collector's
+/// `prometheus`/`prometheusremotewrite` translation): dots to underscores, `_seconds` for unit
+/// `s`, `_total` for counters. Annotation units (`{message}`) add no suffix.
+///
+/// # Examples
+/// ```
+/// use sb_inbox::telemetry::names::{metric, prometheus_name};
+/// assert_eq!(prometheus_name(metric::OUTCOMES), "sb_inbox_outcomes_total");
+/// assert_eq!(prometheus_name(metric::PROCESS_DURATION), "messaging_process_duration_seconds");
+/// ```
+pub fn prometheus_name(metric: &str) -> String {
+    let mut name = metric.replace('.', "_");
+    let unit = metric::ALL
+        .iter()
+        .find(|(n, _)| *n == metric)
+        .map(|(_, unit)| *unit);
+    if unit == Some("s") {
+        name.push_str("_seconds");
+    }
+    if metric::COUNTERS.contains(&metric) {
+        name.push_str("_total");
+    }
+    name
+}
+
+/// The same attribute name as a Prometheus label: dots to underscores.
+pub fn prometheus_label(attribute: &str) -> String {
+    attribute.replace('.', "_")
+}
