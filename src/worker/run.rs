@@ -14,6 +14,7 @@ use crate::retention::RetentionTask;
 use crate::runtime::{DelayedRetry, RetryPolicy};
 use crate::servicebus::{ServiceBusClient, ServiceBusReceiver};
 use crate::store::StoreUrl;
+use crate::telemetry;
 use crate::{
     MssqlStore, OutboxStore, PgStore, RetentionStore, Runtime, RuntimeError, SqliteStore,
     StatsSnapshot, StoreError,
@@ -141,12 +142,30 @@ async fn serve<S: InventoryStore + OutboxStore + RetentionStore + Ping + Clone>(
     let stop_background = CancellationToken::new();
     let _stop_background = stop_background.clone().drop_guard();
     let relay = Relay::new(store.clone(), client.publisher(), config.relay.clone());
+    let consumer_name = config.runtime.consumer.as_str();
+    // The gauges read the relay's last backlog sample; they live as long as the worker.
+    let relay_stats = relay.stats();
+    let _outbox_gauges = telemetry::hooks::observe_outbox(consumer_name, move || {
+        relay_stats.snapshot().backlog.map_or_else(
+            telemetry::hooks::OutboxBacklog::default,
+            |sample| telemetry::hooks::OutboxBacklog {
+                pending: sample.pending,
+                oldest_age: sample.oldest_age,
+            },
+        )
+    });
+    let mut _retention_counter = None;
     let mut background = vec![tokio::spawn({
         let stop = stop_background.clone();
         async move { relay.run(stop).await }
     })];
     if let Some(retention) = &config.retention {
         let task = RetentionTask::new(store.clone(), retention.task_config());
+        let stats = task.stats();
+        _retention_counter = Some(telemetry::hooks::observe_retention(
+            consumer_name,
+            move || stats.snapshot().inbox_deleted,
+        ));
         let stop = stop_background.clone();
         background.push(tokio::spawn(async move { task.run(stop).await }));
     }
