@@ -36,9 +36,11 @@ const ROUNDS: usize = 5;
 /// Messages per telemetry run (about 4 s at concurrency 8).
 const TELEMETRY_MESSAGES: usize = 3000;
 
+#[path = "common/inventory_tx.rs"]
+mod inventory_tx;
 #[path = "../tests/telemetry/sink.rs"]
 mod sink;
-const CONSUMER: &str = "inventory.order-placed.v1";
+use inventory_tx::CONSUMER;
 
 fn pg_url() -> String {
     std::env::var("DATABASE_URL")
@@ -97,13 +99,7 @@ async fn raw_pg(tag: &str, concurrency: usize, messages: usize) -> f64 {
                     }
                     let id = format!("m-{i}");
                     let order: OrderPlaced = serde_json::from_str(&body(i)).unwrap();
-                    let mut tx = store.begin().await.unwrap();
-                    tx.insert_inbox(CONSUMER, &id).await.unwrap();
-                    tx.claim_business_key(CONSUMER, &format!("order:{}", order.order_id), &id)
-                        .await
-                        .unwrap();
-                    tx.reserve(&id, &order).await.unwrap();
-                    tx.commit().await.unwrap();
+                    inventory_tx::apply(&store, &id, &order).await;
                 }
             })
         })

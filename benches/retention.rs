@@ -19,12 +19,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use sb_inbox::inventory::{InventoryTx, OrderLine, OrderPlaced};
+use sb_inbox::PgStore;
+use sb_inbox::inventory::{OrderLine, OrderPlaced};
 use sb_inbox::retention::{RetentionConfig, RetentionTask};
-use sb_inbox::{PgStore, Store, Tx};
 use tokio_util::sync::CancellationToken;
 
-const CONSUMER: &str = "inventory.order-placed.v1";
+#[path = "common/inventory_tx.rs"]
+mod inventory_tx;
 const CONCURRENCY: usize = 8;
 
 fn env_number(name: &str, default: u64) -> u64 {
@@ -100,13 +101,7 @@ fn consumers(
                             quantity: 2,
                         }],
                     };
-                    let mut tx = store.begin().await.unwrap();
-                    tx.insert_inbox(CONSUMER, &id).await.unwrap();
-                    tx.claim_business_key(CONSUMER, &format!("order:{}", order.order_id), &id)
-                        .await
-                        .unwrap();
-                    tx.reserve(&id, &order).await.unwrap();
-                    tx.commit().await.unwrap();
+                    inventory_tx::apply(&store, &id, &order).await;
                     commits.fetch_add(1, Ordering::Relaxed);
                 }
             })

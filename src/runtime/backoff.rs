@@ -19,8 +19,16 @@ use rand::{Rng, SeedableRng};
 pub struct Backoff {
     base: Duration,
     max: Duration,
-    step: Duration,
+    attempt: u32,
     rng: SmallRng,
+}
+
+/// Step `attempt` (1-based) of an exponential backoff: `base × 2^(attempt−1)`, capped at `max`.
+/// Shared by the receive loop's [`Backoff`] and delayed retries' `RetryPolicy`.
+pub(crate) fn exponential_step(base: Duration, max: Duration, attempt: u32) -> Duration {
+    let doublings = attempt.saturating_sub(1);
+    let factor = 1u32.checked_shl(doublings).unwrap_or(u32::MAX);
+    base.checked_mul(factor).map_or(max, |d| d.min(max))
 }
 
 impl Backoff {
@@ -38,23 +46,24 @@ impl Backoff {
         Backoff {
             base,
             max: max.max(base),
-            step: base,
+            attempt: 1,
             rng,
         }
     }
 
     /// The next delay, in `[step / 2, step]`; then the step doubles (capped).
     pub fn next_delay(&mut self) -> Duration {
-        let half = self.step / 2;
-        let spread = u64::try_from((self.step - half).as_micros()).unwrap_or(u64::MAX);
+        let step = exponential_step(self.base, self.max, self.attempt);
+        let half = step / 2;
+        let spread = u64::try_from((step - half).as_micros()).unwrap_or(u64::MAX);
         let delay = half + Duration::from_micros(self.rng.random_range(0..=spread));
-        self.step = self.step.saturating_mul(2).min(self.max);
+        self.attempt = self.attempt.saturating_add(1);
         delay
     }
 
     /// Back to the first step, after a success.
     pub fn reset(&mut self) {
-        self.step = self.base;
+        self.attempt = 1;
     }
 }
 

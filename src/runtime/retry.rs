@@ -172,11 +172,7 @@ impl RetryPolicy {
 
     /// Retry `attempt`'s backoff before jitter: `base × 2^(attempt−1)`, capped at the maximum.
     pub fn backoff(&self, attempt: u32) -> Duration {
-        let doublings = attempt.saturating_sub(1);
-        let factor = 1u32.checked_shl(doublings).unwrap_or(u32::MAX);
-        self.base_delay
-            .checked_mul(factor)
-            .map_or(self.max_delay, |d| d.min(self.max_delay))
+        super::backoff::exponential_step(self.base_delay, self.max_delay, attempt)
     }
 
     /// Retry `attempt`'s delay: the backoff shortened by up to the jitter fraction.
