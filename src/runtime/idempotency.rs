@@ -52,7 +52,12 @@ impl IdempotencyKey {
         let mut context = ring::digest::Context::new(&ring::digest::SHA256);
         context.update(DOMAIN);
         // Length prefixes keep ("a", "bc") and ("ab", "c") apart.
-        for field in [kind, consumer.as_str().as_bytes(), id.as_bytes(), scope.as_bytes()] {
+        for field in [
+            kind,
+            consumer.as_str().as_bytes(),
+            id.as_bytes(),
+            scope.as_bytes(),
+        ] {
             context.update(&(field.len() as u64).to_be_bytes());
             context.update(field);
         }
@@ -122,7 +127,10 @@ mod tests {
     fn same_inputs_same_key_and_every_input_matters() {
         let c = consumer("shipping.order-placed.v1");
         let key = IdempotencyKey::for_message(&c, "m-1", "create-shipment");
-        assert_eq!(key, IdempotencyKey::for_message(&c, "m-1", "create-shipment"));
+        assert_eq!(
+            key,
+            IdempotencyKey::for_message(&c, "m-1", "create-shipment")
+        );
         let others = [
             IdempotencyKey::for_message(&consumer("billing.v1"), "m-1", "create-shipment"),
             IdempotencyKey::for_message(&c, "m-2", "create-shipment"),
