@@ -104,6 +104,7 @@ impl<P> Context<'_, P> {
     ///
     /// # Examples
     /// ```
+    /// # #![allow(dead_code)]
     /// # use sb_inbox::{Context, Handled, HandlerError};
     /// # fn call_api(_key: &str) {}
     /// fn capture<P>(ctx: &Context<'_, P>) -> Result<Handled, HandlerError> {
