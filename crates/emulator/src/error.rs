@@ -12,8 +12,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// No queue, topic or subscription has this name (permanent; `amqp:not-found`).
-    #[error("entity not found: {entity}")]
+    /// No queue, topic, subscription or rule has this name (permanent; `amqp:not-found`).
+    ///
+    /// Worded as the service words it: `@azure/core-amqp`'s `translate` (`src/errors.ts`) tells
+    /// a missing entity from other `amqp:not-found` errors by this description.
+    #[error("The messaging entity '{entity}' could not be found.")]
     NotFound {
         /// The name or address that was looked up.
         entity: String,
