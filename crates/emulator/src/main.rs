@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use clap::Parser;
 
-/// Azure Service Bus emulator (AMQP 1.0, plain TCP) for development and tests.
+/// Azure Service Bus emulator (AMQP 1.0 over plain TCP, and plain WebSockets) for development
+/// and tests.
 ///
 /// Prints the connection string as the first line on stdout, logs to stderr, and stops cleanly
 /// on SIGTERM or Ctrl-C. Not for production: production is Azure Service Bus.
@@ -45,6 +46,12 @@ struct Args {
     /// per transfer, close the connection with `amqp:connection:forced`.
     #[arg(long = "fault", value_name = "NAME=P")]
     faults: Vec<sb_emulator::FaultSpec>,
+    /// Also serve AMQP over WebSockets on ADDR: plain `ws` (no TLS), path
+    /// `/$servicebus/websocket`, subprotocol `AMQPWSB10`, as the SDKs' `AmqpOverWebsocket`
+    /// transport speaks it (the service itself serves `wss` on 443). Its connection string
+    /// (`…;TransportType=AmqpWebSockets;`) is printed as the second line on stdout.
+    #[arg(long, value_name = "ADDR")]
+    websocket_listen: Option<String>,
     /// Seed of the fault draws (default: from the clock, logged at start), to replay a run.
     #[arg(long, value_name = "N")]
     fault_seed: Option<u64>,
@@ -87,6 +94,7 @@ async fn main() -> ExitCode {
         max_token_lifetime: args.max_token_lifetime.map(Duration::from_secs),
         faults: args.faults,
         fault_seed: args.fault_seed,
+        websocket_listen: args.websocket_listen,
         ..Default::default()
     }
     .with_link_idle_timeout(Duration::from_secs(args.link_idle_timeout));
@@ -98,6 +106,9 @@ async fn main() -> ExitCode {
         }
     };
     println!("{}", emulator.connection_string());
+    if let Some(websocket) = emulator.websocket_connection_string() {
+        println!("{websocket}");
+    }
     wait_for_signal().await;
     tracing::info!("Shutting down.");
     emulator.shutdown().await;

@@ -86,6 +86,9 @@ pub struct EmulatorOptions {
     pub faults: Vec<FaultSpec>,
     /// Seed of the fault draws; `None` picks one (logged) at start.
     pub fault_seed: Option<u64>,
+    /// Also serve AMQP over WebSockets (plain `ws`, path `/$servicebus/websocket`,
+    /// subprotocol `AMQPWSB10`) on this address.
+    pub websocket_listen: Option<String>,
 }
 
 impl Default for EmulatorOptions {
@@ -99,6 +102,7 @@ impl Default for EmulatorOptions {
             max_token_lifetime: None,
             faults: Vec::new(),
             fault_seed: None,
+            websocket_listen: None,
         }
     }
 }
@@ -139,6 +143,13 @@ impl EmulatorOptions {
         self.listen = addr.into();
         self
     }
+
+    /// Also serves AMQP over WebSockets (plain `ws`) on `addr`.
+    #[must_use]
+    pub fn with_websocket_listen(mut self, addr: impl Into<String>) -> Self {
+        self.websocket_listen = Some(addr.into());
+        self
+    }
 }
 
 /// A running emulator.
@@ -155,6 +166,7 @@ impl EmulatorOptions {
 #[derive(Debug)]
 pub struct Emulator {
     addr: SocketAddr,
+    websocket_addr: Option<SocketAddr>,
     shared: Arc<Shared>,
     shutdown: CancellationToken,
     connections: Arc<Mutex<Vec<CancellationToken>>>,
@@ -264,11 +276,24 @@ impl Emulator {
             idle_timeout: Some(SERVICE_IDLE_TIMEOUT),
             ..ServerOptions::default()
         };
-        let listener = Listener::bind(options.listen.as_str(), server)
+        let listener = Listener::bind(options.listen.as_str(), server.clone())
             .await
             .map_err(|e| Error::Server(format!("cannot listen on {}: {e}", options.listen)))?;
+        let websocket = match &options.websocket_listen {
+            Some(addr) => Some(
+                Listener::bind_websocket(addr.as_str(), sb_amqp::WEBSOCKET_PATH, server)
+                    .await
+                    .map_err(|e| Error::Server(format!("cannot listen on {addr}: {e}")))?,
+            ),
+            None => None,
+        };
         let addr = listener
             .local_addr()
+            .map_err(|e| Error::Server(e.to_string()))?;
+        let websocket_addr = websocket
+            .as_ref()
+            .map(Listener::local_addr)
+            .transpose()
             .map_err(|e| Error::Server(e.to_string()))?;
         let seed = options.fault_seed.unwrap_or_else(|| {
             SystemTime::now()
@@ -295,35 +320,22 @@ impl Emulator {
         });
         let emulator = Emulator {
             addr,
+            websocket_addr,
             shared: shared.clone(),
             shutdown: CancellationToken::new(),
             connections: Arc::new(Mutex::new(Vec::new())),
             tracker: TaskTracker::new(),
         };
-        let (shutdown, connections, tracker) = (
-            emulator.shutdown.clone(),
-            emulator.connections.clone(),
-            emulator.tracker.clone(),
-        );
-        emulator.tracker.spawn(async move {
-            loop {
-                let incoming = tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    incoming = listener.accept() => incoming,
-                };
-                let Ok(incoming) = incoming else { continue };
-                let token = shutdown.child_token();
-                if let Ok(mut list) = connections.lock() {
-                    list.retain(|t| !t.is_cancelled());
-                    list.push(token.clone());
-                }
-                let (shared, tracker2) = (shared.clone(), tracker.clone());
-                tracker.spawn(async move {
-                    serve_connection(incoming, shared, token, tracker2).await;
-                });
-            }
-        });
-        tracing::info!(%addr, "Service Bus emulator listening.");
+        for listener in std::iter::once(listener).chain(websocket) {
+            emulator.tracker.spawn(accept_loop(
+                listener,
+                shared.clone(),
+                emulator.shutdown.clone(),
+                emulator.connections.clone(),
+                emulator.tracker.clone(),
+            ));
+        }
+        tracing::info!(%addr, websocket = ?websocket_addr, "Service Bus emulator listening.");
         Ok(emulator)
     }
 
@@ -338,6 +350,22 @@ impl Emulator {
             "Endpoint=sb://{};SharedAccessKeyName={};SharedAccessKey={};UseDevelopmentEmulator=true;",
             self.addr, self.shared.options.key_name, self.shared.options.key
         )
+    }
+
+    /// The WebSocket listener's address, when [`EmulatorOptions::websocket_listen`] is set.
+    pub fn websocket_addr(&self) -> Option<SocketAddr> {
+        self.websocket_addr
+    }
+
+    /// The connection string for AMQP over WebSockets (`TransportType=AmqpWebSockets`, plain
+    /// `ws` on the WebSocket port), when [`EmulatorOptions::websocket_listen`] is set.
+    pub fn websocket_connection_string(&self) -> Option<String> {
+        self.websocket_addr.map(|addr| {
+            format!(
+                "Endpoint=sb://{addr};SharedAccessKeyName={};SharedAccessKey={};UseDevelopmentEmulator=true;TransportType=AmqpWebSockets;",
+                self.shared.options.key_name, self.shared.options.key
+            )
+        })
     }
 
     /// The broker, for inspection and fault hooks.
@@ -387,6 +415,31 @@ impl Emulator {
                 "Emulator tasks still running after shutdown."
             );
         }
+    }
+}
+
+async fn accept_loop(
+    listener: Listener,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+    connections: Arc<Mutex<Vec<CancellationToken>>>,
+    tracker: TaskTracker,
+) {
+    loop {
+        let incoming = tokio::select! {
+            () = shutdown.cancelled() => return,
+            incoming = listener.accept() => incoming,
+        };
+        let Ok(incoming) = incoming else { continue };
+        let token = shutdown.child_token();
+        if let Ok(mut list) = connections.lock() {
+            list.retain(|t| !t.is_cancelled());
+            list.push(token.clone());
+        }
+        let (shared, tracker2) = (shared.clone(), tracker.clone());
+        tracker.spawn(async move {
+            serve_connection(incoming, shared, token, tracker2).await;
+        });
     }
 }
 
