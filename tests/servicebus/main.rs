@@ -19,6 +19,7 @@ mod relay;
 mod retry;
 mod strict;
 mod verification;
+mod websocket;
 mod worker;
 
 use sb_emulator::{Broker, Config, Emulator};

@@ -107,3 +107,63 @@ async fn python_sdk_conformance() {
     }
     emulator.shutdown().await;
 }
+
+fn websocket_client_installed() -> bool {
+    std::process::Command::new("python3")
+        .args(["-c", "import websocket"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Issue 13, must show 4: the official Python SDK over `TransportType.AmqpOverWebsocket` against
+/// the emulator's WebSocket listener. The connection string names only the WebSocket port, so
+/// nothing can reach the plain AMQP listener.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_over_websockets() {
+    if !sdk_installed() || !websocket_client_installed() {
+        assert!(
+            std::env::var("CI").is_err(),
+            "azure-servicebus and websocket-client are required under CI"
+        );
+        println!(
+            "skipped: azure-servicebus or websocket-client is not installed (.ci/run installs them)"
+        );
+        return;
+    }
+    let json = r#"{"UserConfig":{"Namespaces":[{"Name":"sbemulatorns","Queues":[
+        {"Name":"orders","Properties":{"LockDuration":"PT30S","MaxDeliveryCount":5}}],
+        "Topics":[]}],"Logging":{"Type":"File"}}}"#;
+    let broker = sb_emulator::Broker::new(sb_emulator::Config::from_json(json).unwrap()).unwrap();
+    let emulator = sb_emulator::Emulator::start(
+        broker,
+        sb_emulator::EmulatorOptions::default().with_websocket_listen("127.0.0.1:0"),
+    )
+    .await
+    .unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/servicebus/sdk/python_smoke.py"
+    );
+    let output = tokio::process::Command::new("python3")
+        .arg(script)
+        .arg(emulator.websocket_connection_string().unwrap())
+        .arg(emulator.websocket_addr().unwrap().to_string())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(stdout.contains("python sdk: ok (websockets)"), "{stdout}");
+    let counts = emulator.broker().entity("orders").unwrap().counts();
+    assert_eq!(
+        (counts.active, counts.locked, counts.dead_lettered),
+        (0, 0, 0)
+    );
+    emulator.shutdown().await;
+}

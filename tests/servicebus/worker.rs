@@ -155,7 +155,7 @@ fn run_with_invalid_config_exits_2_listing_every_problem() {
 }
 
 /// Reads the worker's stderr until the health endpoints log their address.
-fn health_address(stderr: std::process::ChildStderr) -> std::net::SocketAddr {
+pub(crate) fn health_address(stderr: std::process::ChildStderr) -> std::net::SocketAddr {
     use std::io::BufRead as _;
     let mut lines = std::io::BufReader::new(stderr).lines();
     loop {
@@ -195,7 +195,7 @@ pub(crate) fn strip_ansi(text: &str) -> String {
     out
 }
 
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+pub(crate) async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
         return String::new();

@@ -13,7 +13,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::client::generate_key;
-use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::handshake::server::{
+    Callback, ErrorResponse, Request, Response,
+};
 use tokio_tungstenite::tungstenite::http;
 
 use crate::connection::{BoxIo, Io};
@@ -124,17 +126,23 @@ pub(crate) async fn client(
     Ok(boxed(ws))
 }
 
-/// Server handshake: accepts `GET path` (a trailing `/` allowed) offering `AMQPWSB10`, answers
-/// with it; anything else gets 404 or 400 and an error.
-pub(crate) async fn server(io: BoxIo, path: &str) -> Result<BoxIo> {
-    let path = path.trim_end_matches('/').to_owned();
-    let callback = move |request: &Request, mut response: Response| {
+/// Checks a client's upgrade request: the path and the `AMQPWSB10` subprotocol.
+struct Upgrade {
+    path: String,
+}
+
+impl Callback for Upgrade {
+    fn on_request(
+        self,
+        request: &Request,
+        mut response: Response,
+    ) -> std::result::Result<Response, ErrorResponse> {
         let refuse = |status: http::StatusCode, why: &str| -> ErrorResponse {
             let mut refusal = ErrorResponse::new(Some(why.to_owned()));
             *refusal.status_mut() = status;
             refusal
         };
-        if request.uri().path().trim_end_matches('/') != path {
+        if request.uri().path().trim_end_matches('/') != self.path {
             return Err(refuse(
                 http::StatusCode::NOT_FOUND,
                 "AMQP over WebSockets is served on /$servicebus/websocket",
@@ -158,8 +166,16 @@ pub(crate) async fn server(io: BoxIo, path: &str) -> Result<BoxIo> {
             http::HeaderValue::from_static(SUBPROTOCOL),
         );
         Ok(response)
+    }
+}
+
+/// Server handshake: accepts `GET path` (a trailing `/` allowed) offering `AMQPWSB10`, answers
+/// with it; anything else gets 404 or 400 and an error.
+pub(crate) async fn server(io: BoxIo, path: &str) -> Result<BoxIo> {
+    let upgrade = Upgrade {
+        path: path.trim_end_matches('/').to_owned(),
     };
-    let ws = tokio_tungstenite::accept_hdr_async(io, callback)
+    let ws = tokio_tungstenite::accept_hdr_async(io, upgrade)
         .await
         .map_err(|e| Error::Protocol(format!("WebSocket handshake failed: {e}")))?;
     Ok(boxed(ws))
