@@ -194,3 +194,73 @@ async fn a_bad_signature_is_refused_and_the_attach_unauthorized() {
     // The same connection can still use the $cbs node; other clients are served.
     round_trip(&emulator, "after-bad-sas").await;
 }
+
+/// One encoded AMQP frame.
+fn encoded(channel: u16, performative: impl Into<sb_amqp::performative::Performative>) -> Vec<u8> {
+    let mut buf = bytes::BytesMut::new();
+    sb_amqp::Frame::amqp(channel, performative)
+        .encode(&mut buf)
+        .unwrap();
+    buf.to_vec()
+}
+
+fn begin() -> sb_amqp::performative::Begin {
+    sb_amqp::performative::Begin {
+        remote_channel: None,
+        next_outgoing_id: 0,
+        incoming_window: 100,
+        outgoing_window: 100,
+        handle_max: Default::default(),
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    }
+}
+
+/// The end/begin race: a frame for a channel whose session has ended (it crossed the `end` on
+/// the wire) is dropped; the connection lives on and the channel can be begun again.
+#[tokio::test]
+async fn a_frame_on_an_ended_channel_does_not_close_the_connection() {
+    let emulator = emulator("PT30S").await;
+    let mut socket = opened(&emulator).await;
+    let mut seen = Vec::new();
+    socket.write_all(&encoded(3, begin())).await.unwrap();
+    // begin (0x11) answered
+    assert!(read_until(&mut socket, &mut seen, &[0x00, 0x53, 0x11]).await);
+    socket
+        .write_all(&encoded(3, sb_amqp::performative::End { error: None }))
+        .await
+        .unwrap();
+    seen.clear();
+    assert!(read_until(&mut socket, &mut seen, &[0x00, 0x53, 0x17]).await);
+    socket.write_all(&encoded(3, session_flow())).await.unwrap();
+    // The channel is usable again, and no close came first.
+    socket.write_all(&encoded(3, begin())).await.unwrap();
+    seen.clear();
+    assert!(read_until(&mut socket, &mut seen, &[0x00, 0x53, 0x11]).await);
+    assert!(
+        !seen.windows(3).any(|w| w == [0x00, 0x53, 0x18]),
+        "closed: {seen:02x?}"
+    );
+    // A frame on a channel that was never begun is still a protocol error.
+    socket.write_all(&encoded(9, session_flow())).await.unwrap();
+    seen.clear();
+    assert!(read_until(&mut socket, &mut seen, &[0x00, 0x53, 0x18]).await);
+}
+
+/// A session-level `flow`.
+fn session_flow() -> sb_amqp::performative::Flow {
+    sb_amqp::performative::Flow {
+        next_incoming_id: Some(0),
+        incoming_window: 1,
+        next_outgoing_id: 0,
+        outgoing_window: 1,
+        handle: None,
+        delivery_count: None,
+        link_credit: None,
+        available: None,
+        drain: false,
+        echo: false,
+        properties: None,
+    }
+}
