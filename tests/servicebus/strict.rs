@@ -12,7 +12,10 @@ use sb_amqp::{
     AmqpError, Connection, Outcome, ReceiverOptions, RequestResponse, Sendable, SenderOptions,
     Session, condition,
 };
-use sb_emulator::{Broker, Config, Emulator, EmulatorOptions, Fault, KEY, KEY_NAME, LinkRole};
+use sb_emulator::{
+    Broker, Config, Emulator, EmulatorOptions, Fault, KEY, KEY_NAME, LinkRole, Right, Rights,
+    SharedAccessPolicy,
+};
 use sb_inbox::servicebus::sign_sas;
 
 /// A queue `orders` (lock 30 s) served with `options`.
@@ -39,11 +42,22 @@ pub(crate) async fn authorized(
 }
 
 async fn put_token(emulator: &Emulator, cbs: &RequestResponse, entity: &str) {
+    put_token_with(emulator, cbs, entity, KEY_NAME, KEY).await;
+}
+
+/// Puts a one-hour token for `entity` signed with `key_name` / `key`.
+async fn put_token_with(
+    emulator: &Emulator,
+    cbs: &RequestResponse,
+    entity: &str,
+    key_name: &str,
+    key: &str,
+) {
     let audience = format!("sb://{}/{entity}", emulator.local_addr());
     let token = sign_sas(
         &audience,
-        KEY_NAME,
-        KEY,
+        key_name,
+        key,
         SystemTime::now(),
         Duration::from_secs(3600),
     )
@@ -309,4 +323,130 @@ async fn open_carries_the_service_limits() {
     assert_eq!(open.max_frame_size.0, 65_536);
     assert_eq!(open.channel_max.0, 4_999);
     assert_eq!(open.idle_time_out, Some(120_000));
+}
+
+fn policy(name: &str, rights: &[Right]) -> SharedAccessPolicy {
+    SharedAccessPolicy {
+        name: name.to_owned(),
+        key: format!("{name}-key"),
+        rights: rights
+            .iter()
+            .fold(Rights::default(), |r, right| r.with(*right)),
+    }
+}
+
+#[tokio::test]
+async fn a_key_grants_only_its_rights() {
+    let emulator = strict_emulator(
+        EmulatorOptions::default()
+            .with_policy(policy("sender", &[Right::Send]))
+            .with_policy(policy("listener", &[Right::Listen])),
+    )
+    .await;
+    let conn = Connection::open(&format!("amqp://{}", emulator.local_addr()))
+        .await
+        .unwrap();
+    let session = conn.begin().await.unwrap();
+    let cbs = RequestResponse::attach(&session, "$cbs").await.unwrap();
+    let claims = |error: sb_amqp::Error| {
+        assert_eq!(
+            error.condition(),
+            Some(condition::UNAUTHORIZED_ACCESS),
+            "{error}"
+        );
+        error.amqp_error().unwrap().description.clone().unwrap()
+    };
+
+    // Send-only: sends, cannot receive.
+    put_token_with(&emulator, &cbs, "orders", "sender", "sender-key").await;
+    let sender = session
+        .attach_sender(SenderOptions::new("s", "orders"))
+        .await
+        .unwrap();
+    assert!(sender.send(message("m")).await.unwrap().is_accepted());
+    let refused = session
+        .attach_receiver(ReceiverOptions::new("r", "orders").credit(1))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        claims(refused),
+        "Unauthorized access. 'Listen' claim(s) are required to perform this operation. Resource: 'orders'."
+    );
+
+    // Listen-only (the fresh token replaces the Send one): receives, cannot send.
+    put_token_with(&emulator, &cbs, "orders", "listener", "listener-key").await;
+    let receiver = session
+        .attach_receiver(ReceiverOptions::new("r2", "orders").credit(1))
+        .await
+        .unwrap();
+    let delivery = receiver.recv().await.unwrap();
+    receiver.accept(&delivery).await.unwrap();
+    let refused = session
+        .attach_sender(SenderOptions::new("s2", "orders"))
+        .await
+        .unwrap_err();
+    assert!(claims(refused).contains("'Send' claim(s) are required"));
+
+    // $management: scheduling needs Send, rules need Manage; peek needs Listen.
+    let management = RequestResponse::attach(&session, "orders/$management")
+        .await
+        .unwrap();
+    let status = |operation: &str| {
+        let request = Message::builder()
+            .application_properties(
+                ApplicationProperties::builder()
+                    .insert("operation", SimpleValue::String(operation.into()))
+                    .build(),
+            )
+            .value(sb_amqp::codec::Value::Map(Default::default()))
+            .build();
+        let management = &management;
+        async move {
+            let reply = management.request(request).await.unwrap();
+            let ApplicationProperties(props) = reply.application_properties.unwrap();
+            props.get("statusCode").cloned()
+        }
+    };
+    assert_eq!(
+        status("com.microsoft:schedule-message").await,
+        Some(SimpleValue::Int(401))
+    );
+    assert_eq!(
+        status("com.microsoft:add-rule").await,
+        Some(SimpleValue::Int(401))
+    );
+    assert_ne!(
+        status("com.microsoft:peek-message").await,
+        Some(SimpleValue::Int(401))
+    );
+    // An unknown key name is refused at put-token.
+    let audience = format!("sb://{}/orders", emulator.local_addr());
+    let token = sign_sas(
+        &audience,
+        "nobody",
+        "x",
+        SystemTime::now(),
+        Duration::from_secs(60),
+    )
+    .token;
+    let request = Message::builder()
+        .application_properties(
+            ApplicationProperties::builder()
+                .insert("operation", SimpleValue::String("put-token".into()))
+                .insert(
+                    "type",
+                    SimpleValue::String("servicebus.windows.net:sastoken".into()),
+                )
+                .insert("name", SimpleValue::String(audience))
+                .build(),
+        )
+        .value(token)
+        .build();
+    let ApplicationProperties(props) = cbs
+        .request(request)
+        .await
+        .unwrap()
+        .application_properties
+        .unwrap();
+    assert_eq!(props.get("status-code"), Some(&SimpleValue::Int(401)));
 }

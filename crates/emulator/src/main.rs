@@ -20,7 +20,12 @@ use clap::Parser;
 #[command(version, about, long_about)]
 struct Args {
     /// Microsoft emulator Config.json (namespace, queues, topics, subscriptions, rules). Without
-    /// it, the built-in config (queue.1, orders, topic.1/subscription.1) is used.
+    /// it, the built-in config (queue.1, orders, topic.1/subscription.1) is used. Extension:
+    /// `"SharedAccessPolicies": [{"Name": "listener", "Key": "…", "Rights": ["Listen"]}]` on the
+    /// namespace adds keys with Listen / Send / Manage rights beside RootManageSharedAccessKey
+    /// (all rights): a Send-only key cannot receive, a Listen-only key cannot send, rule
+    /// operations need Manage; refused with `amqp:unauthorized-access` and the service's
+    /// "'Listen' claim(s) are required" text.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Address to listen on; port 0 picks a free port. Never 5672 in tests.
@@ -78,10 +83,12 @@ async fn main() -> ExitCode {
         },
         None => BUILT_IN.to_owned(),
     };
-    let broker = match sb_emulator::Config::from_json(&text)
-        .map_err(sb_emulator::Error::from)
-        .and_then(sb_emulator::Broker::new)
-    {
+    let config = sb_emulator::Config::from_json(&text).map_err(sb_emulator::Error::from);
+    let policies = config
+        .as_ref()
+        .map(|c| c.namespace.shared_access_policies.clone())
+        .unwrap_or_default();
+    let broker = match config.and_then(sb_emulator::Broker::new) {
         Ok(broker) => broker,
         Err(error) => {
             eprintln!("error: {error}");
@@ -95,6 +102,7 @@ async fn main() -> ExitCode {
         faults: args.faults,
         fault_seed: args.fault_seed,
         websocket_listen: args.websocket_listen,
+        policies,
         ..Default::default()
     }
     .with_link_idle_timeout(Duration::from_secs(args.link_idle_timeout));

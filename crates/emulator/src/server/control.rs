@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::faults::{Fault, Faults};
 use super::{ConnState, wire_error};
-use crate::Clock;
+use crate::{Clock, Right};
 
 /// Which way messages flow on a live entity link, seen from the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +24,16 @@ pub enum LinkRole {
     Sender,
     /// The client receives (a consumer).
     Receiver,
+}
+
+impl LinkRole {
+    /// The right a link of this role needs.
+    pub(crate) fn right(self) -> Right {
+        match self {
+            LinkRole::Sender => Right::Send,
+            LinkRole::Receiver => Right::Listen,
+        }
+    }
 }
 
 /// A live entity link, as [`crate::Emulator::links`] lists it.
@@ -232,11 +242,14 @@ impl LinkControl {
         loop {
             let now = Instant::now();
             let idle_deadline = self.idle_timeout.map(|d| self.last_activity + d);
-            let token_deadline = self.state.token_expiry(&self.entity).map(|expiry| {
-                now + expiry
-                    .duration_since(self.clock.now())
-                    .unwrap_or(Duration::ZERO)
-            });
+            let token_deadline = self
+                .state
+                .token_expiry(&self.entity, Some(self.role.right()))
+                .map(|expiry| {
+                    now + expiry
+                        .duration_since(self.clock.now())
+                        .unwrap_or(Duration::ZERO)
+                });
             if let Some(deadline) = token_deadline
                 && deadline <= now
             {

@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::{Broker, Clock, Config, Error};
+use crate::{Broker, Clock, Config, Error, Right, Rights, SharedAccessPolicy};
 use control::{ControlContext, LinkControl, Registry};
 pub use control::{LinkInfo, LinkRole};
 use faults::Faults;
@@ -89,6 +89,9 @@ pub struct EmulatorOptions {
     /// Also serve AMQP over WebSockets (plain `ws`, path `/$servicebus/websocket`,
     /// subprotocol `AMQPWSB10`) on this address.
     pub websocket_listen: Option<String>,
+    /// Keys beside the root key ([`EmulatorOptions::key_name`], all rights), each with its
+    /// rights (`SharedAccessPolicies` in `Config.json`).
+    pub policies: Vec<SharedAccessPolicy>,
 }
 
 impl Default for EmulatorOptions {
@@ -103,6 +106,7 @@ impl Default for EmulatorOptions {
             faults: Vec::new(),
             fault_seed: None,
             websocket_listen: None,
+            policies: Vec::new(),
         }
     }
 }
@@ -144,6 +148,24 @@ impl EmulatorOptions {
         self
     }
 
+    /// Accepts tokens signed with `policy`'s key, with its rights only.
+    #[must_use]
+    pub fn with_policy(mut self, policy: SharedAccessPolicy) -> Self {
+        self.policies.push(policy);
+        self
+    }
+
+    /// The key named `name` and its rights: the root key has every right.
+    pub(crate) fn key(&self, name: &str) -> Option<(&str, Rights)> {
+        if name == self.key_name {
+            return Some((&self.key, Rights::ALL));
+        }
+        self.policies
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| (p.key.as_str(), p.rights))
+    }
+
     /// Also serves AMQP over WebSockets (plain `ws`) on `addr`.
     #[must_use]
     pub fn with_websocket_listen(mut self, addr: impl Into<String>) -> Self {
@@ -182,11 +204,20 @@ struct Shared {
     faults: Arc<Faults>,
 }
 
+/// What one put-token granted.
+#[derive(Debug)]
+struct Grant {
+    /// Audience path (lowercase, no host).
+    path: String,
+    expires: Option<SystemTime>,
+    rights: Rights,
+}
+
 /// Per-connection state shared by its links.
 #[derive(Debug)]
 pub(crate) struct ConnState {
-    /// Audience paths (lowercase, no host) granted by put-token, with their expiry.
-    granted: Mutex<Vec<(String, Option<SystemTime>)>>,
+    /// Audiences granted by put-token, with their expiry and rights.
+    granted: Mutex<Vec<Grant>>,
     /// Reply links by target address, link name, and `node:<node>`.
     replies: Mutex<HashMap<String, mpsc::UnboundedSender<AnyMessage>>>,
     clock: Clock,
@@ -205,29 +236,37 @@ impl ConnState {
     }
 
     /// Records a put-token for `audience` valid until `expires` (`None`: the token carries no
-    /// expiry), capped by `--max-token-lifetime`. A fresh token replaces the older one.
-    pub(crate) fn grant(&self, audience: &str, expires: Option<SystemTime>) {
+    /// expiry), capped by `--max-token-lifetime`, with the signing key's `rights`. A fresh
+    /// token replaces the older one.
+    pub(crate) fn grant(&self, audience: &str, expires: Option<SystemTime>, rights: Rights) {
         let path = audience_path(audience);
         let expires = control::capped_expiry(expires, self.clock.now(), self.max_token_lifetime);
         if let Ok(mut granted) = self.granted.lock() {
-            granted.retain(|(p, _)| *p != path);
-            granted.push((path, expires));
+            granted.retain(|g| g.path != path);
+            granted.push(Grant {
+                path,
+                expires,
+                rights,
+            });
         }
     }
 
-    /// When access to `entity` ends: the latest expiry of the grants covering it (same path or
-    /// a parent path); `None` when a covering grant never expires; the epoch when none covers
-    /// it.
-    pub(crate) fn token_expiry(&self, entity: &str) -> Option<SystemTime> {
+    /// When access to `entity` with `right` (any right: `None`) ends: the latest expiry of
+    /// the grants covering it (same path or a parent path); `None` when such a grant never
+    /// expires; the epoch when none covers it.
+    pub(crate) fn token_expiry(&self, entity: &str, right: Option<Right>) -> Option<SystemTime> {
         let entity = entity.trim_matches('/').to_ascii_lowercase();
         let Ok(granted) = self.granted.lock() else {
             return Some(SystemTime::UNIX_EPOCH);
         };
         let mut latest = Some(SystemTime::UNIX_EPOCH);
-        for (path, expires) in granted.iter() {
-            if path.is_empty() || entity == *path || entity.starts_with(&format!("{path}/")) {
-                latest = match (latest, expires) {
-                    (Some(a), Some(b)) => Some(a.max(*b)),
+        for grant in granted.iter() {
+            let path = &grant.path;
+            let covers =
+                path.is_empty() || entity == *path || entity.starts_with(&format!("{path}/"));
+            if covers && right.is_none_or(|r| grant.rights.allows(r)) {
+                latest = match (latest, grant.expires) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
                     _ => None,
                 };
             }
@@ -235,10 +274,24 @@ impl ConnState {
         latest
     }
 
-    /// True when an unexpired grant covers `entity`.
-    pub(crate) fn is_granted(&self, entity: &str) -> bool {
-        self.token_expiry(entity)
+    /// True when an unexpired grant covers `entity` with `right` (any right: `None`).
+    pub(crate) fn is_granted(&self, entity: &str, right: Option<Right>) -> bool {
+        self.token_expiry(entity, right)
             .is_none_or(|expiry| expiry > self.clock.now())
+    }
+
+    /// Why `entity` may not be used with `right`: no valid token, or a token without the
+    /// right (the service: "Unauthorized access. 'Listen' claim(s) are required to perform
+    /// this operation. Resource: 'sb://…/queue'.", azure-sdk-for-python issue 23487).
+    pub(crate) fn refusal(&self, entity: &str, right: Right) -> Option<String> {
+        if !self.is_granted(entity, None) {
+            return Some(format!("no valid token was put on $cbs for {entity}"));
+        }
+        (!self.is_granted(entity, Some(right))).then(|| {
+            format!(
+                "Unauthorized access. '{right}' claim(s) are required to perform this operation. Resource: '{entity}'."
+            )
+        })
     }
 
     pub(crate) fn route(&self, keys: &[String]) -> Option<mpsc::UnboundedSender<AnyMessage>> {
@@ -517,7 +570,8 @@ async fn serve_link(
         .map(|_| &path[..path.len() - "/$management".len()])
     {
         let entity = entity.to_owned();
-        if !state.is_granted(&entity) {
+        // Each operation checks its own right (nodes.rs); the link needs some valid token.
+        if !state.is_granted(&entity, None) {
             return request.reject(unauthorized(&entity)).await;
         }
         return nodes::serve(
@@ -538,14 +592,16 @@ async fn serve_link(
                 .await;
         }
     };
-    if !state.is_granted(&path) {
-        return request.reject(unauthorized(&path)).await;
-    }
     let role = if request.is_peer_sender() {
         LinkRole::Sender
     } else {
         LinkRole::Receiver
     };
+    if let Some(why) = state.refusal(&path, role.right()) {
+        return request
+            .reject(wire_error(condition::UNAUTHORIZED_ACCESS, Some(why)))
+            .await;
+    }
     let control = LinkControl::new(control, request.name(), &path, role);
     links::serve(request, entity, control, stop).await
 }
