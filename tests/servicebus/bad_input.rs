@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use sb_amqp::types::messaging::{ApplicationProperties, Message};
+use sb_amqp::types::messaging::ApplicationProperties;
 use sb_amqp::types::primitives::SimpleValue;
 use sb_amqp::{Connection, ReceiverOptions, RequestResponse, condition};
 use sb_emulator::Emulator;
@@ -165,19 +165,7 @@ async fn a_bad_signature_is_refused_and_the_attach_unauthorized() {
     let (_, rest) = tail.split_once('&').unwrap();
     let garbled = format!("{head}&sig=%%%not-base64&{rest}");
     for token in [wrong_key, garbled] {
-        let request = Message::builder()
-            .application_properties(
-                ApplicationProperties::builder()
-                    .insert("operation", SimpleValue::String("put-token".into()))
-                    .insert(
-                        "type",
-                        SimpleValue::String("servicebus.windows.net:sastoken".into()),
-                    )
-                    .insert("name", SimpleValue::String(audience.clone()))
-                    .build(),
-            )
-            .value(token)
-            .build();
+        let request = crate::strict::put_token_request(audience.clone(), token);
         let reply = cbs.request(request).await.unwrap();
         let ApplicationProperties(props) = reply.application_properties.unwrap();
         assert_eq!(props.get("status-code"), Some(&SimpleValue::Int(401)));

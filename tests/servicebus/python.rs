@@ -20,23 +20,34 @@ async fn python_sdk_sends_receives_and_settles() {
         return;
     }
     let emulator = emulator("PT30S").await;
+    let stdout = run_smoke(&[emulator.connection_string()]).await;
+    assert!(stdout.contains("python sdk: ok"), "{stdout}");
+    assert_orders_settled(&emulator);
+}
+
+/// Runs `sdk/python_smoke.py ARGS`, asserts it succeeded, returns its stdout.
+async fn run_smoke(args: &[String]) -> String {
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/servicebus/sdk/python_smoke.py"
     );
     let output = tokio::process::Command::new("python3")
         .arg(script)
-        .arg(emulator.connection_string())
+        .args(args)
         .output()
         .await
         .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
         "stdout:\n{stdout}\nstderr:\n{stderr}"
     );
-    assert!(stdout.contains("python sdk: ok"), "{stdout}");
+    stdout
+}
+
+/// Nothing left active, locked or dead-lettered on `orders`.
+fn assert_orders_settled(emulator: &sb_emulator::Emulator) {
     let counts = emulator.broker().entity("orders").unwrap().counts();
     assert_eq!(
         (counts.active, counts.locked, counts.dead_lettered),
@@ -132,38 +143,17 @@ async fn python_sdk_over_websockets() {
         );
         return;
     }
-    let json = r#"{"UserConfig":{"Namespaces":[{"Name":"sbemulatorns","Queues":[
-        {"Name":"orders","Properties":{"LockDuration":"PT30S","MaxDeliveryCount":5}}],
-        "Topics":[]}],"Logging":{"Type":"File"}}}"#;
-    let broker = sb_emulator::Broker::new(sb_emulator::Config::from_json(json).unwrap()).unwrap();
-    let emulator = sb_emulator::Emulator::start(
-        broker,
+    let emulator = crate::emulator_with(
+        "PT30S",
         sb_emulator::EmulatorOptions::default().with_websocket_listen("127.0.0.1:0"),
     )
-    .await
-    .unwrap();
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/servicebus/sdk/python_smoke.py"
-    );
-    let output = tokio::process::Command::new("python3")
-        .arg(script)
-        .arg(emulator.websocket_connection_string().unwrap())
-        .arg(emulator.websocket_addr().unwrap().to_string())
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    .await;
+    let stdout = run_smoke(&[
+        emulator.websocket_connection_string().unwrap(),
+        emulator.websocket_addr().unwrap().to_string(),
+    ])
+    .await;
     assert!(stdout.contains("python sdk: ok (websockets)"), "{stdout}");
-    let counts = emulator.broker().entity("orders").unwrap().counts();
-    assert_eq!(
-        (counts.active, counts.locked, counts.dead_lettered),
-        (0, 0, 0)
-    );
+    assert_orders_settled(&emulator);
     emulator.shutdown().await;
 }

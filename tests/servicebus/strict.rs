@@ -6,25 +6,20 @@
 use std::time::{Duration, SystemTime};
 
 use sb_amqp::types::definitions::ReceiverSettleMode;
-use sb_amqp::types::messaging::{ApplicationProperties, Message};
+use sb_amqp::types::messaging::{AmqpValue, ApplicationProperties, Message};
 use sb_amqp::types::primitives::SimpleValue;
 use sb_amqp::{
     AmqpError, Connection, Outcome, ReceiverOptions, RequestResponse, Sendable, SenderOptions,
     Session, condition,
 };
 use sb_emulator::{
-    Broker, Config, Emulator, EmulatorOptions, Fault, KEY, KEY_NAME, LinkRole, Right, Rights,
-    SharedAccessPolicy,
+    Emulator, EmulatorOptions, Fault, KEY, KEY_NAME, LinkRole, Right, Rights, SharedAccessPolicy,
 };
 use sb_inbox::servicebus::sign_sas;
 
-/// A queue `orders` (lock 30 s) served with `options`.
+/// The shared `orders` queue (lock 30 s) served with `options`.
 pub(crate) async fn strict_emulator(options: EmulatorOptions) -> Emulator {
-    let json = r#"{"UserConfig":{"Namespaces":[{"Name":"sbemulatorns","Queues":[
-        {"Name":"orders","Properties":{"LockDuration":"PT30S","MaxDeliveryCount":5}}],
-        "Topics":[]}],"Logging":{"Type":"File"}}}"#;
-    let broker = Broker::new(Config::from_json(json).unwrap()).unwrap();
-    Emulator::start(broker, options).await.unwrap()
+    crate::emulator_with("PT30S", options).await
 }
 
 /// Opens a connection and a session and puts a one-hour SAS token for `entity` on `$cbs`.
@@ -45,6 +40,23 @@ async fn put_token(emulator: &Emulator, cbs: &RequestResponse, entity: &str) {
     put_token_with(emulator, cbs, entity, KEY_NAME, KEY).await;
 }
 
+/// A `$cbs` put-token request for a SAS `token` on `audience`.
+pub(crate) fn put_token_request(audience: String, token: String) -> Message<AmqpValue<String>> {
+    Message::builder()
+        .application_properties(
+            ApplicationProperties::builder()
+                .insert("operation", SimpleValue::String("put-token".into()))
+                .insert(
+                    "type",
+                    SimpleValue::String("servicebus.windows.net:sastoken".into()),
+                )
+                .insert("name", SimpleValue::String(audience))
+                .build(),
+        )
+        .value(token)
+        .build()
+}
+
 /// Puts a one-hour token for `entity` signed with `key_name` / `key`.
 async fn put_token_with(
     emulator: &Emulator,
@@ -62,20 +74,10 @@ async fn put_token_with(
         Duration::from_secs(3600),
     )
     .token;
-    let request = Message::builder()
-        .application_properties(
-            ApplicationProperties::builder()
-                .insert("operation", SimpleValue::String("put-token".into()))
-                .insert(
-                    "type",
-                    SimpleValue::String("servicebus.windows.net:sastoken".into()),
-                )
-                .insert("name", SimpleValue::String(audience))
-                .build(),
-        )
-        .value(token)
-        .build();
-    let reply = cbs.request(request).await.unwrap();
+    let reply = cbs
+        .request(put_token_request(audience, token))
+        .await
+        .unwrap();
     let ApplicationProperties(props) = reply.application_properties.unwrap();
     assert_eq!(props.get("status-code"), Some(&SimpleValue::Int(202)));
 }
@@ -429,19 +431,7 @@ async fn a_key_grants_only_its_rights() {
         Duration::from_secs(60),
     )
     .token;
-    let request = Message::builder()
-        .application_properties(
-            ApplicationProperties::builder()
-                .insert("operation", SimpleValue::String("put-token".into()))
-                .insert(
-                    "type",
-                    SimpleValue::String("servicebus.windows.net:sastoken".into()),
-                )
-                .insert("name", SimpleValue::String(audience))
-                .build(),
-        )
-        .value(token)
-        .build();
+    let request = put_token_request(audience, token);
     let ApplicationProperties(props) = cbs
         .request(request)
         .await

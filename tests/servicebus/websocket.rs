@@ -4,26 +4,20 @@
 //! WebSocket port, so nothing reaches the plain AMQP listener.
 
 use std::process::Output;
-use std::time::Duration;
 
-use sb_emulator::{Broker, Config, Emulator, EmulatorOptions};
+use sb_emulator::{Emulator, EmulatorOptions};
 use sb_inbox::inventory::InventoryStore as _;
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient, Transport};
 use sb_inbox::{Message, Receiver as _};
 
-use crate::worker::{drained, health_address, http_get, order};
+use crate::worker::{drained, health_address, order, ready, sigterm_exits_0};
 
 async fn ws_emulator() -> Emulator {
-    let json = r#"{"UserConfig":{"Namespaces":[{"Name":"sbemulatorns","Queues":[
-        {"Name":"orders","Properties":{"LockDuration":"PT30S","MaxDeliveryCount":5}}],
-        "Topics":[]}],"Logging":{"Type":"File"}}}"#;
-    let broker = Broker::new(Config::from_json(json).unwrap()).unwrap();
-    Emulator::start(
-        broker,
+    crate::emulator_with(
+        "PT30S",
         EmulatorOptions::default().with_websocket_listen("127.0.0.1:0"),
     )
     .await
-    .unwrap()
 }
 
 /// The emulator's connection string moved to the WebSocket port, without `TransportType`.
@@ -146,25 +140,10 @@ async fn send_dlq_and_the_worker_process_work_over_websockets() {
     let addr = tokio::task::spawn_blocking(move || health_address(stderr))
         .await
         .unwrap();
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while !http_get(addr, "/readyz").await.starts_with("HTTP/1.1 200") {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("ready over WebSockets");
+    ready(addr).await;
     client_send_one_more(&cs).await;
     drained(&emulator, 22).await;
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let exit = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(exit.success(), "{exit:?}");
+    sigterm_exits_0(child).await;
     let counts = sb_inbox::SqliteStore::open(&db)
         .unwrap()
         .inventory_counts()

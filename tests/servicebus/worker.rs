@@ -195,7 +195,32 @@ pub(crate) fn strip_ansi(text: &str) -> String {
     out
 }
 
-pub(crate) async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+/// Waits (bounded) until the worker's `/readyz` answers 200.
+pub(crate) async fn ready(addr: std::net::SocketAddr) {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !http_get(addr, "/readyz").await.starts_with("HTTP/1.1 200") {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("ready once broker and store are connected");
+}
+
+/// Sends SIGTERM and asserts the worker exits 0.
+pub(crate) async fn sigterm_exits_0(mut child: std::process::Child) {
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+}
+
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
         return String::new();
@@ -241,13 +266,7 @@ async fn the_worker_process_is_ready_then_drains_and_exits_0_on_sigterm() {
         .await
         .unwrap();
     assert!(http_get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while !http_get(addr, "/readyz").await.starts_with("HTTP/1.1 200") {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("ready once broker and store are connected");
+    ready(addr).await;
 
     client(&emulator)
         .sender("orders")
@@ -256,16 +275,7 @@ async fn the_worker_process_is_ready_then_drains_and_exits_0_on_sigterm() {
         .unwrap();
     drained(&emulator, 1).await;
 
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let exit = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(exit.success(), "{exit:?}");
+    sigterm_exits_0(child).await;
     let counts = sb_inbox::SqliteStore::open(&db)
         .unwrap()
         .inventory_counts()
