@@ -82,6 +82,17 @@ async fn put_token_with(
     assert_eq!(props.get("status-code"), Some(&SimpleValue::Int(202)));
 }
 
+/// An emulator served with `options`, a connection authorised for `orders`, and a sender on it.
+async fn sending(options: EmulatorOptions) -> (Emulator, Connection, Session, sb_amqp::Sender) {
+    let emulator = strict_emulator(options).await;
+    let (conn, session, _cbs) = authorized(&emulator, "orders").await;
+    let sender = session
+        .attach_sender(SenderOptions::new("s", "orders"))
+        .await
+        .unwrap();
+    (emulator, conn, session, sender)
+}
+
 fn message(id: &str) -> Sendable {
     let message = Message::builder()
         .properties(
@@ -242,17 +253,12 @@ async fn links_are_force_detached_on_demand_by_id_or_entity() {
 async fn busy_settle_rejects_the_disposition_and_leaves_the_message_locked() {
     // The reply is settled (the service always settles its answer): the delivery is gone on
     // the wire and the message stays locked, unchanged, until its lock expires.
-    let emulator = strict_emulator(
+    let (emulator, _conn, session, sender) = sending(
         EmulatorOptions::default()
             .with_fault(Fault::BusySettle, 1.0)
             .with_fault_seed(1),
     )
     .await;
-    let (_conn, session, _cbs) = authorized(&emulator, "orders").await;
-    let sender = session
-        .attach_sender(SenderOptions::new("s", "orders"))
-        .await
-        .unwrap();
     assert!(sender.send(message("m")).await.unwrap().is_accepted());
     let receiver = session
         .attach_receiver(
@@ -275,17 +281,12 @@ async fn busy_settle_rejects_the_disposition_and_leaves_the_message_locked() {
 
 #[tokio::test]
 async fn detach_link_fault_detaches_with_server_busy_and_drop_connection_closes() {
-    let emulator = strict_emulator(
+    let (emulator, _conn, _session, sender) = sending(
         EmulatorOptions::default()
             .with_fault(Fault::DetachLink, 1.0)
             .with_fault_seed(2),
     )
     .await;
-    let (_conn, session, _cbs) = authorized(&emulator, "orders").await;
-    let sender = session
-        .attach_sender(SenderOptions::new("s", "orders"))
-        .await
-        .unwrap();
     // The transfer is applied, then the only live link is detached.
     let _ = sender.send(message("m")).await;
     let error = sender.next_disposition().await.unwrap_err();
@@ -295,17 +296,12 @@ async fn detach_link_fault_detaches_with_server_busy_and_drop_connection_closes(
         1
     );
 
-    let emulator = strict_emulator(
+    let (_emulator, conn, _session, sender) = sending(
         EmulatorOptions::default()
             .with_fault(Fault::DropConnection, 1.0)
             .with_fault_seed(3),
     )
     .await;
-    let (conn, session, _cbs) = authorized(&emulator, "orders").await;
-    let sender = session
-        .attach_sender(SenderOptions::new("s", "orders"))
-        .await
-        .unwrap();
     let _ = sender.send(message("m")).await;
     let error = conn.closed().await;
     assert_eq!(
