@@ -30,9 +30,9 @@ pub enum ConnectionStringError {
     InvalidTransport(String),
 }
 
-/// How the AMQP connection travels: TCP (port 5671 with TLS), or WebSockets (`wss://HOST:443
-/// /$servicebus/websocket`, subprotocol `AMQPWSB10`) for networks that block 5671, as every
-/// official SDK offers (`TransportType.AmqpOverWebsocket` in Python, `AmqpWebSockets` in .NET
+/// How the AMQP connection travels: TCP (port 5671 with TLS), or WebSockets
+/// (`wss://HOST:443/$servicebus/websocket`, subprotocol `AMQPWSB10`) for networks that block
+/// 5671, as every official SDK offers (`TransportType.AmqpOverWebsocket` in Python, `AmqpWebSockets` in .NET
 /// connection strings and `ServiceBusTransportType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -45,8 +45,8 @@ pub enum Transport {
 }
 
 impl Transport {
-    /// The URL of `host` over this transport: `amqps://HOST:5671`, `wss://HOST:443/$servicebus/
-    /// websocket`, or without TLS (the emulator) `amqp://` / `ws://`.
+    /// The URL of `host` over this transport: `amqps://HOST:5671`,
+    /// `wss://HOST:443/$servicebus/websocket`, or without TLS (the emulator) `amqp://` / `ws://`.
     pub fn url(self, host: &str, port: Option<u16>, tls: bool) -> String {
         match (self, tls) {
             (Transport::Amqp, true) => format!("amqps://{host}:{}", port.unwrap_or(5671)),
@@ -163,8 +163,8 @@ impl ConnectionString {
         self.entity_path.as_deref()
     }
 
-    /// The AMQP URL of the namespace (no credentials): `amqps://`, or `wss://…/$servicebus/
-    /// websocket` over WebSockets; `amqp://` / `ws://` for the emulator.
+    /// The AMQP URL of the namespace (no credentials): `amqps://`, or
+    /// `wss://…/$servicebus/websocket` over WebSockets; `amqp://` / `ws://` for the emulator.
     pub fn amqp_url(&self) -> String {
         self.transport
             .url(&self.host, Some(self.port()), self.use_tls())

@@ -8,6 +8,9 @@
 //! - `sas`: shared access signature validation for `$cbs` put-token.
 //! - `nodes`: `$cbs` and `<entity>/$management` request handling.
 //! - `links`: entity links: deliveries with lock tokens, dispositions, sends.
+//! - `control`: what the service does to live entity links: the idle timer, token expiry,
+//!   forced detaches ([`Emulator::force_detach_link`]), per-operation fault draws.
+//! - `faults`: `--fault NAME=P` ([`Fault`], [`FaultSpec`]) and the seeded generator.
 
 mod codec;
 mod control;
