@@ -252,3 +252,30 @@ fn session_flow() -> sb_amqp::performative::Flow {
         properties: None,
     }
 }
+
+/// The service's `open` says idle-time-out 120000 ms: a connection that sends nothing (no
+/// heartbeats either) for 120 s is closed with `amqp:resource-limit-exceeded`. Paused time.
+#[tokio::test(start_paused = true)]
+async fn a_silent_connection_is_closed_after_the_idle_timeout() {
+    let emulator = emulator("PT30S").await;
+    let mut socket = opened(&emulator).await;
+    let started = tokio::time::Instant::now();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    loop {
+        match socket.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+        }
+    }
+    let waited = started.elapsed();
+    assert!(
+        (Duration::from_secs(120)..Duration::from_secs(122)).contains(&waited),
+        "{waited:?}"
+    );
+    assert!(
+        seen.windows(3).any(|w| w == [0x00, 0x53, 0x18])
+            && String::from_utf8_lossy(&seen).contains(condition::RESOURCE_LIMIT_EXCEEDED),
+        "{seen:02x?}"
+    );
+}
