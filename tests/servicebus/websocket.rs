@@ -10,7 +10,7 @@ use sb_inbox::inventory::InventoryStore as _;
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient, Transport};
 use sb_inbox::{Message, Receiver as _};
 
-use crate::worker::{drained, health_address, order, ready, sigterm_exits_0};
+use crate::worker::{drained, health_address, order, ready, sigterm_exits_0, sqlite_worker};
 
 async fn ws_emulator() -> Emulator {
     crate::emulator_with(
@@ -113,29 +113,12 @@ async fn send_dlq_and_the_worker_process_work_over_websockets() {
         .unwrap();
 
     // The worker: SB_INBOX_SERVICEBUS_TRANSPORT=websockets over a plain connection string.
-    let dir = std::env::temp_dir().join(format!("sb-inbox-ws-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let db = dir.join("worker.db");
-    let _ = std::fs::remove_file(&db);
-    sb_inbox::SqliteStore::open(&db)
-        .unwrap()
-        .migrate()
-        .await
-        .unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
-        .arg("run")
-        .env_remove("SB_INBOX_SERVICEBUS_NAMESPACE")
-        .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
-        .env("SB_INBOX_STORE", format!("sqlite://{}", db.display()))
-        .env("SB_INBOX_SERVICEBUS_CONNECTION", on_ws_port(&emulator))
-        .env("SB_INBOX_SERVICEBUS_TRANSPORT", "websockets")
-        .env("SB_INBOX_ENTITY", "orders")
-        .env("SB_INBOX_HEALTH_PORT", "0")
-        .env("SB_INBOX_SHUTDOWN_GRACE_SECS", "5")
-        .env("RUST_LOG", "info")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (dir, db, mut child) = sqlite_worker(
+        "ws",
+        &on_ws_port(&emulator),
+        &[("SB_INBOX_SERVICEBUS_TRANSPORT", "websockets")],
+    )
+    .await;
     let stderr = child.stderr.take().unwrap();
     let addr = tokio::task::spawn_blocking(move || health_address(stderr))
         .await
