@@ -65,8 +65,17 @@ impl ServiceBusClient {
     /// Microsoft Entra ID tokens from `credential` (role *Azure Service Bus Data Receiver* /
     /// *Sender* on the entities).
     pub fn with_entra(host: &str, credential: crate::entra::EntraCredential) -> Self {
+        Self::with_entra_over(host, credential, super::Transport::Amqp)
+    }
+
+    /// [`ServiceBusClient::with_entra`] over `transport` (`AmqpWebSockets`: `wss://HOST:443`).
+    pub fn with_entra_over(
+        host: &str,
+        credential: crate::entra::EntraCredential,
+        transport: super::Transport,
+    ) -> Self {
         Self::new(
-            format!("amqps://{host}:5671"),
+            transport.url(host, None, true),
             host,
             Arc::new(super::EntraProvider::new(credential)),
         )

@@ -31,7 +31,7 @@ pub use auth::{
     TokenType,
 };
 pub use client::ServiceBusClient;
-pub use connection_string::{ConnectionString, ConnectionStringError, Credential};
+pub use connection_string::{ConnectionString, ConnectionStringError, Credential, Transport};
 pub use error::ServiceBusError;
 pub use peek::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, PeekedMessage};
 pub use receiver::{ServiceBusDelivery, ServiceBusReceiver};

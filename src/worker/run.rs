@@ -74,9 +74,14 @@ pub async fn run_with(
 ) -> Result<StatsSnapshot, WorkerError> {
     let client = match &config.broker {
         BrokerAddress::Connection(cs) => ServiceBusClient::from_connection_string(cs),
-        BrokerAddress::Namespace { host, client_id } => ServiceBusClient::with_entra(
+        BrokerAddress::Namespace {
+            host,
+            client_id,
+            transport,
+        } => ServiceBusClient::with_entra_over(
             host,
             EntraCredential::new(EntraMode::Default, client_id.clone()),
+            *transport,
         ),
     };
     let prefetch = u32::try_from(config.runtime.prefetch).unwrap_or(u32::MAX);
