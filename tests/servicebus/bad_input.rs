@@ -134,7 +134,7 @@ async fn an_unknown_performative_closes_the_connection() {
 #[tokio::test]
 async fn a_frame_above_max_frame_size_is_a_framing_error() {
     let emulator = emulator("PT30S").await;
-    // The emulator advertises 256 KiB; announce 1 MiB (the body never needs to arrive).
+    // The emulator advertises 64 KiB as the service does; announce 1 MiB (the body never needs to arrive).
     let mut header = (1024u32 * 1024).to_be_bytes().to_vec();
     header.extend_from_slice(&[2, 0, 0, 0]);
     expect_close(&emulator, &header, condition::FRAMING_ERROR).await;

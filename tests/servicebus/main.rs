@@ -17,6 +17,7 @@ mod js;
 mod python;
 mod relay;
 mod retry;
+mod strict;
 mod verification;
 mod worker;
 

@@ -67,5 +67,9 @@ pub use message::{
     BrokerMessage, DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, MAX_DELIVERY_COUNT_EXCEEDED,
     MessageState, Properties, PropertyValue, ReceiveMode, ReceivedMessage, TTL_EXPIRED,
 };
-pub use server::{Emulator, EmulatorOptions, KEY, KEY_NAME, start_from_json};
+pub use server::{
+    DEFAULT_LINK_IDLE_TIMEOUT, Emulator, EmulatorOptions, Fault, FaultSpec, KEY, KEY_NAME,
+    LinkInfo, LinkRole, SERVICE_CHANNEL_MAX, SERVICE_IDLE_TIMEOUT, SERVICE_MAX_FRAME_SIZE,
+    start_from_json,
+};
 pub use sql_filter::{SqlError, SqlFilter};

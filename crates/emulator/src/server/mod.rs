@@ -10,6 +10,8 @@
 //! - `links`: entity links: deliveries with lock tokens, dispositions, sends.
 
 mod codec;
+mod control;
+mod faults;
 mod links;
 mod nodes;
 mod sas;
@@ -17,6 +19,7 @@ mod sas;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use sb_amqp::types::definitions::Fields;
 use sb_amqp::{
@@ -26,14 +29,44 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::{Broker, Config, Error};
+use crate::{Broker, Clock, Config, Error};
+use control::{ControlContext, LinkControl, Registry};
+pub use control::{LinkInfo, LinkRole};
+use faults::Faults;
+pub use faults::{Fault, FaultSpec};
 
 /// The key name the emulator's connection string uses, as Microsoft's emulator does.
 pub const KEY_NAME: &str = "RootManageSharedAccessKey";
 /// The key the emulator's connection string uses, as Microsoft's emulator does.
 pub const KEY: &str = "SAS_KEY_VALUE";
 
-/// How an [`Emulator`] serves.
+/// The service's `open`: max-frame-size 65536, channel-max 4999, idle-time-out 120000 ms, as
+/// Service Bus answers (an `Open` received from the service, azure-sdk-for-java issue 31966:
+/// `maxFrameSize=65536, channelMax=4999, idleTimeOut=120000`).
+pub const SERVICE_MAX_FRAME_SIZE: u32 = 65_536;
+/// See [`SERVICE_MAX_FRAME_SIZE`].
+pub const SERVICE_CHANNEL_MAX: u16 = 4_999;
+/// See [`SERVICE_MAX_FRAME_SIZE`]; a connection silent for longer is closed.
+pub const SERVICE_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Service Bus force-detaches a link without transfers, flows or dispositions for 10 minutes
+/// ("AmqpMessageConsumer.IdleTimerExpired: Idle timeout: 00:10:00").
+pub const DEFAULT_LINK_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How an [`Emulator`] serves. Strict by default, like the service: idle links are
+/// force-detached after [`DEFAULT_LINK_IDLE_TIMEOUT`], links are detached when their token
+/// expires, and `open` carries the service's limits.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use sb_emulator::{EmulatorOptions, Fault};
+/// let options = EmulatorOptions::default()
+///     .with_link_idle_timeout(Duration::from_secs(3))
+///     .with_max_token_lifetime(Duration::from_secs(10))
+///     .with_fault(Fault::BusySettle, 0.02)
+///     .with_fault_seed(7);
+/// assert_eq!(options.link_idle_timeout, Some(Duration::from_secs(3)));
+/// ```
 #[derive(Debug, Clone)]
 pub struct EmulatorOptions {
     /// Address to bind, e.g. `127.0.0.1:0` for an ephemeral port.
@@ -44,6 +77,15 @@ pub struct EmulatorOptions {
     pub key: String,
     /// Accept JWTs on `$cbs` without validating them (Entra ID clients in development).
     pub accept_jwt: bool,
+    /// Entity links idle this long are force-detached (`None`: never; the service has no such
+    /// switch).
+    pub link_idle_timeout: Option<Duration>,
+    /// Caps how long a put token is honoured, whatever its own expiry.
+    pub max_token_lifetime: Option<Duration>,
+    /// Faults drawn per operation.
+    pub faults: Vec<FaultSpec>,
+    /// Seed of the fault draws; `None` picks one (logged) at start.
+    pub fault_seed: Option<u64>,
 }
 
 impl Default for EmulatorOptions {
@@ -53,7 +95,49 @@ impl Default for EmulatorOptions {
             key_name: KEY_NAME.into(),
             key: KEY.into(),
             accept_jwt: false,
+            link_idle_timeout: Some(DEFAULT_LINK_IDLE_TIMEOUT),
+            max_token_lifetime: None,
+            faults: Vec::new(),
+            fault_seed: None,
         }
+    }
+}
+
+impl EmulatorOptions {
+    /// Force-detaches entity links idle for `timeout` (`Duration::ZERO` turns it off).
+    #[must_use]
+    pub fn with_link_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.link_idle_timeout = (!timeout.is_zero()).then_some(timeout);
+        self
+    }
+
+    /// Honours no token for longer than `lifetime` after it was put.
+    #[must_use]
+    pub fn with_max_token_lifetime(mut self, lifetime: Duration) -> Self {
+        self.max_token_lifetime = Some(lifetime);
+        self
+    }
+
+    /// Injects `fault` with `probability` per operation (replacing an earlier setting).
+    #[must_use]
+    pub fn with_fault(mut self, fault: Fault, probability: f64) -> Self {
+        self.faults.retain(|f| f.fault != fault);
+        self.faults.push(FaultSpec { fault, probability });
+        self
+    }
+
+    /// Seeds the fault draws, so a run can be replayed.
+    #[must_use]
+    pub fn with_fault_seed(mut self, seed: u64) -> Self {
+        self.fault_seed = Some(seed);
+        self
+    }
+
+    /// Binds `addr` (e.g. `127.0.0.1:0`).
+    #[must_use]
+    pub fn with_listen(mut self, addr: impl Into<String>) -> Self {
+        self.listen = addr.into();
+        self
     }
 }
 
@@ -71,38 +155,78 @@ impl Default for EmulatorOptions {
 #[derive(Debug)]
 pub struct Emulator {
     addr: SocketAddr,
-    broker: Broker,
-    options: Arc<EmulatorOptions>,
+    shared: Arc<Shared>,
     shutdown: CancellationToken,
     connections: Arc<Mutex<Vec<CancellationToken>>>,
     tracker: TaskTracker,
 }
 
+/// What every connection of one emulator shares.
+#[derive(Debug)]
+struct Shared {
+    broker: Broker,
+    options: Arc<EmulatorOptions>,
+    registry: Arc<Registry>,
+    faults: Arc<Faults>,
+}
+
 /// Per-connection state shared by its links.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct ConnState {
-    /// Audience paths (lowercase, no host) granted by put-token.
-    granted: Mutex<Vec<String>>,
+    /// Audience paths (lowercase, no host) granted by put-token, with their expiry.
+    granted: Mutex<Vec<(String, Option<SystemTime>)>>,
     /// Reply links by target address, link name, and `node:<node>`.
     replies: Mutex<HashMap<String, mpsc::UnboundedSender<AnyMessage>>>,
+    clock: Clock,
+    /// `--max-token-lifetime`: no grant outlives this.
+    max_token_lifetime: Option<Duration>,
 }
 
 impl ConnState {
-    pub(crate) fn grant(&self, audience: &str) {
-        let path = audience_path(audience);
-        if let Ok(mut granted) = self.granted.lock() {
-            granted.push(path);
+    fn new(clock: Clock, max_token_lifetime: Option<Duration>) -> Self {
+        ConnState {
+            granted: Mutex::new(Vec::new()),
+            replies: Mutex::new(HashMap::new()),
+            clock,
+            max_token_lifetime,
         }
     }
 
-    /// True when a granted audience covers `entity` (same path or a parent path).
-    pub(crate) fn is_granted(&self, entity: &str) -> bool {
+    /// Records a put-token for `audience` valid until `expires` (`None`: the token carries no
+    /// expiry), capped by `--max-token-lifetime`. A fresh token replaces the older one.
+    pub(crate) fn grant(&self, audience: &str, expires: Option<SystemTime>) {
+        let path = audience_path(audience);
+        let expires = control::capped_expiry(expires, self.clock.now(), self.max_token_lifetime);
+        if let Ok(mut granted) = self.granted.lock() {
+            granted.retain(|(p, _)| *p != path);
+            granted.push((path, expires));
+        }
+    }
+
+    /// When access to `entity` ends: the latest expiry of the grants covering it (same path or
+    /// a parent path); `None` when a covering grant never expires; the epoch when none covers
+    /// it.
+    pub(crate) fn token_expiry(&self, entity: &str) -> Option<SystemTime> {
         let entity = entity.trim_matches('/').to_ascii_lowercase();
-        self.granted.lock().is_ok_and(|granted| {
-            granted.iter().any(|path| {
-                path.is_empty() || entity == *path || entity.starts_with(&format!("{path}/"))
-            })
-        })
+        let Ok(granted) = self.granted.lock() else {
+            return Some(SystemTime::UNIX_EPOCH);
+        };
+        let mut latest = Some(SystemTime::UNIX_EPOCH);
+        for (path, expires) in granted.iter() {
+            if path.is_empty() || entity == *path || entity.starts_with(&format!("{path}/")) {
+                latest = match (latest, expires) {
+                    (Some(a), Some(b)) => Some(a.max(*b)),
+                    _ => None,
+                };
+            }
+        }
+        latest
+    }
+
+    /// True when an unexpired grant covers `entity`.
+    pub(crate) fn is_granted(&self, entity: &str) -> bool {
+        self.token_expiry(entity)
+            .is_none_or(|expiry| expiry > self.clock.now())
     }
 
     pub(crate) fn route(&self, keys: &[String]) -> Option<mpsc::UnboundedSender<AnyMessage>> {
@@ -131,10 +255,13 @@ impl Emulator {
     /// Binds and serves `broker`.
     ///
     /// # Errors
-    /// [`Error::Config`] when the address cannot be bound.
+    /// [`Error::Server`] when the address cannot be bound.
     pub async fn start(broker: Broker, options: EmulatorOptions) -> Result<Emulator, Error> {
         let server = ServerOptions {
             container_id: format!("sb-emulator-{}", broker.namespace()),
+            max_frame_size: SERVICE_MAX_FRAME_SIZE,
+            channel_max: SERVICE_CHANNEL_MAX,
+            idle_timeout: Some(SERVICE_IDLE_TIMEOUT),
             ..ServerOptions::default()
         };
         let listener = Listener::bind(options.listen.as_str(), server)
@@ -143,17 +270,37 @@ impl Emulator {
         let addr = listener
             .local_addr()
             .map_err(|e| Error::Server(e.to_string()))?;
+        let seed = options.fault_seed.unwrap_or_else(|| {
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        });
+        if !options.faults.is_empty() {
+            let faults: Vec<String> = options
+                .faults
+                .iter()
+                .map(|f| format!("{}={}", f.fault, f.probability))
+                .collect();
+            tracing::info!(
+                ?faults,
+                seed,
+                "Fault injection on (replay with --fault-seed)."
+            );
+        }
+        let shared = Arc::new(Shared {
+            broker,
+            faults: Arc::new(Faults::new(&options.faults, seed)),
+            options: Arc::new(options),
+            registry: Arc::new(Registry::default()),
+        });
         let emulator = Emulator {
             addr,
-            broker,
-            options: Arc::new(options),
+            shared: shared.clone(),
             shutdown: CancellationToken::new(),
             connections: Arc::new(Mutex::new(Vec::new())),
             tracker: TaskTracker::new(),
         };
-        let (broker, options, shutdown, connections, tracker) = (
-            emulator.broker.clone(),
-            emulator.options.clone(),
+        let (shutdown, connections, tracker) = (
             emulator.shutdown.clone(),
             emulator.connections.clone(),
             emulator.tracker.clone(),
@@ -170,10 +317,9 @@ impl Emulator {
                     list.retain(|t| !t.is_cancelled());
                     list.push(token.clone());
                 }
-                let (broker, options, tracker2) =
-                    (broker.clone(), options.clone(), tracker.clone());
+                let (shared, tracker2) = (shared.clone(), tracker.clone());
                 tracker.spawn(async move {
-                    serve_connection(incoming, broker, options, token, tracker2).await;
+                    serve_connection(incoming, shared, token, tracker2).await;
                 });
             }
         });
@@ -190,13 +336,31 @@ impl Emulator {
     pub fn connection_string(&self) -> String {
         format!(
             "Endpoint=sb://{};SharedAccessKeyName={};SharedAccessKey={};UseDevelopmentEmulator=true;",
-            self.addr, self.options.key_name, self.options.key
+            self.addr, self.shared.options.key_name, self.shared.options.key
         )
     }
 
     /// The broker, for inspection and fault hooks.
     pub fn broker(&self) -> &Broker {
-        &self.broker
+        &self.shared.broker
+    }
+
+    /// The live entity links (not `$cbs` / `$management`), oldest first.
+    pub fn links(&self) -> Vec<LinkInfo> {
+        self.shared.registry.list()
+    }
+
+    /// Detaches link `id` (from [`Emulator::links`]) with `error`, e.g.
+    /// `AmqpError::new(condition::DETACH_FORCED, …)`; false when it is not live.
+    pub fn force_detach_link(&self, id: u64, error: AmqpError) -> bool {
+        self.shared.registry.detach(id, error)
+    }
+
+    /// Detaches every live link attached to `entity` (the path as the client attached it,
+    /// case-insensitive: `orders`, `orders/$DeadLetterQueue`, `t/Subscriptions/s`) with
+    /// `error`; returns how many were asked to.
+    pub fn force_detach_entity(&self, entity: &str, error: AmqpError) -> usize {
+        self.shared.registry.detach_entity(entity, &error)
     }
 
     /// Closes every client connection now (with `amqp:connection:forced`); new connections
@@ -228,8 +392,7 @@ impl Emulator {
 
 async fn serve_connection(
     incoming: sb_amqp::IncomingConnection,
-    broker: Broker,
-    options: Arc<EmulatorOptions>,
+    shared: Arc<Shared>,
     stop: CancellationToken,
     tracker: TaskTracker,
 ) {
@@ -241,7 +404,10 @@ async fn serve_connection(
             return;
         }
     };
-    let state = Arc::new(ConnState::default());
+    let state = Arc::new(ConnState::new(
+        shared.broker.clock(),
+        shared.options.max_token_lifetime,
+    ));
     let links = CancellationToken::new();
     loop {
         let event = tokio::select! {
@@ -254,14 +420,17 @@ async fn serve_connection(
         let Some(ConnectionEvent::Link(request)) = event else {
             break;
         };
-        let (broker, options, state, links) = (
-            broker.clone(),
-            options.clone(),
-            state.clone(),
-            links.clone(),
-        );
+        let control = ControlContext {
+            registry: shared.registry.clone(),
+            faults: shared.faults.clone(),
+            idle_timeout: shared.options.link_idle_timeout,
+            clock: shared.broker.clock(),
+            state: state.clone(),
+            connection: stop.clone(),
+        };
+        let (shared, links) = (shared.clone(), links.clone());
         tracker.spawn(async move {
-            if let Err(error) = serve_link(request, broker, options, state, links).await {
+            if let Err(error) = serve_link(request, &shared, control, links).await {
                 tracing::debug!(%error, "Link ended.");
             }
         });
@@ -271,11 +440,15 @@ async fn serve_connection(
 
 async fn serve_link(
     request: LinkRequest,
-    broker: Broker,
-    options: Arc<EmulatorOptions>,
-    state: Arc<ConnState>,
+    shared: &Shared,
+    control: ControlContext,
     stop: CancellationToken,
 ) -> Result<(), sb_amqp::Error> {
+    let (broker, options, state) = (
+        shared.broker.clone(),
+        shared.options.clone(),
+        control.state.clone(),
+    );
     let address = if request.is_peer_sender() {
         request.target_address().map(str::to_owned)
     } else {
@@ -315,7 +488,13 @@ async fn serve_link(
     if !state.is_granted(&path) {
         return request.reject(unauthorized(&path)).await;
     }
-    links::serve(request, entity, stop).await
+    let role = if request.is_peer_sender() {
+        LinkRole::Sender
+    } else {
+        LinkRole::Receiver
+    };
+    let control = LinkControl::new(control, request.name(), &path, role);
+    links::serve(request, entity, control, stop).await
 }
 
 /// An error as the emulator puts it on the wire: `info` is always present (an empty map when

@@ -160,7 +160,7 @@ fn put_token(request: &AnyMessage, options: &EmulatorOptions, state: &ConnState)
     // Python puts SAS tokens with type `jwt` too: the token's form decides.
     if !token.starts_with("SharedAccessSignature ") {
         if options.accept_jwt {
-            state.grant(&name);
+            state.grant(&name, None);
             return (202, "Accepted".into(), None, None);
         }
         return (
@@ -172,7 +172,7 @@ fn put_token(request: &AnyMessage, options: &EmulatorOptions, state: &ConnState)
     }
     match sas::verify(&token, &options.key_name, &options.key, SystemTime::now()) {
         Ok(audience) => {
-            state.grant(&audience);
+            state.grant(&audience, sas::expiry(&token));
             (202, "Accepted".into(), None, None)
         }
         Err(error) => {

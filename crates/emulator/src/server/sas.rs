@@ -63,6 +63,15 @@ pub(crate) fn verify(
     Ok(percent_decode_str(sr).decode_utf8_lossy().into_owned())
 }
 
+/// The expiry (`se`) of a SAS token; the links it authorises are detached once it passes.
+pub(crate) fn expiry(token: &str) -> Option<SystemTime> {
+    let fields = token.strip_prefix("SharedAccessSignature ")?;
+    let se = fields
+        .split('&')
+        .find_map(|part| part.strip_prefix("se="))?;
+    Some(UNIX_EPOCH + Duration::from_secs(se.parse().ok()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
