@@ -191,6 +191,12 @@ impl ServiceBusSender {
             if guard.is_none() {
                 match self.attach(fresh).await {
                     Ok(link) => *guard = Some(link),
+                    // The token put on this connection ran out before its refresh (the service
+                    // may honour less than its lifetime): once more with a fresh one.
+                    Err(ServiceBusError::Unauthorized { .. }) if !fresh => {
+                        fresh = true;
+                        continue;
+                    }
                     Err(error) => return Err(fail(kind_of(&error), message)),
                 }
             }

@@ -15,9 +15,11 @@ mod cli;
 mod client;
 mod js;
 mod python;
+mod recovery;
 mod relay;
 mod retry;
 mod strict;
+mod survival;
 mod verification;
 mod worker;
 
@@ -26,13 +28,18 @@ use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
 
 /// A queue `orders` (lock `lock`, max delivery count 5) and `outbox`.
 pub(crate) async fn emulator(lock: &str) -> Emulator {
+    emulator_with(lock, sb_emulator::EmulatorOptions::default()).await
+}
+
+/// As [`emulator`], served with `options` (faults, idle and token limits).
+pub(crate) async fn emulator_with(lock: &str, options: sb_emulator::EmulatorOptions) -> Emulator {
     let json = format!(
         r#"{{"UserConfig":{{"Namespaces":[{{"Name":"sbemulatorns","Queues":[
             {{"Name":"orders","Properties":{{"LockDuration":"{lock}","MaxDeliveryCount":5}}}},
             {{"Name":"outbox","Properties":{{}}}}],"Topics":[]}}],"Logging":{{"Type":"File"}}}}}}"#
     );
     let broker = Broker::new(Config::from_json(&json).unwrap()).unwrap();
-    Emulator::start(broker, Default::default()).await.unwrap()
+    Emulator::start(broker, options).await.unwrap()
 }
 
 pub(crate) fn client(emulator: &Emulator) -> ServiceBusClient {
