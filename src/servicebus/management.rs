@@ -266,3 +266,59 @@ pub(crate) fn renew_reply(reply: &AnyMessage) -> Result<SystemTime, SettleError>
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(status: i32, condition: Option<&str>) -> AnyMessage {
+        let mut properties =
+            ApplicationProperties::builder().insert("statusCode", SimpleValue::Int(status));
+        if let Some(condition) = condition {
+            properties = properties.insert("errorCondition", SimpleValue::Symbol(condition.into()));
+        }
+        Message::builder()
+            .application_properties(properties.build())
+            .body(Body::Value(AmqpValue(Value::Null)))
+            .build()
+    }
+
+    #[test]
+    fn no_content_accepted_and_message_not_found_are_an_empty_page() {
+        for r in [
+            reply(204, None),
+            reply(202, None),
+            reply(404, Some(MESSAGE_NOT_FOUND)),
+        ] {
+            assert_eq!(peek_page(&r).unwrap(), Vec::new());
+        }
+        assert!(matches!(
+            peek_page(&reply(404, Some("amqp:not-found"))),
+            Err(ServiceBusError::NotFound(_))
+        ));
+    }
+
+    #[test]
+    fn timeouts_and_unavailability_are_transient_lock_loss_is_not() {
+        for status in [408, 500, 503] {
+            assert!(matches!(
+                disposition_reply(&reply(status, None)),
+                Err(SettleError::Transient(_))
+            ));
+            assert!(peek_page(&reply(status, None)).unwrap_err().is_transient());
+        }
+        assert!(matches!(
+            disposition_reply(&reply(400, Some(sb_amqp::condition::SERVER_BUSY))),
+            Err(SettleError::Transient(_))
+        ));
+        assert_eq!(
+            disposition_reply(&reply(410, Some(sb_amqp::condition::MESSAGE_LOCK_LOST))),
+            Err(SettleError::LockLost)
+        );
+        assert!(matches!(
+            disposition_reply(&reply(400, Some("amqp:invalid-field"))),
+            Err(SettleError::Refused { .. })
+        ));
+        assert_eq!(disposition_reply(&reply(200, None)), Ok(()));
+    }
+}

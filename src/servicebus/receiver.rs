@@ -101,16 +101,15 @@ impl ServiceBusReceiver {
         let client = &inner.client;
         let fresh = inner.reauthorize.load(Ordering::Acquire);
         let conn = client.connection().await.map_err(transient)?;
-        let refused = |error: ServiceBusError| self.refused(error, fresh);
         client
             .authorize(&conn, &inner.entity, fresh)
             .await
-            .map_err(refused)?;
+            .map_err(Self::refused)?;
         // Renewals need the node's token too (the service checks it on the management link).
         client
             .authorize(&conn, &format!("{}/$management", inner.entity), fresh)
             .await
-            .map_err(refused)?;
+            .map_err(Self::refused)?;
         let name = unique_name("sb-inbox-receiver");
         let options = ReceiverOptions::new(name.clone(), inner.entity.clone())
             .rcv_settle_mode(ReceiverSettleMode::Second)
@@ -154,15 +153,12 @@ impl ServiceBusReceiver {
         }
     }
 
-    /// A `$cbs` failure: an unauthorized answer is fatal only right after a fresh token.
-    fn refused(&self, error: ServiceBusError, fresh: bool) -> ReceiveError {
-        match error {
-            ServiceBusError::Unauthorized { .. } if !fresh => {
-                self.inner.reauthorize.store(true, Ordering::Release);
-                ReceiveError::Transient(error.to_string())
-            }
-            error if error.is_transient() => ReceiveError::Transient(error.to_string()),
-            error => ReceiveError::Fatal(error.to_string()),
+    /// A `$cbs` failure. A refused put-token is fatal: the provider made that token just now.
+    fn refused(error: ServiceBusError) -> ReceiveError {
+        if error.is_transient() {
+            ReceiveError::Transient(error.to_string())
+        } else {
+            ReceiveError::Fatal(error.to_string())
         }
     }
 

@@ -193,7 +193,9 @@ impl ServiceBusSender {
                     Ok(link) => *guard = Some(link),
                     // The token put on this connection ran out before its refresh (the service
                     // may honour less than its lifetime): once more with a fresh one.
-                    Err(ServiceBusError::Unauthorized { .. }) if !fresh => {
+                    Err(ServiceBusError::Broker { ref condition, .. })
+                        if !fresh && condition == sb_amqp::condition::UNAUTHORIZED_ACCESS =>
+                    {
                         fresh = true;
                         continue;
                     }
@@ -250,7 +252,14 @@ impl ServiceBusSender {
             .map_err(|_| {
                 ServiceBusError::Connection("the service did not answer the attach in time".into())
             })?
-            .map_err(|e| ServiceBusError::from_amqp(&e))
+            .map_err(|e| match (recovery(&e), e.amqp_error()) {
+                // Refused for want of a valid token (a `$cbs` refusal is `Unauthorized`).
+                (Recovery::Reauthorize, Some(error)) => ServiceBusError::Broker {
+                    condition: error.condition.clone(),
+                    description: error.description.clone().unwrap_or_default(),
+                },
+                _ => ServiceBusError::from_amqp(&e),
+            })
     }
 }
 

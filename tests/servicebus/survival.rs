@@ -317,10 +317,20 @@ async fn three_workers_under_random_faults_apply_every_order_once() {
     for worker in &mut workers {
         assert!(worker.is_running(), "{}", worker.log());
     }
+    // The faults did hit the workers: links re-attached, connections re-opened.
+    let logs: String = workers.iter().map(WorkerProcess::log).collect();
+    let reattached = logs.matches("re-attaching").count();
+    let reconnected = logs.matches("Connected to Service Bus.").count();
+    eprintln!("{test}: {reattached} re-attaches, {reconnected} connections opened");
+    assert!(reattached > 0 && reconnected > 3, "no faults seen");
     let mut processed = 0;
+    let mut duplicates = 0;
     for worker in workers {
-        processed += worker.terminate().await.get("processed");
+        let stats = worker.terminate().await;
+        processed += stats.get("processed");
+        duplicates += stats.get("duplicate");
     }
+    eprintln!("{test}: processed {processed}, duplicates {duplicates}");
     assert_eq!(processed, ORDERS as u64, "each order committed once");
     let counts = store.inventory_counts().await.unwrap();
     assert_eq!(

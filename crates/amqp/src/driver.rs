@@ -1036,15 +1036,7 @@ impl Driver {
                 }
             }
             Role::Sender => {
-                // An unsettled answer with an outcome (Service Bus answers a disposition it
-                // could not apply, e.g. `rejected{com.microsoft:server-busy}`, and keeps the
-                // message locked) tells the waiter but keeps the delivery, which may be
-                // disposed again.
-                let answered = d.settled
-                    || d.state
-                        .as_ref()
-                        .is_some_and(|st| crate::delivery::Outcome::from_state(st).is_some());
-                if answered {
+                if d.settled {
                     let ids: Vec<u32> = s
                         .unsettled_in
                         .keys()
@@ -1052,12 +1044,7 @@ impl Driver {
                         .filter(|i| in_range(*i))
                         .collect();
                     for id in ids {
-                        let waiter = if d.settled {
-                            s.unsettled_in.remove(&id).and_then(|u| u.waiter)
-                        } else {
-                            s.unsettled_in.get_mut(&id).and_then(|u| u.waiter.take())
-                        };
-                        if let Some(w) = waiter {
+                        if let Some(Some(w)) = s.unsettled_in.remove(&id).map(|u| u.waiter) {
                             let _ = w.send(Ok(d.state.clone())); // the caller may have given up
                         }
                     }
