@@ -63,6 +63,12 @@ async fn receiver_link_other_than(emulator: &Emulator, old: &[u64]) -> u64 {
     .expect("a receive link is attached")
 }
 
+/// Receives the next delivery and completes it.
+async fn complete_next(receiver: &sb_inbox::servicebus::ServiceBusReceiver) {
+    let delivery = receiver.receive().await.unwrap().unwrap();
+    delivery.complete().await.unwrap();
+}
+
 fn detach_error(condition: &str) -> AmqpError {
     AmqpError::new(condition, Some(format!("forced by the test: {condition}")))
 }
@@ -150,14 +156,7 @@ async fn the_receiver_reports_detached_until_it_re_attaches() {
         !receiver.is_attached(),
         "not attached before the first receive"
     );
-    receiver
-        .receive()
-        .await
-        .unwrap()
-        .unwrap()
-        .complete()
-        .await
-        .unwrap();
+    complete_next(&receiver).await;
     assert!(receiver.is_attached());
     let pending = tokio::spawn({
         let receiver = receiver.clone();
@@ -176,14 +175,7 @@ async fn the_receiver_reports_detached_until_it_re_attaches() {
         .send(order("m-2", "o-2"))
         .await
         .unwrap();
-    receiver
-        .receive()
-        .await
-        .unwrap()
-        .unwrap()
-        .complete()
-        .await
-        .unwrap();
+    complete_next(&receiver).await;
     assert!(receiver.is_attached());
 }
 

@@ -122,7 +122,7 @@ async fn send(sender: &ServiceBusSender, message: Message) {
 fn order(n: usize) -> (Message, Vec<(&'static str, i64)>) {
     const SKUS: [&str; 4] = ["A", "B", "C", "D"];
     let mut lines = vec![(SKUS[n % 4], (n % 3 + 1) as i64)];
-    if n % 5 == 0 {
+    if n.is_multiple_of(5) {
         lines.push((SKUS[(n + 1) % 4], 2));
     }
     let body = lines
@@ -144,12 +144,8 @@ async fn reservations(store: &PgStore) -> i64 {
 
 /// Reserved units per SKU, read from the store's own table.
 async fn units_per_sku(schema: &str) -> BTreeMap<String, i64> {
-    let (client, connection) =
-        tokio_postgres::connect(&with_search_path(&pg_url(), schema), tokio_postgres::NoTls)
-            .await
-            .unwrap();
-    tokio::spawn(connection);
-    client
+    crate::verification::session(schema)
+        .await
         .query("SELECT sku, reserved FROM inventory_stock", &[])
         .await
         .unwrap()

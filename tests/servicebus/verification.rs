@@ -194,7 +194,7 @@ async fn counts(store: &PgStore) -> InventoryCounts {
 }
 
 /// A raw session of the test's own, in the test's schema, to hold row locks.
-async fn session(schema: &str) -> tokio_postgres::Client {
+pub(crate) async fn session(schema: &str) -> tokio_postgres::Client {
     let (client, connection) =
         tokio_postgres::connect(&with_search_path(&pg_url(), schema), tokio_postgres::NoTls)
             .await
