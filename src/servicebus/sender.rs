@@ -296,6 +296,15 @@ fn kind_of(error: &ServiceBusError) -> SendErrorKind {
             condition: sb_amqp::condition::UNAUTHORIZED_ACCESS.to_owned(),
             description: error.to_string(),
         },
+        ServiceBusError::Broker { condition, .. } if is_busy_condition(condition) => {
+            SendErrorKind::Throttled(error.to_string())
+        }
+        // A link the service detached (and kept detaching): worth trying again later.
+        ServiceBusError::Broker { condition, .. }
+            if error.is_transient() && condition != sb_amqp::condition::UNAUTHORIZED_ACCESS =>
+        {
+            SendErrorKind::Connection(error.to_string())
+        }
         ServiceBusError::Broker {
             condition,
             description,
