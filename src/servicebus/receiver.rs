@@ -343,6 +343,8 @@ impl ServiceBusDelivery {
     ) -> Result<(), SettleError> {
         let mut on_link = !self.link.gone.load(Ordering::Acquire);
         let mut backoff = Backoff::new(SETTLE_BACKOFF.0, SETTLE_BACKOFF.1);
+        // The lock as it stands now: renewals meanwhile must not keep a busy service retried.
+        let deadline = self.locked_until();
         loop {
             let attempt = if on_link {
                 on_link = false;
@@ -356,7 +358,7 @@ impl ServiceBusDelivery {
                 Attempt::LinkGone => {}
                 Attempt::Retry(why) => {
                     let delay = backoff.next_delay();
-                    if SystemTime::now() + delay >= self.locked_until() {
+                    if SystemTime::now() + delay >= deadline {
                         return Err(SettleError::Transient(why));
                     }
                     tracing::debug!(lock_token = %self.lock_token, %why, ?delay, "Settlement not done; retrying.");
