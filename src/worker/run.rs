@@ -176,8 +176,10 @@ async fn serve<S: InventoryStore + OutboxStore + RetentionStore + Ping + Clone>(
     }
     let stop_health = CancellationToken::new();
     if let Some(listener) = health {
+        let attached = receiver.clone();
         let readiness = health::Readiness {
-            broker: Arc::new(move || client.is_connected()),
+            // Not ready while the receive link re-attaches after the service detached it.
+            broker: Arc::new(move || client.is_connected() && attached.is_attached()),
             store: Arc::new(store.clone()),
         };
         tokio::spawn(health::serve(listener, readiness, stop_health.clone()));

@@ -128,8 +128,10 @@ async fn the_demo_applies_every_order_exactly_once() {
     assert!(report.is_correct(), "{report:?}");
     assert_eq!(report.counts.reservations, 33);
     assert_eq!(report.stats.permanent, 2);
-    assert_eq!(report.stats.settle_failed, 2);
-    assert_eq!(report.stats.duplicate, 5 + 3 + 2 + 2);
+    // The refused settlements (`server-busy`) are retried by lock token and succeed: no
+    // redelivery comes of them.
+    assert_eq!(report.stats.settle_failed, 0);
+    assert_eq!(report.stats.duplicate, 5 + 3 + 2);
     let table = sb_inbox::demo::table(&report);
     assert!(table.contains("distinct orders 33: OK"), "{table}");
 }
