@@ -230,17 +230,26 @@ async fn spans_and_metrics_of_processed_duplicate_dead_lettered_and_lock_lost_me
     let mut outcomes = Vec::new();
     for i in 0..4 {
         if i == 2 {
-            // m-2 commits, then its completion is refused (the crash window).
+            // m-2 commits, then every completion is refused until its lock runs out (the crash
+            // window: a busy answer alone is retried).
             emulator
                 .broker()
                 .entity("orders")
                 .unwrap()
-                .refuse_dispositions(1)
+                .refuse_dispositions(u32::MAX)
                 .unwrap();
         }
         let delivery = receiver.receive().await.unwrap().unwrap();
         let report = runtime.process(delivery).await;
         outcomes.push((report.outcome, report.settled.unwrap().is_ok()));
+        if i == 2 {
+            emulator
+                .broker()
+                .entity("orders")
+                .unwrap()
+                .refuse_dispositions(0)
+                .unwrap();
+        }
     }
     assert_eq!(
         outcomes,
@@ -405,7 +414,8 @@ fn check_spans(sink: &Sink) {
     );
     assert!(kids.iter().any(|s| s.name == "complete orders"));
 
-    // Committed, completion refused: the process span says so, and so does its complete span.
+    // Committed, completion refused until the lock ran out (busy answers retried): the process
+    // span says so, and so does its complete span.
     let refused = span_with(&spans, "process orders", &[(attr::MESSAGE_ID, "m-2")]);
     assert_eq!(
         attr_of(refused, attr::OUTCOME).as_deref(),
@@ -413,7 +423,7 @@ fn check_spans(sink: &Sink) {
     );
     assert_eq!(
         attr_of(refused, attr::ERROR_TYPE).as_deref(),
-        Some("Refused")
+        Some("ServiceCommunicationProblem")
     );
     let complete = children(&spans, refused)
         .into_iter()
@@ -421,7 +431,7 @@ fn check_spans(sink: &Sink) {
         .unwrap();
     assert_eq!(
         attr_of(complete, attr::ERROR_TYPE).as_deref(),
-        Some("Refused")
+        Some("ServiceCommunicationProblem")
     );
 
     // Dead-lettered: linked to our own send span through the stamped traceparent.
@@ -520,7 +530,7 @@ fn check_metrics(sink: &Sink) {
             failures,
             &[
                 (attr::DISPOSITION_STATUS, "complete"),
-                (attr::ERROR_TYPE, "Refused"),
+                (attr::ERROR_TYPE, "ServiceCommunicationProblem"),
                 (attr::CONTRACT, "orders.order-placed.v1"),
             ]
         ),
@@ -531,7 +541,7 @@ fn check_metrics(sink: &Sink) {
             outcomes,
             &[
                 (attr::OUTCOME, "processed"),
-                (attr::SETTLEMENT_RESULT, "Refused")
+                (attr::SETTLEMENT_RESULT, "ServiceCommunicationProblem")
             ]
         ),
         1.0

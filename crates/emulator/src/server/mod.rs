@@ -689,12 +689,20 @@ mod tests {
     fn a_management_audience_covers_only_the_management_node() {
         // What the JavaScript SDK puts before its management link.
         let state = ConnState::new(crate::Clock::new(), None);
-        state.grant("sb://localhost:5699/q1/$management", None, crate::Rights::ALL);
+        state.grant(
+            "sb://localhost:5699/q1/$management",
+            None,
+            crate::Rights::ALL,
+        );
         assert!(state.is_granted("q1/$management", None));
         assert!(!state.is_granted("q1", None));
         assert!(!state.is_granted("q1/$DeadLetterQueue", None));
         let state = ConnState::new(crate::Clock::new(), None);
-        state.grant("amqp://localhost/t1/Subscriptions/s1/$DeadLetterQueue", None, crate::Rights::ALL);
+        state.grant(
+            "amqp://localhost/t1/Subscriptions/s1/$DeadLetterQueue",
+            None,
+            crate::Rights::ALL,
+        );
         assert!(state.is_granted("t1/subscriptions/s1/$deadletterqueue/$management", None));
         assert!(!state.is_granted("t1/Subscriptions/s1", None));
     }

@@ -118,7 +118,12 @@ async fn answer(
         // node covers the node.
         Node::Management(entity) => {
             match state.refusal(&format!("{entity}/$management"), operation_right(request)) {
-                Some(why) => (401, why, Some(sb_amqp::condition::UNAUTHORIZED_ACCESS), None),
+                Some(why) => (
+                    401,
+                    why,
+                    Some(sb_amqp::condition::UNAUTHORIZED_ACCESS),
+                    None,
+                ),
                 None => management(request, broker, entity).await,
             }
         }
