@@ -7,6 +7,12 @@ use sb_inbox::{DuplicateScope, ErrorKind, OutboxMessage, Store, Tx, VersionCheck
 
 use crate::support::Count;
 
+// The first-error rule and savepoints (issue 14, finding 3), in their own file.
+pub(crate) use crate::first_error::{
+    a_failed_statement_refuses_the_rest_and_the_commit,
+    a_released_savepoint_covers_nothing_after_it, a_savepoint_tolerates_an_expected_error,
+    savepoints_nest_and_release,
+};
 // The outbox relay's and retention's cases, written in their own file.
 pub(crate) use crate::outbox::{
     backlog_counts_pending_rows, concurrent_claims_are_disjoint, outbox_claim_lease_and_mark,
@@ -209,4 +215,8 @@ all_stores!(
     backlog_counts_pending_rows,
     retention_deletes_old_rows_in_batches,
     retention_runs_beside_a_consumer,
+    a_failed_statement_refuses_the_rest_and_the_commit,
+    a_savepoint_tolerates_an_expected_error,
+    savepoints_nest_and_release,
+    a_released_savepoint_covers_nothing_after_it,
 );

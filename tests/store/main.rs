@@ -7,6 +7,7 @@
 mod support;
 
 mod conformance;
+mod first_error;
 mod mssql_errors;
 mod mssql_mock;
 mod outbox;

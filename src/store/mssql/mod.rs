@@ -37,7 +37,8 @@ pub use token::{
 pub(crate) use config::{is_ado, is_url};
 
 use super::Migration;
-use crate::ports::{ErrorKind, OutboxMessage, Store, StoreError, Tx, VersionCheck};
+use super::tx_state::TxState;
+use crate::ports::{ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck};
 
 /// The SQL Server migrations, in order.
 pub const MIGRATIONS: &[Migration] = &[
@@ -415,26 +416,51 @@ impl Store for MssqlStore {
         // Marked first: if BEGIN is cancelled half-way the pool discards the connection.
         conn.in_tx = true;
         conn.batch("BEGIN TRANSACTION").await?;
-        Ok(MssqlTx { conn })
+        Ok(MssqlTx {
+            conn,
+            state: TxState::default(),
+            xact_abort_off: false,
+        })
     }
 }
 
 /// An open SQL Server transaction. Dropping it without commit or rollback discards the
 /// connection, which ends the transaction on the server.
+///
+/// With `XACT_ABORT ON` an error rolls the whole transaction back on the server, and a later
+/// statement would run outside any transaction and autocommit. This type refuses every
+/// statement and the commit after the first error ([`Tx`]'s rule), and each statement checks
+/// `@@TRANCOUNT` on the server first ([`TX_ENDED`]). A savepoint turns `XACT_ABORT` off for
+/// the rest of the transaction, since with it on no error can be rolled back to a savepoint.
 #[derive(Debug)]
 pub struct MssqlTx {
     conn: PooledConnection<'static, MssqlManager>,
+    state: TxState,
+    /// `SET XACT_ABORT OFF` was sent (by the first savepoint); the end restores it.
+    xact_abort_off: bool,
 }
+
+/// The error number the statement guard raises when the transaction has ended on the server
+/// (`@@TRANCOUNT` is 0): the statement does not run.
+pub const TX_ENDED: u32 = 59_317;
+
+/// Put before every statement of an [`MssqlTx`].
+const GUARD: &str = "IF @@TRANCOUNT = 0 THROW 59317, N'sb-inbox: the transaction has ended on the server; statement refused', 1;\n";
 
 impl MssqlTx {
     /// Executes one parameterised statement (`@P1`, `@P2`, …), classifying its error; returns
-    /// the rows affected.
+    /// the rows affected. Refused after an earlier failure, and on the server when the
+    /// transaction has ended there.
     ///
     /// # Errors
-    /// The classified [`StoreError`]; an I/O, TLS or timeout error also marks the connection
-    /// broken so the pool evicts it.
+    /// The classified [`StoreError`]; [`StoreError::refused`] after an earlier failure. An
+    /// I/O, TLS or timeout error also marks the connection broken so the pool evicts it.
     pub async fn execute(&mut self, sql: &str, params: &[&dyn ToSql]) -> Result<u64, StoreError> {
-        self.conn.execute(sql, params).await
+        let guarded = format!("{GUARD}{sql}");
+        let conn = &mut self.conn;
+        self.state
+            .run(async { conn.execute(&guarded, params).await })
+            .await
     }
 
     /// Runs one parameterised query, reading every result set to the end.
@@ -446,15 +472,39 @@ impl MssqlTx {
         sql: &str,
         params: &[&dyn ToSql],
     ) -> Result<Vec<Row>, StoreError> {
-        self.conn.query(sql, params).await
+        let guarded = format!("{GUARD}{sql}");
+        let conn = &mut self.conn;
+        self.state
+            .run(async { conn.query(&guarded, params).await })
+            .await
     }
 
+    /// Ends the transaction with `sql`, restoring `XACT_ABORT`; on failure rolls back, so the
+    /// connection stays reusable.
     async fn finish(&mut self, sql: &str) -> Result<(), StoreError> {
-        self.conn.batch(sql).await?;
-        self.conn.in_tx = false;
-        Ok(())
+        let restore = if self.xact_abort_off {
+            "; SET XACT_ABORT ON"
+        } else {
+            ""
+        };
+        let result = self.conn.batch(&format!("{sql}{restore}")).await.map(drop);
+        let ended = match &result {
+            Ok(()) => true,
+            Err(_) => self
+                .conn
+                .batch(&format!("{ROLLBACK}{restore}"))
+                .await
+                .is_ok(),
+        };
+        if ended {
+            self.conn.in_tx = false;
+        }
+        result
     }
 }
+
+/// Tolerant of a transaction that is already gone: `XACT_ABORT` rolls back on any error.
+const ROLLBACK: &str = "IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION";
 
 impl Tx for MssqlTx {
     async fn insert_inbox(&mut self, consumer: &str, message_id: &str) -> Result<(), StoreError> {
@@ -547,12 +597,52 @@ impl Tx for MssqlTx {
         .map(drop)
     }
 
+    async fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
+        let savepoint = self.state.next_savepoint()?;
+        let save = format!("SAVE TRANSACTION {}", savepoint.name());
+        let sql = if self.xact_abort_off {
+            save
+        } else {
+            format!("SET XACT_ABORT OFF; {save}")
+        };
+        self.xact_abort_off = true;
+        let conn = &mut self.conn;
+        self.state
+            .run(async { conn.batch(&sql).await.map(drop) })
+            .await?;
+        self.state.marked(&savepoint);
+        Ok(savepoint)
+    }
+
+    async fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        self.state.rollback_target(&savepoint)?;
+        // Fails (3903, 3931) when the error ended or doomed the whole transaction.
+        let sql = format!("ROLLBACK TRANSACTION {}", savepoint.name());
+        match self.conn.batch(&sql).await {
+            Ok(_) => {
+                self.state.rolled_back(&savepoint);
+                Ok(())
+            }
+            Err(error) => Err(self.state.rollback_failed(error)),
+        }
+    }
+
+    async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        // SQL Server has no RELEASE: a savepoint just stays until the transaction ends.
+        self.state.release(&savepoint, false)
+    }
+
     async fn commit(mut self) -> Result<(), StoreError> {
+        if let Err(refused) = self.state.check() {
+            if let Err(error) = self.finish(ROLLBACK).await {
+                tracing::warn!(%error, "Rollback failed; the connection is discarded.");
+            }
+            return Err(refused);
+        }
         self.finish("COMMIT TRANSACTION").await
     }
 
     async fn rollback(mut self) -> Result<(), StoreError> {
-        // XACT_ABORT may have rolled the transaction back already (any error does).
-        self.finish("IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION").await
+        self.finish(ROLLBACK).await
     }
 }

@@ -18,7 +18,8 @@ use tokio_postgres::{Client, Row, Statement};
 pub use classify::classify;
 
 use super::Migration;
-use crate::ports::{ErrorKind, OutboxMessage, Store, StoreError, Tx, VersionCheck};
+use super::tx_state::{TxState, rollback_to_sql};
+use crate::ports::{ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck};
 
 /// The PostgreSQL migrations, in order.
 pub const MIGRATIONS: &[Migration] = &[
@@ -223,49 +224,67 @@ impl Store for PgStore {
         // Marked first: if BEGIN is cancelled half-way the pool discards the connection.
         conn.in_tx = true;
         conn.client.batch_execute("BEGIN").await.map_err(classify)?;
-        Ok(PgTx { conn })
+        Ok(PgTx {
+            conn,
+            state: TxState::default(),
+        })
     }
 }
 
 /// An open PostgreSQL transaction. Dropping it without commit or rollback discards the
 /// connection, which ends the transaction on the server.
+///
+/// After a failed statement PostgreSQL aborts the transaction; this one then refuses every
+/// statement and the commit ([`Tx`]'s first-error rule). Use [`Tx::savepoint`] to go on after
+/// an expected error.
 #[derive(Debug)]
 pub struct PgTx {
     conn: PooledConnection<'static, PgManager>,
+    state: TxState,
 }
 
+/// Commits, after a statement that fails in an aborted transaction: PostgreSQL answers a
+/// `COMMIT` there with `ROLLBACK` and no error, and `tokio-postgres` does not show the command
+/// tag. In an aborted transaction the probe fails (25P02) and the rest of the batch is skipped;
+/// otherwise it costs nothing, sent in the same message.
+const COMMIT: &str = "SELECT 1; COMMIT";
+
 impl PgTx {
-    /// The client, for the handler's business statements.
+    /// The client, for statements this type has no method for. Statements run through it
+    /// bypass the first-error rule: prefer [`PgTx::execute`] and [`PgTx::query`]. The commit
+    /// still fails when such a statement aborted the transaction.
     pub fn client(&self) -> &Client {
         &self.conn.client
     }
 
-    /// Executes one statement, classifying its error.
+    /// Executes one statement, classifying its error; refused after an earlier failure.
     ///
     /// # Errors
-    /// The classified [`StoreError`].
+    /// The classified [`StoreError`]; [`StoreError::refused`] after an earlier failure.
     pub async fn execute(
-        &self,
+        &mut self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<u64, StoreError> {
-        self.conn
-            .client
-            .execute(sql, params)
+        let client = &self.conn.client;
+        self.state
+            .run(async { client.execute(sql, params).await.map_err(classify) })
             .await
-            .map_err(classify)
     }
 
-    /// Runs one query, classifying its error.
+    /// Runs one query, classifying its error; refused after an earlier failure.
     ///
     /// # Errors
-    /// The classified [`StoreError`].
+    /// As [`PgTx::execute`].
     pub async fn query(
-        &self,
+        &mut self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, StoreError> {
-        self.conn.client.query(sql, params).await.map_err(classify)
+        let client = &self.conn.client;
+        self.state
+            .run(async { client.query(sql, params).await.map_err(classify) })
+            .await
     }
 
     async fn run(
@@ -273,22 +292,30 @@ impl PgTx {
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<u64, StoreError> {
-        let statement = self.conn.prepared(sql).await?;
-        self.conn
-            .client
-            .execute(&statement, params)
+        let conn = &mut self.conn;
+        self.state
+            .run(async {
+                let statement = conn.prepared(sql).await?;
+                conn.client
+                    .execute(&statement, params)
+                    .await
+                    .map_err(classify)
+            })
             .await
-            .map_err(classify)
     }
 
+    /// Ends the transaction with `sql`; on failure rolls back, so the connection stays
+    /// reusable (outside a transaction `ROLLBACK` only warns).
     async fn finish(mut self, sql: &str) -> Result<(), StoreError> {
-        self.conn
-            .client
-            .batch_execute(sql)
-            .await
-            .map_err(classify)?;
-        self.conn.in_tx = false;
-        Ok(())
+        let result = self.conn.client.batch_execute(sql).await.map_err(classify);
+        let ended = match &result {
+            Ok(()) => true,
+            Err(_) => self.conn.client.batch_execute("ROLLBACK").await.is_ok(),
+        };
+        if ended {
+            self.conn.in_tx = false;
+        }
+        result
     }
 }
 
@@ -334,16 +361,19 @@ impl Tx for PgTx {
         if changed == 1 {
             return Ok(VersionCheck::Advanced);
         }
-        let statement = self
-            .conn
-            .prepared("SELECT version FROM sb_inbox_aggregate_version WHERE consumer = $1 AND aggregate = $2")
-            .await?;
+        let conn = &mut self.conn;
         let row = self
-            .conn
-            .client
-            .query_one(&statement, &[&consumer, &aggregate])
-            .await
-            .map_err(classify)?;
+            .state
+            .run(async {
+                let statement = conn
+                    .prepared("SELECT version FROM sb_inbox_aggregate_version WHERE consumer = $1 AND aggregate = $2")
+                    .await?;
+                conn.client
+                    .query_one(&statement, &[&consumer, &aggregate])
+                    .await
+                    .map_err(classify)
+            })
+            .await?;
         Ok(VersionCheck::Stale {
             current: row.get(0),
         })
@@ -368,8 +398,45 @@ impl Tx for PgTx {
         .map(drop)
     }
 
+    async fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
+        let savepoint = self.state.next_savepoint()?;
+        let sql = self.state.savepoint_sql(&savepoint);
+        let client = &self.conn.client;
+        self.state
+            .run(async { client.batch_execute(&sql).await.map_err(classify) })
+            .await?;
+        self.state.marked(&savepoint);
+        Ok(savepoint)
+    }
+
+    async fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        self.state.rollback_target(&savepoint)?;
+        match self
+            .conn
+            .client
+            .batch_execute(&rollback_to_sql(&savepoint))
+            .await
+        {
+            Ok(()) => {
+                self.state.rolled_back(&savepoint);
+                Ok(())
+            }
+            Err(error) => Err(self.state.rollback_failed(classify(error))),
+        }
+    }
+
+    async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        self.state.release(&savepoint, true)
+    }
+
     async fn commit(self) -> Result<(), StoreError> {
-        self.finish("COMMIT").await
+        if let Err(refused) = self.state.check() {
+            if let Err(error) = self.finish("ROLLBACK").await {
+                tracing::warn!(%error, "Rollback failed; the connection is discarded.");
+            }
+            return Err(refused);
+        }
+        self.finish(COMMIT).await
     }
 
     async fn rollback(self) -> Result<(), StoreError> {
