@@ -57,6 +57,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0003_outbox_relay.sql",
         sql: include_str!("../../../sql/mssql/0003_outbox_relay.sql"),
     },
+    Migration {
+        version: 4,
+        name: "0004_exact_keys.sql",
+        sql: include_str!("../../../sql/mssql/0004_exact_keys.sql"),
+    },
 ];
 
 /// Run on every new session. `XACT_ABORT` makes any error roll the transaction back instead of
@@ -537,24 +542,25 @@ impl Tx for MssqlTx {
         version: i64,
     ) -> Result<VersionCheck, StoreError> {
         // UPDLOCK + HOLDLOCK (serializable) on the key range: two transactions for a new
-        // aggregate cannot both take the insert branch.
+        // aggregate cannot both take the insert branch. `aggregate_bytes` because `=` ignores
+        // trailing spaces (sql/mssql/0004_exact_keys.sql).
         let rows = self
             .query(
                 "DECLARE @written int;
                  UPDATE sb_inbox_aggregate_version WITH (UPDLOCK, HOLDLOCK)
                     SET version = @P3, updated_at = SYSUTCDATETIME()
-                  WHERE consumer = @P1 AND aggregate = @P2 AND version < @P3;
+                  WHERE consumer = @P1 AND aggregate = @P2 AND aggregate_bytes = DATALENGTH(@P2) AND version < @P3;
                  SET @written = @@ROWCOUNT;
                  IF @written = 0
                     AND NOT EXISTS (SELECT 1 FROM sb_inbox_aggregate_version WITH (UPDLOCK, HOLDLOCK)
-                                     WHERE consumer = @P1 AND aggregate = @P2)
+                                     WHERE consumer = @P1 AND aggregate = @P2 AND aggregate_bytes = DATALENGTH(@P2))
                  BEGIN
                      INSERT INTO sb_inbox_aggregate_version (consumer, aggregate, version)
                      VALUES (@P1, @P2, @P3);
                      SET @written = @@ROWCOUNT;
                  END;
                  SELECT @written, version FROM sb_inbox_aggregate_version
-                  WHERE consumer = @P1 AND aggregate = @P2;",
+                  WHERE consumer = @P1 AND aggregate = @P2 AND aggregate_bytes = DATALENGTH(@P2);",
                 &[&consumer, &aggregate, &version],
             )
             .await?;
@@ -644,5 +650,65 @@ impl Tx for MssqlTx {
 
     async fn rollback(mut self) -> Result<(), StoreError> {
         self.finish(ROLLBACK).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MIGRATIONS;
+
+    /// Issue 14, finding 1. SQL Server cannot run here (and the mock TDS server cannot take a
+    /// migration script); the real server runs `keys_compare_exactly` in GitHub Actions. This
+    /// checks the scripts themselves: after all migrations, every key column is binary-collated
+    /// and every dedupe key also holds the key's length (`=` ignores trailing spaces).
+    #[test]
+    fn migrations_make_every_key_exact() {
+        let versions: Vec<i64> = MIGRATIONS.iter().map(|m| m.version).collect();
+        assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
+        let all: String = MIGRATIONS
+            .iter()
+            .map(|m| m.sql.to_ascii_lowercase())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let columns = [
+            ("sb_inbox", "consumer"),
+            ("sb_inbox", "message_id"),
+            ("sb_inbox_business_key", "consumer"),
+            ("sb_inbox_business_key", "business_key"),
+            ("sb_inbox_aggregate_version", "consumer"),
+            ("sb_inbox_aggregate_version", "aggregate"),
+            ("sb_outbox", "message_id"),
+        ];
+        for (table, column) in columns {
+            let altered = format!("alter table {table} alter column {column} nvarchar(");
+            let line = all
+                .lines()
+                .find(|line| line.starts_with(&altered))
+                .unwrap_or_else(|| panic!("{table}.{column} is never re-collated"));
+            assert!(
+                line.contains(" collate latin1_general_100_bin2 not null"),
+                "{line}"
+            );
+        }
+        // The last definition of each dedupe key (constraint names unchanged).
+        for (constraint, columns) in [
+            ("pk_sb_inbox", "(consumer, message_id, message_id_bytes)"),
+            (
+                "pk_sb_inbox_business_key",
+                "(consumer, business_key, business_key_bytes)",
+            ),
+            (
+                "pk_sb_inbox_aggregate_version",
+                "(consumer, aggregate, aggregate_bytes)",
+            ),
+            ("uq_sb_outbox_message_id", "(message_id, message_id_bytes)"),
+        ] {
+            let defined = format!("constraint {constraint}\n");
+            let at = all
+                .rfind(&defined)
+                .unwrap_or_else(|| panic!("{constraint} is never re-created"));
+            let definition = &all[at..all[at..].find(')').map_or(all.len(), |end| at + end + 1)];
+            assert!(definition.ends_with(columns), "{definition}");
+        }
     }
 }
