@@ -569,3 +569,32 @@ async fn mock_savepoint_tolerates_an_expected_error() {
         .unwrap();
     tx.commit().await.unwrap();
 }
+
+/// Issue 14, finding 6 (store part): a statement that gets no answer (a half-open connection,
+/// a server stuck) ends at the command timeout with a transient error, and the connection is
+/// dropped. The mock answers inserts only after 60 s; `Command Timeout=1` ends the wait.
+#[tokio::test]
+async fn mock_statement_without_answer_times_out() {
+    let mock = mock().await;
+    mock.registry.lock().await.register(
+        INSERT,
+        QueryResponse::new(Vec::new(), Vec::new()).with_delay(std::time::Duration::from_secs(60)),
+    );
+    let store = MssqlStore::connect(
+        &format!("{};Command Timeout=1", connection_string(mock.port)),
+        2,
+    )
+    .await
+    .unwrap();
+    let mut tx = store.begin().await.unwrap();
+    let started = std::time::Instant::now();
+    let error = tx.insert_inbox("c", "m-1").await.unwrap_err();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "bounded"
+    );
+    assert_eq!(error.kind(), ErrorKind::Connection, "{error}");
+    assert!(error.kind().is_transient());
+    drop(tx);
+    assert_eq!(store.connections(), 0, "dropped");
+}

@@ -296,3 +296,42 @@ async fn a_commit_answered_with_rollback_is_an_error() {
     tx.commit().await.unwrap();
     assert_eq!(store.count("sb_inbox").await.unwrap(), 1);
 }
+
+/// Issue 14, finding 6 (store part): every session has a statement and a lock timeout, so a lock
+/// held elsewhere cannot hold a message (and its renewed lock) forever; the URL can set them,
+/// and a wait that runs out is a transient error.
+#[tokio::test]
+async fn sessions_have_statement_and_lock_timeouts() {
+    use crate::support::{pg_url, schema_for, with_search_path};
+    let store = pg_store("pg_session_bounds", 2).await;
+    let show = |setting: &'static str| {
+        let store = store.clone();
+        async move {
+            let rows = store.query(&format!("SHOW {setting}"), &[]).await.unwrap();
+            rows[0].get::<_, String>(0)
+        }
+    };
+    assert_eq!(show("statement_timeout").await, "1min");
+    assert_eq!(show("lock_timeout").await, "30s");
+
+    let url = format!(
+        "{}%20-clock_timeout%3D200ms",
+        with_search_path(&pg_url(), &schema_for("pg_session_bounds"))
+    );
+    let bounded = PgStore::connect(&url, 1).await.unwrap();
+    let mut holder = begin(&store).await;
+    holder
+        .execute("LOCK TABLE inventory_stock IN ACCESS EXCLUSIVE MODE", &[])
+        .await
+        .unwrap();
+    let mut waiter = begin(&bounded).await;
+    let error = fails(&mut waiter, "SELECT count(*) FROM inventory_stock").await;
+    assert_eq!(
+        (error.code(), error.kind()),
+        (Some("55P03"), ErrorKind::Contention),
+        "{error}"
+    );
+    assert!(error.kind().is_transient());
+    waiter.rollback().await.unwrap();
+    holder.rollback().await.unwrap();
+}

@@ -29,7 +29,7 @@ use tokio::net::TcpStream;
 use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 
 pub use classify::{TRANSIENT, breaks_connection, classify};
-pub use config::MssqlConfig;
+pub use config::{DEFAULT_COMMAND_TIMEOUT, MssqlConfig};
 pub use token::{
     AZURE_SQL_SCOPE, AzureTokenSource, StaticToken, TokenFuture, TokenSource, parse_authentication,
 };
@@ -64,7 +64,8 @@ pub const MIGRATIONS: &[Migration] = &[
     },
 ];
 
-/// Run on every new session. `XACT_ABORT` makes any error roll the transaction back instead of
+/// Run on every new session, followed by `SET LOCK_TIMEOUT` ([`MssqlConfig::command_timeout`]).
+/// `XACT_ABORT` makes any error roll the transaction back instead of
 /// leaving it open with half its statements applied; `us_english` keeps the messages the
 /// classifier parses in their documented form; the ANSI options are those filtered indexes
 /// (`ix_sb_outbox_pending`) and truncation errors (`ANSI_WARNINGS`) require, whatever the login
@@ -79,6 +80,9 @@ const HEALTH_CHECK: &str = "SELECT @@TRANCOUNT";
 /// How long the TCP connect may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// TCP keepalive: idle time, probe interval, probes.
+const KEEPALIVE: (Duration, Duration, u32) = (Duration::from_secs(30), Duration::from_secs(10), 3);
+
 /// How many gateway redirects one connect follows (Azure SQL sends one at most).
 const MAX_REDIRECTS: usize = 3;
 
@@ -90,6 +94,8 @@ pub struct MssqlConn {
     client: MssqlClient,
     broken: bool,
     in_tx: bool,
+    /// [`MssqlConfig::command_timeout`]; `None` while migrating.
+    command_timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for MssqlConn {
@@ -114,36 +120,57 @@ impl MssqlConn {
         error
     }
 
+    /// Waits for `request` at most the command timeout. Past it the response is half read, so
+    /// the connection is marked broken (the pool drops it and the server rolls back).
+    async fn bounded<T>(
+        &mut self,
+        request: impl AsyncFnOnce(&mut MssqlClient) -> tiberius::Result<T>,
+    ) -> Result<T, StoreError> {
+        let limit = self.command_timeout;
+        let result = match limit {
+            Some(limit) => tokio::time::timeout(limit, request(&mut self.client)).await,
+            None => Ok(request(&mut self.client).await),
+        };
+        match result {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(self.fail(error)),
+            Err(_) => {
+                self.broken = true;
+                Err(StoreError::new(
+                    ErrorKind::Connection,
+                    None,
+                    None,
+                    format!(
+                        "statement timed out after {} s (Command Timeout); the connection is dropped",
+                        limit.unwrap_or_default().as_secs()
+                    ),
+                ))
+            }
+        }
+    }
+
     /// Runs a parameterised statement (`@P1`, `@P2`, …); returns the rows affected.
     async fn execute(&mut self, sql: &str, params: &[&dyn ToSql]) -> Result<u64, StoreError> {
-        match self.client.execute(sql, params).await {
-            Ok(result) => Ok(result.total()),
-            Err(error) => Err(self.fail(error)),
-        }
+        self.bounded(async |client| Ok(client.execute(sql, params).await?.total()))
+            .await
     }
 
     /// Runs a parameterised query and reads every result set to the end.
     async fn query(&mut self, sql: &str, params: &[&dyn ToSql]) -> Result<Vec<Row>, StoreError> {
-        let result = match self.client.query(sql, params).await {
-            Ok(stream) => stream.into_results().await,
-            Err(error) => Err(error),
-        };
-        match result {
-            Ok(sets) => Ok(sets.into_iter().flatten().collect()),
-            Err(error) => Err(self.fail(error)),
-        }
+        self.bounded(async |client| {
+            let sets = client.query(sql, params).await?.into_results().await?;
+            Ok(sets.into_iter().flatten().collect())
+        })
+        .await
     }
 
     /// Runs a batch without parameters and reads it to the end.
     async fn batch(&mut self, sql: &str) -> Result<Vec<Row>, StoreError> {
-        let result = match self.client.simple_query(sql).await {
-            Ok(stream) => stream.into_results().await,
-            Err(error) => Err(error),
-        };
-        match result {
-            Ok(sets) => Ok(sets.into_iter().flatten().collect()),
-            Err(error) => Err(self.fail(error)),
-        }
+        self.bounded(async |client| {
+            let sets = client.simple_query(sql).await?.into_results().await?;
+            Ok(sets.into_iter().flatten().collect())
+        })
+        .await
     }
 }
 
@@ -172,6 +199,17 @@ impl MssqlManager {
             })?
             .map_err(|error| classify(error.into()))?;
         tcp.set_nodelay(true)
+            .map_err(|error| classify(error.into()))?;
+        // A peer that vanished (failover, a dropped NAT entry) is noticed within a minute
+        // instead of never: tiberius itself has no read timeout.
+        let (idle, interval, probes) = KEEPALIVE;
+        socket2::SockRef::from(&tcp)
+            .set_tcp_keepalive(
+                &socket2::TcpKeepalive::new()
+                    .with_time(idle)
+                    .with_interval(interval)
+                    .with_retries(probes),
+            )
             .map_err(|error| classify(error.into()))?;
         Ok(tcp)
     }
@@ -210,8 +248,11 @@ impl ManageConnection for MssqlManager {
             client,
             broken: false,
             in_tx: false,
+            command_timeout: self.config.command_timeout,
         };
-        conn.batch(SESSION_SETUP).await?;
+        let lock_timeout = self.config.lock_timeout_ms();
+        conn.batch(&format!("{SESSION_SETUP} SET LOCK_TIMEOUT {lock_timeout};"))
+            .await?;
         Ok(conn)
     }
 
@@ -346,6 +387,10 @@ impl MssqlStore {
     /// A [`StoreError`] from the first failing script (its transaction rolls back).
     pub async fn migrate(&self) -> Result<usize, StoreError> {
         let mut conn = self.connection().await?;
+        // A migration may rebuild a key on a large table: no command timeout (the connection
+        // is dropped afterwards, so the pool never sees it unbounded).
+        conn.command_timeout = None;
+        conn.broken = true;
         let mut applied = 0;
         for migration in MIGRATIONS {
             conn.in_tx = true;

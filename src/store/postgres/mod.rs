@@ -5,6 +5,7 @@
 //! state. Statements are prepared once per connection. Connections are plain TCP, a Unix
 //! socket, or TLS with verification (`sslmode`, `sslrootcert`: see `tls`).
 
+mod bounds;
 mod classify;
 mod outbox;
 mod tls;
@@ -15,6 +16,7 @@ use bb8::{ManageConnection, Pool, PooledConnection};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row, Statement};
 
+pub use bounds::{LOCK_TIMEOUT, STATEMENT_TIMEOUT};
 pub use classify::classify;
 
 use super::Migration;
@@ -67,6 +69,8 @@ impl PgConn {
 pub struct PgManager {
     config: tokio_postgres::Config,
     tls: tls::PgTls,
+    /// The `SET`s each new session runs ([`bounds`]).
+    session_setup: String,
 }
 
 impl ManageConnection for PgManager {
@@ -84,6 +88,12 @@ impl ManageConnection for PgManager {
                 tracing::debug!(%error, "PostgreSQL connection ended.");
             }
         });
+        if !self.session_setup.is_empty() {
+            client
+                .batch_execute(&self.session_setup)
+                .await
+                .map_err(classify)?;
+        }
         Ok(PgConn {
             client,
             statements: HashMap::new(),
@@ -125,7 +135,9 @@ pub struct PgStore {
 
 impl PgStore {
     /// Connects a pool of at most `max_size` connections to a `postgres://` URL (libpq key/value
-    /// strings work too). The URL's `options` can set `-c search_path=…`. TLS: `sslmode=require`
+    /// strings work too). The URL's `options` can set `-c search_path=…`. Sessions get a
+    /// statement timeout ([`STATEMENT_TIMEOUT`]), a lock timeout ([`LOCK_TIMEOUT`]) and TCP
+    /// keepalive unless the URL sets them (`options=-c lock_timeout=5s`, `keepalives_idle=…`). TLS: `sslmode=require`
     /// (or `verify-full`) with the server's certificate verified against the webpki roots and
     /// `sslrootcert=PATH`; no `sslmode` means plain TCP.
     ///
@@ -133,8 +145,13 @@ impl PgStore {
     /// [`ErrorKind::Schema`] for an unparseable URL or `sslrootcert`; the classified error of a
     /// first connection, made before returning.
     pub async fn connect(url: &str, max_size: u32) -> Result<Self, StoreError> {
-        let (config, tls) = tls::parse(url)?;
-        let manager = PgManager { config, tls };
+        let (mut config, tls) = tls::parse(url)?;
+        let session_setup = bounds::apply(&mut config, url);
+        let manager = PgManager {
+            config,
+            tls,
+            session_setup,
+        };
         // One connection up front, so that a wrong host, password or certificate fails here with
         // its cause; the pool would retry it silently until its timeout.
         drop(manager.connect().await?);
@@ -176,6 +193,10 @@ impl PgStore {
         let mut applied = 0;
         for migration in MIGRATIONS {
             let tx = client.transaction().await.map_err(classify)?;
+            // A migration may build an index on a large table or wait for another `migrate`.
+            tx.batch_execute("SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0")
+                .await
+                .map_err(classify)?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
                 .await
                 .map_err(classify)?;
