@@ -271,6 +271,7 @@ impl Savepoint {
 /// statement that may fail inside a savepoint:
 ///
 /// ```
+/// # #[allow(dead_code)]
 /// # async fn example<T: sb_inbox::Tx>(tx: &mut T) -> Result<(), sb_inbox::StoreError> {
 /// use sb_inbox::ErrorKind;
 /// let savepoint = tx.savepoint().await?;
