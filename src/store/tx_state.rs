@@ -85,28 +85,32 @@ impl TxState {
         self.position(savepoint).map(drop)
     }
 
-    /// The database rolled back to `savepoint` and released it: the error raised after it is
-    /// forgotten, and the savepoints marked after it are gone with it.
-    pub(crate) fn rolled_back(&mut self, savepoint: &Savepoint) {
-        if let Ok(position) = self.position(savepoint) {
-            self.live.truncate(position);
-        }
-        // Every pending release was marked after `savepoint` (releasing an earlier one would
-        // have ended it): the rollback removed them on the server.
-        self.pending_release.clear();
-        self.failed = None;
-    }
-
-    /// Rolling back to a savepoint failed: the database ended more than the savepoint (a
-    /// deadlock or `XACT_ABORT` rolls back the whole transaction). The transaction stays failed
-    /// and the first error is what the caller sees, so it settles as that error says.
-    pub(crate) fn rollback_failed(&mut self, error: StoreError) -> StoreError {
+    /// Records how rolling back to `savepoint` went. Done: the error raised after it is
+    /// forgotten, and the savepoints marked after it are gone with it. Failed: the database
+    /// ended more than the savepoint (a deadlock or `XACT_ABORT` rolls back the whole
+    /// transaction), so the transaction stays failed and the caller sees the first error, to
+    /// settle as that error says.
+    pub(crate) fn rolled_back(
+        &mut self,
+        savepoint: &Savepoint,
+        result: Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let Err(error) = result else {
+            if let Ok(position) = self.position(savepoint) {
+                self.live.truncate(position);
+            }
+            // Every pending release was marked after `savepoint` (releasing an earlier one
+            // would have ended it): the rollback removed them on the server.
+            self.pending_release.clear();
+            self.failed = None;
+            return Ok(());
+        };
         tracing::warn!(%error, "Rolling back to a savepoint failed; the transaction stays failed.");
         match &self.failed {
-            Some(first) => StoreError::refused(first),
+            Some(first) => Err(StoreError::refused(first)),
             None => {
                 self.failed = Some(error.clone());
-                error
+                Err(error)
             }
         }
     }
@@ -181,7 +185,7 @@ mod tests {
         assert!(state.next_savepoint().unwrap_err().is_refused());
         assert!(state.release(&outer, true).unwrap_err().is_refused());
         state.rollback_target(&outer).unwrap();
-        state.rolled_back(&outer);
+        state.rolled_back(&outer, Ok(())).unwrap();
         state.check().unwrap();
         assert!(state.live.is_empty());
         assert_eq!(
@@ -220,12 +224,16 @@ mod tests {
         let a = state.next_savepoint().unwrap();
         state.marked(&a);
         state.record::<()>(Err(error(ErrorKind::Contention))).ok();
-        let seen = state.rollback_failed(error(ErrorKind::Unknown));
+        let seen = state
+            .rolled_back(&a, Err(error(ErrorKind::Unknown)))
+            .unwrap_err();
         assert_eq!(seen.kind(), ErrorKind::Contention);
         assert!(state.check().is_err());
         // Without an earlier error the failed rollback itself is the first error.
         let mut state = TxState::default();
-        let seen = state.rollback_failed(error(ErrorKind::Unknown));
+        let seen = state
+            .rolled_back(&a, Err(error(ErrorKind::Unknown)))
+            .unwrap_err();
         assert!(!seen.is_refused());
         assert_eq!(state.check().unwrap_err().kind(), ErrorKind::Unknown);
     }

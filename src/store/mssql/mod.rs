@@ -669,13 +669,8 @@ impl Tx for MssqlTx {
         self.state.rollback_target(&savepoint)?;
         // Fails (3903, 3931) when the error ended or doomed the whole transaction.
         let sql = format!("ROLLBACK TRANSACTION {}", savepoint.name());
-        match self.conn.batch(&sql).await {
-            Ok(_) => {
-                self.state.rolled_back(&savepoint);
-                Ok(())
-            }
-            Err(error) => Err(self.state.rollback_failed(error)),
-        }
+        let result = self.conn.batch(&sql).await.map(drop);
+        self.state.rolled_back(&savepoint, result)
     }
 
     async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {

@@ -432,18 +432,13 @@ impl Tx for PgTx {
 
     async fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
         self.state.rollback_target(&savepoint)?;
-        match self
+        let result = self
             .conn
             .client
             .batch_execute(&rollback_to_sql(&savepoint))
             .await
-        {
-            Ok(()) => {
-                self.state.rolled_back(&savepoint);
-                Ok(())
-            }
-            Err(error) => Err(self.state.rollback_failed(classify(error))),
-        }
+            .map_err(classify);
+        self.state.rolled_back(&savepoint, result)
     }
 
     async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {

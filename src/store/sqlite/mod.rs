@@ -358,13 +358,11 @@ impl Tx for SqliteTx {
 
     async fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
         self.state.rollback_target(&savepoint)?;
-        match self.conn.execute_batch(&rollback_to_sql(&savepoint)) {
-            Ok(()) => {
-                self.state.rolled_back(&savepoint);
-                Ok(())
-            }
-            Err(error) => Err(self.state.rollback_failed(classify(error))),
-        }
+        let result = self
+            .conn
+            .execute_batch(&rollback_to_sql(&savepoint))
+            .map_err(classify);
+        self.state.rolled_back(&savepoint, result)
     }
 
     async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
