@@ -228,19 +228,19 @@ impl SqliteTx {
         })
     }
 
-    /// Reads one row, classifying its error; refused after an earlier failure.
+    /// Reads the first row, if any, classifying its error; refused after an earlier failure.
     ///
     /// # Errors
-    /// As [`SqliteTx::execute`]; no row is [`ErrorKind::Unknown`].
+    /// As [`SqliteTx::execute`].
     pub fn query_row<T>(
         &mut self,
         sql: &str,
         params: impl rusqlite::Params,
         row: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
-    ) -> Result<T, StoreError> {
+    ) -> Result<Option<T>, StoreError> {
         self.statement(|conn| {
             conn.prepare_cached(sql)
-                .and_then(|mut stmt| stmt.query_row(params, row))
+                .and_then(|mut stmt| stmt.query_row(params, row).optional())
         })
     }
 
@@ -323,11 +323,20 @@ impl Tx for SqliteTx {
         if changed == 1 {
             return Ok(VersionCheck::Advanced);
         }
-        let current = self.query_row(
-            "SELECT version FROM sb_inbox_aggregate_version WHERE consumer = ?1 AND aggregate = ?2",
-            params![consumer, aggregate],
-            |row| row.get(0),
-        )?;
+        let current = self
+            .query_row(
+                "SELECT version FROM sb_inbox_aggregate_version WHERE consumer = ?1 AND aggregate = ?2",
+                params![consumer, aggregate],
+                |row| row.get(0),
+            )?
+            .ok_or_else(|| {
+                StoreError::new(
+                    ErrorKind::Unknown,
+                    None,
+                    None,
+                    "aggregate version row missing after upsert",
+                )
+            })?;
         Ok(VersionCheck::Stale { current })
     }
 
