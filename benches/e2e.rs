@@ -25,8 +25,8 @@ use sb_emulator::Emulator;
 use sb_inbox::inventory::{InventoryTx, OrderPlaced, OrderPlacedConsumer};
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
 use sb_inbox::{
-    ConsumerName, Message, OutboxMessage, PgStore, PgTx, Runtime, RuntimeConfig, Store, StoreError,
-    Tx, VersionCheck,
+    ConsumerName, Message, OutboxMessage, PgStore, PgTx, Runtime, RuntimeConfig, Savepoint, Store,
+    StoreError, Tx, VersionCheck,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -152,6 +152,18 @@ impl Tx for NoInboxTx {
 
     async fn append_outbox(&mut self, message: &OutboxMessage) -> Result<(), StoreError> {
         self.0.append_outbox(message).await
+    }
+
+    async fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
+        self.0.savepoint().await
+    }
+
+    async fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        self.0.rollback_to(savepoint).await
+    }
+
+    async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        self.0.release(savepoint).await
     }
 
     async fn commit(self) -> Result<(), StoreError> {

@@ -40,8 +40,8 @@ pub mod worker;
 
 pub use ports::{
     Delivery, DuplicateScope, ErrorKind, Message, OutboxBacklog, OutboxLease, OutboxMessage,
-    OutboxRow, OutboxStore, PropertyValue, ReceiveError, Receiver, RetentionStore, SendFailure,
-    Sender, SettleError, Source, Store, StoreError, Tx, VersionCheck,
+    OutboxRow, OutboxStore, PropertyValue, ReceiveError, Receiver, RetentionStore, Savepoint,
+    SendFailure, Sender, SettleError, Source, Store, StoreError, Tx, VersionCheck,
 };
 pub use runtime::{
     Clock, ConsumerName, ConsumerNameError, Context, Contract, ContractParseError,

@@ -185,7 +185,7 @@ impl Backdate for PgStore {
         let sql = format!(
             "UPDATE {table} SET {column} = {column} - interval '{days} days' WHERE {filter}"
         );
-        let tx = self.begin().await?;
+        let mut tx = self.begin().await?;
         let n = tx.execute(&sql, &[]).await?;
         sb_inbox::Tx::commit(tx).await?;
         Ok(n)

@@ -70,6 +70,10 @@ resource database 'Microsoft.Sql/servers/databases@2023-08-01-preview' = {
   tags: tags
   sku: databaseSku
   properties: {
+    // The default for new Azure SQL databases (case-insensitive). The inbox does not rely on
+    // it: its key columns are Latin1_General_100_BIN2 and carry their byte length
+    // (sql/mssql/0004_exact_keys.sql), so keys differing in case, width or trailing spaces stay
+    // distinct whatever the database collation.
     collation: 'SQL_Latin1_General_CP1_CI_AS'
   }
 }

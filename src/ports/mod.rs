@@ -24,4 +24,6 @@ pub use outbox::{
     MAX_RETENTION_BATCH, OutboxBacklog, OutboxLease, OutboxRow, OutboxStore, RetentionStore,
 };
 pub use sender::{SendFailure, Sender};
-pub use store::{DuplicateScope, ErrorKind, OutboxMessage, Store, StoreError, Tx, VersionCheck};
+pub use store::{
+    DuplicateScope, ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck,
+};

@@ -32,8 +32,13 @@ pub enum ErrorKind {
     Truncation,
     /// A value that cannot be converted to the column's type, or out of range. Permanent.
     Conversion,
-    /// A statement the schema cannot run (missing table or column, permission). Permanent.
+    /// A statement no schema can run (syntax), or a store address or option that does not
+    /// parse. Permanent.
     Schema,
+    /// The deployment does not match the code: a missing table or column (code rolled out
+    /// before `migrate`), a missing grant, a read-only database. Not the message's fault:
+    /// transient, and the runtime reports the store unhealthy while it persists.
+    Deployment,
     /// Serialization failure, deadlock, lock timeout, busy database. Transient.
     Contention,
     /// Server shutting down, failover, throttling, too many connections. Transient.
@@ -51,6 +56,7 @@ impl ErrorKind {
         matches!(
             self,
             ErrorKind::Contention
+                | ErrorKind::Deployment
                 | ErrorKind::Unavailable
                 | ErrorKind::Connection
                 | ErrorKind::Unknown
@@ -74,6 +80,7 @@ impl ErrorKind {
             ErrorKind::Truncation => "truncation",
             ErrorKind::Conversion => "conversion",
             ErrorKind::Schema => "schema",
+            ErrorKind::Deployment => "deployment",
             ErrorKind::Contention => "contention",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Connection => "connection",
@@ -92,12 +99,13 @@ impl fmt::Display for ErrorKind {
 ///
 /// The message is the provider's text for logs; classification never reads it.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{kind} (code {code}{constraint_note}): {message}", code = self.code.as_deref().unwrap_or("none"), constraint_note = self.constraint.as_deref().map(|c| format!(", constraint {c}")).unwrap_or_default())]
+#[error("{refused_note}{kind} (code {code}{constraint_note}): {message}", refused_note = if self.refused { "refused, the transaction failed earlier: " } else { "" }, code = self.code.as_deref().unwrap_or("none"), constraint_note = self.constraint.as_deref().map(|c| format!(", constraint {c}")).unwrap_or_default())]
 pub struct StoreError {
     kind: ErrorKind,
     code: Option<String>,
     constraint: Option<String>,
     message: String,
+    refused: bool,
 }
 
 impl StoreError {
@@ -113,7 +121,24 @@ impl StoreError {
             code,
             constraint,
             message: message.into(),
+            refused: false,
         }
+    }
+
+    /// The error a transaction answers to every statement and to the commit after `first`
+    /// failed: the same kind, code and constraint, so a handler that propagates it settles the
+    /// message exactly as if it had propagated `first`.
+    pub fn refused(first: &StoreError) -> Self {
+        StoreError {
+            refused: true,
+            ..first.clone()
+        }
+    }
+
+    /// True when the transaction refused the statement or the commit because an earlier
+    /// statement failed ([`StoreError::refused`]): nothing ran, nothing is committed.
+    pub fn is_refused(&self) -> bool {
+        self.refused
     }
 
     /// The portable kind.
@@ -140,7 +165,8 @@ impl StoreError {
     /// put in a dead-letter description.
     pub fn redacted(&self) -> String {
         let mut text = format!(
-            "{} (code {}",
+            "{}{} (code {}",
+            if self.refused { "refused after " } else { "" },
             self.kind,
             self.code.as_deref().unwrap_or("none")
         );
@@ -202,9 +228,63 @@ impl OutboxMessage {
     }
 }
 
+/// A savepoint inside a transaction, from [`Tx::savepoint`]; ended by [`Tx::rollback_to`] or
+/// [`Tx::release`].
+///
+/// Its SQL name is generated (`sb_sp_<n>`, unique within the transaction), so savepoints nest
+/// and never shadow one another.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a savepoint is ended by Tx::rollback_to or Tx::release"]
+pub struct Savepoint {
+    id: u32,
+}
+
+impl Savepoint {
+    /// A savepoint with the transaction-unique number `id` (stores number them from 1).
+    pub fn new(id: u32) -> Self {
+        Savepoint { id }
+    }
+
+    /// Its number within the transaction.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Its SQL name: `sb_sp_<id>`, a plain identifier on every store.
+    pub fn name(&self) -> String {
+        format!("sb_sp_{}", self.id)
+    }
+}
+
 /// An open database transaction with the inbox operations.
 ///
 /// Dropping a transaction without [`Tx::commit`] rolls it back.
+///
+/// # The first error ends the transaction
+/// After a statement fails, the transaction refuses every further statement and the commit
+/// with [`StoreError::refused`] (same kind as the first error), and the caller rolls back. A
+/// database may already have aborted the transaction (PostgreSQL) or rolled it back (SQL
+/// Server with `XACT_ABORT ON`), so carrying on would either commit nothing while reporting
+/// success or run later statements outside any transaction.
+///
+/// To tolerate an expected error (insert, and on a unique violation update instead), put the
+/// statement that may fail inside a savepoint:
+///
+/// ```
+/// # #[allow(dead_code)]
+/// # async fn example<T: sb_inbox::Tx>(tx: &mut T) -> Result<(), sb_inbox::StoreError> {
+/// use sb_inbox::ErrorKind;
+/// let savepoint = tx.savepoint().await?;
+/// match tx.claim_business_key("billing", "invoice:7", "m-1").await {
+///     Ok(()) => tx.release(savepoint).await?,
+///     // Undone and forgotten: the transaction goes on.
+///     Err(error) if error.kind() == ErrorKind::Duplicate(sb_inbox::DuplicateScope::BusinessKey) => {
+///         tx.rollback_to(savepoint).await?
+///     }
+///     Err(error) => return Err(error),
+/// }
+/// # Ok(()) }
+/// ```
 pub trait Tx: Send {
     /// Inserts the inbox row `(consumer, message_id)`. A repeat fails with
     /// [`ErrorKind::Duplicate`]`(`[`DuplicateScope::Inbox`]`)` once the first transaction commits.
@@ -233,7 +313,38 @@ pub trait Tx: Send {
         &mut self,
         message: &OutboxMessage,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Marks a savepoint. Savepoints nest; each is ended by [`Tx::rollback_to`] or
+    /// [`Tx::release`] (ending one ends those marked after it).
+    ///
+    /// # Errors
+    /// [`StoreError::refused`] after an earlier failure; the store's error.
+    fn savepoint(&mut self) -> impl Future<Output = Result<Savepoint, StoreError>> + Send;
+    /// Undoes every statement since `savepoint`, a failed one included, and ends it: the
+    /// transaction goes on as before the savepoint and an error raised after it is forgotten.
+    ///
+    /// # Errors
+    /// When the database cannot return to the savepoint (it ended the whole transaction, as
+    /// a deadlock does), the first error, refused: the transaction stays failed. A savepoint
+    /// that is not live in this transaction is a [`ErrorKind::Schema`] error.
+    fn rollback_to(
+        &mut self,
+        savepoint: Savepoint,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Keeps the statements since `savepoint` and ends it. Cheap: stores send nothing or fold
+    /// the release into their next savepoint statement.
+    ///
+    /// # Errors
+    /// [`StoreError::refused`] after a failure (roll back to the savepoint instead); a
+    /// savepoint that is not live is a [`ErrorKind::Schema`] error.
+    fn release(
+        &mut self,
+        savepoint: Savepoint,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Commits.
+    ///
+    /// # Errors
+    /// [`StoreError::refused`] after an earlier failure (nothing is committed; roll back);
+    /// the store's error, also when the database answers a commit with a rollback.
     fn commit(self) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Rolls back.
     fn rollback(self) -> impl Future<Output = Result<(), StoreError>> + Send;

@@ -25,6 +25,7 @@ mod outcome;
 mod process;
 mod retry;
 mod stats;
+mod store_health;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,6 +53,7 @@ pub use retry::{
     RetryPolicy, ScheduledRetry,
 };
 pub use stats::{Stats, StatsSnapshot};
+pub use store_health::{DEPLOYMENT_WINDOW, StoreHealth};
 
 use crate::ports::{ReceiveError, Receiver, Store};
 
@@ -129,6 +131,7 @@ struct Inner<R, S, H> {
     clock: Clock,
     stats: Arc<Stats>,
     observer: observe::Observer,
+    health: StoreHealth,
 }
 
 impl<R, S, H> Runtime<R, S, H>
@@ -151,9 +154,11 @@ where
         clock: Clock,
     ) -> Self {
         let observer = observe::Observer::new(receiver.source(), &config.consumer, clock);
+        let health = StoreHealth::new(&config.consumer);
         Runtime {
             inner: Arc::new(Inner {
                 observer,
+                health,
                 receiver,
                 store,
                 handler,
@@ -167,6 +172,12 @@ where
     /// Counters of outcomes, settlements and renewals, shared with the running runtime.
     pub fn stats(&self) -> Arc<Stats> {
         self.inner.stats.clone()
+    }
+
+    /// The store's fitness as this runtime's transactions find it (deployment errors), for a
+    /// readiness probe.
+    pub fn store_health(&self) -> StoreHealth {
+        self.inner.health.clone()
     }
 
     /// The store.
@@ -281,6 +292,7 @@ where
             keeper: LockKeeper::new(self.config.lock_margin, self.clock)
                 .metered(self.observer.renewal_meter()),
             observer: &self.observer,
+            health: &self.health,
             retry: self.config.delayed_retry.as_ref(),
             clock: self.clock,
         }

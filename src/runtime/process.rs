@@ -7,6 +7,7 @@ use tracing::Instrument as _;
 use super::lock_keeper::KeptLock;
 use super::observe::Observer;
 use super::retry::{self, DelayedRetry, ScheduledRetry};
+use super::store_health::StoreHealth;
 use super::{
     Clock, Context, DeadLetterReason, Handled, Handler, HandlerError, LockKeeper, Outcome,
     Rejection, Settlement, envelope,
@@ -41,6 +42,7 @@ pub(crate) struct Step<'a, S, H> {
     pub(crate) retry: Option<&'a DelayedRetry>,
     pub(crate) clock: Clock,
     pub(crate) observer: &'a Observer,
+    pub(crate) health: &'a StoreHealth,
 }
 
 /// Why an outcome came about, for the abandon properties.
@@ -64,6 +66,8 @@ impl From<StoreError> for Abort {
             ErrorKind::Duplicate(scope) => {
                 Abort::Failed(Outcome::Duplicate(scope), error.redacted())
             }
+            // Logged by `StoreHealth`, once per window.
+            ErrorKind::Deployment => Abort::Failed(Outcome::Transient, error.redacted()),
             kind if kind.is_transient() => {
                 tracing::warn!(error = %error, "Transient store failure.");
                 Abort::Failed(Outcome::Transient, error.redacted())
@@ -180,11 +184,21 @@ where
         ctx: &Context<'_, H::Payload>,
         lock: &KeptLock,
     ) -> Result<Outcome, Abort> {
-        let mut tx = self.store.begin().await?;
+        let mut tx = self.seen(self.store.begin().await)?;
         let work = async {
-            tx.insert_inbox(self.consumer.as_str(), ctx.message_id)
-                .await?;
-            let handled = self.handler.handle(ctx, &mut tx).await?;
+            self.seen(
+                tx.insert_inbox(self.consumer.as_str(), ctx.message_id)
+                    .await,
+            )?;
+            let handled = self
+                .handler
+                .handle(ctx, &mut tx)
+                .await
+                .inspect_err(|error| {
+                    if let HandlerError::Store(error) = error {
+                        self.note(error);
+                    }
+                })?;
             if !lock.is_held() {
                 // Fencing: another instance may already hold the redelivery's lock.
                 return Err(Abort::Failed(
@@ -196,7 +210,8 @@ where
         };
         match work.await {
             Ok(handled) => {
-                tx.commit().await?;
+                self.seen(tx.commit().await)?;
+                self.health.committed();
                 Ok(match handled {
                     Handled::Processed => Outcome::Processed,
                     Handled::Stale => Outcome::Stale,
@@ -209,6 +224,17 @@ where
                 Err(abort)
             }
         }
+    }
+
+    /// Tells the store's health about a deployment error.
+    fn note(&self, error: &StoreError) {
+        if error.kind() == ErrorKind::Deployment {
+            self.health.deployment_error(error);
+        }
+    }
+
+    fn seen<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        result.inspect_err(|error| self.note(error))
     }
 
     async fn settle<D: Delivery>(

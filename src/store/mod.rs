@@ -8,11 +8,14 @@
 //!
 //! Each store classifies its provider's errors from the error code and, for unique violations,
 //! the constraint name: only [`INBOX_CONSTRAINT`] and [`BUSINESS_KEY_CONSTRAINT`] are duplicates.
-//! Migrations live in `sql/<provider>/` and are compiled in.
+//! Migrations live in `sql/<provider>/` and are compiled in. Every store's transaction keeps
+//! its first error and refuses what follows it (`tx_state`); savepoints are the way past an
+//! expected error.
 
 pub mod mssql;
 pub mod postgres;
 pub mod sqlite;
+mod tx_state;
 mod url;
 
 pub use mssql::{MssqlConfig, MssqlStore, MssqlTx};

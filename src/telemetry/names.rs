@@ -207,9 +207,13 @@ pub mod metric {
     pub const OUTBOX_AGE: &str = "sb_inbox.outbox.age";
     /// Inbox rows deleted by retention (counter, `{row}`).
     pub const RETENTION_DELETED: &str = "sb_inbox.retention.deleted";
+    /// Transactions that failed because the store does not match the code: a missing table or
+    /// column, a missing grant, a read-only database (counter, `{error}`, by `error.type` = the
+    /// provider's code).
+    pub const STORE_DEPLOYMENT_ERRORS: &str = "sb_inbox.store.deployment_errors";
 
     /// Every metric with its unit.
-    pub const ALL: [(&str, &str); 13] = [
+    pub const ALL: [(&str, &str); 14] = [
         (CONSUMED_MESSAGES, "{message}"),
         (PROCESS_DURATION, "s"),
         (OPERATION_DURATION, "s"),
@@ -223,10 +227,11 @@ pub mod metric {
         (OUTBOX_BACKLOG, "{message}"),
         (OUTBOX_AGE, "s"),
         (RETENTION_DELETED, "{row}"),
+        (STORE_DEPLOYMENT_ERRORS, "{error}"),
     ];
 
     /// Counters (monotonic sums): Prometheus names end in `_total`.
-    pub const COUNTERS: [&str; 7] = [
+    pub const COUNTERS: [&str; 8] = [
         CONSUMED_MESSAGES,
         OUTCOMES,
         DUPLICATES,
@@ -234,6 +239,7 @@ pub mod metric {
         LOCK_LOST,
         SETTLEMENT_FAILURES,
         RETENTION_DELETED,
+        STORE_DEPLOYMENT_ERRORS,
     ];
 
     /// The semantic conventions' bucket boundaries for `messaging.process.duration` and

@@ -9,6 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::runtime::StoreHealth;
 use crate::{MssqlStore, PgStore, SqliteStore, StoreError};
 
 /// Whether a dependency answers.
@@ -40,6 +41,9 @@ impl Ping for MssqlStore {
 pub(crate) struct Readiness {
     pub(crate) broker: Arc<dyn Fn() -> bool + Send + Sync>,
     pub(crate) store: Arc<dyn Ping>,
+    /// Deployment errors the runtime's transactions met: the store answers a ping, but not with
+    /// the schema or rights the code needs.
+    pub(crate) store_health: StoreHealth,
 }
 
 /// Serves the probes on `listener` until `shutdown`.
@@ -86,13 +90,20 @@ async fn answer(
         Some("/healthz") => ("200 OK", "{\"status\":\"alive\"}".to_owned()),
         Some("/readyz") => {
             let broker = (readiness.broker)();
-            let store = readiness.store.ping().await.is_ok();
+            let problem = readiness.store_health.problem();
+            let store = problem.is_none() && readiness.store.ping().await.is_ok();
             let status = if broker && store {
                 "200 OK"
             } else {
                 "503 Service Unavailable"
             };
-            (status, format!("{{\"broker\":{broker},\"store\":{store}}}"))
+            let mut body = format!("{{\"broker\":{broker},\"store\":{store}");
+            if let Some(problem) = problem {
+                body.push_str(",\"store_problem\":");
+                body.push_str(&serde_json::Value::from(problem).to_string());
+            }
+            body.push('}');
+            (status, body)
         }
         _ => ("404 Not Found", "{\"error\":\"not found\"}".to_owned()),
     };
@@ -146,9 +157,11 @@ mod tests {
             Arc::new(AtomicBool::new(true)),
         );
         let broker_flag = broker.clone();
+        let store_health = StoreHealth::new(&crate::ConsumerName::new("c").unwrap());
         let readiness = Readiness {
             broker: Arc::new(move || broker_flag.load(Ordering::SeqCst)),
             store: Arc::new(FakeStore(store.clone())),
+            store_health: store_health.clone(),
         };
         let shutdown = CancellationToken::new();
         tokio::spawn(serve(listener, readiness, shutdown.clone()));
@@ -172,6 +185,25 @@ mod tests {
                 "{response}"
             );
         }
+        // The store answers, but the runtime's transactions meet a missing table.
+        broker.store(true, Ordering::SeqCst);
+        store.store(true, Ordering::SeqCst);
+        store_health.deployment_error(&StoreError::new(
+            ErrorKind::Deployment,
+            Some("42P01".into()),
+            None,
+            "relation \"inventory_stock\" does not exist",
+        ));
+        let response = get(addr, "/readyz").await;
+        assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+        assert!(
+            response.ends_with(
+                "{\"broker\":true,\"store\":false,\"store_problem\":\"deployment (code 42P01)\"}"
+            ),
+            "{response}"
+        );
+        store_health.committed();
+        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
         broker.store(false, Ordering::SeqCst);
         assert!(
             get(addr, "/healthz").await.starts_with("HTTP/1.1 200"),

@@ -174,23 +174,25 @@ async fn serve<S: InventoryStore + OutboxStore + RetentionStore + Ping + Clone>(
         let stop = stop_background.clone();
         background.push(tokio::spawn(async move { task.run(stop).await }));
     }
+    let consumer = match &config.outbox_destination {
+        Some(destination) => OrderPlacedConsumer::new().with_events(destination),
+        None => OrderPlacedConsumer::new(),
+    };
+    let ping: Arc<dyn Ping> = Arc::new(store.clone());
+    let runtime = Runtime::new(receiver.clone(), store, consumer, runtime_config);
     let stop_health = CancellationToken::new();
     if let Some(listener) = health {
         let attached = receiver.clone();
         let readiness = health::Readiness {
             // Not ready while the receive link re-attaches after the service detached it.
             broker: Arc::new(move || client.is_connected() && attached.is_attached()),
-            store: Arc::new(store.clone()),
+            store: ping,
+            store_health: runtime.store_health(),
         };
         tokio::spawn(health::serve(listener, readiness, stop_health.clone()));
     }
     // The probes answer until the drain is over, then stop with the worker.
     let _stop_health = stop_health.drop_guard();
-    let consumer = match &config.outbox_destination {
-        Some(destination) => OrderPlacedConsumer::new().with_events(destination),
-        None => OrderPlacedConsumer::new(),
-    };
-    let runtime = Runtime::new(receiver.clone(), store, consumer, runtime_config);
     let retries = config.retry.as_ref().map_or(0, RetryPolicy::max_retries);
     tracing::info!(entity = %config.entity, consumer = %config.runtime.consumer, store = %config.store, delayed_retries = retries, "Worker started.");
     let result = runtime.run(shutdown).await;

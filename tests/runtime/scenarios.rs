@@ -477,3 +477,48 @@ on_both_stores!(
     stale_messages,
     bad_envelopes_are_dead_lettered,
 );
+
+/// Issue 14, finding 7: a table missing because the code was rolled out before `migrate` is
+/// not the message's fault. The message is abandoned (not dead-lettered), the runtime reports
+/// the store unfit (`/readyz` consults it), and once the table is there the redelivery commits
+/// and the store is fit again.
+#[tokio::test]
+async fn a_deployment_error_is_retried_and_reported_not_dead_lettered() {
+    let store = sqlite_store("rt_deployment_error", 1).await;
+    let rename = |from: &'static str, to: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .with_connection(move |conn| {
+                    conn.execute_batch(&format!("ALTER TABLE {from} RENAME TO {to}"))
+                })
+                .await
+                .unwrap();
+        }
+    };
+    rename("inventory_stock", "inventory_stock_not_yet").await;
+    let broker = MemoryBroker::new(Clock::new());
+    let runtime = Runtime::new(
+        broker.receiver(),
+        store.clone(),
+        OrderPlacedConsumer::new(),
+        config(INVENTORY),
+    );
+    broker.send(order("m-1", "o-1"));
+    let report = runtime.process(broker.try_receive().unwrap()).await;
+    assert_eq!(report.outcome, Outcome::Transient, "{report:?}");
+    assert_eq!(report.settled, Some(Ok(())));
+    assert!(broker.dead_letters().is_empty());
+    let problem = runtime
+        .store_health()
+        .problem()
+        .expect("store reported unfit");
+    assert!(problem.starts_with("deployment"), "{problem}");
+
+    rename("inventory_stock_not_yet", "inventory_stock").await;
+    let redelivery = broker.try_receive().expect("abandoned, so redelivered");
+    let report = runtime.process(redelivery).await;
+    assert_eq!(report.outcome, Outcome::Processed, "{report:?}");
+    assert_eq!(runtime.store_health().problem(), None);
+    assert_eq!(store.inventory_counts().await.unwrap().reservations, 1);
+}

@@ -7,6 +7,12 @@ use sb_inbox::{DuplicateScope, ErrorKind, OutboxMessage, Store, Tx, VersionCheck
 
 use crate::support::Count;
 
+// The first-error rule and savepoints (issue 14, finding 3), in their own file.
+pub(crate) use crate::first_error::{
+    a_failed_statement_refuses_the_rest_and_the_commit,
+    a_released_savepoint_covers_nothing_after_it, a_savepoint_tolerates_an_expected_error,
+    savepoints_nest_and_release,
+};
 // The outbox relay's and retention's cases, written in their own file.
 pub(crate) use crate::outbox::{
     backlog_counts_pending_rows, concurrent_claims_are_disjoint, outbox_claim_lease_and_mark,
@@ -153,6 +159,56 @@ pub(crate) async fn concurrent_insert_of_same_key_duplicates<S: Store + Count + 
     assert_eq!(store.count("sb_inbox").await.unwrap(), 1);
 }
 
+/// Keys that differ only in case, width or trailing spaces are different keys (issue 14,
+/// finding 1: SQL Server's default collation made them duplicates, and the second message was
+/// completed without its effect). PostgreSQL and SQLite compare exactly already; SQL Server
+/// needs `sql/mssql/0004_exact_keys.sql` and runs this in GitHub Actions.
+pub(crate) async fn keys_compare_exactly<S: Store + Count>(store: S) {
+    // Latin capital A, lower-case, full-width A (U+FF21), trailing space, accented.
+    let variants = [
+        "Order-A",
+        "order-a",
+        "\u{ff21}rder-A",
+        "Order-A ",
+        "Ordér-A",
+    ];
+    for id in variants {
+        let mut tx = store.begin().await.unwrap();
+        tx.insert_inbox("c", id)
+            .await
+            .unwrap_or_else(|e| panic!("{id:?}: {e}"));
+        tx.claim_business_key("c", id, id)
+            .await
+            .unwrap_or_else(|e| panic!("{id:?}: {e}"));
+        assert_eq!(
+            tx.advance_version("c", id, 5).await.unwrap(),
+            VersionCheck::Advanced,
+            "{id:?}"
+        );
+        let mut message = OutboxMessage::new("d", "s.v1", Vec::new());
+        message.message_id = id.to_owned();
+        tx.append_outbox(&message).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    let n = i64::try_from(variants.len()).unwrap();
+    assert_eq!(store.count("sb_inbox").await.unwrap(), n);
+    assert_eq!(store.count("sb_inbox_business_key").await.unwrap(), n);
+    assert_eq!(store.count("sb_inbox_aggregate_version").await.unwrap(), n);
+    // Each stored key still recognises its own exact repeat, and versions stay apart.
+    for id in variants {
+        let mut tx = store.begin().await.unwrap();
+        assert_duplicate(tx.insert_inbox("c", id).await, DuplicateScope::Inbox);
+        tx.rollback().await.unwrap();
+        let mut tx = store.begin().await.unwrap();
+        assert_eq!(
+            tx.advance_version("c", id, 5).await.unwrap(),
+            VersionCheck::Stale { current: 5 },
+            "{id:?}"
+        );
+        tx.commit().await.unwrap();
+    }
+}
+
 macro_rules! conformance {
     ($store:ident, $make:path, [$($case:ident),* $(,)?]) => {
         mod $store {
@@ -209,4 +265,9 @@ all_stores!(
     backlog_counts_pending_rows,
     retention_deletes_old_rows_in_batches,
     retention_runs_beside_a_consumer,
+    a_failed_statement_refuses_the_rest_and_the_commit,
+    a_savepoint_tolerates_an_expected_error,
+    savepoints_nest_and_release,
+    a_released_savepoint_covers_nothing_after_it,
+    keys_compare_exactly,
 );

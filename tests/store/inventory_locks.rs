@@ -9,7 +9,7 @@ use sb_inbox::{PgStore, Store, Tx};
 use crate::support::pg_store;
 
 async fn stock_row_is_locked(store: &PgStore, sku: &str) -> bool {
-    let tx = store.begin().await.unwrap();
+    let mut tx = store.begin().await.unwrap();
     let result = tx
         .query(
             "SELECT sku FROM inventory_stock WHERE sku = $1 FOR UPDATE NOWAIT",
@@ -33,7 +33,7 @@ async fn stock_rows_are_locked_in_sku_order_not_line_order() {
         )
         .await
         .unwrap();
-    let holder = store.begin().await.unwrap();
+    let mut holder = store.begin().await.unwrap();
     let holder_pid: i32 = holder
         .query(
             "SELECT pg_backend_pid() FROM inventory_stock WHERE sku = 'A' FOR UPDATE",

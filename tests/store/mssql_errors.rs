@@ -95,13 +95,13 @@ async fn mssql_constraint_and_data_errors() {
         ),
         (
             "SELECT * FROM no_such_table",
-            ErrorKind::Schema,
+            ErrorKind::Deployment,
             None,
             "208",
         ),
         (
             "SELECT no_such_column FROM sb_inbox",
-            ErrorKind::Schema,
+            ErrorKind::Deployment,
             None,
             "207",
         ),
@@ -122,7 +122,11 @@ async fn mssql_constraint_and_data_errors() {
         if constraint.is_some() {
             assert_eq!(error.constraint(), *constraint, "{sql}");
         }
-        assert!(!error.kind().is_transient(), "{sql}");
+        assert_eq!(
+            error.kind().is_transient(),
+            *kind == ErrorKind::Deployment,
+            "{sql}"
+        );
     }
 }
 

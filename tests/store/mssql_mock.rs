@@ -481,3 +481,120 @@ async fn mock_outbox_claim_backlog_and_retention() {
     assert_eq!(error.kind(), ErrorKind::Contention);
     assert!(error.kind().is_transient());
 }
+
+/// Issue 14, finding 3 on SQL Server: with `XACT_ABORT ON` the failed insert rolled the
+/// transaction back on the server, so a later statement would autocommit and the commit would
+/// fail with 3902. The transaction refuses both without sending them: the mock answers a sent
+/// `UPDATE` and `COMMIT TRANSACTION` with errors that the test would see.
+#[tokio::test]
+async fn mock_statements_after_a_failure_are_refused_unsent() {
+    let mock = mock().await;
+    mock.fail_inserts(2627, 14, &duplicate_message("pk_sb_inbox_business_key"))
+        .await;
+    {
+        let mut registry = mock.registry.lock().await;
+        registry.register(
+            "UPDATE ",
+            QueryResponse::error_only(TerminalError::new(50999, 16, "the UPDATE was sent")),
+        );
+        registry.register(
+            "COMMIT TRANSACTION",
+            QueryResponse::error_only(TerminalError::new(
+                3902,
+                16,
+                "The COMMIT TRANSACTION request has no corresponding BEGIN TRANSACTION.",
+            )),
+        );
+    }
+    let store = store(mock.port).await;
+    let mut tx = store.begin().await.unwrap();
+    let first = tx
+        .claim_business_key("c", "order:1", "m-1")
+        .await
+        .unwrap_err();
+    let duplicate = ErrorKind::Duplicate(DuplicateScope::BusinessKey);
+    assert_eq!(first.kind(), duplicate);
+    let refused = tx
+        .execute("UPDATE inventory_stock SET reserved = 0", &[])
+        .await
+        .unwrap_err();
+    assert!(refused.is_refused(), "{refused}");
+    assert_eq!((refused.kind(), refused.code()), (duplicate, Some("2627")));
+    let refused = tx.commit().await.unwrap_err();
+    assert!(refused.is_refused(), "{refused}");
+    assert_eq!(refused.kind(), duplicate);
+    // Rolled back on the way out: the connection went back to the pool.
+    assert_eq!(store.connections(), 1);
+}
+
+/// Each statement of a transaction first checks `@@TRANCOUNT` on the server (a transaction the
+/// server ended without this client seeing an error must not turn later statements into
+/// autocommits). The mock answers the guard the way SQL Server does when the count is 0.
+#[tokio::test]
+async fn mock_statement_guard_refuses_after_the_transaction_ended() {
+    let mock = mock().await;
+    mock.registry.lock().await.register(
+        "IF @@TRANCOUNT = 0 THROW 59317",
+        QueryResponse::error_only(TerminalError::new(
+            59317,
+            16,
+            "sb-inbox: the transaction has ended on the server; statement refused",
+        )),
+    );
+    let store = store(mock.port).await;
+    let mut tx = store.begin().await.unwrap();
+    let error = tx.insert_inbox("c", "m-1").await.unwrap_err();
+    assert_eq!(error.code(), Some("59317"), "{error}");
+    assert_eq!(error.kind(), ErrorKind::Unknown);
+    assert!(error.kind().is_transient());
+    assert!(tx.commit().await.unwrap_err().is_refused());
+}
+
+/// A savepoint on SQL Server: the failed statement inside it is forgotten once rolled back to,
+/// and the transaction commits.
+#[tokio::test]
+async fn mock_savepoint_tolerates_an_expected_error() {
+    let mock = mock().await;
+    mock.fail_inserts(2627, 14, &duplicate_message("pk_sb_inbox_business_key"))
+        .await;
+    let store = store(mock.port).await;
+    let mut tx = store.begin().await.unwrap();
+    let savepoint = tx.savepoint().await.unwrap();
+    tx.claim_business_key("c", "order:1", "m-1")
+        .await
+        .unwrap_err();
+    tx.rollback_to(savepoint).await.unwrap();
+    tx.execute("UPDATE inventory_stock SET reserved = 0", &[])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+}
+
+/// Issue 14, finding 6 (store part): a statement that gets no answer (a half-open connection,
+/// a server stuck) ends at the command timeout with a transient error, and the connection is
+/// dropped. The mock answers inserts only after 60 s; `Command Timeout=1` ends the wait.
+#[tokio::test]
+async fn mock_statement_without_answer_times_out() {
+    let mock = mock().await;
+    mock.registry.lock().await.register(
+        INSERT,
+        QueryResponse::new(Vec::new(), Vec::new()).with_delay(std::time::Duration::from_secs(60)),
+    );
+    let store = MssqlStore::connect(
+        &format!("{};Command Timeout=1", connection_string(mock.port)),
+        2,
+    )
+    .await
+    .unwrap();
+    let mut tx = store.begin().await.unwrap();
+    let started = std::time::Instant::now();
+    let error = tx.insert_inbox("c", "m-1").await.unwrap_err();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "bounded"
+    );
+    assert_eq!(error.kind(), ErrorKind::Connection, "{error}");
+    assert!(error.kind().is_transient());
+    drop(tx);
+    assert_eq!(store.connections(), 0, "dropped");
+}

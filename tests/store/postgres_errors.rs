@@ -8,14 +8,14 @@ async fn begin(store: &PgStore) -> PgTx {
     store.begin().await.unwrap()
 }
 
-async fn fails(tx: &PgTx, sql: &str) -> StoreError {
+async fn fails(tx: &mut PgTx, sql: &str) -> StoreError {
     tx.execute(sql, &[]).await.expect_err(sql)
 }
 
 #[tokio::test]
 async fn constraint_violations() {
     let store = pg_store("pg_constraint_violations", 2).await;
-    let tx = begin(&store).await;
+    let mut tx = begin(&store).await;
     tx.execute(
         "INSERT INTO inventory_reservation (order_id, message_id) VALUES ('o-1', 'm-1')",
         &[],
@@ -90,20 +90,23 @@ async fn constraint_violations() {
         ),
         (
             "SELECT * FROM no_such_table",
-            ErrorKind::Schema,
+            ErrorKind::Deployment,
             None,
             "42P01",
         ),
     ];
     for (sql, kind, constraint, code) in cases {
-        let tx = begin(&store).await;
-        let error = fails(&tx, sql).await;
+        let mut tx = begin(&store).await;
+        let error = fails(&mut tx, sql).await;
         assert_eq!(error.kind(), *kind, "{sql}: {error}");
         assert_eq!(error.code(), Some(*code), "{sql}");
         if constraint.is_some() {
             assert_eq!(error.constraint(), *constraint, "{sql}");
         }
-        assert!(!error.kind().is_transient() || matches!(kind, ErrorKind::Unknown));
+        assert!(
+            !error.kind().is_transient()
+                || matches!(kind, ErrorKind::Unknown | ErrorKind::Deployment)
+        );
         tx.rollback().await.unwrap();
     }
 }
@@ -111,9 +114,9 @@ async fn constraint_violations() {
 #[tokio::test]
 async fn serialization_failure_is_transient() {
     let store = pg_store("pg_serialization_failure", 2).await;
-    let a = begin(&store).await;
-    let b = begin(&store).await;
-    for tx in [&a, &b] {
+    let mut a = begin(&store).await;
+    let mut b = begin(&store).await;
+    for tx in [&mut a, &mut b] {
         tx.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", &[])
             .await
             .unwrap();
@@ -150,8 +153,8 @@ async fn deadlock_is_transient() {
         )
         .await
         .unwrap();
-    let a = begin(&store).await;
-    let b = begin(&store).await;
+    let mut a = begin(&store).await;
+    let mut b = begin(&store).await;
     a.execute(
         "UPDATE inventory_stock SET reserved = 1 WHERE sku = 'A'",
         &[],
@@ -211,7 +214,7 @@ async fn lock_and_statement_timeouts_are_transient() {
         )
         .await
         .unwrap();
-    let holder = begin(&store).await;
+    let mut holder = begin(&store).await;
     holder
         .execute(
             "UPDATE inventory_stock SET reserved = 1 WHERE sku = 'A'",
@@ -219,13 +222,13 @@ async fn lock_and_statement_timeouts_are_transient() {
         )
         .await
         .unwrap();
-    let waiter = begin(&store).await;
+    let mut waiter = begin(&store).await;
     waiter
         .execute("SET LOCAL lock_timeout = '20ms'", &[])
         .await
         .unwrap();
     let error = fails(
-        &waiter,
+        &mut waiter,
         "UPDATE inventory_stock SET reserved = 2 WHERE sku = 'A'",
     )
     .await;
@@ -236,11 +239,11 @@ async fn lock_and_statement_timeouts_are_transient() {
     waiter.rollback().await.unwrap();
     holder.rollback().await.unwrap();
 
-    let tx = begin(&store).await;
+    let mut tx = begin(&store).await;
     tx.execute("SET LOCAL statement_timeout = '20ms'", &[])
         .await
         .unwrap();
-    let error = fails(&tx, "SELECT pg_sleep(5)").await;
+    let error = fails(&mut tx, "SELECT pg_sleep(5)").await;
     assert_eq!(
         (error.code(), error.kind()),
         (Some("57014"), ErrorKind::Contention)
@@ -250,13 +253,20 @@ async fn lock_and_statement_timeouts_are_transient() {
 #[tokio::test]
 async fn admin_shutdown_then_connection_loss_are_transient_and_the_pool_recovers() {
     let store = pg_store("pg_admin_shutdown", 1).await;
-    let tx = begin(&store).await;
-    let error = fails(&tx, "SELECT pg_terminate_backend(pg_backend_pid())").await;
+    let mut tx = begin(&store).await;
+    let error = fails(&mut tx, "SELECT pg_terminate_backend(pg_backend_pid())").await;
     assert_eq!(
         (error.code(), error.kind()),
         (Some("57P01"), ErrorKind::Unavailable)
     );
-    let error = fails(&tx, "SELECT 1").await;
+    // The transaction refuses anything after its first error.
+    let refused = fails(&mut tx, "SELECT 1").await;
+    assert!(refused.is_refused(), "{refused}");
+    assert_eq!(refused.kind(), ErrorKind::Unavailable);
+    // The statement itself, sent anyway, meets the closed connection.
+    let error = sb_inbox::store::postgres::classify(
+        tx.client().execute("SELECT 1", &[]).await.unwrap_err(),
+    );
     assert_eq!(error.kind(), ErrorKind::Connection, "{error}");
     assert!(error.kind().is_transient());
     drop(tx);
@@ -264,4 +274,64 @@ async fn admin_shutdown_then_connection_loss_are_transient_and_the_pool_recovers
     let mut tx = begin(&store).await;
     tx.insert_inbox("c", "after-recovery").await.unwrap();
     tx.commit().await.unwrap();
+}
+
+/// Issue 14, finding 3: a statement the transaction does not see (sent through `client()`)
+/// aborts it, and PostgreSQL answers a later `COMMIT` with `ROLLBACK` and no error. The commit
+/// must fail, or the message would be completed with nothing committed.
+#[tokio::test]
+async fn a_commit_answered_with_rollback_is_an_error() {
+    use crate::support::Count as _;
+    let store = pg_store("pg_commit_answered_rollback", 1).await;
+    let mut tx = begin(&store).await;
+    tx.insert_inbox("c", "m-1").await.unwrap();
+    tx.client().execute("SELECT 1 / 0", &[]).await.unwrap_err();
+    let error = tx.commit().await.expect_err("nothing was committed");
+    assert_eq!(error.code(), Some("25P02"), "{error}");
+    assert!(error.kind().is_transient(), "{error}");
+    assert_eq!(store.count("sb_inbox").await.unwrap(), 0);
+    // Rolled back, not discarded: the single connection serves the next transaction.
+    let mut tx = begin(&store).await;
+    tx.insert_inbox("c", "m-1").await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(store.count("sb_inbox").await.unwrap(), 1);
+}
+
+/// Issue 14, finding 6 (store part): every session has a statement and a lock timeout, so a lock
+/// held elsewhere cannot hold a message (and its renewed lock) forever; the URL can set them,
+/// and a wait that runs out is a transient error.
+#[tokio::test]
+async fn sessions_have_statement_and_lock_timeouts() {
+    use crate::support::{pg_url, schema_for, with_search_path};
+    let store = pg_store("pg_session_bounds", 2).await;
+    let show = |setting: &'static str| {
+        let store = store.clone();
+        async move {
+            let rows = store.query(&format!("SHOW {setting}"), &[]).await.unwrap();
+            rows[0].get::<_, String>(0)
+        }
+    };
+    assert_eq!(show("statement_timeout").await, "1min");
+    assert_eq!(show("lock_timeout").await, "30s");
+
+    let url = format!(
+        "{}%20-clock_timeout%3D200ms",
+        with_search_path(&pg_url(), &schema_for("pg_session_bounds"))
+    );
+    let bounded = PgStore::connect(&url, 1).await.unwrap();
+    let mut holder = begin(&store).await;
+    holder
+        .execute("LOCK TABLE inventory_stock IN ACCESS EXCLUSIVE MODE", &[])
+        .await
+        .unwrap();
+    let mut waiter = begin(&bounded).await;
+    let error = fails(&mut waiter, "SELECT count(*) FROM inventory_stock").await;
+    assert_eq!(
+        (error.code(), error.kind()),
+        (Some("55P03"), ErrorKind::Contention),
+        "{error}"
+    );
+    assert!(error.kind().is_transient());
+    waiter.rollback().await.unwrap();
+    holder.rollback().await.unwrap();
 }

@@ -7,7 +7,7 @@ use sb_inbox::{DuplicateScope, ErrorKind, SqliteStore, Store, StoreError, Tx};
 use crate::support::sqlite_store;
 
 async fn fails(store: &SqliteStore, sql: &str) -> StoreError {
-    let tx = store.begin().await.unwrap();
+    let mut tx = store.begin().await.unwrap();
     let error = tx.execute(sql, []).expect_err(sql);
     tx.rollback().await.unwrap();
     error
@@ -16,7 +16,7 @@ async fn fails(store: &SqliteStore, sql: &str) -> StoreError {
 #[tokio::test]
 async fn constraint_violations() {
     let store = sqlite_store("sqlite_constraints", 1).await;
-    let tx = store.begin().await.unwrap();
+    let mut tx = store.begin().await.unwrap();
     tx.execute(
         "INSERT INTO inventory_reservation (order_id, message_id) VALUES ('o-1', 'm-1')",
         [],
@@ -67,7 +67,7 @@ async fn constraint_violations() {
             ErrorKind::NotNullViolation,
             None,
         ),
-        ("SELECT * FROM no_such_table", ErrorKind::Schema, None),
+        ("SELECT * FROM no_such_table", ErrorKind::Deployment, None),
     ];
     for (sql, kind, constraint) in cases {
         let error = fails(&store, sql).await;
@@ -131,4 +131,47 @@ async fn stores_on_one_file_take_turns() {
         ErrorKind::Duplicate(sb_inbox::DuplicateScope::Inbox)
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 14, finding 4: a COMMIT that fails (here a deferred foreign key) used to leave the
+/// transaction open on the store's only connection, and every later BEGIN failed with "cannot
+/// start a transaction within a transaction".
+#[tokio::test]
+async fn a_failed_commit_is_rolled_back() {
+    let store = sqlite_store("sqlite_failed_commit", 1).await;
+    store
+        .with_connection(|conn| {
+            conn.execute_batch(
+                "CREATE TABLE parent (id INTEGER PRIMARY KEY);
+                 CREATE TABLE child (id INTEGER PRIMARY KEY,
+                     parent INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED);",
+            )
+        })
+        .await
+        .unwrap();
+    let mut tx = store.begin().await.unwrap();
+    tx.insert_inbox("c", "m-1").await.unwrap();
+    tx.execute("INSERT INTO child (id, parent) VALUES (1, 42)", [])
+        .unwrap();
+    let error = tx
+        .commit()
+        .await
+        .expect_err("the deferred key fails at commit");
+    assert_eq!(error.kind(), ErrorKind::ForeignKeyViolation, "{error}");
+    assert!(
+        store
+            .with_connection(|conn| Ok(conn.is_autocommit()))
+            .await
+            .unwrap(),
+        "no transaction left open"
+    );
+    // Nothing of it committed, and the next transaction begins.
+    let mut tx = store.begin().await.unwrap();
+    tx.insert_inbox("c", "m-1").await.unwrap();
+    tx.commit().await.unwrap();
+    let children: i64 = store
+        .with_connection(|conn| conn.query_row("SELECT count(*) FROM child", [], |row| row.get(0)))
+        .await
+        .unwrap();
+    assert_eq!(children, 0);
 }

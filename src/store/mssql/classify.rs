@@ -57,7 +57,12 @@
 //! | 515 | `NotNullViolation` |
 //! | 8152, 2628 | `Truncation` |
 //! | 245, 8114, 8115, 220, 241, 242, 248, 295 | `Conversion` |
-//! | 207, 208, 229, 230, 262, 2714, 102, 156 | `Schema` |
+//! | 2714, 102, 156 | `Schema` |
+//!
+//! 207, 208 (invalid column or object name: code rolled out before `migrate`) and 229, 230,
+//! 262 (permission denied: a missing grant) are [`ErrorKind::Deployment`]: transient, since
+//! they are not the message's fault. [`crate::store::mssql::TX_ENDED`] from the transaction's
+//! statement guard is [`ErrorKind::Unknown`] (transient).
 //! | ≥ 50000 (user `RAISERROR`/`THROW`) | `CheckViolation`: a rule the database enforces on the data |
 //!
 //! Anything else is [`ErrorKind::Unknown`] (transient), except that an error of severity 20 or
@@ -191,7 +196,11 @@ pub(crate) fn server_kind(code: u32, severity: u8, message: &str) -> (ErrorKind,
         515 => (ErrorKind::NotNullViolation, None),
         8152 | 2628 => (ErrorKind::Truncation, None),
         245 | 8114 | 8115 | 220 | 241 | 242 | 248 | 295 => (ErrorKind::Conversion, None),
-        207 | 208 | 229 | 230 | 262 | 2714 | 102 | 156 => (ErrorKind::Schema, None),
+        // The transaction ended on the server before this statement (`MssqlTx`'s guard).
+        super::TX_ENDED if message.starts_with("sb-inbox: ") => (ErrorKind::Unknown, None),
+        // Invalid object or column name, permission denied: the deployment, not the message.
+        207 | 208 | 229 | 230 | 262 => (ErrorKind::Deployment, None),
+        2714 | 102 | 156 => (ErrorKind::Schema, None),
         _ if TRANSIENT.binary_search(&code).is_ok() => (transient_kind(code), None),
         _ if code >= USER_DEFINED => (ErrorKind::CheckViolation, None),
         _ if severity >= FATAL_SEVERITY => (ErrorKind::Connection, None),
@@ -365,11 +374,6 @@ mod tests {
             (242, ErrorKind::Conversion),
             (248, ErrorKind::Conversion),
             (295, ErrorKind::Conversion),
-            (207, ErrorKind::Schema),
-            (208, ErrorKind::Schema),
-            (229, ErrorKind::Schema),
-            (230, ErrorKind::Schema),
-            (262, ErrorKind::Schema),
             (2714, ErrorKind::Schema),
             (102, ErrorKind::Schema),
             (156, ErrorKind::Schema),
@@ -381,6 +385,23 @@ mod tests {
             assert_eq!(kind(code, "x"), expected, "{code}");
             assert!(expected.is_permanent(), "{code}");
         }
+    }
+
+    #[test]
+    fn deployment_errors_are_transient() {
+        for code in [207, 208, 229, 230, 262] {
+            let kind = kind(code, "x");
+            assert_eq!(kind, ErrorKind::Deployment, "{code}");
+            assert!(kind.is_transient(), "{code}");
+        }
+    }
+
+    #[test]
+    fn the_statement_guard_is_transient() {
+        let message = "sb-inbox: the transaction has ended on the server; statement refused";
+        assert_eq!(kind(super::super::TX_ENDED, message), ErrorKind::Unknown);
+        // A user's THROW of the same number stays a rule the database enforces.
+        assert_eq!(kind(super::super::TX_ENDED, "x"), ErrorKind::CheckViolation);
     }
 
     #[test]

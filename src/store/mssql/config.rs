@@ -3,12 +3,16 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tiberius::Config;
 
 use super::token::{AzureTokenSource, TokenSource, parse_authentication};
 use crate::entra::EntraMode;
 use crate::ports::{ErrorKind, StoreError};
+
+/// [`MssqlConfig::command_timeout`] without `Command Timeout=`: ADO.NET's default.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where a [`super::MssqlStore`] connects and how it authenticates.
 ///
@@ -30,6 +34,8 @@ use crate::ports::{ErrorKind, StoreError};
 #[derive(Clone)]
 pub struct MssqlConfig {
     pub(crate) tiberius: Config,
+    /// How long one statement may take before the connection is dropped (`None`: no limit).
+    pub(crate) command_timeout: Option<Duration>,
     pub(crate) token: Option<Arc<dyn TokenSource>>,
     entra: Option<EntraMode>,
     database: Option<String>,
@@ -64,16 +70,46 @@ impl MssqlConfig {
             .iter()
             .find(|(key, _)| matches!(key.as_str(), "user id" | "uid" | "user" | "username"))
             .map(|(_, value)| value.clone());
+        let command_timeout = match pairs.iter().find(|(key, _)| key == "command timeout") {
+            None => Some(DEFAULT_COMMAND_TIMEOUT),
+            Some((_, value)) => match value.trim().parse::<u64>() {
+                // ADO.NET's meaning of 0: wait without limit.
+                Ok(0) => None,
+                Ok(seconds) => Some(Duration::from_secs(seconds)),
+                Err(_) => {
+                    return Err(invalid(format!(
+                        "Command Timeout {value:?} is not a number of seconds"
+                    )));
+                }
+            },
+        };
         let token: Option<Arc<dyn TokenSource>> = match entra {
             Some(mode) => Some(Arc::new(AzureTokenSource::new(mode, user))),
             None => None,
         };
         Ok(MssqlConfig {
             tiberius,
+            command_timeout,
             token,
             entra,
             database,
             redacted: redact(&pairs),
+        })
+    }
+
+    /// How long one statement may run (`Command Timeout=` seconds in the connection string,
+    /// [`DEFAULT_COMMAND_TIMEOUT`] without it, `0` for no limit). Past it the connection is
+    /// dropped (the server rolls its transaction back) and the statement fails with a transient
+    /// [`ErrorKind::Connection`] error. Lock waits end earlier, at two thirds of it, with the
+    /// transient 1222 (`SET LOCK_TIMEOUT`), which keeps the connection.
+    pub fn command_timeout(&self) -> Option<Duration> {
+        self.command_timeout
+    }
+
+    /// The `SET LOCK_TIMEOUT` milliseconds for [`MssqlConfig::command_timeout`] (`-1`: none).
+    pub(crate) fn lock_timeout_ms(&self) -> i64 {
+        self.command_timeout.map_or(-1, |limit| {
+            i64::try_from(limit.as_millis() * 2 / 3).unwrap_or(i64::MAX)
         })
     }
 
@@ -383,5 +419,27 @@ mod tests {
             .parse::<MssqlConfig>()
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Schema);
+    }
+
+    #[test]
+    fn command_and_lock_timeouts() {
+        let parse = |extra: &str| {
+            format!("Server=tcp:x,1433;User Id=u;Password=p{extra}").parse::<MssqlConfig>()
+        };
+        let default = parse("").unwrap();
+        assert_eq!(default.command_timeout(), Some(DEFAULT_COMMAND_TIMEOUT));
+        assert_eq!(default.lock_timeout_ms(), 20_000, "two thirds");
+        let nine = parse(";Command Timeout=9").unwrap();
+        assert_eq!(nine.command_timeout(), Some(Duration::from_secs(9)));
+        assert_eq!(nine.lock_timeout_ms(), 6_000);
+        let unlimited = parse(";Command Timeout=0").unwrap();
+        assert_eq!(
+            (unlimited.command_timeout(), unlimited.lock_timeout_ms()),
+            (None, -1)
+        );
+        assert_eq!(
+            parse(";Command Timeout=soon").unwrap_err().kind(),
+            ErrorKind::Schema
+        );
     }
 }

@@ -29,7 +29,7 @@ use tokio::net::TcpStream;
 use tokio_util::compat::{Compat, TokioAsyncWriteCompatExt};
 
 pub use classify::{TRANSIENT, breaks_connection, classify};
-pub use config::MssqlConfig;
+pub use config::{DEFAULT_COMMAND_TIMEOUT, MssqlConfig};
 pub use token::{
     AZURE_SQL_SCOPE, AzureTokenSource, StaticToken, TokenFuture, TokenSource, parse_authentication,
 };
@@ -37,7 +37,8 @@ pub use token::{
 pub(crate) use config::{is_ado, is_url};
 
 use super::Migration;
-use crate::ports::{ErrorKind, OutboxMessage, Store, StoreError, Tx, VersionCheck};
+use super::tx_state::TxState;
+use crate::ports::{ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck};
 
 /// The SQL Server migrations, in order.
 pub const MIGRATIONS: &[Migration] = &[
@@ -56,9 +57,15 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0003_outbox_relay.sql",
         sql: include_str!("../../../sql/mssql/0003_outbox_relay.sql"),
     },
+    Migration {
+        version: 4,
+        name: "0004_exact_keys.sql",
+        sql: include_str!("../../../sql/mssql/0004_exact_keys.sql"),
+    },
 ];
 
-/// Run on every new session. `XACT_ABORT` makes any error roll the transaction back instead of
+/// Run on every new session, followed by `SET LOCK_TIMEOUT` ([`MssqlConfig::command_timeout`]).
+/// `XACT_ABORT` makes any error roll the transaction back instead of
 /// leaving it open with half its statements applied; `us_english` keeps the messages the
 /// classifier parses in their documented form; the ANSI options are those filtered indexes
 /// (`ix_sb_outbox_pending`) and truncation errors (`ANSI_WARNINGS`) require, whatever the login
@@ -73,6 +80,9 @@ const HEALTH_CHECK: &str = "SELECT @@TRANCOUNT";
 /// How long the TCP connect may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// TCP keepalive: idle time, probe interval, probes.
+const KEEPALIVE: (Duration, Duration, u32) = (Duration::from_secs(30), Duration::from_secs(10), 3);
+
 /// How many gateway redirects one connect follows (Azure SQL sends one at most).
 const MAX_REDIRECTS: usize = 3;
 
@@ -84,6 +94,8 @@ pub struct MssqlConn {
     client: MssqlClient,
     broken: bool,
     in_tx: bool,
+    /// [`MssqlConfig::command_timeout`]; `None` while migrating.
+    command_timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for MssqlConn {
@@ -108,36 +120,57 @@ impl MssqlConn {
         error
     }
 
+    /// Waits for `request` at most the command timeout. Past it the response is half read, so
+    /// the connection is marked broken (the pool drops it and the server rolls back).
+    async fn bounded<T>(
+        &mut self,
+        request: impl AsyncFnOnce(&mut MssqlClient) -> tiberius::Result<T>,
+    ) -> Result<T, StoreError> {
+        let limit = self.command_timeout;
+        let result = match limit {
+            Some(limit) => tokio::time::timeout(limit, request(&mut self.client)).await,
+            None => Ok(request(&mut self.client).await),
+        };
+        match result {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(self.fail(error)),
+            Err(_) => {
+                self.broken = true;
+                Err(StoreError::new(
+                    ErrorKind::Connection,
+                    None,
+                    None,
+                    format!(
+                        "statement timed out after {} s (Command Timeout); the connection is dropped",
+                        limit.unwrap_or_default().as_secs()
+                    ),
+                ))
+            }
+        }
+    }
+
     /// Runs a parameterised statement (`@P1`, `@P2`, …); returns the rows affected.
     async fn execute(&mut self, sql: &str, params: &[&dyn ToSql]) -> Result<u64, StoreError> {
-        match self.client.execute(sql, params).await {
-            Ok(result) => Ok(result.total()),
-            Err(error) => Err(self.fail(error)),
-        }
+        self.bounded(async |client| Ok(client.execute(sql, params).await?.total()))
+            .await
     }
 
     /// Runs a parameterised query and reads every result set to the end.
     async fn query(&mut self, sql: &str, params: &[&dyn ToSql]) -> Result<Vec<Row>, StoreError> {
-        let result = match self.client.query(sql, params).await {
-            Ok(stream) => stream.into_results().await,
-            Err(error) => Err(error),
-        };
-        match result {
-            Ok(sets) => Ok(sets.into_iter().flatten().collect()),
-            Err(error) => Err(self.fail(error)),
-        }
+        self.bounded(async |client| {
+            let sets = client.query(sql, params).await?.into_results().await?;
+            Ok(sets.into_iter().flatten().collect())
+        })
+        .await
     }
 
     /// Runs a batch without parameters and reads it to the end.
     async fn batch(&mut self, sql: &str) -> Result<Vec<Row>, StoreError> {
-        let result = match self.client.simple_query(sql).await {
-            Ok(stream) => stream.into_results().await,
-            Err(error) => Err(error),
-        };
-        match result {
-            Ok(sets) => Ok(sets.into_iter().flatten().collect()),
-            Err(error) => Err(self.fail(error)),
-        }
+        self.bounded(async |client| {
+            let sets = client.simple_query(sql).await?.into_results().await?;
+            Ok(sets.into_iter().flatten().collect())
+        })
+        .await
     }
 }
 
@@ -166,6 +199,17 @@ impl MssqlManager {
             })?
             .map_err(|error| classify(error.into()))?;
         tcp.set_nodelay(true)
+            .map_err(|error| classify(error.into()))?;
+        // A peer that vanished (failover, a dropped NAT entry) is noticed within a minute
+        // instead of never: tiberius itself has no read timeout.
+        let (idle, interval, probes) = KEEPALIVE;
+        socket2::SockRef::from(&tcp)
+            .set_tcp_keepalive(
+                &socket2::TcpKeepalive::new()
+                    .with_time(idle)
+                    .with_interval(interval)
+                    .with_retries(probes),
+            )
             .map_err(|error| classify(error.into()))?;
         Ok(tcp)
     }
@@ -204,8 +248,11 @@ impl ManageConnection for MssqlManager {
             client,
             broken: false,
             in_tx: false,
+            command_timeout: self.config.command_timeout,
         };
-        conn.batch(SESSION_SETUP).await?;
+        let lock_timeout = self.config.lock_timeout_ms();
+        conn.batch(&format!("{SESSION_SETUP} SET LOCK_TIMEOUT {lock_timeout};"))
+            .await?;
         Ok(conn)
     }
 
@@ -340,6 +387,10 @@ impl MssqlStore {
     /// A [`StoreError`] from the first failing script (its transaction rolls back).
     pub async fn migrate(&self) -> Result<usize, StoreError> {
         let mut conn = self.connection().await?;
+        // A migration may rebuild a key on a large table: no command timeout (the connection
+        // is dropped afterwards, so the pool never sees it unbounded).
+        conn.command_timeout = None;
+        conn.broken = true;
         let mut applied = 0;
         for migration in MIGRATIONS {
             conn.in_tx = true;
@@ -415,26 +466,51 @@ impl Store for MssqlStore {
         // Marked first: if BEGIN is cancelled half-way the pool discards the connection.
         conn.in_tx = true;
         conn.batch("BEGIN TRANSACTION").await?;
-        Ok(MssqlTx { conn })
+        Ok(MssqlTx {
+            conn,
+            state: TxState::default(),
+            xact_abort_off: false,
+        })
     }
 }
 
 /// An open SQL Server transaction. Dropping it without commit or rollback discards the
 /// connection, which ends the transaction on the server.
+///
+/// With `XACT_ABORT ON` an error rolls the whole transaction back on the server, and a later
+/// statement would run outside any transaction and autocommit. This type refuses every
+/// statement and the commit after the first error ([`Tx`]'s rule), and each statement checks
+/// `@@TRANCOUNT` on the server first ([`TX_ENDED`]). A savepoint turns `XACT_ABORT` off for
+/// the rest of the transaction, since with it on no error can be rolled back to a savepoint.
 #[derive(Debug)]
 pub struct MssqlTx {
     conn: PooledConnection<'static, MssqlManager>,
+    state: TxState,
+    /// `SET XACT_ABORT OFF` was sent (by the first savepoint); the end restores it.
+    xact_abort_off: bool,
 }
+
+/// The error number the statement guard raises when the transaction has ended on the server
+/// (`@@TRANCOUNT` is 0): the statement does not run.
+pub const TX_ENDED: u32 = 59_317;
+
+/// Put before every statement of an [`MssqlTx`].
+const GUARD: &str = "IF @@TRANCOUNT = 0 THROW 59317, N'sb-inbox: the transaction has ended on the server; statement refused', 1;\n";
 
 impl MssqlTx {
     /// Executes one parameterised statement (`@P1`, `@P2`, …), classifying its error; returns
-    /// the rows affected.
+    /// the rows affected. Refused after an earlier failure, and on the server when the
+    /// transaction has ended there.
     ///
     /// # Errors
-    /// The classified [`StoreError`]; an I/O, TLS or timeout error also marks the connection
-    /// broken so the pool evicts it.
+    /// The classified [`StoreError`]; [`StoreError::refused`] after an earlier failure. An
+    /// I/O, TLS or timeout error also marks the connection broken so the pool evicts it.
     pub async fn execute(&mut self, sql: &str, params: &[&dyn ToSql]) -> Result<u64, StoreError> {
-        self.conn.execute(sql, params).await
+        let guarded = format!("{GUARD}{sql}");
+        let conn = &mut self.conn;
+        self.state
+            .run(async { conn.execute(&guarded, params).await })
+            .await
     }
 
     /// Runs one parameterised query, reading every result set to the end.
@@ -446,15 +522,39 @@ impl MssqlTx {
         sql: &str,
         params: &[&dyn ToSql],
     ) -> Result<Vec<Row>, StoreError> {
-        self.conn.query(sql, params).await
+        let guarded = format!("{GUARD}{sql}");
+        let conn = &mut self.conn;
+        self.state
+            .run(async { conn.query(&guarded, params).await })
+            .await
     }
 
+    /// Ends the transaction with `sql`, restoring `XACT_ABORT`; on failure rolls back, so the
+    /// connection stays reusable.
     async fn finish(&mut self, sql: &str) -> Result<(), StoreError> {
-        self.conn.batch(sql).await?;
-        self.conn.in_tx = false;
-        Ok(())
+        let restore = if self.xact_abort_off {
+            "; SET XACT_ABORT ON"
+        } else {
+            ""
+        };
+        let result = self.conn.batch(&format!("{sql}{restore}")).await.map(drop);
+        let ended = match &result {
+            Ok(()) => true,
+            Err(_) => self
+                .conn
+                .batch(&format!("{ROLLBACK}{restore}"))
+                .await
+                .is_ok(),
+        };
+        if ended {
+            self.conn.in_tx = false;
+        }
+        result
     }
 }
+
+/// Tolerant of a transaction that is already gone: `XACT_ABORT` rolls back on any error.
+const ROLLBACK: &str = "IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION";
 
 impl Tx for MssqlTx {
     async fn insert_inbox(&mut self, consumer: &str, message_id: &str) -> Result<(), StoreError> {
@@ -487,24 +587,25 @@ impl Tx for MssqlTx {
         version: i64,
     ) -> Result<VersionCheck, StoreError> {
         // UPDLOCK + HOLDLOCK (serializable) on the key range: two transactions for a new
-        // aggregate cannot both take the insert branch.
+        // aggregate cannot both take the insert branch. `aggregate_bytes` because `=` ignores
+        // trailing spaces (sql/mssql/0004_exact_keys.sql).
         let rows = self
             .query(
                 "DECLARE @written int;
                  UPDATE sb_inbox_aggregate_version WITH (UPDLOCK, HOLDLOCK)
                     SET version = @P3, updated_at = SYSUTCDATETIME()
-                  WHERE consumer = @P1 AND aggregate = @P2 AND version < @P3;
+                  WHERE consumer = @P1 AND aggregate = @P2 AND aggregate_bytes = DATALENGTH(@P2) AND version < @P3;
                  SET @written = @@ROWCOUNT;
                  IF @written = 0
                     AND NOT EXISTS (SELECT 1 FROM sb_inbox_aggregate_version WITH (UPDLOCK, HOLDLOCK)
-                                     WHERE consumer = @P1 AND aggregate = @P2)
+                                     WHERE consumer = @P1 AND aggregate = @P2 AND aggregate_bytes = DATALENGTH(@P2))
                  BEGIN
                      INSERT INTO sb_inbox_aggregate_version (consumer, aggregate, version)
                      VALUES (@P1, @P2, @P3);
                      SET @written = @@ROWCOUNT;
                  END;
                  SELECT @written, version FROM sb_inbox_aggregate_version
-                  WHERE consumer = @P1 AND aggregate = @P2;",
+                  WHERE consumer = @P1 AND aggregate = @P2 AND aggregate_bytes = DATALENGTH(@P2);",
                 &[&consumer, &aggregate, &version],
             )
             .await?;
@@ -547,12 +648,107 @@ impl Tx for MssqlTx {
         .map(drop)
     }
 
+    async fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
+        let savepoint = self.state.next_savepoint()?;
+        let save = format!("SAVE TRANSACTION {}", savepoint.name());
+        let sql = if self.xact_abort_off {
+            save
+        } else {
+            format!("SET XACT_ABORT OFF; {save}")
+        };
+        self.xact_abort_off = true;
+        let conn = &mut self.conn;
+        self.state
+            .run(async { conn.batch(&sql).await.map(drop) })
+            .await?;
+        self.state.marked(&savepoint);
+        Ok(savepoint)
+    }
+
+    async fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        self.state.rollback_target(&savepoint)?;
+        // Fails (3903, 3931) when the error ended or doomed the whole transaction.
+        let sql = format!("ROLLBACK TRANSACTION {}", savepoint.name());
+        let result = self.conn.batch(&sql).await.map(drop);
+        self.state.rolled_back(&savepoint, result)
+    }
+
+    async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        // SQL Server has no RELEASE: a savepoint just stays until the transaction ends.
+        self.state.release(&savepoint, false)
+    }
+
     async fn commit(mut self) -> Result<(), StoreError> {
+        if let Err(refused) = self.state.check() {
+            if let Err(error) = self.finish(ROLLBACK).await {
+                tracing::warn!(%error, "Rollback failed; the connection is discarded.");
+            }
+            return Err(refused);
+        }
         self.finish("COMMIT TRANSACTION").await
     }
 
     async fn rollback(mut self) -> Result<(), StoreError> {
-        // XACT_ABORT may have rolled the transaction back already (any error does).
-        self.finish("IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION").await
+        self.finish(ROLLBACK).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MIGRATIONS;
+
+    /// Issue 14, finding 1. SQL Server cannot run here (and the mock TDS server cannot take a
+    /// migration script); the real server runs `keys_compare_exactly` in GitHub Actions. This
+    /// checks the scripts themselves: after all migrations, every key column is binary-collated
+    /// and every dedupe key also holds the key's length (`=` ignores trailing spaces).
+    #[test]
+    fn migrations_make_every_key_exact() {
+        let versions: Vec<i64> = MIGRATIONS.iter().map(|m| m.version).collect();
+        assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
+        let all: String = MIGRATIONS
+            .iter()
+            .map(|m| m.sql.to_ascii_lowercase())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let columns = [
+            ("sb_inbox", "consumer"),
+            ("sb_inbox", "message_id"),
+            ("sb_inbox_business_key", "consumer"),
+            ("sb_inbox_business_key", "business_key"),
+            ("sb_inbox_aggregate_version", "consumer"),
+            ("sb_inbox_aggregate_version", "aggregate"),
+            ("sb_outbox", "message_id"),
+        ];
+        for (table, column) in columns {
+            let altered = format!("alter table {table} alter column {column} nvarchar(");
+            let line = all
+                .lines()
+                .find(|line| line.starts_with(&altered))
+                .unwrap_or_else(|| panic!("{table}.{column} is never re-collated"));
+            assert!(
+                line.contains(" collate latin1_general_100_bin2 not null"),
+                "{line}"
+            );
+        }
+        // The last definition of each dedupe key (constraint names unchanged).
+        for (constraint, columns) in [
+            ("pk_sb_inbox", "(consumer, message_id, message_id_bytes)"),
+            (
+                "pk_sb_inbox_business_key",
+                "(consumer, business_key, business_key_bytes)",
+            ),
+            (
+                "pk_sb_inbox_aggregate_version",
+                "(consumer, aggregate, aggregate_bytes)",
+            ),
+            ("uq_sb_outbox_message_id", "(message_id, message_id_bytes)"),
+        ] {
+            let defined = format!("constraint {constraint}\n");
+            let at = all
+                .rfind(&defined)
+                .unwrap_or_else(|| panic!("{constraint} is never re-created"));
+            let definition = &all[at..all[at..].find(')').map_or(all.len(), |end| at + end + 1)];
+            assert!(definition.ends_with(columns), "{definition}");
+        }
     }
 }

@@ -52,6 +52,13 @@ pub(crate) fn kind_of(code: &SqlState, constraint: Option<&str>) -> ErrorKind {
         | SqlState::T_R_DEADLOCK_DETECTED
         | SqlState::LOCK_NOT_AVAILABLE
         | SqlState::QUERY_CANCELED => ErrorKind::Contention,
+        // The deployment, not the message: code rolled out before `migrate`, a missing grant.
+        SqlState::INSUFFICIENT_PRIVILEGE
+        | SqlState::UNDEFINED_TABLE
+        | SqlState::UNDEFINED_COLUMN
+        | SqlState::UNDEFINED_FUNCTION
+        | SqlState::UNDEFINED_OBJECT
+        | SqlState::INVALID_SCHEMA_NAME => ErrorKind::Deployment,
         SqlState::ADMIN_SHUTDOWN
         | SqlState::CRASH_SHUTDOWN
         | SqlState::CANNOT_CONNECT_NOW
@@ -62,7 +69,7 @@ pub(crate) fn kind_of(code: &SqlState, constraint: Option<&str>) -> ErrorKind {
         // Class 08: connection exceptions; class 53: insufficient resources; 40: rollbacks.
         _ if text.starts_with("08") => ErrorKind::Connection,
         _ if text.starts_with("53") || text.starts_with("40") => ErrorKind::Contention,
-        // Class 42: syntax, missing objects, permissions; 23: other integrity violations.
+        // Class 42 otherwise: syntax and other statement errors; 23: other integrity violations.
         _ if text.starts_with("42") => ErrorKind::Schema,
         _ if text.starts_with("23") => ErrorKind::CheckViolation,
         _ => ErrorKind::Unknown,
@@ -104,7 +111,12 @@ mod tests {
             ("57P01", ErrorKind::Unavailable),
             ("53300", ErrorKind::Unavailable),
             ("08006", ErrorKind::Connection),
-            ("42P01", ErrorKind::Schema),
+            ("42P01", ErrorKind::Deployment),
+            ("42703", ErrorKind::Deployment),
+            ("42501", ErrorKind::Deployment),
+            ("42883", ErrorKind::Deployment),
+            ("3F000", ErrorKind::Deployment),
+            ("42601", ErrorKind::Schema),
             ("XX000", ErrorKind::Unknown),
         ];
         for (code, kind) in cases {

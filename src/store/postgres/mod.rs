@@ -5,6 +5,7 @@
 //! state. Statements are prepared once per connection. Connections are plain TCP, a Unix
 //! socket, or TLS with verification (`sslmode`, `sslrootcert`: see `tls`).
 
+mod bounds;
 mod classify;
 mod outbox;
 mod tls;
@@ -15,10 +16,12 @@ use bb8::{ManageConnection, Pool, PooledConnection};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row, Statement};
 
+pub use bounds::{LOCK_TIMEOUT, STATEMENT_TIMEOUT};
 pub use classify::classify;
 
 use super::Migration;
-use crate::ports::{ErrorKind, OutboxMessage, Store, StoreError, Tx, VersionCheck};
+use super::tx_state::{TxState, rollback_to_sql};
+use crate::ports::{ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck};
 
 /// The PostgreSQL migrations, in order.
 pub const MIGRATIONS: &[Migration] = &[
@@ -66,6 +69,8 @@ impl PgConn {
 pub struct PgManager {
     config: tokio_postgres::Config,
     tls: tls::PgTls,
+    /// The `SET`s each new session runs ([`bounds`]).
+    session_setup: String,
 }
 
 impl ManageConnection for PgManager {
@@ -83,6 +88,12 @@ impl ManageConnection for PgManager {
                 tracing::debug!(%error, "PostgreSQL connection ended.");
             }
         });
+        if !self.session_setup.is_empty() {
+            client
+                .batch_execute(&self.session_setup)
+                .await
+                .map_err(classify)?;
+        }
         Ok(PgConn {
             client,
             statements: HashMap::new(),
@@ -124,7 +135,9 @@ pub struct PgStore {
 
 impl PgStore {
     /// Connects a pool of at most `max_size` connections to a `postgres://` URL (libpq key/value
-    /// strings work too). The URL's `options` can set `-c search_path=…`. TLS: `sslmode=require`
+    /// strings work too). The URL's `options` can set `-c search_path=…`. Sessions get a
+    /// statement timeout ([`STATEMENT_TIMEOUT`]), a lock timeout ([`LOCK_TIMEOUT`]) and TCP
+    /// keepalive unless the URL sets them (`options=-c lock_timeout=5s`, `keepalives_idle=…`). TLS: `sslmode=require`
     /// (or `verify-full`) with the server's certificate verified against the webpki roots and
     /// `sslrootcert=PATH`; no `sslmode` means plain TCP.
     ///
@@ -132,8 +145,13 @@ impl PgStore {
     /// [`ErrorKind::Schema`] for an unparseable URL or `sslrootcert`; the classified error of a
     /// first connection, made before returning.
     pub async fn connect(url: &str, max_size: u32) -> Result<Self, StoreError> {
-        let (config, tls) = tls::parse(url)?;
-        let manager = PgManager { config, tls };
+        let (mut config, tls) = tls::parse(url)?;
+        let session_setup = bounds::apply(&mut config, url);
+        let manager = PgManager {
+            config,
+            tls,
+            session_setup,
+        };
         // One connection up front, so that a wrong host, password or certificate fails here with
         // its cause; the pool would retry it silently until its timeout.
         drop(manager.connect().await?);
@@ -175,6 +193,10 @@ impl PgStore {
         let mut applied = 0;
         for migration in MIGRATIONS {
             let tx = client.transaction().await.map_err(classify)?;
+            // A migration may build an index on a large table or wait for another `migrate`.
+            tx.batch_execute("SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0")
+                .await
+                .map_err(classify)?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
                 .await
                 .map_err(classify)?;
@@ -223,49 +245,67 @@ impl Store for PgStore {
         // Marked first: if BEGIN is cancelled half-way the pool discards the connection.
         conn.in_tx = true;
         conn.client.batch_execute("BEGIN").await.map_err(classify)?;
-        Ok(PgTx { conn })
+        Ok(PgTx {
+            conn,
+            state: TxState::default(),
+        })
     }
 }
 
 /// An open PostgreSQL transaction. Dropping it without commit or rollback discards the
 /// connection, which ends the transaction on the server.
+///
+/// After a failed statement PostgreSQL aborts the transaction; this one then refuses every
+/// statement and the commit ([`Tx`]'s first-error rule). Use [`Tx::savepoint`] to go on after
+/// an expected error.
 #[derive(Debug)]
 pub struct PgTx {
     conn: PooledConnection<'static, PgManager>,
+    state: TxState,
 }
 
+/// Commits, after a statement that fails in an aborted transaction: PostgreSQL answers a
+/// `COMMIT` there with `ROLLBACK` and no error, and `tokio-postgres` does not show the command
+/// tag. In an aborted transaction the probe fails (25P02) and the rest of the batch is skipped;
+/// otherwise it costs nothing, sent in the same message.
+const COMMIT: &str = "SELECT 1; COMMIT";
+
 impl PgTx {
-    /// The client, for the handler's business statements.
+    /// The client, for statements this type has no method for. Statements run through it
+    /// bypass the first-error rule: prefer [`PgTx::execute`] and [`PgTx::query`]. The commit
+    /// still fails when such a statement aborted the transaction.
     pub fn client(&self) -> &Client {
         &self.conn.client
     }
 
-    /// Executes one statement, classifying its error.
+    /// Executes one statement, classifying its error; refused after an earlier failure.
     ///
     /// # Errors
-    /// The classified [`StoreError`].
+    /// The classified [`StoreError`]; [`StoreError::refused`] after an earlier failure.
     pub async fn execute(
-        &self,
+        &mut self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<u64, StoreError> {
-        self.conn
-            .client
-            .execute(sql, params)
+        let client = &self.conn.client;
+        self.state
+            .run(async { client.execute(sql, params).await.map_err(classify) })
             .await
-            .map_err(classify)
     }
 
-    /// Runs one query, classifying its error.
+    /// Runs one query, classifying its error; refused after an earlier failure.
     ///
     /// # Errors
-    /// The classified [`StoreError`].
+    /// As [`PgTx::execute`].
     pub async fn query(
-        &self,
+        &mut self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, StoreError> {
-        self.conn.client.query(sql, params).await.map_err(classify)
+        let client = &self.conn.client;
+        self.state
+            .run(async { client.query(sql, params).await.map_err(classify) })
+            .await
     }
 
     async fn run(
@@ -273,22 +313,30 @@ impl PgTx {
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<u64, StoreError> {
-        let statement = self.conn.prepared(sql).await?;
-        self.conn
-            .client
-            .execute(&statement, params)
+        let conn = &mut self.conn;
+        self.state
+            .run(async {
+                let statement = conn.prepared(sql).await?;
+                conn.client
+                    .execute(&statement, params)
+                    .await
+                    .map_err(classify)
+            })
             .await
-            .map_err(classify)
     }
 
+    /// Ends the transaction with `sql`; on failure rolls back, so the connection stays
+    /// reusable (outside a transaction `ROLLBACK` only warns).
     async fn finish(mut self, sql: &str) -> Result<(), StoreError> {
-        self.conn
-            .client
-            .batch_execute(sql)
-            .await
-            .map_err(classify)?;
-        self.conn.in_tx = false;
-        Ok(())
+        let result = self.conn.client.batch_execute(sql).await.map_err(classify);
+        let ended = match &result {
+            Ok(()) => true,
+            Err(_) => self.conn.client.batch_execute("ROLLBACK").await.is_ok(),
+        };
+        if ended {
+            self.conn.in_tx = false;
+        }
+        result
     }
 }
 
@@ -334,16 +382,19 @@ impl Tx for PgTx {
         if changed == 1 {
             return Ok(VersionCheck::Advanced);
         }
-        let statement = self
-            .conn
-            .prepared("SELECT version FROM sb_inbox_aggregate_version WHERE consumer = $1 AND aggregate = $2")
-            .await?;
+        let conn = &mut self.conn;
         let row = self
-            .conn
-            .client
-            .query_one(&statement, &[&consumer, &aggregate])
-            .await
-            .map_err(classify)?;
+            .state
+            .run(async {
+                let statement = conn
+                    .prepared("SELECT version FROM sb_inbox_aggregate_version WHERE consumer = $1 AND aggregate = $2")
+                    .await?;
+                conn.client
+                    .query_one(&statement, &[&consumer, &aggregate])
+                    .await
+                    .map_err(classify)
+            })
+            .await?;
         Ok(VersionCheck::Stale {
             current: row.get(0),
         })
@@ -368,8 +419,40 @@ impl Tx for PgTx {
         .map(drop)
     }
 
+    async fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
+        let savepoint = self.state.next_savepoint()?;
+        let sql = self.state.savepoint_sql(&savepoint);
+        let client = &self.conn.client;
+        self.state
+            .run(async { client.batch_execute(&sql).await.map_err(classify) })
+            .await?;
+        self.state.marked(&savepoint);
+        Ok(savepoint)
+    }
+
+    async fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        self.state.rollback_target(&savepoint)?;
+        let result = self
+            .conn
+            .client
+            .batch_execute(&rollback_to_sql(&savepoint))
+            .await
+            .map_err(classify);
+        self.state.rolled_back(&savepoint, result)
+    }
+
+    async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        self.state.release(&savepoint, true)
+    }
+
     async fn commit(self) -> Result<(), StoreError> {
-        self.finish("COMMIT").await
+        if let Err(refused) = self.state.check() {
+            if let Err(error) = self.finish("ROLLBACK").await {
+                tracing::warn!(%error, "Rollback failed; the connection is discarded.");
+            }
+            return Err(refused);
+        }
+        self.finish(COMMIT).await
     }
 
     async fn rollback(self) -> Result<(), StoreError> {

@@ -66,11 +66,12 @@ pub fn classify(error: rusqlite::Error) -> StoreError {
             | rusqlite::ErrorCode::CannotOpen
             | rusqlite::ErrorCode::OutOfMemory
             | rusqlite::ErrorCode::DiskFull => (ErrorKind::Unavailable, None),
+            // A read-only file or a missing table: the deployment, not the message.
             rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::PermissionDenied => {
-                (ErrorKind::Schema, None)
+                (ErrorKind::Deployment, None)
             }
             rusqlite::ErrorCode::Unknown if detail.starts_with("no such") => {
-                (ErrorKind::Schema, None)
+                (ErrorKind::Deployment, None)
             }
             rusqlite::ErrorCode::ConstraintViolation => (ErrorKind::CheckViolation, None),
             _ => (ErrorKind::Unknown, None),

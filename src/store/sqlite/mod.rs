@@ -20,7 +20,8 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 pub use classify::classify;
 
 use super::Migration;
-use crate::ports::{OutboxMessage, Store, StoreError, Tx, VersionCheck};
+use super::tx_state::{TxState, rollback_to_sql};
+use crate::ports::{ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck};
 
 /// The SQLite migrations, in order.
 pub const MIGRATIONS: &[Migration] = &[
@@ -186,49 +187,101 @@ impl Store for SqliteStore {
         Ok(SqliteTx {
             conn,
             _writer: writer,
-            open: true,
+            state: TxState::default(),
         })
     }
 }
 
 /// An open SQLite transaction. Dropping it rolls back.
+///
+/// SQLite itself undoes only the failed statement, but after some errors (a full disk, I/O,
+/// `SQLITE_BUSY` in some modes) it rolls the whole transaction back and later statements would
+/// autocommit; this type refuses every statement and the commit after the first error
+/// ([`Tx`]'s rule), and any statement once the connection is no longer inside the
+/// transaction. Use [`Tx::savepoint`] to go on after an expected error.
 #[derive(Debug)]
 pub struct SqliteTx {
     conn: OwnedMutexGuard<Connection>,
     _writer: OwnedMutexGuard<()>,
-    open: bool,
+    state: TxState,
 }
 
 impl SqliteTx {
-    /// The connection, for the handler's business statements.
+    /// The connection, for statements this type has no method for. Statements run through it
+    /// bypass the first-error rule: prefer [`SqliteTx::execute`] and [`SqliteTx::query_row`].
     pub fn connection(&self) -> &Connection {
         &self.conn
     }
 
-    /// Executes one statement, classifying its error.
+    /// Executes one statement, classifying its error; refused after an earlier failure.
     ///
     /// # Errors
-    /// The classified [`StoreError`].
-    pub fn execute(&self, sql: &str, params: impl rusqlite::Params) -> Result<usize, StoreError> {
-        self.conn
-            .prepare_cached(sql)
-            .and_then(|mut stmt| stmt.execute(params))
-            .map_err(classify)
+    /// The classified [`StoreError`]; [`StoreError::refused`] after an earlier failure.
+    pub fn execute(
+        &mut self,
+        sql: &str,
+        params: impl rusqlite::Params,
+    ) -> Result<usize, StoreError> {
+        self.statement(|conn| {
+            conn.prepare_cached(sql)
+                .and_then(|mut stmt| stmt.execute(params))
+        })
     }
 
+    /// Reads the first row, if any, classifying its error; refused after an earlier failure.
+    ///
+    /// # Errors
+    /// As [`SqliteTx::execute`].
+    pub fn query_row<T>(
+        &mut self,
+        sql: &str,
+        params: impl rusqlite::Params,
+        row: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Option<T>, StoreError> {
+        self.statement(|conn| {
+            conn.prepare_cached(sql)
+                .and_then(|mut stmt| stmt.query_row(params, row).optional())
+        })
+    }
+
+    /// Runs one statement inside the transaction, unless it failed or ended already.
+    fn statement<T>(
+        &mut self,
+        run: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
+        self.state.check()?;
+        if self.conn.is_autocommit() {
+            return self.state.record(Err(StoreError::new(
+                ErrorKind::Unknown,
+                None,
+                None,
+                "SQLite ended the transaction (it rolls back after some errors); statement refused",
+            )));
+        }
+        self.state.record(run(&self.conn).map_err(classify))
+    }
+
+    /// Ends the transaction with `sql`. A failed `COMMIT` (a deferred foreign key, a busy
+    /// database) leaves the transaction open on the store's only connection: roll it back, or
+    /// every later `BEGIN` would fail. SQLite says whether a transaction is open.
     fn finish(&mut self, sql: &str) -> Result<(), StoreError> {
-        self.open = false;
-        self.conn.execute_batch(sql).map_err(classify)
+        let result = self.conn.execute_batch(sql).map_err(classify);
+        self.roll_back_if_open();
+        result
+    }
+
+    fn roll_back_if_open(&self) {
+        if !self.conn.is_autocommit()
+            && let Err(error) = self.conn.execute_batch("ROLLBACK")
+        {
+            tracing::warn!(%error, "Rollback of a SQLite transaction failed.");
+        }
     }
 }
 
 impl Drop for SqliteTx {
     fn drop(&mut self) {
-        if self.open
-            && let Err(error) = self.conn.execute_batch("ROLLBACK")
-        {
-            tracing::warn!(%error, "Rollback of a dropped SQLite transaction failed.");
-        }
+        self.roll_back_if_open();
     }
 }
 
@@ -271,13 +324,19 @@ impl Tx for SqliteTx {
             return Ok(VersionCheck::Advanced);
         }
         let current = self
-            .conn
             .query_row(
                 "SELECT version FROM sb_inbox_aggregate_version WHERE consumer = ?1 AND aggregate = ?2",
                 params![consumer, aggregate],
                 |row| row.get(0),
-            )
-            .map_err(classify)?;
+            )?
+            .ok_or_else(|| {
+                StoreError::new(
+                    ErrorKind::Unknown,
+                    None,
+                    None,
+                    "aggregate version row missing after upsert",
+                )
+            })?;
         Ok(VersionCheck::Stale { current })
     }
 
@@ -298,7 +357,32 @@ impl Tx for SqliteTx {
         .map(drop)
     }
 
+    async fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
+        let savepoint = self.state.next_savepoint()?;
+        let sql = self.state.savepoint_sql(&savepoint);
+        self.statement(|conn| conn.execute_batch(&sql))?;
+        self.state.marked(&savepoint);
+        Ok(savepoint)
+    }
+
+    async fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        self.state.rollback_target(&savepoint)?;
+        let result = self
+            .conn
+            .execute_batch(&rollback_to_sql(&savepoint))
+            .map_err(classify);
+        self.state.rolled_back(&savepoint, result)
+    }
+
+    async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        self.state.release(&savepoint, true)
+    }
+
     async fn commit(mut self) -> Result<(), StoreError> {
+        if let Err(refused) = self.state.check() {
+            self.roll_back_if_open();
+            return Err(refused);
+        }
         self.finish("COMMIT")
     }
 
