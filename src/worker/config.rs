@@ -55,6 +55,11 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "renew this long before expiry (default 10)",
     ),
     (
+        "SB_INBOX_MAX_PROCESSING_SECS",
+        "runtime.max_processing_secs",
+        "longest a delivery is handled before it is cancelled, rolled back and abandoned (default 300)",
+    ),
+    (
         "SB_INBOX_SHUTDOWN_GRACE_SECS",
         "runtime.shutdown_grace_secs",
         "drain time on SIGTERM (default 30)",
@@ -137,7 +142,7 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
     (
         "SB_INBOX_DLQ_RESUBMIT_WINDOW_SECS",
         "retention.dlq_resubmit_window_secs",
-        "how long DLQ resubmission stays allowed",
+        "how long DLQ resubmission stays allowed (default 604800: 7 days; `dlq resubmit` refuses older dead letters)",
     ),
 ];
 
@@ -276,6 +281,7 @@ struct Runtime {
     concurrency: Option<u64>,
     prefetch: Option<u64>,
     lock_margin_secs: Option<u64>,
+    max_processing_secs: Option<u64>,
     shutdown_grace_secs: Option<u64>,
 }
 
@@ -472,6 +478,14 @@ impl WorkerConfig {
                 3600,
             )
             .unwrap_or(30);
+        let max_processing = r
+            .number(
+                "runtime.max_processing_secs",
+                file.runtime.max_processing_secs,
+                1,
+                86_400,
+            )
+            .unwrap_or(300);
         // Port 0 picks a free port, logged at start-up.
         let health_port = r
             .number("health.port", file.health.port, 0, 65_535)
@@ -588,7 +602,10 @@ impl WorkerConfig {
                             retry_span: retry.as_ref().map_or(Duration::ZERO, |policy| {
                                 policy.max_delay().saturating_mul(policy.max_retries())
                             }),
-                            dlq_resubmit_window: Duration::from_secs(dlq_window.unwrap_or(0)),
+                            dlq_resubmit_window: dlq_window.map_or(
+                                crate::ops::dlq::DEFAULT_RESUBMIT_WINDOW,
+                                Duration::from_secs,
+                            ),
                         };
                         let retention = Duration::from_secs(retention);
                         if let Err(error) = horizon.check(retention) {
@@ -612,6 +629,8 @@ impl WorkerConfig {
                 runtime.concurrency = usize::try_from(concurrency).unwrap_or(8);
                 runtime.prefetch = usize::try_from(prefetch).unwrap_or(0);
                 runtime.lock_margin = Duration::from_secs(margin);
+                runtime.lock_duration = lock_duration.map(Duration::from_secs);
+                runtime.max_processing = Duration::from_secs(max_processing);
                 runtime.shutdown_grace = Duration::from_secs(grace);
                 Ok(WorkerConfig {
                     runtime,

@@ -1,4 +1,5 @@
-//! `/healthz` (alive) and `/readyz` (broker and store connected) for container probes.
+//! `/healthz` (alive) and `/readyz` (broker and store connected, no handler slot stuck) for
+//! container probes.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -40,6 +41,9 @@ impl Ping for MssqlStore {
 pub(crate) struct Readiness {
     pub(crate) broker: Arc<dyn Fn() -> bool + Send + Sync>,
     pub(crate) store: Arc<dyn Ping>,
+    /// Handler slots stuck past the maximum processing time ([`crate::runtime::SlotWatch`]):
+    /// the worker holds capacity it cannot use, so another replica should take the traffic.
+    pub(crate) stuck_slots: Arc<dyn Fn() -> usize + Send + Sync>,
 }
 
 /// Serves the probes on `listener` until `shutdown`.
@@ -87,12 +91,16 @@ async fn answer(
         Some("/readyz") => {
             let broker = (readiness.broker)();
             let store = readiness.store.ping().await.is_ok();
-            let status = if broker && store {
+            let stuck = (readiness.stuck_slots)();
+            let status = if broker && store && stuck == 0 {
                 "200 OK"
             } else {
                 "503 Service Unavailable"
             };
-            (status, format!("{{\"broker\":{broker},\"store\":{store}}}"))
+            (
+                status,
+                format!("{{\"broker\":{broker},\"store\":{store},\"stuck_slots\":{stuck}}}"),
+            )
         }
         _ => ("404 Not Found", "{\"error\":\"not found\"}".to_owned()),
     };
@@ -138,7 +146,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn ready_only_when_broker_and_store_answer() {
+    async fn ready_only_when_broker_and_store_answer_and_no_slot_is_stuck() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (broker, store) = (
@@ -146,9 +154,12 @@ mod tests {
             Arc::new(AtomicBool::new(true)),
         );
         let broker_flag = broker.clone();
+        let stuck = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let stuck_count = stuck.clone();
         let readiness = Readiness {
             broker: Arc::new(move || broker_flag.load(Ordering::SeqCst)),
             store: Arc::new(FakeStore(store.clone())),
+            stuck_slots: Arc::new(move || stuck_count.load(Ordering::SeqCst)),
         };
         let shutdown = CancellationToken::new();
         tokio::spawn(serve(listener, readiness, shutdown.clone()));
@@ -168,10 +179,17 @@ mod tests {
                 "{b} {s}: {response}"
             );
             assert!(
-                response.ends_with(&format!("{{\"broker\":{b},\"store\":{s}}}")),
+                response.ends_with(&format!(
+                    "{{\"broker\":{b},\"store\":{s},\"stuck_slots\":0}}"
+                )),
                 "{response}"
             );
         }
+        stuck.store(1, Ordering::SeqCst);
+        let response = get(addr, "/readyz").await;
+        assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+        assert!(response.ends_with("\"stuck_slots\":1}"), "{response}");
+        stuck.store(0, Ordering::SeqCst);
         broker.store(false, Ordering::SeqCst);
         assert!(
             get(addr, "/healthz").await.starts_with("HTTP/1.1 200"),

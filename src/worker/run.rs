@@ -79,8 +79,10 @@ pub async fn run_with(
             EntraCredential::new(EntraMode::Default, client_id.clone()),
         ),
     };
-    let prefetch = u32::try_from(config.runtime.prefetch).unwrap_or(u32::MAX);
-    let receiver = client.receiver(&config.entity, prefetch);
+    // The runtime prefetches (it holds `prefetch` deliveries beyond its slots and keeps their
+    // locks from receipt); credit on the link beyond what it asks for would leave deliveries
+    // waiting there unrenewed.
+    let receiver = client.receiver(&config.entity, 0);
     let probe = Probe {
         client,
         health,
@@ -169,21 +171,23 @@ async fn serve<S: InventoryStore + OutboxStore + RetentionStore + Ping + Clone>(
         let stop = stop_background.clone();
         background.push(tokio::spawn(async move { task.run(stop).await }));
     }
+    let consumer = match &config.outbox_destination {
+        Some(destination) => OrderPlacedConsumer::new().with_events(destination),
+        None => OrderPlacedConsumer::new(),
+    };
+    let runtime = Runtime::new(receiver.clone(), store.clone(), consumer, runtime_config);
     let stop_health = CancellationToken::new();
     if let Some(listener) = health {
+        let slots = runtime.slots();
         let readiness = health::Readiness {
             broker: Arc::new(move || client.is_connected()),
-            store: Arc::new(store.clone()),
+            store: Arc::new(store),
+            stuck_slots: Arc::new(move || slots.stuck()),
         };
         tokio::spawn(health::serve(listener, readiness, stop_health.clone()));
     }
     // The probes answer until the drain is over, then stop with the worker.
     let _stop_health = stop_health.drop_guard();
-    let consumer = match &config.outbox_destination {
-        Some(destination) => OrderPlacedConsumer::new().with_events(destination),
-        None => OrderPlacedConsumer::new(),
-    };
-    let runtime = Runtime::new(receiver.clone(), store, consumer, runtime_config);
     let retries = config.retry.as_ref().map_or(0, RetryPolicy::max_retries);
     tracing::info!(entity = %config.entity, consumer = %config.runtime.consumer, store = %config.store, delayed_retries = retries, "Worker started.");
     let result = runtime.run(shutdown).await;
