@@ -323,6 +323,41 @@ mod tests {
         );
     }
 
+    /// Finding 10: a dead letter enqueued longer ago than the window is refused with the
+    /// reason and stays in the dead-letter queue; a younger one is resubmitted.
+    #[tokio::test(start_paused = true)]
+    async fn dead_letters_past_the_window_are_refused_and_stay() {
+        use crate::testing::MemoryBroker;
+        let clock = Clock::new();
+        let dead_letters = MemoryBroker::new(clock);
+        dead_letters.send(Message::new("old", "orders.order-placed.v1", "{}"));
+        tokio::time::advance(DEFAULT_RESUBMIT_WINDOW + Duration::from_secs(1)).await;
+        dead_letters.send(Message::new("young", "orders.order-placed.v1", "{}"));
+        let entity = MemoryBroker::new(clock);
+        let mut options = ResubmitOptions::new(10);
+        options.clock = clock;
+        let report = resubmit(&dead_letters.receiver(), &entity, "orders", &options)
+            .await
+            .unwrap();
+        let resubmitted: Vec<&str> = report.resubmitted.iter().map(|r| r.from.as_str()).collect();
+        assert_eq!(resubmitted, ["young"]);
+        let [(id, why)] = report.left.as_slice() else {
+            panic!("{report:?}");
+        };
+        assert_eq!(id, "old");
+        assert!(
+            why.contains("enqueued 604801 s ago, past the DLQ resubmission window of 604800 s"),
+            "{why}"
+        );
+        assert_eq!(entity.sent().len(), 1);
+        let counts = dead_letters.counts();
+        assert_eq!(
+            (counts.completed, counts.ready),
+            (1, 1),
+            "the old one stays"
+        );
+    }
+
     #[test]
     fn subscriptions_need_an_explicit_destination() {
         assert_eq!(resubmit_destination("orders", None).unwrap(), "orders");

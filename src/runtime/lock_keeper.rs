@@ -60,25 +60,28 @@ pub struct KeptLock {
     state: Arc<LockState>,
 }
 
-/// The lock's expiry on the monotonic clock: milliseconds after `base`.
+/// The lock's expiry on the monotonic clock: nanoseconds after `base`.
 #[derive(Debug)]
 struct LockState {
     base: Instant,
-    expiry_ms: AtomicU64,
+    expiry_ns: AtomicU64,
     renewals: AtomicU32,
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl LockState {
     fn expiry(&self) -> Instant {
-        self.base + Duration::from_millis(self.expiry_ms.load(Ordering::Acquire))
+        self.base + Duration::from_nanos(self.expiry_ns.load(Ordering::Acquire))
     }
 
     fn extend(&self, by: Duration) {
-        let by = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
         // Only the renewing task writes; readers see the old or the new expiry.
-        let old = self.expiry_ms.load(Ordering::Acquire);
-        self.expiry_ms
-            .store(old.saturating_add(by), Ordering::Release);
+        let old = self.expiry_ns.load(Ordering::Acquire);
+        self.expiry_ns
+            .store(old.saturating_add(nanos(by)), Ordering::Release);
     }
 }
 
@@ -126,7 +129,7 @@ impl LockKeeper {
         );
         let state = Arc::new(LockState {
             base,
-            expiry_ms: AtomicU64::new(u64::try_from(remaining.as_millis()).unwrap_or(u64::MAX)),
+            expiry_ns: AtomicU64::new(nanos(remaining)),
             renewals: AtomicU32::new(0),
         });
         let mut kept = KeptLock {

@@ -84,8 +84,25 @@ impl WorkerProcess {
         WorkerProcess { child, log }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.log.lock().unwrap().join("\n")
+    }
+
+    /// The health endpoints' address, once the worker has logged it (`SB_INBOX_HEALTH_PORT=0`).
+    pub(crate) async fn health_address(&self) -> std::net::SocketAddr {
+        let found = || {
+            self.log
+                .lock()
+                .unwrap()
+                .iter()
+                .find_map(|line| crate::worker::logged_health_address(line))
+        };
+        until("the worker logs its health address", || {
+            let seen = found().is_some();
+            async move { seen }
+        })
+        .await;
+        found().unwrap()
     }
 
     /// SIGKILL: no drain, no settlement, no goodbye.
@@ -182,7 +199,7 @@ async fn counts(store: &PgStore) -> InventoryCounts {
 }
 
 /// A raw session of the test's own, in the test's schema, to hold row locks.
-async fn session(schema: &str) -> tokio_postgres::Client {
+pub(crate) async fn session(schema: &str) -> tokio_postgres::Client {
     let (client, connection) =
         tokio_postgres::connect(&with_search_path(&pg_url(), schema), tokio_postgres::NoTls)
             .await

@@ -269,6 +269,7 @@ pub(crate) struct Faults {
     pub(crate) refuse_dispositions: u32,
     pub(crate) delay_dispositions: u32,
     pub(crate) disposition_delay: Duration,
+    pub(crate) undecodable_deliveries: u32,
 }
 
 impl Faults {
