@@ -834,13 +834,19 @@ concurrency = 4
         let short = format!(
             "{GOOD}[retention]\nretention_secs = 3600\nmessage_ttl_secs = 86400\nlock_duration_secs = 60\nmax_delivery_count = 10\n"
         );
+        // TTL + lock × count + the default 7-day DLQ resubmission window.
         let errors = load(&short, &[]).unwrap_err();
-        assert!(errors.to_string().contains("at least 86400"), "{errors}");
-        let config = load(&short, &[("SB_INBOX_RETENTION_SECS", "172800")]).unwrap();
+        assert!(errors.to_string().contains("at least 691800"), "{errors}");
+        let config = load(&short, &[("SB_INBOX_RETENTION_SECS", "691800")]).unwrap();
         assert_eq!(
             config.retention.unwrap().retention,
-            Duration::from_secs(172_800)
+            Duration::from_secs(691_800)
         );
+        let no_window = [
+            ("SB_INBOX_RETENTION_SECS", "87000"),
+            ("SB_INBOX_DLQ_RESUBMIT_WINDOW_SECS", "0"),
+        ];
+        assert!(load(&short, &no_window).is_ok());
     }
 
     #[test]
@@ -902,7 +908,7 @@ concurrency = 4
     #[test]
     fn delayed_retries_lengthen_the_replay_horizon() {
         let retention = format!(
-            "{GOOD}[retention]\nretention_secs = 87000\nmessage_ttl_secs = 86400\nlock_duration_secs = 60\nmax_delivery_count = 10\n"
+            "{GOOD}[retention]\nretention_secs = 87000\nmessage_ttl_secs = 86400\nlock_duration_secs = 60\nmax_delivery_count = 10\ndlq_resubmit_window_secs = 0\n"
         );
         assert!(load(&retention, &[]).is_ok());
         let errors = load(
@@ -913,14 +919,14 @@ concurrency = 4
             ],
         )
         .unwrap_err();
-        assert!(errors.to_string().contains("at least 89400"), "{errors}");
+        assert!(errors.to_string().contains("at least 90000"), "{errors}");
     }
 
     #[test]
     fn relay_and_retention_settings_have_defaults_and_bounds() {
         let config = load(GOOD, &[]).unwrap();
         assert_eq!(config.relay, RelayConfig::default());
-        let horizon = "[retention]\nretention_secs = 172800\nmessage_ttl_secs = 86400\nlock_duration_secs = 60\nmax_delivery_count = 10\n";
+        let horizon = "[retention]\nretention_secs = 172800\nmessage_ttl_secs = 86400\nlock_duration_secs = 60\nmax_delivery_count = 10\ndlq_resubmit_window_secs = 0\n";
         let config = load(
             &format!("{GOOD}[outbox]\nbatch_size = 50\n{horizon}interval_secs = 60\n"),
             &[
