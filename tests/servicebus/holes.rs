@@ -269,6 +269,13 @@ async fn prefetched_deliveries_keep_their_locks_while_a_table_lock_holds_the_han
     assert!(stats.get("renewals") >= 8 * 3, "{stats:?}");
 }
 
+/// `/readyz` of a worker, bounded: a probe that does not answer is a failure, not a hang.
+async fn readyz(worker: &WorkerProcess, health: std::net::SocketAddr) -> String {
+    tokio::time::timeout(Duration::from_secs(10), http_get(health, "/readyz"))
+        .await
+        .unwrap_or_else(|_| panic!("/readyz did not answer in 10 s; log:\n{}", worker.log()))
+}
+
 /// Finding 6 as a process: a PostgreSQL session holds `LOCK TABLE inventory_stock` longer than
 /// `max_processing_secs` (3 s). Each attempt is cancelled and the message abandoned within the
 /// bound, the worker stays ready, and once the lock is released the message and a later one
@@ -298,9 +305,7 @@ async fn a_handler_held_past_max_processing_is_abandoned_and_the_worker_stays_re
     );
     let health = worker.health_address().await;
     until("the worker is ready", || async {
-        http_get(health, "/readyz")
-            .await
-            .starts_with("HTTP/1.1 200")
+        readyz(&worker, health).await.starts_with("HTTP/1.1 200")
     })
     .await;
     client
@@ -326,10 +331,9 @@ async fn a_handler_held_past_max_processing_is_abandoned_and_the_worker_stays_re
         delivery_count().await >= 2
     })
     .await;
-    let ready = http_get(health, "/readyz").await;
+    let ready = readyz(&worker, health).await;
     assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
     assert!(ready.ends_with("\"stuck_slots\":0}"), "{ready}");
-    assert_eq!(store.inventory_counts().await.unwrap().reservations, 0);
 
     holder.batch_execute("COMMIT").await.unwrap();
     drained(&emulator, 1).await;
@@ -339,11 +343,7 @@ async fn a_handler_held_past_max_processing_is_abandoned_and_the_worker_stays_re
         .await
         .unwrap();
     drained(&emulator, 2).await;
-    assert!(
-        http_get(health, "/readyz")
-            .await
-            .starts_with("HTTP/1.1 200")
-    );
+    assert!(readyz(&worker, health).await.starts_with("HTTP/1.1 200"));
     let log = worker.log();
     let stats = worker.terminate().await;
     assert!(
