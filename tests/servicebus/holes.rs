@@ -29,6 +29,17 @@ async fn emulator_with(properties: &str) -> Emulator {
     Emulator::start(broker, Default::default()).await.unwrap()
 }
 
+/// A session of the test's own holding `LOCK TABLE inventory_stock` in an open transaction
+/// (`COMMIT` on it releases the lock), and the store URL of the test's schema.
+async fn lock_stock_table(schema: &str) -> (tokio_postgres::Client, String) {
+    let holder = session(schema).await;
+    holder
+        .batch_execute("BEGIN; LOCK TABLE inventory_stock")
+        .await
+        .unwrap();
+    (holder, with_search_path(&pg_url(), schema))
+}
+
 fn inventory_config() -> RuntimeConfig {
     RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER).unwrap())
 }
@@ -235,12 +246,7 @@ async fn prefetched_deliveries_keep_their_locks_while_a_table_lock_holds_the_han
             .await
             .unwrap();
     }
-    let holder = session(&schema).await;
-    holder
-        .batch_execute("BEGIN; LOCK TABLE inventory_stock")
-        .await
-        .unwrap();
-    let url = with_search_path(&pg_url(), &schema);
+    let (holder, url) = lock_stock_table(&schema).await;
     let worker = WorkerProcess::spawn_with(&emulator, &url, 1, &[("SB_INBOX_PREFETCH", "8")]);
     let orders = emulator.broker().entity("orders").unwrap();
     until(
@@ -288,12 +294,7 @@ async fn a_handler_held_past_max_processing_is_abandoned_and_the_worker_stays_re
     let schema = schema_for(test);
     let emulator = emulator_with(r#""LockDuration":"PT30S","MaxDeliveryCount":10"#).await;
     let client = client(&emulator);
-    let holder = session(&schema).await;
-    holder
-        .batch_execute("BEGIN; LOCK TABLE inventory_stock")
-        .await
-        .unwrap();
-    let url = with_search_path(&pg_url(), &schema);
+    let (holder, url) = lock_stock_table(&schema).await;
     let worker = WorkerProcess::spawn_with(
         &emulator,
         &url,
