@@ -66,6 +66,9 @@ struct LockState {
     base: Instant,
     expiry_ns: AtomicU64,
     renewals: AtomicU32,
+    /// The span each renewal's client span is a child of: the one current at receipt, then the
+    /// process span once handling starts ([`KeptLock::follow`]).
+    parent: std::sync::Mutex<tracing::Span>,
 }
 
 fn nanos(duration: Duration) -> u64 {
@@ -131,6 +134,7 @@ impl LockKeeper {
             base,
             expiry_ns: AtomicU64::new(nanos(remaining)),
             renewals: AtomicU32::new(0),
+            parent: std::sync::Mutex::new(tracing::Span::current()),
         });
         let mut kept = KeptLock {
             lost: CancellationToken::new(),
@@ -167,6 +171,15 @@ impl KeptLock {
     /// True while the lock is held: not reported lost and not past its known expiry.
     pub fn is_held(&self) -> bool {
         !self.lost.is_cancelled() && Instant::now() < self.state.expiry()
+    }
+
+    /// Makes later renewals children of `span` (the process span, once handling starts).
+    pub fn follow(&self, span: &tracing::Span) {
+        *self
+            .state
+            .parent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = span.clone();
     }
 
     /// Successful renewals so far.
@@ -218,7 +231,13 @@ impl<D: Delivery> Renewer<D> {
         let mut next = self.next_renewal(Instant::now());
         loop {
             tokio::time::sleep_until(next).await;
-            let renewed = self.delivery.renew_lock().await;
+            let parent = self
+                .state
+                .parent
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            let renewed = self.delivery.renew_lock().instrument(parent).await;
             if let Some(meter) = &self.meter {
                 meter.record(match &renewed {
                     Ok(_) => crate::telemetry::names::value::OK,

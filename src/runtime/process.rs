@@ -111,6 +111,7 @@ where
         cancel: &CancellationToken,
     ) -> Report {
         let processing = self.observer.start(&*delivery);
+        lock.follow(&processing.span);
         let report = self
             .handle(delivery.clone(), &lock, cancel)
             .instrument(processing.span.clone())
