@@ -106,6 +106,10 @@ param prefetch int = 32
 @minValue(1)
 param lockMarginSecs int = 10
 
+@description('Longest a delivery is handled before it is cancelled, rolled back and abandoned (like the SDKs\' maximum auto-lock-renewal duration).')
+@minValue(1)
+param maxProcessingSecs int = 300
+
 @description('Outbox rows the relay claims per pass.')
 @minValue(1)
 @maxValue(1000)
@@ -322,6 +326,7 @@ module app 'modules/containerapp.bicep' = {
       concurrency: concurrency
       prefetch: prefetch
       lockMarginSecs: lockMarginSecs
+      maxProcessingSecs: maxProcessingSecs
       shutdownGraceSecs: shutdownGraceSecs
       healthPort: healthPort
       lockDurationSecs: lockDurationSecs

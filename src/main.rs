@@ -116,6 +116,14 @@ enum DlqCommand {
         /// Stop once no dead letter arrives for this many seconds.
         #[arg(long, default_value_t = 5)]
         wait_secs: u64,
+        /// The DLQ resubmission window the dedupe retention covers (the worker's
+        /// retention.dlq_resubmit_window_secs): older dead letters are refused and stay.
+        #[arg(
+            long,
+            env = "SB_INBOX_DLQ_RESUBMIT_WINDOW_SECS",
+            default_value_t = 604_800
+        )]
+        window_secs: u64,
     },
 }
 
@@ -263,10 +271,12 @@ async fn run(command: Command) -> ExitCode {
                 message_id,
                 to,
                 wait_secs,
+                window_secs,
             } => {
                 let mut options = dlq::ResubmitOptions::new(max);
                 options.message_id = message_id;
                 options.idle = std::time::Duration::from_secs(wait_secs);
+                options.window = std::time::Duration::from_secs(window_secs);
                 dlq_resubmit(&broker, to.as_deref(), &options).await
             }
         },

@@ -191,6 +191,7 @@ var workerEnv = [
   { name: 'SB_INBOX_CONCURRENCY', value: string(worker.concurrency) }
   { name: 'SB_INBOX_PREFETCH', value: string(worker.prefetch) }
   { name: 'SB_INBOX_LOCK_MARGIN_SECS', value: string(worker.lockMarginSecs) }
+  { name: 'SB_INBOX_MAX_PROCESSING_SECS', value: string(worker.maxProcessingSecs) }
   { name: 'SB_INBOX_SHUTDOWN_GRACE_SECS', value: string(worker.shutdownGraceSecs) }
   { name: 'SB_INBOX_HEALTH_PORT', value: string(worker.healthPort) }
   { name: 'SB_INBOX_LOCK_DURATION_SECS', value: string(worker.lockDurationSecs) }

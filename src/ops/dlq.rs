@@ -9,7 +9,7 @@
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::OpsError;
 use crate::runtime::{
@@ -17,7 +17,7 @@ use crate::runtime::{
     logical_id,
 };
 use crate::servicebus::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, PeekedMessage};
-use crate::{Delivery, Message, PropertyValue, Receiver, Sender};
+use crate::{Clock, Delivery, Message, PropertyValue, Receiver, Sender};
 
 /// The application property counting how often a message was resubmitted from a dead-letter
 /// queue (1 on the first resubmission).
@@ -103,6 +103,9 @@ pub fn resubmission(message: &Message) -> Result<Message, String> {
     Ok(copy)
 }
 
+/// The default DLQ resubmission window: 7 days (as `dlqResubmitWindowSecs` in infra/main.bicep).
+pub const DEFAULT_RESUBMIT_WINDOW: Duration = Duration::from_secs(7 * 86_400);
+
 /// Which dead letters to resubmit.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -113,17 +116,41 @@ pub struct ResubmitOptions {
     pub message_id: Option<String>,
     /// Stop once no message arrives for this long.
     pub idle: Duration,
+    /// The resubmission window the retention was sized for (part of the replay horizon):
+    /// a dead letter enqueued longer ago is refused, since the inbox row that recognises it as
+    /// a duplicate may already be deleted.
+    pub window: Duration,
+    /// The clock ages are read on (tests pass the broker's).
+    pub clock: Clock,
 }
 
 impl ResubmitOptions {
-    /// At most `max`, any message id, 5 s idle.
+    /// At most `max`, any message id, 5 s idle, the default window.
     pub fn new(max: usize) -> Self {
         ResubmitOptions {
             max,
             message_id: None,
             idle: Duration::from_secs(5),
+            window: DEFAULT_RESUBMIT_WINDOW,
+            clock: Clock::new(),
         }
     }
+}
+
+/// Why a dead letter is past the resubmission window, if it is. Its age is counted from the
+/// broker's enqueued time, which for a dead letter is no later than its dead-lettering (Service
+/// Bus and the emulator keep the message's own), so the check errs on the safe side.
+fn past_window(enqueued: Option<SystemTime>, options: &ResubmitOptions) -> Option<String> {
+    let age = options.clock.now().duration_since(enqueued?).ok()?;
+    (age > options.window).then(|| {
+        format!(
+            "enqueued {} s ago, past the DLQ resubmission window of {} s \
+             (SB_INBOX_DLQ_RESUBMIT_WINDOW_SECS): its inbox row may already be deleted, so a \
+             resubmission could take effect twice; it stays in the dead-letter queue",
+            age.as_secs(),
+            options.window.as_secs()
+        )
+    })
 }
 
 /// One resubmitted dead letter.
@@ -206,7 +233,11 @@ async fn resubmit_matching<R: Receiver>(
         let matches = options.message_id.as_deref().is_none_or(|wanted| {
             from == wanted || logical_id(message).is_ok_and(|logical| logical == wanted)
         });
-        let copy = match resubmission(message) {
+        let checked = match past_window(delivery.enqueued_time(), options) {
+            Some(why) if matches => Err(why),
+            _ => resubmission(message),
+        };
+        let copy = match checked {
             Ok(copy) if matches => copy,
             other => {
                 let why = other.map_or_else(|why| why, |_| "does not match --message-id".into());
@@ -289,6 +320,41 @@ mod tests {
             resubmission(&nameless)
                 .unwrap_err()
                 .contains("no message id")
+        );
+    }
+
+    /// Finding 10: a dead letter enqueued longer ago than the window is refused with the
+    /// reason and stays in the dead-letter queue; a younger one is resubmitted.
+    #[tokio::test(start_paused = true)]
+    async fn dead_letters_past_the_window_are_refused_and_stay() {
+        use crate::testing::MemoryBroker;
+        let clock = Clock::new();
+        let dead_letters = MemoryBroker::new(clock);
+        dead_letters.send(Message::new("old", "orders.order-placed.v1", "{}"));
+        tokio::time::advance(DEFAULT_RESUBMIT_WINDOW + Duration::from_secs(1)).await;
+        dead_letters.send(Message::new("young", "orders.order-placed.v1", "{}"));
+        let entity = MemoryBroker::new(clock);
+        let mut options = ResubmitOptions::new(10);
+        options.clock = clock;
+        let report = resubmit(&dead_letters.receiver(), &entity, "orders", &options)
+            .await
+            .unwrap();
+        let resubmitted: Vec<&str> = report.resubmitted.iter().map(|r| r.from.as_str()).collect();
+        assert_eq!(resubmitted, ["young"]);
+        let [(id, why)] = report.left.as_slice() else {
+            panic!("{report:?}");
+        };
+        assert_eq!(id, "old");
+        assert!(
+            why.contains("enqueued 604801 s ago, past the DLQ resubmission window of 604800 s"),
+            "{why}"
+        );
+        assert_eq!(entity.sent().len(), 1);
+        let counts = dead_letters.counts();
+        assert_eq!(
+            (counts.completed, counts.ready),
+            (1, 1),
+            "the old one stays"
         );
     }
 

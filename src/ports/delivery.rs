@@ -75,6 +75,11 @@ pub trait Delivery: Send + Sync + 'static {
         &self,
         properties: BTreeMap<String, PropertyValue>,
     ) -> impl Future<Output = Result<(), SettleError>> + Send;
+    /// Gives the message back unprocessed without counting a delivery attempt (AMQP
+    /// `released`): for a delivery received but never started (shutdown). Service Bus does
+    /// not raise the delivery count on `released` (the Service Bus team in
+    /// <https://github.com/Azure/amqpnetlite/issues/342>), unlike an abandon.
+    fn release(&self) -> impl Future<Output = Result<(), SettleError>> + Send;
     /// Moves the message to the dead-letter subqueue with a reason and a description.
     fn dead_letter(
         &self,

@@ -38,6 +38,9 @@ pub enum DeadLetterReason {
     HandlerRejected,
     /// Delayed retries were exhausted.
     RetriesExhausted,
+    /// The client cannot decode the AMQP message (a malformed section, a type it does not
+    /// know); every redelivery would fail the same way.
+    UndecodableMessage,
 }
 
 impl DeadLetterReason {
@@ -53,6 +56,7 @@ impl DeadLetterReason {
             DeadLetterReason::PermanentStoreError => "PermanentStoreError",
             DeadLetterReason::HandlerRejected => "HandlerRejected",
             DeadLetterReason::RetriesExhausted => "RetriesExhausted",
+            DeadLetterReason::UndecodableMessage => "UndecodableMessage",
         }
     }
 }

@@ -1,19 +1,31 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use super::Clock;
 use crate::ports::{Delivery, SettleError};
 
-/// Keeps a delivery's lock alive while its handler runs.
+/// Keeps a delivery's lock alive while it waits for a handler slot and while its handler runs.
 ///
-/// It renews at `locked_until − margin`. A renewal that fails transiently is retried every
-/// `margin / 4` (at least 50 ms) for as long as the current lock lasts. The lock counts as lost
-/// when the broker says so or when its expiry passes without a successful renewal; the keeper
-/// then cancels [`KeptLock::lost`], which stops the handler and forbids the commit.
+/// Lock timing does not trust the host's wall clock: at receipt the lock's remaining time is
+/// taken as `locked_until − now`, but never more than `locked_until − enqueued_time` (both broker
+/// timestamps: the broker was at least at the enqueued time when it delivered), and a host
+/// clock so far ahead that the lock looks expired falls back to that broker-side bound. From then
+/// on the expiry is a point on the monotonic clock, moved by each renewal by exactly how far the
+/// broker moved `locked_until`. So a host clock behind the broker cannot make renewals late
+/// (for messages delivered soon after they were enqueued), and one ahead of it only makes them
+/// earlier.
+///
+/// It renews at `expiry − margin`, but never before half of the remaining lock has passed (a
+/// margin as long as the lock would otherwise renew without pause). A renewal that fails
+/// transiently is retried every `margin / 4` (at least 50 ms) for as long as the current lock
+/// lasts. The lock counts as lost when the broker says so or when its expiry passes without a
+/// successful renewal; the keeper then cancels [`KeptLock::lost`], which stops the handler and
+/// forbids the commit.
 #[derive(Debug, Clone)]
 pub struct LockKeeper {
     margin: Duration,
@@ -46,18 +58,52 @@ pub struct KeptLock {
     stop: CancellationToken,
     task: Option<tokio::task::JoinHandle<()>>,
     state: Arc<LockState>,
-    clock: Clock,
 }
 
+/// The lock's expiry on the monotonic clock: nanoseconds after `base`.
 #[derive(Debug)]
 struct LockState {
-    until_ms: AtomicU64,
+    base: Instant,
+    expiry_ns: AtomicU64,
     renewals: AtomicU32,
+    /// The span each renewal's client span is a child of: the one current at receipt, then the
+    /// process span once handling starts ([`KeptLock::follow`]).
+    parent: std::sync::Mutex<tracing::Span>,
 }
 
-fn to_ms(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl LockState {
+    fn expiry(&self) -> Instant {
+        self.base + Duration::from_nanos(self.expiry_ns.load(Ordering::Acquire))
+    }
+
+    fn extend(&self, by: Duration) {
+        // Only the renewing task writes; readers see the old or the new expiry.
+        let old = self.expiry_ns.load(Ordering::Acquire);
+        self.expiry_ns
+            .store(old.saturating_add(nanos(by)), Ordering::Release);
+    }
+}
+
+/// How long a lock has left at receipt, from the broker's timestamps as far as they allow (see
+/// [`LockKeeper`]): the host's view `locked_until − now`, bounded by `locked_until −
+/// enqueued_time`; the bound alone when the host's clock is so far ahead that the lock looks
+/// expired.
+pub(crate) fn remaining_at_receipt(
+    locked_until: SystemTime,
+    enqueued: Option<SystemTime>,
+    now: SystemTime,
+) -> Duration {
+    let host_view = locked_until.duration_since(now).ok();
+    let broker_bound = enqueued.and_then(|at| locked_until.duration_since(at).ok());
+    match (host_view, broker_bound) {
+        (Some(host), Some(bound)) => host.min(bound),
+        (Some(remaining), None) | (None, Some(remaining)) => remaining,
+        (None, None) => Duration::ZERO,
+    }
 }
 
 impl LockKeeper {
@@ -76,28 +122,35 @@ impl LockKeeper {
         self
     }
 
-    /// Starts keeping `delivery`'s lock in a background task.
+    /// Starts keeping `delivery`'s lock in a background task, from now (call it at receipt).
     pub fn keep<D: Delivery>(&self, delivery: Arc<D>) -> KeptLock {
+        let base = Instant::now();
+        let remaining = remaining_at_receipt(
+            delivery.locked_until(),
+            delivery.enqueued_time(),
+            self.clock.now(),
+        );
+        let state = Arc::new(LockState {
+            base,
+            expiry_ns: AtomicU64::new(nanos(remaining)),
+            renewals: AtomicU32::new(0),
+            parent: std::sync::Mutex::new(tracing::Span::current()),
+        });
         let mut kept = KeptLock {
             lost: CancellationToken::new(),
             stop: CancellationToken::new(),
             task: None,
-            state: Arc::new(LockState {
-                until_ms: AtomicU64::new(to_ms(delivery.locked_until())),
-                renewals: AtomicU32::new(0),
-            }),
-            clock: self.clock,
+            state: state.clone(),
         };
         let task = Renewer {
             delivery,
             margin: self.margin,
-            clock: self.clock,
             lost: kept.lost.clone(),
-            state: kept.state.clone(),
+            state,
             meter: self.meter.clone(),
         };
         let stop = kept.stop.clone();
-        // In the current (process) span: each renewal's client span is its child.
+        // In the current span: each renewal's client span is its child.
         kept.task = Some(tokio::spawn(
             async move {
                 // Stopping ends the renewals: the delivery is settled or abandoned to redelivery.
@@ -117,8 +170,16 @@ impl KeptLock {
 
     /// True while the lock is held: not reported lost and not past its known expiry.
     pub fn is_held(&self) -> bool {
-        !self.lost.is_cancelled()
-            && to_ms(self.clock.now()) < self.state.until_ms.load(Ordering::Acquire)
+        !self.lost.is_cancelled() && Instant::now() < self.state.expiry()
+    }
+
+    /// Makes later renewals children of `span` (the process span, once handling starts).
+    pub fn follow(&self, span: &tracing::Span) {
+        *self
+            .state
+            .parent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = span.clone();
     }
 
     /// Successful renewals so far.
@@ -146,20 +207,37 @@ impl Drop for KeptLock {
 struct Renewer<D> {
     delivery: Arc<D>,
     margin: Duration,
-    clock: Clock,
     lost: CancellationToken,
     state: Arc<LockState>,
     meter: Option<RenewalMeter>,
 }
 
 impl<D: Delivery> Renewer<D> {
+    /// When to renew next: `margin` before the expiry, but not before half of what is left.
+    fn next_renewal(&self, now: Instant) -> Instant {
+        let expiry = self.state.expiry();
+        let half = expiry.saturating_duration_since(now) / 2;
+        expiry
+            .checked_sub(self.margin)
+            .unwrap_or(now)
+            .max(now + half)
+    }
+
     async fn run(self) {
         let retry = (self.margin / 4).max(Duration::from_millis(50));
+        // The broker's timestamp of the current expiry: each renewal moves the monotonic expiry
+        // by as much as the broker moved this.
         let mut until = self.delivery.locked_until();
-        let mut next = until.checked_sub(self.margin).unwrap_or(until);
+        let mut next = self.next_renewal(Instant::now());
         loop {
-            self.clock.sleep_until(next).await;
-            let renewed = self.delivery.renew_lock().await;
+            tokio::time::sleep_until(next).await;
+            let parent = self
+                .state
+                .parent
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            let renewed = self.delivery.renew_lock().instrument(parent).await;
             if let Some(meter) = &self.meter {
                 meter.record(match &renewed {
                     Ok(_) => crate::telemetry::names::value::OK,
@@ -168,9 +246,10 @@ impl<D: Delivery> Renewer<D> {
             }
             match renewed {
                 Ok(new_until) => {
+                    self.state
+                        .extend(new_until.duration_since(until).unwrap_or(Duration::ZERO));
                     until = new_until;
-                    next = until.checked_sub(self.margin).unwrap_or(until);
-                    self.state.until_ms.store(to_ms(until), Ordering::Release);
+                    next = self.next_renewal(Instant::now());
                     self.state.renewals.fetch_add(1, Ordering::AcqRel);
                     tracing::debug!(lock_token = %self.delivery.lock_token(), "Lock renewed.");
                 }
@@ -180,11 +259,12 @@ impl<D: Delivery> Renewer<D> {
                     return;
                 }
                 Err(error) => {
-                    let now = self.clock.now();
-                    if now + retry >= until {
+                    let now = Instant::now();
+                    let expiry = self.state.expiry();
+                    if now + retry >= expiry {
                         // No retry can land before the lock runs out: wait for the expiry, then
                         // fence. The handler may still commit until then.
-                        self.clock.sleep_until(until).await;
+                        tokio::time::sleep_until(expiry).await;
                         tracing::warn!(lock_token = %self.delivery.lock_token(), %error, "Lock expired while renewals failed.");
                         self.lost.cancel();
                         return;
@@ -194,5 +274,40 @@ impl<D: Delivery> Renewer<D> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::UNIX_EPOCH;
+
+    use super::*;
+
+    #[test]
+    fn remaining_lock_is_bounded_by_the_broker_timestamps() {
+        let s = Duration::from_secs;
+        let enqueued = UNIX_EPOCH + s(1_000);
+        let until = enqueued + s(30);
+        // Host in step with the broker.
+        assert_eq!(
+            remaining_at_receipt(until, Some(enqueued), enqueued + s(1)),
+            s(29)
+        );
+        // Host 60 s behind: its view says 90 s, the broker's timestamps say at most 30 s.
+        assert_eq!(
+            remaining_at_receipt(until, Some(enqueued), enqueued - s(60)),
+            s(30)
+        );
+        // Host 60 s ahead: the lock looks expired; the broker bound stands in.
+        assert_eq!(
+            remaining_at_receipt(until, Some(enqueued), enqueued + s(60)),
+            s(30)
+        );
+        // No enqueued time: the host's view, or nothing.
+        assert_eq!(remaining_at_receipt(until, None, enqueued), s(30));
+        assert_eq!(
+            remaining_at_receipt(until, None, enqueued + s(60)),
+            Duration::ZERO
+        );
     }
 }

@@ -24,6 +24,7 @@ mod observe;
 mod outcome;
 mod process;
 mod retry;
+mod slots;
 mod stats;
 mod store_health;
 
@@ -52,6 +53,7 @@ pub use retry::{
     DEFAULT_JITTER, DelayedRetry, InvalidRetryPolicy, JitterSource, RETRY_ATTEMPT_PROPERTY,
     RetryPolicy, ScheduledRetry,
 };
+pub use slots::{STUCK_ALLOWANCE, SlotWatch};
 pub use stats::{Stats, StatsSnapshot};
 pub use store_health::{DEPLOYMENT_WINDOW, StoreHealth};
 
@@ -68,6 +70,14 @@ pub struct RuntimeConfig {
     pub prefetch: usize,
     /// Renew each lock this long before it runs out.
     pub lock_margin: Duration,
+    /// The entity's lock duration, when known: a margin at least as long is refused. (The
+    /// runtime does not need it otherwise: it reads each lock's expiry from the broker.)
+    pub lock_duration: Option<Duration>,
+    /// The longest a delivery may be handled, like the SDKs' maximum auto-lock-renewal
+    /// duration: past it the handler is cancelled, its transaction rolled back and the delivery
+    /// abandoned (or, with delayed retries, retried later). A slot still busy well after it is
+    /// reported by [`Runtime::slots`].
+    pub max_processing: Duration,
     /// On shutdown, how long in-flight deliveries may run before they are rolled back and
     /// abandoned.
     pub shutdown_grace: Duration,
@@ -78,16 +88,47 @@ pub struct RuntimeConfig {
 }
 
 impl RuntimeConfig {
-    /// Defaults: concurrency 8, prefetch 0, margin 10 s, grace 30 s, no delayed retries.
+    /// Defaults: concurrency 8, prefetch 0, margin 10 s, lock duration unknown, at most 5 min
+    /// of processing (the SDKs' default maximum auto-lock-renewal duration), grace 30 s, no
+    /// delayed retries.
     pub fn new(consumer: ConsumerName) -> Self {
         RuntimeConfig {
             consumer,
             concurrency: 8,
             prefetch: 0,
             lock_margin: Duration::from_secs(10),
+            lock_duration: None,
+            max_processing: Duration::from_secs(300),
             shutdown_grace: Duration::from_secs(30),
             delayed_retry: None,
         }
+    }
+
+    /// Checks the values that cannot work.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Config`] for zero concurrency, a zero maximum processing time, or a lock
+    /// margin not shorter than the known lock duration.
+    pub fn validate(&self) -> Result<(), RuntimeError> {
+        if self.concurrency == 0 {
+            return Err(RuntimeError::Config(
+                "concurrency must be at least 1".into(),
+            ));
+        }
+        if self.max_processing.is_zero() {
+            return Err(RuntimeError::Config(
+                "max_processing must be longer than zero".into(),
+            ));
+        }
+        if let Some(lock) = self.lock_duration
+            && self.lock_margin >= lock
+        {
+            return Err(RuntimeError::Config(format!(
+                "lock margin {:?} must be shorter than the lock duration {lock:?}",
+                self.lock_margin
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -100,7 +141,7 @@ pub enum RuntimeError {
     Receive(#[from] ReceiveError),
     /// The configuration is unusable.
     #[error("invalid runtime configuration: {0}")]
-    Config(&'static str),
+    Config(String),
 }
 
 /// The inbox runtime: one consumer over one receiver and one store.
@@ -130,6 +171,7 @@ struct Inner<R, S, H> {
     config: RuntimeConfig,
     clock: Clock,
     stats: Arc<Stats>,
+    slots: Arc<SlotWatch>,
     observer: observe::Observer,
     health: StoreHealth,
 }
@@ -157,6 +199,7 @@ where
         let health = StoreHealth::new(&config.consumer);
         Runtime {
             inner: Arc::new(Inner {
+                slots: Arc::new(SlotWatch::new(config.max_processing)),
                 observer,
                 health,
                 receiver,
@@ -180,6 +223,12 @@ where
         self.inner.health.clone()
     }
 
+    /// The busy handler slots, shared with the running runtime: [`SlotWatch::stuck`] is the
+    /// readiness signal for slots that cancellation could not free.
+    pub fn slots(&self) -> Arc<SlotWatch> {
+        self.inner.slots.clone()
+    }
+
     /// The store.
     pub fn store(&self) -> &S {
         &self.inner.store
@@ -192,27 +241,26 @@ where
 
     /// Handles one delivery now, outside the receive loop, and records it in [`Runtime::stats`].
     pub async fn process<D: crate::ports::Delivery>(&self, delivery: D) -> Report {
-        let report = self
-            .inner
-            .step()
-            .run(Arc::new(delivery), &CancellationToken::new())
-            .await;
+        let step = self.inner.step();
+        let delivery = Arc::new(delivery);
+        let lock = step.keeper.keep(delivery.clone());
+        let report = step.run(delivery, lock, &CancellationToken::new()).await;
         self.inner.stats.record(&report);
         report
     }
 
     /// Receives and handles deliveries until `shutdown` is cancelled or the receiver closes,
-    /// then drains: in-flight deliveries get [`RuntimeConfig::shutdown_grace`] to finish; the
-    /// rest are rolled back and abandoned.
+    /// then drains. Each delivery's lock is kept from receipt, also while it waits for a handler
+    /// slot. On shutdown, deliveries not started yet are released (given back without counting
+    /// a delivery attempt); in-flight ones get [`RuntimeConfig::shutdown_grace`] to finish, then
+    /// are rolled back and abandoned.
     ///
     /// # Errors
     /// [`RuntimeError::Receive`] when the receiver fails for good (after draining);
-    /// [`RuntimeError::Config`] for zero concurrency.
+    /// [`RuntimeError::Config`] when [`RuntimeConfig::validate`] refuses the configuration.
     pub async fn run(&self, shutdown: CancellationToken) -> Result<(), RuntimeError> {
         let config = &self.inner.config;
-        if config.concurrency == 0 {
-            return Err(RuntimeError::Config("concurrency must be at least 1"));
-        }
+        config.validate()?;
         let held = Arc::new(Semaphore::new(config.concurrency + config.prefetch));
         let handling = Arc::new(Semaphore::new(config.concurrency));
         let tracker = TaskTracker::new();
@@ -250,14 +298,27 @@ where
             };
             let inner = self.inner.clone();
             let handling = handling.clone();
-            let abort = abort.clone();
+            let (abort, stopping) = (abort.clone(), shutdown.clone());
+            let delivery = Arc::new(delivery);
+            // Kept from receipt: a delivery waiting for a handler slot must not expire there.
+            let lock = inner.step().keeper.keep(delivery.clone());
             tracker.spawn(async move {
-                let delivery = Arc::new(delivery);
+                let permit = tokio::select! {
+                    // Biased: once shutting down, nothing new starts.
+                    biased;
+                    () = stopping.cancelled() => None,
+                    // Closed only when the runtime is dropped mid-run.
+                    permit = handling.acquire_owned() => permit.ok(),
+                };
+                let Some(_permit) = permit else {
+                    inner.give_back(&*delivery).await;
+                    lock.release().await;
+                    drop(slot);
+                    return;
+                };
                 let report = {
-                    // Closed only when the runtime is dropped mid-run; the delivery then rolls
-                    // back through the abort token below.
-                    let _permit = handling.acquire_owned().await;
-                    inner.step().run(delivery, &abort).await
+                    let _busy = inner.slots.enter();
+                    inner.step().run(delivery, lock, &abort).await
                 };
                 inner.stats.record(&report);
                 drop(slot);
@@ -284,6 +345,16 @@ where
     S: Store,
     H: Handler<S::Tx>,
 {
+    /// Releases a delivery that was never started: the broker makes it available again without
+    /// counting a delivery attempt.
+    async fn give_back<D: crate::ports::Delivery>(&self, delivery: &D) {
+        match delivery.release().await {
+            Ok(()) => self.stats.record_released(),
+            // Its lock runs out instead, which counts a delivery.
+            Err(error) => tracing::warn!(%error, "Releasing an unstarted delivery failed."),
+        }
+    }
+
     fn step(&self) -> process::Step<'_, S, H> {
         process::Step {
             store: &self.store,
@@ -295,6 +366,7 @@ where
             health: &self.health,
             retry: self.config.delayed_retry.as_ref(),
             clock: self.clock,
+            max_processing: self.config.max_processing,
         }
     }
 }

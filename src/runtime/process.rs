@@ -1,5 +1,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
@@ -43,6 +44,9 @@ pub(crate) struct Step<'a, S, H> {
     pub(crate) clock: Clock,
     pub(crate) observer: &'a Observer,
     pub(crate) health: &'a StoreHealth,
+    /// Past this the handler is cancelled, its transaction rolled back and the delivery
+    /// abandoned.
+    pub(crate) max_processing: Duration,
 }
 
 /// Why an outcome came about, for the abandon properties.
@@ -102,23 +106,33 @@ where
 {
     /// Runs the algorithm for one delivery under its process span (opened here, when handling
     /// starts, not at receipt): envelope check, inbox insert, handler, fenced commit, then
-    /// settlement. `cancel` (shutdown past its grace) rolls back and abandons.
+    /// settlement. `lock` has kept the delivery's lock since receipt; it is kept until the
+    /// settlement is answered. `cancel` (shutdown past its grace) rolls back and abandons.
     pub(crate) async fn run<D: Delivery>(
         &self,
         delivery: Arc<D>,
+        lock: KeptLock,
         cancel: &CancellationToken,
     ) -> Report {
         let processing = self.observer.start(&*delivery);
+        lock.follow(&processing.span);
         let report = self
-            .handle(delivery.clone(), cancel)
+            .handle(delivery.clone(), &lock, cancel)
             .instrument(processing.span.clone())
             .await;
+        // The renewals stop only now, after the settlement was answered.
+        lock.release().await;
         self.observer
             .finish(processing, &*delivery, &report, self.handler.contracts());
         report
     }
 
-    async fn handle<D: Delivery>(&self, delivery: Arc<D>, cancel: &CancellationToken) -> Report {
+    async fn handle<D: Delivery>(
+        &self,
+        delivery: Arc<D>,
+        lock: &KeptLock,
+        cancel: &CancellationToken,
+    ) -> Report {
         let message = delivery.message();
         let envelope = match envelope::check(message, self.handler.contracts()) {
             Ok(envelope) => envelope,
@@ -131,7 +145,6 @@ where
                 return self.dead_letter(&*delivery, rejection, 0).await;
             }
         };
-        let lock = self.keeper.keep(delivery.clone());
         let ctx = Context {
             payload,
             message,
@@ -145,11 +158,23 @@ where
             biased;
             () = lock.lost().cancelled() => Err(Abort::Failed(Outcome::LockLost, "lock lost".to_owned())),
             () = cancel.cancelled() => Err(Abort::Shutdown),
-            result = self.observer.transaction(self.transact(&ctx, &lock)) => result,
+            // Dropping the transaction rolls it back (or discards its connection): nothing of it
+            // can commit, so the abandon need not wait for a store that does not answer.
+            () = tokio::time::sleep(self.max_processing) => {
+                tracing::warn!(max_processing = ?self.max_processing, "Processing took too long; cancelled.");
+                Err(Abort::Failed(
+                    Outcome::Transient,
+                    format!(
+                        "processing exceeded the maximum of {} s (runtime.max_processing_secs); rolled back",
+                        self.max_processing.as_secs()
+                    ),
+                ))
+            }
+            result = self.observer.transaction(self.transact(&ctx, lock)) => result,
         };
         let renewals = lock.renewals();
         let logical_id = envelope.message_id.as_str();
-        let report = match result {
+        match result {
             Ok(outcome) => {
                 self.settle(&*delivery, logical_id, outcome, Note::None, renewals)
                     .await
@@ -171,10 +196,7 @@ where
             Err(Abort::Rejected(rejection)) => {
                 self.dead_letter(&*delivery, rejection, renewals).await
             }
-        };
-        // The lock is kept until the settlement is answered; then the renewals stop.
-        lock.release().await;
-        report
+        }
     }
 
     /// One transaction: inbox row first, then the handler, then the fenced commit. A failure

@@ -2,9 +2,11 @@
 //! the original, instead of abandoning it for an immediate redelivery.
 //!
 //! The copy keeps the *logical* message id in [`LOGICAL_ID_PROPERTY`] and gets a broker message
-//! id of its own (`{logical}/retry-{n}`): broker duplicate detection would drop a copy that kept
-//! the original's broker id, while the inbox keys on the logical id, so a copy and its original
-//! can never both take effect. [`RETRY_ATTEMPT_PROPERTY`] counts the retries; once
+//! id of its own, derived from the broker id of the delivery that failed (`{delivered}/retry-{n}`):
+//! broker duplicate detection would drop a copy that kept the original's broker id, or repeated
+//! the id of an earlier copy (a dead letter resubmitted and failing again would otherwise send
+//! `{logical}/retry-1` a second time, which the broker drops within its window); the inbox keys
+//! on the logical id, so a copy and its original can never both take effect. [`RETRY_ATTEMPT_PROPERTY`] counts the retries; once
 //! [`RetryPolicy::max_retries`] copies have failed too, the message is dead-lettered with
 //! `RetriesExhausted`.
 
@@ -285,18 +287,21 @@ pub(crate) fn attempts_so_far(message: &Message) -> u32 {
     }
 }
 
-/// The broker message id of retry `attempt` of `logical_id`: `{logical}/retry-{n}`.
-/// Deterministic, so a copy sent again after an ambiguous send failure is dropped by broker
+/// The broker message id of retry `attempt` of the delivery whose broker id is `delivered`:
+/// `{delivered}/retry-{n}`. Each delivered broker id is new along a message's life (the
+/// original, each copy, each resubmission), so no copy repeats an earlier copy's id; and the id
+/// is deterministic, so a copy sent again after an ambiguous send failure is dropped by broker
 /// duplicate detection where it is on.
-pub(crate) fn copy_message_id(logical_id: &str, attempt: u32) -> String {
-    derived_message_id(logical_id, &format!("retry-{attempt}"))
+pub(crate) fn copy_message_id(delivered: &str, attempt: u32) -> String {
+    derived_message_id(delivered, &format!("retry-{attempt}"))
 }
 
 /// The copy of `message` for retry `attempt`: the same subject, body and properties, a fresh
 /// broker id, the logical id kept, the attempt and the failure recorded.
 pub(crate) fn copy(message: &Message, logical_id: &str, attempt: u32, last_error: &str) -> Message {
     let mut copy = message.clone();
-    copy.message_id = Some(copy_message_id(logical_id, attempt));
+    let delivered = message.message_id.as_deref().unwrap_or(logical_id);
+    copy.message_id = Some(copy_message_id(delivered, attempt));
     let properties = &mut copy.application_properties;
     properties.insert(LOGICAL_ID_PROPERTY.to_owned(), logical_id.into());
     properties.insert(
@@ -380,6 +385,32 @@ mod tests {
         assert_eq!(props.get("tenant"), Some(&"t-1".into()));
         assert_eq!(attempts_so_far(&copy), 2);
         assert_eq!(attempts_so_far(&original), 0);
+    }
+
+    /// A dead letter resubmitted (`m-1/resubmit-1`, retry count reset) that fails again must not
+    /// send `m-1/retry-1` a second time: broker duplicate detection would drop it.
+    #[test]
+    fn copy_ids_never_repeat_along_a_messages_life() {
+        let original = Message::new("m-1", "orders.order-placed.v1", "{}");
+        let first = copy(&original, "m-1", 1, "e");
+        let second = copy(&first, "m-1", 2, "e");
+        let resubmitted = crate::ops::dlq::resubmission(&second).unwrap();
+        let after = copy(&resubmitted, "m-1", 1, "e");
+        let ids = [&first, &second, &resubmitted, &after].map(|m| m.message_id.clone().unwrap());
+        assert_eq!(
+            ids,
+            [
+                "m-1/retry-1",
+                "m-1/retry-1/retry-2",
+                "m-1/resubmit-1",
+                "m-1/resubmit-1/retry-1"
+            ]
+        );
+        assert_eq!(
+            copy(&first, "m-1", 2, "e").message_id,
+            second.message_id,
+            "deterministic"
+        );
     }
 
     #[test]

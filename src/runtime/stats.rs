@@ -14,6 +14,7 @@ pub struct Stats {
     settle_failed: AtomicU64,
     renewals: AtomicU64,
     retried: AtomicU64,
+    released: AtomicU64,
 }
 
 /// A snapshot of [`Stats`].
@@ -39,6 +40,9 @@ pub struct StatsSnapshot {
     /// Transient failures turned into delayed retries (the copy accepted by the broker); a
     /// subset of `transient`.
     pub retried: u64,
+    /// Deliveries received but never started, given back on shutdown (AMQP `released`: not a
+    /// delivery attempt). Not part of [`StatsSnapshot::handled`].
+    pub released: u64,
 }
 
 impl StatsSnapshot {
@@ -65,10 +69,15 @@ impl std::ops::AddAssign for StatsSnapshot {
         self.settle_failed += other.settle_failed;
         self.renewals += other.renewals;
         self.retried += other.retried;
+        self.released += other.released;
     }
 }
 
 impl Stats {
+    pub(crate) fn record_released(&self) {
+        self.released.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn record(&self, report: &Report) {
         let counter = match report.outcome {
             Outcome::Processed => &self.processed,
@@ -101,6 +110,7 @@ impl Stats {
             settle_failed: self.settle_failed.load(Ordering::Relaxed),
             renewals: self.renewals.load(Ordering::Relaxed),
             retried: self.retried.load(Ordering::Relaxed),
+            released: self.released.load(Ordering::Relaxed),
         }
     }
 }

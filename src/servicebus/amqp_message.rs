@@ -14,6 +14,7 @@ use sb_amqp::types::primitives::{Binary, SimpleValue, Symbol, Timestamp};
 use sb_amqp::{AnyMessage, codec::Value};
 
 use super::SendOptions;
+use crate::runtime::DeadLetterReason;
 use crate::{Message, PropertyValue};
 
 /// The message annotation that makes Service Bus hold a message until the given time.
@@ -28,7 +29,23 @@ pub(crate) struct Received {
     pub(crate) locked_until: Option<SystemTime>,
     pub(crate) sequence_number: Option<i64>,
     pub(crate) enqueued_time: Option<SystemTime>,
+    /// Why the runtime cannot take this message, when the reason is visible only at the AMQP
+    /// level (the receiver dead-letters it).
+    pub(crate) refusal: Option<Refusal>,
 }
+
+/// A dead-letter reason and description the receiver settles with itself.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Refusal {
+    pub(crate) reason: DeadLetterReason,
+    pub(crate) description: String,
+}
+
+/// Message ids of a non-string AMQP type are keyed with their type, so that string `"42"`, ulong
+/// 42, a uuid and a binary id can never share an inbox key: `amqp:ulong:42`,
+/// `amqp:uuid:00112233-…`, `amqp:binary:<hex>`. String ids starting with this prefix are
+/// refused (`InvalidMessageId`): they could pose as a typed id.
+pub const TYPED_MESSAGE_ID_PREFIX: &str = "amqp:";
 
 /// Converts the lock token of a delivery tag: .NET's `Guid.ToByteArray` order (the first three
 /// groups little-endian), as Service Bus writes it.
@@ -62,7 +79,35 @@ pub(crate) fn system_to_timestamp(time: SystemTime) -> Timestamp {
     Timestamp::from_milliseconds(ms)
 }
 
-/// A message id of any AMQP type as the string Service Bus shows.
+/// The inbox key of a message id of any AMQP type (see [`TYPED_MESSAGE_ID_PREFIX`]), or why
+/// there is none.
+pub(crate) fn message_id_key(id: &MessageId) -> Result<String, (String, Refusal)> {
+    match id {
+        MessageId::String(s) if s.starts_with(TYPED_MESSAGE_ID_PREFIX) => Err((
+            s.clone(),
+            Refusal {
+                reason: DeadLetterReason::InvalidMessageId,
+                description: format!(
+                    "string message ids starting with {TYPED_MESSAGE_ID_PREFIX:?} are reserved for \
+                     ids of other AMQP types (ulong, uuid, binary)"
+                ),
+            },
+        )),
+        MessageId::String(s) => Ok(s.clone()),
+        MessageId::Ulong(n) => Ok(format!("{TYPED_MESSAGE_ID_PREFIX}ulong:{n}")),
+        MessageId::Uuid(u) => Ok(format!(
+            "{TYPED_MESSAGE_ID_PREFIX}uuid:{}",
+            from_amqp_uuid(u)
+        )),
+        MessageId::Binary(_) => Ok(format!(
+            "{TYPED_MESSAGE_ID_PREFIX}binary:{}",
+            message_id_text(id)
+        )),
+    }
+}
+
+/// A message id of any AMQP type as the string Service Bus shows (for display and correlation,
+/// never as a key).
 pub(crate) fn message_id_text(id: &MessageId) -> String {
     match id {
         MessageId::String(s) => s.clone(),
@@ -160,11 +205,17 @@ pub(crate) fn from_amqp(message: &AnyMessage, tag: &[u8]) -> Received {
                 })
         })
         .or_else(|| lock_token_from_tag(tag));
+    let (message_id, refusal) = match properties.and_then(|p| p.message_id.as_ref()) {
+        None => (None, None),
+        Some(id) => match message_id_key(id) {
+            Ok(key) => (Some(key), None),
+            Err((text, refusal)) => (Some(text), Some(refusal)),
+        },
+    };
     Received {
+        refusal,
         message: Message {
-            message_id: properties
-                .and_then(|p| p.message_id.as_ref())
-                .map(message_id_text),
+            message_id,
             correlation_id: properties
                 .and_then(|p| p.correlation_id.as_ref())
                 .map(message_id_text),
@@ -268,6 +319,39 @@ mod tests {
             )))
         );
         assert_eq!(decoded.header.unwrap().ttl, Some(5000));
+    }
+
+    #[test]
+    fn message_ids_of_other_types_keep_their_type_in_the_key() {
+        let uuid = uuid::Uuid::parse_str("00112233-4455-6677-8899-aabbccddeeff").unwrap();
+        let ids = [
+            MessageId::String("42".into()),
+            MessageId::Ulong(42),
+            MessageId::Uuid(to_amqp_uuid(uuid)),
+            MessageId::Binary(Binary::from(vec![0x34, 0x32])),
+            MessageId::String("00112233-4455-6677-8899-aabbccddeeff".into()),
+            MessageId::String("3432".into()),
+        ];
+        let keys: Vec<String> = ids.iter().map(|id| message_id_key(id).unwrap()).collect();
+        assert_eq!(
+            keys,
+            [
+                "42",
+                "amqp:ulong:42",
+                "amqp:uuid:00112233-4455-6677-8899-aabbccddeeff",
+                "amqp:binary:3432",
+                "00112233-4455-6677-8899-aabbccddeeff",
+                "3432",
+            ]
+        );
+        let distinct: std::collections::HashSet<_> = keys.iter().collect();
+        assert_eq!(distinct.len(), keys.len(), "no two ids share a key");
+        let (text, refusal) =
+            message_id_key(&MessageId::String("amqp:ulong:42".into())).unwrap_err();
+        assert_eq!(
+            (text.as_str(), refusal.reason),
+            ("amqp:ulong:42", DeadLetterReason::InvalidMessageId)
+        );
     }
 
     #[test]

@@ -199,6 +199,8 @@ impl ServiceBusClient {
 
     /// A peek-lock receiver on `entity` (a queue, `TOPIC/Subscriptions/SUB`, or either's
     /// `/$DeadLetterQueue`), holding at most `prefetch` deliveries beyond those asked for.
+    /// Deliveries waiting on the link are not renewed: under a [`crate::Runtime`] pass 0 and set
+    /// [`crate::RuntimeConfig::prefetch`], which keeps the locks of what it holds from receipt.
     pub fn receiver(&self, entity: &str, prefetch: u32) -> super::ServiceBusReceiver {
         super::ServiceBusReceiver::new(self.clone(), entity, prefetch)
     }

@@ -29,6 +29,7 @@ mod sas;
 mod sender;
 mod telemetry;
 
+pub use amqp_message::TYPED_MESSAGE_ID_PREFIX;
 pub use auth::{
     AccessToken, EntraProvider, SERVICE_BUS_SCOPE, SasProvider, TokenFuture, TokenProvider,
     TokenType,

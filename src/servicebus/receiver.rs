@@ -13,12 +13,12 @@ use tokio::sync::Mutex;
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use super::amqp_message::{Received, from_amqp};
+use super::amqp_message::{Received, Refusal, from_amqp};
 use super::error::{Recovery, is_busy_condition, recovery};
 use super::management::{self, Disposition};
 use super::telemetry::{EntityTelemetry, Kind};
 use super::{ServiceBusClient, ServiceBusError};
-use crate::runtime::Backoff;
+use crate::runtime::{Backoff, DeadLetterReason};
 use crate::telemetry::names::{error, span};
 use crate::telemetry::propagation::producer_context;
 use crate::{Delivery, Message, PropertyValue, ReceiveError, Receiver, SettleError, Source};
@@ -31,10 +31,12 @@ const SETTLE_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Durati
 /// A peek-lock receiver implementing the runtime's [`Receiver`] port.
 ///
 /// Credit follows demand: each [`Receiver::receive`] call grants one message, plus up to
-/// `prefetch` more. When the service detaches the link (idle, busy, token expired, …) the
-/// receive reports a transient error and the next receive re-attaches on the same connection;
-/// deliveries of the lost link are settled through `$management` by their lock tokens, so
-/// their locks, not the link, decide.
+/// `prefetch` more (not renewed while they wait on the link: under a [`crate::Runtime`], use
+/// its prefetch instead). A delivery it cannot hand to the runtime (undecodable, an unusable
+/// message id) it dead-letters itself and skips. When the service detaches the link (idle,
+/// busy, token expired, …) the receive reports a transient error and the next receive
+/// re-attaches on the same connection; deliveries of the lost link are settled through
+/// `$management` by their lock tokens, so their locks, not the link, decide.
 #[derive(Debug, Clone)]
 pub struct ServiceBusReceiver {
     inner: Arc<ReceiverInner>,
@@ -217,7 +219,18 @@ impl Receiver for ServiceBusReceiver {
 }
 
 impl ServiceBusReceiver {
+    /// The next delivery the runtime can take; those it cannot (undecodable, an unusable
+    /// message id) are dead-lettered here and skipped.
     async fn next(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
+        loop {
+            if let Some(delivery) = self.next_or_refused().await? {
+                return Ok(Some(delivery));
+            }
+        }
+    }
+
+    /// The next delivery, or `None` after dead-lettering one the runtime cannot take.
+    async fn next_or_refused(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
         let mut guard = self.inner.link.lock().await;
         if guard.is_none() {
             *guard = Some(self.attach().await?);
@@ -250,23 +263,88 @@ impl ServiceBusReceiver {
                 return Err(self.failed(&error, false));
             }
         };
-        let message = delivery
-            .message()
-            .map_err(|e| ReceiveError::Transient(e.to_string()))?;
-        let received = from_amqp(&message, &delivery.delivery_tag);
+        let refusal = match delivery.message() {
+            Ok(message) => {
+                let received = from_amqp(&message, &delivery.delivery_tag);
+                match received.refusal.clone() {
+                    None => return Ok(Some(self.delivery(link, delivery.delivery_id, received))),
+                    Some(refusal) => refusal,
+                }
+            }
+            // Redelivering it cannot help: every delivery of it would fail the same way.
+            Err(error) => Refusal {
+                reason: DeadLetterReason::UndecodableMessage,
+                description: crate::runtime::truncate(
+                    &format!("the AMQP message does not decode: {error}"),
+                    crate::runtime::MAX_DESCRIPTION_LEN,
+                ),
+            },
+        };
+        tracing::warn!(entity = %self.inner.entity, reason = %refusal.reason, description = %refusal.description, "Dead-lettering a delivery the client cannot take.");
+        let outcome = dead_letter_outcome(refusal.reason.as_str(), &refusal.description);
+        match tokio::time::timeout(
+            self.inner.client.timeout(),
+            link.shared.settler.settle(delivery.delivery_id, outcome),
+        )
+        .await
+        {
+            Ok(Ok(Some(Outcome::Rejected(Some(error))))) => {
+                tracing::warn!(condition = %error.condition, "The broker refused the dead-lettering.");
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "Dead-lettering failed."),
+            Err(_) => tracing::warn!("The broker did not answer the dead-lettering in time."),
+        }
+        Ok(None)
+    }
+
+    fn delivery(
+        &self,
+        link: &ReceiveLink,
+        delivery_id: u32,
+        received: Received,
+    ) -> ServiceBusDelivery {
         let lock_token = received.lock_token.unwrap_or_else(uuid::Uuid::nil);
         let locked_until = received
             .locked_until
             .unwrap_or_else(|| SystemTime::now() + Duration::from_secs(30));
-        Ok(Some(ServiceBusDelivery {
+        ServiceBusDelivery {
             receiver: self.inner.clone(),
             link: link.shared.clone(),
-            delivery_id: delivery.delivery_id,
+            delivery_id,
             lock_token,
             locked_until: StdMutex::new(locked_until),
+            settled: AtomicBool::new(false),
             received,
-        }))
+        }
     }
+
+    /// Received deliveries of the current link not settled yet (0 without a link): what a
+    /// settlement or a drop has not cleared yet.
+    pub async fn unsettled(&self) -> usize {
+        let guard = self.inner.link.lock().await;
+        match guard.as_ref() {
+            Some(link) => link.shared.settler.unsettled().await.unwrap_or(0),
+            None => 0,
+        }
+    }
+}
+
+/// The disposition that dead-letters with a reason and a description.
+fn dead_letter_outcome(reason: &str, description: &str) -> Outcome {
+    let info = fields([
+        (
+            "DeadLetterReason".to_owned(),
+            Value::String(reason.to_owned()),
+        ),
+        (
+            "DeadLetterErrorDescription".to_owned(),
+            Value::String(description.to_owned()),
+        ),
+    ]);
+    Outcome::Rejected(Some(
+        AmqpError::new(sb_amqp::condition::DEAD_LETTER, None).with_info(info),
+    ))
 }
 
 /// A peek-locked Service Bus delivery.
@@ -279,6 +357,8 @@ pub struct ServiceBusDelivery {
     delivery_id: u32,
     lock_token: uuid::Uuid,
     locked_until: StdMutex<SystemTime>,
+    /// The broker answered a settlement: nothing is left to clear on drop.
+    settled: AtomicBool,
     received: Received,
 }
 
@@ -376,6 +456,9 @@ impl ServiceBusDelivery {
         else {
             return Attempt::Retry("the broker did not answer the settlement in time".into());
         };
+        if settled.is_ok() || settled.as_ref().is_err_and(sb_amqp::Error::is_lock_lost) {
+            self.settled.store(true, Ordering::Release);
+        }
         match settled {
             Ok(Some(Outcome::Rejected(Some(error)))) if error.is_lock_lost() => {
                 Attempt::Failed(SettleError::LockLost)
@@ -504,26 +587,59 @@ impl Delivery for ServiceBusDelivery {
         .await
     }
 
+    async fn release(&self) -> Result<(), SettleError> {
+        let operation = self.receiver.telemetry.start(span::RELEASE, Kind::Settle);
+        // `released` exists only on the link: no `$management` disposition gives a lock back
+        // without counting a delivery, so without the link the lock simply runs out.
+        let released = if self.link.gone.load(Ordering::Acquire) {
+            Ok(())
+        } else {
+            match self
+                .settle_on_link(Outcome::Released)
+                .instrument(operation.span.clone())
+                .await
+            {
+                Attempt::Done | Attempt::LinkGone => Ok(()),
+                Attempt::Retry(why) => Err(SettleError::Transient(why)),
+                Attempt::Failed(error) => Err(error),
+            }
+        };
+        operation.end(released.as_ref().err().map(SettleError::error_type));
+        released
+    }
+
     async fn dead_letter(&self, reason: &str, description: &str) -> Result<(), SettleError> {
-        let info = fields([
-            (
-                "DeadLetterReason".to_owned(),
-                Value::String(reason.to_owned()),
-            ),
-            (
-                "DeadLetterErrorDescription".to_owned(),
-                Value::String(description.to_owned()),
-            ),
-        ]);
-        let error = AmqpError::new(sb_amqp::condition::DEAD_LETTER, None).with_info(info);
         self.settle(
             span::DEAD_LETTER,
-            Outcome::Rejected(Some(error)),
+            dead_letter_outcome(reason, description),
             Disposition::DeadLetter {
                 reason: reason.to_owned(),
                 description: description.to_owned(),
             },
         )
         .await
+    }
+}
+
+impl Drop for ServiceBusDelivery {
+    /// A delivery dropped without a settlement the broker answered (its lock was lost, or the
+    /// runtime gave up on it) is released, best effort: the broker's answer (`released`, or
+    /// lock-lost once the lock is gone) clears it from the link's unsettled deliveries, which
+    /// would otherwise grow for the life of the link. A lock still held is given back without
+    /// counting a delivery.
+    fn drop(&mut self) {
+        if self.settled.load(Ordering::Acquire) || self.link.gone.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (settler, delivery_id) = (self.link.settler.clone(), self.delivery_id);
+        let timeout = self.receiver.client.timeout();
+        runtime.spawn(async move {
+            // Best effort: a lost answer only leaves the entry until the link ends.
+            let _ =
+                tokio::time::timeout(timeout, settler.settle(delivery_id, Outcome::Released)).await;
+        });
     }
 }

@@ -25,6 +25,8 @@ pub mod span {
     pub const ABANDON: &str = "abandon";
     /// Client span of dead-lettering a delivery.
     pub const DEAD_LETTER: &str = "dead_letter";
+    /// Client span of releasing a delivery never started (not a delivery attempt).
+    pub const RELEASE: &str = "release";
     /// Client span of one lock renewal.
     pub const RENEW_LOCK: &str = "renew_lock";
     /// Producer span of one send.

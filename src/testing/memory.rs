@@ -61,6 +61,8 @@ pub struct BrokerCounts {
     pub completed: u64,
     /// Abandons accepted.
     pub abandoned: u64,
+    /// Releases accepted (given back without counting a delivery).
+    pub released: u64,
     /// Messages dead-lettered (by a consumer or by max delivery count).
     pub dead_lettered: u64,
     /// Renewals accepted.
@@ -81,6 +83,8 @@ pub struct BrokerCounts {
 struct Stored {
     message: Message,
     delivery_count: u32,
+    /// When the broker accepted it, on the broker's clock.
+    enqueued: SystemTime,
 }
 
 #[derive(Debug)]
@@ -176,6 +180,7 @@ impl MemoryBroker {
             state.ready.push_back(Stored {
                 message,
                 delivery_count: 0,
+                enqueued: self.shared.clock.now(),
             });
         });
     }
@@ -357,6 +362,7 @@ impl Shared {
             token,
             message: stored.message,
             delivery_count: stored.delivery_count,
+            enqueued: stored.enqueued,
             locked_until: Mutex::new(until),
         })
     }
@@ -455,9 +461,11 @@ impl Sender for MemoryBroker {
                 scheduled_enqueue_time,
                 sent_at,
             });
+            // A scheduled message counts as enqueued when it becomes available.
             let stored = Stored {
                 message,
                 delivery_count: 0,
+                enqueued: scheduled_enqueue_time.map_or(sent_at, |at| at.max(sent_at)),
             };
             match scheduled_enqueue_time {
                 Some(at) if at > sent_at => state.scheduled.push((at, stored)),
@@ -475,6 +483,7 @@ pub struct MemoryDelivery {
     token: Uuid,
     message: Message,
     delivery_count: u32,
+    enqueued: SystemTime,
     locked_until: Mutex<SystemTime>,
 }
 
@@ -489,6 +498,10 @@ impl Delivery for MemoryDelivery {
 
     fn lock_token(&self) -> Uuid {
         self.token
+    }
+
+    fn enqueued_time(&self) -> Option<SystemTime> {
+        Some(self.enqueued)
     }
 
     fn locked_until(&self) -> SystemTime {
@@ -545,6 +558,13 @@ impl Delivery for MemoryDelivery {
             state.counts.abandoned += 1;
             stored.message.application_properties.extend(properties);
             shared.requeue(state, stored);
+        })
+    }
+
+    async fn release(&self) -> Result<(), SettleError> {
+        self.shared.settle(self.token, |state, stored| {
+            state.counts.released += 1;
+            state.ready.push_front(stored);
         })
     }
 

@@ -60,6 +60,11 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "renew this long before expiry (default 10)",
     ),
     (
+        "SB_INBOX_MAX_PROCESSING_SECS",
+        "runtime.max_processing_secs",
+        "longest a delivery is handled before it is cancelled, rolled back and abandoned (default 300)",
+    ),
+    (
         "SB_INBOX_SHUTDOWN_GRACE_SECS",
         "runtime.shutdown_grace_secs",
         "drain time on SIGTERM (default 30)",
@@ -142,7 +147,7 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
     (
         "SB_INBOX_DLQ_RESUBMIT_WINDOW_SECS",
         "retention.dlq_resubmit_window_secs",
-        "how long DLQ resubmission stays allowed",
+        "how long DLQ resubmission stays allowed (default 604800: 7 days; `dlq resubmit` refuses older dead letters)",
     ),
 ];
 
@@ -284,6 +289,7 @@ struct Runtime {
     concurrency: Option<u64>,
     prefetch: Option<u64>,
     lock_margin_secs: Option<u64>,
+    max_processing_secs: Option<u64>,
     shutdown_grace_secs: Option<u64>,
 }
 
@@ -497,6 +503,14 @@ impl WorkerConfig {
                 3600,
             )
             .unwrap_or(30);
+        let max_processing = r
+            .number(
+                "runtime.max_processing_secs",
+                file.runtime.max_processing_secs,
+                1,
+                86_400,
+            )
+            .unwrap_or(300);
         // Port 0 picks a free port, logged at start-up.
         let health_port = r
             .number("health.port", file.health.port, 0, 65_535)
@@ -613,7 +627,10 @@ impl WorkerConfig {
                             retry_span: retry.as_ref().map_or(Duration::ZERO, |policy| {
                                 policy.max_delay().saturating_mul(policy.max_retries())
                             }),
-                            dlq_resubmit_window: Duration::from_secs(dlq_window.unwrap_or(0)),
+                            dlq_resubmit_window: dlq_window.map_or(
+                                crate::ops::dlq::DEFAULT_RESUBMIT_WINDOW,
+                                Duration::from_secs,
+                            ),
                         };
                         let retention = Duration::from_secs(retention);
                         if let Err(error) = horizon.check(retention) {
@@ -637,6 +654,8 @@ impl WorkerConfig {
                 runtime.concurrency = usize::try_from(concurrency).unwrap_or(8);
                 runtime.prefetch = usize::try_from(prefetch).unwrap_or(0);
                 runtime.lock_margin = Duration::from_secs(margin);
+                runtime.lock_duration = lock_duration.map(Duration::from_secs);
+                runtime.max_processing = Duration::from_secs(max_processing);
                 runtime.shutdown_grace = Duration::from_secs(grace);
                 Ok(WorkerConfig {
                     runtime,
@@ -856,13 +875,19 @@ concurrency = 4
         let short = format!(
             "{GOOD}[retention]\nretention_secs = 3600\nmessage_ttl_secs = 86400\nlock_duration_secs = 60\nmax_delivery_count = 10\n"
         );
+        // TTL + lock × count + the default 7-day DLQ resubmission window.
         let errors = load(&short, &[]).unwrap_err();
-        assert!(errors.to_string().contains("at least 86400"), "{errors}");
-        let config = load(&short, &[("SB_INBOX_RETENTION_SECS", "172800")]).unwrap();
+        assert!(errors.to_string().contains("at least 691800"), "{errors}");
+        let config = load(&short, &[("SB_INBOX_RETENTION_SECS", "691800")]).unwrap();
         assert_eq!(
             config.retention.unwrap().retention,
-            Duration::from_secs(172_800)
+            Duration::from_secs(691_800)
         );
+        let no_window = [
+            ("SB_INBOX_RETENTION_SECS", "87000"),
+            ("SB_INBOX_DLQ_RESUBMIT_WINDOW_SECS", "0"),
+        ];
+        assert!(load(&short, &no_window).is_ok());
     }
 
     #[test]
@@ -924,7 +949,7 @@ concurrency = 4
     #[test]
     fn delayed_retries_lengthen_the_replay_horizon() {
         let retention = format!(
-            "{GOOD}[retention]\nretention_secs = 87000\nmessage_ttl_secs = 86400\nlock_duration_secs = 60\nmax_delivery_count = 10\n"
+            "{GOOD}[retention]\nretention_secs = 87000\nmessage_ttl_secs = 86400\nlock_duration_secs = 60\nmax_delivery_count = 10\ndlq_resubmit_window_secs = 0\n"
         );
         assert!(load(&retention, &[]).is_ok());
         let errors = load(
@@ -935,14 +960,14 @@ concurrency = 4
             ],
         )
         .unwrap_err();
-        assert!(errors.to_string().contains("at least 89400"), "{errors}");
+        assert!(errors.to_string().contains("at least 90000"), "{errors}");
     }
 
     #[test]
     fn relay_and_retention_settings_have_defaults_and_bounds() {
         let config = load(GOOD, &[]).unwrap();
         assert_eq!(config.relay, RelayConfig::default());
-        let horizon = "[retention]\nretention_secs = 172800\nmessage_ttl_secs = 86400\nlock_duration_secs = 60\nmax_delivery_count = 10\n";
+        let horizon = "[retention]\nretention_secs = 172800\nmessage_ttl_secs = 86400\nlock_duration_secs = 60\nmax_delivery_count = 10\ndlq_resubmit_window_secs = 0\n";
         let config = load(
             &format!("{GOOD}[outbox]\nbatch_size = 50\n{horizon}interval_secs = 60\n"),
             &[

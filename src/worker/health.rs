@@ -1,4 +1,5 @@
-//! `/healthz` (alive) and `/readyz` (broker and store connected) for container probes.
+//! `/healthz` (alive) and `/readyz` (broker and store connected, no handler slot stuck) for
+//! container probes.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -44,6 +45,9 @@ pub(crate) struct Readiness {
     /// Deployment errors the runtime's transactions met: the store answers a ping, but not with
     /// the schema or rights the code needs.
     pub(crate) store_health: StoreHealth,
+    /// Handler slots stuck past the maximum processing time ([`crate::runtime::SlotWatch`]):
+    /// the worker holds capacity it cannot use, so another replica should take the traffic.
+    pub(crate) stuck_slots: Arc<dyn Fn() -> usize + Send + Sync>,
 }
 
 /// Serves the probes on `listener` until `shutdown`.
@@ -92,12 +96,14 @@ async fn answer(
             let broker = (readiness.broker)();
             let problem = readiness.store_health.problem();
             let store = problem.is_none() && readiness.store.ping().await.is_ok();
-            let status = if broker && store {
+            let stuck = (readiness.stuck_slots)();
+            let status = if broker && store && stuck == 0 {
                 "200 OK"
             } else {
                 "503 Service Unavailable"
             };
-            let mut body = format!("{{\"broker\":{broker},\"store\":{store}");
+            let mut body =
+                format!("{{\"broker\":{broker},\"store\":{store},\"stuck_slots\":{stuck}");
             if let Some(problem) = problem {
                 body.push_str(",\"store_problem\":");
                 body.push_str(&serde_json::Value::from(problem).to_string());
@@ -149,7 +155,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn ready_only_when_broker_and_store_answer() {
+    async fn ready_only_when_broker_and_store_answer_and_no_slot_is_stuck() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (broker, store) = (
@@ -158,10 +164,13 @@ mod tests {
         );
         let broker_flag = broker.clone();
         let store_health = StoreHealth::new(&crate::ConsumerName::new("c").unwrap());
+        let stuck = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let stuck_count = stuck.clone();
         let readiness = Readiness {
             broker: Arc::new(move || broker_flag.load(Ordering::SeqCst)),
             store: Arc::new(FakeStore(store.clone())),
             store_health: store_health.clone(),
+            stuck_slots: Arc::new(move || stuck_count.load(Ordering::SeqCst)),
         };
         let shutdown = CancellationToken::new();
         tokio::spawn(serve(listener, readiness, shutdown.clone()));
@@ -181,7 +190,9 @@ mod tests {
                 "{b} {s}: {response}"
             );
             assert!(
-                response.ends_with(&format!("{{\"broker\":{b},\"store\":{s}}}")),
+                response.ends_with(&format!(
+                    "{{\"broker\":{b},\"store\":{s},\"stuck_slots\":0}}"
+                )),
                 "{response}"
             );
         }
@@ -198,12 +209,17 @@ mod tests {
         assert!(response.starts_with("HTTP/1.1 503"), "{response}");
         assert!(
             response.ends_with(
-                "{\"broker\":true,\"store\":false,\"store_problem\":\"deployment (code 42P01)\"}"
+                "{\"broker\":true,\"store\":false,\"stuck_slots\":0,\"store_problem\":\"deployment (code 42P01)\"}"
             ),
             "{response}"
         );
         store_health.committed();
         assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        stuck.store(1, Ordering::SeqCst);
+        let response = get(addr, "/readyz").await;
+        assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+        assert!(response.ends_with("\"stuck_slots\":1}"), "{response}");
+        stuck.store(0, Ordering::SeqCst);
         broker.store(false, Ordering::SeqCst);
         assert!(
             get(addr, "/healthz").await.starts_with("HTTP/1.1 200"),

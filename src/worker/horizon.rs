@@ -8,6 +8,12 @@ use std::time::Duration;
 /// dead-lettering, an operator may resubmit it within the resubmission window. An inbox row
 /// deleted before the horizon ends lets such a redelivery take effect a second time.
 ///
+/// The horizon is the *sum* of the four (as docs/deploy.md and infra/main.bicep compute it),
+/// not the longer of TTL and redeliveries plus the rest: Service Bus does not expire a locked
+/// message, so a delivery that starts just before the TTL runs out still holds its lock (and is
+/// redelivered on its expiry or abandon) past the TTL; `lock duration × max delivery count`
+/// bounds the time a message can spend locked, whatever the order.
+///
 /// # Examples
 /// ```
 /// use std::time::Duration;
@@ -19,7 +25,7 @@ use std::time::Duration;
 ///     retry_span: Duration::ZERO,
 ///     dlq_resubmit_window: Duration::from_secs(7 * 86_400),
 /// };
-/// assert_eq!(horizon.span(), Duration::from_secs(21 * 86_400));
+/// assert_eq!(horizon.span(), Duration::from_secs(21 * 86_400 + 600));
 /// assert!(horizon.check(Duration::from_secs(30 * 86_400)).is_ok());
 /// assert!(horizon.check(Duration::from_secs(7 * 86_400)).is_err());
 /// ```
@@ -42,9 +48,8 @@ pub struct ReplayHorizon {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "dedupe retention {retention_secs} s is shorter than the replay horizon {horizon_secs} s \
-     (message TTL {ttl_secs} s or lock duration × max delivery count {redelivery_secs} s, \
-     whichever is longer, plus delayed retries {retry_secs} s, plus the DLQ resubmission window \
-     {dlq_secs} s): raise \
+     (message TTL {ttl_secs} s, plus lock duration × max delivery count {redelivery_secs} s, \
+     plus delayed retries {retry_secs} s, plus the DLQ resubmission window {dlq_secs} s): raise \
      SB_INBOX_RETENTION_SECS (retention.retention_secs) to at least {horizon_secs}, or lower the \
      entity's DefaultMessageTimeToLive / the DLQ resubmission window"
 )]
@@ -68,11 +73,11 @@ impl ReplayHorizon {
         self.lock_duration.saturating_mul(self.max_delivery_count)
     }
 
-    /// The horizon: the longer of the TTL and the redelivery span, plus the delayed-retry span
-    /// and the DLQ window.
+    /// The horizon: the TTL, plus the redelivery span, plus the delayed-retry span, plus the DLQ
+    /// window.
     pub fn span(&self) -> Duration {
         self.message_ttl
-            .max(self.redelivery())
+            .saturating_add(self.redelivery())
             .saturating_add(self.retry_span)
             .saturating_add(self.dlq_resubmit_window)
     }
@@ -101,8 +106,10 @@ impl ReplayHorizon {
 mod tests {
     use super::*;
 
+    /// The sum, as docs/deploy.md and infra/main.bicep say: a delivery begun just before the
+    /// TTL ends is still redelivered after it.
     #[test]
-    fn redelivery_span_wins_over_a_short_ttl() {
+    fn the_horizon_adds_ttl_and_redeliveries() {
         let horizon = ReplayHorizon {
             message_ttl: Duration::from_secs(60),
             lock_duration: Duration::from_secs(300),
@@ -110,19 +117,24 @@ mod tests {
             retry_span: Duration::ZERO,
             dlq_resubmit_window: Duration::from_secs(100),
         };
-        assert_eq!(horizon.span(), Duration::from_secs(3100));
-        let error = horizon.check(Duration::from_secs(3099)).unwrap_err();
-        assert_eq!((error.horizon_secs, error.retention_secs), (3100, 3099));
+        assert_eq!(horizon.span(), Duration::from_secs(3160));
+        let error = horizon.check(Duration::from_secs(3159)).unwrap_err();
+        assert_eq!((error.horizon_secs, error.retention_secs), (3160, 3159));
         assert!(error.to_string().contains("SB_INBOX_RETENTION_SECS"));
-        assert!(horizon.check(Duration::from_secs(3100)).is_ok());
+        assert!(horizon.check(Duration::from_secs(3160)).is_ok());
+        let long_ttl = ReplayHorizon {
+            message_ttl: Duration::from_secs(86_400),
+            ..horizon
+        };
+        assert_eq!(long_ttl.span(), Duration::from_secs(86_400 + 3000 + 100));
         let retried = ReplayHorizon {
             retry_span: Duration::from_secs(50),
             ..horizon
         };
-        assert_eq!(retried.span(), Duration::from_secs(3150));
+        assert_eq!(retried.span(), Duration::from_secs(3210));
         assert!(
             retried
-                .check(Duration::from_secs(3100))
+                .check(Duration::from_secs(3160))
                 .unwrap_err()
                 .to_string()
                 .contains("delayed retries 50 s")

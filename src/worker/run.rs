@@ -84,8 +84,10 @@ pub async fn run_with(
             *transport,
         ),
     };
-    let prefetch = u32::try_from(config.runtime.prefetch).unwrap_or(u32::MAX);
-    let receiver = client.receiver(&config.entity, prefetch);
+    // The runtime prefetches (it holds `prefetch` deliveries beyond its slots and keeps their
+    // locks from receipt); credit on the link beyond what it asks for would leave deliveries
+    // waiting there unrenewed.
+    let receiver = client.receiver(&config.entity, 0);
     let probe = Probe {
         client,
         health,
@@ -183,11 +185,13 @@ async fn serve<S: InventoryStore + OutboxStore + RetentionStore + Ping + Clone>(
     let stop_health = CancellationToken::new();
     if let Some(listener) = health {
         let attached = receiver.clone();
+        let slots = runtime.slots();
         let readiness = health::Readiness {
             // Not ready while the receive link re-attaches after the service detached it.
             broker: Arc::new(move || client.is_connected() && attached.is_attached()),
             store: ping,
             store_health: runtime.store_health(),
+            stuck_slots: Arc::new(move || slots.stuck()),
         };
         tokio::spawn(health::serve(listener, readiness, stop_health.clone()));
     }

@@ -7,6 +7,7 @@ mod support;
 
 mod cli;
 mod handlers;
+mod holes;
 mod limits;
 mod lock;
 mod relay;

@@ -111,21 +111,20 @@ async fn failing_twice_then_succeeding_takes_effect_once_after_the_configured_de
         [
             (Duration::ZERO, "m-1"),
             (DELAYS[0], "m-1/retry-1"),
-            (DELAYS[0] + DELAYS[1], "m-1/retry-2")
+            (DELAYS[0] + DELAYS[1], "m-1/retry-1/retry-2")
         ]
     );
 
     let sent = broker.sent();
     assert_eq!(sent.len(), 2, "{sent:#?}");
-    for (attempt, copy) in (1..).zip(&sent) {
+    // Each copy's broker id derives from the delivery that failed: no copy repeats another's.
+    let ids = ["m-1/retry-1", "m-1/retry-1/retry-2"];
+    for ((attempt, copy), id) in (1..).zip(&sent).zip(ids) {
         let delay = DELAYS[usize::try_from(attempt - 1).unwrap()];
         assert_eq!(copy.destination, "orders");
         assert_eq!(copy.scheduled_enqueue_time, Some(copy.sent_at + delay));
         let message = &copy.message;
-        assert_eq!(
-            message.message_id.as_deref(),
-            Some(format!("m-1/retry-{attempt}").as_str())
-        );
+        assert_eq!(message.message_id.as_deref(), Some(id));
         let properties = &message.application_properties;
         assert_eq!(text(properties.get(LOGICAL_ID_PROPERTY)), "m-1");
         assert_eq!(
@@ -194,7 +193,10 @@ async fn exhausted_retries_dead_letter_with_retries_exhausted() {
         dead.description
     );
     assert!(dead.description.contains("injected failure"));
-    assert_eq!(dead.message.message_id.as_deref(), Some("m-1/retry-3"));
+    assert_eq!(
+        dead.message.message_id.as_deref(),
+        Some("m-1/retry-1/retry-2/retry-3")
+    );
     assert_eq!(
         text(dead.message.application_properties.get(LOGICAL_ID_PROPERTY)),
         "m-1"

@@ -14,6 +14,7 @@ mod bad_input;
 mod cli;
 mod client;
 mod external_key;
+mod holes;
 mod js;
 mod python;
 mod recovery;

@@ -389,8 +389,8 @@ fn run_refuses_a_retention_shorter_than_the_replay_horizon() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     for part in [
         "retention.retention_secs (SB_INBOX_RETENTION_SECS)",
-        "dedupe retention 604800 s is shorter than the replay horizon 1814400 s",
-        "raise SB_INBOX_RETENTION_SECS (retention.retention_secs) to at least 1814400",
+        "dedupe retention 604800 s is shorter than the replay horizon 1815000 s",
+        "raise SB_INBOX_RETENTION_SECS (retention.retention_secs) to at least 1815000",
     ] {
         assert!(stderr.contains(part), "{part:?} missing from:\n{stderr}");
     }

@@ -81,13 +81,13 @@ fn orders_scheduled(emulator: &sb_emulator::Emulator) -> usize {
 }
 
 /// Must show 3 through the emulator and PostgreSQL: two transient failures, each turned into a
-/// scheduled copy (`m-1/retry-1` after 400 ms, `m-1/retry-2` after 800 ms) with the original
+/// scheduled copy (`m-1/retry-1` after 400 ms, `m-1/retry-1/retry-2` after 800 ms) with the original
 /// completed; the second copy commits. One reservation, one inbox row keyed `m-1`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_transient_failures_are_retried_later_and_take_effect_once() {
     let (emulator, store, seen, stats) = run_flaky("sb_retry_twice", 2, 3, 3).await;
     let ids: Vec<&str> = seen.iter().map(|(_, id)| id.as_str()).collect();
-    assert_eq!(ids, ["m-1", "m-1/retry-1", "m-1/retry-2"]);
+    assert_eq!(ids, ["m-1", "m-1/retry-1", "m-1/retry-1/retry-2"]);
     for (k, pair) in seen.windows(2).enumerate() {
         let waited = pair[1].0 - pair[0].0;
         assert!(
@@ -129,7 +129,10 @@ async fn exhausted_retries_are_dead_lettered_retries_exhausted() {
             .starts_with("delayed retries exhausted (2 of 2, 3 attempts in all); last error: "),
         "{description}"
     );
-    assert_eq!(dead[0].message.message_id.as_deref(), Some("m-1/retry-2"));
+    assert_eq!(
+        dead[0].message.message_id.as_deref(),
+        Some("m-1/retry-1/retry-2")
+    );
     assert_eq!(
         dead[0]
             .message

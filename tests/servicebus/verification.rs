@@ -100,6 +100,23 @@ impl WorkerProcess {
         self.log.lock().unwrap().join("\n")
     }
 
+    /// The health endpoints' address, once the worker has logged it (`SB_INBOX_HEALTH_PORT=0`).
+    pub(crate) async fn health_address(&self) -> std::net::SocketAddr {
+        let found = || {
+            self.log
+                .lock()
+                .unwrap()
+                .iter()
+                .find_map(|line| crate::worker::logged_health_address(line))
+        };
+        until("the worker logs its health address", || {
+            let seen = found().is_some();
+            async move { seen }
+        })
+        .await;
+        found().unwrap()
+    }
+
     /// SIGKILL: no drain, no settlement, no goodbye.
     async fn kill(mut self) {
         self.child.kill().unwrap();

@@ -165,19 +165,25 @@ pub(crate) fn health_address(stderr: std::process::ChildStderr) -> std::net::Soc
             .next()
             .expect("the worker logs its health address")
             .unwrap();
-        let plain: String = strip_ansi(&line);
-        if plain.contains("Health endpoints listening")
-            && let Some(at) = plain.find("addr=")
-        {
-            let addr: String = plain[at + 5..]
-                .chars()
-                .take_while(|c| !c.is_whitespace())
-                .collect();
+        if let Some(addr) = logged_health_address(&strip_ansi(&line)) {
             // Keep draining stderr so the worker never blocks on a full pipe.
             std::thread::spawn(move || for _ in lines {});
-            return addr.replace("0.0.0.0", "127.0.0.1").parse().unwrap();
+            return addr;
         }
     }
+}
+
+/// The address in the worker's `Health endpoints listening addr=…` line, if `line` is it.
+pub(crate) fn logged_health_address(line: &str) -> Option<std::net::SocketAddr> {
+    if !line.contains("Health endpoints listening") {
+        return None;
+    }
+    let at = line.find("addr=")?;
+    let addr: String = line[at + 5..]
+        .chars()
+        .take_while(|c| !c.is_whitespace())
+        .collect();
+    addr.replace("0.0.0.0", "127.0.0.1").parse().ok()
 }
 
 pub(crate) fn strip_ansi(text: &str) -> String {
@@ -256,7 +262,7 @@ pub(crate) async fn sigterm_exits_0(mut child: std::process::Child) {
     assert!(exit.success(), "{exit:?}");
 }
 
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+pub(crate) async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
         return String::new();

@@ -1358,4 +1358,16 @@ impl Settler {
             .await?;
         Ok(state.as_ref().and_then(Outcome::from_state))
     }
+
+    /// How many received deliveries of this link's session are not settled yet (tests check
+    /// that nothing is left behind).
+    ///
+    /// # Errors
+    /// The connection's error if it ended.
+    pub async fn unsettled(&self) -> Result<usize> {
+        let channel = self.channel;
+        self.ctx
+            .call(|reply| Command::Unsettled { channel, reply })
+            .await
+    }
 }

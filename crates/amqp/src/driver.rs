@@ -130,6 +130,11 @@ pub(crate) enum Command {
         error: Option<AmqpError>,
         reply: Option<Reply<()>>,
     },
+    /// How many incoming deliveries of the session wait for their settlement.
+    Unsettled {
+        channel: u16,
+        reply: Reply<usize>,
+    },
 }
 
 /// Counters readable from handles.
@@ -1575,6 +1580,13 @@ impl Driver {
                         batchable: false,
                     },
                 );
+            }
+            Command::Unsettled { channel, reply } => {
+                let count = self
+                    .sessions
+                    .get(&channel)
+                    .map_or(0, |s| s.unsettled_in.len());
+                let _ = reply.send(Ok(count)); // the caller may have given up
             }
             Command::Close { error, reply } => {
                 if let Some(r) = reply {

@@ -1244,6 +1244,29 @@ impl Entity {
         })
     }
 
+    /// Fault hook: the next `count` deliveries go out with a payload no AMQP decoder reads (a
+    /// data section cut short), as a client meets a message carrying a section or a type it
+    /// does not know. The stored message is unchanged, so a dead-lettered one reads back whole.
+    ///
+    /// # Errors
+    /// [`Error::NotAllowed`] on topics.
+    pub fn undecodable_deliveries(&self, count: u32) -> Result<()> {
+        self.with_queue("fault", |_, st, _, _| {
+            st.faults.undecodable_deliveries = count;
+            Ok(())
+        })
+    }
+
+    /// Consumes one [`undecodable_deliveries`](Self::undecodable_deliveries) fault.
+    pub(crate) fn take_undecodable_delivery(&self) -> bool {
+        self.with_queue("fault", |_, st, _, _| {
+            let take = st.faults.undecodable_deliveries > 0;
+            st.faults.undecodable_deliveries = st.faults.undecodable_deliveries.saturating_sub(1);
+            Ok(take)
+        })
+        .unwrap_or(false)
+    }
+
     /// Fault hook: stops handing out messages (receivers wait) until
     /// [`resume_delivery`](Self::resume_delivery).
     ///

@@ -41,7 +41,9 @@ pub enum Settlement {
         /// Further properties to modify.
         properties_to_modify: Properties,
     },
-    /// Unlock without counting a delivery attempt (AMQP `released`).
+    /// Unlock without counting a delivery attempt (AMQP `released`), as Service Bus does: "Service
+    /// Bus processes Release outcome and it doesn't increment delivery count"
+    /// (<https://github.com/Azure/amqpnetlite/issues/342>).
     Release,
 }
 
@@ -269,6 +271,7 @@ pub(crate) struct Faults {
     pub(crate) refuse_dispositions: u32,
     pub(crate) delay_dispositions: u32,
     pub(crate) disposition_delay: Duration,
+    pub(crate) undecodable_deliveries: u32,
 }
 
 impl Faults {

@@ -208,6 +208,13 @@ fn annotations(entries: Vec<(&str, Value)>) -> OrderedMap<OwnedKey, Value> {
     map
 }
 
+/// `payload` followed by a data section that announces 16 bytes and holds none: no AMQP decoder
+/// reads it (the undecodable-delivery fault).
+pub(crate) fn cut_short(payload: &[u8]) -> Bytes {
+    let truncated_data = [0x00, 0x53, 0x75, 0xb0, 0x00, 0x00, 0x00, 0x10];
+    Bytes::from([payload, &truncated_data].concat())
+}
+
 /// The message as delivered: the sender's bare message with the broker's header, annotations
 /// and current application properties.
 pub(crate) fn delivered(received: &ReceivedMessage) -> Result<Bytes, CodecError> {
@@ -301,6 +308,13 @@ fn header_section(header: &Header, delivery_count: u32) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_payload_cut_short_does_not_decode() {
+        let whole = [0x00, 0x53, 0x77, 0xa1, 0x01, b'x'];
+        assert!(decode_message(&whole).is_ok());
+        assert!(decode_message(&cut_short(&whole)).is_err());
+    }
 
     #[test]
     fn header_keeps_a_zero_delivery_count() {

@@ -135,7 +135,10 @@ async fn deliver_to_client(
             }
             received = entity.receive(mode, Some(RECEIVE_SLICE)), if credit > 0 => {
                 let Some(received) = received.map_err(|e| sb_amqp::Error::Decode(e.to_string()))? else { continue };
-                let payload = codec::delivered(&received).map_err(|e| sb_amqp::Error::Encode(e.0))?;
+                let mut payload = codec::delivered(&received).map_err(|e| sb_amqp::Error::Encode(e.0))?;
+                if entity.take_undecodable_delivery() {
+                    payload = codec::cut_short(&payload);
+                }
                 let tag = received.lock_token.map_or_else(|| received.sequence_number.to_le_bytes().to_vec(), |t| t.to_bytes_le().to_vec());
                 let sendable = Sendable::raw(payload).tag(tag);
                 let sent = if settled {
