@@ -2,11 +2,11 @@
 
 use std::time::SystemTime;
 
-use sb_amqp::RequestResponse;
 use sb_amqp::codec::Value;
 use sb_amqp::codec::primitives::{Array, OrderedMap};
 use sb_amqp::types::messaging::{AmqpValue, ApplicationProperties, Body, Message};
 use sb_amqp::types::primitives::SimpleValue;
+use sb_amqp::{AnyMessage, RequestResponse};
 
 use super::amqp_message::{Received, from_amqp, timestamp_to_system};
 use super::cbs::{int_property, text_property};
@@ -47,13 +47,18 @@ pub(crate) async fn peek(
         .request(request)
         .await
         .map_err(|e| ServiceBusError::from_amqp(&e))?;
-    let status = int_property(&reply, &["statusCode", "status-code"]).unwrap_or(0);
+    peek_reply(&reply)
+}
+
+/// Reads a peek-message reply: its status, then every message it carries.
+pub(crate) fn peek_reply(reply: &AnyMessage) -> Result<Vec<PeekedMessage>, ServiceBusError> {
+    let status = int_property(reply, &["statusCode", "status-code"]).unwrap_or(0);
     if status == 204 {
         return Ok(Vec::new());
     }
     if status != 200 {
         let description =
-            text_property(&reply, &["statusDescription", "status-description"]).unwrap_or_default();
+            text_property(reply, &["statusDescription", "status-description"]).unwrap_or_default();
         return Err(match status {
             404 => ServiceBusError::NotFound(description),
             401 => ServiceBusError::Unauthorized {
@@ -61,7 +66,7 @@ pub(crate) async fn peek(
                 description,
             },
             _ => ServiceBusError::Broker {
-                condition: text_property(&reply, &["errorCondition", "error-condition"])
+                condition: text_property(reply, &["errorCondition", "error-condition"])
                     .unwrap_or_else(|| status.to_string()),
                 description,
             },
@@ -148,14 +153,19 @@ pub(crate) async fn renew_lock(
             SettleError::Transient(e.to_string())
         }
     })?;
-    let status = int_property(&reply, &["statusCode", "status-code"]).unwrap_or(0);
-    let condition = text_property(&reply, &["errorCondition", "error-condition"]);
+    renew_lock_reply(&reply)
+}
+
+/// Reads a renew-lock reply: the new expiry, or why there is none.
+pub(crate) fn renew_lock_reply(reply: &AnyMessage) -> Result<SystemTime, SettleError> {
+    let status = int_property(reply, &["statusCode", "status-code"]).unwrap_or(0);
+    let condition = text_property(reply, &["errorCondition", "error-condition"]);
     if status == 410 || condition.as_deref() == Some(sb_amqp::condition::MESSAGE_LOCK_LOST) {
         return Err(SettleError::LockLost);
     }
     if status != 200 {
         let description =
-            text_property(&reply, &["statusDescription", "status-description"]).unwrap_or_default();
+            text_property(reply, &["statusDescription", "status-description"]).unwrap_or_default();
         return Err(SettleError::Refused {
             condition: condition.unwrap_or_else(|| status.to_string()),
             description,

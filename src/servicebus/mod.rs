@@ -19,6 +19,9 @@ mod cbs;
 mod client;
 mod connection_string;
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod management;
 mod peek;
 mod receiver;

@@ -11,7 +11,7 @@
 
 mod codec;
 mod links;
-mod nodes;
+pub(crate) mod nodes;
 mod sas;
 
 use std::collections::HashMap;

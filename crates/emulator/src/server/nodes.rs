@@ -85,10 +85,8 @@ pub(crate) async fn serve(
         receiver.accept(&delivery).await?;
         let request = delivery.message()?;
         tracing::debug!(node = node.key(), reply_to = ?request.properties.as_ref().and_then(|p| p.reply_to.clone()), "Node request.");
-        let (status, description, condition, body) = match &node {
-            Node::Cbs => put_token(&request, &options, &state),
-            Node::Management(entity) => management(&request, &broker, entity).await,
-        };
+        let (status, description, condition, body) =
+            answer(&request, &node, &broker, &options, &state).await;
         tracing::debug!(node = node.key(), status, %description, "Node reply.");
         let properties = request.properties.clone().unwrap_or_default();
         let mut app = ApplicationProperties::builder();
@@ -133,6 +131,20 @@ pub(crate) async fn serve(
     }
 }
 
+/// Answers one request as `node`: everything a node does with a decoded request message.
+pub(crate) async fn answer(
+    request: &AnyMessage,
+    node: &Node,
+    broker: &Broker,
+    options: &EmulatorOptions,
+    state: &ConnState,
+) -> Reply {
+    match node {
+        Node::Cbs => put_token(request, options, state),
+        Node::Management(entity) => management(request, broker, entity).await,
+    }
+}
+
 fn app_text(message: &AnyMessage, name: &str) -> Option<String> {
     let ApplicationProperties(map) = message.application_properties.as_ref()?;
     match map.get(name)? {
@@ -142,7 +154,7 @@ fn app_text(message: &AnyMessage, name: &str) -> Option<String> {
     }
 }
 
-type Reply = (i32, String, Option<&'static str>, Option<Value>);
+pub(crate) type Reply = (i32, String, Option<&'static str>, Option<Value>);
 
 fn put_token(request: &AnyMessage, options: &EmulatorOptions, state: &ConnState) -> Reply {
     let token = match &request.body {
