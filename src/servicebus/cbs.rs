@@ -66,13 +66,18 @@ pub(crate) async fn put_token(
             }
             e => ServiceBusError::from_amqp(&e),
         })?;
-    let status = int_property(&reply, &["status-code", "statusCode"]).unwrap_or(0);
+    put_token_reply(&reply)
+}
+
+/// Reads a put-token reply: any 2xx status grants the token.
+pub(crate) fn put_token_reply(reply: &sb_amqp::AnyMessage) -> Result<(), ServiceBusError> {
+    let status = int_property(reply, &["status-code", "statusCode"]).unwrap_or(0);
     if (200..300).contains(&status) {
         Ok(())
     } else {
         Err(ServiceBusError::Unauthorized {
             status,
-            description: text_property(&reply, &["status-description", "statusDescription"])
+            description: text_property(reply, &["status-description", "statusDescription"])
                 .unwrap_or_default(),
         })
     }

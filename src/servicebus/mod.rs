@@ -21,6 +21,9 @@ mod cbs;
 mod client;
 mod connection_string;
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod management;
 mod node;
 mod peek;

@@ -67,10 +67,10 @@ impl Frame {
     /// [`Error::Protocol`] for a frame larger than `max_frame_size` or with a bad header,
     /// [`Error::Decode`] when the body does not decode.
     pub fn parse(buf: &mut BytesMut, max_frame_size: u32) -> Result<Option<Frame>> {
-        if buf.len() < 8 {
+        let Some(&[s0, s1, s2, s3, doff, frame_type, c0, c1]) = buf.first_chunk::<8>() else {
             return Ok(None);
-        }
-        let size = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        };
+        let size = u32::from_be_bytes([s0, s1, s2, s3]);
         if size < 8 {
             return Err(Error::Protocol(format!("frame size {size} below 8")));
         }
@@ -84,9 +84,8 @@ impl Frame {
             buf.reserve(size - buf.len());
             return Ok(None);
         }
-        let doff = buf[4] as usize * 4;
-        let frame_type = buf[5];
-        let channel = u16::from_be_bytes([buf[6], buf[7]]);
+        let doff = usize::from(doff) * 4;
+        let channel = u16::from_be_bytes([c0, c1]);
         if doff < 8 || doff > size {
             return Err(Error::Protocol(format!("bad data offset {doff}")));
         }
@@ -99,7 +98,10 @@ impl Frame {
             match frame_type {
                 FRAME_TYPE_AMQP => {
                     let len = value_len(&body)?;
-                    let p = Performative::decode(&body[..len])?;
+                    let performative = body
+                        .get(..len)
+                        .ok_or_else(|| Error::Decode("truncated performative".into()))?;
+                    let p = Performative::decode(performative)?;
                     FrameBody::Amqp(Box::new(p), body.slice(len..))
                 }
                 FRAME_TYPE_SASL => FrameBody::Sasl(SaslFrame::decode(&body)?),
@@ -172,8 +174,8 @@ fn value_len_depth(b: &[u8], depth: u8) -> Result<usize> {
             0x9 => 17,
             0xa | 0xc | 0xe => 2 + *b.get(1).ok_or_else(truncated)? as usize,
             0xb | 0xd | 0xf => {
-                let s = b.get(1..5).ok_or_else(truncated)?;
-                5 + u32::from_be_bytes([s[0], s[1], s[2], s[3]]) as usize
+                let s = b.get(1..).and_then(<[u8]>::first_chunk::<4>);
+                5 + u32::from_be_bytes(*s.ok_or_else(truncated)?) as usize
             }
             _ => return Err(Error::Decode(format!("unknown format code {code:#04x}"))),
         }

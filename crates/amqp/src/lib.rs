@@ -49,6 +49,8 @@ mod delivery;
 mod driver;
 mod error;
 pub mod frame;
+#[cfg(test)]
+mod hostile_tests;
 pub mod performative;
 mod request;
 pub mod sasl;

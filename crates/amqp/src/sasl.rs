@@ -139,6 +139,16 @@ fn sasl_frame(s: SaslFrame) -> Frame {
     }
 }
 
+/// Ends the SASL exchange with a `sys-perm` outcome: the peer sent bytes that do not decode, so
+/// retrying the same exchange cannot succeed.
+pub(crate) async fn fail(io: &mut FramedIo) -> Result<()> {
+    io.write_frame(&sasl_frame(SaslFrame::Outcome(SaslOutcome {
+        code: SaslCode::SysPerm,
+        additional_data: None,
+    })))
+    .await
+}
+
 /// Runs the client side of the SASL exchange, after both SASL headers were exchanged.
 pub(crate) async fn client(io: &mut FramedIo, sasl: &SaslClient, hostname: &str) -> Result<()> {
     let SaslFrame::Mechanisms(mechs) = next_sasl(io).await? else {

@@ -26,7 +26,7 @@ use crate::delivery::LinkFlow;
 use crate::driver::{Command, LinkSetup};
 use crate::error::{AmqpError, Error, Result, condition};
 use crate::frame::{AMQP_HEADER, Frame, SASL_HEADER};
-use crate::performative::{Attach, Open};
+use crate::performative::{Attach, Close, Open};
 use crate::sasl::{self, SaslIdentity, SaslServer};
 
 /// Options for the server role.
@@ -207,7 +207,13 @@ pub async fn serve_io(io: BoxIo, opts: Arc<ServerOptions>) -> Result<ServerConne
         let h = f.read_header().await?.ok_or(Error::ConnectionLost)?;
         let identity = if h == SASL_HEADER {
             f.write_header(SASL_HEADER).await?;
-            let id = sasl::server(&mut f, &opts.sasl).await?;
+            let id = match sasl::server(&mut f, &opts.sasl).await {
+                Err(Error::Decode(detail)) => {
+                    refuse_undecodable(&mut f, &opts, true, &detail).await;
+                    return Err(Error::Decode(detail));
+                }
+                id => id?,
+            };
             let h2 = f.read_header().await?.ok_or(Error::ConnectionLost)?;
             if h2 != AMQP_HEADER {
                 f.write_header(AMQP_HEADER).await?;
@@ -226,7 +232,13 @@ pub async fn serve_io(io: BoxIo, opts: Arc<ServerOptions>) -> Result<ServerConne
                 "unsupported protocol header {h:?}"
             )));
         };
-        let remote = read_open(&mut f).await?;
+        let remote = match read_open(&mut f).await {
+            Err(Error::Decode(detail)) => {
+                refuse_undecodable(&mut f, &opts, false, &detail).await;
+                return Err(Error::Decode(detail));
+            }
+            remote => remote?,
+        };
         let open: Open = local_open(
             &opts.container_id,
             None,
@@ -254,6 +266,41 @@ pub async fn serve_io(io: BoxIo, opts: Arc<ServerOptions>) -> Result<ServerConne
     }
     .instrument(span)
     .await
+}
+
+/// Tells a client whose bytes did not decode before the connection opened why it is dropped:
+/// `open` then `close` with `amqp:decode-error` (what the spec asks of a peer refusing a
+/// connection before open), preceded in the SASL phase by a `sys-perm` outcome and the AMQP
+/// header, since a close frame only exists in the AMQP layer. Best effort: the socket is
+/// dropped next either way.
+async fn refuse_undecodable(f: &mut FramedIo, opts: &ServerOptions, in_sasl: bool, detail: &str) {
+    tracing::info!(error = %detail, "Undecodable bytes before open; closing.");
+    let refused = async {
+        if in_sasl {
+            sasl::fail(f).await?;
+            f.write_header(AMQP_HEADER).await?;
+        }
+        let open: Open = local_open(
+            &opts.container_id,
+            None,
+            opts.max_frame_size,
+            opts.channel_max,
+            opts.idle_timeout,
+            None,
+        );
+        f.write_frame(&Frame::amqp(0, open)).await?;
+        let error = AmqpError::new(condition::DECODE_ERROR, Some(detail.to_owned()));
+        f.write_frame(&Frame::amqp(
+            0,
+            Close {
+                error: Some(error.into()),
+            },
+        ))
+        .await
+    };
+    if let Err(error) = refused.await {
+        tracing::debug!(%error, "Could not send the decode error.");
+    }
 }
 
 /// Something a client did that the application answers.

@@ -46,6 +46,9 @@ mod duration;
 mod entity;
 mod error;
 mod filter;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod message;
 mod rights;
 mod server;

@@ -656,7 +656,7 @@ fn like(text: &[char], pattern: &[PatternItem]) -> bool {
                 t += 1;
                 p += 1;
             }
-            Some(PatternItem::Char(c)) if *c == text[t] => {
+            Some(PatternItem::Char(c)) if text.get(t) == Some(c) => {
                 t += 1;
                 p += 1;
             }
@@ -670,7 +670,9 @@ fn like(text: &[char], pattern: &[PatternItem]) -> bool {
             },
         }
     }
-    pattern[p..].iter().all(|i| *i == PatternItem::Any)
+    pattern
+        .get(p..)
+        .is_none_or(|rest| rest.iter().all(|i| *i == PatternItem::Any))
 }
 
 impl Expr {

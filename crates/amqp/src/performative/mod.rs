@@ -64,8 +64,8 @@ pub(crate) fn descriptor_code(b: &[u8]) -> Result<u64> {
             symbolic_code(name).ok_or_else(bad)
         }
         Some(0xb3) => {
-            let s = b.get(2..6).ok_or_else(bad)?;
-            let n = u32::from_be_bytes([s[0], s[1], s[2], s[3]]) as usize;
+            let s = b.get(2..).and_then(<[u8]>::first_chunk::<4>);
+            let n = u32::from_be_bytes(*s.ok_or_else(bad)?) as usize;
             let name = b.get(6..6usize.saturating_add(n)).ok_or_else(bad)?;
             symbolic_code(name).ok_or_else(bad)
         }
@@ -128,11 +128,11 @@ fn symbolize_map_keys(b: &mut [u8], depth: u8) -> Option<usize> {
         }
         0xc0 | 0xc1 => (3, *b.get(1)? as usize, *b.get(2)? as usize),
         0xd0 | 0xd1 => {
-            let s = b.get(1..9)?;
+            let &[s0, s1, s2, s3, n0, n1, n2, n3] = b.get(1..)?.first_chunk::<8>()?;
             (
                 9,
-                u32::from_be_bytes([s[0], s[1], s[2], s[3]]) as usize,
-                u32::from_be_bytes([s[4], s[5], s[6], s[7]]) as usize,
+                u32::from_be_bytes([s0, s1, s2, s3]) as usize,
+                u32::from_be_bytes([n0, n1, n2, n3]) as usize,
             )
         }
         _ => return crate::frame::value_len(b).ok(),
@@ -149,9 +149,9 @@ fn symbolize_map_keys(b: &mut [u8], depth: u8) -> Option<usize> {
             return None;
         }
         if is_map && i % 2 == 0 {
-            match b[pos] {
-                0xa1 => b[pos] = 0xa3,
-                0xb1 => b[pos] = 0xb3,
+            match b.get_mut(pos)? {
+                code @ 0xa1 => *code = 0xa3,
+                code @ 0xb1 => *code = 0xb3,
                 _ => {}
             }
         }

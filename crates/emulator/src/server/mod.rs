@@ -17,7 +17,7 @@ mod codec;
 mod control;
 mod faults;
 mod links;
-mod nodes;
+pub(crate) mod nodes;
 mod rules;
 mod sas;
 
@@ -231,7 +231,7 @@ pub(crate) struct ConnState {
 }
 
 impl ConnState {
-    fn new(clock: Clock, max_token_lifetime: Option<Duration>) -> Self {
+    pub(crate) fn new(clock: Clock, max_token_lifetime: Option<Duration>) -> Self {
         ConnState {
             granted: Mutex::new(Vec::new()),
             replies: Mutex::new(HashMap::new()),

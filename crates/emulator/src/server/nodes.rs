@@ -99,12 +99,12 @@ pub(crate) async fn serve(
         let request = delivery.message()?;
         let (node, broker, options, state) =
             (node.clone(), broker.clone(), options.clone(), state.clone());
-        in_flight.spawn(async move { answer(&request, &node, &broker, &options, &state).await });
+        in_flight.spawn(async move { respond(&request, &node, &broker, &options, &state).await });
     }
 }
 
-/// Handles one request and routes its reply to the client's reply link.
-async fn answer(
+/// Answers one request and routes its reply to the client's reply link.
+async fn respond(
     request: &AnyMessage,
     node: &Node,
     broker: &Broker,
@@ -112,22 +112,8 @@ async fn answer(
     state: &ConnState,
 ) {
     tracing::debug!(node = node.key(), reply_to = ?request.properties.as_ref().and_then(|p| p.reply_to.clone()), "Node request.");
-    let (status, description, condition, body) = match node {
-        Node::Cbs => put_token(request, options, state),
-        // Each operation needs its own right; a token for the entity or for its `$management`
-        // node covers the node.
-        Node::Management(entity) => {
-            match state.refusal(&format!("{entity}/$management"), operation_right(request)) {
-                Some(why) => (
-                    401,
-                    why,
-                    Some(sb_amqp::condition::UNAUTHORIZED_ACCESS),
-                    None,
-                ),
-                None => management(request, broker, entity).await,
-            }
-        }
-    };
+    let (status, description, condition, body) =
+        answer(request, node, broker, options, state).await;
     tracing::debug!(node = node.key(), status, %description, "Node reply.");
     let properties = request.properties.clone().unwrap_or_default();
     let mut app = ApplicationProperties::builder();
@@ -171,6 +157,32 @@ async fn answer(
     }
 }
 
+/// Answers one request as `node`: everything a node does with a decoded request message.
+pub(crate) async fn answer(
+    request: &AnyMessage,
+    node: &Node,
+    broker: &Broker,
+    options: &EmulatorOptions,
+    state: &ConnState,
+) -> Reply {
+    match node {
+        Node::Cbs => put_token(request, options, state),
+        // Each operation needs its own right; a token for the entity or for its `$management`
+        // node covers the node.
+        Node::Management(entity) => {
+            match state.refusal(&format!("{entity}/$management"), operation_right(request)) {
+                Some(why) => (
+                    401,
+                    why,
+                    Some(sb_amqp::condition::UNAUTHORIZED_ACCESS),
+                    None,
+                ),
+                None => management(request, broker, entity).await,
+            }
+        }
+    }
+}
+
 fn app_text(message: &AnyMessage, name: &str) -> Option<String> {
     let ApplicationProperties(map) = message.application_properties.as_ref()?;
     match map.get(name)? {
@@ -180,7 +192,7 @@ fn app_text(message: &AnyMessage, name: &str) -> Option<String> {
     }
 }
 
-type Reply = (i32, String, Option<&'static str>, Option<Value>);
+pub(crate) type Reply = (i32, String, Option<&'static str>, Option<Value>);
 
 /// The right a `$management` operation needs: scheduling is sending, rule changes are
 /// management, everything else (peek, renew, settle, sessions, deferred) is listening.

@@ -1,6 +1,7 @@
 //! Broker core integration tests, all on tokio's paused clock (`start_paused = true` and
 //! `tokio::time::advance`): no test sleeps for real. `process`: the `sb-emulator` binary's
-//! flags on the wire (real time, bounded waits on events).
+//! flags on the wire (real time, bounded waits on events). `hostile_wire` runs the
+//! `sb-emulator` binary against hostile frames on raw sockets.
 
 #![allow(clippy::unwrap_used, clippy::panic, clippy::unwrap_in_result)]
 
@@ -16,6 +17,8 @@ use sb_emulator::{
     SendOutcome, Settlement, SqlFilter, SubscriptionConfig, TopicConfig, TopicProperties,
 };
 use tokio::time::advance;
+
+mod hostile_wire;
 
 const SEC: Duration = Duration::from_secs(1);
 const WAIT: Option<Duration> = Some(Duration::from_millis(10));
