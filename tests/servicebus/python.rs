@@ -83,7 +83,7 @@ async fn python_sdk_conformance() {
             .lines()
             .filter(|l| l.ends_with(")") && l.contains(": ok ("))
             .count(),
-        16,
+        23,
         "{stdout}"
     );
     assert_eq!(
@@ -99,6 +99,13 @@ async fn python_sdk_conformance() {
         "c-maxdc",
         "c-prefetch",
         "c-fields",
+        "c-s-fifo",
+        "c-s-state",
+        "c-s-excl",
+        "c-s-abandon",
+        "c-s-expiry",
+        "c-s-plain",
+        "t-sess/Subscriptions/s-sess",
     ] {
         let counts = emulator.broker().entity(name).unwrap().counts();
         assert_eq!(

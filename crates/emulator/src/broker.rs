@@ -935,6 +935,15 @@ impl Entity {
         })
     }
 
+    /// `com.microsoft:get-message-sessions`: the sessions that hold messages, oldest first.
+    ///
+    /// # Errors
+    /// [`Error::NotAllowed`] when the entity does not require sessions.
+    pub fn session_ids_with_messages(&self) -> Result<Vec<String>> {
+        self.check_sessionful("get-message-sessions")?;
+        self.with_queue("get-message-sessions", |_, st, _, _| Ok(st.session_ids()))
+    }
+
     /// Settles a locked message by lock token (link dispositions).
     ///
     /// # Errors

@@ -866,6 +866,20 @@ impl QueueState {
         Ok(())
     }
 
+    /// The distinct session ids of the messages held (not scheduled), oldest message first.
+    pub(crate) fn session_ids(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for s in self.main.messages.values() {
+            if s.scheduled_at.is_none()
+                && let Some(id) = &s.msg.session_id
+                && !out.contains(id)
+            {
+                out.push(id.clone());
+            }
+        }
+        out
+    }
+
     /// The earliest session lock expiry after `now` (a waiting acceptor may get that session).
     pub(crate) fn next_session_expiry(&self, now: SystemTime) -> Option<SystemTime> {
         self.sessions

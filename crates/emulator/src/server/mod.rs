@@ -9,12 +9,14 @@
 //! - `nodes`: `$cbs` and `<entity>/$management` request handling.
 //! - `rules`: the subscription rule operations of `$management`.
 //! - `links`: entity links: deliveries with lock tokens, dispositions, sends.
+//! - `sessions`: session receiver links and the session operations of `$management`.
 
 mod codec;
 mod links;
 mod nodes;
 mod rules;
 mod sas;
+mod sessions;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -343,6 +345,9 @@ async fn serve_link(
     };
     if !state.is_granted(&path) {
         return request.reject(unauthorized(&path)).await;
+    }
+    if sessions::is_session_link(&request, &entity) {
+        return sessions::serve(request, entity, stop).await;
     }
     links::serve(request, entity, stop).await
 }

@@ -312,6 +312,11 @@ async fn management(request: &AnyMessage, broker: &Broker, entity: &str) -> Repl
     };
     let operation = app_text(request, "operation").unwrap_or_default();
     let body = &request.body;
+    if let Some(result) =
+        super::sessions::management(&operation, &entity, |k| map_get(body, k).cloned(), map)
+    {
+        return result.map_or_else(|e| error_reply(&e), |v| (200, "OK".into(), None, v));
+    }
     let result: Result<Option<Value>, Error> =
         match operation.as_str() {
             "com.microsoft:renew-lock" => entity
