@@ -935,13 +935,16 @@ impl Entity {
         })
     }
 
-    /// `com.microsoft:get-message-sessions`: the sessions that hold messages, oldest first.
+    /// `com.microsoft:get-message-sessions`: with `updated_after`, the sessions whose state was
+    /// set after it; without, the sessions holding messages (oldest message first) or a state.
     ///
     /// # Errors
     /// [`Error::NotAllowed`] when the entity does not require sessions.
-    pub fn session_ids_with_messages(&self) -> Result<Vec<String>> {
+    pub fn message_sessions(&self, updated_after: Option<SystemTime>) -> Result<Vec<String>> {
         self.check_sessionful("get-message-sessions")?;
-        self.with_queue("get-message-sessions", |_, st, _, _| Ok(st.session_ids()))
+        self.with_queue("get-message-sessions", |_, st, _, _| {
+            Ok(st.session_ids(updated_after))
+        })
     }
 
     /// Settles a locked message by lock token (link dispositions).

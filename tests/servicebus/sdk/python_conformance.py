@@ -488,11 +488,17 @@ def session_state_and_renewed_lock():
             got = take(r, 1)
             assert [str(m) for m in got] == ["step"]
             r.complete_message(got[0])
+        # Listed while it holds a state (no messages left), and as recently updated.
+        assert list(c.list_queue_sessions("c-s-state")) == ["order-7"]
+        hour_ago = now() - datetime.timedelta(hours=1)
+        assert list(c.list_queue_sessions("c-s-state", state_updated_after=hour_ago)) == ["order-7"]
+        assert list(c.list_queue_sessions("c-s-state", state_updated_after=now() + datetime.timedelta(hours=1))) == []
         # A later receiver of the same session reads the state back.
         with c.get_queue_receiver("c-s-state", session_id="order-7") as r:
             assert r.session.get_state() == b"checkpoint-1"
             r.session.set_state(None)
             assert r.session.get_state() is None
+        assert list(c.list_queue_sessions("c-s-state")) == []
 
 
 @case
@@ -575,6 +581,7 @@ def sessions_on_a_subscription():
     with client() as c:
         with c.get_topic_sender("t-sess") as sender:
             sender.send_messages([ServiceBusMessage(f"{s}{i}", session_id=s) for i in range(3) for s in ["x", "y"]])
+        assert list(c.list_subscription_sessions("t-sess", "s-sess")) == ["x", "y"]
         seen = []
         for _ in range(2):
             with c.get_subscription_receiver(

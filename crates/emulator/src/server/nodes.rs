@@ -166,7 +166,7 @@ fn app_text(message: &AnyMessage, name: &str) -> Option<String> {
     }
 }
 
-type Reply = (i32, String, Option<&'static str>, Option<Value>);
+pub(super) type Reply = (i32, String, Option<&'static str>, Option<Value>);
 
 fn put_token(request: &AnyMessage, options: &EmulatorOptions, state: &ConnState) -> Reply {
     let token = match &request.body {
@@ -206,7 +206,7 @@ fn put_token(request: &AnyMessage, options: &EmulatorOptions, state: &ConnState)
     }
 }
 
-fn map_get<'a>(body: &'a Body<Value>, name: &str) -> Option<&'a Value> {
+pub(super) fn map_get<'a>(body: &'a Body<Value>, name: &str) -> Option<&'a Value> {
     let Body::Value(AmqpValue(Value::Map(map))) = body else {
         return None;
     };
@@ -271,7 +271,7 @@ fn properties_of(value: Option<&Value>) -> BrokerProperties {
     out
 }
 
-fn map(entries: Vec<(&str, Value)>) -> Value {
+pub(super) fn map(entries: Vec<(&str, Value)>) -> Value {
     let mut map = OrderedMap::new();
     for (key, value) in entries {
         map.insert(Value::String(key.into()), value);
@@ -279,7 +279,7 @@ fn map(entries: Vec<(&str, Value)>) -> Value {
     Value::Map(map)
 }
 
-fn error_reply(error: &Error) -> Reply {
+pub(super) fn error_reply(error: &Error) -> Reply {
     let status = if error.is_lock_lost() {
         410
     } else if error.is_not_found() || matches!(error, Error::MessageNotFound { .. }) {
@@ -312,10 +312,8 @@ async fn management(request: &AnyMessage, broker: &Broker, entity: &str) -> Repl
     };
     let operation = app_text(request, "operation").unwrap_or_default();
     let body = &request.body;
-    if let Some(result) =
-        super::sessions::management(&operation, &entity, |k| map_get(body, k).cloned(), map)
-    {
-        return result.map_or_else(|e| error_reply(&e), |v| (200, "OK".into(), None, v));
+    if let Some(reply) = super::sessions::management(&operation, &entity, body) {
+        return reply;
     }
     let result: Result<Option<Value>, Error> =
         match operation.as_str() {

@@ -24,13 +24,14 @@ use bytes::Bytes;
 use sb_amqp::codec::Value;
 use sb_amqp::codec::primitives::Array;
 use sb_amqp::types::definitions::{Fields, SenderSettleMode};
-use sb_amqp::types::messaging::Source;
+use sb_amqp::types::messaging::{Body, Source};
 use sb_amqp::types::primitives::{Binary, Symbol};
 use sb_amqp::{LinkAnswer, LinkRequest, Outcome, Sendable};
 use tokio_util::sync::CancellationToken;
 
 use super::codec::{self, to_timestamp};
 use super::links::{settle, settle_queued};
+use super::nodes::{Reply, error_reply, map, map_get};
 use super::wire_error;
 use crate::{Entity, Error, ReceiveMode};
 
@@ -265,22 +266,24 @@ fn session_id(entity: &Entity, body: Option<&Value>) -> Result<String, Error> {
     }
 }
 
+/// `last-updated-time` at or past this (.NET `DateTime.MaxValue` in milliseconds, as Python's
+/// `_session_browser.py` sends it) asks for the default listing: sessions with messages or
+/// state.
+const LIST_ALL_SESSIONS_MS: i64 = 253_402_300_800_000;
+
 /// The session operations of `$management`; `None` for any other operation.
 ///
-/// Request and reply keys as Python's `_servicebus_session.py` / `mgmt_handlers.py` and the
-/// .NET `ManagementConstants` use them.
-pub(crate) fn management(
-    operation: &str,
-    entity: &Entity,
-    field: impl Fn(&str) -> Option<Value>,
-    reply: impl Fn(Vec<(&str, Value)>) -> Value,
-) -> Option<Result<Option<Value>, Error>> {
-    let id = || session_id(entity, field("session-id").as_ref());
-    Some(match operation {
+/// Request and reply keys as Python's `_servicebus_session.py`, `_session_browser.py` and
+/// `mgmt_handlers.py` use them (`session-id`, `session-state`, `expiration`, `last-updated-time`,
+/// `skip`, `top`, `sessions-ids`).
+pub(crate) fn management(operation: &str, entity: &Entity, body: &Body<Value>) -> Option<Reply> {
+    let field = |name: &str| map_get(body, name);
+    let id = || session_id(entity, field("session-id"));
+    let result = match operation {
         "com.microsoft:renew-session-lock" => id()
             .and_then(|id| entity.renew_session_lock(&id))
             .map(|until| {
-                Some(reply(vec![(
+                Some(map(vec![(
                     "expiration",
                     Value::Timestamp(to_timestamp(until)),
                 )]))
@@ -288,7 +291,7 @@ pub(crate) fn management(
         "com.microsoft:get-session-state" => {
             id().and_then(|id| entity.session_state(&id)).map(|state| {
                 let state = state.map_or(Value::Null, |b| Value::Binary(Binary::from(b.to_vec())));
-                Some(reply(vec![("session-state", state)]))
+                Some(map(vec![("session-state", state)]))
             })
         }
         "com.microsoft:set-session-state" => id().and_then(|id| {
@@ -298,31 +301,56 @@ pub(crate) fn management(
             };
             entity.set_session_state(&id, state).map(|()| None)
         }),
-        "com.microsoft:get-message-sessions" => {
-            let number = |name: &str| match field(name) {
-                Some(Value::Int(n)) => usize::try_from(n).ok(),
-                Some(Value::Long(n)) => usize::try_from(n).ok(),
-                Some(Value::Uint(n)) => usize::try_from(n).ok(),
-                _ => None,
-            };
-            let skip = number("skip").unwrap_or(0);
-            let top = number("top").unwrap_or(usize::MAX);
-            entity.session_ids_with_messages().map(|ids| {
-                let page: Vec<Value> = ids
-                    .into_iter()
-                    .skip(skip)
-                    .take(top)
-                    .map(Value::String)
-                    .collect();
-                let skip = i32::try_from(skip + page.len()).unwrap_or(i32::MAX);
-                Some(reply(vec![
-                    ("skip", Value::Int(skip)),
-                    ("sessions-ids", Value::Array(Array(page))),
-                ]))
-            })
-        }
+        "com.microsoft:get-message-sessions" => return Some(message_sessions(entity, &field)),
         _ => return None,
-    })
+    };
+    Some(result.map_or_else(|e| error_reply(&e), |v| (200, "OK".into(), None, v)))
+}
+
+fn message_sessions<'a>(entity: &Entity, field: &impl Fn(&str) -> Option<&'a Value>) -> Reply {
+    let number = |name: &str| match field(name) {
+        Some(Value::Int(n)) => usize::try_from(*n).ok(),
+        Some(Value::Long(n)) => usize::try_from(*n).ok(),
+        Some(Value::Uint(n)) => usize::try_from(*n).ok(),
+        _ => None,
+    };
+    let skip = number("skip").unwrap_or(0);
+    let top = number("top").unwrap_or(usize::MAX);
+    let updated_after = match field("last-updated-time") {
+        Some(Value::Timestamp(t)) if t.milliseconds() < LIST_ALL_SESSIONS_MS => Some(
+            UNIX_EPOCH + Duration::from_millis(u64::try_from(t.milliseconds()).unwrap_or_default()),
+        ),
+        _ => None,
+    };
+    let ids = match entity.message_sessions(updated_after) {
+        Ok(ids) => ids,
+        Err(error) => return error_reply(&error),
+    };
+    let page: Vec<Value> = ids
+        .into_iter()
+        .skip(skip)
+        .take(top)
+        .map(Value::String)
+        .collect();
+    if page.is_empty() {
+        // As the service answers an empty page (Python's `list_sessions_op`).
+        return (
+            204,
+            "No Content".into(),
+            Some("com.microsoft:session-not-found"),
+            None,
+        );
+    }
+    let next = i32::try_from(skip + page.len()).unwrap_or(i32::MAX);
+    (
+        200,
+        "OK".into(),
+        None,
+        Some(map(vec![
+            ("skip", Value::Int(next)),
+            ("sessions-ids", Value::Array(Array(page))),
+        ])),
+    )
 }
 
 #[cfg(test)]
