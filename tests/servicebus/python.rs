@@ -122,8 +122,8 @@ async fn python_sdk_conformance() {
     emulator.shutdown().await;
 }
 
-/// Entity slots for `sdk/python_samples.py`: one queue and one topic (subscription `sample-s`)
-/// per sample, so samples run in parallel without reading each other's messages.
+/// Entity slots for `sdk/python_samples.py`: one queue, one session queue and one topic
+/// (subscription `sample-s`, session subscription `sample-ss`) per sample, so samples run in parallel without reading each other's messages.
 const SAMPLE_SLOTS: usize = 64;
 
 /// Issue 21: the official Python SDK's own samples, as shipped in its source distribution on
@@ -140,12 +140,23 @@ async fn python_sdk_samples_run_unmodified() {
     }
     let slot = |kind: &str, i: usize| format!("sample-{kind}-{i}");
     let mut config = sb_emulator::Config::new("sbemulatorns");
+    let sessions = sb_emulator::EntityProperties {
+        requires_session: true,
+        ..Default::default()
+    };
     for i in 0..SAMPLE_SLOTS {
         config = config
             .with_queue(sb_emulator::QueueConfig::new(slot("q", i)))
+            .with_queue(
+                sb_emulator::QueueConfig::new(slot("sq", i)).with_properties(sessions.clone()),
+            )
             .with_topic(
                 sb_emulator::TopicConfig::new(slot("t", i))
-                    .with_subscription(sb_emulator::SubscriptionConfig::new("sample-s")),
+                    .with_subscription(sb_emulator::SubscriptionConfig::new("sample-s"))
+                    .with_subscription(
+                        sb_emulator::SubscriptionConfig::new("sample-ss")
+                            .with_properties(sessions.clone()),
+                    ),
             );
     }
     let broker = sb_emulator::Broker::new(config).unwrap();
@@ -186,9 +197,9 @@ async fn python_sdk_samples_run_unmodified() {
         .lines()
         .filter(|l| l.starts_with("sample ") && l.contains(": ok ("))
         .count();
-    // 29 of 7.15.0's 58 samples apply; the rest need sessions, the HTTP management API,
-    // a proxy, a service principal, or never exit.
-    assert!(passed >= 29, "{stdout}");
+    // 37 of 7.15.0's 58 samples apply (8 of them with message sessions); the rest need the
+    // HTTP management API, a proxy, a service principal, sleep past the timeout, or never exit.
+    assert!(passed >= 37, "{stdout}");
     assert!(
         stdout
             .lines()
