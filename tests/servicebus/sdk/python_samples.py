@@ -52,7 +52,7 @@ NOT_APPLICABLE = [
     ("EnvironmentCredential()", "needs an Entra ID service principal (client secret against login.microsoftonline.com)"),
     ("<custom_endpoint_hostname>", "needs the sample edited: its custom endpoint address is a placeholder"),
     ("http_proxy", "needs an HTTP proxy"),
-    ("time.sleep(100)", f"sleeps 100 s and then 80 s on purpose, longer than the {SAMPLE_TIMEOUT} s allowed per sample"),
+    ("sleep(100)", f"sleeps 100 s twice and then 80 s on purpose, longer than the {SAMPLE_TIMEOUT} s allowed per sample"),
 ]
 
 
