@@ -26,21 +26,8 @@ async fn js_sdk_sends_receives_settles_and_renews() {
     if !sdk_installed("js_sdk_sends_receives_settles_and_renews") {
         return;
     }
-    let dir = DIR;
     let emulator = emulator("PT30S").await;
-    let output = tokio::process::Command::new("node")
-        .arg(format!("{dir}/smoke.mjs"))
-        .arg(emulator.connection_string())
-        .current_dir(dir)
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    let stdout = node("smoke.mjs", &emulator).await;
     assert_eq!(stdout.lines().last(), Some("js sdk: ok"), "{stdout}");
     let counts = emulator.broker().entity("orders").unwrap().counts();
     assert_eq!(

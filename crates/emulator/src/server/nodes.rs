@@ -241,6 +241,16 @@ fn longs(value: Option<&Value>) -> Vec<i64> {
         .collect()
 }
 
+/// A non-negative count (`skip`, `top`, `message-count`) sent as any integer type.
+pub(super) fn count(value: Option<&Value>) -> Option<usize> {
+    match value? {
+        Value::Int(n) => usize::try_from(*n).ok(),
+        Value::Long(n) => usize::try_from(*n).ok(),
+        Value::Uint(n) => usize::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
 fn tokens(value: Option<&Value>) -> Vec<uuid::Uuid> {
     values(value)
         .iter()

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::codec::{self, to_timestamp};
 use super::links::{settle, settle_queued};
-use super::nodes::{Reply, error_reply, map, map_get};
+use super::nodes::{Reply, count, error_reply, map, map_get};
 use super::wire_error;
 use crate::{Entity, Error, ReceiveMode};
 
@@ -308,12 +308,7 @@ pub(crate) fn management(operation: &str, entity: &Entity, body: &Body<Value>) -
 }
 
 fn message_sessions<'a>(entity: &Entity, field: &impl Fn(&str) -> Option<&'a Value>) -> Reply {
-    let number = |name: &str| match field(name) {
-        Some(Value::Int(n)) => usize::try_from(*n).ok(),
-        Some(Value::Long(n)) => usize::try_from(*n).ok(),
-        Some(Value::Uint(n)) => usize::try_from(*n).ok(),
-        _ => None,
-    };
+    let number = |name: &str| count(field(name));
     let skip = number("skip").unwrap_or(0);
     let top = number("top").unwrap_or(usize::MAX);
     let updated_after = match field("last-updated-time") {
