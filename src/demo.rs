@@ -3,8 +3,8 @@
 //!
 //! The stream holds distinct orders, exact redeliveries (the same message id published again),
 //! concurrent copies, a republished order under a new message id (a business-key duplicate),
-//! settlements refused after commit (the crash window between commit and settlement: the lock
-//! runs out and the message comes back), poison messages and an unsupported contract version.
+//! settlements answered `server-busy` after commit (retried by lock token, as the service's
+//! busy answers must be), poison messages and an unsupported contract version.
 //! The demo succeeds only if the database holds exactly one reservation per distinct order.
 
 use std::collections::BTreeMap;

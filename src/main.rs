@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use sb_inbox::entra::{EntraCredential, EntraMode};
 use sb_inbox::ops::{self, OpsError, dlq};
-use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
+use sb_inbox::servicebus::{ConnectionString, ServiceBusClient, Transport};
 use sb_inbox::store::StoreUrl;
 use sb_inbox::telemetry::{LogFormat, OTEL_ENV_VARS, TelemetryConfig};
 use sb_inbox::worker::{ENV_VARS, WorkerConfig};
@@ -133,24 +133,32 @@ struct BrokerArgs {
     /// managed or workload identity; AZURE_CLIENT_ID selects a user-assigned identity).
     #[arg(long, env = "SB_INBOX_SERVICEBUS_NAMESPACE")]
     namespace: Option<String>,
+    /// amqp (TCP, port 5671) or websockets (wss://HOST:443/$servicebus/websocket, for networks
+    /// that block 5671); default: the connection string's TransportType, else amqp.
+    #[arg(long, env = "SB_INBOX_SERVICEBUS_TRANSPORT")]
+    transport: Option<Transport>,
 }
 
 impl BrokerArgs {
     fn client(&self) -> anyhow::Result<ServiceBusClient> {
         match (&self.connection, &self.namespace) {
             (Some(connection), None) => {
-                let cs: ConnectionString = connection
+                let mut cs: ConnectionString = connection
                     .parse()
                     .context("invalid --connection (SB_INBOX_SERVICEBUS_CONNECTION)")?;
+                if let Some(transport) = self.transport {
+                    cs = cs.with_transport(transport);
+                }
                 Ok(ServiceBusClient::from_connection_string(&cs))
             }
             (None, Some(host)) if host.contains('.') && !host.contains('/') => {
                 let client_id = std::env::var("AZURE_CLIENT_ID")
                     .ok()
                     .filter(|id| !id.is_empty());
-                Ok(ServiceBusClient::with_entra(
+                Ok(ServiceBusClient::with_entra_over(
                     host,
                     EntraCredential::new(EntraMode::Default, client_id),
+                    self.transport.unwrap_or_default(),
                 ))
             }
             (None, Some(host)) => anyhow::bail!(

@@ -1,10 +1,12 @@
 //! Claims-based security: put a token for an audience on the `$cbs` node.
 
-use sb_amqp::RequestResponse;
+use std::time::Duration;
+
 use sb_amqp::types::messaging::{AmqpValue, ApplicationProperties, Message};
 use sb_amqp::types::primitives::SimpleValue;
 
 use super::amqp_message::system_to_timestamp;
+use super::client::Connected;
 use super::{AccessToken, ServiceBusError};
 
 /// Reads an integer application property of a reply.
@@ -31,11 +33,12 @@ pub(crate) fn text_property(message: &sb_amqp::AnyMessage, names: &[&str]) -> Op
     })
 }
 
-/// Puts `token` for `audience`.
+/// Puts `token` for `audience` on `conn`'s `$cbs` node (attached, or re-attached, on demand).
 pub(crate) async fn put_token(
-    cbs: &RequestResponse,
+    conn: &Connected,
     audience: &str,
     token: &AccessToken,
+    timeout: Duration,
 ) -> Result<(), ServiceBusError> {
     let properties = ApplicationProperties::builder()
         .insert("operation", SimpleValue::String("put-token".into()))
@@ -54,10 +57,15 @@ pub(crate) async fn put_token(
         .body(AmqpValue(token.token.clone()))
         .build();
     // A reply that never comes (a broker that lost it) must not hang the link set-up.
-    let reply = tokio::time::timeout(std::time::Duration::from_secs(30), cbs.request(request))
+    let reply = conn
+        .request("$cbs", request, timeout)
         .await
-        .map_err(|_| ServiceBusError::Connection("$cbs did not answer put-token in time".into()))?
-        .map_err(|e| ServiceBusError::from_amqp(&e))?;
+        .map_err(|e| match e {
+            sb_amqp::Error::Timeout => {
+                ServiceBusError::Connection("$cbs did not answer put-token in time".into())
+            }
+            e => ServiceBusError::from_amqp(&e),
+        })?;
     let status = int_property(&reply, &["status-code", "statusCode"]).unwrap_or(0);
     if (200..300).contains(&status) {
         Ok(())

@@ -1,24 +1,99 @@
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, SystemTime};
 
-use sb_amqp::{Connection, ConnectionOptions, RequestResponse, Session};
-use tokio::sync::Mutex;
+use sb_amqp::codec::Value;
+use sb_amqp::codec::primitives::OrderedMap;
+use sb_amqp::types::definitions::Fields;
+use sb_amqp::types::messaging::{Message, SerializableBody};
+use sb_amqp::types::primitives::Symbol;
+use sb_amqp::{AnyMessage, Connection, ConnectionOptions, Session, unique_name};
 use tokio_util::sync::CancellationToken;
 
+use super::error::{Recovery, recovery};
+use super::node::Node;
 use super::{ConnectionString, SasProvider, ServiceBusError, TokenProvider, cbs};
 
-/// One AMQP connection to a namespace with its session and `$cbs` link.
+/// How long each handshake step (connect with TLS, SASL and `open`; `begin`; each `attach`)
+/// and each request may take by default; the SDKs' per-try timeout is 60 s (.NET
+/// `ServiceBusRetryOptions.TryTimeout`), the service's own server timeout 30 s.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Our idle time-out: the service must send something (it sends empty frames) at least this
+/// often, else the connection is declared dead (.NET `AmqpConnectionScope` uses 60 s).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Refresh a token this long before it expires (.NET `AmqpConnectionScope.AuthorizationRefreshBuffer`).
+const REFRESH_BUFFER: Duration = Duration::from_secs(10 * 60);
+/// ...but not sooner than this (.NET `AmqpConnectionScope.MinimumAuthorizationRefresh`).
+const MIN_REFRESH: Duration = Duration::from_secs(2 * 60);
+/// After a failed refresh, try again this soon.
+const REFRESH_RETRY: Duration = Duration::from_secs(10);
+
+/// One AMQP connection to a namespace with its session and request/response nodes.
 #[derive(Debug)]
-pub(crate) struct Link {
+pub(crate) struct Connected {
     pub(crate) connection: Connection,
     pub(crate) session: Session,
-    pub(crate) cbs: RequestResponse,
-    /// Increments on every reconnect: deliveries of an older generation lost their link.
-    pub(crate) generation: u64,
+    /// `$cbs` and `<entity>/$management`, attached on first use and re-attached after a
+    /// failure.
+    nodes: StdMutex<HashMap<String, Arc<Node>>>,
+    /// Audiences whose token is put and kept fresh on this connection.
+    refreshing: StdMutex<HashSet<String>>,
+    /// Ends this connection's refresh tasks when it is replaced, dropped, or the client goes.
+    stop: CancellationToken,
 }
 
-/// A Service Bus client: one connection, re-established on demand after a failure.
+impl Drop for Connected {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl Connected {
+    fn is_healthy(&self) -> bool {
+        self.connection.error().is_none()
+    }
+
+    fn node(&self, address: &str) -> Arc<Node> {
+        let mut nodes = self
+            .nodes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        nodes
+            .entry(address.to_owned())
+            .or_insert_with(|| Arc::new(Node::new(address)))
+            .clone()
+    }
+
+    /// Marks `audience` as refreshed here; true for the first caller only.
+    fn start_refreshing(&self, audience: &str) -> bool {
+        self.refreshing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(audience.to_owned())
+    }
+
+    fn is_refreshing(&self, audience: &str) -> bool {
+        self.refreshing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(audience)
+    }
+
+    /// Sends a request to `address` on this connection.
+    pub(crate) async fn request<B: SerializableBody>(
+        &self,
+        address: &str,
+        request: Message<B>,
+        timeout: Duration,
+    ) -> Result<AnyMessage, sb_amqp::Error> {
+        self.node(address)
+            .request(&self.session, request, timeout)
+            .await
+    }
+}
+
+/// A Service Bus client: one connection, re-established only after a connection-level
+/// failure; a failed link is re-attached on the same connection.
 ///
 /// # Examples
 /// ```
@@ -40,8 +115,8 @@ struct ClientInner {
     url: String,
     host: String,
     tokens: Arc<dyn TokenProvider>,
-    link: Mutex<Option<Arc<Link>>>,
-    generation: AtomicU64,
+    timeout: Duration,
+    current: StdMutex<Option<Arc<Connected>>>,
     closed: CancellationToken,
 }
 
@@ -65,8 +140,17 @@ impl ServiceBusClient {
     /// Microsoft Entra ID tokens from `credential` (role *Azure Service Bus Data Receiver* /
     /// *Sender* on the entities).
     pub fn with_entra(host: &str, credential: crate::entra::EntraCredential) -> Self {
+        Self::with_entra_over(host, credential, super::Transport::Amqp)
+    }
+
+    /// [`ServiceBusClient::with_entra`] over `transport` (`AmqpWebSockets`: `wss://HOST:443`).
+    pub fn with_entra_over(
+        host: &str,
+        credential: crate::entra::EntraCredential,
+        transport: super::Transport,
+    ) -> Self {
         Self::new(
-            format!("amqps://{host}:5671"),
+            transport.url(host, None, true),
             host,
             Arc::new(super::EntraProvider::new(credential)),
         )
@@ -79,16 +163,38 @@ impl ServiceBusClient {
         host: impl Into<String>,
         tokens: Arc<dyn TokenProvider>,
     ) -> Self {
+        Self::build(url.into(), host.into(), tokens, DEFAULT_TIMEOUT)
+    }
+
+    fn build(url: String, host: String, tokens: Arc<dyn TokenProvider>, timeout: Duration) -> Self {
         ServiceBusClient {
             inner: Arc::new(ClientInner {
-                url: url.into(),
-                host: host.into(),
+                url,
+                host,
                 tokens,
-                link: Mutex::new(None),
-                generation: AtomicU64::new(0),
+                timeout,
+                current: StdMutex::new(None),
                 closed: CancellationToken::new(),
             }),
         }
+    }
+
+    /// The same client with `timeout` for each handshake step (connect, TLS, SASL and `open`;
+    /// `begin`; each `attach`) and each request to the service ([`DEFAULT_TIMEOUT`] unless
+    /// set). Call before first use: links opened already keep the old value.
+    #[must_use]
+    pub fn with_timeout(self, timeout: Duration) -> Self {
+        Self::build(
+            self.inner.url.clone(),
+            self.inner.host.clone(),
+            self.inner.tokens.clone(),
+            timeout,
+        )
+    }
+
+    /// The bound of each handshake step and request.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.inner.timeout
     }
 
     /// A peek-lock receiver on `entity` (a queue, `TOPIC/Subscriptions/SUB`, or either's
@@ -123,26 +229,14 @@ impl ServiceBusClient {
         /// Messages asked for per request: Service Bus answers at most this many anyway.
         const PAGE: usize = 100;
         let max = usize::try_from(max).unwrap_or(usize::MAX);
-        let link = self.link().await?;
-        let node = format!("{entity}/$management");
-        // As for a receiver: the entity's token, then the node's.
-        self.authorize(&link, entity).await?;
-        self.authorize(&link, &node).await?;
-        let management = RequestResponse::attach(&link.session, &node)
-            .await
-            .map_err(|e| ServiceBusError::from_amqp(&e))?;
         let mut out: Vec<super::PeekedMessage> = Vec::new();
         let mut from = from_sequence_number;
         while out.len() < max {
             let count = i32::try_from((max - out.len()).min(PAGE)).unwrap_or(1);
-            let page = tokio::time::timeout(
-                Duration::from_secs(30),
-                super::management::peek(&management, from, count),
-            )
-            .await
-            .map_err(|_| {
-                ServiceBusError::Connection("$management did not answer peek in time".into())
-            })??;
+            let reply = self
+                .management(entity, super::management::peek_request(from, count))
+                .await?;
+            let page = super::management::peek_page(&reply)?;
             let Some(last) = page.last() else { break };
             from = last.sequence_number + 1;
             out.extend(page);
@@ -165,95 +259,235 @@ impl ServiceBusClient {
         )
     }
 
-    /// The current connection, opening one if there is none or the last one failed.
-    pub(crate) async fn link(&self) -> Result<Arc<Link>, ServiceBusError> {
-        let mut guard = self.inner.link.lock().await;
-        if let Some(link) = guard.as_ref()
-            && link.connection.error().is_none()
-        {
-            return Ok(link.clone());
-        }
-        let options = ConnectionOptions::default();
-        let connection = Connection::open_with(&self.inner.url, options)
-            .await
-            .map_err(|e| ServiceBusError::from_amqp(&e))?;
-        let session = connection
-            .begin()
-            .await
-            .map_err(|e| ServiceBusError::from_amqp(&e))?;
-        let cbs = RequestResponse::attach(&session, "$cbs")
-            .await
-            .map_err(|e| ServiceBusError::from_amqp(&e))?;
-        let generation = self.inner.generation.fetch_add(1, Ordering::AcqRel) + 1;
-        tracing::info!(url = %self.inner.url, generation, "Connected to Service Bus.");
-        let link = Arc::new(Link {
-            connection,
-            session,
-            cbs,
-            generation,
-        });
-        *guard = Some(link.clone());
-        Ok(link)
+    fn current(&self) -> Option<Arc<Connected>> {
+        let current = self
+            .inner
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        current.as_ref().filter(|c| c.is_healthy()).cloned()
     }
 
-    /// Forgets the current connection so the next call reconnects.
-    pub(crate) async fn reset(&self, generation: u64) {
-        let mut guard = self.inner.link.lock().await;
-        if guard.as_ref().is_some_and(|l| l.generation == generation) {
-            *guard = None;
+    /// The current connection, opening one if there is none or the last one failed. No lock is
+    /// held while opening: a black-holed handshake delays only its callers, and only for the
+    /// timeout.
+    pub(crate) async fn connection(&self) -> Result<Arc<Connected>, ServiceBusError> {
+        if let Some(current) = self.current() {
+            return Ok(current);
         }
+        let opened = self.open().await?;
+        let mut current = self
+            .inner
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(winner) = current.as_ref().filter(|c| c.is_healthy()) {
+            // Another caller connected meanwhile; ours closes when dropped.
+            return Ok(winner.clone());
+        }
+        if let Some(old) = current.replace(opened.clone()) {
+            old.stop.cancel();
+        }
+        tracing::info!(url = %self.inner.url, "Connected to Service Bus.");
+        Ok(opened)
+    }
+
+    async fn open(&self) -> Result<Arc<Connected>, ServiceBusError> {
+        let timeout = self.inner.timeout;
+        let options = ConnectionOptions {
+            container_id: unique_name("sb-inbox"),
+            idle_timeout: Some(IDLE_TIMEOUT),
+            properties: Some(client_properties()),
+            ..ConnectionOptions::default()
+        };
+        let connection = step(
+            timeout,
+            "connect",
+            Connection::open_with(&self.inner.url, options),
+        )
+        .await?;
+        let session = step(timeout, "begin a session", connection.begin()).await?;
+        Ok(Arc::new(Connected {
+            connection,
+            session,
+            nodes: StdMutex::default(),
+            refreshing: StdMutex::default(),
+            stop: self.inner.closed.child_token(),
+        }))
     }
 
     /// True while a connection is open and healthy (false before the first use, while
     /// reconnecting, and after a failure).
     pub fn is_connected(&self) -> bool {
-        self.inner.link.try_lock().is_ok_and(|link| {
-            link.as_ref()
-                .is_some_and(|l| l.connection.error().is_none())
-        })
+        self.current().is_some()
     }
 
-    /// The generation of the current connection (0 before the first).
-    pub(crate) fn generation(&self) -> u64 {
-        self.inner.generation.load(Ordering::Acquire)
-    }
-
-    /// Puts a token for `entity` and keeps refreshing it on this connection at 90 % of its
-    /// lifetime, until the connection or the client goes away.
+    /// Makes sure a valid token for `entity` is on `conn`: puts one (and starts its refresh,
+    /// one task per audience per connection) unless one is kept fresh there already, or
+    /// `fresh` asks for a new one (after the service detached a link as unauthorized).
     pub(crate) async fn authorize(
         &self,
-        link: &Arc<Link>,
+        conn: &Arc<Connected>,
         entity: &str,
+        fresh: bool,
     ) -> Result<(), ServiceBusError> {
         let audience = self.audience(entity);
+        if !fresh && conn.is_refreshing(&audience) {
+            return Ok(());
+        }
         let token = self.inner.tokens.token(&audience).await?;
-        cbs::put_token(&link.cbs, &audience, &token).await?;
-        // The task holds neither the client nor the connection, so dropping them ends it.
-        let (tokens, weak) = (self.inner.tokens.clone(), Arc::downgrade(link));
-        let closed = self.inner.closed.clone();
-        let mut expires_at = token.expires_at;
-        tokio::spawn(closed.run_until_cancelled_owned(async move {
+        cbs::put_token(conn, &audience, &token, self.inner.timeout).await?;
+        if conn.start_refreshing(&audience) {
+            self.spawn_refresh(conn, audience, token.expires_at);
+        }
+        Ok(())
+    }
+
+    /// Refreshes the token for `audience` on `conn` until the connection fails or is dropped,
+    /// or the client goes away. The task holds neither.
+    fn spawn_refresh(&self, conn: &Arc<Connected>, audience: String, expires_at: SystemTime) {
+        let (tokens, weak, timeout) = (
+            self.inner.tokens.clone(),
+            Arc::downgrade(conn),
+            self.inner.timeout,
+        );
+        let stop = conn.stop.clone();
+        tokio::spawn(stop.run_until_cancelled_owned(async move {
+            let remaining = |at: SystemTime| {
+                at.duration_since(SystemTime::now())
+                    .unwrap_or(Duration::ZERO)
+            };
+            let mut delay = refresh_delay(remaining(expires_at));
             loop {
-                let lifetime = expires_at
-                    .duration_since(SystemTime::now())
-                    .unwrap_or(Duration::ZERO);
-                tokio::time::sleep(lifetime.mul_f64(0.9).max(Duration::from_secs(1))).await;
-                let Some(link) = weak.upgrade() else { return };
-                let result = async {
+                tokio::time::sleep(delay).await;
+                let Some(conn) = weak.upgrade().filter(|c| c.is_healthy()) else {
+                    return;
+                };
+                let refreshed = async {
                     let token = tokens.token(&audience).await?;
-                    cbs::put_token(&link.cbs, &audience, &token).await?;
+                    cbs::put_token(&conn, &audience, &token, timeout).await?;
                     Ok::<_, ServiceBusError>(token.expires_at)
                 }
                 .await;
-                match result {
-                    Ok(next) => expires_at = next,
+                delay = match refreshed {
+                    Ok(next) => refresh_delay(remaining(next)),
                     Err(error) => {
                         tracing::warn!(%audience, %error, "Token refresh failed; retrying.");
-                        expires_at = SystemTime::now() + Duration::from_secs(10);
+                        REFRESH_RETRY
                     }
-                }
+                };
             }
         }));
-        Ok(())
+    }
+
+    /// Sends `request` to `<entity>/$management` on the current connection, putting the
+    /// entity's and the node's tokens first; an unauthorized answer is retried once after a
+    /// fresh token.
+    pub(crate) async fn management<B: SerializableBody + Clone>(
+        &self,
+        entity: &str,
+        request: Message<B>,
+    ) -> Result<AnyMessage, ServiceBusError> {
+        let node = format!("{entity}/$management");
+        let conn = self.connection().await?;
+        let mut fresh = false;
+        loop {
+            // As for a receiver: the entity's token, then the node's.
+            self.authorize(&conn, entity, fresh).await?;
+            self.authorize(&conn, &node, fresh).await?;
+            let replied = conn
+                .request(&node, request.clone(), self.inner.timeout)
+                .await;
+            match replied {
+                Ok(reply) => return Ok(reply),
+                Err(error) if !fresh && recovery(&error) == Recovery::Reauthorize => fresh = true,
+                Err(sb_amqp::Error::Timeout) => {
+                    return Err(ServiceBusError::Connection(format!(
+                        "{node} did not answer within {:?}",
+                        self.inner.timeout
+                    )));
+                }
+                Err(error) => return Err(ServiceBusError::from_amqp(&error)),
+            }
+        }
+    }
+}
+
+/// Runs one handshake step within `timeout`.
+async fn step<T>(
+    timeout: Duration,
+    what: &str,
+    future: impl Future<Output = sb_amqp::Result<T>>,
+) -> Result<T, ServiceBusError> {
+    match tokio::time::timeout(timeout, future).await {
+        Ok(done) => done.map_err(|e| ServiceBusError::from_amqp(&e)),
+        Err(_) => Err(ServiceBusError::Connection(format!(
+            "could not {what} within {timeout:?}"
+        ))),
+    }
+}
+
+/// When to refresh a token that is valid for `remaining`: 10 minutes before it expires but not
+/// within 2 minutes (.NET `AmqpConnectionScope.CalculateLinkAuthorizationRefreshInterval`);
+/// a token too short-lived for that is refreshed at half its life, never after it expired.
+pub(crate) fn refresh_delay(remaining: Duration) -> Duration {
+    let due = remaining.saturating_sub(REFRESH_BUFFER).max(MIN_REFRESH);
+    if due < remaining {
+        due
+    } else {
+        (remaining / 2).max(Duration::from_secs(1))
+    }
+}
+
+/// The connection properties the SDKs send in `open` (product, version, platform, user agent:
+/// .NET `AmqpConnectionScope.CreateAndOpenConnectionAsync`, Python `_common/utils.py`
+/// `create_properties`).
+pub(crate) fn client_properties() -> Fields {
+    let version = env!("CARGO_PKG_VERSION");
+    let platform = format!("Rust; {} {}", std::env::consts::OS, std::env::consts::ARCH);
+    let mut fields = OrderedMap::new();
+    for (key, value) in [
+        ("product", "sb-inbox".to_owned()),
+        ("version", version.to_owned()),
+        ("platform", platform.clone()),
+        ("framework", "Rust".to_owned()),
+        ("user-agent", format!("sb-inbox/{version} ({platform})")),
+    ] {
+        fields.insert(Symbol::from(key), Value::String(value));
+    }
+    fields
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_refresh_ten_minutes_ahead_but_not_within_two_minutes() {
+        let minutes = |m: u64| Duration::from_secs(m * 60);
+        assert_eq!(refresh_delay(minutes(60)), minutes(50));
+        assert_eq!(refresh_delay(minutes(11)), minutes(2));
+        assert_eq!(refresh_delay(minutes(5)), minutes(2));
+        // Shorter than the minimum: half its life, before it expires.
+        assert_eq!(
+            refresh_delay(Duration::from_secs(90)),
+            Duration::from_secs(45)
+        );
+        assert_eq!(refresh_delay(Duration::ZERO), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn open_carries_product_version_platform_and_user_agent() {
+        let properties = client_properties();
+        for key in ["product", "version", "platform", "user-agent"] {
+            assert!(
+                properties.get(&Symbol::from(key)).is_some(),
+                "{key} missing"
+            );
+        }
+        assert_eq!(
+            properties.get(&Symbol::from("product")),
+            Some(&Value::String("sb-inbox".into()))
+        );
     }
 }

@@ -25,6 +25,53 @@ pub enum ConnectionStringError {
     /// An unknown key (a typo would otherwise be ignored).
     #[error("unknown connection string key {0:?}")]
     UnknownKey(String),
+    /// `TransportType` is neither `Amqp` nor `AmqpWebSockets`.
+    #[error("TransportType {0:?} is not Amqp or AmqpWebSockets")]
+    InvalidTransport(String),
+}
+
+/// How the AMQP connection travels: TCP (port 5671 with TLS), or WebSockets
+/// (`wss://HOST:443/$servicebus/websocket`, subprotocol `AMQPWSB10`) for networks that block
+/// 5671, as every official SDK offers (`TransportType.AmqpOverWebsocket` in Python, `AmqpWebSockets` in .NET
+/// connection strings and `ServiceBusTransportType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Transport {
+    /// AMQP over TCP.
+    #[default]
+    Amqp,
+    /// AMQP over WebSockets.
+    AmqpWebSockets,
+}
+
+impl Transport {
+    /// The URL of `host` over this transport: `amqps://HOST:5671`,
+    /// `wss://HOST:443/$servicebus/websocket`, or without TLS (the emulator) `amqp://` / `ws://`.
+    pub fn url(self, host: &str, port: Option<u16>, tls: bool) -> String {
+        match (self, tls) {
+            (Transport::Amqp, true) => format!("amqps://{host}:{}", port.unwrap_or(5671)),
+            (Transport::Amqp, false) => format!("amqp://{host}:{}", port.unwrap_or(5672)),
+            (Transport::AmqpWebSockets, true) => {
+                format!("wss://{host}:{}/$servicebus/websocket", port.unwrap_or(443))
+            }
+            (Transport::AmqpWebSockets, false) => {
+                format!("ws://{host}:{}/$servicebus/websocket", port.unwrap_or(80))
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for Transport {
+    type Err = ConnectionStringError;
+
+    /// `Amqp` or `AmqpWebSockets` (case-insensitive; `websockets` too, for config files).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "amqp" => Ok(Transport::Amqp),
+            "amqpwebsockets" | "websockets" => Ok(Transport::AmqpWebSockets),
+            _ => Err(ConnectionStringError::InvalidTransport(s.to_owned())),
+        }
+    }
 }
 
 /// How a client authenticates on `$cbs`.
@@ -69,6 +116,7 @@ pub struct ConnectionString {
     credential: Credential,
     entity_path: Option<String>,
     emulator: bool,
+    transport: Transport,
 }
 
 impl ConnectionString {
@@ -77,9 +125,27 @@ impl ConnectionString {
         &self.host
     }
 
-    /// The port: the one given, else 5671 (TLS) or 5672 (emulator, plain AMQP).
+    /// The port: the one given, else 5671 (TLS) or 5672 (emulator, plain AMQP); over
+    /// WebSockets 443 (TLS) or 80.
     pub fn port(&self) -> u16 {
-        self.port.unwrap_or(if self.emulator { 5672 } else { 5671 })
+        self.port.unwrap_or(match (self.transport, self.emulator) {
+            (Transport::Amqp, true) => 5672,
+            (Transport::Amqp, false) => 5671,
+            (_, true) => 80,
+            (_, false) => 443,
+        })
+    }
+
+    /// `TransportType` (default `Amqp`).
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    /// The same namespace over `transport` (a worker's `servicebus.transport` setting).
+    #[must_use]
+    pub fn with_transport(mut self, transport: Transport) -> Self {
+        self.transport = transport;
+        self
     }
 
     /// False only with `UseDevelopmentEmulator=true`.
@@ -97,10 +163,11 @@ impl ConnectionString {
         self.entity_path.as_deref()
     }
 
-    /// The AMQP URL of the namespace (no credentials).
+    /// The AMQP URL of the namespace (no credentials): `amqps://`, or
+    /// `wss://…/$servicebus/websocket` over WebSockets; `amqp://` / `ws://` for the emulator.
     pub fn amqp_url(&self) -> String {
-        let scheme = if self.use_tls() { "amqps" } else { "amqp" };
-        format!("{scheme}://{}:{}", self.host, self.port())
+        self.transport
+            .url(&self.host, Some(self.port()), self.use_tls())
     }
 
     /// The token audience for an entity: `sb://HOST/ENTITY`.
@@ -116,6 +183,7 @@ impl std::str::FromStr for ConnectionString {
         let mut endpoint = None;
         let (mut key_name, mut key, mut signature, mut entity_path) = (None, None, None, None);
         let mut emulator = false;
+        let mut transport = Transport::Amqp;
         for (index, part) in text.split(';').map(str::trim).enumerate() {
             if part.is_empty() {
                 continue;
@@ -131,6 +199,7 @@ impl std::str::FromStr for ConnectionString {
                 "sharedaccesssignature" => signature = Some(value),
                 "entitypath" => entity_path = Some(value),
                 "usedevelopmentemulator" => emulator = value.eq_ignore_ascii_case("true"),
+                "transporttype" => transport = value.parse()?,
                 other => return Err(ConnectionStringError::UnknownKey(other.to_owned())),
             }
         }
@@ -162,6 +231,7 @@ impl std::str::FromStr for ConnectionString {
             credential,
             entity_path,
             emulator,
+            transport,
         })
     }
 }
@@ -180,6 +250,9 @@ impl fmt::Display for ConnectionString {
         }
         if self.emulator {
             f.write_str("UseDevelopmentEmulator=true;")?;
+        }
+        if self.transport == Transport::AmqpWebSockets {
+            f.write_str("TransportType=AmqpWebSockets;")?;
         }
         Ok(())
     }
@@ -225,6 +298,37 @@ mod tests {
             "endpoint=sb://localhost;sharedaccesskeyname=k;sharedaccesskey=v;usedevelopmentemulator=TRUE".parse().unwrap();
         assert_eq!((cs.port(), cs.use_tls()), (5672, false));
         assert_eq!(cs.amqp_url(), "amqp://localhost:5672");
+    }
+
+    #[test]
+    fn websocket_transport() {
+        let cs: ConnectionString = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=v;TransportType=AmqpWebSockets"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            (cs.port(), cs.transport()),
+            (443, Transport::AmqpWebSockets)
+        );
+        assert_eq!(
+            cs.amqp_url(),
+            "wss://ns.servicebus.windows.net:443/$servicebus/websocket"
+        );
+        assert!(cs.to_string().ends_with("TransportType=AmqpWebSockets;"));
+        let emulator: ConnectionString = "Endpoint=sb://127.0.0.1:8080;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true;TransportType=AmqpWebSockets;"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            emulator.amqp_url(),
+            "ws://127.0.0.1:8080/$servicebus/websocket"
+        );
+        let tcp = emulator.with_transport(Transport::Amqp);
+        assert_eq!(tcp.amqp_url(), "amqp://127.0.0.1:8080");
+        assert_eq!(
+            "Endpoint=sb://ns/;SharedAccessKeyName=k;SharedAccessKey=v;TransportType=Http"
+                .parse::<ConnectionString>()
+                .unwrap_err(),
+            ConnectionStringError::InvalidTransport("Http".into())
+        );
     }
 
     #[test]

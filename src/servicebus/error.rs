@@ -1,8 +1,15 @@
+use sb_amqp::condition;
+
+/// `com.microsoft:entity-disabled`: the entity is disabled in the portal.
+const ENTITY_DISABLED: &str = "com.microsoft:entity-disabled";
+/// `com.microsoft:operation-cancelled`: the service gave up on an operation.
+const OPERATION_CANCELLED: &str = "com.microsoft:operation-cancelled";
+
 /// A Service Bus client failure.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServiceBusError {
-    /// The connection or a link failed; reconnecting may help. Transient.
+    /// The connection or a link failed; reconnecting or re-attaching may help. Transient.
     #[error("connection failed: {0}")]
     Connection(String),
     /// `$cbs` refused the token (status code and description). Permanent until the credential
@@ -17,7 +24,8 @@ pub enum ServiceBusError {
     /// The entity does not exist. Permanent.
     #[error("entity not found: {0}")]
     NotFound(String),
-    /// The broker refused with a condition.
+    /// The broker refused with a condition; transient unless the condition is one of the
+    /// permanent ones (not-allowed, entity-disabled, message-size-exceeded).
     #[error("broker error {condition}: {description}")]
     Broker {
         /// The AMQP error condition.
@@ -30,25 +38,85 @@ pub enum ServiceBusError {
     Token(String),
 }
 
+/// What a link or connection failure calls for.
+///
+/// The SDKs' classification: Go `azservicebus/internal/errors.go` (`GetRecoveryKind`: any
+/// detach → link recovery; not-found, not-allowed, entity-disabled, message-size-exceeded →
+/// fatal), .NET `AmqpExceptionHelper.TranslateException` (unknown conditions → transient
+/// `ServiceBusException`), and the service's idle detach (`amqp:link:detach-forced`,
+/// "IdleTimerExpired", Azure/azure-sdk-for-python#18795). Unlike Go we keep the connection
+/// for `amqp:internal-error` on a detach: only the link failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Recovery {
+    /// Re-attach the failed link on the same connection after a jittered backoff.
+    Link,
+    /// The token for the entity expired or was refused: put a fresh token, then re-attach
+    /// once; a second refusal right after a fresh token is fatal.
+    Reauthorize,
+    /// The connection is gone: open a new one.
+    Connection,
+    /// Retrying cannot help.
+    Fatal,
+}
+
+/// Conditions no retry clears.
+fn is_fatal_condition(condition: &str) -> bool {
+    matches!(
+        condition,
+        condition::NOT_FOUND
+            | condition::NOT_ALLOWED
+            | ENTITY_DISABLED
+            | condition::MESSAGE_SIZE_EXCEEDED
+    )
+}
+
+/// Conditions of a disposition or send outcome a retry may clear: the service was busy or
+/// timed out (Go `amqpConditionsToRecoveryKind`: server-busy, timeout, operation-cancelled
+/// need no recovery, only a retry).
+pub(crate) fn is_busy_condition(condition: &str) -> bool {
+    matches!(
+        condition,
+        condition::SERVER_BUSY | condition::TIMEOUT | OPERATION_CANCELLED
+    )
+}
+
+/// Classifies an engine error from a link or connection operation.
+pub(crate) fn recovery(error: &sb_amqp::Error) -> Recovery {
+    if error.is_connection_error() || matches!(error, sb_amqp::Error::SessionEnded(_)) {
+        // Our client runs one session per connection: a lost session is a lost connection.
+        return Recovery::Connection;
+    }
+    match error.condition() {
+        Some(condition::UNAUTHORIZED_ACCESS) => Recovery::Reauthorize,
+        Some(c) if is_fatal_condition(c) => Recovery::Fatal,
+        // detach-forced, server-busy, timeout, internal-error, unknown-error,
+        // operation-cancelled, link stolen, and anything new: the link is worth re-attaching.
+        _ => match error {
+            sb_amqp::Error::InvalidAddress(_) | sb_amqp::Error::Encode(_) => Recovery::Fatal,
+            sb_amqp::Error::Protocol(_) | sb_amqp::Error::Decode(_) | sb_amqp::Error::Tls(_) => {
+                Recovery::Connection
+            }
+            _ => Recovery::Link,
+        },
+    }
+}
+
 impl ServiceBusError {
     /// True when retrying later may succeed.
     pub fn is_transient(&self) -> bool {
         match self {
             ServiceBusError::Connection(_) | ServiceBusError::Token(_) => true,
-            ServiceBusError::Broker { condition, .. } => {
-                condition == sb_amqp::condition::SERVER_BUSY
-                    || condition == sb_amqp::condition::TIMEOUT
-            }
+            ServiceBusError::Broker { condition, .. } => !is_fatal_condition(condition),
             _ => false,
         }
     }
 
     pub(crate) fn from_amqp(error: &sb_amqp::Error) -> Self {
         match error.amqp_error() {
-            Some(e) if e.condition == sb_amqp::condition::NOT_FOUND => {
+            Some(e) if e.condition == condition::NOT_FOUND => {
                 ServiceBusError::NotFound(e.description.clone().unwrap_or_default())
             }
-            Some(e) if e.condition == sb_amqp::condition::UNAUTHORIZED_ACCESS => {
+            Some(e) if e.condition == condition::UNAUTHORIZED_ACCESS => {
                 ServiceBusError::Unauthorized {
                     status: 401,
                     description: e.description.clone().unwrap_or_default(),
@@ -60,5 +128,71 @@ impl ServiceBusError {
             },
             _ => ServiceBusError::Connection(error.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sb_amqp::{AmqpError, Error};
+
+    fn detached(condition: &str) -> Error {
+        Error::LinkDetached(Some(AmqpError::new(condition, None)))
+    }
+
+    #[test]
+    fn detaches_the_sdks_retry_re_attach_the_link() {
+        for c in [
+            condition::DETACH_FORCED,
+            condition::SERVER_BUSY,
+            condition::TIMEOUT,
+            condition::INTERNAL_ERROR,
+            "amqp:unknown-error",
+            OPERATION_CANCELLED,
+            condition::LINK_STOLEN,
+            "vendor:never-seen",
+        ] {
+            assert_eq!(recovery(&detached(c)), Recovery::Link, "{c}");
+            assert!(
+                ServiceBusError::from_amqp(&detached(c)).is_transient(),
+                "{c}"
+            );
+        }
+        assert_eq!(recovery(&Error::LinkDetached(None)), Recovery::Link);
+        assert_eq!(recovery(&Error::Timeout), Recovery::Link);
+    }
+
+    #[test]
+    fn unauthorized_re_authorizes_and_permanent_conditions_are_fatal() {
+        assert_eq!(
+            recovery(&detached(condition::UNAUTHORIZED_ACCESS)),
+            Recovery::Reauthorize
+        );
+        for c in [
+            condition::NOT_FOUND,
+            condition::NOT_ALLOWED,
+            ENTITY_DISABLED,
+            condition::MESSAGE_SIZE_EXCEEDED,
+        ] {
+            assert_eq!(recovery(&detached(c)), Recovery::Fatal, "{c}");
+            assert!(
+                !ServiceBusError::from_amqp(&detached(c)).is_transient(),
+                "{c}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_connection_level_errors_reconnect() {
+        assert_eq!(recovery(&Error::ConnectionLost), Recovery::Connection);
+        assert_eq!(recovery(&Error::IdleTimeout), Recovery::Connection);
+        assert_eq!(
+            recovery(&Error::ConnectionClosed(Some(AmqpError::new(
+                condition::CONNECTION_FORCED,
+                None
+            )))),
+            Recovery::Connection
+        );
+        assert_eq!(recovery(&Error::SessionEnded(None)), Recovery::Connection);
     }
 }

@@ -2,9 +2,10 @@
 
 use std::time::SystemTime;
 
-use sb_amqp::RequestResponse;
+use sb_amqp::AnyMessage;
 use sb_amqp::codec::Value;
 use sb_amqp::codec::primitives::{Array, OrderedMap};
+use sb_amqp::types::definitions::Fields;
 use sb_amqp::types::messaging::{AmqpValue, ApplicationProperties, Body, Message};
 use sb_amqp::types::primitives::SimpleValue;
 
@@ -26,43 +27,69 @@ fn request_properties(operation: &str) -> ApplicationProperties {
         .build()
 }
 
-/// `com.microsoft:peek-message`: up to `count` messages from `from_sequence_number` on, without
-/// locking them. An empty list when there are none (status 204).
-pub(crate) async fn peek(
-    management: &RequestResponse,
-    from_sequence_number: i64,
-    count: i32,
-) -> Result<Vec<PeekedMessage>, ServiceBusError> {
+/// `com.microsoft:message-not-found`: a peek past the last message (404 with this condition).
+const MESSAGE_NOT_FOUND: &str = "com.microsoft:message-not-found";
+
+/// The status code of a `$management` reply.
+fn status(reply: &AnyMessage) -> i64 {
+    int_property(reply, &["statusCode", "status-code"]).unwrap_or(0)
+}
+
+fn description(reply: &AnyMessage) -> String {
+    text_property(reply, &["statusDescription", "status-description"]).unwrap_or_default()
+}
+
+fn condition(reply: &AnyMessage) -> Option<String> {
+    text_property(reply, &["errorCondition", "error-condition"])
+}
+
+/// Statuses a retry may clear: request timeout, internal error, service unavailable (Go
+/// `internal/errors.go` `GetRecoveryKind`: 408, 503 and 500 need no recovery, only a retry),
+/// and the busy conditions.
+fn is_transient_reply(status: i64, condition: Option<&str>) -> bool {
+    matches!(status, 408 | 500 | 503) || condition.is_some_and(super::error::is_busy_condition)
+}
+
+/// A `com.microsoft:peek-message` request: up to `count` messages from
+/// `from_sequence_number` on.
+pub(crate) fn peek_request(from_sequence_number: i64, count: i32) -> Message<AmqpValue<Value>> {
     let mut body = OrderedMap::new();
     body.insert(
         Value::String("from-sequence-number".into()),
         Value::Long(from_sequence_number),
     );
     body.insert(Value::String("message-count".into()), Value::Int(count));
-    let request = Message::builder()
+    Message::builder()
         .application_properties(request_properties("com.microsoft:peek-message"))
         .body(AmqpValue(Value::Map(body)))
-        .build();
-    let reply = management
-        .request(request)
-        .await
-        .map_err(|e| ServiceBusError::from_amqp(&e))?;
-    let status = int_property(&reply, &["statusCode", "status-code"]).unwrap_or(0);
-    if status == 204 {
+        .build()
+}
+
+/// The messages of a peek reply. 204, 202, and 404 with `com.microsoft:message-not-found` are
+/// an empty page (.NET `AmqpReceiver.PeekMessagesInternalAsync`, Python
+/// `_common/mgmt_handlers.py` `peek_op`).
+pub(crate) fn peek_page(reply: &AnyMessage) -> Result<Vec<PeekedMessage>, ServiceBusError> {
+    let status = status(reply);
+    let condition = condition(reply);
+    if status == 204
+        || status == 202
+        || (status == 404 && condition.as_deref() == Some(MESSAGE_NOT_FOUND))
+    {
         return Ok(Vec::new());
     }
     if status != 200 {
-        let description =
-            text_property(&reply, &["statusDescription", "status-description"]).unwrap_or_default();
+        let description = description(reply);
         return Err(match status {
             404 => ServiceBusError::NotFound(description),
             401 => ServiceBusError::Unauthorized {
                 status,
                 description,
             },
+            _ if is_transient_reply(status, condition.as_deref()) => {
+                ServiceBusError::Connection(format!("peek answered {status}: {description}"))
+            }
             _ => ServiceBusError::Broker {
-                condition: text_property(&reply, &["errorCondition", "error-condition"])
-                    .unwrap_or_else(|| status.to_string()),
+                condition: condition.unwrap_or_else(|| status.to_string()),
                 description,
             },
         });
@@ -110,12 +137,8 @@ pub(crate) async fn peek(
     Ok(out)
 }
 
-/// Renews one lock; returns the new expiry.
-pub(crate) async fn renew_lock(
-    management: &RequestResponse,
-    link_name: &str,
-    lock_token: uuid::Uuid,
-) -> Result<SystemTime, SettleError> {
+/// A `com.microsoft:renew-lock` request for one lock of the link `link_name`.
+pub(crate) fn renew_request(link_name: &str, lock_token: uuid::Uuid) -> Message<AmqpValue<Value>> {
     let mut body = OrderedMap::new();
     body.insert(
         Value::String("lock-tokens".into()),
@@ -137,30 +160,95 @@ pub(crate) async fn renew_lock(
             SimpleValue::String(link_name.into()),
         )
         .build();
-    let request = Message::builder()
+    Message::builder()
         .application_properties(properties)
         .body(AmqpValue(Value::Map(body)))
-        .build();
-    let reply = management.request(request).await.map_err(|e| {
-        if e.is_lock_lost() {
-            SettleError::LockLost
-        } else {
-            SettleError::Transient(e.to_string())
+        .build()
+}
+
+/// What a settlement does, as `com.microsoft:update-disposition` says it.
+#[derive(Debug, Clone)]
+pub(crate) enum Disposition {
+    Complete,
+    Abandon(Fields),
+    DeadLetter { reason: String, description: String },
+}
+
+/// A `com.microsoft:update-disposition` request: settles a lock by its token, whichever link
+/// received it (Go `internal/mgmt.go` `SettleOnMgmtLink`, used when the receive link is gone).
+pub(crate) fn disposition_request(
+    disposition: &Disposition,
+    lock_token: uuid::Uuid,
+) -> Message<AmqpValue<Value>> {
+    let text = |s: &str| Value::String(s.to_owned());
+    let mut body = OrderedMap::new();
+    let status = match disposition {
+        Disposition::Complete => "completed",
+        Disposition::Abandon(_) => "abandoned",
+        Disposition::DeadLetter { .. } => "suspended",
+    };
+    body.insert(text("disposition-status"), text(status));
+    body.insert(
+        text("lock-tokens"),
+        Value::Array(Array(vec![Value::Uuid(super::amqp_message::to_amqp_uuid(
+            lock_token,
+        ))])),
+    );
+    match disposition {
+        Disposition::Complete => {}
+        Disposition::Abandon(properties) => {
+            if !properties.is_empty() {
+                let mut map = OrderedMap::new();
+                for (key, value) in properties {
+                    map.insert(Value::String(key.0.clone()), value.clone());
+                }
+                body.insert(text("properties-to-modify"), Value::Map(map));
+            }
         }
-    })?;
-    let status = int_property(&reply, &["statusCode", "status-code"]).unwrap_or(0);
-    let condition = text_property(&reply, &["errorCondition", "error-condition"]);
+        Disposition::DeadLetter {
+            reason,
+            description,
+        } => {
+            body.insert(text("deadletter-reason"), text(reason));
+            body.insert(text("deadletter-description"), text(description));
+        }
+    }
+    Message::builder()
+        .application_properties(request_properties("com.microsoft:update-disposition"))
+        .body(AmqpValue(Value::Map(body)))
+        .build()
+}
+
+/// Reads an `update-disposition` reply.
+pub(crate) fn disposition_reply(reply: &AnyMessage) -> Result<(), SettleError> {
+    lock_reply(reply)
+}
+
+/// The lock-related part of a renew or update-disposition reply: `Ok(())` for 200.
+fn lock_reply(reply: &AnyMessage) -> Result<(), SettleError> {
+    let status = status(reply);
+    let condition = condition(reply);
     if status == 410 || condition.as_deref() == Some(sb_amqp::condition::MESSAGE_LOCK_LOST) {
         return Err(SettleError::LockLost);
     }
-    if status != 200 {
-        let description =
-            text_property(&reply, &["statusDescription", "status-description"]).unwrap_or_default();
-        return Err(SettleError::Refused {
-            condition: condition.unwrap_or_else(|| status.to_string()),
-            description,
-        });
+    if status == 200 {
+        return Ok(());
     }
+    let description = description(reply);
+    if is_transient_reply(status, condition.as_deref()) {
+        return Err(SettleError::Transient(format!(
+            "$management answered {status}: {description}"
+        )));
+    }
+    Err(SettleError::Refused {
+        condition: condition.unwrap_or_else(|| status.to_string()),
+        description,
+    })
+}
+
+/// Reads a `renew-lock` reply: the new expiry.
+pub(crate) fn renew_reply(reply: &AnyMessage) -> Result<SystemTime, SettleError> {
+    lock_reply(reply)?;
     let Body::Value(AmqpValue(Value::Map(map))) = &reply.body else {
         return Err(SettleError::Transient(
             "renew-lock reply has no map body".into(),
@@ -176,5 +264,61 @@ pub(crate) async fn renew_lock(
         _ => Err(SettleError::Transient(
             "renew-lock reply has no expiration".into(),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(status: i32, condition: Option<&str>) -> AnyMessage {
+        let mut properties =
+            ApplicationProperties::builder().insert("statusCode", SimpleValue::Int(status));
+        if let Some(condition) = condition {
+            properties = properties.insert("errorCondition", SimpleValue::Symbol(condition.into()));
+        }
+        Message::builder()
+            .application_properties(properties.build())
+            .body(Body::Value(AmqpValue(Value::Null)))
+            .build()
+    }
+
+    #[test]
+    fn no_content_accepted_and_message_not_found_are_an_empty_page() {
+        for r in [
+            reply(204, None),
+            reply(202, None),
+            reply(404, Some(MESSAGE_NOT_FOUND)),
+        ] {
+            assert_eq!(peek_page(&r).unwrap(), Vec::new());
+        }
+        assert!(matches!(
+            peek_page(&reply(404, Some("amqp:not-found"))),
+            Err(ServiceBusError::NotFound(_))
+        ));
+    }
+
+    #[test]
+    fn timeouts_and_unavailability_are_transient_lock_loss_is_not() {
+        for status in [408, 500, 503] {
+            assert!(matches!(
+                disposition_reply(&reply(status, None)),
+                Err(SettleError::Transient(_))
+            ));
+            assert!(peek_page(&reply(status, None)).unwrap_err().is_transient());
+        }
+        assert!(matches!(
+            disposition_reply(&reply(400, Some(sb_amqp::condition::SERVER_BUSY))),
+            Err(SettleError::Transient(_))
+        ));
+        assert_eq!(
+            disposition_reply(&reply(410, Some(sb_amqp::condition::MESSAGE_LOCK_LOST))),
+            Err(SettleError::LockLost)
+        );
+        assert!(matches!(
+            disposition_reply(&reply(400, Some("amqp:invalid-field"))),
+            Err(SettleError::Refused { .. })
+        ));
+        assert_eq!(disposition_reply(&reply(200, None)), Ok(()));
     }
 }

@@ -5,7 +5,9 @@
 //! - [`TokenProvider`]: tokens per audience ([`SasProvider`] signs with [`sign_sas`];
 //!   [`EntraProvider`] gets Microsoft Entra ID tokens), put on `$cbs` before each link and
 //!   refreshed before expiry.
-//! - [`ServiceBusClient`]: one connection, re-established after failures.
+//! - [`ServiceBusClient`]: one connection, re-established only after connection-level
+//!   failures; a link the service detaches is re-attached on it (`error::recovery` classifies
+//!   detaches as the SDKs do); `$cbs` and `$management` (`node`) re-attach on demand.
 //! - [`ServiceBusReceiver`] / [`ServiceBusDelivery`]: the runtime's `Receiver` / `Delivery`
 //!   ports: peek-lock, renew-lock on `$management`, settlement that awaits the broker's outcome.
 //! - [`ServiceBusSender`]: sends that await `accepted`, with typed rejections and scheduled
@@ -20,6 +22,7 @@ mod client;
 mod connection_string;
 mod error;
 mod management;
+mod node;
 mod peek;
 mod receiver;
 mod sas;
@@ -30,8 +33,8 @@ pub use auth::{
     AccessToken, EntraProvider, SERVICE_BUS_SCOPE, SasProvider, TokenFuture, TokenProvider,
     TokenType,
 };
-pub use client::ServiceBusClient;
-pub use connection_string::{ConnectionString, ConnectionStringError, Credential};
+pub use client::{DEFAULT_TIMEOUT, ServiceBusClient};
+pub use connection_string::{ConnectionString, ConnectionStringError, Credential, Transport};
 pub use error::ServiceBusError;
 pub use peek::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, PeekedMessage};
 pub use receiver::{ServiceBusDelivery, ServiceBusReceiver};

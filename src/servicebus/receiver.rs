@@ -1,4 +1,5 @@
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, SystemTime};
 
@@ -6,32 +7,34 @@ use sb_amqp::codec::Value;
 use sb_amqp::codec::primitives::OrderedMap;
 use sb_amqp::types::definitions::{Fields, ReceiverSettleMode, SenderSettleMode};
 use sb_amqp::types::primitives::Symbol;
-use sb_amqp::{AmqpError, Outcome, ReceiverOptions, RequestResponse, Settler, unique_name};
+use sb_amqp::{AmqpError, Outcome, ReceiverOptions, Settler, unique_name};
 use tokio::sync::Mutex;
 
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::amqp_message::{Received, from_amqp};
-use super::client::Link;
+use super::error::{Recovery, is_busy_condition, recovery};
+use super::management::{self, Disposition};
 use super::telemetry::{EntityTelemetry, Kind};
-use super::{ServiceBusClient, management};
+use super::{ServiceBusClient, ServiceBusError};
+use crate::runtime::Backoff;
 use crate::telemetry::names::{error, span};
 use crate::telemetry::propagation::producer_context;
 use crate::{Delivery, Message, PropertyValue, ReceiveError, Receiver, SettleError, Source};
 
 /// How long [`ServiceBusReceiver::close`] waits for the broker.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a settlement or a renewal waits for the broker's answer (Service Bus's own server
-/// timeout is 30 s); past it the outcome is unknown: a transient error.
-const OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
+/// First and largest pause between settlement attempts the service answered busy.
+const SETTLE_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
 
 /// A peek-lock receiver implementing the runtime's [`Receiver`] port.
 ///
 /// Credit follows demand: each [`Receiver::receive`] call grants one message, plus up to
-/// `prefetch` more. After a connection failure the next receive reconnects; deliveries of the
-/// lost link can no longer be settled or renewed: their renewals report `LockLost`, which fences
-/// their commit.
+/// `prefetch` more. When the service detaches the link (idle, busy, token expired, …) the
+/// receive reports a transient error and the next receive re-attaches on the same connection;
+/// deliveries of the lost link are settled through `$management` by their lock tokens, so
+/// their locks, not the link, decide.
 #[derive(Debug, Clone)]
 pub struct ServiceBusReceiver {
     inner: Arc<ReceiverInner>,
@@ -43,6 +46,11 @@ struct ReceiverInner {
     entity: String,
     prefetch: u32,
     link: Mutex<Option<ReceiveLink>>,
+    /// True while a link is attached: what readiness reports.
+    attached: AtomicBool,
+    /// The service detached the link as unauthorized: the next attach puts a fresh token, and
+    /// a refusal right after it is fatal.
+    reauthorize: AtomicBool,
     telemetry: EntityTelemetry,
 }
 
@@ -57,10 +65,9 @@ struct ReceiveLink {
 #[derive(Debug)]
 struct LinkShared {
     settler: Settler,
-    management: RequestResponse,
     name: String,
-    generation: u64,
-    client: ServiceBusClient,
+    /// Set once the link failed: its deliveries settle through `$management`.
+    gone: AtomicBool,
 }
 
 impl ServiceBusReceiver {
@@ -72,6 +79,8 @@ impl ServiceBusReceiver {
                 entity: entity.to_owned(),
                 prefetch,
                 link: Mutex::new(None),
+                attached: AtomicBool::new(false),
+                reauthorize: AtomicBool::new(false),
             }),
         }
     }
@@ -81,49 +90,76 @@ impl ServiceBusReceiver {
         &self.inner.entity
     }
 
+    /// True while the receive link is attached (false before the first receive and while it
+    /// re-attaches after a failure).
+    pub fn is_attached(&self) -> bool {
+        self.inner.attached.load(Ordering::Acquire)
+    }
+
     async fn attach(&self) -> Result<ReceiveLink, ReceiveError> {
         let inner = &self.inner;
-        let link: Arc<Link> = inner.client.link().await.map_err(transient)?;
-        inner
-            .client
-            .authorize(&link, &inner.entity)
+        let client = &inner.client;
+        let fresh = inner.reauthorize.load(Ordering::Acquire);
+        let conn = client.connection().await.map_err(transient)?;
+        client
+            .authorize(&conn, &inner.entity, fresh)
             .await
-            .map_err(classify)?;
-        let management_node = format!("{}/$management", inner.entity);
-        inner
-            .client
-            .authorize(&link, &management_node)
+            .map_err(Self::refused)?;
+        // Renewals need the node's token too (the service checks it on the management link).
+        client
+            .authorize(&conn, &format!("{}/$management", inner.entity), fresh)
             .await
-            .map_err(classify)?;
+            .map_err(Self::refused)?;
         let name = unique_name("sb-inbox-receiver");
         let options = ReceiverOptions::new(name.clone(), inner.entity.clone())
             .rcv_settle_mode(ReceiverSettleMode::Second)
             .snd_settle_mode(SenderSettleMode::Unsettled);
-        let receiver = link
-            .session
-            .attach_receiver(options)
-            .await
-            .map_err(|e| classify_amqp(&e))?;
-        let management = RequestResponse::attach(&link.session, &management_node)
-            .await
-            .map_err(|e| classify_amqp(&e))?;
+        let receiver =
+            tokio::time::timeout(client.timeout(), conn.session.attach_receiver(options))
+                .await
+                .map_err(|_| {
+                    ReceiveError::Transient("the service did not answer the attach in time".into())
+                })?
+                .map_err(|e| self.failed(&e, fresh))?;
         if inner.prefetch > 0 {
             receiver
                 .add_credit(inner.prefetch)
                 .await
-                .map_err(|e| classify_amqp(&e))?;
+                .map_err(|e| self.failed(&e, fresh))?;
         }
+        inner.reauthorize.store(false, Ordering::Release);
         Ok(ReceiveLink {
             shared: Arc::new(LinkShared {
                 settler: receiver.settler(),
-                management,
                 name,
-                generation: link.generation,
-                client: inner.client.clone(),
+                gone: AtomicBool::new(false),
             }),
             receiver,
             granted: false,
         })
+    }
+
+    /// Classifies a link or connection failure; an unauthorized one arms a re-attach with a
+    /// fresh token, unless that was this attempt already.
+    fn failed(&self, error: &sb_amqp::Error, fresh: bool) -> ReceiveError {
+        let text = ServiceBusError::from_amqp(error).to_string();
+        match recovery(error) {
+            Recovery::Link | Recovery::Connection => ReceiveError::Transient(text),
+            Recovery::Reauthorize if !fresh => {
+                self.inner.reauthorize.store(true, Ordering::Release);
+                ReceiveError::Transient(text)
+            }
+            Recovery::Reauthorize | Recovery::Fatal => ReceiveError::Fatal(text),
+        }
+    }
+
+    /// A `$cbs` failure. A refused put-token is fatal: the provider made that token just now.
+    fn refused(error: ServiceBusError) -> ReceiveError {
+        if error.is_transient() {
+            ReceiveError::Transient(error.to_string())
+        } else {
+            ReceiveError::Fatal(error.to_string())
+        }
     }
 
     /// Returns every delivery received but not handed out to the broker (released: no delivery
@@ -132,6 +168,7 @@ impl ServiceBusReceiver {
         let Some(link) = self.inner.link.lock().await.take() else {
             return;
         };
+        self.inner.attached.store(false, Ordering::Release);
         // Shutdown must not hang on a broker that does not answer: after the bound, the locks
         // of anything prefetched simply run out.
         let closing = async {
@@ -149,20 +186,8 @@ impl ServiceBusReceiver {
     }
 }
 
-fn transient(error: super::ServiceBusError) -> ReceiveError {
+fn transient(error: ServiceBusError) -> ReceiveError {
     ReceiveError::Transient(error.to_string())
-}
-
-fn classify(error: super::ServiceBusError) -> ReceiveError {
-    if error.is_transient() {
-        ReceiveError::Transient(error.to_string())
-    } else {
-        ReceiveError::Fatal(error.to_string())
-    }
-}
-
-fn classify_amqp(error: &sb_amqp::Error) -> ReceiveError {
-    classify(super::ServiceBusError::from_amqp(error))
 }
 
 impl Receiver for ServiceBusReceiver {
@@ -196,6 +221,7 @@ impl ServiceBusReceiver {
         let mut guard = self.inner.link.lock().await;
         if guard.is_none() {
             *guard = Some(self.attach().await?);
+            self.inner.attached.store(true, Ordering::Release);
         }
         let Some(link) = guard.as_mut() else {
             return Err(ReceiveError::Transient("no link".into()));
@@ -215,11 +241,13 @@ impl ServiceBusReceiver {
         let delivery = match result {
             Ok(delivery) => delivery,
             Err(error) => {
-                // The link or the connection is gone: the next receive attaches anew.
-                let generation = link.shared.generation;
+                // Only this link is gone (the connection too for a connection-level error):
+                // the next receive, after the runtime's jittered backoff, attaches anew.
+                link.shared.gone.store(true, Ordering::Release);
                 *guard = None;
-                self.inner.client.reset(generation).await;
-                return Err(classify_amqp(&error));
+                self.inner.attached.store(false, Ordering::Release);
+                tracing::warn!(entity = %self.inner.entity, %error, "Receive link failed; re-attaching.");
+                return Err(self.failed(&error, false));
             }
         };
         let message = delivery
@@ -254,21 +282,32 @@ pub struct ServiceBusDelivery {
     received: Received,
 }
 
+/// One settlement attempt's result.
+enum Attempt {
+    Done,
+    /// The delivery's link is gone: settle by lock token instead.
+    LinkGone,
+    /// Busy, timed out, or no answer: worth another try while the lock lasts.
+    Retry(String),
+    Failed(SettleError),
+}
+
 impl ServiceBusDelivery {
     /// The broker's sequence number.
     pub fn sequence_number(&self) -> Option<i64> {
         self.received.sequence_number
     }
 
-    fn link_lost(&self) -> bool {
-        self.link.client.generation() != self.link.generation
-    }
-
     /// Settles under a `{disposition} {entity}` client span.
-    async fn settle(&self, name: &'static str, outcome: Outcome) -> Result<(), SettleError> {
+    async fn settle(
+        &self,
+        name: &'static str,
+        outcome: Outcome,
+        disposition: Disposition,
+    ) -> Result<(), SettleError> {
         let operation = self.receiver.telemetry.start(name, Kind::Settle);
         let settled = self
-            .settle_now(outcome)
+            .settle_now(outcome, disposition)
             .instrument(operation.span.clone())
             .await;
         operation.end(settled.as_ref().err().map(SettleError::error_type));
@@ -276,17 +315,16 @@ impl ServiceBusDelivery {
     }
 
     async fn renew_now(&self) -> Result<SystemTime, SettleError> {
-        if self.link_lost() {
-            return Err(SettleError::LockLost);
-        }
-        let until = tokio::time::timeout(
-            OPERATION_TIMEOUT,
-            management::renew_lock(&self.link.management, &self.link.name, self.lock_token),
-        )
-        .await
-        .map_err(|_| {
-            SettleError::Transient("the broker did not answer the renewal in time".into())
-        })??;
+        let reply = self
+            .receiver
+            .client
+            .management(
+                &self.receiver.entity,
+                management::renew_request(&self.link.name, self.lock_token),
+            )
+            .await
+            .map_err(settle_error)?;
+        let until = management::renew_reply(&reply)?;
         *self
             .locked_until
             .lock()
@@ -294,31 +332,104 @@ impl ServiceBusDelivery {
         Ok(until)
     }
 
-    async fn settle_now(&self, outcome: Outcome) -> Result<(), SettleError> {
-        if self.link_lost() {
-            return Err(SettleError::LockLost);
+    /// Settles over the delivery's own link while it lives, else (and for every retry after
+    /// a busy or timed-out answer, whose delivery the link may have settled already) by lock
+    /// token on `$management`, with backoff until the lock expires (Go
+    /// `azservicebus/messageSettler.settleWithRetries`).
+    async fn settle_now(
+        &self,
+        outcome: Outcome,
+        disposition: Disposition,
+    ) -> Result<(), SettleError> {
+        let mut on_link = !self.link.gone.load(Ordering::Acquire);
+        let mut backoff = Backoff::new(SETTLE_BACKOFF.0, SETTLE_BACKOFF.1);
+        // The lock as it stands now: renewals meanwhile must not keep a busy service retried.
+        let deadline = self.locked_until();
+        loop {
+            let attempt = if on_link {
+                on_link = false;
+                self.settle_on_link(outcome.clone()).await
+            } else {
+                self.settle_by_token(&disposition).await
+            };
+            match attempt {
+                Attempt::Done => return Ok(()),
+                Attempt::Failed(error) => return Err(error),
+                Attempt::LinkGone => {}
+                Attempt::Retry(why) => {
+                    let delay = backoff.next_delay();
+                    if SystemTime::now() + delay >= deadline {
+                        return Err(SettleError::Transient(why));
+                    }
+                    tracing::debug!(lock_token = %self.lock_token, %why, ?delay, "Settlement not done; retrying.");
+                    tokio::time::sleep(delay).await;
+                }
+            }
         }
-        let settled = tokio::time::timeout(
-            OPERATION_TIMEOUT,
-            self.link.settler.settle(self.delivery_id, outcome),
-        )
-        .await;
-        let Ok(settled) = settled else {
-            return Err(SettleError::Transient(
-                "the broker did not answer the settlement in time".into(),
-            ));
+    }
+
+    async fn settle_on_link(&self, outcome: Outcome) -> Attempt {
+        let timeout = self.receiver.client.timeout();
+        let Ok(settled) =
+            tokio::time::timeout(timeout, self.link.settler.settle(self.delivery_id, outcome))
+                .await
+        else {
+            return Attempt::Retry("the broker did not answer the settlement in time".into());
         };
         match settled {
             Ok(Some(Outcome::Rejected(Some(error)))) if error.is_lock_lost() => {
-                Err(SettleError::LockLost)
+                Attempt::Failed(SettleError::LockLost)
             }
-            Ok(Some(Outcome::Rejected(Some(error)))) => Err(SettleError::Refused {
+            Ok(Some(Outcome::Rejected(Some(error)))) if is_busy_condition(&error.condition) => {
+                Attempt::Retry(error.to_string())
+            }
+            Ok(Some(Outcome::Rejected(Some(error)))) => Attempt::Failed(SettleError::Refused {
                 condition: error.condition,
                 description: error.description.unwrap_or_default(),
             }),
-            Ok(_) => Ok(()),
-            Err(error) if error.is_lock_lost() => Err(SettleError::LockLost),
-            Err(error) => Err(SettleError::Transient(error.to_string())),
+            Ok(_) => Attempt::Done,
+            Err(error) if error.is_lock_lost() => Attempt::Failed(SettleError::LockLost),
+            // Detached, or the delivery was dropped with its link: its lock may live on.
+            Err(_) => {
+                self.link.gone.store(true, Ordering::Release);
+                Attempt::LinkGone
+            }
+        }
+    }
+
+    async fn settle_by_token(&self, disposition: &Disposition) -> Attempt {
+        let replied = self
+            .receiver
+            .client
+            .management(
+                &self.receiver.entity,
+                management::disposition_request(disposition, self.lock_token),
+            )
+            .await;
+        match replied
+            .map_err(settle_error)
+            .and_then(|r| management::disposition_reply(&r))
+        {
+            Ok(()) => Attempt::Done,
+            Err(SettleError::Transient(why)) => Attempt::Retry(why),
+            Err(error) => Attempt::Failed(error),
+        }
+    }
+}
+
+/// A `$management` request failure as a settlement error.
+fn settle_error(error: ServiceBusError) -> SettleError {
+    if error.is_transient() {
+        SettleError::Transient(error.to_string())
+    } else {
+        let condition = match &error {
+            ServiceBusError::Broker { condition, .. } => condition.clone(),
+            ServiceBusError::NotFound(_) => sb_amqp::condition::NOT_FOUND.to_owned(),
+            _ => sb_amqp::condition::UNAUTHORIZED_ACCESS.to_owned(),
+        };
+        SettleError::Refused {
+            condition,
+            description: error.to_string(),
         }
     }
 }
@@ -372,22 +483,23 @@ impl Delivery for ServiceBusDelivery {
     }
 
     async fn complete(&self) -> Result<(), SettleError> {
-        self.settle(span::COMPLETE, Outcome::Accepted).await
+        self.settle(span::COMPLETE, Outcome::Accepted, Disposition::Complete)
+            .await
     }
 
     async fn abandon(
         &self,
         properties: BTreeMap<String, PropertyValue>,
     ) -> Result<(), SettleError> {
-        let annotations = (!properties.is_empty())
-            .then(|| fields(properties.iter().map(|(k, v)| (k.clone(), amqp_value(v)))));
+        let annotations = fields(properties.iter().map(|(k, v)| (k.clone(), amqp_value(v))));
         self.settle(
             span::ABANDON,
             Outcome::Modified {
                 delivery_failed: true,
                 undeliverable_here: false,
-                message_annotations: annotations,
+                message_annotations: (!annotations.is_empty()).then(|| annotations.clone()),
             },
+            Disposition::Abandon(annotations),
         )
         .await
     }
@@ -404,7 +516,14 @@ impl Delivery for ServiceBusDelivery {
             ),
         ]);
         let error = AmqpError::new(sb_amqp::condition::DEAD_LETTER, None).with_info(info);
-        self.settle(span::DEAD_LETTER, Outcome::Rejected(Some(error)))
-            .await
+        self.settle(
+            span::DEAD_LETTER,
+            Outcome::Rejected(Some(error)),
+            Disposition::DeadLetter {
+                reason: reason.to_owned(),
+                description: description.to_owned(),
+            },
+        )
+        .await
     }
 }

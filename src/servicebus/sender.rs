@@ -8,14 +8,20 @@ use tokio::sync::Mutex;
 use tracing::Instrument as _;
 
 use super::amqp_message::to_amqp;
+use super::error::{Recovery, is_busy_condition, recovery};
 use super::telemetry::{EntityTelemetry, Kind};
 use super::{ServiceBusClient, ServiceBusError};
+use crate::runtime::Backoff;
 use crate::telemetry::names::{attr, error, span};
 use crate::telemetry::propagation::stamp;
 use crate::{Message, SendFailure, Sender};
 
 /// How long a send waits for the broker's outcome (Service Bus's own server timeout is 30 s).
 const SEND_TIMEOUT: Duration = Duration::from_secs(30);
+/// Attempts of one send when the service detaches its link.
+const SEND_ATTEMPTS: u32 = 3;
+/// First and largest pause before re-attaching a detached send link.
+const RETRY_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
 
 /// Why a send failed. The message is handed back.
 #[derive(Debug, thiserror::Error)]
@@ -106,7 +112,7 @@ pub struct ServiceBusSender {
 struct SenderInner {
     client: ServiceBusClient,
     entity: String,
-    link: Mutex<Option<(u64, sb_amqp::Sender)>>,
+    link: Mutex<Option<sb_amqp::Sender>>,
     telemetry: EntityTelemetry,
 }
 
@@ -173,70 +179,112 @@ impl ServiceBusSender {
                 ));
             }
         };
+        // The link is re-attached (on the same connection) after the service detached it, idle
+        // or busy, and the send tried again: the SDKs' senders retry the same way (Go
+        // `azservicebus/sender.go` `links.Retry`). A send whose outcome was lost may thus be
+        // enqueued twice; message ids let consumers recognise the copy.
         let mut guard = self.inner.link.lock().await;
-        if guard.is_none() {
-            match self.attach().await {
-                Ok(link) => *guard = Some(link),
-                Err(error) => return Err(fail(kind_of(&error), message)),
-            }
-        }
-        let Some((generation, sender)) = guard.as_ref() else {
-            return Err(fail(SendErrorKind::Connection("no link".into()), message));
-        };
-        let Ok(sent) = tokio::time::timeout(SEND_TIMEOUT, sender.send(sendable)).await else {
-            return Err(fail(
-                SendErrorKind::Connection(
-                    "the broker did not answer in time; the message may have been enqueued".into(),
-                ),
-                message,
-            ));
-        };
-        match sent {
-            Ok(Outcome::Accepted) => Ok(()),
-            Ok(Outcome::Rejected(Some(error))) => {
-                let description = error.description.clone().unwrap_or_default();
-                let kind = match error.condition.as_str() {
-                    sb_amqp::condition::MESSAGE_SIZE_EXCEEDED => {
-                        SendErrorKind::SizeExceeded(description)
+        let mut fresh = false;
+        let mut backoff = Backoff::new(RETRY_BACKOFF.0, RETRY_BACKOFF.1);
+        let mut attempt = 1;
+        loop {
+            if guard.is_none() {
+                match self.attach(fresh).await {
+                    Ok(link) => *guard = Some(link),
+                    // The token put on this connection ran out before its refresh (the service
+                    // may honour less than its lifetime): once more with a fresh one.
+                    Err(ServiceBusError::Broker { ref condition, .. })
+                        if !fresh && condition == sb_amqp::condition::UNAUTHORIZED_ACCESS =>
+                    {
+                        fresh = true;
+                        continue;
                     }
-                    sb_amqp::condition::NOT_FOUND => SendErrorKind::NotFound(description),
-                    sb_amqp::condition::SERVER_BUSY => SendErrorKind::Throttled(description),
-                    condition => SendErrorKind::Refused {
-                        condition: condition.to_owned(),
-                        description,
-                    },
-                };
-                Err(fail(kind, message))
+                    Err(error) => return Err(fail(kind_of(&error), message)),
+                }
             }
-            Ok(other) => Err(fail(
-                SendErrorKind::Refused {
-                    condition: format!("{other:?}"),
-                    description: "not accepted".into(),
-                },
-                message,
-            )),
-            Err(error) => {
-                let generation = *generation;
-                *guard = None;
-                self.inner.client.reset(generation).await;
-                Err(fail(kind_of(&ServiceBusError::from_amqp(&error)), message))
+            let Some(sender) = guard.as_ref() else {
+                return Err(fail(SendErrorKind::Connection("no link".into()), message));
+            };
+            let Ok(sent) = tokio::time::timeout(SEND_TIMEOUT, sender.send(sendable.clone())).await
+            else {
+                return Err(fail(
+                    SendErrorKind::Connection(
+                        "the broker did not answer in time; the message may have been enqueued"
+                            .into(),
+                    ),
+                    message,
+                ));
+            };
+            let error = match sent {
+                Ok(outcome) => return outcome_result(outcome).map_err(|kind| fail(kind, message)),
+                // The engine's own size check: the link is fine, the message is not.
+                Err(error)
+                    if error.condition() == Some(sb_amqp::condition::MESSAGE_SIZE_EXCEEDED) =>
+                {
+                    let description = error.to_string();
+                    return Err(fail(SendErrorKind::SizeExceeded(description), message));
+                }
+                Err(error) => error,
+            };
+            *guard = None;
+            let retry = match recovery(&error) {
+                Recovery::Link | Recovery::Connection => true,
+                Recovery::Reauthorize => !std::mem::replace(&mut fresh, true),
+                Recovery::Fatal => false,
+            };
+            if !retry || attempt >= SEND_ATTEMPTS {
+                return Err(fail(kind_of(&ServiceBusError::from_amqp(&error)), message));
             }
+            attempt += 1;
+            let delay = backoff.next_delay();
+            tracing::warn!(entity = %self.inner.entity, %error, ?delay, "Send link failed; re-attaching.");
+            tokio::time::sleep(delay).await;
         }
     }
 
-    async fn attach(&self) -> Result<(u64, sb_amqp::Sender), ServiceBusError> {
-        let link = self.inner.client.link().await?;
-        self.inner
-            .client
-            .authorize(&link, &self.inner.entity)
-            .await?;
+    async fn attach(&self, fresh: bool) -> Result<sb_amqp::Sender, ServiceBusError> {
+        let client = &self.inner.client;
+        let conn = client.connection().await?;
+        client.authorize(&conn, &self.inner.entity, fresh).await?;
         let options = SenderOptions::new(unique_name("sb-inbox-sender"), self.inner.entity.clone());
-        let sender = link
-            .session
-            .attach_sender(options)
+        tokio::time::timeout(client.timeout(), conn.session.attach_sender(options))
             .await
-            .map_err(|e| ServiceBusError::from_amqp(&e))?;
-        Ok((link.generation, sender))
+            .map_err(|_| {
+                ServiceBusError::Connection("the service did not answer the attach in time".into())
+            })?
+            .map_err(|e| match (recovery(&e), e.amqp_error()) {
+                // Refused for want of a valid token (a `$cbs` refusal is `Unauthorized`).
+                (Recovery::Reauthorize, Some(error)) => ServiceBusError::Broker {
+                    condition: error.condition.clone(),
+                    description: error.description.clone().unwrap_or_default(),
+                },
+                _ => ServiceBusError::from_amqp(&e),
+            })
+    }
+}
+
+/// The broker's outcome of a send.
+fn outcome_result(outcome: Outcome) -> Result<(), SendErrorKind> {
+    match outcome {
+        Outcome::Accepted => Ok(()),
+        Outcome::Rejected(Some(error)) => {
+            let description = error.description.clone().unwrap_or_default();
+            Err(match error.condition.as_str() {
+                sb_amqp::condition::MESSAGE_SIZE_EXCEEDED => {
+                    SendErrorKind::SizeExceeded(description)
+                }
+                sb_amqp::condition::NOT_FOUND => SendErrorKind::NotFound(description),
+                condition if is_busy_condition(condition) => SendErrorKind::Throttled(description),
+                condition => SendErrorKind::Refused {
+                    condition: condition.to_owned(),
+                    description,
+                },
+            })
+        }
+        other => Err(SendErrorKind::Refused {
+            condition: format!("{other:?}"),
+            description: "not accepted".into(),
+        }),
     }
 }
 
@@ -248,6 +296,15 @@ fn kind_of(error: &ServiceBusError) -> SendErrorKind {
             condition: sb_amqp::condition::UNAUTHORIZED_ACCESS.to_owned(),
             description: error.to_string(),
         },
+        ServiceBusError::Broker { condition, .. } if is_busy_condition(condition) => {
+            SendErrorKind::Throttled(error.to_string())
+        }
+        // A link the service detached (and kept detaching): worth trying again later.
+        ServiceBusError::Broker { condition, .. }
+            if error.is_transient() && condition != sb_amqp::condition::UNAUTHORIZED_ACCESS =>
+        {
+            SendErrorKind::Connection(error.to_string())
+        }
         ServiceBusError::Broker {
             condition,
             description,

@@ -9,7 +9,7 @@ use crate::ports::MAX_RETENTION_BATCH;
 use crate::relay::RelayConfig;
 use crate::retention::RetentionConfig;
 use crate::runtime::{ConsumerName, JitterSource, RetryPolicy, RuntimeConfig};
-use crate::servicebus::ConnectionString;
+use crate::servicebus::{ConnectionString, Transport};
 use crate::store::StoreUrl;
 
 /// The environment variables that override `worker.toml`, with the file key each one replaces.
@@ -33,6 +33,11 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "SB_INBOX_SERVICEBUS_NAMESPACE",
         "servicebus.namespace",
         "NAME.servicebus.windows.net: Entra ID (AZURE_CLIENT_ID: user-assigned identity)",
+    ),
+    (
+        "SB_INBOX_SERVICEBUS_TRANSPORT",
+        "servicebus.transport",
+        "amqp (TCP, 5671) or websockets (wss://HOST:443); default: the connection string's TransportType, else amqp",
     ),
     (
         "SB_INBOX_ENTITY",
@@ -181,6 +186,8 @@ pub enum BrokerAddress {
         /// A user-assigned managed identity's client id (`AZURE_CLIENT_ID`); `None` for the
         /// system-assigned identity, workload identity or developer tools.
         client_id: Option<String>,
+        /// TCP or WebSockets (`servicebus.transport`).
+        transport: Transport,
     },
 }
 
@@ -267,6 +274,7 @@ struct RetryFile {
 struct ServiceBus {
     connection: Option<String>,
     namespace: Option<String>,
+    transport: Option<String>,
     entity: Option<String>,
 }
 
@@ -403,9 +411,25 @@ impl WorkerConfig {
         };
         let connection = r.text("servicebus.connection", file.servicebus.connection);
         let namespace = r.text("servicebus.namespace", file.servicebus.namespace);
+        let transport = r
+            .text("servicebus.transport", file.servicebus.transport)
+            .and_then(|t| {
+                t.parse::<Transport>()
+                    .map_err(|_| {
+                        r.fail(
+                            "servicebus.transport",
+                            format!("{t:?} is not amqp or websockets"),
+                        )
+                    })
+                    .ok()
+            });
         let broker = match (connection, namespace) {
             (Some(cs), None) => cs
                 .parse::<ConnectionString>()
+                .map(|cs| match transport {
+                    Some(transport) => cs.with_transport(transport),
+                    None => cs,
+                })
                 .map(BrokerAddress::Connection)
                 .map_err(|e| r.fail("servicebus.connection", e.to_string()))
                 .ok(),
@@ -413,6 +437,7 @@ impl WorkerConfig {
                 Some(BrokerAddress::Namespace {
                     host: ns,
                     client_id: (r.env)("AZURE_CLIENT_ID").filter(|id| !id.is_empty()),
+                    transport: transport.unwrap_or_default(),
                 })
             }
             (None, Some(ns)) => {
@@ -750,7 +775,23 @@ concurrency = 4
             BrokerAddress::Namespace {
                 host: "contoso.servicebus.windows.net".into(),
                 client_id: Some("1111-2222".into()),
+                transport: Transport::Amqp,
             }
+        );
+        let config = load(&toml, &[("SB_INBOX_SERVICEBUS_TRANSPORT", "websockets")]).unwrap();
+        assert!(matches!(
+            config.broker,
+            BrokerAddress::Namespace {
+                transport: Transport::AmqpWebSockets,
+                ..
+            }
+        ));
+        let problems = load(&toml, &[("SB_INBOX_SERVICEBUS_TRANSPORT", "http")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            problems.contains("servicebus.transport (SB_INBOX_SERVICEBUS_TRANSPORT): \"http\" is not amqp or websockets"),
+            "{problems}"
         );
         let config = load(&toml, &[]).unwrap();
         assert!(matches!(

@@ -74,9 +74,14 @@ pub async fn run_with(
 ) -> Result<StatsSnapshot, WorkerError> {
     let client = match &config.broker {
         BrokerAddress::Connection(cs) => ServiceBusClient::from_connection_string(cs),
-        BrokerAddress::Namespace { host, client_id } => ServiceBusClient::with_entra(
+        BrokerAddress::Namespace {
+            host,
+            client_id,
+            transport,
+        } => ServiceBusClient::with_entra_over(
             host,
             EntraCredential::new(EntraMode::Default, client_id.clone()),
+            *transport,
         ),
     };
     let prefetch = u32::try_from(config.runtime.prefetch).unwrap_or(u32::MAX);
@@ -171,8 +176,10 @@ async fn serve<S: InventoryStore + OutboxStore + RetentionStore + Ping + Clone>(
     }
     let stop_health = CancellationToken::new();
     if let Some(listener) = health {
+        let attached = receiver.clone();
         let readiness = health::Readiness {
-            broker: Arc::new(move || client.is_connected()),
+            // Not ready while the receive link re-attaches after the service detached it.
+            broker: Arc::new(move || client.is_connected() && attached.is_attached()),
             store: Arc::new(store.clone()),
         };
         tokio::spawn(health::serve(listener, readiness, stop_health.clone()));

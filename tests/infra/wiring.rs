@@ -9,8 +9,10 @@ use crate::bicep;
 /// Not always set in Azure: the emulator's connection string (never), the OTLP endpoint (only
 /// without the managed agent, which injects its own), the export interval and log filter
 /// (defaults).
-const NOT_ALWAYS_SET: [&str; 4] = [
+const NOT_ALWAYS_SET: [&str; 5] = [
     "SB_INBOX_SERVICEBUS_CONNECTION",
+    // Defaults to AMQP over TCP; set it by hand where 5671 is blocked.
+    "SB_INBOX_SERVICEBUS_TRANSPORT",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_METRIC_EXPORT_INTERVAL",
     "RUST_LOG",

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use sb_amqp::types::messaging::{ApplicationProperties, Message};
+use sb_amqp::types::messaging::ApplicationProperties;
 use sb_amqp::types::primitives::SimpleValue;
 use sb_amqp::{Connection, ReceiverOptions, RequestResponse, condition};
 use sb_emulator::Emulator;
@@ -134,7 +134,7 @@ async fn an_unknown_performative_closes_the_connection() {
 #[tokio::test]
 async fn a_frame_above_max_frame_size_is_a_framing_error() {
     let emulator = emulator("PT30S").await;
-    // The emulator advertises 256 KiB; announce 1 MiB (the body never needs to arrive).
+    // The emulator advertises 64 KiB as the service does; announce 1 MiB (the body never needs to arrive).
     let mut header = (1024u32 * 1024).to_be_bytes().to_vec();
     header.extend_from_slice(&[2, 0, 0, 0]);
     expect_close(&emulator, &header, condition::FRAMING_ERROR).await;
@@ -165,19 +165,7 @@ async fn a_bad_signature_is_refused_and_the_attach_unauthorized() {
     let (_, rest) = tail.split_once('&').unwrap();
     let garbled = format!("{head}&sig=%%%not-base64&{rest}");
     for token in [wrong_key, garbled] {
-        let request = Message::builder()
-            .application_properties(
-                ApplicationProperties::builder()
-                    .insert("operation", SimpleValue::String("put-token".into()))
-                    .insert(
-                        "type",
-                        SimpleValue::String("servicebus.windows.net:sastoken".into()),
-                    )
-                    .insert("name", SimpleValue::String(audience.clone()))
-                    .build(),
-            )
-            .value(token)
-            .build();
+        let request = crate::strict::put_token_request(audience.clone(), token);
         let reply = cbs.request(request).await.unwrap();
         let ApplicationProperties(props) = reply.application_properties.unwrap();
         assert_eq!(props.get("status-code"), Some(&SimpleValue::Int(401)));
@@ -193,4 +181,101 @@ async fn a_bad_signature_is_refused_and_the_attach_unauthorized() {
     );
     // The same connection can still use the $cbs node; other clients are served.
     round_trip(&emulator, "after-bad-sas").await;
+}
+
+/// One encoded AMQP frame.
+fn encoded(channel: u16, performative: impl Into<sb_amqp::performative::Performative>) -> Vec<u8> {
+    let mut buf = bytes::BytesMut::new();
+    sb_amqp::Frame::amqp(channel, performative)
+        .encode(&mut buf)
+        .unwrap();
+    buf.to_vec()
+}
+
+fn begin() -> sb_amqp::performative::Begin {
+    sb_amqp::performative::Begin {
+        remote_channel: None,
+        next_outgoing_id: 0,
+        incoming_window: 100,
+        outgoing_window: 100,
+        handle_max: Default::default(),
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    }
+}
+
+/// The end/begin race: a frame for a channel whose session has ended (it crossed the `end` on
+/// the wire) is dropped; the connection lives on and the channel can be begun again.
+#[tokio::test]
+async fn a_frame_on_an_ended_channel_does_not_close_the_connection() {
+    let emulator = emulator("PT30S").await;
+    let mut socket = opened(&emulator).await;
+    let mut seen = Vec::new();
+    socket.write_all(&encoded(3, begin())).await.unwrap();
+    // begin (0x11) answered
+    assert!(read_until(&mut socket, &mut seen, &[0x00, 0x53, 0x11]).await);
+    socket
+        .write_all(&encoded(3, sb_amqp::performative::End { error: None }))
+        .await
+        .unwrap();
+    seen.clear();
+    assert!(read_until(&mut socket, &mut seen, &[0x00, 0x53, 0x17]).await);
+    socket.write_all(&encoded(3, session_flow())).await.unwrap();
+    // The channel is usable again, and no close came first.
+    socket.write_all(&encoded(3, begin())).await.unwrap();
+    seen.clear();
+    assert!(read_until(&mut socket, &mut seen, &[0x00, 0x53, 0x11]).await);
+    assert!(
+        !seen.windows(3).any(|w| w == [0x00, 0x53, 0x18]),
+        "closed: {seen:02x?}"
+    );
+    // A frame on a channel that was never begun is still a protocol error.
+    socket.write_all(&encoded(9, session_flow())).await.unwrap();
+    seen.clear();
+    assert!(read_until(&mut socket, &mut seen, &[0x00, 0x53, 0x18]).await);
+}
+
+/// A session-level `flow`.
+fn session_flow() -> sb_amqp::performative::Flow {
+    sb_amqp::performative::Flow {
+        next_incoming_id: Some(0),
+        incoming_window: 1,
+        next_outgoing_id: 0,
+        outgoing_window: 1,
+        handle: None,
+        delivery_count: None,
+        link_credit: None,
+        available: None,
+        drain: false,
+        echo: false,
+        properties: None,
+    }
+}
+
+/// The service's `open` says idle-time-out 120000 ms: a connection that sends nothing (no
+/// heartbeats either) for 120 s is closed with `amqp:resource-limit-exceeded`. Paused time.
+#[tokio::test(start_paused = true)]
+async fn a_silent_connection_is_closed_after_the_idle_timeout() {
+    let emulator = emulator("PT30S").await;
+    let mut socket = opened(&emulator).await;
+    let started = tokio::time::Instant::now();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    loop {
+        match socket.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+        }
+    }
+    let waited = started.elapsed();
+    assert!(
+        (Duration::from_secs(120)..Duration::from_secs(122)).contains(&waited),
+        "{waited:?}"
+    );
+    assert!(
+        seen.windows(3).any(|w| w == [0x00, 0x53, 0x18])
+            && String::from_utf8_lossy(&seen).contains(condition::RESOURCE_LIMIT_EXCEEDED),
+        "{seen:02x?}"
+    );
 }

@@ -307,11 +307,18 @@ async fn dlq_peek_and_resubmit_recognise_a_processed_message_as_a_duplicate() {
         .broker()
         .entity("orders")
         .unwrap()
-        .refuse_dispositions(1)
+        .refuse_dispositions(u32::MAX)
         .unwrap();
+    // Busy answers are retried until the lock (1 s) runs out; then the settlement has failed.
     let report = healthy
         .process(receiver.receive().await.unwrap().unwrap())
         .await;
+    emulator
+        .broker()
+        .entity("orders")
+        .unwrap()
+        .refuse_dispositions(0)
+        .unwrap();
     assert_eq!(report.outcome, Outcome::Processed);
     assert!(matches!(report.settled, Some(Err(_))), "{report:?}");
     let report = failing

@@ -16,23 +16,32 @@ mod client;
 mod external_key;
 mod js;
 mod python;
+mod recovery;
 mod relay;
 mod retry;
+mod strict;
+mod survival;
 mod verification;
+mod websocket;
 mod worker;
 
-use sb_emulator::{Broker, Config, Emulator};
+use sb_emulator::{Broker, Config, Emulator, EmulatorOptions};
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
 
 /// A queue `orders` (lock `lock`, max delivery count 5) and `outbox`.
 pub(crate) async fn emulator(lock: &str) -> Emulator {
+    emulator_with(lock, EmulatorOptions::default()).await
+}
+
+/// As [`emulator`], served with `options`.
+pub(crate) async fn emulator_with(lock: &str, options: EmulatorOptions) -> Emulator {
     let json = format!(
         r#"{{"UserConfig":{{"Namespaces":[{{"Name":"sbemulatorns","Queues":[
             {{"Name":"orders","Properties":{{"LockDuration":"{lock}","MaxDeliveryCount":5}}}},
             {{"Name":"outbox","Properties":{{}}}}],"Topics":[]}}],"Logging":{{"Type":"File"}}}}}}"#
     );
     let broker = Broker::new(Config::from_json(&json).unwrap()).unwrap();
-    Emulator::start(broker, Default::default()).await.unwrap()
+    Emulator::start(broker, options).await.unwrap()
 }
 
 /// A test whose dependency (an SDK, a tool, the network) is missing: fails under `CI=true`

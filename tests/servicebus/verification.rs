@@ -52,14 +52,21 @@ impl WorkerProcess {
         concurrency: usize,
         env: &[(&str, &str)],
     ) -> Self {
+        Self::spawn_on(&emulator.connection_string(), store_url, concurrency, env)
+    }
+
+    /// As [`WorkerProcess::spawn_with`], on any namespace (e.g. an `sb-emulator` process).
+    pub(crate) fn spawn_on(
+        connection: &str,
+        store_url: &str,
+        concurrency: usize,
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
             .arg("run")
             .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
             .env("SB_INBOX_STORE", store_url)
-            .env(
-                "SB_INBOX_SERVICEBUS_CONNECTION",
-                emulator.connection_string(),
-            )
+            .env("SB_INBOX_SERVICEBUS_CONNECTION", connection)
             .env("SB_INBOX_ENTITY", "orders")
             .env("SB_INBOX_CONCURRENCY", concurrency.to_string())
             .env("SB_INBOX_LOCK_MARGIN_SECS", "1")
@@ -84,7 +91,12 @@ impl WorkerProcess {
         WorkerProcess { child, log }
     }
 
-    fn log(&self) -> String {
+    /// True while the process has not exited.
+    pub(crate) fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    pub(crate) fn log(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }
 
@@ -182,7 +194,7 @@ async fn counts(store: &PgStore) -> InventoryCounts {
 }
 
 /// A raw session of the test's own, in the test's schema, to hold row locks.
-async fn session(schema: &str) -> tokio_postgres::Client {
+pub(crate) async fn session(schema: &str) -> tokio_postgres::Client {
     let (client, connection) =
         tokio_postgres::connect(&with_search_path(&pg_url(), schema), tokio_postgres::NoTls)
             .await

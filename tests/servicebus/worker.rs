@@ -128,8 +128,10 @@ async fn the_demo_applies_every_order_exactly_once() {
     assert!(report.is_correct(), "{report:?}");
     assert_eq!(report.counts.reservations, 33);
     assert_eq!(report.stats.permanent, 2);
-    assert_eq!(report.stats.settle_failed, 2);
-    assert_eq!(report.stats.duplicate, 5 + 3 + 2 + 2);
+    // The refused settlements (`server-busy`) are retried by lock token and succeed: no
+    // redelivery comes of them.
+    assert_eq!(report.stats.settle_failed, 0);
+    assert_eq!(report.stats.duplicate, 5 + 3 + 2);
     let table = sb_inbox::demo::table(&report);
     assert!(table.contains("distinct orders 33: OK"), "{table}");
 }
@@ -155,7 +157,7 @@ fn run_with_invalid_config_exits_2_listing_every_problem() {
 }
 
 /// Reads the worker's stderr until the health endpoints log their address.
-fn health_address(stderr: std::process::ChildStderr) -> std::net::SocketAddr {
+pub(crate) fn health_address(stderr: std::process::ChildStderr) -> std::net::SocketAddr {
     use std::io::BufRead as _;
     let mut lines = std::io::BufReader::new(stderr).lines();
     loop {
@@ -195,6 +197,65 @@ pub(crate) fn strip_ansi(text: &str) -> String {
     out
 }
 
+/// A migrated SQLite database in a directory of its own (`tag`), and `sb-inbox run` on it
+/// consuming `orders` over `connection`, with `extra` environment; stderr piped.
+pub(crate) async fn sqlite_worker(
+    tag: &str,
+    connection: &str,
+    extra: &[(&str, &str)],
+) -> (std::path::PathBuf, std::path::PathBuf, std::process::Child) {
+    let dir = std::env::temp_dir().join(format!("sb-inbox-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("worker.db");
+    let _ = std::fs::remove_file(&db);
+    sb_inbox::SqliteStore::open(&db)
+        .unwrap()
+        .migrate()
+        .await
+        .unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
+        .arg("run")
+        .env_remove("SB_INBOX_SERVICEBUS_NAMESPACE")
+        .env_remove("SB_INBOX_SERVICEBUS_TRANSPORT")
+        .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
+        .env("SB_INBOX_STORE", format!("sqlite://{}", db.display()))
+        .env("SB_INBOX_SERVICEBUS_CONNECTION", connection)
+        .env("SB_INBOX_ENTITY", "orders")
+        .env("SB_INBOX_HEALTH_PORT", "0")
+        .env("SB_INBOX_SHUTDOWN_GRACE_SECS", "5")
+        .env("RUST_LOG", "info")
+        .envs(extra.iter().copied())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    (dir, db, child)
+}
+
+/// Waits (bounded) until the worker's `/readyz` answers 200.
+pub(crate) async fn ready(addr: std::net::SocketAddr) {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !http_get(addr, "/readyz").await.starts_with("HTTP/1.1 200") {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("ready once broker and store are connected");
+}
+
+/// Sends SIGTERM and asserts the worker exits 0.
+pub(crate) async fn sigterm_exits_0(mut child: std::process::Child) {
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+}
+
 async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
@@ -211,43 +272,13 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_worker_process_is_ready_then_drains_and_exits_0_on_sigterm() {
     let emulator = emulator("PT30S").await;
-    let dir = std::env::temp_dir().join(format!("sb-inbox-sigterm-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let db = dir.join("worker.db");
-    let _ = std::fs::remove_file(&db);
-    sb_inbox::SqliteStore::open(&db)
-        .unwrap()
-        .migrate()
-        .await
-        .unwrap();
-
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
-        .arg("run")
-        .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
-        .env("SB_INBOX_STORE", format!("sqlite://{}", db.display()))
-        .env(
-            "SB_INBOX_SERVICEBUS_CONNECTION",
-            emulator.connection_string(),
-        )
-        .env("SB_INBOX_ENTITY", "orders")
-        .env("SB_INBOX_HEALTH_PORT", "0")
-        .env("SB_INBOX_SHUTDOWN_GRACE_SECS", "5")
-        .env("RUST_LOG", "info")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (dir, db, mut child) = sqlite_worker("sigterm", &emulator.connection_string(), &[]).await;
     let stderr = child.stderr.take().unwrap();
     let addr = tokio::task::spawn_blocking(move || health_address(stderr))
         .await
         .unwrap();
     assert!(http_get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
-    tokio::time::timeout(Duration::from_secs(30), async {
-        while !http_get(addr, "/readyz").await.starts_with("HTTP/1.1 200") {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("ready once broker and store are connected");
+    ready(addr).await;
 
     client(&emulator)
         .sender("orders")
@@ -256,16 +287,7 @@ async fn the_worker_process_is_ready_then_drains_and_exits_0_on_sigterm() {
         .unwrap();
     drained(&emulator, 1).await;
 
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let exit = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(exit.success(), "{exit:?}");
+    sigterm_exits_0(child).await;
     let counts = sb_inbox::SqliteStore::open(&db)
         .unwrap()
         .inventory_counts()

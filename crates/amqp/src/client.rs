@@ -202,7 +202,8 @@ pub(crate) fn start(
 }
 
 impl Connection {
-    /// Connects to `amqp://[user:pass@]host[:port]` or `amqps://…` with default options.
+    /// Connects to `amqp://[user:pass@]host[:port]`, `amqps://…`, or `ws[s]://host[:port][/path]`
+    /// (AMQP over WebSockets) with default options.
     ///
     /// # Examples
     /// ```no_run
@@ -233,7 +234,7 @@ impl Connection {
         } else {
             None
         };
-        let io = transport::connect(&a.host, a.port, tls).await?;
+        let io = transport::connect_to(&a, tls).await?;
         let mut opts = opts;
         if opts.sasl.is_none() {
             opts.sasl = Some(a.sasl.clone());

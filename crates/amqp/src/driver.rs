@@ -3,7 +3,7 @@
 //!
 //! A separate reader task parses frames so that a large write never waits on our own reads.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -342,6 +342,9 @@ pub(crate) struct Driver {
     neg: Negotiated,
     sessions: HashMap<u16, Session>,
     remote_channels: HashMap<u16, u16>,
+    /// Remote channels whose session has ended and that no `begin` reused yet: a frame that
+    /// crossed our `end` on the wire (the legal end/begin race) is dropped, not fatal.
+    ended_channels: HashSet<u16>,
     events: Option<mpsc::UnboundedSender<ConnectionEvent>>,
     /// The connection handle, for link requests to keep it alive (weak: the driver must not).
     self_ref: SelfRef,
@@ -387,6 +390,7 @@ pub(crate) fn spawn(
         neg,
         sessions: HashMap::new(),
         remote_channels: HashMap::new(),
+        ended_channels: HashSet::new(),
         events,
         self_ref,
         stats: stats.clone(),
@@ -608,6 +612,14 @@ impl Driver {
             }
             other => {
                 let Some(&local) = self.remote_channels.get(&ch) else {
+                    if self.ended_channels.contains(&ch) {
+                        tracing::debug!(
+                            channel = ch,
+                            performative = other.name(),
+                            "Frame on an ended channel dropped."
+                        );
+                        return Ok(());
+                    }
                     return Err(Error::Protocol(format!("frame on unknown channel {ch}")));
                 };
                 match other {
@@ -656,6 +668,7 @@ impl Driver {
             }
         };
         self.remote_channels.insert(ch, local);
+        self.ended_channels.remove(&ch);
         if let Some(s) = self.sessions.get_mut(&local) {
             s.remote_channel = Some(ch);
             s.next_incoming_id = b.next_outgoing_id;
@@ -670,6 +683,7 @@ impl Driver {
         let Some(local) = self.remote_channels.remove(&ch) else {
             return;
         };
+        self.ended_channels.insert(ch);
         let Some(mut s) = self.sessions.remove(&local) else {
             return;
         };

@@ -8,7 +8,8 @@
 //! - `sasl`: SASL frames plus client (ANONYMOUS, PLAIN) and server (configurable list, e.g.
 //!   MSSBCBS, PLAIN, ANONYMOUS) exchanges.
 //! - `connection`: owns the socket and buffers ([`FramedIo`]); `transport`: URLs, TCP, TLS
-//!   (rustls with the `ring` provider).
+//!   (rustls with the `ring` provider); `websocket`: AMQP over WebSockets (`ws://`, `wss://`,
+//!   subprotocol `AMQPWSB10`, [`Listener::bind_websocket`]).
 //! - `driver`: one task per connection running every session and link state machine
 //!   (windows, credit, drain, multi-frame transfers, heartbeats, settlement).
 //! - `client` / `server`: the handles applications use: [`Connection`], [`Session`],
@@ -53,6 +54,7 @@ mod request;
 pub mod sasl;
 mod server;
 mod transport;
+mod websocket;
 
 pub use client::{
     Connection, ConnectionOptions, Receiver, ReceiverOptions, Sender, SenderOptions, Session,
@@ -72,6 +74,7 @@ pub use server::{
     ServerOptions, serve_io,
 };
 pub use transport::{Address, default_tls_config};
+pub use websocket::{SERVICE_BUS_PATH as WEBSOCKET_PATH, SUBPROTOCOL as WEBSOCKET_SUBPROTOCOL};
 
 /// The codec crates, re-exported: `types` is `fe2o3-amqp-types`, `codec` is `serde_amqp`.
 pub use fe2o3_amqp_types as types;

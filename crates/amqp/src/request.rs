@@ -120,6 +120,12 @@ impl RequestResponse {
         })
     }
 
+    /// Why the pair stopped working (its receiver was detached, or the connection is gone);
+    /// `None` while it works. A failed pair stays failed: attach a new one.
+    pub fn error(&self) -> Option<Error> {
+        self.failure.lock().ok().and_then(|f| f.clone())
+    }
+
     /// The `reply-to` address put on requests.
     pub fn reply_to(&self) -> &str {
         &self.reply_to

@@ -65,11 +65,13 @@ impl Default for ServerOptions {
     }
 }
 
-/// A TCP listener for AMQP connections.
+/// A TCP listener for AMQP connections (plain, TLS, or over WebSockets).
 #[derive(Debug)]
 pub struct Listener {
     tcp: TcpListener,
     opts: Arc<ServerOptions>,
+    /// `Some(path)`: AMQP over WebSockets served on `path`.
+    websocket: Option<Arc<str>>,
 }
 
 impl Listener {
@@ -100,6 +102,25 @@ impl Listener {
         Ok(Self {
             tcp: TcpListener::bind(addr).await?,
             opts: Arc::new(opts),
+            websocket: None,
+        })
+    }
+
+    /// Binds to `addr` for AMQP over WebSockets on `path` (Service Bus uses
+    /// [`crate::WEBSOCKET_PATH`]), subprotocol `AMQPWSB10`; with [`ServerOptions::tls`] set it
+    /// serves `wss`. The handshake then runs as on a plain listener.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub async fn bind_websocket(
+        addr: impl ToSocketAddrs,
+        path: &str,
+        opts: ServerOptions,
+    ) -> Result<Self> {
+        Ok(Self {
+            tcp: TcpListener::bind(addr).await?,
+            opts: Arc::new(opts),
+            websocket: Some(Arc::from(path)),
         })
     }
 
@@ -123,6 +144,7 @@ impl Listener {
             tcp,
             peer,
             opts: self.opts.clone(),
+            websocket: self.websocket.clone(),
         })
     }
 }
@@ -133,6 +155,7 @@ pub struct IncomingConnection {
     tcp: TcpStream,
     peer: SocketAddr,
     opts: Arc<ServerOptions>,
+    websocket: Option<Arc<str>>,
 }
 
 impl IncomingConnection {
@@ -141,7 +164,8 @@ impl IncomingConnection {
         self.peer
     }
 
-    /// Runs TLS (if configured), protocol headers, SASL and the `open` exchange.
+    /// Runs TLS (if configured), the WebSocket upgrade (on a WebSocket listener), protocol
+    /// headers, SASL and the `open` exchange.
     ///
     /// # Errors
     /// TLS, SASL, I/O and protocol errors; [`Error::Timeout`] after
@@ -162,6 +186,10 @@ impl IncomingConnection {
                     .map_err(|e| Error::Tls(e.to_string()))?,
             ),
             None => Box::new(self.tcp),
+        };
+        let io = match &self.websocket {
+            Some(path) => crate::websocket::server(io, path).await?,
+            None => io,
         };
         serve_io(io, self.opts).await
     }

@@ -1,4 +1,4 @@
-//! Transport: URL parsing, TCP and TLS (rustls with the `ring` provider).
+//! Transport: URL parsing, TCP, TLS (rustls with the `ring` provider) and WebSockets.
 
 use std::sync::Arc;
 
@@ -9,15 +9,17 @@ use crate::connection::BoxIo;
 use crate::error::{Error, Result};
 use crate::sasl::SaslClient;
 
-/// A parsed `amqp://` or `amqps://` address.
+/// A parsed `amqp://`, `amqps://`, `ws://` or `wss://` address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Address {
-    /// True for `amqps`.
+    /// True for `amqps` and `wss`.
     pub tls: bool,
     /// Host name or IP.
     pub host: String,
-    /// Port (default 5672, or 5671 for `amqps`).
+    /// Port (default 5672, 5671 for `amqps`, 80 for `ws`, 443 for `wss`).
     pub port: u16,
+    /// For `ws`/`wss`: the WebSocket path (default `/$servicebus/websocket`).
+    pub websocket: Option<String>,
     /// SASL choice derived from the user info: PLAIN with credentials, else ANONYMOUS.
     pub sasl: SaslClient,
 }
@@ -42,19 +44,26 @@ fn percent_decode(s: &str) -> String {
 }
 
 impl Address {
-    /// Parses `amqp[s]://[user:pass@]host[:port][/path]`.
+    /// Parses `amqp[s]://[user:pass@]host[:port][/path]` or `ws[s]://host[:port][/path]`
+    /// (AMQP over WebSockets).
     ///
     /// # Errors
     /// [`Error::InvalidAddress`] for other schemes or a bad port.
     pub fn parse(url: &str) -> Result<Self> {
         let bad = || Error::InvalidAddress(url.to_string());
         let (scheme, rest) = url.split_once("://").ok_or_else(bad)?;
-        let tls = match scheme.to_ascii_lowercase().as_str() {
-            "amqp" => false,
-            "amqps" => true,
+        let (tls, websocket) = match scheme.to_ascii_lowercase().as_str() {
+            "amqp" => (false, false),
+            "amqps" => (true, false),
+            "ws" => (false, true),
+            "wss" => (true, true),
             _ => return Err(bad()),
         };
         let authority = rest.split('/').next().unwrap_or_default();
+        let websocket = websocket.then(|| match &rest[authority.len()..] {
+            "" | "/" => crate::websocket::SERVICE_BUS_PATH.to_owned(),
+            path => path.to_owned(),
+        });
         let (userinfo, hostport) = match authority.rsplit_once('@') {
             Some((u, h)) => (Some(u), h),
             None => (None, authority),
@@ -71,10 +80,12 @@ impl Address {
         if host.is_empty() {
             return Err(bad());
         }
-        let port = match port {
-            Some(p) => p.parse().map_err(|_| bad())?,
-            None if tls => 5671,
-            None => 5672,
+        let port = match (port, websocket.is_some()) {
+            (Some(p), _) => p.parse().map_err(|_| bad())?,
+            (None, true) if tls => 443,
+            (None, true) => 80,
+            (None, false) if tls => 5671,
+            (None, false) => 5672,
         };
         let sasl = match userinfo {
             Some(u) => {
@@ -90,6 +101,7 @@ impl Address {
             tls,
             host,
             port,
+            websocket,
             sasl,
         })
     }
@@ -112,6 +124,18 @@ pub fn default_tls_config() -> Result<Arc<rustls::ClientConfig>> {
     .with_root_certificates(roots)
     .with_no_client_auth();
     Ok(Arc::new(cfg))
+}
+
+/// Opens TCP, TLS when asked, and the WebSocket for `ws`/`wss` addresses.
+pub(crate) async fn connect_to(
+    a: &Address,
+    tls: Option<Arc<rustls::ClientConfig>>,
+) -> Result<BoxIo> {
+    let io = connect(&a.host, a.port, tls).await?;
+    match &a.websocket {
+        Some(path) => crate::websocket::client(io, a.tls, &a.host, a.port, path).await,
+        None => Ok(io),
+    }
 }
 
 /// Opens TCP (and TLS when asked) to `host:port`.
@@ -157,6 +181,13 @@ mod tests {
         assert_eq!(b.port, 5671);
         assert!(b.tls);
         assert_eq!(b.sasl, SaslClient::Anonymous);
+        let ws = Address::parse("wss://ns.servicebus.windows.net").unwrap();
+        assert_eq!((ws.port, ws.tls), (443, true));
+        assert_eq!(ws.websocket.as_deref(), Some("/$servicebus/websocket"));
+        let ws = Address::parse("ws://127.0.0.1:8080/$servicebus/websocket").unwrap();
+        assert_eq!((ws.port, ws.tls), (8080, false));
+        assert_eq!(ws.websocket.as_deref(), Some("/$servicebus/websocket"));
+        assert_eq!(a.websocket, None);
         assert!(Address::parse("http://x").is_err());
         assert!(Address::parse("amqp://h:notaport").is_err());
     }

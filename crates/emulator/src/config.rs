@@ -10,8 +10,10 @@
 //! Defaults follow Microsoft's emulator schema (`LockDuration` `PT1M`, `MaxDeliveryCount` 3,
 //! `DefaultMessageTimeToLive` `PT1H`, `DuplicateDetectionHistoryTimeWindow` `PT20S`). Minimums
 //! and maximums are relaxed so tests can use a 1 s lock, but zero durations, a zero max delivery
-//! count, duplicate names and unknown forwarding targets are rejected. One extension beyond
-//! Microsoft's schema: `MaxMessageSizeInKilobytes` on queue and topic properties.
+//! count, duplicate names and unknown forwarding targets are rejected. Two extensions beyond
+//! Microsoft's schema: `MaxMessageSizeInKilobytes` on queue and topic properties, and
+//! `SharedAccessPolicies` (`[{"Name","Key","Rights":["Listen"|"Send"|"Manage"]}]`) on the
+//! namespace.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -22,6 +24,7 @@ use serde_json::{Map, Value};
 use crate::duration::parse_iso8601_duration;
 use crate::filter::{CorrelationFilter, Filter, Rule};
 use crate::message::PropertyValue;
+use crate::rights::{Right, Rights, SharedAccessPolicy};
 use crate::sql_filter::SqlFilter;
 
 /// A configuration that cannot be read, parsed or validated.
@@ -102,6 +105,8 @@ pub struct NamespaceConfig {
     pub queues: Vec<QueueConfig>,
     /// Topics.
     pub topics: Vec<TopicConfig>,
+    /// Extra shared access policies (`SharedAccessPolicies`, our extension) beside the root key.
+    pub shared_access_policies: Vec<SharedAccessPolicy>,
 }
 
 /// A queue.
@@ -209,6 +214,7 @@ impl Config {
                 name: namespace.into(),
                 queues: Vec::new(),
                 topics: Vec::new(),
+                shared_access_policies: Vec::new(),
             },
             logging: None,
         }
@@ -683,9 +689,47 @@ impl<'a> Obj<'a> {
     }
 }
 
+fn parse_policy(p: Obj<'_>) -> Result<SharedAccessPolicy, ConfigError> {
+    p.allow(&["Name", "Key", "Rights"])?;
+    let name = p.name()?;
+    let key = p.required(p.string("Key")?, "Key")?.to_owned();
+    if key.is_empty() {
+        return invalid(p.child("Key"), "must not be empty");
+    }
+    let mut rights = Rights::default();
+    for (v, path) in p.required(p.array("Rights")?, "Rights")? {
+        rights = match v.as_str() {
+            Some("Listen") => rights.with(Right::Listen),
+            Some("Send") => rights.with(Right::Send),
+            Some("Manage") => rights.with(Right::Manage),
+            _ => {
+                return invalid(
+                    path,
+                    format!("expected \"Listen\", \"Send\" or \"Manage\", found {v}"),
+                );
+            }
+        };
+    }
+    if rights == Rights::default() {
+        return invalid(
+            p.child("Rights"),
+            "needs at least one of Listen, Send, Manage",
+        );
+    }
+    if rights.manage && !(rights.listen && rights.send) {
+        // Azure refuses it too: "Assigning 'Manage' to rights requires 'Listen' and 'Send'".
+        return invalid(p.child("Rights"), "Manage requires Listen and Send");
+    }
+    Ok(SharedAccessPolicy { name, key, rights })
+}
+
 fn parse_namespace(ns: Obj<'_>) -> Result<NamespaceConfig, ConfigError> {
-    ns.allow(&["Name", "Queues", "Topics"])?;
+    ns.allow(&["Name", "Queues", "Topics", "SharedAccessPolicies"])?;
     let name = ns.name()?;
+    let mut shared_access_policies = Vec::new();
+    for (v, path) in ns.array("SharedAccessPolicies")?.unwrap_or_default() {
+        shared_access_policies.push(parse_policy(Obj::new(v, path)?)?);
+    }
     let mut queues = Vec::new();
     for (v, path) in ns.array("Queues")?.unwrap_or_default() {
         let q = Obj::new(v, path)?;
@@ -758,6 +802,7 @@ fn parse_namespace(ns: Obj<'_>) -> Result<NamespaceConfig, ConfigError> {
         name,
         queues,
         topics,
+        shared_access_policies,
     })
 }
 

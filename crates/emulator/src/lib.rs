@@ -47,6 +47,7 @@ mod entity;
 mod error;
 mod filter;
 mod message;
+mod rights;
 mod server;
 mod sql_filter;
 
@@ -67,5 +68,10 @@ pub use message::{
     BrokerMessage, DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, MAX_DELIVERY_COUNT_EXCEEDED,
     MessageState, Properties, PropertyValue, ReceiveMode, ReceivedMessage, TTL_EXPIRED,
 };
-pub use server::{Emulator, EmulatorOptions, KEY, KEY_NAME, start_from_json};
+pub use rights::{Right, Rights, SharedAccessPolicy};
+pub use server::{
+    DEFAULT_LINK_IDLE_TIMEOUT, Emulator, EmulatorOptions, Fault, FaultSpec, KEY, KEY_NAME,
+    LinkInfo, LinkRole, SERVICE_CHANNEL_MAX, SERVICE_IDLE_TIMEOUT, SERVICE_MAX_FRAME_SIZE,
+    start_from_json,
+};
 pub use sql_filter::{SqlError, SqlFilter};

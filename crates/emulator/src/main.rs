@@ -2,18 +2,30 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 
-/// Azure Service Bus emulator (AMQP 1.0, plain TCP) for development and tests.
+/// Azure Service Bus emulator (AMQP 1.0 over plain TCP, and plain WebSockets) for development
+/// and tests.
 ///
 /// Prints the connection string as the first line on stdout, logs to stderr, and stops cleanly
 /// on SIGTERM or Ctrl-C. Not for production: production is Azure Service Bus.
+///
+/// Strict by default, like the service: `open` advertises max-frame-size 65536, channel-max
+/// 4999 and idle-time-out 120000 ms and closes connections silent for longer; entity links idle
+/// for 10 minutes are force-detached; links are detached when the token that authorised them
+/// expires. Faults the service produces at random can be injected per operation (--fault).
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 struct Args {
     /// Microsoft emulator Config.json (namespace, queues, topics, subscriptions, rules). Without
-    /// it, the built-in config (queue.1, orders, topic.1/subscription.1) is used.
+    /// it, the built-in config (queue.1, orders, topic.1/subscription.1) is used. Extension:
+    /// `"SharedAccessPolicies": [{"Name": "listener", "Key": "…", "Rights": ["Listen"]}]` on the
+    /// namespace adds keys with Listen / Send / Manage rights beside RootManageSharedAccessKey
+    /// (all rights): a Send-only key cannot receive, a Listen-only key cannot send, rule
+    /// operations need Manage; refused with `amqp:unauthorized-access` and the service's
+    /// "'Listen' claim(s) are required" text.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Address to listen on; port 0 picks a free port. Never 5672 in tests.
@@ -22,6 +34,32 @@ struct Args {
     /// Accept JWTs on $cbs without validating them.
     #[arg(long)]
     accept_jwt: bool,
+    /// Force-detach an entity link with no transfer, flow or disposition for SECS seconds, with
+    /// `amqp:link:detach-forced` and the service's text ("… AmqpMessageConsumer.IdleTimerExpired:
+    /// Idle timeout: 00:10:00."). The service uses 600; 0 turns it off (the service cannot).
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    link_idle_timeout: u64,
+    /// Honour a put token for at most SECS seconds, whatever its own expiry, so clients' token
+    /// refresh is testable in seconds. A link whose token expired without a fresh put-token is
+    /// detached with `amqp:unauthorized-access`; new attaches are refused.
+    #[arg(long, value_name = "SECS")]
+    max_token_lifetime: Option<u64>,
+    /// Inject a fault with probability P per operation; repeatable. `detach-link=P`: per
+    /// transfer or disposition, detach a random live entity link with
+    /// `com.microsoft:server-busy`. `busy-settle=P`: per disposition, answer
+    /// `rejected{com.microsoft:server-busy}` and leave the message locked. `drop-connection=P`:
+    /// per transfer, close the connection with `amqp:connection:forced`.
+    #[arg(long = "fault", value_name = "NAME=P")]
+    faults: Vec<sb_emulator::FaultSpec>,
+    /// Also serve AMQP over WebSockets on ADDR: plain `ws` (no TLS), path
+    /// `/$servicebus/websocket`, subprotocol `AMQPWSB10`, as the SDKs' `AmqpOverWebsocket`
+    /// transport speaks it (the service itself serves `wss` on 443). Its connection string
+    /// (`…;TransportType=AmqpWebSockets;`) is printed as the second line on stdout.
+    #[arg(long, value_name = "ADDR")]
+    websocket_listen: Option<String>,
+    /// Seed of the fault draws (default: from the clock, logged at start), to replay a run.
+    #[arg(long, value_name = "N")]
+    fault_seed: Option<u64>,
 }
 
 const BUILT_IN: &str = include_str!("../config/Config.json");
@@ -45,10 +83,12 @@ async fn main() -> ExitCode {
         },
         None => BUILT_IN.to_owned(),
     };
-    let broker = match sb_emulator::Config::from_json(&text)
-        .map_err(sb_emulator::Error::from)
-        .and_then(sb_emulator::Broker::new)
-    {
+    let config = sb_emulator::Config::from_json(&text).map_err(sb_emulator::Error::from);
+    let policies = config
+        .as_ref()
+        .map(|c| c.namespace.shared_access_policies.clone())
+        .unwrap_or_default();
+    let broker = match config.and_then(sb_emulator::Broker::new) {
         Ok(broker) => broker,
         Err(error) => {
             eprintln!("error: {error}");
@@ -58,8 +98,14 @@ async fn main() -> ExitCode {
     let options = sb_emulator::EmulatorOptions {
         listen: args.listen,
         accept_jwt: args.accept_jwt,
+        max_token_lifetime: args.max_token_lifetime.map(Duration::from_secs),
+        faults: args.faults,
+        fault_seed: args.fault_seed,
+        websocket_listen: args.websocket_listen,
+        policies,
         ..Default::default()
-    };
+    }
+    .with_link_idle_timeout(Duration::from_secs(args.link_idle_timeout));
     let emulator = match sb_emulator::Emulator::start(broker, options).await {
         Ok(emulator) => emulator,
         Err(error) => {
@@ -68,6 +114,9 @@ async fn main() -> ExitCode {
         }
     };
     println!("{}", emulator.connection_string());
+    if let Some(websocket) = emulator.websocket_connection_string() {
+        println!("{websocket}");
+    }
     wait_for_signal().await;
     tracing::info!("Shutting down.");
     emulator.shutdown().await;

@@ -1,12 +1,24 @@
 """Official Python SDK (azure-servicebus) against the emulator: send, batch, receive, renew,
-complete, abandon, dead-letter, DLQ read-back, unknown entity. Exits non-zero on any mismatch."""
+complete, abandon, dead-letter, DLQ read-back, unknown entity. Exits non-zero on any mismatch.
+
+Usage: python_smoke.py CONNECTION_STRING [WEBSOCKET_HOST:PORT]. With the second argument the SDK
+speaks AMQP over WebSockets (`TransportType.AmqpOverWebsocket`, which needs the
+`websocket-client` package) to that endpoint: `custom_endpoint_address` points it at the
+emulator's WebSocket port, and `UseDevelopmentEmulator=true` makes it plain `ws://` (the SDK
+then builds `ws://HOST:PORT/$servicebus/websocket` with subprotocol `AMQPWSB10`)."""
 import sys
 
-from azure.servicebus import ServiceBusClient, ServiceBusMessage
+from azure.servicebus import ServiceBusClient, ServiceBusMessage, TransportType
 from azure.servicebus.exceptions import MessagingEntityNotFoundError, ServiceBusError
 
 cs = sys.argv[1]
-with ServiceBusClient.from_connection_string(cs, retry_total=0) as client:
+options = {}
+if len(sys.argv) > 2:
+    options = {
+        "transport_type": TransportType.AmqpOverWebsocket,
+        "custom_endpoint_address": "sb://" + sys.argv[2],
+    }
+with ServiceBusClient.from_connection_string(cs, retry_total=0, **options) as client:
     with client.get_queue_sender("orders") as sender:
         sender.send_messages(ServiceBusMessage("hello", message_id="m-1", subject="orders.order-placed.v1"))
         sender.send_messages([ServiceBusMessage("a"), ServiceBusMessage("b")])
@@ -42,4 +54,4 @@ with ServiceBusClient.from_connection_string(cs, retry_total=0) as client:
         raise AssertionError("sending to an unknown queue must fail")
     except (MessagingEntityNotFoundError, ServiceBusError) as error:
         assert "not-found" in str(error) or isinstance(error, MessagingEntityNotFoundError), error
-print("python sdk: ok")
+print("python sdk: ok" + (" (websockets)" if options else ""))

@@ -806,6 +806,17 @@ async fn sasl_plain_credentials_checked_by_server() {
 
 #[tokio::test]
 async fn tls_round_trip() {
+    tls_round_trip_over(false).await;
+}
+
+/// `wss://`: TLS, then the WebSocket upgrade (subprotocol `AMQPWSB10`), then AMQP: what the
+/// client speaks to Service Bus on port 443.
+#[tokio::test]
+async fn wss_round_trip() {
+    tls_round_trip_over(true).await;
+}
+
+async fn tls_round_trip_over(websocket: bool) {
     let Some((cert, key)) = self_signed() else {
         println!("skipped: openssl not available to make a test certificate");
         return;
@@ -830,29 +841,33 @@ async fn tls_round_trip() {
         .with_root_certificates(roots)
         .with_no_client_auth();
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let addr = spawn_server(
-        ServerOptions {
-            tls: Some(Arc::new(server_cfg)),
-            ..Default::default()
-        },
-        move |mut conn| {
-            let tx = tx.clone();
-            async move {
-                while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
-                    let r = req
-                        .accept_receiver(LinkAnswer::default().credit(1))
-                        .await
-                        .unwrap();
-                    let d = r.recv().await.unwrap();
-                    r.accept(&d).await.unwrap();
-                    tx.send(body_bytes(&d)).unwrap();
-                }
+    let opts = ServerOptions {
+        tls: Some(Arc::new(server_cfg)),
+        ..Default::default()
+    };
+    let handler = move |mut conn: sb_amqp::ServerConnection| {
+        let tx = tx.clone();
+        async move {
+            while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
+                let r = req
+                    .accept_receiver(LinkAnswer::default().credit(1))
+                    .await
+                    .unwrap();
+                let d = r.recv().await.unwrap();
+                r.accept(&d).await.unwrap();
+                tx.send(body_bytes(&d)).unwrap();
             }
-        },
-    )
-    .await;
+        }
+    };
+    let url = if websocket {
+        let port = spawn_websocket_server(opts, handler).await.port();
+        format!("wss://localhost:{port}/$servicebus/websocket")
+    } else {
+        let port = spawn_server(opts, handler).await.port();
+        format!("amqps://localhost:{port}")
+    };
     let conn = Connection::open_with(
-        &format!("amqps://localhost:{}", addr.port()),
+        &url,
         ConnectionOptions {
             tls_config: Some(Arc::new(client_cfg)),
             ..Default::default()

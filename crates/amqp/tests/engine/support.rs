@@ -33,7 +33,26 @@ where
     F: Fn(ServerConnection) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    let listener = Listener::bind("127.0.0.1:0", opts).await.unwrap();
+    serve(Listener::bind("127.0.0.1:0", opts).await.unwrap(), handler)
+}
+
+/// As [`spawn_server`], for AMQP over WebSockets on `/$servicebus/websocket`.
+pub(crate) async fn spawn_websocket_server<F, Fut>(opts: ServerOptions, handler: F) -> SocketAddr
+where
+    F: Fn(ServerConnection) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = Listener::bind_websocket("127.0.0.1:0", sb_amqp::WEBSOCKET_PATH, opts)
+        .await
+        .unwrap();
+    serve(listener, handler)
+}
+
+fn serve<F, Fut>(listener: Listener, handler: F) -> SocketAddr
+where
+    F: Fn(ServerConnection) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let addr = listener.local_addr().unwrap();
     let handler = Arc::new(handler);
     tokio::spawn(async move {

@@ -398,3 +398,46 @@ fn builder_configs_are_validated_too() {
         Some("UserConfig.Namespaces[0].Queues[0].Properties.LockDuration")
     );
 }
+
+#[test]
+fn shared_access_policies_extension() {
+    let json = |policies: &str| {
+        format!(
+            r#"{{"UserConfig":{{"Namespaces":[{{"Name":"ns","Queues":[],"Topics":[],
+            "SharedAccessPolicies":{policies}}}],"Logging":{{"Type":"File"}}}}}}"#
+        )
+    };
+    let config = Config::from_json(&json(
+        r#"[{"Name":"listener","Key":"k1","Rights":["Listen"]},
+            {"Name":"admin","Key":"k2","Rights":["Manage","Listen","Send"]}]"#,
+    ))
+    .unwrap();
+    let policies = &config.namespace.shared_access_policies;
+    assert_eq!(policies.len(), 2);
+    assert!(policies[0].rights.allows(crate::Right::Listen));
+    assert!(!policies[0].rights.allows(crate::Right::Send));
+    assert!(policies[1].rights.allows(crate::Right::Manage));
+    assert!(
+        !format!("{policies:?}").contains("k1"),
+        "keys are never printed"
+    );
+    for (policies, message) in [
+        (
+            r#"[{"Name":"a","Key":"k","Rights":["Manage"]}]"#,
+            "UserConfig.Namespaces[0].SharedAccessPolicies[0].Rights: Manage requires Listen and Send",
+        ),
+        (
+            r#"[{"Name":"a","Key":"k","Rights":["Read"]}]"#,
+            "UserConfig.Namespaces[0].SharedAccessPolicies[0].Rights[0]: expected \"Listen\", \"Send\" or \"Manage\", found \"Read\"",
+        ),
+        (
+            r#"[{"Name":"a","Key":"","Rights":["Send"]}]"#,
+            "UserConfig.Namespaces[0].SharedAccessPolicies[0].Key: must not be empty",
+        ),
+    ] {
+        assert_eq!(
+            Config::from_json(&json(policies)).unwrap_err().to_string(),
+            message
+        );
+    }
+}

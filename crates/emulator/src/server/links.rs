@@ -10,6 +10,7 @@ use sb_amqp::{IncomingDisposition, LinkAnswer, LinkRequest, Outcome, Sendable};
 use tokio_util::sync::CancellationToken;
 
 use super::codec::{self, value_property};
+use super::control::LinkControl;
 use super::wire_error;
 use crate::{Entity, Properties, ReceiveMode, Settlement};
 
@@ -20,13 +21,14 @@ const RECEIVE_SLICE: Duration = Duration::from_millis(200);
 pub(crate) async fn serve(
     request: LinkRequest,
     entity: Entity,
+    control: LinkControl,
     stop: CancellationToken,
 ) -> Result<(), sb_amqp::Error> {
     let max_size = u64::try_from(entity.max_message_size()).unwrap_or(u64::MAX);
     if request.is_peer_sender() {
-        receive_from_client(request, entity, max_size, stop).await
+        receive_from_client(request, entity, max_size, control, stop).await
     } else {
-        deliver_to_client(request, entity, max_size, stop).await
+        deliver_to_client(request, entity, max_size, control, stop).await
     }
 }
 
@@ -34,6 +36,7 @@ async fn receive_from_client(
     request: LinkRequest,
     entity: Entity,
     max_size: u64,
+    mut control: LinkControl,
     stop: CancellationToken,
 ) -> Result<(), sb_amqp::Error> {
     // Answer `first` whatever the client asked: Python asks `second` and then never settles.
@@ -45,8 +48,10 @@ async fn receive_from_client(
     loop {
         let delivery = tokio::select! {
             () = stop.cancelled() => return Ok(()),
+            error = control.must_detach() => return receiver.detach_with_error(error).await,
             delivery = receiver.recv() => delivery?,
         };
+        control.after_transfer();
         let outcome =
             match codec::broker_messages(delivery.message_format, delivery.payload.clone()) {
                 Ok(messages) => match entity.send_batch(messages) {
@@ -71,6 +76,7 @@ async fn deliver_to_client(
     request: LinkRequest,
     entity: Entity,
     max_size: u64,
+    mut control: LinkControl,
     stop: CancellationToken,
 ) -> Result<(), sb_amqp::Error> {
     let settled = request.remote_attach().snd_settle_mode == SenderSettleMode::Settled;
@@ -87,8 +93,14 @@ async fn deliver_to_client(
     // sends yet; taking a message without real credit would lock it while it waits, and block
     // this loop (and the client's settlements) until the client grants more.
     let mut started: u32 = 0;
+    let mut last_flow = sender.flow();
     loop {
         let flow = sender.flow();
+        if flow != last_flow {
+            // A flow from the client (credit, drain) is activity for the idle timer.
+            control.touch();
+            last_flow = flow;
+        }
         let ahead = flow.delivery_count.wrapping_sub(started);
         if ahead != 0 && ahead < 1 << 31 {
             // A drain advanced the delivery count past our sends.
@@ -103,6 +115,11 @@ async fn deliver_to_client(
             biased;
             disposition = sender.next_disposition() => {
                 let disposition = disposition?;
+                if control.after_disposition(disposition.settled) {
+                    let busy = wire_error(sb_amqp::condition::SERVER_BUSY, Some("The server is busy. Please retry the operation (injected by --fault busy-settle).".to_owned()));
+                    sender.settle(disposition.delivery_id, Outcome::Rejected(Some(busy))).await?;
+                    continue;
+                }
                 let reply = settle(&entity, &disposition).await;
                 if !disposition.settled {
                     sender.settle(disposition.delivery_id, reply).await?;
@@ -111,6 +128,10 @@ async fn deliver_to_client(
             () = stop.cancelled() => {
                 settle_queued(&sender, &entity).await;
                 return Ok(());
+            }
+            error = control.must_detach() => {
+                settle_queued(&sender, &entity).await;
+                return sender.detach_with_error(error).await;
             }
             received = entity.receive(mode, Some(RECEIVE_SLICE)), if credit > 0 => {
                 let Some(received) = received.map_err(|e| sb_amqp::Error::Decode(e.to_string()))? else { continue };
@@ -130,6 +151,7 @@ async fn deliver_to_client(
                     return Err(error);
                 }
                 started = started.wrapping_add(1);
+                control.after_transfer();
             }
             flow = sender.flow_changed(), if credit == 0 => {
                 if let Err(error) = flow {

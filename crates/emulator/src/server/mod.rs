@@ -10,8 +10,13 @@
 //! - `rules`: the subscription rule operations of `$management`.
 //! - `links`: entity links: deliveries with lock tokens, dispositions, sends.
 //! - `sessions`: session receiver links and the session operations of `$management`.
+//! - `control`: what the service does to live entity links: the idle timer, token expiry,
+//!   forced detaches ([`Emulator::force_detach_link`]), per-operation fault draws.
+//! - `faults`: `--fault NAME=P` ([`Fault`], [`FaultSpec`]) and the seeded generator.
 
 mod codec;
+mod control;
+mod faults;
 mod links;
 mod nodes;
 mod rules;
@@ -21,6 +26,7 @@ mod sessions;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use sb_amqp::types::definitions::Fields;
 use sb_amqp::{
@@ -30,14 +36,44 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::{Broker, Config, Error};
+use crate::{Broker, Clock, Config, Error, Right, Rights, SharedAccessPolicy};
+use control::{ControlContext, LinkControl, Registry};
+pub use control::{LinkInfo, LinkRole};
+use faults::Faults;
+pub use faults::{Fault, FaultSpec};
 
 /// The key name the emulator's connection string uses, as Microsoft's emulator does.
 pub const KEY_NAME: &str = "RootManageSharedAccessKey";
 /// The key the emulator's connection string uses, as Microsoft's emulator does.
 pub const KEY: &str = "SAS_KEY_VALUE";
 
-/// How an [`Emulator`] serves.
+/// The service's `open`: max-frame-size 65536, channel-max 4999, idle-time-out 120000 ms, as
+/// Service Bus answers (an `Open` received from the service, azure-sdk-for-java issue 31966:
+/// `maxFrameSize=65536, channelMax=4999, idleTimeOut=120000`).
+pub const SERVICE_MAX_FRAME_SIZE: u32 = 65_536;
+/// See [`SERVICE_MAX_FRAME_SIZE`].
+pub const SERVICE_CHANNEL_MAX: u16 = 4_999;
+/// See [`SERVICE_MAX_FRAME_SIZE`]; a connection silent for longer is closed.
+pub const SERVICE_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// Service Bus force-detaches a link without transfers, flows or dispositions for 10 minutes
+/// ("AmqpMessageConsumer.IdleTimerExpired: Idle timeout: 00:10:00").
+pub const DEFAULT_LINK_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How an [`Emulator`] serves. Strict by default, like the service: idle links are
+/// force-detached after [`DEFAULT_LINK_IDLE_TIMEOUT`], links are detached when their token
+/// expires, and `open` carries the service's limits.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// use sb_emulator::{EmulatorOptions, Fault};
+/// let options = EmulatorOptions::default()
+///     .with_link_idle_timeout(Duration::from_secs(3))
+///     .with_max_token_lifetime(Duration::from_secs(10))
+///     .with_fault(Fault::BusySettle, 0.02)
+///     .with_fault_seed(7);
+/// assert_eq!(options.link_idle_timeout, Some(Duration::from_secs(3)));
+/// ```
 #[derive(Debug, Clone)]
 pub struct EmulatorOptions {
     /// Address to bind, e.g. `127.0.0.1:0` for an ephemeral port.
@@ -48,6 +84,21 @@ pub struct EmulatorOptions {
     pub key: String,
     /// Accept JWTs on `$cbs` without validating them (Entra ID clients in development).
     pub accept_jwt: bool,
+    /// Entity links idle this long are force-detached (`None`: never; the service has no such
+    /// switch).
+    pub link_idle_timeout: Option<Duration>,
+    /// Caps how long a put token is honoured, whatever its own expiry.
+    pub max_token_lifetime: Option<Duration>,
+    /// Faults drawn per operation.
+    pub faults: Vec<FaultSpec>,
+    /// Seed of the fault draws; `None` picks one (logged) at start.
+    pub fault_seed: Option<u64>,
+    /// Also serve AMQP over WebSockets (plain `ws`, path `/$servicebus/websocket`,
+    /// subprotocol `AMQPWSB10`) on this address.
+    pub websocket_listen: Option<String>,
+    /// Keys beside the root key ([`EmulatorOptions::key_name`], all rights), each with its
+    /// rights (`SharedAccessPolicies` in `Config.json`).
+    pub policies: Vec<SharedAccessPolicy>,
 }
 
 impl Default for EmulatorOptions {
@@ -57,7 +108,76 @@ impl Default for EmulatorOptions {
             key_name: KEY_NAME.into(),
             key: KEY.into(),
             accept_jwt: false,
+            link_idle_timeout: Some(DEFAULT_LINK_IDLE_TIMEOUT),
+            max_token_lifetime: None,
+            faults: Vec::new(),
+            fault_seed: None,
+            websocket_listen: None,
+            policies: Vec::new(),
         }
+    }
+}
+
+impl EmulatorOptions {
+    /// Force-detaches entity links idle for `timeout` (`Duration::ZERO` turns it off).
+    #[must_use]
+    pub fn with_link_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.link_idle_timeout = (!timeout.is_zero()).then_some(timeout);
+        self
+    }
+
+    /// Honours no token for longer than `lifetime` after it was put.
+    #[must_use]
+    pub fn with_max_token_lifetime(mut self, lifetime: Duration) -> Self {
+        self.max_token_lifetime = Some(lifetime);
+        self
+    }
+
+    /// Injects `fault` with `probability` per operation (replacing an earlier setting).
+    #[must_use]
+    pub fn with_fault(mut self, fault: Fault, probability: f64) -> Self {
+        self.faults.retain(|f| f.fault != fault);
+        self.faults.push(FaultSpec { fault, probability });
+        self
+    }
+
+    /// Seeds the fault draws, so a run can be replayed.
+    #[must_use]
+    pub fn with_fault_seed(mut self, seed: u64) -> Self {
+        self.fault_seed = Some(seed);
+        self
+    }
+
+    /// Binds `addr` (e.g. `127.0.0.1:0`).
+    #[must_use]
+    pub fn with_listen(mut self, addr: impl Into<String>) -> Self {
+        self.listen = addr.into();
+        self
+    }
+
+    /// Accepts tokens signed with `policy`'s key, with its rights only.
+    #[must_use]
+    pub fn with_policy(mut self, policy: SharedAccessPolicy) -> Self {
+        self.policies.push(policy);
+        self
+    }
+
+    /// The key named `name` and its rights: the root key has every right.
+    pub(crate) fn key(&self, name: &str) -> Option<(&str, Rights)> {
+        if name == self.key_name {
+            return Some((&self.key, Rights::ALL));
+        }
+        self.policies
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| (p.key.as_str(), p.rights))
+    }
+
+    /// Also serves AMQP over WebSockets (plain `ws`) on `addr`.
+    #[must_use]
+    pub fn with_websocket_listen(mut self, addr: impl Into<String>) -> Self {
+        self.websocket_listen = Some(addr.into());
+        self
     }
 }
 
@@ -75,44 +195,107 @@ impl Default for EmulatorOptions {
 #[derive(Debug)]
 pub struct Emulator {
     addr: SocketAddr,
-    broker: Broker,
-    options: Arc<EmulatorOptions>,
+    websocket_addr: Option<SocketAddr>,
+    shared: Arc<Shared>,
     shutdown: CancellationToken,
     connections: Arc<Mutex<Vec<CancellationToken>>>,
     tracker: TaskTracker,
 }
 
+/// What every connection of one emulator shares.
+#[derive(Debug)]
+struct Shared {
+    broker: Broker,
+    options: Arc<EmulatorOptions>,
+    registry: Arc<Registry>,
+    faults: Arc<Faults>,
+}
+
+/// What one put-token granted.
+#[derive(Debug)]
+struct Grant {
+    /// Audience path (lowercase, no host).
+    path: String,
+    expires: Option<SystemTime>,
+    rights: Rights,
+}
+
 /// Per-connection state shared by its links.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct ConnState {
-    /// Audience paths (lowercase, no host) granted by put-token.
-    granted: Mutex<Vec<String>>,
+    /// Audiences granted by put-token, with their expiry and rights.
+    granted: Mutex<Vec<Grant>>,
     /// Reply links by target address, link name, and `node:<node>`.
     replies: Mutex<HashMap<String, mpsc::UnboundedSender<AnyMessage>>>,
+    clock: Clock,
+    /// `--max-token-lifetime`: no grant outlives this.
+    max_token_lifetime: Option<Duration>,
 }
 
 impl ConnState {
-    pub(crate) fn grant(&self, audience: &str) {
-        let path = audience_path(audience);
-        if let Ok(mut granted) = self.granted.lock() {
-            granted.push(path);
+    fn new(clock: Clock, max_token_lifetime: Option<Duration>) -> Self {
+        ConnState {
+            granted: Mutex::new(Vec::new()),
+            replies: Mutex::new(HashMap::new()),
+            clock,
+            max_token_lifetime,
         }
     }
 
-    /// True when a granted audience covers the link path `path` (`q1`, `q1/$management`,
-    /// `t/Subscriptions/s/$DeadLetterQueue`): the same path or a parent of it.
-    ///
-    /// Service Bus reads a token's audience as a URI prefix: a token for `sb://ns/q1` covers
-    /// `q1`, its dead-letter queue and its `$management` node, while a token for
-    /// `sb://ns/q1/$management` covers only that node. The JavaScript SDK puts the latter
-    /// before its management link (`ManagementClient`'s audience is
-    /// `${endpoint}${entityPath}/$management` in `@azure/service-bus` 7.9
-    /// `src/core/managementClient.ts`), so the check is made on the link's own path.
-    pub(crate) fn is_granted(&self, path: &str) -> bool {
-        let path = path.trim_matches('/').to_ascii_lowercase();
-        self.granted
-            .lock()
-            .is_ok_and(|granted| granted.iter().any(|audience| covers(audience, &path)))
+    /// Records a put-token for `audience` valid until `expires` (`None`: the token carries no
+    /// expiry), capped by `--max-token-lifetime`, with the signing key's `rights`. A fresh
+    /// token replaces the older one.
+    pub(crate) fn grant(&self, audience: &str, expires: Option<SystemTime>, rights: Rights) {
+        let path = audience_path(audience);
+        let expires = control::capped_expiry(expires, self.clock.now(), self.max_token_lifetime);
+        if let Ok(mut granted) = self.granted.lock() {
+            granted.retain(|g| g.path != path);
+            granted.push(Grant {
+                path,
+                expires,
+                rights,
+            });
+        }
+    }
+
+    /// When access to `entity` with `right` (any right: `None`) ends: the latest expiry of
+    /// the grants covering it (same path or a parent path); `None` when such a grant never
+    /// expires; the epoch when none covers it.
+    pub(crate) fn token_expiry(&self, entity: &str, right: Option<Right>) -> Option<SystemTime> {
+        let entity = entity.trim_matches('/').to_ascii_lowercase();
+        let Ok(granted) = self.granted.lock() else {
+            return Some(SystemTime::UNIX_EPOCH);
+        };
+        let mut latest = Some(SystemTime::UNIX_EPOCH);
+        for grant in granted.iter() {
+            if covers(&grant.path, &entity) && right.is_none_or(|r| grant.rights.allows(r)) {
+                latest = match (latest, grant.expires) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    _ => None,
+                };
+            }
+        }
+        latest
+    }
+
+    /// True when an unexpired grant covers `entity` with `right` (any right: `None`).
+    pub(crate) fn is_granted(&self, entity: &str, right: Option<Right>) -> bool {
+        self.token_expiry(entity, right)
+            .is_none_or(|expiry| expiry > self.clock.now())
+    }
+
+    /// Why `entity` may not be used with `right`: no valid token, or a token without the
+    /// right (the service: "Unauthorized access. 'Listen' claim(s) are required to perform
+    /// this operation. Resource: 'sb://…/queue'.", azure-sdk-for-python issue 23487).
+    pub(crate) fn refusal(&self, entity: &str, right: Right) -> Option<String> {
+        if !self.is_granted(entity, None) {
+            return Some(format!("no valid token was put on $cbs for {entity}"));
+        }
+        (!self.is_granted(entity, Some(right))).then(|| {
+            format!(
+                "Unauthorized access. '{right}' claim(s) are required to perform this operation. Resource: '{entity}'."
+            )
+        })
     }
 
     pub(crate) fn route(&self, keys: &[String]) -> Option<mpsc::UnboundedSender<AnyMessage>> {
@@ -162,53 +345,75 @@ impl Emulator {
     /// Binds and serves `broker`.
     ///
     /// # Errors
-    /// [`Error::Config`] when the address cannot be bound.
+    /// [`Error::Server`] when the address cannot be bound.
     pub async fn start(broker: Broker, options: EmulatorOptions) -> Result<Emulator, Error> {
         let server = ServerOptions {
             container_id: format!("sb-emulator-{}", broker.namespace()),
+            max_frame_size: SERVICE_MAX_FRAME_SIZE,
+            channel_max: SERVICE_CHANNEL_MAX,
+            idle_timeout: Some(SERVICE_IDLE_TIMEOUT),
             ..ServerOptions::default()
         };
-        let listener = Listener::bind(options.listen.as_str(), server)
+        let listener = Listener::bind(options.listen.as_str(), server.clone())
             .await
             .map_err(|e| Error::Server(format!("cannot listen on {}: {e}", options.listen)))?;
+        let websocket = match &options.websocket_listen {
+            Some(addr) => Some(
+                Listener::bind_websocket(addr.as_str(), sb_amqp::WEBSOCKET_PATH, server)
+                    .await
+                    .map_err(|e| Error::Server(format!("cannot listen on {addr}: {e}")))?,
+            ),
+            None => None,
+        };
         let addr = listener
             .local_addr()
             .map_err(|e| Error::Server(e.to_string()))?;
+        let websocket_addr = websocket
+            .as_ref()
+            .map(Listener::local_addr)
+            .transpose()
+            .map_err(|e| Error::Server(e.to_string()))?;
+        let seed = options.fault_seed.unwrap_or_else(|| {
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        });
+        if !options.faults.is_empty() {
+            let faults: Vec<String> = options
+                .faults
+                .iter()
+                .map(|f| format!("{}={}", f.fault, f.probability))
+                .collect();
+            tracing::info!(
+                ?faults,
+                seed,
+                "Fault injection on (replay with --fault-seed)."
+            );
+        }
+        let shared = Arc::new(Shared {
+            broker,
+            faults: Arc::new(Faults::new(&options.faults, seed)),
+            options: Arc::new(options),
+            registry: Arc::new(Registry::default()),
+        });
         let emulator = Emulator {
             addr,
-            broker,
-            options: Arc::new(options),
+            websocket_addr,
+            shared: shared.clone(),
             shutdown: CancellationToken::new(),
             connections: Arc::new(Mutex::new(Vec::new())),
             tracker: TaskTracker::new(),
         };
-        let (broker, options, shutdown, connections, tracker) = (
-            emulator.broker.clone(),
-            emulator.options.clone(),
-            emulator.shutdown.clone(),
-            emulator.connections.clone(),
-            emulator.tracker.clone(),
-        );
-        emulator.tracker.spawn(async move {
-            loop {
-                let incoming = tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    incoming = listener.accept() => incoming,
-                };
-                let Ok(incoming) = incoming else { continue };
-                let token = shutdown.child_token();
-                if let Ok(mut list) = connections.lock() {
-                    list.retain(|t| !t.is_cancelled());
-                    list.push(token.clone());
-                }
-                let (broker, options, tracker2) =
-                    (broker.clone(), options.clone(), tracker.clone());
-                tracker.spawn(async move {
-                    serve_connection(incoming, broker, options, token, tracker2).await;
-                });
-            }
-        });
-        tracing::info!(%addr, "Service Bus emulator listening.");
+        for listener in std::iter::once(listener).chain(websocket) {
+            emulator.tracker.spawn(accept_loop(
+                listener,
+                shared.clone(),
+                emulator.shutdown.clone(),
+                emulator.connections.clone(),
+                emulator.tracker.clone(),
+            ));
+        }
+        tracing::info!(%addr, websocket = ?websocket_addr, "Service Bus emulator listening.");
         Ok(emulator)
     }
 
@@ -221,13 +426,47 @@ impl Emulator {
     pub fn connection_string(&self) -> String {
         format!(
             "Endpoint=sb://{};SharedAccessKeyName={};SharedAccessKey={};UseDevelopmentEmulator=true;",
-            self.addr, self.options.key_name, self.options.key
+            self.addr, self.shared.options.key_name, self.shared.options.key
         )
+    }
+
+    /// The WebSocket listener's address, when [`EmulatorOptions::websocket_listen`] is set.
+    pub fn websocket_addr(&self) -> Option<SocketAddr> {
+        self.websocket_addr
+    }
+
+    /// The connection string for AMQP over WebSockets (`TransportType=AmqpWebSockets`, plain
+    /// `ws` on the WebSocket port), when [`EmulatorOptions::websocket_listen`] is set.
+    pub fn websocket_connection_string(&self) -> Option<String> {
+        self.websocket_addr.map(|addr| {
+            format!(
+                "Endpoint=sb://{addr};SharedAccessKeyName={};SharedAccessKey={};UseDevelopmentEmulator=true;TransportType=AmqpWebSockets;",
+                self.shared.options.key_name, self.shared.options.key
+            )
+        })
     }
 
     /// The broker, for inspection and fault hooks.
     pub fn broker(&self) -> &Broker {
-        &self.broker
+        &self.shared.broker
+    }
+
+    /// The live entity links (not `$cbs` / `$management`), oldest first.
+    pub fn links(&self) -> Vec<LinkInfo> {
+        self.shared.registry.list()
+    }
+
+    /// Detaches link `id` (from [`Emulator::links`]) with `error`, e.g.
+    /// `AmqpError::new(condition::DETACH_FORCED, …)`; false when it is not live.
+    pub fn force_detach_link(&self, id: u64, error: AmqpError) -> bool {
+        self.shared.registry.detach(id, error)
+    }
+
+    /// Detaches every live link attached to `entity` (the path as the client attached it,
+    /// case-insensitive: `orders`, `orders/$DeadLetterQueue`, `t/Subscriptions/s`) with
+    /// `error`; returns how many were asked to.
+    pub fn force_detach_entity(&self, entity: &str, error: AmqpError) -> usize {
+        self.shared.registry.detach_entity(entity, &error)
     }
 
     /// Closes every client connection now (with `amqp:connection:forced`); new connections
@@ -257,10 +496,34 @@ impl Emulator {
     }
 }
 
+async fn accept_loop(
+    listener: Listener,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+    connections: Arc<Mutex<Vec<CancellationToken>>>,
+    tracker: TaskTracker,
+) {
+    loop {
+        let incoming = tokio::select! {
+            () = shutdown.cancelled() => return,
+            incoming = listener.accept() => incoming,
+        };
+        let Ok(incoming) = incoming else { continue };
+        let token = shutdown.child_token();
+        if let Ok(mut list) = connections.lock() {
+            list.retain(|t| !t.is_cancelled());
+            list.push(token.clone());
+        }
+        let (shared, tracker2) = (shared.clone(), tracker.clone());
+        tracker.spawn(async move {
+            serve_connection(incoming, shared, token, tracker2).await;
+        });
+    }
+}
+
 async fn serve_connection(
     incoming: sb_amqp::IncomingConnection,
-    broker: Broker,
-    options: Arc<EmulatorOptions>,
+    shared: Arc<Shared>,
     stop: CancellationToken,
     tracker: TaskTracker,
 ) {
@@ -272,7 +535,10 @@ async fn serve_connection(
             return;
         }
     };
-    let state = Arc::new(ConnState::default());
+    let state = Arc::new(ConnState::new(
+        shared.broker.clock(),
+        shared.options.max_token_lifetime,
+    ));
     let links = CancellationToken::new();
     loop {
         let event = tokio::select! {
@@ -285,14 +551,17 @@ async fn serve_connection(
         let Some(ConnectionEvent::Link(request)) = event else {
             break;
         };
-        let (broker, options, state, links) = (
-            broker.clone(),
-            options.clone(),
-            state.clone(),
-            links.clone(),
-        );
+        let control = ControlContext {
+            registry: shared.registry.clone(),
+            faults: shared.faults.clone(),
+            idle_timeout: shared.options.link_idle_timeout,
+            clock: shared.broker.clock(),
+            state: state.clone(),
+            connection: stop.clone(),
+        };
+        let (shared, links) = (shared.clone(), links.clone());
         tracker.spawn(async move {
-            if let Err(error) = serve_link(request, broker, options, state, links).await {
+            if let Err(error) = serve_link(request, &shared, control, links).await {
                 tracing::debug!(%error, "Link ended.");
             }
         });
@@ -302,11 +571,15 @@ async fn serve_connection(
 
 async fn serve_link(
     request: LinkRequest,
-    broker: Broker,
-    options: Arc<EmulatorOptions>,
-    state: Arc<ConnState>,
+    shared: &Shared,
+    control: ControlContext,
     stop: CancellationToken,
 ) -> Result<(), sb_amqp::Error> {
+    let (broker, options, state) = (
+        shared.broker.clone(),
+        shared.options.clone(),
+        control.state.clone(),
+    );
     let address = if request.is_peer_sender() {
         request.target_address().map(str::to_owned)
     } else {
@@ -322,7 +595,10 @@ async fn serve_link(
         .map(|_| &path[..path.len() - "/$management".len()])
     {
         let entity = entity.to_owned();
-        if !state.is_granted(&path) {
+        // Each operation checks its own right (nodes.rs); the link needs some valid token for
+        // its own path: a token for `q1` or for `q1/$management` (the JavaScript SDK puts the
+        // latter before its management link, `src/core/managementClient.ts`).
+        if !state.is_granted(&path, None) {
             return request.reject(unauthorized(&path)).await;
         }
         return nodes::serve(
@@ -343,13 +619,23 @@ async fn serve_link(
                 .await;
         }
     };
-    if !state.is_granted(&path) {
-        return request.reject(unauthorized(&path)).await;
+    let role = if request.is_peer_sender() {
+        LinkRole::Sender
+    } else {
+        LinkRole::Receiver
+    };
+    if let Some(why) = state.refusal(&path, role.right()) {
+        return request
+            .reject(wire_error(condition::UNAUTHORIZED_ACCESS, Some(why)))
+            .await;
     }
+    // Session links do not take part in the link controls yet (idle timer, token expiry,
+    // faults): issue 17's later part.
     if sessions::is_session_link(&request, &entity) {
         return sessions::serve(request, entity, stop).await;
     }
-    links::serve(request, entity, stop).await
+    let control = LinkControl::new(control, request.name(), &path, role);
+    links::serve(request, entity, control, stop).await
 }
 
 /// An error as the emulator puts it on the wire: `info` is always present (an empty map when
@@ -391,33 +677,41 @@ mod tests {
 
     #[test]
     fn audiences_cover_their_entity_and_its_sub_paths() {
-        let state = ConnState::default();
-        state.grant("sb://127.0.0.1:5699/Orders");
+        let state = ConnState::new(crate::Clock::new(), None);
+        state.grant("sb://127.0.0.1:5699/Orders", None, crate::Rights::ALL);
         for path in [
             "orders",
             "Orders/$management",
             "orders/$DeadLetterQueue",
             "orders/$DeadLetterQueue/$management",
         ] {
-            assert!(state.is_granted(path), "{path}");
+            assert!(state.is_granted(path, None), "{path}");
         }
         for path in ["orders2", "order", "other/$management", "$cbs"] {
-            assert!(!state.is_granted(path), "{path}");
+            assert!(!state.is_granted(path, None), "{path}");
         }
     }
 
     #[test]
     fn a_management_audience_covers_only_the_management_node() {
         // What the JavaScript SDK puts before its management link.
-        let state = ConnState::default();
-        state.grant("sb://localhost:5699/q1/$management");
-        assert!(state.is_granted("q1/$management"));
-        assert!(!state.is_granted("q1"));
-        assert!(!state.is_granted("q1/$DeadLetterQueue"));
-        let state = ConnState::default();
-        state.grant("amqp://localhost/t1/Subscriptions/s1/$DeadLetterQueue");
-        assert!(state.is_granted("t1/subscriptions/s1/$deadletterqueue/$management"));
-        assert!(!state.is_granted("t1/Subscriptions/s1"));
+        let state = ConnState::new(crate::Clock::new(), None);
+        state.grant(
+            "sb://localhost:5699/q1/$management",
+            None,
+            crate::Rights::ALL,
+        );
+        assert!(state.is_granted("q1/$management", None));
+        assert!(!state.is_granted("q1", None));
+        assert!(!state.is_granted("q1/$DeadLetterQueue", None));
+        let state = ConnState::new(crate::Clock::new(), None);
+        state.grant(
+            "amqp://localhost/t1/Subscriptions/s1/$DeadLetterQueue",
+            None,
+            crate::Rights::ALL,
+        );
+        assert!(state.is_granted("t1/subscriptions/s1/$deadletterqueue/$management", None));
+        assert!(!state.is_granted("t1/Subscriptions/s1", None));
     }
 
     #[test]

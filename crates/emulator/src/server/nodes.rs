@@ -16,7 +16,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::codec::{self, from_uuid, key_text, to_timestamp, value_property};
 use super::{ConnState, EmulatorOptions, rules, sas};
-use crate::{Broker, DispositionStatus, Error, Properties as BrokerProperties, ReceiveMode};
+use crate::{
+    Broker, DispositionStatus, Error, Properties as BrokerProperties, ReceiveMode, Right, Rights,
+};
 
 /// Which node a link serves.
 #[derive(Debug, Clone)]
@@ -112,7 +114,19 @@ async fn answer(
     tracing::debug!(node = node.key(), reply_to = ?request.properties.as_ref().and_then(|p| p.reply_to.clone()), "Node request.");
     let (status, description, condition, body) = match node {
         Node::Cbs => put_token(request, options, state),
-        Node::Management(entity) => management(request, broker, entity).await,
+        // Each operation needs its own right; a token for the entity or for its `$management`
+        // node covers the node.
+        Node::Management(entity) => {
+            match state.refusal(&format!("{entity}/$management"), operation_right(request)) {
+                Some(why) => (
+                    401,
+                    why,
+                    Some(sb_amqp::condition::UNAUTHORIZED_ACCESS),
+                    None,
+                ),
+                None => management(request, broker, entity).await,
+            }
+        }
     };
     tracing::debug!(node = node.key(), status, %description, "Node reply.");
     let properties = request.properties.clone().unwrap_or_default();
@@ -168,6 +182,22 @@ fn app_text(message: &AnyMessage, name: &str) -> Option<String> {
 
 pub(super) type Reply = (i32, String, Option<&'static str>, Option<Value>);
 
+/// The right a `$management` operation needs: scheduling is sending, rule changes are
+/// management, everything else (peek, renew, settle, sessions, deferred) is listening.
+fn operation_right(request: &AnyMessage) -> Right {
+    match app_text(request, "operation").as_deref() {
+        Some("com.microsoft:schedule-message" | "com.microsoft:cancel-scheduled-message") => {
+            Right::Send
+        }
+        Some(
+            "com.microsoft:add-rule"
+            | "com.microsoft:remove-rule"
+            | "com.microsoft:enumerate-rules",
+        ) => Right::Manage,
+        _ => Right::Listen,
+    }
+}
+
 fn put_token(request: &AnyMessage, options: &EmulatorOptions, state: &ConnState) -> Reply {
     let token = match &request.body {
         Body::Value(AmqpValue(Value::String(token))) => token.clone(),
@@ -184,7 +214,8 @@ fn put_token(request: &AnyMessage, options: &EmulatorOptions, state: &ConnState)
     // Python puts SAS tokens with type `jwt` too: the token's form decides.
     if !token.starts_with("SharedAccessSignature ") {
         if options.accept_jwt {
-            state.grant(&name);
+            // Entra ID roles are not modelled: a JWT may do everything.
+            state.grant(&name, None, Rights::ALL);
             return (202, "Accepted".into(), None, None);
         }
         return (
@@ -194,9 +225,14 @@ fn put_token(request: &AnyMessage, options: &EmulatorOptions, state: &ConnState)
             None,
         );
     }
-    match sas::verify(&token, &options.key_name, &options.key, SystemTime::now()) {
+    let key_name = sas::key_name(&token).unwrap_or_default();
+    let Some((key, rights)) = options.key(&key_name) else {
+        tracing::info!(%name, "Token refused: unknown key name.");
+        return (401, "Unauthorized: unknown key name".into(), None, None);
+    };
+    match sas::verify(&token, &key_name, key, SystemTime::now()) {
         Ok(audience) => {
-            state.grant(&audience);
+            state.grant(&audience, sas::expiry(&token), rights);
             (202, "Accepted".into(), None, None)
         }
         Err(error) => {

@@ -63,6 +63,24 @@ pub(crate) fn verify(
     Ok(percent_decode_str(sr).decode_utf8_lossy().into_owned())
 }
 
+/// The key name (`skn`) a SAS token says it was signed with.
+pub(crate) fn key_name(token: &str) -> Option<String> {
+    let fields = token.strip_prefix("SharedAccessSignature ")?;
+    let skn = fields
+        .split('&')
+        .find_map(|part| part.strip_prefix("skn="))?;
+    Some(percent_decode_str(skn).decode_utf8_lossy().into_owned())
+}
+
+/// The expiry (`se`) of a SAS token; the links it authorises are detached once it passes.
+pub(crate) fn expiry(token: &str) -> Option<SystemTime> {
+    let fields = token.strip_prefix("SharedAccessSignature ")?;
+    let se = fields
+        .split('&')
+        .find_map(|part| part.strip_prefix("se="))?;
+    Some(UNIX_EPOCH + Duration::from_secs(se.parse().ok()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

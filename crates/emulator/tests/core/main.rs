@@ -1,7 +1,10 @@
 //! Broker core integration tests, all on tokio's paused clock (`start_paused = true` and
-//! `tokio::time::advance`): no test sleeps for real.
+//! `tokio::time::advance`): no test sleeps for real. `process`: the `sb-emulator` binary's
+//! flags on the wire (real time, bounded waits on events).
 
 #![allow(clippy::unwrap_used, clippy::panic, clippy::unwrap_in_result)]
+
+mod process;
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -1,0 +1,338 @@
+//! The service's pressure on live entity links: the idle timer, token expiry, forced detaches
+//! (from tests through [`crate::Emulator`] and from `--fault detach-link`) and the per-operation
+//! fault draws.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use sb_amqp::{AmqpError, condition};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::faults::{Fault, Faults};
+use super::{ConnState, wire_error};
+use crate::{Clock, Right};
+
+/// Which way messages flow on a live entity link, seen from the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LinkRole {
+    /// The client sends (the service calls it a publisher).
+    Sender,
+    /// The client receives (a consumer).
+    Receiver,
+}
+
+impl LinkRole {
+    /// The right a link of this role needs.
+    pub(crate) fn right(self) -> Right {
+        match self {
+            LinkRole::Sender => Right::Send,
+            LinkRole::Receiver => Right::Listen,
+        }
+    }
+}
+
+/// A live entity link, as [`crate::Emulator::links`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkInfo {
+    /// Emulator-wide id, for [`crate::Emulator::force_detach_link`].
+    pub id: u64,
+    /// The link name the client chose.
+    pub name: String,
+    /// The entity path the link is attached to, as the client wrote it (host stripped).
+    pub entity: String,
+    /// Which way messages flow.
+    pub role: LinkRole,
+}
+
+#[derive(Debug)]
+struct Entry {
+    info: LinkInfo,
+    detach: mpsc::UnboundedSender<AmqpError>,
+}
+
+/// Every live entity link of the emulator, so any of them can be detached on demand.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    next: AtomicU64,
+    links: Mutex<HashMap<u64, Entry>>,
+}
+
+impl Registry {
+    fn register(
+        self: &Arc<Self>,
+        name: &str,
+        entity: &str,
+        role: LinkRole,
+    ) -> (Registration, mpsc::UnboundedReceiver<AmqpError>) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let info = LinkInfo {
+            id,
+            name: name.to_owned(),
+            entity: entity.to_owned(),
+            role,
+        };
+        if let Ok(mut links) = self.links.lock() {
+            links.insert(id, Entry { info, detach: tx });
+        }
+        (
+            Registration {
+                id,
+                registry: self.clone(),
+            },
+            rx,
+        )
+    }
+
+    pub(crate) fn list(&self) -> Vec<LinkInfo> {
+        let mut list: Vec<LinkInfo> = self
+            .links
+            .lock()
+            .map(|links| links.values().map(|e| e.info.clone()).collect())
+            .unwrap_or_default();
+        list.sort_by_key(|l| l.id);
+        list
+    }
+
+    /// Asks link `id` to detach with `error`; false when it is not live.
+    pub(crate) fn detach(&self, id: u64, error: AmqpError) -> bool {
+        self.links
+            .lock()
+            .ok()
+            .and_then(|links| links.get(&id).map(|e| e.detach.send(error).is_ok()))
+            .unwrap_or(false)
+    }
+
+    /// Detaches every live link on `entity` (case-insensitive, exact path); returns how many.
+    pub(crate) fn detach_entity(&self, entity: &str, error: &AmqpError) -> usize {
+        let entity = entity.trim_matches('/');
+        let Ok(links) = self.links.lock() else {
+            return 0;
+        };
+        links
+            .values()
+            .filter(|e| e.info.entity.eq_ignore_ascii_case(entity))
+            .filter(|e| e.detach.send(error.clone()).is_ok())
+            .count()
+    }
+
+    fn detach_random(&self, faults: &Faults, error: AmqpError) {
+        let Ok(links) = self.links.lock() else { return };
+        let mut ids: Vec<u64> = links.keys().copied().collect();
+        if ids.is_empty() {
+            return;
+        }
+        ids.sort_unstable();
+        let id = ids[faults.pick(ids.len())];
+        if let Some(entry) = links.get(&id) {
+            tracing::info!(link = %entry.info.name, entity = %entry.info.entity, "Fault: detaching a link with server-busy.");
+            let _ = entry.detach.send(error);
+        }
+    }
+}
+
+/// Removes its link from the registry when the link task ends.
+#[derive(Debug)]
+struct Registration {
+    id: u64,
+    registry: Arc<Registry>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Ok(mut links) = self.registry.links.lock() {
+            links.remove(&self.id);
+        }
+    }
+}
+
+/// What one entity link task needs to behave like the service towards its client.
+#[derive(Debug)]
+pub(crate) struct LinkControl {
+    registration: Registration,
+    detach: mpsc::UnboundedReceiver<AmqpError>,
+    name: String,
+    entity: String,
+    role: LinkRole,
+    idle_timeout: Option<Duration>,
+    last_activity: Instant,
+    state: Arc<ConnState>,
+    clock: Clock,
+    faults: Arc<Faults>,
+    connection: CancellationToken,
+}
+
+/// Everything [`LinkControl::new`] takes from the emulator and the connection.
+#[derive(Debug, Clone)]
+pub(crate) struct ControlContext {
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) faults: Arc<Faults>,
+    pub(crate) idle_timeout: Option<Duration>,
+    pub(crate) clock: Clock,
+    pub(crate) state: Arc<ConnState>,
+    /// Cancelling it closes the connection with `amqp:connection:forced`.
+    pub(crate) connection: CancellationToken,
+}
+
+impl LinkControl {
+    pub(crate) fn new(ctx: ControlContext, name: &str, entity: &str, role: LinkRole) -> Self {
+        let (registration, detach) = ctx.registry.register(name, entity, role);
+        LinkControl {
+            registration,
+            detach,
+            name: name.to_owned(),
+            entity: entity.to_owned(),
+            role,
+            idle_timeout: ctx.idle_timeout,
+            last_activity: Instant::now(),
+            state: ctx.state,
+            clock: ctx.clock,
+            faults: ctx.faults,
+            connection: ctx.connection,
+        }
+    }
+
+    /// A transfer, flow or disposition happened: restart the idle timer.
+    pub(crate) fn touch(&mut self) {
+        self.last_activity = Instant::now();
+    }
+
+    /// Draws the per-transfer faults: may close the connection or detach a random link.
+    pub(crate) fn after_transfer(&mut self) {
+        self.touch();
+        if self.faults.hit(Fault::DropConnection) {
+            tracing::info!(link = %self.name, "Fault: dropping the connection.");
+            self.connection.cancel();
+        }
+        self.maybe_detach_random();
+    }
+
+    /// Draws the per-disposition faults; true when this disposition must be answered
+    /// `rejected{com.microsoft:server-busy}` and left unapplied.
+    pub(crate) fn after_disposition(&mut self, settled_by_client: bool) -> bool {
+        self.touch();
+        self.maybe_detach_random();
+        // A disposition the client settled expects no answer: it is always applied.
+        !settled_by_client && self.faults.hit(Fault::BusySettle)
+    }
+
+    fn maybe_detach_random(&self) {
+        if self.faults.hit(Fault::DetachLink) {
+            self.registration.registry.detach_random(
+                &self.faults,
+                wire_error(
+                    condition::SERVER_BUSY,
+                    Some(
+                        "The server is busy. Please retry the operation (injected by --fault detach-link)."
+                            .to_owned(),
+                    ),
+                ),
+            );
+        }
+    }
+
+    /// Resolves with the error to detach with: an explicit request, the idle timer, or the
+    /// token's expiry. Cancel-safe: `select!` it against the link's work.
+    pub(crate) async fn must_detach(&mut self) -> AmqpError {
+        loop {
+            let now = Instant::now();
+            let idle_deadline = self.idle_timeout.map(|d| self.last_activity + d);
+            let token_deadline = self
+                .state
+                .token_expiry(&self.entity, Some(self.role.right()))
+                .map(|expiry| {
+                    now + expiry
+                        .duration_since(self.clock.now())
+                        .unwrap_or(Duration::ZERO)
+                });
+            if let Some(deadline) = token_deadline
+                && deadline <= now
+            {
+                return self.token_expired();
+            }
+            if let (Some(deadline), Some(timeout)) = (idle_deadline, self.idle_timeout)
+                && deadline <= now
+            {
+                return self.idle_expired(timeout);
+            }
+            let wake = match (idle_deadline, token_deadline) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            tokio::select! {
+                error = self.detach.recv() => {
+                    if let Some(error) = error {
+                        return error;
+                    }
+                    // The registry is gone (cannot happen while we hold our registration).
+                    std::future::pending::<()>().await;
+                }
+                // Re-checked on waking: a refreshed token or new activity moves the deadline.
+                () = sleep_until_opt(wake) => {}
+            }
+        }
+    }
+
+    /// `amqp:link:detach-forced` with the service's idle-timer text. The service's words, from
+    /// azure-sdk-for-python issue 18795 and 33013: "The link 'G2:…:receiver-link-…' is force
+    /// detached. Code: consumer(link4508054). Details: AmqpMessageConsumer.IdleTimerExpired:
+    /// Idle timeout: 00:10:00." (`publisher` / `AmqpMessagePublisher` for senders).
+    fn idle_expired(&self, timeout: Duration) -> AmqpError {
+        let (code, class) = match self.role {
+            LinkRole::Receiver => ("consumer", "AmqpMessageConsumer"),
+            LinkRole::Sender => ("publisher", "AmqpMessagePublisher"),
+        };
+        let secs = timeout.as_secs();
+        tracing::info!(link = %self.name, entity = %self.entity, "Link idle; force detaching.");
+        wire_error(
+            condition::DETACH_FORCED,
+            Some(format!(
+                "The link '{}' is force detached. Code: {code}(link{}). Details: {class}.IdleTimerExpired: Idle timeout: {:02}:{:02}:{:02}.",
+                self.name,
+                self.registration.id,
+                secs / 3600,
+                secs / 60 % 60,
+                secs % 60
+            )),
+        )
+    }
+
+    /// `amqp:unauthorized-access` once the token that authorised the link expired and no
+    /// fresh one was put. The service words it "… is force detached. Code: RenewToken.
+    /// Details: Unauthorized access. …" (azure-sdk-for-python issue 23487).
+    fn token_expired(&self) -> AmqpError {
+        tracing::info!(link = %self.name, entity = %self.entity, "Token expired; detaching.");
+        wire_error(
+            condition::UNAUTHORIZED_ACCESS,
+            Some(format!(
+                "The link '{}' is force detached. Code: RenewToken. Details: Unauthorized access. The token for '{}' has expired; put a fresh token on $cbs before it expires.",
+                self.name, self.entity
+            )),
+        )
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Token expiry per grant: `min(token expiry, grant time + cap)`; `None` never expires.
+pub(crate) fn capped_expiry(
+    token: Option<SystemTime>,
+    now: SystemTime,
+    cap: Option<Duration>,
+) -> Option<SystemTime> {
+    let capped = cap.and_then(|cap| now.checked_add(cap));
+    match (token, capped) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}

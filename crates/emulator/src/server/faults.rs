@@ -1,0 +1,182 @@
+//! Command-line fault injection: faults the real service produces at random, drawn per
+//! operation from a seeded generator so a failing run can be replayed with its seed.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Mutex;
+
+/// A fault the emulator can inject, each with a probability per operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fault {
+    /// Per transfer or disposition on any entity link: detach a random live entity link with
+    /// `com.microsoft:server-busy` (Service Bus detaches links with server-busy, timeout,
+    /// internal-error; the SDKs re-attach, e.g. azure-sdk-for-net `AmqpExceptionHelper`).
+    DetachLink,
+    /// Per unsettled disposition: answer `rejected{com.microsoft:server-busy}` without
+    /// applying it (the message stays locked, as after a throttled settlement).
+    BusySettle,
+    /// Per transfer: close the connection with `amqp:connection:forced`.
+    DropConnection,
+}
+
+impl Fault {
+    const ALL: [Fault; 3] = [Fault::DetachLink, Fault::BusySettle, Fault::DropConnection];
+
+    /// The command-line name (`--fault NAME=P`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::DetachLink => "detach-link",
+            Fault::BusySettle => "busy-settle",
+            Fault::DropConnection => "drop-connection",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Fault::DetachLink => 0,
+            Fault::BusySettle => 1,
+            Fault::DropConnection => 2,
+        }
+    }
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `--fault NAME=P`: a fault and its probability in `[0, 1]`.
+///
+/// # Examples
+/// ```
+/// use sb_emulator::{Fault, FaultSpec};
+/// let spec: FaultSpec = "busy-settle=0.02".parse().unwrap();
+/// assert_eq!(spec, FaultSpec { fault: Fault::BusySettle, probability: 0.02 });
+/// assert!("busy-settle=2".parse::<FaultSpec>().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FaultSpec {
+    /// Which fault.
+    pub fault: Fault,
+    /// Probability per operation, `0.0..=1.0`.
+    pub probability: f64,
+}
+
+impl FromStr for FaultSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let names = || {
+            Fault::ALL
+                .iter()
+                .map(|f| f.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let (name, p) = s
+            .split_once('=')
+            .ok_or_else(|| format!("expected NAME=PROBABILITY (NAME one of {})", names()))?;
+        let fault = Fault::ALL
+            .into_iter()
+            .find(|f| f.name() == name.trim())
+            .ok_or_else(|| format!("unknown fault {name:?} (one of {})", names()))?;
+        let probability: f64 = p
+            .trim()
+            .parse()
+            .map_err(|_| format!("{name}: {p:?} is not a number"))?;
+        if !(0.0..=1.0).contains(&probability) {
+            return Err(format!(
+                "{name}: probability {probability} is not within 0..=1"
+            ));
+        }
+        Ok(FaultSpec { fault, probability })
+    }
+}
+
+/// The faults in force and their generator.
+#[derive(Debug)]
+pub(crate) struct Faults {
+    probability: [f64; 3],
+    /// splitmix64 state: tiny, seedable, good enough for fault draws.
+    state: Mutex<u64>,
+}
+
+impl Faults {
+    pub(crate) fn new(specs: &[FaultSpec], seed: u64) -> Self {
+        let mut probability = [0.0; 3];
+        for spec in specs {
+            probability[spec.fault.index()] = spec.probability;
+        }
+        Faults {
+            probability,
+            state: Mutex::new(seed),
+        }
+    }
+
+    fn next(&self) -> u64 {
+        let Ok(mut state) = self.state.lock() else {
+            return u64::MAX;
+        };
+        *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Draws once for `fault`: true with its probability (no draw when the fault is off).
+    pub(crate) fn hit(&self, fault: Fault) -> bool {
+        let p = self.probability[fault.index()];
+        if p <= 0.0 {
+            return false;
+        }
+        // 53 random bits → uniform in [0, 1).
+        let x = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        x < p
+    }
+
+    /// A uniform index below `n` (`n > 0`).
+    pub(crate) fn pick(&self, n: usize) -> usize {
+        usize::try_from(self.next() % n.max(1) as u64).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_specs_and_refuses_bad_ones() {
+        let spec: FaultSpec = "detach-link=0.5".parse().unwrap();
+        assert_eq!(spec.fault, Fault::DetachLink);
+        assert!("detach-link".parse::<FaultSpec>().is_err());
+        assert!("nope=0.1".parse::<FaultSpec>().is_err());
+        assert!("drop-connection=-0.1".parse::<FaultSpec>().is_err());
+        assert!("drop-connection=x".parse::<FaultSpec>().is_err());
+    }
+
+    #[test]
+    fn draws_are_reproducible_and_near_their_probability() {
+        let spec = FaultSpec {
+            fault: Fault::BusySettle,
+            probability: 0.25,
+        };
+        let a = Faults::new(&[spec], 7);
+        let b = Faults::new(&[spec], 7);
+        let draws_a: Vec<bool> = (0..10_000).map(|_| a.hit(Fault::BusySettle)).collect();
+        let draws_b: Vec<bool> = (0..10_000).map(|_| b.hit(Fault::BusySettle)).collect();
+        assert_eq!(draws_a, draws_b);
+        let hits = draws_a.iter().filter(|h| **h).count();
+        assert!((2_300..2_700).contains(&hits), "{hits} hits of 10000");
+        assert!(!a.hit(Fault::DetachLink), "off faults never fire");
+        let always = Faults::new(
+            &[FaultSpec {
+                fault: Fault::DropConnection,
+                probability: 1.0,
+            }],
+            1,
+        );
+        assert!((0..100).all(|_| always.hit(Fault::DropConnection)));
+    }
+}

@@ -1,0 +1,90 @@
+//! A request/response node (`$cbs`, `<entity>/$management`) whose link pair is attached on
+//! first use and re-attached after it fails, on the same connection.
+//!
+//! The SDKs re-create these links on demand (.NET `AmqpConnectionScope` opens a new
+//! management link when the cached one is closed; Go `internal/rpc.go` recovers the RPC
+//! link with the entity's links); a pair that failed once never answers again.
+
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use sb_amqp::types::messaging::Message;
+use sb_amqp::types::messaging::SerializableBody;
+use sb_amqp::{AnyMessage, RequestResponse, Session};
+
+/// One node on one connection.
+#[derive(Debug)]
+pub(crate) struct Node {
+    address: String,
+    pair: StdMutex<Option<Arc<RequestResponse>>>,
+}
+
+impl Node {
+    pub(crate) fn new(address: impl Into<String>) -> Self {
+        Node {
+            address: address.into(),
+            pair: StdMutex::new(None),
+        }
+    }
+
+    fn cached(&self) -> Option<Arc<RequestResponse>> {
+        let pair = self
+            .pair
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        pair.as_ref().filter(|p| p.error().is_none()).cloned()
+    }
+
+    /// The working pair, attaching one (no lock held while attaching) when there is none.
+    async fn pair(
+        &self,
+        session: &Session,
+        timeout: Duration,
+    ) -> Result<Arc<RequestResponse>, sb_amqp::Error> {
+        if let Some(pair) = self.cached() {
+            return Ok(pair);
+        }
+        let attached =
+            tokio::time::timeout(timeout, RequestResponse::attach(session, &self.address))
+                .await
+                .map_err(|_| sb_amqp::Error::Timeout)??;
+        let mut slot = self
+            .pair
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Two callers may attach at once; the first one installed wins, the other is dropped
+        // (and detached in the background).
+        match slot.as_ref().filter(|p| p.error().is_none()) {
+            Some(winner) => Ok(winner.clone()),
+            None => {
+                let pair = Arc::new(attached);
+                *slot = Some(pair.clone());
+                Ok(pair)
+            }
+        }
+    }
+
+    /// Sends `request` and waits at most `timeout` for the reply. A failed pair is forgotten so
+    /// the next request attaches a new one; a timeout keeps the pair (its reply may be late).
+    pub(crate) async fn request<B: SerializableBody>(
+        &self,
+        session: &Session,
+        request: Message<B>,
+        timeout: Duration,
+    ) -> Result<AnyMessage, sb_amqp::Error> {
+        let pair = self.pair(session, timeout).await?;
+        let replied = tokio::time::timeout(timeout, pair.request(request))
+            .await
+            .map_err(|_| sb_amqp::Error::Timeout)?;
+        if replied.is_err() || pair.error().is_some() {
+            let mut slot = self
+                .pair
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if slot.as_ref().is_some_and(|p| Arc::ptr_eq(p, &pair)) {
+                *slot = None;
+            }
+        }
+        replied
+    }
+}

@@ -1,0 +1,343 @@
+//! Issue 13 with processes: `sb-inbox run` against an `sb-emulator` process as strict as the
+//! service (idle links force-detached, tokens honoured for seconds) or with the service's faults
+//! injected at random (detached links, busy dispositions, dropped connections), on PostgreSQL.
+//!
+//! The `sb-emulator` binary comes from the workspace build (`cargo test --workspace` builds it);
+//! when it is missing the tests say `skipped` (and fail under `CI=true`).
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::BufRead as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use sb_inbox::inventory::InventoryStore;
+use sb_inbox::servicebus::{ConnectionString, ServiceBusClient, ServiceBusSender};
+use sb_inbox::{Message, PgStore};
+
+use crate::support::{pg_store, pg_url, schema_for, with_search_path};
+use crate::verification::WorkerProcess;
+
+/// An `sb-emulator` child process; killed on drop.
+struct EmulatorProcess {
+    child: Child,
+    connection: String,
+    dir: PathBuf,
+}
+
+impl Drop for EmulatorProcess {
+    fn drop(&mut self) {
+        // Best effort: the child may already have exited.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl EmulatorProcess {
+    /// Starts `sb-emulator` with queues `orders` (lock 30 s, max delivery count 10) and
+    /// `events`, and `args`; `None` (test skipped) when the binary was not built.
+    fn spawn(test: &str, args: &[&str]) -> Option<Self> {
+        let binary =
+            std::path::Path::new(env!("CARGO_BIN_EXE_sb-inbox")).with_file_name("sb-emulator");
+        if !binary.exists() {
+            let why = format!(
+                "{} not built (cargo build -p sb-emulator, or cargo test --workspace)",
+                binary.display()
+            );
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+            eprintln!("skipped {test}: {why}");
+            return None;
+        }
+        let dir = std::env::temp_dir().join(format!("sb-inbox-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("Config.json");
+        std::fs::write(
+            &config,
+            r#"{"UserConfig":{"Namespaces":[{"Name":"sbemulatorns","Queues":[
+                {"Name":"orders","Properties":{"LockDuration":"PT30S","MaxDeliveryCount":10}},
+                {"Name":"events","Properties":{}}],"Topics":[]}],"Logging":{"Type":"File"}}}"#,
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.join("emulator.log")).unwrap();
+        let mut child = Command::new(binary)
+            .arg("--config")
+            .arg(&config)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let connection = first.trim().to_owned();
+        assert!(connection.starts_with("Endpoint="), "{connection}");
+        Some(EmulatorProcess {
+            child,
+            connection,
+            dir,
+        })
+    }
+
+    fn client(&self) -> ServiceBusClient {
+        let cs: ConnectionString = self.connection.parse().unwrap();
+        ServiceBusClient::from_connection_string(&cs)
+    }
+}
+
+/// Waits until `condition` holds, polling every 50 ms, at most `limit`.
+async fn until<F, Fut>(what: &str, limit: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    tokio::time::timeout(limit, async {
+        while !condition().await {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("timed out waiting until {what}"));
+}
+
+/// Sends `message`, trying again while the failure is transient (a detached link or a dropped
+/// connection may lose the outcome: a copy is then a duplicate, which the inbox recognises).
+async fn send(sender: &ServiceBusSender, message: Message) {
+    let mut message = message;
+    for _ in 0..50 {
+        match sender.send(message).await {
+            Ok(()) => return,
+            Err(failed) if failed.error.is_transient() => message = *failed.message,
+            Err(failed) => panic!("{failed}"),
+        }
+    }
+    panic!("send kept failing");
+}
+
+/// Order `n`: one or two lines over SKUs A–D.
+fn order(n: usize) -> (Message, Vec<(&'static str, i64)>) {
+    const SKUS: [&str; 4] = ["A", "B", "C", "D"];
+    let mut lines = vec![(SKUS[n % 4], (n % 3 + 1) as i64)];
+    if n.is_multiple_of(5) {
+        lines.push((SKUS[(n + 1) % 4], 2));
+    }
+    let body = lines
+        .iter()
+        .map(|(sku, quantity)| format!(r#"{{"sku":"{sku}","quantity":{quantity}}}"#))
+        .collect::<Vec<_>>()
+        .join(",");
+    let message = Message::new(
+        format!("m-{n}"),
+        "orders.order-placed.v1",
+        format!(r#"{{"orderId":"o-{n}","lines":[{body}]}}"#),
+    );
+    (message, lines)
+}
+
+async fn reservations(store: &PgStore) -> i64 {
+    store.inventory_counts().await.unwrap().reservations
+}
+
+/// Reserved units per SKU, read from the store's own table.
+async fn units_per_sku(schema: &str) -> BTreeMap<String, i64> {
+    crate::verification::session(schema)
+        .await
+        .query("SELECT sku, reserved FROM inventory_stock", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| (row.get::<_, String>(0), row.get::<_, i64>(1)))
+        .collect()
+}
+
+/// Message ids on `entity`, peeked.
+async fn peeked_ids(client: &ServiceBusClient, entity: &str) -> Vec<String> {
+    client
+        .peek(entity, 0, 10_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.message.message_id.unwrap_or_default())
+        .collect()
+}
+
+/// Must show 2: links idle for 3 s are force-detached and tokens honoured for 10 s. 50 orders,
+/// 25 s of silence (every link of the worker detached as idle, every token expired), 50 more:
+/// each reserved once, each reservation's event published by the relay, the worker alive and
+/// exiting 0 on SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_survives_idle_detaches_and_token_expiry() {
+    let test = "survive_idle";
+    let Some(emulator) = EmulatorProcess::spawn(
+        test,
+        &["--link-idle-timeout", "3", "--max-token-lifetime", "10"],
+    ) else {
+        return;
+    };
+    let store = pg_store(test, 2).await;
+    let url = with_search_path(&pg_url(), &schema_for(test));
+    let mut worker = WorkerProcess::spawn_on(
+        &emulator.connection,
+        &url,
+        4,
+        &[("SB_INBOX_OUTBOX_DESTINATION", "events")],
+    );
+    let client = emulator.client();
+    let sender = client.sender("orders");
+    for n in 0..50 {
+        send(&sender, order(n).0).await;
+    }
+    until(
+        "50 orders are reserved",
+        Duration::from_secs(60),
+        || async { reservations(&store).await == 50 },
+    )
+    .await;
+    // Silence: longer than the idle limit and twice the token lifetime.
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    assert!(
+        worker.is_running(),
+        "alive after the silence:\n{}",
+        worker.log()
+    );
+    for n in 50..100 {
+        send(&sender, order(n).0).await;
+    }
+    until(
+        "100 orders are reserved",
+        Duration::from_secs(90),
+        || async { reservations(&store).await == 100 },
+    )
+    .await;
+    until(
+        "100 events are published",
+        Duration::from_secs(90),
+        || async { peeked_ids(&client, "events").await.len() >= 100 },
+    )
+    .await;
+    assert!(worker.is_running(), "{}", worker.log());
+    let log = worker.log();
+    let stats = worker.terminate().await;
+    assert_eq!(stats.get("processed"), 100);
+    let counts = store.inventory_counts().await.unwrap();
+    assert_eq!((counts.reservations, counts.inbox_rows), (100, 100));
+    let events: HashSet<String> = peeked_ids(&client, "events").await.into_iter().collect();
+    assert_eq!(events.len(), 100, "one event per order");
+    assert!(
+        peeked_ids(&client, "orders/$DeadLetterQueue")
+            .await
+            .is_empty(),
+        "nothing dead-lettered"
+    );
+    // The service's pressure did happen: the worker re-attached after idle detaches.
+    assert!(
+        log.contains("detach-forced") || log.contains("unauthorized-access"),
+        "no detach seen:\n{log}"
+    );
+}
+
+/// Must show 3: three workers against the service's faults at random (2 % of transfers and
+/// dispositions detach a link with server-busy, 2 % of dispositions answered busy, 0.2 % of
+/// transfers drop the connection); 2000 orders, 30 % of them sent twice: each order takes
+/// effect once, the units per SKU are exact, nothing is dead-lettered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_workers_under_random_faults_apply_every_order_once() {
+    let test = "survive_faults";
+    let Some(emulator) = EmulatorProcess::spawn(
+        test,
+        &[
+            "--fault",
+            "detach-link=0.02",
+            "--fault",
+            "busy-settle=0.02",
+            "--fault",
+            "drop-connection=0.002",
+        ],
+    ) else {
+        return;
+    };
+    const ORDERS: usize = 2000;
+    let store = pg_store(test, 4).await;
+    let schema = schema_for(test);
+    let url = with_search_path(&pg_url(), &schema);
+    let mut workers: Vec<WorkerProcess> = (0..3)
+        .map(|_| WorkerProcess::spawn_on(&emulator.connection, &url, 4, &[]))
+        .collect();
+    let mut expected: BTreeMap<String, i64> = BTreeMap::new();
+    let originals: Vec<Message> = (0..ORDERS)
+        .map(|n| {
+            let (message, lines) = order(n);
+            for (sku, quantity) in lines {
+                *expected.entry(sku.to_owned()).or_default() += quantity;
+            }
+            message
+        })
+        .collect();
+    // 30 % sent twice, the copy 50 orders later, as a publisher's retry would.
+    let copied = |n: usize| n % 10 < 3;
+    let mut messages = Vec::new();
+    for n in 0..ORDERS + 50 {
+        if n < ORDERS {
+            messages.push(originals[n].clone());
+        }
+        if n >= 50 && copied(n - 50) {
+            messages.push(originals[n - 50].clone());
+        }
+    }
+    assert_eq!(messages.len(), ORDERS * 13 / 10);
+    let client = emulator.client();
+    let senders: Vec<_> = messages
+        .chunks(messages.len().div_ceil(4))
+        .map(|chunk| {
+            let (sender, chunk) = (client.sender("orders"), chunk.to_vec());
+            tokio::spawn(async move {
+                for message in chunk {
+                    send(&sender, message).await;
+                }
+            })
+        })
+        .collect();
+    for sender in senders {
+        sender.await.unwrap();
+    }
+    until(
+        "every order is reserved",
+        Duration::from_secs(300),
+        || async { reservations(&store).await == ORDERS as i64 },
+    )
+    .await;
+    for worker in &mut workers {
+        assert!(worker.is_running(), "{}", worker.log());
+    }
+    // The faults did hit the workers: links re-attached, connections re-opened.
+    let logs: String = workers.iter().map(WorkerProcess::log).collect();
+    let reattached = logs.matches("re-attaching").count();
+    let reconnected = logs.matches("Connected to Service Bus.").count();
+    eprintln!("{test}: {reattached} re-attaches, {reconnected} connections opened");
+    assert!(reattached > 0 && reconnected > 3, "no faults seen");
+    let mut processed = 0;
+    let mut duplicates = 0;
+    for worker in workers {
+        let stats = worker.terminate().await;
+        processed += stats.get("processed");
+        duplicates += stats.get("duplicate");
+    }
+    eprintln!("{test}: processed {processed}, duplicates {duplicates}");
+    assert_eq!(processed, ORDERS as u64, "each order committed once");
+    let counts = store.inventory_counts().await.unwrap();
+    assert_eq!(
+        (counts.reservations, counts.inbox_rows),
+        (ORDERS as i64, ORDERS as i64)
+    );
+    assert_eq!(units_per_sku(&schema).await, expected);
+    assert!(
+        peeked_ids(&client, "orders/$DeadLetterQueue")
+            .await
+            .is_empty(),
+        "nothing valid dead-lettered"
+    );
+}
