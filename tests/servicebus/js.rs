@@ -26,21 +26,8 @@ async fn js_sdk_sends_receives_settles_and_renews() {
     if !sdk_installed("js_sdk_sends_receives_settles_and_renews") {
         return;
     }
-    let dir = DIR;
     let emulator = emulator("PT30S").await;
-    let output = tokio::process::Command::new("node")
-        .arg(format!("{dir}/smoke.mjs"))
-        .arg(emulator.connection_string())
-        .current_dir(dir)
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    let stdout = node("smoke.mjs", &emulator).await;
     assert_eq!(stdout.lines().last(), Some("js sdk: ok"), "{stdout}");
     let counts = emulator.broker().entity("orders").unwrap().counts();
     assert_eq!(
@@ -69,20 +56,7 @@ async fn js_sdk_management_flows_from_fresh_clients() {
     let emulator = sb_emulator::Emulator::start(broker, Default::default())
         .await
         .unwrap();
-    let output = tokio::process::Command::new("node")
-        .arg(format!("{DIR}/management.mjs"))
-        .arg(emulator.connection_string())
-        .current_dir(DIR)
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    println!("{stdout}");
-    assert!(
-        output.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    let stdout = node("management.mjs", &emulator).await;
     assert_eq!(
         stdout.lines().filter(|l| l.ends_with(": ok")).count(),
         7,
@@ -113,5 +87,54 @@ async fn js_sdk_management_flows_from_fresh_clients() {
         ),
         (0, 0, 0, 0, 0)
     );
+    emulator.shutdown().await;
+}
+
+/// Runs `sdk/js/<script>` against `emulator`; asserts it exited 0 and returns its stdout.
+async fn node(script: &str, emulator: &sb_emulator::Emulator) -> String {
+    let output = tokio::process::Command::new("node")
+        .arg(format!("{DIR}/{script}"))
+        .arg(emulator.connection_string())
+        .current_dir(DIR)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}");
+    assert!(
+        output.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    stdout
+}
+
+/// Issue 17: the SDK's session receivers (`sdk/js/sessions.mjs`): `acceptNextSession` round
+/// trip over two sessions in order, `acceptSession` with state and a renewed lock, a second
+/// `acceptSession` refused while the session is locked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_sdk_session_receivers() {
+    if !sdk_installed("js_sdk_session_receivers") {
+        return;
+    }
+    let config = sb_emulator::Config::new("sbemulatorns").with_queue(
+        sb_emulator::QueueConfig::new("sessions").with_properties(sb_emulator::EntityProperties {
+            requires_session: true,
+            ..Default::default()
+        }),
+    );
+    let broker = sb_emulator::Broker::new(config).unwrap();
+    let emulator = sb_emulator::Emulator::start(broker, Default::default())
+        .await
+        .unwrap();
+    let stdout = node("sessions.mjs", &emulator).await;
+    assert_eq!(
+        stdout.lines().filter(|l| l.ends_with(": ok")).count(),
+        4,
+        "{stdout}"
+    );
+    assert_eq!(stdout.lines().last(), Some("js sessions: ok"), "{stdout}");
+    let counts = emulator.broker().entity("sessions").unwrap().counts();
+    assert_eq!((counts.active, counts.locked), (0, 0));
     emulator.shutdown().await;
 }

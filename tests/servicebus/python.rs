@@ -94,7 +94,7 @@ async fn python_sdk_conformance() {
             .lines()
             .filter(|l| l.ends_with(")") && l.contains(": ok ("))
             .count(),
-        16,
+        23,
         "{stdout}"
     );
     assert_eq!(
@@ -110,6 +110,13 @@ async fn python_sdk_conformance() {
         "c-maxdc",
         "c-prefetch",
         "c-fields",
+        "c-s-fifo",
+        "c-s-state",
+        "c-s-excl",
+        "c-s-abandon",
+        "c-s-expiry",
+        "c-s-plain",
+        "t-sess/Subscriptions/s-sess",
     ] {
         let counts = emulator.broker().entity(name).unwrap().counts();
         assert_eq!(
@@ -126,8 +133,8 @@ async fn python_sdk_conformance() {
     emulator.shutdown().await;
 }
 
-/// Entity slots for `sdk/python_samples.py`: one queue and one topic (subscription `sample-s`)
-/// per sample, so samples run in parallel without reading each other's messages.
+/// Entity slots for `sdk/python_samples.py`: one queue, one session queue and one topic
+/// (subscription `sample-s`, session subscription `sample-ss`) per sample, so samples run in parallel without reading each other's messages.
 const SAMPLE_SLOTS: usize = 64;
 
 /// Issue 21: the official Python SDK's own samples, as shipped in its source distribution on
@@ -144,12 +151,23 @@ async fn python_sdk_samples_run_unmodified() {
     }
     let slot = |kind: &str, i: usize| format!("sample-{kind}-{i}");
     let mut config = sb_emulator::Config::new("sbemulatorns");
+    let sessions = sb_emulator::EntityProperties {
+        requires_session: true,
+        ..Default::default()
+    };
     for i in 0..SAMPLE_SLOTS {
         config = config
             .with_queue(sb_emulator::QueueConfig::new(slot("q", i)))
+            .with_queue(
+                sb_emulator::QueueConfig::new(slot("sq", i)).with_properties(sessions.clone()),
+            )
             .with_topic(
                 sb_emulator::TopicConfig::new(slot("t", i))
-                    .with_subscription(sb_emulator::SubscriptionConfig::new("sample-s")),
+                    .with_subscription(sb_emulator::SubscriptionConfig::new("sample-s"))
+                    .with_subscription(
+                        sb_emulator::SubscriptionConfig::new("sample-ss")
+                            .with_properties(sessions.clone()),
+                    ),
             );
     }
     let broker = sb_emulator::Broker::new(config).unwrap();
@@ -190,9 +208,9 @@ async fn python_sdk_samples_run_unmodified() {
         .lines()
         .filter(|l| l.starts_with("sample ") && l.contains(": ok ("))
         .count();
-    // 29 of 7.15.0's 58 samples apply; the rest need sessions, the HTTP management API,
-    // a proxy, a service principal, or never exit.
-    assert!(passed >= 29, "{stdout}");
+    // 37 of 7.15.0's 58 samples apply (8 of them with message sessions); the rest need the
+    // HTTP management API, a proxy, a service principal, sleep past the timeout, or never exit.
+    assert!(passed >= 37, "{stdout}");
     assert!(
         stdout
             .lines()

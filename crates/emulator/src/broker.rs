@@ -935,6 +935,18 @@ impl Entity {
         })
     }
 
+    /// `com.microsoft:get-message-sessions`: with `updated_after`, the sessions whose state was
+    /// set after it; without, the sessions holding messages (oldest message first) or a state.
+    ///
+    /// # Errors
+    /// [`Error::NotAllowed`] when the entity does not require sessions.
+    pub fn message_sessions(&self, updated_after: Option<SystemTime>) -> Result<Vec<String>> {
+        self.check_sessionful("get-message-sessions")?;
+        self.with_queue("get-message-sessions", |_, st, _, _| {
+            Ok(st.session_ids(updated_after))
+        })
+    }
+
     /// Settles a locked message by lock token (link dispositions).
     ///
     /// # Errors

@@ -137,7 +137,7 @@ pub struct EntityProperties {
     pub max_delivery_count: u32,
     /// `RequiresDuplicateDetection` (queues only).
     pub requires_duplicate_detection: bool,
-    /// `RequiresSession` (parsed; sessions are not emulated).
+    /// `RequiresSession`: receive through session receivers only (message sessions).
     pub requires_session: bool,
     /// Maximum message size in bytes (extension `MaxMessageSizeInKilobytes`; queues only).
     pub max_message_size: usize,

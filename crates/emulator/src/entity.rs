@@ -315,6 +315,8 @@ pub(crate) struct QueueState {
 struct Session {
     locked_until: Option<SystemTime>,
     state: Option<Bytes>,
+    /// When the state was last set (`get-message-sessions` with `last-updated-time`).
+    state_updated: Option<SystemTime>,
 }
 
 /// A session accepted by a receiver.
@@ -865,8 +867,47 @@ impl QueueState {
         self.check_session(id, now)?;
         if let Some(s) = self.sessions.get_mut(id) {
             s.state = state;
+            s.state_updated = Some(now);
         }
         Ok(())
+    }
+
+    /// `get-message-sessions`: with `updated_after`, the sessions whose state was set after it;
+    /// without, the sessions holding messages (not scheduled; oldest message first) or a state.
+    pub(crate) fn session_ids(&self, updated_after: Option<SystemTime>) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut push = |id: &String| {
+            if !out.contains(id) {
+                out.push(id.clone());
+            }
+        };
+        if let Some(after) = updated_after {
+            for (id, s) in &self.sessions {
+                if s.state_updated.is_some_and(|t| t > after) {
+                    push(id);
+                }
+            }
+            out.sort();
+            return out;
+        }
+        for s in self.main.messages.values() {
+            if s.scheduled_at.is_none()
+                && let Some(id) = &s.msg.session_id
+            {
+                push(id);
+            }
+        }
+        let mut with_state: Vec<&String> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.state.is_some())
+            .map(|(id, _)| id)
+            .collect();
+        with_state.sort();
+        for id in with_state {
+            push(id);
+        }
+        out
     }
 
     /// The earliest session lock expiry after `now` (a waiting acceptor may get that session).

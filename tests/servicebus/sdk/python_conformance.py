@@ -12,6 +12,7 @@ import traceback
 import uuid
 
 from azure.servicebus import (
+    NEXT_AVAILABLE_SESSION,
     AutoLockRenewer,
     ServiceBusClient,
     ServiceBusMessage,
@@ -22,6 +23,10 @@ from azure.servicebus.exceptions import (
     MessageLockLostError,
     MessageSizeExceededError,
     MessagingEntityNotFoundError,
+    OperationTimeoutError,
+    ServiceBusError,
+    SessionCannotBeLockedError,
+    SessionLockLostError,
 )
 
 CS = sys.argv[1]
@@ -427,6 +432,168 @@ def prefetch_and_close_release_without_counting():
             sender.send_messages(ServiceBusMessage("late"))
         got = drain(c, "c-prefetch", 1)
         assert [(str(m), m.delivery_count) for m in got] == [("late", 0)], [(str(m), m.delivery_count) for m in got]
+
+
+def take(receiver, count, wait=5):
+    """Receives until `count` messages arrived or `wait` seconds passed."""
+    out = []
+    deadline = time.monotonic() + wait
+    while len(out) < count and time.monotonic() < deadline:
+        out.extend(receiver.receive_messages(max_message_count=count - len(out), max_wait_time=1))
+    return out
+
+
+@case
+def sessions_fifo_next_available():
+    with client() as c:
+        with c.get_queue_sender("c-s-fifo") as sender:
+            # Interleaved: each session's messages are in order, the sessions mixed.
+            sender.send_messages(
+                [ServiceBusMessage(f"{s}-{i}", session_id=s) for i in range(5) for s in ["a", "b", "c"]]
+            )
+        seen = []
+        for _ in range(3):
+            with c.get_queue_receiver("c-s-fifo", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=5) as r:
+                sid = r.session.session_id
+                got = take(r, 5)
+                assert [str(m) for m in got] == [f"{sid}-{i}" for i in range(5)], (sid, [str(m) for m in got])
+                assert all(m.session_id == sid for m in got)
+                for m in got:
+                    r.complete_message(m)
+                seen.append(sid)
+        assert sorted(seen) == ["a", "b", "c"], seen
+        # No session with messages left: the attach times out as the service's does.
+        try:
+            with c.get_queue_receiver("c-s-fifo", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=1) as r:
+                r.receive_messages(max_message_count=1, max_wait_time=1)
+            raise AssertionError("no session should have been accepted")
+        except OperationTimeoutError:
+            pass
+
+
+@case
+def session_state_and_renewed_lock():
+    with client() as c:
+        with c.get_queue_sender("c-s-state") as sender:
+            sender.send_messages(ServiceBusMessage("step", session_id="order-7"))
+        with c.get_queue_receiver("c-s-state", session_id="order-7") as r:
+            session = r.session
+            assert session.get_state() is None
+            session.set_state(b"checkpoint-1")
+            first = session.locked_until_utc
+            assert first is not None and now() < first <= now() + datetime.timedelta(seconds=6), first
+            time.sleep(1.1)
+            renewed = session.renew_lock()
+            assert renewed > first and session.locked_until_utc == renewed, (first, renewed)
+            got = take(r, 1)
+            assert [str(m) for m in got] == ["step"]
+            r.complete_message(got[0])
+        # Listed while it holds a state (no messages left), and as recently updated.
+        assert list(c.list_queue_sessions("c-s-state")) == ["order-7"]
+        hour_ago = now() - datetime.timedelta(hours=1)
+        assert list(c.list_queue_sessions("c-s-state", state_updated_after=hour_ago)) == ["order-7"]
+        assert list(c.list_queue_sessions("c-s-state", state_updated_after=now() + datetime.timedelta(hours=1))) == []
+        # A later receiver of the same session reads the state back.
+        with c.get_queue_receiver("c-s-state", session_id="order-7") as r:
+            assert r.session.get_state() == b"checkpoint-1"
+            r.session.set_state(None)
+            assert r.session.get_state() is None
+        assert list(c.list_queue_sessions("c-s-state")) == []
+
+
+@case
+def second_receiver_refused_while_session_locked():
+    with client() as c:
+        with c.get_queue_sender("c-s-excl") as sender:
+            sender.send_messages(ServiceBusMessage("only", session_id="s1"))
+        with c.get_queue_receiver("c-s-excl", session_id="s1") as holder:
+            try:
+                with c.get_queue_receiver("c-s-excl", session_id="s1") as r:
+                    r.receive_messages(max_message_count=1, max_wait_time=1)
+                raise AssertionError("a locked session was accepted twice")
+            except SessionCannotBeLockedError:
+                pass
+            got = take(holder, 1)
+            assert [str(m) for m in got] == ["only"]
+            holder.complete_message(got[0])
+        # Closing the holder releases the session.
+        with c.get_queue_receiver("c-s-excl", session_id="s1") as r:
+            assert r.receive_messages(max_message_count=1, max_wait_time=1) == []
+
+
+@case
+def session_abandon_redelivers_first_message_first():
+    with client() as c:
+        with c.get_queue_sender("c-s-abandon") as sender:
+            sender.send_messages([ServiceBusMessage(f"m{i}", session_id="ab") for i in range(3)])
+        with c.get_queue_receiver("c-s-abandon", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=5) as r:
+            first = take(r, 1)
+            assert [(str(m), m.delivery_count) for m in first] == [("m0", 0)]
+            r.abandon_message(first[0])
+            got = []
+            for _ in range(3):
+                got.extend(take(r, 1))
+                r.complete_message(got[-1])
+            assert [(str(m), m.delivery_count) for m in got] == [("m0", 1), ("m1", 0), ("m2", 0)], [
+                (str(m), m.delivery_count) for m in got
+            ]
+
+
+@case
+def settlement_after_session_lock_expiry_is_refused():
+    with client() as c:
+        with c.get_queue_sender("c-s-expiry") as sender:
+            sender.send_messages(ServiceBusMessage("late", session_id="ex"))
+        with c.get_queue_receiver("c-s-expiry", session_id="ex") as r:
+            got = take(r, 1)
+            assert [str(m) for m in got] == ["late"]
+            time.sleep(2.5)  # the session lock (PT2S) expires
+            try:
+                r.complete_message(got[0])
+                raise AssertionError("settled after the session lock expired")
+            except SessionLockLostError:
+                pass
+        with c.get_queue_receiver("c-s-expiry", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=5) as r:
+            again = take(r, 1)
+            assert [(str(m), m.delivery_count) for m in again] == [("late", 1)], [(str(m), m.delivery_count) for m in again]
+            r.complete_message(again[0])
+
+
+@case
+def plain_receiver_refused_on_session_queue():
+    with client() as c:
+        with c.get_queue_sender("c-s-plain") as sender:
+            sender.send_messages(ServiceBusMessage("kept", session_id="p"))
+        try:
+            with c.get_queue_receiver("c-s-plain") as r:
+                r.receive_messages(max_message_count=1, max_wait_time=2)
+            raise AssertionError("a plain receiver was accepted on a session queue")
+        except ServiceBusError as e:
+            assert "non-sessionful" in str(e), e
+        with c.get_queue_receiver("c-s-plain", session_id="p") as r:
+            got = take(r, 1)
+            assert [str(m) for m in got] == ["kept"]
+            r.complete_message(got[0])
+
+
+@case
+def sessions_on_a_subscription():
+    with client() as c:
+        with c.get_topic_sender("t-sess") as sender:
+            sender.send_messages([ServiceBusMessage(f"{s}{i}", session_id=s) for i in range(3) for s in ["x", "y"]])
+        assert list(c.list_subscription_sessions("t-sess", "s-sess")) == ["x", "y"]
+        seen = []
+        for _ in range(2):
+            with c.get_subscription_receiver(
+                "t-sess", "s-sess", session_id=NEXT_AVAILABLE_SESSION, max_wait_time=5
+            ) as r:
+                sid = r.session.session_id
+                got = take(r, 3)
+                assert [str(m) for m in got] == [f"{sid}{i}" for i in range(3)], [str(m) for m in got]
+                for m in got:
+                    r.complete_message(m)
+                seen.append(sid)
+        assert sorted(seen) == ["x", "y"], seen
 
 
 selected = set(sys.argv[2:])

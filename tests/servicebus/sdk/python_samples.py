@@ -14,9 +14,10 @@ Usage: python_samples.py CACHE_DIR EMULATOR_PORT SLOTS
   certifi's CA bundle trusts the test CA. The emulator runs with `--accept-jwt`. Samples that
   read SERVICEBUS_CONNECTION_STR get the emulator's own connection string (plain AMQP on the
   emulator's port, also forwarded inside the namespace).
-- Each sample gets its own entities (slot i: queue `sample-q-i`, topic `sample-t-i` with
-  subscription `sample-s`; tests/servicebus/python.rs declares SLOTS of them) so they run in
-  parallel without reading each other's messages.
+- Each sample gets its own entities (slot i: queue `sample-q-i`, session queue `sample-sq-i`,
+  topic `sample-t-i` with subscription `sample-s` and session subscription `sample-ss`, used by
+  the samples that list subscription sessions; tests/servicebus/python.rs declares SLOTS of them)
+  so they run in parallel without reading each other's messages.
 
 Prints `sample NAME: ok (Ns)`, `sample NAME: FAILED ...` or `sample NAME: not applicable (why)`
 per sample, then `python samples: N passed, M not applicable`. Exit status 0 when every
@@ -48,11 +49,10 @@ KEY = "SAS_KEY_VALUE"
 # order; the first match wins.
 NOT_APPLICABLE = [
     ("ServiceBusAdministrationClient", "uses the HTTP management API (ATOM over HTTPS), which no local emulator serves"),
-    ("session_id", "needs message sessions (issue 17)"),
-    ("SESSION_QUEUE_NAME", "needs message sessions (issue 17)"),
     ("EnvironmentCredential()", "needs an Entra ID service principal (client secret against login.microsoftonline.com)"),
     ("<custom_endpoint_hostname>", "needs the sample edited: its custom endpoint address is a placeholder"),
     ("http_proxy", "needs an HTTP proxy"),
+    ("sleep(100)", f"sleeps 100 s twice and then 80 s on purpose, longer than the {SAMPLE_TIMEOUT} s allowed per sample"),
 ]
 
 
@@ -216,7 +216,11 @@ def inner(samples, unix_path, port, slots, workdir):
     with concurrent.futures.ThreadPoolExecutor(PARALLEL) as pool:
         futures = {}
         for slot, path in enumerate(runnable):
-            env = dict(base, SERVICEBUS_QUEUE_NAME=f"sample-q-{slot}", SERVICEBUS_TOPIC_NAME=f"sample-t-{slot}")
+            env = dict(base, SERVICEBUS_QUEUE_NAME=f"sample-q-{slot}", SERVICEBUS_TOPIC_NAME=f"sample-t-{slot}",
+                       SERVICEBUS_SESSION_QUEUE_NAME=f"sample-sq-{slot}", SERVICEBUS_SESSION_ID="session-1")
+            if "subscription_sessions" in path.read_text(encoding="utf-8"):
+                # Listing a subscription's sessions needs a session-enabled subscription.
+                env["SERVICEBUS_SUBSCRIPTION_NAME"] = "sample-ss"
             futures[pool.submit(run_sample, path, env)] = path
         for future in concurrent.futures.as_completed(futures):
             path = futures[future]

@@ -168,7 +168,7 @@ async fn deliver_to_client(
 
 /// Applies the dispositions that arrived before the link or connection ended (their replies
 /// cannot be sent any more): a `released` sent just before `detach` still unlocks the message.
-async fn settle_queued(sender: &sb_amqp::Sender, entity: &Entity) {
+pub(super) async fn settle_queued(sender: &sb_amqp::Sender, entity: &Entity) {
     while let Ok(Ok(disposition)) =
         tokio::time::timeout(QUEUED_DISPOSITION_WAIT, sender.next_disposition()).await
     {
@@ -191,7 +191,7 @@ fn annotations_as_properties(modified: &Modified) -> Properties {
 
 /// Applies a client's disposition and returns the settled reply: the same outcome type, or
 /// `rejected{com.microsoft:message-lock-lost}`.
-async fn settle(entity: &Entity, disposition: &IncomingDisposition) -> Outcome {
+pub(super) async fn settle(entity: &Entity, disposition: &IncomingDisposition) -> Outcome {
     let Ok(tag) = <[u8; 16]>::try_from(disposition.delivery_tag.as_ref()) else {
         return Outcome::Rejected(Some(wire_error(
             sb_amqp::condition::MESSAGE_LOCK_LOST,

@@ -9,6 +9,7 @@
 //! - `nodes`: `$cbs` and `<entity>/$management` request handling.
 //! - `rules`: the subscription rule operations of `$management`.
 //! - `links`: entity links: deliveries with lock tokens, dispositions, sends.
+//! - `sessions`: session receiver links and the session operations of `$management`.
 //! - `control`: what the service does to live entity links: the idle timer, token expiry,
 //!   forced detaches ([`Emulator::force_detach_link`]), per-operation fault draws.
 //! - `faults`: `--fault NAME=P` ([`Fault`], [`FaultSpec`]) and the seeded generator.
@@ -20,6 +21,7 @@ mod links;
 pub(crate) mod nodes;
 mod rules;
 mod sas;
+mod sessions;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -626,6 +628,11 @@ async fn serve_link(
         return request
             .reject(wire_error(condition::UNAUTHORIZED_ACCESS, Some(why)))
             .await;
+    }
+    // Session links do not take part in the link controls yet (idle timer, token expiry,
+    // faults): issue 17's later part.
+    if sessions::is_session_link(&request, &entity) {
+        return sessions::serve(request, entity, stop).await;
     }
     let control = LinkControl::new(control, request.name(), &path, role);
     links::serve(request, entity, control, stop).await

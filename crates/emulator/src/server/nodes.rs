@@ -254,7 +254,7 @@ fn put_token(request: &AnyMessage, options: &EmulatorOptions, state: &ConnState)
     }
 }
 
-fn map_get<'a>(body: &'a Body<Value>, name: &str) -> Option<&'a Value> {
+pub(super) fn map_get<'a>(body: &'a Body<Value>, name: &str) -> Option<&'a Value> {
     let Body::Value(AmqpValue(Value::Map(map))) = body else {
         return None;
     };
@@ -289,6 +289,16 @@ fn longs(value: Option<&Value>) -> Vec<i64> {
         .collect()
 }
 
+/// A non-negative count (`skip`, `top`, `message-count`) sent as any integer type.
+pub(super) fn count(value: Option<&Value>) -> Option<usize> {
+    match value? {
+        Value::Int(n) => usize::try_from(*n).ok(),
+        Value::Long(n) => usize::try_from(*n).ok(),
+        Value::Uint(n) => usize::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
 fn tokens(value: Option<&Value>) -> Vec<uuid::Uuid> {
     values(value)
         .iter()
@@ -319,7 +329,7 @@ fn properties_of(value: Option<&Value>) -> BrokerProperties {
     out
 }
 
-fn map(entries: Vec<(&str, Value)>) -> Value {
+pub(super) fn map(entries: Vec<(&str, Value)>) -> Value {
     let mut map = OrderedMap::new();
     for (key, value) in entries {
         map.insert(Value::String(key.into()), value);
@@ -327,7 +337,7 @@ fn map(entries: Vec<(&str, Value)>) -> Value {
     Value::Map(map)
 }
 
-fn error_reply(error: &Error) -> Reply {
+pub(super) fn error_reply(error: &Error) -> Reply {
     let status = if error.is_lock_lost() {
         410
     } else if error.is_not_found() || matches!(error, Error::MessageNotFound { .. }) {
@@ -360,6 +370,9 @@ async fn management(request: &AnyMessage, broker: &Broker, entity: &str) -> Repl
     };
     let operation = app_text(request, "operation").unwrap_or_default();
     let body = &request.body;
+    if let Some(reply) = super::sessions::management(&operation, &entity, body) {
+        return reply;
+    }
     let result: Result<Option<Value>, Error> =
         match operation.as_str() {
             "com.microsoft:renew-lock" => entity

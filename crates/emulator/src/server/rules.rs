@@ -132,12 +132,7 @@ pub(super) fn remove(entity: &Entity, body: Option<&Value>) -> Result<Option<Val
 
 /// The rules from `skip` on, at most `top`; `None` when there are none (status 204).
 pub(super) fn enumerate(entity: &Entity, body: Option<&Value>) -> Result<Option<Value>, Error> {
-    let number = |key| match get(body, key) {
-        Some(Value::Int(n)) => usize::try_from(*n).ok(),
-        Some(Value::Long(n)) => usize::try_from(*n).ok(),
-        Some(Value::Uint(n)) => usize::try_from(*n).ok(),
-        _ => None,
-    };
+    let number = |key| super::nodes::count(get(body, key));
     let skip = number("skip").unwrap_or(0);
     let top = number("top").unwrap_or(usize::MAX);
     let rules: Vec<Value> = entity
