@@ -1,0 +1,382 @@
+//! Throughput against the database's own ceiling, measured side by side in one run.
+//!
+//! ```sh
+//! cargo bench --bench throughput                       # wide and hot, concurrency 1, 8, 32
+//! cargo bench --bench throughput -- --concurrency 8 --workload wide --secs 5
+//! ```
+//!
+//! For each workload and concurrency:
+//! 1. **Ceiling**: `pgbench -M prepared` runs the reference consumer's transaction (begin;
+//!    inbox row; business key; reservation; per line a reservation line; a stock upsert per SKU
+//!    in SKU order; commit) with `-c` = the concurrency, on orders of 1 to 3 lines over the
+//!    workload's SKUs, in a fresh schema.
+//! 2. **sb-inbox**: the Service Bus emulator in a process of its own (this binary, re-executed)
+//!    is preloaded with orders drawn the same way; then a real `sb-inbox run` process with
+//!    concurrency = prefetch = the concurrency consumes them into another fresh schema. The
+//!    rate is taken between 10 % and 90 % of the inbox rows (start-up and the tail left out),
+//!    from the row count polled every 100 ms; the worker's CPU (user + system, `/proc/PID/stat`)
+//!    over the same window gives CPU ms per message.
+//!
+//! Workloads: `wide` (2000 SKUs: little contention) and `hot` (20 SKUs: every order shares
+//! rows with the ones in flight beside it).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use sb_inbox::inventory::{OrderLine, OrderPlaced};
+use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
+use sb_inbox::{Message, PgStore};
+
+/// Set in the re-executed child that serves the emulator.
+const EMULATOR_CHILD: &str = "SB_INBOX_BENCH_EMULATOR_CHILD";
+const QUEUE: &str = "orders";
+
+#[derive(Debug, Clone, Copy)]
+struct Workload {
+    name: &'static str,
+    skus: u32,
+}
+
+const WIDE: Workload = Workload {
+    name: "wide",
+    skus: 2000,
+};
+const HOT: Workload = Workload {
+    name: "hot",
+    skus: 20,
+};
+
+#[derive(Debug)]
+struct Options {
+    workloads: Vec<Workload>,
+    concurrency: Vec<usize>,
+    secs: u64,
+}
+
+impl Options {
+    fn parse() -> Options {
+        let mut options = Options {
+            workloads: vec![WIDE, HOT],
+            concurrency: vec![1, 8, 32],
+            secs: 8,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            match arg.as_str() {
+                "--concurrency" => {
+                    options.concurrency = list(args.next())
+                        .map(|c| c.parse().expect("--concurrency takes numbers"))
+                        .collect();
+                }
+                "--workload" => {
+                    options.workloads = list(args.next())
+                        .map(|w| match w {
+                            "wide" => WIDE,
+                            "hot" => HOT,
+                            other => panic!("--workload wide|hot, not {other}"),
+                        })
+                        .collect();
+                }
+                "--secs" => {
+                    options.secs = args
+                        .next()
+                        .and_then(|s| s.parse().ok())
+                        .expect("--secs takes a number");
+                }
+                // `cargo bench` passes `--bench`; filters are not used.
+                _ => {}
+            }
+        }
+        options
+    }
+}
+
+fn list(arg: Option<String>) -> impl Iterator<Item = &'static str> {
+    let text: &'static str = Box::leak(arg.unwrap_or_default().into_boxed_str());
+    text.split(',').filter(|s| !s.is_empty())
+}
+
+fn pg_url() -> String {
+    std::env::var("DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+fn schema_url(schema: &str) -> String {
+    let sep = if pg_url().contains('?') { '&' } else { '?' };
+    format!("{}{sep}options=-csearch_path%3D{schema}", pg_url())
+}
+
+/// A fresh, migrated schema.
+async fn fresh_schema(schema: &str) -> PgStore {
+    let admin = PgStore::connect(&pg_url(), 1).await.unwrap();
+    admin
+        .query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"), &[])
+        .await
+        .unwrap();
+    admin
+        .query(&format!("CREATE SCHEMA {schema}"), &[])
+        .await
+        .unwrap();
+    let store = PgStore::connect(&schema_url(schema), 2).await.unwrap();
+    store.migrate().await.unwrap();
+    store
+}
+
+async fn drop_schema(schema: &str) {
+    let admin = PgStore::connect(&pg_url(), 1).await.unwrap();
+    admin
+        .query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"), &[])
+        .await
+        .unwrap();
+}
+
+/// The pgbench script: the consumer's transaction, stock rows upserted in SKU order. (pgbench
+/// substitutes `:name` even inside string literals, hence `\x3a` for the colon of `order:`.)
+const PGBENCH_SCRIPT: &str = r"\set n random(1, 3)
+\set a random(1, :skus)
+\set b random(1, :skus)
+\set c random(1, :skus)
+\set q random(1, 5)
+\set oid random(1, 9000000000000000000)
+\set lo2 least(:a, :b)
+\set hi2 greatest(:a, :b)
+\set lo3 least(:a, :b, :c)
+\set hi3 greatest(:a, :b, :c)
+\set mid3 :a + :b + :c - :lo3 - :hi3
+BEGIN;
+INSERT INTO sb_inbox (consumer, message_id) VALUES ('inventory.order-placed.v1', 'm-' || CAST(:oid AS text));
+INSERT INTO sb_inbox_business_key (consumer, business_key, message_id) VALUES ('inventory.order-placed.v1', E'order\\x3ao-' || CAST(:oid AS text), 'm-' || CAST(:oid AS text));
+INSERT INTO inventory_reservation (order_id, message_id) VALUES ('o-' || CAST(:oid AS text), 'm-' || CAST(:oid AS text));
+INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES ('o-' || CAST(:oid AS text), 1, 'sku-' || CAST(:a AS text), :q);
+\if :n = 1
+INSERT INTO inventory_stock (sku, reserved) VALUES ('sku-' || CAST(:a AS text), :q) ON CONFLICT (sku) DO UPDATE SET reserved = inventory_stock.reserved + excluded.reserved;
+\elif :n = 2
+INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES ('o-' || CAST(:oid AS text), 2, 'sku-' || CAST(:b AS text), :q);
+INSERT INTO inventory_stock (sku, reserved) VALUES ('sku-' || CAST(:lo2 AS text), :q) ON CONFLICT (sku) DO UPDATE SET reserved = inventory_stock.reserved + excluded.reserved;
+INSERT INTO inventory_stock (sku, reserved) VALUES ('sku-' || CAST(:hi2 AS text), :q) ON CONFLICT (sku) DO UPDATE SET reserved = inventory_stock.reserved + excluded.reserved;
+\else
+INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES ('o-' || CAST(:oid AS text), 2, 'sku-' || CAST(:b AS text), :q);
+INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES ('o-' || CAST(:oid AS text), 3, 'sku-' || CAST(:c AS text), :q);
+INSERT INTO inventory_stock (sku, reserved) VALUES ('sku-' || CAST(:lo3 AS text), :q) ON CONFLICT (sku) DO UPDATE SET reserved = inventory_stock.reserved + excluded.reserved;
+INSERT INTO inventory_stock (sku, reserved) VALUES ('sku-' || CAST(:mid3 AS text), :q) ON CONFLICT (sku) DO UPDATE SET reserved = inventory_stock.reserved + excluded.reserved;
+INSERT INTO inventory_stock (sku, reserved) VALUES ('sku-' || CAST(:hi3 AS text), :q) ON CONFLICT (sku) DO UPDATE SET reserved = inventory_stock.reserved + excluded.reserved;
+\endif
+COMMIT;
+";
+
+/// pgbench's transactions per second for `secs` seconds.
+async fn pgbench(workload: Workload, concurrency: usize, secs: u64) -> f64 {
+    let schema = format!("bench_tp_pgbench_{}", std::process::id());
+    fresh_schema(&schema).await;
+    let script = std::env::temp_dir().join(format!("sb-inbox-bench-{}.sql", std::process::id()));
+    std::fs::write(&script, PGBENCH_SCRIPT).unwrap();
+    let output = Command::new("pgbench")
+        .args(["-n", "-M", "prepared", "-T", &secs.to_string()])
+        .args(["-c", &concurrency.to_string()])
+        .args(["-j", &concurrency.min(4).to_string()])
+        .args(["-D", &format!("skus={}", workload.skus)])
+        .arg("-f")
+        .arg(&script)
+        .env("PGOPTIONS", format!("-c search_path={schema}"))
+        .arg(pg_url())
+        .output()
+        .expect("pgbench on PATH (Debian: postgresql-contrib / postgresql-client)");
+    drop_schema(&schema).await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "pgbench failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+        .lines()
+        .find_map(|line| {
+            let rest = line.strip_prefix("tps = ")?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+        .unwrap_or_else(|| panic!("no tps in pgbench's output:\n{stdout}"))
+}
+
+/// The emulator in a process of its own; stdin closed (this process gone) stops it.
+struct EmulatorProcess {
+    child: Child,
+    connection: String,
+}
+
+impl EmulatorProcess {
+    fn start() -> EmulatorProcess {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .env(EMULATOR_CHILD, "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        EmulatorProcess {
+            child,
+            connection: line.trim().to_owned(),
+        }
+    }
+}
+
+impl Drop for EmulatorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The child: serves a queue `orders` (1 min lock, no duplicate detection) until stdin closes.
+fn emulator_child() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let config = sb_emulator::Config::new("sbemulatorns").with_queue(
+            sb_emulator::QueueConfig::new(QUEUE).with_properties(sb_emulator::EntityProperties {
+                lock_duration: Duration::from_secs(60),
+                max_delivery_count: 10,
+                ..Default::default()
+            }),
+        );
+        let broker = sb_emulator::Broker::new(config).unwrap();
+        let emulator = sb_emulator::Emulator::start(broker, Default::default())
+            .await
+            .unwrap();
+        println!("{}", emulator.connection_string());
+        tokio::task::spawn_blocking(|| {
+            let mut sink = String::new();
+            while std::io::stdin().read_line(&mut sink).is_ok_and(|n| n > 0) {}
+        })
+        .await
+        .unwrap();
+    });
+}
+
+fn order(rng: &mut StdRng, workload: Workload, i: usize) -> Message {
+    let lines = (0..rng.random_range(1..=3))
+        .map(|_| OrderLine {
+            sku: format!("sku-{}", rng.random_range(1..=workload.skus)),
+            quantity: rng.random_range(1..=5),
+        })
+        .collect();
+    let order = OrderPlaced {
+        order_id: format!("o-{i}"),
+        lines,
+    };
+    Message::new(
+        format!("m-{i}"),
+        "orders.order-placed.v1",
+        serde_json::to_vec(&order).unwrap(),
+    )
+}
+
+/// Sends `count` orders, 16 at a time.
+async fn preload(connection: &str, workload: Workload, count: usize) {
+    let cs: ConnectionString = connection.parse().unwrap();
+    let client = ServiceBusClient::from_connection_string(&cs);
+    let tasks: Vec<_> = (0..16)
+        .map(|lane| {
+            let sender = client.sender(QUEUE);
+            tokio::spawn(async move {
+                let mut rng = StdRng::seed_from_u64(lane as u64);
+                for i in (lane..count).step_by(16) {
+                    sender.send(order(&mut rng, workload, i)).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+/// User + system CPU seconds of process `pid` so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    ticks as f64 / 100.0
+}
+
+/// The worker's messages per second and CPU ms per message over 10 % → 90 % of `count`.
+async fn worker(workload: Workload, concurrency: usize, count: usize) -> (f64, f64) {
+    let emulator = EmulatorProcess::start();
+    preload(&emulator.connection, workload, count).await;
+    let schema = format!("bench_tp_worker_{}", std::process::id());
+    let store = fresh_schema(&schema).await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
+        .arg("run")
+        .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
+        .env("SB_INBOX_STORE", schema_url(&schema))
+        .env("SB_INBOX_SERVICEBUS_CONNECTION", &emulator.connection)
+        .env("SB_INBOX_ENTITY", QUEUE)
+        .env("SB_INBOX_CONCURRENCY", concurrency.to_string())
+        .env("SB_INBOX_PREFETCH", concurrency.to_string())
+        .env("SB_INBOX_LOCK_DURATION_SECS", "60")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (low, high) = (count / 10, count * 9 / 10);
+    let mut start = None;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let result = loop {
+        assert!(Instant::now() < deadline, "the worker did not finish");
+        let done: i64 = store
+            .query("SELECT count(*) FROM sb_inbox", &[])
+            .await
+            .unwrap()[0]
+            .get(0);
+        let done = usize::try_from(done).unwrap();
+        let now = (Instant::now(), cpu_seconds(pid), done);
+        match start {
+            None if done >= low => start = Some(now),
+            Some((t0, cpu0, done0)) if done >= high => {
+                let messages = (done - done0) as f64;
+                break (
+                    messages / (now.0 - t0).as_secs_f64(),
+                    (now.1 - cpu0) * 1000.0 / messages,
+                );
+            }
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    drop_schema(&schema).await;
+    result
+}
+
+fn main() {
+    if std::env::var_os(EMULATOR_CHILD).is_some() {
+        emulator_child();
+        return;
+    }
+    let options = Options::parse();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    println!(
+        "| workload | concurrency | pgbench tx/s | sb-inbox msg/s | sb-inbox / ceiling | worker CPU ms/msg |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    for workload in &options.workloads {
+        for &concurrency in &options.concurrency {
+            let ceiling = rt.block_on(pgbench(*workload, concurrency, options.secs));
+            // About `secs` seconds of work at the ceiling's rate, within sane bounds.
+            let count = ((ceiling * options.secs as f64) as usize).clamp(500, 40_000);
+            let (rate, cpu) = rt.block_on(worker(*workload, concurrency, count));
+            println!(
+                "| {} ({} SKUs) | {concurrency} | {ceiling:.0} | {rate:.0} | {:.2} | {cpu:.2} |",
+                workload.name,
+                workload.skus,
+                rate / ceiling
+            );
+        }
+    }
+}
