@@ -8,11 +8,10 @@ use crate::emulator;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_sdk_sends_receives_settles_and_renews() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/servicebus/sdk/js");
-    if !Path::new(dir)
+    let installed = Path::new(dir)
         .join("node_modules/@azure/service-bus")
-        .is_dir()
-    {
-        println!("skipped: {dir}/node_modules is missing (run `npm ci` there; .ci/run does)");
+        .is_dir();
+    if !sb_testkit::require(sb_testkit::JS_SDK, installed) {
         return;
     }
     let emulator = emulator("PT30S").await;

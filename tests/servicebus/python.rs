@@ -1,22 +1,18 @@
 //! The official Python SDK (`azure-servicebus`) as an independent client of the emulator.
 
-use std::process::Stdio;
-
 use crate::emulator;
 
+/// Whether the Python SDK is there; when not, fails under CI or says `skipped`.
 pub(crate) fn sdk_installed() -> bool {
-    std::process::Command::new("python3")
-        .args(["-c", "import azure.servicebus"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    sb_testkit::require(
+        sb_testkit::PYTHON_SDK,
+        sb_testkit::python_imports("azure.servicebus"),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_sends_receives_and_settles() {
     if !sdk_installed() {
-        println!("skipped: azure-servicebus is not installed (.ci/run installs it)");
         return;
     }
     let emulator = emulator("PT30S").await;
@@ -24,7 +20,7 @@ async fn python_sdk_sends_receives_and_settles() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/servicebus/sdk/python_smoke.py"
     );
-    let output = tokio::process::Command::new("python3")
+    let output = tokio::process::Command::new(sb_testkit::python())
         .arg(script)
         .arg(emulator.connection_string())
         .output()
@@ -49,7 +45,6 @@ async fn python_sdk_sends_receives_and_settles() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_conformance() {
     if !sdk_installed() {
-        println!("skipped: azure-servicebus is not installed (.ci/run installs it)");
         return;
     }
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/servicebus/sdk");
@@ -59,7 +54,7 @@ async fn python_sdk_conformance() {
     let emulator = sb_emulator::Emulator::start(broker, Default::default())
         .await
         .unwrap();
-    let output = tokio::process::Command::new("python3")
+    let output = tokio::process::Command::new(sb_testkit::python())
         .arg(format!("{dir}/python_conformance.py"))
         .arg(emulator.connection_string())
         .output()

@@ -807,7 +807,7 @@ async fn sasl_plain_credentials_checked_by_server() {
 #[tokio::test]
 async fn tls_round_trip() {
     let Some((cert, key)) = self_signed() else {
-        println!("skipped: openssl not available to make a test certificate");
+        sb_testkit::missing(sb_testkit::OPENSSL);
         return;
     };
     use sb_amqp::rustls;
