@@ -37,7 +37,9 @@ enum Command {
     /// SQLite, two worker instances, duplicates, a crash window, poison messages. Exits non-zero
     /// unless every order took effect exactly once.
     Demo,
-    /// Runs the worker (the reference inventory consumer) until SIGTERM or Ctrl-C.
+    /// Runs the worker (the reference inventory consumer) until SIGTERM or Ctrl-C. One process
+    /// can host several consumers: `[[consumers]]` entries (name, entity, concurrency, prefetch)
+    /// in worker.toml instead of `consumer` and `servicebus.entity`.
     #[command(after_help = env_help())]
     Run {
         /// worker.toml; every key can be overridden by its environment variable (below).

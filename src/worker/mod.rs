@@ -5,14 +5,20 @@
 //!   whole so one run reports every mistake.
 //! - [`ReplayHorizon`]: how long after processing a message can come back, and the check that
 //!   dedupe retention covers it.
-//! - [`run`]: the reference inventory consumer on Service Bus and the configured store.
+//! - [`Worker`]: hosts one or more consumers (each a [`ConsumerConfig`] and a handler) over one
+//!   Service Bus client and one store, with the outbox relay, retention, health endpoints,
+//!   telemetry and drain shared.
+//! - [`run`]: the reference worker (`sb-inbox run`): the inventory consumer, hosted by a
+//!   [`Worker`] as `worker.toml` says.
 
 mod config;
 mod health;
 mod horizon;
+mod host;
 mod run;
 
 pub use config::{BrokerAddress, ConfigError, ConfigErrors, ENV_VARS, Retention, WorkerConfig};
 pub use health::Ping;
 pub use horizon::{ReplayHorizon, RetentionTooShort};
+pub use host::{ConsumerConfig, Worker, WorkerStats};
 pub use run::{WorkerError, run, run_with};

@@ -13,6 +13,7 @@ mod handlers;
 mod bad_input;
 mod cli;
 mod client;
+mod host;
 mod js;
 mod python;
 mod relay;
