@@ -38,10 +38,12 @@ impl InventoryTx for PgTx {
                 &params,
             )
             .await?;
+        }
+        for (sku, units) in order.stock_by_sku() {
             self.execute(
                 "INSERT INTO inventory_stock (sku, reserved) VALUES ($1, $2)
                  ON CONFLICT (sku) DO UPDATE SET reserved = inventory_stock.reserved + excluded.reserved",
-                &[&line.sku, &i64::from(line.quantity)],
+                &[&sku, &units],
             )
             .await?;
         }
@@ -60,10 +62,12 @@ impl InventoryTx for SqliteTx {
                 "INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES (?1, ?2, ?3, ?4)",
                 rusqlite::params![order.order_id, line_no, line.sku, line.quantity],
             )?;
+        }
+        for (sku, units) in order.stock_by_sku() {
             self.execute(
                 "INSERT INTO inventory_stock (sku, reserved) VALUES (?1, ?2)
                  ON CONFLICT (sku) DO UPDATE SET reserved = inventory_stock.reserved + excluded.reserved",
-                rusqlite::params![line.sku, line.quantity],
+                rusqlite::params![sku, units],
             )?;
         }
         Ok(())
@@ -83,12 +87,14 @@ impl InventoryTx for MssqlTx {
                 &[&order.order_id.as_str(), &line_no, &line.sku.as_str(), &line.quantity],
             )
             .await?;
+        }
+        for (sku, units) in order.stock_by_sku() {
             // Update-then-insert under a key-range lock: two orders for a new SKU cannot both
             // insert it.
             self.execute(
                 "UPDATE inventory_stock WITH (UPDLOCK, HOLDLOCK) SET reserved = reserved + @P2 WHERE sku = @P1;
                  IF @@ROWCOUNT = 0 INSERT INTO inventory_stock (sku, reserved) VALUES (@P1, @P2);",
-                &[&line.sku.as_str(), &i64::from(line.quantity)],
+                &[&sku, &units],
             )
             .await?;
         }

@@ -1,6 +1,6 @@
 use std::future::Future;
 
-use super::{ConsumerName, Contract, DeadLetterReason, Rejection, envelope};
+use super::{ConsumerName, Contract, DeadLetterReason, IdempotencyKey, Rejection, envelope};
 use crate::ports::{Message, StoreError, Tx};
 
 /// What a handler did with a message it accepted.
@@ -89,6 +89,41 @@ pub struct Context<'a, P> {
     pub contract: &'a Contract,
     /// Earlier deliveries of this message.
     pub delivery_count: u32,
+}
+
+impl<P> Context<'_, P> {
+    /// The key to send to a downstream API that deduplicates by an idempotency key (an
+    /// `Idempotency-Key` header or the API's equivalent) for the call named `scope` (such as
+    /// `"capture-payment"`).
+    ///
+    /// It depends only on the consumer name, the logical message id and `scope`, so it is the
+    /// same on every delivery of this message, on a delayed-retry copy and on a resubmitted dead
+    /// letter: a call repeated after a rollback, a lost lock or a crash is recognised by the API
+    /// as the one it already served. It is not stored, so nothing has to commit before the call.
+    /// Renaming the consumer changes it, as it changes the inbox key.
+    ///
+    /// # Examples
+    /// ```
+    /// # #![allow(dead_code)]
+    /// # use sb_inbox::{Context, Handled, HandlerError};
+    /// # fn call_api(_key: &str) {}
+    /// fn capture<P>(ctx: &Context<'_, P>) -> Result<Handled, HandlerError> {
+    ///     let key = ctx.idempotency_key("capture-payment");
+    ///     call_api(key.as_str()); // sent as `Idempotency-Key: <key>`
+    ///     Ok(Handled::Processed)
+    /// }
+    /// ```
+    pub fn idempotency_key(&self, scope: &str) -> IdempotencyKey {
+        IdempotencyKey::for_message(self.consumer, self.message_id, scope)
+    }
+
+    /// The key for `scope` derived from a business idempotency key instead of the message id:
+    /// two messages that carry one business request (the same `business_key`, which the handler
+    /// claims with [`Tx::claim_business_key`]) send the API one key, so a second message for a
+    /// request whose first message crashed after the call is recognised by the API too.
+    pub fn business_idempotency_key(&self, business_key: &str, scope: &str) -> IdempotencyKey {
+        IdempotencyKey::for_business_key(self.consumer, business_key, scope)
+    }
 }
 
 /// A message handler: decodes accepted contracts and applies the business change in the

@@ -6,6 +6,8 @@
 //! - `process` runs the algorithm for one delivery and returns a [`Report`].
 //! - [`LockKeeper`] renews each lock in parallel with its handler and fences the commit.
 //! - [`Handler`] is what a user implements; [`Outcome`] is what happened.
+//! - [`IdempotencyKey`]: the key a handler sends to a downstream API, the same on every
+//!   delivery of one logical message.
 //! - [`DelayedRetry`] with a [`RetryPolicy`]: transient failures scheduled for later instead of
 //!   abandoned, keeping the logical message id ([`LOGICAL_ID_PROPERTY`]).
 //!
@@ -16,6 +18,7 @@ mod clock;
 mod consumer;
 mod envelope;
 mod handler;
+mod idempotency;
 mod lock_keeper;
 mod observe;
 mod outcome;
@@ -40,6 +43,7 @@ pub use envelope::{
 };
 pub(crate) use envelope::{derived_message_id, logical_id};
 pub use handler::{Context, DecodeError, Handled, Handler, HandlerError};
+pub use idempotency::IdempotencyKey;
 pub use lock_keeper::{KeptLock, LockKeeper};
 pub use outcome::{Outcome, Settlement};
 pub use process::{LAST_ERROR_PROPERTY, Report};

@@ -13,6 +13,7 @@ mod handlers;
 mod bad_input;
 mod cli;
 mod client;
+mod external_key;
 mod host;
 mod js;
 mod python;
