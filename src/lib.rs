@@ -45,8 +45,8 @@ pub use ports::{
 };
 pub use runtime::{
     Clock, ConsumerName, ConsumerNameError, Context, Contract, ContractParseError,
-    DeadLetterReason, DecodeError, Handled, Handler, HandlerError, IdempotencyKey, LockKeeper,
-    Outcome, Rejection, Report, Runtime, RuntimeConfig, RuntimeError, Settlement, Stats,
-    StatsSnapshot,
+    DeadLetterReason, DecodeError, Handled, Handler, HandlerError, IdempotencyKey, Json,
+    JsonContract, JsonHandler, LockKeeper, Outcome, Rejection, Report, Runtime, RuntimeConfig,
+    RuntimeError, Settlement, Stats, StatsSnapshot,
 };
 pub use store::{MssqlStore, MssqlTx, PgStore, PgTx, SqliteStore, SqliteTx};

@@ -16,8 +16,8 @@ use std::future::Future;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Context, Contract, DecodeError, Handled, Handler, HandlerError, OutboxMessage, Store,
-    StoreError, Tx,
+    Context, Contract, DecodeError, Handled, Handler, HandlerError, JsonContract, OutboxMessage,
+    Store, StoreError, Tx,
 };
 
 /// The consumer name.
@@ -74,6 +74,15 @@ impl OrderPlaced {
             *units.entry(line.sku.as_str()).or_insert(0) += i64::from(line.quantity);
         }
         units
+    }
+}
+
+impl JsonContract for OrderPlaced {
+    const NAME: &'static str = "orders.order-placed";
+    const VERSION: u32 = 1;
+
+    fn validate(&self) -> Result<(), DecodeError> {
+        OrderPlaced::validate(self)
     }
 }
 
@@ -146,7 +155,7 @@ impl OrderPlacedConsumer {
     /// The consumer of `orders.order-placed.v1`.
     pub fn new() -> Self {
         OrderPlacedConsumer {
-            contracts: vec![Contract::new("orders.order-placed", 1)],
+            contracts: vec![OrderPlaced::contract()],
             events: None,
         }
     }
@@ -173,9 +182,7 @@ impl<T: InventoryTx> Handler<T> for OrderPlacedConsumer {
     }
 
     fn decode(&self, _contract: &Contract, body: &[u8]) -> Result<OrderPlaced, DecodeError> {
-        let order: OrderPlaced = serde_json::from_slice(body).map_err(|e| DecodeError::json(&e))?;
-        order.validate()?;
-        Ok(order)
+        crate::runtime::decode_json(body)
     }
 
     async fn handle(
