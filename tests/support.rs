@@ -3,6 +3,7 @@
 
 use std::future::Future;
 
+use sb_inbox::inventory::InventoryStore;
 use sb_inbox::store::MssqlConfig;
 use sb_inbox::{MssqlStore, PgStore, SqliteStore, Store, StoreError};
 
@@ -38,6 +39,7 @@ pub async fn pg_store(test: &str, pool: u32) -> PgStore {
     let url = with_search_path(&pg_url(), &schema);
     let store = PgStore::connect(&url, pool).await.expect("connect");
     store.migrate().await.expect("migrate");
+    store.migrate_inventory().await.expect("migrate inventory");
     store
 }
 
@@ -97,6 +99,7 @@ pub async fn mssql_store(test: &str, pool: u32) -> Option<MssqlStore> {
         .await
         .expect("connect");
     store.migrate().await.expect("migrate");
+    store.migrate_inventory().await.expect("migrate inventory");
     Some(store)
 }
 
@@ -104,6 +107,7 @@ pub async fn mssql_store(test: &str, pool: u32) -> Option<MssqlStore> {
 pub async fn sqlite_store(_test: &str, _pool: u32) -> SqliteStore {
     let store = SqliteStore::open_in_memory().expect("open");
     store.migrate().await.expect("migrate");
+    store.migrate_inventory().await.expect("migrate inventory");
     store
 }
 

@@ -342,6 +342,7 @@ resource migrateJob 'Microsoft.App/jobs@2024-10-02-preview' = {
           image: image
           args: [
             'migrate'
+            '--inventory'
           ]
           env: [
             { name: 'SB_INBOX_STORE', value: store }

@@ -119,8 +119,22 @@ pub struct InventoryCounts {
     pub inbox_rows: i64,
 }
 
-/// Reads [`InventoryCounts`] from a store.
+/// The inventory schema's migration (`sql/<provider>/0002_inventory.sql`). It keeps version 2,
+/// the number it had when it was part of the core migrations, so databases that applied it
+/// then are not migrated again.
+pub const MIGRATION_VERSION: i64 = 2;
+
+/// The inventory schema and reads of a store.
 pub trait InventoryStore: Store<Tx: InventoryTx> {
+    /// Applies the inventory tables' migration if not applied yet (through the store's
+    /// `apply_migrations` hook); returns how many ran (0 or 1). The store's core migrations
+    /// must be applied first.
+    fn migrate_inventory(&self) -> impl Future<Output = Result<usize, StoreError>> + Send;
+
+    /// Whether the inventory migration is recorded: the reference worker refuses to start
+    /// without it rather than dead-letter every order on a missing table.
+    fn inventory_migrated(&self) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
     /// Counts reservations, units and inbox rows.
     fn inventory_counts(&self) -> impl Future<Output = Result<InventoryCounts, StoreError>> + Send;
 }
@@ -136,6 +150,7 @@ pub trait InventoryStore: Store<Tx: InventoryTx> {
 ///
 /// let store = SqliteStore::open_in_memory()?;
 /// store.migrate().await?;
+/// store.migrate_inventory().await?;
 /// let broker = MemoryBroker::new(sb_inbox::Clock::new());
 /// broker.send(Message::new("m-1", "orders.order-placed.v1", r#"{"orderId":"o-1","lines":[{"sku":"A","quantity":2}]}"#));
 /// let config = RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER)?);

@@ -92,6 +92,7 @@ pub async fn run_with(
         StoreUrl::SqliteMemory => {
             let store = SqliteStore::open_in_memory()?;
             store.migrate().await?;
+            store.migrate_inventory().await?;
             serve(store, config, probe).await
         }
     }
@@ -116,6 +117,12 @@ async fn serve<S: InventoryStore + OutboxStore + RetentionStore + Ping + Clone>(
         health,
         shutdown,
     } = probe;
+    if !store.inventory_migrated().await? {
+        return Err(WorkerError::Config(
+            "the reference consumer's tables are missing: run `sb-inbox migrate --inventory`"
+                .to_owned(),
+        ));
+    }
     let mut worker = Worker::new(client, store).relay(config.relay.clone());
     if let Some(retention) = config.retention {
         worker = worker.retention(retention);

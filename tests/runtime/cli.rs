@@ -28,6 +28,88 @@ fn migrate_applies_each_migration_once() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+fn applied(output: &std::process::Output) -> String {
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8_lossy(&output.stdout)
+        .split(' ')
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+async fn pg_tables(url: &str, like: &str) -> i64 {
+    let store = sb_inbox::PgStore::connect(url, 1).await.unwrap();
+    let rows = store
+        .query(
+            "SELECT count(*) FROM information_schema.tables \
+             WHERE table_schema = current_schema() AND table_name LIKE $1",
+            &[&like],
+        )
+        .await
+        .unwrap();
+    rows[0].get(0)
+}
+
+/// Issue 16: the core migrations create no `inventory_*` table; `--inventory` adds the reference
+/// consumer's, once; a database migrated when the inventory tables were part of the core
+/// (versions 1, 2, 3 recorded) needs nothing more. `sb-inbox run` refuses to start without them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_creates_inventory_tables_only_when_asked() {
+    let schema = crate::support::schema_for("cli_migrate_inventory");
+    let admin = sb_inbox::PgStore::connect(&crate::support::pg_url(), 1)
+        .await
+        .unwrap();
+    admin
+        .query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"), &[])
+        .await
+        .unwrap();
+    admin
+        .query(&format!("CREATE SCHEMA {schema}"), &[])
+        .await
+        .unwrap();
+    let url = crate::support::with_search_path(&crate::support::pg_url(), &schema);
+    let core = sb_inbox::store::postgres::MIGRATIONS.len().to_string();
+
+    assert_eq!(applied(&sb_inbox(&["migrate", "--store", &url])), core);
+    assert_eq!(pg_tables(&url, "inventory%").await, 0);
+    assert_eq!(
+        pg_tables(&url, "sb_inbox%").await,
+        4,
+        "inbox, business key, version, bookkeeping"
+    );
+
+    // The reference worker will not start and dead-letter orders on a missing table.
+    let run = Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
+        .arg("run")
+        .env("SB_INBOX_CONSUMER", "inventory.order-placed.v1")
+        .env("SB_INBOX_STORE", &url)
+        .env(
+            "SB_INBOX_SERVICEBUS_CONNECTION",
+            "Endpoint=sb://127.0.0.1:9;SharedAccessKeyName=k;SharedAccessKey=x;UseDevelopmentEmulator=true",
+        )
+        .env("SB_INBOX_ENTITY", "orders")
+        .output()
+        .unwrap();
+    assert!(!run.status.success());
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("sb-inbox migrate --inventory"), "{stderr}");
+
+    assert_eq!(
+        applied(&sb_inbox(&["migrate", "--inventory", "--store", &url])),
+        "1"
+    );
+    assert_eq!(pg_tables(&url, "inventory%").await, 3);
+    // Versions 1, 2 and 3 recorded: what the old combined migrations left behind.
+    assert_eq!(
+        applied(&sb_inbox(&["migrate", "--inventory", "--store", &url])),
+        "0"
+    );
+    admin
+        .query(&format!("DROP SCHEMA {schema} CASCADE"), &[])
+        .await
+        .unwrap();
+}
+
 #[test]
 fn migrate_refuses_unknown_store_without_leaking_the_password() {
     let output = sb_inbox(&["migrate", "--store", "mysql://root:hunter2@db/x"]);

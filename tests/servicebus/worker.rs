@@ -215,11 +215,9 @@ async fn the_worker_process_is_ready_then_drains_and_exits_0_on_sigterm() {
     std::fs::create_dir_all(&dir).unwrap();
     let db = dir.join("worker.db");
     let _ = std::fs::remove_file(&db);
-    sb_inbox::SqliteStore::open(&db)
-        .unwrap()
-        .migrate()
-        .await
-        .unwrap();
+    let store = sb_inbox::SqliteStore::open(&db).unwrap();
+    store.migrate().await.unwrap();
+    store.migrate_inventory().await.unwrap();
 
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
         .arg("run")
