@@ -28,8 +28,8 @@ use crate::ports::Tx;
 ///     const VERSION: u32 = 1;
 ///
 ///     fn validate(&self) -> Result<(), DecodeError> {
-///         if self.amount_cents <= 0 {
-///             return Err(DecodeError::new("amountCents must be positive"));
+///         if self.payment_id.is_empty() || self.amount_cents <= 0 {
+///             return Err(DecodeError::new("paymentId must be set, amountCents positive"));
 ///         }
 ///         Ok(())
 ///     }

@@ -114,6 +114,7 @@ struct Hosted<S> {
 ///
 /// # Examples
 /// ```no_run
+/// # #[allow(dead_code)]
 /// # async fn example<H1, H2>(orders: H1, payments: H2) -> Result<(), Box<dyn std::error::Error>>
 /// # where H1: sb_inbox::Handler<sb_inbox::PgTx>, H2: sb_inbox::Handler<sb_inbox::PgTx> {
 /// use sb_inbox::servicebus::ServiceBusClient;
