@@ -378,3 +378,72 @@ async fn peek_pages_in_sequence_order_without_locking() {
         "{missing:?}"
     );
 }
+
+/// Issue 21: peek of a queue and of its dead-letter queue from a fresh connection whose first
+/// link is the `$management` node (no receiver or sender on that entity first), as
+/// `sb-inbox dlq peek` does.
+#[tokio::test]
+async fn peek_and_dead_letter_peek_work_from_a_fresh_connection() {
+    let emulator = emulator("PT30S").await;
+    let writer = client(&emulator);
+    for id in ["m-1", "m-2"] {
+        writer.sender("orders").send(order(id)).await.unwrap();
+    }
+    receive_one(&writer)
+        .await
+        .dead_letter("Poison", "bad body")
+        .await
+        .unwrap();
+
+    let fresh = client(&emulator);
+    let dead = fresh.peek("orders/$DeadLetterQueue", 0, 10).await.unwrap();
+    assert_eq!(
+        dead.iter()
+            .map(|p| p.message.message_id.as_deref())
+            .collect::<Vec<_>>(),
+        [Some("m-1")]
+    );
+    let fresh = client(&emulator);
+    let active = fresh.peek("orders", 0, 10).await.unwrap();
+    assert_eq!(
+        active
+            .iter()
+            .map(|p| p.message.message_id.as_deref())
+            .collect::<Vec<_>>(),
+        [Some("m-2")]
+    );
+}
+
+/// Issue 21: renewals of many locks at once, all in flight on one receiver's management link,
+/// each answered by correlation id.
+#[tokio::test]
+async fn concurrent_renewals_on_one_management_link() {
+    let emulator = emulator("PT30S").await;
+    let client = client(&emulator);
+    let sender = client.sender("orders");
+    for i in 0..16 {
+        sender.send(order(&format!("m-{i}"))).await.unwrap();
+    }
+    let receiver = client.receiver("orders", 16);
+    let mut deliveries = Vec::new();
+    while deliveries.len() < 16 {
+        deliveries.push(receiver.receive().await.unwrap().unwrap());
+    }
+    let mut renewals = tokio::task::JoinSet::new();
+    for delivery in deliveries {
+        renewals.spawn(async move {
+            let before = delivery.locked_until();
+            let renewed = delivery.renew_lock().await;
+            (delivery, before, renewed)
+        });
+    }
+    while let Some(joined) = renewals.join_next().await {
+        let (delivery, before, renewed) = joined.unwrap();
+        let renewed = renewed.unwrap();
+        assert!(renewed >= before, "{renewed:?} < {before:?}");
+        assert_eq!(delivery.locked_until(), renewed);
+        delivery.complete().await.unwrap();
+    }
+    let counts = emulator.broker().entity("orders").unwrap().counts();
+    assert_eq!((counts.active, counts.locked, counts.completed), (0, 0, 16));
+}

@@ -32,6 +32,10 @@ use crate::message::{BrokerMessage, Properties, ReceiveMode, ReceivedMessage};
 /// How many `ForwardTo` hops a message may take (Service Bus allows four).
 const MAX_FORWARD_HOPS: u8 = 4;
 
+/// The longest rule name Service Bus accepts (`Constants.ruleNameMaximumLength` in
+/// `@azure/core-amqp`).
+const MAX_RULE_NAME_LENGTH: usize = 50;
+
 /// What happened to a sent message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendOutcome {
@@ -120,13 +124,19 @@ struct TopicState {
 
 #[derive(Debug)]
 struct Subscription {
-    rules: Vec<Rule>,
+    /// Rules with their creation times; changed at run time by the `$management` rule
+    /// operations, so fan-out reads them under this lock (never together with a queue lock).
+    rules: Mutex<Vec<(Rule, SystemTime)>>,
     queue: Arc<MessageQueue>,
 }
 
 impl Subscription {
+    fn rules(&self) -> MutexGuard<'_, Vec<(Rule, SystemTime)>> {
+        self.rules.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn matches(&self, msg: &BrokerMessage) -> bool {
-        self.rules.iter().any(|r| r.filter.matches(msg))
+        self.rules().iter().any(|(r, _)| r.filter.matches(msg))
     }
 }
 
@@ -395,8 +405,9 @@ impl Broker {
                 } else {
                     s.rules
                 };
+                let created = clock.now();
                 let sub = Subscription {
-                    rules,
+                    rules: Mutex::new(rules.into_iter().map(|r| (r, created)).collect()),
                     queue: Arc::new(MessageQueue::new(path, props, true)),
                 };
                 if sub.queue.props.forward_dead_lettered_messages_to.is_some() {
@@ -1081,6 +1092,86 @@ impl Entity {
         self.with_queue("receive-by-sequence-number", |_, st, dlq, now| {
             st.receive_deferred(dlq, sequence_numbers, mode, now)
         })
+    }
+
+    /// The subscription this handle addresses (not its dead-letter queue).
+    fn subscription(&self, operation: &'static str) -> Result<Arc<Subscription>> {
+        let not_a_subscription = || self.not_allowed(operation, "rules belong to subscriptions");
+        let Target::Queue { queue, dlq: false } = &self.target else {
+            return Err(not_a_subscription());
+        };
+        let Ok(Address::Entity(EntityPath {
+            entity,
+            subscription: Some(name),
+            ..
+        })) = Address::parse(&queue.path)
+        else {
+            return Err(not_a_subscription());
+        };
+        match self.ns.node(&entity)? {
+            Node::Topic(topic) => topic
+                .subscription(&name)
+                .cloned()
+                .ok_or_else(not_a_subscription),
+            Node::Queue(_) => Err(not_a_subscription()),
+        }
+    }
+
+    /// `com.microsoft:enumerate-rules`: the subscription's rules in creation order, each with
+    /// its creation time.
+    ///
+    /// # Errors
+    /// [`Error::NotAllowed`] unless this is a subscription.
+    pub fn rules(&self) -> Result<Vec<(Rule, SystemTime)>> {
+        Ok(self.subscription("enumerate-rules")?.rules().clone())
+    }
+
+    /// `com.microsoft:add-rule`: adds a rule to the subscription; messages sent from now on
+    /// are matched against it.
+    ///
+    /// # Errors
+    /// [`Error::AlreadyExists`] when a rule of that name (case-insensitive) exists;
+    /// [`Error::InvalidRule`] for an empty name or one longer than 50 characters (the
+    /// service's limit); [`Error::NotAllowed`] unless this is a subscription.
+    pub fn add_rule(&self, rule: Rule) -> Result<()> {
+        let subscription = self.subscription("add-rule")?;
+        let length = rule.name.chars().count();
+        if length == 0 || length > MAX_RULE_NAME_LENGTH {
+            return Err(Error::InvalidRule {
+                reason: format!("a rule name has 1 to {MAX_RULE_NAME_LENGTH} characters"),
+                rule: rule.name,
+            });
+        }
+        let mut rules = subscription.rules();
+        if rules
+            .iter()
+            .any(|(r, _)| r.name.eq_ignore_ascii_case(&rule.name))
+        {
+            return Err(Error::AlreadyExists {
+                entity: format!("{}/Rules/{}", self.path, rule.name),
+            });
+        }
+        rules.push((rule, self.ns.clock.now()));
+        Ok(())
+    }
+
+    /// `com.microsoft:remove-rule`: removes the named rule (case-insensitive). A subscription
+    /// left without rules receives nothing, as on Service Bus.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when there is no such rule; [`Error::NotAllowed`] unless this is a
+    /// subscription.
+    pub fn remove_rule(&self, name: &str) -> Result<()> {
+        let subscription = self.subscription("remove-rule")?;
+        let mut rules = subscription.rules();
+        let before = rules.len();
+        rules.retain(|(r, _)| !r.name.eq_ignore_ascii_case(name));
+        if rules.len() == before {
+            return Err(Error::NotFound {
+                entity: format!("{}/Rules/{name}", self.path),
+            });
+        }
+        Ok(())
     }
 
     /// Message counts (of the subqueue this handle addresses). For a topic: `sent` and

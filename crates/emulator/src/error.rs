@@ -12,8 +12,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// No queue, topic or subscription has this name (permanent; `amqp:not-found`).
-    #[error("entity not found: {entity}")]
+    /// No queue, topic, subscription or rule has this name (permanent; `amqp:not-found`).
+    ///
+    /// Worded as the service words it: `@azure/core-amqp`'s `translate` (`src/errors.ts`) tells
+    /// a missing entity from other `amqp:not-found` errors by this description.
+    #[error("The messaging entity '{entity}' could not be found.")]
     NotFound {
         /// The name or address that was looked up.
         entity: String,
@@ -74,6 +77,22 @@ pub enum Error {
         /// Why it is not allowed.
         reason: &'static str,
     },
+    /// A rule (or other sub-entity) of this name exists already (permanent;
+    /// `com.microsoft:entity-already-exists`).
+    #[error("{entity} already exists")]
+    AlreadyExists {
+        /// The path of the existing sub-entity, e.g. `t/Subscriptions/s/Rules/r`.
+        entity: String,
+    },
+    /// A rule cannot be created as described: bad name, unparsable or unsupported SQL filter
+    /// (permanent; `amqp:invalid-field`).
+    #[error("invalid rule {rule:?}: {reason}")]
+    InvalidRule {
+        /// The rule name.
+        rule: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A fault hook refused the operation (transient; `com.microsoft:server-busy`).
     #[error("{operation} refused by an injected fault")]
     Refused {
@@ -99,7 +118,8 @@ impl Error {
             Error::SessionLockLost { .. } => "com.microsoft:session-lock-lost",
             Error::MessageSizeExceeded { .. } => "amqp:link:message-size-exceeded",
             Error::MessageNotFound { .. } => "com.microsoft:message-not-found",
-            Error::InvalidAddress { .. } => "amqp:invalid-field",
+            Error::InvalidAddress { .. } | Error::InvalidRule { .. } => "amqp:invalid-field",
+            Error::AlreadyExists { .. } => "com.microsoft:entity-already-exists",
             Error::NotAllowed { .. } => "amqp:not-allowed",
             Error::Refused { .. } => "com.microsoft:server-busy",
             Error::Config(_) | Error::Server(_) => "amqp:internal-error",

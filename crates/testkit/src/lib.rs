@@ -58,6 +58,14 @@ pub const PROTON: Dependency = Dependency {
     fix: ".ci/setup installs it with pip",
 };
 
+/// What the official Python SDK's own samples need beyond the SDK: `azure-identity`, `aiohttp`,
+/// PyPI once (the samples are downloaded), and `unshare` with user namespaces.
+pub const PYTHON_SAMPLES: Dependency = Dependency {
+    key: "python-samples",
+    what: "the Python SDK's samples' needs: azure-identity and aiohttp, PyPI to download them, unshare with unprivileged user namespaces",
+    fix: ".ci/setup installs the packages; the first line above says which is missing",
+};
+
 /// The official JavaScript SDK under `tests/servicebus/sdk/js/node_modules`.
 pub const JS_SDK: Dependency = Dependency {
     key: "js-sdk",

@@ -242,6 +242,34 @@ def renew_lock_and_auto_lock_renewer():
 
 
 @case
+def auto_lock_renewer_over_prefetched_messages():
+    """Issue 21: AutoLockRenewer renews 12 prefetched messages from its worker threads, several
+    renew-lock requests in flight on one management link; one request renews a batch."""
+    with client() as c:
+        with c.get_queue_sender("c-autorenew") as sender:
+            sender.send_messages([ServiceBusMessage(f"auto-{i}") for i in range(12)])
+        failures = []
+        with c.get_queue_receiver("c-autorenew", prefetch_count=12) as receiver:
+            msgs = []
+            deadline = time.monotonic() + 10
+            while len(msgs) < 12 and time.monotonic() < deadline:
+                msgs.extend(receiver.receive_messages(max_message_count=12 - len(msgs), max_wait_time=1))
+            assert len(msgs) == 12, len(msgs)
+            # One request, twelve lock tokens.
+            batch = receiver._renew_locks(*[m.lock_token for m in msgs])
+            assert len(batch[b"expirations"]) == 12, batch
+            with AutoLockRenewer(max_lock_renewal_duration=30) as renewer:
+                for m in msgs:
+                    renewer.register(receiver, m, on_lock_renew_failure=lambda r, e: failures.append((str(r), repr(getattr(e, "inner_exception", e)))))
+                time.sleep(7)  # over two lock durations of c-autorenew
+                assert failures == [], failures
+                for m in msgs:
+                    assert (m.locked_until_utc - now()).total_seconds() > 0, m.locked_until_utc
+                    receiver.complete_message(m)
+        assert failures == [], failures
+
+
+@case
 def max_delivery_count_dead_letters():
     with client() as c:
         with c.get_queue_sender("c-maxdc") as sender:

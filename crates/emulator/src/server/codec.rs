@@ -95,6 +95,20 @@ fn simple(value: &PropertyValue) -> SimpleValue {
     }
 }
 
+/// A broker property as an AMQP value (correlation filter properties in enumerate-rules).
+pub(crate) fn property_to_value(value: &PropertyValue) -> Value {
+    match value {
+        PropertyValue::Null => Value::Null,
+        PropertyValue::Bool(b) => Value::Bool(*b),
+        PropertyValue::Long(n) => Value::Long(*n),
+        PropertyValue::Double(f) => Value::Double((*f).into()),
+        PropertyValue::String(s) => Value::String(s.clone()),
+        PropertyValue::Uuid(u) => Value::Uuid(to_uuid(*u)),
+        PropertyValue::Timestamp(t) => Value::Timestamp(to_timestamp(*t)),
+        PropertyValue::Binary(b) => Value::Binary(b.to_vec().into()),
+    }
+}
+
 /// A `Value` from a map entry as a broker property (for properties-to-modify and DLQ info).
 pub(crate) fn value_property(value: &Value) -> PropertyValue {
     match value {

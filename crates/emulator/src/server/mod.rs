@@ -7,11 +7,13 @@
 //! - `codec`: AMQP messages ⇄ [`crate::BrokerMessage`], delivery annotations and batches.
 //! - `sas`: shared access signature validation for `$cbs` put-token.
 //! - `nodes`: `$cbs` and `<entity>/$management` request handling.
+//! - `rules`: the subscription rule operations of `$management`.
 //! - `links`: entity links: deliveries with lock tokens, dispositions, sends.
 
 mod codec;
 mod links;
 mod nodes;
+mod rules;
 mod sas;
 
 use std::collections::HashMap;
@@ -95,14 +97,20 @@ impl ConnState {
         }
     }
 
-    /// True when a granted audience covers `entity` (same path or a parent path).
-    pub(crate) fn is_granted(&self, entity: &str) -> bool {
-        let entity = entity.trim_matches('/').to_ascii_lowercase();
-        self.granted.lock().is_ok_and(|granted| {
-            granted.iter().any(|path| {
-                path.is_empty() || entity == *path || entity.starts_with(&format!("{path}/"))
-            })
-        })
+    /// True when a granted audience covers the link path `path` (`q1`, `q1/$management`,
+    /// `t/Subscriptions/s/$DeadLetterQueue`): the same path or a parent of it.
+    ///
+    /// Service Bus reads a token's audience as a URI prefix: a token for `sb://ns/q1` covers
+    /// `q1`, its dead-letter queue and its `$management` node, while a token for
+    /// `sb://ns/q1/$management` covers only that node. The JavaScript SDK puts the latter
+    /// before its management link (`ManagementClient`'s audience is
+    /// `${endpoint}${entityPath}/$management` in `@azure/service-bus` 7.9
+    /// `src/core/managementClient.ts`), so the check is made on the link's own path.
+    pub(crate) fn is_granted(&self, path: &str) -> bool {
+        let path = path.trim_matches('/').to_ascii_lowercase();
+        self.granted
+            .lock()
+            .is_ok_and(|granted| granted.iter().any(|audience| covers(audience, &path)))
     }
 
     pub(crate) fn route(&self, keys: &[String]) -> Option<mpsc::UnboundedSender<AnyMessage>> {
@@ -111,10 +119,31 @@ impl ConnState {
     }
 }
 
-/// `sb://host:port/a/b` → `a/b` (lowercase).
+/// Whether the granted audience path `audience` covers `path` (both lowercase, no host): equal,
+/// or a parent at a segment boundary (`q1` covers `q1/$management`, not `q10`). The empty path
+/// (a token for the whole namespace) covers everything.
+fn covers(audience: &str, path: &str) -> bool {
+    audience.is_empty()
+        || path == audience
+        || path
+            .strip_prefix(audience)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// An audience's entity path, lowercase: `sb://host:port/a/b`, `amqp://host/a/b` → `a/b`;
+/// `sb://host` → `` (the namespace). An audience without a scheme is a path already (`a/b`);
+/// one whose first segment names a host with a port (`host:5672/a/b`) drops it, since entity
+/// names cannot contain `:`.
 pub(crate) fn audience_path(audience: &str) -> String {
-    let rest = audience.split_once("://").map_or(audience, |(_, r)| r);
-    let path = rest.split_once('/').map_or("", |(_, p)| p);
+    let path = match audience.split_once("://") {
+        Some((_, rest)) => rest.split_once('/').map_or("", |(_, p)| p),
+        None => match audience.trim_start_matches('/').split_once('/') {
+            Some((host, p)) if host.contains(':') => p,
+            _ if !audience.contains('/') && audience.contains(':') => "",
+            _ => audience,
+        },
+    };
+    let path = path.split(['?', '#']).next().unwrap_or_default();
     path.trim_matches('/').to_ascii_lowercase()
 }
 
@@ -291,8 +320,8 @@ async fn serve_link(
         .map(|_| &path[..path.len() - "/$management".len()])
     {
         let entity = entity.to_owned();
-        if !state.is_granted(&entity) {
-            return request.reject(unauthorized(&entity)).await;
+        if !state.is_granted(&path) {
+            return request.reject(unauthorized(&path)).await;
         }
         return nodes::serve(
             request,
@@ -326,10 +355,12 @@ pub(crate) fn wire_error(condition: &str, description: Option<String>) -> AmqpEr
     AmqpError::new(condition, description).with_info(Fields::default())
 }
 
-fn unauthorized(entity: &str) -> AmqpError {
+fn unauthorized(path: &str) -> AmqpError {
     wire_error(
         condition::UNAUTHORIZED_ACCESS,
-        Some(format!("no valid token was put on $cbs for {entity}")),
+        Some(format!(
+            "no valid token was put on $cbs for {path} (or a parent path)"
+        )),
     )
 }
 
@@ -352,6 +383,63 @@ pub async fn start_from_json(json: &str, listen: &str) -> Result<Emulator, Error
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn audiences_cover_their_entity_and_its_sub_paths() {
+        let state = ConnState::default();
+        state.grant("sb://127.0.0.1:5699/Orders");
+        for path in [
+            "orders",
+            "Orders/$management",
+            "orders/$DeadLetterQueue",
+            "orders/$DeadLetterQueue/$management",
+        ] {
+            assert!(state.is_granted(path), "{path}");
+        }
+        for path in ["orders2", "order", "other/$management", "$cbs"] {
+            assert!(!state.is_granted(path), "{path}");
+        }
+    }
+
+    #[test]
+    fn a_management_audience_covers_only_the_management_node() {
+        // What the JavaScript SDK puts before its management link.
+        let state = ConnState::default();
+        state.grant("sb://localhost:5699/q1/$management");
+        assert!(state.is_granted("q1/$management"));
+        assert!(!state.is_granted("q1"));
+        assert!(!state.is_granted("q1/$DeadLetterQueue"));
+        let state = ConnState::default();
+        state.grant("amqp://localhost/t1/Subscriptions/s1/$DeadLetterQueue");
+        assert!(state.is_granted("t1/subscriptions/s1/$deadletterqueue/$management"));
+        assert!(!state.is_granted("t1/Subscriptions/s1"));
+    }
+
+    #[test]
+    fn audience_forms() {
+        for (audience, path) in [
+            ("sb://host:5699/q1", "q1"),
+            ("sb://host/q1/", "q1"),
+            ("sb://host", ""),
+            ("sb://host/", ""),
+            (
+                "amqps://ns.servicebus.windows.net/T/Subscriptions/S",
+                "t/subscriptions/s",
+            ),
+            ("q1", "q1"),
+            ("/q1/$management", "q1/$management"),
+            ("my.queue/$management", "my.queue/$management"),
+            ("host:5699/q1", "q1"),
+            ("host:5699", ""),
+            ("sb://host/q1?x=1", "q1"),
+        ] {
+            assert_eq!(audience_path(audience), path, "{audience}");
+        }
+        // A namespace token covers everything; a sibling name is no parent.
+        assert!(covers("", "q1/$management"));
+        assert!(!covers("q1", "q10"));
+        assert!(!covers("q1/$management", "q1"));
+    }
 
     #[test]
     fn wire_errors_always_carry_info() {

@@ -11,10 +11,11 @@ use sb_amqp::types::messaging::{AmqpValue, ApplicationProperties, Body, Message,
 use sb_amqp::types::primitives::{Binary, SimpleValue};
 use sb_amqp::{AnyMessage, LinkAnswer, LinkRequest, Sendable};
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::codec::{self, from_uuid, key_text, to_timestamp, value_property};
-use super::{ConnState, EmulatorOptions, sas};
+use super::{ConnState, EmulatorOptions, rules, sas};
 use crate::{Broker, DispositionStatus, Error, Properties as BrokerProperties, ReceiveMode};
 
 /// Which node a link serves.
@@ -77,59 +78,82 @@ pub(crate) async fn serve(
                 .rcv_settle_mode(ReceiverSettleMode::First),
         )
         .await?;
+    // Requests are answered concurrently: one slow operation (an injected disposition delay)
+    // must not hold the others, and clients keep many requests in flight on one link (the
+    // SDKs match replies by correlation id).
+    let mut in_flight = JoinSet::new();
     loop {
         let delivery = tokio::select! {
             () = stop.cancelled() => return Ok(()),
+            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => continue,
             delivery = receiver.recv() => delivery?,
         };
-        receiver.accept(&delivery).await?;
+        // Python's AutoLockRenewer renews from several threads over one connection, and
+        // pyamqp then can give two transfers the same delivery id: the second cannot be
+        // accepted any more, but its request is still answered.
+        if let Err(error) = receiver.accept(&delivery).await {
+            tracing::debug!(node = node.key(), %error, "Request delivery not accepted; answering it anyway.");
+        }
         let request = delivery.message()?;
-        tracing::debug!(node = node.key(), reply_to = ?request.properties.as_ref().and_then(|p| p.reply_to.clone()), "Node request.");
-        let (status, description, condition, body) = match &node {
-            Node::Cbs => put_token(&request, &options, &state),
-            Node::Management(entity) => management(&request, &broker, entity).await,
-        };
-        tracing::debug!(node = node.key(), status, %description, "Node reply.");
-        let properties = request.properties.clone().unwrap_or_default();
-        let mut app = ApplicationProperties::builder();
-        app = match node {
-            Node::Cbs => app
-                .insert("status-code", SimpleValue::Int(status))
-                .insert("status-description", SimpleValue::String(description)),
-            Node::Management(_) => {
-                let mut app = app
-                    .insert("statusCode", SimpleValue::Int(status))
-                    .insert("statusDescription", SimpleValue::String(description));
-                if let Some(condition) = condition {
-                    app = app.insert("errorCondition", SimpleValue::Symbol(condition.into()));
-                }
-                app
+        let (node, broker, options, state) =
+            (node.clone(), broker.clone(), options.clone(), state.clone());
+        in_flight.spawn(async move { answer(&request, &node, &broker, &options, &state).await });
+    }
+}
+
+/// Handles one request and routes its reply to the client's reply link.
+async fn answer(
+    request: &AnyMessage,
+    node: &Node,
+    broker: &Broker,
+    options: &EmulatorOptions,
+    state: &ConnState,
+) {
+    tracing::debug!(node = node.key(), reply_to = ?request.properties.as_ref().and_then(|p| p.reply_to.clone()), "Node request.");
+    let (status, description, condition, body) = match node {
+        Node::Cbs => put_token(request, options, state),
+        Node::Management(entity) => management(request, broker, entity).await,
+    };
+    tracing::debug!(node = node.key(), status, %description, "Node reply.");
+    let properties = request.properties.clone().unwrap_or_default();
+    let mut app = ApplicationProperties::builder();
+    app = match node {
+        Node::Cbs => app
+            .insert("status-code", SimpleValue::Int(status))
+            .insert("status-description", SimpleValue::String(description)),
+        Node::Management(_) => {
+            let mut app = app
+                .insert("statusCode", SimpleValue::Int(status))
+                .insert("statusDescription", SimpleValue::String(description));
+            if let Some(condition) = condition {
+                app = app.insert("errorCondition", SimpleValue::Symbol(condition.into()));
             }
-        };
-        let reply: AnyMessage = Message {
-            header: None,
-            delivery_annotations: None,
-            message_annotations: None,
-            properties: Some(Properties {
-                correlation_id: properties.message_id.clone(),
-                ..Properties::default()
-            }),
-            application_properties: Some(app.build()),
-            body: body.map_or(Body::Empty, |v| Body::Value(AmqpValue(v))),
-            footer: None,
-        };
-        let mut keys = Vec::new();
-        if let Some(reply_to) = &properties.reply_to {
-            keys.push(reply_to.clone());
-            keys.push(super::link_path(reply_to));
+            app
         }
-        keys.push(node.key());
-        match state.route(&keys) {
-            Some(tx) => {
-                let _ = tx.send(reply);
-            }
-            None => tracing::debug!(?keys, "No reply link for a request."),
+    };
+    let reply: AnyMessage = Message {
+        header: None,
+        delivery_annotations: None,
+        message_annotations: None,
+        properties: Some(Properties {
+            correlation_id: properties.message_id.clone(),
+            ..Properties::default()
+        }),
+        application_properties: Some(app.build()),
+        body: body.map_or(Body::Empty, |v| Body::Value(AmqpValue(v))),
+        footer: None,
+    };
+    let mut keys = Vec::new();
+    if let Some(reply_to) = &properties.reply_to {
+        keys.push(reply_to.clone());
+        keys.push(super::link_path(reply_to));
+    }
+    keys.push(node.key());
+    match state.route(&keys) {
+        Some(tx) => {
+            let _ = tx.send(reply);
         }
+        None => tracing::debug!(?keys, "No reply link for a request."),
     }
 }
 
@@ -189,6 +213,13 @@ fn map_get<'a>(body: &'a Body<Value>, name: &str) -> Option<&'a Value> {
     map.iter()
         .find(|(k, _)| key_text(k) == Some(name))
         .map(|(_, v)| v)
+}
+
+fn body_value(body: &Body<Value>) -> Option<&Value> {
+    match body {
+        Body::Value(AmqpValue(value)) => Some(value),
+        _ => None,
+    }
 }
 
 fn values(value: Option<&Value>) -> Vec<Value> {
@@ -253,6 +284,8 @@ fn error_reply(error: &Error) -> Reply {
         410
     } else if error.is_not_found() || matches!(error, Error::MessageNotFound { .. }) {
         404
+    } else if matches!(error, Error::AlreadyExists { .. }) {
+        409
     } else {
         400
     };
@@ -378,6 +411,12 @@ async fn management(request: &AnyMessage, broker: &Broker, entity: &str) -> Repl
                     Err(error) => Err(error),
                 }
             }
+            "com.microsoft:add-rule" => rules::add(&entity, body_value(body)),
+            "com.microsoft:remove-rule" => rules::remove(&entity, body_value(body)),
+            "com.microsoft:enumerate-rules" => match rules::enumerate(&entity, body_value(body)) {
+                Ok(None) => return (204, "No Content".into(), None, None),
+                other => other,
+            },
             other => {
                 return (
                     501,

@@ -474,6 +474,70 @@ async fn ids(e: &Entity) -> Vec<String> {
     out
 }
 
+/// The `$management` rule operations change fan-out for messages sent afterwards.
+#[tokio::test(start_paused = true)]
+async fn rules_added_and_removed_at_run_time_drive_fan_out() {
+    let broker = topic_broker();
+    let topic = broker.entity("orders").unwrap();
+    let all = broker.entity("orders/Subscriptions/all").unwrap();
+    let names = |e: &Entity| {
+        e.rules()
+            .unwrap()
+            .into_iter()
+            .map(|(r, _)| r.name)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(&all), ["$Default"]);
+    all.add_rule(Rule {
+        name: "eu".into(),
+        filter: Filter::Sql(SqlFilter::parse("region = 'eu'").unwrap()),
+        action: None,
+    })
+    .unwrap();
+    assert!(matches!(
+        all.add_rule(Rule {
+            name: "EU".into(),
+            filter: Filter::True,
+            action: None,
+        }),
+        Err(Error::AlreadyExists { .. })
+    ));
+    assert!(matches!(
+        all.add_rule(Rule {
+            name: "x".repeat(51),
+            filter: Filter::True,
+            action: None,
+        }),
+        Err(Error::InvalidRule { .. })
+    ));
+    all.remove_rule("$default").unwrap();
+    assert_eq!(names(&all), ["eu"]);
+    assert!(matches!(
+        all.remove_rule("$Default"),
+        Err(Error::NotFound { .. })
+    ));
+    topic.send(order("1", "created", "us", 1)).unwrap();
+    topic.send(order("2", "created", "eu", 1)).unwrap();
+    assert_eq!(ids(&all).await, ["2"]);
+    all.remove_rule("eu").unwrap();
+    topic.send(order("3", "created", "eu", 1)).unwrap();
+    assert!(ids(&all).await.is_empty(), "no rule, no messages");
+    // Rules belong to subscriptions only.
+    for entity in [
+        "orders",
+        "audit",
+        "orders/Subscriptions/all/$DeadLetterQueue",
+    ] {
+        assert!(
+            matches!(
+                broker.entity(entity).unwrap().rules(),
+                Err(Error::NotAllowed { .. })
+            ),
+            "{entity}"
+        );
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn topic_fans_out_by_correlation_sql_and_default_rules() {
     let broker = topic_broker();
