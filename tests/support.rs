@@ -22,8 +22,17 @@ pub fn schema_for(test: &str) -> String {
     format!("t_{}_{}", clean.to_lowercase(), std::process::id())
 }
 
-/// A migrated PostgreSQL store in a fresh schema of its own.
+/// A migrated PostgreSQL store (core and inventory tables) in a fresh schema of its own.
 pub async fn pg_store(test: &str, pool: u32) -> PgStore {
+    let url = fresh_pg_schema(test).await;
+    let store = PgStore::connect(&url, pool).await.expect("connect");
+    store.migrate().await.expect("migrate");
+    store.migrate_inventory().await.expect("migrate inventory");
+    store
+}
+
+/// The URL of an empty schema of `test`'s own (dropped first if a run left it behind).
+pub async fn fresh_pg_schema(test: &str) -> String {
     let schema = schema_for(test);
     let admin = PgStore::connect(&pg_url(), 1)
         .await
@@ -36,11 +45,7 @@ pub async fn pg_store(test: &str, pool: u32) -> PgStore {
         .query(&format!("CREATE SCHEMA {schema}"), &[])
         .await
         .expect("create schema");
-    let url = with_search_path(&pg_url(), &schema);
-    let store = PgStore::connect(&url, pool).await.expect("connect");
-    store.migrate().await.expect("migrate");
-    store.migrate_inventory().await.expect("migrate inventory");
-    store
+    with_search_path(&pg_url(), &schema)
 }
 
 /// `url` with `options=-c search_path=SCHEMA` added.

@@ -55,19 +55,7 @@ async fn pg_tables(url: &str, like: &str) -> i64 {
 /// (versions 1, 2, 3 recorded) needs nothing more. `sb-inbox run` refuses to start without them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_creates_inventory_tables_only_when_asked() {
-    let schema = crate::support::schema_for("cli_migrate_inventory");
-    let admin = sb_inbox::PgStore::connect(&crate::support::pg_url(), 1)
-        .await
-        .unwrap();
-    admin
-        .query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"), &[])
-        .await
-        .unwrap();
-    admin
-        .query(&format!("CREATE SCHEMA {schema}"), &[])
-        .await
-        .unwrap();
-    let url = crate::support::with_search_path(&crate::support::pg_url(), &schema);
+    let url = crate::support::fresh_pg_schema("cli_migrate_inventory").await;
     let core = sb_inbox::store::postgres::MIGRATIONS.len().to_string();
 
     assert_eq!(applied(&sb_inbox(&["migrate", "--store", &url])), core);
@@ -104,10 +92,6 @@ async fn migrate_creates_inventory_tables_only_when_asked() {
         applied(&sb_inbox(&["migrate", "--inventory", "--store", &url])),
         "0"
     );
-    admin
-        .query(&format!("DROP SCHEMA {schema} CASCADE"), &[])
-        .await
-        .unwrap();
 }
 
 #[test]
