@@ -1,11 +1,11 @@
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::health::{self, Ping};
+use super::health::{self, Ping, Readiness};
+use super::open;
 use super::{BrokerAddress, WorkerConfig};
 use crate::entra::{EntraCredential, EntraMode};
 use crate::inventory::{InventoryStore, OrderPlacedConsumer};
@@ -13,7 +13,7 @@ use crate::relay::Relay;
 use crate::retention::RetentionTask;
 use crate::runtime::{DelayedRetry, RetryPolicy};
 use crate::servicebus::{ServiceBusClient, ServiceBusReceiver};
-use crate::store::StoreUrl;
+use crate::store::{MssqlConfig, StoreUrl};
 use crate::telemetry;
 use crate::{
     MssqlStore, OutboxStore, PgStore, RetentionStore, Runtime, RuntimeError, SqliteStore,
@@ -22,7 +22,7 @@ use crate::{
 
 /// How long the relay and retention get to finish their current batch after the runtime has
 /// drained: one send's timeout and a little. A relay stopped harder only causes duplicates.
-const BACKGROUND_STOP: Duration = Duration::from_secs(35);
+pub const BACKGROUND_STOP: Duration = Duration::from_secs(35);
 
 /// Why the worker stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +65,10 @@ pub async fn run(
 /// As [`run`], serving the health endpoints on `health` when given (tests pass a listener on an
 /// ephemeral port).
 ///
+/// The health endpoints answer from the start. Until the store is open and its schema migrated
+/// the worker stays alive but not ready (`/readyz` names the cause), retrying with backoff: on a
+/// first deployment the database user or schema appear later, and a fail-over at start passes.
+///
 /// # Errors
 /// As [`run`].
 pub async fn run_with(
@@ -79,30 +83,76 @@ pub async fn run_with(
             EntraCredential::new(EntraMode::Default, client_id.clone()),
         ),
     };
+    let readiness = Readiness::new();
+    readiness.probe("broker", {
+        let client = client.clone();
+        move || {
+            let connected = client.is_connected();
+            async move {
+                connected
+                    .then_some(())
+                    .ok_or_else(|| "not connected to Service Bus".to_owned())
+            }
+        }
+    });
+    let store_ready = readiness.condition("store", "opening");
+    let stop_health = CancellationToken::new();
+    if let Some(listener) = health {
+        tokio::spawn(health::serve(
+            listener,
+            readiness.clone(),
+            stop_health.clone(),
+        ));
+    }
+    // The probes answer until the drain is over, then stop with the worker.
+    let _stop_health = stop_health.drop_guard();
     let prefetch = u32::try_from(config.runtime.prefetch).unwrap_or(u32::MAX);
     let receiver = client.receiver(&config.entity, prefetch);
     let probe = Probe {
         client,
-        health,
-        shutdown,
+        readiness,
+        shutdown: shutdown.clone(),
     };
     let pool = u32::try_from(config.runtime.concurrency)
         .unwrap_or(u32::MAX)
         .saturating_add(2);
+    let opening = (&store_ready, &shutdown);
     match &config.store {
         StoreUrl::Postgres(url) => {
-            serve(receiver, PgStore::connect(url, pool).await?, config, probe).await
+            let open = || async {
+                let store = PgStore::connect(url, pool).await?;
+                open::check_schema(&store).await?;
+                Ok(store)
+            };
+            match open::until_open(open, opening.0, opening.1).await {
+                Some(store) => serve(receiver, store, config, probe).await,
+                None => Ok(StatsSnapshot::default()),
+            }
         }
         StoreUrl::Mssql(raw) => {
-            serve(
-                receiver,
-                MssqlStore::connect(raw, pool).await?,
-                config,
-                probe,
-            )
-            .await
+            // A string that does not parse will not parse later either: fail now.
+            let parsed: MssqlConfig = raw.parse()?;
+            let open = || async {
+                let store = MssqlStore::connect_with(parsed.clone(), pool).await?;
+                open::check_schema(&store).await?;
+                Ok(store)
+            };
+            match open::until_open(open, opening.0, opening.1).await {
+                Some(store) => serve(receiver, store, config, probe).await,
+                None => Ok(StatsSnapshot::default()),
+            }
         }
-        StoreUrl::Sqlite(path) => serve(receiver, SqliteStore::open(path)?, config, probe).await,
+        StoreUrl::Sqlite(path) => {
+            let open = || async {
+                let store = SqliteStore::open(path)?;
+                open::check_schema(&store).await?;
+                Ok(store)
+            };
+            match open::until_open(open, opening.0, opening.1).await {
+                Some(store) => serve(receiver, store, config, probe).await,
+                None => Ok(StatsSnapshot::default()),
+            }
+        }
         StoreUrl::SqliteMemory => {
             let store = SqliteStore::open_in_memory()?;
             store.migrate().await?;
@@ -114,11 +164,11 @@ pub async fn run_with(
 /// What the health endpoints and the drain need.
 struct Probe {
     client: ServiceBusClient,
-    health: Option<TcpListener>,
+    readiness: Readiness,
     shutdown: CancellationToken,
 }
 
-async fn serve<S: InventoryStore + OutboxStore + RetentionStore + Ping + Clone>(
+async fn serve<S: InventoryStore + OutboxStore + RetentionStore + Ping + Clone + 'static>(
     receiver: ServiceBusReceiver,
     store: S,
     config: &WorkerConfig,
@@ -126,9 +176,17 @@ async fn serve<S: InventoryStore + OutboxStore + RetentionStore + Ping + Clone>(
 ) -> Result<StatsSnapshot, WorkerError> {
     let Probe {
         client,
-        health,
+        readiness,
         shutdown,
     } = probe;
+    // Open and migrated: from now on the store is ready while it answers a ping in time.
+    readiness.probe("store", {
+        let store = store.clone();
+        move || {
+            let store = store.clone();
+            async move { store.ping().await.map_err(|e| e.to_string()) }
+        }
+    });
     let mut runtime_config = config.runtime.clone();
     if let Some(policy) = &config.retry {
         // Copies go back to the consumed queue (the configuration refuses subscriptions).
@@ -169,16 +227,6 @@ async fn serve<S: InventoryStore + OutboxStore + RetentionStore + Ping + Clone>(
         let stop = stop_background.clone();
         background.push(tokio::spawn(async move { task.run(stop).await }));
     }
-    let stop_health = CancellationToken::new();
-    if let Some(listener) = health {
-        let readiness = health::Readiness {
-            broker: Arc::new(move || client.is_connected()),
-            store: Arc::new(store.clone()),
-        };
-        tokio::spawn(health::serve(listener, readiness, stop_health.clone()));
-    }
-    // The probes answer until the drain is over, then stop with the worker.
-    let _stop_health = stop_health.drop_guard();
     let consumer = match &config.outbox_destination {
         Some(destination) => OrderPlacedConsumer::new().with_events(destination),
         None => OrderPlacedConsumer::new(),
