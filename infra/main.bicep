@@ -471,6 +471,12 @@ output workerIdentityName string = identities.outputs.workerName
 @description('Worker identity client id (AZURE_CLIENT_ID).')
 output workerIdentityClientId string = identities.outputs.workerClientId
 
+@description('Worker identity principal (object) id: CREATE USER … WITH OBJECT_ID in automation.')
+output workerPrincipalId string = identities.outputs.workerPrincipalId
+
+@description('Migration identity principal (object) id.')
+output migratePrincipalId string = identities.outputs.migratePrincipalId
+
 @description('Migration identity name: the database user allowed DDL.')
 output migrateIdentityName string = identities.outputs.migrateName
 
