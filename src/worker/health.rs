@@ -333,7 +333,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_probe_that_hangs_is_not_ready_after_the_timeout() {
         let readiness = Readiness::new();
-        readiness.probe("store", || std::future::pending::<Result<(), String>>());
+        readiness.probe("store", std::future::pending::<Result<(), String>>);
         let failing = readiness.not_ready().await;
         assert_eq!(failing.len(), 1);
         assert_eq!(failing[0].0, "store");

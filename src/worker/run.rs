@@ -1,11 +1,12 @@
+use std::future::Future;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::health::{self, Ping, Readiness};
-use super::open;
+use super::health::{self, Condition, Ping, Readiness};
+use super::open::{self, Applied};
 use super::{BrokerAddress, WorkerConfig};
 use crate::entra::{EntraCredential, EntraMode};
 use crate::inventory::{InventoryStore, OrderPlacedConsumer};
@@ -111,53 +112,56 @@ pub async fn run_with(
     let probe = Probe {
         client,
         readiness,
-        shutdown: shutdown.clone(),
+        shutdown,
     };
     let pool = u32::try_from(config.runtime.concurrency)
         .unwrap_or(u32::MAX)
         .saturating_add(2);
-    let opening = (&store_ready, &shutdown);
     match &config.store {
         StoreUrl::Postgres(url) => {
-            let open = || async {
-                let store = PgStore::connect(url, pool).await?;
-                open::check_schema(&store).await?;
-                Ok(store)
-            };
-            match open::until_open(open, opening.0, opening.1).await {
-                Some(store) => serve(receiver, store, config, probe).await,
-                None => Ok(StatsSnapshot::default()),
-            }
+            let connect = || PgStore::connect(url, pool);
+            open_then_serve(connect, receiver, config, probe, &store_ready).await
         }
         StoreUrl::Mssql(raw) => {
             // A string that does not parse will not parse later either: fail now.
             let parsed: MssqlConfig = raw.parse()?;
-            let open = || async {
-                let store = MssqlStore::connect_with(parsed.clone(), pool).await?;
-                open::check_schema(&store).await?;
-                Ok(store)
-            };
-            match open::until_open(open, opening.0, opening.1).await {
-                Some(store) => serve(receiver, store, config, probe).await,
-                None => Ok(StatsSnapshot::default()),
-            }
+            let connect = || MssqlStore::connect_with(parsed.clone(), pool);
+            open_then_serve(connect, receiver, config, probe, &store_ready).await
         }
         StoreUrl::Sqlite(path) => {
-            let open = || async {
-                let store = SqliteStore::open(path)?;
-                open::check_schema(&store).await?;
-                Ok(store)
-            };
-            match open::until_open(open, opening.0, opening.1).await {
-                Some(store) => serve(receiver, store, config, probe).await,
-                None => Ok(StatsSnapshot::default()),
-            }
+            let connect = || async { SqliteStore::open(path) };
+            open_then_serve(connect, receiver, config, probe, &store_ready).await
         }
         StoreUrl::SqliteMemory => {
             let store = SqliteStore::open_in_memory()?;
             store.migrate().await?;
             serve(receiver, store, config, probe).await
         }
+    }
+}
+
+/// Connects and checks the schema until both succeed (see [`open::until_open`]), then serves;
+/// a shutdown before that ends the worker with nothing processed.
+async fn open_then_serve<S, F, Fut>(
+    connect: F,
+    receiver: ServiceBusReceiver,
+    config: &WorkerConfig,
+    probe: Probe,
+    store_ready: &Condition,
+) -> Result<StatsSnapshot, WorkerError>
+where
+    S: InventoryStore + OutboxStore + RetentionStore + Ping + Applied + Clone + 'static,
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<S, StoreError>>,
+{
+    let open = || async {
+        let store = connect().await?;
+        open::check_schema(&store).await?;
+        Ok(store)
+    };
+    match open::until_open(open, store_ready, &probe.shutdown).await {
+        Some(store) => serve(receiver, store, config, probe).await,
+        None => Ok(StatsSnapshot::default()),
     }
 }
 

@@ -151,6 +151,14 @@ fn name_problems(main: &Scope<'_>, deployment: &crate::check::Deployment) -> Vec
     problems
 }
 
+/// The worker app resource as the deployment creates it, with `overrides` of the parameters.
+fn worker_app(overrides: &BTreeMap<String, Value>) -> Value {
+    let deployment = deployment();
+    let main = Scope::main_with(&deployment, overrides.clone());
+    main.module(&deployment, "modules/containerapp.bicep")
+        .resource("app")
+}
+
 fn with(values: &[(&str, Value)]) -> BTreeMap<String, Value> {
     values
         .iter()
@@ -330,11 +338,7 @@ fn acr_pull_is_granted_before_the_app_and_job() {
 
 #[test]
 fn the_scaler_identity_is_kept_from_the_containers() {
-    let deployment = deployment();
-    let main = Scope::main(&deployment);
-    let app = main
-        .module(&deployment, "modules/containerapp.bicep")
-        .resource("app");
+    let app = worker_app(&BTreeMap::new());
     let scaler = app.path("properties.template.scale.rules").unwrap().items()[0]
         .path("custom.identity")
         .cloned()
@@ -373,9 +377,7 @@ fn the_termination_grace_covers_drain_background_stop_and_flush() {
         let main = Scope::main_with(&deployment, overrides.clone());
         let drain = main.param("shutdownGraceSecs").as_int().unwrap();
         let flush = main.param("telemetryFlushSecs").as_int().unwrap();
-        let app = main
-            .module(&deployment, "modules/containerapp.bicep")
-            .resource("app");
+        let app = worker_app(&overrides);
         let grace = app
             .path("properties.template.terminationGracePeriodSeconds")
             .and_then(Value::as_int)
@@ -395,11 +397,7 @@ fn the_termination_grace_covers_drain_background_stop_and_flush() {
 
 #[test]
 fn probes_answer_within_their_timeouts_and_the_platform_limits() {
-    let deployment = deployment();
-    let main = Scope::main(&deployment);
-    let app = main
-        .module(&deployment, "modules/containerapp.bicep")
-        .resource("app");
+    let app = worker_app(&BTreeMap::new());
     let probes = app.path("properties.template.containers").unwrap().items()[0]
         .get("probes")
         .unwrap()

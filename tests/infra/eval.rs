@@ -154,11 +154,9 @@ fn value_node(decl: Node<'_>) -> Option<Node<'_>> {
     match last.kind() {
         "if_statement" | "for_statement" => {
             let mut inner = last.walk();
-            let found = last
-                .named_children(&mut inner)
+            last.named_children(&mut inner)
                 .filter(|c| c.kind() == "object")
-                .last();
-            found
+                .last()
         }
         _ => Some(last),
     }

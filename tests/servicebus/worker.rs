@@ -208,23 +208,16 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     response
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_worker_process_is_ready_then_drains_and_exits_0_on_sigterm() {
-    let emulator = emulator("PT30S").await;
-    let dir = std::env::temp_dir().join(format!("sb-inbox-sigterm-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let db = dir.join("worker.db");
-    let _ = std::fs::remove_file(&db);
-    sb_inbox::SqliteStore::open(&db)
-        .unwrap()
-        .migrate()
-        .await
-        .unwrap();
-
+/// `sb-inbox run` on the emulator's `orders` queue and `store`, health on an ephemeral port;
+/// the process and its health address.
+async fn spawn_worker(
+    emulator: &sb_emulator::Emulator,
+    store: &str,
+) -> (std::process::Child, std::net::SocketAddr) {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
         .arg("run")
         .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
-        .env("SB_INBOX_STORE", format!("sqlite://{}", db.display()))
+        .env("SB_INBOX_STORE", store)
         .env(
             "SB_INBOX_SERVICEBUS_CONNECTION",
             emulator.connection_string(),
@@ -240,6 +233,37 @@ async fn the_worker_process_is_ready_then_drains_and_exits_0_on_sigterm() {
     let addr = tokio::task::spawn_blocking(move || health_address(stderr))
         .await
         .unwrap();
+    (child, addr)
+}
+
+/// Sends SIGTERM and expects the worker to drain and exit 0.
+async fn sigterm_exits_0(mut child: std::process::Child) {
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_process_is_ready_then_drains_and_exits_0_on_sigterm() {
+    let emulator = emulator("PT30S").await;
+    let dir = std::env::temp_dir().join(format!("sb-inbox-sigterm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("worker.db");
+    let _ = std::fs::remove_file(&db);
+    sb_inbox::SqliteStore::open(&db)
+        .unwrap()
+        .migrate()
+        .await
+        .unwrap();
+
+    let (child, addr) = spawn_worker(&emulator, &format!("sqlite://{}", db.display())).await;
     assert!(http_get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
     tokio::time::timeout(Duration::from_secs(30), async {
         while !http_get(addr, "/readyz").await.starts_with("HTTP/1.1 200") {
@@ -256,16 +280,7 @@ async fn the_worker_process_is_ready_then_drains_and_exits_0_on_sigterm() {
         .unwrap();
     drained(&emulator, 1).await;
 
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let exit = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(exit.success(), "{exit:?}");
+    sigterm_exits_0(child).await;
     let counts = sb_inbox::SqliteStore::open(&db)
         .unwrap()
         .inventory_counts()
@@ -319,25 +334,7 @@ async fn the_worker_started_before_its_database_and_migrate_becomes_ready_withou
         format!("{server}/{database}?{query}")
     };
 
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
-        .arg("run")
-        .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
-        .env("SB_INBOX_STORE", &url)
-        .env(
-            "SB_INBOX_SERVICEBUS_CONNECTION",
-            emulator.connection_string(),
-        )
-        .env("SB_INBOX_ENTITY", "orders")
-        .env("SB_INBOX_HEALTH_PORT", "0")
-        .env("SB_INBOX_SHUTDOWN_GRACE_SECS", "5")
-        .env("RUST_LOG", "info")
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let addr = tokio::task::spawn_blocking(move || health_address(stderr))
-        .await
-        .unwrap();
+    let (mut child, addr) = spawn_worker(&emulator, &url).await;
 
     // No database: alive, not ready, and the reason names the store's error.
     assert!(http_get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
@@ -382,16 +379,7 @@ async fn the_worker_started_before_its_database_and_migrate_becomes_ready_withou
     assert_eq!(store.inventory_counts().await.unwrap().reservations, 1);
     assert!(child.try_wait().unwrap().is_none(), "the same process");
 
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let exit = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(exit.success(), "{exit:?}");
+    sigterm_exits_0(child).await;
     drop(store);
     admin
         .query(
