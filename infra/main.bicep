@@ -345,11 +345,14 @@ module sql 'modules/sql.bicep' = {
 
 // AcrPull for the identities that pull the image, in the registry's resource group, before the
 // app and job exist: a revision cannot pull without it.
+// The scope is computed even when the module is skipped: an empty id falls back to this group.
+var acrParts = split(empty(acrResourceId) ? '${resourceGroup().id}/providers/Microsoft.ContainerRegistry/registries/none' : acrResourceId, '/')
+
 module registryAccess 'modules/registry.bicep' = if (!empty(acrResourceId)) {
   name: 'registry-access'
-  scope: resourceGroup(split(acrResourceId, '/')[2], split(acrResourceId, '/')[4])
+  scope: resourceGroup(acrParts[2], acrParts[4])
   params: {
-    registryName: last(split(acrResourceId, '/'))
+    registryName: last(acrParts)
     principalIds: [
       identities.outputs.workerPrincipalId
       identities.outputs.migratePrincipalId
