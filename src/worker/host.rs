@@ -2,7 +2,6 @@
 //! store, with the outbox relay, retention, health endpoints, telemetry and drain shared.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -10,7 +9,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::Retention;
-use super::health::{self, Ping};
+use super::health::{self, Ping, Readiness};
 use super::run::WorkerError;
 use crate::relay::{Relay, RelayConfig};
 use crate::retention::RetentionTask;
@@ -24,7 +23,7 @@ use crate::{
 
 /// How long the relay and retention get to finish their current batch after the runtime has
 /// drained: one send's timeout and a little. A relay stopped harder only causes duplicates.
-const BACKGROUND_STOP: Duration = Duration::from_secs(35);
+pub const BACKGROUND_STOP: Duration = Duration::from_secs(35);
 
 /// One consumer a [`Worker`] hosts: the entity it receives from and how its runtime runs (its
 /// consumer name, half of the inbox key, concurrency, prefetch, lock margin, grace).
@@ -143,6 +142,7 @@ pub struct Worker<S> {
     retention: Option<Retention>,
     retry: Option<RetryPolicy>,
     health: Option<TcpListener>,
+    readiness: Readiness,
 }
 
 impl<S> fmt::Debug for Worker<S> {
@@ -175,6 +175,7 @@ where
             retention: None,
             retry: None,
             health: None,
+            readiness: Readiness::new(),
         }
     }
 
@@ -227,6 +228,16 @@ where
         self
     }
 
+    /// Reports on `readiness` instead of a readiness of its own: when it runs, the worker adds
+    /// its `broker` and `store` probes to it (replacing conditions of those names) and leaves
+    /// the caller's other conditions in place. For a caller that serves `/readyz` itself before
+    /// the worker exists (e.g. while the store is still being opened, as `sb-inbox run` does).
+    #[must_use]
+    pub fn readiness(mut self, readiness: Readiness) -> Self {
+        self.readiness = readiness;
+        self
+    }
+
     /// Runs every consumer until `shutdown` (or until one fails for good), drains them all,
     /// then stops the relay and retention.
     ///
@@ -243,6 +254,7 @@ where
             retention,
             retry,
             health,
+            readiness,
         } = self;
         check(&consumers, retry.as_ref())?;
         let Some(first) = consumers
@@ -281,15 +293,26 @@ where
             let stop = stop_background.clone();
             background.push(tokio::spawn(async move { task.run(stop).await }));
         }
+        readiness.probe("broker", {
+            let client = client.clone();
+            move || {
+                let connected = client.is_connected();
+                async move {
+                    connected
+                        .then_some(())
+                        .ok_or_else(|| "not connected to Service Bus".to_owned())
+                }
+            }
+        });
+        readiness.probe("store", {
+            let store = store.clone();
+            move || {
+                let store = store.clone();
+                async move { store.ping().await.map_err(|e| e.to_string()) }
+            }
+        });
         let stop_health = CancellationToken::new();
         if let Some(listener) = health {
-            let readiness = health::Readiness {
-                broker: Arc::new({
-                    let client = client.clone();
-                    move || client.is_connected()
-                }),
-                store: Arc::new(store.clone()),
-            };
             tokio::spawn(health::serve(listener, readiness, stop_health.clone()));
         }
         // The probes answer until the drain is over, then stop with the worker.

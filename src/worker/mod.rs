@@ -6,19 +6,21 @@
 //! - [`ReplayHorizon`]: how long after processing a message can come back, and the check that
 //!   dedupe retention covers it.
 //! - [`Worker`]: hosts one or more consumers (each a [`ConsumerConfig`] and a handler) over one
-//!   Service Bus client and one store, with the outbox relay, retention, health endpoints,
-//!   telemetry and drain shared.
-//! - [`run`]: the reference worker (`sb-inbox run`): the inventory consumer, hosted by a
+//!   Service Bus client and one store, with the outbox relay, retention, health endpoints
+//!   (readiness composed on a [`Readiness`]), telemetry and drain shared.
+//! - [`run`]: the reference worker (`sb-inbox run`): it opens the store with retries ([`open`]),
+//!   reporting [`Readiness`] on `/readyz` meanwhile, then hosts the inventory consumer in a
 //!   [`Worker`] as `worker.toml` says.
 
 mod config;
 mod health;
 mod horizon;
 mod host;
+mod open;
 mod run;
 
 pub use config::{BrokerAddress, ConfigError, ConfigErrors, ENV_VARS, Retention, WorkerConfig};
-pub use health::Ping;
+pub use health::{Condition, PROBE_TIMEOUT, Ping, Readiness};
 pub use horizon::{ReplayHorizon, RetentionTooShort};
 pub use host::{ConsumerConfig, Worker, WorkerStats};
-pub use run::{WorkerError, run, run_with};
+pub use run::{BACKGROUND_STOP, WorkerError, run, run_with};

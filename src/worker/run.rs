@@ -1,16 +1,21 @@
+use std::future::Future;
+
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::health::Ping;
+use super::health::{self, Condition, Ping, Readiness};
+use super::open::{self, Applied};
 use super::{BrokerAddress, Worker, WorkerConfig};
 use crate::entra::{EntraCredential, EntraMode};
 use crate::inventory::{InventoryStore, OrderPlacedConsumer};
 use crate::servicebus::ServiceBusClient;
-use crate::store::StoreUrl;
+use crate::store::{MssqlConfig, StoreUrl};
 use crate::{
-    MssqlStore, OutboxStore, PgStore, RetentionStore, RuntimeError, SqliteStore, StatsSnapshot,
-    StoreError,
+    ErrorKind, MssqlStore, OutboxStore, PgStore, RetentionStore, RuntimeError, SqliteStore,
+    StatsSnapshot, StoreError,
 };
+
+pub use super::host::BACKGROUND_STOP;
 
 /// Why the worker stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +66,10 @@ pub async fn run(
 /// As [`run`], serving the health endpoints on `health` when given (tests pass a listener on an
 /// ephemeral port).
 ///
+/// The health endpoints answer from the start. Until the store is open and its schema migrated
+/// the worker stays alive but not ready (`/readyz` names the cause), retrying with backoff: on a
+/// first deployment the database user or schema appear later, and a fail-over at start passes.
+///
 /// # Errors
 /// As [`run`].
 pub async fn run_with(
@@ -75,9 +84,22 @@ pub async fn run_with(
             EntraCredential::new(EntraMode::Default, client_id.clone()),
         ),
     };
+    // Served from the start, before the store opens; the Worker adds its probes to it.
+    let readiness = Readiness::new();
+    let store_ready = readiness.condition("store", "opening");
+    let stop_health = CancellationToken::new();
+    if let Some(listener) = health {
+        tokio::spawn(health::serve(
+            listener,
+            readiness.clone(),
+            stop_health.clone(),
+        ));
+    }
+    // The probes answer until the drain is over, then stop with the worker.
+    let _stop_health = stop_health.drop_guard();
     let probe = Probe {
         client,
-        health,
+        readiness,
         shutdown,
     };
     // Every consumer's handlers at once, plus the relay and retention.
@@ -86,9 +108,20 @@ pub async fn run_with(
         .unwrap_or(u32::MAX)
         .saturating_add(2);
     match &config.store {
-        StoreUrl::Postgres(url) => serve(PgStore::connect(url, pool).await?, config, probe).await,
-        StoreUrl::Mssql(raw) => serve(MssqlStore::connect(raw, pool).await?, config, probe).await,
-        StoreUrl::Sqlite(path) => serve(SqliteStore::open(path)?, config, probe).await,
+        StoreUrl::Postgres(url) => {
+            let connect = || PgStore::connect(url, pool);
+            open_then_serve(connect, config, probe, &store_ready).await
+        }
+        StoreUrl::Mssql(raw) => {
+            // A string that does not parse will not parse later either: fail now.
+            let parsed: MssqlConfig = raw.parse()?;
+            let connect = || MssqlStore::connect_with(parsed.clone(), pool);
+            open_then_serve(connect, config, probe, &store_ready).await
+        }
+        StoreUrl::Sqlite(path) => {
+            let connect = || async { SqliteStore::open(path) };
+            open_then_serve(connect, config, probe, &store_ready).await
+        }
         StoreUrl::SqliteMemory => {
             let store = SqliteStore::open_in_memory()?;
             store.migrate().await?;
@@ -98,40 +131,67 @@ pub async fn run_with(
     }
 }
 
+/// Connects and checks the schema, the reference consumer's tables included, until all
+/// succeed (see [`open::until_open`]), then serves; a shutdown before that ends the worker with
+/// nothing processed.
+async fn open_then_serve<S, F, Fut>(
+    connect: F,
+    config: &WorkerConfig,
+    probe: Probe,
+    store_ready: &Condition,
+) -> Result<StatsSnapshot, WorkerError>
+where
+    S: InventoryStore + OutboxStore + RetentionStore + Ping + Applied + Clone + 'static,
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<S, StoreError>>,
+{
+    let open = || async {
+        let store = connect().await?;
+        open::check_schema(&store).await?;
+        // Missing like a schema not migrated yet: retried, not an exit.
+        if !store.inventory_migrated().await? {
+            return Err(StoreError::new(
+                ErrorKind::Schema,
+                None,
+                None,
+                "the reference consumer's tables are missing: run `sb-inbox migrate --inventory`",
+            ));
+        }
+        Ok(store)
+    };
+    match open::until_open(open, store_ready, &probe.shutdown).await {
+        Some(store) => serve(store, config, probe).await,
+        None => Ok(StatsSnapshot::default()),
+    }
+}
+
 /// What the health endpoints and the drain need.
 struct Probe {
     client: ServiceBusClient,
-    health: Option<TcpListener>,
+    readiness: Readiness,
     shutdown: CancellationToken,
 }
 
 /// The reference worker: the inventory consumer under each configured consumer name and
-/// entity, hosted by a [`Worker`].
-async fn serve<S: InventoryStore + OutboxStore + RetentionStore + Ping + Clone>(
+/// entity, hosted by a [`Worker`] that reports on `readiness`.
+async fn serve<S: InventoryStore + OutboxStore + RetentionStore + Ping + Clone + 'static>(
     store: S,
     config: &WorkerConfig,
     probe: Probe,
 ) -> Result<StatsSnapshot, WorkerError> {
     let Probe {
         client,
-        health,
+        readiness,
         shutdown,
     } = probe;
-    if !store.inventory_migrated().await? {
-        return Err(WorkerError::Config(
-            "the reference consumer's tables are missing: run `sb-inbox migrate --inventory`"
-                .to_owned(),
-        ));
-    }
-    let mut worker = Worker::new(client, store).relay(config.relay.clone());
+    let mut worker = Worker::new(client, store)
+        .relay(config.relay.clone())
+        .readiness(readiness);
     if let Some(retention) = config.retention {
         worker = worker.retention(retention);
     }
     if let Some(policy) = &config.retry {
         worker = worker.delayed_retries(policy.clone());
-    }
-    if let Some(listener) = health {
-        worker = worker.health(listener);
     }
     for consumer in &config.consumers {
         let handler = match &config.outbox_destination {

@@ -7,6 +7,7 @@
 mod support;
 
 mod conformance;
+mod entra_identity;
 mod inventory_locks;
 mod mssql_errors;
 mod mssql_mock;
