@@ -131,8 +131,8 @@ pub trait InventoryStore: Store<Tx: InventoryTx> {
     /// must be applied first.
     fn migrate_inventory(&self) -> impl Future<Output = Result<usize, StoreError>> + Send;
 
-    /// Whether the inventory migration is recorded: the reference worker refuses to start
-    /// without it rather than dead-letter every order on a missing table.
+    /// Whether the inventory migration is recorded: without it the reference worker stays not
+    /// ready and retries, rather than dead-letter every order on a missing table.
     fn inventory_migrated(&self) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Counts reservations, units and inbox rows.

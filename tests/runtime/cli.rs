@@ -52,7 +52,8 @@ async fn pg_tables(url: &str, like: &str) -> i64 {
 
 /// Issue 16: the core migrations create no `inventory_*` table; `--inventory` adds the reference
 /// consumer's, once; a database migrated when the inventory tables were part of the core
-/// (versions 1, 2, 3 recorded) needs nothing more. `sb-inbox run` refuses to start without them.
+/// (versions 1, 2, 3 recorded) needs nothing more. `sb-inbox run` stays not ready
+/// without them (tests/servicebus/worker.rs, the worker started before its database).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrate_creates_inventory_tables_only_when_asked() {
     let url = crate::support::fresh_pg_schema("cli_migrate_inventory").await;
@@ -65,22 +66,6 @@ async fn migrate_creates_inventory_tables_only_when_asked() {
         4,
         "inbox, business key, version, bookkeeping"
     );
-
-    // The reference worker will not start and dead-letter orders on a missing table.
-    let run = Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
-        .arg("run")
-        .env("SB_INBOX_CONSUMER", "inventory.order-placed.v1")
-        .env("SB_INBOX_STORE", &url)
-        .env(
-            "SB_INBOX_SERVICEBUS_CONNECTION",
-            "Endpoint=sb://127.0.0.1:9;SharedAccessKeyName=k;SharedAccessKey=x;UseDevelopmentEmulator=true",
-        )
-        .env("SB_INBOX_ENTITY", "orders")
-        .output()
-        .unwrap();
-    assert!(!run.status.success());
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(stderr.contains("sb-inbox migrate --inventory"), "{stderr}");
 
     assert_eq!(
         applied(&sb_inbox(&["migrate", "--inventory", "--store", &url])),
