@@ -3,6 +3,8 @@
 # Dependencies are cached in BuildKit cache mounts (registry, git and target folders), so a change
 # to the sources rebuilds only this crate, and the cache survives Cargo.toml edits.
 
+# The builder only compiles; its tag is pinned to the toolchain (a digest pin is left to
+# Dependabot's first update: not resolvable from the development machine).
 FROM rust:1.95-bookworm AS builder
 WORKDIR /build
 COPY . .
@@ -13,7 +15,8 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     && cp target/release/sb-inbox /sb-inbox
 
 # glibc and libgcc only (rusqlite is bundled, tokio-postgres needs no OpenSSL); runs as uid 65532.
-FROM gcr.io/distroless/cc-debian12:nonroot
+# Pinned by digest so a rebuild ships the reviewed bytes; Dependabot (docker) proposes updates.
+FROM gcr.io/distroless/cc-debian12:nonroot@sha256:9dac0a79194e45a7da0158a9c6da57b217585af0786db3845d1f0ec1a0dd182f
 COPY --from=builder /sb-inbox /usr/local/bin/sb-inbox
 ENV SB_INBOX_HEALTH_PORT=8080
 # /healthz and /readyz.

@@ -70,6 +70,9 @@ async fn store(tag: &str, pool: u32) -> PgStore {
     let url = format!("{}{sep}options=-csearch_path%3D{schema}", pg_url());
     let store = PgStore::connect(&url, pool).await.unwrap();
     store.migrate().await.unwrap();
+    sb_inbox::inventory::InventoryStore::migrate_inventory(&store)
+        .await
+        .unwrap();
     store
 }
 

@@ -59,6 +59,9 @@ async fn store(rows: u64) -> PgStore {
         .await
         .unwrap();
     store.migrate().await.unwrap();
+    sb_inbox::inventory::InventoryStore::migrate_inventory(&store)
+        .await
+        .unwrap();
     let started = Instant::now();
     store
         .query(

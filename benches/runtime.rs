@@ -22,6 +22,9 @@ fn body(i: usize) -> String {
 async fn store() -> SqliteStore {
     let store = SqliteStore::open_in_memory().unwrap();
     store.migrate().await.unwrap();
+    sb_inbox::inventory::InventoryStore::migrate_inventory(&store)
+        .await
+        .unwrap();
     store
 }
 

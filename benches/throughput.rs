@@ -20,13 +20,15 @@
 //! Workloads: `wide` (2000 SKUs: little contention) and `hot` (20 SKUs: every order shares
 //! rows with the ones in flight beside it).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use sb_inbox::inventory::{OrderLine, OrderPlaced};
+use sb_inbox::inventory::{InventoryStore, OrderLine, OrderPlaced};
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
 use sb_inbox::{Message, PgStore};
 
@@ -122,6 +124,7 @@ async fn fresh_schema(schema: &str) -> PgStore {
         .unwrap();
     let store = PgStore::connect(&schema_url(schema), 2).await.unwrap();
     store.migrate().await.unwrap();
+    store.migrate_inventory().await.unwrap();
     store
 }
 

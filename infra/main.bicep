@@ -8,7 +8,7 @@ targetScope = 'resourceGroup'
 
 // ---- Naming and image ----
 
-@description('Prefix of every resource name (lowercase letters, digits, hyphens).')
+@description('Prefix of every resource name: lowercase letters, digits and hyphens, starting with a letter. Globally named resources (Service Bus namespace, SQL server) add a suffix unique to the resource group.')
 @minLength(3)
 @maxLength(20)
 param namePrefix string
@@ -16,11 +16,14 @@ param namePrefix string
 @description('Azure region.')
 param location string = resourceGroup().location
 
-@description('Worker container image, e.g. myregistry.azurecr.io/sb-inbox:1.2.3.')
+@description('Worker container image by immutable tag or digest, e.g. myregistry.azurecr.io/sb-inbox:1.2.3 or …@sha256:… (the release workflow prints both). Never :latest: replicas would run different builds.')
 param image string
 
-@description('Registry to pull the image from with the worker identity (grant it AcrPull), or empty for a public image.')
+@description('Registry login server to pull the image from with the worker and migrate identities, or empty for a public image.')
 param registryServer string = ''
+
+@description('Resource id of the Azure Container Registry holding the image: the worker and migrate identities get AcrPull on it before the app and job are created. Empty when the registry is public or access is granted elsewhere.')
+param acrResourceId string = ''
 
 @description('Arguments after the sb-inbox entrypoint.')
 param workerArgs array = [
@@ -94,13 +97,17 @@ param retentionSecs int = 2592000
 @description('Stable consumer name: part of the inbox key. Renaming it replays retained messages.')
 param consumerName string = 'inventory.order-placed.v1'
 
-@description('Messages handled at once per replica.')
+// Connections: each replica's pool holds at most concurrency + 2 (relay, retention; the
+// readiness ping shares the pool). maxReplicas x (concurrency + 2) + 1 (migrate job) must stay
+// under the database's concurrent worker limit (GP_S_Gen5_1: 75; error 10928 beyond it):
+// 6 x 10 + 1 = 61. tests/infra checks it for the default SKU.
+@description('Messages handled at once per replica (each holds a database connection while it runs).')
 @minValue(1)
-param concurrency int = 16
+param concurrency int = 8
 
-@description('Messages prefetched per replica.')
+@description('Messages prefetched per replica; at most concurrency, or prefetched locks expire while waiting for a slot.')
 @minValue(0)
-param prefetch int = 32
+param prefetch int = 8
 
 @description('Renew a lock this many seconds before it expires.')
 @minValue(1)
@@ -135,10 +142,15 @@ param retentionBatchSize int = 1000
 @maxValue(86400)
 param retentionIntervalSecs int = 300
 
-@description('Seconds the worker drains in-flight messages after SIGTERM (the app\'s termination grace is this + 10, at most 600).')
+@description('Seconds the worker drains in-flight messages after SIGTERM. The app\'s termination grace adds the relay/retention stop (35 s) and the telemetry flush, and Container Apps allows at most 600 s.')
 @minValue(1)
-@maxValue(590)
+@maxValue(545)
 param shutdownGraceSecs int = 30
+
+@description('Seconds the telemetry exporters get to flush at exit: traces then metrics, each bounded by the OTLP exporter timeout (10 s by default, OTEL_EXPORTER_OTLP_TIMEOUT).')
+@minValue(0)
+@maxValue(20)
+param telemetryFlushSecs int = 20
 
 @description('Port of /healthz and /readyz.')
 param healthPort int = 8080
@@ -165,9 +177,9 @@ param retryJitterPercent int = 20
 @minValue(0)
 param minReplicas int = 1
 
-@description('Maximum replicas.')
+@description('Maximum replicas (see the connection budget above concurrency).')
 @minValue(1)
-param maxReplicas int = 10
+param maxReplicas int = 6
 
 @description('Active messages per replica that KEDA aims for.')
 @minValue(1)
@@ -192,7 +204,13 @@ param sqlEntraAdminPrincipalType string = 'Group'
 @description('Database name.')
 param sqlDatabaseName string = 'sbinbox'
 
-@description('Database SKU (default: General Purpose serverless, 1 vCore max).')
+@description('Allow connections from all Azure services (firewall rule 0.0.0.0): only for trials without VNet integration. Production: private endpoint + VNet-integrated environment (docs/deploy.md).')
+param sqlAllowAzureServices bool = false
+
+@description('Microsoft Defender for SQL (advanced threat protection and vulnerability assessment; billed per server).')
+param sqlDefender bool = true
+
+@description('Database SKU (default: General Purpose serverless, 1 vCore max, 75 concurrent workers).')
 param sqlDatabaseSku object = {
   name: 'GP_S_Gen5'
   tier: 'GeneralPurpose'
@@ -207,6 +225,29 @@ param otlpEndpoint string = ''
 
 @description('With the managed agent: OTLP endpoint (e.g. a collector with the Azure Monitor exporter) that receives metrics; empty = no metrics destination.')
 param agentMetricsOtlpEndpoint string = ''
+
+@description('True when the worker\'s metrics reach this Application Insights (e.g. a collector with the Azure Monitor exporter behind otlpEndpoint or agentMetricsOtlpEndpoint). The Container Apps agent does not send metrics to Application Insights, so the alerts on worker metrics are only created when this is set.')
+param workerMetricsInAppInsights bool = false
+
+@description('OTLP metric temporality the worker exports: delta for Azure Monitor (it sums deltas), cumulative for Prometheus.')
+@allowed([
+  'delta'
+  'cumulative'
+])
+param metricsTemporality string = 'delta'
+
+@description('Active messages on the consumed entity above which, for 15 minutes, the backlog alert fires (a dead or stuck worker).')
+@minValue(1)
+param backlogAlertThreshold int = 1000
+
+@description('Oldest outbox row age in seconds above which the outbox alert fires (needs workerMetricsInAppInsights).')
+@minValue(1)
+param outboxAgeAlertSecs int = 300
+
+@description('SQL workers percentage above which the alert fires (error 10928 at 100).')
+@minValue(1)
+@maxValue(100)
+param sqlWorkersAlertPercent int = 80
 
 @description('Action group for the alerts, or empty.')
 param alertActionGroupId string = ''
@@ -225,6 +266,9 @@ param processDurationMetricName string = 'messaging.process.duration'
 @minValue(1)
 param processDurationTargetSecs int = 30
 
+@description('The worker\'s oldest-outbox-row age gauge in seconds.')
+param outboxAgeMetricName string = 'sb_inbox.outbox.age'
+
 @description('The worker\'s end-to-end age histogram in seconds (enqueue to settlement).')
 param messageAgeMetricName string = 'sb_inbox.message.age'
 
@@ -237,6 +281,10 @@ param messageAgeTargetSecs int = 300
 // on the queue later still, then it can sit in the DLQ until resubmitted. Inbox rows must live
 // longer, or a replay is processed twice. The worker refuses to start otherwise.
 var replayHorizonSecs = messageTtlSecs + (lockDurationSecs * maxDeliveryCount) + (retryMaxRetries * retryMaxDelaySecs) + dlqResubmitWindowSecs
+
+// Service Bus namespaces and SQL servers are DNS names, unique across Azure: a suffix stable for
+// this resource group and prefix (13 lowercase letters and digits).
+var uniqueSuffix = uniqueString(resourceGroup().id, namePrefix)
 
 module identities 'modules/identity.bicep' = {
   name: 'identities'
@@ -262,6 +310,8 @@ module serviceBus 'modules/servicebus.bicep' = {
   params: {
     location: location
     namePrefix: namePrefix
+    uniqueSuffix: uniqueSuffix
+    workspaceId: monitoring.outputs.workspaceId
     sku: serviceBusSku
     entityKind: entityKind
     entityName: entityName
@@ -284,6 +334,10 @@ module sql 'modules/sql.bicep' = {
   params: {
     location: location
     namePrefix: namePrefix
+    uniqueSuffix: uniqueSuffix
+    workspaceId: monitoring.outputs.workspaceId
+    allowAzureServices: sqlAllowAzureServices
+    defender: sqlDefender
     databaseName: sqlDatabaseName
     databaseSku: sqlDatabaseSku
     entraAdminLogin: sqlEntraAdminLogin
@@ -293,8 +347,22 @@ module sql 'modules/sql.bicep' = {
   }
 }
 
-// ADO.NET form; Active Directory Default picks the identity named by AZURE_CLIENT_ID.
-var store = 'Server=tcp:${sql.outputs.serverFqdn},1433;Database=${sql.outputs.databaseName};Encrypt=True;Authentication=Active Directory Default'
+// AcrPull for the identities that pull the image, in the registry's resource group, before the
+// app and job exist: a revision cannot pull without it.
+// The scope is computed even when the module is skipped: an empty id falls back to this group.
+var acrParts = split(empty(acrResourceId) ? '${resourceGroup().id}/providers/Microsoft.ContainerRegistry/registries/none' : acrResourceId, '/')
+
+module registryAccess 'modules/registry.bicep' = if (!empty(acrResourceId)) {
+  name: 'registry-access'
+  scope: resourceGroup(acrParts[2], acrParts[4])
+  params: {
+    registryName: last(acrParts)
+    principalIds: [
+      identities.outputs.workerPrincipalId
+      identities.outputs.migratePrincipalId
+    ]
+  }
+}
 
 module app 'modules/containerapp.bicep' = {
   name: 'containerapp'
@@ -320,7 +388,9 @@ module app 'modules/containerapp.bicep' = {
     subscriptionName: subscriptionName
     entityPath: serviceBus.outputs.entityPath
     outboxEntityName: outboxEntityName
-    store: store
+    sqlServerFqdn: sql.outputs.serverFqdn
+    sqlDatabaseName: sql.outputs.databaseName
+    metricsTemporality: metricsTemporality
     worker: {
       consumer: consumerName
       concurrency: concurrency
@@ -328,6 +398,7 @@ module app 'modules/containerapp.bicep' = {
       lockMarginSecs: lockMarginSecs
       maxProcessingSecs: maxProcessingSecs
       shutdownGraceSecs: shutdownGraceSecs
+      telemetryFlushSecs: telemetryFlushSecs
       healthPort: healthPort
       lockDurationSecs: lockDurationSecs
       maxDeliveryCount: maxDeliveryCount
@@ -349,6 +420,9 @@ module app 'modules/containerapp.bicep' = {
     scaleMessageCount: scaleMessageCount
     tags: tags
   }
+  dependsOn: [
+    registryAccess
+  ]
 }
 
 module alerts 'modules/alerts.bicep' = {
@@ -357,6 +431,14 @@ module alerts 'modules/alerts.bicep' = {
     location: location
     namePrefix: namePrefix
     serviceBusNamespaceId: serviceBus.outputs.namespaceId
+    containerAppId: app.outputs.appId
+    sqlDatabaseId: sql.outputs.databaseId
+    workspaceId: monitoring.outputs.workspaceId
+    workerMetrics: workerMetricsInAppInsights
+    backlogThreshold: backlogAlertThreshold
+    outboxAgeSecs: outboxAgeAlertSecs
+    sqlWorkersPercent: sqlWorkersAlertPercent
+    outboxAgeMetricName: outboxAgeMetricName
     entityName: entityName
     appInsightsId: monitoring.outputs.appInsightsId
     actionGroupId: alertActionGroupId
@@ -396,6 +478,12 @@ output workerIdentityName string = identities.outputs.workerName
 
 @description('Worker identity client id (AZURE_CLIENT_ID).')
 output workerIdentityClientId string = identities.outputs.workerClientId
+
+@description('Worker identity principal (object) id: CREATE USER … WITH OBJECT_ID in automation.')
+output workerPrincipalId string = identities.outputs.workerPrincipalId
+
+@description('Migration identity principal (object) id.')
+output migratePrincipalId string = identities.outputs.migratePrincipalId
 
 @description('Migration identity name: the database user allowed DDL.')
 output migrateIdentityName string = identities.outputs.migrateName

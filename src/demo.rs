@@ -143,6 +143,7 @@ pub async fn run(
 
     let first_store = SqliteStore::open(&database)?;
     first_store.migrate().await?;
+    first_store.migrate_inventory().await?;
 
     // Publish.
     let sender = ServiceBusClient::from_connection_string(&cs).sender(QUEUE);

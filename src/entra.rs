@@ -74,7 +74,8 @@ fn env_set(name: &str) -> bool {
 }
 
 impl EntraCredential {
-    /// Credentials for `mode`; `client_id` selects a user-assigned managed identity.
+    /// Credentials for `mode`; `client_id` selects a user-assigned managed identity (in
+    /// [`EntraMode::Default`], `None` means the one named by `AZURE_CLIENT_ID`, if set).
     pub fn new(mode: EntraMode, client_id: Option<String>) -> Self {
         EntraCredential {
             mode,
@@ -92,9 +93,25 @@ impl EntraCredential {
         }
     }
 
+    /// The user-assigned identity to ask for: the given client id, else (in
+    /// [`EntraMode::Default`]) `AZURE_CLIENT_ID`, as `DefaultAzureCredential` does ("Defaults to
+    /// the value of environment variable AZURE_CLIENT_ID",
+    /// <https://learn.microsoft.com/dotnet/api/azure.identity.defaultazurecredentialoptions.managedidentityclientid>)
+    /// and so SqlClient's `Authentication=Active Directory Default`. Without it a Container App
+    /// that has only user-assigned identities asks for a system-assigned one it does not have.
+    fn client_id(&self) -> Option<String> {
+        match (&self.client_id, self.mode) {
+            (Some(id), _) => Some(id.clone()),
+            (None, EntraMode::Default) => std::env::var("AZURE_CLIENT_ID")
+                .ok()
+                .filter(|id| !id.is_empty()),
+            (None, _) => None,
+        }
+    }
+
     fn managed_identity(&self) -> azure_core::Result<Arc<dyn TokenCredential>> {
         let options = ManagedIdentityCredentialOptions {
-            user_assigned_id: self.client_id.clone().map(UserAssignedId::ClientId),
+            user_assigned_id: self.client_id().map(UserAssignedId::ClientId),
             ..Default::default()
         };
         Ok(ManagedIdentityCredential::new(Some(options))?)

@@ -5,6 +5,87 @@
 //! `(consumer, message_id)` into the inbox, applies the business rows and writes outgoing
 //! messages to a local outbox; only after commit is the message completed.
 //!
+//! # From message to commit
+//!
+//! 1. A [`Worker`](worker::Worker) hosts each consumer: a peek-lock receiver on its entity
+//!    (queue or subscription) over one Service Bus connection, and a [`Runtime`] with the
+//!    consumer's [`ConsumerName`], concurrency and prefetch.
+//! 2. The runtime checks the envelope: a usable message id (the logical id of a delayed-retry
+//!    copy or a resubmitted dead letter), a subject naming a [`Contract`] the handler accepts.
+//!    Anything else is dead-lettered at once, with a reason and no database work.
+//! 3. The handler decodes the body ([`Handler::decode`]; with [`JsonHandler`] and
+//!    [`JsonContract`], serde does it and a bad body is `InvalidPayload`).
+//! 4. While a [`LockKeeper`] renews the lock, the runtime opens one transaction on the
+//!    [`Store`] and inserts `(consumer, message id)` into the inbox. A second copy meets the
+//!    primary key and is a [`Outcome::Duplicate`]: the database, not a lookup, decides.
+//! 5. The handler applies the business change in that transaction: its rows, optionally a
+//!    business idempotency key ([`Tx::claim_business_key`]), an aggregate version check
+//!    ([`Tx::advance_version`], [`Handled::Stale`]) and outgoing messages in the outbox
+//!    ([`Tx::append_outbox`]).
+//! 6. The commit happens only if the lock is still held (a lost lock rolls back: someone else
+//!    may have the message). Only after the commit is the message completed; every failure is
+//!    classified into abandon (or a delayed retry) or dead-letter ([`Outcome`]).
+//! 7. Beside the consumers, the outbox [`relay`] publishes committed outbox rows under their
+//!    stable message ids and [`retention`] deletes inbox rows older than the replay horizon.
+//!
+//! The same path, in process (an in-memory broker from the `test-util` feature, SQLite):
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use sb_inbox::testing::MemoryBroker;
+//! use sb_inbox::{
+//!     Clock, ConsumerName, Context, Handled, HandlerError, Json, JsonContract, JsonHandler,
+//!     Message, Outcome, Runtime, RuntimeConfig, SqliteStore, Tx,
+//! };
+//!
+//! #[derive(serde::Deserialize)]
+//! #[serde(rename_all = "camelCase")]
+//! struct OrderPlaced {
+//!     order_id: String,
+//! }
+//!
+//! impl JsonContract for OrderPlaced {
+//!     const NAME: &'static str = "orders.order-placed";
+//!     const VERSION: u32 = 1;
+//! }
+//!
+//! struct Orders;
+//!
+//! impl<T: Tx> JsonHandler<T> for Orders {
+//!     type Message = OrderPlaced;
+//!
+//!     async fn handle(
+//!         &self,
+//!         ctx: &Context<'_, OrderPlaced>,
+//!         order: &OrderPlaced,
+//!         tx: &mut T,
+//!     ) -> Result<Handled, HandlerError> {
+//!         let key = format!("order:{}", order.order_id);
+//!         tx.claim_business_key(ctx.consumer.as_str(), &key, ctx.message_id).await?;
+//!         Ok(Handled::Processed)
+//!     }
+//! }
+//!
+//! let store = SqliteStore::open_in_memory()?;
+//! store.migrate().await?;
+//! let broker = MemoryBroker::new(Clock::new());
+//! let body = r#"{"orderId":"o-1"}"#;
+//! broker.send_copies(Message::new("m-1", "orders.order-placed.v1", body), 2);
+//! broker.send(Message::new("m-2", "orders.order-placed.v1", body)); // republished
+//! broker.send(Message::new("m-3", "orders.order-placed.v1", "{nope"));
+//! let config = RuntimeConfig::new(ConsumerName::new("shop.orders")?);
+//! let runtime = Runtime::new(broker.receiver(), store, Json::new(Orders), config);
+//! let mut outcomes = Vec::new();
+//! while let Some(delivery) = broker.try_receive() {
+//!     outcomes.push(runtime.process(delivery).await.outcome);
+//! }
+//! assert_eq!(outcomes[0], Outcome::Processed);
+//! assert!(matches!(outcomes[1], Outcome::Duplicate(_))); // the inbox key
+//! assert!(matches!(outcomes[2], Outcome::Duplicate(_))); // the business key
+//! assert!(matches!(outcomes[3], Outcome::Permanent(_))); // InvalidPayload
+//! # Ok(()) }
+//! ```
+//!
 //! # Layout
 //! - [`ports`]: the traits the runtime depends on ([`Receiver`], [`Delivery`], [`Store`], [`Tx`]).
 //! - [`runtime`]: outcomes, lock keeping, settlement after commit ([`Runtime`]).
@@ -12,7 +93,8 @@
 //!   ([`SqliteStore`]).
 //! - [`servicebus`]: the Service Bus client on our AMQP engine (the runtime's receiver and sender).
 //! - [`entra`]: Microsoft Entra ID tokens for Azure SQL and Service Bus.
-//! - [`worker`]: the worker's configuration and run loop; [`demo`]: `sb-inbox demo`.
+//! - [`worker`]: [`worker::Worker`] (hosts consumers with the relay, retention, health and drain
+//!   shared), the worker's configuration and the reference worker; [`demo`]: `sb-inbox demo`.
 //! - [`relay`]: the outbox relay (claim with a lease, publish under the stable message id,
 //!   mark dispatched).
 //! - [`retention`]: batched deletes of inbox and dispatched outbox rows past the retention.
@@ -45,8 +127,8 @@ pub use ports::{
 };
 pub use runtime::{
     Clock, ConsumerName, ConsumerNameError, Context, Contract, ContractParseError,
-    DeadLetterReason, DecodeError, Handled, Handler, HandlerError, IdempotencyKey, LockKeeper,
-    Outcome, Rejection, Report, Runtime, RuntimeConfig, RuntimeError, Settlement, Stats,
-    StatsSnapshot,
+    DeadLetterReason, DecodeError, Handled, Handler, HandlerError, IdempotencyKey, Json,
+    JsonContract, JsonHandler, LockKeeper, Outcome, Rejection, Report, Runtime, RuntimeConfig,
+    RuntimeError, Settlement, Stats, StatsSnapshot,
 };
 pub use store::{MssqlStore, MssqlTx, PgStore, PgTx, SqliteStore, SqliteTx};

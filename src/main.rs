@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use sb_inbox::entra::{EntraCredential, EntraMode};
+use sb_inbox::inventory::InventoryStore;
 use sb_inbox::ops::{self, OpsError, dlq};
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient, Transport};
 use sb_inbox::store::StoreUrl;
@@ -37,15 +38,22 @@ enum Command {
     /// SQLite, two worker instances, duplicates, a crash window, poison messages. Exits non-zero
     /// unless every order took effect exactly once.
     Demo,
-    /// Runs the worker (the reference inventory consumer) until SIGTERM or Ctrl-C.
+    /// Runs the worker (the reference inventory consumer) until SIGTERM or Ctrl-C. One process
+    /// can host several consumers: `[[consumers]]` entries (name, entity, concurrency, prefetch)
+    /// in worker.toml instead of `consumer` and `servicebus.entity`.
     #[command(after_help = env_help())]
     Run {
         /// worker.toml; every key can be overridden by its environment variable (below).
         #[arg(long)]
         config: Option<PathBuf>,
     },
-    /// Applies the store's schema migrations (sql/<provider>/), each once.
+    /// Applies the store's core schema migrations (sql/<provider>/: inbox, business keys,
+    /// aggregate versions, outbox), each once; with --inventory also the reference consumer's
+    /// tables (inventory_*), which `sb-inbox run` needs.
     Migrate {
+        /// Also apply the reference inventory consumer's migration (sql/<provider>/0002_inventory.sql).
+        #[arg(long)]
+        inventory: bool,
         /// The store: postgres://USER@HOST/DB, an ADO.NET SQL Server connection string
         /// (Server=tcp:HOST,1433;Database=…;…) or mssql://USER:PASSWORD@HOST:1433/DB,
         /// sqlite://PATH or sqlite::memory:.
@@ -255,7 +263,7 @@ async fn run(command: Command) -> ExitCode {
     let result = match command {
         Command::Demo => return demo().await,
         Command::Run { config } => return run_worker(config).await,
-        Command::Migrate { store } => migrate(&store).await,
+        Command::Migrate { store, inventory } => migrate(&store, inventory).await,
         Command::Send {
             broker,
             file,
@@ -364,24 +372,60 @@ async fn dlq_resubmit(
     Ok(())
 }
 
-async fn migrate(store: &str) -> anyhow::Result<()> {
+async fn migrate(store: &str, inventory: bool) -> anyhow::Result<()> {
     let url: StoreUrl = store.parse()?;
     let applied = match &url {
-        StoreUrl::Postgres(raw) => PgStore::connect(raw, 1).await?.migrate().await,
+        StoreUrl::Postgres(raw) => migrate_store(PgStore::connect(raw, 1).await?, inventory).await,
         StoreUrl::Mssql(raw) => {
-            MssqlStore::connect(raw, 1)
+            let store = MssqlStore::connect(raw, 1)
                 .await
-                .with_context(|| format!("connecting to {url}"))?
-                .migrate()
-                .await
+                .with_context(|| format!("connecting to {url}"))?;
+            migrate_store(store, inventory).await
         }
-        StoreUrl::Sqlite(path) => SqliteStore::open(path)?.migrate().await,
-        StoreUrl::SqliteMemory => SqliteStore::open_in_memory()?.migrate().await,
+        StoreUrl::Sqlite(path) => migrate_store(SqliteStore::open(path)?, inventory).await,
+        StoreUrl::SqliteMemory => migrate_store(SqliteStore::open_in_memory()?, inventory).await,
         _ => anyhow::bail!("unsupported store {url}"),
     }
     .with_context(|| format!("migrating {url}"))?;
     println!("{applied} migration(s) applied to {url}");
     Ok(())
+}
+
+/// The core migrations, then the reference consumer's when asked for.
+async fn migrate_store<S: MigrateCore + InventoryStore>(
+    store: S,
+    inventory: bool,
+) -> Result<usize, sb_inbox::StoreError> {
+    let core = store.migrate_core().await?;
+    let reference = if inventory {
+        store.migrate_inventory().await?
+    } else {
+        0
+    };
+    Ok(core + reference)
+}
+
+/// `migrate` of each store, under one name.
+trait MigrateCore {
+    async fn migrate_core(&self) -> Result<usize, sb_inbox::StoreError>;
+}
+
+impl MigrateCore for PgStore {
+    async fn migrate_core(&self) -> Result<usize, sb_inbox::StoreError> {
+        self.migrate().await
+    }
+}
+
+impl MigrateCore for MssqlStore {
+    async fn migrate_core(&self) -> Result<usize, sb_inbox::StoreError> {
+        self.migrate().await
+    }
+}
+
+impl MigrateCore for SqliteStore {
+    async fn migrate_core(&self) -> Result<usize, sb_inbox::StoreError> {
+        self.migrate().await
+    }
 }
 
 async fn run_worker(path: Option<PathBuf>) -> ExitCode {

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 
+use sb_inbox::inventory::InventoryStore;
 use sb_inbox::store::MssqlConfig;
 use sb_inbox::{MssqlStore, PgStore, SqliteStore, Store, StoreError};
 
@@ -21,8 +22,17 @@ pub fn schema_for(test: &str) -> String {
     format!("t_{}_{}", clean.to_lowercase(), std::process::id())
 }
 
-/// A migrated PostgreSQL store in a fresh schema of its own.
+/// A migrated PostgreSQL store (core and inventory tables) in a fresh schema of its own.
 pub async fn pg_store(test: &str, pool: u32) -> PgStore {
+    let url = fresh_pg_schema(test).await;
+    let store = PgStore::connect(&url, pool).await.expect("connect");
+    store.migrate().await.expect("migrate");
+    store.migrate_inventory().await.expect("migrate inventory");
+    store
+}
+
+/// The URL of an empty schema of `test`'s own (dropped first if a run left it behind).
+pub async fn fresh_pg_schema(test: &str) -> String {
     let schema = schema_for(test);
     let admin = PgStore::connect(&pg_url(), 1)
         .await
@@ -35,10 +45,7 @@ pub async fn pg_store(test: &str, pool: u32) -> PgStore {
         .query(&format!("CREATE SCHEMA {schema}"), &[])
         .await
         .expect("create schema");
-    let url = with_search_path(&pg_url(), &schema);
-    let store = PgStore::connect(&url, pool).await.expect("connect");
-    store.migrate().await.expect("migrate");
-    store
+    with_search_path(&pg_url(), &schema)
 }
 
 /// `url` with `options=-c search_path=SCHEMA` added.
@@ -55,22 +62,13 @@ pub fn mssql_url() -> Option<String> {
         .filter(|url| !url.trim().is_empty())
 }
 
-/// Says that a SQL Server test was skipped, past the test harness's output capture.
-pub fn skip_mssql(test: &str) {
-    use std::io::Write as _;
-    // Best effort: a closed stderr is no reason to fail a skipped test.
-    let _ = writeln!(
-        std::io::stderr(),
-        "skipped: SB_INBOX_MSSQL not set ({test})"
-    );
-}
-
 /// A migrated SQL Server store in a fresh database of its own (`SQL Server has no per-session
 /// search path, so a database is the unit of isolation), or `None` when `SB_INBOX_MSSQL` is
-/// not set.
+/// not set (then the test fails under CI unless `SB_INBOX_TEST_SKIP` lists `mssql`, and says
+/// `skipped` elsewhere: see `sb_testkit`).
 pub async fn mssql_store(test: &str, pool: u32) -> Option<MssqlStore> {
     let Some(url) = mssql_url() else {
-        skip_mssql(test);
+        sb_testkit::missing(sb_testkit::MSSQL);
         return None;
     };
     let database = schema_for(test);
@@ -106,6 +104,7 @@ pub async fn mssql_store(test: &str, pool: u32) -> Option<MssqlStore> {
         .await
         .expect("connect");
     store.migrate().await.expect("migrate");
+    store.migrate_inventory().await.expect("migrate inventory");
     Some(store)
 }
 
@@ -113,6 +112,7 @@ pub async fn mssql_store(test: &str, pool: u32) -> Option<MssqlStore> {
 pub async fn sqlite_store(_test: &str, _pool: u32) -> SqliteStore {
     let store = SqliteStore::open_in_memory().expect("open");
     store.migrate().await.expect("migrate");
+    store.migrate_inventory().await.expect("migrate inventory");
     store
 }
 

@@ -68,8 +68,14 @@ param outboxEntityName string
 @description('Worker settings passed as SB_INBOX_* environment variables.')
 param worker object
 
-@description('Store connection string (no secret: Entra auth with the identity in AZURE_CLIENT_ID).')
-param store string
+@description('Azure SQL server FQDN.')
+param sqlServerFqdn string
+
+@description('Azure SQL database name.')
+param sqlDatabaseName string
+
+@description('OTLP metric temporality: delta (Azure Monitor) or cumulative (Prometheus).')
+param metricsTemporality string
 
 @description('Minimum replicas (0 lets KEDA scale to zero).')
 @minValue(0)
@@ -91,6 +97,20 @@ param memory string = '1Gi'
 
 @description('Tags for every resource.')
 param tags object = {}
+
+// One store string per identity: User Id names the user-assigned identity whose token logs in
+// (the app and the job carry different identities; without it the token request would go to a
+// system-assigned identity they do not have). The store also falls back to AZURE_CLIENT_ID.
+var storeBase = 'Server=tcp:${sqlServerFqdn},1433;Database=${sqlDatabaseName};Encrypt=True;Authentication=Active Directory Default'
+var workerStore = '${storeBase};User Id=${workerClientId}'
+var migrateStore = '${storeBase};User Id=${migrateClientId}'
+
+// SIGTERM to SIGKILL must cover the drain, the relay and retention stop (BACKGROUND_STOP in
+// src/worker/run.rs) and the telemetry flush; Container Apps allows at most 600 s.
+var backgroundStopSecs = 35
+var drainSecs = worker.shutdownGraceSecs
+var flushSecs = worker.telemetryFlushSecs
+var terminationGraceSecs = drainSecs + backgroundStopSecs + flushSecs
 
 var useAgent = empty(otlpEndpoint)
 var agentMetrics = useAgent && !empty(agentMetricsOtlpEndpoint)
@@ -187,7 +207,7 @@ var workerEnv = [
   { name: 'SB_INBOX_SERVICEBUS_NAMESPACE', value: serviceBusNamespaceFqdn }
   { name: 'SB_INBOX_ENTITY', value: entityPath }
   { name: 'SB_INBOX_CONSUMER', value: worker.consumer }
-  { name: 'SB_INBOX_STORE', value: store }
+  { name: 'SB_INBOX_STORE', value: workerStore }
   { name: 'SB_INBOX_CONCURRENCY', value: string(worker.concurrency) }
   { name: 'SB_INBOX_PREFETCH', value: string(worker.prefetch) }
   { name: 'SB_INBOX_LOCK_MARGIN_SECS', value: string(worker.lockMarginSecs) }
@@ -213,7 +233,7 @@ var workerEnv = [
   { name: 'OTEL_SERVICE_NAME', value: 'sb-inbox' }
   { name: 'OTEL_RESOURCE_ATTRIBUTES', value: 'service.namespace=sb-inbox,deployment.environment.name=${namePrefix}' }
   // Azure Monitor sums metric deltas (the workbook and alerts add up valueSum).
-  { name: 'OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE', value: 'delta' }
+  { name: 'OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE', value: metricsTemporality }
 ]
 
 // With the managed agent, Container Apps injects OTEL_EXPORTER_OTLP_ENDPOINT itself.
@@ -236,10 +256,22 @@ resource app 'Microsoft.App/containerApps@2024-10-02-preview' = {
       activeRevisionsMode: 'Single'
       // A queue worker: no ingress; the probes reach the container port directly.
       registries: registries
+      // The scaler identity (Data Owner on the entity) is for KEDA only: lifecycle None keeps
+      // it out of the containers' identity endpoint. The worker's own is for the main container.
+      // https://learn.microsoft.com/azure/container-apps/managed-identity#control-managed-identity-availability
+      identitySettings: [
+        {
+          identity: scalerIdentityId
+          lifecycle: 'None'
+        }
+        {
+          identity: workerIdentityId
+          lifecycle: 'Main'
+        }
+      ]
     }
     template: {
-      // Must exceed the worker's own drain time so in-flight messages settle before SIGKILL.
-      terminationGracePeriodSeconds: worker.shutdownGraceSecs + 10
+      terminationGracePeriodSeconds: terminationGraceSecs
       containers: [
         {
           name: 'sb-inbox'
@@ -250,6 +282,11 @@ resource app 'Microsoft.App/containerApps@2024-10-02-preview' = {
             cpu: json(cpu)
             memory: memory
           }
+          // Timeouts of 3 s: /readyz bounds its own checks to 2 s (PROBE_TIMEOUT), so a hung
+          // database answers 503 instead of timing out. The startup probe stays within the
+          // API's limits (failureThreshold 1-10, periodSeconds 1-240; ContainerAppProbe in the
+          // Microsoft.App REST specification): /healthz answers as soon as the port is bound.
+          // https://learn.microsoft.com/azure/container-apps/health-probes
           probes: [
             {
               type: 'Liveness'
@@ -258,6 +295,7 @@ resource app 'Microsoft.App/containerApps@2024-10-02-preview' = {
                 port: worker.healthPort
               }
               periodSeconds: 10
+              timeoutSeconds: 3
               failureThreshold: 3
             }
             {
@@ -267,6 +305,7 @@ resource app 'Microsoft.App/containerApps@2024-10-02-preview' = {
                 port: worker.healthPort
               }
               periodSeconds: 5
+              timeoutSeconds: 3
               failureThreshold: 3
             }
             {
@@ -275,8 +314,9 @@ resource app 'Microsoft.App/containerApps@2024-10-02-preview' = {
                 path: '/healthz'
                 port: worker.healthPort
               }
-              periodSeconds: 2
-              failureThreshold: 30
+              periodSeconds: 3
+              timeoutSeconds: 3
+              failureThreshold: 10
             }
           ]
         }
@@ -343,9 +383,10 @@ resource migrateJob 'Microsoft.App/jobs@2024-10-02-preview' = {
           image: image
           args: [
             'migrate'
+            '--inventory'
           ]
           env: [
-            { name: 'SB_INBOX_STORE', value: store }
+            { name: 'SB_INBOX_STORE', value: migrateStore }
             { name: 'AZURE_CLIENT_ID', value: migrateClientId }
           ]
           resources: {
@@ -359,5 +400,6 @@ resource migrateJob 'Microsoft.App/jobs@2024-10-02-preview' = {
 }
 
 output appName string = app.name
+output appId string = app.id
 output environmentName string = environment.name
 output migrateJobName string = migrateJob.name

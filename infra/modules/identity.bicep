@@ -38,3 +38,4 @@ output scalerPrincipalId string = scaler.properties.principalId
 output migrateId string = migrate.id
 output migrateName string = migrate.name
 output migrateClientId string = migrate.properties.clientId
+output migratePrincipalId string = migrate.properties.principalId

@@ -27,6 +27,10 @@ resource workspace 'Microsoft.OperationalInsights/workspaces@2023-09-01' = {
       name: 'PerGB2018'
     }
     retentionInDays: logRetentionDays
+    // Entra only: queries and ingestion APIs refuse the workspace keys.
+    features: {
+      disableLocalAuth: true
+    }
   }
 }
 

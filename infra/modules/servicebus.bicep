@@ -20,6 +20,12 @@ param location string
 @description('Prefix of every resource name.')
 param namePrefix string
 
+@description('Suffix unique to the resource group: the namespace name is a global DNS name.')
+param uniqueSuffix string
+
+@description('Log Analytics workspace for the namespace\'s diagnostic logs and metrics.')
+param workspaceId string
+
 @description('Namespace SKU. Basic has no topics and no duplicate detection.')
 @allowed([
   'Standard'
@@ -90,8 +96,10 @@ var roleDataOwner = '090c5cfd-751d-490a-894a-3ce6f1109419'
 var isQueue = entityKind == 'queue'
 var outboxIsQueue = outboxEntityKind == 'queue'
 
+// 6-50 letters, digits and hyphens, starting with a letter, ending with a letter or digit, and
+// not ending in -sb or -mgmt (https://learn.microsoft.com/azure/azure-resource-manager/management/resource-name-rules#microsoftservicebus).
 resource namespace 'Microsoft.ServiceBus/namespaces@2024-01-01' = {
-  name: '${namePrefix}-sb'
+  name: '${namePrefix}-bus-${uniqueSuffix}'
   location: location
   tags: tags
   sku: {
@@ -236,6 +244,26 @@ resource ownerOnSubscription 'Microsoft.Authorization/roleAssignments@2022-04-01
     principalId: scalerPrincipalId
     principalType: 'ServicePrincipal'
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roleDataOwner)
+  }
+}
+
+resource namespaceDiagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = {
+  name: 'to-log-analytics'
+  scope: namespace
+  properties: {
+    workspaceId: workspaceId
+    logs: [
+      {
+        categoryGroup: 'allLogs'
+        enabled: true
+      }
+    ]
+    metrics: [
+      {
+        category: 'AllMetrics'
+        enabled: true
+      }
+    ]
   }
 }
 

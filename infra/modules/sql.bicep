@@ -8,6 +8,15 @@ param location string
 @description('Prefix of every resource name.')
 param namePrefix string
 
+@description('Suffix unique to the resource group: the server name is a global DNS name.')
+param uniqueSuffix string
+
+@description('Log Analytics workspace for auditing, diagnostic logs and metrics.')
+param workspaceId string
+
+@description('Microsoft Defender for SQL (threat protection and vulnerability assessment).')
+param defender bool
+
 @description('Database name.')
 param databaseName string
 
@@ -28,14 +37,16 @@ param entraAdminObjectId string
 ])
 param entraAdminPrincipalType string
 
-@description('Allow connections from Azure services (needed without VNet integration).')
-param allowAzureServices bool = true
+@description('Allow connections from every Azure service (any tenant): only for trials without VNet integration. Production uses a private endpoint and a VNet-integrated Container Apps environment (docs/deploy.md).')
+param allowAzureServices bool = false
 
 @description('Tags for every resource.')
 param tags object = {}
 
+// Lowercase letters, digits and hyphens, 1-63, a global DNS name
+// (https://learn.microsoft.com/azure/azure-resource-manager/management/resource-name-rules#microsoftsql).
 resource server 'Microsoft.Sql/servers@2023-08-01-preview' = {
-  name: '${namePrefix}-sql'
+  name: toLower('${namePrefix}-sql-${uniqueSuffix}')
   location: location
   tags: tags
   properties: {
@@ -78,6 +89,69 @@ resource database 'Microsoft.Sql/servers/databases@2023-08-01-preview' = {
   }
 }
 
+// Auditing to Azure Monitor: the events reach the workspace through the master database's
+// diagnostic setting (SQLSecurityAuditEvents).
+// https://learn.microsoft.com/azure/azure-sql/database/auditing-setup
+resource auditing 'Microsoft.Sql/servers/auditingSettings@2023-08-01-preview' = {
+  parent: server
+  name: 'default'
+  properties: {
+    state: 'Enabled'
+    isAzureMonitorTargetEnabled: true
+  }
+}
+
+resource master 'Microsoft.Sql/servers/databases@2023-08-01-preview' existing = {
+  parent: server
+  name: 'master'
+}
+
+resource auditDiagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = {
+  name: 'audit-to-log-analytics'
+  scope: master
+  properties: {
+    workspaceId: workspaceId
+    logs: [
+      {
+        category: 'SQLSecurityAuditEvents'
+        enabled: true
+      }
+    ]
+  }
+  dependsOn: [
+    auditing
+  ]
+}
+
+resource threatProtection 'Microsoft.Sql/servers/securityAlertPolicies@2023-08-01-preview' = if (defender) {
+  parent: server
+  name: 'Default'
+  properties: {
+    state: 'Enabled'
+  }
+}
+
+resource databaseDiagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = {
+  name: 'to-log-analytics'
+  scope: database
+  properties: {
+    workspaceId: workspaceId
+    logs: [
+      {
+        categoryGroup: 'allLogs'
+        enabled: true
+      }
+    ]
+    metrics: [
+      {
+        category: 'AllMetrics'
+        enabled: true
+      }
+    ]
+  }
+}
+
 output serverName string = server.name
 output serverFqdn string = server.properties.fullyQualifiedDomainName
 output databaseName string = database.name
+output databaseId string = database.id

@@ -16,8 +16,8 @@ use std::future::Future;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Context, Contract, DecodeError, Handled, Handler, HandlerError, OutboxMessage, Store,
-    StoreError, Tx,
+    Context, Contract, DecodeError, Handled, Handler, HandlerError, JsonContract, OutboxMessage,
+    Store, StoreError, Tx,
 };
 
 /// The consumer name.
@@ -77,6 +77,15 @@ impl OrderPlaced {
     }
 }
 
+impl JsonContract for OrderPlaced {
+    const NAME: &'static str = "orders.order-placed";
+    const VERSION: u32 = 1;
+
+    fn validate(&self) -> Result<(), DecodeError> {
+        OrderPlaced::validate(self)
+    }
+}
+
 /// One line of an order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -110,8 +119,22 @@ pub struct InventoryCounts {
     pub inbox_rows: i64,
 }
 
-/// Reads [`InventoryCounts`] from a store.
+/// The inventory schema's migration (`sql/<provider>/0002_inventory.sql`). It keeps version 2,
+/// the number it had when it was part of the core migrations, so databases that applied it
+/// then are not migrated again.
+pub const MIGRATION_VERSION: i64 = 2;
+
+/// The inventory schema and reads of a store.
 pub trait InventoryStore: Store<Tx: InventoryTx> {
+    /// Applies the inventory tables' migration if not applied yet (through the store's
+    /// `apply_migrations` hook); returns how many ran (0 or 1). The store's core migrations
+    /// must be applied first.
+    fn migrate_inventory(&self) -> impl Future<Output = Result<usize, StoreError>> + Send;
+
+    /// Whether the inventory migration is recorded: without it the reference worker stays not
+    /// ready and retries, rather than dead-letter every order on a missing table.
+    fn inventory_migrated(&self) -> impl Future<Output = Result<bool, StoreError>> + Send;
+
     /// Counts reservations, units and inbox rows.
     fn inventory_counts(&self) -> impl Future<Output = Result<InventoryCounts, StoreError>> + Send;
 }
@@ -127,6 +150,7 @@ pub trait InventoryStore: Store<Tx: InventoryTx> {
 ///
 /// let store = SqliteStore::open_in_memory()?;
 /// store.migrate().await?;
+/// store.migrate_inventory().await?;
 /// let broker = MemoryBroker::new(sb_inbox::Clock::new());
 /// broker.send(Message::new("m-1", "orders.order-placed.v1", r#"{"orderId":"o-1","lines":[{"sku":"A","quantity":2}]}"#));
 /// let config = RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER)?);
@@ -146,7 +170,7 @@ impl OrderPlacedConsumer {
     /// The consumer of `orders.order-placed.v1`.
     pub fn new() -> Self {
         OrderPlacedConsumer {
-            contracts: vec![Contract::new("orders.order-placed", 1)],
+            contracts: vec![OrderPlaced::contract()],
             events: None,
         }
     }
@@ -173,9 +197,7 @@ impl<T: InventoryTx> Handler<T> for OrderPlacedConsumer {
     }
 
     fn decode(&self, _contract: &Contract, body: &[u8]) -> Result<OrderPlaced, DecodeError> {
-        let order: OrderPlaced = serde_json::from_slice(body).map_err(|e| DecodeError::json(&e))?;
-        order.validate()?;
-        Ok(order)
+        crate::runtime::decode_json(body)
     }
 
     async fn handle(

@@ -2,8 +2,34 @@
 
 use tokio_postgres::types::ToSql;
 
-use super::{CONSUMER, InventoryCounts, InventoryStore, InventoryTx, OrderPlaced};
+use super::{
+    CONSUMER, InventoryCounts, InventoryStore, InventoryTx, MIGRATION_VERSION, OrderPlaced,
+};
+use crate::store::Migration;
 use crate::{MssqlStore, MssqlTx, PgStore, PgTx, SqliteStore, SqliteTx, StoreError};
+
+const NAME: &str = "0002_inventory.sql";
+
+const PG_MIGRATION: Migration = Migration {
+    version: MIGRATION_VERSION,
+    name: NAME,
+    sql: include_str!("../../sql/postgres/0002_inventory.sql"),
+};
+
+const SQLITE_MIGRATION: Migration = Migration {
+    version: MIGRATION_VERSION,
+    name: NAME,
+    sql: include_str!("../../sql/sqlite/0002_inventory.sql"),
+};
+
+const MSSQL_MIGRATION: Migration = Migration {
+    version: MIGRATION_VERSION,
+    name: NAME,
+    sql: include_str!("../../sql/mssql/0002_inventory.sql"),
+};
+
+/// Counts the inventory migration's bookkeeping row (a table every store's `migrate` creates).
+const RECORDED: &str = "SELECT count(*) FROM sb_inbox_schema_migrations WHERE version = 2";
 
 const PG_COUNTS: &str = "SELECT
     (SELECT count(*) FROM inventory_reservation),
@@ -103,6 +129,18 @@ impl InventoryTx for MssqlTx {
 }
 
 impl InventoryStore for MssqlStore {
+    async fn migrate_inventory(&self) -> Result<usize, StoreError> {
+        self.apply_migrations(&[MSSQL_MIGRATION]).await
+    }
+
+    async fn inventory_migrated(&self) -> Result<bool, StoreError> {
+        let rows = self.query(RECORDED, &[]).await?;
+        Ok(rows
+            .first()
+            .and_then(|row| row.get::<i32, _>(0))
+            .is_some_and(|n| n > 0))
+    }
+
     async fn inventory_counts(&self) -> Result<InventoryCounts, StoreError> {
         let rows = self.query(MSSQL_COUNTS, &[&CONSUMER]).await?;
         let row = rows.first().ok_or_else(|| {
@@ -128,6 +166,15 @@ impl InventoryStore for MssqlStore {
 }
 
 impl InventoryStore for PgStore {
+    async fn migrate_inventory(&self) -> Result<usize, StoreError> {
+        self.apply_migrations(&[PG_MIGRATION]).await
+    }
+
+    async fn inventory_migrated(&self) -> Result<bool, StoreError> {
+        let rows = self.query(RECORDED, &[]).await?;
+        Ok(rows.first().is_some_and(|row| row.get::<_, i64>(0) > 0))
+    }
+
     async fn inventory_counts(&self) -> Result<InventoryCounts, StoreError> {
         let rows = self.query(PG_COUNTS, &[&CONSUMER]).await?;
         let row = rows.first().ok_or_else(|| {
@@ -148,6 +195,16 @@ impl InventoryStore for PgStore {
 }
 
 impl InventoryStore for SqliteStore {
+    async fn migrate_inventory(&self) -> Result<usize, StoreError> {
+        self.apply_migrations(&[SQLITE_MIGRATION]).await
+    }
+
+    async fn inventory_migrated(&self) -> Result<bool, StoreError> {
+        self.with_connection(|conn| conn.query_row(RECORDED, [], |row| row.get::<_, i64>(0)))
+            .await
+            .map(|n| n > 0)
+    }
+
     async fn inventory_counts(&self) -> Result<InventoryCounts, StoreError> {
         self.with_connection(|conn| {
             conn.query_row(SQLITE_COUNTS, [CONSUMER], |row| {

@@ -1,13 +1,13 @@
 //! Ports: the traits the runtime depends on.
 //!
 //! # Layout
-//! - [`message`]: the broker-neutral view of one received message.
-//! - [`delivery`]: a received delivery with its lock and settlement operations, and the
+//! - `message`: [`Message`], the broker-neutral view of one received message.
+//! - `delivery`: a received [`Delivery`] with its lock and settlement operations, and the
 //!   [`Receiver`] that yields them.
-//! - [`store`]: a transactional store with the inbox operations, and its portable errors.
-//! - [`sender`]: sends to named destinations, awaiting the broker's acceptance (outbox relay,
+//! - `store`: a transactional [`Store`] with the inbox operations, and its portable errors.
+//! - `sender`: a [`Sender`] sends to named destinations, awaiting the broker's acceptance (outbox relay,
 //!   delayed retries).
-//! - [`outbox`]: the store as the outbox relay ([`OutboxStore`]) and retention
+//! - `outbox`: the store as the outbox relay ([`OutboxStore`]) and retention
 //!   ([`RetentionStore`]) see it: leased claims, marks, backlog, batched deletes.
 //!
 //! The runtime only sees these traits: no SQL dialect and no AMQP frame crosses them.

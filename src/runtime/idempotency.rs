@@ -20,7 +20,7 @@ use std::fmt;
 
 use super::ConsumerName;
 
-/// A stable key for a downstream API's idempotency header; see the [module docs](self).
+/// A stable key for a downstream API's idempotency header; see [`Context::idempotency_key`](crate::Context::idempotency_key).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct IdempotencyKey(String);
 

@@ -5,7 +5,8 @@
 //!   drains in-flight work on shutdown.
 //! - `process` runs the algorithm for one delivery and returns a [`Report`].
 //! - [`LockKeeper`] renews each lock in parallel with its handler and fences the commit.
-//! - [`Handler`] is what a user implements; [`Outcome`] is what happened.
+//! - [`Handler`] is what a user implements; [`Outcome`] is what happened. [`JsonHandler`] (with
+//!   [`JsonContract`] on the message type, wrapped in [`Json`]) is the typed way for JSON bodies.
 //! - [`IdempotencyKey`]: the key a handler sends to a downstream API, the same on every
 //!   delivery of one logical message.
 //! - [`DelayedRetry`] with a [`RetryPolicy`]: transient failures scheduled for later instead of
@@ -19,6 +20,7 @@ mod consumer;
 mod envelope;
 mod handler;
 mod idempotency;
+mod json;
 mod lock_keeper;
 mod observe;
 mod outcome;
@@ -46,6 +48,7 @@ pub use envelope::{
 pub(crate) use envelope::{derived_message_id, logical_id};
 pub use handler::{Context, DecodeError, Handled, Handler, HandlerError};
 pub use idempotency::IdempotencyKey;
+pub use json::{Json, JsonContract, JsonHandler, decode_json};
 pub use lock_keeper::{KeptLock, LockKeeper};
 pub use outcome::{Outcome, Settlement};
 pub use process::{LAST_ERROR_PROPERTY, Report};

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::ReplayHorizon;
+use super::host::is_subscription;
+use super::{ConsumerConfig, ReplayHorizon};
 use crate::ports::MAX_RETENTION_BATCH;
 use crate::relay::RelayConfig;
 use crate::retention::RetentionConfig;
@@ -224,14 +225,19 @@ impl Retention {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct WorkerConfig {
-    /// The runtime settings (consumer, concurrency, prefetch, lock margin, grace).
+    /// The runtime settings (consumer, concurrency, prefetch, lock margin, grace) of the first
+    /// consumer (the only one without `[[consumers]]`).
     pub runtime: RuntimeConfig,
     /// The store.
     pub store: StoreUrl,
     /// The broker.
     pub broker: BrokerAddress,
-    /// The entity consumed.
+    /// The entity the first consumer consumes.
     pub entity: String,
+    /// Every consumer the worker hosts, in file order: the top-level `consumer` on
+    /// `servicebus.entity`, or each `[[consumers]]` entry (name, entity, and concurrency and
+    /// prefetch defaulting to `runtime.*`); the other `runtime.*` settings apply to all.
+    pub consumers: Vec<ConsumerConfig>,
     /// Port for `/healthz` and `/readyz`.
     pub health_port: Option<u16>,
     /// Where the inventory consumer's `inventory.stock-reserved.v1` events go (through the
@@ -263,6 +269,18 @@ struct File {
     retry: RetryFile,
     #[serde(default)]
     retention: RetentionFile,
+    #[serde(default)]
+    consumers: Vec<ConsumerFile>,
+}
+
+/// One `[[consumers]]` entry.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConsumerFile {
+    name: Option<String>,
+    entity: Option<String>,
+    concurrency: Option<u64>,
+    prefetch: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -396,12 +414,21 @@ impl WorkerConfig {
             errors: Vec::new(),
         };
 
+        let listed = !file.consumers.is_empty();
         let consumer = match r.text("consumer", file.consumer) {
+            Some(_) if listed => {
+                r.fail(
+                    "consumer",
+                    "give either consumer (and servicebus.entity) or [[consumers]], not both",
+                );
+                None
+            }
             Some(name) => ConsumerName::new(name)
                 .map_err(|e| r.fail("consumer", e.to_string()))
                 .ok(),
+            None if listed => None,
             None => {
-                r.fail("consumer", "required");
+                r.fail("consumer", "required (or [[consumers]])");
                 None
             }
         };
@@ -468,16 +495,21 @@ impl WorkerConfig {
                 None
             }
         };
-        let entity =
-            r.text("servicebus.entity", file.servicebus.entity)
-                .or_else(|| match &broker {
-                    Some(BrokerAddress::Connection(cs)) => cs.entity_path().map(str::to_owned),
-                    _ => None,
-                });
-        if entity.is_none() {
+        let top_entity = r.text("servicebus.entity", file.servicebus.entity);
+        if listed && top_entity.is_some() {
             r.fail(
                 "servicebus.entity",
-                "required (or EntityPath in the connection string)",
+                "each [[consumers]] entry names its entity: remove servicebus.entity",
+            );
+        }
+        let entity = top_entity.or_else(|| match &broker {
+            Some(BrokerAddress::Connection(cs)) if !listed => cs.entity_path().map(str::to_owned),
+            _ => None,
+        });
+        if entity.is_none() && !listed {
+            r.fail(
+                "servicebus.entity",
+                "required (or EntityPath in the connection string, or [[consumers]])",
             );
         }
 
@@ -516,7 +548,13 @@ impl WorkerConfig {
             .number("health.port", file.health.port, 0, 65_535)
             .and_then(|p| u16::try_from(p).ok());
         let outbox_destination = r.text("outbox.destination", file.outbox.destination);
-        let retry = retry_policy(&mut r, &file.retry, entity.as_deref());
+        let listed = listed_consumers(&mut r, &file.consumers, concurrency, prefetch);
+        let subscription = listed
+            .iter()
+            .filter_map(|(_, entity, _, _)| entity.as_deref())
+            .chain(entity.as_deref())
+            .find(|entity| is_subscription(entity));
+        let retry = retry_policy(&mut r, &file.retry, subscription);
         let relay_defaults = RelayConfig::default();
         let relay = RelayConfig {
             batch_size: r
@@ -648,34 +686,109 @@ impl WorkerConfig {
             }
         };
 
-        match (r.errors.is_empty(), consumer, store, broker, entity) {
-            (true, Some(consumer), Some(store), Some(broker), Some(entity)) => {
-                let mut runtime = RuntimeConfig::new(consumer);
-                runtime.concurrency = usize::try_from(concurrency).unwrap_or(8);
-                runtime.prefetch = usize::try_from(prefetch).unwrap_or(0);
-                runtime.lock_margin = Duration::from_secs(margin);
-                runtime.lock_duration = lock_duration.map(Duration::from_secs);
-                runtime.max_processing = Duration::from_secs(max_processing);
-                runtime.shutdown_grace = Duration::from_secs(grace);
-                Ok(WorkerConfig {
-                    runtime,
-                    store,
-                    broker,
-                    entity,
-                    health_port,
-                    outbox_destination,
-                    retry,
-                    relay,
-                    retention,
+        let runtime_for = |name: ConsumerName, concurrency: u64, prefetch: u64| {
+            let mut runtime = RuntimeConfig::new(name);
+            runtime.concurrency = usize::try_from(concurrency).unwrap_or(8);
+            runtime.prefetch = usize::try_from(prefetch).unwrap_or(0);
+            runtime.lock_margin = Duration::from_secs(margin);
+            runtime.lock_duration = lock_duration.map(Duration::from_secs);
+            runtime.max_processing = Duration::from_secs(max_processing);
+            runtime.shutdown_grace = Duration::from_secs(grace);
+            runtime
+        };
+        let consumers: Vec<ConsumerConfig> = match (consumer, entity) {
+            (Some(name), Some(entity)) => vec![ConsumerConfig {
+                entity,
+                runtime: runtime_for(name, concurrency, prefetch),
+            }],
+            _ => listed
+                .into_iter()
+                .filter_map(|(name, entity, concurrency, prefetch)| {
+                    Some(ConsumerConfig {
+                        entity: entity?,
+                        runtime: runtime_for(name?, concurrency, prefetch),
+                    })
                 })
-            }
+                .collect(),
+        };
+        match (
+            r.errors.is_empty(),
+            consumers.first().cloned(),
+            store,
+            broker,
+        ) {
+            (true, Some(first), Some(store), Some(broker)) => Ok(WorkerConfig {
+                runtime: first.runtime,
+                store,
+                broker,
+                entity: first.entity,
+                consumers,
+                health_port,
+                outbox_destination,
+                retry,
+                relay,
+                retention,
+            }),
             _ => Err(ConfigErrors(r.errors)),
         }
     }
 }
 
+/// Each `[[consumers]]` entry: its name and entity (`None` after a reported problem), and its
+/// concurrency and prefetch (`runtime.*` when not given).
+fn listed_consumers(
+    r: &mut Reader<'_>,
+    entries: &[ConsumerFile],
+    concurrency: u64,
+    prefetch: u64,
+) -> Vec<(Option<ConsumerName>, Option<String>, u64, u64)> {
+    let mut listed: Vec<(Option<ConsumerName>, Option<String>, u64, u64)> = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let key = |field: &str| format!("consumers[{i}].{field}");
+        let name = match &entry.name {
+            Some(name) => ConsumerName::new(name.clone())
+                .map_err(|e| r.fail(&key("name"), e.to_string()))
+                .ok(),
+            None => {
+                r.fail(&key("name"), "required");
+                None
+            }
+        };
+        if let Some(name) = &name
+            && listed
+                .iter()
+                .any(|(other, ..)| other.as_ref() == Some(name))
+        {
+            r.fail(
+                &key("name"),
+                format!("{name} is listed twice: each consumer needs its own name (its inbox key)"),
+            );
+        }
+        let entity = entry.entity.clone().filter(|e| !e.is_empty());
+        if entity.is_none() {
+            r.fail(
+                &key("entity"),
+                "required: a queue or TOPIC/Subscriptions/SUBSCRIPTION",
+            );
+        }
+        let concurrency = r
+            .number(&key("concurrency"), entry.concurrency, 1, 1024)
+            .unwrap_or(concurrency);
+        let prefetch = r
+            .number(&key("prefetch"), entry.prefetch, 0, 10_000)
+            .unwrap_or(prefetch);
+        listed.push((name, entity, concurrency, prefetch));
+    }
+    listed
+}
+
 /// The delayed-retry policy, or `None` when `retry.max_retries` is 0 (the default: abandon).
-fn retry_policy(r: &mut Reader<'_>, file: &RetryFile, entity: Option<&str>) -> Option<RetryPolicy> {
+/// `subscription` is a consumed subscription, if any: copies cannot go back to one.
+fn retry_policy(
+    r: &mut Reader<'_>,
+    file: &RetryFile,
+    subscription: Option<&str>,
+) -> Option<RetryPolicy> {
     const DAY: u64 = 86_400;
     let max_retries = r
         .number("retry.max_retries", file.max_retries, 0, 100)
@@ -686,9 +799,7 @@ fn retry_policy(r: &mut Reader<'_>, file: &RetryFile, entity: Option<&str>) -> O
     if max_retries == 0 {
         return None;
     }
-    if let Some(entity) = entity
-        && entity.to_ascii_lowercase().contains("/subscriptions/")
-    {
+    if subscription.is_some() {
         r.fail(
             "retry.max_retries",
             "delayed retries need a queue: a copy sent to the topic would reach every \
@@ -1031,6 +1142,104 @@ concurrency = 4
                 .to_string()
                 .contains("shorter than the lock duration"),
             "{errors}"
+        );
+    }
+
+    const LISTED: &str = r#"
+store = "sqlite://inbox.db"
+[servicebus]
+connection = "Endpoint=sb://localhost:5699;SharedAccessKeyName=k;SharedAccessKey=SECRET;UseDevelopmentEmulator=true"
+[runtime]
+concurrency = 4
+prefetch = 2
+lock_margin_secs = 5
+[[consumers]]
+name = "shop.inventory"
+entity = "orders"
+[[consumers]]
+name = "shop.payments"
+entity = "payments/Subscriptions/ledger"
+concurrency = 1
+prefetch = 0
+"#;
+
+    #[test]
+    fn consumers_listed_take_runtime_settings_as_defaults() {
+        let config = load(LISTED, &[]).unwrap();
+        let got: Vec<_> = config
+            .consumers
+            .iter()
+            .map(|c| {
+                (
+                    c.name().as_str(),
+                    c.entity.as_str(),
+                    c.runtime.concurrency,
+                    c.runtime.prefetch,
+                    c.runtime.lock_margin,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("shop.inventory", "orders", 4, 2, Duration::from_secs(5)),
+                (
+                    "shop.payments",
+                    "payments/Subscriptions/ledger",
+                    1,
+                    0,
+                    Duration::from_secs(5)
+                ),
+            ]
+        );
+        // The first consumer doubles as the single-consumer fields.
+        assert_eq!(
+            (config.runtime.consumer.as_str(), config.entity.as_str()),
+            ("shop.inventory", "orders")
+        );
+        // Without [[consumers]], the top-level keys make the only one.
+        let single = load(GOOD, &[]).unwrap();
+        assert_eq!(single.consumers.len(), 1);
+        assert_eq!(single.consumers[0].entity, "orders");
+    }
+
+    #[test]
+    fn consumers_listed_are_checked_entry_by_entry() {
+        let fields = |toml: &str, env: &[(&str, &str)]| -> Vec<String> {
+            load(toml, env)
+                .unwrap_err()
+                .0
+                .into_iter()
+                .map(|e| e.field)
+                .collect()
+        };
+        let bad = format!(
+            "{LISTED}[[consumers]]\nname = \"shop.inventory\"\n[[consumers]]\nname = \"Bad Name\"\nentity = \"x\"\nconcurrency = 0\n"
+        );
+        assert_eq!(
+            fields(&bad, &[]),
+            [
+                "consumers[2].name",
+                "consumers[2].entity",
+                "consumers[3].name",
+                "consumers[3].concurrency"
+            ]
+        );
+        // Top-level consumer or entity beside the list is ambiguous.
+        assert_eq!(
+            fields(
+                LISTED,
+                &[("SB_INBOX_CONSUMER", "x"), ("SB_INBOX_ENTITY", "y")]
+            ),
+            [
+                "consumer (SB_INBOX_CONSUMER)",
+                "servicebus.entity (SB_INBOX_ENTITY)"
+            ]
+        );
+        // Delayed retries refuse a subscription anywhere in the list.
+        assert_eq!(
+            fields(LISTED, &[("SB_INBOX_RETRY_MAX_RETRIES", "3")]),
+            ["retry.max_retries (SB_INBOX_RETRY_MAX_RETRIES)"]
         );
     }
 }

@@ -1,17 +1,29 @@
-//! `/healthz` (alive) and `/readyz` (broker and store connected, no handler slot stuck) for
+//! `/healthz` (the process is alive) and `/readyz` (every readiness condition holds) for
 //! container probes.
+//!
+//! [`Readiness`] is a set of named conditions. Each is either ready or not ready with a reason:
+//! a [`Condition`] is set by the task that knows (the store opener, a supervisor that sees stuck
+//! slots, …), a probe is asked at each `/readyz` and gets [`PROBE_TIMEOUT`] to answer. `/readyz`
+//! answers 200 when none fails, else 503, and lists the failing ones with their reasons:
+//! `{"ready":false,"not_ready":{"store":"connecting: connection refused"}}`.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::runtime::StoreHealth;
 use crate::{MssqlStore, PgStore, SqliteStore, StoreError};
+
+/// How long a readiness probe may take before it counts as not ready. Well inside the
+/// Container Apps probe timeout (3 s in infra/), so a hung database makes `/readyz` answer 503
+/// rather than time out.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Whether a dependency answers.
 pub trait Ping: Send + Sync {
@@ -37,17 +49,154 @@ impl Ping for MssqlStore {
     }
 }
 
-/// What `/readyz` checks.
-#[derive(Clone)]
-pub(crate) struct Readiness {
-    pub(crate) broker: Arc<dyn Fn() -> bool + Send + Sync>,
-    pub(crate) store: Arc<dyn Ping>,
-    /// Deployment errors the runtime's transactions met: the store answers a ping, but not with
-    /// the schema or rights the code needs.
-    pub(crate) store_health: StoreHealth,
-    /// Handler slots stuck past the maximum processing time ([`crate::runtime::SlotWatch`]):
-    /// the worker holds capacity it cannot use, so another replica should take the traffic.
-    pub(crate) stuck_slots: Arc<dyn Fn() -> usize + Send + Sync>,
+/// An asynchronous readiness check: `Err(reason)` when not ready.
+type ProbeFn =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
+
+#[derive(Default)]
+struct Inner {
+    /// Set conditions: `None` when ready, `Some(reason)` when not.
+    conditions: Mutex<BTreeMap<String, Option<String>>>,
+    probes: Mutex<BTreeMap<String, ProbeFn>>,
+}
+
+/// The named conditions `/readyz` reports. Cheap to clone; clones share the conditions.
+///
+/// # Examples
+/// ```
+/// use sb_inbox::worker::Readiness;
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// let readiness = Readiness::new();
+/// let store = readiness.condition("store", "not opened yet");
+/// assert_eq!(readiness.not_ready().await, vec![("store".to_owned(), "not opened yet".to_owned())]);
+/// store.ready();
+/// assert!(readiness.not_ready().await.is_empty());
+/// # }
+/// ```
+#[derive(Clone, Default)]
+pub struct Readiness {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Readiness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Readiness").finish_non_exhaustive()
+    }
+}
+
+/// One named condition of a [`Readiness`], set by whoever knows its state.
+#[derive(Clone, Debug)]
+pub struct Condition {
+    readiness: Readiness,
+    name: String,
+}
+
+impl Condition {
+    /// The condition holds.
+    pub fn ready(&self) {
+        self.readiness.set(&self.name, None);
+    }
+
+    /// The condition does not hold, because of `reason` (shown in `/readyz`; no secrets).
+    pub fn not_ready(&self, reason: impl Into<String>) {
+        self.readiness.set(&self.name, Some(reason.into()));
+    }
+}
+
+impl Readiness {
+    /// No condition yet: ready.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds (or takes over) the condition `name`, not ready with `reason` until
+    /// [`Condition::ready`].
+    pub fn condition(&self, name: &str, reason: impl Into<String>) -> Condition {
+        self.set(name, Some(reason.into()));
+        Condition {
+            readiness: self.clone(),
+            name: name.to_owned(),
+        }
+    }
+
+    /// Adds (or replaces) the probe `name`, asked at each `/readyz`: not ready when it answers
+    /// `Err(reason)` or takes longer than [`PROBE_TIMEOUT`]. Replaces a set condition of that
+    /// name.
+    pub fn probe<F, Fut>(&self, name: &str, probe: F)
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), String>> + Send + 'static,
+    {
+        lock(&self.inner.conditions).remove(name);
+        let probe: ProbeFn = Arc::new(move || Box::pin(probe()));
+        lock(&self.inner.probes).insert(name.to_owned(), probe);
+    }
+
+    /// Removes the condition or probe `name`.
+    pub fn remove(&self, name: &str) {
+        lock(&self.inner.conditions).remove(name);
+        lock(&self.inner.probes).remove(name);
+    }
+
+    fn set(&self, name: &str, reason: Option<String>) {
+        lock(&self.inner.probes).remove(name);
+        lock(&self.inner.conditions).insert(name.to_owned(), reason);
+    }
+
+    /// The conditions that do not hold now, with their reasons, by name. Probes run at once,
+    /// each within [`PROBE_TIMEOUT`].
+    pub async fn not_ready(&self) -> Vec<(String, String)> {
+        let mut failing: BTreeMap<String, String> = lock(&self.inner.conditions)
+            .iter()
+            .filter_map(|(name, reason)| Some((name.clone(), reason.clone()?)))
+            .collect();
+        let probes: Vec<(String, ProbeFn)> = lock(&self.inner.probes)
+            .iter()
+            .map(|(name, probe)| (name.clone(), probe.clone()))
+            .collect();
+        let asked = probes.into_iter().map(|(name, probe)| {
+            tokio::spawn(async move {
+                let answer = match tokio::time::timeout(PROBE_TIMEOUT, probe()).await {
+                    Ok(answer) => answer,
+                    Err(_) => Err(format!("no answer within {PROBE_TIMEOUT:?}")),
+                };
+                (name, answer)
+            })
+        });
+        let asked: Vec<_> = asked.collect();
+        for task in asked {
+            match task.await {
+                Ok((_, Ok(()))) => {}
+                Ok((name, Err(reason))) => {
+                    failing.insert(name, reason);
+                }
+                Err(error) => {
+                    failing.insert("probe".to_owned(), format!("a probe failed: {error}"));
+                }
+            }
+        }
+        failing.into_iter().collect()
+    }
+
+    /// The `/readyz` status line and JSON body.
+    async fn report(&self) -> (&'static str, String) {
+        let failing = self.not_ready().await;
+        let status = if failing.is_empty() {
+            "200 OK"
+        } else {
+            "503 Service Unavailable"
+        };
+        let body = serde_json::json!({
+            "ready": failing.is_empty(),
+            "not_ready": failing.into_iter().collect::<BTreeMap<_, _>>(),
+        });
+        (status, body.to_string())
+    }
+}
+
+/// The maps hold plain data: a panic elsewhere cannot leave them half-written.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Serves the probes on `listener` until `shutdown`.
@@ -92,25 +241,7 @@ async fn answer(
     });
     let (status, body) = match path {
         Some("/healthz") => ("200 OK", "{\"status\":\"alive\"}".to_owned()),
-        Some("/readyz") => {
-            let broker = (readiness.broker)();
-            let problem = readiness.store_health.problem();
-            let store = problem.is_none() && readiness.store.ping().await.is_ok();
-            let stuck = (readiness.stuck_slots)();
-            let status = if broker && store && stuck == 0 {
-                "200 OK"
-            } else {
-                "503 Service Unavailable"
-            };
-            let mut body =
-                format!("{{\"broker\":{broker},\"store\":{store},\"stuck_slots\":{stuck}");
-            if let Some(problem) = problem {
-                body.push_str(",\"store_problem\":");
-                body.push_str(&serde_json::Value::from(problem).to_string());
-            }
-            body.push('}');
-            (status, body)
-        }
+        Some("/readyz") => readiness.report().await,
         _ => ("404 Not Found", "{\"error\":\"not found\"}".to_owned()),
     };
     let response = format!(
@@ -126,22 +257,6 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use super::*;
-    use crate::ErrorKind;
-
-    struct FakeStore(Arc<AtomicBool>);
-
-    impl Ping for FakeStore {
-        fn ping(&self) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>> {
-            let up = self.0.load(Ordering::SeqCst);
-            Box::pin(async move {
-                if up {
-                    Ok(())
-                } else {
-                    Err(StoreError::new(ErrorKind::Connection, None, None, "down"))
-                }
-            })
-        }
-    }
 
     async fn get(addr: SocketAddr, path: &str) -> String {
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -154,78 +269,88 @@ mod tests {
         response
     }
 
-    #[tokio::test]
-    async fn ready_only_when_broker_and_store_answer_and_no_slot_is_stuck() {
+    async fn served(readiness: Readiness) -> (SocketAddr, CancellationToken) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let (broker, store) = (
-            Arc::new(AtomicBool::new(true)),
-            Arc::new(AtomicBool::new(true)),
-        );
-        let broker_flag = broker.clone();
-        let store_health = StoreHealth::new(&crate::ConsumerName::new("c").unwrap());
-        let stuck = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let stuck_count = stuck.clone();
-        let readiness = Readiness {
-            broker: Arc::new(move || broker_flag.load(Ordering::SeqCst)),
-            store: Arc::new(FakeStore(store.clone())),
-            store_health: store_health.clone(),
-            stuck_slots: Arc::new(move || stuck_count.load(Ordering::SeqCst)),
-        };
         let shutdown = CancellationToken::new();
         tokio::spawn(serve(listener, readiness, shutdown.clone()));
+        (addr, shutdown)
+    }
 
+    #[tokio::test]
+    async fn ready_only_when_every_condition_holds_and_readyz_names_the_others() {
+        let readiness = Readiness::new();
+        let broker_up = Arc::new(AtomicBool::new(true));
+        let flag = broker_up.clone();
+        readiness.probe("broker", move || {
+            let up = flag.load(Ordering::SeqCst);
+            async move {
+                if up {
+                    Ok(())
+                } else {
+                    Err("disconnected".to_owned())
+                }
+            }
+        });
+        let store = readiness.condition("store", "connecting: refused \"x\"");
+        let (addr, shutdown) = served(readiness.clone()).await;
+
+        let response = get(addr, "/readyz").await;
+        assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+        assert!(
+            response
+                .ends_with(r#"{"not_ready":{"store":"connecting: refused \"x\""},"ready":false}"#),
+            "{response}"
+        );
         assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
-        for (b, s, expected) in [
-            (true, true, "200"),
-            (false, true, "503"),
-            (true, false, "503"),
-            (false, false, "503"),
-        ] {
-            broker.store(b, Ordering::SeqCst);
-            store.store(s, Ordering::SeqCst);
-            let response = get(addr, "/readyz").await;
-            assert!(
-                response.starts_with(&format!("HTTP/1.1 {expected}")),
-                "{b} {s}: {response}"
-            );
-            assert!(
-                response.ends_with(&format!(
-                    "{{\"broker\":{b},\"store\":{s},\"stuck_slots\":0}}"
-                )),
-                "{response}"
-            );
-        }
-        // The store answers, but the runtime's transactions meet a missing table.
-        broker.store(true, Ordering::SeqCst);
-        store.store(true, Ordering::SeqCst);
-        store_health.deployment_error(&StoreError::new(
-            ErrorKind::Deployment,
-            Some("42P01".into()),
-            None,
-            "relation \"inventory_stock\" does not exist",
-        ));
+
+        store.ready();
+        let response = get(addr, "/readyz").await;
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(
+            response.ends_with(r#"{"not_ready":{},"ready":true}"#),
+            "{response}"
+        );
+
+        broker_up.store(false, Ordering::SeqCst);
+        store.not_ready("fail-over");
         let response = get(addr, "/readyz").await;
         assert!(response.starts_with("HTTP/1.1 503"), "{response}");
         assert!(
             response.ends_with(
-                "{\"broker\":true,\"store\":false,\"stuck_slots\":0,\"store_problem\":\"deployment (code 42P01)\"}"
+                r#"{"not_ready":{"broker":"disconnected","store":"fail-over"},"ready":false}"#
             ),
             "{response}"
         );
-        store_health.committed();
-        assert!(get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
-        stuck.store(1, Ordering::SeqCst);
-        let response = get(addr, "/readyz").await;
-        assert!(response.starts_with("HTTP/1.1 503"), "{response}");
-        assert!(response.ends_with("\"stuck_slots\":1}"), "{response}");
-        stuck.store(0, Ordering::SeqCst);
-        broker.store(false, Ordering::SeqCst);
         assert!(
             get(addr, "/healthz").await.starts_with("HTTP/1.1 200"),
             "alive even when not ready"
         );
         assert!(get(addr, "/nope").await.starts_with("HTTP/1.1 404"));
         shutdown.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_that_hangs_is_not_ready_after_the_timeout() {
+        let readiness = Readiness::new();
+        readiness.probe("store", std::future::pending::<Result<(), String>>);
+        let failing = readiness.not_ready().await;
+        assert_eq!(failing.len(), 1);
+        assert_eq!(failing[0].0, "store");
+        assert!(failing[0].1.contains("no answer within 2s"), "{failing:?}");
+    }
+
+    #[tokio::test]
+    async fn a_probe_replaces_a_condition_of_the_same_name_and_remove_forgets_it() {
+        let readiness = Readiness::new();
+        let _opening = readiness.condition("store", "opening");
+        readiness.probe("store", || async { Ok(()) });
+        assert!(readiness.not_ready().await.is_empty());
+        let other = readiness.condition("slots", "stuck");
+        assert_eq!(readiness.not_ready().await.len(), 1);
+        readiness.remove("slots");
+        other.ready();
+        // A handle whose condition was removed sets it again: the last word counts.
+        assert!(readiness.not_ready().await.is_empty());
     }
 }

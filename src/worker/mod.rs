@@ -5,14 +5,22 @@
 //!   whole so one run reports every mistake.
 //! - [`ReplayHorizon`]: how long after processing a message can come back, and the check that
 //!   dedupe retention covers it.
-//! - [`run`]: the reference inventory consumer on Service Bus and the configured store.
+//! - [`Worker`]: hosts one or more consumers (each a [`ConsumerConfig`] and a handler) over one
+//!   Service Bus client and one store, with the outbox relay, retention, health endpoints
+//!   (readiness composed on a [`Readiness`]), telemetry and drain shared.
+//! - [`run`]: the reference worker (`sb-inbox run`): it opens the store with retries ([`open`]),
+//!   reporting [`Readiness`] on `/readyz` meanwhile, then hosts the inventory consumer in a
+//!   [`Worker`] as `worker.toml` says.
 
 mod config;
 mod health;
 mod horizon;
+mod host;
+mod open;
 mod run;
 
 pub use config::{BrokerAddress, ConfigError, ConfigErrors, ENV_VARS, Retention, WorkerConfig};
-pub use health::Ping;
+pub use health::{Condition, PROBE_TIMEOUT, Ping, Readiness};
 pub use horizon::{ReplayHorizon, RetentionTooShort};
-pub use run::{WorkerError, run, run_with};
+pub use host::{ConsumerConfig, Worker, WorkerStats};
+pub use run::{BACKGROUND_STOP, WorkerError, run, run_with};

@@ -1,28 +1,21 @@
-use std::sync::Arc;
-use std::time::Duration;
+use std::future::Future;
 
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::health::{self, Ping};
-use super::{BrokerAddress, WorkerConfig};
+use super::health::{self, Condition, Ping, Readiness};
+use super::open::{self, Applied};
+use super::{BrokerAddress, Worker, WorkerConfig};
 use crate::entra::{EntraCredential, EntraMode};
 use crate::inventory::{InventoryStore, OrderPlacedConsumer};
-use crate::relay::Relay;
-use crate::retention::RetentionTask;
-use crate::runtime::{DelayedRetry, RetryPolicy};
-use crate::servicebus::{ServiceBusClient, ServiceBusReceiver};
-use crate::store::StoreUrl;
-use crate::telemetry;
+use crate::servicebus::ServiceBusClient;
+use crate::store::{MssqlConfig, StoreUrl};
 use crate::{
-    MssqlStore, OutboxStore, PgStore, RetentionStore, Runtime, RuntimeError, SqliteStore,
+    ErrorKind, MssqlStore, OutboxStore, PgStore, RetentionStore, RuntimeError, SqliteStore,
     StatsSnapshot, StoreError,
 };
 
-/// How long the relay and retention get to finish their current batch after the runtime has
-/// drained: one send's timeout and a little. A relay stopped harder only causes duplicates.
-const BACKGROUND_STOP: Duration = Duration::from_secs(35);
+pub use super::host::BACKGROUND_STOP;
 
 /// Why the worker stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -37,10 +30,18 @@ pub enum WorkerError {
     /// The health endpoints could not be served.
     #[error("health endpoints: {0}")]
     Health(String),
+    /// The consumers cannot be hosted as given (none, one name twice, delayed retries on a
+    /// subscription).
+    #[error("worker: {0}")]
+    Config(String),
+    /// A consumer's task ended abnormally (a panic in a handler).
+    #[error("consumer {0}")]
+    Consumer(String),
 }
 
-/// Runs the reference inventory consumer as configured until `shutdown`, then drains, releases
-/// prefetched deliveries and returns the counters. Beside it run the outbox relay (always: any
+/// Runs the reference inventory consumer as configured (under each configured consumer name
+/// and entity, in one [`Worker`]) until `shutdown`, then drains, releases prefetched deliveries
+/// and returns the counters of all consumers added up. Beside it run the outbox relay (always: any
 /// row in the outbox is published) and, when a retention is configured, the retention task;
 /// both stop after the drain. Serves `/healthz` and `/readyz` on `health.port` when configured.
 ///
@@ -65,6 +66,10 @@ pub async fn run(
 /// As [`run`], serving the health endpoints on `health` when given (tests pass a listener on an
 /// ephemeral port).
 ///
+/// The health endpoints answer from the start. Until the store is open and its schema migrated
+/// the worker stays alive but not ready (`/readyz` names the cause), retrying with backoff: on a
+/// first deployment the database user or schema appear later, and a fail-over at start passes.
+///
 /// # Errors
 /// As [`run`].
 pub async fn run_with(
@@ -84,142 +89,124 @@ pub async fn run_with(
             *transport,
         ),
     };
-    // The runtime prefetches (it holds `prefetch` deliveries beyond its slots and keeps their
-    // locks from receipt); credit on the link beyond what it asks for would leave deliveries
-    // waiting there unrenewed.
-    let receiver = client.receiver(&config.entity, 0);
+    // Served from the start, before the store opens; the Worker adds its probes to it.
+    let readiness = Readiness::new();
+    let store_ready = readiness.condition("store", "opening");
+    let stop_health = CancellationToken::new();
+    if let Some(listener) = health {
+        tokio::spawn(health::serve(
+            listener,
+            readiness.clone(),
+            stop_health.clone(),
+        ));
+    }
+    // The probes answer until the drain is over, then stop with the worker.
+    let _stop_health = stop_health.drop_guard();
     let probe = Probe {
         client,
-        health,
+        readiness,
         shutdown,
     };
-    let pool = u32::try_from(config.runtime.concurrency)
+    // Every consumer's handlers at once, plus the relay and retention.
+    let concurrency: usize = config.consumers.iter().map(|c| c.runtime.concurrency).sum();
+    let pool = u32::try_from(concurrency)
         .unwrap_or(u32::MAX)
         .saturating_add(2);
     match &config.store {
         StoreUrl::Postgres(url) => {
-            serve(receiver, PgStore::connect(url, pool).await?, config, probe).await
+            let connect = || PgStore::connect(url, pool);
+            open_then_serve(connect, config, probe, &store_ready).await
         }
         StoreUrl::Mssql(raw) => {
-            serve(
-                receiver,
-                MssqlStore::connect(raw, pool).await?,
-                config,
-                probe,
-            )
-            .await
+            // A string that does not parse will not parse later either: fail now.
+            let parsed: MssqlConfig = raw.parse()?;
+            let connect = || MssqlStore::connect_with(parsed.clone(), pool);
+            open_then_serve(connect, config, probe, &store_ready).await
         }
-        StoreUrl::Sqlite(path) => serve(receiver, SqliteStore::open(path)?, config, probe).await,
+        StoreUrl::Sqlite(path) => {
+            let connect = || async { SqliteStore::open(path) };
+            open_then_serve(connect, config, probe, &store_ready).await
+        }
         StoreUrl::SqliteMemory => {
             let store = SqliteStore::open_in_memory()?;
             store.migrate().await?;
-            serve(receiver, store, config, probe).await
+            store.migrate_inventory().await?;
+            serve(store, config, probe).await
         }
+    }
+}
+
+/// Connects and checks the schema, the reference consumer's tables included, until all
+/// succeed (see [`open::until_open`]), then serves; a shutdown before that ends the worker with
+/// nothing processed.
+async fn open_then_serve<S, F, Fut>(
+    connect: F,
+    config: &WorkerConfig,
+    probe: Probe,
+    store_ready: &Condition,
+) -> Result<StatsSnapshot, WorkerError>
+where
+    S: InventoryStore + OutboxStore + RetentionStore + Ping + Applied + Clone + 'static,
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<S, StoreError>>,
+{
+    let open = || async {
+        let store = connect().await?;
+        open::check_schema(&store).await?;
+        // Missing like a schema not migrated yet: retried, not an exit.
+        if !store.inventory_migrated().await? {
+            return Err(StoreError::new(
+                ErrorKind::Schema,
+                None,
+                None,
+                "the reference consumer's tables are missing: run `sb-inbox migrate --inventory`",
+            ));
+        }
+        Ok(store)
+    };
+    match open::until_open(open, store_ready, &probe.shutdown).await {
+        Some(store) => serve(store, config, probe).await,
+        None => Ok(StatsSnapshot::default()),
     }
 }
 
 /// What the health endpoints and the drain need.
 struct Probe {
     client: ServiceBusClient,
-    health: Option<TcpListener>,
+    readiness: Readiness,
     shutdown: CancellationToken,
 }
 
-async fn serve<S: InventoryStore + OutboxStore + RetentionStore + Ping + Clone>(
-    receiver: ServiceBusReceiver,
+/// The reference worker: the inventory consumer under each configured consumer name and
+/// entity, hosted by a [`Worker`] that reports on `readiness`.
+async fn serve<S: InventoryStore + OutboxStore + RetentionStore + Ping + Clone + 'static>(
     store: S,
     config: &WorkerConfig,
     probe: Probe,
 ) -> Result<StatsSnapshot, WorkerError> {
     let Probe {
         client,
-        health,
+        readiness,
         shutdown,
     } = probe;
-    let mut runtime_config = config.runtime.clone();
+    let mut worker = Worker::new(client, store)
+        .relay(config.relay.clone())
+        .readiness(readiness);
+    if let Some(retention) = config.retention {
+        worker = worker.retention(retention);
+    }
     if let Some(policy) = &config.retry {
-        // Copies go back to the consumed queue (the configuration refuses subscriptions).
-        runtime_config.delayed_retry = Some(DelayedRetry::new(
-            policy.clone(),
-            client.publisher(),
-            config.entity.clone(),
-        ));
+        worker = worker.delayed_retries(policy.clone());
     }
-    // The relay and retention stop after the drain, or when this future is dropped.
-    let stop_background = CancellationToken::new();
-    let _stop_background = stop_background.clone().drop_guard();
-    let relay = Relay::new(store.clone(), client.publisher(), config.relay.clone());
-    let consumer_name = config.runtime.consumer.as_str();
-    // The gauges read the relay's last backlog sample; they live as long as the worker.
-    let relay_stats = relay.stats();
-    let _outbox_gauges = telemetry::hooks::observe_outbox(consumer_name, move || {
-        relay_stats.snapshot().backlog.map_or_else(
-            telemetry::hooks::OutboxBacklog::default,
-            |sample| telemetry::hooks::OutboxBacklog {
-                pending: sample.pending,
-                oldest_age: sample.oldest_age,
-            },
-        )
-    });
-    let mut _retention_counter = None;
-    let mut background = vec![tokio::spawn({
-        let stop = stop_background.clone();
-        async move { relay.run(stop).await }
-    })];
-    if let Some(retention) = &config.retention {
-        let task = RetentionTask::new(store.clone(), retention.task_config());
-        let stats = task.stats();
-        _retention_counter = Some(telemetry::hooks::observe_retention(
-            consumer_name,
-            move || stats.snapshot().inbox_deleted,
-        ));
-        let stop = stop_background.clone();
-        background.push(tokio::spawn(async move { task.run(stop).await }));
-    }
-    let consumer = match &config.outbox_destination {
-        Some(destination) => OrderPlacedConsumer::new().with_events(destination),
-        None => OrderPlacedConsumer::new(),
-    };
-    let ping: Arc<dyn Ping> = Arc::new(store.clone());
-    let runtime = Runtime::new(receiver.clone(), store, consumer, runtime_config);
-    let stop_health = CancellationToken::new();
-    if let Some(listener) = health {
-        let attached = receiver.clone();
-        let slots = runtime.slots();
-        let readiness = health::Readiness {
-            // Not ready while the receive link re-attaches after the service detached it.
-            broker: Arc::new(move || client.is_connected() && attached.is_attached()),
-            store: ping,
-            store_health: runtime.store_health(),
-            stuck_slots: Arc::new(move || slots.stuck()),
+    for consumer in &config.consumers {
+        let handler = match &config.outbox_destination {
+            Some(destination) => OrderPlacedConsumer::new().with_events(destination),
+            None => OrderPlacedConsumer::new(),
         };
-        tokio::spawn(health::serve(listener, readiness, stop_health.clone()));
+        worker = worker.consumer(consumer.clone(), handler);
     }
-    // The probes answer until the drain is over, then stop with the worker.
-    let _stop_health = stop_health.drop_guard();
-    let retries = config.retry.as_ref().map_or(0, RetryPolicy::max_retries);
-    tracing::info!(entity = %config.entity, consumer = %config.runtime.consumer, store = %config.store, delayed_retries = retries, "Worker started.");
-    let result = runtime.run(shutdown).await;
-    receiver.close().await;
-    stop_background.cancel();
-    stop(background).await;
-    result?;
-    let stats = runtime.stats().snapshot();
+    tracing::info!(consumers = config.consumers.len(), store = %config.store, "Worker started.");
+    let stats = worker.run(shutdown).await?.total();
     tracing::info!(?stats, "Worker stopped.");
     Ok(stats)
-}
-
-/// Waits for the background tasks to finish their batch, at most [`BACKGROUND_STOP`] in all.
-async fn stop(tasks: Vec<JoinHandle<()>>) {
-    let deadline = tokio::time::Instant::now() + BACKGROUND_STOP;
-    for mut task in tasks {
-        match tokio::time::timeout_at(deadline, &mut task).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::error!(%error, "A background task failed."),
-            Err(_) => {
-                tracing::warn!("A background task did not stop in time; aborting it.");
-                task.abort();
-            }
-        }
-    }
 }

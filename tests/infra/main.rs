@@ -1,13 +1,17 @@
 //! Offline checks of the Bicep under `infra/`: every file parses with the tree-sitter Bicep
 //! grammar (no ERROR or MISSING node), module paths exist, module calls pass exactly the
 //! module's parameters, `main.parameters.json` matches `main.bicep`, dedupe retention covers the
-//! replay horizon, no template holds a secret, and templates, docs and image agree.
+//! replay horizon, no template holds a secret, templates, docs and image agree, and what the
+//! deployment would create holds up (`deployment`: names, identities, image, ordering, grace,
+//! probes, scale defaults; evaluated offline by `eval`).
 //! `az bicep build`, `az bicep lint` and `docker build` run in GitHub Actions only.
 #![allow(clippy::unwrap_used, clippy::panic, clippy::unwrap_in_result)]
 
 mod bicep;
 mod check;
 mod dashboards;
+mod deployment;
+mod eval;
 mod wiring;
 
 use std::path::{Path, PathBuf};

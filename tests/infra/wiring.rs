@@ -87,12 +87,3 @@ fn image_exposes_the_default_health_port() {
     );
     assert!(dockerfile.contains(&format!("SB_INBOX_HEALTH_PORT={port}")));
 }
-
-#[test]
-fn shutdown_grace_fits_the_termination_grace_period() {
-    let app = read("infra/modules/containerapp.bicep");
-    assert!(
-        app.contains("terminationGracePeriodSeconds: worker.shutdownGraceSecs + "),
-        "terminationGracePeriodSeconds must be derived from the worker's shutdown grace"
-    );
-}

@@ -3,27 +3,21 @@
 
 use std::path::Path;
 
-use crate::{emulator, missing_dependency};
+use crate::emulator;
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/servicebus/sdk/js");
 
 /// Whether `npm ci` installed the SDK; says `skipped` (fails under CI=true) when not.
-fn sdk_installed(test: &str) -> bool {
+fn sdk_installed() -> bool {
     let installed = Path::new(DIR)
         .join("node_modules/@azure/service-bus")
         .is_dir();
-    if !installed {
-        missing_dependency(
-            test,
-            &format!("{DIR}/node_modules is missing (run `npm ci` there; .ci/run does)"),
-        );
-    }
-    installed
+    sb_testkit::require(sb_testkit::JS_SDK, installed)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_sdk_sends_receives_settles_and_renews() {
-    if !sdk_installed("js_sdk_sends_receives_settles_and_renews") {
+    if !sdk_installed() {
         return;
     }
     let emulator = emulator("PT30S").await;
@@ -43,7 +37,7 @@ async fn js_sdk_sends_receives_settles_and_renews() {
 /// resubmit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_sdk_management_flows_from_fresh_clients() {
-    if !sdk_installed("js_sdk_management_flows_from_fresh_clients") {
+    if !sdk_installed() {
         return;
     }
     let config = sb_emulator::Config::new("sbemulatorns")
@@ -114,7 +108,7 @@ async fn node(script: &str, emulator: &sb_emulator::Emulator) -> String {
 /// `acceptSession` refused while the session is locked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_sdk_session_receivers() {
-    if !sdk_installed("js_sdk_session_receivers") {
+    if !sdk_installed() {
         return;
     }
     let config = sb_emulator::Config::new("sbemulatorns").with_queue(

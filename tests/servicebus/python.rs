@@ -1,25 +1,18 @@
 //! The official Python SDK (`azure-servicebus`) as an independent client of the emulator.
 
-use std::process::Stdio;
+use crate::emulator;
 
-use crate::{emulator, missing_dependency};
-
+/// Whether the Python SDK is there; when not, fails under CI or says `skipped`.
 pub(crate) fn sdk_installed() -> bool {
-    std::process::Command::new("python3")
-        .args(["-c", "import azure.servicebus"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    sb_testkit::require(
+        sb_testkit::PYTHON_SDK,
+        sb_testkit::python_imports("azure.servicebus"),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_sends_receives_and_settles() {
     if !sdk_installed() {
-        missing_dependency(
-            "python_sdk_sends_receives_and_settles",
-            "azure-servicebus is not installed (.ci/run installs it)",
-        );
         return;
     }
     let emulator = emulator("PT30S").await;
@@ -34,7 +27,7 @@ async fn run_smoke(args: &[String]) -> String {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/servicebus/sdk/python_smoke.py"
     );
-    let output = tokio::process::Command::new("python3")
+    let output = tokio::process::Command::new(sb_testkit::python())
         .arg(script)
         .args(args)
         .output()
@@ -63,10 +56,6 @@ fn assert_orders_settled(emulator: &sb_emulator::Emulator) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_conformance() {
     if !sdk_installed() {
-        missing_dependency(
-            "python_sdk_conformance",
-            "azure-servicebus is not installed (.ci/run installs it)",
-        );
         return;
     }
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/servicebus/sdk");
@@ -76,7 +65,7 @@ async fn python_sdk_conformance() {
     let emulator = sb_emulator::Emulator::start(broker, Default::default())
         .await
         .unwrap();
-    let output = tokio::process::Command::new("python3")
+    let output = tokio::process::Command::new(sb_testkit::python())
         .arg(format!("{dir}/python_conformance.py"))
         .arg(emulator.connection_string())
         .output()
@@ -143,10 +132,6 @@ const SAMPLE_SLOTS: usize = 64;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_samples_run_unmodified() {
     if !sdk_installed() {
-        missing_dependency(
-            "python_sdk_samples_run_unmodified",
-            "azure-servicebus is not installed (.ci/run installs it)",
-        );
         return;
     }
     let slot = |kind: &str, i: usize| format!("sample-{kind}-{i}");
@@ -182,7 +167,7 @@ async fn python_sdk_samples_run_unmodified() {
         "/tests/servicebus/sdk/python_samples.py"
     );
     let cache = concat!(env!("CARGO_TARGET_TMPDIR"), "/python-sdk-samples");
-    let output = tokio::process::Command::new("python3")
+    let output = tokio::process::Command::new(sb_testkit::python())
         .arg(script)
         .arg(cache)
         .arg(emulator.local_addr().port().to_string())
@@ -193,10 +178,8 @@ async fn python_sdk_samples_run_unmodified() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     if output.status.code() == Some(3) {
-        missing_dependency(
-            "python_sdk_samples_run_unmodified",
-            stdout.lines().next().unwrap_or_default(),
-        );
+        eprintln!("{}", stdout.lines().next().unwrap_or_default());
+        sb_testkit::missing(sb_testkit::PYTHON_SAMPLES);
         return;
     }
     println!("{stdout}");
@@ -222,12 +205,10 @@ async fn python_sdk_samples_run_unmodified() {
 }
 
 fn websocket_client_installed() -> bool {
-    std::process::Command::new("python3")
-        .args(["-c", "import websocket"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    sb_testkit::require(
+        sb_testkit::PYTHON_WEBSOCKETS,
+        sb_testkit::python_imports("websocket"),
+    )
 }
 
 /// Issue 13, must show 4: the official Python SDK over `TransportType.AmqpOverWebsocket` against
@@ -236,13 +217,6 @@ fn websocket_client_installed() -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_over_websockets() {
     if !sdk_installed() || !websocket_client_installed() {
-        assert!(
-            std::env::var("CI").is_err(),
-            "azure-servicebus and websocket-client are required under CI"
-        );
-        println!(
-            "skipped: azure-servicebus or websocket-client is not installed (.ci/run installs them)"
-        );
         return;
     }
     let emulator = crate::emulator_with(

@@ -565,7 +565,6 @@ async fn dropped_connections_mid_stream_lose_nothing_and_repeat_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poison_message_is_dead_lettered_invalid_payload_and_read_back_by_the_python_sdk() {
     if !crate::python::sdk_installed() {
-        println!("skipped: azure-servicebus is not installed (.ci/run installs it)");
         return;
     }
     let test = "verify_poison";
@@ -596,7 +595,7 @@ with ServiceBusClient.from_connection_string(sys.argv[1], retry_total=0) as clie
             print(f"dlq message_id={m.message_id} reason={m.dead_letter_reason} description={m.dead_letter_error_description}")
             receiver.complete_message(m)
 "#;
-    let output = tokio::process::Command::new("python3")
+    let output = tokio::process::Command::new(sb_testkit::python())
         .args(["-c", script, &emulator.connection_string()])
         .output()
         .await

@@ -275,14 +275,46 @@ pub(crate) async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     response
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_worker_process_is_ready_then_drains_and_exits_0_on_sigterm() {
-    let emulator = emulator("PT30S").await;
-    let (dir, db, mut child) = sqlite_worker("sigterm", &emulator.connection_string(), &[]).await;
+/// `sb-inbox run` on the emulator's `orders` queue and `store`, health on an ephemeral port;
+/// the process and its health address.
+async fn spawn_worker(
+    emulator: &sb_emulator::Emulator,
+    store: &str,
+) -> (std::process::Child, std::net::SocketAddr) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
+        .arg("run")
+        .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
+        .env("SB_INBOX_STORE", store)
+        .env(
+            "SB_INBOX_SERVICEBUS_CONNECTION",
+            emulator.connection_string(),
+        )
+        .env("SB_INBOX_ENTITY", "orders")
+        .env("SB_INBOX_HEALTH_PORT", "0")
+        .env("SB_INBOX_SHUTDOWN_GRACE_SECS", "5")
+        .env("RUST_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let stderr = child.stderr.take().unwrap();
     let addr = tokio::task::spawn_blocking(move || health_address(stderr))
         .await
         .unwrap();
+    (child, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_process_is_ready_then_drains_and_exits_0_on_sigterm() {
+    let emulator = emulator("PT30S").await;
+    let dir = std::env::temp_dir().join(format!("sb-inbox-sigterm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("worker.db");
+    let _ = std::fs::remove_file(&db);
+    let store = sb_inbox::SqliteStore::open(&db).unwrap();
+    store.migrate().await.unwrap();
+    store.migrate_inventory().await.unwrap();
+
+    let (child, addr) = spawn_worker(&emulator, &format!("sqlite://{}", db.display())).await;
     assert!(http_get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
     ready(addr).await;
 
@@ -301,4 +333,121 @@ async fn the_worker_process_is_ready_then_drains_and_exits_0_on_sigterm() {
         .unwrap();
     assert_eq!(counts.reservations, 1);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `GET /readyz` until `done` accepts the response (bounded).
+async fn readyz_until(
+    addr: std::net::SocketAddr,
+    what: &str,
+    done: impl Fn(&str) -> bool,
+) -> String {
+    tokio::time::timeout(Duration::from_secs(90), async {
+        loop {
+            let response = http_get(addr, "/readyz").await;
+            if done(&response) {
+                return response;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("/readyz never showed {what}"))
+}
+
+/// A first deployment: the worker starts before its database exists and before `migrate` ran.
+/// It stays alive (`/healthz` 200), reports why it is not ready on `/readyz`, and once the
+/// database and the schema appear it becomes ready and processes messages: the same process,
+/// no restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_started_before_its_database_and_migrate_becomes_ready_without_a_restart() {
+    let emulator = emulator("PT30S").await;
+    let admin = PgStore::connect(&pg_url(), 1)
+        .await
+        .expect("PostgreSQL reachable at DATABASE_URL");
+    let database = format!("sb_first_deploy_{}", std::process::id());
+    admin
+        .query(&format!("DROP DATABASE IF EXISTS {database}"), &[])
+        .await
+        .unwrap();
+    // The same server, another database: postgres://USER@HOST:PORT/DB[?…].
+    let base = pg_url();
+    let (before_query, query) = base.split_once('?').unwrap_or((&base, ""));
+    let server = &before_query[..before_query.rfind('/').unwrap()];
+    let url = if query.is_empty() {
+        format!("{server}/{database}")
+    } else {
+        format!("{server}/{database}?{query}")
+    };
+
+    let (mut child, addr) = spawn_worker(&emulator, &url).await;
+
+    // No database: alive, not ready, and the reason names the store's error.
+    assert!(http_get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+    let response = readyz_until(addr, "the missing database", |r| {
+        r.contains(&database) && r.contains("\"store\"")
+    })
+    .await;
+    assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+    assert!(response.contains("\"ready\":false"), "{response}");
+
+    // The database exists, the schema does not yet.
+    admin
+        .query(&format!("CREATE DATABASE {database}"), &[])
+        .await
+        .unwrap();
+    let response = readyz_until(addr, "the missing schema", |r| {
+        r.contains("schema not migrated")
+    })
+    .await;
+    assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+    assert!(http_get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the worker stays alive"
+    );
+
+    // The core schema without the reference consumer's tables: still alive, not ready, and
+    // `/readyz` names the command that fixes it.
+    let migrate = std::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
+        .args(["migrate", "--store", &url])
+        .output()
+        .unwrap();
+    assert!(migrate.status.success(), "{migrate:?}");
+    let response = readyz_until(addr, "the missing inventory tables", |r| {
+        r.contains("migrate --inventory")
+    })
+    .await;
+    assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the worker stays alive"
+    );
+
+    let migrate = std::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
+        .args(["migrate", "--inventory", "--store", &url])
+        .output()
+        .unwrap();
+    assert!(migrate.status.success(), "{migrate:?}");
+    let response = readyz_until(addr, "ready", |r| r.starts_with("HTTP/1.1 200")).await;
+    assert!(response.contains("\"ready\":true"), "{response}");
+
+    client(&emulator)
+        .sender("orders")
+        .send(order("m-1", "o-1"))
+        .await
+        .unwrap();
+    drained(&emulator, 1).await;
+    let store = PgStore::connect(&url, 1).await.unwrap();
+    assert_eq!(store.inventory_counts().await.unwrap().reservations, 1);
+    assert!(child.try_wait().unwrap().is_none(), "the same process");
+
+    sigterm_exits_0(child).await;
+    drop(store);
+    admin
+        .query(
+            &format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"),
+            &[],
+        )
+        .await
+        .unwrap();
 }

@@ -7,6 +7,7 @@
 mod support;
 
 mod conformance;
+mod entra_identity;
 mod first_error;
 mod inventory_locks;
 mod mssql_errors;

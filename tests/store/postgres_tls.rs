@@ -16,7 +16,7 @@ async fn localhost_url() -> Option<String> {
     let rows = plain.query("SHOW ssl", &[]).await.ok()?;
     let on: String = rows.first()?.get(0);
     if on != "on" || !Path::new(CERT).exists() || !url.contains("@127.0.0.1") {
-        println!("skipped: the PostgreSQL server at DATABASE_URL has no TLS with {CERT}");
+        sb_testkit::missing(sb_testkit::POSTGRES_TLS);
         return None;
     }
     Some(url.replace("@127.0.0.1", "@localhost"))

@@ -40,17 +40,14 @@ use super::Migration;
 use super::tx_state::TxState;
 use crate::ports::{ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck};
 
-/// The SQL Server migrations, in order.
+/// The SQL Server core migrations, in order: inbox, business keys, aggregate versions,
+/// outbox. Version 2 is the reference consumer's (`crate::inventory`), kept out of the core;
+/// versions below 1000 are reserved for sb-inbox, a user's own start at 1000.
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         name: "0001_inbox.sql",
         sql: include_str!("../../../sql/mssql/0001_inbox.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "0002_inventory.sql",
-        sql: include_str!("../../../sql/mssql/0002_inventory.sql"),
     },
     Migration {
         version: 3,
@@ -380,19 +377,28 @@ impl MssqlStore {
         self.pool.state().connections
     }
 
-    /// Applies the migrations not applied yet, each in a transaction under an application lock
+    /// Applies the core migrations not applied yet; returns how many ran.
+    ///
+    /// # Errors
+    /// As [`Self::apply_migrations`].
+    pub async fn migrate(&self) -> Result<usize, StoreError> {
+        self.apply_migrations(MIGRATIONS).await
+    }
+
+    /// Applies the migrations of `set` not applied yet (the hook for a consumer's own schema:
+    /// the same bookkeeping table, one version space), each in a transaction under an application lock
     /// (so concurrent `migrate` calls serialise); returns how many ran.
     ///
     /// # Errors
     /// A [`StoreError`] from the first failing script (its transaction rolls back).
-    pub async fn migrate(&self) -> Result<usize, StoreError> {
+    pub async fn apply_migrations(&self, set: &[Migration]) -> Result<usize, StoreError> {
         let mut conn = self.connection().await?;
         // A migration may rebuild a key on a large table: no command timeout (the connection
         // is dropped afterwards, so the pool never sees it unbounded).
         conn.command_timeout = None;
         conn.broken = true;
         let mut applied = 0;
-        for migration in MIGRATIONS {
+        for migration in set {
             conn.in_tx = true;
             conn.batch(
                 "BEGIN TRANSACTION;

@@ -63,7 +63,8 @@ pub struct AzureTokenSource {
 
 impl AzureTokenSource {
     /// A source for `mode` (`Authentication=`); `client_id` (`User Id`) selects a user-assigned
-    /// managed identity.
+    /// managed identity. Without a `User Id`, `Active Directory Default` takes the identity from
+    /// `AZURE_CLIENT_ID` (see [`EntraCredential::new`]).
     pub fn new(mode: EntraMode, client_id: Option<String>) -> Self {
         AzureTokenSource {
             credential: EntraCredential::new(mode, client_id),

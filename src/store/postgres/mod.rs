@@ -23,17 +23,14 @@ use super::Migration;
 use super::tx_state::{TxState, rollback_to_sql};
 use crate::ports::{ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck};
 
-/// The PostgreSQL migrations, in order.
+/// The PostgreSQL core migrations, in order: inbox, business keys, aggregate versions,
+/// outbox. Version 2 is the reference consumer's (`crate::inventory`), kept out of the core;
+/// versions below 1000 are reserved for sb-inbox, a user's own start at 1000.
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         name: "0001_inbox.sql",
         sql: include_str!("../../../sql/postgres/0001_inbox.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "0002_inventory.sql",
-        sql: include_str!("../../../sql/postgres/0002_inventory.sql"),
     },
     Migration {
         version: 3,
@@ -174,11 +171,20 @@ impl PgStore {
         })
     }
 
-    /// Applies the migrations not applied yet, under an advisory lock; returns how many ran.
+    /// Applies the core migrations not applied yet; returns how many ran.
+    ///
+    /// # Errors
+    /// As [`Self::apply_migrations`].
+    pub async fn migrate(&self) -> Result<usize, StoreError> {
+        self.apply_migrations(MIGRATIONS).await
+    }
+
+    /// Applies the migrations of `set` not applied yet (the hook for a consumer's own schema:
+    /// the same bookkeeping table, one version space), under an advisory lock; returns how many ran.
     ///
     /// # Errors
     /// A [`StoreError`] from the first failing script (its transaction rolls back).
-    pub async fn migrate(&self) -> Result<usize, StoreError> {
+    pub async fn apply_migrations(&self, set: &[Migration]) -> Result<usize, StoreError> {
         let mut conn = self.connection().await?;
         let client = &mut conn.client;
         client
@@ -191,7 +197,7 @@ impl PgStore {
             .await
             .map_err(classify)?;
         let mut applied = 0;
-        for migration in MIGRATIONS {
+        for migration in set {
             let tx = client.transaction().await.map_err(classify)?;
             // A migration may build an index on a large table or wait for another `migrate`.
             tx.batch_execute("SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0")

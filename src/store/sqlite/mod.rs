@@ -23,17 +23,14 @@ use super::Migration;
 use super::tx_state::{TxState, rollback_to_sql};
 use crate::ports::{ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck};
 
-/// The SQLite migrations, in order.
+/// The SQLite core migrations, in order: inbox, business keys, aggregate versions,
+/// outbox. Version 2 is the reference consumer's (`crate::inventory`), kept out of the core;
+/// versions below 1000 are reserved for sb-inbox, a user's own start at 1000.
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         name: "0001_inbox.sql",
         sql: include_str!("../../../sql/sqlite/0001_inbox.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "0002_inventory.sql",
-        sql: include_str!("../../../sql/sqlite/0002_inventory.sql"),
     },
     Migration {
         version: 3,
@@ -123,11 +120,20 @@ impl SqliteStore {
             .map_err(classify)
     }
 
-    /// Applies the migrations not applied yet; returns how many ran.
+    /// Applies the core migrations not applied yet; returns how many ran.
+    ///
+    /// # Errors
+    /// As [`Self::apply_migrations`].
+    pub async fn migrate(&self) -> Result<usize, StoreError> {
+        self.apply_migrations(MIGRATIONS).await
+    }
+
+    /// Applies the migrations of `set` not applied yet (the hook for a consumer's own schema:
+    /// the same bookkeeping table, one version space); returns how many ran.
     ///
     /// # Errors
     /// A [`StoreError`] from the first failing script; earlier ones stay applied.
-    pub async fn migrate(&self) -> Result<usize, StoreError> {
+    pub async fn apply_migrations(&self, set: &[Migration]) -> Result<usize, StoreError> {
         let mut conn = self.conn.lock().await;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS sb_inbox_schema_migrations (
@@ -137,7 +143,7 @@ impl SqliteStore {
         )
         .map_err(classify)?;
         let mut applied = 0;
-        for migration in MIGRATIONS {
+        for migration in set {
             let tx = conn
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                 .map_err(classify)?;

@@ -818,7 +818,7 @@ async fn wss_round_trip() {
 
 async fn tls_round_trip_over(websocket: bool) {
     let Some((cert, key)) = self_signed() else {
-        println!("skipped: openssl not available to make a test certificate");
+        sb_testkit::missing(sb_testkit::OPENSSL);
         return;
     };
     use sb_amqp::rustls;

@@ -10,15 +10,7 @@ use sb_amqp::{Connection, Outcome, ReceiverOptions, Sendable, SenderOptions, con
 use crate::support::{body_bytes, data_message, spawn_broker};
 
 fn proton_available() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import proton"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        println!("skipped: python-qpid-proton not installed");
-    }
-    ok
+    sb_testkit::require(sb_testkit::PROTON, sb_testkit::python_imports("proton"))
 }
 
 fn script(name: &str) -> String {
@@ -44,7 +36,7 @@ fn free_port() -> u16 {
 
 fn start_proton_broker() -> (Kill, u16) {
     let port = free_port();
-    let mut child = Command::new("python3")
+    let mut child = Command::new(sb_testkit::python())
         .arg(script("broker.py"))
         .arg(format!("127.0.0.1:{port}"))
         .stdout(Stdio::piped())
@@ -123,7 +115,7 @@ async fn proton_client_against_our_server() {
         return;
     }
     let addr = spawn_broker().await;
-    let out = tokio::process::Command::new("python3")
+    let out = tokio::process::Command::new(sb_testkit::python())
         .arg(script("client.py"))
         .arg(format!("amqp://{addr}"))
         .arg("5")

@@ -11,12 +11,21 @@ fn addr() -> String {
     std::env::var("AMQP_ADDR").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672".into())
 }
 
-async fn session() -> (Connection, Session) {
-    let conn = Connection::open(&addr())
-        .await
-        .expect("RabbitMQ with rabbitmq_amqp1_0 on AMQP_ADDR (see crates/amqp/CI.md)");
-    let s = conn.begin().await.unwrap();
-    (conn, s)
+/// A session on RabbitMQ, or `None` (after [`sb_testkit::missing`]) when no AMQP 1.0 listener
+/// answers at `AMQP_ADDR`: RabbitMQ down, or up without its plugin (the 0-9-1 listener refuses
+/// the AMQP 1.0 header).
+async fn session() -> Option<(Connection, Session)> {
+    match Connection::open(&addr()).await {
+        Ok(conn) => {
+            let s = conn.begin().await.unwrap();
+            Some((conn, s))
+        }
+        Err(error) => {
+            eprintln!("AMQP_ADDR: {error}");
+            sb_testkit::missing(sb_testkit::RABBITMQ);
+            None
+        }
+    }
 }
 
 fn queue(test: &str) -> String {
@@ -28,7 +37,9 @@ fn queue(test: &str) -> String {
 
 #[tokio::test]
 async fn rabbit_send_awaits_accept_and_receive() {
-    let (conn, s) = session().await;
+    let Some((conn, s)) = session().await else {
+        return;
+    };
     let q = queue("send");
     let sender = s.attach_sender(SenderOptions::new("s", &q)).await.unwrap();
     for i in 0..3u8 {
@@ -53,7 +64,9 @@ async fn rabbit_send_awaits_accept_and_receive() {
 
 #[tokio::test]
 async fn rabbit_presettled_send() {
-    let (conn, s) = session().await;
+    let Some((conn, s)) = session().await else {
+        return;
+    };
     let q = queue("presettled");
     let sender = s
         .attach_sender(SenderOptions::new("s", &q).snd_settle_mode(SenderSettleMode::Settled))
@@ -76,7 +89,9 @@ async fn rabbit_presettled_send() {
 
 #[tokio::test]
 async fn rabbit_reject_release_accept() {
-    let (conn, s) = session().await;
+    let Some((conn, s)) = session().await else {
+        return;
+    };
     let q = queue("settle");
     let sender = s.attach_sender(SenderOptions::new("s", &q)).await.unwrap();
     sender.send(data_message(b"to-reject")).await.unwrap();
@@ -123,10 +138,12 @@ fn quorum_queue(test: &str) -> Option<(String, String)> {
 #[tokio::test]
 async fn rabbit_credit_and_drain() {
     let Some((q, name)) = quorum_queue("drain") else {
-        println!("skipped: rabbitmqctl cannot declare a quorum queue here");
+        sb_testkit::missing(sb_testkit::RABBITMQCTL);
         return;
     };
-    let (conn, s) = session().await;
+    let Some((conn, s)) = session().await else {
+        return;
+    };
     let sender = s.attach_sender(SenderOptions::new("s", &q)).await.unwrap();
     for i in 0..3u8 {
         sender.send(data_message(&[i])).await.unwrap();
@@ -162,7 +179,9 @@ async fn rabbit_credit_and_drain() {
 
 #[tokio::test]
 async fn rabbit_one_mib_multi_frame() {
-    let (conn, s) = session().await;
+    let Some((conn, s)) = session().await else {
+        return;
+    };
     let q = queue("big");
     let big: Vec<u8> = (0..(1 << 20)).map(|i| (i % 253) as u8).collect();
     let sender = s.attach_sender(SenderOptions::new("s", &q)).await.unwrap();

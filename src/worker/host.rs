@@ -1,0 +1,447 @@
+//! [`Worker`]: one process hosting one or more consumers over one Service Bus client and one
+//! store, with the outbox relay, retention, health endpoints, telemetry and drain shared.
+
+use std::fmt;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::Retention;
+use super::health::{self, Ping, Readiness};
+use super::run::WorkerError;
+use crate::relay::{Relay, RelayConfig};
+use crate::retention::RetentionTask;
+use crate::runtime::{DelayedRetry, RetryPolicy};
+use crate::servicebus::{ServiceBusClient, ServiceBusReceiver};
+use crate::telemetry;
+use crate::{
+    ConsumerName, Handler, OutboxStore, RetentionStore, Runtime, RuntimeConfig, RuntimeError,
+    StatsSnapshot, Store,
+};
+
+/// How long the relay and retention get to finish their current batch after the runtime has
+/// drained: one send's timeout and a little. A relay stopped harder only causes duplicates.
+pub const BACKGROUND_STOP: Duration = Duration::from_secs(35);
+
+/// One consumer a [`Worker`] hosts: the entity it receives from and how its runtime runs (its
+/// consumer name, half of the inbox key, concurrency, prefetch, lock margin, grace).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ConsumerConfig {
+    /// A queue, or `TOPIC/Subscriptions/SUBSCRIPTION`.
+    pub entity: String,
+    /// The runtime settings; `runtime.consumer` names the consumer.
+    pub runtime: RuntimeConfig,
+}
+
+impl ConsumerConfig {
+    /// A consumer named `name` on `entity`, with [`RuntimeConfig::new`]'s defaults.
+    pub fn new(name: ConsumerName, entity: impl Into<String>) -> Self {
+        ConsumerConfig {
+            entity: entity.into(),
+            runtime: RuntimeConfig::new(name),
+        }
+    }
+
+    /// Deliveries handled at once.
+    #[must_use]
+    pub fn with_concurrency(mut self, concurrency: usize) -> Self {
+        self.runtime.concurrency = concurrency;
+        self
+    }
+
+    /// Deliveries received ahead of a free handler slot.
+    #[must_use]
+    pub fn with_prefetch(mut self, prefetch: usize) -> Self {
+        self.runtime.prefetch = prefetch;
+        self
+    }
+
+    /// The consumer name.
+    pub fn name(&self) -> &ConsumerName {
+        &self.runtime.consumer
+    }
+}
+
+/// What each hosted consumer did, in the order they were added.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Each consumer's counters.
+    pub consumers: Vec<(ConsumerName, StatsSnapshot)>,
+}
+
+impl WorkerStats {
+    /// The counters of consumer `name`, if hosted.
+    pub fn consumer(&self, name: &str) -> Option<&StatsSnapshot> {
+        self.consumers
+            .iter()
+            .find(|(consumer, _)| consumer.as_str() == name)
+            .map(|(_, stats)| stats)
+    }
+
+    /// All consumers' counters added up.
+    pub fn total(&self) -> StatsSnapshot {
+        let mut total = StatsSnapshot::default();
+        for (_, stats) in &self.consumers {
+            total += *stats;
+        }
+        total
+    }
+}
+
+type Started = JoinHandle<Result<StatsSnapshot, RuntimeError>>;
+type Start<S> = Box<
+    dyn FnOnce(ServiceBusReceiver, S, RuntimeConfig, Readiness, CancellationToken) -> Started
+        + Send,
+>;
+
+struct Hosted<S> {
+    config: ConsumerConfig,
+    start: Start<S>,
+}
+
+/// A worker hosting one or more consumers in one process.
+///
+/// Each consumer has its own entity, consumer name (its inbox key), handler, concurrency and
+/// prefetch; all share one [`ServiceBusClient`] (one AMQP connection) and one store. Beside them
+/// run the outbox relay (always: any row in the outbox is published), retention when
+/// configured, and the `/healthz` and `/readyz` endpoints when given a listener. On `shutdown`
+/// every consumer drains (in-flight deliveries finish within their grace, prefetched ones are
+/// released), then the relay and retention finish their batch.
+///
+/// [`super::run`] (`sb-inbox run`) is the reference worker built on it, from `worker.toml`.
+///
+/// # Examples
+/// ```no_run
+/// # #[allow(dead_code)]
+/// # async fn example<H1, H2>(orders: H1, payments: H2) -> Result<(), Box<dyn std::error::Error>>
+/// # where H1: sb_inbox::Handler<sb_inbox::PgTx>, H2: sb_inbox::Handler<sb_inbox::PgTx> {
+/// use sb_inbox::servicebus::ServiceBusClient;
+/// use sb_inbox::worker::{ConsumerConfig, Worker};
+/// use sb_inbox::{ConsumerName, PgStore};
+///
+/// let client = ServiceBusClient::from_connection_string(&"Endpoint=sb://…".parse()?);
+/// let store = PgStore::connect("postgres://postgres@127.0.0.1/app", 10).await?;
+/// let shutdown = tokio_util::sync::CancellationToken::new();
+/// let stats = Worker::new(client, store)
+///     .consumer(ConsumerConfig::new(ConsumerName::new("shop.orders")?, "orders"), orders)
+///     .consumer(
+///         ConsumerConfig::new(ConsumerName::new("shop.payments")?, "payments").with_concurrency(2),
+///         payments,
+///     )
+///     .run(shutdown)
+///     .await?;
+/// println!("{:?}", stats.total());
+/// # Ok(()) }
+/// ```
+pub struct Worker<S> {
+    client: ServiceBusClient,
+    store: S,
+    consumers: Vec<Hosted<S>>,
+    relay: RelayConfig,
+    retention: Option<Retention>,
+    retry: Option<RetryPolicy>,
+    health: Option<TcpListener>,
+    readiness: Readiness,
+}
+
+impl<S> fmt::Debug for Worker<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Worker")
+            .field(
+                "consumers",
+                &self.consumers.iter().map(|c| &c.config).collect::<Vec<_>>(),
+            )
+            .field("relay", &self.relay)
+            .field("retention", &self.retention)
+            .field("retry", &self.retry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Worker<S>
+where
+    S: Store + OutboxStore + RetentionStore + Ping + Clone,
+{
+    /// A worker over `client` and `store`, with no consumers yet, the default relay, no
+    /// retention, no delayed retries and no health endpoints. The store must be migrated and
+    /// its pool large enough for every consumer's concurrency, plus two.
+    pub fn new(client: ServiceBusClient, store: S) -> Self {
+        Worker {
+            client,
+            store,
+            consumers: Vec::new(),
+            relay: RelayConfig::default(),
+            retention: None,
+            retry: None,
+            health: None,
+            readiness: Readiness::new(),
+        }
+    }
+
+    /// Hosts `handler` as the consumer `config` describes.
+    #[must_use]
+    pub fn consumer<H: Handler<S::Tx>>(mut self, config: ConsumerConfig, handler: H) -> Self {
+        let start: Start<S> = Box::new(move |receiver, store, runtime_config, readiness, stop| {
+            tokio::spawn(async move {
+                let name = runtime_config.consumer.to_string();
+                let runtime = Runtime::new(receiver.clone(), store, handler, runtime_config);
+                // Not ready while the store refuses this consumer's statements (code rolled
+                // out before `migrate`, a missing grant) or while handler slots are stuck
+                // past the maximum processing time.
+                let health = runtime.store_health();
+                readiness.probe(&format!("store_schema:{name}"), move || {
+                    let problem = health.problem();
+                    async move { problem.map_or(Ok(()), Err) }
+                });
+                let slots = runtime.slots();
+                readiness.probe(&format!("slots:{name}"), move || {
+                    let stuck = slots.stuck();
+                    async move {
+                        match stuck {
+                            0 => Ok(()),
+                            n => Err(format!(
+                                "{n} handler slots stuck past the maximum processing time"
+                            )),
+                        }
+                    }
+                });
+                let result = runtime.run(stop.clone()).await;
+                // One consumer failing for good stops the others: the process restarts whole.
+                if result.is_err() {
+                    stop.cancel();
+                }
+                receiver.close().await;
+                result.map(|()| runtime.stats().snapshot())
+            })
+        });
+        self.consumers.push(Hosted { config, start });
+        self
+    }
+
+    /// The outbox relay's settings.
+    #[must_use]
+    pub fn relay(mut self, relay: RelayConfig) -> Self {
+        self.relay = relay;
+        self
+    }
+
+    /// Deletes inbox and dispatched outbox rows past the retention (checked against its replay
+    /// horizon by [`super::WorkerConfig`]).
+    #[must_use]
+    pub fn retention(mut self, retention: Retention) -> Self {
+        self.retention = Some(retention);
+        self
+    }
+
+    /// Delayed retries for transient failures: each consumer's copies go back to its own
+    /// entity, which must be a queue.
+    #[must_use]
+    pub fn delayed_retries(mut self, policy: RetryPolicy) -> Self {
+        self.retry = Some(policy);
+        self
+    }
+
+    /// Serves `/healthz` and `/readyz` on `listener` while the worker runs.
+    #[must_use]
+    pub fn health(mut self, listener: TcpListener) -> Self {
+        self.health = Some(listener);
+        self
+    }
+
+    /// Reports on `readiness` instead of a readiness of its own: when it runs, the worker adds
+    /// its `broker` and `store` probes to it (replacing conditions of those names) and leaves
+    /// the caller's other conditions in place. For a caller that serves `/readyz` itself before
+    /// the worker exists (e.g. while the store is still being opened, as `sb-inbox run` does).
+    #[must_use]
+    pub fn readiness(mut self, readiness: Readiness) -> Self {
+        self.readiness = readiness;
+        self
+    }
+
+    /// Runs every consumer until `shutdown` (or until one fails for good), drains them all,
+    /// then stops the relay and retention.
+    ///
+    /// # Errors
+    /// [`WorkerError::Config`] with no consumer, two with one name, or delayed retries on a
+    /// subscription; [`WorkerError::Runtime`] when a receiver fails for good (the other
+    /// consumers are drained first).
+    pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerStats, WorkerError> {
+        let Worker {
+            client,
+            store,
+            consumers,
+            relay,
+            retention,
+            retry,
+            health,
+            readiness,
+        } = self;
+        check(&consumers, retry.as_ref())?;
+        let Some(first) = consumers
+            .first()
+            .map(|c| c.config.name().as_str().to_owned())
+        else {
+            return Err(WorkerError::Config("no consumer to host".to_owned()));
+        };
+        // The relay and retention stop after the drain, or when this future is dropped.
+        let stop_background = CancellationToken::new();
+        let _stop_background = stop_background.clone().drop_guard();
+        let relay = Relay::new(store.clone(), client.publisher(), relay);
+        // The shared tasks' gauges carry the first consumer's name: one series per worker.
+        // They read the relay's last backlog sample and live as long as the worker.
+        let relay_stats = relay.stats();
+        let _outbox_gauges = telemetry::hooks::observe_outbox(&first, move || {
+            relay_stats.snapshot().backlog.map_or_else(
+                telemetry::hooks::OutboxBacklog::default,
+                |sample| telemetry::hooks::OutboxBacklog {
+                    pending: sample.pending,
+                    oldest_age: sample.oldest_age,
+                },
+            )
+        });
+        let mut _retention_counter = None;
+        let mut background = vec![tokio::spawn({
+            let stop = stop_background.clone();
+            async move { relay.run(stop).await }
+        })];
+        if let Some(retention) = &retention {
+            let task = RetentionTask::new(store.clone(), retention.task_config());
+            let stats = task.stats();
+            _retention_counter = Some(telemetry::hooks::observe_retention(&first, move || {
+                stats.snapshot().inbox_deleted
+            }));
+            let stop = stop_background.clone();
+            background.push(tokio::spawn(async move { task.run(stop).await }));
+        }
+
+        readiness.probe("store", {
+            let store = store.clone();
+            move || {
+                let store = store.clone();
+                async move { store.ping().await.map_err(|e| e.to_string()) }
+            }
+        });
+        let stop_health = CancellationToken::new();
+        if let Some(listener) = health {
+            tokio::spawn(health::serve(
+                listener,
+                readiness.clone(),
+                stop_health.clone(),
+            ));
+        }
+        // The probes answer until the drain is over, then stop with the worker.
+        let _stop_health = stop_health.drop_guard();
+
+        let stop = shutdown.child_token();
+        let mut running = Vec::with_capacity(consumers.len());
+        let mut receivers = Vec::with_capacity(consumers.len());
+        for Hosted { config, start } in consumers {
+            let mut runtime = config.runtime;
+            if let Some(policy) = &retry {
+                runtime.delayed_retry = Some(DelayedRetry::new(
+                    policy.clone(),
+                    client.publisher(),
+                    config.entity.clone(),
+                ));
+            }
+            // The runtime prefetches (it holds `prefetch` deliveries beyond its slots and keeps
+            // their locks from receipt); credit on the link beyond what it asks for would leave
+            // deliveries waiting there unrenewed.
+            let receiver = client.receiver(&config.entity, 0);
+            receivers.push(receiver.clone());
+            tracing::info!(entity = %config.entity, consumer = %runtime.consumer, delayed_retries = retry.as_ref().map_or(0, RetryPolicy::max_retries), "Consumer started.");
+            let name = runtime.consumer.clone();
+            running.push((
+                name,
+                start(
+                    receiver,
+                    store.clone(),
+                    runtime,
+                    readiness.clone(),
+                    stop.clone(),
+                ),
+            ));
+        }
+        // Not ready while a receive link re-attaches after the service detached it.
+        readiness.probe("broker", {
+            let client = client.clone();
+            move || {
+                let ready = client.is_connected() && receivers.iter().all(|r| r.is_attached());
+                async move {
+                    ready.then_some(()).ok_or_else(|| {
+                        "not connected to Service Bus, or a receive link is re-attaching".to_owned()
+                    })
+                }
+            }
+        });
+        let mut stats = WorkerStats::default();
+        let mut failure = None;
+        for (name, task) in running {
+            match task.await {
+                Ok(Ok(snapshot)) => {
+                    tracing::info!(consumer = %name, stats = ?snapshot, "Consumer stopped.");
+                    stats.consumers.push((name, snapshot));
+                }
+                Ok(Err(error)) => {
+                    failure.get_or_insert(WorkerError::Runtime(error));
+                }
+                Err(join) => {
+                    stop.cancel();
+                    failure.get_or_insert(WorkerError::Consumer(format!("{name}: {join}")));
+                }
+            }
+        }
+        stop_background.cancel();
+        stop_tasks(background).await;
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(stats),
+        }
+    }
+}
+
+/// Refuses what cannot run: no consumer, one name twice (they would share an inbox key), a
+/// delayed retry whose copy would go to a topic.
+fn check<S>(consumers: &[Hosted<S>], retry: Option<&RetryPolicy>) -> Result<(), WorkerError> {
+    for (i, hosted) in consumers.iter().enumerate() {
+        let name = hosted.config.name();
+        if consumers[..i]
+            .iter()
+            .any(|other| other.config.name() == name)
+        {
+            return Err(WorkerError::Config(format!(
+                "consumer {name} is hosted twice: each consumer needs its own name (its inbox key)"
+            )));
+        }
+        if retry.is_some() && is_subscription(&hosted.config.entity) {
+            return Err(WorkerError::Config(format!(
+                "consumer {name}: delayed retries need a queue, {} is a subscription",
+                hosted.config.entity
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `entity` is `TOPIC/Subscriptions/SUBSCRIPTION`.
+pub(crate) fn is_subscription(entity: &str) -> bool {
+    entity.to_ascii_lowercase().contains("/subscriptions/")
+}
+
+/// Waits for the background tasks to finish their batch, at most [`BACKGROUND_STOP`] in all.
+async fn stop_tasks(tasks: Vec<JoinHandle<()>>) {
+    let deadline = tokio::time::Instant::now() + BACKGROUND_STOP;
+    for mut task in tasks {
+        match tokio::time::timeout_at(deadline, &mut task).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::error!(%error, "A background task failed."),
+            Err(_) => {
+                tracing::warn!("A background task did not stop in time; aborting it.");
+                task.abort();
+            }
+        }
+    }
+}
