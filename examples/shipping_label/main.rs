@@ -5,24 +5,24 @@
 //! cargo run --example shipping_label
 //! ```
 //!
-//! Runs on the embedded emulator and SQLite, with a stand-in shipping API that deduplicates by
+//! Hosted by the [`Worker`](sb_inbox::worker::Worker) on the embedded emulator and SQLite, with a stand-in shipping API that deduplicates by
 //! key. The first attempt fails after its call (as a crash before the commit would), the message
 //! comes back and calls again with the same key; a republished copy of the order (another
 //! message id) is then recognised by the business key. It prints what the API saw and exits
 //! non-zero unless the API created one shipment and the database holds one row.
 
+#[path = "../common/mod.rs"]
+mod common;
 mod consumer;
 mod fake_api;
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use sb_emulator::{Broker, Config, Emulator, EmulatorOptions, QueueConfig};
-use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
+use sb_inbox::worker::{ConsumerConfig, Worker};
 use sb_inbox::{
-    ConsumerName, Context, Contract, DecodeError, Handled, Handler, HandlerError, Message, Runtime,
-    RuntimeConfig, SqliteStore,
+    ConsumerName, Context, Contract, DecodeError, Handled, Handler, HandlerError, Message,
+    SqliteStore,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -70,10 +70,7 @@ fn order(message_id: &str, order_id: &str) -> Message {
 async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
     // reqwest's TLS needs a process-wide provider, even for plain http.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let broker = Broker::new(Config::new("sbemulatorns").with_queue(QueueConfig::new("orders")))?;
-    let emulator = Emulator::start(broker, EmulatorOptions::default()).await?;
-    let cs: ConnectionString = emulator.connection_string().parse()?;
-    let client = ServiceBusClient::from_connection_string(&cs);
+    let (emulator, client) = common::embedded(&["orders"]).await?;
     let api = FakeShippingApi::start().await?;
     let store = SqliteStore::open_in_memory()?;
     store.migrate().await?;
@@ -87,24 +84,15 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
         inner: ShippingConsumer::new(ShippingApi::new(api.url())?),
         failed: AtomicBool::new(false),
     };
-    let mut config = RuntimeConfig::new(ConsumerName::new(CONSUMER)?);
-    config.concurrency = 1;
-    let receiver = client.receiver("orders", 0);
-    let runtime = Runtime::new(receiver.clone(), store.clone(), handler, config);
     let shutdown = CancellationToken::new();
-    let entity = emulator.broker().entity("orders")?;
-    let (result, drained) = tokio::join!(runtime.run(shutdown.clone()), async {
-        let drained = tokio::time::timeout(Duration::from_secs(30), async {
-            while entity.counts().completed < 2 {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await;
-        shutdown.cancel();
-        drained.is_ok()
-    });
-    result?;
-    receiver.close().await;
+    let worker = Worker::new(client, store.clone()).consumer(
+        ConsumerConfig::new(ConsumerName::new(CONSUMER)?, "orders").with_concurrency(1),
+        handler,
+    );
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    let drained = common::settled(&emulator, "orders", 2).await;
+    shutdown.cancel();
+    let stats = running.await??.total();
 
     let calls = api.calls();
     let rows = store
@@ -114,7 +102,6 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
             })
         })
         .await?;
-    let stats = runtime.stats().snapshot();
     println!("shipping API calls: {}", calls.len());
     for (n, call) in calls.iter().enumerate() {
         println!(
@@ -132,7 +119,7 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
     println!("shipments created by the API: {}", api.shipments());
     println!("shipment rows in the database: {rows}");
     println!(
-        "runtime: {} processed, {} transient, {} duplicates",
+        "worker: {} processed, {} transient, {} duplicates",
         stats.processed, stats.transient, stats.duplicate
     );
     let one_key = calls.windows(2).all(|w| w[0].key == w[1].key);
