@@ -313,12 +313,13 @@ async fn three_workers_under_random_faults_apply_every_order_once() {
     for worker in &mut workers {
         assert!(worker.is_running(), "{}", worker.log());
     }
-    // The faults did hit the workers: links re-attached, connections re-opened.
+    // The faults did hit the workers: links re-attached (connections re-opened are counted
+    // for the report only: a dropped connection is drawn per transfer and may miss them).
     let logs: String = workers.iter().map(WorkerProcess::log).collect();
     let reattached = logs.matches("re-attaching").count();
     let reconnected = logs.matches("Connected to Service Bus.").count();
     eprintln!("{test}: {reattached} re-attaches, {reconnected} connections opened");
-    assert!(reattached > 0 && reconnected > 3, "no faults seen");
+    assert!(reattached > 0, "no faults seen");
     let mut processed = 0;
     let mut duplicates = 0;
     for worker in workers {

@@ -214,11 +214,9 @@ pub(crate) async fn sqlite_worker(
     std::fs::create_dir_all(&dir).unwrap();
     let db = dir.join("worker.db");
     let _ = std::fs::remove_file(&db);
-    sb_inbox::SqliteStore::open(&db)
-        .unwrap()
-        .migrate()
-        .await
-        .unwrap();
+    let store = sb_inbox::SqliteStore::open(&db).unwrap();
+    store.migrate().await.unwrap();
+    store.migrate_inventory().await.unwrap();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
         .arg("run")
         .env_remove("SB_INBOX_SERVICEBUS_NAMESPACE")
