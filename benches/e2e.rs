@@ -38,14 +38,11 @@ const TELEMETRY_MESSAGES: usize = 3000;
 
 #[path = "common/inventory_tx.rs"]
 mod inventory_tx;
+#[path = "common/pg_schema.rs"]
+mod pg_schema;
 #[path = "../tests/telemetry/sink.rs"]
 mod sink;
 use inventory_tx::CONSUMER;
-
-fn pg_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
-}
 
 fn body(i: usize) -> String {
     format!(
@@ -54,35 +51,17 @@ fn body(i: usize) -> String {
     )
 }
 
+fn schema(tag: &str) -> String {
+    format!("bench_e2e_{}_{tag}", std::process::id())
+}
+
 /// A migrated store in a fresh schema `bench_e2e_<pid>_<tag>`.
 async fn store(tag: &str, pool: u32) -> PgStore {
-    let schema = format!("bench_e2e_{}_{tag}", std::process::id());
-    let admin = PgStore::connect(&pg_url(), 1).await.unwrap();
-    admin
-        .query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"), &[])
-        .await
-        .unwrap();
-    admin
-        .query(&format!("CREATE SCHEMA {schema}"), &[])
-        .await
-        .unwrap();
-    let sep = if pg_url().contains('?') { '&' } else { '?' };
-    let url = format!("{}{sep}options=-csearch_path%3D{schema}", pg_url());
-    let store = PgStore::connect(&url, pool).await.unwrap();
-    store.migrate().await.unwrap();
-    sb_inbox::inventory::InventoryStore::migrate_inventory(&store)
-        .await
-        .unwrap();
-    store
+    pg_schema::fresh_schema(&schema(tag), pool).await
 }
 
 async fn drop_schema(tag: &str) {
-    let schema = format!("bench_e2e_{}_{tag}", std::process::id());
-    let admin = PgStore::connect(&pg_url(), 1).await.unwrap();
-    admin
-        .query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"), &[])
-        .await
-        .unwrap();
+    pg_schema::drop_schema(&schema(tag)).await;
 }
 
 /// The same transaction as the runtime's, straight on PostgreSQL: `concurrency` tasks take
@@ -320,7 +299,7 @@ fn telemetry_compare(rt: &tokio::runtime::Runtime) {
     let concurrency = 8;
     println!(
         "telemetry overhead: e2e at concurrency {concurrency}, {TELEMETRY_MESSAGES} messages per run, {ROUNDS} off/on pairs (PostgreSQL at {})",
-        pg_url()
+        pg_schema::pg_url()
     );
     let mut rates = [Vec::new(), Vec::new()];
     let mut cpu = [Vec::new(), Vec::new()];
@@ -395,7 +374,7 @@ fn main() {
         return;
     }
     rt.block_on(async {
-        println!("end-to-end throughput, about {SECONDS} s per configuration (PostgreSQL at {})", pg_url());
+        println!("end-to-end throughput, about {SECONDS} s per configuration (PostgreSQL at {})", pg_schema::pg_url());
         println!(
             "{:>11} | {:>12} | {:>12} | {:>14} | {:>9} | {:>14}",
             "concurrency", "raw PG msg/s", "e2e msg/s", "e2e/raw PG", "no-inbox", "no-inbox/raw"

@@ -28,9 +28,13 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use sb_inbox::inventory::{InventoryStore, OrderLine, OrderPlaced};
+use sb_inbox::Message;
+use sb_inbox::inventory::{OrderLine, OrderPlaced};
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
-use sb_inbox::{Message, PgStore};
+
+#[path = "common/pg_schema.rs"]
+mod pg_schema;
+use pg_schema::{drop_schema, fresh_schema, pg_url, schema_url};
 
 /// Set in the re-executed child that serves the emulator.
 const EMULATOR_CHILD: &str = "SB_INBOX_BENCH_EMULATOR_CHILD";
@@ -101,41 +105,6 @@ fn list(arg: Option<String>) -> impl Iterator<Item = &'static str> {
     text.split(',').filter(|s| !s.is_empty())
 }
 
-fn pg_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
-}
-
-fn schema_url(schema: &str) -> String {
-    let sep = if pg_url().contains('?') { '&' } else { '?' };
-    format!("{}{sep}options=-csearch_path%3D{schema}", pg_url())
-}
-
-/// A fresh, migrated schema.
-async fn fresh_schema(schema: &str) -> PgStore {
-    let admin = PgStore::connect(&pg_url(), 1).await.unwrap();
-    admin
-        .query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"), &[])
-        .await
-        .unwrap();
-    admin
-        .query(&format!("CREATE SCHEMA {schema}"), &[])
-        .await
-        .unwrap();
-    let store = PgStore::connect(&schema_url(schema), 2).await.unwrap();
-    store.migrate().await.unwrap();
-    store.migrate_inventory().await.unwrap();
-    store
-}
-
-async fn drop_schema(schema: &str) {
-    let admin = PgStore::connect(&pg_url(), 1).await.unwrap();
-    admin
-        .query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"), &[])
-        .await
-        .unwrap();
-}
-
 /// The pgbench script: the consumer's transaction, stock rows upserted in SKU order. (pgbench
 /// substitutes `:name` even inside string literals, hence `\x3a` for the colon of `order:`.)
 const PGBENCH_SCRIPT: &str = r"\set n random(1, 3)
@@ -173,7 +142,7 @@ COMMIT;
 /// pgbench's transactions per second for `secs` seconds.
 async fn pgbench(workload: Workload, concurrency: usize, secs: u64) -> f64 {
     let schema = format!("bench_tp_pgbench_{}", std::process::id());
-    fresh_schema(&schema).await;
+    fresh_schema(&schema, 2).await;
     let script = std::env::temp_dir().join(format!("sb-inbox-bench-{}.sql", std::process::id()));
     std::fs::write(&script, PGBENCH_SCRIPT).unwrap();
     let output = Command::new("pgbench")
@@ -311,7 +280,7 @@ async fn worker(workload: Workload, concurrency: usize, count: usize) -> (f64, f
     let emulator = EmulatorProcess::start();
     preload(&emulator.connection, workload, count).await;
     let schema = format!("bench_tp_worker_{}", std::process::id());
-    let store = fresh_schema(&schema).await;
+    let store = fresh_schema(&schema, 2).await;
     let mut child = Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
         .arg("run")
         .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
