@@ -10,6 +10,16 @@ use crate::delivery::IncomingDisposition;
 use crate::error::Error;
 use crate::performative::Disposition;
 
+/// A disposition a handle asked for, not written yet.
+#[derive(Debug)]
+pub(super) struct QueuedDisposition {
+    channel: u16,
+    role: Role,
+    id: u32,
+    settled: bool,
+    state: Option<DeliveryState>,
+}
+
 impl Driver {
     /// The peer's `disposition` for a range of deliveries: outcomes of our sends, or the
     /// peer's settlement of deliveries we disposed unsettled.
@@ -126,17 +136,28 @@ impl Driver {
                 let _ = reply.send(Ok(None)); // same
             }
         }
-        self.write(
+        // Written at the end of this turn, merged with its neighbours: see `flush_dispositions`.
+        self.queued_dispositions.push(QueuedDisposition {
             channel,
-            Disposition {
-                role,
-                first: delivery_id,
-                last: None,
-                settled,
-                state,
-                batchable: false,
-            },
-        );
+            role,
+            id: delivery_id,
+            settled,
+            state,
+        });
+    }
+
+    /// Writes the dispositions handles asked for since the last flush, one frame per run of
+    /// contiguous delivery ids with the same channel, role, settlement and state (AMQP's
+    /// `first`..`last`). Called before any other frame is written and before every flush of
+    /// the socket, so nothing waits longer and frame order is kept.
+    pub(super) fn flush_dispositions(&mut self) {
+        if self.queued_dispositions.is_empty() {
+            return;
+        }
+        let queued = std::mem::take(&mut self.queued_dispositions);
+        for (channel, d) in coalesce(queued) {
+            self.write_now(channel, d);
+        }
     }
 
     /// How many received deliveries of the session wait for their settlement.
@@ -146,5 +167,109 @@ impl Driver {
             .get(&channel)
             .map_or(0, |s| s.unsettled_in.len());
         let _ = reply.send(Ok(count)); // the caller may have given up
+    }
+}
+
+/// Merges dispositions that differ only by delivery id into ranges of contiguous ids. Groups
+/// keep the order of their first member; ids are sorted within a group (they were queued in
+/// the same turn, so their relative order carries no meaning).
+fn coalesce(queued: Vec<QueuedDisposition>) -> Vec<(u16, Disposition)> {
+    let mut groups: Vec<(QueuedDisposition, Vec<u32>)> = Vec::new();
+    for q in queued {
+        let same = groups.iter_mut().find(|(g, _)| {
+            g.channel == q.channel
+                && g.role == q.role
+                && g.settled == q.settled
+                && g.state == q.state
+        });
+        match same {
+            Some((_, ids)) => ids.push(q.id),
+            None => {
+                let id = q.id;
+                groups.push((q, vec![id]));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (g, mut ids) in groups {
+        ids.sort_unstable();
+        ids.dedup();
+        let mut first = ids[0];
+        let mut last = first;
+        for &id in &ids[1..] {
+            if id == last.wrapping_add(1) {
+                last = id;
+                continue;
+            }
+            out.push((g.channel, range(&g, first, last)));
+            first = id;
+            last = id;
+        }
+        out.push((g.channel, range(&g, first, last)));
+    }
+    out
+}
+
+fn range(g: &QueuedDisposition, first: u32, last: u32) -> Disposition {
+    Disposition {
+        role: g.role.clone(),
+        first,
+        last: (last != first).then_some(last),
+        settled: g.settled,
+        state: g.state.clone(),
+        batchable: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fe2o3_amqp_types::messaging::{Accepted, Released};
+
+    use super::*;
+
+    fn q(channel: u16, id: u32, state: DeliveryState) -> QueuedDisposition {
+        QueuedDisposition {
+            channel,
+            role: Role::Receiver,
+            id,
+            settled: true,
+            state: Some(state),
+        }
+    }
+
+    fn ranges(out: &[(u16, Disposition)]) -> Vec<(u16, u32, Option<u32>)> {
+        out.iter().map(|(c, d)| (*c, d.first, d.last)).collect()
+    }
+
+    #[test]
+    fn contiguous_ids_with_one_outcome_become_one_range() {
+        let accepted = || DeliveryState::Accepted(Accepted {});
+        let out = coalesce((0..5).rev().map(|id| q(0, id, accepted())).collect());
+        assert_eq!(ranges(&out), [(0, 0, Some(4))]);
+    }
+
+    #[test]
+    fn gaps_outcomes_and_channels_split_ranges() {
+        let accepted = || DeliveryState::Accepted(Accepted {});
+        let released = || DeliveryState::Released(Released {});
+        let out = coalesce(vec![
+            q(0, 1, accepted()),
+            q(0, 2, released()),
+            q(0, 3, accepted()),
+            q(0, 5, accepted()),
+            q(0, 6, accepted()),
+            q(1, 4, accepted()),
+        ]);
+        assert_eq!(
+            ranges(&out),
+            [
+                (0, 1, None),
+                (0, 3, None),
+                (0, 5, Some(6)),
+                (0, 2, None),
+                (1, 4, None)
+            ]
+        );
+        assert_eq!(out[3].1.state, Some(released()));
     }
 }

@@ -9,7 +9,8 @@
 //! - `attach`: link lifecycle (`attach`, `detach`) from either side.
 //! - `flow`: credit, windows and drain.
 //! - `transfer`: incoming deliveries and the outgoing pump.
-//! - `disposition`: settlement both ways.
+//! - `disposition`: settlement both ways; the dispositions handles queue in one turn leave as
+//!   ranges of contiguous delivery ids.
 //! - `commands`: dispatch of handle commands to the modules above.
 
 mod attach;
@@ -36,6 +37,7 @@ use super::link::PeerAttach;
 use crate::error::{AmqpError, Error, Result, condition};
 use crate::frame::Frame;
 use crate::performative::{Close, Performative};
+use disposition::QueuedDisposition;
 use session_state::Session;
 
 /// Connection-level parameters negotiated by `open`.
@@ -71,6 +73,8 @@ pub(crate) struct Driver {
     close_sent: bool,
     close_deadline: Option<Instant>,
     close_waiters: Vec<Reply<()>>,
+    /// Dispositions handles asked for in this turn, written as ranges before anything else.
+    queued_dispositions: Vec<QueuedDisposition>,
     finished: Option<Error>,
 }
 
@@ -117,6 +121,7 @@ pub(crate) fn spawn(
         close_sent: false,
         close_deadline: None,
         close_waiters: Vec::new(),
+        queued_dispositions: Vec::new(),
         finished: None,
     };
     drop(cmd_tx);
@@ -204,6 +209,7 @@ impl Driver {
             if let Some(e) = stop {
                 return e;
             }
+            self.flush_dispositions();
             if self.writer.pending() > 0 {
                 if let Err(e) = self.writer.flush().await {
                     return e;
@@ -245,7 +251,8 @@ impl Driver {
         }
     }
 
-    /// Runs `first` and what else is already queued, so one flush covers many frames.
+    /// Runs `first` and what else is already queued, so one flush covers many frames (and
+    /// settlements asked for together leave in one disposition).
     fn on_commands(&mut self, first: Command) {
         self.on_command(first);
         for _ in 0..COMMAND_BATCH {
@@ -283,7 +290,13 @@ impl Driver {
         None
     }
 
+    /// Buffers a frame, after the dispositions queued before it.
     fn write(&mut self, channel: u16, p: impl Into<Performative>) {
+        self.flush_dispositions();
+        self.write_now(channel, p);
+    }
+
+    fn write_now(&mut self, channel: u16, p: impl Into<Performative>) {
         let p = p.into();
         tracing::trace!(channel, performative = p.name(), "Send.");
         if let Err(e) = self.writer.buffer(&Frame::amqp(channel, p)) {

@@ -173,6 +173,9 @@ impl Driver {
         if let Some(l) = s.links.get(&h) {
             l.publish_flow();
         }
+        if !frames.is_empty() {
+            self.flush_dispositions();
+        }
         for (t, chunk) in frames {
             if let Err(e) = self.writer.buffer(&Frame {
                 channel: local,
