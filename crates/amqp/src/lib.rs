@@ -63,8 +63,8 @@ mod websocket;
 
 pub use client::ConnectionOptions;
 pub use core::{
-    BoxIo, Connection, FramedIo, Io, Receiver, ReceiverOptions, Sender, SenderOptions, Session,
-    SessionOptions, Settler, unique_name,
+    BoxIo, Connection, FramedIo, Io, LinkStatus, Receiver, ReceiverOptions, Sender, SenderOptions,
+    Session, SessionOptions, Settler, unique_name,
 };
 pub use delivery::{
     AnyMessage, BATCH_MESSAGE_FORMAT, Delivery, IncomingDisposition, LinkFlow, Outcome, Sendable,

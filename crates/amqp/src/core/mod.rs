@@ -27,7 +27,7 @@ mod session;
 
 pub use connection::Connection;
 pub use framed_io::{BoxIo, FramedIo, Io};
-pub use link::{Receiver, ReceiverOptions, Sender, SenderOptions, Settler};
+pub use link::{LinkStatus, Receiver, ReceiverOptions, Sender, SenderOptions, Settler};
 pub use naming::unique_name;
 pub use session::{Session, SessionOptions};
 

@@ -3,6 +3,7 @@
 
 use tokio::sync::{mpsc, watch};
 
+use super::LinkStatus;
 use crate::core::command::{ConnCtx, LinkEvent};
 use crate::delivery::LinkFlow;
 use crate::error::{Error, Result};
@@ -111,6 +112,13 @@ impl LinkEvents {
             }
         }
         ctx.err()
+    }
+
+    /// A cheap handle telling whether the link is still attached.
+    pub(super) fn status(&self) -> LinkStatus {
+        LinkStatus {
+            flow: self.flow.clone(),
+        }
     }
 
     pub(super) fn flow(&self) -> LinkFlow {

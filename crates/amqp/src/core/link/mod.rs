@@ -33,6 +33,24 @@ use crate::delivery::LinkFlow;
 use crate::error::{AmqpError, Result};
 use crate::performative::Attach;
 
+/// Whether a link is still attached, readable from any task (a server's link listing, say)
+/// without the link handle. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct LinkStatus {
+    /// The driver drops the sending end when the link leaves its state: detached by the peer
+    /// (or our detach answered), its session ended, or the connection gone.
+    flow: watch::Receiver<LinkFlow>,
+}
+
+impl LinkStatus {
+    /// False once the link is gone: the peer detached it (or answered our detach), its session
+    /// ended or the connection closed. A link we are detaching counts as attached until the
+    /// peer answers.
+    pub fn is_attached(&self) -> bool {
+        self.flow.has_changed().is_ok()
+    }
+}
+
 /// What a link handle is built from once its attach is answered.
 pub(crate) struct LinkParts {
     pub(crate) core: LinkCore,

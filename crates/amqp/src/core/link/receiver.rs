@@ -3,7 +3,7 @@
 
 use fe2o3_amqp_types::definitions::{ReceiverSettleMode, Role};
 
-use super::{LinkCore, LinkEvents, LinkParts, address_of_source, address_of_target};
+use super::{LinkCore, LinkEvents, LinkParts, LinkStatus, address_of_source, address_of_target};
 use crate::core::command::{Command, ConnCtx, CreditOp, LinkEvent};
 use crate::delivery::{Delivery, LinkFlow, Outcome};
 use crate::error::{AmqpError, Result};
@@ -100,6 +100,16 @@ impl Receiver {
     /// [`Error::LinkDetached`] and connection errors.
     pub async fn drain_with(&self, n: u32) -> Result<()> {
         self.credit(CreditOp::Set(n), true).await
+    }
+
+    /// Whether the link is still attached (see [`LinkStatus::is_attached`]).
+    pub fn is_attached(&self) -> bool {
+        self.events.status().is_attached()
+    }
+
+    /// A handle telling from any task whether this link is still attached.
+    pub fn status(&self) -> LinkStatus {
+        self.events.status()
     }
 
     /// Credit state as last seen.

@@ -2,7 +2,7 @@
 
 use fe2o3_amqp_types::definitions::Role;
 
-use super::{LinkCore, LinkEvents, LinkParts, address_of_target};
+use super::{LinkCore, LinkEvents, LinkParts, LinkStatus, address_of_target};
 use crate::core::command::{Command, LinkEvent, SendReport, Track};
 use crate::delivery::{IncomingDisposition, LinkFlow, Outcome, Sendable};
 use crate::error::{AmqpError, Result};
@@ -131,6 +131,16 @@ impl Sender {
             })
             .await
             .map(|_| ())
+    }
+
+    /// Whether the link is still attached (see [`LinkStatus::is_attached`]).
+    pub fn is_attached(&self) -> bool {
+        self.events.status().is_attached()
+    }
+
+    /// A handle telling from any task whether this link is still attached.
+    pub fn status(&self) -> LinkStatus {
+        self.events.status()
     }
 
     /// Credit and drain state as last seen.
