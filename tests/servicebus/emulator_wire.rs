@@ -5,24 +5,21 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
 
 use bytes::BytesMut;
 use sb_amqp::performative::{Disposition, Performative};
 use sb_amqp::types::definitions::{ReceiverSettleMode, Role};
-use sb_amqp::types::messaging::{ApplicationProperties, Message};
-use sb_amqp::types::primitives::SimpleValue;
+use sb_amqp::types::messaging::Message;
 use sb_amqp::{
     AmqpError, Connection, Frame, FrameBody, Outcome, Receiver, ReceiverOptions, RequestResponse,
     Sendable, SenderOptions, Session, condition, unique_name,
 };
-use sb_emulator::{Emulator, EmulatorOptions, KEY, KEY_NAME, LinkRole};
-use sb_inbox::servicebus::sign_sas;
+use sb_emulator::{Emulator, EmulatorOptions, LinkRole};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::strict::{put_token_request, strict_emulator};
+use crate::strict::{put_token, strict_emulator};
 
 type Seen = Arc<Mutex<Vec<Disposition>>>;
 
@@ -96,21 +93,8 @@ async fn connect(emulator: &Emulator, addr: SocketAddr) -> (Connection, Session,
     let conn = Connection::open(&format!("amqp://{addr}")).await.unwrap();
     let session = conn.begin().await.unwrap();
     let cbs = RequestResponse::attach(&session, "$cbs").await.unwrap();
-    let audience = format!("sb://{}/orders", emulator.local_addr());
-    let token = sign_sas(
-        &audience,
-        KEY_NAME,
-        KEY,
-        SystemTime::now(),
-        Duration::from_secs(3600),
-    )
-    .token;
-    let reply = cbs
-        .request(put_token_request(audience, token))
-        .await
-        .unwrap();
-    let ApplicationProperties(props) = reply.application_properties.unwrap();
-    assert_eq!(props.get("status-code"), Some(&SimpleValue::Int(202)));
+    // The audience names the emulator, whatever address the connection goes through.
+    put_token(emulator, &cbs, "orders").await;
     (conn, session, cbs)
 }
 

@@ -155,6 +155,7 @@ impl Driver {
     async fn run(mut self) {
         let err = self.run_inner().await;
         tracing::debug!(error = %err, "Connection driver stopped.");
+        self.flush_dispositions();
         let _ = self.writer.flush().await; // best effort: the socket may be gone
         self.writer.shutdown().await;
         self.terminal.send_replace(Some(err.clone()));
