@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use sb_amqp::{AmqpError, condition};
+use sb_amqp::{AmqpError, LinkStatus, condition};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -53,6 +53,17 @@ pub struct LinkInfo {
 struct Entry {
     info: LinkInfo,
     detach: mpsc::UnboundedSender<AmqpError>,
+    /// Set once the attach is answered: the engine's word on whether the link still lives,
+    /// which changes before the client can see its detach answered.
+    status: Option<LinkStatus>,
+}
+
+impl Entry {
+    /// Attached from the client's point of view: not detached by it, and not being detached
+    /// by us (a link we detach leaves the registry first).
+    fn is_live(&self) -> bool {
+        self.status.as_ref().is_none_or(LinkStatus::is_attached)
+    }
 }
 
 /// Every live entity link of the emulator, so any of them can be detached on demand.
@@ -78,7 +89,14 @@ impl Registry {
             role,
         };
         if let Ok(mut links) = self.links.lock() {
-            links.insert(id, Entry { info, detach: tx });
+            links.insert(
+                id,
+                Entry {
+                    info,
+                    detach: tx,
+                    status: None,
+                },
+            );
         }
         (
             Registration {
@@ -93,7 +111,13 @@ impl Registry {
         let mut list: Vec<LinkInfo> = self
             .links
             .lock()
-            .map(|links| links.values().map(|e| e.info.clone()).collect())
+            .map(|links| {
+                links
+                    .values()
+                    .filter(|e| e.is_live())
+                    .map(|e| e.info.clone())
+                    .collect()
+            })
             .unwrap_or_default();
         list.sort_by_key(|l| l.id);
         list
@@ -104,7 +128,12 @@ impl Registry {
         self.links
             .lock()
             .ok()
-            .and_then(|links| links.get(&id).map(|e| e.detach.send(error).is_ok()))
+            .and_then(|links| {
+                links
+                    .get(&id)
+                    .filter(|e| e.is_live())
+                    .map(|e| e.detach.send(error).is_ok())
+            })
             .unwrap_or(false)
     }
 
@@ -116,14 +145,18 @@ impl Registry {
         };
         links
             .values()
-            .filter(|e| e.info.entity.eq_ignore_ascii_case(entity))
+            .filter(|e| e.is_live() && e.info.entity.eq_ignore_ascii_case(entity))
             .filter(|e| e.detach.send(error.clone()).is_ok())
             .count()
     }
 
     fn detach_random(&self, faults: &Faults, error: AmqpError) {
         let Ok(links) = self.links.lock() else { return };
-        let mut ids: Vec<u64> = links.keys().copied().collect();
+        let mut ids: Vec<u64> = links
+            .iter()
+            .filter(|(_, e)| e.is_live())
+            .map(|(id, _)| *id)
+            .collect();
         if ids.is_empty() {
             return;
         }
@@ -136,18 +169,33 @@ impl Registry {
     }
 }
 
-/// Removes its link from the registry when the link task ends.
+/// Removes its link from the registry when the link task ends (or earlier, when the link
+/// starts detaching).
 #[derive(Debug)]
 struct Registration {
     id: u64,
     registry: Arc<Registry>,
 }
 
-impl Drop for Registration {
-    fn drop(&mut self) {
+impl Registration {
+    fn remove(&self) {
         if let Ok(mut links) = self.registry.links.lock() {
             links.remove(&self.id);
         }
+    }
+
+    fn watch(&self, status: LinkStatus) {
+        if let Ok(mut links) = self.registry.links.lock()
+            && let Some(entry) = links.get_mut(&self.id)
+        {
+            entry.status = Some(status);
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.remove();
     }
 }
 
@@ -195,6 +243,18 @@ impl LinkControl {
             faults: ctx.faults,
             connection: ctx.connection,
         }
+    }
+
+    /// The attach is answered: the registry follows the engine's view of the link from now on,
+    /// so a link the client detached is not listed even before this task notices.
+    pub(crate) fn watch(&self, status: LinkStatus) {
+        self.registration.watch(status);
+    }
+
+    /// The link starts detaching on our side: it is no longer listed or detachable, before the
+    /// client can see our detach.
+    pub(crate) fn unlist(&self) {
+        self.registration.remove();
     }
 
     /// A transfer, flow or disposition happened: restart the idle timer.

@@ -30,7 +30,7 @@ use sb_amqp::{LinkAnswer, LinkRequest, Outcome, Sendable};
 use tokio_util::sync::CancellationToken;
 
 use super::codec::{self, to_timestamp};
-use super::links::{settle, settle_queued};
+use super::links::{settle_answerable, settle_queued};
 use super::nodes::{Reply, count, error_reply, map, map_get};
 use super::wire_error;
 use crate::{Entity, Error, ReceiveMode};
@@ -202,7 +202,7 @@ async fn deliver(
             biased;
             disposition = sender.next_disposition() => {
                 let disposition = disposition?;
-                let mut reply = settle(entity, &disposition).await;
+                let Some(mut reply) = settle_answerable(&sender, entity, &disposition).await else { continue };
                 // A message lock ends with its session lock: say which lock was lost.
                 if matches!(&reply, Outcome::Rejected(Some(e)) if e.condition == sb_amqp::condition::MESSAGE_LOCK_LOST)
                     && entity.session_state(id).is_err()
