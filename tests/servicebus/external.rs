@@ -20,7 +20,9 @@
 use std::time::{Duration, SystemTime};
 
 use sb_inbox::inventory::InventoryStore;
-use sb_inbox::servicebus::{ConnectionString, SendErrorKind, ServiceBusClient, ServiceBusDelivery};
+use sb_inbox::servicebus::{
+    ConnectionString, SendErrorKind, ServiceBusClient, ServiceBusDelivery, ServiceBusReceiver,
+};
 use sb_inbox::{Delivery, Message, PropertyValue, ReceiveError, Receiver, SendFailure, Sender};
 
 use crate::worker::{health_address, order, ready, sigterm_exits_0, sqlite_worker};
@@ -57,17 +59,25 @@ fn unique(tag: &str) -> String {
     format!("{tag}-{}", uuid::Uuid::new_v4().simple())
 }
 
-/// The next delivery of `receiver`, within [`ARRIVAL`].
+/// The next delivery of `receiver`, within [`ARRIVAL`]. A transient failure (the service may
+/// detach a link at any time) is retried, as the runtime does.
 async fn next(receiver: &impl Receiver<Delivery = ServiceBusDelivery>) -> ServiceBusDelivery {
-    tokio::time::timeout(ARRIVAL, receiver.receive())
-        .await
-        .expect("a message arrives")
-        .expect("receive")
-        .expect("a delivery")
+    tokio::time::timeout(ARRIVAL, async {
+        loop {
+            match receiver.receive().await {
+                Ok(Some(delivery)) => return delivery,
+                Ok(None) | Err(ReceiveError::Transient(_)) => {}
+                Err(error) => panic!("receive: {error:?}"),
+            }
+        }
+    })
+    .await
+    .expect("a message arrives")
 }
 
-/// Completes whatever `entity` holds (an earlier run's leftovers) until it stays quiet for 1 s.
-async fn drain(client: &ServiceBusClient, entity: &str) {
+/// Completes whatever `entity` holds (an earlier run's leftovers) until it stays quiet for 1 s;
+/// returns the receiver for the case to go on with.
+async fn drain(client: &ServiceBusClient, entity: &str) -> ServiceBusReceiver {
     let receiver = client.receiver(entity, 0);
     while let Ok(received) = tokio::time::timeout(Duration::from_secs(1), receiver.receive()).await
     {
@@ -78,13 +88,13 @@ async fn drain(client: &ServiceBusClient, entity: &str) {
             Err(error) => panic!("draining {entity}: {error:?}"),
         }
     }
-    receiver.close().await;
+    receiver
 }
 
 async fn round_trip_keeps_every_field(connection: &str) {
     const QUEUE: &str = "ext.roundtrip";
     let client = client_for(connection);
-    drain(&client, QUEUE).await;
+    let receiver = drain(&client, QUEUE).await;
     let id = unique("m");
     let mut sent = message(&id);
     sent.correlation_id = Some("c-1".into());
@@ -93,8 +103,6 @@ async fn round_trip_keeps_every_field(connection: &str) {
     sent.application_properties
         .insert("n".into(), PropertyValue::Long(7));
     client.sender(QUEUE).send(sent.clone()).await.unwrap();
-
-    let receiver = client.receiver(QUEUE, 0);
     let delivery = next(&receiver).await;
     let got = delivery.message();
     assert_eq!(got.message_id, sent.message_id);
@@ -123,10 +131,9 @@ async fn round_trip_keeps_every_field(connection: &str) {
 async fn abandon_redelivers_with_the_properties_and_a_higher_count(connection: &str) {
     const QUEUE: &str = "ext.abandon";
     let client = client_for(connection);
-    drain(&client, QUEUE).await;
+    let receiver = drain(&client, QUEUE).await;
     let id = unique("m");
     client.sender(QUEUE).send(message(&id)).await.unwrap();
-    let receiver = client.receiver(QUEUE, 0);
     let first = next(&receiver).await;
     let properties = [(
         "sb-inbox-last-error".to_owned(),
@@ -151,7 +158,7 @@ async fn abandon_redelivers_with_the_properties_and_a_higher_count(connection: &
 async fn scheduled_messages_wait_and_unknown_queues_are_permanent(connection: &str) {
     const QUEUE: &str = "ext.schedule";
     let client = client_for(connection);
-    drain(&client, QUEUE).await;
+    let receiver = drain(&client, QUEUE).await;
     let publisher = client.publisher();
     let (later, now) = (unique("later"), unique("now"));
     let at = SystemTime::now() + Duration::from_secs(5);
@@ -160,7 +167,6 @@ async fn scheduled_messages_wait_and_unknown_queues_are_permanent(connection: &s
         .await
         .unwrap();
     publisher.send(QUEUE, message(&now), None).await.unwrap();
-    let receiver = client.receiver(QUEUE, 0);
     let first = next(&receiver).await;
     assert_eq!(first.message().message_id.as_deref(), Some(now.as_str()));
     first.complete().await.unwrap();
@@ -201,11 +207,11 @@ async fn dead_letter_carries_reason_and_description(connection: &str) {
     const QUEUE: &str = "ext.deadletter";
     const DLQ: &str = "ext.deadletter/$DeadLetterQueue";
     let client = client_for(connection);
-    drain(&client, QUEUE).await;
-    drain(&client, DLQ).await;
+    let receiver = drain(&client, QUEUE).await;
+    let dead_letters = drain(&client, DLQ).await;
     let id = unique("m");
     client.sender(QUEUE).send(message(&id)).await.unwrap();
-    let delivery = next(&client.receiver(QUEUE, 0)).await;
+    let delivery = next(&receiver).await;
     delivery
         .dead_letter("InvalidPayload", "invalid JSON at line 1 column 2")
         .await
@@ -213,7 +219,7 @@ async fn dead_letter_carries_reason_and_description(connection: &str) {
     let peeked = client.peek(DLQ, 0, 10).await.unwrap();
     assert_eq!(peeked.len(), 1, "{peeked:?}");
     assert_eq!(peeked[0].dead_letter_reason(), Some("InvalidPayload"));
-    let dead = next(&client.receiver(DLQ, 0)).await;
+    let dead = next(&dead_letters).await;
     let props = &dead.message().application_properties;
     assert_eq!(dead.message().message_id.as_deref(), Some(id.as_str()));
     assert_eq!(
@@ -232,13 +238,13 @@ async fn dead_letter_carries_reason_and_description(connection: &str) {
 async fn renewing_extends_the_lock_and_a_settled_lock_is_gone(connection: &str) {
     const QUEUE: &str = "ext.renew";
     let client = client_for(connection);
-    drain(&client, QUEUE).await;
+    let receiver = drain(&client, QUEUE).await;
     client
         .sender(QUEUE)
         .send(message(&unique("m")))
         .await
         .unwrap();
-    let delivery = next(&client.receiver(QUEUE, 0)).await;
+    let delivery = next(&receiver).await;
     let before = delivery.locked_until();
     let renewed = delivery.renew_lock().await.unwrap();
     assert!(renewed >= before, "{renewed:?} < {before:?}");
@@ -253,7 +259,7 @@ async fn renewing_extends_the_lock_and_a_settled_lock_is_gone(connection: &str) 
 async fn peek_pages_in_order_without_locking(connection: &str) {
     const QUEUE: &str = "ext.peek";
     let client = client_for(connection);
-    drain(&client, QUEUE).await;
+    let receiver = drain(&client, QUEUE).await;
     let ids: Vec<String> = (0..3).map(|i| unique(&format!("p{i}"))).collect();
     let sender = client.sender(QUEUE);
     for id in &ids {
@@ -272,7 +278,6 @@ async fn peek_pages_in_order_without_locking(connection: &str) {
         .unwrap();
     assert_eq!(rest.len(), 2, "paging from a sequence number");
     // Peeking locked nothing: every message is delivered, for the first time.
-    let receiver = client.receiver(QUEUE, 0);
     for id in &ids {
         let delivery = next(&receiver).await;
         assert_eq!(delivery.message().message_id.as_ref(), Some(id));
@@ -288,8 +293,9 @@ async fn the_worker_process_applies_each_order_once_and_exits_0(connection: &str
     const QUEUE: &str = "ext.worker";
     const DLQ: &str = "ext.worker/$DeadLetterQueue";
     let client = client_for(connection);
-    drain(&client, QUEUE).await;
-    drain(&client, DLQ).await;
+    // Closed, so that it holds no credit the worker's deliveries could go to.
+    drain(&client, QUEUE).await.close().await;
+    let dead_letters = drain(&client, DLQ).await;
     let run = unique("w");
     let (dir, db, mut child) = sqlite_worker(
         &run,
@@ -320,7 +326,7 @@ async fn the_worker_process_applies_each_order_once_and_exits_0(connection: &str
         .await
         .unwrap();
 
-    let dead = next(&client.receiver(DLQ, 0)).await;
+    let dead = next(&dead_letters).await;
     assert_eq!(dead.message().message_id.as_deref(), Some(poison.as_str()));
     dead.complete().await.unwrap();
     let store = sb_inbox::SqliteStore::open(&db).unwrap();
