@@ -59,7 +59,7 @@ impl Commits {
 /// never fails `/readyz` while transactions commit, and a pool where nothing committed for
 /// [`STORE_EVIDENCE`] and no connection frees up in time (every transaction stuck, the database
 /// gone) does.
-pub(crate) async fn store_ready(
+pub async fn store_ready(
     store: &impl Ping,
     last_commit: Option<tokio::time::Instant>,
 ) -> Result<(), String> {
