@@ -97,6 +97,9 @@ pub(crate) enum Command {
     Detach {
         channel: u16,
         handle: u32,
+        /// The link's name: a handle is reused once its link is gone, and a late detach (a
+        /// link dropped after the peer detached it) must not end the link that has it now.
+        name: String,
         error: Option<AmqpError>,
         reply: Option<Reply<()>>,
     },
@@ -1418,6 +1421,7 @@ impl Driver {
             Command::Detach {
                 channel,
                 handle,
+                name,
                 error,
                 reply,
             } => {
@@ -1425,6 +1429,7 @@ impl Driver {
                     .sessions
                     .get_mut(&channel)
                     .and_then(|s| s.links.get_mut(&handle))
+                    .filter(|l| l.name == name)
                 else {
                     if let Some(r) = reply {
                         let _ = r.send(Ok(())); // already gone
