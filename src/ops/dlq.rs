@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use super::OpsError;
 use crate::runtime::{
     LAST_ERROR_PROPERTY, LOGICAL_ID_PROPERTY, RETRY_ATTEMPT_PROPERTY, derived_message_id,
-    logical_id,
+    logical_id, original_enqueued_time,
 };
 use crate::servicebus::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, PeekedMessage};
 use crate::{Clock, Delivery, Message, PropertyValue, Receiver, Sender};
@@ -139,9 +139,19 @@ impl ResubmitOptions {
 
 /// Why a dead letter is past the resubmission window, if it is. Its age is counted from the
 /// broker's enqueued time, which for a dead letter is no later than its dead-lettering (Service
-/// Bus and the emulator keep the message's own), so the check errs on the safe side.
-fn past_window(enqueued: Option<SystemTime>, options: &ResubmitOptions) -> Option<String> {
-    let age = options.clock.now().duration_since(enqueued?).ok()?;
+/// Bus and the emulator keep the message's own), so the check errs on the safe side; for a
+/// delayed-retry copy (enqueued anew) from the original's, which the copy carries in
+/// [`crate::runtime::ORIGINAL_ENQUEUED_TIME_PROPERTY`].
+fn past_window(
+    enqueued: Option<SystemTime>,
+    message: &Message,
+    options: &ResubmitOptions,
+) -> Option<String> {
+    let first = match (enqueued, original_enqueued_time(message)) {
+        (Some(own), Some(original)) => own.min(original),
+        (own, original) => own.or(original)?,
+    };
+    let age = options.clock.now().duration_since(first).ok()?;
     (age > options.window).then(|| {
         format!(
             "enqueued {} s ago, past the DLQ resubmission window of {} s \
@@ -233,7 +243,7 @@ async fn resubmit_matching<R: Receiver>(
         let matches = options.message_id.as_deref().is_none_or(|wanted| {
             from == wanted || logical_id(message).is_ok_and(|logical| logical == wanted)
         });
-        let checked = match past_window(delivery.enqueued_time(), options) {
+        let checked = match past_window(delivery.enqueued_time(), message, options) {
             Some(why) if matches => Err(why),
             _ => resubmission(message),
         };
@@ -356,6 +366,48 @@ mod tests {
             (1, 1),
             "the old one stays"
         );
+    }
+
+    /// A delayed-retry copy dead-lettered inside the window, whose original was enqueued before
+    /// it, is refused: its age counts from the original (the copy carries that time).
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_copy_ages_from_its_original_enqueue_time() {
+        use crate::runtime::ORIGINAL_ENQUEUED_TIME_PROPERTY;
+        use crate::testing::MemoryBroker;
+        let clock = Clock::new();
+        let original_at = clock.now();
+        tokio::time::advance(DEFAULT_RESUBMIT_WINDOW + Duration::from_secs(1)).await;
+        let dead_letters = MemoryBroker::new(clock);
+        let ms = original_at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_millis();
+        let mut copy = Message::new("m-1/retry-1", "orders.order-placed.v1", "{}");
+        copy.application_properties
+            .insert(LOGICAL_ID_PROPERTY.into(), "m-1".into());
+        copy.application_properties.insert(
+            ORIGINAL_ENQUEUED_TIME_PROPERTY.into(),
+            PropertyValue::Long(i64::try_from(ms).unwrap()),
+        );
+        dead_letters.send(copy);
+        // Its own enqueue is a second old: inside the window on its own.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let entity = MemoryBroker::new(clock);
+        let mut options = ResubmitOptions::new(10);
+        options.clock = clock;
+        let report = resubmit(&dead_letters.receiver(), &entity, "orders", &options)
+            .await
+            .unwrap();
+        assert!(report.resubmitted.is_empty(), "{report:?}");
+        let [(id, why)] = report.left.as_slice() else {
+            panic!("{report:?}");
+        };
+        assert_eq!(id, "m-1/retry-1");
+        assert!(
+            why.contains("enqueued 604802 s ago, past the DLQ resubmission window"),
+            "{why}"
+        );
+        assert!(entity.sent().is_empty());
     }
 
     #[test]

@@ -53,8 +53,9 @@ pub use lock_keeper::{KeptLock, LockKeeper};
 pub use outcome::{Outcome, Settlement};
 pub use process::{LAST_ERROR_PROPERTY, Report};
 pub use retry::{
-    DEFAULT_JITTER, DelayedRetry, InvalidRetryPolicy, JitterSource, RETRY_ATTEMPT_PROPERTY,
-    RetryPolicy, ScheduledRetry,
+    DEFAULT_JITTER, DelayedRetry, InvalidRetryPolicy, JitterSource,
+    ORIGINAL_ENQUEUED_TIME_PROPERTY, RETRY_ATTEMPT_PROPERTY, RetryPolicy, ScheduledRetry,
+    original_enqueued_time,
 };
 pub use slots::{STUCK_ALLOWANCE, SlotWatch};
 pub use stats::{Stats, StatsSnapshot};

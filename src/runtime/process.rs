@@ -332,7 +332,7 @@ where
         let attempt = done + 1;
         let delay = policy.delay(attempt);
         let at = self.clock.now() + delay;
-        let copy = retry::copy(message, logical_id, attempt, &why);
+        let copy = retry::copy(message, logical_id, attempt, &why, delivery.enqueued_time());
         match retry.send(copy, at).await {
             Ok(()) => {
                 tracing::info!(

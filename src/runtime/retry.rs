@@ -23,6 +23,26 @@ use crate::ports::{Message, PropertyValue, SendFailure, Sender};
 /// the first copy).
 pub const RETRY_ATTEMPT_PROPERTY: &str = "sb-inbox-retry-attempt";
 
+/// The application property holding when the broker first enqueued the message a copy stands
+/// for, in milliseconds since the Unix epoch: a copy is enqueued anew, so without it a
+/// dead-lettered copy's age (the DLQ resubmission window) would count from the copy.
+pub const ORIGINAL_ENQUEUED_TIME_PROPERTY: &str = "sb-inbox-original-enqueued-time";
+
+/// When the message was first enqueued, as a copy carries it in
+/// [`ORIGINAL_ENQUEUED_TIME_PROPERTY`]; `None` for an original (its own enqueued time counts)
+/// or an unreadable value.
+pub fn original_enqueued_time(message: &Message) -> Option<SystemTime> {
+    match message
+        .application_properties
+        .get(ORIGINAL_ENQUEUED_TIME_PROPERTY)
+    {
+        Some(PropertyValue::Long(ms)) => u64::try_from(*ms)
+            .ok()
+            .and_then(|ms| SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms))),
+        _ => None,
+    }
+}
+
 /// Where jitter comes from: each call yields a number in `[0, 1)`.
 ///
 /// [`JitterSource::random`] in production; tests inject [`JitterSource::fixed`] so delays are
@@ -297,9 +317,26 @@ pub(crate) fn copy_message_id(delivered: &str, attempt: u32) -> String {
 }
 
 /// The copy of `message` for retry `attempt`: the same subject, body and properties, a fresh
-/// broker id, the logical id kept, the attempt and the failure recorded.
-pub(crate) fn copy(message: &Message, logical_id: &str, attempt: u32, last_error: &str) -> Message {
+/// broker id, the logical id kept, the attempt and the failure recorded, and the first enqueue
+/// time kept: the one an earlier copy carries, else `enqueued` (the delivery's).
+pub(crate) fn copy(
+    message: &Message,
+    logical_id: &str,
+    attempt: u32,
+    last_error: &str,
+    enqueued: Option<SystemTime>,
+) -> Message {
     let mut copy = message.clone();
+    let first = original_enqueued_time(message).or(enqueued);
+    if let Some(ms) = first
+        .and_then(|at| at.duration_since(SystemTime::UNIX_EPOCH).ok())
+        .and_then(|since| i64::try_from(since.as_millis()).ok())
+    {
+        copy.application_properties.insert(
+            ORIGINAL_ENQUEUED_TIME_PROPERTY.to_owned(),
+            PropertyValue::Long(ms),
+        );
+    }
     let delivered = message.message_id.as_deref().unwrap_or(logical_id);
     copy.message_id = Some(copy_message_id(delivered, attempt));
     let properties = &mut copy.application_properties;
@@ -370,7 +407,7 @@ mod tests {
         original
             .application_properties
             .insert("tenant".into(), "t-1".into());
-        let copy = copy(&original, "m-1", 2, "database unavailable");
+        let copy = copy(&original, "m-1", 2, "database unavailable", None);
         assert_eq!(copy.message_id.as_deref(), Some("m-1/retry-2"));
         assert_eq!(
             (copy.subject.as_ref(), &copy.body),
@@ -392,10 +429,10 @@ mod tests {
     #[test]
     fn copy_ids_never_repeat_along_a_messages_life() {
         let original = Message::new("m-1", "orders.order-placed.v1", "{}");
-        let first = copy(&original, "m-1", 1, "e");
-        let second = copy(&first, "m-1", 2, "e");
+        let first = copy(&original, "m-1", 1, "e", None);
+        let second = copy(&first, "m-1", 2, "e", None);
         let resubmitted = crate::ops::dlq::resubmission(&second).unwrap();
-        let after = copy(&resubmitted, "m-1", 1, "e");
+        let after = copy(&resubmitted, "m-1", 1, "e", None);
         let ids = [&first, &second, &resubmitted, &after].map(|m| m.message_id.clone().unwrap());
         assert_eq!(
             ids,
@@ -407,10 +444,43 @@ mod tests {
             ]
         );
         assert_eq!(
-            copy(&first, "m-1", 2, "e").message_id,
+            copy(&first, "m-1", 2, "e", None).message_id,
             second.message_id,
             "deterministic"
         );
+    }
+
+    /// Every copy carries the original's enqueue time, not its own: the second copy (enqueued
+    /// later still) keeps the first's, and a resubmission keeps it too.
+    #[test]
+    fn copies_carry_the_first_enqueue_time() {
+        let original = Message::new("m-1", "orders.order-placed.v1", "{}");
+        let enqueued = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        assert_eq!(original_enqueued_time(&original), None);
+        let first = copy(&original, "m-1", 1, "e", Some(enqueued));
+        assert_eq!(
+            first
+                .application_properties
+                .get(ORIGINAL_ENQUEUED_TIME_PROPERTY),
+            Some(&PropertyValue::Long(1_700_000_000_123))
+        );
+        assert_eq!(original_enqueued_time(&first), Some(enqueued));
+        let later = enqueued + Duration::from_secs(600);
+        let second = copy(&first, "m-1", 2, "e", Some(later));
+        assert_eq!(original_enqueued_time(&second), Some(enqueued));
+        let resubmitted = crate::ops::dlq::resubmission(&second).unwrap();
+        assert_eq!(original_enqueued_time(&resubmitted), Some(enqueued));
+        // Without a broker time there is nothing to carry; a tampered value reads as none.
+        assert_eq!(
+            original_enqueued_time(&copy(&original, "m-1", 1, "e", None)),
+            None
+        );
+        let mut tampered = original;
+        tampered.application_properties.insert(
+            ORIGINAL_ENQUEUED_TIME_PROPERTY.to_owned(),
+            PropertyValue::Long(-1),
+        );
+        assert_eq!(original_enqueued_time(&tampered), None);
     }
 
     #[test]

@@ -38,6 +38,9 @@ struct State {
     /// When the condition was last logged, and how many errors were not logged since.
     logged: Option<Instant>,
     unlogged: u64,
+    /// When a transaction last committed: evidence for a readiness probe that the store works
+    /// even while its pool has no free connection.
+    last_commit: Option<Instant>,
 }
 
 impl StoreHealth {
@@ -90,11 +93,17 @@ impl StoreHealth {
     /// A transaction committed: the store runs this consumer's work.
     pub(crate) fn committed(&self) {
         let mut state = self.state();
+        state.last_commit = Some(Instant::now());
         if state.failing.take().is_some() {
             // A new occurrence is a new incident: logged at once.
             state.logged = None;
             tracing::info!("The store commits again; deployment errors cleared.");
         }
+    }
+
+    /// When a transaction of this consumer last committed (`None` before the first).
+    pub fn last_commit(&self) -> Option<Instant> {
+        self.state().last_commit
     }
 
     /// The deployment error that makes the store unfit now, redacted; `None` when fit.
@@ -125,7 +134,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn unfit_until_a_commit_or_a_quiet_window() {
         let health = StoreHealth::new(&ConsumerName::new("c").unwrap());
-        assert_eq!(health.problem(), None);
+        assert_eq!((health.problem(), health.last_commit()), (None, None));
         health.deployment_error(&missing_table());
         let problem = health.problem().expect("unfit");
         assert!(
@@ -135,6 +144,7 @@ mod tests {
         assert!(!problem.contains("inventory_stock"), "redacted: {problem}");
         health.committed();
         assert_eq!(health.problem(), None, "a commit clears it");
+        assert_eq!(health.last_commit(), Some(Instant::now()));
 
         health.deployment_error(&missing_table());
         tokio::time::advance(DEPLOYMENT_WINDOW - Duration::from_secs(1)).await;

@@ -300,6 +300,39 @@ mod tests {
         assert_eq!(cs.amqp_url(), "amqp://localhost:5672");
     }
 
+    /// The connection string Microsoft's Service Bus emulator documents, verbatim (the emulator's
+    /// "Interact with the emulator" section on learn.microsoft.com, and the installer's README):
+    /// no port, plain AMQP on 5672, no TLS, the trailing `;` accepted.
+    #[test]
+    fn microsofts_emulator_connection_string_is_plain_amqp_on_5672() {
+        let cs: ConnectionString = "Endpoint=sb://localhost;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            (cs.host(), cs.port(), cs.use_tls(), cs.transport()),
+            ("localhost", 5672, false, Transport::Amqp)
+        );
+        assert_eq!(cs.amqp_url(), "amqp://localhost:5672");
+        assert_eq!(cs.audience("ext.worker"), "sb://localhost/ext.worker");
+        assert_eq!(
+            cs.credential(),
+            &Credential::Key {
+                name: "RootManageSharedAccessKey".into(),
+                key: "SAS_KEY_VALUE".into()
+            }
+        );
+        // A remapped port, as the installer's README describes (`EMULATOR_AMQP_PORT=5674`).
+        let remapped: ConnectionString = "Endpoint=sb://localhost:5674;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;"
+            .parse()
+            .unwrap();
+        assert_eq!(remapped.amqp_url(), "amqp://localhost:5674");
+        // Only `true` turns TLS off.
+        let tls: ConnectionString = "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=false"
+            .parse()
+            .unwrap();
+        assert_eq!((tls.port(), tls.use_tls()), (5671, true));
+    }
+
     #[test]
     fn websocket_transport() {
         let cs: ConnectionString = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=v;TransportType=AmqpWebSockets"

@@ -58,8 +58,18 @@ pub fn observe_outbox(
     consumer: &str,
     read: impl Fn() -> OutboxBacklog + Send + Sync + 'static,
 ) -> OutboxGauges {
+    observe_outbox_for(&[consumer], read)
+}
+
+/// [`observe_outbox`] for a worker hosting `consumers`: its one relay serves them all, so each
+/// gets the same reading under its own `sb_inbox.consumer` (filter by consumer, or take the
+/// maximum; a sum across consumers counts the same rows once per consumer).
+pub fn observe_outbox_for(
+    consumers: &[impl AsRef<str>],
+    read: impl Fn() -> OutboxBacklog + Send + Sync + 'static,
+) -> OutboxGauges {
     let meter = opentelemetry::global::meter("sb-inbox");
-    let labels = [KeyValue::new(attr::CONSUMER, consumer.to_owned())];
+    let labels = labels(consumers);
     let read = std::sync::Arc::new(read);
     let backlog = meter
         .u64_observable_gauge(metric::OUTBOX_BACKLOG)
@@ -67,14 +77,24 @@ pub fn observe_outbox(
         .with_description("Outbox rows not yet relayed.")
         .with_callback({
             let (read, labels) = (read.clone(), labels.clone());
-            move |gauge| gauge.observe(read().pending, &labels)
+            move |gauge| {
+                let pending = read().pending;
+                for label in &labels {
+                    gauge.observe(pending, label);
+                }
+            }
         })
         .build();
     let age = meter
         .f64_observable_gauge(metric::OUTBOX_AGE)
         .with_unit("s")
         .with_description("Age of the oldest outbox row not yet relayed.")
-        .with_callback(move |gauge| gauge.observe(read().oldest_age.as_secs_f64(), &labels))
+        .with_callback(move |gauge| {
+            let age = read().oldest_age.as_secs_f64();
+            for label in &labels {
+                gauge.observe(age, label);
+            }
+        })
         .build();
     OutboxGauges {
         _backlog: backlog,
@@ -88,12 +108,34 @@ pub fn observe_retention(
     consumer: &str,
     total: impl Fn() -> u64 + Send + Sync + 'static,
 ) -> RetentionCounter {
-    let labels = [KeyValue::new(attr::CONSUMER, consumer.to_owned())];
+    observe_retention_for(&[consumer], total)
+}
+
+/// [`observe_retention`] for a worker hosting `consumers`: one retention task serves the whole
+/// store, so each consumer gets the same total under its own name (as [`observe_outbox_for`]).
+pub fn observe_retention_for(
+    consumers: &[impl AsRef<str>],
+    total: impl Fn() -> u64 + Send + Sync + 'static,
+) -> RetentionCounter {
+    let labels = labels(consumers);
     let deleted = opentelemetry::global::meter("sb-inbox")
         .u64_observable_counter(metric::RETENTION_DELETED)
         .with_unit("{row}")
         .with_description("Inbox rows deleted by retention.")
-        .with_callback(move |counter| counter.observe(total(), &labels))
+        .with_callback(move |counter| {
+            let total = total();
+            for label in &labels {
+                counter.observe(total, label);
+            }
+        })
         .build();
     RetentionCounter { _deleted: deleted }
+}
+
+/// One `sb_inbox.consumer` attribute set per consumer.
+fn labels(consumers: &[impl AsRef<str>]) -> Vec<[KeyValue; 1]> {
+    consumers
+        .iter()
+        .map(|c| [KeyValue::new(attr::CONSUMER, c.as_ref().to_owned())])
+        .collect()
 }

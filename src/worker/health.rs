@@ -18,12 +18,64 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::runtime::StoreHealth;
 use crate::{MssqlStore, PgStore, SqliteStore, StoreError};
 
 /// How long a readiness probe may take before it counts as not ready. Well inside the
 /// Container Apps probe timeout (3 s in infra/), so a hung database makes `/readyz` answer 503
 /// rather than time out.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How recent a committed transaction must be to stand for the store's readiness by itself.
+pub const STORE_EVIDENCE: Duration = Duration::from_secs(15);
+
+/// How long the store probe's ping may wait (for a pool connection, then the answer): inside
+/// [`PROBE_TIMEOUT`], so the probe says why rather than just timing out.
+const PING_WAIT: Duration = Duration::from_millis(1_750);
+
+/// The consumers' transactions, as evidence for the `store` probe: each hosted consumer adds
+/// its [`StoreHealth`]. Cheap to clone; clones share the list.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Commits(Arc<Mutex<Vec<StoreHealth>>>);
+
+impl Commits {
+    /// Adds a consumer's store health.
+    pub(crate) fn add(&self, health: StoreHealth) {
+        lock(&self.0).push(health);
+    }
+
+    /// When any consumer's transaction last committed.
+    pub(crate) fn last(&self) -> Option<tokio::time::Instant> {
+        lock(&self.0)
+            .iter()
+            .filter_map(StoreHealth::last_commit)
+            .max()
+    }
+}
+
+/// The `store` readiness probe. The store is ready when a consumer's transaction committed
+/// within [`STORE_EVIDENCE`] (`last_commit`): it does the work now, however busy its pool.
+/// Otherwise a ping must answer within [`PING_WAIT`]. So a pool saturated by busy handlers
+/// never fails `/readyz` while transactions commit, and a pool where nothing committed for
+/// [`STORE_EVIDENCE`] and no connection frees up in time (every transaction stuck, the database
+/// gone) does.
+pub async fn store_ready(
+    store: &impl Ping,
+    last_commit: Option<tokio::time::Instant>,
+) -> Result<(), String> {
+    if last_commit.is_some_and(|at| at.elapsed() < STORE_EVIDENCE) {
+        return Ok(());
+    }
+    match tokio::time::timeout(PING_WAIT, store.ping()).await {
+        Ok(answer) => answer.map_err(|e| e.to_string()),
+        Err(_) => Err(format!(
+            "no transaction committed in the last {} s and no store connection answered within \
+             {} ms (pool exhausted by stuck transactions, or the database unreachable)",
+            STORE_EVIDENCE.as_secs(),
+            PING_WAIT.as_millis()
+        )),
+    }
+}
 
 /// Whether a dependency answers.
 pub trait Ping: Send + Sync {
@@ -338,6 +390,62 @@ mod tests {
         assert_eq!(failing.len(), 1);
         assert_eq!(failing[0].0, "store");
         assert!(failing[0].1.contains("no answer within 2s"), "{failing:?}");
+    }
+
+    /// A store whose pool has no free connection: the ping waits for one forever.
+    struct Saturated;
+
+    impl Ping for Saturated {
+        fn ping(&self) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>> {
+            Box::pin(std::future::pending())
+        }
+    }
+
+    /// A saturated pool is ready while transactions commit; once none committed for
+    /// `STORE_EVIDENCE`, the ping decides and says why.
+    #[tokio::test(start_paused = true)]
+    async fn a_saturated_pool_is_ready_while_transactions_commit() {
+        let health = StoreHealth::new(&crate::ConsumerName::new("c").unwrap());
+        let commits = Commits::default();
+        commits.add(health.clone());
+        assert_eq!(commits.last(), None);
+        let readiness = Readiness::new();
+        readiness.probe("store", {
+            let commits = commits.clone();
+            move || {
+                let last = commits.last();
+                async move { store_ready(&Saturated, last).await }
+            }
+        });
+        let failing = readiness.not_ready().await;
+        assert_eq!(failing.len(), 1, "no commit yet: the ping decides");
+        assert!(
+            failing[0]
+                .1
+                .contains("no store connection answered within 1750 ms"),
+            "{failing:?}"
+        );
+
+        // A handler's transaction commits (what `Runtime` reports on each commit).
+        health.committed();
+        assert!(readiness.not_ready().await.is_empty());
+        tokio::time::advance(STORE_EVIDENCE - Duration::from_secs(1)).await;
+        assert!(
+            readiness.not_ready().await.is_empty(),
+            "still fresh evidence"
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let failing = readiness.not_ready().await;
+        assert_eq!(failing.len(), 1, "stale evidence: stuck, not busy");
+
+        // A free pool answers the ping without any commit.
+        struct Free;
+        impl Ping for Free {
+            fn ping(&self) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>> {
+                Box::pin(async { Ok(()) })
+            }
+        }
+        assert_eq!(store_ready(&Free, None).await, Ok(()));
     }
 
     #[tokio::test]

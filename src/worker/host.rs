@@ -9,7 +9,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::Retention;
-use super::health::{self, Ping, Readiness};
+use super::health::{self, Commits, Ping, Readiness};
 use super::run::WorkerError;
 use crate::relay::{Relay, RelayConfig};
 use crate::retention::RetentionTask;
@@ -93,7 +93,14 @@ impl WorkerStats {
 
 type Started = JoinHandle<Result<StatsSnapshot, RuntimeError>>;
 type Start<S> = Box<
-    dyn FnOnce(ServiceBusReceiver, S, RuntimeConfig, Readiness, CancellationToken) -> Started
+    dyn FnOnce(
+            ServiceBusReceiver,
+            S,
+            RuntimeConfig,
+            Readiness,
+            Commits,
+            CancellationToken,
+        ) -> Started
         + Send,
 >;
 
@@ -184,39 +191,43 @@ where
     /// Hosts `handler` as the consumer `config` describes.
     #[must_use]
     pub fn consumer<H: Handler<S::Tx>>(mut self, config: ConsumerConfig, handler: H) -> Self {
-        let start: Start<S> = Box::new(move |receiver, store, runtime_config, readiness, stop| {
-            tokio::spawn(async move {
-                let name = runtime_config.consumer.to_string();
-                let runtime = Runtime::new(receiver.clone(), store, handler, runtime_config);
-                // Not ready while the store refuses this consumer's statements (code rolled
-                // out before `migrate`, a missing grant) or while handler slots are stuck
-                // past the maximum processing time.
-                let health = runtime.store_health();
-                readiness.probe(&format!("store_schema:{name}"), move || {
-                    let problem = health.problem();
-                    async move { problem.map_or(Ok(()), Err) }
-                });
-                let slots = runtime.slots();
-                readiness.probe(&format!("slots:{name}"), move || {
-                    let stuck = slots.stuck();
-                    async move {
-                        match stuck {
-                            0 => Ok(()),
-                            n => Err(format!(
-                                "{n} handler slots stuck past the maximum processing time"
-                            )),
+        let start: Start<S> = Box::new(
+            move |receiver, store, runtime_config, readiness, commits, stop| {
+                tokio::spawn(async move {
+                    let name = runtime_config.consumer.to_string();
+                    let runtime = Runtime::new(receiver.clone(), store, handler, runtime_config);
+                    // Its commits show the store works even when its pool has no free connection.
+                    commits.add(runtime.store_health());
+                    // Not ready while the store refuses this consumer's statements (code rolled
+                    // out before `migrate`, a missing grant) or while handler slots are stuck
+                    // past the maximum processing time.
+                    let health = runtime.store_health();
+                    readiness.probe(&format!("store_schema:{name}"), move || {
+                        let problem = health.problem();
+                        async move { problem.map_or(Ok(()), Err) }
+                    });
+                    let slots = runtime.slots();
+                    readiness.probe(&format!("slots:{name}"), move || {
+                        let stuck = slots.stuck();
+                        async move {
+                            match stuck {
+                                0 => Ok(()),
+                                n => Err(format!(
+                                    "{n} handler slots stuck past the maximum processing time"
+                                )),
+                            }
                         }
+                    });
+                    let result = runtime.run(stop.clone()).await;
+                    // One consumer failing for good stops the others: the process restarts whole.
+                    if result.is_err() {
+                        stop.cancel();
                     }
-                });
-                let result = runtime.run(stop.clone()).await;
-                // One consumer failing for good stops the others: the process restarts whole.
-                if result.is_err() {
-                    stop.cancel();
-                }
-                receiver.close().await;
-                result.map(|()| runtime.stats().snapshot())
-            })
-        });
+                    receiver.close().await;
+                    result.map(|()| runtime.stats().snapshot())
+                })
+            },
+        );
         self.consumers.push(Hosted { config, start });
         self
     }
@@ -280,20 +291,23 @@ where
             readiness,
         } = self;
         check(&consumers, retry.as_ref())?;
-        let Some(first) = consumers
-            .first()
-            .map(|c| c.config.name().as_str().to_owned())
-        else {
+        if consumers.is_empty() {
             return Err(WorkerError::Config("no consumer to host".to_owned()));
-        };
+        }
+        // The relay and retention serve the whole store, so every hosted consumer's series
+        // carries their readings under its own name: a dashboard filtered to any one consumer
+        // shows its worker's outbox; added across consumers the same rows would count twice.
+        let names: Vec<String> = consumers
+            .iter()
+            .map(|c| c.config.name().as_str().to_owned())
+            .collect();
         // The relay and retention stop after the drain, or when this future is dropped.
         let stop_background = CancellationToken::new();
         let _stop_background = stop_background.clone().drop_guard();
         let relay = Relay::new(store.clone(), client.publisher(), relay);
-        // The shared tasks' gauges carry the first consumer's name: one series per worker.
         // They read the relay's last backlog sample and live as long as the worker.
         let relay_stats = relay.stats();
-        let _outbox_gauges = telemetry::hooks::observe_outbox(&first, move || {
+        let _outbox_gauges = telemetry::hooks::observe_outbox_for(&names, move || {
             relay_stats.snapshot().backlog.map_or_else(
                 telemetry::hooks::OutboxBacklog::default,
                 |sample| telemetry::hooks::OutboxBacklog {
@@ -310,18 +324,19 @@ where
         if let Some(retention) = &retention {
             let task = RetentionTask::new(store.clone(), retention.task_config());
             let stats = task.stats();
-            _retention_counter = Some(telemetry::hooks::observe_retention(&first, move || {
+            _retention_counter = Some(telemetry::hooks::observe_retention_for(&names, move || {
                 stats.snapshot().inbox_deleted
             }));
             let stop = stop_background.clone();
             background.push(tokio::spawn(async move { task.run(stop).await }));
         }
 
+        let commits = Commits::default();
         readiness.probe("store", {
-            let store = store.clone();
+            let (store, commits) = (store.clone(), commits.clone());
             move || {
-                let store = store.clone();
-                async move { store.ping().await.map_err(|e| e.to_string()) }
+                let (store, last) = (store.clone(), commits.last());
+                async move { health::store_ready(&store, last).await }
             }
         });
         let stop_health = CancellationToken::new();
@@ -361,6 +376,7 @@ where
                     store.clone(),
                     runtime,
                     readiness.clone(),
+                    commits.clone(),
                     stop.clone(),
                 ),
             ));

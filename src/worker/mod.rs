@@ -20,7 +20,7 @@ mod open;
 mod run;
 
 pub use config::{BrokerAddress, ConfigError, ConfigErrors, ENV_VARS, Retention, WorkerConfig};
-pub use health::{Condition, PROBE_TIMEOUT, Ping, Readiness};
+pub use health::{Condition, PROBE_TIMEOUT, Ping, Readiness, STORE_EVIDENCE, store_ready};
 pub use horizon::{ReplayHorizon, RetentionTooShort};
 pub use host::{ConsumerConfig, Worker, WorkerStats};
 pub use run::{BACKGROUND_STOP, WorkerError, run, run_with};

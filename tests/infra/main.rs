@@ -4,7 +4,9 @@
 //! replay horizon, no template holds a secret, templates, docs and image agree, and what the
 //! deployment would create holds up (`deployment`: names, identities, image, ordering, grace,
 //! probes, scale defaults; evaluated offline by `eval`).
-//! `az bicep build`, `az bicep lint` and `docker build` run in GitHub Actions only.
+//! `workflows`: the servicebus-emulator workflow agrees with its compose file, Config.json and
+//! tests. `az bicep build`, `az bicep lint`, `docker build` and that workflow run in GitHub
+//! Actions only.
 #![allow(clippy::unwrap_used, clippy::panic, clippy::unwrap_in_result)]
 
 mod bicep;
@@ -13,6 +15,7 @@ mod dashboards;
 mod deployment;
 mod eval;
 mod wiring;
+mod workflows;
 
 use std::path::{Path, PathBuf};
 

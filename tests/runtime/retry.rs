@@ -7,7 +7,7 @@ use std::time::Duration;
 use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
 use sb_inbox::runtime::{
     DelayedRetry, JitterSource, LAST_ERROR_PROPERTY, LOGICAL_ID_PROPERTY, RETRY_ATTEMPT_PROPERTY,
-    RetryPolicy,
+    RetryPolicy, original_enqueued_time,
 };
 use sb_inbox::testing::{MemoryBroker, MemoryReceiver};
 use sb_inbox::{
@@ -139,6 +139,19 @@ async fn failing_twice_then_succeeding_takes_effect_once_after_the_configured_de
         DELAYS[0],
         "the first copy was delivered (and failed) the moment it was due"
     );
+    // Both copies carry the original's enqueue time (the moment of the first attempt, when the
+    // first copy was sent), not their own: the second copy was enqueued DELAYS[0] later.
+    for copy in &sent {
+        let carried = original_enqueued_time(&copy.message).expect("carried");
+        let off = carried
+            .duration_since(sent[0].sent_at)
+            .unwrap_or_else(|e| e.duration());
+        assert!(
+            off < Duration::from_millis(1),
+            "{carried:?} vs {:?}",
+            sent[0].sent_at
+        );
+    }
 
     let stats = runtime.stats().snapshot();
     assert_eq!(

@@ -447,3 +447,29 @@ async fn concurrent_renewals_on_one_management_link() {
     let counts = emulator.broker().entity("orders").unwrap().counts();
     assert_eq!((counts.active, counts.locked, counts.completed), (0, 0, 16));
 }
+
+/// Found by the external suite: a link the peer detached is dropped later, by which time its
+/// handle belongs to a new link; that late detach must not end the new link. Here the
+/// emulator's side of a closed receiver and of a dropped sender ends while the client attaches a
+/// new receiver on the freed handle; it races, so the sequence runs 30 times (two worker
+/// threads: the emulator's link task ends on one while the client attaches on the other).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_link_on_a_freed_handle_survives_the_old_links_late_detach() {
+    let emulator = emulator("PT30S").await;
+    let client = client(&emulator);
+    let mut receiver = client.receiver("orders", 0);
+    for i in 0..30 {
+        let id = format!("m-{i}");
+        client.sender("orders").send(order(&id)).await.unwrap();
+        let delivery = tokio::time::timeout(Duration::from_secs(10), receiver.receive())
+            .await
+            .expect("a delivery in time");
+        let delivery = delivery
+            .unwrap_or_else(|e| panic!("round {i}: {e:?}"))
+            .unwrap();
+        assert_eq!(delivery.message().message_id, Some(id));
+        delivery.complete().await.unwrap();
+        receiver.close().await;
+        receiver = client.receiver("orders", 0);
+    }
+}

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use sb_emulator::{Broker, Config, Emulator};
 use sb_inbox::inventory::OrderPlacedConsumer;
-use sb_inbox::worker::{ConsumerConfig, Worker, WorkerError};
+use sb_inbox::worker::{ConsumerConfig, Worker, WorkerError, store_ready};
 use sb_inbox::{ConsumerName, PgStore};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -134,6 +134,36 @@ async fn a_worker_hosts_two_consumers_with_their_own_inbox_keys_and_drains_both(
         );
     }
     emulator.shutdown().await;
+}
+
+/// Noticed in review: `/readyz`'s store ping waited for a pool connection, so a pool saturated
+/// by busy transactions answered 503. With the pool's one connection held by an open
+/// transaction a ping cannot answer (what the old probe did), yet the `store` probe is ready
+/// while a transaction committed moments ago; once the connection is back the ping answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saturated_pool_is_ready_on_recent_commits_and_a_free_one_on_a_ping() {
+    use sb_inbox::Store as _;
+    let store = pg_store("host_saturated_pool", 1).await;
+    let held = store.begin().await.unwrap();
+    let error = store_ready(&store, None).await.unwrap_err();
+    assert!(
+        error.contains("no store connection answered within 1750 ms"),
+        "{error}"
+    );
+    assert_eq!(
+        store_ready(&store, Some(tokio::time::Instant::now())).await,
+        Ok(()),
+        "a commit just now stands for the busy store"
+    );
+    drop(held);
+    let free = async {
+        while store_ready(&store, None).await.is_err() {
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), free)
+        .await
+        .expect("the returned connection answers the ping");
 }
 
 /// Two consumers under one name would share an inbox key: refused before anything runs.

@@ -14,6 +14,7 @@ mod bad_input;
 mod cli;
 mod client;
 mod emulator_wire;
+mod external;
 mod external_key;
 mod holes;
 mod host;

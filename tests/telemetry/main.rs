@@ -18,7 +18,7 @@ use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use sb_emulator::{Broker, Config, Emulator};
 use sb_inbox::inventory::{CONSUMER, OrderPlacedConsumer};
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
-use sb_inbox::telemetry::hooks::{OutboxBacklog, observe_outbox};
+use sb_inbox::telemetry::hooks::{OutboxBacklog, observe_outbox_for, observe_retention_for};
 use sb_inbox::telemetry::names::{attr, metric, value};
 use sb_inbox::telemetry::{Telemetry, TelemetryConfig};
 use sb_inbox::{
@@ -27,6 +27,9 @@ use sb_inbox::{
 };
 
 use sink::{Sink, attribute, pairs};
+
+/// A second consumer hosted beside [`CONSUMER`] (its series of the shared outbox and retention).
+const OTHER_CONSUMER: &str = "shop.payments";
 
 /// The fake upstream producer's context in `traceparent`.
 const PRODUCER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -185,10 +188,12 @@ async fn spans_and_metrics_of_processed_duplicate_dead_lettered_and_lock_lost_me
     config.log_filter = "warn".to_owned();
     let telemetry = Arc::new(sb_inbox::telemetry::init(&config).unwrap());
     assert!(telemetry.exporting());
-    let _outbox = observe_outbox(CONSUMER, || OutboxBacklog {
+    // A worker hosting two consumers: its one relay and retention report under both names.
+    let _outbox = observe_outbox_for(&[CONSUMER, OTHER_CONSUMER], || OutboxBacklog {
         pending: 3,
         oldest_age: Duration::from_secs(7),
     });
+    let _retention = observe_retention_for(&[CONSUMER, OTHER_CONSUMER], || 11);
 
     let emulator = emulator().await;
     let cs: ConnectionString = emulator.connection_string().parse().unwrap();
@@ -603,6 +608,15 @@ fn check_metrics(sink: &Sink) {
     );
     let backlog = last_metric(&metrics, metric::OUTBOX_BACKLOG);
     assert_eq!(total(backlog, &[(attr::CONSUMER, CONSUMER)]), 3.0);
+    // Each hosted consumer's own series, not the first consumer's name on a shared one.
+    assert_eq!(total(backlog, &[(attr::CONSUMER, OTHER_CONSUMER)]), 3.0);
+    assert_eq!(points(backlog).len(), 2, "one series per consumer");
+    let outbox_age = last_metric(&metrics, metric::OUTBOX_AGE);
+    assert_eq!(total(outbox_age, &[(attr::CONSUMER, OTHER_CONSUMER)]), 7.0);
+    let deleted = last_metric(&metrics, metric::RETENTION_DELETED);
+    for consumer in [CONSUMER, OTHER_CONSUMER] {
+        assert_eq!(total(deleted, &[(attr::CONSUMER, consumer)]), 11.0);
+    }
     let age = last_metric(&metrics, metric::MESSAGE_AGE);
     assert_eq!(total(age, &[(attr::DESTINATION, "orders")]), 4.0);
 

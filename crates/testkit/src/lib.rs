@@ -10,6 +10,12 @@
 //!   test harness's output capture, so `cargo test` shows it, and `.ci/test` counts these lines
 //!   in its summary.
 //!
+//! A few dependencies are *opt-in*: only a dedicated job provides them (Microsoft's Service Bus
+//! emulator in `.github/workflows/servicebus-emulator.yml`, which needs Docker). Their tests
+//! call [`opt_in`] instead of [`require`]: without the dependency they say `skipped` even under
+//! `CI=true`, so the normal CI passes without it; the dedicated job sets the dependency and fails
+//! if any of its tests still says `skipped`.
+//!
 //! ```no_run
 //! # fn proton_installed() -> bool { true }
 //! if !sb_testkit::require(sb_testkit::PROTON, proton_installed()) {
@@ -101,6 +107,15 @@ pub const POSTGRES_TLS: Dependency = Dependency {
     fix: "Debian's postgresql package enables it; a postgres container does not",
 };
 
+/// An external Service Bus (opt-in: see [`opt_in`]) whose connection string is in
+/// `SB_INBOX_EXTERNAL_SERVICEBUS`, holding the queues of `.github/servicebus-emulator/Config.json`.
+pub const EXTERNAL_SERVICEBUS: Dependency = Dependency {
+    key: "external-servicebus",
+    what: "an external Service Bus: a connection string in SB_INBOX_EXTERNAL_SERVICEBUS whose \
+           namespace has the queues of .github/servicebus-emulator/Config.json",
+    fix: "GitHub Actions' servicebus-emulator workflow runs Microsoft's emulator; it needs Docker",
+};
+
 /// The Python interpreter tests run: `SB_INBOX_PYTHON`, default `python3`. `.ci/setup` installs
 /// the packages into the same one, so pointing both at a bare virtual environment reproduces a
 /// fresh machine.
@@ -166,6 +181,20 @@ pub fn require(dep: Dependency, available: bool) -> bool {
     false
 }
 
+/// `true` when `available`; otherwise says `skipped` on stderr and returns `false`, also under
+/// `CI=true`: for an opt-in dependency that only a dedicated job provides (see the crate docs).
+pub fn opt_in(dep: Dependency, available: bool) -> bool {
+    if available {
+        return true;
+    }
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("a test");
+    if let Verdict::Skip(line) = verdict(&dep, test, false, "") {
+        let _ = writeln!(std::io::stderr(), "{line}");
+    }
+    false
+}
+
 /// Reports that the current test cannot run without `dep`: fails under CI, else says `skipped`
 /// on stderr; the caller returns early.
 ///
@@ -209,6 +238,13 @@ mod tests {
         };
         assert!(message.contains("rabbitmq_amqp1_0"), "{message}");
         assert!(message.contains("SB_INBOX_TEST_SKIP"), "{message}");
+    }
+
+    #[test]
+    fn an_opt_in_dependency_never_fails_and_is_used_when_given() {
+        // Not available: a skip, whatever CI says (the function reads CI itself).
+        assert!(!opt_in(EXTERNAL_SERVICEBUS, false));
+        assert!(opt_in(EXTERNAL_SERVICEBUS, true));
     }
 
     #[test]

@@ -85,6 +85,9 @@ pub(crate) enum Command {
     Detach {
         channel: u16,
         handle: u32,
+        /// The link's name: a handle is reused once its link is gone, and a late detach (a
+        /// link dropped after the peer detached it) must not end the link that has it now.
+        name: String,
         error: Option<AmqpError>,
         reply: Option<Reply<()>>,
     },

@@ -265,6 +265,7 @@ impl Driver {
         &mut self,
         channel: u16,
         handle: u32,
+        name: &str,
         error: Option<AmqpError>,
         reply: Option<Reply<()>>,
     ) {
@@ -272,6 +273,7 @@ impl Driver {
             .sessions
             .get_mut(&channel)
             .and_then(|s| s.links.get_mut(&handle))
+            .filter(|l| l.name == name)
         else {
             if let Some(r) = reply {
                 let _ = r.send(Ok(())); // already gone

@@ -33,9 +33,10 @@ impl Driver {
             Command::Detach {
                 channel,
                 handle,
+                name,
                 error,
                 reply,
-            } => self.detach(channel, handle, error, reply),
+            } => self.detach(channel, handle, &name, error, reply),
             Command::Send {
                 channel,
                 handle,

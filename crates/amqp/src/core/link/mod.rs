@@ -80,6 +80,7 @@ impl Drop for LinkCore {
             let _ = self.ctx.cmd.send(Command::Detach {
                 channel: self.channel,
                 handle: self.handle,
+                name: std::mem::take(&mut self.name),
                 error: None,
                 reply: None,
             });
@@ -90,11 +91,12 @@ impl Drop for LinkCore {
 impl LinkCore {
     pub(crate) async fn detach(&mut self, error: Option<AmqpError>) -> Result<()> {
         self.detached = true;
-        let (channel, handle) = (self.channel, self.handle);
+        let (channel, handle, name) = (self.channel, self.handle, self.name.clone());
         self.ctx
             .call(|reply| Command::Detach {
                 channel,
                 handle,
+                name,
                 error,
                 reply: Some(reply),
             })
