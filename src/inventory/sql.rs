@@ -50,30 +50,34 @@ const MSSQL_COUNTS: &str = "SELECT
     (SELECT CAST(count(*) AS bigint) FROM sb_inbox WHERE consumer = @P1)";
 
 impl InventoryTx for PgTx {
+    /// The reservation, its lines and the stock upserts need nothing from one another: one
+    /// round trip ([`PgTx::pipeline`]), with the upserts still in SKU order.
     async fn reserve(&mut self, message_id: &str, order: &OrderPlaced) -> Result<(), StoreError> {
-        self.execute(
-            "INSERT INTO inventory_reservation (order_id, message_id) VALUES ($1, $2)",
-            &[&order.order_id, &message_id],
-        )
-        .await?;
-        for (line_no, line) in (1i32..).zip(&order.lines) {
-            let params: [&(dyn ToSql + Sync); 4] =
-                [&order.order_id, &line_no, &line.sku, &line.quantity];
-            self.execute(
-                "INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES ($1, $2, $3, $4)",
-                &params,
-            )
-            .await?;
-        }
-        for (sku, units) in order.stock_by_sku() {
-            self.execute(
-                "INSERT INTO inventory_stock (sku, reserved) VALUES ($1, $2)
-                 ON CONFLICT (sku) DO UPDATE SET reserved = inventory_stock.reserved + excluded.reserved",
-                &[&sku, &units],
-            )
-            .await?;
-        }
-        Ok(())
+        const RESERVATION: &str =
+            "INSERT INTO inventory_reservation (order_id, message_id) VALUES ($1, $2)";
+        const LINE: &str = "INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES ($1, $2, $3, $4)";
+        const STOCK: &str = "INSERT INTO inventory_stock (sku, reserved) VALUES ($1, $2)
+                 ON CONFLICT (sku) DO UPDATE SET reserved = inventory_stock.reserved + excluded.reserved";
+        let line_numbers: Vec<i32> = (1..).take(order.lines.len()).collect();
+        let stock: Vec<(&str, i64)> = order.stock_by_sku().into_iter().collect();
+        let reservation: [&(dyn ToSql + Sync); 2] = [&order.order_id, &message_id];
+        let lines: Vec<[&(dyn ToSql + Sync); 4]> = line_numbers
+            .iter()
+            .zip(&order.lines)
+            .map(|(line_no, line)| -> [&(dyn ToSql + Sync); 4] {
+                [&order.order_id, line_no, &line.sku, &line.quantity]
+            })
+            .collect();
+        let upserts: Vec<[&(dyn ToSql + Sync); 2]> = stock
+            .iter()
+            .map(|(sku, units)| -> [&(dyn ToSql + Sync); 2] { [sku, units] })
+            .collect();
+        let mut statements: Vec<(&str, &[&(dyn ToSql + Sync)])> =
+            Vec::with_capacity(1 + lines.len() + upserts.len());
+        statements.push((RESERVATION, &reservation));
+        statements.extend(lines.iter().map(|params| (LINE, &params[..])));
+        statements.extend(upserts.iter().map(|params| (STOCK, &params[..])));
+        self.pipeline(&statements).await.map(drop)
     }
 }
 
