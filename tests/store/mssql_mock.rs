@@ -335,6 +335,32 @@ async fn mock_connection_dead_in_the_pool_is_replaced_at_begin() {
     assert_eq!(store.connections(), 1, "the dead one was dropped");
 }
 
+/// The reference consumer's 2-line order on SQL Server, run by the runtime: `BEGIN`, the inbox
+/// insert, the business key, the reservation with its lines and stock upserts in one batch,
+/// the commit (it was 10 with the health query and a request per business statement).
+#[tokio::test]
+async fn mock_two_line_order_takes_five_round_trips() {
+    use sb_inbox::inventory::{CONSUMER, OrderPlacedConsumer};
+    use sb_inbox::testing::MemoryBroker;
+    use sb_inbox::{Clock, ConsumerName, Message, Outcome, Runtime, RuntimeConfig};
+
+    let mock = mock().await;
+    let proxy = crate::round_trips::TurnProxy::start(format!("127.0.0.1:{}", mock.port)).await;
+    let store = store(proxy.port).await;
+    let broker = MemoryBroker::new(Clock::new());
+    let config = RuntimeConfig::new(ConsumerName::new(CONSUMER).unwrap());
+    let runtime = Runtime::new(broker.receiver(), store, OrderPlacedConsumer::new(), config);
+    broker.send(Message::new(
+        "m-1",
+        "orders.order-placed.v1",
+        r#"{"orderId":"o-1","lines":[{"sku":"B","quantity":1},{"sku":"A","quantity":2}]}"#,
+    ));
+    proxy.take();
+    let report = runtime.process(broker.try_receive().unwrap()).await;
+    assert_eq!(report.outcome, Outcome::Processed, "{report:?}");
+    assert_eq!(proxy.take(), 5);
+}
+
 #[tokio::test]
 async fn mock_gateway_redirect_is_followed() {
     let node = mock().await;
