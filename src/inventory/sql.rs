@@ -183,8 +183,11 @@ impl MssqlTx {
             .await?;
         let line = mssql_line(2, 3, 4);
         for (line_no, item) in (1i32..).zip(&order.lines) {
-            self.execute(&line, &[&order_id, &line_no, &item.sku.as_str(), &item.quantity])
-                .await?;
+            self.execute(
+                &line,
+                &[&order_id, &line_no, &item.sku.as_str(), &item.quantity],
+            )
+            .await?;
         }
         let upsert = mssql_upsert(1, 2);
         for (sku, units) in order.stock_by_sku() {
@@ -307,6 +310,9 @@ IF @@ROWCOUNT = 0 INSERT INTO inventory_stock (sku, reserved) VALUES (@P11, @P12
         // The largest batch stays under SQL Server's 2100 parameters.
         let most = 2 + 3 * MSSQL_BATCH_LINES + 2 * MSSQL_BATCH_LINES;
         assert!(most < 2100);
-        assert!(mssql_reserve_batch(MSSQL_BATCH_LINES, MSSQL_BATCH_LINES).contains(&format!("@P{most}")));
+        assert!(
+            mssql_reserve_batch(MSSQL_BATCH_LINES, MSSQL_BATCH_LINES)
+                .contains(&format!("@P{most}"))
+        );
     }
 }

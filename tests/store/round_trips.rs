@@ -97,9 +97,7 @@ fn through(url: &str, port: u16) -> String {
     let host = url[authority..]
         .find('@')
         .map_or(authority, |i| authority + i + 1);
-    let end = url[host..]
-        .find(['/', '?'])
-        .map_or(url.len(), |i| host + i);
+    let end = url[host..].find(['/', '?']).map_or(url.len(), |i| host + i);
     format!("{}127.0.0.1:{port}{}", &url[..host], &url[end..])
 }
 
@@ -179,7 +177,10 @@ async fn a_two_line_order_takes_four_round_trips_on_postgres() {
     broker.send(order("o-2", &["C", "A"]));
     runtime.process(broker.try_receive().unwrap()).await;
     let turns = proxy.take();
-    assert_eq!(turns, 4, "round trips of a 2-line order (the first took {first})");
+    assert_eq!(
+        turns, 4,
+        "round trips of a 2-line order (the first took {first})"
+    );
     assert!(turns <= 9, "at or below pgbench's 9");
 
     let counts = store.inventory_counts().await.unwrap();
@@ -337,11 +338,17 @@ async fn a_stale_cached_statement_fails_once_then_is_prepared_again() {
 #[tokio::test]
 async fn the_inbox_insert_writes_nothing_outside_its_transaction_block() {
     let (store, _proxy) = counted_pg_store("round_trips_pg_begin_guard").await;
-    assert_eq!(store.inbox_insert_without_begin("c", "m-1").await.unwrap(), 0);
+    assert_eq!(
+        store.inbox_insert_without_begin("c", "m-1").await.unwrap(),
+        0
+    );
     // The session's own transactions end the mark with them.
     let mut tx = store.begin().await.unwrap();
     tx.insert_inbox("c", "m-2").await.unwrap();
     tx.commit().await.unwrap();
-    assert_eq!(store.inbox_insert_without_begin("c", "m-3").await.unwrap(), 0);
+    assert_eq!(
+        store.inbox_insert_without_begin("c", "m-3").await.unwrap(),
+        0
+    );
     assert_eq!(store.count("sb_inbox").await.unwrap(), 1);
 }

@@ -717,7 +717,8 @@ impl Tx for MssqlTx {
                         Some(n) => format!(
                             "{n} transaction(s) still open after COMMIT (a nested BEGIN TRANSACTION): nothing is committed"
                         ),
-                        None => "the commit did not report @@TRANCOUNT: the outcome is unknown".to_owned(),
+                        None => "the commit did not report @@TRANCOUNT: the outcome is unknown"
+                            .to_owned(),
                     },
                 ))
             }

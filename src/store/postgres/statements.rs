@@ -26,8 +26,7 @@ pub(crate) const CAPACITY: usize = 100;
 /// SQLSTATEs that mean a cached statement must be prepared again.
 const STALE: [&str; 2] = [
     // feature_not_supported: "cached plan must not change result type".
-    "0A000",
-    // invalid_sql_statement_name: "prepared statement … does not exist".
+    "0A000", // invalid_sql_statement_name: "prepared statement … does not exist".
     "26000",
 ];
 
@@ -135,6 +134,9 @@ mod tests {
         assert_eq!(cache.get("SELECT 1"), None);
         cache.insert("SELECT 1", 1);
         assert!(cache.invalidate("SELECT 1", &error("26000")));
-        assert!(!cache.invalidate("SELECT 1", &error("26000")), "gone already");
+        assert!(
+            !cache.invalidate("SELECT 1", &error("26000")),
+            "gone already"
+        );
     }
 }
