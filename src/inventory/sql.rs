@@ -50,30 +50,34 @@ const MSSQL_COUNTS: &str = "SELECT
     (SELECT CAST(count(*) AS bigint) FROM sb_inbox WHERE consumer = @P1)";
 
 impl InventoryTx for PgTx {
+    /// The reservation, its lines and the stock upserts need nothing from one another: one
+    /// round trip ([`PgTx::pipeline`]), with the upserts still in SKU order.
     async fn reserve(&mut self, message_id: &str, order: &OrderPlaced) -> Result<(), StoreError> {
-        self.execute(
-            "INSERT INTO inventory_reservation (order_id, message_id) VALUES ($1, $2)",
-            &[&order.order_id, &message_id],
-        )
-        .await?;
-        for (line_no, line) in (1i32..).zip(&order.lines) {
-            let params: [&(dyn ToSql + Sync); 4] =
-                [&order.order_id, &line_no, &line.sku, &line.quantity];
-            self.execute(
-                "INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES ($1, $2, $3, $4)",
-                &params,
-            )
-            .await?;
-        }
-        for (sku, units) in order.stock_by_sku() {
-            self.execute(
-                "INSERT INTO inventory_stock (sku, reserved) VALUES ($1, $2)
-                 ON CONFLICT (sku) DO UPDATE SET reserved = inventory_stock.reserved + excluded.reserved",
-                &[&sku, &units],
-            )
-            .await?;
-        }
-        Ok(())
+        const RESERVATION: &str =
+            "INSERT INTO inventory_reservation (order_id, message_id) VALUES ($1, $2)";
+        const LINE: &str = "INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES ($1, $2, $3, $4)";
+        const STOCK: &str = "INSERT INTO inventory_stock (sku, reserved) VALUES ($1, $2)
+                 ON CONFLICT (sku) DO UPDATE SET reserved = inventory_stock.reserved + excluded.reserved";
+        let line_numbers: Vec<i32> = (1..).take(order.lines.len()).collect();
+        let stock: Vec<(&str, i64)> = order.stock_by_sku().into_iter().collect();
+        let reservation: [&(dyn ToSql + Sync); 2] = [&order.order_id, &message_id];
+        let lines: Vec<[&(dyn ToSql + Sync); 4]> = line_numbers
+            .iter()
+            .zip(&order.lines)
+            .map(|(line_no, line)| -> [&(dyn ToSql + Sync); 4] {
+                [&order.order_id, line_no, &line.sku, &line.quantity]
+            })
+            .collect();
+        let upserts: Vec<[&(dyn ToSql + Sync); 2]> = stock
+            .iter()
+            .map(|(sku, units)| -> [&(dyn ToSql + Sync); 2] { [sku, units] })
+            .collect();
+        let mut statements: Vec<(&str, &[&(dyn ToSql + Sync)])> =
+            Vec::with_capacity(1 + lines.len() + upserts.len());
+        statements.push((RESERVATION, &reservation));
+        statements.extend(lines.iter().map(|params| (LINE, &params[..])));
+        statements.extend(upserts.iter().map(|params| (STOCK, &params[..])));
+        self.pipeline(&statements).await.map(drop)
     }
 }
 
@@ -100,29 +104,94 @@ impl InventoryTx for SqliteTx {
     }
 }
 
+/// Orders with more lines than this take one round trip per statement on SQL Server instead of
+/// one batch: a request carries at most 2100 parameters.
+const MSSQL_BATCH_LINES: usize = 300;
+
+const MSSQL_RESERVATION: &str =
+    "INSERT INTO inventory_reservation (order_id, message_id) VALUES (@P1, @P2);";
+/// `{line_no}`, `{sku}`, `{quantity}` stand for parameter names (`@P1` is the order id).
+const MSSQL_LINE: &str = "INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES (@P1, {line_no}, {sku}, {quantity});";
+/// Update-then-insert under a key-range lock: two orders for a new SKU cannot both insert it.
+/// `{sku}` and `{units}` stand for parameter names.
+const MSSQL_UPSERT: &str = "UPDATE inventory_stock WITH (UPDLOCK, HOLDLOCK) SET reserved = reserved + {units} WHERE sku = {sku};
+IF @@ROWCOUNT = 0 INSERT INTO inventory_stock (sku, reserved) VALUES ({sku}, {units});";
+
+fn mssql_line(line_no: usize, sku: usize, quantity: usize) -> String {
+    MSSQL_LINE
+        .replace("{line_no}", &format!("@P{line_no}"))
+        .replace("{sku}", &format!("@P{sku}"))
+        .replace("{quantity}", &format!("@P{quantity}"))
+}
+
+fn mssql_upsert(sku: usize, units: usize) -> String {
+    MSSQL_UPSERT
+        .replace("{sku}", &format!("@P{sku}"))
+        .replace("{units}", &format!("@P{units}"))
+}
+
+/// The reservation of an order of `lines` lines over `skus` SKUs as one SQL Server batch.
+/// Parameters: `@P1` order id, `@P2` message id, then per line its number, SKU and quantity,
+/// then per SKU (in SKU order) the SKU and its units.
+fn mssql_reserve_batch(lines: usize, skus: usize) -> String {
+    let mut statements = vec![MSSQL_RESERVATION.to_owned()];
+    let mut next = 3;
+    for _ in 0..lines {
+        statements.push(mssql_line(next, next + 1, next + 2));
+        next += 3;
+    }
+    for _ in 0..skus {
+        statements.push(mssql_upsert(next, next + 1));
+        next += 2;
+    }
+    statements.join("\n")
+}
+
 impl InventoryTx for MssqlTx {
+    /// One batch, one round trip. With `XACT_ABORT ON` its first error ends the batch and the
+    /// transaction; after a savepoint (`XACT_ABORT OFF`) the statements after a failed one may
+    /// still run, but the transaction keeps the first error and only a rollback follows.
     async fn reserve(&mut self, message_id: &str, order: &OrderPlaced) -> Result<(), StoreError> {
-        self.execute(
-            "INSERT INTO inventory_reservation (order_id, message_id) VALUES (@P1, @P2)",
-            &[&order.order_id.as_str(), &message_id],
-        )
-        .await?;
-        for (line_no, line) in (1i32..).zip(&order.lines) {
+        if order.lines.len() > MSSQL_BATCH_LINES {
+            return self.reserve_one_by_one(message_id, order).await;
+        }
+        let order_id = order.order_id.as_str();
+        let line_numbers: Vec<i32> = (1..).take(order.lines.len()).collect();
+        let skus: Vec<&str> = order.lines.iter().map(|line| line.sku.as_str()).collect();
+        let stock: Vec<(&str, i64)> = order.stock_by_sku().into_iter().collect();
+        let mut params: Vec<&dyn tiberius::ToSql> = vec![&order_id, &message_id];
+        for ((line_no, sku), line) in line_numbers.iter().zip(&skus).zip(&order.lines) {
+            params.extend([line_no as &dyn tiberius::ToSql, sku, &line.quantity]);
+        }
+        for (sku, units) in &stock {
+            params.extend([sku as &dyn tiberius::ToSql, units]);
+        }
+        let sql = mssql_reserve_batch(order.lines.len(), stock.len());
+        self.execute(&sql, &params).await.map(drop)
+    }
+}
+
+impl MssqlTx {
+    /// [`InventoryTx::reserve`] a statement at a time, for orders too large for one batch.
+    async fn reserve_one_by_one(
+        &mut self,
+        message_id: &str,
+        order: &OrderPlaced,
+    ) -> Result<(), StoreError> {
+        let order_id = order.order_id.as_str();
+        self.execute(MSSQL_RESERVATION, &[&order_id, &message_id])
+            .await?;
+        let line = mssql_line(2, 3, 4);
+        for (line_no, item) in (1i32..).zip(&order.lines) {
             self.execute(
-                "INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES (@P1, @P2, @P3, @P4)",
-                &[&order.order_id.as_str(), &line_no, &line.sku.as_str(), &line.quantity],
+                &line,
+                &[&order_id, &line_no, &item.sku.as_str(), &item.quantity],
             )
             .await?;
         }
+        let upsert = mssql_upsert(1, 2);
         for (sku, units) in order.stock_by_sku() {
-            // Update-then-insert under a key-range lock: two orders for a new SKU cannot both
-            // insert it.
-            self.execute(
-                "UPDATE inventory_stock WITH (UPDLOCK, HOLDLOCK) SET reserved = reserved + @P2 WHERE sku = @P1;
-                 IF @@ROWCOUNT = 0 INSERT INTO inventory_stock (sku, reserved) VALUES (@P1, @P2);",
-                &[&sku, &units],
-            )
-            .await?;
+            self.execute(&upsert, &[&sku, &units]).await?;
         }
         Ok(())
     }
@@ -217,5 +286,33 @@ impl InventoryStore for SqliteStore {
             })
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every parameter of the batch is numbered once, in the order `reserve` binds them.
+    #[test]
+    fn mssql_batch_numbers_parameters_in_binding_order() {
+        let sql = mssql_reserve_batch(2, 2);
+        assert_eq!(
+            sql,
+            "INSERT INTO inventory_reservation (order_id, message_id) VALUES (@P1, @P2);
+INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES (@P1, @P3, @P4, @P5);
+INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES (@P1, @P6, @P7, @P8);
+UPDATE inventory_stock WITH (UPDLOCK, HOLDLOCK) SET reserved = reserved + @P10 WHERE sku = @P9;
+IF @@ROWCOUNT = 0 INSERT INTO inventory_stock (sku, reserved) VALUES (@P9, @P10);
+UPDATE inventory_stock WITH (UPDLOCK, HOLDLOCK) SET reserved = reserved + @P12 WHERE sku = @P11;
+IF @@ROWCOUNT = 0 INSERT INTO inventory_stock (sku, reserved) VALUES (@P11, @P12);"
+        );
+        // The largest batch stays under SQL Server's 2100 parameters.
+        let most = 2 + 3 * MSSQL_BATCH_LINES + 2 * MSSQL_BATCH_LINES;
+        assert!(most < 2100);
+        assert!(
+            mssql_reserve_batch(MSSQL_BATCH_LINES, MSSQL_BATCH_LINES)
+                .contains(&format!("@P{most}"))
+        );
     }
 }

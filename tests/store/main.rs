@@ -15,4 +15,5 @@ mod mssql_mock;
 mod outbox;
 mod postgres_errors;
 mod postgres_tls;
+mod round_trips;
 mod sqlite_errors;

@@ -56,16 +56,28 @@ fn spawn(server: MockTdsServer) -> Mock {
     }
 }
 
-/// A mock whose health check reports no open transaction.
+/// The commit batches (after a savepoint the commit also restores `XACT_ABORT`).
+const COMMITS: [&str; 2] = [
+    "COMMIT TRANSACTION; SELECT @@TRANCOUNT",
+    "COMMIT TRANSACTION; SELECT @@TRANCOUNT; SET XACT_ABORT ON",
+];
+
+/// `@@TRANCOUNT` as the server reports it.
+fn trancount(open: i32) -> QueryResponse {
+    QueryResponse::new(
+        vec![ColumnDefinition::new("", SqlDataType::Int)],
+        vec![Row::new(vec![ColumnValue::Int(open)])],
+    )
+}
+
+/// A mock whose commits leave no transaction open.
 async fn mock() -> Mock {
     let mock = spawn(MockTdsServer::new("127.0.0.1:0").await.unwrap());
-    mock.registry.lock().await.register(
-        "SELECT @@TRANCOUNT",
-        QueryResponse::new(
-            vec![ColumnDefinition::new("", SqlDataType::Int)],
-            vec![Row::new(vec![ColumnValue::Int(0)])],
-        ),
-    );
+    let mut registry = mock.registry.lock().await;
+    for commit in COMMITS {
+        registry.register(commit, trancount(0));
+    }
+    drop(registry);
     mock
 }
 
@@ -301,6 +313,54 @@ async fn mock_dropped_connection_is_evicted_and_pool_recovers() {
     assert_eq!(store.connections(), 1);
 }
 
+/// With no health query at checkout, a connection that died idle in the pool is found out by
+/// `BEGIN`, which has no effect: the store begins on a fresh connection instead, and the
+/// transaction never sees the dead one.
+#[tokio::test]
+async fn mock_connection_dead_in_the_pool_is_replaced_at_begin() {
+    let mock = mock().await;
+    let proxy = Proxy::start(mock.port).await;
+    let store = store(proxy.port).await;
+    let mut tx = store.begin().await.unwrap();
+    tx.insert_inbox("c", "m-1").await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(proxy.accepted.load(Ordering::SeqCst), 1);
+
+    // The idle pooled connection loses its socket.
+    proxy.cut();
+    let mut tx = store.begin().await.expect("begun on a fresh connection");
+    tx.insert_inbox("c", "m-2").await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(proxy.accepted.load(Ordering::SeqCst), 2, "one new login");
+    assert_eq!(store.connections(), 1, "the dead one was dropped");
+}
+
+/// The reference consumer's 2-line order on SQL Server, run by the runtime: `BEGIN`, the inbox
+/// insert, the business key, the reservation with its lines and stock upserts in one batch,
+/// the commit (it was 10 with the health query and a request per business statement).
+#[tokio::test]
+async fn mock_two_line_order_takes_five_round_trips() {
+    use sb_inbox::inventory::{CONSUMER, OrderPlacedConsumer};
+    use sb_inbox::testing::MemoryBroker;
+    use sb_inbox::{Clock, ConsumerName, Message, Outcome, Runtime, RuntimeConfig};
+
+    let mock = mock().await;
+    let proxy = crate::round_trips::TurnProxy::start(format!("127.0.0.1:{}", mock.port)).await;
+    let store = store(proxy.port).await;
+    let broker = MemoryBroker::new(Clock::new());
+    let config = RuntimeConfig::new(ConsumerName::new(CONSUMER).unwrap());
+    let runtime = Runtime::new(broker.receiver(), store, OrderPlacedConsumer::new(), config);
+    broker.send(Message::new(
+        "m-1",
+        "orders.order-placed.v1",
+        r#"{"orderId":"o-1","lines":[{"sku":"B","quantity":1},{"sku":"A","quantity":2}]}"#,
+    ));
+    proxy.take();
+    let report = runtime.process(broker.try_receive().unwrap()).await;
+    assert_eq!(report.outcome, Outcome::Processed, "{report:?}");
+    assert_eq!(proxy.take(), 5);
+}
+
 #[tokio::test]
 async fn mock_gateway_redirect_is_followed() {
     let node = mock().await;
@@ -341,8 +401,13 @@ async fn mock_entra_token_is_sent_per_new_connection() {
     );
 }
 
+/// Issue 15: no health query per checkout. Checking a connection out sends nothing (a
+/// connection counts as valid until a request on it fails), so a transaction of one insert is
+/// 3 round trips (it was 4 with `SELECT @@TRANCOUNT` first), counted on the wire. The check
+/// that no transaction stays open moved into the commit's batch: a commit that leaves one open
+/// (a handler's nested `BEGIN TRANSACTION`) fails, and the pool drops the connection.
 #[tokio::test]
-async fn mock_health_check_rejects_a_connection_inside_a_transaction() {
+async fn mock_checkout_sends_nothing_and_the_commit_checks_trancount() {
     use bb8::ManageConnection as _;
     use sb_inbox::store::mssql::MssqlManager;
 
@@ -352,17 +417,26 @@ async fn mock_health_check_rejects_a_connection_inside_a_transaction() {
     manager.is_valid(&mut conn).await.unwrap();
     assert!(!manager.has_broken(&mut conn));
 
-    // The server now reports an open transaction on this session.
-    mock.registry.lock().await.register(
-        "SELECT @@TRANCOUNT",
-        QueryResponse::new(
-            vec![ColumnDefinition::new("", SqlDataType::Int)],
-            vec![Row::new(vec![ColumnValue::Int(1)])],
-        ),
-    );
-    let error = manager.is_valid(&mut conn).await.unwrap_err();
-    assert!(error.message().contains("open transaction"), "{error}");
-    assert!(manager.has_broken(&mut conn), "the pool discards it");
+    let proxy = crate::round_trips::TurnProxy::start(format!("127.0.0.1:{}", mock.port)).await;
+    let store = store(proxy.port).await;
+    proxy.take();
+    let mut tx = store.begin().await.unwrap();
+    tx.insert_inbox("c", "m-1").await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(proxy.take(), 3, "BEGIN, the insert, the commit");
+
+    // The server now reports a transaction still open after the commit.
+    let mut registry = mock.registry.lock().await;
+    for commit in COMMITS {
+        registry.register(commit, trancount(1));
+    }
+    drop(registry);
+    let mut tx = store.begin().await.unwrap();
+    tx.insert_inbox("c", "m-2").await.unwrap();
+    let error = tx.commit().await.unwrap_err();
+    assert!(error.message().contains("still open"), "{error}");
+    assert!(error.kind().is_transient());
+    assert_eq!(store.connections(), 0, "the pool dropped it");
 }
 
 #[test]

@@ -265,7 +265,12 @@ async fn admin_shutdown_then_connection_loss_are_transient_and_the_pool_recovers
     assert_eq!(refused.kind(), ErrorKind::Unavailable);
     // The statement itself, sent anyway, meets the closed connection.
     let error = sb_inbox::store::postgres::classify(
-        tx.client().execute("SELECT 1", &[]).await.unwrap_err(),
+        tx.client()
+            .await
+            .unwrap()
+            .execute("SELECT 1", &[])
+            .await
+            .unwrap_err(),
     );
     assert_eq!(error.kind(), ErrorKind::Connection, "{error}");
     assert!(error.kind().is_transient());
@@ -285,7 +290,12 @@ async fn a_commit_answered_with_rollback_is_an_error() {
     let store = pg_store("pg_commit_answered_rollback", 1).await;
     let mut tx = begin(&store).await;
     tx.insert_inbox("c", "m-1").await.unwrap();
-    tx.client().execute("SELECT 1 / 0", &[]).await.unwrap_err();
+    tx.client()
+        .await
+        .unwrap()
+        .execute("SELECT 1 / 0", &[])
+        .await
+        .unwrap_err();
     let error = tx.commit().await.expect_err("nothing was committed");
     assert_eq!(error.code(), Some("25P02"), "{error}");
     assert!(error.kind().is_transient(), "{error}");

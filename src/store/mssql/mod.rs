@@ -5,8 +5,10 @@
 //! - [`MssqlStore`] / [`MssqlTx`]: the [`Store`] port.
 //! - [`MssqlManager`]: connects (TCP, TLS through rustls on ring, Azure gateway redirects,
 //!   Entra ID tokens), prepares each session (`SET XACT_ABORT ON`, `SET LANGUAGE us_english`,
-//!   the ANSI options filtered indexes need), checks health (`@@TRANCOUNT` must be 0) and evicts
-//!   connections marked broken.
+//!   the ANSI options filtered indexes need) and evicts connections marked broken. Checking a
+//!   connection out sends nothing: a connection is broken when a request on it failed with a
+//!   connection error or timed out, or when it went back inside a transaction; the commit
+//!   itself checks that `@@TRANCOUNT` went to 0 (no health query per transaction).
 //! - [`MssqlConfig`]: ADO.NET connection strings and `mssql://` URLs, printable without secrets.
 //! - [`TokenSource`] / [`AzureTokenSource`]: Entra ID access tokens for Azure SQL.
 //! - [`classify`]: error numbers and constraint names to [`ErrorKind`]; its docs list the
@@ -70,9 +72,6 @@ pub const MIGRATIONS: &[Migration] = &[
 const SESSION_SETUP: &str = "SET XACT_ABORT ON; SET LANGUAGE us_english; SET ANSI_NULLS ON; \
      SET ANSI_PADDING ON; SET ANSI_WARNINGS ON; SET ARITHABORT ON; SET CONCAT_NULL_YIELDS_NULL ON; \
      SET QUOTED_IDENTIFIER ON; SET NUMERIC_ROUNDABORT OFF;";
-
-/// The health check: a pooled connection must not be inside a transaction.
-const HEALTH_CHECK: &str = "SELECT @@TRANCOUNT";
 
 /// How long the TCP connect may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -253,27 +252,17 @@ impl ManageConnection for MssqlManager {
         Ok(conn)
     }
 
+    /// No round trip: tiberius has no closed state to read, so a connection counts as valid
+    /// until a request on it fails with a connection error or times out (then it is marked
+    /// broken and evicted). A connection never goes back to the pool inside a transaction: it
+    /// is marked while one is open, and the commit checks `@@TRANCOUNT` in its own batch.
     async fn is_valid(&self, conn: &mut MssqlConn) -> Result<(), StoreError> {
-        let rows = conn.batch(HEALTH_CHECK).await?;
-        let open = rows
-            .first()
-            .and_then(|row| row.try_get::<i32, _>(0).ok().flatten())
-            .ok_or_else(|| {
-                conn.broken = true;
-                StoreError::new(
-                    ErrorKind::Connection,
-                    None,
-                    None,
-                    "health check returned no @@TRANCOUNT",
-                )
-            })?;
-        if open != 0 {
-            conn.broken = true;
+        if conn.broken {
             return Err(StoreError::new(
                 ErrorKind::Connection,
                 None,
                 None,
-                format!("pooled connection has {open} open transaction(s)"),
+                "the pooled SQL Server connection is broken",
             ));
         }
         Ok(())
@@ -467,16 +456,31 @@ impl MssqlStore {
 impl Store for MssqlStore {
     type Tx = MssqlTx;
 
+    /// Checks a connection out and begins. With no health query at checkout, a connection
+    /// that died idle in the pool (a failover, a dropped NAT entry) is found out here; `BEGIN`
+    /// has no effect, so the next connection is tried, as many times as there were idle ones
+    /// and once more (a new connection): after a failover they are all gone.
     async fn begin(&self) -> Result<MssqlTx, StoreError> {
-        let mut conn = self.connection().await?;
-        // Marked first: if BEGIN is cancelled half-way the pool discards the connection.
-        conn.in_tx = true;
-        conn.batch("BEGIN TRANSACTION").await?;
-        Ok(MssqlTx {
-            conn,
-            state: TxState::default(),
-            xact_abort_off: false,
-        })
+        let mut attempts = self.pool.state().idle_connections + 1;
+        loop {
+            let mut conn = self.connection().await?;
+            // Marked first: if BEGIN is cancelled half-way the pool discards the connection.
+            conn.in_tx = true;
+            match conn.batch("BEGIN TRANSACTION").await {
+                Ok(_) => {
+                    return Ok(MssqlTx {
+                        conn,
+                        state: TxState::default(),
+                        xact_abort_off: false,
+                    });
+                }
+                Err(error) if error.kind() == ErrorKind::Connection && attempts > 1 => {
+                    attempts -= 1;
+                    tracing::debug!(%error, "A pooled SQL Server connection is gone; trying the next.");
+                }
+                Err(error) => return Err(error),
+            }
+        }
     }
 }
 
@@ -536,16 +540,16 @@ impl MssqlTx {
     }
 
     /// Ends the transaction with `sql`, restoring `XACT_ABORT`; on failure rolls back, so the
-    /// connection stays reusable.
-    async fn finish(&mut self, sql: &str) -> Result<(), StoreError> {
+    /// connection stays reusable. Returns the batch's rows.
+    async fn finish(&mut self, sql: &str) -> Result<Vec<Row>, StoreError> {
         let restore = if self.xact_abort_off {
             "; SET XACT_ABORT ON"
         } else {
             ""
         };
-        let result = self.conn.batch(&format!("{sql}{restore}")).await.map(drop);
+        let result = self.conn.batch(&format!("{sql}{restore}")).await;
         let ended = match &result {
-            Ok(()) => true,
+            Ok(_) => true,
             Err(_) => self
                 .conn
                 .batch(&format!("{ROLLBACK}{restore}"))
@@ -558,6 +562,11 @@ impl MssqlTx {
         result
     }
 }
+
+/// Commits and reads `@@TRANCOUNT` in the same batch, which must be 0: a `BEGIN TRANSACTION`
+/// run by a handler nests, so `COMMIT` only decremented the count and nothing is durable yet.
+/// (This was the health query each checkout ran before; here it costs no round trip.)
+const COMMIT: &str = "COMMIT TRANSACTION; SELECT @@TRANCOUNT";
 
 /// Tolerant of a transaction that is already gone: `XACT_ABORT` rolls back on any error.
 const ROLLBACK: &str = "IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION";
@@ -691,11 +700,33 @@ impl Tx for MssqlTx {
             }
             return Err(refused);
         }
-        self.finish("COMMIT TRANSACTION").await
+        let rows = self.finish(COMMIT).await?;
+        let open = rows
+            .first()
+            .and_then(|row| row.try_get::<i32, _>(0).ok().flatten());
+        match open {
+            Some(0) => Ok(()),
+            open => {
+                // Dropped by the pool: closing the session rolls the outer transaction back.
+                self.conn.broken = true;
+                Err(StoreError::new(
+                    ErrorKind::Unknown,
+                    None,
+                    None,
+                    match open {
+                        Some(n) => format!(
+                            "{n} transaction(s) still open after COMMIT (a nested BEGIN TRANSACTION): nothing is committed"
+                        ),
+                        None => "the commit did not report @@TRANCOUNT: the outcome is unknown"
+                            .to_owned(),
+                    },
+                ))
+            }
+        }
     }
 
     async fn rollback(mut self) -> Result<(), StoreError> {
-        self.finish(ROLLBACK).await
+        self.finish(ROLLBACK).await.map(drop)
     }
 }
 

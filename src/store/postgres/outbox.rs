@@ -75,11 +75,7 @@ impl PgStore {
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<u64, StoreError> {
         let mut conn = self.connection().await?;
-        let statement = conn.prepared(sql).await?;
-        conn.client
-            .execute(&statement, params)
-            .await
-            .map_err(classify)
+        conn.execute_cached(sql, params).await
     }
 }
 
@@ -91,15 +87,12 @@ impl OutboxStore for PgStore {
         limit_to: usize,
     ) -> Result<Vec<OutboxRow>, StoreError> {
         let mut conn = self.connection().await?;
-        let statement = conn.prepared(CLAIM).await?;
         let rows = conn
-            .client
-            .query(
-                &statement,
+            .query_cached(
+                CLAIM,
                 &[&lease.until(), &lease.token(), &now, &limit(limit_to)],
             )
-            .await
-            .map_err(classify)?;
+            .await?;
         let mut claimed = rows.iter().map(outbox_row).collect::<Result<Vec<_>, _>>()?;
         // RETURNING follows no order.
         claimed.sort_by_key(|row| row.id);
