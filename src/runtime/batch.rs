@@ -64,6 +64,11 @@ where
     H: Handler<S::Tx>,
 {
     let config = &inner.config;
+    tracing::info!(
+        batch_size = config.batch_size,
+        batch_linger_ms = config.batch_linger.as_millis(),
+        "Batched transactions: up to batch_size deliveries per transaction."
+    );
     let held = Arc::new(Semaphore::new(
         config.concurrency.saturating_mul(config.batch_size) + config.prefetch,
     ));
