@@ -973,6 +973,24 @@ concurrency = 4
     }
 
     #[test]
+    fn batching_is_off_by_default_and_set_by_file_or_environment() {
+        let config = load(GOOD, &[]).unwrap();
+        assert_eq!(config.runtime.batch_size, 1);
+        assert_eq!(config.runtime.batch_linger, Duration::from_millis(5));
+        let file = format!("{GOOD}\nbatch_size = 64\nbatch_linger_ms = 20\n");
+        let config = load(&file, &[("SB_INBOX_BATCH_SIZE", "16")]).unwrap();
+        assert_eq!(config.runtime.batch_size, 16);
+        assert_eq!(config.runtime.batch_linger, Duration::from_millis(20));
+        let problems = load(GOOD, &[("SB_INBOX_BATCH_SIZE", "0")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            problems.contains("runtime.batch_size (SB_INBOX_BATCH_SIZE)"),
+            "{problems}"
+        );
+    }
+
+    #[test]
     fn every_problem_is_reported_at_once() {
         let errors = load(
             "consumer = \"Bad Name\"\n[runtime]\nconcurrency = 0\n",
