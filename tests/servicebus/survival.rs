@@ -217,6 +217,31 @@ async fn send_all(client: &ServiceBusClient, messages: Vec<Message>) {
     }
 }
 
+/// Each of `orders` orders reserved once (one inbox row each), the units per SKU exactly
+/// `expected`, and nothing dead-lettered.
+async fn every_order_once(
+    store: &PgStore,
+    schema: &str,
+    client: &ServiceBusClient,
+    orders: usize,
+    expected: &BTreeMap<String, i64>,
+) {
+    let counts = store.inventory_counts().await.unwrap();
+    let orders = orders as i64;
+    assert_eq!(
+        (counts.reservations, counts.inbox_rows),
+        (orders, orders),
+        "each order committed once"
+    );
+    assert_eq!(&units_per_sku(schema).await, expected);
+    assert!(
+        peeked_ids(client, "orders/$DeadLetterQueue")
+            .await
+            .is_empty(),
+        "nothing valid dead-lettered"
+    );
+}
+
 /// Must show 2: links idle for 3 s are force-detached and tokens honoured for 10 s. 50 orders,
 /// 25 s of silence (every link of the worker detached as idle, every token expired), 50 more:
 /// each reserved once, each reservation's event published by the relay, the worker alive and
@@ -347,18 +372,7 @@ async fn three_workers_under_random_faults_apply_every_order_once() {
     }
     eprintln!("{test}: processed {processed}, duplicates {duplicates}");
     assert_eq!(processed, ORDERS as u64, "each order committed once");
-    let counts = store.inventory_counts().await.unwrap();
-    assert_eq!(
-        (counts.reservations, counts.inbox_rows),
-        (ORDERS as i64, ORDERS as i64)
-    );
-    assert_eq!(units_per_sku(&schema).await, expected);
-    assert!(
-        peeked_ids(&client, "orders/$DeadLetterQueue")
-            .await
-            .is_empty(),
-        "nothing valid dead-lettered"
-    );
+    every_order_once(&store, &schema, &client, ORDERS, &expected).await;
 }
 
 /// Batched transactions under SIGKILL: three `sb-inbox run` processes with
@@ -431,17 +445,5 @@ async fn batched_workers_killed_at_random_apply_every_order_once() {
     for worker in workers {
         worker.terminate().await;
     }
-    let counts = store.inventory_counts().await.unwrap();
-    assert_eq!(
-        (counts.reservations, counts.inbox_rows),
-        (ORDERS as i64, ORDERS as i64),
-        "each order committed once"
-    );
-    assert_eq!(units_per_sku(&schema).await, expected);
-    assert!(
-        peeked_ids(&client, "orders/$DeadLetterQueue")
-            .await
-            .is_empty(),
-        "nothing valid dead-lettered"
-    );
+    every_order_once(&store, &schema, &client, ORDERS, &expected).await;
 }
