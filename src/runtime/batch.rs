@@ -238,6 +238,7 @@ where
     D: Delivery,
 {
     let step = inner.step();
+    step.observer.batch(members.len());
     let mut members: Vec<Member<D>> = members
         .into_iter()
         .map(|(delivery, lock)| {
