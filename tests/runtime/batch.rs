@@ -272,3 +272,63 @@ async fn a_commit_failure_abandons_the_whole_batch() {
     assert_eq!(store.count("sb_inbox").await.unwrap(), 2);
     assert_eq!(broker.counts().completed, 3);
 }
+
+/// Accepts `orders.order-placed.v1`; the message `kill` ends its own database session
+/// (`pg_terminate_backend`), as a failover or a dropped connection would mid-batch.
+#[derive(Debug)]
+struct KillsItsSession(Vec<sb_inbox::Contract>);
+
+impl sb_inbox::Handler<sb_inbox::store::PgTx> for KillsItsSession {
+    type Payload = ();
+
+    fn contracts(&self) -> &[sb_inbox::Contract] {
+        &self.0
+    }
+
+    fn decode(&self, _: &sb_inbox::Contract, _: &[u8]) -> Result<(), sb_inbox::DecodeError> {
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        ctx: &sb_inbox::Context<'_, ()>,
+        tx: &mut sb_inbox::store::PgTx,
+    ) -> Result<sb_inbox::Handled, sb_inbox::HandlerError> {
+        if ctx.message_id == "kill" {
+            tx.execute("SELECT pg_terminate_backend(pg_backend_pid())", &[])
+                .await?;
+        }
+        Ok(sb_inbox::Handled::Processed)
+    }
+}
+
+/// A statement that ends the whole transaction (its session is gone) takes only its delivery
+/// out: it is abandoned, and the deliveries before and after it commit in a new transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_that_ends_the_transaction_is_taken_out_and_the_rest_commit() {
+    let store = pg_store("rt_batch_session_killed", 2).await;
+    let broker = MemoryBroker::new(Clock::new());
+    let runtime = Runtime::new(
+        broker.receiver(),
+        store.clone(),
+        KillsItsSession(vec![sb_inbox::Contract::new("orders.order-placed", 1)]),
+        batched("billing.order-placed.v1", BATCH),
+    );
+    for id in ["m-1", "kill", "m-3"] {
+        broker.send(order(id, "o-1"));
+    }
+    let batch: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    let reports = runtime.process_batch(batch).await;
+    assert_eq!(
+        outcomes(&reports),
+        [Outcome::Processed, Outcome::Transient, Outcome::Processed],
+        "{reports:?}"
+    );
+    assert!(
+        reports.iter().all(|r| r.settled == Some(Ok(()))),
+        "{reports:?}"
+    );
+    assert_eq!(store.count("sb_inbox").await.unwrap(), 2);
+    let c = broker.counts();
+    assert_eq!((c.completed, c.abandoned), (2, 1));
+}
