@@ -117,6 +117,16 @@ param lockMarginSecs int = 10
 @minValue(1)
 param maxProcessingSecs int = 300
 
+@description('Deliveries committed in one database transaction, a savepoint each; 1 (default) commits each delivery on its own. See docs/deploy.md for what batching trades.')
+@minValue(1)
+@maxValue(1000)
+param batchSize int = 1
+
+@description('Milliseconds a batch waits for more deliveries after its first.')
+@minValue(0)
+@maxValue(10000)
+param batchLingerMs int = 5
+
 @description('Outbox rows the relay claims per pass.')
 @minValue(1)
 @maxValue(1000)
@@ -397,6 +407,8 @@ module app 'modules/containerapp.bicep' = {
       prefetch: prefetch
       lockMarginSecs: lockMarginSecs
       maxProcessingSecs: maxProcessingSecs
+      batchSize: batchSize
+      batchLingerMs: batchLingerMs
       shutdownGraceSecs: shutdownGraceSecs
       telemetryFlushSecs: telemetryFlushSecs
       healthPort: healthPort

@@ -212,6 +212,8 @@ var workerEnv = [
   { name: 'SB_INBOX_PREFETCH', value: string(worker.prefetch) }
   { name: 'SB_INBOX_LOCK_MARGIN_SECS', value: string(worker.lockMarginSecs) }
   { name: 'SB_INBOX_MAX_PROCESSING_SECS', value: string(worker.maxProcessingSecs) }
+  { name: 'SB_INBOX_BATCH_SIZE', value: string(worker.batchSize) }
+  { name: 'SB_INBOX_BATCH_LINGER_MS', value: string(worker.batchLingerMs) }
   { name: 'SB_INBOX_SHUTDOWN_GRACE_SECS', value: string(worker.shutdownGraceSecs) }
   { name: 'SB_INBOX_HEALTH_PORT', value: string(worker.healthPort) }
   { name: 'SB_INBOX_LOCK_DURATION_SECS', value: string(worker.lockDurationSecs) }

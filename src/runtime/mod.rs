@@ -9,12 +9,15 @@
 //!   [`JsonContract`] on the message type, wrapped in [`Json`]) is the typed way for JSON bodies.
 //! - [`IdempotencyKey`]: the key a handler sends to a downstream API, the same on every
 //!   delivery of one logical message.
+//! - `batch` runs up to [`RuntimeConfig::batch_size`] deliveries in one transaction, a
+//!   savepoint each, reusing `process`'s pieces.
 //! - [`DelayedRetry`] with a [`RetryPolicy`]: transient failures scheduled for later instead of
 //!   abandoned, keeping the logical message id ([`LOGICAL_ID_PROPERTY`]).
 //!
 //! The runtime sees only [`crate::ports`]: no SQL dialect, no AMQP frame.
 
 mod backoff;
+mod batch;
 mod clock;
 mod consumer;
 mod envelope;
@@ -33,7 +36,7 @@ mod store_health;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -89,12 +92,20 @@ pub struct RuntimeConfig {
     /// delivery count bounds the attempts); `Some` schedules a copy for later and completes the
     /// original, then dead-letters with `RetriesExhausted` after the policy's retries.
     pub delayed_retry: Option<DelayedRetry>,
+    /// Deliveries committed in one database transaction, each inside its own savepoint
+    /// (`runtime.batch_size`). 1, the default, runs one transaction per delivery. With more,
+    /// `concurrency` counts batches in flight and [`RuntimeConfig::max_processing`] bounds a
+    /// whole batch; see the `batch` module for what batching trades.
+    pub batch_size: usize,
+    /// How long a batch waits for more deliveries after its first before it starts with what it
+    /// has (`runtime.batch_linger_ms`).
+    pub batch_linger: Duration,
 }
 
 impl RuntimeConfig {
     /// Defaults: concurrency 8, prefetch 0, margin 10 s, lock duration unknown, at most 5 min
     /// of processing (the SDKs' default maximum auto-lock-renewal duration), grace 30 s, no
-    /// delayed retries.
+    /// delayed retries, no batching (batch size 1, linger 5 ms when batching).
     pub fn new(consumer: ConsumerName) -> Self {
         RuntimeConfig {
             consumer,
@@ -105,6 +116,8 @@ impl RuntimeConfig {
             max_processing: Duration::from_secs(300),
             shutdown_grace: Duration::from_secs(30),
             delayed_retry: None,
+            batch_size: 1,
+            batch_linger: DEFAULT_BATCH_LINGER,
         }
     }
 
@@ -118,6 +131,9 @@ impl RuntimeConfig {
             return Err(RuntimeError::Config(
                 "concurrency must be at least 1".into(),
             ));
+        }
+        if self.batch_size == 0 {
+            return Err(RuntimeError::Config("batch_size must be at least 1".into()));
         }
         if self.max_processing.is_zero() {
             return Err(RuntimeError::Config(
@@ -135,6 +151,10 @@ impl RuntimeConfig {
         Ok(())
     }
 }
+
+/// The default [`RuntimeConfig::batch_linger`]: short against a transaction's round trips, long
+/// enough for a prefetched burst to fill a batch.
+pub const DEFAULT_BATCH_LINGER: Duration = Duration::from_millis(5);
 
 /// Why a runtime stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -253,6 +273,25 @@ where
         report
     }
 
+    /// Handles deliveries now as one batch (one transaction, a savepoint each, as
+    /// [`RuntimeConfig::batch_size`] does in [`Runtime::run`]), outside the receive loop, and
+    /// records them in [`Runtime::stats`]. The reports are in the order of `deliveries`.
+    pub async fn process_batch<D: crate::ports::Delivery>(
+        &self,
+        deliveries: Vec<D>,
+    ) -> Vec<Report> {
+        let step = self.inner.step();
+        let members = deliveries
+            .into_iter()
+            .map(|delivery| {
+                let delivery = Arc::new(delivery);
+                let lock = step.keeper.keep(delivery.clone());
+                (delivery, lock)
+            })
+            .collect();
+        batch::handle(&self.inner, members, &CancellationToken::new()).await
+    }
+
     /// Receives and handles deliveries until `shutdown` is cancelled or the receiver closes,
     /// then drains. Each delivery's lock is kept from receipt, also while it waits for a handler
     /// slot. On shutdown, deliveries not started yet are released (given back without counting
@@ -265,6 +304,9 @@ where
     pub async fn run(&self, shutdown: CancellationToken) -> Result<(), RuntimeError> {
         let config = &self.inner.config;
         config.validate()?;
+        if config.batch_size > 1 {
+            return batch::run(&self.inner, shutdown).await;
+        }
         let held = Arc::new(Semaphore::new(config.concurrency + config.prefetch));
         let handling = Arc::new(Semaphore::new(config.concurrency));
         let tracker = TaskTracker::new();
@@ -272,33 +314,14 @@ where
         // Jittered, so that workers cut off by one outage do not all reconnect at once.
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
         let result = loop {
-            let slot = tokio::select! {
-                () = shutdown.cancelled() => break Ok(()),
-                slot = held.clone().acquire_owned() => match slot {
-                    Ok(slot) => slot,
-                    Err(_) => break Ok(()),
-                },
-            };
-            let received = tokio::select! {
-                () = shutdown.cancelled() => break Ok(()),
-                received = self.inner.receiver.receive() => received,
-            };
-            let delivery = match received {
-                Ok(Some(delivery)) => {
-                    backoff.reset();
-                    delivery
-                }
+            let (delivery, slot) = match self
+                .inner
+                .next_delivery(&held, &shutdown, &mut backoff)
+                .await
+            {
+                Ok(Some(next)) => next,
                 Ok(None) => break Ok(()),
-                Err(ReceiveError::Transient(error)) => {
-                    let delay = backoff.next_delay();
-                    tracing::warn!(%error, ?delay, "Receive failed; retrying.");
-                    tokio::select! {
-                        () = shutdown.cancelled() => break Ok(()),
-                        () = tokio::time::sleep(delay) => {}
-                    }
-                    continue;
-                }
-                Err(error) => break Err(RuntimeError::Receive(error)),
+                Err(error) => break Err(error),
             };
             let inner = self.inner.clone();
             let handling = handling.clone();
@@ -328,8 +351,57 @@ where
                 drop(slot);
             });
         };
+        self.inner.drain(&tracker, &abort).await;
+        result
+    }
+}
+
+impl<R: Receiver, S, H> Inner<R, S, H> {
+    /// The next delivery, once one of the `held` slots (deliveries handled or waiting) is free;
+    /// transient receive failures are retried after `backoff`. `Ok(None)` on shutdown or once
+    /// the receiver is closed.
+    async fn next_delivery(
+        &self,
+        held: &Arc<Semaphore>,
+        shutdown: &CancellationToken,
+        backoff: &mut Backoff,
+    ) -> Result<Option<(R::Delivery, OwnedSemaphorePermit)>, RuntimeError> {
+        loop {
+            let slot = tokio::select! {
+                () = shutdown.cancelled() => return Ok(None),
+                slot = held.clone().acquire_owned() => match slot {
+                    Ok(slot) => slot,
+                    Err(_) => return Ok(None),
+                },
+            };
+            let received = tokio::select! {
+                () = shutdown.cancelled() => return Ok(None),
+                received = self.receiver.receive() => received,
+            };
+            match received {
+                Ok(Some(delivery)) => {
+                    backoff.reset();
+                    return Ok(Some((delivery, slot)));
+                }
+                Ok(None) => return Ok(None),
+                Err(ReceiveError::Transient(error)) => {
+                    let delay = backoff.next_delay();
+                    tracing::warn!(%error, ?delay, "Receive failed; retrying.");
+                    tokio::select! {
+                        () = shutdown.cancelled() => return Ok(None),
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                }
+                Err(error) => return Err(RuntimeError::Receive(error)),
+            }
+        }
+    }
+
+    /// Waits for the in-flight work of `tracker` for [`RuntimeConfig::shutdown_grace`], then
+    /// cancels `abort` (roll back and abandon) and waits for the rest.
+    async fn drain(&self, tracker: &TaskTracker, abort: &CancellationToken) {
         tracker.close();
-        if tokio::time::timeout(config.shutdown_grace, tracker.wait())
+        if tokio::time::timeout(self.config.shutdown_grace, tracker.wait())
             .await
             .is_err()
         {
@@ -340,7 +412,6 @@ where
             abort.cancel();
             tracker.wait().await;
         }
-        result
     }
 }
 

@@ -38,6 +38,7 @@ pub(crate) struct Observer {
     renewals: Counter<u64>,
     lock_lost: Counter<u64>,
     settlement_failures: Counter<u64>,
+    batch_size: Histogram<u64>,
 }
 
 /// One delivery being handled.
@@ -104,6 +105,11 @@ impl Observer {
             renewals: counter(&meter, metric::LOCK_RENEWALS, "{renewal}"),
             lock_lost: counter(&meter, metric::LOCK_LOST, "{lock}"),
             settlement_failures: counter(&meter, metric::SETTLEMENT_FAILURES, "{settlement}"),
+            batch_size: meter
+                .u64_histogram(metric::BATCH_SIZE)
+                .with_unit("{message}")
+                .with_boundaries(metric::BATCH_SIZE_BUCKETS.to_vec())
+                .build(),
         }
     }
 
@@ -113,6 +119,12 @@ impl Observer {
             counter: self.renewals.clone(),
             labels: self.base.clone().into(),
         }
+    }
+
+    /// Records the size of one batched transaction.
+    pub(crate) fn batch(&self, size: usize) {
+        self.batch_size
+            .record(u64::try_from(size).unwrap_or(u64::MAX), &self.base);
     }
 
     /// Opens the process span of `delivery`, linked to its producer's context.

@@ -58,10 +58,26 @@ enum Note {
 }
 
 /// Why a transaction ended without a commit.
-enum Abort {
+pub(super) enum Abort {
     Failed(Outcome, String),
     Rejected(Rejection),
     Shutdown,
+}
+
+impl Abort {
+    /// The fence: the lock was lost before the commit, so the work must not commit (another
+    /// instance may already hold the redelivery's lock).
+    pub(super) fn lock_lost_before_commit() -> Self {
+        Abort::Failed(Outcome::LockLost, "lock lost before commit".to_owned())
+    }
+}
+
+/// The outcome of a committed delivery.
+pub(super) fn outcome_of(handled: Handled) -> Outcome {
+    match handled {
+        Handled::Processed => Outcome::Processed,
+        Handled::Stale => Outcome::Stale,
+    }
 }
 
 impl From<StoreError> for Abort {
@@ -133,26 +149,11 @@ where
         lock: &KeptLock,
         cancel: &CancellationToken,
     ) -> Report {
-        let message = delivery.message();
-        let envelope = match envelope::check(message, self.handler.contracts()) {
-            Ok(envelope) => envelope,
+        let (envelope, payload) = match self.accept(&*delivery) {
+            Ok(accepted) => accepted,
             Err(rejection) => return self.dead_letter(&*delivery, rejection, 0).await,
         };
-        let payload = match self.handler.decode(&envelope.contract, &message.body) {
-            Ok(payload) => payload,
-            Err(error) => {
-                let rejection = Rejection::new(DeadLetterReason::InvalidPayload, error.to_string());
-                return self.dead_letter(&*delivery, rejection, 0).await;
-            }
-        };
-        let ctx = Context {
-            payload,
-            message,
-            message_id: &envelope.message_id,
-            consumer: self.consumer,
-            contract: &envelope.contract,
-            delivery_count: delivery.delivery_count(),
-        };
+        let ctx = self.context(&*delivery, &envelope, payload);
         let result = tokio::select! {
             // Biased: a lost lock or a shutdown must win over a handler that is ready to commit.
             biased;
@@ -160,32 +161,79 @@ where
             () = cancel.cancelled() => Err(Abort::Shutdown),
             // Dropping the transaction rolls it back (or discards its connection): nothing of it
             // can commit, so the abandon need not wait for a store that does not answer.
-            () = tokio::time::sleep(self.max_processing) => {
-                tracing::warn!(max_processing = ?self.max_processing, "Processing took too long; cancelled.");
-                Err(Abort::Failed(
-                    Outcome::Transient,
-                    format!(
-                        "processing exceeded the maximum of {} s (runtime.max_processing_secs); rolled back",
-                        self.max_processing.as_secs()
-                    ),
-                ))
-            }
+            () = tokio::time::sleep(self.max_processing) => Err(self.too_long()),
             result = self.observer.transaction(self.transact(&ctx, lock)) => result,
         };
-        let renewals = lock.renewals();
-        let logical_id = envelope.message_id.as_str();
+        self.conclude(&*delivery, &envelope.message_id, result, lock.renewals())
+            .await
+    }
+
+    /// The envelope check and the body's decoding, before any database work: a failure is
+    /// permanent, dead-lettered without a transaction.
+    pub(super) fn accept<D: Delivery>(
+        &self,
+        delivery: &D,
+    ) -> Result<(envelope::Envelope, H::Payload), Rejection> {
+        let message = delivery.message();
+        let envelope = envelope::check(message, self.handler.contracts())?;
+        match self.handler.decode(&envelope.contract, &message.body) {
+            Ok(payload) => Ok((envelope, payload)),
+            Err(error) => Err(Rejection::new(
+                DeadLetterReason::InvalidPayload,
+                error.to_string(),
+            )),
+        }
+    }
+
+    /// What the handler sees of an accepted delivery.
+    pub(super) fn context<'c, D: Delivery>(
+        &'c self,
+        delivery: &'c D,
+        envelope: &'c envelope::Envelope,
+        payload: H::Payload,
+    ) -> Context<'c, H::Payload> {
+        Context {
+            payload,
+            message: delivery.message(),
+            message_id: &envelope.message_id,
+            consumer: self.consumer,
+            contract: &envelope.contract,
+            delivery_count: delivery.delivery_count(),
+        }
+    }
+
+    /// The transient failure of a delivery (or batch) past [`Step::max_processing`].
+    pub(super) fn too_long(&self) -> Abort {
+        tracing::warn!(max_processing = ?self.max_processing, "Processing took too long; cancelled.");
+        Abort::Failed(
+            Outcome::Transient,
+            format!(
+                "processing exceeded the maximum of {} s (runtime.max_processing_secs); rolled back",
+                self.max_processing.as_secs()
+            ),
+        )
+    }
+
+    /// Settles a delivery as the result of its transaction says.
+    pub(super) async fn conclude<D: Delivery>(
+        &self,
+        delivery: &D,
+        logical_id: &str,
+        result: Result<Outcome, Abort>,
+        renewals: u32,
+    ) -> Report {
         match result {
             Ok(outcome) => {
-                self.settle(&*delivery, logical_id, outcome, Note::None, renewals)
+                self.settle(delivery, logical_id, outcome, Note::None, renewals)
                     .await
             }
             Err(Abort::Failed(outcome, why)) => {
-                self.settle(&*delivery, logical_id, outcome, Note::Why(why), renewals)
+                self.settle(delivery, logical_id, outcome, Note::Why(why), renewals)
                     .await
             }
             Err(Abort::Shutdown) => {
                 self.settle(
-                    &*delivery,
+                    delivery,
                     logical_id,
                     Outcome::Transient,
                     Note::Shutdown,
@@ -194,7 +242,7 @@ where
                 .await
             }
             Err(Abort::Rejected(rejection)) => {
-                self.dead_letter(&*delivery, rejection, renewals).await
+                self.dead_letter(delivery, rejection, renewals).await
             }
         }
     }
@@ -208,25 +256,10 @@ where
     ) -> Result<Outcome, Abort> {
         let mut tx = self.seen(self.store.begin().await)?;
         let work = async {
-            self.seen(
-                tx.insert_inbox(self.consumer.as_str(), ctx.message_id)
-                    .await,
-            )?;
-            let handled = self
-                .handler
-                .handle(ctx, &mut tx)
-                .await
-                .inspect_err(|error| {
-                    if let HandlerError::Store(error) = error {
-                        self.note(error);
-                    }
-                })?;
+            let handled = self.apply(ctx, &mut tx).await?;
             if !lock.is_held() {
                 // Fencing: another instance may already hold the redelivery's lock.
-                return Err(Abort::Failed(
-                    Outcome::LockLost,
-                    "lock lost before commit".to_owned(),
-                ));
+                return Err(Abort::lock_lost_before_commit());
             }
             Ok(handled)
         };
@@ -234,10 +267,7 @@ where
             Ok(handled) => {
                 self.seen(tx.commit().await)?;
                 self.health.committed();
-                Ok(match handled {
-                    Handled::Processed => Outcome::Processed,
-                    Handled::Stale => Outcome::Stale,
-                })
+                Ok(outcome_of(handled))
             }
             Err(abort) => {
                 if let Err(error) = tx.rollback().await {
@@ -248,14 +278,32 @@ where
         }
     }
 
+    /// One delivery's work inside an open transaction: the inbox row, then the handler.
+    pub(super) async fn apply(
+        &self,
+        ctx: &Context<'_, H::Payload>,
+        tx: &mut S::Tx,
+    ) -> Result<Handled, Abort> {
+        self.seen(
+            tx.insert_inbox(self.consumer.as_str(), ctx.message_id)
+                .await,
+        )?;
+        let handled = self.handler.handle(ctx, tx).await.inspect_err(|error| {
+            if let HandlerError::Store(error) = error {
+                self.note(error);
+            }
+        })?;
+        Ok(handled)
+    }
+
     /// Tells the store's health about a deployment error.
-    fn note(&self, error: &StoreError) {
+    pub(super) fn note(&self, error: &StoreError) {
         if error.kind() == ErrorKind::Deployment {
             self.health.deployment_error(error);
         }
     }
 
-    fn seen<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+    pub(super) fn seen<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
         result.inspect_err(|error| self.note(error))
     }
 
@@ -369,7 +417,7 @@ where
         }
     }
 
-    async fn dead_letter<D: Delivery>(
+    pub(super) async fn dead_letter<D: Delivery>(
         &self,
         delivery: &D,
         rejection: Rejection,

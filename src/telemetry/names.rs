@@ -213,9 +213,12 @@ pub mod metric {
     /// column, a missing grant, a read-only database (counter, `{error}`, by `error.type` = the
     /// provider's code).
     pub const STORE_DEPLOYMENT_ERRORS: &str = "sb_inbox.store.deployment_errors";
+    /// Deliveries per batched transaction, recorded once per batch (histogram, `{message}`;
+    /// only with `runtime.batch_size` above 1).
+    pub const BATCH_SIZE: &str = "sb_inbox.batch.size";
 
     /// Every metric with its unit.
-    pub const ALL: [(&str, &str); 14] = [
+    pub const ALL: [(&str, &str); 15] = [
         (CONSUMED_MESSAGES, "{message}"),
         (PROCESS_DURATION, "s"),
         (OPERATION_DURATION, "s"),
@@ -230,6 +233,7 @@ pub mod metric {
         (OUTBOX_AGE, "s"),
         (RETENTION_DELETED, "{row}"),
         (STORE_DEPLOYMENT_ERRORS, "{error}"),
+        (BATCH_SIZE, "{message}"),
     ];
 
     /// Counters (monotonic sums): Prometheus names end in `_total`.
@@ -248,6 +252,11 @@ pub mod metric {
     /// `messaging.client.operation.duration`, in seconds.
     pub const DURATION_BUCKETS: [f64; 14] = [
         0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    ];
+
+    /// Buckets of [`BATCH_SIZE`]: powers of two up to the largest batch size, 1000.
+    pub const BATCH_SIZE_BUCKETS: [f64; 11] = [
+        1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1000.0,
     ];
 
     /// Buckets of [`MESSAGE_AGE`]: the convention's, then up to a day, since a backlog ages

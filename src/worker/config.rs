@@ -66,6 +66,16 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "longest a delivery is handled before it is cancelled, rolled back and abandoned (default 300)",
     ),
     (
+        "SB_INBOX_BATCH_SIZE",
+        "runtime.batch_size",
+        "deliveries per database transaction, a savepoint each (default 1: no batching)",
+    ),
+    (
+        "SB_INBOX_BATCH_LINGER_MS",
+        "runtime.batch_linger_ms",
+        "how long a batch waits for more deliveries after its first (default 5)",
+    ),
+    (
         "SB_INBOX_SHUTDOWN_GRACE_SECS",
         "runtime.shutdown_grace_secs",
         "drain time on SIGTERM (default 30)",
@@ -309,6 +319,8 @@ struct Runtime {
     lock_margin_secs: Option<u64>,
     max_processing_secs: Option<u64>,
     shutdown_grace_secs: Option<u64>,
+    batch_size: Option<u64>,
+    batch_linger_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -543,6 +555,17 @@ impl WorkerConfig {
                 86_400,
             )
             .unwrap_or(300);
+        let batch = r
+            .number("runtime.batch_size", file.runtime.batch_size, 1, 1000)
+            .map_or(1, to_usize);
+        let batch_linger = r
+            .number(
+                "runtime.batch_linger_ms",
+                file.runtime.batch_linger_ms,
+                0,
+                10_000,
+            )
+            .map_or(crate::runtime::DEFAULT_BATCH_LINGER, Duration::from_millis);
         // Port 0 picks a free port, logged at start-up.
         let health_port = r
             .number("health.port", file.health.port, 0, 65_535)
@@ -694,6 +717,8 @@ impl WorkerConfig {
             runtime.lock_duration = lock_duration.map(Duration::from_secs);
             runtime.max_processing = Duration::from_secs(max_processing);
             runtime.shutdown_grace = Duration::from_secs(grace);
+            runtime.batch_size = batch;
+            runtime.batch_linger = batch_linger;
             runtime
         };
         let consumers: Vec<ConsumerConfig> = match (consumer, entity) {
@@ -945,6 +970,24 @@ concurrency = 4
         .unwrap();
         assert_eq!(config.runtime.concurrency, 16);
         assert_eq!(config.entity, "t/Subscriptions/s");
+    }
+
+    #[test]
+    fn batching_is_off_by_default_and_set_by_file_or_environment() {
+        let config = load(GOOD, &[]).unwrap();
+        assert_eq!(config.runtime.batch_size, 1);
+        assert_eq!(config.runtime.batch_linger, Duration::from_millis(5));
+        let file = format!("{GOOD}\nbatch_size = 64\nbatch_linger_ms = 20\n");
+        let config = load(&file, &[("SB_INBOX_BATCH_SIZE", "16")]).unwrap();
+        assert_eq!(config.runtime.batch_size, 16);
+        assert_eq!(config.runtime.batch_linger, Duration::from_millis(20));
+        let problems = load(GOOD, &[("SB_INBOX_BATCH_SIZE", "0")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            problems.contains("runtime.batch_size (SB_INBOX_BATCH_SIZE)"),
+            "{problems}"
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 #[path = "../support.rs"]
 mod support;
 
+mod batch;
 mod cli;
 mod handlers;
 mod holes;

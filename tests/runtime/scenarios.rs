@@ -16,25 +16,85 @@ use crate::support::{Count, pg_store, sqlite_store};
 
 const INVENTORY: &str = sb_inbox::inventory::CONSUMER;
 
+/// The batch size the batched variants of these scenarios run with.
+pub(crate) const BATCH: usize = 16;
+
+/// A runtime configuration for `consumer` with `batch` deliveries per transaction.
+pub(crate) fn batched(consumer: &str, batch: usize) -> sb_inbox::RuntimeConfig {
+    let mut config = config(consumer);
+    config.batch_size = batch;
+    config
+}
+
+/// Hands `deliveries` to `runtime` in order: one at a time with `batch` 1, else in batches of
+/// `batch` (one transaction each), as the receive loop would.
+pub(crate) async fn handle_all<R, S, H, D>(
+    runtime: &Runtime<R, S, H>,
+    batch: usize,
+    deliveries: Vec<D>,
+) -> Vec<sb_inbox::Report>
+where
+    R: sb_inbox::Receiver,
+    S: Store,
+    H: sb_inbox::Handler<S::Tx>,
+    D: Delivery,
+{
+    let mut reports = Vec::new();
+    if batch == 1 {
+        for delivery in deliveries {
+            reports.push(runtime.process(delivery).await);
+        }
+        return reports;
+    }
+    let mut deliveries = deliveries.into_iter().peekable();
+    while deliveries.peek().is_some() {
+        let chunk: Vec<D> = deliveries.by_ref().take(batch).collect();
+        reports.extend(runtime.process_batch(chunk).await);
+    }
+    reports
+}
+
+/// One delivery, as [`handle_all`] hands it over.
+pub(crate) async fn handle_one<R, S, H, D>(
+    runtime: &Runtime<R, S, H>,
+    batch: usize,
+    delivery: D,
+) -> sb_inbox::Report
+where
+    R: sb_inbox::Receiver,
+    S: Store,
+    H: sb_inbox::Handler<S::Tx>,
+    D: Delivery,
+{
+    handle_all(runtime, batch, vec![delivery])
+        .await
+        .pop()
+        .unwrap()
+}
+
 /// The same message delivered to 8 tasks at once (8 broker copies, as a relay that published
-/// 8 times): one reservation, one inbox row, all 8 deliveries completed.
-async fn concurrent_copies<S: InventoryStore + Clone>(store: S, barrier: bool) {
+/// 8 times): one reservation, one inbox row, all 8 deliveries completed. Batched: two batches
+/// of 4 copies at once (two workers), so copies meet both inside one transaction and across
+/// two open transactions.
+async fn concurrent_copies<S: InventoryStore + Clone>(store: S, barrier: bool, batch: usize) {
     const COPIES: usize = 8;
+    let transactions = if batch == 1 { COPIES } else { 2 };
     let broker = MemoryBroker::new(Clock::new());
     broker.send_copies(order("m-1", "o-1"), COPIES);
     let reports = if barrier {
         let racing = BarrierStore {
             inner: store.clone(),
-            barrier: Arc::new(Barrier::new(COPIES)),
+            barrier: Arc::new(Barrier::new(transactions)),
         };
         run_all(
             Runtime::new(
                 broker.receiver(),
                 racing,
                 OrderPlacedConsumer::new(),
-                config(INVENTORY),
+                batched(INVENTORY, batch),
             ),
             &broker,
+            COPIES / transactions,
         )
         .await
     } else {
@@ -43,9 +103,10 @@ async fn concurrent_copies<S: InventoryStore + Clone>(store: S, barrier: bool) {
                 broker.receiver(),
                 store.clone(),
                 OrderPlacedConsumer::new(),
-                config(INVENTORY),
+                batched(INVENTORY, batch),
             ),
             &broker,
+            COPIES / transactions,
         )
         .await
     };
@@ -77,9 +138,11 @@ async fn concurrent_copies<S: InventoryStore + Clone>(store: S, barrier: bool) {
     );
 }
 
+/// Every delivery of `broker` at once, `per_task` to a task (in one batch when batching).
 async fn run_all<R, S>(
     runtime: Runtime<R, S, OrderPlacedConsumer>,
     broker: &MemoryBroker,
+    per_task: usize,
 ) -> Vec<sb_inbox::Report>
 where
     R: sb_inbox::Receiver,
@@ -87,44 +150,77 @@ where
     S::Tx: sb_inbox::inventory::InventoryTx,
 {
     let runtime = Arc::new(runtime);
+    let batch = if per_task == 1 { 1 } else { BATCH };
     let mut tasks = tokio::task::JoinSet::new();
-    while let Some(delivery) = broker.try_receive() {
-        let runtime = runtime.clone();
-        tasks.spawn(async move { runtime.process(delivery).await });
+    let deliveries: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    let mut deliveries = deliveries.into_iter().peekable();
+    while deliveries.peek().is_some() {
+        let (runtime, chunk) = (
+            runtime.clone(),
+            deliveries.by_ref().take(per_task).collect(),
+        );
+        tasks.spawn(async move { handle_all(&runtime, batch, chunk).await });
     }
-    tasks.join_all().await
+    tasks.join_all().await.into_iter().flatten().collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_copies_postgres() {
-    concurrent_copies(pg_store("rt_concurrent_copies", 8).await, true).await;
+    concurrent_copies(pg_store("rt_concurrent_copies", 8).await, true, 1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_copies_sqlite() {
-    concurrent_copies(sqlite_store("rt_concurrent_copies", 1).await, false).await;
+    concurrent_copies(sqlite_store("rt_concurrent_copies", 1).await, false, 1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_copies_mssql() {
     if let Some(store) = crate::support::mssql_store("rt_concurrent_copies", 8).await {
-        concurrent_copies(store, true).await;
+        concurrent_copies(store, true, 1).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_copies_batched_postgres() {
+    concurrent_copies(
+        pg_store("rt_concurrent_copies_batched", 8).await,
+        true,
+        BATCH,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_copies_batched_sqlite() {
+    concurrent_copies(
+        sqlite_store("rt_concurrent_copies_batched", 1).await,
+        false,
+        BATCH,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_copies_batched_mssql() {
+    if let Some(store) = crate::support::mssql_store("rt_concurrent_copies_batched", 8).await {
+        concurrent_copies(store, true, BATCH).await;
     }
 }
 
 /// The process stops after commit and before settlement: the lock runs out, the message is
 /// redelivered, recognised as a duplicate and completed; the effect is not repeated.
-async fn settle_fails_after_commit<S: InventoryStore + Clone>(store: S) {
+async fn settle_fails_after_commit<S: InventoryStore + Clone>(store: S, batch: usize) {
     let broker = MemoryBroker::new(Clock::new());
     let runtime = Runtime::new(
         broker.receiver(),
         store.clone(),
         OrderPlacedConsumer::new(),
-        config(INVENTORY),
+        batched(INVENTORY, batch),
     );
     broker.send(order("m-1", "o-1"));
     broker.fail_next_settlements(1);
-    let report = runtime.process(broker.try_receive().unwrap()).await;
+    let report = handle_one(&runtime, batch, broker.try_receive().unwrap()).await;
     assert_eq!(report.outcome, Outcome::Processed);
     assert!(matches!(report.settled, Some(Err(_))), "{report:?}");
     assert!(
@@ -137,7 +233,7 @@ async fn settle_fails_after_commit<S: InventoryStore + Clone>(store: S) {
         .try_receive()
         .expect("redelivered after the lock ran out");
     assert_eq!(redelivery.delivery_count(), 1);
-    let report = runtime.process(redelivery).await;
+    let report = handle_one(&runtime, batch, redelivery).await;
     assert_eq!(report.outcome, Outcome::Duplicate(DuplicateScope::Inbox));
     assert_eq!(report.settled, Some(Ok(())));
 
@@ -163,12 +259,17 @@ async fn settle_fails_after_commit<S: InventoryStore + Clone>(store: S) {
 
 /// The transaction is forced to roll back after the business writes: no inbox row, no
 /// reservation; the abandoned message is processed once on redelivery.
-async fn rollback_then_redelivery<S: InventoryStore + Clone>(store: S) {
+async fn rollback_then_redelivery<S: InventoryStore + Clone>(store: S, batch: usize) {
     let broker = MemoryBroker::new(Clock::new());
     let handler = Flaky::new(OrderPlacedConsumer::new(), 1);
-    let runtime = Runtime::new(broker.receiver(), store.clone(), handler, config(INVENTORY));
+    let runtime = Runtime::new(
+        broker.receiver(),
+        store.clone(),
+        handler,
+        batched(INVENTORY, batch),
+    );
     broker.send(order("m-1", "o-1"));
-    let report = runtime.process(broker.try_receive().unwrap()).await;
+    let report = handle_one(&runtime, batch, broker.try_receive().unwrap()).await;
     assert_eq!(report.outcome, Outcome::Transient);
     assert_eq!(report.settled, Some(Ok(())), "abandoned");
     let counts = store.inventory_counts().await.unwrap();
@@ -189,7 +290,7 @@ async fn rollback_then_redelivery<S: InventoryStore + Clone>(store: S) {
         redelivery.message().application_properties.get(LAST_ERROR_PROPERTY),
         Some(PropertyValue::String(text)) if text.contains("injected failure")
     ));
-    let report = runtime.process(redelivery).await;
+    let report = handle_one(&runtime, batch, redelivery).await;
     assert_eq!(report.outcome, Outcome::Processed);
     let counts = store.inventory_counts().await.unwrap();
     assert_eq!(
@@ -203,31 +304,37 @@ async fn rollback_then_redelivery<S: InventoryStore + Clone>(store: S) {
 }
 
 /// Two consumers share a database: each processes the same message id once.
-async fn two_consumers_are_independent<S: Store + Count + Clone>(store: S) {
+async fn two_consumers_are_independent<S: Store + Count + Clone>(store: S, batch: usize) {
     let broker = MemoryBroker::new(Clock::new());
     let billing = Runtime::new(
         broker.receiver(),
         store.clone(),
         Noop::new(),
-        config("billing.order-placed.v1"),
+        batched("billing.order-placed.v1", batch),
     );
     let audit = Runtime::new(
         broker.receiver(),
         store.clone(),
         Noop::new(),
-        config("audit.order-placed.v1"),
+        batched("audit.order-placed.v1", batch),
     );
     broker.send_copies(order("m-1", "o-1"), 3);
     assert_eq!(
-        billing.process(broker.try_receive().unwrap()).await.outcome,
+        handle_one(&billing, batch, broker.try_receive().unwrap())
+            .await
+            .outcome,
         Outcome::Processed
     );
     assert_eq!(
-        audit.process(broker.try_receive().unwrap()).await.outcome,
+        handle_one(&audit, batch, broker.try_receive().unwrap())
+            .await
+            .outcome,
         Outcome::Processed
     );
     assert_eq!(
-        billing.process(broker.try_receive().unwrap()).await.outcome,
+        handle_one(&billing, batch, broker.try_receive().unwrap())
+            .await
+            .outcome,
         Outcome::Duplicate(DuplicateScope::Inbox)
     );
     assert_eq!(store.count("sb_inbox").await.unwrap(), 2);
@@ -235,21 +342,23 @@ async fn two_consumers_are_independent<S: Store + Count + Clone>(store: S) {
 
 /// A message id reused for another order is a duplicate of the message id; another message
 /// id for an order already reserved is a duplicate of the business key.
-async fn business_key_duplicate<S: InventoryStore + Clone>(store: S) {
+async fn business_key_duplicate<S: InventoryStore + Clone>(store: S, batch: usize) {
     let broker = MemoryBroker::new(Clock::new());
     let runtime = Runtime::new(
         broker.receiver(),
         store.clone(),
         OrderPlacedConsumer::new(),
-        config(INVENTORY),
+        batched(INVENTORY, batch),
     );
     broker.send(order("m-1", "o-1"));
     broker.send(order("m-2", "o-1"));
-    assert_eq!(
-        runtime.process(broker.try_receive().unwrap()).await.outcome,
-        Outcome::Processed
-    );
-    let report = runtime.process(broker.try_receive().unwrap()).await;
+    // Batched, both are in one transaction: the second meets the first's uncommitted key.
+    let deliveries: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    let [first, report]: [sb_inbox::Report; 2] = handle_all(&runtime, batch, deliveries)
+        .await
+        .try_into()
+        .unwrap();
+    assert_eq!(first.outcome, Outcome::Processed);
     assert_eq!(
         report.outcome,
         Outcome::Duplicate(DuplicateScope::BusinessKey)
@@ -267,20 +376,20 @@ async fn business_key_duplicate<S: InventoryStore + Clone>(store: S) {
 }
 
 /// Older versions are stale: recorded, completed, not applied.
-async fn stale_messages<S: Store + Count + Clone>(store: S) {
+async fn stale_messages<S: Store + Count + Clone>(store: S, batch: usize) {
     let broker = MemoryBroker::new(Clock::new());
     let runtime = Runtime::new(
         broker.receiver(),
         store.clone(),
         Versioned::new(),
-        config("orders.status"),
+        batched("orders.status", batch),
     );
     for (id, version) in [("s-1", 1), ("s-3", 3), ("s-2", 2), ("s-3b", 3)] {
         broker.send(Versioned::message(id, "o-1", version));
     }
+    let deliveries: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
     let mut outcomes = Vec::new();
-    while let Some(delivery) = broker.try_receive() {
-        let report = runtime.process(delivery).await;
+    for report in handle_all(&runtime, batch, deliveries).await {
         assert_eq!(report.settled, Some(Ok(())));
         outcomes.push(report.outcome);
     }
@@ -303,13 +412,16 @@ async fn stale_messages<S: Store + Count + Clone>(store: S) {
 
 /// Every kind of bad envelope is dead-lettered with its reason and never recorded, while the
 /// running runtime goes on to process the good message.
-async fn bad_envelopes_are_dead_lettered<S: InventoryStore + Count + Clone>(store: S) {
+async fn bad_envelopes_are_dead_lettered<S: InventoryStore + Count + Clone>(
+    store: S,
+    batch: usize,
+) {
     let broker = MemoryBroker::new(Clock::new());
     let runtime = Runtime::new(
         broker.receiver(),
         store.clone(),
         OrderPlacedConsumer::new(),
-        config(INVENTORY),
+        batched(INVENTORY, batch),
     );
     let good_body = r#"{"orderId":"o-1","lines":[{"sku":"A","quantity":1}]}"#;
     let cases: Vec<(&str, Message, &str)> = vec![
@@ -436,12 +548,20 @@ async fn bad_envelopes_are_dead_lettered<S: InventoryStore + Count + Clone>(stor
 
 macro_rules! on_both_stores {
     ($($scenario:ident),* $(,)?) => {
+        on_both_stores!(@stores 1, $($scenario),*);
+        /// The same scenarios with batched transactions.
+        mod batched {
+            use super::*;
+            on_both_stores!(@stores super::BATCH, $($scenario),*);
+        }
+    };
+    (@stores $batch:expr, $($scenario:ident),* $(,)?) => {
         mod postgres {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $scenario() {
                     crate::support::init_tracing();
-                    super::$scenario(crate::support::pg_store(concat!("rt_", stringify!($scenario)), 4).await).await;
+                    super::$scenario(crate::support::pg_store(&format!("rt_{}_{}", stringify!($scenario), $batch), 4).await, $batch).await;
                 }
             )*
         }
@@ -450,7 +570,7 @@ macro_rules! on_both_stores {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $scenario() {
                     crate::support::init_tracing();
-                    super::$scenario(crate::support::sqlite_store(stringify!($scenario), 1).await).await;
+                    super::$scenario(crate::support::sqlite_store(&format!("{}_{}", stringify!($scenario), $batch), 1).await, $batch).await;
                 }
             )*
         }
@@ -460,8 +580,8 @@ macro_rules! on_both_stores {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $scenario() {
                     crate::support::init_tracing();
-                    if let Some(store) = crate::support::mssql_store(concat!("rt_", stringify!($scenario)), 4).await {
-                        super::$scenario(store).await;
+                    if let Some(store) = crate::support::mssql_store(&format!("rt_{}_{}", stringify!($scenario), $batch), 4).await {
+                        super::$scenario(store, $batch).await;
                     }
                 }
             )*

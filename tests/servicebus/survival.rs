@@ -38,6 +38,11 @@ impl EmulatorProcess {
     /// Starts `sb-emulator` with queues `orders` (lock 30 s, max delivery count 10) and
     /// `events`, and `args`; `None` (test skipped) when the binary was not built.
     fn spawn(test: &str, args: &[&str]) -> Option<Self> {
+        Self::spawn_locked(test, "PT30S", args)
+    }
+
+    /// As [`EmulatorProcess::spawn`], with the lock duration `lock` on `orders`.
+    fn spawn_locked(test: &str, lock: &str, args: &[&str]) -> Option<Self> {
         let binary =
             std::path::Path::new(env!("CARGO_BIN_EXE_sb-inbox")).with_file_name("sb-emulator");
         if !binary.exists() {
@@ -54,9 +59,11 @@ impl EmulatorProcess {
         let config = dir.join("Config.json");
         std::fs::write(
             &config,
-            r#"{"UserConfig":{"Namespaces":[{"Name":"sbemulatorns","Queues":[
-                {"Name":"orders","Properties":{"LockDuration":"PT30S","MaxDeliveryCount":10}},
-                {"Name":"events","Properties":{}}],"Topics":[]}],"Logging":{"Type":"File"}}}"#,
+            format!(
+                r#"{{"UserConfig":{{"Namespaces":[{{"Name":"sbemulatorns","Queues":[
+                {{"Name":"orders","Properties":{{"LockDuration":"{lock}","MaxDeliveryCount":10}}}},
+                {{"Name":"events","Properties":{{}}}}],"Topics":[]}}],"Logging":{{"Type":"File"}}}}}}"#
+            ),
         )
         .unwrap();
         let log = std::fs::File::create(dir.join("emulator.log")).unwrap();
@@ -118,12 +125,12 @@ async fn send(sender: &ServiceBusSender, message: Message) {
     panic!("send kept failing");
 }
 
-/// Order `n`: one or two lines over SKUs A–D.
-fn order(n: usize) -> (Message, Vec<(&'static str, i64)>) {
-    const SKUS: [&str; 4] = ["A", "B", "C", "D"];
-    let mut lines = vec![(SKUS[n % 4], (n % 3 + 1) as i64)];
+/// Order `n`: one or two lines over `skus` SKUs (`S0`, `S1`, …).
+fn order(n: usize, skus: usize) -> (Message, Vec<(String, i64)>) {
+    let sku = |i: usize| format!("S{}", i % skus);
+    let mut lines = vec![(sku(n), (n % 3 + 1) as i64)];
     if n.is_multiple_of(5) {
-        lines.push((SKUS[(n + 1) % 4], 2));
+        lines.push((sku(n + 1), 2));
     }
     let body = lines
         .iter()
@@ -165,6 +172,76 @@ async fn peeked_ids(client: &ServiceBusClient, entity: &str) -> Vec<String> {
         .collect()
 }
 
+/// `orders` orders over `skus` SKUs, 30 % of them sent twice (the copy 50 orders later, as a
+/// publisher's retry would), and the units each SKU must end up with.
+fn order_stream(orders: usize, skus: usize) -> (Vec<Message>, BTreeMap<String, i64>) {
+    let mut expected: BTreeMap<String, i64> = BTreeMap::new();
+    let originals: Vec<Message> = (0..orders)
+        .map(|n| {
+            let (message, lines) = order(n, skus);
+            for (sku, quantity) in lines {
+                *expected.entry(sku).or_default() += quantity;
+            }
+            message
+        })
+        .collect();
+    let copied = |n: usize| n % 10 < 3;
+    let mut messages = Vec::new();
+    for n in 0..orders + 50 {
+        if n < orders {
+            messages.push(originals[n].clone());
+        }
+        if n >= 50 && copied(n - 50) {
+            messages.push(originals[n - 50].clone());
+        }
+    }
+    assert_eq!(messages.len(), orders * 13 / 10);
+    (messages, expected)
+}
+
+/// Sends `messages` on `orders` over four senders at once.
+async fn send_all(client: &ServiceBusClient, messages: Vec<Message>) {
+    let senders: Vec<_> = messages
+        .chunks(messages.len().div_ceil(4))
+        .map(|chunk| {
+            let (sender, chunk) = (client.sender("orders"), chunk.to_vec());
+            tokio::spawn(async move {
+                for message in chunk {
+                    send(&sender, message).await;
+                }
+            })
+        })
+        .collect();
+    for sender in senders {
+        sender.await.unwrap();
+    }
+}
+
+/// Each of `orders` orders reserved once (one inbox row each), the units per SKU exactly
+/// `expected`, and nothing dead-lettered.
+async fn every_order_once(
+    store: &PgStore,
+    schema: &str,
+    client: &ServiceBusClient,
+    orders: usize,
+    expected: &BTreeMap<String, i64>,
+) {
+    let counts = store.inventory_counts().await.unwrap();
+    let orders = orders as i64;
+    assert_eq!(
+        (counts.reservations, counts.inbox_rows),
+        (orders, orders),
+        "each order committed once"
+    );
+    assert_eq!(&units_per_sku(schema).await, expected);
+    assert!(
+        peeked_ids(client, "orders/$DeadLetterQueue")
+            .await
+            .is_empty(),
+        "nothing valid dead-lettered"
+    );
+}
+
 /// Must show 2: links idle for 3 s are force-detached and tokens honoured for 10 s. 50 orders,
 /// 25 s of silence (every link of the worker detached as idle, every token expired), 50 more:
 /// each reserved once, each reservation's event published by the relay, the worker alive and
@@ -189,7 +266,7 @@ async fn the_worker_survives_idle_detaches_and_token_expiry() {
     let client = emulator.client();
     let sender = client.sender("orders");
     for n in 0..50 {
-        send(&sender, order(n).0).await;
+        send(&sender, order(n, 4).0).await;
     }
     until(
         "50 orders are reserved",
@@ -205,7 +282,7 @@ async fn the_worker_survives_idle_detaches_and_token_expiry() {
         worker.log()
     );
     for n in 50..100 {
-        send(&sender, order(n).0).await;
+        send(&sender, order(n, 4).0).await;
     }
     until(
         "100 orders are reserved",
@@ -267,43 +344,9 @@ async fn three_workers_under_random_faults_apply_every_order_once() {
     let mut workers: Vec<WorkerProcess> = (0..3)
         .map(|_| WorkerProcess::spawn_on(&emulator.connection, &url, 4, &[]))
         .collect();
-    let mut expected: BTreeMap<String, i64> = BTreeMap::new();
-    let originals: Vec<Message> = (0..ORDERS)
-        .map(|n| {
-            let (message, lines) = order(n);
-            for (sku, quantity) in lines {
-                *expected.entry(sku.to_owned()).or_default() += quantity;
-            }
-            message
-        })
-        .collect();
-    // 30 % sent twice, the copy 50 orders later, as a publisher's retry would.
-    let copied = |n: usize| n % 10 < 3;
-    let mut messages = Vec::new();
-    for n in 0..ORDERS + 50 {
-        if n < ORDERS {
-            messages.push(originals[n].clone());
-        }
-        if n >= 50 && copied(n - 50) {
-            messages.push(originals[n - 50].clone());
-        }
-    }
-    assert_eq!(messages.len(), ORDERS * 13 / 10);
+    let (messages, expected) = order_stream(ORDERS, 4);
+    send_all(&emulator.client(), messages).await;
     let client = emulator.client();
-    let senders: Vec<_> = messages
-        .chunks(messages.len().div_ceil(4))
-        .map(|chunk| {
-            let (sender, chunk) = (client.sender("orders"), chunk.to_vec());
-            tokio::spawn(async move {
-                for message in chunk {
-                    send(&sender, message).await;
-                }
-            })
-        })
-        .collect();
-    for sender in senders {
-        sender.await.unwrap();
-    }
     until(
         "every order is reserved",
         Duration::from_secs(300),
@@ -329,16 +372,78 @@ async fn three_workers_under_random_faults_apply_every_order_once() {
     }
     eprintln!("{test}: processed {processed}, duplicates {duplicates}");
     assert_eq!(processed, ORDERS as u64, "each order committed once");
-    let counts = store.inventory_counts().await.unwrap();
-    assert_eq!(
-        (counts.reservations, counts.inbox_rows),
-        (ORDERS as i64, ORDERS as i64)
-    );
-    assert_eq!(units_per_sku(&schema).await, expected);
+    every_order_once(&store, &schema, &client, ORDERS, &expected).await;
+}
+
+/// Batched transactions under SIGKILL: three `sb-inbox run` processes with
+/// `SB_INBOX_BATCH_SIZE=16` (lock 3 s, max delivery count 10), one of them killed with SIGKILL
+/// and restarted at eight random points of the stream (mid-batch, between a batch's commit and
+/// its settlements, while a batch lingers); 1500 orders over 500 SKUs, 30 % sent twice. Every order is reserved
+/// exactly once, the units per SKU are exact, nothing valid is dead-lettered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_workers_killed_at_random_apply_every_order_once() {
+    use rand::Rng as _;
+    let test = "survive_batched_kills";
+    let Some(emulator) = EmulatorProcess::spawn_locked(test, "PT3S", &[]) else {
+        return;
+    };
+    const ORDERS: usize = 1500;
+    const KILLS: usize = 8;
+    let store = pg_store(test, 4).await;
+    let schema = schema_for(test);
+    let url = with_search_path(&pg_url(), &schema);
+    let env = [("SB_INBOX_BATCH_SIZE", "16"), ("SB_INBOX_PREFETCH", "16")];
+    let spawn = || WorkerProcess::spawn_on(&emulator.connection, &url, 4, &env);
+    let mut workers: Vec<WorkerProcess> = (0..3).map(|_| spawn()).collect();
+    // Wide: a batch holds its rows' locks until its commit, so batches over a few hot SKUs
+    // would mostly wait on each other (README: what batching trades).
+    let (messages, expected) = order_stream(ORDERS, 500);
+    let client = emulator.client();
+    let sending = {
+        let client = emulator.client();
+        tokio::spawn(async move { send_all(&client, messages).await })
+    };
+    // Random moments: when the reservations pass random points of the stream.
+    let mut rng = rand::rng();
+    let mut points: Vec<i64> = (0..KILLS)
+        .map(|_| rng.random_range(20..(ORDERS as i64) * 9 / 10))
+        .collect();
+    points.sort_unstable();
+    eprintln!("{test}: killing at reservations {points:?}");
+    let mut logs = String::new();
+    for point in points {
+        until(
+            &format!("{point} orders are reserved"),
+            Duration::from_secs(120),
+            || async { reservations(&store).await >= point },
+        )
+        .await;
+        let victim = rng.random_range(0..workers.len());
+        let killed = workers.swap_remove(victim);
+        logs.push_str(&killed.log());
+        killed.kill().await;
+        workers.push(spawn());
+    }
+    sending.await.unwrap();
+    until(
+        "every order is reserved and every copy settled",
+        Duration::from_secs(300),
+        || async {
+            reservations(&store).await == ORDERS as i64
+                && peeked_ids(&client, "orders").await.is_empty()
+        },
+    )
+    .await;
+    for worker in &mut workers {
+        assert!(worker.is_running(), "{}", worker.log());
+    }
+    logs.extend(workers.iter().map(WorkerProcess::log));
     assert!(
-        peeked_ids(&client, "orders/$DeadLetterQueue")
-            .await
-            .is_empty(),
-        "nothing valid dead-lettered"
+        logs.contains("Batched transactions"),
+        "the workers ran batched:\n{logs}"
     );
+    for worker in workers {
+        worker.terminate().await;
+    }
+    every_order_once(&store, &schema, &client, ORDERS, &expected).await;
 }

@@ -18,6 +18,10 @@ use crate::support::{pg_store, pg_url, schema_for, with_search_path};
 use crate::worker::{drained, order, strip_ansi};
 use crate::{client, emulator};
 
+/// The worker's batch size variable, and the size the batched variants run with.
+const BATCH_SIZE: &str = "SB_INBOX_BATCH_SIZE";
+const BATCH: &str = "16";
+
 /// Waits (bounded) until `condition` holds, polling every 20 ms.
 pub(crate) async fn until<F, Fut>(what: &str, mut condition: F)
 where
@@ -40,12 +44,8 @@ pub(crate) struct WorkerProcess {
 }
 
 impl WorkerProcess {
-    /// Starts the reference inventory consumer on `orders` with `concurrency`, lock margin 1 s.
-    fn spawn(emulator: &sb_emulator::Emulator, store_url: &str, concurrency: usize) -> Self {
-        Self::spawn_with(emulator, store_url, concurrency, &[])
-    }
-
-    /// As [`WorkerProcess::spawn`], with more environment variables.
+    /// Starts the reference inventory consumer on `orders` with `concurrency`, lock margin 1 s,
+    /// and the environment variables `env`.
     pub(crate) fn spawn_with(
         emulator: &sb_emulator::Emulator,
         store_url: &str,
@@ -118,7 +118,7 @@ impl WorkerProcess {
     }
 
     /// SIGKILL: no drain, no settlement, no goodbye.
-    async fn kill(mut self) {
+    pub(crate) async fn kill(mut self) {
         self.child.kill().unwrap();
         // Drop then finds the child reaped (its second kill fails and is ignored).
         tokio::task::spawn_blocking(move || {
@@ -270,9 +270,8 @@ pub(crate) async fn one_order_behind_a_held_row(test: &str) -> HeldRow {
 /// on it with its inbox row inserted and the second waits on that uncommitted inbox key; at that
 /// point both deliveries are locked by different processes. Releasing the row lets the first
 /// commit and the second fail on the unique key: one effect, one inbox row, both settled.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_same_message_to_two_worker_processes_at_once_takes_effect_once() {
-    let test = "verify_concurrent";
+async fn same_message_to_two_workers(batch: &str) {
+    let test = &format!("{}_{batch}", "verify_concurrent");
     let store = pg_store(test, 1).await;
     let schema = schema_for(test);
     let emulator = emulator("PT30S").await;
@@ -285,17 +284,22 @@ async fn the_same_message_to_two_worker_processes_at_once_takes_effect_once() {
         with_search_path(&pg_url(), &schema)
     );
     let workers = [
-        WorkerProcess::spawn(&emulator, &url, 1),
-        WorkerProcess::spawn(&emulator, &url, 1),
+        WorkerProcess::spawn_with(&emulator, &url, 1, &[(BATCH_SIZE, batch)]),
+        WorkerProcess::spawn_with(&emulator, &url, 1, &[(BATCH_SIZE, batch)]),
     ];
     let sender = client(&emulator).sender("orders");
     sender.send(order("m-1", "o-1")).await.unwrap();
     sender.send(order("m-1", "o-1")).await.unwrap();
 
-    // Each worker handles one delivery at a time, so both copies are locked by different
-    // processes once two of their sessions wait on a lock.
+    // Unbatched, each worker handles one delivery at a time, so both copies are locked by
+    // different processes once two of their sessions wait on a lock. Batched, one worker may
+    // take both copies into one batch: the second is then a duplicate inside its transaction,
+    // and one session waits.
+    let batched = batch != "1";
+    let waiting = if batched { 1 } else { 2 };
     let (store_ref, app_ref) = (&store, &app);
-    until("both workers' transactions wait on a lock", move || async move {
+    let emulator_ref = &emulator;
+    until("the workers' transactions wait on a lock", move || async move {
         let store = store_ref;
         let rows = store
             .query(
@@ -304,7 +308,7 @@ async fn the_same_message_to_two_worker_processes_at_once_takes_effect_once() {
             )
             .await
             .unwrap();
-        rows[0].get::<_, i64>(0) == 2
+        rows[0].get::<_, i64>(0) >= waiting && orders_counts(emulator_ref).locked == 2
     })
     .await;
     let c = orders_counts(&emulator);
@@ -319,7 +323,14 @@ async fn the_same_message_to_two_worker_processes_at_once_takes_effect_once() {
         per_worker.push((stats.get("processed"), stats.get("duplicate")));
     }
     per_worker.sort();
-    assert_eq!(per_worker, [(0, 1), (1, 0)]);
+    if batched {
+        let total = per_worker
+            .iter()
+            .fold((0, 0), |(p, d), (wp, wd)| (p + wp, d + wd));
+        assert_eq!(total, (1, 1), "{per_worker:?}");
+    } else {
+        assert_eq!(per_worker, [(0, 1), (1, 0)]);
+    }
     let c = orders_counts(&emulator);
     assert_eq!(
         (c.completed, c.active, c.locked, c.dead_lettered),
@@ -336,13 +347,22 @@ async fn the_same_message_to_two_worker_processes_at_once_takes_effect_once() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_message_to_two_worker_processes_at_once_takes_effect_once() {
+    same_message_to_two_workers("1").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_message_to_two_worker_processes_at_once_takes_effect_once_batched() {
+    same_message_to_two_workers(BATCH).await;
+}
+
 /// Verification 1b: a worker process killed with SIGKILL after its commit and before its
 /// settlement. The emulator holds the disposition, the test waits for the committed inbox row,
 /// kills the worker, and a second worker gets the redelivery once the 2 s lock runs out: a
 /// duplicate, completed, with no second effect.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_killed_between_commit_and_settlement_redelivers_as_a_duplicate() {
-    let test = "verify_sigkill";
+async fn killed_between_commit_and_settlement(batch: &str) {
+    let test = &format!("{}_{batch}", "verify_sigkill");
     let store = pg_store(test, 1).await;
     let url = with_search_path(&pg_url(), &schema_for(test));
     let emulator = emulator("PT2S").await;
@@ -358,7 +378,7 @@ async fn a_worker_killed_between_commit_and_settlement_redelivers_as_a_duplicate
         .await
         .unwrap();
 
-    let first = WorkerProcess::spawn(&emulator, &url, 1);
+    let first = WorkerProcess::spawn_with(&emulator, &url, 1, &[(BATCH_SIZE, batch)]);
     let store_ref = &store;
     until("the first worker has committed", move || async move {
         counts(store_ref).await.inbox_rows == 1
@@ -368,7 +388,7 @@ async fn a_worker_killed_between_commit_and_settlement_redelivers_as_a_duplicate
     assert_eq!((c.locked, c.completed), (1, 0), "committed, not settled");
     first.kill().await;
 
-    let second = WorkerProcess::spawn(&emulator, &url, 1);
+    let second = WorkerProcess::spawn_with(&emulator, &url, 1, &[(BATCH_SIZE, batch)]);
     drained(&emulator, 1).await;
     let stats = second.terminate().await;
     assert_eq!((stats.get("processed"), stats.get("duplicate")), (0, 1));
@@ -388,19 +408,28 @@ async fn a_worker_killed_between_commit_and_settlement_redelivers_as_a_duplicate
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_between_commit_and_settlement_redelivers_as_a_duplicate() {
+    killed_between_commit_and_settlement("1").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_between_commit_and_settlement_redelivers_as_a_duplicate_batched() {
+    killed_between_commit_and_settlement(BATCH).await;
+}
+
 /// Verification 1c: the transaction rolls back. The test holds the stock row and the worker's
 /// sessions run with `lock_timeout = 300ms`, so each attempt inserts its inbox row, times out on
 /// the row (SQLSTATE 55P03, transient), rolls back and abandons. Once the message is back with
 /// a delivery count, no inbox row exists; after the row is released the redelivery is processed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rolled_back_transaction_leaves_no_inbox_row_and_the_redelivery_is_processed() {
+async fn rolled_back_transaction(batch: &str) {
     let HeldRow {
         store,
         emulator,
         holder,
         url,
-    } = one_order_behind_a_held_row("verify_rollback").await;
-    let worker = WorkerProcess::spawn(&emulator, &url, 1);
+    } = one_order_behind_a_held_row(&format!("verify_rollback_{batch}")).await;
+    let worker = WorkerProcess::spawn_with(&emulator, &url, 1, &[(BATCH_SIZE, batch)]);
     let entity = emulator.broker().entity("orders").unwrap();
     let entity_ref = &entity;
     until("an attempt rolled back and abandoned", move || async move {
@@ -442,6 +471,16 @@ async fn a_rolled_back_transaction_leaves_no_inbox_row_and_the_redelivery_is_pro
         ),
         (1, 1, 2)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_transaction_leaves_no_inbox_row_and_the_redelivery_is_processed() {
+    rolled_back_transaction("1").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_transaction_leaves_no_inbox_row_and_the_redelivery_is_processed_batched() {
+    rolled_back_transaction(BATCH).await;
 }
 
 /// One order through a runtime whose handler takes 3 s under a 1 s lock (margin 300 ms).
@@ -508,10 +547,9 @@ async fn with_renewals_refused_a_long_handler_ends_lock_lost_and_commits_nothing
 /// Verification 3: every emulator connection dropped while a worker process is halfway through
 /// 50 orders whose settlements the emulator slows down (so some are committed and unsettled at
 /// the drop). The worker reconnects; every order is reserved exactly once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropped_connections_mid_stream_lose_nothing_and_repeat_nothing() {
+async fn dropped_connections_mid_stream(batch: &str) {
     const ORDERS: u64 = 50;
-    let test = "verify_dropped_connections";
+    let test = &format!("{}_{batch}", "verify_dropped_connections");
     let store = pg_store(test, 1).await;
     let url = with_search_path(&pg_url(), &schema_for(test));
     let emulator = emulator("PT2S").await;
@@ -529,7 +567,7 @@ async fn dropped_connections_mid_stream_lose_nothing_and_repeat_nothing() {
         .delay_dispositions(u32::MAX, Duration::from_millis(150))
         .unwrap();
 
-    let worker = WorkerProcess::spawn(&emulator, &url, 4);
+    let worker = WorkerProcess::spawn_with(&emulator, &url, 4, &[(BATCH_SIZE, batch)]);
     let emulator_ref = &emulator;
     until("a fifth of the orders are completed", move || async move {
         orders_counts(emulator_ref).completed >= ORDERS / 5
@@ -560,14 +598,23 @@ async fn dropped_connections_mid_stream_lose_nothing_and_repeat_nothing() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_connections_mid_stream_lose_nothing_and_repeat_nothing() {
+    dropped_connections_mid_stream("1").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_connections_mid_stream_lose_nothing_and_repeat_nothing_batched() {
+    dropped_connections_mid_stream(BATCH).await;
+}
+
 /// Verification 4: a poison message is dead-lettered by the worker process with reason
 /// `InvalidPayload`, and the official Python SDK reads it back from the DLQ.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_poison_message_is_dead_lettered_invalid_payload_and_read_back_by_the_python_sdk() {
+async fn poison_message_to_the_dlq(batch: &str) {
     if !crate::python::sdk_installed() {
         return;
     }
-    let test = "verify_poison";
+    let test = &format!("{}_{batch}", "verify_poison");
     let store = pg_store(test, 1).await;
     let url = with_search_path(&pg_url(), &schema_for(test));
     let emulator = emulator("PT30S").await;
@@ -580,7 +627,7 @@ async fn a_poison_message_is_dead_lettered_invalid_payload_and_read_back_by_the_
         ))
         .await
         .unwrap();
-    let worker = WorkerProcess::spawn(&emulator, &url, 1);
+    let worker = WorkerProcess::spawn_with(&emulator, &url, 1, &[(BATCH_SIZE, batch)]);
     drained(&emulator, 1).await;
     let stats = worker.terminate().await;
     assert_eq!(stats.get("permanent"), 1);
@@ -621,4 +668,15 @@ with ServiceBusClient.from_connection_string(sys.argv[1], retry_total=0) as clie
     assert_eq!(dlq.active, 0, "the SDK completed it");
     let counts = counts(&store).await;
     assert_eq!((counts.reservations, counts.inbox_rows), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_message_is_dead_lettered_invalid_payload_and_read_back_by_the_python_sdk() {
+    poison_message_to_the_dlq("1").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_message_is_dead_lettered_invalid_payload_and_read_back_by_the_python_sdk_batched()
+{
+    poison_message_to_the_dlq(BATCH).await;
 }

@@ -672,3 +672,136 @@ async fn mock_statement_without_answer_times_out() {
     drop(tx);
     assert_eq!(store.connections(), 0, "dropped");
 }
+
+/// Batched transactions on SQL Server: each delivery's savepoint is `SAVE TRANSACTION sb_sp_<n>`
+/// (the first one after `SET XACT_ABORT OFF`) and is undone by `ROLLBACK TRANSACTION
+/// sb_sp_<n>`. The mock fails exactly those texts, so the errors prove what was sent: a
+/// rollback to the savepoint that the server refuses (6401, as after a deadlock ended the whole
+/// transaction) leaves the transaction failed and its commit refused.
+#[tokio::test]
+async fn mock_savepoints_are_named_and_rolled_back_by_name() {
+    let mock = mock().await;
+    let store = store(mock.port).await;
+    let mut tx = store.begin().await.unwrap();
+    let first = tx.savepoint().await.unwrap();
+    assert_eq!(first.name(), "sb_sp_1");
+    tx.insert_inbox("c", "m-1").await.unwrap();
+    mock.registry.lock().await.register(
+        "SAVE TRANSACTION sb_sp_2",
+        QueryResponse::error_only(TerminalError::new(50002, 16, "sb_sp_2 reached the server")),
+    );
+    let error = tx.savepoint().await.unwrap_err();
+    assert_eq!(error.code(), Some("50002"), "{error}");
+    // That failure ended the transaction for the client; a new one goes on.
+    assert!(tx.commit().await.unwrap_err().is_refused());
+
+    {
+        let mut registry = mock.registry.lock().await;
+        registry.register(
+            "SAVE TRANSACTION sb_sp_2",
+            QueryResponse::new(Vec::new(), Vec::new()),
+        );
+        registry.register(
+            "ROLLBACK TRANSACTION sb_sp_2",
+            QueryResponse::error_only(TerminalError::new(
+                6401,
+                16,
+                "Cannot roll back sb_sp_2. No transaction or savepoint of that name was found.",
+            )),
+        );
+    }
+    let mut tx = store.begin().await.unwrap();
+    let first = tx.savepoint().await.unwrap();
+    tx.insert_inbox("c", "m-1").await.unwrap();
+    let second = tx.savepoint().await.unwrap();
+    mock.fail_inserts(1205, 13, "Transaction (Process ID 52) was deadlocked on lock resources with another process and has been chosen as the deadlock victim. Rerun the transaction.")
+        .await;
+    let deadlock = tx.insert_inbox("c", "m-2").await.unwrap_err();
+    assert_eq!(deadlock.kind(), ErrorKind::Contention);
+    let refused = tx.rollback_to(second).await.unwrap_err();
+    assert!(refused.is_refused(), "{refused}");
+    assert_eq!(refused.code(), Some("1205"), "the first error stands");
+    assert!(tx.commit().await.unwrap_err().is_refused());
+    drop(first);
+}
+
+/// A batch on SQL Server (the runtime over the mock): every inbox insert is a duplicate of
+/// `pk_sb_inbox`, each rolled back to its own savepoint by name, and all three are completed
+/// after the one commit. Then every insert is a deadlock victim whose savepoint the server no
+/// longer has (6401): each delivery in turn is taken out of the batch and abandoned, and the
+/// batch ends.
+#[tokio::test]
+async fn mock_batch_rolls_back_each_delivery_by_name() {
+    use sb_inbox::testing::MemoryBroker;
+    use sb_inbox::{Clock, ConsumerName, Handled, Message, Outcome, Runtime, RuntimeConfig};
+
+    #[derive(Debug)]
+    struct Noop(Vec<sb_inbox::Contract>);
+    impl<T: Tx> sb_inbox::Handler<T> for Noop {
+        type Payload = ();
+        fn contracts(&self) -> &[sb_inbox::Contract] {
+            &self.0
+        }
+        fn decode(&self, _: &sb_inbox::Contract, _: &[u8]) -> Result<(), sb_inbox::DecodeError> {
+            Ok(())
+        }
+        async fn handle(
+            &self,
+            _: &sb_inbox::Context<'_, ()>,
+            _: &mut T,
+        ) -> Result<Handled, sb_inbox::HandlerError> {
+            Ok(Handled::Processed)
+        }
+    }
+
+    let mock = mock().await;
+    mock.fail_inserts(2627, 14, &duplicate_message("pk_sb_inbox"))
+        .await;
+    let store = store(mock.port).await;
+    let broker = MemoryBroker::new(Clock::new());
+    let mut config = RuntimeConfig::new(ConsumerName::new("c").unwrap());
+    config.batch_size = 16;
+    let runtime = Runtime::new(
+        broker.receiver(),
+        store,
+        Noop(vec![sb_inbox::Contract::new("orders.order-placed", 1)]),
+        config,
+    );
+    let batch = |broker: &MemoryBroker| {
+        for n in 1..=3 {
+            broker.send(Message::new(
+                format!("m-{n}"),
+                "orders.order-placed.v1",
+                "{}",
+            ));
+        }
+        std::iter::from_fn(|| broker.try_receive()).collect::<Vec<_>>()
+    };
+    let reports = runtime.process_batch(batch(&broker)).await;
+    let outcomes: Vec<Outcome> = reports.iter().map(|r| r.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Duplicate(DuplicateScope::Inbox); 3]);
+    assert_eq!(broker.counts().completed, 3);
+
+    {
+        let mut registry = mock.registry.lock().await;
+        registry.register(
+            INSERT,
+            QueryResponse::error_only(TerminalError::new(
+                1205,
+                13,
+                "chosen as the deadlock victim",
+            )),
+        );
+        registry.register(
+            "ROLLBACK TRANSACTION sb_sp_1",
+            QueryResponse::error_only(TerminalError::new(6401, 16, "Cannot roll back sb_sp_1.")),
+        );
+    }
+    let reports = runtime.process_batch(batch(&broker)).await;
+    let outcomes: Vec<Outcome> = reports.iter().map(|r| r.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Transient; 3], "{reports:?}");
+    assert!(reports.iter().all(|r| r.settled == Some(Ok(()))));
+    assert_eq!(broker.counts().abandoned, 3);
+    // The connections went back to the pool.
+    assert!(runtime.store().connections() <= 2);
+}

@@ -1,0 +1,479 @@
+//! Batched transactions ([`super::RuntimeConfig::batch_size`] above 1): up to N deliveries in one
+//! database transaction, each inside its own savepoint, then one commit and every settlement.
+//!
+//! # Algorithm
+//! 1. A batch closes when it holds `batch_size` deliveries or `batch_linger` after its first
+//!    arrived, and starts once one of `concurrency` slots is free. Every lock is kept from
+//!    receipt until that delivery's settlement is answered.
+//! 2. Envelope and decode failures are dead-lettered without touching the transaction.
+//! 3. One transaction; for each delivery in turn: `SAVEPOINT`, inbox row, handler. On success
+//!    the savepoint stays open (so the delivery can still be taken out); on a failure (a
+//!    duplicate, a permanent or a transient error) `ROLLBACK TO` its savepoint undoes that
+//!    delivery alone and forgets the error (the transaction's first-error rule is scoped to the
+//!    savepoint), and its verdict waits for the commit.
+//! 4. Fence, just before the commit: a delivery whose lock is lost is taken out by rolling back
+//!    to its savepoint. Savepoints nest, so that also undoes the deliveries after it, which run
+//!    again (a verdict can depend on an earlier delivery of the batch: the second copy of a
+//!    message is a duplicate only while the first stays in).
+//! 5. One commit, then every settlement at once, each as the unbatched runtime settles it:
+//!    processed, stale and duplicates complete; permanent failures are dead-lettered; transient
+//!    failures are abandoned (or retried later); lost locks are left to redelivery.
+//!
+//! A statement that ends the whole transaction (a rollback to a savepoint that fails, as after a
+//! deadlock on SQL Server, or a broken connection) takes only that delivery out: it gets its
+//! own verdict and the rest of the batch runs again in a new transaction. A failed `BEGIN` or
+//! `COMMIT`, a batch past `max_processing`, or a shutdown past its grace abandons the whole
+//! batch: nothing of it is committed, and even a duplicate seen inside it is re-judged on
+//! redelivery.
+//!
+//! # What batching trades
+//! One commit (and its log flush) serves the whole batch, which is where the throughput comes
+//! from. In exchange a delivery waits up to the linger and then for the batch's other handlers
+//! before it is committed and settled; one commit failure abandons every delivery of the batch
+//! (each delivery attempt counts against the entity's max delivery count); the locks a batch
+//! takes are held until its commit, so hot rows serialise longer; and a lost lock of an early
+//! delivery re-runs the handlers after it. A lost lock does not cancel a running handler (the
+//! shared transaction cannot be dropped for one delivery): the fence removes it before commit.
+
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
+
+use super::lock_keeper::KeptLock;
+use super::observe::Processing;
+use super::process::{Abort, Step, outcome_of};
+use super::{Backoff, Handled, Handler, Inner, Outcome, Report, RuntimeError};
+use crate::ports::{Delivery, Receiver, Savepoint, Store, StoreError, Tx};
+
+/// A received delivery with its kept lock and its `held` slot, waiting for a batch.
+type Queued<D> = (Arc<D>, KeptLock, OwnedSemaphorePermit);
+
+/// Receives into batches and runs them until `shutdown`, then drains, as
+/// [`super::Runtime::run`] does one delivery at a time.
+pub(super) async fn run<R, S, H>(
+    inner: &Arc<Inner<R, S, H>>,
+    shutdown: CancellationToken,
+) -> Result<(), RuntimeError>
+where
+    R: Receiver,
+    S: Store,
+    H: Handler<S::Tx>,
+{
+    let config = &inner.config;
+    tracing::info!(
+        batch_size = config.batch_size,
+        batch_linger_ms = config.batch_linger.as_millis(),
+        "Batched transactions: up to batch_size deliveries per transaction."
+    );
+    let held = Arc::new(Semaphore::new(
+        config.concurrency.saturating_mul(config.batch_size) + config.prefetch,
+    ));
+    let tracker = TaskTracker::new();
+    let abort = CancellationToken::new();
+    let (queue, incoming) = mpsc::unbounded_channel();
+    tracker.spawn(batches(
+        inner.clone(),
+        incoming,
+        tracker.clone(),
+        shutdown.clone(),
+        abort.clone(),
+    ));
+    let mut backoff = Backoff::new(
+        std::time::Duration::from_millis(100),
+        std::time::Duration::from_secs(30),
+    );
+    let result = loop {
+        let (delivery, slot) = match inner.next_delivery(&held, &shutdown, &mut backoff).await {
+            Ok(Some(next)) => next,
+            Ok(None) => break Ok(()),
+            Err(error) => break Err(error),
+        };
+        let delivery = Arc::new(delivery);
+        // Kept from receipt: a delivery waiting for its batch must not expire there.
+        let lock = inner.step().keeper.keep(delivery.clone());
+        if queue.send((delivery, lock, slot)).is_err() {
+            // The batcher ends only after shutdown.
+            break Ok(());
+        }
+    };
+    drop(queue);
+    inner.drain(&tracker, &abort).await;
+    result
+}
+
+/// Forms batches from `incoming` (the first delivery, then more until the batch is full or the
+/// linger has passed), each once a handling slot is free, and runs each in its own task. On
+/// shutdown, deliveries not started are given back.
+async fn batches<R, S, H>(
+    inner: Arc<Inner<R, S, H>>,
+    mut incoming: mpsc::UnboundedReceiver<Queued<R::Delivery>>,
+    tracker: TaskTracker,
+    stopping: CancellationToken,
+    abort: CancellationToken,
+) where
+    R: Receiver,
+    S: Store,
+    H: Handler<S::Tx>,
+{
+    let handling = Arc::new(Semaphore::new(inner.config.concurrency));
+    let (size, linger) = (inner.config.batch_size, inner.config.batch_linger);
+    loop {
+        let permit = tokio::select! {
+            // Biased: once shutting down, nothing new starts.
+            biased;
+            () = stopping.cancelled() => None,
+            permit = handling.clone().acquire_owned() => permit.ok(),
+        };
+        let Some(permit) = permit else { break };
+        let first = tokio::select! {
+            biased;
+            () = stopping.cancelled() => None,
+            first = incoming.recv() => first,
+        };
+        let Some(first) = first else { break };
+        let mut batch = vec![first];
+        let closes = Instant::now() + linger;
+        while batch.len() < size {
+            tokio::select! {
+                next = incoming.recv() => match next {
+                    Some(next) => batch.push(next),
+                    None => break,
+                },
+                () = tokio::time::sleep_until(closes) => break,
+            }
+        }
+        let (inner, abort) = (inner.clone(), abort.clone());
+        tracker.spawn(async move {
+            let mut slots = Vec::with_capacity(batch.len());
+            let members = batch
+                .into_iter()
+                .map(|(delivery, lock, slot)| {
+                    slots.push(slot);
+                    (delivery, lock)
+                })
+                .collect();
+            let _busy = inner.slots.enter();
+            handle(&inner, members, &abort).await;
+            drop((permit, slots));
+        });
+    }
+    incoming.close();
+    while let Some((delivery, lock, slot)) = incoming.recv().await {
+        inner.give_back(&*delivery).await;
+        lock.release().await;
+        drop(slot);
+    }
+}
+
+/// Where one delivery of a batch stands in the current transaction.
+enum State {
+    /// Not handled in this transaction yet.
+    Pending,
+    /// Its work is in the transaction under this live savepoint.
+    Kept(Savepoint, Handled),
+    /// Rolled back to its savepoint; the verdict holds if the transaction commits.
+    Undone(Result<Outcome, Abort>),
+    /// Out of the batch (lock lost, or its statement ended a transaction): the verdict holds
+    /// whatever becomes of the batch.
+    Out(Result<Outcome, Abort>),
+}
+
+impl State {
+    /// Back to pending when the work it stood on is undone.
+    fn reset(&mut self) {
+        if matches!(self, State::Kept(..) | State::Undone(_)) {
+            *self = State::Pending;
+        }
+    }
+}
+
+/// One delivery of a batch.
+struct Member<D> {
+    delivery: Arc<D>,
+    lock: KeptLock,
+    processing: Processing,
+    /// The logical message id; `None` when the envelope or body was refused.
+    logical_id: Option<String>,
+    state: State,
+}
+
+/// Why a whole batch is abandoned.
+enum Whole {
+    Failed(String),
+    /// Past `max_processing`: the transient failure [`Step::too_long`] describes.
+    TooLong(Abort),
+    Shutdown,
+}
+
+impl Whole {
+    fn store(error: &StoreError) -> Self {
+        tracing::warn!(%error, "Batch transaction failed; abandoning the whole batch.");
+        Whole::Failed(format!("batch transaction failed: {}", error.redacted()))
+    }
+
+    fn abort(&self) -> Abort {
+        match self {
+            Whole::Failed(why) => Abort::Failed(Outcome::Transient, why.clone()),
+            Whole::TooLong(Abort::Failed(outcome, why)) => Abort::Failed(*outcome, why.clone()),
+            Whole::TooLong(_) | Whole::Shutdown => Abort::Shutdown,
+        }
+    }
+}
+
+/// Handles `members` as one batch, settles each and records it in the stats; the reports are
+/// in the order of `members`.
+pub(super) async fn handle<R, S, H, D>(
+    inner: &Arc<Inner<R, S, H>>,
+    members: Vec<(Arc<D>, KeptLock)>,
+    cancel: &CancellationToken,
+) -> Vec<Report>
+where
+    R: Receiver,
+    S: Store,
+    H: Handler<S::Tx>,
+    D: Delivery,
+{
+    let step = inner.step();
+    step.observer.batch(members.len());
+    let mut members: Vec<Member<D>> = members
+        .into_iter()
+        .map(|(delivery, lock)| {
+            let processing = step.observer.start(&*delivery);
+            lock.follow(&processing.span);
+            let (logical_id, state) = match step.accept(&*delivery) {
+                Ok((envelope, _)) => (Some(envelope.message_id), State::Pending),
+                Err(rejection) => (None, State::Out(Err(Abort::Rejected(rejection)))),
+            };
+            Member {
+                delivery,
+                lock,
+                processing,
+                logical_id,
+                state,
+            }
+        })
+        .collect();
+    let ended = tokio::select! {
+        biased;
+        () = cancel.cancelled() => Err(Whole::Shutdown),
+        () = tokio::time::sleep(step.max_processing) => Err(Whole::TooLong(step.too_long())),
+        ended = step.observer.transaction(transact(&step, &mut members)) => ended,
+    };
+    // Every settlement at once, each in its own process span.
+    let mut settling = tokio::task::JoinSet::new();
+    for (index, member) in members.into_iter().enumerate() {
+        let Member {
+            delivery,
+            lock,
+            processing,
+            logical_id,
+            state,
+        } = member;
+        let verdict = match (state, &ended) {
+            (State::Out(verdict), _) => verdict,
+            (State::Kept(_, handled), Ok(())) => Ok(outcome_of(handled)),
+            (State::Undone(verdict), Ok(())) => verdict,
+            (_, Err(whole)) => Err(whole.abort()),
+            // Every pending member is handled before a commit.
+            (State::Pending, Ok(())) => Err(Abort::Failed(
+                Outcome::Transient,
+                "not handled in its batch".to_owned(),
+            )),
+        };
+        let inner = inner.clone();
+        settling.spawn(async move {
+            let step = inner.step();
+            let report = step
+                .conclude(
+                    &*delivery,
+                    logical_id.as_deref().unwrap_or_default(),
+                    verdict,
+                    lock.renewals(),
+                )
+                .instrument(processing.span.clone())
+                .await;
+            // The renewals stop only now, after the settlement was answered.
+            lock.release().await;
+            step.observer
+                .finish(processing, &*delivery, &report, step.handler.contracts());
+            inner.stats.record(&report);
+            (index, report)
+        });
+    }
+    let mut reports: Vec<(usize, Report)> = settling.join_all().await.into_iter().collect();
+    reports.sort_by_key(|(index, _)| *index);
+    reports.into_iter().map(|(_, report)| report).collect()
+}
+
+/// The batch's transaction, repeated without a delivery whose statement ended it. `Ok` once
+/// committed (or when nothing was left to commit); the verdicts are in the members' states.
+async fn transact<S, H, D>(step: &Step<'_, S, H>, members: &mut [Member<D>]) -> Result<(), Whole>
+where
+    S: Store,
+    H: Handler<S::Tx>,
+    D: Delivery,
+{
+    'transaction: loop {
+        members.iter_mut().for_each(|m| m.state.reset());
+        if !members.iter().any(|m| matches!(m.state, State::Pending)) {
+            return Ok(());
+        }
+        let mut tx = step
+            .seen(step.store.begin().await)
+            .map_err(|e| Whole::store(&e))?;
+        let mut from = 0;
+        loop {
+            let mut index = from;
+            while index < members.len() {
+                let member = &mut members[index];
+                if !matches!(member.state, State::Pending) {
+                    index += 1;
+                    continue;
+                }
+                if !member.lock.is_held() {
+                    member.state = State::Out(Err(Abort::lock_lost_before_commit()));
+                    index += 1;
+                    continue;
+                }
+                let savepoint = match tx.savepoint().await {
+                    Ok(savepoint) => savepoint,
+                    // The delivery before kept going past a failed statement (its handler
+                    // swallowed the error): it is the one that failed.
+                    Err(refused) if refused.is_refused() => {
+                        let Some(culprit) = last_kept(members) else {
+                            rollback(tx).await;
+                            return Err(Whole::store(&refused));
+                        };
+                        let culprit = &mut members[culprit];
+                        let State::Kept(savepoint, _) =
+                            std::mem::replace(&mut culprit.state, State::Pending)
+                        else {
+                            unreachable!("last_kept found a kept member");
+                        };
+                        if undo(&mut tx, culprit, savepoint, Abort::from(refused))
+                            .await
+                            .is_err()
+                        {
+                            rollback(tx).await;
+                            continue 'transaction;
+                        }
+                        continue;
+                    }
+                    Err(error) => {
+                        step.note(&error);
+                        rollback(tx).await;
+                        return Err(Whole::store(&error));
+                    }
+                };
+                let member = &mut members[index];
+                let result = match step.accept(&*member.delivery) {
+                    Ok((envelope, payload)) => {
+                        let ctx = step.context(&*member.delivery, &envelope, payload);
+                        step.apply(&ctx, &mut tx)
+                            .instrument(member.processing.span.clone())
+                            .await
+                    }
+                    Err(rejection) => Err(Abort::Rejected(rejection)),
+                };
+                match result {
+                    Ok(handled) => member.state = State::Kept(savepoint, handled),
+                    Err(abort) => {
+                        if undo(&mut tx, member, savepoint, abort).await.is_err() {
+                            rollback(tx).await;
+                            continue 'transaction;
+                        }
+                    }
+                }
+                index += 1;
+            }
+            // The fence, just before the commit.
+            let Some(lost) = members
+                .iter()
+                .position(|m| matches!(m.state, State::Kept(..)) && !m.lock.is_held())
+            else {
+                break;
+            };
+            tracing::warn!(
+                lock_token = %members[lost].delivery.lock_token(),
+                "Lock lost before the batch commit; taking the delivery out of the batch."
+            );
+            let State::Kept(savepoint, _) = std::mem::replace(
+                &mut members[lost].state,
+                State::Out(Err(Abort::lock_lost_before_commit())),
+            ) else {
+                unreachable!("the position found a kept member");
+            };
+            if tx.rollback_to(savepoint).await.is_err() {
+                rollback(tx).await;
+                continue 'transaction;
+            }
+            // Their work was undone with it, and their verdicts may have stood on it.
+            members[lost + 1..].iter_mut().for_each(|m| m.state.reset());
+            from = lost + 1;
+        }
+        match step.seen(tx.commit().await) {
+            Ok(()) => {
+                step.health.committed();
+                return Ok(());
+            }
+            // Refused: the last kept delivery went on past a failed statement.
+            Err(refused) if refused.is_refused() => match last_kept(members) {
+                Some(culprit) => {
+                    members[culprit].state = State::Out(Err(out_verdict(Abort::from(refused))));
+                }
+                None => return Err(Whole::store(&refused)),
+            },
+            Err(error) => return Err(Whole::store(&error)),
+        }
+    }
+}
+
+/// The last member whose work is in the transaction.
+fn last_kept<D>(members: &[Member<D>]) -> Option<usize> {
+    members
+        .iter()
+        .rposition(|m| matches!(m.state, State::Kept(..)))
+}
+
+/// Rolls `member`'s savepoint back for `abort`: it waits for the commit as undone. When the
+/// database cannot return to the savepoint (its statement ended the whole transaction), the
+/// member is taken out with its verdict and `Err` asks for a new transaction.
+async fn undo<T: Tx, D>(
+    tx: &mut T,
+    member: &mut Member<D>,
+    savepoint: Savepoint,
+    abort: Abort,
+) -> Result<(), ()> {
+    match tx.rollback_to(savepoint).await {
+        Ok(()) => {
+            member.state = State::Undone(Err(abort));
+            Ok(())
+        }
+        Err(error) => {
+            tracing::warn!(%error, "A delivery's failure ended the batch transaction; the rest of the batch runs again without it.");
+            member.state = State::Out(Err(out_verdict(abort)));
+            Err(())
+        }
+    }
+}
+
+/// The verdict of a delivery taken out of the batch with its own error. A duplicate is not
+/// final there: the row it ran into may be another delivery's of this very batch, which has
+/// not committed; it is abandoned and judged again on redelivery.
+fn out_verdict(abort: Abort) -> Abort {
+    match abort {
+        Abort::Failed(Outcome::Duplicate(_), why) => Abort::Failed(Outcome::Transient, why),
+        other => other,
+    }
+}
+
+/// Ends a transaction that cannot go on; the connection is discarded if the rollback fails.
+async fn rollback<T: Tx>(tx: T) {
+    if let Err(error) = tx.rollback().await {
+        tracing::warn!(%error, "Rollback failed; the connection is discarded.");
+    }
+}

@@ -1,0 +1,334 @@
+//! Batched transactions: what only a batch can get wrong. One delivery's transient failure, lost
+//! lock or duplicate verdict must touch no other delivery of its batch; a failed commit must
+//! settle nothing as done. (The unbatched guarantees run batched in `scenarios.rs`.)
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
+use sb_inbox::runtime::LAST_ERROR_PROPERTY;
+use sb_inbox::testing::{MemoryBroker, RenewFault};
+use sb_inbox::{
+    Clock, Delivery, DuplicateScope, ErrorKind, OutboxMessage, Outcome, PropertyValue, Runtime,
+    Savepoint, Store, StoreError, Tx, VersionCheck,
+};
+
+use crate::handlers::{Flaky, Noop, Slow, order};
+use crate::scenarios::{BATCH, batched};
+use crate::support::{Count, pg_store, sqlite_store};
+
+const INVENTORY: &str = sb_inbox::inventory::CONSUMER;
+
+fn outcomes(reports: &[sb_inbox::Report]) -> Vec<Outcome> {
+    reports.iter().map(|r| r.outcome).collect()
+}
+
+/// A transient failure of the first delivery rolls back its savepoint alone: it is abandoned
+/// with its error while the two after it commit; its redelivery is processed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transient_failure_rolls_back_that_delivery_alone() {
+    let store = pg_store("rt_batch_transient", 2).await;
+    let broker = MemoryBroker::new(Clock::new());
+    let handler = Flaky::new(OrderPlacedConsumer::new(), 1);
+    let runtime = Runtime::new(
+        broker.receiver(),
+        store.clone(),
+        handler,
+        batched(INVENTORY, BATCH),
+    );
+    for n in 1..=3 {
+        broker.send(order(&format!("m-{n}"), &format!("o-{n}")));
+    }
+    let batch: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    let reports = runtime.process_batch(batch).await;
+    assert_eq!(
+        outcomes(&reports),
+        [Outcome::Transient, Outcome::Processed, Outcome::Processed]
+    );
+    assert!(
+        reports.iter().all(|r| r.settled == Some(Ok(()))),
+        "{reports:?}"
+    );
+    let counts = store.inventory_counts().await.unwrap();
+    assert_eq!(
+        (
+            counts.reservations,
+            counts.inbox_rows,
+            counts.reserved_units
+        ),
+        (2, 2, 6),
+        "the failed delivery's rows are undone, the others' kept"
+    );
+    let redelivery = broker.try_receive().expect("abandoned");
+    assert_eq!(redelivery.message().message_id.as_deref(), Some("m-1"));
+    assert!(matches!(
+        redelivery.message().application_properties.get(LAST_ERROR_PROPERTY),
+        Some(PropertyValue::String(text)) if text.contains("injected failure")
+    ));
+    let report = runtime.process_batch(vec![redelivery]).await;
+    assert_eq!(outcomes(&report), [Outcome::Processed]);
+    assert_eq!(store.inventory_counts().await.unwrap().reservations, 3);
+    assert_eq!(broker.counts().completed, 3);
+}
+
+/// Lock loss of one delivery in a batch (tokio's paused clock, renewals refused): `m-1`'s lock
+/// runs out while its batch runs. The fence takes it out just before the commit by rolling back
+/// to its savepoint, which also undoes `m-2` and the copy of `m-1` after it: they run again,
+/// and the copy, a duplicate of `m-1` while `m-1` was in, is now the one processed.
+#[tokio::test(start_paused = true)]
+async fn a_lost_lock_takes_one_delivery_out_and_the_rest_run_again() {
+    let store = sqlite_store("batch_lock_lost", 1).await;
+    let broker = MemoryBroker::with_options(Clock::new(), Duration::from_secs(30), 10);
+    let mut config = batched(INVENTORY, BATCH);
+    config.lock_margin = Duration::from_secs(10);
+    let handler = Flaky::new(
+        Slow {
+            inner: OrderPlacedConsumer::new(),
+            duration: Duration::from_secs(2),
+        },
+        0,
+    );
+    let runtime = Runtime::with_clock(
+        broker.receiver(),
+        store.clone(),
+        handler,
+        config,
+        Clock::new(),
+    );
+    broker.send(order("m-1", "o-1"));
+    broker.send(order("m-2", "o-2"));
+    broker.send(order("m-1", "o-1"));
+    let first = broker.try_receive().unwrap();
+    // 3 s of its lock are left when the batch starts: its renewal (refused) falls inside the
+    // batch, the others' long after it.
+    tokio::time::advance(Duration::from_secs(27)).await;
+    let (second, copy) = (broker.try_receive().unwrap(), broker.try_receive().unwrap());
+    broker.set_renew_fault(RenewFault::LockLost);
+    let reports = runtime.process_batch(vec![first, second, copy]).await;
+    assert_eq!(
+        outcomes(&reports),
+        [Outcome::LockLost, Outcome::Processed, Outcome::Processed],
+        "{reports:?}"
+    );
+    assert_eq!(reports[0].settled, None, "no settlement without the lock");
+    let attempts: Vec<String> = runtime
+        .handler()
+        .attempts()
+        .into_iter()
+        .map(|(_, id)| id)
+        .collect();
+    assert_eq!(
+        attempts,
+        ["m-1", "m-2", "m-2", "m-1"],
+        "m-2 ran again after the rollback; the copy reached the handler only then"
+    );
+    let counts = store.inventory_counts().await.unwrap();
+    assert_eq!(
+        (
+            counts.reservations,
+            counts.inbox_rows,
+            counts.reserved_units
+        ),
+        (2, 2, 6)
+    );
+    assert_eq!(broker.counts().completed, 2);
+}
+
+/// A store whose first `fail` commits fail (a failover at commit time).
+#[derive(Debug, Clone)]
+struct FailingCommit<S> {
+    inner: S,
+    fail: Arc<AtomicU32>,
+}
+
+#[derive(Debug)]
+struct FailingCommitTx<T> {
+    inner: T,
+    fail: bool,
+}
+
+impl<S: Store> Store for FailingCommit<S> {
+    type Tx = FailingCommitTx<S::Tx>;
+
+    async fn begin(&self) -> Result<Self::Tx, StoreError> {
+        let fail = self
+            .fail
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        Ok(FailingCommitTx {
+            inner: self.inner.begin().await?,
+            fail,
+        })
+    }
+}
+
+impl<T: Tx> Tx for FailingCommitTx<T> {
+    async fn insert_inbox(&mut self, consumer: &str, message_id: &str) -> Result<(), StoreError> {
+        self.inner.insert_inbox(consumer, message_id).await
+    }
+
+    async fn claim_business_key(
+        &mut self,
+        consumer: &str,
+        key: &str,
+        message_id: &str,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .claim_business_key(consumer, key, message_id)
+            .await
+    }
+
+    async fn advance_version(
+        &mut self,
+        consumer: &str,
+        aggregate: &str,
+        version: i64,
+    ) -> Result<VersionCheck, StoreError> {
+        self.inner
+            .advance_version(consumer, aggregate, version)
+            .await
+    }
+
+    async fn append_outbox(&mut self, message: &OutboxMessage) -> Result<(), StoreError> {
+        self.inner.append_outbox(message).await
+    }
+
+    async fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
+        self.inner.savepoint().await
+    }
+
+    async fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        self.inner.rollback_to(savepoint).await
+    }
+
+    async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        self.inner.release(savepoint).await
+    }
+
+    async fn commit(self) -> Result<(), StoreError> {
+        if !self.fail {
+            return self.inner.commit().await;
+        }
+        self.inner.rollback().await?;
+        Err(StoreError::new(
+            ErrorKind::Connection,
+            None,
+            None,
+            "injected commit failure",
+        ))
+    }
+
+    async fn rollback(self) -> Result<(), StoreError> {
+        self.inner.rollback().await
+    }
+}
+
+/// A commit failure abandons the whole batch, the in-batch duplicate included (the first copy
+/// it ran into never committed): nothing is completed, nothing recorded; the redeliveries are
+/// processed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_failure_abandons_the_whole_batch() {
+    let store = pg_store("rt_batch_commit_failure", 2).await;
+    let broker = MemoryBroker::new(Clock::new());
+    let failing = FailingCommit {
+        inner: store.clone(),
+        fail: Arc::new(AtomicU32::new(1)),
+    };
+    let runtime = Runtime::new(
+        broker.receiver(),
+        failing,
+        Noop::new(),
+        batched("billing.order-placed.v1", BATCH),
+    );
+    broker.send(order("m-1", "o-1"));
+    broker.send(order("m-1", "o-1"));
+    broker.send(order("m-2", "o-2"));
+    let batch: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    let reports = runtime.process_batch(batch).await;
+    assert_eq!(outcomes(&reports), [Outcome::Transient; 3], "{reports:?}");
+    assert!(
+        reports.iter().all(|r| r.settled == Some(Ok(()))),
+        "{reports:?}"
+    );
+    assert_eq!(store.count("sb_inbox").await.unwrap(), 0);
+    let c = broker.counts();
+    assert_eq!((c.abandoned, c.completed), (3, 0));
+
+    let redeliveries: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    assert_eq!(redeliveries.len(), 3);
+    // Abandoned all at once: they come back in any order.
+    let reports = runtime.process_batch(redeliveries).await;
+    let mut seen = outcomes(&reports);
+    seen.sort_by_key(|o| o.as_str());
+    assert_eq!(
+        seen,
+        [
+            Outcome::Duplicate(DuplicateScope::Inbox),
+            Outcome::Processed,
+            Outcome::Processed
+        ]
+    );
+    assert_eq!(store.count("sb_inbox").await.unwrap(), 2);
+    assert_eq!(broker.counts().completed, 3);
+}
+
+/// Accepts `orders.order-placed.v1`; the message `kill` ends its own database session
+/// (`pg_terminate_backend`), as a failover or a dropped connection would mid-batch.
+#[derive(Debug)]
+struct KillsItsSession(Vec<sb_inbox::Contract>);
+
+impl sb_inbox::Handler<sb_inbox::store::PgTx> for KillsItsSession {
+    type Payload = ();
+
+    fn contracts(&self) -> &[sb_inbox::Contract] {
+        &self.0
+    }
+
+    fn decode(&self, _: &sb_inbox::Contract, _: &[u8]) -> Result<(), sb_inbox::DecodeError> {
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        ctx: &sb_inbox::Context<'_, ()>,
+        tx: &mut sb_inbox::store::PgTx,
+    ) -> Result<sb_inbox::Handled, sb_inbox::HandlerError> {
+        if ctx.message_id == "kill" {
+            tx.execute("SELECT pg_terminate_backend(pg_backend_pid())", &[])
+                .await?;
+        }
+        Ok(sb_inbox::Handled::Processed)
+    }
+}
+
+/// A statement that ends the whole transaction (its session is gone) takes only its delivery
+/// out: it is abandoned, and the deliveries before and after it commit in a new transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_that_ends_the_transaction_is_taken_out_and_the_rest_commit() {
+    let store = pg_store("rt_batch_session_killed", 2).await;
+    let broker = MemoryBroker::new(Clock::new());
+    let runtime = Runtime::new(
+        broker.receiver(),
+        store.clone(),
+        KillsItsSession(vec![sb_inbox::Contract::new("orders.order-placed", 1)]),
+        batched("billing.order-placed.v1", BATCH),
+    );
+    for id in ["m-1", "kill", "m-3"] {
+        broker.send(order(id, "o-1"));
+    }
+    let batch: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    let reports = runtime.process_batch(batch).await;
+    assert_eq!(
+        outcomes(&reports),
+        [Outcome::Processed, Outcome::Transient, Outcome::Processed],
+        "{reports:?}"
+    );
+    assert!(
+        reports.iter().all(|r| r.settled == Some(Ok(()))),
+        "{reports:?}"
+    );
+    assert_eq!(store.count("sb_inbox").await.unwrap(), 2);
+    let c = broker.counts();
+    assert_eq!((c.completed, c.abandoned), (2, 1));
+}
