@@ -1,0 +1,145 @@
+//! Message sessions (issue 17): session receiver links under the same link controls as plain
+//! ones (idle timer, forced detaches), `amqp:link:stolen` for a link whose session another
+//! receiver took, and the session receiver of the client.
+
+use std::time::Duration;
+
+use sb_amqp::codec::Value;
+use sb_amqp::types::messaging::{FilterSet, Message, Properties};
+use sb_amqp::types::primitives::Symbol;
+use sb_amqp::{ReceiverOptions, Sendable, SenderOptions, Session, condition};
+use sb_emulator::{Broker, Config, Emulator, EmulatorOptions};
+
+use crate::strict::authorized;
+
+/// A session queue `sq` (lock `lock`, max delivery count 5), served with `options`.
+pub(crate) async fn session_emulator(lock: &str, options: EmulatorOptions) -> Emulator {
+    let json = format!(
+        r#"{{"UserConfig":{{"Namespaces":[{{"Name":"sbemulatorns","Queues":[
+            {{"Name":"sq","Properties":{{"LockDuration":"{lock}","MaxDeliveryCount":5,"RequiresSession":true}}}}],
+            "Topics":[]}}],"Logging":{{"Type":"File"}}}}}}"#
+    );
+    let broker = Broker::new(Config::from_json(&json).unwrap()).unwrap();
+    Emulator::start(broker, options).await.unwrap()
+}
+
+/// Sends `(message id, session id)` pairs to `sq` over a raw link, as a producer would.
+pub(crate) async fn send_session_messages(emulator: &Emulator, messages: &[(&str, &str)]) {
+    let (_conn, session, _cbs) = authorized(emulator, "sq").await;
+    let sender = session
+        .attach_sender(SenderOptions::new("producer", "sq"))
+        .await
+        .unwrap();
+    for (id, group) in messages {
+        let message = Message::builder()
+            .properties(
+                Properties::builder()
+                    .message_id(id.to_string())
+                    .group_id(group.to_string())
+                    .build(),
+            )
+            .value("x")
+            .build();
+        let outcome = sender
+            .send(Sendable::message(&message).unwrap())
+            .await
+            .unwrap();
+        assert!(outcome.is_accepted(), "{outcome:?}");
+    }
+}
+
+/// A raw receiver link on `sq` asking for `session` (`None`: the next available one).
+async fn session_link(
+    session: &Session,
+    name: &str,
+    wanted: Option<&str>,
+    credit: u32,
+) -> sb_amqp::Result<sb_amqp::Receiver> {
+    let mut filter = FilterSet::default();
+    filter.insert(
+        Symbol::from("com.microsoft:session-filter"),
+        wanted.map_or(Value::Null, |s| Value::String(s.to_owned())),
+    );
+    let mut options = ReceiverOptions::new(name, "sq").filter(filter);
+    if credit > 0 {
+        options = options.credit(credit);
+    }
+    session.attach_receiver(options).await
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_link_obeys_the_idle_timer_and_forced_detaches() {
+    crate::support::init_tracing();
+    let emulator = session_emulator(
+        "PT5M",
+        EmulatorOptions::default().with_link_idle_timeout(Duration::from_secs(60)),
+    )
+    .await;
+    send_session_messages(&emulator, &[("a1", "A"), ("b1", "B")]).await;
+    let (_conn, session, _cbs) = authorized(&emulator, "sq").await;
+    let started = tokio::time::Instant::now();
+    let idle = session_link(&session, "idle-session", Some("A"), 0)
+        .await
+        .unwrap();
+    // Listed like any entity link, so a forced detach reaches it.
+    let busy = session_link(&session, "forced-session", Some("B"), 1)
+        .await
+        .unwrap();
+    assert_eq!(busy.recv().await.unwrap().message().unwrap().properties.unwrap().message_id, Some("b1".to_owned().into()));
+    let links = emulator.links();
+    assert_eq!(links.len(), 2, "{links:?}");
+    let forced = links.iter().find(|l| l.name == "forced-session").unwrap();
+    let busy_error = sb_amqp::AmqpError::new(condition::SERVER_BUSY, None);
+    assert!(emulator.force_detach_link(forced.id, busy_error));
+    let error = busy.recv().await.unwrap_err();
+    assert_eq!(error.condition(), Some(condition::SERVER_BUSY), "{error}");
+    // The forced link's session is free again at once (its message lock with it).
+    let again = session_link(&session, "again", Some("B"), 0).await;
+    assert!(again.is_ok(), "{again:?}");
+    // The idle one: force detached after 60 s without a transfer, flow or disposition, well
+    // before its 5 min session lock would run out.
+    let error = idle.recv().await.unwrap_err();
+    assert_eq!(error.condition(), Some(condition::DETACH_FORCED), "{error}");
+    let text = error.amqp_error().unwrap().description.clone().unwrap();
+    assert!(text.contains("IdleTimerExpired: Idle timeout: 00:01:00."), "{text}");
+    let waited = started.elapsed();
+    assert!(
+        (Duration::from_secs(60)..Duration::from_secs(62)).contains(&waited),
+        "{waited:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_taken_over_session_steals_the_stale_link_which_cannot_release_the_new_lock() {
+    let emulator = session_emulator("PT30S", EmulatorOptions::default()).await;
+    send_session_messages(&emulator, &[("a1", "A")]).await;
+    let (_conn, session, _cbs) = authorized(&emulator, "sq").await;
+    // No credit: this link never asks, so it does not notice its lock running out.
+    let stale = session_link(&session, "stale", Some("A"), 0).await.unwrap();
+    let refused = session_link(&session, "early", Some("A"), 0).await.unwrap_err();
+    assert_eq!(
+        refused.condition(),
+        Some("com.microsoft:session-cannot-be-locked"),
+        "{refused}"
+    );
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let (_conn2, session2, _cbs2) = authorized(&emulator, "sq").await;
+    let newer = session_link(&session2, "newer", None, 1).await.unwrap();
+    // The stale link learns at once that its session was attached elsewhere.
+    let error = stale.recv().await.unwrap_err();
+    assert_eq!(error.condition(), Some(condition::LINK_STOLEN), "{error}");
+    // Its end did not release the newer holder's lock: the session is still taken ...
+    let refused = session_link(&session2, "third", Some("A"), 0).await.unwrap_err();
+    assert_eq!(
+        refused.condition(),
+        Some("com.microsoft:session-cannot-be-locked"),
+        "{refused}"
+    );
+    // ... and the newer link receives its message (delivery count 1: the stale lock expired).
+    let delivery = newer.recv().await.unwrap();
+    let message = delivery.message().unwrap();
+    assert_eq!(
+        message.properties.unwrap().message_id,
+        Some("a1".to_owned().into())
+    );
+}
