@@ -2,13 +2,14 @@
 //! ones (idle timer, forced detaches), `amqp:link:stolen` for a link whose session another
 //! receiver took, and the session receiver of the client.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use sb_amqp::codec::Value;
 use sb_amqp::types::messaging::{FilterSet, Message, Properties};
 use sb_amqp::types::primitives::Symbol;
 use sb_amqp::{ReceiverOptions, Sendable, SenderOptions, Session, condition};
-use sb_emulator::{Broker, Config, Emulator, EmulatorOptions};
+use sb_emulator::{Broker, Config, Emulator, EmulatorOptions, LinkRole};
+use sb_inbox::{Delivery, ReceiveError, SettleError};
 
 use crate::strict::authorized;
 
@@ -85,7 +86,17 @@ async fn a_session_link_obeys_the_idle_timer_and_forced_detaches() {
     let busy = session_link(&session, "forced-session", Some("B"), 1)
         .await
         .unwrap();
-    assert_eq!(busy.recv().await.unwrap().message().unwrap().properties.unwrap().message_id, Some("b1".to_owned().into()));
+    assert_eq!(
+        busy.recv()
+            .await
+            .unwrap()
+            .message()
+            .unwrap()
+            .properties
+            .unwrap()
+            .message_id,
+        Some("b1".to_owned().into())
+    );
     let links = emulator.links();
     assert_eq!(links.len(), 2, "{links:?}");
     let forced = links.iter().find(|l| l.name == "forced-session").unwrap();
@@ -101,7 +112,10 @@ async fn a_session_link_obeys_the_idle_timer_and_forced_detaches() {
     let error = idle.recv().await.unwrap_err();
     assert_eq!(error.condition(), Some(condition::DETACH_FORCED), "{error}");
     let text = error.amqp_error().unwrap().description.clone().unwrap();
-    assert!(text.contains("IdleTimerExpired: Idle timeout: 00:01:00."), "{text}");
+    assert!(
+        text.contains("IdleTimerExpired: Idle timeout: 00:01:00."),
+        "{text}"
+    );
     let waited = started.elapsed();
     assert!(
         (Duration::from_secs(60)..Duration::from_secs(62)).contains(&waited),
@@ -116,7 +130,9 @@ async fn a_taken_over_session_steals_the_stale_link_which_cannot_release_the_new
     let (_conn, session, _cbs) = authorized(&emulator, "sq").await;
     // No credit: this link never asks, so it does not notice its lock running out.
     let stale = session_link(&session, "stale", Some("A"), 0).await.unwrap();
-    let refused = session_link(&session, "early", Some("A"), 0).await.unwrap_err();
+    let refused = session_link(&session, "early", Some("A"), 0)
+        .await
+        .unwrap_err();
     assert_eq!(
         refused.condition(),
         Some("com.microsoft:session-cannot-be-locked"),
@@ -129,7 +145,9 @@ async fn a_taken_over_session_steals_the_stale_link_which_cannot_release_the_new
     let error = stale.recv().await.unwrap_err();
     assert_eq!(error.condition(), Some(condition::LINK_STOLEN), "{error}");
     // Its end did not release the newer holder's lock: the session is still taken ...
-    let refused = session_link(&session2, "third", Some("A"), 0).await.unwrap_err();
+    let refused = session_link(&session2, "third", Some("A"), 0)
+        .await
+        .unwrap_err();
     assert_eq!(
         refused.condition(),
         Some("com.microsoft:session-cannot-be-locked"),
@@ -142,4 +160,114 @@ async fn a_taken_over_session_steals_the_stale_link_which_cannot_release_the_new
         message.properties.unwrap().message_id,
         Some("a1".to_owned().into())
     );
+}
+
+#[tokio::test]
+async fn the_session_receiver_accepts_renews_keeps_state_and_fences_a_lost_link() {
+    let emulator = session_emulator("PT30S", EmulatorOptions::default()).await;
+    send_session_messages(
+        &emulator,
+        &[("a1", "A"), ("b1", "B"), ("a2", "A"), ("a3", "A")],
+    )
+    .await;
+    let client = crate::client(&emulator);
+    let wait = Duration::from_secs(5);
+    // Next available: the session of the oldest message.
+    let a = client
+        .accept_next_session("sq", wait)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(a.session_id(), "A");
+    let first_lock = a.locked_until();
+    assert!(
+        first_lock > SystemTime::now() + Duration::from_secs(20),
+        "{first_lock:?}"
+    );
+    let a1 = a.receive(wait).await.unwrap().unwrap();
+    assert_eq!(a1.message().message_id.as_deref(), Some("a1"));
+    assert_eq!(a1.message().session_id.as_deref(), Some("A"));
+    assert_eq!(
+        a1.locked_until(),
+        a.locked_until(),
+        "a session message's lock is the session lock"
+    );
+    a1.complete().await.unwrap();
+    let a2 = a.receive(wait).await.unwrap().unwrap();
+    assert_eq!(a2.message().message_id.as_deref(), Some("a2"));
+    // State and renewal.
+    assert_eq!(a.state().await.unwrap(), None);
+    a.set_state(Some(b"after-a1")).await.unwrap();
+    assert_eq!(a.state().await.unwrap().as_deref(), Some(&b"after-a1"[..]));
+    let renewed = a.renew_session_lock().await.unwrap();
+    assert!(renewed >= first_lock, "{renewed:?} after {first_lock:?}");
+    assert_eq!(a.locked_until(), renewed);
+    // Renewing through the delivery renews the session lock (the lock keeper's way).
+    let through_delivery = a2.renew_lock().await.unwrap();
+    assert!(through_delivery >= renewed);
+    assert_eq!(a.locked_until(), through_delivery);
+    // Another receiver cannot take A meanwhile; it gets B as the next available.
+    let other = crate::client(&emulator);
+    let refused = other.accept_session("sq", "A").await.unwrap_err();
+    assert!(
+        matches!(&refused, ReceiveError::Transient(why) if why.contains("session-cannot-be-locked")),
+        "{refused:?}"
+    );
+    let b = other
+        .accept_next_session("sq", wait)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(b.session_id(), "B");
+    assert!(
+        other
+            .accept_next_session("sq", Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_none(),
+        "every session with messages is held"
+    );
+    // The service detaches A's link: the session lock is gone with it, so the unsettled a2
+    // cannot be settled any more (its commit would be fenced) and the receiver is done.
+    // Links are listed by id: A's was attached before B's.
+    let link = emulator
+        .links()
+        .into_iter()
+        .find(|l| l.entity == "sq" && l.role == LinkRole::Receiver)
+        .unwrap();
+    assert!(emulator.force_detach_link(
+        link.id,
+        sb_amqp::AmqpError::new(condition::DETACH_FORCED, None)
+    ));
+    assert!(matches!(
+        a.receive(wait).await,
+        Err(ReceiveError::Transient(_))
+    ));
+    assert_eq!(a2.complete().await, Err(SettleError::LockLost));
+    assert!(!a.is_attached());
+    // A is free again, in order: a2 first (delivery count 1), then a3; the state survived.
+    let again = other.accept_session("sq", "A").await.unwrap();
+    let a2 = again.receive(wait).await.unwrap().unwrap();
+    assert_eq!(a2.message().message_id.as_deref(), Some("a2"));
+    assert_eq!(a2.delivery_count(), 1);
+    assert_eq!(
+        again.state().await.unwrap().as_deref(),
+        Some(&b"after-a1"[..])
+    );
+    a2.complete().await.unwrap();
+    let a3 = again.receive(wait).await.unwrap().unwrap();
+    assert_eq!(a3.message().message_id.as_deref(), Some("a3"));
+    a3.complete().await.unwrap();
+    // Close releases the session at once.
+    again.close().await;
+    let reopened = client.accept_session("sq", "A").await.unwrap();
+    assert!(
+        reopened
+            .receive(Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    b.close().await;
+    reopened.close().await;
 }

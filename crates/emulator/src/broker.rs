@@ -915,8 +915,8 @@ impl Entity {
     /// [`Error::NotAllowed`] when the entity does not require sessions.
     pub fn release_held_session(&self, lock: &SessionLock) -> Result<()> {
         self.check_sessionful("release-session")?;
-        self.with_queue("release-session", |_, st, _, _| {
-            st.release_session(&lock.session_id, Some(lock.holder));
+        self.with_queue("release-session", |_, st, _, now| {
+            st.release_session(&lock.session_id, Some(lock.holder), now);
             Ok(())
         })
     }
@@ -938,8 +938,8 @@ impl Entity {
     /// [`Error::NotAllowed`] when the entity does not require sessions.
     pub fn release_session(&self, session_id: &str) -> Result<()> {
         self.check_sessionful("release-session")?;
-        self.with_queue("release-session", |_, st, _, _| {
-            st.release_session(session_id, None);
+        self.with_queue("release-session", |_, st, _, now| {
+            st.release_session(session_id, None, now);
             Ok(())
         })
     }

@@ -861,13 +861,34 @@ impl QueueState {
 
     /// Releases a session lock (the receiver closed its link): any holder's, or only
     /// `holder`'s when given.
-    pub(crate) fn release_session(&mut self, id: &str, holder: Option<u64>) {
-        if let Some(s) = self.sessions.get_mut(id)
-            && holder.is_none_or(|h| s.holder == h)
-        {
-            s.locked_until = None;
-            self.dirty = true;
+    ///
+    /// The session's locked messages lose their locks with it (redelivered first, delivery
+    /// count + 1), so the next holder gets them in order rather than after their locks run out.
+    pub(crate) fn release_session(&mut self, id: &str, holder: Option<u64>, now: SystemTime) {
+        let Some(s) = self.sessions.get_mut(id) else {
+            return;
+        };
+        if holder.is_some_and(|h| s.holder != h) {
+            return;
         }
+        s.locked_until = None;
+        self.dirty = true;
+        let locked: Vec<i64> = self
+            .main
+            .messages
+            .values()
+            .filter(|m| m.lock.is_some() && m.msg.session_id.as_deref() == Some(id))
+            .map(|m| m.seq)
+            .collect();
+        for seq in locked {
+            if let Some(m) = self.main.messages.get_mut(&seq)
+                && let Some(lock) = &mut m.lock
+            {
+                lock.until = now;
+                self.main.due.insert((now, seq));
+            }
+        }
+        self.tick(now);
     }
 
     /// The session state (requires the session lock).
