@@ -45,4 +45,4 @@ pub use peek::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, PeekedMessage}
 pub use receiver::{ServiceBusDelivery, ServiceBusReceiver};
 pub use sas::{SasToken, sign_sas};
 pub use sender::{SendError, SendErrorKind, SendOptions, ServiceBusPublisher, ServiceBusSender};
-pub use session::ServiceBusSessionReceiver;
+pub use session::{ServiceBusSessionReceiver, ServiceBusSessionSource};

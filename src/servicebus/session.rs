@@ -333,3 +333,63 @@ impl ServiceBusSessionReceiver {
         self.receiver.close().await;
     }
 }
+
+impl crate::ports::SessionReceiver for ServiceBusSessionReceiver {
+    type Delivery = ServiceBusDelivery;
+
+    fn session_id(&self) -> &str {
+        ServiceBusSessionReceiver::session_id(self)
+    }
+
+    fn locked_until(&self) -> SystemTime {
+        ServiceBusSessionReceiver::locked_until(self)
+    }
+
+    async fn renew(&self) -> Result<SystemTime, SettleError> {
+        self.renew_session_lock().await
+    }
+
+    async fn receive(&self, wait: Duration) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
+        ServiceBusSessionReceiver::receive(self, wait).await
+    }
+
+    async fn close(&self) {
+        ServiceBusSessionReceiver::close(self).await;
+    }
+}
+
+/// The sessions of one session-enabled queue or subscription, for [`crate::Runtime::for_sessions`].
+#[derive(Debug, Clone)]
+pub struct ServiceBusSessionSource {
+    client: super::ServiceBusClient,
+    entity: String,
+    wait: Duration,
+    source: Source,
+}
+
+impl ServiceBusSessionSource {
+    /// Sessions of `entity`; each accept waits up to `wait` for a session to become available.
+    pub fn new(client: super::ServiceBusClient, entity: &str, wait: Duration) -> Self {
+        let source = crate::Receiver::source(&client.receiver(entity, 0));
+        ServiceBusSessionSource {
+            client,
+            entity: entity.to_owned(),
+            wait,
+            source,
+        }
+    }
+}
+
+impl crate::ports::SessionSource for ServiceBusSessionSource {
+    type Session = ServiceBusSessionReceiver;
+
+    fn source(&self) -> Source {
+        self.source.clone()
+    }
+
+    async fn accept_next(&self) -> Result<Option<ServiceBusSessionReceiver>, ReceiveError> {
+        self.client
+            .accept_next_session(&self.entity, self.wait)
+            .await
+    }
+}
