@@ -2,6 +2,7 @@
 //! ones (idle timer, forced detaches), `amqp:link:stolen` for a link whose session another
 //! receiver took, and the session receiver of the client.
 
+use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
 use sb_amqp::codec::Value;
@@ -270,4 +271,160 @@ async fn the_session_receiver_accepts_renews_keeps_state_and_fences_a_lost_link(
     );
     b.close().await;
     reopened.close().await;
+}
+
+/// The per-session record the process test reads: filled by a trigger on the inventory
+/// consumer's reservation insert, inside the handler's transaction, so a row exists exactly
+/// when that order's effect committed. `overlapped` is true when another open transaction was
+/// working on the same session at that moment (it holds the session's advisory lock).
+const SESSION_LOG: &str = r"
+CREATE TABLE session_log (
+    id         bigserial PRIMARY KEY,
+    session    text    NOT NULL,
+    seq        integer NOT NULL,
+    backend    integer NOT NULL,
+    overlapped boolean NOT NULL
+);
+CREATE FUNCTION log_session() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    s text := split_part(NEW.order_id, '-', 2);
+BEGIN
+    INSERT INTO session_log (session, seq, backend, overlapped)
+    VALUES (s, split_part(NEW.order_id, '-', 3)::integer, pg_backend_pid(),
+            NOT pg_try_advisory_xact_lock(hashtext(s)));
+    RETURN NEW;
+END $$;
+CREATE TRIGGER log_session AFTER INSERT ON inventory_reservation
+    FOR EACH ROW EXECUTE FUNCTION log_session();
+";
+
+/// Must show: `sb-inbox run` in session mode, two worker processes, 3 sessions × 200 ordered
+/// orders with 30 % sent twice (the copy five orders later, as a publisher's retry), one worker
+/// SIGKILLed mid-way: per session every order took effect exactly once and in sequence order,
+/// and no two transactions ever worked on one session at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_session_workers_one_killed_apply_each_session_once_in_order() {
+    use crate::survival::{EmulatorProcess, reservations, send, until};
+    use crate::verification::WorkerProcess;
+    use sb_inbox::Message;
+    use sb_inbox::inventory::InventoryStore as _;
+
+    let test = "session_workers";
+    let Some(emulator) = EmulatorProcess::spawn_with_queues(
+        test,
+        r#"{"Name":"orders","Properties":{"LockDuration":"PT10S","MaxDeliveryCount":10,"RequiresSession":true}}"#,
+        &[],
+    ) else {
+        return;
+    };
+    const SESSIONS: [&str; 3] = ["s0", "s1", "s2"];
+    const PER_SESSION: usize = 200;
+    let store = crate::support::pg_store(test, 2).await;
+    let schema = crate::support::schema_for(test);
+    crate::verification::session(&schema)
+        .await
+        .batch_execute(SESSION_LOG)
+        .await
+        .unwrap();
+    let url = crate::support::with_search_path(&crate::support::pg_url(), &schema);
+    let env = [
+        ("SB_INBOX_SESSIONS", "true"),
+        ("SB_INBOX_MAX_SESSIONS", "2"),
+        ("SB_INBOX_SESSION_IDLE_SECS", "2"),
+    ];
+    let mut workers: Vec<WorkerProcess> = (0..2)
+        .map(|_| WorkerProcess::spawn_on(&emulator.connection, &url, 2, &env))
+        .collect();
+    let order = |session: &str, seq: usize| {
+        let mut message = Message::new(
+            format!("m-{session}-{seq}"),
+            "orders.order-placed.v1",
+            format!(
+                r#"{{"orderId":"o-{session}-{seq}","lines":[{{"sku":"{}","quantity":1}}]}}"#,
+                ["A", "B", "C"][seq % 3]
+            ),
+        );
+        message.session_id = Some(session.to_owned());
+        message
+    };
+    let client = emulator.client();
+    let copied = |seq: usize| seq % 10 < 3;
+    let senders: Vec<_> = SESSIONS
+        .iter()
+        .map(|session| {
+            let sender = client.sender("orders");
+            let messages: Vec<Message> = (0..PER_SESSION + 5)
+                .flat_map(|n| {
+                    let original = (n < PER_SESSION).then(|| order(session, n));
+                    let copy = (n >= 5 && copied(n - 5)).then(|| order(session, n - 5));
+                    original.into_iter().chain(copy)
+                })
+                .collect();
+            assert_eq!(messages.len(), PER_SESSION * 13 / 10);
+            tokio::spawn(async move {
+                for message in messages {
+                    send(&sender, message).await;
+                }
+            })
+        })
+        .collect();
+    for sender in senders {
+        sender.await.unwrap();
+    }
+    let total = (SESSIONS.len() * PER_SESSION) as i64;
+    until(
+        "a third of the orders took effect",
+        Duration::from_secs(120),
+        || async { reservations(&store).await >= total / 3 },
+    )
+    .await;
+    let killed = workers.remove(0);
+    killed.kill().await;
+    let at_kill = reservations(&store).await;
+    until(
+        "every order took effect",
+        Duration::from_secs(300),
+        || async { reservations(&store).await == total },
+    )
+    .await;
+    let survivor = workers.remove(0);
+    let stats = survivor.terminate().await;
+    eprintln!(
+        "{test}: {at_kill} effects at the kill; the survivor processed {}, {} duplicates",
+        stats.get("processed"),
+        stats.get("duplicate")
+    );
+    assert!(at_kill < total, "killed after everything was done");
+    let counts = store.inventory_counts().await.unwrap();
+    assert_eq!((counts.reservations, counts.inbox_rows), (total, total));
+    let log = crate::verification::session(&schema)
+        .await
+        .query(
+            "SELECT session, seq, backend, overlapped FROM session_log ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(log.len(), total as usize, "one effect per order");
+    let overlapped = log.iter().filter(|row| row.get::<_, bool>(3)).count();
+    assert_eq!(
+        overlapped, 0,
+        "two transactions worked on one session at once"
+    );
+    let mut backends = HashSet::new();
+    for session in SESSIONS {
+        let sequence: Vec<i32> = log
+            .iter()
+            .filter(|row| row.get::<_, String>(0) == session)
+            .map(|row| row.get(1))
+            .collect();
+        let expected: Vec<i32> = (0..PER_SESSION as i32).collect();
+        assert_eq!(sequence, expected, "session {session} out of order");
+        backends.extend(
+            log.iter()
+                .filter(|row| row.get::<_, String>(0) == session)
+                .map(|row| row.get::<_, i32>(2)),
+        );
+    }
+    assert!(backends.len() >= 2, "both workers took part: {backends:?}");
 }

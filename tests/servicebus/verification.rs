@@ -118,7 +118,7 @@ impl WorkerProcess {
     }
 
     /// SIGKILL: no drain, no settlement, no goodbye.
-    async fn kill(mut self) {
+    pub(crate) async fn kill(mut self) {
         self.child.kill().unwrap();
         // Drop then finds the child reaped (its second kill fails and is ignored).
         tokio::task::spawn_blocking(move || {
