@@ -428,3 +428,116 @@ async fn two_session_workers_one_killed_apply_each_session_once_in_order() {
     }
     assert!(backends.len() >= 2, "both workers took part: {backends:?}");
 }
+
+/// The runtime in session mode, in-process: a handler three times as long as the 1 s lock keeps
+/// the session lock through renew-session-lock (two messages, one after the other, in order);
+/// then the session link is detached mid-handler, the session lock is lost with it, and the
+/// commit is fenced: lock lost, no second effect, the message processed once after the session
+/// is accepted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_runtime_keeps_the_session_lock_and_a_lost_one_fences_the_commit() {
+    use crate::survival::until;
+    use sb_inbox::inventory::{InventoryStore as _, OrderPlacedConsumer};
+    use sb_inbox::servicebus::ServiceBusSessionSource;
+    use sb_inbox::{ConsumerName, Message, Runtime, RuntimeConfig, SessionConfig};
+
+    let test = "session_runtime";
+    let store = crate::support::pg_store(test, 2).await;
+    let emulator = session_emulator("PT1S", EmulatorOptions::default()).await;
+    let client = crate::client(&emulator);
+    let order = |id: &str, session: &str| {
+        let mut message = Message::new(
+            id,
+            "orders.order-placed.v1",
+            format!(r#"{{"orderId":"o-{id}","lines":[{{"sku":"A","quantity":1}}]}}"#),
+        );
+        message.session_id = Some(session.to_owned());
+        message
+    };
+    let sender = client.sender("sq");
+    for (id, session) in [("a1", "A"), ("a2", "A")] {
+        sender.send(order(id, session)).await.unwrap();
+    }
+    let mut config = RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER).unwrap());
+    config.lock_margin = Duration::from_millis(300);
+    let runtime = std::sync::Arc::new(Runtime::for_sessions(
+        ServiceBusSessionSource::new(client.clone(), "sq", Duration::from_secs(1)),
+        store.clone(),
+        crate::handlers::Slow {
+            inner: OrderPlacedConsumer::new(),
+            duration: Duration::from_secs(3),
+        },
+        config,
+    ));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn({
+        let (runtime, stop) = (runtime.clone(), stop.clone());
+        async move {
+            runtime
+                .run_sessions(
+                    SessionConfig {
+                        max_sessions: 1,
+                        idle: Duration::from_secs(1),
+                    },
+                    stop,
+                )
+                .await
+        }
+    });
+    let stats = runtime.stats();
+    until(
+        "both messages of A are processed",
+        Duration::from_secs(30),
+        || {
+            let processed = stats.snapshot().processed;
+            async move { processed == 2 }
+        },
+    )
+    .await;
+    let kept = stats.snapshot();
+    assert!(kept.renewals >= 4, "{kept:?}");
+    assert_eq!(kept.lock_lost, 0, "{kept:?}");
+    // A's messages took effect in their order.
+    let rows = crate::verification::session(&crate::support::schema_for(test))
+        .await
+        .query(
+            "SELECT order_id FROM inventory_reservation ORDER BY reserved_at",
+            &[],
+        )
+        .await
+        .unwrap();
+    let reserved: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(reserved, ["o-a1", "o-a2"]);
+
+    sender.send(order("b1", "B")).await.unwrap();
+    let q = emulator.broker().entity("sq").unwrap();
+    until("b1 is in hand", Duration::from_secs(30), || {
+        let locked = q.counts().locked;
+        async move { locked == 1 }
+    })
+    .await;
+    let link = emulator
+        .links()
+        .into_iter()
+        .find(|l| l.entity == "sq" && l.role == LinkRole::Receiver)
+        .unwrap();
+    assert!(emulator.force_detach_link(
+        link.id,
+        sb_amqp::AmqpError::new(condition::DETACH_FORCED, None)
+    ));
+    until(
+        "b1 is processed after the lost session",
+        Duration::from_secs(30),
+        || {
+            let processed = stats.snapshot().processed;
+            async move { processed == 3 }
+        },
+    )
+    .await;
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    let done = stats.snapshot();
+    assert_eq!((done.lock_lost, done.duplicate), (1, 0), "{done:?}");
+    let counts = store.inventory_counts().await.unwrap();
+    assert_eq!((counts.reservations, counts.inbox_rows), (3, 3));
+}
