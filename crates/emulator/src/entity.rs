@@ -841,6 +841,12 @@ impl QueueState {
         if let Some(s) = self.sessions.get_mut(id) {
             s.locked_until = Some(until);
         }
+        self.set_session_message_locks(id, until);
+        Ok(until)
+    }
+
+    /// Moves the lock expiry of every locked message of session `id` to `until`.
+    fn set_session_message_locks(&mut self, id: &str, until: SystemTime) {
         let seqs: Vec<i64> = self
             .main
             .messages
@@ -856,7 +862,6 @@ impl QueueState {
                 self.main.due.insert((until, seq));
             }
         }
-        Ok(until)
     }
 
     /// Releases a session lock (the receiver closed its link): any holder's, or only
@@ -873,21 +878,7 @@ impl QueueState {
         }
         s.locked_until = None;
         self.dirty = true;
-        let locked: Vec<i64> = self
-            .main
-            .messages
-            .values()
-            .filter(|m| m.lock.is_some() && m.msg.session_id.as_deref() == Some(id))
-            .map(|m| m.seq)
-            .collect();
-        for seq in locked {
-            if let Some(m) = self.main.messages.get_mut(&seq)
-                && let Some(lock) = &mut m.lock
-            {
-                lock.until = now;
-                self.main.due.insert((now, seq));
-            }
-        }
+        self.set_session_message_locks(id, now);
         self.tick(now);
     }
 
