@@ -55,7 +55,7 @@ pub(super) struct ReceiverInner {
     pub(super) attached: AtomicBool,
     /// The service detached the link as unauthorized: the next attach puts a fresh token, and
     /// a refusal right after it is fatal.
-    reauthorize: AtomicBool,
+    pub(super) reauthorize: AtomicBool,
     pub(super) telemetry: EntityTelemetry,
     /// Set for a session receiver: its one link, once lost, is not re-attached (the session
     /// lock went with it), and its deliveries are settled on that link only.

@@ -196,7 +196,17 @@ impl ServiceBusSessionReceiver {
         request: &SessionRequest,
     ) -> Result<Self, ReceiveError> {
         let receiver = ServiceBusReceiver::new(client.clone(), entity, 0);
-        let link = receiver.attach_with(Some(request)).await?;
+        let link = match receiver.attach_with(Some(request)).await {
+            // Refused as unauthorized (the service's view of the token expired, e.g. after it
+            // detached the previous session link for that): once more with a fresh token. A
+            // receiver of its own per session would otherwise forget that it must refresh.
+            Err(ReceiveError::Transient(_))
+                if receiver.inner().reauthorize.load(Ordering::Acquire) =>
+            {
+                receiver.attach_with(Some(request)).await?
+            }
+            attached => attached?,
+        };
         let remote = link.receiver.remote_attach();
         let id = remote
             .source

@@ -537,3 +537,31 @@ async fn the_session_runtime_keeps_the_session_lock_and_a_lost_one_fences_the_co
     let counts = store.inventory_counts().await.unwrap();
     assert_eq!((counts.reservations, counts.inbox_rows), (3, 3));
 }
+
+/// The service detaches a session link when the token that authorised it expires; accepting a
+/// session afterwards puts a fresh token instead of failing for ever with the cached one.
+#[tokio::test]
+async fn a_session_accepted_after_its_token_expired_gets_a_fresh_token() {
+    let emulator = session_emulator(
+        "PT30S",
+        EmulatorOptions::default().with_max_token_lifetime(Duration::from_secs(2)),
+    )
+    .await;
+    send_session_messages(&emulator, &[("a1", "A")]).await;
+    let client = crate::client(&emulator);
+    let a = client.accept_session("sq", "A").await.unwrap();
+    let a1 = a.receive(Duration::from_secs(5)).await.unwrap().unwrap();
+    // Waits for the service to detach the link (unauthorized) once the 2 s grant ran out.
+    let lost = a.receive(Duration::from_secs(30)).await;
+    assert!(matches!(lost, Err(ReceiveError::Transient(_))), "{lost:?}");
+    assert_eq!(a1.complete().await, Err(SettleError::LockLost));
+    let again = client.accept_session("sq", "A").await.unwrap();
+    let redelivered = again
+        .receive(Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(redelivered.message().message_id.as_deref(), Some("a1"));
+    redelivered.complete().await.unwrap();
+    again.close().await;
+}
