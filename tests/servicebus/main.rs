@@ -13,6 +13,7 @@ mod handlers;
 mod bad_input;
 mod cli;
 mod client;
+mod emulator_wire;
 mod external_key;
 mod holes;
 mod host;

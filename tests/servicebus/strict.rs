@@ -36,7 +36,8 @@ pub(crate) async fn authorized(
     (conn, session, cbs)
 }
 
-async fn put_token(emulator: &Emulator, cbs: &RequestResponse, entity: &str) {
+/// Puts a one-hour root-key token for `entity` on `cbs`.
+pub(crate) async fn put_token(emulator: &Emulator, cbs: &RequestResponse, entity: &str) {
     put_token_with(emulator, cbs, entity, KEY_NAME, KEY).await;
 }
 

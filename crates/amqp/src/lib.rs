@@ -7,14 +7,18 @@
 //!   field layouts come from `fe2o3-amqp-types`.
 //! - `sasl`: SASL frames plus client (ANONYMOUS, PLAIN) and server (configurable list, e.g.
 //!   MSSBCBS, PLAIN, ANONYMOUS) exchanges.
-//! - `connection`: owns the socket and buffers ([`FramedIo`]); `transport`: URLs, TCP, TLS
-//!   (rustls with the `ring` provider); `websocket`: AMQP over WebSockets (`ws://`, `wss://`,
-//!   subprotocol `AMQPWSB10`, [`Listener::bind_websocket`]).
-//! - `driver`: one task per connection running every session and link state machine
-//!   (windows, credit, drain, multi-frame transfers, heartbeats, settlement).
-//! - `client` / `server`: the handles applications use: [`Connection`], [`Session`],
-//!   [`Sender`], [`Receiver`]; [`Listener`] → [`IncomingConnection`] → [`ServerConnection`]
-//!   → [`ConnectionEvent::Link`] ([`LinkRequest`]) → [`Sender`] / [`Receiver`].
+//! - `transport`: URLs, TCP, TLS (rustls with the `ring` provider); `websocket`: AMQP over
+//!   WebSockets (`ws://`, `wss://`, subprotocol `AMQPWSB10`, [`Listener::bind_websocket`]).
+//! - `core`: the role-neutral connection core: frame I/O ([`FramedIo`]), the driver (one task
+//!   per connection running every session and link state machine: windows, credit, drain,
+//!   multi-frame transfers, heartbeats, settlement) and the handles both roles use:
+//!   [`Connection`], [`Session`], [`Sender`], [`Receiver`].
+//! - `client`: the client role on the core: [`Connection::open`] and [`ConnectionOptions`].
+//! - `server`: the server role on the core: [`Listener`] → [`IncomingConnection`] →
+//!   [`ServerConnection`] → [`ConnectionEvent::Link`] ([`LinkRequest`]) → [`Sender`] /
+//!   [`Receiver`].
+//! - Imports go one way: `client` and `server` use `core`, never each other, and `core` uses
+//!   neither (a unit test reads the sources to keep it so).
 //! - `request`: [`RequestResponse`], the `$cbs` / `$management` helper.
 //!
 //! Dropping any handle detaches, ends or closes it in the background; siblings keep working.
@@ -44,9 +48,8 @@
 #![doc(test(attr(deny(warnings), allow(dead_code))))]
 
 mod client;
-mod connection;
+mod core;
 mod delivery;
-mod driver;
 mod error;
 pub mod frame;
 #[cfg(test)]
@@ -58,11 +61,11 @@ mod server;
 mod transport;
 mod websocket;
 
-pub use client::{
-    Connection, ConnectionOptions, Receiver, ReceiverOptions, Sender, SenderOptions, Session,
-    SessionOptions, Settler, unique_name,
+pub use client::ConnectionOptions;
+pub use core::{
+    BoxIo, Connection, FramedIo, Io, LinkStatus, Receiver, ReceiverOptions, Sender, SenderOptions,
+    Session, SessionOptions, Settler, unique_name,
 };
-pub use connection::{BoxIo, FramedIo, Io};
 pub use delivery::{
     AnyMessage, BATCH_MESSAGE_FORMAT, Delivery, IncomingDisposition, LinkFlow, Outcome, Sendable,
     decode_message, encode_message,

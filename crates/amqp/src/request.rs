@@ -12,7 +12,7 @@ use fe2o3_amqp_types::messaging::{Message, MessageId, Properties, SerializableBo
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::client::{ReceiverOptions, SenderOptions, Session, unique_name};
+use crate::core::{ReceiverOptions, Sender, SenderOptions, Session, unique_name};
 use crate::delivery::{AnyMessage, Sendable};
 use crate::error::{Error, Result};
 
@@ -21,7 +21,7 @@ type Pending = Arc<Mutex<HashMap<MessageId, oneshot::Sender<AnyMessage>>>>;
 /// A sender and a receiver on the same node, correlating replies to requests.
 #[derive(Debug)]
 pub struct RequestResponse {
-    sender: crate::client::Sender,
+    sender: Sender,
     pending: Pending,
     reply_to: String,
     next_id: AtomicU64,

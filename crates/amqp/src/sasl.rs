@@ -9,7 +9,7 @@ use fe2o3_amqp_types::sasl::{
 };
 use serde_amqp::primitives::{Array, Binary, Symbol};
 
-use crate::connection::FramedIo;
+use crate::core::FramedIo;
 use crate::error::{Error, Result};
 use crate::frame::{Frame, FrameBody};
 use crate::performative::{decode_as, descriptor_code, encode_into};

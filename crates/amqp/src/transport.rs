@@ -5,7 +5,7 @@ use std::sync::Arc;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 
-use crate::connection::BoxIo;
+use crate::core::BoxIo;
 use crate::error::{Error, Result};
 use crate::sasl::SaslClient;
 

@@ -18,7 +18,7 @@ use tokio_tungstenite::tungstenite::handshake::server::{
 };
 use tokio_tungstenite::tungstenite::http;
 
-use crate::connection::{BoxIo, Io};
+use crate::core::{BoxIo, Io};
 use crate::error::{Error, Result};
 
 /// The WebSocket subprotocol of AMQP 1.0 (OASIS AMQP WebSocket Binding).

@@ -1083,6 +1083,37 @@ async fn server_sees_client_detach() {
     ));
 }
 
+/// `LinkStatus` turns false on both sides before the detaching side's `detach()` returns: a
+/// server listing its links never shows one the client already saw detached.
+#[tokio::test]
+async fn link_status_ends_with_the_detach_handshake_on_both_sides() {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let addr = spawn_server(ServerOptions::default(), move |mut conn| {
+        let tx = tx.clone();
+        async move {
+            while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
+                let s = req.accept_sender(LinkAnswer::default()).await.unwrap();
+                tx.send(s.status()).unwrap();
+                // Kept alive until the connection ends: only the client detaches.
+                tokio::spawn(async move { s.wait_credit().await });
+            }
+        }
+    })
+    .await;
+    let conn = connect(addr).await;
+    let s = conn.begin().await.unwrap();
+    let r = s
+        .attach_receiver(ReceiverOptions::new("r", "q"))
+        .await
+        .unwrap();
+    let server_side = rx.recv().await.unwrap();
+    let client_side = r.status();
+    assert!(server_side.is_attached() && client_side.is_attached() && r.is_attached());
+    r.detach().await.unwrap();
+    assert!(!client_side.is_attached());
+    assert!(!server_side.is_attached());
+}
+
 /// A send cancelled while it waits for credit is never transmitted.
 #[tokio::test]
 async fn cancelled_send_waiting_for_credit_is_not_sent() {

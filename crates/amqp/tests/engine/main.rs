@@ -6,5 +6,6 @@ mod e2e;
 mod proton;
 mod rabbitmq;
 mod raw;
+mod settlement;
 mod support;
 mod timing;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use sb_amqp::{AmqpError, condition};
+use sb_amqp::{AmqpError, LinkStatus, condition};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -55,6 +55,17 @@ struct Entry {
     detach: mpsc::UnboundedSender<AmqpError>,
     /// The message session a session receiver link holds.
     session: Option<String>,
+    /// Set once the attach is answered: the engine's word on whether the link still lives,
+    /// which changes before the client can see its detach answered.
+    status: Option<LinkStatus>,
+}
+
+impl Entry {
+    /// Attached from the client's point of view: not detached by it, and not being detached
+    /// by us (a link we detach leaves the registry first).
+    fn is_live(&self) -> bool {
+        self.status.as_ref().is_none_or(LinkStatus::is_attached)
+    }
 }
 
 /// Every live entity link of the emulator, so any of them can be detached on demand.
@@ -86,6 +97,7 @@ impl Registry {
                     info,
                     detach: tx,
                     session: None,
+                    status: None,
                 },
             );
         }
@@ -102,7 +114,13 @@ impl Registry {
         let mut list: Vec<LinkInfo> = self
             .links
             .lock()
-            .map(|links| links.values().map(|e| e.info.clone()).collect())
+            .map(|links| {
+                links
+                    .values()
+                    .filter(|e| e.is_live())
+                    .map(|e| e.info.clone())
+                    .collect()
+            })
             .unwrap_or_default();
         list.sort_by_key(|l| l.id);
         list
@@ -113,7 +131,12 @@ impl Registry {
         self.links
             .lock()
             .ok()
-            .and_then(|links| links.get(&id).map(|e| e.detach.send(error).is_ok()))
+            .and_then(|links| {
+                links
+                    .get(&id)
+                    .filter(|e| e.is_live())
+                    .map(|e| e.detach.send(error).is_ok())
+            })
             .unwrap_or(false)
     }
 
@@ -125,7 +148,7 @@ impl Registry {
         };
         links
             .values()
-            .filter(|e| e.info.entity.eq_ignore_ascii_case(entity))
+            .filter(|e| e.is_live() && e.info.entity.eq_ignore_ascii_case(entity))
             .filter(|e| e.detach.send(error.clone()).is_ok())
             .count()
     }
@@ -144,7 +167,7 @@ impl Registry {
         };
         links
             .values()
-            .filter(|e| e.info.id != id && e.session.as_deref() == Some(session))
+            .filter(|e| e.info.id != id && e.is_live() && e.session.as_deref() == Some(session))
             .filter(|e| e.info.entity.eq_ignore_ascii_case(&entity))
             .filter(|e| {
                 let stolen = wire_error(
@@ -160,7 +183,11 @@ impl Registry {
 
     fn detach_random(&self, faults: &Faults, error: AmqpError) {
         let Ok(links) = self.links.lock() else { return };
-        let mut ids: Vec<u64> = links.keys().copied().collect();
+        let mut ids: Vec<u64> = links
+            .iter()
+            .filter(|(_, e)| e.is_live())
+            .map(|(id, _)| *id)
+            .collect();
         if ids.is_empty() {
             return;
         }
@@ -173,18 +200,33 @@ impl Registry {
     }
 }
 
-/// Removes its link from the registry when the link task ends.
+/// Removes its link from the registry when the link task ends (or earlier, when the link
+/// starts detaching).
 #[derive(Debug)]
 struct Registration {
     id: u64,
     registry: Arc<Registry>,
 }
 
-impl Drop for Registration {
-    fn drop(&mut self) {
+impl Registration {
+    fn remove(&self) {
         if let Ok(mut links) = self.registry.links.lock() {
             links.remove(&self.id);
         }
+    }
+
+    fn watch(&self, status: LinkStatus) {
+        if let Ok(mut links) = self.registry.links.lock()
+            && let Some(entry) = links.get_mut(&self.id)
+        {
+            entry.status = Some(status);
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.remove();
     }
 }
 
@@ -246,6 +288,18 @@ impl LinkControl {
         if stolen > 0 {
             tracing::info!(link = %self.name, %session, stolen, "Session taken over; detached its stale link.");
         }
+    }
+
+    /// The attach is answered: the registry follows the engine's view of the link from now on,
+    /// so a link the client detached is not listed even before this task notices.
+    pub(crate) fn watch(&self, status: LinkStatus) {
+        self.registration.watch(status);
+    }
+
+    /// The link starts detaching on our side: it is no longer listed or detachable, before the
+    /// client can see our detach.
+    pub(crate) fn unlist(&self) {
+        self.registration.remove();
     }
 
     /// A transfer, flow or disposition happened: restart the idle timer.

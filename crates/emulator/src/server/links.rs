@@ -89,10 +89,14 @@ async fn receive_from_client(
         .max_message_size(max_size)
         .rcv_settle_mode(ReceiverSettleMode::First);
     let receiver = request.accept_receiver(answer).await?;
+    control.watch(receiver.status());
     loop {
         let delivery = tokio::select! {
             () = stop.cancelled() => return Ok(()),
-            error = control.must_detach() => return receiver.detach_with_error(error).await,
+            error = control.must_detach() => {
+                control.unlist();
+                return receiver.detach_with_error(error).await;
+            }
             delivery = receiver.recv() => delivery?,
         };
         control.after_transfer();
@@ -133,6 +137,7 @@ pub(super) async fn deliver_to_client(
         ReceiveMode::PeekLock
     };
     let sender = request.accept_sender(answer).await?;
+    control.watch(sender.status());
     // Transfers started on this link. The engine's flow snapshot may not count the latest
     // sends yet; taking a message without real credit would lock it while it waits, and block
     // this loop (and the client's settlements) until the client grants more.
@@ -164,7 +169,8 @@ pub(super) async fn deliver_to_client(
                     sender.settle(disposition.delivery_id, Outcome::Rejected(Some(busy))).await?;
                     continue;
                 }
-                let reply = feed.reply(entity, settle(entity, &disposition).await);
+                let Some(reply) = settle_answerable(&sender, entity, &disposition).await else { continue };
+                let reply = feed.reply(entity, reply);
                 if !disposition.settled {
                     sender.settle(disposition.delivery_id, reply).await?;
                 }
@@ -174,6 +180,9 @@ pub(super) async fn deliver_to_client(
                 return Ok(());
             }
             error = control.must_detach() => {
+                control.unlist();
+                // Still attached: what the client disposed before our detach is applied and
+                // answered, never applied behind its back.
                 settle_queued(&sender, entity).await;
                 return sender.detach_with_error(error).await;
             }
@@ -218,13 +227,54 @@ pub(super) async fn deliver_to_client(
     }
 }
 
-/// Applies the dispositions that arrived before the link or connection ended (their replies
-/// cannot be sent any more): a `released` sent just before `detach` still unlocks the message.
+/// Handles the dispositions that arrived before the link stops: each is applied and, when the
+/// client waits for it, answered while the link is still attached (a `released` sent just
+/// before `detach` still unlocks the message). See [`settle_answerable`] for one that can no
+/// longer be answered.
 pub(super) async fn settle_queued(sender: &sb_amqp::Sender, entity: &Entity) {
     while let Ok(Ok(disposition)) =
         tokio::time::timeout(QUEUED_DISPOSITION_WAIT, sender.next_disposition()).await
     {
-        let _ = settle(entity, &disposition).await;
+        let Some(reply) = settle_answerable(sender, entity, &disposition).await else {
+            continue;
+        };
+        if !disposition.settled
+            && let Err(error) = sender.settle(disposition.delivery_id, reply).await
+        {
+            tracing::debug!(%error, "Disposition applied, its answer not sent: the link went.");
+        }
+    }
+}
+
+/// Applies a client's disposition and returns the reply; `None` leaves it unapplied. That is
+/// the fate of a complete, dead-letter or defer the client waits to see answered (unsettled)
+/// when its link is already gone: the answer cannot reach the client, whose settlement then
+/// fails, so the message must stay as it was. A release or abandon is applied anyway: it gives
+/// the message back, which a failed settlement (a lost lock) tells the client may happen.
+///
+/// What remains: a client detaching between this check and the answer (its `detach` crossing
+/// our answer on the wire) sees its settlement fail although it was applied.
+pub(super) async fn settle_answerable(
+    sender: &sb_amqp::Sender,
+    entity: &Entity,
+    disposition: &IncomingDisposition,
+) -> Option<Outcome> {
+    if !disposition.settled && !gives_back(disposition) && !sender.is_attached() {
+        tracing::debug!(
+            delivery_id = disposition.delivery_id,
+            "Disposition left unapplied: its link is gone, so its answer cannot be sent."
+        );
+        return None;
+    }
+    Some(settle(entity, disposition).await)
+}
+
+/// `released`, or `modified` without `undeliverable-here` (abandon): the message goes back.
+fn gives_back(disposition: &IncomingDisposition) -> bool {
+    match &disposition.state {
+        Some(DeliveryState::Released(_)) => true,
+        Some(DeliveryState::Modified(m)) => m.undeliverable_here != Some(true),
+        _ => false,
     }
 }
 

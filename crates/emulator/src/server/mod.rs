@@ -451,13 +451,16 @@ impl Emulator {
         &self.shared.broker
     }
 
-    /// The live entity links (not `$cbs` / `$management`), oldest first.
+    /// The live entity links (not `$cbs` / `$management`), oldest first. A link leaves the
+    /// list as soon as the client's detach is answered, or when the emulator starts detaching
+    /// it (before the client can see that detach).
     pub fn links(&self) -> Vec<LinkInfo> {
         self.shared.registry.list()
     }
 
     /// Detaches link `id` (from [`Emulator::links`]) with `error`, e.g.
-    /// `AmqpError::new(condition::DETACH_FORCED, …)`; false when it is not live.
+    /// `AmqpError::new(condition::DETACH_FORCED, …)`; false when it is not live (no longer
+    /// listed).
     pub fn force_detach_link(&self, id: u64, error: AmqpError) -> bool {
         self.shared.registry.detach(id, error)
     }

@@ -1,4 +1,4 @@
-//! Connection layer: owns the socket and the buffers (like mini-redis' `Connection`).
+//! Frame I/O: owns the socket and the buffers (like mini-redis' `Connection`).
 //!
 //! [`FramedIo::read_frame`] returns `Ok(None)` on a clean end of stream. The session and link
 //! logic sits above, in the engine.

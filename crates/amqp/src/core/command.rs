@@ -1,0 +1,160 @@
+//! The plumbing between application handles and the connection driver: the [`Command`]s a
+//! handle sends, the [`LinkEvent`]s a link handle receives, and [`ConnCtx`], the sending end
+//! every handle holds.
+
+use std::sync::atomic::AtomicU64;
+
+use fe2o3_amqp_types::definitions::Role;
+use fe2o3_amqp_types::messaging::DeliveryState;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::delivery::{Delivery, IncomingDisposition, LinkFlow, Sendable};
+use crate::error::{AmqpError, Error, Result};
+use crate::performative::Attach;
+
+/// Result of a send as reported by the driver.
+#[derive(Debug)]
+pub(crate) struct SendReport {
+    pub(crate) delivery_id: u32,
+    pub(crate) state: Option<DeliveryState>,
+}
+
+/// How the driver reports a send back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Track {
+    /// Pre-settled: reply once written.
+    Settled,
+    /// Reply with the peer's outcome; settle automatically if the peer does not.
+    Await,
+    /// Reply once written; the peer's dispositions go to the link's event queue.
+    Events,
+}
+
+pub(crate) type Reply<T> = oneshot::Sender<Result<T>>;
+
+/// What a link handle needs from the driver.
+#[derive(Debug)]
+pub(crate) struct LinkSetup {
+    pub(crate) events: mpsc::UnboundedSender<LinkEvent>,
+    pub(crate) flow: watch::Sender<LinkFlow>,
+    pub(crate) auto_credit: Option<u32>,
+    pub(crate) auto_drain: bool,
+}
+
+/// Events for one link handle.
+#[derive(Debug)]
+pub(crate) enum LinkEvent {
+    Delivery(Delivery),
+    Disposition(IncomingDisposition),
+    /// The link is gone: detached by the peer, its session ended or the connection died.
+    Gone(Error),
+}
+
+#[derive(Debug)]
+pub(crate) enum CreditOp {
+    Set(u32),
+    Add(u32),
+}
+
+#[derive(Debug)]
+pub(crate) enum Command {
+    Begin {
+        incoming_window: u32,
+        outgoing_window: u32,
+        reply: Reply<u16>,
+    },
+    End {
+        channel: u16,
+        error: Option<AmqpError>,
+        reply: Option<Reply<()>>,
+    },
+    Attach {
+        channel: u16,
+        attach: Box<Attach>,
+        setup: LinkSetup,
+        reply: Reply<(u32, Box<Attach>)>,
+    },
+    AnswerAttach {
+        channel: u16,
+        remote_handle: u32,
+        attach: Box<Attach>,
+        setup: Option<LinkSetup>,
+        reject: Option<AmqpError>,
+        reply: Reply<u32>,
+    },
+    Detach {
+        channel: u16,
+        handle: u32,
+        error: Option<AmqpError>,
+        reply: Option<Reply<()>>,
+    },
+    Send {
+        channel: u16,
+        handle: u32,
+        send: Sendable,
+        track: Track,
+        reply: Reply<SendReport>,
+    },
+    Credit {
+        channel: u16,
+        handle: u32,
+        op: CreditOp,
+        drain: bool,
+        reply: Reply<()>,
+    },
+    AnswerDrain {
+        channel: u16,
+        handle: u32,
+    },
+    Dispose {
+        channel: u16,
+        role: Role,
+        delivery_id: u32,
+        settled: bool,
+        state: Option<DeliveryState>,
+        reply: Reply<Option<DeliveryState>>,
+    },
+    Close {
+        error: Option<AmqpError>,
+        reply: Option<Reply<()>>,
+    },
+    /// How many incoming deliveries of the session wait for their settlement.
+    Unsettled {
+        channel: u16,
+        reply: Reply<usize>,
+    },
+}
+
+/// Counters readable from handles.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub(crate) heartbeats_received: AtomicU64,
+    pub(crate) heartbeats_sent: AtomicU64,
+    pub(crate) heartbeat_notify: tokio::sync::Notify,
+}
+
+/// Shared plumbing from a handle to its connection driver.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnCtx {
+    pub(crate) cmd: mpsc::UnboundedSender<Command>,
+    pub(crate) terminal: watch::Receiver<Option<Error>>,
+}
+
+impl ConnCtx {
+    pub(crate) fn err(&self) -> Error {
+        self.terminal
+            .borrow()
+            .clone()
+            .unwrap_or(Error::ConnectionLost)
+    }
+
+    pub(crate) fn send(&self, c: Command) -> Result<()> {
+        self.cmd.send(c).map_err(|_| self.err())
+    }
+
+    pub(crate) async fn call<T>(&self, f: impl FnOnce(Reply<T>) -> Command) -> Result<T> {
+        let (tx, rx) = oneshot::channel();
+        self.send(f(tx))?;
+        rx.await.map_err(|_| self.err())?
+    }
+}

@@ -1,0 +1,66 @@
+//! Dispatch of the handles' [`Command`]s to the driver modules that carry them out.
+
+use super::Driver;
+use crate::core::command::Command;
+
+impl Driver {
+    pub(super) fn on_command(&mut self, c: Command) {
+        match c {
+            Command::Begin {
+                incoming_window,
+                outgoing_window,
+                reply,
+            } => self.begin_session(incoming_window, outgoing_window, reply),
+            Command::End {
+                channel,
+                error,
+                reply,
+            } => self.end_session(channel, error, reply),
+            Command::Attach {
+                channel,
+                attach,
+                setup,
+                reply,
+            } => self.attach(channel, attach, setup, reply),
+            Command::AnswerAttach {
+                channel,
+                remote_handle,
+                attach,
+                setup,
+                reject,
+                reply,
+            } => self.answer_attach(channel, remote_handle, attach, setup, reject, reply),
+            Command::Detach {
+                channel,
+                handle,
+                error,
+                reply,
+            } => self.detach(channel, handle, error, reply),
+            Command::Send {
+                channel,
+                handle,
+                send,
+                track,
+                reply,
+            } => self.send(channel, handle, send, track, reply),
+            Command::Credit {
+                channel,
+                handle,
+                op,
+                drain,
+                reply,
+            } => self.set_credit(channel, handle, op, drain, reply),
+            Command::AnswerDrain { channel, handle } => self.answer_drain(channel, handle),
+            Command::Dispose {
+                channel,
+                role,
+                delivery_id,
+                settled,
+                state,
+                reply,
+            } => self.dispose(channel, role, delivery_id, settled, state, reply),
+            Command::Unsettled { channel, reply } => self.unsettled(channel, reply),
+            Command::Close { error, reply } => self.close(error, reply),
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! What the driver keeps per session: windows, delivery ids, links by local and remote
+//! handle, unsettled deliveries both ways.
+
+use std::collections::HashMap;
+
+use fe2o3_amqp_types::definitions::{Handle, Role};
+
+use super::link_state::{InUnsettled, Link, OutUnsettled, PendingRemote};
+use crate::core::command::Reply;
+use crate::error::Error;
+use crate::performative::Flow;
+
+/// One session's state machine.
+pub(super) struct Session {
+    pub(super) remote_channel: Option<u16>,
+    pub(super) next_outgoing_id: u32,
+    pub(super) initial_outgoing_id: u32,
+    pub(super) incoming_window: u32,
+    pub(super) max_incoming_window: u32,
+    pub(super) outgoing_window: u32,
+    pub(super) next_incoming_id: u32,
+    pub(super) remote_incoming_window: u32,
+    pub(super) next_delivery_id: u32,
+    pub(super) links: HashMap<u32, Link>,
+    pub(super) by_remote: HashMap<u32, u32>,
+    pub(super) pending_remote: HashMap<u32, PendingRemote>,
+    pub(super) unsettled_out: HashMap<u32, OutUnsettled>,
+    pub(super) unsettled_in: HashMap<u32, InUnsettled>,
+    pub(super) begin_waiter: Option<Reply<u16>>,
+    pub(super) end_sent: bool,
+    pub(super) end_waiters: Vec<Reply<()>>,
+}
+
+impl Session {
+    pub(super) fn new(incoming_window: u32, outgoing_window: u32) -> Self {
+        Self {
+            remote_channel: None,
+            next_outgoing_id: 0,
+            initial_outgoing_id: 0,
+            incoming_window,
+            max_incoming_window: incoming_window,
+            outgoing_window,
+            next_incoming_id: 0,
+            remote_incoming_window: 0,
+            next_delivery_id: 0,
+            links: HashMap::new(),
+            by_remote: HashMap::new(),
+            pending_remote: HashMap::new(),
+            unsettled_out: HashMap::new(),
+            unsettled_in: HashMap::new(),
+            begin_waiter: None,
+            end_sent: false,
+            end_waiters: Vec::new(),
+        }
+    }
+
+    pub(super) fn free_handle(&self) -> u32 {
+        (0..).find(|h| !self.links.contains_key(h)).unwrap_or(0)
+    }
+
+    pub(super) fn fail(&mut self, err: &Error) {
+        if let Some(w) = self.begin_waiter.take() {
+            let _ = w.send(Err(err.clone())); // the caller may have given up
+        }
+        for (_, mut l) in self.links.drain() {
+            l.fail(err);
+        }
+        for (_, u) in self.unsettled_out.drain() {
+            if let Some(w) = u.waiter {
+                let _ = w.send(Err(err.clone())); // the caller may have given up
+            }
+        }
+        for (_, u) in self.unsettled_in.drain() {
+            if let Some(w) = u.waiter {
+                let _ = w.send(Err(err.clone())); // the caller may have given up
+            }
+        }
+        for w in self.end_waiters.drain(..) {
+            let _ = w.send(Ok(())); // ended either way
+        }
+    }
+
+    pub(super) fn flow_frame(&self) -> Flow {
+        Flow {
+            next_incoming_id: self.remote_channel.map(|_| self.next_incoming_id),
+            incoming_window: self.incoming_window,
+            next_outgoing_id: self.next_outgoing_id,
+            outgoing_window: self.outgoing_window,
+            handle: None,
+            delivery_count: None,
+            link_credit: None,
+            available: None,
+            drain: false,
+            echo: false,
+            properties: None,
+        }
+    }
+
+    pub(super) fn link_flow_frame(&self, handle: u32) -> Flow {
+        let mut f = self.flow_frame();
+        if let Some(l) = self.links.get(&handle) {
+            f.handle = Some(Handle(handle));
+            f.delivery_count = Some(l.delivery_count);
+            f.link_credit = Some(l.credit);
+            f.drain = l.drain;
+            if l.role == Role::Sender {
+                f.available = Some(l.pending.len() as u32);
+            }
+        }
+        f
+    }
+}

@@ -1,0 +1,273 @@
+//! [`Receiver`]: a receiving link, ours or one the peer attached to send to us; [`Settler`]
+//! settles its deliveries from any task.
+
+use fe2o3_amqp_types::definitions::{ReceiverSettleMode, Role};
+
+use super::{LinkCore, LinkEvents, LinkParts, LinkStatus, address_of_source, address_of_target};
+use crate::core::command::{Command, ConnCtx, CreditOp, LinkEvent};
+use crate::delivery::{Delivery, LinkFlow, Outcome};
+use crate::error::{AmqpError, Result};
+use crate::performative::Attach;
+
+/// A receiving link (client side, or a server-side link a client sends to).
+#[derive(Debug)]
+pub struct Receiver {
+    core: LinkCore,
+    events: LinkEvents,
+    local: Box<Attach>,
+    remote: Box<Attach>,
+}
+
+impl Receiver {
+    pub(crate) fn from_parts(p: LinkParts) -> Self {
+        Self {
+            core: p.core,
+            events: LinkEvents::new(p.events, p.flow),
+            local: p.local,
+            remote: p.remote,
+        }
+    }
+
+    /// Link name.
+    pub fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    /// Our `attach`.
+    pub fn local_attach(&self) -> &Attach {
+        &self.local
+    }
+
+    /// The peer's `attach`.
+    pub fn remote_attach(&self) -> &Attach {
+        &self.remote
+    }
+
+    /// Source address (ours).
+    pub fn source_address(&self) -> Option<&str> {
+        address_of_source(&self.local)
+    }
+
+    /// Target address (ours).
+    pub fn target_address(&self) -> Option<&str> {
+        address_of_target(&self.local)
+    }
+
+    async fn credit(&self, op: CreditOp, drain: bool) -> Result<()> {
+        let (channel, handle) = (self.core.channel, self.core.handle);
+        self.core
+            .ctx
+            .call(|reply| Command::Credit {
+                channel,
+                handle,
+                op,
+                drain,
+                reply,
+            })
+            .await
+    }
+
+    /// Sets the link credit to `n` (sends a `flow`).
+    ///
+    /// # Errors
+    /// [`Error::LinkDetached`] and connection errors.
+    pub async fn set_credit(&self, n: u32) -> Result<()> {
+        self.credit(CreditOp::Set(n), false).await
+    }
+
+    /// Adds `n` to the link credit.
+    ///
+    /// # Errors
+    /// [`Error::LinkDetached`] and connection errors.
+    pub async fn add_credit(&self, n: u32) -> Result<()> {
+        self.credit(CreditOp::Add(n), false).await
+    }
+
+    /// Asks the sender to drain: it sends what it can, then spends the rest of the credit.
+    /// Returns when the credit is zero. Deliveries that arrived stay queued for
+    /// [`Receiver::recv`].
+    ///
+    /// # Errors
+    /// [`Error::LinkDetached`] and connection errors.
+    pub async fn drain(&self) -> Result<()> {
+        self.credit(CreditOp::Add(0), true).await
+    }
+
+    /// Sets the credit to `n` and asks the sender to drain, in one `flow`; returns when the
+    /// credit is zero.
+    ///
+    /// # Errors
+    /// [`Error::LinkDetached`] and connection errors.
+    pub async fn drain_with(&self, n: u32) -> Result<()> {
+        self.credit(CreditOp::Set(n), true).await
+    }
+
+    /// Whether the link is still attached (see [`LinkStatus::is_attached`]).
+    pub fn is_attached(&self) -> bool {
+        self.events.status().is_attached()
+    }
+
+    /// A handle telling from any task whether this link is still attached.
+    pub fn status(&self) -> LinkStatus {
+        self.events.status()
+    }
+
+    /// Credit state as last seen.
+    pub fn flow(&self) -> LinkFlow {
+        self.events.flow()
+    }
+
+    /// Waits for the next delivery.
+    ///
+    /// # Errors
+    /// [`Error::LinkDetached`] with the peer's condition once the link is gone, or the
+    /// connection's error.
+    pub async fn recv(&self) -> Result<Delivery> {
+        self.events
+            .next(&self.core.ctx, |ev| match ev {
+                LinkEvent::Delivery(d) => Some(d),
+                _ => None,
+            })
+            .await
+    }
+
+    /// Returns a delivery if one is queued (`Ok(None)` also while another task waits in
+    /// [`Receiver::recv`]).
+    ///
+    /// # Errors
+    /// As [`Receiver::recv`].
+    pub fn try_recv(&self) -> Result<Option<Delivery>> {
+        self.events.try_next(&self.core.ctx, |ev| match ev {
+            LinkEvent::Delivery(d) => Some(d),
+            _ => None,
+        })
+    }
+
+    /// Sends a disposition with `outcome`.
+    ///
+    /// With receiver settle mode `first` the disposition is settled and this returns
+    /// `Ok(None)` once written. With `second` it is unsettled and this waits for the peer's
+    /// settled reply and returns the peer's outcome (e.g. `rejected` with
+    /// `com.microsoft:message-lock-lost`). A pre-settled delivery needs nothing: `Ok(None)`.
+    ///
+    /// # Errors
+    /// [`Error::LinkDetached`] and connection errors; [`Error::IllegalState`] for a delivery
+    /// already settled.
+    #[tracing::instrument(level = "trace", skip_all, fields(link = %self.core.name, delivery_id = d.delivery_id))]
+    pub async fn settle(&self, d: &Delivery, outcome: Outcome) -> Result<Option<Outcome>> {
+        if d.settled {
+            return Ok(None);
+        }
+        let settled = self.local.rcv_settle_mode == ReceiverSettleMode::First;
+        let channel = self.core.channel;
+        let delivery_id = d.delivery_id;
+        let state = self
+            .core
+            .ctx
+            .call(|reply| Command::Dispose {
+                channel,
+                role: Role::Receiver,
+                delivery_id,
+                settled,
+                state: Some(outcome.into()),
+                reply,
+            })
+            .await?;
+        Ok(state.as_ref().and_then(Outcome::from_state))
+    }
+
+    /// `settle(d, Outcome::Accepted)`.
+    ///
+    /// # Errors
+    /// As [`Receiver::settle`].
+    pub async fn accept(&self, d: &Delivery) -> Result<Option<Outcome>> {
+        self.settle(d, Outcome::Accepted).await
+    }
+
+    /// `settle(d, Outcome::Rejected(error))`.
+    ///
+    /// # Errors
+    /// As [`Receiver::settle`].
+    pub async fn reject(&self, d: &Delivery, error: Option<AmqpError>) -> Result<Option<Outcome>> {
+        self.settle(d, Outcome::Rejected(error)).await
+    }
+
+    /// `settle(d, Outcome::Released)`.
+    ///
+    /// # Errors
+    /// As [`Receiver::settle`].
+    pub async fn release(&self, d: &Delivery) -> Result<Option<Outcome>> {
+        self.settle(d, Outcome::Released).await
+    }
+
+    /// Detaches (closing the link) and waits for the peer's detach.
+    ///
+    /// # Errors
+    /// Connection errors.
+    pub async fn detach(mut self) -> Result<()> {
+        self.core.detach(None).await
+    }
+
+    /// Detaches with an error condition.
+    ///
+    /// # Errors
+    /// Connection errors.
+    pub async fn detach_with_error(mut self, error: AmqpError) -> Result<()> {
+        self.core.detach(Some(error)).await
+    }
+}
+
+/// Settles deliveries of one [`Receiver`] from any task, while another task waits in
+/// [`Receiver::recv`]. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Settler {
+    ctx: ConnCtx,
+    channel: u16,
+    settle_first: bool,
+}
+
+impl Receiver {
+    /// A settlement handle for this link's deliveries.
+    pub fn settler(&self) -> Settler {
+        Settler {
+            ctx: self.core.ctx.clone(),
+            channel: self.core.channel,
+            settle_first: self.local.rcv_settle_mode == ReceiverSettleMode::First,
+        }
+    }
+}
+
+impl Settler {
+    /// As [`Receiver::settle`], by delivery id: with receiver settle mode `second` it waits for
+    /// the peer's settled reply and returns the peer's outcome.
+    ///
+    /// # Errors
+    /// [`Error::LinkDetached`] and connection errors.
+    pub async fn settle(&self, delivery_id: u32, outcome: Outcome) -> Result<Option<Outcome>> {
+        let (channel, settled) = (self.channel, self.settle_first);
+        let state = self
+            .ctx
+            .call(|reply| Command::Dispose {
+                channel,
+                role: Role::Receiver,
+                delivery_id,
+                settled,
+                state: Some(outcome.into()),
+                reply,
+            })
+            .await?;
+        Ok(state.as_ref().and_then(Outcome::from_state))
+    }
+
+    /// How many received deliveries of this link's session are not settled yet (tests check
+    /// that nothing is left behind).
+    ///
+    /// # Errors
+    /// The connection's error if it ended.
+    pub async fn unsettled(&self) -> Result<usize> {
+        let channel = self.channel;
+        self.ctx
+            .call(|reply| Command::Unsettled { channel, reply })
+            .await
+    }
+}

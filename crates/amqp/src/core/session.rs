@@ -1,0 +1,174 @@
+//! The [`Session`] handle: attaching links by name (either role may), ending.
+
+use std::sync::Arc;
+
+use fe2o3_amqp_types::definitions::Handle;
+use tokio::sync::{mpsc, watch};
+
+use super::command::{Command, LinkSetup};
+use super::connection::{ConnInner, Connection};
+use super::link::{LinkCore, LinkParts, Receiver, ReceiverOptions, Sender, SenderOptions};
+use crate::delivery::LinkFlow;
+use crate::error::Result;
+use crate::performative::Attach;
+
+/// Session windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// Transfer frames the peer may send before we widen the window again.
+    pub incoming_window: u32,
+    /// Our advertised outgoing window.
+    pub outgoing_window: u32,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        Self {
+            incoming_window: 2048,
+            outgoing_window: 2048,
+        }
+    }
+}
+
+/// What the handles of one session share; dropping the last one ends the session.
+#[derive(Debug)]
+pub(crate) struct SessionInner {
+    conn: Arc<ConnInner>,
+    channel: u16,
+}
+
+impl Drop for SessionInner {
+    fn drop(&mut self) {
+        // The driver may already be gone; then the session is gone too.
+        let _ = self.conn.ctx.cmd.send(Command::End {
+            channel: self.channel,
+            error: None,
+            reply: None,
+        });
+    }
+}
+
+/// A session. Links keep it alive; it ends when the last handle is dropped or on
+/// [`Session::end`].
+#[derive(Debug, Clone)]
+pub struct Session {
+    inner: Arc<SessionInner>,
+}
+
+impl Session {
+    pub(crate) fn new(conn: Arc<ConnInner>, channel: u16) -> Self {
+        Self {
+            inner: Arc::new(SessionInner { conn, channel }),
+        }
+    }
+
+    /// The local channel number.
+    pub fn channel(&self) -> u16 {
+        self.inner.channel
+    }
+
+    /// The connection this session belongs to.
+    pub fn connection(&self) -> Connection {
+        Connection {
+            inner: self.inner.conn.clone(),
+        }
+    }
+
+    async fn attach(
+        &self,
+        attach: Attach,
+        auto_credit: Option<u32>,
+        auto_drain: bool,
+    ) -> Result<LinkParts> {
+        let (etx, erx) = mpsc::unbounded_channel();
+        let (ftx, frx) = watch::channel(LinkFlow::default());
+        let ctx = self.inner.conn.ctx.clone();
+        let channel = self.inner.channel;
+        let name = attach.name.clone();
+        let (handle, remote) = ctx
+            .call(|reply| Command::Attach {
+                channel,
+                attach: Box::new(attach.clone()),
+                setup: LinkSetup {
+                    events: etx,
+                    flow: ftx,
+                    auto_credit,
+                    auto_drain,
+                },
+                reply,
+            })
+            .await?;
+        let mut local = attach;
+        local.handle = Handle(handle);
+        Ok(LinkParts {
+            core: LinkCore {
+                ctx,
+                channel,
+                handle,
+                name,
+                detached: false,
+                _session: Some(self.inner.clone()),
+                _conn: None,
+            },
+            events: erx,
+            flow: frx,
+            local: Box::new(local),
+            remote,
+        })
+    }
+
+    /// Attaches a sending link.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # async fn f(session: sb_amqp::Session) -> sb_amqp::Result<()> {
+    /// use sb_amqp::{SenderOptions, Sendable};
+    /// let sender = session.attach_sender(SenderOptions::new("s1", "queue-a")).await?;
+    /// let outcome = sender.send(Sendable::raw(&b"\x00\x53\x77\xa1\x02hi"[..])).await?;
+    /// assert!(outcome.is_accepted());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::AttachRefused`] with the peer's condition, or session/connection errors.
+    #[tracing::instrument(level = "debug", skip_all, fields(link = %opts.name, channel = self.inner.channel))]
+    pub async fn attach_sender(&self, opts: SenderOptions) -> Result<Sender> {
+        let auto_drain = opts.auto_drain;
+        let p = self.attach(opts.into_attach(), None, auto_drain).await?;
+        Ok(Sender::from_parts(p))
+    }
+
+    /// Attaches a receiving link.
+    ///
+    /// # Errors
+    /// [`Error::AttachRefused`] with the peer's condition, or session/connection errors.
+    #[tracing::instrument(level = "debug", skip_all, fields(link = %opts.name, channel = self.inner.channel))]
+    pub async fn attach_receiver(&self, opts: ReceiverOptions) -> Result<Receiver> {
+        let auto = opts.auto_credit;
+        let initial = opts.credit;
+        let p = self.attach(opts.into_attach(), auto, true).await?;
+        let r = Receiver::from_parts(p);
+        let c = auto.or(initial);
+        if let Some(c) = c.filter(|c| *c > 0) {
+            r.set_credit(c).await?;
+        }
+        Ok(r)
+    }
+
+    /// Ends the session and waits for the peer's `end`.
+    ///
+    /// # Errors
+    /// Connection errors.
+    pub async fn end(self) -> Result<()> {
+        let channel = self.inner.channel;
+        self.inner
+            .conn
+            .ctx
+            .call(|reply| Command::End {
+                channel,
+                error: None,
+                reply: Some(reply),
+            })
+            .await
+    }
+}
