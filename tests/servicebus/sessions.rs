@@ -50,6 +50,20 @@ pub(crate) async fn send_session_messages(emulator: &Emulator, messages: &[(&str
     }
 }
 
+/// Force-detaches the oldest receiver link on `sq` (links are listed by id), as the service
+/// detaches links.
+fn detach_first_receiver(emulator: &Emulator) {
+    let link = emulator
+        .links()
+        .into_iter()
+        .find(|l| l.entity == "sq" && l.role == LinkRole::Receiver)
+        .unwrap();
+    assert!(emulator.force_detach_link(
+        link.id,
+        sb_amqp::AmqpError::new(condition::DETACH_FORCED, None)
+    ));
+}
+
 /// A raw receiver link on `sq` asking for `session` (`None`: the next available one).
 async fn session_link(
     session: &Session,
@@ -231,15 +245,7 @@ async fn the_session_receiver_accepts_renews_keeps_state_and_fences_a_lost_link(
     // The service detaches A's link: the session lock is gone with it, so the unsettled a2
     // cannot be settled any more (its commit would be fenced) and the receiver is done.
     // Links are listed by id: A's was attached before B's.
-    let link = emulator
-        .links()
-        .into_iter()
-        .find(|l| l.entity == "sq" && l.role == LinkRole::Receiver)
-        .unwrap();
-    assert!(emulator.force_detach_link(
-        link.id,
-        sb_amqp::AmqpError::new(condition::DETACH_FORCED, None)
-    ));
+    detach_first_receiver(&emulator);
     assert!(matches!(
         a.receive(wait).await,
         Err(ReceiveError::Transient(_))
@@ -519,15 +525,7 @@ async fn the_session_runtime_keeps_the_session_lock_and_a_lost_one_fences_the_co
         async move { locked == 1 }
     })
     .await;
-    let link = emulator
-        .links()
-        .into_iter()
-        .find(|l| l.entity == "sq" && l.role == LinkRole::Receiver)
-        .unwrap();
-    assert!(emulator.force_detach_link(
-        link.id,
-        sb_amqp::AmqpError::new(condition::DETACH_FORCED, None)
-    ));
+    detach_first_receiver(&emulator);
     // b1 is processed once the session is accepted again.
     processed(3).await;
     stop.cancel();
