@@ -123,12 +123,13 @@ pub mod worker;
 pub use ports::{
     Delivery, DuplicateScope, ErrorKind, Message, OutboxBacklog, OutboxLease, OutboxMessage,
     OutboxRow, OutboxStore, PropertyValue, ReceiveError, Receiver, RetentionStore, Savepoint,
-    SendFailure, Sender, SettleError, Source, Store, StoreError, Tx, VersionCheck,
+    SendFailure, Sender, SessionReceiver, SessionSource, SettleError, Source, Store, StoreError,
+    Tx, VersionCheck,
 };
 pub use runtime::{
     Clock, ConsumerName, ConsumerNameError, Context, Contract, ContractParseError,
     DeadLetterReason, DecodeError, Handled, Handler, HandlerError, IdempotencyKey, Json,
     JsonContract, JsonHandler, LockKeeper, Outcome, Rejection, Report, Runtime, RuntimeConfig,
-    RuntimeError, Settlement, Stats, StatsSnapshot,
+    RuntimeError, SessionConfig, Settlement, Stats, StatsSnapshot,
 };
 pub use store::{MssqlStore, MssqlTx, PgStore, PgTx, SqliteStore, SqliteTx};

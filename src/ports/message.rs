@@ -52,6 +52,9 @@ pub struct Message {
     pub subject: Option<String>,
     /// MIME content type of the body.
     pub content_type: Option<String>,
+    /// The Service Bus session id (AMQP `group-id`): in session mode the runtime handles the
+    /// messages of one session strictly one at a time, in order.
+    pub session_id: Option<String>,
     /// Application properties.
     pub application_properties: BTreeMap<String, PropertyValue>,
     /// The body bytes.

@@ -16,6 +16,7 @@ mod delivery;
 mod message;
 mod outbox;
 mod sender;
+mod session;
 mod store;
 
 pub use delivery::{Delivery, ReceiveError, Receiver, SettleError, Source};
@@ -24,6 +25,7 @@ pub use outbox::{
     MAX_RETENTION_BATCH, OutboxBacklog, OutboxLease, OutboxRow, OutboxStore, RetentionStore,
 };
 pub use sender::{SendFailure, Sender};
+pub use session::{SessionReceiver, SessionSource};
 pub use store::{
     DuplicateScope, ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck,
 };

@@ -71,6 +71,8 @@ impl OutboxRow {
             message_id: Some(message.message_id.clone()),
             correlation_id: message.correlation_id.clone(),
             subject: message.subject.clone(),
+            // The outbox has no session column yet: relayed messages carry no session id.
+            session_id: None,
             content_type: message.content_type.clone(),
             application_properties: message.application_properties.clone(),
             body: message.body.clone().into(),

@@ -92,6 +92,12 @@ pub struct Context<'a, P> {
 }
 
 impl<P> Context<'_, P> {
+    /// The message's session id: in session mode, the session whose messages this runtime
+    /// handles one at a time, in order (`None` outside sessions).
+    pub fn session_id(&self) -> Option<&str> {
+        self.message.session_id.as_deref()
+    }
+
     /// The key to send to a downstream API that deduplicates by an idempotency key (an
     /// `Idempotency-Key` header or the API's equivalent) for the call named `scope` (such as
     /// `"capture-payment"`).

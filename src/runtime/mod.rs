@@ -29,6 +29,7 @@ mod observe;
 mod outcome;
 mod process;
 mod retry;
+mod session;
 mod slots;
 mod stats;
 mod store_health;
@@ -60,6 +61,7 @@ pub use retry::{
     ORIGINAL_ENQUEUED_TIME_PROPERTY, RETRY_ATTEMPT_PROPERTY, RetryPolicy, ScheduledRetry,
     original_enqueued_time,
 };
+pub use session::SessionConfig;
 pub use slots::{STUCK_ALLOWANCE, SlotWatch};
 pub use stats::{Stats, StatsSnapshot};
 pub use store_health::{DEPLOYMENT_WINDOW, StoreHealth};
@@ -200,26 +202,17 @@ struct Inner<R, S, H> {
     health: StoreHealth,
 }
 
-impl<R, S, H> Runtime<R, S, H>
-where
-    R: Receiver,
-    S: Store,
-    H: Handler<S::Tx>,
-{
-    /// A runtime on the real clock.
-    pub fn new(receiver: R, store: S, handler: H, config: RuntimeConfig) -> Self {
-        Runtime::with_clock(receiver, store, handler, config, Clock::new())
-    }
-
-    /// A runtime on a given clock (tests pass one anchored under tokio's paused time).
-    pub fn with_clock(
+impl<R, S, H> Runtime<R, S, H> {
+    /// The runtime's parts over any source of deliveries (plain or sessions).
+    fn assemble(
         receiver: R,
+        source: crate::ports::Source,
         store: S,
         handler: H,
         config: RuntimeConfig,
         clock: Clock,
     ) -> Self {
-        let observer = observe::Observer::new(receiver.source(), &config.consumer, clock);
+        let observer = observe::Observer::new(source, &config.consumer, clock);
         let health = StoreHealth::new(&config.consumer);
         Runtime {
             inner: Arc::new(Inner {
@@ -261,6 +254,30 @@ where
     /// The handler.
     pub fn handler(&self) -> &H {
         &self.inner.handler
+    }
+}
+
+impl<R, S, H> Runtime<R, S, H>
+where
+    R: Receiver,
+    S: Store,
+    H: Handler<S::Tx>,
+{
+    /// A runtime on the real clock.
+    pub fn new(receiver: R, store: S, handler: H, config: RuntimeConfig) -> Self {
+        Runtime::with_clock(receiver, store, handler, config, Clock::new())
+    }
+
+    /// A runtime on a given clock (tests pass one anchored under tokio's paused time).
+    pub fn with_clock(
+        receiver: R,
+        store: S,
+        handler: H,
+        config: RuntimeConfig,
+        clock: Clock,
+    ) -> Self {
+        let source = receiver.source();
+        Runtime::assemble(receiver, source, store, handler, config, clock)
     }
 
     /// Handles one delivery now, outside the receive loop, and records it in [`Runtime::stats`].

@@ -37,6 +37,7 @@ pub(crate) struct Observer {
     duplicates: Counter<u64>,
     renewals: Counter<u64>,
     lock_lost: Counter<u64>,
+    session_lock_lost: Counter<u64>,
     settlement_failures: Counter<u64>,
     batch_size: Histogram<u64>,
 }
@@ -104,6 +105,7 @@ impl Observer {
             duplicates: counter(&meter, metric::DUPLICATES, "{message}"),
             renewals: counter(&meter, metric::LOCK_RENEWALS, "{renewal}"),
             lock_lost: counter(&meter, metric::LOCK_LOST, "{lock}"),
+            session_lock_lost: counter(&meter, metric::SESSION_LOCK_LOST, "{session}"),
             settlement_failures: counter(&meter, metric::SETTLEMENT_FAILURES, "{settlement}"),
             batch_size: meter
                 .u64_histogram(metric::BATCH_SIZE)
@@ -111,6 +113,11 @@ impl Observer {
                 .with_boundaries(metric::BATCH_SIZE_BUCKETS.to_vec())
                 .build(),
         }
+    }
+
+    /// A held session's lock was lost (session mode).
+    pub(crate) fn session_lock_lost(&self) {
+        self.session_lock_lost.add(1, &self.base);
     }
 
     /// The renewal counter for the lock keeper.
@@ -142,6 +149,7 @@ impl Observer {
             { attr::SUBSCRIPTION } = self.source.subscription.as_deref(),
             { attr::SERVER_ADDRESS } = self.source.server_address.as_deref(),
             { attr::MESSAGE_ID } = message.message_id.as_deref().map(|id| envelope::truncate(id, 128)),
+            { attr::SESSION_ID } = message.session_id.as_deref().map(|id| envelope::truncate(id, 128)),
             { attr::CONVERSATION_ID } = message.correlation_id.as_deref().map(|id| envelope::truncate(id, 128)),
             { attr::CAUSATION_ID } = text(message, property::CAUSATION_ID),
             { attr::DELIVERY_COUNT } = i64::from(delivery.delivery_count()) + 1,

@@ -220,6 +220,7 @@ pub(crate) fn from_amqp(message: &AnyMessage, tag: &[u8]) -> Received {
                 .and_then(|p| p.correlation_id.as_ref())
                 .map(message_id_text),
             subject: properties.and_then(|p| p.subject.clone()),
+            session_id: properties.and_then(|p| p.group_id.clone()),
             content_type: properties
                 .and_then(|p| p.content_type.as_ref())
                 .map(|s| s.0.clone()),
@@ -242,6 +243,7 @@ pub(crate) fn to_amqp(message: &Message, options: &SendOptions) -> AmqpMessage<D
         correlation_id: message.correlation_id.clone().map(MessageId::String),
         subject: message.subject.clone(),
         content_type: message.content_type.clone().map(Symbol::from),
+        group_id: message.session_id.clone(),
         ..Properties::default()
     };
     let application_properties = (!message.application_properties.is_empty()).then(|| {

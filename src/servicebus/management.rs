@@ -228,7 +228,12 @@ pub(crate) fn disposition_reply(reply: &AnyMessage) -> Result<(), SettleError> {
 fn lock_reply(reply: &AnyMessage) -> Result<(), SettleError> {
     let status = status(reply);
     let condition = condition(reply);
-    if status == 410 || condition.as_deref() == Some(sb_amqp::condition::MESSAGE_LOCK_LOST) {
+    if status == 410
+        || matches!(
+            condition.as_deref(),
+            Some(sb_amqp::condition::MESSAGE_LOCK_LOST | super::session::SESSION_LOCK_LOST)
+        )
+    {
         return Err(SettleError::LockLost);
     }
     if status == 200 {
@@ -244,6 +249,42 @@ fn lock_reply(reply: &AnyMessage) -> Result<(), SettleError> {
         condition: condition.unwrap_or_else(|| status.to_string()),
         description,
     })
+}
+
+/// A session operation (`com.microsoft:renew-session-lock`, `get-session-state`,
+/// `set-session-state`) on `session_id`, with the body entries `extra` (Python
+/// `_servicebus_session.py`: `session-id`, `session-state`).
+pub(crate) fn session_request(
+    operation: &str,
+    session_id: &str,
+    extra: Vec<(&str, Value)>,
+) -> Message<AmqpValue<Value>> {
+    let mut body = OrderedMap::new();
+    body.insert(
+        Value::String("session-id".into()),
+        Value::String(session_id.to_owned()),
+    );
+    for (key, value) in extra {
+        body.insert(Value::String(key.to_owned()), value);
+    }
+    Message::builder()
+        .application_properties(request_properties(operation))
+        .body(AmqpValue(Value::Map(body)))
+        .build()
+}
+
+/// The body entry `key` of a session operation's reply (after its status was checked):
+/// `Ok(None)` when absent.
+pub(crate) fn session_reply(reply: &AnyMessage, key: &str) -> Result<Option<Value>, SettleError> {
+    lock_reply(reply)?;
+    let Body::Value(AmqpValue(Value::Map(map))) = &reply.body else {
+        return Ok(None);
+    };
+    Ok(map.iter().find_map(|(k, v)| match k {
+        Value::String(k) if k == key => Some(v.clone()),
+        Value::Symbol(k) if k.0 == key => Some(v.clone()),
+        _ => None,
+    }))
 }
 
 /// Reads a `renew-lock` reply: the new expiry.

@@ -30,6 +30,7 @@ mod peek;
 mod receiver;
 mod sas;
 mod sender;
+mod session;
 mod telemetry;
 
 pub use amqp_message::TYPED_MESSAGE_ID_PREFIX;
@@ -44,3 +45,4 @@ pub use peek::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, PeekedMessage}
 pub use receiver::{ServiceBusDelivery, ServiceBusReceiver};
 pub use sas::{SasToken, sign_sas};
 pub use sender::{SendError, SendErrorKind, SendOptions, ServiceBusPublisher, ServiceBusSender};
+pub use session::{ServiceBusSessionReceiver, ServiceBusSessionSource};

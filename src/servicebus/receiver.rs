@@ -16,6 +16,9 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use super::amqp_message::{Received, Refusal, from_amqp};
 use super::error::{Recovery, is_busy_condition, recovery};
 use super::management::{self, Disposition};
+use super::session::{
+    SESSION_LINK_GONE, SESSION_LOCK_LOST, SessionLock, SessionRequest, session_refusal,
+};
 use super::telemetry::{EntityTelemetry, Kind};
 use super::{ServiceBusClient, ServiceBusError};
 use crate::runtime::{Backoff, DeadLetterReason};
@@ -43,33 +46,36 @@ pub struct ServiceBusReceiver {
 }
 
 #[derive(Debug)]
-struct ReceiverInner {
-    client: ServiceBusClient,
-    entity: String,
+pub(super) struct ReceiverInner {
+    pub(super) client: ServiceBusClient,
+    pub(super) entity: String,
     prefetch: u32,
-    link: Mutex<Option<ReceiveLink>>,
+    pub(super) link: Mutex<Option<ReceiveLink>>,
     /// True while a link is attached: what readiness reports.
-    attached: AtomicBool,
+    pub(super) attached: AtomicBool,
     /// The service detached the link as unauthorized: the next attach puts a fresh token, and
     /// a refusal right after it is fatal.
-    reauthorize: AtomicBool,
-    telemetry: EntityTelemetry,
+    pub(super) reauthorize: AtomicBool,
+    pub(super) telemetry: EntityTelemetry,
+    /// Set for a session receiver: its one link, once lost, is not re-attached (the session
+    /// lock went with it), and its deliveries are settled on that link only.
+    pub(super) session: std::sync::OnceLock<Arc<SessionLock>>,
 }
 
 #[derive(Debug)]
-struct ReceiveLink {
-    receiver: sb_amqp::Receiver,
-    shared: Arc<LinkShared>,
+pub(super) struct ReceiveLink {
+    pub(super) receiver: sb_amqp::Receiver,
+    pub(super) shared: Arc<LinkShared>,
     granted: bool,
 }
 
 /// What deliveries of one link share.
 #[derive(Debug)]
-struct LinkShared {
+pub(super) struct LinkShared {
     settler: Settler,
-    name: String,
+    pub(super) name: String,
     /// Set once the link failed: its deliveries settle through `$management`.
-    gone: AtomicBool,
+    pub(super) gone: AtomicBool,
 }
 
 impl ServiceBusReceiver {
@@ -83,8 +89,13 @@ impl ServiceBusReceiver {
                 link: Mutex::new(None),
                 attached: AtomicBool::new(false),
                 reauthorize: AtomicBool::new(false),
+                session: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    pub(super) fn inner(&self) -> &Arc<ReceiverInner> {
+        &self.inner
     }
 
     /// The entity this receiver reads.
@@ -99,6 +110,15 @@ impl ServiceBusReceiver {
     }
 
     async fn attach(&self) -> Result<ReceiveLink, ReceiveError> {
+        self.attach_with(None).await
+    }
+
+    /// Attaches a receive link; `session` asks for a message session (see
+    /// [`SessionRequest`]), whose accepted id and lock the link's attach reply carries.
+    pub(super) async fn attach_with(
+        &self,
+        session: Option<&SessionRequest>,
+    ) -> Result<ReceiveLink, ReceiveError> {
         let inner = &self.inner;
         let client = &inner.client;
         let fresh = inner.reauthorize.load(Ordering::Acquire);
@@ -113,16 +133,23 @@ impl ServiceBusReceiver {
             .await
             .map_err(Self::refused)?;
         let name = unique_name("sb-inbox-receiver");
-        let options = ReceiverOptions::new(name.clone(), inner.entity.clone())
+        let mut options = ReceiverOptions::new(name.clone(), inner.entity.clone())
             .rcv_settle_mode(ReceiverSettleMode::Second)
             .snd_settle_mode(SenderSettleMode::Unsettled);
-        let receiver =
-            tokio::time::timeout(client.timeout(), conn.session.attach_receiver(options))
-                .await
-                .map_err(|_| {
-                    ReceiveError::Transient("the service did not answer the attach in time".into())
-                })?
-                .map_err(|e| self.failed(&e, fresh))?;
+        let mut wait = client.timeout();
+        if let Some(session) = session {
+            options = session.apply(options);
+            wait += session.wait;
+        }
+        let receiver = tokio::time::timeout(wait, conn.session.attach_receiver(options))
+            .await
+            .map_err(|_| {
+                ReceiveError::Transient("the service did not answer the attach in time".into())
+            })?
+            .map_err(|e| match session {
+                Some(_) => session_refusal(&e).unwrap_or_else(|| self.failed(&e, fresh)),
+                None => self.failed(&e, fresh),
+            })?;
         if inner.prefetch > 0 {
             receiver
                 .add_credit(inner.prefetch)
@@ -221,7 +248,7 @@ impl Receiver for ServiceBusReceiver {
 impl ServiceBusReceiver {
     /// The next delivery the runtime can take; those it cannot (undecodable, an unusable
     /// message id) are dead-lettered here and skipped.
-    async fn next(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
+    pub(super) async fn next(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
         loop {
             if let Some(delivery) = self.next_or_refused().await? {
                 return Ok(Some(delivery));
@@ -232,6 +259,9 @@ impl ServiceBusReceiver {
     /// The next delivery, or `None` after dead-lettering one the runtime cannot take.
     async fn next_or_refused(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
         let mut guard = self.inner.link.lock().await;
+        if guard.is_none() && self.inner.session.get().is_some() {
+            return Err(ReceiveError::Transient(SESSION_LINK_GONE.into()));
+        }
         if guard.is_none() {
             *guard = Some(self.attach().await?);
             self.inner.attached.store(true, Ordering::Release);
@@ -309,6 +339,7 @@ impl ServiceBusReceiver {
             .locked_until
             .unwrap_or_else(|| SystemTime::now() + Duration::from_secs(30));
         ServiceBusDelivery {
+            session: self.inner.session.get().cloned(),
             receiver: self.inner.clone(),
             link: link.shared.clone(),
             delivery_id,
@@ -354,6 +385,8 @@ pub struct ServiceBusDelivery {
     /// the caller dropped its receiver handle; its telemetry names the settlement spans.
     receiver: Arc<ReceiverInner>,
     link: Arc<LinkShared>,
+    /// The session lock of a session receiver's delivery: it is the delivery's lock.
+    session: Option<Arc<SessionLock>>,
     delivery_id: u32,
     lock_token: uuid::Uuid,
     locked_until: StdMutex<SystemTime>,
@@ -395,6 +428,11 @@ impl ServiceBusDelivery {
     }
 
     async fn renew_now(&self) -> Result<SystemTime, SettleError> {
+        if let Some(session) = &self.session {
+            // A session message has no lock of its own to renew (.NET refuses renew-lock on a
+            // session receiver): renewing the session lock keeps it.
+            return session.renew(&self.receiver).await;
+        }
         let reply = self
             .receiver
             .client
@@ -421,6 +459,9 @@ impl ServiceBusDelivery {
         outcome: Outcome,
         disposition: Disposition,
     ) -> Result<(), SettleError> {
+        if self.session.is_some() {
+            return self.settle_in_session(outcome).await;
+        }
         let mut on_link = !self.link.gone.load(Ordering::Acquire);
         let mut backoff = Backoff::new(SETTLE_BACKOFF.0, SETTLE_BACKOFF.1);
         // The lock as it stands now: renewals meanwhile must not keep a busy service retried.
@@ -448,6 +489,28 @@ impl ServiceBusDelivery {
         }
     }
 
+    /// A session message is settled on its own link only, as .NET's `AmqpReceiver` does for
+    /// session receivers: once that link is gone, so is the session lock and the settlement
+    /// fails as lock lost. Busy answers are retried on the link while the session lock lasts.
+    async fn settle_in_session(&self, outcome: Outcome) -> Result<(), SettleError> {
+        let mut backoff = Backoff::new(SETTLE_BACKOFF.0, SETTLE_BACKOFF.1);
+        let deadline = self.locked_until();
+        loop {
+            match self.settle_on_link(outcome.clone()).await {
+                Attempt::Done => return Ok(()),
+                Attempt::Failed(error) => return Err(error),
+                Attempt::LinkGone => return Err(SettleError::LockLost),
+                Attempt::Retry(why) => {
+                    let delay = backoff.next_delay();
+                    if SystemTime::now() + delay >= deadline {
+                        return Err(SettleError::Transient(why));
+                    }
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+
     async fn settle_on_link(&self, outcome: Outcome) -> Attempt {
         let timeout = self.receiver.client.timeout();
         let Ok(settled) =
@@ -460,7 +523,9 @@ impl ServiceBusDelivery {
             self.settled.store(true, Ordering::Release);
         }
         match settled {
-            Ok(Some(Outcome::Rejected(Some(error)))) if error.is_lock_lost() => {
+            Ok(Some(Outcome::Rejected(Some(error))))
+                if error.is_lock_lost() || error.condition == SESSION_LOCK_LOST =>
+            {
                 Attempt::Failed(SettleError::LockLost)
             }
             Ok(Some(Outcome::Rejected(Some(error)))) if is_busy_condition(&error.condition) => {
@@ -548,6 +613,9 @@ impl Delivery for ServiceBusDelivery {
     }
 
     fn locked_until(&self) -> SystemTime {
+        if let Some(session) = &self.session {
+            return session.locked_until();
+        }
         *self
             .locked_until
             .lock()

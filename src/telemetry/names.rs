@@ -95,11 +95,20 @@ pub mod attr {
     /// Whether a lock renewal succeeded: `ok` or the failure's `error.type`.
     pub const RENEWAL_RESULT: &str = "sb_inbox.renewal.result";
 
+    /// The message's session id (session mode). Spans only: never a metric label.
+    pub const SESSION_ID: &str = "messaging.servicebus.message.session_id";
+
     /// Attributes that carry per-message values: allowed on spans, never on metrics.
-    pub const PER_MESSAGE: [&str; 4] = [MESSAGE_ID, CONVERSATION_ID, CAUSATION_ID, ENQUEUED_TIME];
+    pub const PER_MESSAGE: [&str; 5] = [
+        MESSAGE_ID,
+        CONVERSATION_ID,
+        CAUSATION_ID,
+        ENQUEUED_TIME,
+        SESSION_ID,
+    ];
 
     /// Every attribute above.
-    pub const ALL: [&str; 24] = [
+    pub const ALL: [&str; 25] = [
         MESSAGING_SYSTEM,
         OPERATION_TYPE,
         OPERATION_NAME,
@@ -124,6 +133,7 @@ pub mod attr {
         CAUSATION_ID,
         TRANSACTION_RESULT,
         RENEWAL_RESULT,
+        SESSION_ID,
     ];
 }
 
@@ -197,6 +207,8 @@ pub mod metric {
     pub const LOCK_RENEWALS: &str = "sb_inbox.lock.renewals";
     /// Locks lost before commit (counter, `{lock}`).
     pub const LOCK_LOST: &str = "sb_inbox.lock.lost";
+    /// Session locks lost while a session was held (session mode; counter, `{session}`).
+    pub const SESSION_LOCK_LOST: &str = "sb_inbox.session.lock.lost";
     /// Settlements the broker refused or did not answer (counter, `{settlement}`).
     pub const SETTLEMENT_FAILURES: &str = "sb_inbox.settlement.failures";
     /// The inbox transaction, begin to commit or rollback (histogram, `s`).
@@ -218,7 +230,7 @@ pub mod metric {
     pub const BATCH_SIZE: &str = "sb_inbox.batch.size";
 
     /// Every metric with its unit.
-    pub const ALL: [(&str, &str); 15] = [
+    pub const ALL: [(&str, &str); 16] = [
         (CONSUMED_MESSAGES, "{message}"),
         (PROCESS_DURATION, "s"),
         (OPERATION_DURATION, "s"),
@@ -234,10 +246,11 @@ pub mod metric {
         (RETENTION_DELETED, "{row}"),
         (STORE_DEPLOYMENT_ERRORS, "{error}"),
         (BATCH_SIZE, "{message}"),
+        (SESSION_LOCK_LOST, "{session}"),
     ];
 
     /// Counters (monotonic sums): Prometheus names end in `_total`.
-    pub const COUNTERS: [&str; 8] = [
+    pub const COUNTERS: [&str; 9] = [
         CONSUMED_MESSAGES,
         OUTCOMES,
         DUPLICATES,
@@ -246,6 +259,7 @@ pub mod metric {
         SETTLEMENT_FAILURES,
         RETENTION_DELETED,
         STORE_DEPLOYMENT_ERRORS,
+        SESSION_LOCK_LOST,
     ];
 
     /// The semantic conventions' bucket boundaries for `messaging.process.duration` and

@@ -9,7 +9,7 @@ use super::{ConsumerConfig, ReplayHorizon};
 use crate::ports::MAX_RETENTION_BATCH;
 use crate::relay::RelayConfig;
 use crate::retention::RetentionConfig;
-use crate::runtime::{ConsumerName, JitterSource, RetryPolicy, RuntimeConfig};
+use crate::runtime::{ConsumerName, JitterSource, RetryPolicy, RuntimeConfig, SessionConfig};
 use crate::servicebus::{ConnectionString, Transport};
 use crate::store::StoreUrl;
 
@@ -44,6 +44,21 @@ pub const ENV_VARS: &[(&str, &str, &str)] = &[
         "SB_INBOX_ENTITY",
         "servicebus.entity",
         "queue, or TOPIC/Subscriptions/SUBSCRIPTION",
+    ),
+    (
+        "SB_INBOX_SESSIONS",
+        "servicebus.sessions",
+        "true: session mode (the entity requires sessions; each session in order, one message at a time)",
+    ),
+    (
+        "SB_INBOX_MAX_SESSIONS",
+        "runtime.max_sessions",
+        "session mode: sessions processed at once (default 8)",
+    ),
+    (
+        "SB_INBOX_SESSION_IDLE_SECS",
+        "runtime.session_idle_secs",
+        "session mode: release a session quiet this long and take the next (default 5)",
     ),
     (
         "SB_INBOX_CONCURRENCY",
@@ -260,6 +275,8 @@ pub struct WorkerConfig {
     pub relay: RelayConfig,
     /// Retention, when inbox rows are to be deleted.
     pub retention: Option<Retention>,
+    /// Session mode (`servicebus.sessions = true`), for every consumer.
+    pub sessions: Option<SessionConfig>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -309,6 +326,7 @@ struct ServiceBus {
     namespace: Option<String>,
     transport: Option<String>,
     entity: Option<String>,
+    sessions: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -321,6 +339,8 @@ struct Runtime {
     shutdown_grace_secs: Option<u64>,
     batch_size: Option<u64>,
     batch_linger_ms: Option<u64>,
+    max_sessions: Option<u64>,
+    session_idle_secs: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -378,6 +398,20 @@ impl Reader<'_> {
 
     fn text(&mut self, key: &str, file: Option<String>) -> Option<String> {
         self.env_of(key).or(file)
+    }
+
+    fn flag(&mut self, key: &str, file: Option<bool>) -> Option<bool> {
+        match self.env_of(key) {
+            Some(text) => match text.trim().to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" => Some(true),
+                "false" | "0" | "no" => Some(false),
+                _ => {
+                    self.fail(key, format!("{text:?} is not true or false"));
+                    None
+                }
+            },
+            None => file,
+        }
     }
 
     fn number(&mut self, key: &str, file: Option<u64>, min: u64, max: u64) -> Option<u64> {
@@ -578,6 +612,13 @@ impl WorkerConfig {
             .chain(entity.as_deref())
             .find(|entity| is_subscription(entity));
         let retry = retry_policy(&mut r, &file.retry, subscription);
+        let sessions = session_config(
+            &mut r,
+            file.servicebus.sessions,
+            &file.runtime,
+            retry.is_some(),
+            batch > 1,
+        );
         let relay_defaults = RelayConfig::default();
         let relay = RelayConfig {
             batch_size: r
@@ -753,10 +794,62 @@ impl WorkerConfig {
                 retry,
                 relay,
                 retention,
+                sessions,
             }),
             _ => Err(ConfigErrors(r.errors)),
         }
     }
+}
+
+/// `servicebus.sessions` with `runtime.max_sessions` and `runtime.session_idle_secs`; the
+/// session keys without session mode, and delayed retries or batched transactions with it, are
+/// refused.
+fn session_config(
+    r: &mut Reader<'_>,
+    sessions: Option<bool>,
+    runtime: &Runtime,
+    retry: bool,
+    batched: bool,
+) -> Option<SessionConfig> {
+    let on = r.flag("servicebus.sessions", sessions) == Some(true);
+    let defaults = SessionConfig::default();
+    let max = r.number("runtime.max_sessions", runtime.max_sessions, 1, 1024);
+    let idle = r.number(
+        "runtime.session_idle_secs",
+        runtime.session_idle_secs,
+        1,
+        3600,
+    );
+    if !on {
+        for (key, set) in [
+            ("runtime.max_sessions", max.is_some()),
+            ("runtime.session_idle_secs", idle.is_some()),
+        ] {
+            if set {
+                r.fail(
+                    key,
+                    "has no effect without servicebus.sessions = true (SB_INBOX_SESSIONS)",
+                );
+            }
+        }
+        return None;
+    }
+    if retry {
+        r.fail(
+            "servicebus.sessions",
+            "delayed retries cannot keep a session's order (a retry copy goes to the end of its session): set retry.max_retries = 0",
+        );
+    }
+    if batched {
+        r.fail(
+            "runtime.batch_size",
+            "session mode handles a session's messages one at a time, each in its own transaction: batched transactions do not apply with servicebus.sessions = true",
+        );
+    }
+    Some(SessionConfig {
+        max_sessions: max.map_or(defaults.max_sessions, to_usize),
+        idle: idle.map_or(defaults.idle, Duration::from_secs),
+    })
 }
 
 /// Each `[[consumers]]` entry: its name and entity (`None` after a reported problem), and its
@@ -1042,6 +1135,78 @@ concurrency = 4
             ("SB_INBOX_DLQ_RESUBMIT_WINDOW_SECS", "0"),
         ];
         assert!(load(&short, &no_window).is_ok());
+    }
+
+    #[test]
+    fn session_mode_from_file_or_env_with_its_keys_and_without_retries() {
+        assert!(load(GOOD, &[]).unwrap().sessions.is_none());
+        let on = format!("{GOOD}max_sessions = 3\n");
+        let on = on.replace(
+            "entity = \"orders\"",
+            "entity = \"orders\"\nsessions = true",
+        );
+        let sessions = load(&on, &[]).unwrap().sessions.unwrap();
+        assert_eq!(sessions.max_sessions, 3);
+        assert_eq!(sessions.idle, Duration::from_secs(5));
+        let from_env = load(
+            GOOD,
+            &[
+                ("SB_INBOX_SESSIONS", "true"),
+                ("SB_INBOX_SESSION_IDLE_SECS", "2"),
+            ],
+        )
+        .unwrap()
+        .sessions
+        .unwrap();
+        assert_eq!(from_env.idle, Duration::from_secs(2));
+        assert_eq!(from_env.max_sessions, 8);
+        let text = |errors: ConfigErrors| errors.to_string();
+        let bad = text(load(GOOD, &[("SB_INBOX_SESSIONS", "maybe")]).unwrap_err());
+        assert!(
+            bad.contains("servicebus.sessions (SB_INBOX_SESSIONS)"),
+            "{bad}"
+        );
+        let orphan = text(load(GOOD, &[("SB_INBOX_MAX_SESSIONS", "2")]).unwrap_err());
+        assert!(
+            orphan.contains("has no effect without servicebus.sessions"),
+            "{orphan}"
+        );
+        let with_retries = text(
+            load(
+                GOOD,
+                &[
+                    ("SB_INBOX_SESSIONS", "1"),
+                    ("SB_INBOX_RETRY_MAX_RETRIES", "3"),
+                ],
+            )
+            .unwrap_err(),
+        );
+        assert!(
+            with_retries.contains("cannot keep a session's order"),
+            "{with_retries}"
+        );
+    }
+
+    #[test]
+    fn session_mode_refuses_batched_transactions() {
+        let batched = ConfigErrors::to_string(
+            &load(
+                GOOD,
+                &[("SB_INBOX_SESSIONS", "true"), ("SB_INBOX_BATCH_SIZE", "16")],
+            )
+            .unwrap_err(),
+        );
+        assert!(
+            batched.contains("runtime.batch_size (SB_INBOX_BATCH_SIZE)")
+                && batched.contains("one at a time"),
+            "{batched}"
+        );
+        let single = load(
+            GOOD,
+            &[("SB_INBOX_SESSIONS", "true"), ("SB_INBOX_BATCH_SIZE", "1")],
+        )
+        .unwrap();
+        assert!(single.sessions.is_some());
     }
 
     #[test]

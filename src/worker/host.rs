@@ -13,8 +13,8 @@ use super::health::{self, Commits, Ping, Readiness};
 use super::run::WorkerError;
 use crate::relay::{Relay, RelayConfig};
 use crate::retention::RetentionTask;
-use crate::runtime::{DelayedRetry, RetryPolicy};
-use crate::servicebus::{ServiceBusClient, ServiceBusReceiver};
+use crate::runtime::{DelayedRetry, RetryPolicy, SessionConfig};
+use crate::servicebus::{ServiceBusClient, ServiceBusReceiver, ServiceBusSessionSource};
 use crate::telemetry;
 use crate::{
     ConsumerName, Handler, OutboxStore, RetentionStore, Runtime, RuntimeConfig, RuntimeError,
@@ -93,16 +93,14 @@ impl WorkerStats {
 
 type Started = JoinHandle<Result<StatsSnapshot, RuntimeError>>;
 type Start<S> = Box<
-    dyn FnOnce(
-            ServiceBusReceiver,
-            S,
-            RuntimeConfig,
-            Readiness,
-            Commits,
-            CancellationToken,
-        ) -> Started
-        + Send,
+    dyn FnOnce(Feed, S, RuntimeConfig, Readiness, Commits, CancellationToken) -> Started + Send,
 >;
+
+/// Where a hosted consumer's deliveries come from.
+enum Feed {
+    Plain(ServiceBusReceiver),
+    Sessions(ServiceBusSessionSource, SessionConfig),
+}
 
 struct Hosted<S> {
     config: ConsumerConfig,
@@ -150,6 +148,7 @@ pub struct Worker<S> {
     relay: RelayConfig,
     retention: Option<Retention>,
     retry: Option<RetryPolicy>,
+    sessions: Option<SessionConfig>,
     health: Option<TcpListener>,
     readiness: Readiness,
 }
@@ -183,6 +182,7 @@ where
             relay: RelayConfig::default(),
             retention: None,
             retry: None,
+            sessions: None,
             health: None,
             readiness: Readiness::new(),
         }
@@ -191,43 +191,35 @@ where
     /// Hosts `handler` as the consumer `config` describes.
     #[must_use]
     pub fn consumer<H: Handler<S::Tx>>(mut self, config: ConsumerConfig, handler: H) -> Self {
-        let start: Start<S> = Box::new(
-            move |receiver, store, runtime_config, readiness, commits, stop| {
-                tokio::spawn(async move {
-                    let name = runtime_config.consumer.to_string();
-                    let runtime = Runtime::new(receiver.clone(), store, handler, runtime_config);
-                    // Its commits show the store works even when its pool has no free connection.
-                    commits.add(runtime.store_health());
-                    // Not ready while the store refuses this consumer's statements (code rolled
-                    // out before `migrate`, a missing grant) or while handler slots are stuck
-                    // past the maximum processing time.
-                    let health = runtime.store_health();
-                    readiness.probe(&format!("store_schema:{name}"), move || {
-                        let problem = health.problem();
-                        async move { problem.map_or(Ok(()), Err) }
-                    });
-                    let slots = runtime.slots();
-                    readiness.probe(&format!("slots:{name}"), move || {
-                        let stuck = slots.stuck();
-                        async move {
-                            match stuck {
-                                0 => Ok(()),
-                                n => Err(format!(
-                                    "{n} handler slots stuck past the maximum processing time"
-                                )),
-                            }
+        let start: Start<S> = Box::new(move |feed, store, runtime_config, readiness, commits, stop| {
+            tokio::spawn(async move {
+                let name = runtime_config.consumer.to_string();
+                match feed {
+                    Feed::Plain(receiver) => {
+                        let runtime =
+                            Runtime::new(receiver.clone(), store, handler, runtime_config);
+                        probe(&runtime, &readiness, &commits, &name);
+                        let result = runtime.run(stop.clone()).await;
+                        // One consumer failing for good stops the others: the process restarts
+                        // whole.
+                        if result.is_err() {
+                            stop.cancel();
                         }
-                    });
-                    let result = runtime.run(stop.clone()).await;
-                    // One consumer failing for good stops the others: the process restarts whole.
-                    if result.is_err() {
-                        stop.cancel();
+                        receiver.close().await;
+                        result.map(|()| runtime.stats().snapshot())
                     }
-                    receiver.close().await;
-                    result.map(|()| runtime.stats().snapshot())
-                })
-            },
-        );
+                    Feed::Sessions(source, sessions) => {
+                        let runtime = Runtime::for_sessions(source, store, handler, runtime_config);
+                        probe(&runtime, &readiness, &commits, &name);
+                        let result = runtime.run_sessions(sessions, stop.clone()).await;
+                        if result.is_err() {
+                            stop.cancel();
+                        }
+                        result.map(|()| runtime.stats().snapshot())
+                    }
+                }
+            })
+        });
         self.consumers.push(Hosted { config, start });
         self
     }
@@ -252,6 +244,15 @@ where
     #[must_use]
     pub fn delayed_retries(mut self, policy: RetryPolicy) -> Self {
         self.retry = Some(policy);
+        self
+    }
+
+    /// Session mode for every consumer: each entity must require sessions, and messages of
+    /// one session are handled one at a time, in order (see [`Runtime::run_sessions`]).
+    /// Delayed retries are refused with it.
+    #[must_use]
+    pub fn sessions(mut self, sessions: SessionConfig) -> Self {
+        self.sessions = Some(sessions);
         self
     }
 
@@ -287,10 +288,16 @@ where
             relay,
             retention,
             retry,
+            sessions,
             health,
             readiness,
         } = self;
         check(&consumers, retry.as_ref())?;
+        if sessions.is_some() && retry.is_some() {
+            return Err(WorkerError::Config(
+                "delayed retries cannot keep a session's order (a retry copy goes to the end of its session): turn one of them off".to_owned(),
+            ));
+        }
         if consumers.is_empty() {
             return Err(WorkerError::Config("no consumer to host".to_owned()));
         }
@@ -365,14 +372,23 @@ where
             // The runtime prefetches (it holds `prefetch` deliveries beyond its slots and keeps
             // their locks from receipt); credit on the link beyond what it asks for would leave
             // deliveries waiting there unrenewed.
-            let receiver = client.receiver(&config.entity, 0);
-            receivers.push(receiver.clone());
+            let feed = match &sessions {
+                Some(sessions) => Feed::Sessions(
+                    ServiceBusSessionSource::new(client.clone(), &config.entity, sessions.idle),
+                    sessions.clone(),
+                ),
+                None => {
+                    let receiver = client.receiver(&config.entity, 0);
+                    receivers.push(receiver.clone());
+                    Feed::Plain(receiver)
+                }
+            };
             tracing::info!(entity = %config.entity, consumer = %runtime.consumer, delayed_retries = retry.as_ref().map_or(0, RetryPolicy::max_retries), "Consumer started.");
             let name = runtime.consumer.clone();
             running.push((
                 name,
                 start(
-                    receiver,
+                    feed,
                     store.clone(),
                     runtime,
                     readiness.clone(),
@@ -417,6 +433,32 @@ where
             None => Ok(stats),
         }
     }
+}
+
+/// The consumer's readiness conditions: its store fitness and its stuck handler slots; its
+/// commits show the store works even when its pool has no free connection.
+fn probe<R, S, H>(runtime: &Runtime<R, S, H>, readiness: &Readiness, commits: &Commits, name: &str) {
+    commits.add(runtime.store_health());
+    // Not ready while the store refuses this consumer's statements (code rolled
+    // out before `migrate`, a missing grant) or while handler slots are stuck
+    // past the maximum processing time.
+    let health = runtime.store_health();
+    readiness.probe(&format!("store_schema:{name}"), move || {
+        let problem = health.problem();
+        async move { problem.map_or(Ok(()), Err) }
+    });
+    let slots = runtime.slots();
+    readiness.probe(&format!("slots:{name}"), move || {
+        let stuck = slots.stuck();
+        async move {
+            match stuck {
+                0 => Ok(()),
+                n => Err(format!(
+                    "{n} handler slots stuck past the maximum processing time"
+                )),
+            }
+        }
+    });
 }
 
 /// Refuses what cannot run: no consumer, one name twice (they would share an inbox key), a

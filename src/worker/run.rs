@@ -195,6 +195,9 @@ async fn serve<S: InventoryStore + OutboxStore + RetentionStore + Ping + Clone +
     if let Some(retention) = config.retention {
         worker = worker.retention(retention);
     }
+    if let Some(sessions) = &config.sessions {
+        worker = worker.sessions(sessions.clone());
+    }
     if let Some(policy) = &config.retry {
         worker = worker.delayed_retries(policy.clone());
     }

@@ -23,6 +23,7 @@ mod python;
 mod recovery;
 mod relay;
 mod retry;
+mod sessions;
 mod strict;
 mod survival;
 mod verification;

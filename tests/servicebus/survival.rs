@@ -19,9 +19,9 @@ use crate::support::{pg_store, pg_url, schema_for, with_search_path};
 use crate::verification::WorkerProcess;
 
 /// An `sb-emulator` child process; killed on drop.
-struct EmulatorProcess {
+pub(crate) struct EmulatorProcess {
     child: Child,
-    connection: String,
+    pub(crate) connection: String,
     dir: PathBuf,
 }
 
@@ -43,6 +43,18 @@ impl EmulatorProcess {
 
     /// As [`EmulatorProcess::spawn`], with the lock duration `lock` on `orders`.
     fn spawn_locked(test: &str, lock: &str, args: &[&str]) -> Option<Self> {
+        Self::spawn_with_queues(
+            test,
+            &format!(
+                r#"{{"Name":"orders","Properties":{{"LockDuration":"{lock}","MaxDeliveryCount":10}}}},
+                {{"Name":"events","Properties":{{}}}}"#
+            ),
+            args,
+        )
+    }
+
+    /// As [`EmulatorProcess::spawn`], with the queues `queues` (a JSON list's items).
+    pub(crate) fn spawn_with_queues(test: &str, queues: &str, args: &[&str]) -> Option<Self> {
         let binary =
             std::path::Path::new(env!("CARGO_BIN_EXE_sb-inbox")).with_file_name("sb-emulator");
         if !binary.exists() {
@@ -60,9 +72,7 @@ impl EmulatorProcess {
         std::fs::write(
             &config,
             format!(
-                r#"{{"UserConfig":{{"Namespaces":[{{"Name":"sbemulatorns","Queues":[
-                {{"Name":"orders","Properties":{{"LockDuration":"{lock}","MaxDeliveryCount":10}}}},
-                {{"Name":"events","Properties":{{}}}}],"Topics":[]}}],"Logging":{{"Type":"File"}}}}}}"#
+                r#"{{"UserConfig":{{"Namespaces":[{{"Name":"sbemulatorns","Queues":[{queues}],"Topics":[]}}],"Logging":{{"Type":"File"}}}}}}"#
             ),
         )
         .unwrap();
@@ -90,14 +100,14 @@ impl EmulatorProcess {
         })
     }
 
-    fn client(&self) -> ServiceBusClient {
+    pub(crate) fn client(&self) -> ServiceBusClient {
         let cs: ConnectionString = self.connection.parse().unwrap();
         ServiceBusClient::from_connection_string(&cs)
     }
 }
 
 /// Waits until `condition` holds, polling every 50 ms, at most `limit`.
-async fn until<F, Fut>(what: &str, limit: Duration, mut condition: F)
+pub(crate) async fn until<F, Fut>(what: &str, limit: Duration, mut condition: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
@@ -113,7 +123,7 @@ where
 
 /// Sends `message`, trying again while the failure is transient (a detached link or a dropped
 /// connection may lose the outcome: a copy is then a duplicate, which the inbox recognises).
-async fn send(sender: &ServiceBusSender, message: Message) {
+pub(crate) async fn send(sender: &ServiceBusSender, message: Message) {
     let mut message = message;
     for _ in 0..50 {
         match sender.send(message).await {
@@ -145,7 +155,7 @@ fn order(n: usize, skus: usize) -> (Message, Vec<(String, i64)>) {
     (message, lines)
 }
 
-async fn reservations(store: &PgStore) -> i64 {
+pub(crate) async fn reservations(store: &PgStore) -> i64 {
     store.inventory_counts().await.unwrap().reservations
 }
 

@@ -210,6 +210,65 @@ async fn counts(store: &PgStore) -> InventoryCounts {
     store.inventory_counts().await.unwrap()
 }
 
+/// How the worker processes of a verification test consume: plain peek-lock, batched, or session mode
+/// on a queue that requires sessions (issue 17: the article's scenarios hold there too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Plain,
+    /// Plain, with batched transactions of [`BATCH`] deliveries.
+    Batched,
+    Sessions,
+}
+
+impl Mode {
+    /// `orders` (lock `lock`, requiring sessions in session mode) and `outbox`.
+    async fn emulator(self, lock: &str) -> sb_emulator::Emulator {
+        if self != Mode::Sessions {
+            return emulator(lock).await;
+        }
+        let json = format!(
+            r#"{{"UserConfig":{{"Namespaces":[{{"Name":"sbemulatorns","Queues":[
+                {{"Name":"orders","Properties":{{"LockDuration":"{lock}","MaxDeliveryCount":5,"RequiresSession":true}}}},
+                {{"Name":"outbox","Properties":{{}}}}],"Topics":[]}}],"Logging":{{"Type":"File"}}}}}}"#
+        );
+        let broker =
+            sb_emulator::Broker::new(sb_emulator::Config::from_json(&json).unwrap()).unwrap();
+        sb_emulator::Emulator::start(broker, sb_emulator::EmulatorOptions::default())
+            .await
+            .unwrap()
+    }
+
+    /// Order `id` / `order_id`, in session `session` in session mode.
+    fn order(self, id: &str, order_id: &str, session: &str) -> Message {
+        let mut message = order(id, order_id);
+        if self == Mode::Sessions {
+            message.session_id = Some(session.to_owned());
+        }
+        message
+    }
+
+    /// `sb-inbox run` with one handler slot (one session at a time in session mode).
+    fn worker(self, emulator: &sb_emulator::Emulator, url: &str) -> WorkerProcess {
+        let env: &[(&str, &str)] = match self {
+            Mode::Plain => &[],
+            Mode::Batched => &[(BATCH_SIZE, BATCH)],
+            Mode::Sessions => &[
+                ("SB_INBOX_SESSIONS", "true"),
+                ("SB_INBOX_MAX_SESSIONS", "1"),
+            ],
+        };
+        WorkerProcess::spawn_with(emulator, url, 1, env)
+    }
+
+    fn test(self, name: &str) -> String {
+        match self {
+            Mode::Plain => name.to_owned(),
+            Mode::Batched => format!("{name}_{BATCH}"),
+            Mode::Sessions => format!("{name}_sessions"),
+        }
+    }
+}
+
 /// A raw session of the test's own, in the test's schema, to hold row locks.
 pub(crate) async fn session(schema: &str) -> tokio_postgres::Client {
     let (client, connection) =
@@ -243,14 +302,19 @@ pub(crate) struct HeldRow {
 }
 
 pub(crate) async fn one_order_behind_a_held_row(test: &str) -> HeldRow {
+    one_order_behind_a_held_row_in(test, Mode::Plain).await
+}
+
+/// As [`one_order_behind_a_held_row`], in `mode`.
+async fn one_order_behind_a_held_row_in(test: &str, mode: Mode) -> HeldRow {
     let store = pg_store(test, 1).await;
     let schema = schema_for(test);
-    let emulator = emulator("PT30S").await;
+    let emulator = mode.emulator("PT30S").await;
     let holder = session(&schema).await;
     lock_stock_row(&holder).await;
     client(&emulator)
         .sender("orders")
-        .send(order("m-1", "o-1"))
+        .send(mode.order("m-1", "o-1", "s-1"))
         .await
         .unwrap();
     let url = format!(
@@ -270,11 +334,24 @@ pub(crate) async fn one_order_behind_a_held_row(test: &str) -> HeldRow {
 /// on it with its inbox row inserted and the second waits on that uncommitted inbox key; at that
 /// point both deliveries are locked by different processes. Releasing the row lets the first
 /// commit and the second fail on the unique key: one effect, one inbox row, both settled.
-async fn same_message_to_two_workers(batch: &str) {
-    let test = &format!("{}_{batch}", "verify_concurrent");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_message_to_two_worker_processes_at_once_takes_effect_once() {
+    same_message_to_two_workers_at_once(Mode::Plain).await;
+}
+
+/// Verification 1a in session mode: the copies are in two sessions (a copy in the same session
+/// waits for the first behind the session lock), so two workers each hold one session and both
+/// transactions are open at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_session_mode_the_same_message_to_two_workers_at_once_takes_effect_once() {
+    same_message_to_two_workers_at_once(Mode::Sessions).await;
+}
+
+async fn same_message_to_two_workers_at_once(mode: Mode) {
+    let test = &mode.test("verify_concurrent");
     let store = pg_store(test, 1).await;
     let schema = schema_for(test);
-    let emulator = emulator("PT30S").await;
+    let emulator = mode.emulator("PT30S").await;
     let holder = session(&schema).await;
     lock_stock_row(&holder).await;
 
@@ -283,19 +360,16 @@ async fn same_message_to_two_workers(batch: &str) {
         "{}&application_name={app}",
         with_search_path(&pg_url(), &schema)
     );
-    let workers = [
-        WorkerProcess::spawn_with(&emulator, &url, 1, &[(BATCH_SIZE, batch)]),
-        WorkerProcess::spawn_with(&emulator, &url, 1, &[(BATCH_SIZE, batch)]),
-    ];
+    let workers = [mode.worker(&emulator, &url), mode.worker(&emulator, &url)];
     let sender = client(&emulator).sender("orders");
-    sender.send(order("m-1", "o-1")).await.unwrap();
-    sender.send(order("m-1", "o-1")).await.unwrap();
+    sender.send(mode.order("m-1", "o-1", "s-1")).await.unwrap();
+    sender.send(mode.order("m-1", "o-1", "s-2")).await.unwrap();
 
     // Unbatched, each worker handles one delivery at a time, so both copies are locked by
     // different processes once two of their sessions wait on a lock. Batched, one worker may
     // take both copies into one batch: the second is then a duplicate inside its transaction,
     // and one session waits.
-    let batched = batch != "1";
+    let batched = mode == Mode::Batched;
     let waiting = if batched { 1 } else { 2 };
     let (store_ref, app_ref) = (&store, &app);
     let emulator_ref = &emulator;
@@ -348,24 +422,31 @@ async fn same_message_to_two_workers(batch: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_same_message_to_two_worker_processes_at_once_takes_effect_once() {
-    same_message_to_two_workers("1").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_message_to_two_worker_processes_at_once_takes_effect_once_batched() {
-    same_message_to_two_workers(BATCH).await;
+    same_message_to_two_workers_at_once(Mode::Batched).await;
 }
 
 /// Verification 1b: a worker process killed with SIGKILL after its commit and before its
 /// settlement. The emulator holds the disposition, the test waits for the committed inbox row,
 /// kills the worker, and a second worker gets the redelivery once the 2 s lock runs out: a
 /// duplicate, completed, with no second effect.
-async fn killed_between_commit_and_settlement(batch: &str) {
-    let test = &format!("{}_{batch}", "verify_sigkill");
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_between_commit_and_settlement_redelivers_as_a_duplicate() {
+    killed_between_commit_and_settlement(Mode::Plain).await;
+}
+
+/// Verification 1b in session mode: the killed worker's connection ends, and its session lock
+/// with it; the second worker accepts the session and gets the message again as a duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_session_mode_a_worker_killed_between_commit_and_settlement_redelivers_as_a_duplicate() {
+    killed_between_commit_and_settlement(Mode::Sessions).await;
+}
+
+async fn killed_between_commit_and_settlement(mode: Mode) {
+    let test = &mode.test("verify_sigkill");
     let store = pg_store(test, 1).await;
     let url = with_search_path(&pg_url(), &schema_for(test));
-    let emulator = emulator("PT2S").await;
+    let emulator = mode.emulator("PT2S").await;
     emulator
         .broker()
         .entity("orders")
@@ -374,11 +455,11 @@ async fn killed_between_commit_and_settlement(batch: &str) {
         .unwrap();
     client(&emulator)
         .sender("orders")
-        .send(order("m-1", "o-1"))
+        .send(mode.order("m-1", "o-1", "s-1"))
         .await
         .unwrap();
 
-    let first = WorkerProcess::spawn_with(&emulator, &url, 1, &[(BATCH_SIZE, batch)]);
+    let first = mode.worker(&emulator, &url);
     let store_ref = &store;
     until("the first worker has committed", move || async move {
         counts(store_ref).await.inbox_rows == 1
@@ -388,7 +469,7 @@ async fn killed_between_commit_and_settlement(batch: &str) {
     assert_eq!((c.locked, c.completed), (1, 0), "committed, not settled");
     first.kill().await;
 
-    let second = WorkerProcess::spawn_with(&emulator, &url, 1, &[(BATCH_SIZE, batch)]);
+    let second = mode.worker(&emulator, &url);
     drained(&emulator, 1).await;
     let stats = second.terminate().await;
     assert_eq!((stats.get("processed"), stats.get("duplicate")), (0, 1));
@@ -409,27 +490,33 @@ async fn killed_between_commit_and_settlement(batch: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_killed_between_commit_and_settlement_redelivers_as_a_duplicate() {
-    killed_between_commit_and_settlement("1").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_killed_between_commit_and_settlement_redelivers_as_a_duplicate_batched() {
-    killed_between_commit_and_settlement(BATCH).await;
+    killed_between_commit_and_settlement(Mode::Batched).await;
 }
 
 /// Verification 1c: the transaction rolls back. The test holds the stock row and the worker's
 /// sessions run with `lock_timeout = 300ms`, so each attempt inserts its inbox row, times out on
 /// the row (SQLSTATE 55P03, transient), rolls back and abandons. Once the message is back with
 /// a delivery count, no inbox row exists; after the row is released the redelivery is processed.
-async fn rolled_back_transaction(batch: &str) {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_transaction_leaves_no_inbox_row_and_the_redelivery_is_processed() {
+    rolled_back(Mode::Plain).await;
+}
+
+/// Verification 1c in session mode: the abandoned message comes back first in its session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_session_mode_a_rolled_back_transaction_leaves_no_inbox_row_and_is_processed_later() {
+    rolled_back(Mode::Sessions).await;
+}
+
+async fn rolled_back(mode: Mode) {
     let HeldRow {
         store,
         emulator,
         holder,
         url,
-    } = one_order_behind_a_held_row(&format!("verify_rollback_{batch}")).await;
-    let worker = WorkerProcess::spawn_with(&emulator, &url, 1, &[(BATCH_SIZE, batch)]);
+    } = one_order_behind_a_held_row_in(&mode.test("verify_rollback"), mode).await;
+    let worker = mode.worker(&emulator, &url);
     let entity = emulator.broker().entity("orders").unwrap();
     let entity_ref = &entity;
     until("an attempt rolled back and abandoned", move || async move {
@@ -474,13 +561,8 @@ async fn rolled_back_transaction(batch: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rolled_back_transaction_leaves_no_inbox_row_and_the_redelivery_is_processed() {
-    rolled_back_transaction("1").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolled_back_transaction_leaves_no_inbox_row_and_the_redelivery_is_processed_batched() {
-    rolled_back_transaction(BATCH).await;
+    rolled_back(Mode::Batched).await;
 }
 
 /// One order through a runtime whose handler takes 3 s under a 1 s lock (margin 300 ms).

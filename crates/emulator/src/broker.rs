@@ -885,9 +885,40 @@ impl Entity {
     ) -> Result<Option<ReceivedMessage>> {
         self.check_sessionful("receive")?;
         self.wait_for("receive", max_wait, |st, _, now| {
-            st.take_from_session(session_id, mode, now)
+            st.take_from_session(session_id, None, mode, now)
         })
         .await
+    }
+
+    /// [`receive_from_session`](Self::receive_from_session) for the acceptance `lock` only:
+    /// once another receiver accepted the session after `lock` expired, this fails.
+    ///
+    /// # Errors
+    /// [`Error::SessionLockLost`] once `lock` expired, was released or was superseded.
+    pub async fn receive_from_held_session(
+        &self,
+        lock: &SessionLock,
+        mode: ReceiveMode,
+        max_wait: Option<Duration>,
+    ) -> Result<Option<ReceivedMessage>> {
+        self.check_sessionful("receive")?;
+        self.wait_for("receive", max_wait, |st, _, now| {
+            st.take_from_session(&lock.session_id, Some(lock.holder), mode, now)
+        })
+        .await
+    }
+
+    /// Releases the session lock `lock` if it is still the session's current acceptance: a
+    /// stale link closing must not free a session another receiver holds now.
+    ///
+    /// # Errors
+    /// [`Error::NotAllowed`] when the entity does not require sessions.
+    pub fn release_held_session(&self, lock: &SessionLock) -> Result<()> {
+        self.check_sessionful("release-session")?;
+        self.with_queue("release-session", |_, st, _, now| {
+            st.release_session(&lock.session_id, Some(lock.holder), now);
+            Ok(())
+        })
     }
 
     /// `com.microsoft:renew-session-lock`: extends the session lock and its messages' locks.
@@ -907,8 +938,8 @@ impl Entity {
     /// [`Error::NotAllowed`] when the entity does not require sessions.
     pub fn release_session(&self, session_id: &str) -> Result<()> {
         self.check_sessionful("release-session")?;
-        self.with_queue("release-session", |_, st, _, _| {
-            st.release_session(session_id);
+        self.with_queue("release-session", |_, st, _, now| {
+            st.release_session(session_id, None, now);
             Ok(())
         })
     }

@@ -314,6 +314,10 @@ pub(crate) struct QueueState {
 #[derive(Debug, Default)]
 struct Session {
     locked_until: Option<SystemTime>,
+    /// Which acceptance holds the lock: raised by every accept, so a link that lost the
+    /// session (its lock expired and another receiver took it) can neither take messages nor
+    /// release the newer holder's lock.
+    holder: u64,
     state: Option<Bytes>,
     /// When the state was last set (`get-message-sessions` with `last-updated-time`).
     state_updated: Option<SystemTime>,
@@ -326,6 +330,8 @@ pub struct SessionLock {
     pub session_id: String,
     /// When the session lock expires unless renewed (`com.microsoft:locked-until-utc`).
     pub locked_until: SystemTime,
+    /// This acceptance among the session's acceptances (each accept raises it).
+    pub holder: u64,
 }
 
 impl QueueState {
@@ -734,7 +740,13 @@ impl QueueState {
     }
 
     fn check_session(&self, id: &str, now: SystemTime) -> Result<()> {
-        if self.session_locked(id, now) {
+        self.check_holder(id, None, now)
+    }
+
+    /// The session is locked, and by `holder` when given.
+    fn check_holder(&self, id: &str, holder: Option<u64>, now: SystemTime) -> Result<()> {
+        let held = holder.is_none_or(|h| self.sessions.get(id).is_some_and(|s| s.holder == h));
+        if held && self.session_locked(id, now) {
             Ok(())
         } else {
             Err(Error::SessionLockLost {
@@ -772,22 +784,26 @@ impl QueueState {
             }
         };
         let locked_until = now + self.props.lock_duration;
-        self.sessions.entry(id.clone()).or_default().locked_until = Some(locked_until);
+        let session = self.sessions.entry(id.clone()).or_default();
+        session.locked_until = Some(locked_until);
+        session.holder += 1;
         Ok(Some(SessionLock {
             session_id: id,
             locked_until,
+            holder: session.holder,
         }))
     }
 
-    /// Takes the next receivable message of a locked session; its message lock ends with the
-    /// session lock.
+    /// Takes the next receivable message of a locked session (held by `holder` when given);
+    /// its message lock ends with the session lock.
     pub(crate) fn take_from_session(
         &mut self,
         id: &str,
+        holder: Option<u64>,
         mode: ReceiveMode,
         now: SystemTime,
     ) -> Result<Option<ReceivedMessage>> {
-        self.check_session(id, now)?;
+        self.check_holder(id, holder, now)?;
         if self.faults.paused {
             return Ok(None);
         }
@@ -825,6 +841,12 @@ impl QueueState {
         if let Some(s) = self.sessions.get_mut(id) {
             s.locked_until = Some(until);
         }
+        self.set_session_message_locks(id, until);
+        Ok(until)
+    }
+
+    /// Moves the lock expiry of every locked message of session `id` to `until`.
+    fn set_session_message_locks(&mut self, id: &str, until: SystemTime) {
         let seqs: Vec<i64> = self
             .main
             .messages
@@ -840,15 +862,24 @@ impl QueueState {
                 self.main.due.insert((until, seq));
             }
         }
-        Ok(until)
     }
 
-    /// Releases a session lock (the receiver closed its link).
-    pub(crate) fn release_session(&mut self, id: &str) {
-        if let Some(s) = self.sessions.get_mut(id) {
-            s.locked_until = None;
-            self.dirty = true;
+    /// Releases a session lock (the receiver closed its link): any holder's, or only
+    /// `holder`'s when given.
+    ///
+    /// The session's locked messages lose their locks with it (redelivered first, delivery
+    /// count + 1), so the next holder gets them in order rather than after their locks run out.
+    pub(crate) fn release_session(&mut self, id: &str, holder: Option<u64>, now: SystemTime) {
+        let Some(s) = self.sessions.get_mut(id) else {
+            return;
+        };
+        if holder.is_some_and(|h| s.holder != h) {
+            return;
         }
+        s.locked_until = None;
+        self.dirty = true;
+        self.set_session_message_locks(id, now);
+        self.tick(now);
     }
 
     /// The session state (requires the session lock).

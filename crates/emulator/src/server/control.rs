@@ -53,6 +53,8 @@ pub struct LinkInfo {
 struct Entry {
     info: LinkInfo,
     detach: mpsc::UnboundedSender<AmqpError>,
+    /// The message session a session receiver link holds.
+    session: Option<String>,
     /// Set once the attach is answered: the engine's word on whether the link still lives,
     /// which changes before the client can see its detach answered.
     status: Option<LinkStatus>,
@@ -94,6 +96,7 @@ impl Registry {
                 Entry {
                     info,
                     detach: tx,
+                    session: None,
                     status: None,
                 },
             );
@@ -147,6 +150,34 @@ impl Registry {
             .values()
             .filter(|e| e.is_live() && e.info.entity.eq_ignore_ascii_case(entity))
             .filter(|e| e.detach.send(error.clone()).is_ok())
+            .count()
+    }
+
+    /// Records that link `id` now holds `session` on its entity, and detaches every other
+    /// live link that held it with `amqp:link:stolen`; returns how many.
+    fn claim_session(&self, id: u64, session: &str) -> usize {
+        let Ok(mut links) = self.links.lock() else {
+            return 0;
+        };
+        let Some(entity) = links.get_mut(&id).map(|e| {
+            e.session = Some(session.to_owned());
+            e.info.entity.clone()
+        }) else {
+            return 0;
+        };
+        links
+            .values()
+            .filter(|e| e.info.id != id && e.is_live() && e.session.as_deref() == Some(session))
+            .filter(|e| e.info.entity.eq_ignore_ascii_case(&entity))
+            .filter(|e| {
+                let stolen = wire_error(
+                    condition::LINK_STOLEN,
+                    Some(format!(
+                        "The session '{session}' was accepted by another receiver after its lock expired; this link no longer holds it."
+                    )),
+                );
+                e.detach.send(stolen).is_ok()
+            })
             .count()
     }
 
@@ -242,6 +273,20 @@ impl LinkControl {
             clock: ctx.clock,
             faults: ctx.faults,
             connection: ctx.connection,
+        }
+    }
+
+    /// This session receiver link accepted `session`: a link still attached to it from an
+    /// expired acceptance is detached with `amqp:link:stolen`, as AMQP 1.0 (2.8.17, "the link
+    /// has been attached elsewhere, causing the existing attachment to be forcibly closed")
+    /// and the service's link-terminus stealing (Azure/azure-amqp `AmqpLinkTerminus`) have it.
+    pub(crate) fn claim_session(&self, session: &str) {
+        let stolen = self
+            .registration
+            .registry
+            .claim_session(self.registration.id, session);
+        if stolen > 0 {
+            tracing::info!(link = %self.name, %session, stolen, "Session taken over; detached its stale link.");
         }
     }
 

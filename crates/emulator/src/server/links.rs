@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::codec::{self, value_property};
 use super::control::LinkControl;
 use super::wire_error;
-use crate::{Entity, Properties, ReceiveMode, Settlement};
+use crate::{Entity, Properties, ReceiveMode, SessionLock, Settlement};
 
 /// How long one receive waits before the link looks at its credit again (a drain or a credit
 /// change may have arrived meanwhile).
@@ -28,7 +28,51 @@ pub(crate) async fn serve(
     if request.is_peer_sender() {
         receive_from_client(request, entity, max_size, control, stop).await
     } else {
-        deliver_to_client(request, entity, max_size, control, stop).await
+        let answer = LinkAnswer::default()
+            .initial_delivery_count(0)
+            .max_message_size(max_size);
+        deliver_to_client(request, &entity, answer, &Feed::Entity, control, stop).await
+    }
+}
+
+/// Where a receiving client's messages come from.
+#[derive(Debug)]
+pub(super) enum Feed {
+    /// The entity's receivable messages.
+    Entity,
+    /// The messages of one accepted session, for as long as this acceptance holds it.
+    Session(SessionLock),
+}
+
+impl Feed {
+    async fn next(
+        &self,
+        entity: &Entity,
+        mode: ReceiveMode,
+    ) -> crate::Result<Option<crate::ReceivedMessage>> {
+        match self {
+            Feed::Entity => entity.receive(mode, Some(RECEIVE_SLICE)).await,
+            Feed::Session(lock) => {
+                entity
+                    .receive_from_held_session(lock, mode, Some(RECEIVE_SLICE))
+                    .await
+            }
+        }
+    }
+
+    /// A session message's lock ends with its session lock: say which lock was lost.
+    fn reply(&self, entity: &Entity, reply: Outcome) -> Outcome {
+        let Feed::Session(lock) = self else {
+            return reply;
+        };
+        let message_lock_lost = matches!(&reply, Outcome::Rejected(Some(e)) if e.condition == sb_amqp::condition::MESSAGE_LOCK_LOST);
+        if message_lock_lost && entity.session_state(&lock.session_id).is_err() {
+            let lost = crate::Error::SessionLockLost {
+                session_id: lock.session_id.clone(),
+            };
+            return Outcome::Rejected(Some(wire_error(lost.condition(), Some(lost.to_string()))));
+        }
+        reply
     }
 }
 
@@ -76,10 +120,13 @@ async fn receive_from_client(
     }
 }
 
-async fn deliver_to_client(
+/// Delivers `feed` to a receiving client under the link controls (idle timer, token expiry,
+/// forced detaches, faults): plain and session receiver links alike.
+pub(super) async fn deliver_to_client(
     request: LinkRequest,
-    entity: Entity,
-    max_size: u64,
+    entity: &Entity,
+    answer: LinkAnswer,
+    feed: &Feed,
     mut control: LinkControl,
     stop: CancellationToken,
 ) -> Result<(), sb_amqp::Error> {
@@ -89,9 +136,6 @@ async fn deliver_to_client(
     } else {
         ReceiveMode::PeekLock
     };
-    let answer = LinkAnswer::default()
-        .initial_delivery_count(0)
-        .max_message_size(max_size);
     let sender = request.accept_sender(answer).await?;
     control.watch(sender.status());
     // Transfers started on this link. The engine's flow snapshot may not count the latest
@@ -125,24 +169,33 @@ async fn deliver_to_client(
                     sender.settle(disposition.delivery_id, Outcome::Rejected(Some(busy))).await?;
                     continue;
                 }
-                let Some(reply) = settle_answerable(&sender, &entity, &disposition).await else { continue };
+                let Some(reply) = settle_answerable(&sender, entity, &disposition).await else { continue };
+                let reply = feed.reply(entity, reply);
                 if !disposition.settled {
                     sender.settle(disposition.delivery_id, reply).await?;
                 }
             }
             () = stop.cancelled() => {
-                settle_queued(&sender, &entity).await;
+                settle_queued(&sender, entity).await;
                 return Ok(());
             }
             error = control.must_detach() => {
                 control.unlist();
                 // Still attached: what the client disposed before our detach is applied and
                 // answered, never applied behind its back.
-                settle_queued(&sender, &entity).await;
+                settle_queued(&sender, entity).await;
                 return sender.detach_with_error(error).await;
             }
-            received = entity.receive(mode, Some(RECEIVE_SLICE)), if credit > 0 => {
-                let Some(received) = received.map_err(|e| sb_amqp::Error::Decode(e.to_string()))? else { continue };
+            received = feed.next(entity, mode), if credit > 0 => {
+                let received = match received {
+                    Ok(Some(received)) => received,
+                    Ok(None) => continue,
+                    // The session lock expired: the service detaches the receiver.
+                    Err(error) if matches!(feed, Feed::Session(_)) => {
+                        return sender.detach_with_error(wire_error(error.condition(), Some(error.to_string()))).await;
+                    }
+                    Err(error) => return Err(sb_amqp::Error::Decode(error.to_string())),
+                };
                 let mut payload = codec::delivered(&received).map_err(|e| sb_amqp::Error::Encode(e.0))?;
                 if entity.take_undecodable_delivery() {
                     payload = codec::cut_short(&payload);
@@ -166,7 +219,7 @@ async fn deliver_to_client(
             }
             flow = sender.flow_changed(), if credit == 0 => {
                 if let Err(error) = flow {
-                    settle_queued(&sender, &entity).await;
+                    settle_queued(&sender, entity).await;
                     return Err(error);
                 }
             }

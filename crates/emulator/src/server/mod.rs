@@ -632,12 +632,10 @@ async fn serve_link(
             .reject(wire_error(condition::UNAUTHORIZED_ACCESS, Some(why)))
             .await;
     }
-    // Session links do not take part in the link controls yet (idle timer, token expiry,
-    // faults): issue 17's later part.
-    if sessions::is_session_link(&request, &entity) {
-        return sessions::serve(request, entity, stop).await;
-    }
     let control = LinkControl::new(control, request.name(), &path, role);
+    if sessions::is_session_link(&request, &entity) {
+        return sessions::serve(request, entity, control, stop).await;
+    }
     links::serve(request, entity, control, stop).await
 }
 

@@ -23,17 +23,18 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use sb_amqp::codec::Value;
 use sb_amqp::codec::primitives::Array;
-use sb_amqp::types::definitions::{Fields, SenderSettleMode};
+use sb_amqp::types::definitions::Fields;
 use sb_amqp::types::messaging::{Body, Source};
 use sb_amqp::types::primitives::{Binary, Symbol};
-use sb_amqp::{LinkAnswer, LinkRequest, Outcome, Sendable};
+use sb_amqp::{LinkAnswer, LinkRequest};
 use tokio_util::sync::CancellationToken;
 
-use super::codec::{self, to_timestamp};
-use super::links::{settle_answerable, settle_queued};
+use super::codec::to_timestamp;
+use super::control::LinkControl;
+use super::links::{Feed, deliver_to_client};
 use super::nodes::{Reply, count, error_reply, map, map_get};
 use super::wire_error;
-use crate::{Entity, Error, ReceiveMode};
+use crate::{Entity, Error};
 
 const SESSION_FILTER: &str = "com.microsoft:session-filter";
 const LOCKED_UNTIL: &str = "com.microsoft:locked-until-utc";
@@ -43,8 +44,6 @@ const OPERATION_TIMEOUT: &str = "com.microsoft:timeout";
 const DEFAULT_ACCEPT_WAIT: Duration = Duration::from_secs(60);
 /// .NET ticks (100 ns) from 0001-01-01 to the Unix epoch (Python's `DATETIMEOFFSET_EPOCH`).
 const TICKS_AT_UNIX_EPOCH: i64 = 621_355_968_000_000_000;
-/// How long one receive waits before the link looks at its credit again.
-const RECEIVE_SLICE: Duration = Duration::from_millis(200);
 
 /// What the client's attach asks for: `None` without a session filter, `Some(None)` for the
 /// next available session, `Some(Some(id))` for a named one.
@@ -100,6 +99,7 @@ fn refuse(condition: &str, description: &str) -> sb_amqp::AmqpError {
 pub(crate) async fn serve(
     request: LinkRequest,
     entity: Entity,
+    control: LinkControl,
     stop: CancellationToken,
 ) -> Result<(), sb_amqp::Error> {
     let Some(wanted) = requested_session(&request) else {
@@ -139,10 +139,15 @@ pub(crate) async fn serve(
                 .await;
         }
     };
-    let id = lock.session_id.clone();
-    let served = deliver(request, &entity, &lock, stop).await;
-    // The session is free for the next receiver once this link is gone.
-    let _ = entity.release_session(&id);
+    control.claim_session(&lock.session_id);
+    let answer = answer(&request, &entity, &lock);
+    let feed = Feed::Session(lock);
+    let served = deliver_to_client(request, &entity, answer, &feed, control, stop).await;
+    // The session is free for the next receiver once this link is gone, unless this link lost
+    // it meanwhile: then it belongs to a newer receiver.
+    if let Feed::Session(lock) = &feed {
+        let _ = entity.release_held_session(lock);
+    }
     served
 }
 
@@ -170,87 +175,6 @@ fn answer(request: &LinkRequest, entity: &Entity, lock: &crate::SessionLock) -> 
     answer.source = Some(source);
     answer.properties = Some(properties);
     answer
-}
-
-async fn deliver(
-    request: LinkRequest,
-    entity: &Entity,
-    lock: &crate::SessionLock,
-    stop: CancellationToken,
-) -> Result<(), sb_amqp::Error> {
-    let id = lock.session_id.as_str();
-    let settled = request.remote_attach().snd_settle_mode == SenderSettleMode::Settled;
-    let mode = if settled {
-        ReceiveMode::ReceiveAndDelete
-    } else {
-        ReceiveMode::PeekLock
-    };
-    let answer = answer(&request, entity, lock);
-    let sender = request.accept_sender(answer).await?;
-    // Transfers started on this link, as in `links::deliver_to_client`.
-    let mut started: u32 = 0;
-    loop {
-        let flow = sender.flow();
-        let ahead = flow.delivery_count.wrapping_sub(started);
-        if ahead != 0 && ahead < 1 << 31 {
-            started = flow.delivery_count;
-        }
-        let credit = flow
-            .credit
-            .saturating_sub(started.wrapping_sub(flow.delivery_count));
-        tokio::select! {
-            biased;
-            disposition = sender.next_disposition() => {
-                let disposition = disposition?;
-                let Some(mut reply) = settle_answerable(&sender, entity, &disposition).await else { continue };
-                // A message lock ends with its session lock: say which lock was lost.
-                if matches!(&reply, Outcome::Rejected(Some(e)) if e.condition == sb_amqp::condition::MESSAGE_LOCK_LOST)
-                    && entity.session_state(id).is_err()
-                {
-                    let lost = Error::SessionLockLost { session_id: id.to_owned() };
-                    reply = Outcome::Rejected(Some(wire_error(lost.condition(), Some(lost.to_string()))));
-                }
-                if !disposition.settled {
-                    sender.settle(disposition.delivery_id, reply).await?;
-                }
-            }
-            () = stop.cancelled() => {
-                settle_queued(&sender, entity).await;
-                return Ok(());
-            }
-            received = entity.receive_from_session(id, mode, Some(RECEIVE_SLICE)), if credit > 0 => {
-                let received = match received {
-                    Ok(Some(received)) => received,
-                    Ok(None) => continue,
-                    Err(error) => {
-                        // The session lock expired: the service detaches the receiver.
-                        return sender.detach_with_error(wire_error(error.condition(), Some(error.to_string()))).await;
-                    }
-                };
-                let payload = codec::delivered(&received).map_err(|e| sb_amqp::Error::Encode(e.0))?;
-                let tag = received.lock_token.map_or_else(|| received.sequence_number.to_le_bytes().to_vec(), |t| t.to_bytes_le().to_vec());
-                let sendable = Sendable::raw(payload).tag(tag);
-                let sent = if settled {
-                    sender.send_settled(sendable).await.map(drop)
-                } else {
-                    sender.send_no_wait(sendable).await.map(drop)
-                };
-                if let Err(error) = sent {
-                    if let Some(token) = received.lock_token {
-                        let _ = entity.settle(token, crate::Settlement::Release).await;
-                    }
-                    return Err(error);
-                }
-                started = started.wrapping_add(1);
-            }
-            flow = sender.flow_changed(), if credit == 0 => {
-                if let Err(error) = flow {
-                    settle_queued(&sender, entity).await;
-                    return Err(error);
-                }
-            }
-        }
-    }
 }
 
 /// The session id of a `$management` request (`session-id`).

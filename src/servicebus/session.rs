@@ -1,0 +1,405 @@
+//! Session receivers: a receive link bound to one message session, its session lock and state.
+//!
+//! On the wire (Python `azure-servicebus` `_pyamqp_transport.py` `create_source` / `on_attach`,
+//! JS `@azure/service-bus` `src/session/messageSession.ts`): the attach's source filter
+//! `com.microsoft:session-filter` names the session, or is `null` for the next available one;
+//! the reply's source filter carries the accepted session id and its link property
+//! `com.microsoft:locked-until-utc` the session lock's expiry in .NET ticks. The lock is renewed
+//! with `com.microsoft:renew-session-lock` on `$management`; the session's deliveries are
+//! settled on their link only (.NET `AmqpReceiver`), and their locks are the session lock.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sb_amqp::ReceiverOptions;
+use sb_amqp::codec::Value;
+use sb_amqp::types::definitions::Fields;
+use sb_amqp::types::messaging::FilterSet;
+use sb_amqp::types::primitives::{Binary, Symbol};
+
+use super::ServiceBusError;
+use super::amqp_message::timestamp_to_system;
+use super::management;
+use super::receiver::{ReceiverInner, ServiceBusDelivery, ServiceBusReceiver};
+use crate::{ReceiveError, SettleError, Source};
+
+/// `com.microsoft:session-lock-lost`: the session lock expired or the session was taken.
+pub(crate) const SESSION_LOCK_LOST: &str = "com.microsoft:session-lock-lost";
+/// A session receiver's receive after its link was lost.
+pub(super) const SESSION_LINK_GONE: &str =
+    "the session's link is gone, and the session lock with it";
+const SESSION_FILTER: &str = "com.microsoft:session-filter";
+const LOCKED_UNTIL: &str = "com.microsoft:locked-until-utc";
+const OPERATION_TIMEOUT: &str = "com.microsoft:timeout";
+/// .NET ticks (100 ns) from 0001-01-01 to the Unix epoch.
+const TICKS_AT_UNIX_EPOCH: i64 = 621_355_968_000_000_000;
+
+/// The attach of a next available session timed out: no session became available.
+pub(super) const NO_SESSION: &str = "no session became available";
+const SESSION_CANNOT_BE_LOCKED: &str = "com.microsoft:session-cannot-be-locked";
+
+/// A refused session attach the session receiver classifies itself: no session available in
+/// time, or the session held by another receiver (both worth trying again later).
+pub(super) fn session_refusal(error: &sb_amqp::Error) -> Option<ReceiveError> {
+    match error.condition() {
+        Some(OPERATION_TIMEOUT) => Some(ReceiveError::Transient(NO_SESSION.into())),
+        Some(SESSION_CANNOT_BE_LOCKED) => Some(ReceiveError::Transient(
+            ServiceBusError::from_amqp(error).to_string(),
+        )),
+        _ => None,
+    }
+}
+
+/// What a session attach asks for.
+#[derive(Debug)]
+pub(super) struct SessionRequest {
+    /// `None`: the next available session.
+    session_id: Option<String>,
+    /// How long the service may wait for a next available session.
+    pub(super) wait: Duration,
+}
+
+impl SessionRequest {
+    pub(super) fn apply(&self, options: ReceiverOptions) -> ReceiverOptions {
+        let mut filter = FilterSet::default();
+        filter.insert(
+            Symbol::from(SESSION_FILTER),
+            self.session_id.clone().map_or(Value::Null, Value::String),
+        );
+        let mut properties = Fields::default();
+        let ms = u32::try_from(self.wait.as_millis()).unwrap_or(u32::MAX);
+        properties.insert(Symbol::from(OPERATION_TIMEOUT), Value::Uint(ms));
+        let mut options = options.filter(filter);
+        options.properties = Some(properties);
+        options
+    }
+}
+
+/// A session lock as the client knows it.
+#[derive(Debug)]
+pub(super) struct SessionLock {
+    id: String,
+    locked_until: StdMutex<SystemTime>,
+}
+
+impl SessionLock {
+    pub(super) fn locked_until(&self) -> SystemTime {
+        *self
+            .locked_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `com.microsoft:renew-session-lock`; a lost session link means a lost lock.
+    pub(super) async fn renew(&self, receiver: &ReceiverInner) -> Result<SystemTime, SettleError> {
+        let reply = receiver
+            .client
+            .management(
+                &receiver.entity,
+                management::session_request("com.microsoft:renew-session-lock", &self.id, vec![]),
+            )
+            .await
+            .map_err(session_error)?;
+        let until = match management::session_reply(&reply, "expiration")? {
+            Some(Value::Timestamp(ts)) => timestamp_to_system(&ts),
+            _ => {
+                return Err(SettleError::Transient(
+                    "renew-session-lock reply has no expiration".into(),
+                ));
+            }
+        };
+        *self
+            .locked_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = until;
+        Ok(until)
+    }
+}
+
+fn session_error(error: ServiceBusError) -> SettleError {
+    if error.is_transient() {
+        SettleError::Transient(error.to_string())
+    } else {
+        SettleError::Refused {
+            condition: sb_amqp::condition::NOT_ALLOWED.to_owned(),
+            description: error.to_string(),
+        }
+    }
+}
+
+/// A receiver holding one message session: its deliveries come in the session's order and
+/// their locks are the session lock.
+///
+/// Made by [`super::ServiceBusClient::accept_next_session`] or
+/// [`super::ServiceBusClient::accept_session`]. A detached link is not re-attached: the
+/// session lock ended with it, so its receives fail and its deliveries' settlements report the
+/// lock lost (the commit of whatever was handled is fenced); accept a session again.
+/// [`ServiceBusSessionReceiver::close`] releases the session for other receivers.
+#[derive(Debug, Clone)]
+pub struct ServiceBusSessionReceiver {
+    receiver: ServiceBusReceiver,
+    lock: Arc<SessionLock>,
+}
+
+impl super::ServiceBusClient {
+    /// Accepts the next available session of `entity` (one with messages whose session no
+    /// other receiver holds), waiting up to `wait`; `Ok(None)` when none became available.
+    ///
+    /// # Errors
+    /// [`ReceiveError::Transient`] for connection failures; [`ReceiveError::Fatal`] for an
+    /// entity that does not require sessions, or refused rights.
+    pub async fn accept_next_session(
+        &self,
+        entity: &str,
+        wait: Duration,
+    ) -> Result<Option<ServiceBusSessionReceiver>, ReceiveError> {
+        let request = SessionRequest {
+            session_id: None,
+            wait,
+        };
+        match ServiceBusSessionReceiver::accept(self, entity, &request).await {
+            Err(ReceiveError::Transient(why)) if why == NO_SESSION => Ok(None),
+            accepted => accepted.map(Some),
+        }
+    }
+
+    /// Accepts the session `session_id` of `entity` (even one without messages yet).
+    ///
+    /// # Errors
+    /// [`ReceiveError::Transient`] while another receiver holds the session
+    /// (`com.microsoft:session-cannot-be-locked`) or the connection fails;
+    /// [`ReceiveError::Fatal`] for an entity that does not require sessions.
+    pub async fn accept_session(
+        &self,
+        entity: &str,
+        session_id: &str,
+    ) -> Result<ServiceBusSessionReceiver, ReceiveError> {
+        let request = SessionRequest {
+            session_id: Some(session_id.to_owned()),
+            wait: Duration::ZERO,
+        };
+        ServiceBusSessionReceiver::accept(self, entity, &request).await
+    }
+}
+
+/// .NET ticks as a time (Python `_pyamqp_transport.py` `on_attach`).
+fn from_ticks(ticks: i64) -> SystemTime {
+    let hundred_ns = u64::try_from(ticks.saturating_sub(TICKS_AT_UNIX_EPOCH)).unwrap_or(0);
+    UNIX_EPOCH + Duration::from_nanos(hundred_ns.saturating_mul(100))
+}
+
+impl ServiceBusSessionReceiver {
+    async fn accept(
+        client: &super::ServiceBusClient,
+        entity: &str,
+        request: &SessionRequest,
+    ) -> Result<Self, ReceiveError> {
+        let receiver = ServiceBusReceiver::new(client.clone(), entity, 0);
+        let link = match receiver.attach_with(Some(request)).await {
+            // Refused as unauthorized (the service's view of the token expired, e.g. after it
+            // detached the previous session link for that): once more with a fresh token. A
+            // receiver of its own per session would otherwise forget that it must refresh.
+            Err(ReceiveError::Transient(_))
+                if receiver.inner().reauthorize.load(Ordering::Acquire) =>
+            {
+                receiver.attach_with(Some(request)).await?
+            }
+            attached => attached?,
+        };
+        let remote = link.receiver.remote_attach();
+        let id = remote
+            .source
+            .as_ref()
+            .and_then(|s| s.filter.as_ref())
+            .and_then(|f| f.iter().find(|(k, _)| k.0 == SESSION_FILTER))
+            .and_then(|(_, v)| match v {
+                Value::String(s) => Some(s.clone()),
+                Value::Symbol(s) => Some(s.0.clone()),
+                _ => None,
+            })
+            .or_else(|| request.session_id.clone());
+        let Some(id) = id else {
+            // The service always names the session it locked; without it nothing can be
+            // renewed or settled safely.
+            let _ = link.receiver.detach().await;
+            return Err(ReceiveError::Transient(
+                "the session attach reply names no session".into(),
+            ));
+        };
+        let locked_until = remote
+            .properties
+            .as_ref()
+            .and_then(|p| p.iter().find(|(k, _)| k.0 == LOCKED_UNTIL))
+            .and_then(|(_, v)| match v {
+                Value::Long(t) => Some(from_ticks(*t)),
+                Value::Timestamp(ts) => Some(timestamp_to_system(ts)),
+                _ => None,
+            })
+            // Unknown: the renewal margin then renews at once.
+            .unwrap_or_else(SystemTime::now);
+        let lock = Arc::new(SessionLock {
+            id,
+            locked_until: StdMutex::new(locked_until),
+        });
+        let inner = receiver.inner().clone();
+        let _ = inner.session.set(lock.clone());
+        *inner.link.lock().await = Some(link);
+        inner.attached.store(true, Ordering::Release);
+        Ok(ServiceBusSessionReceiver { receiver, lock })
+    }
+
+    /// The accepted session's id.
+    pub fn session_id(&self) -> &str {
+        &self.lock.id
+    }
+
+    /// When the session lock runs out unless renewed, as last reported by the service.
+    pub fn locked_until(&self) -> SystemTime {
+        self.lock.locked_until()
+    }
+
+    /// Where the deliveries come from (telemetry).
+    pub fn source(&self) -> Source {
+        crate::Receiver::source(&self.receiver)
+    }
+
+    /// True while the session link is attached: false once the session is lost or closed.
+    pub fn is_attached(&self) -> bool {
+        self.receiver.is_attached()
+    }
+
+    /// Renews the session lock (`com.microsoft:renew-session-lock`); returns the new expiry.
+    ///
+    /// # Errors
+    /// [`SettleError::LockLost`] once the session lock expired or the session was released.
+    pub async fn renew_session_lock(&self) -> Result<SystemTime, SettleError> {
+        self.lock.renew(self.receiver.inner()).await
+    }
+
+    /// The session state (`com.microsoft:get-session-state`); `None` when none was set.
+    ///
+    /// # Errors
+    /// [`SettleError::LockLost`] without the session lock.
+    pub async fn state(&self) -> Result<Option<Vec<u8>>, SettleError> {
+        let reply = self
+            .management("com.microsoft:get-session-state", vec![])
+            .await?;
+        Ok(match management::session_reply(&reply, "session-state")? {
+            Some(Value::Binary(b)) => Some(b.to_vec()),
+            _ => None,
+        })
+    }
+
+    /// Sets the session state (`com.microsoft:set-session-state`); `None` clears it.
+    ///
+    /// # Errors
+    /// [`SettleError::LockLost`] without the session lock.
+    pub async fn set_state(&self, state: Option<&[u8]>) -> Result<(), SettleError> {
+        let value = state.map_or(Value::Null, |b| Value::Binary(Binary::from(b.to_vec())));
+        let reply = self
+            .management(
+                "com.microsoft:set-session-state",
+                vec![("session-state", value)],
+            )
+            .await?;
+        management::session_reply(&reply, "session-state").map(drop)
+    }
+
+    async fn management(
+        &self,
+        operation: &str,
+        extra: Vec<(&str, Value)>,
+    ) -> Result<sb_amqp::AnyMessage, SettleError> {
+        let inner = self.receiver.inner();
+        inner
+            .client
+            .management(
+                &inner.entity,
+                management::session_request(operation, &self.lock.id, extra),
+            )
+            .await
+            .map_err(session_error)
+    }
+
+    /// The session's next delivery, waiting at most `wait`; `Ok(None)` when the session
+    /// stayed quiet that long.
+    ///
+    /// # Errors
+    /// [`ReceiveError::Transient`] once the session link is gone (the session lock with it).
+    pub async fn receive(
+        &self,
+        wait: Duration,
+    ) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
+        match tokio::time::timeout(wait, crate::Receiver::receive(&self.receiver)).await {
+            Ok(received) => received,
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Releases the session for other receivers: gives back what was received but not
+    /// handed out, then detaches.
+    pub async fn close(&self) {
+        self.receiver.close().await;
+    }
+}
+
+impl crate::ports::SessionReceiver for ServiceBusSessionReceiver {
+    type Delivery = ServiceBusDelivery;
+
+    fn session_id(&self) -> &str {
+        ServiceBusSessionReceiver::session_id(self)
+    }
+
+    fn locked_until(&self) -> SystemTime {
+        ServiceBusSessionReceiver::locked_until(self)
+    }
+
+    async fn renew(&self) -> Result<SystemTime, SettleError> {
+        self.renew_session_lock().await
+    }
+
+    async fn receive(&self, wait: Duration) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
+        ServiceBusSessionReceiver::receive(self, wait).await
+    }
+
+    async fn close(&self) {
+        ServiceBusSessionReceiver::close(self).await;
+    }
+}
+
+/// The sessions of one session-enabled queue or subscription, for [`crate::Runtime::for_sessions`].
+#[derive(Debug, Clone)]
+pub struct ServiceBusSessionSource {
+    client: super::ServiceBusClient,
+    entity: String,
+    wait: Duration,
+    source: Source,
+}
+
+impl ServiceBusSessionSource {
+    /// Sessions of `entity`; each accept waits up to `wait` for a session to become available.
+    pub fn new(client: super::ServiceBusClient, entity: &str, wait: Duration) -> Self {
+        let source = crate::Receiver::source(&client.receiver(entity, 0));
+        ServiceBusSessionSource {
+            client,
+            entity: entity.to_owned(),
+            wait,
+            source,
+        }
+    }
+}
+
+impl crate::ports::SessionSource for ServiceBusSessionSource {
+    type Session = ServiceBusSessionReceiver;
+
+    fn source(&self) -> Source {
+        self.source.clone()
+    }
+
+    async fn accept_next(&self) -> Result<Option<ServiceBusSessionReceiver>, ReceiveError> {
+        self.client
+            .accept_next_session(&self.entity, self.wait)
+            .await
+    }
+}
