@@ -1,8 +1,8 @@
 //! Throughput against the database's own ceiling, measured side by side in one run.
 //!
 //! ```sh
-//! cargo bench --bench throughput                       # wide and hot, concurrency 1, 8, 32
-//! cargo bench --bench throughput -- --concurrency 8 --workload wide --secs 5
+//! cargo bench --bench throughput                       # wide and hot, concurrency 1, 8, 32, batch 1, 16, 64
+//! cargo bench --bench throughput -- --concurrency 8 --workload wide --batch 1,64 --secs 5
 //! ```
 //!
 //! For each workload and concurrency:
@@ -12,7 +12,9 @@
 //!    workload's SKUs, in a fresh schema.
 //! 2. **sb-inbox**: the Service Bus emulator in a process of its own (this binary, re-executed)
 //!    is preloaded with orders drawn the same way; then a real `sb-inbox run` process with
-//!    concurrency = prefetch = the concurrency consumes them into another fresh schema. The
+//!    concurrency = the concurrency consumes them into another fresh schema, unbatched and with
+//!    batched transactions (`SB_INBOX_BATCH_SIZE`; prefetch = batch size × concurrency, so
+//!    every batch slot can fill; unbatched, prefetch = the concurrency). The
 //!    rate is taken between 10 % and 90 % of the inbox rows (start-up and the tail left out),
 //!    from the row count polled every 100 ms; the worker's CPU (user + system, `/proc/PID/stat`)
 //!    over the same window gives CPU ms per message.
@@ -59,6 +61,7 @@ const HOT: Workload = Workload {
 struct Options {
     workloads: Vec<Workload>,
     concurrency: Vec<usize>,
+    batches: Vec<usize>,
     secs: u64,
 }
 
@@ -67,6 +70,7 @@ impl Options {
         let mut options = Options {
             workloads: vec![WIDE, HOT],
             concurrency: vec![1, 8, 32],
+            batches: vec![1, 16, 64],
             secs: 8,
         };
         let mut args = std::env::args().skip(1);
@@ -75,6 +79,11 @@ impl Options {
                 "--concurrency" => {
                     options.concurrency = list(args.next())
                         .map(|c| c.parse().expect("--concurrency takes numbers"))
+                        .collect();
+                }
+                "--batch" => {
+                    options.batches = list(args.next())
+                        .map(|b| b.parse().expect("--batch takes numbers"))
                         .collect();
                 }
                 "--workload" => {
@@ -247,7 +256,8 @@ fn order(rng: &mut StdRng, workload: Workload, i: usize) -> Message {
     )
 }
 
-/// Sends `count` orders, 16 at a time.
+/// Sends `count` orders, 16 at a time; a send that fails transiently (a link the emulator
+/// detached, a busy answer) is sent again, as any Service Bus producer must.
 async fn preload(connection: &str, workload: Workload, count: usize) {
     let cs: ConnectionString = connection.parse().unwrap();
     let client = ServiceBusClient::from_connection_string(&cs);
@@ -257,7 +267,13 @@ async fn preload(connection: &str, workload: Workload, count: usize) {
             tokio::spawn(async move {
                 let mut rng = StdRng::seed_from_u64(lane as u64);
                 for i in (lane..count).step_by(16) {
-                    sender.send(order(&mut rng, workload, i)).await.unwrap();
+                    let message = order(&mut rng, workload, i);
+                    let mut attempts = 0;
+                    while let Err(error) = sender.send(message.clone()).await {
+                        attempts += 1;
+                        assert!(attempts < 10, "sending order {i} failed: {error}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
                 }
             })
         })
@@ -276,7 +292,7 @@ fn cpu_seconds(pid: u32) -> f64 {
 }
 
 /// The worker's messages per second and CPU ms per message over 10 % → 90 % of `count`.
-async fn worker(workload: Workload, concurrency: usize, count: usize) -> (f64, f64) {
+async fn worker(workload: Workload, concurrency: usize, batch: usize, count: usize) -> (f64, f64) {
     let emulator = EmulatorProcess::start();
     preload(&emulator.connection, workload, count).await;
     let schema = format!("bench_tp_worker_{}", std::process::id());
@@ -288,7 +304,8 @@ async fn worker(workload: Workload, concurrency: usize, count: usize) -> (f64, f
         .env("SB_INBOX_SERVICEBUS_CONNECTION", &emulator.connection)
         .env("SB_INBOX_ENTITY", QUEUE)
         .env("SB_INBOX_CONCURRENCY", concurrency.to_string())
-        .env("SB_INBOX_PREFETCH", concurrency.to_string())
+        .env("SB_INBOX_PREFETCH", (concurrency * batch).to_string())
+        .env("SB_INBOX_BATCH_SIZE", batch.to_string())
         .env("SB_INBOX_LOCK_DURATION_SECS", "60")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
@@ -334,21 +351,25 @@ fn main() {
     let options = Options::parse();
     let rt = tokio::runtime::Runtime::new().unwrap();
     println!(
-        "| workload | concurrency | pgbench tx/s | sb-inbox msg/s | sb-inbox / ceiling | worker CPU ms/msg |"
+        "| workload | concurrency | pgbench tx/s | batch | sb-inbox msg/s | sb-inbox / ceiling | worker CPU ms/msg |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for workload in &options.workloads {
         for &concurrency in &options.concurrency {
             let ceiling = rt.block_on(pgbench(*workload, concurrency, options.secs));
-            // About `secs` seconds of work at the ceiling's rate, within sane bounds.
-            let count = ((ceiling * options.secs as f64) as usize).clamp(500, 40_000);
-            let (rate, cpu) = rt.block_on(worker(*workload, concurrency, count));
-            println!(
-                "| {} ({} SKUs) | {concurrency} | {ceiling:.0} | {rate:.0} | {:.2} | {cpu:.2} |",
-                workload.name,
-                workload.skus,
-                rate / ceiling
-            );
+            for &batch in &options.batches {
+                // About `secs` seconds of work at the ceiling's rate (batches may go faster),
+                // within sane bounds.
+                let scale = if batch > 1 { 3.0 } else { 1.0 };
+                let count = ((ceiling * scale * options.secs as f64) as usize).clamp(500, 60_000);
+                let (rate, cpu) = rt.block_on(worker(*workload, concurrency, batch, count));
+                println!(
+                    "| {} ({} SKUs) | {concurrency} | {ceiling:.0} | {batch} | {rate:.0} | {:.2} | {cpu:.2} |",
+                    workload.name,
+                    workload.skus,
+                    rate / ceiling
+                );
+            }
         }
     }
 }

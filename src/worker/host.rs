@@ -191,35 +191,38 @@ where
     /// Hosts `handler` as the consumer `config` describes.
     #[must_use]
     pub fn consumer<H: Handler<S::Tx>>(mut self, config: ConsumerConfig, handler: H) -> Self {
-        let start: Start<S> = Box::new(move |feed, store, runtime_config, readiness, commits, stop| {
-            tokio::spawn(async move {
-                let name = runtime_config.consumer.to_string();
-                match feed {
-                    Feed::Plain(receiver) => {
-                        let runtime =
-                            Runtime::new(receiver.clone(), store, handler, runtime_config);
-                        probe(&runtime, &readiness, &commits, &name);
-                        let result = runtime.run(stop.clone()).await;
-                        // One consumer failing for good stops the others: the process restarts
-                        // whole.
-                        if result.is_err() {
-                            stop.cancel();
+        let start: Start<S> = Box::new(
+            move |feed, store, runtime_config, readiness, commits, stop| {
+                tokio::spawn(async move {
+                    let name = runtime_config.consumer.to_string();
+                    match feed {
+                        Feed::Plain(receiver) => {
+                            let runtime =
+                                Runtime::new(receiver.clone(), store, handler, runtime_config);
+                            probe(&runtime, &readiness, &commits, &name);
+                            let result = runtime.run(stop.clone()).await;
+                            // One consumer failing for good stops the others: the process restarts
+                            // whole.
+                            if result.is_err() {
+                                stop.cancel();
+                            }
+                            receiver.close().await;
+                            result.map(|()| runtime.stats().snapshot())
                         }
-                        receiver.close().await;
-                        result.map(|()| runtime.stats().snapshot())
-                    }
-                    Feed::Sessions(source, sessions) => {
-                        let runtime = Runtime::for_sessions(source, store, handler, runtime_config);
-                        probe(&runtime, &readiness, &commits, &name);
-                        let result = runtime.run_sessions(sessions, stop.clone()).await;
-                        if result.is_err() {
-                            stop.cancel();
+                        Feed::Sessions(source, sessions) => {
+                            let runtime =
+                                Runtime::for_sessions(source, store, handler, runtime_config);
+                            probe(&runtime, &readiness, &commits, &name);
+                            let result = runtime.run_sessions(sessions, stop.clone()).await;
+                            if result.is_err() {
+                                stop.cancel();
+                            }
+                            result.map(|()| runtime.stats().snapshot())
                         }
-                        result.map(|()| runtime.stats().snapshot())
                     }
-                }
-            })
-        });
+                })
+            },
+        );
         self.consumers.push(Hosted { config, start });
         self
     }
@@ -437,7 +440,12 @@ where
 
 /// The consumer's readiness conditions: its store fitness and its stuck handler slots; its
 /// commits show the store works even when its pool has no free connection.
-fn probe<R, S, H>(runtime: &Runtime<R, S, H>, readiness: &Readiness, commits: &Commits, name: &str) {
+fn probe<R, S, H>(
+    runtime: &Runtime<R, S, H>,
+    readiness: &Readiness,
+    commits: &Commits,
+    name: &str,
+) {
     commits.add(runtime.store_health());
     // Not ready while the store refuses this consumer's statements (code rolled
     // out before `migrate`, a missing grant) or while handler slots are stuck
