@@ -413,7 +413,9 @@ impl<R: Receiver, S, H> Inner<R, S, H> {
             }
         }
     }
+}
 
+impl<R, S, H> Inner<R, S, H> {
     /// Waits for the in-flight work of `tracker` for [`RuntimeConfig::shutdown_grace`], then
     /// cancels `abort` (roll back and abandon) and waits for the rest.
     async fn drain(&self, tracker: &TaskTracker, abort: &CancellationToken) {

@@ -119,16 +119,8 @@ where
                 }
             });
         }
-        tracker.close();
         stop.cancelled().await;
-        if tokio::time::timeout(config.shutdown_grace, tracker.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!("Shutdown grace elapsed; abandoning the messages in hand.");
-            abort.cancel();
-            tracker.wait().await;
-        }
+        self.inner.drain(&tracker, &abort).await;
         let failure = failure
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -565,8 +565,8 @@ impl ServiceBusDelivery {
     }
 }
 
-/// A `$management` request failure as a settlement error.
-fn settle_error(error: ServiceBusError) -> SettleError {
+/// A `$management` request failure as a settlement error, keeping the broker's condition.
+pub(super) fn settle_error(error: ServiceBusError) -> SettleError {
     if error.is_transient() {
         SettleError::Transient(error.to_string())
     } else {

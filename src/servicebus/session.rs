@@ -21,7 +21,7 @@ use sb_amqp::types::primitives::{Binary, Symbol};
 use super::ServiceBusError;
 use super::amqp_message::timestamp_to_system;
 use super::management;
-use super::receiver::{ReceiverInner, ServiceBusDelivery, ServiceBusReceiver};
+use super::receiver::{ReceiverInner, ServiceBusDelivery, ServiceBusReceiver, settle_error};
 use crate::{ReceiveError, SettleError, Source};
 
 /// `com.microsoft:session-lock-lost`: the session lock expired or the session was taken.
@@ -93,14 +93,13 @@ impl SessionLock {
 
     /// `com.microsoft:renew-session-lock`; a lost session link means a lost lock.
     pub(super) async fn renew(&self, receiver: &ReceiverInner) -> Result<SystemTime, SettleError> {
-        let reply = receiver
-            .client
-            .management(
-                &receiver.entity,
-                management::session_request("com.microsoft:renew-session-lock", &self.id, vec![]),
-            )
-            .await
-            .map_err(session_error)?;
+        let reply = session_management(
+            receiver,
+            &self.id,
+            "com.microsoft:renew-session-lock",
+            vec![],
+        )
+        .await?;
         let until = match management::session_reply(&reply, "expiration")? {
             Some(Value::Timestamp(ts)) => timestamp_to_system(&ts),
             _ => {
@@ -117,15 +116,21 @@ impl SessionLock {
     }
 }
 
-fn session_error(error: ServiceBusError) -> SettleError {
-    if error.is_transient() {
-        SettleError::Transient(error.to_string())
-    } else {
-        SettleError::Refused {
-            condition: sb_amqp::condition::NOT_ALLOWED.to_owned(),
-            description: error.to_string(),
-        }
-    }
+/// A `$management` operation on session `id` of the receiver's entity.
+async fn session_management(
+    receiver: &ReceiverInner,
+    id: &str,
+    operation: &str,
+    extra: Vec<(&str, Value)>,
+) -> Result<sb_amqp::AnyMessage, SettleError> {
+    receiver
+        .client
+        .management(
+            &receiver.entity,
+            management::session_request(operation, id, extra),
+        )
+        .await
+        .map_err(settle_error)
 }
 
 /// A receiver holding one message session: its deliveries come in the session's order and
@@ -311,15 +316,7 @@ impl ServiceBusSessionReceiver {
         operation: &str,
         extra: Vec<(&str, Value)>,
     ) -> Result<sb_amqp::AnyMessage, SettleError> {
-        let inner = self.receiver.inner();
-        inner
-            .client
-            .management(
-                &inner.entity,
-                management::session_request(operation, &self.lock.id, extra),
-            )
-            .await
-            .map_err(session_error)
+        session_management(self.receiver.inner(), &self.lock.id, operation, extra).await
     }
 
     /// The session's next delivery, waiting at most `wait`; `Ok(None)` when the session

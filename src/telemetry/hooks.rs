@@ -9,7 +9,7 @@
 //! use sb_inbox::telemetry::hooks::{OutboxBacklog, observe_outbox, observe_retention};
 //!
 //! let pending = Arc::new(AtomicU64::new(0));
-//! let _outbox = observe_outbox("inventory.order-placed.v1", {
+//! let _outbox = observe_outbox(&["inventory.order-placed.v1"], {
 //!     let pending = pending.clone();
 //!     move || OutboxBacklog {
 //!         pending: pending.load(Ordering::Relaxed),
@@ -17,7 +17,7 @@
 //!     }
 //! });
 //! let deleted = Arc::new(AtomicU64::new(0));
-//! let _retention = observe_retention("inventory.order-placed.v1", {
+//! let _retention = observe_retention(&["inventory.order-placed.v1"], {
 //!     let deleted = deleted.clone();
 //!     move || deleted.load(Ordering::Relaxed)
 //! });
@@ -52,19 +52,12 @@ pub struct RetentionCounter {
     _deleted: ObservableCounter<u64>,
 }
 
-/// Registers `sb_inbox.outbox.backlog` and `sb_inbox.outbox.age` for `consumer`, read from
-/// `read` at each metric export (keep `read` cheap: it runs on the exporter's thread).
+/// Registers `sb_inbox.outbox.backlog` and `sb_inbox.outbox.age` for `consumers`, read from
+/// `read` at each metric export (keep `read` cheap: it runs on the exporter's thread). A
+/// worker's one relay serves all its consumers, so each gets the same reading under its own
+/// `sb_inbox.consumer` (filter by consumer, or take the maximum; a sum across consumers counts
+/// the same rows once per consumer).
 pub fn observe_outbox(
-    consumer: &str,
-    read: impl Fn() -> OutboxBacklog + Send + Sync + 'static,
-) -> OutboxGauges {
-    observe_outbox_for(&[consumer], read)
-}
-
-/// [`observe_outbox`] for a worker hosting `consumers`: its one relay serves them all, so each
-/// gets the same reading under its own `sb_inbox.consumer` (filter by consumer, or take the
-/// maximum; a sum across consumers counts the same rows once per consumer).
-pub fn observe_outbox_for(
     consumers: &[impl AsRef<str>],
     read: impl Fn() -> OutboxBacklog + Send + Sync + 'static,
 ) -> OutboxGauges {
@@ -102,18 +95,10 @@ pub fn observe_outbox_for(
     }
 }
 
-/// Registers `sb_inbox.retention.deleted` for `consumer`: `total` returns the running total
-/// of inbox rows retention has deleted since start.
+/// Registers `sb_inbox.retention.deleted` for `consumers`: `total` returns the running total
+/// of inbox rows retention has deleted since start. One retention task serves the whole store,
+/// so each consumer gets the same total under its own name (as [`observe_outbox`]).
 pub fn observe_retention(
-    consumer: &str,
-    total: impl Fn() -> u64 + Send + Sync + 'static,
-) -> RetentionCounter {
-    observe_retention_for(&[consumer], total)
-}
-
-/// [`observe_retention`] for a worker hosting `consumers`: one retention task serves the whole
-/// store, so each consumer gets the same total under its own name (as [`observe_outbox_for`]).
-pub fn observe_retention_for(
     consumers: &[impl AsRef<str>],
     total: impl Fn() -> u64 + Send + Sync + 'static,
 ) -> RetentionCounter {

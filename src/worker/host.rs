@@ -317,7 +317,7 @@ where
         let relay = Relay::new(store.clone(), client.publisher(), relay);
         // They read the relay's last backlog sample and live as long as the worker.
         let relay_stats = relay.stats();
-        let _outbox_gauges = telemetry::hooks::observe_outbox_for(&names, move || {
+        let _outbox_gauges = telemetry::hooks::observe_outbox(&names, move || {
             relay_stats.snapshot().backlog.map_or_else(
                 telemetry::hooks::OutboxBacklog::default,
                 |sample| telemetry::hooks::OutboxBacklog {
@@ -334,7 +334,7 @@ where
         if let Some(retention) = &retention {
             let task = RetentionTask::new(store.clone(), retention.task_config());
             let stats = task.stats();
-            _retention_counter = Some(telemetry::hooks::observe_retention_for(&names, move || {
+            _retention_counter = Some(telemetry::hooks::observe_retention(&names, move || {
                 stats.snapshot().inbox_deleted
             }));
             let stop = stop_background.clone();

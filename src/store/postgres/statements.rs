@@ -23,12 +23,10 @@ use crate::ports::StoreError;
 /// Statements kept per connection (sqlx's `statement_cache_capacity` default).
 pub(crate) const CAPACITY: usize = 100;
 
-/// SQLSTATEs that mean a cached statement must be prepared again.
-const STALE: [&str; 2] = [
-    // feature_not_supported: "cached plan must not change result type".
-    "0A000", // invalid_sql_statement_name: "prepared statement … does not exist".
-    "26000",
-];
+/// SQLSTATEs that mean a cached statement must be prepared again: 0A000
+/// (feature_not_supported: "cached plan must not change result type") and 26000
+/// (invalid_sql_statement_name: "prepared statement … does not exist").
+const STALE: [&str; 2] = ["0A000", "26000"];
 
 /// Prepared statements by SQL text, least recently used evicted first. (Generic only so the
 /// eviction can be tested without a server.)

@@ -158,22 +158,7 @@ impl Receiver {
         if d.settled {
             return Ok(None);
         }
-        let settled = self.local.rcv_settle_mode == ReceiverSettleMode::First;
-        let channel = self.core.channel;
-        let delivery_id = d.delivery_id;
-        let state = self
-            .core
-            .ctx
-            .call(|reply| Command::Dispose {
-                channel,
-                role: Role::Receiver,
-                delivery_id,
-                settled,
-                state: Some(outcome.into()),
-                reply,
-            })
-            .await?;
-        Ok(state.as_ref().and_then(Outcome::from_state))
+        self.settler().settle(d.delivery_id, outcome).await
     }
 
     /// `settle(d, Outcome::Accepted)`.
