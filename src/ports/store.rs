@@ -340,6 +340,22 @@ pub trait Tx: Send {
         &mut self,
         savepoint: Savepoint,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Bounds how long each later statement of this transaction waits for a row lock that
+    /// another transaction holds: past `limit` the statement fails with
+    /// [`ErrorKind::Contention`] instead of waiting on. Batched transactions bound every
+    /// delivery after their first, so two batches that each hold rows the other needs give way
+    /// within `limit` instead of waiting for the database's deadlock detection (PostgreSQL's
+    /// `deadlock_timeout` is 1 s). Stores without row locks wait for nothing and do nothing.
+    ///
+    /// # Errors
+    /// [`StoreError::refused`] after an earlier failure; the store's error.
+    fn bound_lock_waits(
+        &mut self,
+        limit: std::time::Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let _ = limit;
+        async { Ok(()) }
+    }
     /// Commits.
     ///
     /// # Errors

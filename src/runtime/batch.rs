@@ -36,6 +36,7 @@
 //! shared transaction cannot be dropped for one delivery): the fence removes it before commit.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::Instant;
@@ -82,10 +83,7 @@ where
         shutdown.clone(),
         abort.clone(),
     ));
-    let mut backoff = Backoff::new(
-        std::time::Duration::from_millis(100),
-        std::time::Duration::from_secs(30),
-    );
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
     let result = loop {
         let (delivery, slot) = match inner.next_delivery(&held, &shutdown, &mut backoff).await {
             Ok(Some(next)) => next,
@@ -169,6 +167,12 @@ async fn batches<R, S, H>(
     }
 }
 
+/// How long a delivery after the first of a batch transaction waits for a row lock another
+/// transaction holds before it gives way. Short: the holder is usually another batch that
+/// commits only after all its handlers ran, and waiting both ways is a deadlock the database
+/// sees only after its own timeout (PostgreSQL's `deadlock_timeout`, 1 s).
+const LOCK_WAIT_BOUND: Duration = Duration::from_millis(10);
+
 /// Where one delivery of a batch stands in the current transaction.
 enum State {
     /// Not handled in this transaction yet.
@@ -177,17 +181,34 @@ enum State {
     Kept(Savepoint, Handled),
     /// Rolled back to its savepoint; the verdict holds if the transaction commits.
     Undone(Result<Outcome, Abort>),
-    /// Out of the batch (lock lost, or its statement ended a transaction): the verdict holds
-    /// whatever becomes of the batch.
-    Out(Result<Outcome, Abort>),
+    /// Rolled back to its savepoint because it met a row lock held by another transaction
+    /// (its wait was bounded): it runs again, first, in the batch's next transaction.
+    GaveWay,
+    /// The verdict holds whatever becomes of the rest of the batch: its transaction committed,
+    /// or it is out of the batch (lock lost, or its statement ended a transaction).
+    Decided(Result<Outcome, Abort>),
 }
 
 impl State {
     /// Back to pending when the work it stood on is undone.
     fn reset(&mut self) {
-        if matches!(self, State::Kept(..) | State::Undone(_)) {
+        if matches!(self, State::Kept(..) | State::Undone(_) | State::GaveWay) {
             *self = State::Pending;
         }
+    }
+
+    /// Final once its transaction committed.
+    fn commit(&mut self) {
+        match std::mem::replace(self, State::Pending) {
+            State::Kept(_, handled) => *self = State::Decided(Ok(outcome_of(handled))),
+            State::Undone(verdict) => *self = State::Decided(verdict),
+            other => *self = other,
+        }
+    }
+
+    /// Whether it has run in the current transaction.
+    fn ran(&self) -> bool {
+        matches!(self, State::Kept(..) | State::Undone(_) | State::GaveWay)
     }
 }
 
@@ -246,7 +267,7 @@ where
             lock.follow(&processing.span);
             let (logical_id, state) = match step.accept(&*delivery) {
                 Ok((envelope, _)) => (Some(envelope.message_id), State::Pending),
-                Err(rejection) => (None, State::Out(Err(Abort::Rejected(rejection)))),
+                Err(rejection) => (None, State::Decided(Err(Abort::Rejected(rejection)))),
             };
             Member {
                 delivery,
@@ -274,12 +295,10 @@ where
             state,
         } = member;
         let verdict = match (state, &ended) {
-            (State::Out(verdict), _) => verdict,
-            (State::Kept(_, handled), Ok(())) => Ok(outcome_of(handled)),
-            (State::Undone(verdict), Ok(())) => verdict,
+            (State::Decided(verdict), _) => verdict,
             (_, Err(whole)) => Err(whole.abort()),
-            // Every pending member is handled before a commit.
-            (State::Pending, Ok(())) => Err(Abort::Failed(
+            // A committed batch has decided every member.
+            (_, Ok(())) => Err(Abort::Failed(
                 Outcome::Transient,
                 "not handled in its batch".to_owned(),
             )),
@@ -309,125 +328,210 @@ where
     reports.into_iter().map(|(_, report)| report).collect()
 }
 
-/// The batch's transaction, repeated without a delivery whose statement ended it. `Ok` once
-/// committed (or when nothing was left to commit); the verdicts are in the members' states.
+/// The batch's transactions: repeated without a delivery whose statement ended one, and again
+/// for the deliveries that gave way to another transaction's locks, until every member is
+/// decided. `Ok` once every member is; the verdicts are in the members' states.
 async fn transact<S, H, D>(step: &Step<'_, S, H>, members: &mut [Member<D>]) -> Result<(), Whole>
 where
     S: Store,
     H: Handler<S::Tx>,
     D: Delivery,
 {
-    'transaction: loop {
+    loop {
         members.iter_mut().for_each(|m| m.state.reset());
         if !members.iter().any(|m| matches!(m.state, State::Pending)) {
             return Ok(());
         }
-        let mut tx = step
+        let tx = step
             .seen(step.store.begin().await)
             .map_err(|e| Whole::store(&e))?;
-        let mut from = 0;
-        loop {
-            let mut index = from;
-            while index < members.len() {
-                let member = &mut members[index];
-                if !matches!(member.state, State::Pending) {
-                    index += 1;
-                    continue;
-                }
-                if !member.lock.is_held() {
-                    member.state = State::Out(Err(Abort::lock_lost_before_commit()));
-                    index += 1;
-                    continue;
-                }
-                let savepoint = match tx.savepoint().await {
-                    Ok(savepoint) => savepoint,
-                    // The delivery before kept going past a failed statement (its handler
-                    // swallowed the error): it is the one that failed.
-                    Err(refused) if refused.is_refused() => {
-                        let Some(culprit) = last_kept(members) else {
-                            rollback(tx).await;
-                            return Err(Whole::store(&refused));
-                        };
-                        let culprit = &mut members[culprit];
-                        let State::Kept(savepoint, _) =
-                            std::mem::replace(&mut culprit.state, State::Pending)
-                        else {
-                            unreachable!("last_kept found a kept member");
-                        };
-                        if undo(&mut tx, culprit, savepoint, Abort::from(refused))
-                            .await
-                            .is_err()
-                        {
-                            rollback(tx).await;
-                            continue 'transaction;
-                        }
-                        continue;
-                    }
-                    Err(error) => {
-                        step.note(&error);
-                        rollback(tx).await;
-                        return Err(Whole::store(&error));
-                    }
-                };
-                let member = &mut members[index];
-                let result = match step.accept(&*member.delivery) {
-                    Ok((envelope, payload)) => {
-                        let ctx = step.context(&*member.delivery, &envelope, payload);
-                        step.apply(&ctx, &mut tx)
-                            .instrument(member.processing.span.clone())
-                            .await
-                    }
-                    Err(rejection) => Err(Abort::Rejected(rejection)),
-                };
-                match result {
-                    Ok(handled) => member.state = State::Kept(savepoint, handled),
-                    Err(abort) => {
-                        if undo(&mut tx, member, savepoint, abort).await.is_err() {
-                            rollback(tx).await;
-                            continue 'transaction;
-                        }
-                    }
-                }
-                index += 1;
-            }
-            // The fence, just before the commit.
-            let Some(lost) = members
-                .iter()
-                .position(|m| matches!(m.state, State::Kept(..)) && !m.lock.is_held())
-            else {
-                break;
-            };
-            tracing::warn!(
-                lock_token = %members[lost].delivery.lock_token(),
-                "Lock lost before the batch commit; taking the delivery out of the batch."
-            );
-            let State::Kept(savepoint, _) = std::mem::replace(
-                &mut members[lost].state,
-                State::Out(Err(Abort::lock_lost_before_commit())),
-            ) else {
-                unreachable!("the position found a kept member");
-            };
-            if tx.rollback_to(savepoint).await.is_err() {
-                rollback(tx).await;
-                continue 'transaction;
-            }
-            // Their work was undone with it, and their verdicts may have stood on it.
-            members[lost + 1..].iter_mut().for_each(|m| m.state.reset());
-            from = lost + 1;
-        }
+        let Some(tx) = run_once(step, members, tx).await? else {
+            continue;
+        };
         match step.seen(tx.commit().await) {
             Ok(()) => {
                 step.health.committed();
-                return Ok(());
+                members.iter_mut().for_each(|m| m.state.commit());
             }
             // Refused: the last kept delivery went on past a failed statement.
             Err(refused) if refused.is_refused() => match last_kept(members) {
                 Some(culprit) => {
-                    members[culprit].state = State::Out(Err(out_verdict(Abort::from(refused))));
+                    members[culprit].state = State::Decided(Err(out_verdict(Abort::from(refused))));
                 }
                 None => return Err(Whole::store(&refused)),
             },
             Err(error) => return Err(Whole::store(&error)),
+        }
+    }
+}
+
+/// What a pass over the pending members left of the transaction.
+enum Pass {
+    /// Every pending member ran: the transaction can be fenced and committed.
+    Ready,
+    /// A statement ended the transaction (the member it belonged to is decided): run again.
+    Ended,
+}
+
+/// Runs the pending members in `tx`, then the fence, just before the commit. `Some(tx)` to
+/// commit; `None` when the transaction ended and was rolled back.
+async fn run_once<S, H, D>(
+    step: &Step<'_, S, H>,
+    members: &mut [Member<D>],
+    mut tx: S::Tx,
+) -> Result<Option<S::Tx>, Whole>
+where
+    S: Store,
+    H: Handler<S::Tx>,
+    D: Delivery,
+{
+    let (mut from, mut bounded) = (0, false);
+    loop {
+        match run_pending(step, members, &mut tx, from, &mut bounded).await {
+            Ok(Pass::Ready) => {}
+            Ok(Pass::Ended) => {
+                rollback(tx).await;
+                return Ok(None);
+            }
+            Err(whole) => {
+                rollback(tx).await;
+                return Err(whole);
+            }
+        }
+        let Some(lost) = members
+            .iter()
+            .position(|m| matches!(m.state, State::Kept(..)) && !m.lock.is_held())
+        else {
+            return Ok(Some(tx));
+        };
+        tracing::warn!(
+            lock_token = %members[lost].delivery.lock_token(),
+            "Lock lost before the batch commit; taking the delivery out of the batch."
+        );
+        let State::Kept(savepoint, _) = std::mem::replace(
+            &mut members[lost].state,
+            State::Decided(Err(Abort::lock_lost_before_commit())),
+        ) else {
+            unreachable!("the position found a kept member");
+        };
+        if tx.rollback_to(savepoint).await.is_err() {
+            rollback(tx).await;
+            return Ok(None);
+        }
+        // Their work was undone with it, and their verdicts may have stood on it; so was a
+        // lock-wait bound set after its savepoint.
+        members[lost + 1..].iter_mut().for_each(|m| m.state.reset());
+        (from, bounded) = (lost + 1, false);
+    }
+}
+
+/// Runs each pending member from `from` on, in its own savepoint. Every member after the
+/// transaction's first runs with bounded lock waits (`bounded` says whether the bound is set).
+async fn run_pending<S, H, D>(
+    step: &Step<'_, S, H>,
+    members: &mut [Member<D>],
+    tx: &mut S::Tx,
+    from: usize,
+    bounded: &mut bool,
+) -> Result<Pass, Whole>
+where
+    S: Store,
+    H: Handler<S::Tx>,
+    D: Delivery,
+{
+    let mut index = from;
+    while index < members.len() {
+        let member = &mut members[index];
+        if !matches!(member.state, State::Pending) {
+            index += 1;
+            continue;
+        }
+        if !member.lock.is_held() {
+            member.state = State::Decided(Err(Abort::lock_lost_before_commit()));
+            index += 1;
+            continue;
+        }
+        let bound = !*bounded && members.iter().any(|m| m.state.ran());
+        let savepoint = match open(tx, bound).await {
+            Ok(savepoint) => savepoint,
+            // The delivery before kept going past a failed statement (its handler swallowed
+            // the error): it is the one that failed.
+            Err(refused) if refused.is_refused() => {
+                let Some(culprit) = last_kept(members) else {
+                    return Err(Whole::store(&refused));
+                };
+                let culprit = &mut members[culprit];
+                let State::Kept(savepoint, _) =
+                    std::mem::replace(&mut culprit.state, State::Pending)
+                else {
+                    unreachable!("last_kept found a kept member");
+                };
+                if undo(tx, culprit, savepoint, Abort::from(refused))
+                    .await
+                    .is_err()
+                {
+                    return Ok(Pass::Ended);
+                }
+                continue;
+            }
+            Err(error) => {
+                step.note(&error);
+                return Err(Whole::store(&error));
+            }
+        };
+        *bounded |= bound;
+        let member = &mut members[index];
+        let result = match step.accept(&*member.delivery) {
+            Ok((envelope, payload)) => {
+                let ctx = step.context(&*member.delivery, &envelope, payload);
+                step.apply(&ctx, tx)
+                    .instrument(member.processing.span.clone())
+                    .await
+            }
+            Err(rejection) => Err(Abort::Rejected(rejection)),
+        };
+        let undone = match result {
+            Ok(handled) => {
+                member.state = State::Kept(savepoint, handled);
+                Ok(())
+            }
+            Err(Abort::Contended(why)) if *bounded => give_way(tx, member, savepoint, why).await,
+            Err(abort) => undo(tx, member, savepoint, abort).await,
+        };
+        if undone.is_err() {
+            return Ok(Pass::Ended);
+        }
+        index += 1;
+    }
+    Ok(Pass::Ready)
+}
+
+/// Opens a delivery's savepoint, bounding the transaction's lock waits first when `bound`.
+async fn open<T: Tx>(tx: &mut T, bound: bool) -> Result<Savepoint, StoreError> {
+    if bound {
+        tx.bound_lock_waits(LOCK_WAIT_BOUND).await?;
+    }
+    tx.savepoint().await
+}
+
+/// Rolls `member`'s savepoint back after it met another transaction's lock: it runs again in
+/// the batch's next transaction. As [`undo`] when the database cannot return to the savepoint.
+async fn give_way<T: Tx, D: Delivery>(
+    tx: &mut T,
+    member: &mut Member<D>,
+    savepoint: Savepoint,
+    why: String,
+) -> Result<(), ()> {
+    match tx.rollback_to(savepoint).await {
+        Ok(()) => {
+            tracing::debug!(lock_token = %member.delivery.lock_token(), "A batched delivery gave way to another transaction's lock; it runs again in the next transaction.");
+            member.state = State::GaveWay;
+            Ok(())
+        }
+        Err(error) => {
+            tracing::warn!(%error, "A delivery's failure ended the batch transaction; the rest of the batch runs again without it.");
+            member.state = State::Decided(Err(Abort::Contended(why)));
+            Err(())
         }
     }
 }
@@ -455,7 +559,7 @@ async fn undo<T: Tx, D>(
         }
         Err(error) => {
             tracing::warn!(%error, "A delivery's failure ended the batch transaction; the rest of the batch runs again without it.");
-            member.state = State::Out(Err(out_verdict(abort)));
+            member.state = State::Decided(Err(out_verdict(abort)));
             Err(())
         }
     }

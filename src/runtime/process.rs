@@ -60,6 +60,10 @@ enum Note {
 /// Why a transaction ended without a commit.
 pub(super) enum Abort {
     Failed(Outcome, String),
+    /// Transient because another transaction held what this one needed (a lock wait past its
+    /// bound, a deadlock, a serialization failure). Settled as a transient failure; a batch
+    /// runs the delivery again in its next transaction instead.
+    Contended(String),
     Rejected(Rejection),
     Shutdown,
 }
@@ -85,6 +89,10 @@ impl From<StoreError> for Abort {
         match error.kind() {
             ErrorKind::Duplicate(scope) => {
                 Abort::Failed(Outcome::Duplicate(scope), error.redacted())
+            }
+            ErrorKind::Contention => {
+                tracing::warn!(error = %error, "Transient store failure: contention.");
+                Abort::Contended(error.redacted())
             }
             // Logged by `StoreHealth`, once per window.
             ErrorKind::Deployment => Abort::Failed(Outcome::Transient, error.redacted()),
@@ -230,6 +238,16 @@ where
             Err(Abort::Failed(outcome, why)) => {
                 self.settle(delivery, logical_id, outcome, Note::Why(why), renewals)
                     .await
+            }
+            Err(Abort::Contended(why)) => {
+                self.settle(
+                    delivery,
+                    logical_id,
+                    Outcome::Transient,
+                    Note::Why(why),
+                    renewals,
+                )
+                .await
             }
             Err(Abort::Shutdown) => {
                 self.settle(

@@ -332,3 +332,100 @@ async fn a_delivery_that_ends_the_transaction_is_taken_out_and_the_rest_commit()
     let c = broker.counts();
     assert_eq!((c.completed, c.abandoned), (2, 1));
 }
+
+/// Tells `second` when the handler of `id` starts its second attempt.
+struct SecondAttempt<H> {
+    inner: H,
+    id: &'static str,
+    attempts: AtomicU32,
+    second: Arc<tokio::sync::Notify>,
+}
+
+impl<T: Tx, H: sb_inbox::Handler<T>> sb_inbox::Handler<T> for SecondAttempt<H> {
+    type Payload = H::Payload;
+
+    fn contracts(&self) -> &[sb_inbox::Contract] {
+        self.inner.contracts()
+    }
+
+    fn decode(
+        &self,
+        contract: &sb_inbox::Contract,
+        body: &[u8],
+    ) -> Result<H::Payload, sb_inbox::DecodeError> {
+        self.inner.decode(contract, body)
+    }
+
+    async fn handle(
+        &self,
+        ctx: &sb_inbox::Context<'_, H::Payload>,
+        tx: &mut T,
+    ) -> Result<sb_inbox::Handled, sb_inbox::HandlerError> {
+        if ctx.message.message_id.as_deref() == Some(self.id)
+            && self.attempts.fetch_add(1, Ordering::SeqCst) == 1
+        {
+            self.second.notify_one();
+        }
+        self.inner.handle(ctx, tx).await
+    }
+}
+
+/// A delivery after the first of a batch gives way to a row another transaction holds instead
+/// of waiting for it while holding the batch's other rows: two batches that each hold what the
+/// other needs would otherwise wait for PostgreSQL's deadlock detection (1 s). Here another
+/// transaction holds stock row `X`; `a-2` needs it, `a-1` does not. `a-2` gives way, `a-1`
+/// commits while `X` is still held, and `a-2` runs again in the batch's next transaction, where
+/// it waits for `X` as a first delivery may. Without the bound, `a-2` would wait inside the
+/// first transaction and nothing would commit until `X` is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_delivery_gives_way_to_a_held_row_and_the_rest_of_the_batch_commits() {
+    let store = pg_store("rt_batch_give_way", 4).await;
+    let broker = MemoryBroker::new(Clock::new());
+    let second = Arc::new(tokio::sync::Notify::new());
+    let handler = SecondAttempt {
+        inner: OrderPlacedConsumer::new(),
+        id: "a-2",
+        attempts: AtomicU32::new(0),
+        second: second.clone(),
+    };
+    let runtime = Runtime::new(
+        broker.receiver(),
+        store.clone(),
+        handler,
+        batched(INVENTORY, BATCH),
+    );
+    for (id, sku) in [("a-1", "Z"), ("a-2", "X")] {
+        broker.send(sb_inbox::Message::new(
+            id,
+            "orders.order-placed.v1",
+            format!(r#"{{"orderId":"{id}","lines":[{{"sku":"{sku}","quantity":1}}]}}"#),
+        ));
+    }
+    let mut holder = store.begin().await.unwrap();
+    holder
+        .execute(
+            "INSERT INTO inventory_stock (sku, reserved) VALUES ($1, 0)",
+            &[&"X"],
+        )
+        .await
+        .unwrap();
+    let batch: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    let running = tokio::spawn(async move { runtime.process_batch(batch).await });
+    // A guard, not a timing: unbounded, `a-2` would wait for `X` up to the session's
+    // `lock_timeout` (30 s), and without giving way it would never run a second time.
+    tokio::time::timeout(Duration::from_secs(20), second.notified())
+        .await
+        .expect("a-2 gave way and runs again");
+    let counts = store.inventory_counts().await.unwrap();
+    assert_eq!(
+        (counts.reservations, counts.inbox_rows),
+        (1, 1),
+        "a-1 committed while X is held"
+    );
+    holder.rollback().await.unwrap();
+    let reports = running.await.unwrap();
+    assert_eq!(outcomes(&reports), [Outcome::Processed; 2], "{reports:?}");
+    let counts = store.inventory_counts().await.unwrap();
+    assert_eq!((counts.reservations, counts.inbox_rows), (2, 2));
+    assert_eq!(broker.counts().completed, 2);
+}

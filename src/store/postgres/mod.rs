@@ -703,6 +703,15 @@ impl Tx for PgTx {
         self.state.release(&savepoint, true)
     }
 
+    async fn bound_lock_waits(&mut self, limit: std::time::Duration) -> Result<(), StoreError> {
+        // `set_config(…, true)` is `SET LOCAL` with a parameter: it ends with the transaction,
+        // so the pooled connection goes back with the server's default.
+        let limit = format!("{}ms", limit.as_millis().max(1));
+        self.execute("SELECT set_config('lock_timeout', $1, true)", &[&limit])
+            .await
+            .map(drop)
+    }
+
     async fn commit(self) -> Result<(), StoreError> {
         if let Err(refused) = self.state.check() {
             if let Err(error) = self.finish("ROLLBACK").await {
