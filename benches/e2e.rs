@@ -148,6 +148,10 @@ impl Tx for NoInboxTx {
         self.0.release(savepoint).await
     }
 
+    async fn bound_lock_waits(&mut self, limit: std::time::Duration) -> Result<(), StoreError> {
+        self.0.bound_lock_waits(limit).await
+    }
+
     async fn commit(self) -> Result<(), StoreError> {
         self.0.commit().await
     }

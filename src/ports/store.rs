@@ -346,16 +346,14 @@ pub trait Tx: Send {
     /// delivery after their first, so two batches that each hold rows the other needs give way
     /// within `limit` instead of waiting for the database's deadlock detection (PostgreSQL's
     /// `deadlock_timeout` is 1 s). Stores without row locks wait for nothing and do nothing.
+    /// (Required, so a wrapping `Tx` cannot lose the bound by forgetting to pass it on.)
     ///
     /// # Errors
     /// [`StoreError::refused`] after an earlier failure; the store's error.
     fn bound_lock_waits(
         &mut self,
         limit: std::time::Duration,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        let _ = limit;
-        async { Ok(()) }
-    }
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Commits.
     ///
     /// # Errors

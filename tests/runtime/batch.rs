@@ -194,6 +194,10 @@ impl<T: Tx> Tx for FailingCommitTx<T> {
         self.inner.append_outbox(message).await
     }
 
+    async fn bound_lock_waits(&mut self, limit: Duration) -> Result<(), StoreError> {
+        self.inner.bound_lock_waits(limit).await
+    }
+
     async fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
         self.inner.savepoint().await
     }

@@ -805,3 +805,26 @@ async fn mock_batch_rolls_back_each_delivery_by_name() {
     // The connections went back to the pool.
     assert!(runtime.store().connections() <= 2);
 }
+
+/// SQL Server's `SET LOCK_TIMEOUT` belongs to the session, not the transaction: a batch that
+/// bounded its lock waits restores the session's own value (two thirds of the 30 s command
+/// timeout) in the commit's batch, so the pooled connection's next transaction waits as
+/// configured. The mock answers only that commit batch with `@@TRANCOUNT` 0; a commit that
+/// forgot the restore gets no answer it accepts.
+#[tokio::test]
+async fn mock_a_bounded_lock_wait_ends_with_its_transaction() {
+    let mock = spawn(MockTdsServer::new("127.0.0.1:0").await.unwrap());
+    mock.registry.lock().await.register(
+        "COMMIT TRANSACTION; SELECT @@TRANCOUNT; SET XACT_ABORT ON; SET LOCK_TIMEOUT 20000",
+        trancount(0),
+    );
+    let store = store(mock.port).await;
+    let mut tx = store.begin().await.unwrap();
+    let savepoint = tx.savepoint().await.unwrap();
+    tx.insert_inbox("c", "m-1").await.unwrap();
+    tx.release(savepoint).await.unwrap();
+    tx.bound_lock_waits(std::time::Duration::from_millis(10))
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+}

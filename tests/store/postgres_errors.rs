@@ -345,3 +345,40 @@ async fn sessions_have_statement_and_lock_timeouts() {
     waiter.rollback().await.unwrap();
     holder.rollback().await.unwrap();
 }
+
+/// Bounded lock waits last for their transaction only (`set_config(…, true)` is `SET LOCAL`):
+/// a statement past the bound fails as contention (55P03), and the pooled connection's next
+/// transaction waits as the session is configured (30 s).
+#[tokio::test]
+async fn bounded_lock_waits_fail_as_contention_and_end_with_the_transaction() {
+    let store = pg_store("pg_bounded_lock_waits", 2).await;
+    let setting = "SELECT current_setting('lock_timeout')";
+    let mut holder = begin(&store).await;
+    holder
+        .execute(
+            "INSERT INTO sb_inbox (consumer, message_id) VALUES ($1, $2)",
+            &[&"c", &"held"],
+        )
+        .await
+        .unwrap();
+    let mut tx = begin(&store).await;
+    tx.bound_lock_waits(std::time::Duration::from_millis(10))
+        .await
+        .unwrap();
+    let bound: String = tx.query(setting, &[]).await.unwrap()[0].get(0);
+    assert_eq!(bound, "10ms");
+    let error = tx.insert_inbox("c", "held").await.unwrap_err();
+    assert_eq!(
+        (error.kind(), error.code()),
+        (ErrorKind::Contention, Some("55P03")),
+        "{error}"
+    );
+    tx.rollback().await.unwrap();
+    holder.rollback().await.unwrap();
+    // Both pooled connections at once: neither kept the bound.
+    let mut both = [begin(&store).await, begin(&store).await];
+    for tx in &mut both {
+        let after: String = tx.query(setting, &[]).await.unwrap()[0].get(0);
+        assert_eq!(after, "30s");
+    }
+}

@@ -92,6 +92,8 @@ pub struct MssqlConn {
     in_tx: bool,
     /// [`MssqlConfig::command_timeout`]; `None` while migrating.
     command_timeout: Option<Duration>,
+    /// The session's `SET LOCK_TIMEOUT`, restored after a transaction bounded its lock waits.
+    lock_timeout_ms: i64,
 }
 
 impl std::fmt::Debug for MssqlConn {
@@ -245,8 +247,9 @@ impl ManageConnection for MssqlManager {
             broken: false,
             in_tx: false,
             command_timeout: self.config.command_timeout,
+            lock_timeout_ms: self.config.lock_timeout_ms(),
         };
-        let lock_timeout = self.config.lock_timeout_ms();
+        let lock_timeout = conn.lock_timeout_ms;
         conn.batch(&format!("{SESSION_SETUP} SET LOCK_TIMEOUT {lock_timeout};"))
             .await?;
         Ok(conn)
@@ -472,6 +475,7 @@ impl Store for MssqlStore {
                         conn,
                         state: TxState::default(),
                         xact_abort_off: false,
+                        lock_waits_bounded: false,
                     });
                 }
                 Err(error) if error.kind() == ErrorKind::Connection && attempts > 1 => {
@@ -498,6 +502,8 @@ pub struct MssqlTx {
     state: TxState,
     /// `SET XACT_ABORT OFF` was sent (by the first savepoint); the end restores it.
     xact_abort_off: bool,
+    /// [`Tx::bound_lock_waits`] changed the session's `LOCK_TIMEOUT`; the end restores it.
+    lock_waits_bounded: bool,
 }
 
 /// The error number the statement guard raises when the transaction has ended on the server
@@ -542,11 +548,14 @@ impl MssqlTx {
     /// Ends the transaction with `sql`, restoring `XACT_ABORT`; on failure rolls back, so the
     /// connection stays reusable. Returns the batch's rows.
     async fn finish(&mut self, sql: &str) -> Result<Vec<Row>, StoreError> {
-        let restore = if self.xact_abort_off {
-            "; SET XACT_ABORT ON"
-        } else {
-            ""
-        };
+        let mut restore = String::new();
+        if self.xact_abort_off {
+            restore.push_str("; SET XACT_ABORT ON");
+        }
+        if self.lock_waits_bounded {
+            // Our own integer, not input: `SET LOCK_TIMEOUT` takes no parameter.
+            restore.push_str(&format!("; SET LOCK_TIMEOUT {}", self.conn.lock_timeout_ms));
+        }
         let result = self.conn.batch(&format!("{sql}{restore}")).await;
         let ended = match &result {
             Ok(_) => true,
@@ -691,6 +700,16 @@ impl Tx for MssqlTx {
     async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
         // SQL Server has no RELEASE: a savepoint just stays until the transaction ends.
         self.state.release(&savepoint, false)
+    }
+
+    async fn bound_lock_waits(&mut self, limit: Duration) -> Result<(), StoreError> {
+        // `SET LOCK_TIMEOUT` lasts for the session, not the transaction, and takes no
+        // parameter (the number is ours): the transaction's end restores the session's value.
+        let millis = limit.as_millis().clamp(1, i32::MAX as u128);
+        self.execute(&format!("SET LOCK_TIMEOUT {millis}"), &[])
+            .await?;
+        self.lock_waits_bounded = true;
+        Ok(())
     }
 
     async fn commit(mut self) -> Result<(), StoreError> {

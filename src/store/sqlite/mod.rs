@@ -384,6 +384,12 @@ impl Tx for SqliteTx {
         self.state.release(&savepoint, true)
     }
 
+    async fn bound_lock_waits(&mut self, _limit: std::time::Duration) -> Result<(), StoreError> {
+        // No row locks: one writer holds the whole database, so batches cannot hold rows the
+        // other needs; `busy_timeout` bounds the wait for the writer's lock.
+        Ok(())
+    }
+
     async fn commit(mut self) -> Result<(), StoreError> {
         if let Err(refused) = self.state.check() {
             self.roll_back_if_open();
