@@ -90,10 +90,8 @@ impl From<StoreError> for Abort {
             ErrorKind::Duplicate(scope) => {
                 Abort::Failed(Outcome::Duplicate(scope), error.redacted())
             }
-            ErrorKind::Contention => {
-                tracing::warn!(error = %error, "Transient store failure: contention.");
-                Abort::Contended(error.redacted())
-            }
+            // Logged when settled: a batch that gives way and runs it again expects it.
+            ErrorKind::Contention => Abort::Contended(error.redacted()),
             // Logged by `StoreHealth`, once per window.
             ErrorKind::Deployment => Abort::Failed(Outcome::Transient, error.redacted()),
             kind if kind.is_transient() => {
@@ -240,6 +238,7 @@ where
                     .await
             }
             Err(Abort::Contended(why)) => {
+                tracing::warn!(error = %why, "Transient store failure: contention.");
                 self.settle(
                     delivery,
                     logical_id,
