@@ -61,7 +61,7 @@
 //!         tx: &mut T,
 //!     ) -> Result<Handled, HandlerError> {
 //!         let key = format!("order:{}", order.order_id);
-//!         tx.claim_business_key(ctx.consumer.as_str(), &key, ctx.message_id).await?;
+//!         tx.claim_business_key(ctx.consumer.as_str(), &key, ctx.logical_id()).await?;
 //!         Ok(Handled::Processed)
 //!     }
 //! }

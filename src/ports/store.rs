@@ -7,7 +7,7 @@ use super::PropertyValue;
 /// Which dedupe constraint a unique violation hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DuplicateScope {
-    /// The inbox key `(consumer, message_id)`: the broker redelivered the same message.
+    /// The inbox key `(consumer, logical id)`: the broker redelivered the same message.
     Inbox,
     /// A business idempotency key `(consumer, key)`: another message for the same request.
     BusinessKey,
@@ -286,20 +286,21 @@ impl Savepoint {
 /// # Ok(()) }
 /// ```
 pub trait Tx: Send {
-    /// Inserts the inbox row `(consumer, message_id)`. A repeat fails with
-    /// [`ErrorKind::Duplicate`]`(`[`DuplicateScope::Inbox`]`)` once the first transaction commits.
+    /// Inserts the inbox row `(consumer, logical_id)` (the table's `message_id` column holds the
+    /// logical id). A repeat fails with [`ErrorKind::Duplicate`]`(`[`DuplicateScope::Inbox`]`)`
+    /// once the first transaction commits.
     fn insert_inbox(
         &mut self,
         consumer: &str,
-        message_id: &str,
+        logical_id: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Claims a business idempotency key; a key claimed before fails with
-    /// [`ErrorKind::Duplicate`]`(`[`DuplicateScope::BusinessKey`]`)`.
+    /// Claims a business idempotency key for the message with `logical_id`; a key claimed
+    /// before fails with [`ErrorKind::Duplicate`]`(`[`DuplicateScope::BusinessKey`]`)`.
     fn claim_business_key(
         &mut self,
         consumer: &str,
         key: &str,
-        message_id: &str,
+        logical_id: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Stores `version` for `aggregate` if it is newer than the stored one.
     fn advance_version(

@@ -45,7 +45,7 @@ use tracing::Instrument as _;
 
 use super::lock_keeper::KeptLock;
 use super::observe::Processing;
-use super::process::{Abort, Step, outcome_of};
+use super::process::{Abort, Processor, outcome_of};
 use super::{Backoff, Handled, Handler, Inner, Outcome, Report, RuntimeError};
 use crate::ports::{Delivery, Receiver, Savepoint, Store, StoreError, Tx};
 
@@ -94,7 +94,7 @@ where
         };
         let delivery = Arc::new(delivery);
         // Kept from receipt: a delivery waiting for its batch must not expire there.
-        let lock = inner.step().keeper.keep(delivery.clone());
+        let lock = inner.processor().keeper.keep(delivery.clone());
         if queue.send((delivery, lock, slot)).is_err() {
             // The batcher ends only after shutdown.
             break Ok(());
@@ -204,7 +204,7 @@ struct Member<D> {
 /// Why a whole batch is abandoned.
 enum Whole {
     Failed(String),
-    /// Past `max_processing`: the transient failure [`Step::too_long`] describes.
+    /// Past `max_processing`: the transient failure [`Processor::too_long`] describes.
     TooLong(Abort),
     Shutdown,
 }
@@ -217,8 +217,8 @@ impl Whole {
 
     fn abort(&self) -> Abort {
         match self {
-            Whole::Failed(why) => Abort::Failed(Outcome::Transient, why.clone()),
-            Whole::TooLong(Abort::Failed(outcome, why)) => Abort::Failed(*outcome, why.clone()),
+            Whole::Failed(why) => Abort::SettleAs(Outcome::Transient, why.clone()),
+            Whole::TooLong(Abort::SettleAs(outcome, why)) => Abort::SettleAs(*outcome, why.clone()),
             Whole::TooLong(_) | Whole::Shutdown => Abort::Shutdown,
         }
     }
@@ -237,7 +237,7 @@ where
     H: Handler<S::Tx>,
     D: Delivery,
 {
-    let step = inner.step();
+    let step = inner.processor();
     step.observer.batch(members.len());
     let mut members: Vec<Member<D>> = members
         .into_iter()
@@ -245,8 +245,8 @@ where
             let processing = step.observer.start(&*delivery);
             lock.follow(&processing.span);
             let (logical_id, state) = match step.accept(&*delivery) {
-                Ok((envelope, _)) => (Some(envelope.message_id), State::Pending),
-                Err(rejection) => (None, State::Out(Err(Abort::Rejected(rejection)))),
+                Ok((envelope, _)) => (Some(envelope.logical_id), State::Pending),
+                Err(rejection) => (None, State::Out(Err(Abort::DeadLetter(rejection)))),
             };
             Member {
                 delivery,
@@ -279,14 +279,14 @@ where
             (State::Undone(verdict), Ok(())) => verdict,
             (_, Err(whole)) => Err(whole.abort()),
             // Every pending member is handled before a commit.
-            (State::Pending, Ok(())) => Err(Abort::Failed(
+            (State::Pending, Ok(())) => Err(Abort::SettleAs(
                 Outcome::Transient,
                 "not handled in its batch".to_owned(),
             )),
         };
         let inner = inner.clone();
         settling.spawn(async move {
-            let step = inner.step();
+            let step = inner.processor();
             let report = step
                 .conclude(
                     &*delivery,
@@ -311,7 +311,10 @@ where
 
 /// The batch's transaction, repeated without a delivery whose statement ended it. `Ok` once
 /// committed (or when nothing was left to commit); the verdicts are in the members' states.
-async fn transact<S, H, D>(step: &Step<'_, S, H>, members: &mut [Member<D>]) -> Result<(), Whole>
+async fn transact<S, H, D>(
+    step: &Processor<'_, S, H>,
+    members: &mut [Member<D>],
+) -> Result<(), Whole>
 where
     S: Store,
     H: Handler<S::Tx>,
@@ -377,7 +380,7 @@ where
                             .instrument(member.processing.span.clone())
                             .await
                     }
-                    Err(rejection) => Err(Abort::Rejected(rejection)),
+                    Err(rejection) => Err(Abort::DeadLetter(rejection)),
                 };
                 match result {
                     Ok(handled) => member.state = State::Kept(savepoint, handled),
@@ -466,7 +469,7 @@ async fn undo<T: Tx, D>(
 /// not committed; it is abandoned and judged again on redelivery.
 fn out_verdict(abort: Abort) -> Abort {
     match abort {
-        Abort::Failed(Outcome::Duplicate(_), why) => Abort::Failed(Outcome::Transient, why),
+        Abort::SettleAs(Outcome::Duplicate(_), why) => Abort::SettleAs(Outcome::Transient, why),
         other => other,
     }
 }
