@@ -121,10 +121,10 @@ pub mod testing;
 pub mod worker;
 
 pub use ports::{
-    Delivery, DuplicateScope, ErrorKind, Message, OutboxBacklog, OutboxLease, OutboxMessage,
-    OutboxRow, OutboxStore, PropertyValue, ReceiveError, Receiver, RetentionStore, Savepoint,
-    SendFailure, Sender, SessionReceiver, SessionSource, SettleError, Source, Store, StoreError,
-    Tx, VersionCheck,
+    BacklogSample, Delivery, DuplicateScope, ErrorKind, Message, OutboxBacklog, OutboxLease,
+    OutboxMessage, OutboxRow, OutboxStore, PropertyValue, ReceiveError, Receiver, RetentionStore,
+    Savepoint, SendFailure, Sender, SessionReceiver, SessionSource, SettleError, Source, Store,
+    StoreError, Tx, VersionCheck,
 };
 pub use runtime::{
     Clock, ConsumerName, ConsumerNameError, Context, Contract, ContractParseError,

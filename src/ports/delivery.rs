@@ -1,3 +1,6 @@
+//! The receiving side of the broker port: a peek-locked [`Delivery`] with its settlements, the
+//! [`Receiver`] that yields them, and the errors of both.
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::SystemTime;

@@ -8,7 +8,8 @@
 //! - `sender`: a [`Sender`] sends to named destinations, awaiting the broker's acceptance (outbox relay,
 //!   delayed retries).
 //! - `outbox`: the store as the outbox relay ([`OutboxStore`]) and retention
-//!   ([`RetentionStore`]) see it: leased claims, marks, backlog, batched deletes.
+//!   ([`RetentionStore`]) see it: leased claims, marks, the backlog ([`OutboxBacklog`], sampled
+//!   as a [`BacklogSample`]), batched deletes.
 //!
 //! The runtime only sees these traits: no SQL dialect and no AMQP frame crosses them.
 
@@ -22,7 +23,8 @@ mod store;
 pub use delivery::{Delivery, ReceiveError, Receiver, SettleError, Source};
 pub use message::{Message, PropertyValue};
 pub use outbox::{
-    MAX_RETENTION_BATCH, OutboxBacklog, OutboxLease, OutboxRow, OutboxStore, RetentionStore,
+    BacklogSample, MAX_RETENTION_BATCH, OutboxBacklog, OutboxLease, OutboxRow, OutboxStore,
+    RetentionStore,
 };
 pub use sender::{SendFailure, Sender};
 pub use session::{SessionReceiver, SessionSource};

@@ -1,3 +1,5 @@
+//! The sending side of the broker port: [`Sender`] and why a send fails.
+
 use std::future::Future;
 use std::time::SystemTime;
 

@@ -1,3 +1,6 @@
+//! The transactional store port: [`Store`] opens a [`Tx`] with the inbox operations; store
+//! errors carry a portable [`ErrorKind`].
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;

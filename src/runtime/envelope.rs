@@ -1,3 +1,6 @@
+//! The envelope check: the logical id and the contract a message must carry before any
+//! database work, and the dead-letter reasons and rejections when it does not.
+
 use std::fmt;
 
 use crate::ports::{Message, PropertyValue};

@@ -1,3 +1,6 @@
+//! What a user implements: the [`Handler`] trait, the [`Context`] it sees, and how it reports
+//! success and failure.
+
 use std::future::Future;
 
 use super::{ConsumerName, Contract, DeadLetterReason, IdempotencyKey, Rejection, envelope};

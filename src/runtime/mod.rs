@@ -42,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use backoff::Backoff;
+pub(crate) use backoff::exponential_step;
 pub use clock::Clock;
 pub use consumer::{ConsumerName, ConsumerNameError, MAX_CONSUMER_NAME_LEN};
 pub(crate) use envelope::truncate;
