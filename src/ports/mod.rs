@@ -4,6 +4,8 @@
 //! - `message`: [`Message`], the broker-neutral view of one received message.
 //! - `delivery`: a received [`Delivery`] with its lock and settlement operations, and the
 //!   [`Receiver`] that yields them.
+//! - `error`: [`Cause`], the typed error under every broker port error; the errors use one
+//!   vocabulary: transient, permanent, lock lost.
 //! - `store`: a transactional [`Store`] with the inbox operations, and its portable errors.
 //! - `sender`: a [`Sender`] sends to named destinations, awaiting the broker's acceptance (outbox relay,
 //!   delayed retries).
@@ -14,6 +16,7 @@
 //! The runtime only sees these traits: no SQL dialect and no AMQP frame crosses them.
 
 mod delivery;
+mod error;
 mod message;
 mod outbox;
 mod sender;
@@ -21,6 +24,7 @@ mod session;
 mod store;
 
 pub use delivery::{Delivery, ReceiveError, Receiver, SettleError, Source};
+pub use error::Cause;
 pub use message::{Message, PropertyValue};
 pub use outbox::{
     BacklogSample, MAX_RETENTION_BATCH, OutboxBacklog, OutboxLease, OutboxRow, OutboxStore,

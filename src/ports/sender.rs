@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::SystemTime;
 
-use super::Message;
+use super::{Cause, Message};
 
 /// Why a send failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -12,16 +12,33 @@ pub enum SendFailure {
     /// Throttling or a broken connection. The outcome may be unknown (the broker may have
     /// enqueued the message), so a retry must resend the same message id.
     #[error("transient send failure: {0}")]
-    Transient(String),
+    Transient(#[source] Cause),
     /// The broker refused the message for good (too large, entity not found, denied).
     #[error("send refused: {0}")]
-    Permanent(String),
+    Permanent(#[source] Cause),
 }
 
 impl SendFailure {
+    /// A transient failure caused by `cause` (a typed error, or a text).
+    pub fn transient(cause: impl Into<Cause>) -> Self {
+        SendFailure::Transient(cause.into())
+    }
+
+    /// A permanent failure caused by `cause` (a typed error, or a text).
+    pub fn permanent(cause: impl Into<Cause>) -> Self {
+        SendFailure::Permanent(cause.into())
+    }
+
     /// True when sending again may succeed.
     pub fn is_transient(&self) -> bool {
         matches!(self, SendFailure::Transient(_))
+    }
+
+    /// The underlying error.
+    pub fn cause(&self) -> &Cause {
+        match self {
+            SendFailure::Transient(cause) | SendFailure::Permanent(cause) => cause,
+        }
     }
 }
 

@@ -14,6 +14,7 @@ use super::{ServiceBusClient, ServiceBusError};
 use crate::runtime::Backoff;
 use crate::telemetry::names::{attr, error, span};
 use crate::telemetry::propagation::stamp;
+use crate::ports::Cause;
 use crate::{Message, SendFailure, Sender};
 
 /// How long a send waits for the broker's outcome (Service Bus's own server timeout is 30 s).
@@ -360,9 +361,9 @@ impl Sender for ServiceBusPublisher {
             .await
             .map_err(|failed| {
                 if failed.error.is_transient() {
-                    SendFailure::Transient(failed.to_string())
+                    SendFailure::transient(Cause::new(failed))
                 } else {
-                    SendFailure::Permanent(failed.to_string())
+                    SendFailure::permanent(Cause::new(failed))
                 }
             })
     }
