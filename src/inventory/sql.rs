@@ -213,12 +213,7 @@ impl InventoryStore for MssqlStore {
     async fn inventory_counts(&self) -> Result<InventoryCounts, StoreError> {
         let rows = self.query(MSSQL_COUNTS, &[&CONSUMER]).await?;
         let row = rows.first().ok_or_else(|| {
-            StoreError::new(
-                crate::ErrorKind::Unknown,
-                None,
-                None,
-                "counts query returned no row",
-            )
+            StoreError::of_kind(crate::ErrorKind::Unknown, "counts query returned no row")
         })?;
         let column = |index: usize| -> Result<i64, StoreError> {
             row.try_get::<i64, _>(index)
@@ -247,12 +242,7 @@ impl InventoryStore for PgStore {
     async fn inventory_counts(&self) -> Result<InventoryCounts, StoreError> {
         let rows = self.query(PG_COUNTS, &[&CONSUMER]).await?;
         let row = rows.first().ok_or_else(|| {
-            StoreError::new(
-                crate::ErrorKind::Unknown,
-                None,
-                None,
-                "counts query returned no row",
-            )
+            StoreError::of_kind(crate::ErrorKind::Unknown, "counts query returned no row")
         })?;
         Ok(InventoryCounts {
             reservations: row.get(0),

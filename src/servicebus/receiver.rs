@@ -21,10 +21,10 @@ use super::session::{
 };
 use super::telemetry::{EntityTelemetry, Kind};
 use super::{ServiceBusClient, ServiceBusError};
+use crate::ports::Cause;
 use crate::runtime::{Backoff, DeadLetterReason};
 use crate::telemetry::names::{error, span};
 use crate::telemetry::propagation::producer_context;
-use crate::ports::Cause;
 use crate::{Delivery, Message, PropertyValue, ReceiveError, Receiver, SettleError, Source};
 
 /// How long [`ServiceBusReceiver::close`] waits for the broker.
@@ -144,9 +144,7 @@ impl ServiceBusReceiver {
         }
         let receiver = tokio::time::timeout(wait, conn.session.attach_receiver(options))
             .await
-            .map_err(|_| {
-                ReceiveError::transient("the service did not answer the attach in time")
-            })?
+            .map_err(|_| ReceiveError::transient("the service did not answer the attach in time"))?
             .map_err(|e| match session {
                 Some(_) => session_refusal(&e).unwrap_or_else(|| self.failed(&e, fresh)),
                 None => self.failed(&e, fresh),

@@ -11,10 +11,10 @@ use super::amqp_message::to_amqp;
 use super::error::{Recovery, is_busy_condition, recovery};
 use super::telemetry::{EntityTelemetry, Kind};
 use super::{ServiceBusClient, ServiceBusError};
+use crate::ports::Cause;
 use crate::runtime::Backoff;
 use crate::telemetry::names::{attr, error, span};
 use crate::telemetry::propagation::stamp;
-use crate::ports::Cause;
 use crate::{Message, SendFailure, Sender};
 
 /// How long a send waits for the broker's outcome (Service Bus's own server timeout is 30 s).
