@@ -114,29 +114,7 @@ pub enum ReceiveError {
     Permanent(#[source] Cause),
 }
 
-impl ReceiveError {
-    /// A transient failure caused by `cause` (a typed error, or a text).
-    pub fn transient(cause: impl Into<Cause>) -> Self {
-        ReceiveError::Transient(cause.into())
-    }
-
-    /// A permanent failure caused by `cause` (a typed error, or a text).
-    pub fn permanent(cause: impl Into<Cause>) -> Self {
-        ReceiveError::Permanent(cause.into())
-    }
-
-    /// True when receiving again may succeed.
-    pub fn is_transient(&self) -> bool {
-        matches!(self, ReceiveError::Transient(_))
-    }
-
-    /// The underlying error.
-    pub fn cause(&self) -> &Cause {
-        match self {
-            ReceiveError::Transient(cause) | ReceiveError::Permanent(cause) => cause,
-        }
-    }
-}
+super::error::transient_or_permanent!(ReceiveError);
 
 /// Where a [`Receiver`]'s deliveries come from, as telemetry names it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -98,3 +98,36 @@ impl fmt::Display for Text {
 }
 
 impl Error for Text {}
+
+/// The constructors and predicates of a port error whose variants are `Transient(Cause)` and
+/// `Permanent(Cause)` (receive and send errors): written once so the two read the same.
+macro_rules! transient_or_permanent {
+    ($error:ident) => {
+        impl $error {
+            /// A transient failure caused by `cause` (a typed error, or a text): trying again
+            /// may succeed.
+            pub fn transient(cause: impl Into<$crate::ports::Cause>) -> Self {
+                $error::Transient(cause.into())
+            }
+
+            /// A permanent failure caused by `cause` (a typed error, or a text): trying again
+            /// gets the same answer.
+            pub fn permanent(cause: impl Into<$crate::ports::Cause>) -> Self {
+                $error::Permanent(cause.into())
+            }
+
+            /// True when trying again may succeed.
+            pub fn is_transient(&self) -> bool {
+                matches!(self, $error::Transient(_))
+            }
+
+            /// The underlying error.
+            pub fn cause(&self) -> &$crate::ports::Cause {
+                match self {
+                    $error::Transient(cause) | $error::Permanent(cause) => cause,
+                }
+            }
+        }
+    };
+}
+pub(super) use transient_or_permanent;

@@ -18,29 +18,7 @@ pub enum SendFailure {
     Permanent(#[source] Cause),
 }
 
-impl SendFailure {
-    /// A transient failure caused by `cause` (a typed error, or a text).
-    pub fn transient(cause: impl Into<Cause>) -> Self {
-        SendFailure::Transient(cause.into())
-    }
-
-    /// A permanent failure caused by `cause` (a typed error, or a text).
-    pub fn permanent(cause: impl Into<Cause>) -> Self {
-        SendFailure::Permanent(cause.into())
-    }
-
-    /// True when sending again may succeed.
-    pub fn is_transient(&self) -> bool {
-        matches!(self, SendFailure::Transient(_))
-    }
-
-    /// The underlying error.
-    pub fn cause(&self) -> &Cause {
-        match self {
-            SendFailure::Transient(cause) | SendFailure::Permanent(cause) => cause,
-        }
-    }
-}
+super::error::transient_or_permanent!(SendFailure);
 
 /// Sends messages to named destinations and waits for the broker to accept each.
 ///
