@@ -72,14 +72,15 @@ pub(crate) struct Processor<'a, S, H> {
     pub(crate) max_processing: Duration,
 }
 
-/// What the settlement may say about why the outcome came about (the abandon's last-error
-/// property, the dead letter's description).
-enum Cause {
-    /// The transaction committed: nothing went wrong.
+/// How the delivery's transaction ended, for what the settlement says (the abandon's
+/// last-error property, the dead letter's description).
+enum Ending {
+    /// It committed: nothing to explain.
     Committed,
-    /// The transaction ended without a commit, for this (bounded) reason.
-    Failure(String),
-    /// Shutdown past its grace: not the message's fault, so never a delayed retry.
+    /// It rolled back, for this (bounded) reason: a duplicate, a transient failure, a lost lock.
+    RolledBack(String),
+    /// Shutdown past its grace rolled it back: not the message's fault, so never a delayed
+    /// retry.
     Shutdown,
 }
 
@@ -254,19 +255,25 @@ where
     ) -> Report {
         match result {
             Ok(outcome) => {
-                self.settle(delivery, logical_id, outcome, Cause::Committed, renewals)
+                self.settle(delivery, logical_id, outcome, Ending::Committed, renewals)
                     .await
             }
             Err(Abort::SettleAs(outcome, why)) => {
-                self.settle(delivery, logical_id, outcome, Cause::Failure(why), renewals)
-                    .await
+                self.settle(
+                    delivery,
+                    logical_id,
+                    outcome,
+                    Ending::RolledBack(why),
+                    renewals,
+                )
+                .await
             }
             Err(Abort::Shutdown) => {
                 self.settle(
                     delivery,
                     logical_id,
                     Outcome::Transient,
-                    Cause::Shutdown,
+                    Ending::Shutdown,
                     renewals,
                 )
                 .await
@@ -342,20 +349,22 @@ where
         delivery: &D,
         logical_id: &str,
         outcome: Outcome,
-        cause: Cause,
+        ending: Ending,
         renewals: u32,
     ) -> Report {
         let settled = match outcome.settlement() {
             Settlement::Complete => Some(delivery.complete().await),
-            Settlement::Abandon => match (self.retry, cause) {
-                (Some(retry), Cause::Failure(why)) => {
+            Settlement::Abandon => match (self.retry, ending) {
+                (Some(retry), Ending::RolledBack(why)) => {
                     return self
                         .retry_later(delivery, retry, logical_id, why, renewals)
                         .await;
                 }
-                (_, Cause::Failure(why)) => Some(delivery.abandon(last_error(why)).await),
-                (_, Cause::Shutdown) => Some(delivery.abandon(last_error("shutdown".into())).await),
-                (_, Cause::Committed) => Some(delivery.abandon(BTreeMap::new()).await),
+                (_, Ending::RolledBack(why)) => Some(delivery.abandon(last_error(why)).await),
+                (_, Ending::Shutdown) => {
+                    Some(delivery.abandon(last_error("shutdown".into())).await)
+                }
+                (_, Ending::Committed) => Some(delivery.abandon(BTreeMap::new()).await),
             },
             Settlement::None => None,
             Settlement::DeadLetter => {
@@ -363,9 +372,9 @@ where
                     Outcome::Permanent(reason) => reason,
                     _ => DeadLetterReason::HandlerRejected,
                 };
-                let description = match cause {
-                    Cause::Failure(why) => why,
-                    Cause::Committed | Cause::Shutdown => String::new(),
+                let description = match ending {
+                    Ending::RolledBack(why) => why,
+                    Ending::Committed | Ending::Shutdown => String::new(),
                 };
                 Some(delivery.dead_letter(reason.as_str(), &description).await)
             }
