@@ -61,7 +61,7 @@
 //!         tx: &mut T,
 //!     ) -> Result<Handled, HandlerError> {
 //!         let key = format!("order:{}", order.order_id);
-//!         tx.claim_business_key(ctx.consumer.as_str(), &key, ctx.message_id).await?;
+//!         tx.claim_business_key(ctx.consumer.as_str(), &key, ctx.logical_id()).await?;
 //!         Ok(Handled::Processed)
 //!     }
 //! }
@@ -121,10 +121,10 @@ pub mod testing;
 pub mod worker;
 
 pub use ports::{
-    Delivery, DuplicateScope, ErrorKind, Message, OutboxBacklog, OutboxLease, OutboxMessage,
-    OutboxRow, OutboxStore, PropertyValue, ReceiveError, Receiver, RetentionStore, Savepoint,
-    SendFailure, Sender, SessionReceiver, SessionSource, SettleError, Source, Store, StoreError,
-    Tx, VersionCheck,
+    BacklogSample, Delivery, DuplicateScope, ErrorKind, Message, OutboxBacklog, OutboxLease,
+    OutboxMessage, OutboxRow, OutboxStore, PropertyValue, ReceiveError, Receiver, RetentionStore,
+    Savepoint, SendFailure, Sender, SessionReceiver, SessionSource, SettleError, Source, Store,
+    StoreError, Tx, VersionCheck,
 };
 pub use runtime::{
     Clock, ConsumerName, ConsumerNameError, Context, Contract, ContractParseError,

@@ -72,7 +72,7 @@ impl JsonHandler<SqliteTx> for PaymentLedger {
         tx.claim_business_key(
             ctx.consumer.as_str(),
             &format!("payment:{}", payment.payment_id),
-            ctx.message_id,
+            ctx.logical_id(),
         )
         .await?;
         // Events of one order can arrive out of order: an older version changes nothing.

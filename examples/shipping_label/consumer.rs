@@ -173,7 +173,7 @@ impl<T: ShipmentTx> Handler<T> for ShippingConsumer {
         let business_key = format!("order:{}", order.order_id);
         // Claimed first: a second message for this order waits here for the first to commit or
         // roll back, so the two never call the API at the same time.
-        tx.claim_business_key(ctx.consumer.as_str(), &business_key, ctx.message_id)
+        tx.claim_business_key(ctx.consumer.as_str(), &business_key, ctx.logical_id())
             .await?;
         let key = ctx.business_idempotency_key(&business_key, SCOPE);
         let shipment_id = self.api.create_shipment(&key, order).await?;

@@ -98,10 +98,11 @@ pub struct OrderLine {
 
 /// The business statements of the inventory consumer, per store.
 pub trait InventoryTx: Tx {
-    /// Records the reservation of `order` and adds its quantities to the reserved stock.
+    /// Records the reservation of `order` under the delivery's logical id (the inbox key) and
+    /// adds its quantities to the reserved stock.
     fn reserve(
         &mut self,
-        message_id: &str,
+        logical_id: &str,
         order: &OrderPlaced,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
@@ -209,10 +210,10 @@ impl<T: InventoryTx> Handler<T> for OrderPlacedConsumer {
         tx.claim_business_key(
             ctx.consumer.as_str(),
             &format!("order:{}", order.order_id),
-            ctx.message_id,
+            ctx.logical_id(),
         )
         .await?;
-        tx.reserve(ctx.message_id, order).await?;
+        tx.reserve(ctx.logical_id(), order).await?;
         if let Some(destination) = &self.events {
             let event = StockReserved {
                 order_id: order.order_id.clone(),
@@ -226,7 +227,7 @@ impl<T: InventoryTx> Handler<T> for OrderPlacedConsumer {
                 ctx.message
                     .correlation_id
                     .clone()
-                    .unwrap_or_else(|| ctx.message_id.to_owned()),
+                    .unwrap_or_else(|| ctx.logical_id().to_owned()),
             );
             tx.append_outbox(&message).await?;
         }

@@ -52,7 +52,7 @@ const MSSQL_COUNTS: &str = "SELECT
 impl InventoryTx for PgTx {
     /// The reservation, its lines and the stock upserts need nothing from one another: one
     /// round trip ([`PgTx::pipeline`]), with the upserts still in SKU order.
-    async fn reserve(&mut self, message_id: &str, order: &OrderPlaced) -> Result<(), StoreError> {
+    async fn reserve(&mut self, logical_id: &str, order: &OrderPlaced) -> Result<(), StoreError> {
         const RESERVATION: &str =
             "INSERT INTO inventory_reservation (order_id, message_id) VALUES ($1, $2)";
         const LINE: &str = "INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES ($1, $2, $3, $4)";
@@ -60,7 +60,7 @@ impl InventoryTx for PgTx {
                  ON CONFLICT (sku) DO UPDATE SET reserved = inventory_stock.reserved + excluded.reserved";
         let line_numbers: Vec<i32> = (1..).take(order.lines.len()).collect();
         let stock: Vec<(&str, i64)> = order.stock_by_sku().into_iter().collect();
-        let reservation: [&(dyn ToSql + Sync); 2] = [&order.order_id, &message_id];
+        let reservation: [&(dyn ToSql + Sync); 2] = [&order.order_id, &logical_id];
         let lines: Vec<[&(dyn ToSql + Sync); 4]> = line_numbers
             .iter()
             .zip(&order.lines)
@@ -82,10 +82,10 @@ impl InventoryTx for PgTx {
 }
 
 impl InventoryTx for SqliteTx {
-    async fn reserve(&mut self, message_id: &str, order: &OrderPlaced) -> Result<(), StoreError> {
+    async fn reserve(&mut self, logical_id: &str, order: &OrderPlaced) -> Result<(), StoreError> {
         self.execute(
             "INSERT INTO inventory_reservation (order_id, message_id) VALUES (?1, ?2)",
-            rusqlite::params![order.order_id, message_id],
+            rusqlite::params![order.order_id, logical_id],
         )?;
         for (line_no, line) in (1i32..).zip(&order.lines) {
             self.execute(
@@ -151,15 +151,15 @@ impl InventoryTx for MssqlTx {
     /// One batch, one round trip. With `XACT_ABORT ON` its first error ends the batch and the
     /// transaction; after a savepoint (`XACT_ABORT OFF`) the statements after a failed one may
     /// still run, but the transaction keeps the first error and only a rollback follows.
-    async fn reserve(&mut self, message_id: &str, order: &OrderPlaced) -> Result<(), StoreError> {
+    async fn reserve(&mut self, logical_id: &str, order: &OrderPlaced) -> Result<(), StoreError> {
         if order.lines.len() > MSSQL_BATCH_LINES {
-            return self.reserve_one_by_one(message_id, order).await;
+            return self.reserve_one_by_one(logical_id, order).await;
         }
         let order_id = order.order_id.as_str();
         let line_numbers: Vec<i32> = (1..).take(order.lines.len()).collect();
         let skus: Vec<&str> = order.lines.iter().map(|line| line.sku.as_str()).collect();
         let stock: Vec<(&str, i64)> = order.stock_by_sku().into_iter().collect();
-        let mut params: Vec<&dyn tiberius::ToSql> = vec![&order_id, &message_id];
+        let mut params: Vec<&dyn tiberius::ToSql> = vec![&order_id, &logical_id];
         for ((line_no, sku), line) in line_numbers.iter().zip(&skus).zip(&order.lines) {
             params.extend([line_no as &dyn tiberius::ToSql, sku, &line.quantity]);
         }
@@ -175,11 +175,11 @@ impl MssqlTx {
     /// [`InventoryTx::reserve`] a statement at a time, for orders too large for one batch.
     async fn reserve_one_by_one(
         &mut self,
-        message_id: &str,
+        logical_id: &str,
         order: &OrderPlaced,
     ) -> Result<(), StoreError> {
         let order_id = order.order_id.as_str();
-        self.execute(MSSQL_RESERVATION, &[&order_id, &message_id])
+        self.execute(MSSQL_RESERVATION, &[&order_id, &logical_id])
             .await?;
         let line = mssql_line(2, 3, 4);
         for (line_no, item) in (1i32..).zip(&order.lines) {
@@ -213,12 +213,7 @@ impl InventoryStore for MssqlStore {
     async fn inventory_counts(&self) -> Result<InventoryCounts, StoreError> {
         let rows = self.query(MSSQL_COUNTS, &[&CONSUMER]).await?;
         let row = rows.first().ok_or_else(|| {
-            StoreError::new(
-                crate::ErrorKind::Unknown,
-                None,
-                None,
-                "counts query returned no row",
-            )
+            StoreError::of_kind(crate::ErrorKind::Unknown, "counts query returned no row")
         })?;
         let column = |index: usize| -> Result<i64, StoreError> {
             row.try_get::<i64, _>(index)
@@ -247,12 +242,7 @@ impl InventoryStore for PgStore {
     async fn inventory_counts(&self) -> Result<InventoryCounts, StoreError> {
         let rows = self.query(PG_COUNTS, &[&CONSUMER]).await?;
         let row = rows.first().ok_or_else(|| {
-            StoreError::new(
-                crate::ErrorKind::Unknown,
-                None,
-                None,
-                "counts query returned no row",
-            )
+            StoreError::of_kind(crate::ErrorKind::Unknown, "counts query returned no row")
         })?;
         Ok(InventoryCounts {
             reservations: row.get(0),

@@ -1,8 +1,11 @@
+//! The receiving side of the broker port: a peek-locked [`Delivery`] with its settlements, the
+//! [`Receiver`] that yields them, and the errors of both.
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::SystemTime;
 
-use super::{Message, PropertyValue};
+use super::{Cause, Message, PropertyValue};
 
 /// Why a lock renewal or a settlement failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -15,10 +18,11 @@ pub enum SettleError {
     /// The broker or the connection failed in a way that may pass (timeout, throttling,
     /// connection loss). The outcome of the operation is unknown.
     #[error("transient broker failure: {0}")]
-    Transient(String),
-    /// The broker refused the operation with an error condition.
+    Transient(#[source] Cause),
+    /// The broker refused the operation with an error condition: trying again gets the same
+    /// answer.
     #[error("broker refused: {condition}: {description}")]
-    Refused {
+    Permanent {
         /// The broker's error condition symbol.
         condition: String,
         /// The broker's description.
@@ -27,6 +31,11 @@ pub enum SettleError {
 }
 
 impl SettleError {
+    /// A transient failure caused by `cause` (a typed error, or a text).
+    pub fn transient(cause: impl Into<Cause>) -> Self {
+        SettleError::Transient(cause.into())
+    }
+
     /// True when the lock is gone for good.
     pub fn is_lock_lost(&self) -> bool {
         matches!(self, SettleError::LockLost)
@@ -37,13 +46,18 @@ impl SettleError {
         matches!(self, SettleError::Transient(_))
     }
 
+    /// True when the broker refused the operation for good.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, SettleError::Permanent { .. })
+    }
+
     /// The bounded `error.type` telemetry reports for this error.
     pub fn error_type(&self) -> &'static str {
         use crate::telemetry::names::error;
         match self {
             SettleError::LockLost => error::LOCK_LOST,
             SettleError::Transient(_) => error::TRANSIENT,
-            SettleError::Refused { .. } => error::REFUSED,
+            SettleError::Permanent { .. } => error::REFUSED,
         }
     }
 }
@@ -94,11 +108,13 @@ pub trait Delivery: Send + Sync + 'static {
 pub enum ReceiveError {
     /// The connection failed; receiving again may succeed after recovery.
     #[error("transient receive failure: {0}")]
-    Transient(String),
+    Transient(#[source] Cause),
     /// The receiver cannot go on (entity gone, access denied).
     #[error("receiver failed: {0}")]
-    Fatal(String),
+    Permanent(#[source] Cause),
 }
+
+super::error::transient_or_permanent!(ReceiveError);
 
 /// Where a [`Receiver`]'s deliveries come from, as telemetry names it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -1,3 +1,5 @@
+//! [`Message`], the broker-neutral view of one message, and its [`PropertyValue`]s.
+
 use std::collections::BTreeMap;
 
 use bytes::Bytes;

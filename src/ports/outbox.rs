@@ -1,3 +1,6 @@
+//! The store as the outbox relay and retention see it: leased claims, marks, the backlog,
+//! batched deletes.
+
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
@@ -97,6 +100,24 @@ impl OutboxBacklog {
             .and_then(|oldest| now.duration_since(oldest).ok())
             .unwrap_or(Duration::ZERO)
     }
+
+    /// This reading as a [`BacklogSample`] taken at `now`.
+    pub fn sample(&self, now: SystemTime) -> BacklogSample {
+        BacklogSample {
+            pending: self.pending,
+            oldest_age: self.oldest_age(now),
+        }
+    }
+}
+
+/// The outbox backlog as sampled at one moment: what the relay keeps in its stats and the
+/// outbox gauges report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BacklogSample {
+    /// Rows not dispatched yet.
+    pub pending: u64,
+    /// How long the oldest of them had waited when the sample was taken (zero when none).
+    pub oldest_age: Duration,
 }
 
 /// The outbox as the relay sees it: short statements of their own, outside any consumer

@@ -1,7 +1,9 @@
+//! The sending side of the broker port: [`Sender`] and why a send fails.
+
 use std::future::Future;
 use std::time::SystemTime;
 
-use super::Message;
+use super::{Cause, Message};
 
 /// Why a send failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -10,18 +12,13 @@ pub enum SendFailure {
     /// Throttling or a broken connection. The outcome may be unknown (the broker may have
     /// enqueued the message), so a retry must resend the same message id.
     #[error("transient send failure: {0}")]
-    Transient(String),
+    Transient(#[source] Cause),
     /// The broker refused the message for good (too large, entity not found, denied).
     #[error("send refused: {0}")]
-    Permanent(String),
+    Permanent(#[source] Cause),
 }
 
-impl SendFailure {
-    /// True when sending again may succeed.
-    pub fn is_transient(&self) -> bool {
-        matches!(self, SendFailure::Transient(_))
-    }
-}
+super::error::transient_or_permanent!(SendFailure);
 
 /// Sends messages to named destinations and waits for the broker to accept each.
 ///

@@ -1,3 +1,6 @@
+//! Message sessions as the runtime sees them: a [`SessionSource`] hands out sessions, each a
+//! [`SessionReceiver`] of ordered deliveries under one session lock.
+
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 

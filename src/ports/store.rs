@@ -1,13 +1,17 @@
+//! The transactional store port: [`Store`] opens a [`Tx`] with the inbox operations; store
+//! errors carry a portable [`ErrorKind`].
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 
 use super::PropertyValue;
 
 /// Which dedupe constraint a unique violation hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DuplicateScope {
-    /// The inbox key `(consumer, message_id)`: the broker redelivered the same message.
+    /// The inbox key `(consumer, logical id)`: the broker redelivered the same message.
     Inbox,
     /// A business idempotency key `(consumer, key)`: another message for the same request.
     BusinessKey,
@@ -32,9 +36,12 @@ pub enum ErrorKind {
     Truncation,
     /// A value that cannot be converted to the column's type, or out of range. Permanent.
     Conversion,
-    /// A statement no schema can run (syntax), or a store address or option that does not
-    /// parse. Permanent.
+    /// A statement no schema can run (syntax), or a savepoint the transaction does not hold.
+    /// Permanent.
     Schema,
+    /// A store address, option or credential setting that does not parse or is not supported
+    /// (found before any statement runs). Permanent.
+    Configuration,
     /// The deployment does not match the code: a missing table or column (code rolled out
     /// before `migrate`), a missing grant, a read-only database. Not the message's fault:
     /// transient, and the runtime reports the store unhealthy while it persists.
@@ -80,6 +87,7 @@ impl ErrorKind {
             ErrorKind::Truncation => "truncation",
             ErrorKind::Conversion => "conversion",
             ErrorKind::Schema => "schema",
+            ErrorKind::Configuration => "configuration",
             ErrorKind::Deployment => "deployment",
             ErrorKind::Contention => "contention",
             ErrorKind::Unavailable => "unavailable",
@@ -95,9 +103,11 @@ impl fmt::Display for ErrorKind {
     }
 }
 
-/// A store error: the portable [`ErrorKind`] plus the provider's code and constraint name.
+/// A store error: the portable [`ErrorKind`] plus the provider's code and constraint name,
+/// and the driver's error kept whole as the `source` (as sqlx's `Error::Database` does).
 ///
-/// The message is the provider's text for logs; classification never reads it.
+/// The message is the provider's text for logs; classification never reads it. Neither the
+/// message nor [`StoreError::redacted`] ever holds a connection string or a password.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{refused_note}{kind} (code {code}{constraint_note}): {message}", refused_note = if self.refused { "refused, the transaction failed earlier: " } else { "" }, code = self.code.as_deref().unwrap_or("none"), constraint_note = self.constraint.as_deref().map(|c| format!(", constraint {c}")).unwrap_or_default())]
 pub struct StoreError {
@@ -106,6 +116,8 @@ pub struct StoreError {
     constraint: Option<String>,
     message: String,
     refused: bool,
+    #[source]
+    source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
 impl StoreError {
@@ -122,7 +134,32 @@ impl StoreError {
             constraint,
             message: message.into(),
             refused: false,
+            source: None,
         }
+    }
+
+    /// An error of `kind` with no provider code or constraint: one the store (or its pool)
+    /// raises itself rather than the database.
+    pub fn of_kind(kind: ErrorKind, message: impl Into<String>) -> Self {
+        StoreError::new(kind, None, None, message)
+    }
+
+    /// A store address, option or credential setting that cannot be used
+    /// ([`ErrorKind::Configuration`]).
+    pub fn configuration(message: impl Into<String>) -> Self {
+        StoreError::of_kind(ErrorKind::Configuration, message)
+    }
+
+    /// A connection that broke, timed out or could not be made ([`ErrorKind::Connection`]).
+    pub fn connection(message: impl Into<String>) -> Self {
+        StoreError::of_kind(ErrorKind::Connection, message)
+    }
+
+    /// Keeps the driver's `error` as this error's `source`.
+    #[must_use]
+    pub fn with_source(mut self, error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Arc::new(error));
+        self
     }
 
     /// The error a transaction answers to every statement and to the commit after `first`
@@ -286,20 +323,21 @@ impl Savepoint {
 /// # Ok(()) }
 /// ```
 pub trait Tx: Send {
-    /// Inserts the inbox row `(consumer, message_id)`. A repeat fails with
-    /// [`ErrorKind::Duplicate`]`(`[`DuplicateScope::Inbox`]`)` once the first transaction commits.
+    /// Inserts the inbox row `(consumer, logical_id)` (the table's `message_id` column holds the
+    /// logical id). A repeat fails with [`ErrorKind::Duplicate`]`(`[`DuplicateScope::Inbox`]`)`
+    /// once the first transaction commits.
     fn insert_inbox(
         &mut self,
         consumer: &str,
-        message_id: &str,
+        logical_id: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Claims a business idempotency key; a key claimed before fails with
-    /// [`ErrorKind::Duplicate`]`(`[`DuplicateScope::BusinessKey`]`)`.
+    /// Claims a business idempotency key for the message with `logical_id`; a key claimed
+    /// before fails with [`ErrorKind::Duplicate`]`(`[`DuplicateScope::BusinessKey`]`)`.
     fn claim_business_key(
         &mut self,
         consumer: &str,
         key: &str,
-        message_id: &str,
+        logical_id: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Stores `version` for `aggregate` if it is newer than the stored one.
     fn advance_version(

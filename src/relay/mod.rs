@@ -26,10 +26,11 @@ use std::time::{Duration, SystemTime};
 
 use tokio_util::sync::CancellationToken;
 
-pub use stats::{BacklogSample, RelayStats, RelayStatsSnapshot};
+pub use crate::ports::BacklogSample;
+pub use stats::{RelayStats, RelayStatsSnapshot};
 
 use crate::ports::{OutboxBacklog, OutboxLease, OutboxRow, OutboxStore, Sender, StoreError};
-use crate::runtime::Clock;
+use crate::runtime::{Clock, exponential_step};
 
 /// The longest wait before a failed row is tried again, and between failed claims.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -289,14 +290,11 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
         tracing::info!(stats = ?self.stats.snapshot(), "Outbox relay stopped.");
     }
 
-    /// Poll interval × 2^(n − 1), at most [`MAX_BACKOFF`].
+    /// Poll interval × 2^(n − 1), at most [`MAX_BACKOFF`]: the runtime's exponential step,
+    /// without jitter (each row waits on its own, so rows do not retry in lockstep anyway).
     fn backoff(&self, n: u32) -> Duration {
-        let factor = 1u32 << n.saturating_sub(1).min(16);
-        self.config
-            .poll_interval
-            .max(Duration::from_millis(1))
-            .saturating_mul(factor)
-            .min(MAX_BACKOFF)
+        let base = self.config.poll_interval.max(Duration::from_millis(1));
+        exponential_step(base, MAX_BACKOFF, n)
     }
 }
 

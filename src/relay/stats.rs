@@ -1,7 +1,9 @@
+//! [`RelayStats`]: the relay's counters and last backlog sample, readable at any time.
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use crate::ports::OutboxBacklog;
+use crate::ports::{BacklogSample, OutboxBacklog};
 
 /// Counters a running [`super::Relay`] keeps, readable at any time without touching the store
 /// (an observable gauge's callback can read them).
@@ -41,15 +43,6 @@ pub struct RelayStatsSnapshot {
     pub backlog: Option<BacklogSample>,
 }
 
-/// The outbox backlog as last sampled.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub struct BacklogSample {
-    /// Rows not dispatched yet.
-    pub pending: u64,
-    /// How long the oldest of them had waited when the sample was taken.
-    pub oldest_age: Duration,
-}
-
 impl RelayStats {
     pub(crate) fn add_claimed(&self, n: usize) {
         self.claimed.fetch_add(n as u64, Ordering::Relaxed);
@@ -73,9 +66,10 @@ impl RelayStats {
     }
 
     pub(crate) fn record_backlog(&self, backlog: &OutboxBacklog, now: SystemTime) {
-        let age = u64::try_from(backlog.oldest_age(now).as_millis()).unwrap_or(u64::MAX);
+        let sample = backlog.sample(now);
+        let age = u64::try_from(sample.oldest_age.as_millis()).unwrap_or(u64::MAX);
         self.backlog_pending
-            .store(backlog.pending, Ordering::Relaxed);
+            .store(sample.pending, Ordering::Relaxed);
         self.backlog_oldest_age_ms.store(age, Ordering::Relaxed);
         self.backlog_sampled.store(true, Ordering::Relaxed);
     }

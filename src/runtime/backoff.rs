@@ -1,3 +1,6 @@
+//! Exponential backoff: the one step function the receive loop, delayed retries and the
+//! outbox relay share, and the jittered [`Backoff`] of the receive loop.
+
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
@@ -24,7 +27,8 @@ pub struct Backoff {
 }
 
 /// Step `attempt` (1-based) of an exponential backoff: `base × 2^(attempt−1)`, capped at `max`.
-/// Shared by the receive loop's [`Backoff`] and delayed retries' `RetryPolicy`.
+/// Shared by the receive loop's [`Backoff`], delayed retries' `RetryPolicy` and the outbox
+/// relay's row backoff.
 pub(crate) fn exponential_step(base: Duration, max: Duration, attempt: u32) -> Duration {
     let doublings = attempt.saturating_sub(1);
     let factor = 1u32.checked_shl(doublings).unwrap_or(u32::MAX);

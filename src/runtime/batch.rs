@@ -46,7 +46,7 @@ use tracing::Instrument as _;
 
 use super::lock_keeper::KeptLock;
 use super::observe::Processing;
-use super::process::{Abort, Step, outcome_of};
+use super::process::{Abort, Processor, outcome_of};
 use super::{Backoff, Handled, Handler, Inner, Outcome, Report, RuntimeError};
 use crate::ports::{Delivery, Receiver, Savepoint, Store, StoreError, Tx};
 
@@ -92,7 +92,7 @@ where
         };
         let delivery = Arc::new(delivery);
         // Kept from receipt: a delivery waiting for its batch must not expire there.
-        let lock = inner.step().keeper.keep(delivery.clone());
+        let lock = inner.processor().keeper.keep(delivery.clone());
         if queue.send((delivery, lock, slot)).is_err() {
             // The batcher ends only after shutdown.
             break Ok(());
@@ -225,7 +225,7 @@ struct Member<D> {
 /// Why a whole batch is abandoned.
 enum Whole {
     Failed(String),
-    /// Past `max_processing`: the transient failure [`Step::too_long`] describes.
+    /// Past `max_processing`: the transient failure [`Processor::too_long`] describes.
     TooLong(Abort),
     Shutdown,
 }
@@ -238,8 +238,8 @@ impl Whole {
 
     fn abort(&self) -> Abort {
         match self {
-            Whole::Failed(why) => Abort::Failed(Outcome::Transient, why.clone()),
-            Whole::TooLong(Abort::Failed(outcome, why)) => Abort::Failed(*outcome, why.clone()),
+            Whole::Failed(why) => Abort::SettleAs(Outcome::Transient, why.clone()),
+            Whole::TooLong(Abort::SettleAs(outcome, why)) => Abort::SettleAs(*outcome, why.clone()),
             Whole::TooLong(_) | Whole::Shutdown => Abort::Shutdown,
         }
     }
@@ -258,7 +258,7 @@ where
     H: Handler<S::Tx>,
     D: Delivery,
 {
-    let step = inner.step();
+    let step = inner.processor();
     step.observer.batch(members.len());
     let mut members: Vec<Member<D>> = members
         .into_iter()
@@ -266,8 +266,8 @@ where
             let processing = step.observer.start(&*delivery);
             lock.follow(&processing.span);
             let (logical_id, state) = match step.accept(&*delivery) {
-                Ok((envelope, _)) => (Some(envelope.message_id), State::Pending),
-                Err(rejection) => (None, State::Decided(Err(Abort::Rejected(rejection)))),
+                Ok((envelope, _)) => (Some(envelope.logical_id), State::Pending),
+                Err(rejection) => (None, State::Decided(Err(Abort::DeadLetter(rejection)))),
             };
             Member {
                 delivery,
@@ -298,14 +298,14 @@ where
             (State::Decided(verdict), _) => verdict,
             (_, Err(whole)) => Err(whole.abort()),
             // A committed batch has decided every member.
-            (_, Ok(())) => Err(Abort::Failed(
+            (_, Ok(())) => Err(Abort::SettleAs(
                 Outcome::Transient,
                 "not handled in its batch".to_owned(),
             )),
         };
         let inner = inner.clone();
         settling.spawn(async move {
-            let step = inner.step();
+            let step = inner.processor();
             let report = step
                 .conclude(
                     &*delivery,
@@ -331,7 +331,10 @@ where
 /// The batch's transactions: repeated without a delivery whose statement ended one, and again
 /// for the deliveries that gave way to another transaction's locks, until every member is
 /// decided. `Ok` once every member is; the verdicts are in the members' states.
-async fn transact<S, H, D>(step: &Step<'_, S, H>, members: &mut [Member<D>]) -> Result<(), Whole>
+async fn transact<S, H, D>(
+    step: &Processor<'_, S, H>,
+    members: &mut [Member<D>],
+) -> Result<(), Whole>
 where
     S: Store,
     H: Handler<S::Tx>,
@@ -376,7 +379,7 @@ enum Pass {
 /// Runs the pending members in `tx`, then the fence, just before the commit. `Some(tx)` to
 /// commit; `None` when the transaction ended and was rolled back.
 async fn run_once<S, H, D>(
-    step: &Step<'_, S, H>,
+    step: &Processor<'_, S, H>,
     members: &mut [Member<D>],
     mut tx: S::Tx,
 ) -> Result<Option<S::Tx>, Whole>
@@ -428,7 +431,7 @@ where
 /// Runs each pending member from `from` on, in its own savepoint. Every member after the
 /// transaction's first runs with bounded lock waits (`bounded` says whether the bound is set).
 async fn run_pending<S, H, D>(
-    step: &Step<'_, S, H>,
+    step: &Processor<'_, S, H>,
     members: &mut [Member<D>],
     tx: &mut S::Tx,
     from: usize,
@@ -488,7 +491,7 @@ where
                     .instrument(member.processing.span.clone())
                     .await
             }
-            Err(rejection) => Err(Abort::Rejected(rejection)),
+            Err(rejection) => Err(Abort::DeadLetter(rejection)),
         };
         let undone = match result {
             Ok(handled) => {
@@ -570,7 +573,7 @@ async fn undo<T: Tx, D>(
 /// not committed; it is abandoned and judged again on redelivery.
 fn out_verdict(abort: Abort) -> Abort {
     match abort {
-        Abort::Failed(Outcome::Duplicate(_), why) => Abort::Failed(Outcome::Transient, why),
+        Abort::SettleAs(Outcome::Duplicate(_), why) => Abort::SettleAs(Outcome::Transient, why),
         other => other,
     }
 }

@@ -1,3 +1,5 @@
+//! The runtime's wall clock, driven by tokio's timer so paused-clock tests move it.
+
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;

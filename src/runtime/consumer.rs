@@ -1,3 +1,5 @@
+//! [`ConsumerName`], the checked consumer half of the inbox key.
+
 use std::fmt;
 
 /// The longest consumer name, in bytes (the inbox column is `varchar(128)`).

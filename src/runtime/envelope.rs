@@ -1,3 +1,6 @@
+//! The envelope check: the logical id and the contract a message must carry before any
+//! database work, and the dead-letter reasons and rejections when it does not.
+
 use std::fmt;
 
 use crate::ports::{Message, PropertyValue};
@@ -152,7 +155,7 @@ impl Rejection {
 /// relies on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Envelope {
-    pub(crate) message_id: String,
+    pub(crate) logical_id: String,
     pub(crate) contract: Contract,
 }
 
@@ -208,7 +211,7 @@ pub(crate) fn derived_message_id(logical_id: &str, suffix: &str) -> String {
 
 /// Checks the logical message id and the contract against the accepted contracts.
 pub(crate) fn check(message: &Message, accepted: &[Contract]) -> Result<Envelope, Rejection> {
-    let message_id = logical_id(message)?.to_owned();
+    let logical_id = logical_id(message)?.to_owned();
     let subject = match message.subject.as_deref() {
         None | Some("") => {
             return Err(Rejection::new(
@@ -223,7 +226,7 @@ pub(crate) fn check(message: &Message, accepted: &[Contract]) -> Result<Envelope
     })?;
     if accepted.contains(&contract) {
         return Ok(Envelope {
-            message_id,
+            logical_id,
             contract,
         });
     }
@@ -285,7 +288,7 @@ mod tests {
             &accepted(),
         )
         .unwrap();
-        assert_eq!(envelope.message_id, "m");
+        assert_eq!(envelope.logical_id, "m");
         assert_eq!(envelope.contract, Contract::new("orders.order-placed", 1));
     }
 
@@ -334,9 +337,9 @@ mod tests {
         let mut copy = message(Some("m-1/retry-1"), Some("orders.order-placed.v1"));
         copy.application_properties
             .insert(LOGICAL_ID_PROPERTY.into(), "m-1".into());
-        assert_eq!(check(&copy, &accepted()).unwrap().message_id, "m-1");
+        assert_eq!(check(&copy, &accepted()).unwrap().logical_id, "m-1");
         copy.message_id = None;
-        assert_eq!(check(&copy, &accepted()).unwrap().message_id, "m-1");
+        assert_eq!(check(&copy, &accepted()).unwrap().logical_id, "m-1");
 
         let cases = [
             (

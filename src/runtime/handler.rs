@@ -1,3 +1,6 @@
+//! What a user implements: the [`Handler`] trait, the [`Context`] it sees, and how it reports
+//! success and failure.
+
 use std::future::Future;
 
 use super::{ConsumerName, Contract, DeadLetterReason, IdempotencyKey, Rejection, envelope};
@@ -80,9 +83,8 @@ pub struct Context<'a, P> {
     pub payload: P,
     /// The message as received.
     pub message: &'a Message,
-    /// The checked logical message id (the inbox key): the `sb-inbox-logical-id` property of a
-    /// delayed-retry copy or a resubmitted dead letter, else the broker message id.
-    pub message_id: &'a str,
+    /// The checked logical message id: see [`Context::logical_id`].
+    pub(crate) logical_id: &'a str,
     /// The consumer this runtime runs as.
     pub consumer: &'a ConsumerName,
     /// The contract from the subject.
@@ -91,7 +93,20 @@ pub struct Context<'a, P> {
     pub delivery_count: u32,
 }
 
-impl<P> Context<'_, P> {
+impl<'a, P> Context<'a, P> {
+    /// The checked logical message id (the inbox key): the `sb-inbox-logical-id` property of a
+    /// delayed-retry copy or a resubmitted dead letter, else the broker message id. Claim
+    /// business keys and derive downstream keys from it, never from the broker's id.
+    pub fn logical_id(&self) -> &'a str {
+        self.logical_id
+    }
+
+    /// The logical message id under its old name.
+    #[deprecated(note = "the inbox key is the logical id: use `Context::logical_id`")]
+    pub fn message_id(&self) -> &'a str {
+        self.logical_id
+    }
+
     /// The message's session id: in session mode, the session whose messages this runtime
     /// handles one at a time, in order (`None` outside sessions).
     pub fn session_id(&self) -> Option<&str> {
@@ -120,7 +135,7 @@ impl<P> Context<'_, P> {
     /// }
     /// ```
     pub fn idempotency_key(&self, scope: &str) -> IdempotencyKey {
-        IdempotencyKey::for_message(self.consumer, self.message_id, scope)
+        IdempotencyKey::for_message(self.consumer, self.logical_id, scope)
     }
 
     /// The key for `scope` derived from a business idempotency key instead of the message id:

@@ -106,7 +106,7 @@ pub fn decode_json<M: JsonContract>(body: &[u8]) -> Result<M, DecodeError> {
 ///     ) -> Result<Handled, HandlerError> {
 ///         // One order, one effect, even when the producer republishes it under a new id.
 ///         let key = format!("order:{}", order.order_id);
-///         tx.claim_business_key(ctx.consumer.as_str(), &key, ctx.message_id).await?;
+///         tx.claim_business_key(ctx.consumer.as_str(), &key, ctx.logical_id()).await?;
 ///         Ok(Handled::Processed)
 ///     }
 /// }
@@ -220,7 +220,7 @@ mod tests {
             tx.claim_business_key(
                 ctx.consumer.as_str(),
                 &format!("payment:{}", payment.payment_id),
-                ctx.message_id,
+                ctx.logical_id(),
             )
             .await?;
             Ok(Handled::Processed)

@@ -1,3 +1,6 @@
+//! The lock keeper: renews a delivery's lock from receipt to settlement and fences the commit
+//! once the lock is lost.
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};

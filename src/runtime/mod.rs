@@ -42,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use backoff::Backoff;
+pub(crate) use backoff::exponential_step;
 pub use clock::Clock;
 pub use consumer::{ConsumerName, ConsumerNameError, MAX_CONSUMER_NAME_LEN};
 pub(crate) use envelope::truncate;
@@ -282,10 +283,12 @@ where
 
     /// Handles one delivery now, outside the receive loop, and records it in [`Runtime::stats`].
     pub async fn process<D: crate::ports::Delivery>(&self, delivery: D) -> Report {
-        let step = self.inner.step();
+        let processor = self.inner.processor();
         let delivery = Arc::new(delivery);
-        let lock = step.keeper.keep(delivery.clone());
-        let report = step.run(delivery, lock, &CancellationToken::new()).await;
+        let lock = processor.keeper.keep(delivery.clone());
+        let report = processor
+            .run(delivery, lock, &CancellationToken::new())
+            .await;
         self.inner.stats.record(&report);
         report
     }
@@ -297,12 +300,12 @@ where
         &self,
         deliveries: Vec<D>,
     ) -> Vec<Report> {
-        let step = self.inner.step();
+        let processor = self.inner.processor();
         let members = deliveries
             .into_iter()
             .map(|delivery| {
                 let delivery = Arc::new(delivery);
-                let lock = step.keeper.keep(delivery.clone());
+                let lock = processor.keeper.keep(delivery.clone());
                 (delivery, lock)
             })
             .collect();
@@ -345,7 +348,7 @@ where
             let (abort, stopping) = (abort.clone(), shutdown.clone());
             let delivery = Arc::new(delivery);
             // Kept from receipt: a delivery waiting for a handler slot must not expire there.
-            let lock = inner.step().keeper.keep(delivery.clone());
+            let lock = inner.processor().keeper.keep(delivery.clone());
             tracker.spawn(async move {
                 let permit = tokio::select! {
                     // Biased: once shutting down, nothing new starts.
@@ -362,7 +365,7 @@ where
                 };
                 let report = {
                     let _busy = inner.slots.enter();
-                    inner.step().run(delivery, lock, &abort).await
+                    inner.processor().run(delivery, lock, &abort).await
                 };
                 inner.stats.record(&report);
                 drop(slot);
@@ -449,8 +452,8 @@ where
         }
     }
 
-    fn step(&self) -> process::Step<'_, S, H> {
-        process::Step {
+    fn processor(&self) -> process::Processor<'_, S, H> {
+        process::Processor {
             store: &self.store,
             handler: &self.handler,
             consumer: &self.config.consumer,

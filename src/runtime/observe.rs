@@ -259,18 +259,7 @@ impl Observer {
         ));
         self.outcomes.add(1, &outcome_labels);
         if let Outcome::Duplicate(scope) = outcome {
-            let producer = text(message, property::PRODUCER)
-                .map_or_else(|| value::OTHER.to_owned(), |p| self.producers.admit(&p));
-            let mut duplicate_labels = labels.clone();
-            duplicate_labels.push(KeyValue::new(attr::PRODUCER, producer));
-            duplicate_labels.push(KeyValue::new(
-                attr::DUPLICATE_SCOPE,
-                match scope {
-                    DuplicateScope::Inbox => "inbox",
-                    DuplicateScope::BusinessKey => "business_key",
-                },
-            ));
-            self.duplicates.add(1, &duplicate_labels);
+            self.count_duplicate(message, scope, labels.clone());
         }
         if outcome == Outcome::LockLost {
             self.lock_lost.add(1, &labels);
@@ -281,6 +270,26 @@ impl Observer {
             failure_labels.push(KeyValue::new(attr::ERROR_TYPE, error_type));
             self.settlement_failures.add(1, &failure_labels);
         }
+    }
+
+    /// Counts a duplicate by its producer (bounded to [`MAX_PRODUCERS`]) and dedupe scope.
+    fn count_duplicate(
+        &self,
+        message: &crate::ports::Message,
+        scope: DuplicateScope,
+        mut labels: Vec<KeyValue>,
+    ) {
+        let producer = text(message, property::PRODUCER)
+            .map_or_else(|| value::OTHER.to_owned(), |p| self.producers.admit(&p));
+        labels.push(KeyValue::new(attr::PRODUCER, producer));
+        labels.push(KeyValue::new(
+            attr::DUPLICATE_SCOPE,
+            match scope {
+                DuplicateScope::Inbox => "inbox",
+                DuplicateScope::BusinessKey => "business_key",
+            },
+        ));
+        self.duplicates.add(1, &labels);
     }
 }
 

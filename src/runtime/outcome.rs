@@ -1,3 +1,5 @@
+//! [`Outcome`]: what happened to one delivery, and the [`Settlement`] each outcome asks for.
+
 use std::fmt;
 
 use super::DeadLetterReason;

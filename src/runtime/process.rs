@@ -1,3 +1,24 @@
+//! One delivery, start to settlement: the article's algorithm ([`Processor::run`]).
+//!
+//! # Algorithm
+//! 1. **Check the envelope** before any database work ([`Processor::accept`]): a logical id
+//!    present and well formed, a supported contract, a body that decodes. A failure is permanent:
+//!    dead-letter with a bounded reason, no transaction, never recorded as processed.
+//! 2. **Open one transaction** and **insert the inbox row** `(consumer, logical id)` first
+//!    ([`Tx::insert_inbox`]). A unique violation of the inbox constraint is a duplicate: roll
+//!    back, complete.
+//! 3. **Run the handler** in the same transaction (business rows, business key, version check,
+//!    outbox rows).
+//! 4. **Fence, then commit**: no commit once the lock is lost (another instance may already hold
+//!    the redelivery's lock). The lock keeper renews meanwhile; a lost lock, a shutdown past its
+//!    grace or `max_processing` cancels the handler, and dropping the transaction rolls it back.
+//! 5. **Settle after commit** as the [`Outcome`] says: processed, duplicate or stale → complete;
+//!    transient → abandon, or with [`DelayedRetry`] a scheduled copy then complete; permanent →
+//!    dead-letter; lock lost → nothing (the redelivery decides).
+//!
+//! A transaction that ends without a commit says why in an [`Abort`], which maps store and
+//! handler errors to outcomes; `batch` reuses steps 1–3 and 5 with one savepoint per delivery.
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +56,9 @@ pub struct Report {
     pub retry: Option<ScheduledRetry>,
 }
 
-pub(crate) struct Step<'a, S, H> {
+/// Everything one delivery's processing borrows from its runtime: the store, the handler, the
+/// lock keeper, telemetry and the limits. Built per delivery; runs the algorithm above.
+pub(crate) struct Processor<'a, S, H> {
     pub(crate) store: &'a S,
     pub(crate) handler: &'a H,
     pub(crate) consumer: &'a ConsumerName,
@@ -49,22 +72,30 @@ pub(crate) struct Step<'a, S, H> {
     pub(crate) max_processing: Duration,
 }
 
-/// Why an outcome came about, for the abandon properties.
-enum Note {
-    None,
-    Why(String),
-    /// Shutdown past its grace: not the message's fault, so never a delayed retry.
+/// How the delivery's transaction ended, for what the settlement says (the abandon's
+/// last-error property, the dead letter's description).
+enum Ending {
+    /// It committed: nothing to explain.
+    Committed,
+    /// It rolled back, for this (bounded) reason: a duplicate, a transient failure, a lost lock.
+    RolledBack(String),
+    /// Shutdown past its grace rolled it back: not the message's fault, so never a delayed
+    /// retry.
     Shutdown,
 }
 
-/// Why a transaction ended without a commit.
+/// Why a transaction ended without a commit, and so how its delivery settles.
 pub(super) enum Abort {
-    Failed(Outcome, String),
-    /// Transient because another transaction held what this one needed (a lock wait past its
-    /// bound, a deadlock, a serialization failure). Settled as a transient failure; a batch
+    /// Rolled back; the delivery settles as `Outcome` (a duplicate, a transient failure, a lost
+    /// lock), the text saying why.
+    SettleAs(Outcome, String),
+    /// Rolled back because another transaction held what this one needed (a lock wait past its
+    /// bound, a deadlock, a serialization failure): settles as a transient failure; a batch
     /// runs the delivery again in its next transaction instead.
     Contended(String),
-    Rejected(Rejection),
+    /// Rolled back; the delivery is dead-lettered with this rejection.
+    DeadLetter(Rejection),
+    /// Rolled back by a shutdown past its grace; the delivery is abandoned.
     Shutdown,
 }
 
@@ -72,7 +103,7 @@ impl Abort {
     /// The fence: the lock was lost before the commit, so the work must not commit (another
     /// instance may already hold the redelivery's lock).
     pub(super) fn lock_lost_before_commit() -> Self {
-        Abort::Failed(Outcome::LockLost, "lock lost before commit".to_owned())
+        Abort::SettleAs(Outcome::LockLost, "lock lost before commit".to_owned())
     }
 }
 
@@ -88,19 +119,19 @@ impl From<StoreError> for Abort {
     fn from(error: StoreError) -> Self {
         match error.kind() {
             ErrorKind::Duplicate(scope) => {
-                Abort::Failed(Outcome::Duplicate(scope), error.redacted())
+                Abort::SettleAs(Outcome::Duplicate(scope), error.redacted())
             }
             // Logged when settled: a batch that gives way and runs it again expects it.
             ErrorKind::Contention => Abort::Contended(error.redacted()),
             // Logged by `StoreHealth`, once per window.
-            ErrorKind::Deployment => Abort::Failed(Outcome::Transient, error.redacted()),
+            ErrorKind::Deployment => Abort::SettleAs(Outcome::Transient, error.redacted()),
             kind if kind.is_transient() => {
                 tracing::warn!(error = %error, "Transient store failure.");
-                Abort::Failed(Outcome::Transient, error.redacted())
+                Abort::SettleAs(Outcome::Transient, error.redacted())
             }
             _ => {
                 tracing::warn!(error = %error, "Permanent store failure.");
-                Abort::Rejected(Rejection::new(
+                Abort::DeadLetter(Rejection::new(
                     DeadLetterReason::PermanentStoreError,
                     error.redacted(),
                 ))
@@ -114,14 +145,14 @@ impl From<HandlerError> for Abort {
         match error {
             HandlerError::Store(error) => error.into(),
             HandlerError::Transient(text) => {
-                Abort::Failed(Outcome::Transient, envelope::truncate(&text, 256))
+                Abort::SettleAs(Outcome::Transient, envelope::truncate(&text, 256))
             }
-            HandlerError::Permanent(rejection) => Abort::Rejected(rejection),
+            HandlerError::Permanent(rejection) => Abort::DeadLetter(rejection),
         }
     }
 }
 
-impl<S, H> Step<'_, S, H>
+impl<S, H> Processor<'_, S, H>
 where
     S: Store,
     H: Handler<S::Tx>,
@@ -163,14 +194,14 @@ where
         let result = tokio::select! {
             // Biased: a lost lock or a shutdown must win over a handler that is ready to commit.
             biased;
-            () = lock.lost().cancelled() => Err(Abort::Failed(Outcome::LockLost, "lock lost".to_owned())),
+            () = lock.lost().cancelled() => Err(Abort::SettleAs(Outcome::LockLost, "lock lost".to_owned())),
             () = cancel.cancelled() => Err(Abort::Shutdown),
             // Dropping the transaction rolls it back (or discards its connection): nothing of it
             // can commit, so the abandon need not wait for a store that does not answer.
             () = tokio::time::sleep(self.max_processing) => Err(self.too_long()),
             result = self.observer.transaction(self.transact(&ctx, lock)) => result,
         };
-        self.conclude(&*delivery, &envelope.message_id, result, lock.renewals())
+        self.conclude(&*delivery, &envelope.logical_id, result, lock.renewals())
             .await
     }
 
@@ -201,17 +232,17 @@ where
         Context {
             payload,
             message: delivery.message(),
-            message_id: &envelope.message_id,
+            logical_id: &envelope.logical_id,
             consumer: self.consumer,
             contract: &envelope.contract,
             delivery_count: delivery.delivery_count(),
         }
     }
 
-    /// The transient failure of a delivery (or batch) past [`Step::max_processing`].
+    /// The transient failure of a delivery (or batch) past [`Processor::max_processing`].
     pub(super) fn too_long(&self) -> Abort {
         tracing::warn!(max_processing = ?self.max_processing, "Processing took too long; cancelled.");
-        Abort::Failed(
+        Abort::SettleAs(
             Outcome::Transient,
             format!(
                 "processing exceeded the maximum of {} s (runtime.max_processing_secs); rolled back",
@@ -230,12 +261,18 @@ where
     ) -> Report {
         match result {
             Ok(outcome) => {
-                self.settle(delivery, logical_id, outcome, Note::None, renewals)
+                self.settle(delivery, logical_id, outcome, Ending::Committed, renewals)
                     .await
             }
-            Err(Abort::Failed(outcome, why)) => {
-                self.settle(delivery, logical_id, outcome, Note::Why(why), renewals)
-                    .await
+            Err(Abort::SettleAs(outcome, why)) => {
+                self.settle(
+                    delivery,
+                    logical_id,
+                    outcome,
+                    Ending::RolledBack(why),
+                    renewals,
+                )
+                .await
             }
             Err(Abort::Contended(why)) => {
                 tracing::warn!(error = %why, "Transient store failure: contention.");
@@ -243,7 +280,7 @@ where
                     delivery,
                     logical_id,
                     Outcome::Transient,
-                    Note::Why(why),
+                    Ending::RolledBack(why),
                     renewals,
                 )
                 .await
@@ -253,12 +290,12 @@ where
                     delivery,
                     logical_id,
                     Outcome::Transient,
-                    Note::Shutdown,
+                    Ending::Shutdown,
                     renewals,
                 )
                 .await
             }
-            Err(Abort::Rejected(rejection)) => {
+            Err(Abort::DeadLetter(rejection)) => {
                 self.dead_letter(delivery, rejection, renewals).await
             }
         }
@@ -302,7 +339,7 @@ where
         tx: &mut S::Tx,
     ) -> Result<Handled, Abort> {
         self.seen(
-            tx.insert_inbox(self.consumer.as_str(), ctx.message_id)
+            tx.insert_inbox(self.consumer.as_str(), ctx.logical_id())
                 .await,
         )?;
         let handled = self.handler.handle(ctx, tx).await.inspect_err(|error| {
@@ -329,20 +366,22 @@ where
         delivery: &D,
         logical_id: &str,
         outcome: Outcome,
-        note: Note,
+        ending: Ending,
         renewals: u32,
     ) -> Report {
         let settled = match outcome.settlement() {
             Settlement::Complete => Some(delivery.complete().await),
-            Settlement::Abandon => match (self.retry, note) {
-                (Some(retry), Note::Why(why)) => {
+            Settlement::Abandon => match (self.retry, ending) {
+                (Some(retry), Ending::RolledBack(why)) => {
                     return self
                         .retry_later(delivery, retry, logical_id, why, renewals)
                         .await;
                 }
-                (_, Note::Why(why)) => Some(delivery.abandon(last_error(why)).await),
-                (_, Note::Shutdown) => Some(delivery.abandon(last_error("shutdown".into())).await),
-                (_, Note::None) => Some(delivery.abandon(BTreeMap::new()).await),
+                (_, Ending::RolledBack(why)) => Some(delivery.abandon(last_error(why)).await),
+                (_, Ending::Shutdown) => {
+                    Some(delivery.abandon(last_error("shutdown".into())).await)
+                }
+                (_, Ending::Committed) => Some(delivery.abandon(BTreeMap::new()).await),
             },
             Settlement::None => None,
             Settlement::DeadLetter => {
@@ -350,9 +389,9 @@ where
                     Outcome::Permanent(reason) => reason,
                     _ => DeadLetterReason::HandlerRejected,
                 };
-                let description = match note {
-                    Note::Why(why) => why,
-                    Note::None | Note::Shutdown => String::new(),
+                let description = match ending {
+                    Ending::RolledBack(why) => why,
+                    Ending::Committed | Ending::Shutdown => String::new(),
                 };
                 Some(delivery.dead_letter(reason.as_str(), &description).await)
             }

@@ -1,5 +1,5 @@
 //! Session mode: messages of one session handled strictly one at a time, in order, each with
-//! the same inbox transaction as any delivery (`process::Step`); up to
+//! the same inbox transaction as any delivery (`process::Processor`); up to
 //! [`SessionConfig::max_sessions`] sessions at once.
 //!
 //! The session lock is every delivery's lock here: the lock keeper renews it through
@@ -197,12 +197,12 @@ where
                     return Ended::LockLost;
                 }
             };
-            let step = self.step();
+            let processor = self.processor();
             // The delivery's lock is the session lock: the keeper renews the session.
-            let lock = step.keeper.keep(delivery.clone());
+            let lock = processor.keeper.keep(delivery.clone());
             let report = {
                 let _busy = self.slots.enter();
-                step.run(delivery, lock, abort).await
+                processor.run(delivery, lock, abort).await
             };
             self.stats.record(&report);
             let lost = report.outcome == Outcome::LockLost

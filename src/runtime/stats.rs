@@ -1,3 +1,5 @@
+//! In-process counters of a runtime's outcomes, readable without telemetry.
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{Outcome, Report};

@@ -241,11 +241,11 @@ fn lock_reply(reply: &AnyMessage) -> Result<(), SettleError> {
     }
     let description = description(reply);
     if is_transient_reply(status, condition.as_deref()) {
-        return Err(SettleError::Transient(format!(
+        return Err(SettleError::transient(format!(
             "$management answered {status}: {description}"
         )));
     }
-    Err(SettleError::Refused {
+    Err(SettleError::Permanent {
         condition: condition.unwrap_or_else(|| status.to_string()),
         description,
     })
@@ -358,7 +358,7 @@ mod tests {
         );
         assert!(matches!(
             disposition_reply(&reply(400, Some("amqp:invalid-field"))),
-            Err(SettleError::Refused { .. })
+            Err(SettleError::Permanent { .. })
         ));
         assert_eq!(disposition_reply(&reply(200, None)), Ok(()));
     }

@@ -21,6 +21,7 @@ use super::session::{
 };
 use super::telemetry::{EntityTelemetry, Kind};
 use super::{ServiceBusClient, ServiceBusError};
+use crate::ports::Cause;
 use crate::runtime::{Backoff, DeadLetterReason};
 use crate::telemetry::names::{error, span};
 use crate::telemetry::propagation::producer_context;
@@ -143,9 +144,7 @@ impl ServiceBusReceiver {
         }
         let receiver = tokio::time::timeout(wait, conn.session.attach_receiver(options))
             .await
-            .map_err(|_| {
-                ReceiveError::Transient("the service did not answer the attach in time".into())
-            })?
+            .map_err(|_| ReceiveError::transient("the service did not answer the attach in time"))?
             .map_err(|e| match session {
                 Some(_) => session_refusal(&e).unwrap_or_else(|| self.failed(&e, fresh)),
                 None => self.failed(&e, fresh),
@@ -171,23 +170,23 @@ impl ServiceBusReceiver {
     /// Classifies a link or connection failure; an unauthorized one arms a re-attach with a
     /// fresh token, unless that was this attempt already.
     fn failed(&self, error: &sb_amqp::Error, fresh: bool) -> ReceiveError {
-        let text = ServiceBusError::from_amqp(error).to_string();
+        let cause = Cause::new(ServiceBusError::from_amqp(error));
         match recovery(error) {
-            Recovery::Link | Recovery::Connection => ReceiveError::Transient(text),
+            Recovery::Link | Recovery::Connection => ReceiveError::Transient(cause),
             Recovery::Reauthorize if !fresh => {
                 self.inner.reauthorize.store(true, Ordering::Release);
-                ReceiveError::Transient(text)
+                ReceiveError::Transient(cause)
             }
-            Recovery::Reauthorize | Recovery::Fatal => ReceiveError::Fatal(text),
+            Recovery::Reauthorize | Recovery::Fatal => ReceiveError::Permanent(cause),
         }
     }
 
     /// A `$cbs` failure. A refused put-token is fatal: the provider made that token just now.
     fn refused(error: ServiceBusError) -> ReceiveError {
         if error.is_transient() {
-            ReceiveError::Transient(error.to_string())
+            ReceiveError::transient(Cause::new(error))
         } else {
-            ReceiveError::Fatal(error.to_string())
+            ReceiveError::permanent(Cause::new(error))
         }
     }
 
@@ -216,7 +215,7 @@ impl ServiceBusReceiver {
 }
 
 fn transient(error: ServiceBusError) -> ReceiveError {
-    ReceiveError::Transient(error.to_string())
+    ReceiveError::transient(Cause::new(error))
 }
 
 impl Receiver for ServiceBusReceiver {
@@ -260,14 +259,14 @@ impl ServiceBusReceiver {
     async fn next_or_refused(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
         let mut guard = self.inner.link.lock().await;
         if guard.is_none() && self.inner.session.get().is_some() {
-            return Err(ReceiveError::Transient(SESSION_LINK_GONE.into()));
+            return Err(ReceiveError::transient(SESSION_LINK_GONE));
         }
         if guard.is_none() {
             *guard = Some(self.attach().await?);
             self.inner.attached.store(true, Ordering::Release);
         }
         let Some(link) = guard.as_mut() else {
-            return Err(ReceiveError::Transient("no link".into()));
+            return Err(ReceiveError::transient("no link"));
         };
         let result = async {
             // One credit per outstanding receive; a receive cancelled after granting leaves its
@@ -401,7 +400,7 @@ enum Attempt {
     /// The delivery's link is gone: settle by lock token instead.
     LinkGone,
     /// Busy, timed out, or no answer: worth another try while the lock lasts.
-    Retry(String),
+    Retry(Cause),
     Failed(SettleError),
 }
 
@@ -529,9 +528,9 @@ impl ServiceBusDelivery {
                 Attempt::Failed(SettleError::LockLost)
             }
             Ok(Some(Outcome::Rejected(Some(error)))) if is_busy_condition(&error.condition) => {
-                Attempt::Retry(error.to_string())
+                Attempt::Retry(Cause::text(error.to_string()))
             }
-            Ok(Some(Outcome::Rejected(Some(error)))) => Attempt::Failed(SettleError::Refused {
+            Ok(Some(Outcome::Rejected(Some(error)))) => Attempt::Failed(SettleError::Permanent {
                 condition: error.condition,
                 description: error.description.unwrap_or_default(),
             }),
@@ -568,14 +567,14 @@ impl ServiceBusDelivery {
 /// A `$management` request failure as a settlement error, keeping the broker's condition.
 pub(super) fn settle_error(error: ServiceBusError) -> SettleError {
     if error.is_transient() {
-        SettleError::Transient(error.to_string())
+        SettleError::transient(Cause::new(error))
     } else {
         let condition = match &error {
             ServiceBusError::Broker { condition, .. } => condition.clone(),
             ServiceBusError::NotFound(_) => sb_amqp::condition::NOT_FOUND.to_owned(),
             _ => sb_amqp::condition::UNAUTHORIZED_ACCESS.to_owned(),
         };
-        SettleError::Refused {
+        SettleError::Permanent {
             condition,
             description: error.to_string(),
         }

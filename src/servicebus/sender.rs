@@ -11,6 +11,7 @@ use super::amqp_message::to_amqp;
 use super::error::{Recovery, is_busy_condition, recovery};
 use super::telemetry::{EntityTelemetry, Kind};
 use super::{ServiceBusClient, ServiceBusError};
+use crate::ports::Cause;
 use crate::runtime::Backoff;
 use crate::telemetry::names::{attr, error, span};
 use crate::telemetry::propagation::stamp;
@@ -360,9 +361,9 @@ impl Sender for ServiceBusPublisher {
             .await
             .map_err(|failed| {
                 if failed.error.is_transient() {
-                    SendFailure::Transient(failed.to_string())
+                    SendFailure::transient(Cause::new(failed))
                 } else {
-                    SendFailure::Permanent(failed.to_string())
+                    SendFailure::permanent(Cause::new(failed))
                 }
             })
     }

@@ -22,6 +22,7 @@ use super::ServiceBusError;
 use super::amqp_message::timestamp_to_system;
 use super::management;
 use super::receiver::{ReceiverInner, ServiceBusDelivery, ServiceBusReceiver, settle_error};
+use crate::ports::Cause;
 use crate::{ReceiveError, SettleError, Source};
 
 /// `com.microsoft:session-lock-lost`: the session lock expired or the session was taken.
@@ -43,10 +44,10 @@ const SESSION_CANNOT_BE_LOCKED: &str = "com.microsoft:session-cannot-be-locked";
 /// time, or the session held by another receiver (both worth trying again later).
 pub(super) fn session_refusal(error: &sb_amqp::Error) -> Option<ReceiveError> {
     match error.condition() {
-        Some(OPERATION_TIMEOUT) => Some(ReceiveError::Transient(NO_SESSION.into())),
-        Some(SESSION_CANNOT_BE_LOCKED) => Some(ReceiveError::Transient(
-            ServiceBusError::from_amqp(error).to_string(),
-        )),
+        Some(OPERATION_TIMEOUT) => Some(ReceiveError::transient(NO_SESSION)),
+        Some(SESSION_CANNOT_BE_LOCKED) => Some(ReceiveError::transient(Cause::new(
+            ServiceBusError::from_amqp(error),
+        ))),
         _ => None,
     }
 }
@@ -152,7 +153,7 @@ impl super::ServiceBusClient {
     /// other receiver holds), waiting up to `wait`; `Ok(None)` when none became available.
     ///
     /// # Errors
-    /// [`ReceiveError::Transient`] for connection failures; [`ReceiveError::Fatal`] for an
+    /// [`ReceiveError::Transient`] for connection failures; [`ReceiveError::Permanent`] for an
     /// entity that does not require sessions, or refused rights.
     pub async fn accept_next_session(
         &self,
@@ -164,7 +165,7 @@ impl super::ServiceBusClient {
             wait,
         };
         match ServiceBusSessionReceiver::accept(self, entity, &request).await {
-            Err(ReceiveError::Transient(why)) if why == NO_SESSION => Ok(None),
+            Err(ReceiveError::Transient(why)) if why.to_string() == NO_SESSION => Ok(None),
             accepted => accepted.map(Some),
         }
     }
@@ -174,7 +175,7 @@ impl super::ServiceBusClient {
     /// # Errors
     /// [`ReceiveError::Transient`] while another receiver holds the session
     /// (`com.microsoft:session-cannot-be-locked`) or the connection fails;
-    /// [`ReceiveError::Fatal`] for an entity that does not require sessions.
+    /// [`ReceiveError::Permanent`] for an entity that does not require sessions.
     pub async fn accept_session(
         &self,
         entity: &str,

@@ -79,10 +79,8 @@ pub(crate) fn properties_from_json(
 ) -> Result<std::collections::BTreeMap<String, crate::ports::PropertyValue>, StoreError> {
     use crate::ports::{ErrorKind, PropertyValue};
     let invalid = |what: &str| {
-        StoreError::new(
+        StoreError::of_kind(
             ErrorKind::Conversion,
-            None,
-            None,
             format!("sb_outbox row {row}: application_properties {what}"),
         )
     };

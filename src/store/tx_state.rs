@@ -68,11 +68,7 @@ impl TxState {
             .iter()
             .position(|id| *id == savepoint.id())
             .ok_or_else(|| {
-                StoreError::new(
-                    ErrorKind::Schema,
-                    None,
-                    None,
-                    format!(
+                StoreError::of_kind(ErrorKind::Schema, format!(
                         "savepoint {} is not live in this transaction (already ended, or from another transaction)",
                         savepoint.name()
                     ),

@@ -6,12 +6,13 @@
 //! use std::sync::Arc;
 //! use std::sync::atomic::{AtomicU64, Ordering};
 //! use std::time::Duration;
-//! use sb_inbox::telemetry::hooks::{OutboxBacklog, observe_outbox, observe_retention};
+//! use sb_inbox::BacklogSample;
+//! use sb_inbox::telemetry::hooks::{observe_outbox, observe_retention};
 //!
 //! let pending = Arc::new(AtomicU64::new(0));
 //! let _outbox = observe_outbox(&["inventory.order-placed.v1"], {
 //!     let pending = pending.clone();
-//!     move || OutboxBacklog {
+//!     move || BacklogSample {
 //!         pending: pending.load(Ordering::Relaxed),
 //!         oldest_age: Duration::ZERO,
 //!     }
@@ -23,21 +24,11 @@
 //! });
 //! ```
 
-use std::time::Duration;
-
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::{ObservableCounter, ObservableGauge};
 
 use super::names::{attr, metric};
-
-/// The outbox's state at one moment.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct OutboxBacklog {
-    /// Rows not yet relayed.
-    pub pending: u64,
-    /// Age of the oldest of them (zero when none).
-    pub oldest_age: Duration,
-}
+use crate::ports::BacklogSample;
 
 /// The outbox gauges; they report while the meter provider lives.
 #[derive(Debug)]
@@ -59,7 +50,7 @@ pub struct RetentionCounter {
 /// the same rows once per consumer).
 pub fn observe_outbox(
     consumers: &[impl AsRef<str>],
-    read: impl Fn() -> OutboxBacklog + Send + Sync + 'static,
+    read: impl Fn() -> BacklogSample + Send + Sync + 'static,
 ) -> OutboxGauges {
     let meter = opentelemetry::global::meter("sb-inbox");
     let labels = labels(consumers);

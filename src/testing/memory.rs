@@ -374,9 +374,7 @@ impl Shared {
             self.expire(&mut state);
             if state.fail_settlements > 0 {
                 state.fail_settlements -= 1;
-                return Err(SettleError::Transient(
-                    "injected settlement failure".to_owned(),
-                ));
+                return Err(SettleError::transient("injected settlement failure"));
             }
             match state.locked.remove(&token) {
                 Some(locked) => {
@@ -452,7 +450,7 @@ impl Sender for MemoryBroker {
         self.shared.update(|state| {
             if state.fail_sends > 0 {
                 state.fail_sends -= 1;
-                return Err(SendFailure::Transient("injected send failure".to_owned()));
+                return Err(SendFailure::transient("injected send failure"));
             }
             state.counts.sent += 1;
             state.sent.push(SentMessage {
@@ -516,9 +514,7 @@ impl Delivery for MemoryDelivery {
         self.shared.expire(&mut state);
         match state.renew_fault {
             RenewFault::Transient => {
-                return Err(SettleError::Transient(
-                    "injected renewal failure".to_owned(),
-                ));
+                return Err(SettleError::transient("injected renewal failure"));
             }
             RenewFault::LockLost => {
                 state.counts.lock_lost += 1;

@@ -318,13 +318,7 @@ where
         // They read the relay's last backlog sample and live as long as the worker.
         let relay_stats = relay.stats();
         let _outbox_gauges = telemetry::hooks::observe_outbox(&names, move || {
-            relay_stats.snapshot().backlog.map_or_else(
-                telemetry::hooks::OutboxBacklog::default,
-                |sample| telemetry::hooks::OutboxBacklog {
-                    pending: sample.pending,
-                    oldest_age: sample.oldest_age,
-                },
-            )
+            relay_stats.snapshot().backlog.unwrap_or_default()
         });
         let mut _retention_counter = None;
         let mut background = vec![tokio::spawn({

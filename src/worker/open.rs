@@ -97,10 +97,8 @@ pub(crate) async fn check_schema<S: Applied>(store: &S) -> Result<(), StoreError
     if missing.is_empty() {
         return Ok(());
     }
-    Err(StoreError::new(
+    Err(StoreError::of_kind(
         ErrorKind::Schema,
-        None,
-        None,
         format!(
             "schema not migrated (missing {}): run `sb-inbox migrate`",
             missing.join(", ")
@@ -164,12 +162,7 @@ mod tests {
                         let n = attempts.fetch_add(1, Ordering::SeqCst);
                         async move {
                             if n < 3 {
-                                Err(StoreError::new(
-                                    ErrorKind::Connection,
-                                    None,
-                                    None,
-                                    "refused",
-                                ))
+                                Err(StoreError::connection("refused"))
                             } else {
                                 Ok(n)
                             }
@@ -200,7 +193,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         shutdown.cancel();
         let opened: Option<()> = until_open(
-            || async { Err(StoreError::new(ErrorKind::Connection, None, None, "down")) },
+            || async { Err(StoreError::connection("down")) },
             &condition,
             &shutdown,
         )

@@ -155,10 +155,8 @@ where
         open::check_schema(&store).await?;
         // Missing like a schema not migrated yet: retried, not an exit.
         if !store.inventory_migrated().await? {
-            return Err(StoreError::new(
+            return Err(StoreError::of_kind(
                 ErrorKind::Schema,
-                None,
-                None,
                 "the reference consumer's tables are missing: run `sb-inbox migrate --inventory`",
             ));
         }

@@ -298,7 +298,7 @@ impl sb_inbox::Handler<sb_inbox::store::PgTx> for KillsItsSession {
         ctx: &sb_inbox::Context<'_, ()>,
         tx: &mut sb_inbox::store::PgTx,
     ) -> Result<sb_inbox::Handled, sb_inbox::HandlerError> {
-        if ctx.message_id == "kill" {
+        if ctx.logical_id() == "kill" {
             tx.execute("SELECT pg_terminate_backend(pg_backend_pid())", &[])
                 .await?;
         }

@@ -184,7 +184,7 @@ async fn unknown_entity_and_bad_key_are_permanent_errors() {
     let client = client(&emulator);
     let error = client.receiver("nope", 0).receive().await.unwrap_err();
     assert!(
-        matches!(&error, ReceiveError::Fatal(text) if text.contains("not found")),
+        matches!(&error, ReceiveError::Permanent(text) if text.to_string().contains("not found")),
         "{error:?}"
     );
     let error = client.sender("nope").send(order("m")).await.unwrap_err();
@@ -209,7 +209,7 @@ async fn unknown_entity_and_bad_key_are_permanent_errors() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&error, ReceiveError::Fatal(text) if text.contains("401")),
+        matches!(&error, ReceiveError::Permanent(text) if text.to_string().contains("401")),
         "{error:?}"
     );
 }

@@ -200,7 +200,7 @@ async fn scheduled_messages_wait_and_unknown_queues_are_permanent(connection: &s
         .receive()
         .await
         .unwrap_err();
-    assert!(matches!(error, ReceiveError::Fatal(_)), "{error:?}");
+    assert!(matches!(error, ReceiveError::Permanent(_)), "{error:?}");
 }
 
 async fn dead_letter_carries_reason_and_description(connection: &str) {

@@ -135,7 +135,9 @@ async fn fatal_detach_conditions_stop_the_receiver() {
         seen.push(link);
         assert!(emulator.force_detach_link(link, detach_error(condition)));
         match pending.await.unwrap() {
-            Err(ReceiveError::Fatal(text)) => assert!(text.contains(condition), "{text}"),
+            Err(ReceiveError::Permanent(text)) => {
+                assert!(text.to_string().contains(condition), "{text}")
+            }
             other => panic!("{condition}: {other:?}"),
         }
     }

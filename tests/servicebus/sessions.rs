@@ -225,7 +225,7 @@ async fn the_session_receiver_accepts_renews_keeps_state_and_fences_a_lost_link(
     let other = crate::client(&emulator);
     let refused = other.accept_session("sq", "A").await.unwrap_err();
     assert!(
-        matches!(&refused, ReceiveError::Transient(why) if why.contains("session-cannot-be-locked")),
+        matches!(&refused, ReceiveError::Transient(why) if why.to_string().contains("session-cannot-be-locked")),
         "{refused:?}"
     );
     let b = other

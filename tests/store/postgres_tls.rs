@@ -72,6 +72,6 @@ async fn a_missing_root_certificate_file_is_a_configuration_error() {
     )
     .await
     .unwrap_err();
-    assert_eq!(error.kind(), ErrorKind::Schema);
+    assert_eq!(error.kind(), ErrorKind::Configuration);
     assert!(error.to_string().contains("/no/such.pem"), "{error}");
 }

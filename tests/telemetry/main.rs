@@ -16,9 +16,10 @@ use opentelemetry_proto::tonic::metrics::v1::{Metric, metric::Data};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use sb_emulator::{Broker, Config, Emulator};
+use sb_inbox::BacklogSample;
 use sb_inbox::inventory::{CONSUMER, OrderPlacedConsumer};
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
-use sb_inbox::telemetry::hooks::{OutboxBacklog, observe_outbox, observe_retention};
+use sb_inbox::telemetry::hooks::{observe_outbox, observe_retention};
 use sb_inbox::telemetry::names::{attr, metric, value};
 use sb_inbox::telemetry::{Telemetry, TelemetryConfig};
 use sb_inbox::{
@@ -189,7 +190,7 @@ async fn spans_and_metrics_of_processed_duplicate_dead_lettered_and_lock_lost_me
     let telemetry = Arc::new(sb_inbox::telemetry::init(&config).unwrap());
     assert!(telemetry.exporting());
     // A worker hosting two consumers: its one relay and retention report under both names.
-    let _outbox = observe_outbox(&[CONSUMER, OTHER_CONSUMER], || OutboxBacklog {
+    let _outbox = observe_outbox(&[CONSUMER, OTHER_CONSUMER], || BacklogSample {
         pending: 3,
         oldest_age: Duration::from_secs(7),
     });

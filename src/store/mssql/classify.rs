@@ -116,7 +116,7 @@ const FATAL_SEVERITY: u8 = 20;
 
 /// Classifies a tiberius error.
 pub fn classify(error: Error) -> StoreError {
-    match &error {
+    let classified = match &error {
         Error::Server(token) => {
             let (kind, constraint) = server_kind(token.code(), token.class(), token.message());
             StoreError::new(
@@ -126,8 +126,9 @@ pub fn classify(error: Error) -> StoreError {
                 token.message().to_owned(),
             )
         }
-        _ => StoreError::new(client_kind(&error), None, None, error.to_string()),
-    }
+        _ => StoreError::of_kind(client_kind(&error), error.to_string()),
+    };
+    classified.with_source(error)
 }
 
 /// True when the connection that returned `error` must not be reused: the transport failed or

@@ -9,7 +9,7 @@ use tiberius::Config;
 
 use super::token::{AzureTokenSource, TokenSource, parse_authentication};
 use crate::entra::EntraMode;
-use crate::ports::{ErrorKind, StoreError};
+use crate::ports::StoreError;
 
 /// [`MssqlConfig::command_timeout`] without `Command Timeout=`: ADO.NET's default.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
@@ -46,7 +46,7 @@ impl MssqlConfig {
     /// Parses an ADO.NET connection string or an `mssql://` / `sqlserver://` URL.
     ///
     /// # Errors
-    /// [`ErrorKind::Schema`] for a string tiberius cannot parse or an unsupported
+    /// [`ErrorKind::Configuration`](crate::ports::ErrorKind::Configuration) for a string tiberius cannot parse or an unsupported
     /// `Authentication` method.
     pub fn parse(text: &str) -> Result<Self, StoreError> {
         let ado = if is_url(text) {
@@ -100,7 +100,7 @@ impl MssqlConfig {
     /// How long one statement may run (`Command Timeout=` seconds in the connection string,
     /// [`DEFAULT_COMMAND_TIMEOUT`] without it, `0` for no limit). Past it the connection is
     /// dropped (the server rolls its transaction back) and the statement fails with a transient
-    /// [`ErrorKind::Connection`] error. Lock waits end earlier, at two thirds of it, with the
+    /// [`ErrorKind::Connection`](crate::ports::ErrorKind::Connection) error. Lock waits end earlier, at two thirds of it, with the
     /// transient 1222 (`SET LOCK_TIMEOUT`), which keeps the connection.
     pub fn command_timeout(&self) -> Option<Duration> {
         self.command_timeout
@@ -167,12 +167,7 @@ impl fmt::Debug for MssqlConfig {
 }
 
 fn invalid(message: impl fmt::Display) -> StoreError {
-    StoreError::new(
-        ErrorKind::Schema,
-        None,
-        None,
-        format!("invalid SQL Server connection string: {message}"),
-    )
+    StoreError::configuration(format!("invalid SQL Server connection string: {message}"))
 }
 
 /// True for `mssql://…` and `sqlserver://…`.
@@ -333,6 +328,7 @@ fn url_to_ado(url: &str) -> Result<String, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ports::ErrorKind;
 
     #[test]
     fn splits_ado_strings() {
@@ -418,7 +414,7 @@ mod tests {
         let err = "Server=tcp:x,1433;Authentication=Active Directory Interactive"
             .parse::<MssqlConfig>()
             .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Schema);
+        assert_eq!(err.kind(), ErrorKind::Configuration);
     }
 
     #[test]
@@ -439,7 +435,7 @@ mod tests {
         );
         assert_eq!(
             parse(";Command Timeout=soon").unwrap_err().kind(),
-            ErrorKind::Schema
+            ErrorKind::Configuration
         );
     }
 }

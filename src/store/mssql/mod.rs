@@ -134,15 +134,10 @@ impl MssqlConn {
             Ok(Err(error)) => Err(self.fail(error)),
             Err(_) => {
                 self.broken = true;
-                Err(StoreError::new(
-                    ErrorKind::Connection,
-                    None,
-                    None,
-                    format!(
-                        "statement timed out after {} s (Command Timeout); the connection is dropped",
-                        limit.unwrap_or_default().as_secs()
-                    ),
-                ))
+                Err(StoreError::connection(format!(
+                    "statement timed out after {} s (Command Timeout); the connection is dropped",
+                    limit.unwrap_or_default().as_secs()
+                )))
             }
         }
     }
@@ -187,14 +182,7 @@ impl MssqlManager {
     async fn tcp(addr: &str) -> Result<TcpStream, StoreError> {
         let tcp = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
             .await
-            .map_err(|_| {
-                StoreError::new(
-                    ErrorKind::Connection,
-                    None,
-                    None,
-                    format!("timed out connecting to {addr}"),
-                )
-            })?
+            .map_err(|_| StoreError::connection(format!("timed out connecting to {addr}")))?
             .map_err(|error| classify(error.into()))?;
         tcp.set_nodelay(true)
             .map_err(|error| classify(error.into()))?;
@@ -261,10 +249,7 @@ impl ManageConnection for MssqlManager {
     /// is marked while one is open, and the commit checks `@@TRANCOUNT` in its own batch.
     async fn is_valid(&self, conn: &mut MssqlConn) -> Result<(), StoreError> {
         if conn.broken {
-            return Err(StoreError::new(
-                ErrorKind::Connection,
-                None,
-                None,
+            return Err(StoreError::connection(
                 "the pooled SQL Server connection is broken",
             ));
         }
@@ -319,7 +304,7 @@ impl MssqlStore {
     /// an `mssql://` URL (see [`MssqlConfig`]).
     ///
     /// # Errors
-    /// [`ErrorKind::Schema`] for an unparseable string; a classified error when the first
+    /// [`ErrorKind::Configuration`] for an unparseable string; a classified error when the first
     /// connection fails.
     pub async fn connect(connection: &str, max_size: u32) -> Result<Self, StoreError> {
         Self::connect_with(connection.parse()?, max_size).await
@@ -351,10 +336,8 @@ impl MssqlStore {
     ) -> Result<PooledConnection<'static, MssqlManager>, StoreError> {
         pool.get_owned().await.map_err(|error| match error {
             bb8::RunError::User(error) => error,
-            bb8::RunError::TimedOut => StoreError::new(
+            bb8::RunError::TimedOut => StoreError::of_kind(
                 ErrorKind::Unavailable,
-                None,
-                None,
                 "timed out waiting for a pooled connection",
             ),
         })
@@ -634,10 +617,8 @@ impl Tx for MssqlTx {
             )
             .await?;
         let row = rows.first().ok_or_else(|| {
-            StoreError::new(
+            StoreError::of_kind(
                 ErrorKind::Unknown,
-                None,
-                None,
                 "aggregate version row missing after upsert",
             )
         })?;
@@ -728,10 +709,8 @@ impl Tx for MssqlTx {
             open => {
                 // Dropped by the pool: closing the session rolls the outer transaction back.
                 self.conn.broken = true;
-                Err(StoreError::new(
+                Err(StoreError::of_kind(
                     ErrorKind::Unknown,
-                    None,
-                    None,
                     match open {
                         Some(n) => format!(
                             "{n} transaction(s) still open after COMMIT (a nested BEGIN TRANSACTION): nothing is committed"

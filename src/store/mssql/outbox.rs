@@ -104,12 +104,7 @@ fn id_list(ids: &[i64]) -> String {
 }
 
 fn missing(column: &str) -> StoreError {
-    StoreError::new(
-        ErrorKind::Conversion,
-        None,
-        None,
-        format!("sb_outbox.{column} is NULL"),
-    )
+    StoreError::of_kind(ErrorKind::Conversion, format!("sb_outbox.{column} is NULL"))
 }
 
 fn text(row: &Row, index: usize) -> Result<Option<String>, StoreError> {

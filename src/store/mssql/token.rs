@@ -28,7 +28,7 @@ pub trait TokenSource: Send + Sync + fmt::Debug {
 /// an [`EntraMode`] for the supported Entra methods.
 ///
 /// # Errors
-/// [`ErrorKind::Schema`] for an unsupported method (interactive, password, …).
+/// [`ErrorKind::Configuration`] for an unsupported method (interactive, password, …).
 pub fn parse_authentication(method: &str) -> Result<Option<EntraMode>, StoreError> {
     let normalized: String = method
         .chars()
@@ -42,16 +42,11 @@ pub fn parse_authentication(method: &str) -> Result<Option<EntraMode>, StoreErro
             Ok(Some(EntraMode::ManagedIdentity))
         }
         "activedirectoryworkloadidentity" => Ok(Some(EntraMode::WorkloadIdentity)),
-        _ => Err(StoreError::new(
-            ErrorKind::Schema,
-            None,
-            None,
-            format!(
-                "unsupported Authentication={method}: use SqlPassword, Active Directory \
+        _ => Err(StoreError::configuration(format!(
+            "unsupported Authentication={method}: use SqlPassword, Active Directory \
                  Default, Active Directory Managed Identity or Active Directory Workload \
                  Identity"
-            ),
-        )),
+        ))),
     }
 }
 
@@ -79,9 +74,7 @@ impl TokenSource for AzureTokenSource {
                 .token(AZURE_SQL_SCOPE)
                 .await
                 .map(|token| token.secret)
-                .map_err(|error| {
-                    StoreError::new(ErrorKind::Unavailable, None, None, error.to_string())
-                })
+                .map_err(|error| StoreError::of_kind(ErrorKind::Unavailable, error.to_string()))
         })
     }
 }

@@ -24,17 +24,13 @@ pub fn classify(error: tokio_postgres::Error) -> StoreError {
             message.push_str(&cause.to_string());
             source = cause.source();
         }
-        return StoreError::new(kind, None, None, message);
+        return StoreError::of_kind(kind, message).with_source(error);
     };
     let code = db.code();
     let constraint = db.constraint().map(str::to_owned);
     let kind = kind_of(code, constraint.as_deref());
-    StoreError::new(
-        kind,
-        Some(code.code().to_owned()),
-        constraint,
-        db.message().to_owned(),
-    )
+    let message = db.message().to_owned();
+    StoreError::new(kind, Some(code.code().to_owned()), constraint, message).with_source(error)
 }
 
 /// The kind of a SQLSTATE (with the constraint for unique violations).

@@ -119,7 +119,7 @@ impl PgConn {
         self.prepare_all(&[sql])
             .await?
             .pop()
-            .ok_or_else(|| StoreError::new(ErrorKind::Unknown, None, None, "no statement"))
+            .ok_or_else(|| StoreError::of_kind(ErrorKind::Unknown, "no statement"))
     }
 
     /// Classifies the outcome of running the cached statement for `sql`, forgetting the
@@ -209,10 +209,7 @@ impl ManageConnection for PgManager {
     /// connection that fails this check and hands out the next one.
     async fn is_valid(&self, conn: &mut PgConn) -> Result<(), StoreError> {
         if conn.broken || conn.client.is_closed() {
-            return Err(StoreError::new(
-                ErrorKind::Connection,
-                None,
-                None,
+            return Err(StoreError::connection(
                 "the pooled PostgreSQL connection is closed",
             ));
         }
@@ -252,7 +249,7 @@ impl PgStore {
     /// `sslrootcert=PATH`; no `sslmode` means plain TCP.
     ///
     /// # Errors
-    /// [`ErrorKind::Schema`] for an unparseable URL or `sslrootcert`; the classified error of a
+    /// [`ErrorKind::Configuration`] for an unparseable URL or `sslrootcert`; the classified error of a
     /// first connection, made before returning.
     pub async fn connect(url: &str, max_size: u32) -> Result<Self, StoreError> {
         let (mut config, tls) = tls::parse(url)?;
@@ -275,10 +272,8 @@ impl PgStore {
     async fn connection(&self) -> Result<PooledConnection<'static, PgManager>, StoreError> {
         self.pool.get_owned().await.map_err(|error| match error {
             bb8::RunError::User(error) => error,
-            bb8::RunError::TimedOut => StoreError::new(
+            bb8::RunError::TimedOut => StoreError::of_kind(
                 ErrorKind::Unavailable,
-                None,
-                None,
                 "timed out waiting for a pooled connection",
             ),
         })
@@ -573,10 +568,8 @@ impl PgTx {
         };
         if inserted != 1 {
             // Only when the transaction block was not there: never on a healthy connection.
-            return self.state.record(Err(StoreError::new(
+            return self.state.record(Err(StoreError::of_kind(
                 ErrorKind::Unknown,
-                None,
-                None,
                 "the inbox row was not written: no transaction block was open",
             )));
         }
@@ -647,10 +640,8 @@ impl Tx for PgTx {
             )
             .await?;
         let row = rows.first().ok_or_else(|| {
-            StoreError::new(
+            StoreError::of_kind(
                 ErrorKind::Unknown,
-                None,
-                None,
                 "aggregate version row missing after upsert",
             )
         });

@@ -20,17 +20,17 @@ use tokio_postgres::config::SslMode;
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
 use tokio_postgres::{Config, Socket};
 
-use crate::ports::{ErrorKind, StoreError};
+use crate::ports::StoreError;
 
 fn invalid(message: String) -> StoreError {
-    StoreError::new(ErrorKind::Schema, None, None, message)
+    StoreError::configuration(message)
 }
 
 /// Parses a `postgres://` URL or a libpq key/value string, taking out the parts
 /// `tokio-postgres` does not know (`sslrootcert`, the `verify-*` modes).
 ///
 /// # Errors
-/// [`ErrorKind::Schema`] for an unparseable string or an unreadable `sslrootcert`.
+/// [`ErrorKind::Configuration`](crate::ports::ErrorKind::Configuration) for an unparseable string or an unreadable `sslrootcert`.
 pub(crate) fn parse(url: &str) -> Result<(Config, PgTls), StoreError> {
     let (rest, options) = split_options(url)?;
     let mut config: Config = rest
@@ -215,6 +215,7 @@ impl AsyncWrite for PgTlsStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ports::ErrorKind;
 
     #[test]
     fn tls_options_are_taken_out_of_urls_and_key_value_strings() {
@@ -253,7 +254,7 @@ mod tests {
         assert!(error.to_string().contains("sslmode"), "{error}");
         let error =
             parse("postgres://u@db/app?sslmode=require&sslrootcert=/no/such.pem").unwrap_err();
-        assert_eq!(error.kind(), ErrorKind::Schema);
+        assert_eq!(error.kind(), ErrorKind::Configuration);
         assert!(error.to_string().contains("/no/such.pem"), "{error}");
     }
 }

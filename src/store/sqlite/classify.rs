@@ -35,7 +35,7 @@ pub fn classify(error: rusqlite::Error) -> StoreError {
             | rusqlite::Error::InvalidParameterCount(..) => ErrorKind::Schema,
             _ => ErrorKind::Unknown,
         };
-        return StoreError::new(kind, None, None, message);
+        return StoreError::of_kind(kind, message).with_source(error);
     };
     let detail = detail.as_deref().unwrap_or_default();
     let code = failure.extended_code;
@@ -77,5 +77,5 @@ pub fn classify(error: rusqlite::Error) -> StoreError {
             _ => (ErrorKind::Unknown, None),
         },
     };
-    StoreError::new(kind, Some(code.to_string()), constraint, message)
+    StoreError::new(kind, Some(code.to_string()), constraint, message).with_source(error)
 }

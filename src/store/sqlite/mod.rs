@@ -257,10 +257,8 @@ impl SqliteTx {
     ) -> Result<T, StoreError> {
         self.state.check()?;
         if self.conn.is_autocommit() {
-            return self.state.record(Err(StoreError::new(
+            return self.state.record(Err(StoreError::of_kind(
                 ErrorKind::Unknown,
-                None,
-                None,
                 "SQLite ended the transaction (it rolls back after some errors); statement refused",
             )));
         }
@@ -336,11 +334,7 @@ impl Tx for SqliteTx {
                 |row| row.get(0),
             )?
             .ok_or_else(|| {
-                StoreError::new(
-                    ErrorKind::Unknown,
-                    None,
-                    None,
-                    "aggregate version row missing after upsert",
+                StoreError::of_kind(ErrorKind::Unknown, "aggregate version row missing after upsert",
                 )
             })?;
         Ok(VersionCheck::Stale { current })
