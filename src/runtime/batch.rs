@@ -11,20 +11,27 @@
 //!    duplicate, a permanent or a transient error) `ROLLBACK TO` its savepoint undoes that
 //!    delivery alone and forgets the error (the transaction's first-error rule is scoped to the
 //!    savepoint), and its verdict waits for the commit.
-//! 4. Fence, just before the commit: a delivery whose lock is lost is taken out by rolling back
+//! 4. Every delivery after the transaction's first waits at most [`LOCK_WAIT_BOUND`] for a row
+//!    lock another transaction holds ([`Tx::bound_lock_waits`]); one that meets such a lock
+//!    gives way: `ROLLBACK TO` its savepoint, and it runs again, first, in the batch's next
+//!    transaction. So two batches that each hold what the other needs part at once instead of
+//!    waiting for the database's deadlock detection, and a first delivery, which may wait,
+//!    holds nothing else.
+//! 5. Fence, just before the commit: a delivery whose lock is lost is taken out by rolling back
 //!    to its savepoint. Savepoints nest, so that also undoes the deliveries after it, which run
 //!    again (a verdict can depend on an earlier delivery of the batch: the second copy of a
 //!    message is a duplicate only while the first stays in).
-//! 5. One commit, then every settlement at once, each as the unbatched runtime settles it:
-//!    processed, stale and duplicates complete; permanent failures are dead-lettered; transient
-//!    failures are abandoned (or retried later); lost locks are left to redelivery.
+//! 6. One commit; the deliveries it decided keep their verdicts whatever becomes of the batch's
+//!    later transactions. Once none is left to run again, every settlement at once, each as the
+//!    unbatched runtime settles it: processed, stale and duplicates complete; permanent
+//!    failures are dead-lettered; transient failures are abandoned (or retried later); lost
+//!    locks are left to redelivery.
 //!
 //! A statement that ends the whole transaction (a rollback to a savepoint that fails, as after a
 //! deadlock on SQL Server, or a broken connection) takes only that delivery out: it gets its
 //! own verdict and the rest of the batch runs again in a new transaction. A failed `BEGIN` or
-//! `COMMIT`, a batch past `max_processing`, or a shutdown past its grace abandons the whole
-//! batch: nothing of it is committed, and even a duplicate seen inside it is re-judged on
-//! redelivery.
+//! `COMMIT`, a batch past `max_processing`, or a shutdown past its grace abandons what the batch
+//! has not committed yet, and even a duplicate seen inside it is re-judged on redelivery.
 //!
 //! # What batching trades
 //! One commit (and its log flush) serves the whole batch, which is where the throughput comes
