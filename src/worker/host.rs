@@ -8,11 +8,10 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::Retention;
 use super::health::{self, Commits, Ping, Readiness};
 use super::run::WorkerError;
 use crate::relay::{Relay, RelayConfig};
-use crate::retention::RetentionTask;
+use crate::retention::{RetentionConfig, RetentionTask};
 use crate::runtime::{DelayedRetry, RetryPolicy, SessionConfig};
 use crate::servicebus::{ServiceBusClient, ServiceBusReceiver, ServiceBusSessionSource};
 use crate::telemetry;
@@ -146,7 +145,7 @@ pub struct Worker<S> {
     store: S,
     consumers: Vec<Hosted<S>>,
     relay: RelayConfig,
-    retention: Option<Retention>,
+    retention: Option<RetentionConfig>,
     retry: Option<RetryPolicy>,
     sessions: Option<SessionConfig>,
     health: Option<TcpListener>,
@@ -237,7 +236,7 @@ where
     /// Deletes inbox and dispatched outbox rows past the retention (checked against its replay
     /// horizon by [`super::WorkerConfig`]).
     #[must_use]
-    pub fn retention(mut self, retention: Retention) -> Self {
+    pub fn retention(mut self, retention: RetentionConfig) -> Self {
         self.retention = Some(retention);
         self
     }
@@ -332,7 +331,7 @@ where
             async move { relay.run(stop).await }
         })];
         if let Some(retention) = &retention {
-            let task = RetentionTask::new(store.clone(), retention.task_config());
+            let task = RetentionTask::new(store.clone(), *retention);
             let stats = task.stats();
             _retention_counter = Some(telemetry::hooks::observe_retention(&names, move || {
                 stats.snapshot().inbox_deleted
