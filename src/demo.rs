@@ -314,7 +314,15 @@ pub fn table(report: &DemoReport) -> String {
         .iter()
         .map(|(r, n)| format!("{r} {n}"))
         .collect();
-    let check = |ok: bool| if ok { "OK" } else { "WRONG" };
+    // A row that says whether the database holds what was ordered.
+    let checked = |name, got: i64, expected: &str, want: i64| {
+        let verdict = if got == want { "OK" } else { "WRONG" };
+        (
+            name,
+            got.to_string(),
+            format!("{expected} {want}: {verdict}"),
+        )
+    };
     let rows = [
         ("messages sent", report.sent.to_string(), String::new()),
         (
@@ -344,23 +352,17 @@ pub fn table(report: &DemoReport) -> String {
             s.settle_failed.to_string(),
             "after commit: redelivered, then duplicates".into(),
         ),
-        (
+        checked(
             "reservations in db",
-            report.counts.reservations.to_string(),
-            format!(
-                "distinct orders {}: {}",
-                report.distinct_orders,
-                check(report.counts.reservations == report.distinct_orders)
-            ),
+            report.counts.reservations,
+            "distinct orders",
+            report.distinct_orders,
         ),
-        (
+        checked(
             "reserved units",
-            report.counts.reserved_units.to_string(),
-            format!(
-                "ordered units {}: {}",
-                report.ordered_units,
-                check(report.counts.reserved_units == report.ordered_units)
-            ),
+            report.counts.reserved_units,
+            "ordered units",
+            report.ordered_units,
         ),
     ];
     let mut out = String::new();

@@ -133,6 +133,7 @@ impl WorkerConfig {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigErrors> {
         let file = File::read(path)?;
+        // Sections are read in this order so problems are listed roughly as the file reads.
         let mut r = Reader::new(env);
         let listed = !file.consumers.is_empty();
         let consumer = consumers::single_name(&mut r, file.consumer, listed);
