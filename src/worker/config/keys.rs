@@ -9,7 +9,7 @@ use std::fmt;
 pub struct Key {
     /// The environment variable.
     pub env: &'static str,
-    /// The file key, `section.name` (or `name` at the top level).
+    /// Where it sits in `worker.toml`: `section.name`, or `name` at the top level.
     pub file: &'static str,
     /// What the value means, for `--help` and the docs.
     pub meaning: &'static str,
