@@ -14,7 +14,10 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::inventory::{InventoryCounts, InventoryStore, OrderPlacedConsumer};
+use crate::inventory::{
+    InventoryCounts, InventoryStore, OrderLine, OrderPlaced, OrderPlacedConsumer,
+};
+use crate::ops::send::OrderMessage;
 use crate::servicebus::{ConnectionString, ServiceBusClient, ServiceBusReceiver};
 use crate::{ConsumerName, Message, Runtime, RuntimeConfig, SqliteStore, StatsSnapshot};
 
@@ -105,32 +108,68 @@ pub enum DemoError {
     Timeout(Duration),
 }
 
-fn order(message_id: &str, order_id: &str, lines: usize) -> (Message, i64) {
-    let lines_json: Vec<String> = (0..lines)
-        .map(|i| format!(r#"{{"sku":"SKU-{i}","quantity":{}}}"#, i + 1))
-        .collect();
-    let units = (1..=lines as i64).sum();
-    let body = format!(
-        r#"{{"orderId":"{order_id}","lines":[{}]}}"#,
-        lines_json.join(",")
-    );
-    (
-        Message::new(message_id, crate::inventory::CONTRACT, body),
-        units,
-    )
+/// An order of `lines` lines (SKU-0 ×1, SKU-1 ×2, …) with its units in all.
+fn order(message_id: &str, order_id: &str, lines: usize) -> Result<(Message, i64), DemoError> {
+    let order = OrderPlaced {
+        order_id: order_id.to_owned(),
+        lines: (1..=lines)
+            .map(|n| OrderLine {
+                sku: format!("SKU-{}", n - 1),
+                quantity: i32::try_from(n).unwrap_or(i32::MAX),
+            })
+            .collect(),
+    };
+    let units = order.lines.iter().map(|l| i64::from(l.quantity)).sum();
+    let message = OrderMessage {
+        message_id: message_id.to_owned(),
+        order,
+    }
+    .to_message()
+    .map_err(|e| DemoError::Send(e.to_string()))?;
+    Ok((message, units))
 }
 
-/// Runs the demo; `progress(done, total)` is called as messages settle.
-///
-/// # Errors
-/// [`DemoError`] when the emulator, the store or a worker fails, or the queue does not drain.
-pub async fn run(
-    plan: DemoPlan,
-    progress: &(dyn Fn(u64, u64) + Sync),
-) -> Result<DemoReport, DemoError> {
-    let dir = std::env::temp_dir().join(format!("sb-inbox-demo-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).map_err(|e| DemoError::Send(e.to_string()))?;
-    let database = dir.join("inbox.db");
+/// The stream the plan asks for, in publishing order, counting the distinct orders and their
+/// units into `report`.
+fn stream(plan: &DemoPlan, report: &mut DemoReport) -> Result<Vec<Message>, DemoError> {
+    let mut send = Vec::new();
+    for i in 0..plan.orders {
+        let (message, units) = order(&format!("m-{i}"), &format!("o-{i}"), 1 + i % 3)?;
+        report.distinct_orders += 1;
+        report.ordered_units += units;
+        if i < plan.redeliveries {
+            send.push(message.clone());
+        }
+        if i < plan.republished {
+            let id = format!("m-{i}-republished");
+            let (again, _) = order(&id, &format!("o-{i}"), 1 + i % 3)?;
+            send.push(again);
+        }
+        send.push(message);
+    }
+    for i in 0..plan.concurrent_copies {
+        let (message, units) = order(&format!("m-copy-{i}"), &format!("o-copy-{i}"), 2)?;
+        report.distinct_orders += 1;
+        report.ordered_units += units;
+        send.push(message.clone());
+        send.push(message);
+    }
+    for i in 0..plan.poison {
+        let id = format!("m-poison-{i}");
+        send.push(Message::new(id, crate::inventory::CONTRACT, "{not json"));
+    }
+    for i in 0..plan.unsupported {
+        send.push(Message::new(
+            format!("m-v2-{i}"),
+            "orders.order-placed.v2",
+            r#"{"orderId":"x","lines":[]}"#,
+        ));
+    }
+    Ok(send)
+}
+
+/// The emulator in-process with the demo's queue, and its connection string.
+async fn start_emulator() -> Result<(sb_emulator::Emulator, ConnectionString), DemoError> {
     let broker = sb_emulator::Broker::new(
         sb_emulator::Config::from_json(CONFIG).map_err(sb_emulator::Error::from)?,
     )?;
@@ -140,70 +179,25 @@ pub async fn run(
         .connection_string()
         .parse()
         .map_err(|e: crate::servicebus::ConnectionStringError| DemoError::Send(e.to_string()))?;
+    Ok((emulator, cs))
+}
 
-    let first_store = SqliteStore::open(&database)?;
-    first_store.migrate().await?;
-    first_store.migrate_inventory().await?;
+type DemoRuntime = Runtime<ServiceBusReceiver, SqliteStore, OrderPlacedConsumer>;
+type DemoWorker = (
+    Arc<DemoRuntime>,
+    tokio::task::JoinHandle<Result<(), crate::RuntimeError>>,
+);
 
-    // Publish.
-    let sender = ServiceBusClient::from_connection_string(&cs).sender(QUEUE);
-    let mut report = DemoReport {
-        database: database.clone(),
-        ..DemoReport::default()
-    };
-    let mut send = Vec::new();
-    for i in 0..plan.orders {
-        let (message, units) = order(&format!("m-{i}"), &format!("o-{i}"), 1 + i % 3);
-        report.distinct_orders += 1;
-        report.ordered_units += units;
-        if i < plan.redeliveries {
-            send.push(message.clone());
-        }
-        if i < plan.republished {
-            let (again, _) = order(&format!("m-{i}-republished"), &format!("o-{i}"), 1 + i % 3);
-            send.push(again);
-        }
-        send.push(message);
-    }
-    for i in 0..plan.concurrent_copies {
-        let (message, units) = order(&format!("m-copy-{i}"), &format!("o-copy-{i}"), 2);
-        report.distinct_orders += 1;
-        report.ordered_units += units;
-        send.push(message.clone());
-        send.push(message);
-    }
-    for i in 0..plan.poison {
-        send.push(Message::new(
-            format!("m-poison-{i}"),
-            crate::inventory::CONTRACT,
-            "{not json",
-        ));
-    }
-    for i in 0..plan.unsupported {
-        send.push(Message::new(
-            format!("m-v2-{i}"),
-            "orders.order-placed.v2",
-            r#"{"orderId":"x","lines":[]}"#,
-        ));
-    }
-    for message in send {
-        sender
-            .send(message)
-            .await
-            .map_err(|e| DemoError::Send(e.to_string()))?;
-        report.sent += 1;
-    }
-    emulator
-        .broker()
-        .entity(QUEUE)?
-        .refuse_dispositions(plan.refused_settlements)?;
-
-    // Two workers: separate connections, separate SQLite connections on one file.
-    let shutdown = CancellationToken::new();
+/// One worker per store, each on its own connection, until `shutdown`.
+fn start_workers(
+    stores: [SqliteStore; 2],
+    cs: &ConnectionString,
+    shutdown: &CancellationToken,
+) -> Result<Vec<DemoWorker>, DemoError> {
     let mut workers = Vec::new();
-    for store in [first_store, SqliteStore::open(&database)?] {
+    for store in stores {
         let receiver: ServiceBusReceiver =
-            ServiceBusClient::from_connection_string(&cs).receiver(QUEUE, 0);
+            ServiceBusClient::from_connection_string(cs).receiver(QUEUE, 0);
         let mut config = RuntimeConfig::new(
             ConsumerName::new(crate::inventory::CONSUMER)
                 .map_err(|e| DemoError::Send(e.to_string()))?,
@@ -228,23 +222,24 @@ pub async fn run(
         };
         workers.push((runtime, task));
     }
+    Ok(workers)
+}
 
-    // Wait until every message is settled: completed or dead-lettered.
-    let entity = emulator.broker().entity(QUEUE)?;
-    let limit = Duration::from_secs(120);
-    let drained = tokio::time::timeout(limit, async {
-        loop {
-            let counts = entity.counts();
-            let settled = counts.completed + counts.dead_lettered_total;
-            progress(settled.min(report.sent), report.sent);
-            if counts.active == 0 && counts.locked == 0 && settled >= report.sent {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+/// Waits until every message is settled (completed or dead-lettered), reporting progress.
+async fn drain(entity: &sb_emulator::Entity, sent: u64, progress: &(dyn Fn(u64, u64) + Sync)) {
+    loop {
+        let counts = entity.counts();
+        let settled = counts.completed + counts.dead_lettered_total;
+        progress(settled.min(sent), sent);
+        if counts.active == 0 && counts.locked == 0 && settled >= sent {
+            return;
         }
-    })
-    .await;
-    shutdown.cancel();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits for each stopped worker, adding up their counters and reading what the database holds.
+async fn stop_workers(workers: Vec<DemoWorker>, report: &mut DemoReport) -> Result<(), DemoError> {
     let mut stats = StatsSnapshot::default();
     for (runtime, task) in workers {
         // Grace (5 s) plus the receiver's bounded close: a worker that takes longer is stuck.
@@ -257,6 +252,48 @@ pub async fn run(
         report.counts = runtime.store().inventory_counts().await?;
     }
     report.stats = stats;
+    Ok(())
+}
+
+/// Runs the demo; `progress(done, total)` is called as messages settle.
+///
+/// # Errors
+/// [`DemoError`] when the emulator, the store or a worker fails, or the queue does not drain.
+pub async fn run(
+    plan: DemoPlan,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<DemoReport, DemoError> {
+    let dir = std::env::temp_dir().join(format!("sb-inbox-demo-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).map_err(|e| DemoError::Send(e.to_string()))?;
+    let database = dir.join("inbox.db");
+    let (emulator, cs) = start_emulator().await?;
+    let first_store = SqliteStore::open(&database)?;
+    first_store.migrate().await?;
+    first_store.migrate_inventory().await?;
+
+    let mut report = DemoReport {
+        database: database.clone(),
+        ..DemoReport::default()
+    };
+    let sender = ServiceBusClient::from_connection_string(&cs).sender(QUEUE);
+    for message in stream(&plan, &mut report)? {
+        sender
+            .send(message)
+            .await
+            .map_err(|e| DemoError::Send(e.to_string()))?;
+        report.sent += 1;
+    }
+    let entity = emulator.broker().entity(QUEUE)?;
+    entity.refuse_dispositions(plan.refused_settlements)?;
+
+    // Two workers: separate connections, separate SQLite connections on one file.
+    let shutdown = CancellationToken::new();
+    let stores = [first_store, SqliteStore::open(&database)?];
+    let workers = start_workers(stores, &cs, &shutdown)?;
+    let limit = Duration::from_secs(120);
+    let drained = tokio::time::timeout(limit, drain(&entity, report.sent, progress)).await;
+    shutdown.cancel();
+    stop_workers(workers, &mut report).await?;
     let dead = emulator
         .broker()
         .entity(&format!("{QUEUE}/$DeadLetterQueue"))?;
@@ -277,7 +314,15 @@ pub fn table(report: &DemoReport) -> String {
         .iter()
         .map(|(r, n)| format!("{r} {n}"))
         .collect();
-    let check = |ok: bool| if ok { "OK" } else { "WRONG" };
+    // A row that says whether the database holds what was ordered.
+    let checked = |name, got: i64, expected: &str, want: i64| {
+        let verdict = if got == want { "OK" } else { "WRONG" };
+        (
+            name,
+            got.to_string(),
+            format!("{expected} {want}: {verdict}"),
+        )
+    };
     let rows = [
         ("messages sent", report.sent.to_string(), String::new()),
         (
@@ -307,23 +352,17 @@ pub fn table(report: &DemoReport) -> String {
             s.settle_failed.to_string(),
             "after commit: redelivered, then duplicates".into(),
         ),
-        (
+        checked(
             "reservations in db",
-            report.counts.reservations.to_string(),
-            format!(
-                "distinct orders {}: {}",
-                report.distinct_orders,
-                check(report.counts.reservations == report.distinct_orders)
-            ),
+            report.counts.reservations,
+            "distinct orders",
+            report.distinct_orders,
         ),
-        (
+        checked(
             "reserved units",
-            report.counts.reserved_units.to_string(),
-            format!(
-                "ordered units {}: {}",
-                report.ordered_units,
-                check(report.counts.reserved_units == report.ordered_units)
-            ),
+            report.counts.reserved_units,
+            "ordered units",
+            report.ordered_units,
         ),
     ];
     let mut out = String::new();

@@ -12,7 +12,7 @@ use sb_inbox::ops::{self, OpsError, dlq};
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient, Transport};
 use sb_inbox::store::StoreUrl;
 use sb_inbox::telemetry::{LogFormat, OTEL_ENV_VARS, TelemetryConfig};
-use sb_inbox::worker::{ENV_VARS, WorkerConfig};
+use sb_inbox::worker::{ENV_VARS, MOVED, WorkerConfig};
 use sb_inbox::{MssqlStore, PgStore, SqliteStore};
 use tokio_util::sync::CancellationToken;
 
@@ -200,6 +200,10 @@ fn env_help() -> String {
     let mut text = String::from("Environment overrides:\n");
     for (var, key, meaning) in ENV_VARS {
         text.push_str(&format!("  {var:<34} {key:<36} {meaning}\n"));
+    }
+    text.push_str("\nMoved keys (the old place is still read, with a warning):\n");
+    for moved in MOVED {
+        text.push_str(&format!("  {:<34} -> {}\n", moved.old, moved.new.file));
     }
     text.push_str(
         "\nWith servicebus.namespace the worker authenticates with Microsoft Entra ID: workload\n\

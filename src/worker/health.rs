@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::runtime::StoreHealth;
 use crate::{MssqlStore, PgStore, SqliteStore, StoreError};
@@ -249,6 +249,16 @@ impl Readiness {
 /// The maps hold plain data: a panic elsewhere cannot leave them half-written.
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Serves the probes on `listener` (when given) until the returned guard is dropped: they
+/// answer until the drain is over, then stop with the worker.
+pub(crate) fn serve_while(listener: Option<TcpListener>, readiness: &Readiness) -> DropGuard {
+    let stop = CancellationToken::new();
+    if let Some(listener) = listener {
+        tokio::spawn(serve(listener, readiness.clone(), stop.clone()));
+    }
+    stop.drop_guard()
 }
 
 /// Serves the probes on `listener` until `shutdown`.

@@ -1,3 +1,6 @@
+//! [`ReplayHorizon`]: how long after processing a message can come back, and the check that
+//! dedupe retention covers it.
+
 use std::time::Duration;
 
 /// How long after its first processing a message can be delivered again.

@@ -8,11 +8,10 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::Retention;
 use super::health::{self, Commits, Ping, Readiness};
 use super::run::WorkerError;
 use crate::relay::{Relay, RelayConfig};
-use crate::retention::RetentionTask;
+use crate::retention::{RetentionConfig, RetentionTask};
 use crate::runtime::{DelayedRetry, RetryPolicy, SessionConfig};
 use crate::servicebus::{ServiceBusClient, ServiceBusReceiver, ServiceBusSessionSource};
 use crate::telemetry;
@@ -146,7 +145,7 @@ pub struct Worker<S> {
     store: S,
     consumers: Vec<Hosted<S>>,
     relay: RelayConfig,
-    retention: Option<Retention>,
+    retention: Option<RetentionConfig>,
     retry: Option<RetryPolicy>,
     sessions: Option<SessionConfig>,
     health: Option<TcpListener>,
@@ -237,7 +236,7 @@ where
     /// Deletes inbox and dispatched outbox rows past the retention (checked against its replay
     /// horizon by [`super::WorkerConfig`]).
     #[must_use]
-    pub fn retention(mut self, retention: Retention) -> Self {
+    pub fn retention(mut self, retention: RetentionConfig) -> Self {
         self.retention = Some(retention);
         self
     }
@@ -295,15 +294,7 @@ where
             health,
             readiness,
         } = self;
-        check(&consumers, retry.as_ref())?;
-        if sessions.is_some() && retry.is_some() {
-            return Err(WorkerError::Config(
-                "delayed retries cannot keep a session's order (a retry copy goes to the end of its session): turn one of them off".to_owned(),
-            ));
-        }
-        if consumers.is_empty() {
-            return Err(WorkerError::Config("no consumer to host".to_owned()));
-        }
+        check(&consumers, retry.as_ref(), sessions.is_some())?;
         // The relay and retention serve the whole store, so every hosted consumer's series
         // carries their readings under its own name: a dashboard filtered to any one consumer
         // shows its worker's outbox; added across consumers the same rows would count twice.
@@ -311,30 +302,7 @@ where
             .iter()
             .map(|c| c.config.name().as_str().to_owned())
             .collect();
-        // The relay and retention stop after the drain, or when this future is dropped.
-        let stop_background = CancellationToken::new();
-        let _stop_background = stop_background.clone().drop_guard();
-        let relay = Relay::new(store.clone(), client.publisher(), relay);
-        // They read the relay's last backlog sample and live as long as the worker.
-        let relay_stats = relay.stats();
-        let _outbox_gauges = telemetry::hooks::observe_outbox(&names, move || {
-            relay_stats.snapshot().backlog.unwrap_or_default()
-        });
-        let mut _retention_counter = None;
-        let mut background = vec![tokio::spawn({
-            let stop = stop_background.clone();
-            async move { relay.run(stop).await }
-        })];
-        if let Some(retention) = &retention {
-            let task = RetentionTask::new(store.clone(), retention.task_config());
-            let stats = task.stats();
-            _retention_counter = Some(telemetry::hooks::observe_retention(&names, move || {
-                stats.snapshot().inbox_deleted
-            }));
-            let stop = stop_background.clone();
-            background.push(tokio::spawn(async move { task.run(stop).await }));
-        }
-
+        let background = Background::start(&client, &store, relay, retention, &names);
         let commits = Commits::default();
         readiness.probe("store", {
             let (store, commits) = (store.clone(), commits.clone());
@@ -343,57 +311,18 @@ where
                 async move { health::store_ready(&store, last).await }
             }
         });
-        let stop_health = CancellationToken::new();
-        if let Some(listener) = health {
-            tokio::spawn(health::serve(
-                listener,
-                readiness.clone(),
-                stop_health.clone(),
-            ));
-        }
-        // The probes answer until the drain is over, then stop with the worker.
-        let _stop_health = stop_health.drop_guard();
-
+        let _stop_health = health::serve_while(health, &readiness);
         let stop = shutdown.child_token();
-        let mut running = Vec::with_capacity(consumers.len());
-        let mut receivers = Vec::with_capacity(consumers.len());
-        for Hosted { config, start } in consumers {
-            let mut runtime = config.runtime;
-            if let Some(policy) = &retry {
-                runtime.delayed_retry = Some(DelayedRetry::new(
-                    policy.clone(),
-                    client.publisher(),
-                    config.entity.clone(),
-                ));
-            }
-            // The runtime prefetches (it holds `prefetch` deliveries beyond its slots and keeps
-            // their locks from receipt); credit on the link beyond what it asks for would leave
-            // deliveries waiting there unrenewed.
-            let feed = match &sessions {
-                Some(sessions) => Feed::Sessions(
-                    ServiceBusSessionSource::new(client.clone(), &config.entity, sessions.idle),
-                    sessions.clone(),
-                ),
-                None => {
-                    let receiver = client.receiver(&config.entity, 0);
-                    receivers.push(receiver.clone());
-                    Feed::Plain(receiver)
-                }
-            };
-            tracing::info!(entity = %config.entity, consumer = %runtime.consumer, delayed_retries = retry.as_ref().map_or(0, RetryPolicy::max_retries), "Consumer started.");
-            let name = runtime.consumer.clone();
-            running.push((
-                name,
-                start(
-                    feed,
-                    store.clone(),
-                    runtime,
-                    readiness.clone(),
-                    commits.clone(),
-                    stop.clone(),
-                ),
-            ));
-        }
+        let shared = Shared {
+            client: &client,
+            store: &store,
+            retry: retry.as_ref(),
+            sessions: sessions.as_ref(),
+            readiness: &readiness,
+            commits: &commits,
+            stop: &stop,
+        };
+        let (running, receivers) = shared.start(consumers);
         // Not ready while a receive link re-attaches after the service detached it.
         readiness.probe("broker", {
             let client = client.clone();
@@ -406,29 +335,159 @@ where
                 }
             }
         });
-        let mut stats = WorkerStats::default();
-        let mut failure = None;
-        for (name, task) in running {
-            match task.await {
-                Ok(Ok(snapshot)) => {
-                    tracing::info!(consumer = %name, stats = ?snapshot, "Consumer stopped.");
-                    stats.consumers.push((name, snapshot));
+        let result = collect(running, &stop).await;
+        background.stop().await;
+        result
+    }
+}
+
+/// The relay and retention beside the consumers, with the gauges that read them.
+struct Background {
+    tasks: Vec<JoinHandle<()>>,
+    // They stop after the drain, or when the worker's future is dropped.
+    stop: tokio_util::sync::DropGuard,
+    _outbox_gauges: telemetry::hooks::OutboxGauges,
+    _retention_counter: Option<telemetry::hooks::RetentionCounter>,
+}
+
+impl Background {
+    /// Starts the relay (always) and retention (when configured) over `store`, reported under
+    /// every consumer's `names`.
+    fn start<S>(
+        client: &ServiceBusClient,
+        store: &S,
+        relay: RelayConfig,
+        retention: Option<RetentionConfig>,
+        names: &[String],
+    ) -> Self
+    where
+        S: OutboxStore + RetentionStore + Clone,
+    {
+        let stop_background = CancellationToken::new();
+        let relay = Relay::new(store.clone(), client.publisher(), relay);
+        // They read the relay's last backlog sample and live as long as the worker.
+        let relay_stats = relay.stats();
+        let _outbox_gauges = telemetry::hooks::observe_outbox(names, move || {
+            relay_stats.snapshot().backlog.unwrap_or_default()
+        });
+        let mut _retention_counter = None;
+        let mut background = vec![tokio::spawn({
+            let stop = stop_background.clone();
+            async move { relay.run(stop).await }
+        })];
+        if let Some(retention) = retention {
+            let task = RetentionTask::new(store.clone(), retention);
+            let stats = task.stats();
+            _retention_counter = Some(telemetry::hooks::observe_retention(names, move || {
+                stats.snapshot().inbox_deleted
+            }));
+            let stop = stop_background.clone();
+            background.push(tokio::spawn(async move { task.run(stop).await }));
+        }
+        Background {
+            tasks: background,
+            stop: stop_background.drop_guard(),
+            _outbox_gauges,
+            _retention_counter,
+        }
+    }
+
+    /// Stops the tasks and waits for them to finish their batch.
+    async fn stop(self) {
+        let Background { tasks, stop, .. } = self;
+        drop(stop);
+        stop_tasks(tasks).await;
+    }
+}
+
+/// What every hosted consumer shares.
+struct Shared<'a, S> {
+    client: &'a ServiceBusClient,
+    store: &'a S,
+    retry: Option<&'a RetryPolicy>,
+    sessions: Option<&'a SessionConfig>,
+    readiness: &'a Readiness,
+    commits: &'a Commits,
+    stop: &'a CancellationToken,
+}
+
+impl<S: Clone> Shared<'_, S> {
+    /// Starts each consumer on its feed; returns their tasks and the plain receivers (whose
+    /// links the broker probe watches).
+    fn start(
+        &self,
+        consumers: Vec<Hosted<S>>,
+    ) -> (Vec<(ConsumerName, Started)>, Vec<ServiceBusReceiver>) {
+        let mut running = Vec::with_capacity(consumers.len());
+        let mut receivers = Vec::with_capacity(consumers.len());
+        for Hosted { config, start } in consumers {
+            let mut runtime = config.runtime;
+            if let Some(policy) = self.retry {
+                runtime.delayed_retry = Some(DelayedRetry::new(
+                    policy.clone(),
+                    self.client.publisher(),
+                    config.entity.clone(),
+                ));
+            }
+            // The runtime prefetches (it holds `prefetch` deliveries beyond its slots and keeps
+            // their locks from receipt); credit on the link beyond what it asks for would leave
+            // deliveries waiting there unrenewed.
+            let feed = match self.sessions {
+                Some(sessions) => Feed::Sessions(
+                    ServiceBusSessionSource::new(
+                        self.client.clone(),
+                        &config.entity,
+                        sessions.idle,
+                    ),
+                    sessions.clone(),
+                ),
+                None => {
+                    let receiver = self.client.receiver(&config.entity, 0);
+                    receivers.push(receiver.clone());
+                    Feed::Plain(receiver)
                 }
-                Ok(Err(error)) => {
-                    failure.get_or_insert(WorkerError::Runtime(error));
-                }
-                Err(join) => {
-                    stop.cancel();
-                    failure.get_or_insert(WorkerError::Consumer(format!("{name}: {join}")));
-                }
+            };
+            tracing::info!(entity = %config.entity, consumer = %runtime.consumer, delayed_retries = self.retry.map_or(0, RetryPolicy::max_retries), "Consumer started.");
+            let name = runtime.consumer.clone();
+            let task = start(
+                feed,
+                self.store.clone(),
+                runtime,
+                self.readiness.clone(),
+                self.commits.clone(),
+                self.stop.clone(),
+            );
+            running.push((name, task));
+        }
+        (running, receivers)
+    }
+}
+
+/// Waits for every consumer; the first failure wins, after all have drained.
+async fn collect(
+    running: Vec<(ConsumerName, Started)>,
+    stop: &CancellationToken,
+) -> Result<WorkerStats, WorkerError> {
+    let mut stats = WorkerStats::default();
+    let mut failure = None;
+    for (name, task) in running {
+        match task.await {
+            Ok(Ok(snapshot)) => {
+                tracing::info!(consumer = %name, stats = ?snapshot, "Consumer stopped.");
+                stats.consumers.push((name, snapshot));
+            }
+            Ok(Err(error)) => {
+                failure.get_or_insert(WorkerError::Runtime(error));
+            }
+            Err(join) => {
+                stop.cancel();
+                failure.get_or_insert(WorkerError::Consumer(format!("{name}: {join}")));
             }
         }
-        stop_background.cancel();
-        stop_tasks(background).await;
-        match failure {
-            Some(error) => Err(error),
-            None => Ok(stats),
-        }
+    }
+    match failure {
+        Some(error) => Err(error),
+        None => Ok(stats),
     }
 }
 
@@ -464,8 +523,12 @@ fn probe<R, S, H>(
 }
 
 /// Refuses what cannot run: no consumer, one name twice (they would share an inbox key), a
-/// delayed retry whose copy would go to a topic.
-fn check<S>(consumers: &[Hosted<S>], retry: Option<&RetryPolicy>) -> Result<(), WorkerError> {
+/// delayed retry whose copy would go to a topic, delayed retries in session mode.
+fn check<S>(
+    consumers: &[Hosted<S>],
+    retry: Option<&RetryPolicy>,
+    sessions: bool,
+) -> Result<(), WorkerError> {
     for (i, hosted) in consumers.iter().enumerate() {
         let name = hosted.config.name();
         if consumers[..i]
@@ -482,6 +545,14 @@ fn check<S>(consumers: &[Hosted<S>], retry: Option<&RetryPolicy>) -> Result<(), 
                 hosted.config.entity
             )));
         }
+    }
+    if sessions && retry.is_some() {
+        return Err(WorkerError::Config(
+            "delayed retries cannot keep a session's order (a retry copy goes to the end of its session): turn one of them off".to_owned(),
+        ));
+    }
+    if consumers.is_empty() {
+        return Err(WorkerError::Config("no consumer to host".to_owned()));
     }
     Ok(())
 }

@@ -19,7 +19,9 @@ mod host;
 mod open;
 mod run;
 
-pub use config::{BrokerAddress, ConfigError, ConfigErrors, ENV_VARS, Retention, WorkerConfig};
+pub use config::{
+    BrokerAddress, ConfigError, ConfigErrors, ENV_VARS, KEYS, Key, MOVED, Moved, WorkerConfig,
+};
 pub use health::{Condition, PROBE_TIMEOUT, Ping, Readiness, STORE_EVIDENCE, store_ready};
 pub use horizon::{ReplayHorizon, RetentionTooShort};
 pub use host::{ConsumerConfig, Worker, WorkerStats};

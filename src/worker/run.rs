@@ -1,3 +1,6 @@
+//! [`run`]: the reference worker (`sb-inbox run`): opens the store with retries while
+//! `/readyz` reports why, then hosts the inventory consumer in a [`Worker`] as configured.
+
 use std::future::Future;
 
 use tokio::net::TcpListener;
@@ -92,16 +95,7 @@ pub async fn run_with(
     // Served from the start, before the store opens; the Worker adds its probes to it.
     let readiness = Readiness::new();
     let store_ready = readiness.condition("store", "opening");
-    let stop_health = CancellationToken::new();
-    if let Some(listener) = health {
-        tokio::spawn(health::serve(
-            listener,
-            readiness.clone(),
-            stop_health.clone(),
-        ));
-    }
-    // The probes answer until the drain is over, then stop with the worker.
-    let _stop_health = stop_health.drop_guard();
+    let _stop_health = health::serve_while(health, &readiness);
     let probe = Probe {
         client,
         readiness,

@@ -1,0 +1,113 @@
+//! `[servicebus]`: how the worker reaches Service Bus ([`BrokerAddress`]) and the entity the
+//! single consumer receives from.
+
+use serde::Deserialize;
+
+use super::keys::{CONNECTION, ENTITY, NAMESPACE, TRANSPORT};
+use super::reader::Reader;
+use crate::servicebus::{ConnectionString, Transport};
+
+/// How the worker reaches Service Bus.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BrokerAddress {
+    /// A connection string (SAS key, SAS token, or the emulator).
+    Connection(ConnectionString),
+    /// A namespace host with Microsoft Entra ID tokens.
+    Namespace {
+        /// `NAME.servicebus.windows.net`.
+        host: String,
+        /// A user-assigned managed identity's client id (`AZURE_CLIENT_ID`); `None` for the
+        /// system-assigned identity, workload identity or developer tools.
+        client_id: Option<String>,
+        /// TCP or WebSockets (`servicebus.transport`).
+        transport: Transport,
+    },
+}
+
+/// The `[servicebus]` section as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ServiceBusFile {
+    connection: Option<String>,
+    namespace: Option<String>,
+    transport: Option<String>,
+    entity: Option<String>,
+    /// Read with the runtime's session keys (`runtime::sessions`).
+    pub(super) sessions: Option<bool>,
+}
+
+/// The broker: a connection string or a namespace (with `AZURE_CLIENT_ID`), one of the two.
+pub(super) fn address(r: &mut Reader<'_>, file: &ServiceBusFile) -> Option<BrokerAddress> {
+    let connection = r.text(CONNECTION, file.connection.clone());
+    let namespace = r.text(NAMESPACE, file.namespace.clone());
+    let transport = r.text(TRANSPORT, file.transport.clone()).and_then(|t| {
+        t.parse::<Transport>()
+            .map_err(|_| r.fail(TRANSPORT, format!("{t:?} is not amqp or websockets")))
+            .ok()
+    });
+    match (connection, namespace) {
+        (Some(cs), None) => cs
+            .parse::<ConnectionString>()
+            .map(|cs| match transport {
+                Some(transport) => cs.with_transport(transport),
+                None => cs,
+            })
+            .map(BrokerAddress::Connection)
+            .map_err(|e| r.fail(CONNECTION, e.to_string()))
+            .ok(),
+        (None, Some(ns)) if ns.contains('.') && !ns.contains('/') => {
+            Some(BrokerAddress::Namespace {
+                host: ns,
+                client_id: r.var("AZURE_CLIENT_ID"),
+                transport: transport.unwrap_or_default(),
+            })
+        }
+        (None, Some(ns)) => {
+            r.fail(
+                NAMESPACE,
+                format!("{ns:?} is not a host name like NAME.servicebus.windows.net"),
+            );
+            None
+        }
+        (Some(_), Some(_)) => {
+            r.fail(
+                CONNECTION,
+                "give a connection string or a namespace, not both",
+            );
+            None
+        }
+        (None, None) => {
+            r.fail(CONNECTION, "required (or servicebus.namespace)");
+            None
+        }
+    }
+}
+
+/// The single consumer's entity: `servicebus.entity`, else the connection string's
+/// `EntityPath`; refused beside `[[consumers]]` (`listed`), where each entry names its own.
+pub(super) fn entity(
+    r: &mut Reader<'_>,
+    file: &ServiceBusFile,
+    broker: Option<&BrokerAddress>,
+    listed: bool,
+) -> Option<String> {
+    let top = r.text(ENTITY, file.entity.clone());
+    if listed && top.is_some() {
+        r.fail(
+            ENTITY,
+            "each [[consumers]] entry names its entity: remove servicebus.entity",
+        );
+    }
+    let entity = top.or_else(|| match broker {
+        Some(BrokerAddress::Connection(cs)) if !listed => cs.entity_path().map(str::to_owned),
+        _ => None,
+    });
+    if entity.is_none() && !listed {
+        r.fail(
+            ENTITY,
+            "required (or EntityPath in the connection string, or [[consumers]])",
+        );
+    }
+    entity
+}

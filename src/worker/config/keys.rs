@@ -1,0 +1,280 @@
+//! Every `worker.toml` key with the environment variable that overrides it, as typed constants:
+//! a misspelt key is a compile error, never a silently lost override.
+
+use std::fmt;
+
+/// One configuration key: where it sits in `worker.toml`, the `SB_INBOX_*` variable that
+/// overrides it, and what it means (the `--help` line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Key {
+    /// The environment variable.
+    pub env: &'static str,
+    /// Where it sits in `worker.toml`: `section.name`, or `name` at the top level.
+    pub file: &'static str,
+    /// What the value means, for `--help` and the docs.
+    pub meaning: &'static str,
+}
+
+impl Key {
+    const fn new(env: &'static str, file: &'static str, meaning: &'static str) -> Key {
+        Key { env, file, meaning }
+    }
+
+    /// `(variable, file key, meaning)`, the row [`ENV_VARS`] lists.
+    pub const fn row(self) -> (&'static str, &'static str, &'static str) {
+        (self.env, self.file, self.meaning)
+    }
+}
+
+/// `file.key (SB_INBOX_VARIABLE)`: how problems name the key.
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.file, self.env)
+    }
+}
+
+/// A key that moved to another section: the old place is still read, with a warning naming the
+/// new key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moved {
+    /// Where the key used to sit.
+    pub old: &'static str,
+    /// Where it sits now.
+    pub new: Key,
+}
+
+pub(super) const CONSUMER: Key = Key::new(
+    "SB_INBOX_CONSUMER",
+    "consumer",
+    "stable consumer name (half of the inbox key)",
+);
+pub(super) const STORE: Key = Key::new(
+    "SB_INBOX_STORE",
+    "store",
+    "store URL: postgres://…, sqlite://PATH, sqlite::memory:",
+);
+pub(super) const CONNECTION: Key = Key::new(
+    "SB_INBOX_SERVICEBUS_CONNECTION",
+    "servicebus.connection",
+    "connection string (SAS or emulator)",
+);
+pub(super) const NAMESPACE: Key = Key::new(
+    "SB_INBOX_SERVICEBUS_NAMESPACE",
+    "servicebus.namespace",
+    "NAME.servicebus.windows.net: Entra ID (AZURE_CLIENT_ID: user-assigned identity)",
+);
+pub(super) const TRANSPORT: Key = Key::new(
+    "SB_INBOX_SERVICEBUS_TRANSPORT",
+    "servicebus.transport",
+    "amqp (TCP, 5671) or websockets (wss://HOST:443); default: the connection string's TransportType, else amqp",
+);
+pub(super) const ENTITY: Key = Key::new(
+    "SB_INBOX_ENTITY",
+    "servicebus.entity",
+    "queue, or TOPIC/Subscriptions/SUBSCRIPTION",
+);
+pub(super) const SESSIONS: Key = Key::new(
+    "SB_INBOX_SESSIONS",
+    "servicebus.sessions",
+    "true: session mode (the entity requires sessions; each session in order, one message at a time)",
+);
+pub(super) const MAX_SESSIONS: Key = Key::new(
+    "SB_INBOX_MAX_SESSIONS",
+    "runtime.max_sessions",
+    "session mode: sessions processed at once (default 8)",
+);
+pub(super) const SESSION_IDLE_SECS: Key = Key::new(
+    "SB_INBOX_SESSION_IDLE_SECS",
+    "runtime.session_idle_secs",
+    "session mode: release a session quiet this long and take the next (default 5)",
+);
+pub(super) const CONCURRENCY: Key = Key::new(
+    "SB_INBOX_CONCURRENCY",
+    "runtime.concurrency",
+    "deliveries handled at once (default 8)",
+);
+pub(super) const PREFETCH: Key = Key::new(
+    "SB_INBOX_PREFETCH",
+    "runtime.prefetch",
+    "deliveries received ahead (default 0)",
+);
+pub(super) const LOCK_MARGIN_SECS: Key = Key::new(
+    "SB_INBOX_LOCK_MARGIN_SECS",
+    "runtime.lock_margin_secs",
+    "renew this long before expiry (default 10)",
+);
+pub(super) const MAX_PROCESSING_SECS: Key = Key::new(
+    "SB_INBOX_MAX_PROCESSING_SECS",
+    "runtime.max_processing_secs",
+    "longest a delivery is handled before it is cancelled, rolled back and abandoned (default 300)",
+);
+pub(super) const BATCH_SIZE: Key = Key::new(
+    "SB_INBOX_BATCH_SIZE",
+    "runtime.batch_size",
+    "deliveries per database transaction, a savepoint each (default 1: no batching)",
+);
+pub(super) const BATCH_LINGER_MS: Key = Key::new(
+    "SB_INBOX_BATCH_LINGER_MS",
+    "runtime.batch_linger_ms",
+    "how long a batch waits for more deliveries after its first (default 5)",
+);
+pub(super) const SHUTDOWN_GRACE_SECS: Key = Key::new(
+    "SB_INBOX_SHUTDOWN_GRACE_SECS",
+    "runtime.shutdown_grace_secs",
+    "drain time on SIGTERM (default 30)",
+);
+pub(super) const RETRY_MAX_RETRIES: Key = Key::new(
+    "SB_INBOX_RETRY_MAX_RETRIES",
+    "retry.max_retries",
+    "delayed retries before RetriesExhausted (default 0: off, abandon)",
+);
+pub(super) const RETRY_BASE_DELAY_SECS: Key = Key::new(
+    "SB_INBOX_RETRY_BASE_DELAY_SECS",
+    "retry.base_delay_secs",
+    "first delayed retry waits this long (default 10)",
+);
+pub(super) const RETRY_MAX_DELAY_SECS: Key = Key::new(
+    "SB_INBOX_RETRY_MAX_DELAY_SECS",
+    "retry.max_delay_secs",
+    "longest delayed-retry wait (default 600)",
+);
+pub(super) const RETRY_JITTER_PERCENT: Key = Key::new(
+    "SB_INBOX_RETRY_JITTER_PERCENT",
+    "retry.jitter_percent",
+    "shorten each delay by up to this % (default 20)",
+);
+pub(super) const HEALTH_PORT: Key = Key::new(
+    "SB_INBOX_HEALTH_PORT",
+    "health.port",
+    "serve /healthz and /readyz on this port",
+);
+pub(super) const OUTBOX_DESTINATION: Key = Key::new(
+    "SB_INBOX_OUTBOX_DESTINATION",
+    "outbox.destination",
+    "queue or topic the consumer's events go to",
+);
+pub(super) const OUTBOX_BATCH: Key = Key::new(
+    "SB_INBOX_OUTBOX_BATCH",
+    "outbox.batch_size",
+    "rows the relay claims per pass (default 100)",
+);
+pub(super) const OUTBOX_POLL_MS: Key = Key::new(
+    "SB_INBOX_OUTBOX_POLL_MS",
+    "outbox.poll_interval_ms",
+    "relay poll interval when idle (default 500)",
+);
+pub(super) const OUTBOX_LEASE_SECS: Key = Key::new(
+    "SB_INBOX_OUTBOX_LEASE_SECS",
+    "outbox.lease_secs",
+    "how long a claim reserves rows (default 60)",
+);
+pub(super) const RETENTION_SECS: Key = Key::new(
+    "SB_INBOX_RETENTION_SECS",
+    "retention.retention_secs",
+    "delete inbox rows older than this",
+);
+pub(super) const RETENTION_BATCH: Key = Key::new(
+    "SB_INBOX_RETENTION_BATCH",
+    "retention.batch_size",
+    "rows per delete (default 1000, max 4000)",
+);
+pub(super) const RETENTION_INTERVAL_SECS: Key = Key::new(
+    "SB_INBOX_RETENTION_INTERVAL_SECS",
+    "retention.interval_secs",
+    "time between sweeps (default 300)",
+);
+pub(super) const MESSAGE_TTL_SECS: Key = Key::new(
+    "SB_INBOX_MESSAGE_TTL_SECS",
+    "entity.message_ttl_secs",
+    "the entity's DefaultMessageTimeToLive",
+);
+pub(super) const LOCK_DURATION_SECS: Key = Key::new(
+    "SB_INBOX_LOCK_DURATION_SECS",
+    "entity.lock_duration_secs",
+    "the entity's LockDuration",
+);
+pub(super) const MAX_DELIVERY_COUNT: Key = Key::new(
+    "SB_INBOX_MAX_DELIVERY_COUNT",
+    "entity.max_delivery_count",
+    "the entity's MaxDeliveryCount",
+);
+pub(super) const DLQ_RESUBMIT_WINDOW_SECS: Key = Key::new(
+    "SB_INBOX_DLQ_RESUBMIT_WINDOW_SECS",
+    "retention.dlq_resubmit_window_secs",
+    "how long DLQ resubmission stays allowed (default 604800: 7 days; `dlq resubmit` refuses older dead letters)",
+);
+
+/// Every key, in `--help` order.
+pub const KEYS: [Key; 32] = [
+    CONSUMER,
+    STORE,
+    CONNECTION,
+    NAMESPACE,
+    TRANSPORT,
+    ENTITY,
+    SESSIONS,
+    MAX_SESSIONS,
+    SESSION_IDLE_SECS,
+    CONCURRENCY,
+    PREFETCH,
+    LOCK_MARGIN_SECS,
+    MAX_PROCESSING_SECS,
+    BATCH_SIZE,
+    BATCH_LINGER_MS,
+    SHUTDOWN_GRACE_SECS,
+    RETRY_MAX_RETRIES,
+    RETRY_BASE_DELAY_SECS,
+    RETRY_MAX_DELAY_SECS,
+    RETRY_JITTER_PERCENT,
+    HEALTH_PORT,
+    OUTBOX_DESTINATION,
+    OUTBOX_BATCH,
+    OUTBOX_POLL_MS,
+    OUTBOX_LEASE_SECS,
+    RETENTION_SECS,
+    RETENTION_BATCH,
+    RETENTION_INTERVAL_SECS,
+    MESSAGE_TTL_SECS,
+    LOCK_DURATION_SECS,
+    MAX_DELIVERY_COUNT,
+    DLQ_RESUBMIT_WINDOW_SECS,
+];
+
+/// `[retention]`'s old `message_ttl_secs`.
+pub(super) const OLD_MESSAGE_TTL_SECS: Moved = Moved {
+    old: "retention.message_ttl_secs",
+    new: MESSAGE_TTL_SECS,
+};
+/// `[retention]`'s old `lock_duration_secs`.
+pub(super) const OLD_LOCK_DURATION_SECS: Moved = Moved {
+    old: "retention.lock_duration_secs",
+    new: LOCK_DURATION_SECS,
+};
+/// `[retention]`'s old `max_delivery_count`.
+pub(super) const OLD_MAX_DELIVERY_COUNT: Moved = Moved {
+    old: "retention.max_delivery_count",
+    new: MAX_DELIVERY_COUNT,
+};
+
+/// The keys that moved to `[entity]`: read from `[retention]` still, with a warning.
+pub const MOVED: [Moved; 3] = [
+    OLD_MESSAGE_TTL_SECS,
+    OLD_LOCK_DURATION_SECS,
+    OLD_MAX_DELIVERY_COUNT,
+];
+
+const fn rows<const N: usize>(keys: [Key; N]) -> [(&'static str, &'static str, &'static str); N] {
+    let mut rows = [("", "", ""); N];
+    let mut i = 0;
+    while i < N {
+        rows[i] = keys[i].row();
+        i += 1;
+    }
+    rows
+}
+
+const ROWS: [(&str, &str, &str); KEYS.len()] = rows(KEYS);
+
+/// The environment variables that override `worker.toml`, with the file key each one replaces
+/// and its meaning: [`KEYS`] as `(variable, file key, meaning)`.
+pub const ENV_VARS: &[(&str, &str, &str)] = &ROWS;

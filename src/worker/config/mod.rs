@@ -1,0 +1,202 @@
+//! [`WorkerConfig`]: `worker.toml` with `SB_INBOX_*` environment overrides, read section by
+//! section and validated as a whole, so one run reports every mistake.
+//!
+//! # Layout
+//! - [`keys`](Key): every key with its variable, as typed constants ([`ENV_VARS`] lists them
+//!   for `--help` and the docs), and the keys that [`Moved`].
+//! - `reader`: reads a value from its variable or the file and collects problems
+//!   ([`ConfigErrors`], in `error`).
+//! - One module per section: `consumers` (`consumer` or `[[consumers]]`), `broker`
+//!   (`[servicebus]`, [`BrokerAddress`]), `runtime` (`[runtime]` and session mode), `retry`,
+//!   `outbox` (the destination and its relay), `entity` (the entity's TTL, lock duration and max
+//!   delivery count) and `retention` (checked against the replay horizon).
+
+mod broker;
+mod consumers;
+mod entity;
+mod error;
+mod keys;
+mod outbox;
+mod reader;
+mod retention;
+mod retry;
+mod runtime;
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+pub use broker::BrokerAddress;
+pub use error::{ConfigError, ConfigErrors};
+pub use keys::{ENV_VARS, KEYS, Key, MOVED, Moved};
+
+use super::{ConsumerConfig, ReplayHorizon};
+use crate::relay::RelayConfig;
+use crate::retention::RetentionConfig;
+use crate::runtime::{RetryPolicy, RuntimeConfig, SessionConfig};
+use crate::store::StoreUrl;
+use reader::Reader;
+
+/// The validated worker configuration.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct WorkerConfig {
+    /// The runtime settings (consumer, concurrency, prefetch, lock margin, grace) of the first
+    /// consumer (the only one without `[[consumers]]`).
+    pub runtime: RuntimeConfig,
+    /// The store.
+    pub store: StoreUrl,
+    /// The broker.
+    pub broker: BrokerAddress,
+    /// The entity the first consumer consumes.
+    pub entity: String,
+    /// Every consumer the worker hosts, in file order: the top-level `consumer` on
+    /// `servicebus.entity`, or each `[[consumers]]` entry (name, entity, and concurrency and
+    /// prefetch defaulting to `runtime.*`); the other `runtime.*` settings apply to all.
+    pub consumers: Vec<ConsumerConfig>,
+    /// Port for `/healthz` and `/readyz`.
+    pub health_port: Option<u16>,
+    /// Where the inventory consumer's `inventory.stock-reserved.v1` events go (through the
+    /// outbox); none are written without it.
+    pub outbox_destination: Option<String>,
+    /// Delayed retries for transient failures (copies go to [`WorkerConfig::entity`], which must
+    /// be a queue); `None` abandons them.
+    pub retry: Option<RetryPolicy>,
+    /// The outbox relay.
+    pub relay: RelayConfig,
+    /// Retention, when inbox rows are to be deleted; it covers [`WorkerConfig::horizon`].
+    pub retention: Option<RetentionConfig>,
+    /// The replay horizon, when `[entity]` gives the entity's TTL, lock duration and max
+    /// delivery count.
+    pub horizon: Option<ReplayHorizon>,
+    /// Session mode (`servicebus.sessions = true`), for every consumer.
+    pub sessions: Option<SessionConfig>,
+}
+
+/// `worker.toml` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    consumer: Option<String>,
+    store: Option<String>,
+    #[serde(default)]
+    servicebus: broker::ServiceBusFile,
+    #[serde(default)]
+    runtime: runtime::RuntimeFile,
+    #[serde(default)]
+    health: HealthFile,
+    #[serde(default)]
+    outbox: outbox::OutboxFile,
+    #[serde(default)]
+    retry: retry::RetryFile,
+    #[serde(default)]
+    entity: entity::EntityFile,
+    #[serde(default)]
+    retention: retention::RetentionFile,
+    #[serde(default)]
+    consumers: Vec<consumers::ConsumerFile>,
+}
+
+impl File {
+    /// The file at `path`, or an empty one without a path.
+    fn read(path: Option<&Path>) -> Result<File, ConfigErrors> {
+        let Some(path) = path else {
+            return Ok(File::default());
+        };
+        let fail = |problem| ConfigErrors::single("--config", problem);
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?;
+        toml::from_str::<File>(&text)
+            .map_err(|e| fail(format!("{}: {}", path.display(), e.message())))
+    }
+}
+
+/// The `[health]` section as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HealthFile {
+    port: Option<u64>,
+}
+
+impl WorkerConfig {
+    /// Reads `path` (if given), applies the environment overrides from `env`, and validates.
+    ///
+    /// Keys in their old place (`[retention]`'s entity keys, see [`MOVED`]) are read with a
+    /// warning naming the new key.
+    ///
+    /// # Errors
+    /// [`ConfigErrors`] listing every problem: unreadable or unknown file keys, missing values,
+    /// bad numbers, an invalid consumer name, store URL or connection string, a lock margin not
+    /// shorter than the lock, retention shorter than the replay horizon.
+    pub fn load(
+        path: Option<&Path>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigErrors> {
+        let file = File::read(path)?;
+        // Sections are read in this order so problems are listed roughly as the file reads.
+        let mut r = Reader::new(env);
+        let listed = !file.consumers.is_empty();
+        let consumer = consumers::single_name(&mut r, file.consumer, listed);
+        let store = store(&mut r, file.store);
+        let broker = broker::address(&mut r, &file.servicebus);
+        let entity = broker::entity(&mut r, &file.servicebus, broker.as_ref(), listed);
+        let runtime = runtime::RuntimeSection::read(&mut r, &file.runtime);
+        // Port 0 picks a free port, logged at start-up.
+        let health_port = r
+            .number(keys::HEALTH_PORT, file.health.port, 0..=65_535)
+            .and_then(|p| u16::try_from(p).ok());
+        let outbox_destination = outbox::destination(&mut r, &file.outbox);
+        let listed = consumers::listed(&mut r, &file.consumers, &runtime);
+        let subscription = consumers::subscription(&listed, entity.as_deref());
+        let retry = retry::policy(&mut r, &file.retry, subscription);
+        let batched = runtime.batch_size > 1;
+        let sessions_on = file.servicebus.sessions;
+        let sessions =
+            runtime::sessions(&mut r, sessions_on, &file.runtime, retry.is_some(), batched);
+        let relay = outbox::relay(&mut r, &file.outbox);
+        let entity_settings = entity::EntitySettings::read(&mut r, &file.entity, &file.retention);
+        runtime.check_margin(&mut r, entity_settings.lock_duration_secs);
+        let retry_span = retry::span(retry.as_ref());
+        let retention = retention::RetentionSection::read(
+            &mut r,
+            &file.retention,
+            &entity_settings,
+            retry_span,
+        );
+        let lock_duration = entity_settings.lock_duration();
+        let consumers = consumers::hosted((consumer, entity), listed, &runtime, lock_duration);
+        let (Some(first), Some(store), Some(broker), false) =
+            (consumers.first().cloned(), store, broker, r.has_errors())
+        else {
+            return Err(ConfigErrors(r.into_errors()));
+        };
+        Ok(WorkerConfig {
+            runtime: first.runtime,
+            store,
+            broker,
+            entity: first.entity,
+            consumers,
+            health_port,
+            outbox_destination,
+            retry,
+            relay,
+            retention: retention.retention,
+            horizon: retention.horizon,
+            sessions,
+        })
+    }
+}
+
+/// The store URL: required, and one of the stores this build knows.
+fn store(r: &mut Reader<'_>, file: Option<String>) -> Option<StoreUrl> {
+    let Some(url) = r.text(keys::STORE, file) else {
+        r.fail(keys::STORE, "required");
+        return None;
+    };
+    url.parse::<StoreUrl>()
+        .map_err(|e| r.fail(keys::STORE, e.to_string()))
+        .ok()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,120 @@
+//! `[retention]`: how long inbox rows are kept and how they are deleted, checked against the
+//! replay horizon the entity's settings and the retry policy give.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::entity::EntitySettings;
+use super::keys::{
+    DLQ_RESUBMIT_WINDOW_SECS, LOCK_DURATION_SECS, MAX_DELIVERY_COUNT, MESSAGE_TTL_SECS,
+    RETENTION_BATCH, RETENTION_INTERVAL_SECS, RETENTION_SECS,
+};
+use super::reader::{Reader, to_usize};
+use crate::ops::dlq::DEFAULT_RESUBMIT_WINDOW;
+use crate::ports::MAX_RETENTION_BATCH;
+use crate::retention::RetentionConfig;
+use crate::worker::ReplayHorizon;
+
+/// The `[retention]` section as written, with the entity keys' old places.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RetentionFile {
+    retention_secs: Option<u64>,
+    dlq_resubmit_window_secs: Option<u64>,
+    batch_size: Option<u64>,
+    interval_secs: Option<u64>,
+    /// Moved to `entity.message_ttl_secs`.
+    pub(super) message_ttl_secs: Option<u64>,
+    /// Moved to `entity.lock_duration_secs`.
+    pub(super) lock_duration_secs: Option<u64>,
+    /// Moved to `entity.max_delivery_count`.
+    pub(super) max_delivery_count: Option<u64>,
+}
+
+/// What `[retention]` gives: the task's settings when rows are to be deleted, and the replay
+/// horizon when the entity's settings are known.
+pub(super) struct RetentionSection {
+    pub(super) retention: Option<RetentionConfig>,
+    pub(super) horizon: Option<ReplayHorizon>,
+}
+
+impl RetentionSection {
+    /// Reads the section; a retention needs the entity's settings and must cover the horizon
+    /// they give, lengthened by `retry_span`.
+    pub(super) fn read(
+        r: &mut Reader<'_>,
+        file: &RetentionFile,
+        entity: &EntitySettings,
+        retry_span: Duration,
+    ) -> Self {
+        let retention = r.number(RETENTION_SECS, file.retention_secs, 1..=u64::from(u32::MAX));
+        let dlq_window = r.number(
+            DLQ_RESUBMIT_WINDOW_SECS,
+            file.dlq_resubmit_window_secs,
+            0..=u64::MAX,
+        );
+        let max_batch = MAX_RETENTION_BATCH as u64;
+        let batch_size = r.number(RETENTION_BATCH, file.batch_size, 1..=max_batch);
+        let interval = r.number(RETENTION_INTERVAL_SECS, file.interval_secs, 1..=86_400);
+        let horizon = horizon(entity, retry_span, dlq_window);
+        let Some(retention) = retention.map(Duration::from_secs) else {
+            let without = format!("{RETENTION_SECS}: nothing is deleted");
+            r.refuse_orphans(
+                &[
+                    (RETENTION_BATCH, batch_size.is_some()),
+                    (RETENTION_INTERVAL_SECS, interval.is_some()),
+                ],
+                &without,
+            );
+            return RetentionSection {
+                retention: None,
+                horizon,
+            };
+        };
+        for (key, value) in [
+            (MESSAGE_TTL_SECS, entity.message_ttl_secs),
+            (LOCK_DURATION_SECS, entity.lock_duration_secs),
+            (MAX_DELIVERY_COUNT, entity.max_delivery_count),
+        ] {
+            if value.is_none() {
+                r.fail(
+                    key,
+                    "required when retention is set: the replay horizon is derived from it",
+                );
+            }
+        }
+        if let Some(Err(error)) = horizon.map(|horizon| horizon.check(retention)) {
+            r.fail(RETENTION_SECS, error.to_string());
+        }
+        let mut config = RetentionConfig::new(retention);
+        config.batch_size = batch_size.map_or(config.batch_size, to_usize);
+        config.interval = interval.map_or(config.interval, Duration::from_secs);
+        RetentionSection {
+            retention: horizon.is_some().then_some(config),
+            horizon,
+        }
+    }
+}
+
+/// The replay horizon, when the entity's TTL, lock duration and max delivery count are known.
+fn horizon(
+    entity: &EntitySettings,
+    retry_span: Duration,
+    dlq_window: Option<u64>,
+) -> Option<ReplayHorizon> {
+    let (Some(ttl), Some(lock), Some(max)) = (
+        entity.message_ttl_secs,
+        entity.lock_duration_secs,
+        entity.max_delivery_count,
+    ) else {
+        return None;
+    };
+    Some(ReplayHorizon {
+        message_ttl: Duration::from_secs(ttl),
+        lock_duration: Duration::from_secs(lock),
+        max_delivery_count: u32::try_from(max).unwrap_or(u32::MAX),
+        retry_span,
+        dlq_resubmit_window: dlq_window.map_or(DEFAULT_RESUBMIT_WINDOW, Duration::from_secs),
+    })
+}

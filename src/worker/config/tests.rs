@@ -1,0 +1,586 @@
+//! The configuration read end to end: files and environment, defaults, bounds, every problem at once.
+
+#![allow(clippy::unwrap_in_result)]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::*;
+use crate::servicebus::Transport;
+
+fn load(toml: &str, env: &[(&str, &str)]) -> Result<WorkerConfig, ConfigErrors> {
+    let dir = std::env::temp_dir().join(format!(
+        "sb-inbox-config-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("worker.toml");
+    std::fs::write(&path, toml).unwrap();
+    let env: HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let result = WorkerConfig::load(Some(&path), &|name| env.get(name).cloned());
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+const GOOD: &str = r#"
+consumer = "inventory.order-placed.v1"
+store = "sqlite://inbox.db"
+[servicebus]
+connection = "Endpoint=sb://localhost:5699;SharedAccessKeyName=k;SharedAccessKey=SECRET;UseDevelopmentEmulator=true"
+entity = "orders"
+[runtime]
+concurrency = 4
+"#;
+
+#[test]
+fn file_values_and_defaults() {
+    let config = load(GOOD, &[]).unwrap();
+    assert_eq!(
+        config.runtime.consumer.as_str(),
+        "inventory.order-placed.v1"
+    );
+    assert_eq!(
+        (config.runtime.concurrency, config.runtime.prefetch),
+        (4, 0)
+    );
+    assert_eq!(config.runtime.lock_margin, Duration::from_secs(10));
+    assert_eq!(config.entity, "orders");
+    assert!(matches!(config.broker, BrokerAddress::Connection(_)));
+    assert!(!format!("{config:?}").contains("SECRET"));
+}
+
+#[test]
+fn namespace_means_entra_id_with_the_identity_from_azure_client_id() {
+    let toml = GOOD.replace(
+        "connection = \"Endpoint=sb://localhost:5699;SharedAccessKeyName=k;SharedAccessKey=SECRET;UseDevelopmentEmulator=true\"",
+        "namespace = \"contoso.servicebus.windows.net\"",
+    );
+    let config = load(&toml, &[("AZURE_CLIENT_ID", "1111-2222")]).unwrap();
+    assert_eq!(
+        config.broker,
+        BrokerAddress::Namespace {
+            host: "contoso.servicebus.windows.net".into(),
+            client_id: Some("1111-2222".into()),
+            transport: Transport::Amqp,
+        }
+    );
+    let config = load(&toml, &[("SB_INBOX_SERVICEBUS_TRANSPORT", "websockets")]).unwrap();
+    assert!(matches!(
+        config.broker,
+        BrokerAddress::Namespace {
+            transport: Transport::AmqpWebSockets,
+            ..
+        }
+    ));
+    let problems = load(&toml, &[("SB_INBOX_SERVICEBUS_TRANSPORT", "http")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        problems.contains("servicebus.transport (SB_INBOX_SERVICEBUS_TRANSPORT): \"http\" is not amqp or websockets"),
+        "{problems}"
+    );
+    let config = load(&toml, &[]).unwrap();
+    assert!(matches!(
+        config.broker,
+        BrokerAddress::Namespace {
+            client_id: None,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn environment_overrides_the_file() {
+    let config = load(
+        GOOD,
+        &[
+            ("SB_INBOX_CONCURRENCY", "16"),
+            ("SB_INBOX_ENTITY", "t/Subscriptions/s"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(config.runtime.concurrency, 16);
+    assert_eq!(config.entity, "t/Subscriptions/s");
+}
+
+#[test]
+fn batching_is_off_by_default_and_set_by_file_or_environment() {
+    let config = load(GOOD, &[]).unwrap();
+    assert_eq!(config.runtime.batch_size, 1);
+    assert_eq!(config.runtime.batch_linger, Duration::from_millis(5));
+    let file = format!("{GOOD}\nbatch_size = 64\nbatch_linger_ms = 20\n");
+    let config = load(&file, &[("SB_INBOX_BATCH_SIZE", "16")]).unwrap();
+    assert_eq!(config.runtime.batch_size, 16);
+    assert_eq!(config.runtime.batch_linger, Duration::from_millis(20));
+    let problems = load(GOOD, &[("SB_INBOX_BATCH_SIZE", "0")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        problems.contains("runtime.batch_size (SB_INBOX_BATCH_SIZE)"),
+        "{problems}"
+    );
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let errors = load(
+        "consumer = \"Bad Name\"\n[runtime]\nconcurrency = 0\n",
+        &[
+            ("SB_INBOX_PREFETCH", "lots"),
+            ("SB_INBOX_STORE", "mysql://u:pw@h/d"),
+        ],
+    )
+    .unwrap_err();
+    let fields: Vec<&str> = errors.0.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "consumer (SB_INBOX_CONSUMER)",
+            "store (SB_INBOX_STORE)",
+            "servicebus.connection (SB_INBOX_SERVICEBUS_CONNECTION)",
+            "servicebus.entity (SB_INBOX_ENTITY)",
+            "runtime.concurrency (SB_INBOX_CONCURRENCY)",
+            "runtime.prefetch (SB_INBOX_PREFETCH)",
+        ]
+    );
+    assert!(!errors.to_string().contains("pw@"), "{errors}");
+}
+
+#[test]
+fn unknown_keys_are_refused() {
+    let errors = load("consumer = \"a\"\nconcurency = 3\n", &[]).unwrap_err();
+    assert!(errors.to_string().contains("concurency"), "{errors}");
+}
+
+#[test]
+fn retention_needs_the_horizon_and_must_cover_it() {
+    let retention = format!("{GOOD}[retention]\nretention_secs = 3600\n");
+    let errors = load(&retention, &[]).unwrap_err();
+    assert_eq!(errors.0.len(), 3, "{errors}");
+    let short = format!(
+        "{GOOD}[retention]\nretention_secs = 3600\nmessage_ttl_secs = 86400\nlock_duration_secs = 60\nmax_delivery_count = 10\n"
+    );
+    // TTL + lock × count + the default 7-day DLQ resubmission window.
+    let errors = load(&short, &[]).unwrap_err();
+    assert!(errors.to_string().contains("at least 691800"), "{errors}");
+    let config = load(&short, &[("SB_INBOX_RETENTION_SECS", "691800")]).unwrap();
+    assert_eq!(
+        config.retention.unwrap().retention,
+        Duration::from_secs(691_800)
+    );
+    let no_window = [
+        ("SB_INBOX_RETENTION_SECS", "87000"),
+        ("SB_INBOX_DLQ_RESUBMIT_WINDOW_SECS", "0"),
+    ];
+    assert!(load(&short, &no_window).is_ok());
+}
+
+#[test]
+fn session_mode_from_file_or_env_with_its_keys_and_without_retries() {
+    assert!(load(GOOD, &[]).unwrap().sessions.is_none());
+    let on = format!("{GOOD}max_sessions = 3\n");
+    let on = on.replace(
+        "entity = \"orders\"",
+        "entity = \"orders\"\nsessions = true",
+    );
+    let sessions = load(&on, &[]).unwrap().sessions.unwrap();
+    assert_eq!(sessions.max_sessions, 3);
+    assert_eq!(sessions.idle, Duration::from_secs(5));
+    let from_env = load(
+        GOOD,
+        &[
+            ("SB_INBOX_SESSIONS", "true"),
+            ("SB_INBOX_SESSION_IDLE_SECS", "2"),
+        ],
+    )
+    .unwrap()
+    .sessions
+    .unwrap();
+    assert_eq!(from_env.idle, Duration::from_secs(2));
+    assert_eq!(from_env.max_sessions, 8);
+    let text = |errors: ConfigErrors| errors.to_string();
+    let bad = text(load(GOOD, &[("SB_INBOX_SESSIONS", "maybe")]).unwrap_err());
+    assert!(
+        bad.contains("servicebus.sessions (SB_INBOX_SESSIONS)"),
+        "{bad}"
+    );
+    let orphan = text(load(GOOD, &[("SB_INBOX_MAX_SESSIONS", "2")]).unwrap_err());
+    assert!(
+        orphan.contains("has no effect without servicebus.sessions"),
+        "{orphan}"
+    );
+    let with_retries = text(
+        load(
+            GOOD,
+            &[
+                ("SB_INBOX_SESSIONS", "1"),
+                ("SB_INBOX_RETRY_MAX_RETRIES", "3"),
+            ],
+        )
+        .unwrap_err(),
+    );
+    assert!(
+        with_retries.contains("cannot keep a session's order"),
+        "{with_retries}"
+    );
+}
+
+#[test]
+fn session_mode_refuses_batched_transactions() {
+    let batched = ConfigErrors::to_string(
+        &load(
+            GOOD,
+            &[("SB_INBOX_SESSIONS", "true"), ("SB_INBOX_BATCH_SIZE", "16")],
+        )
+        .unwrap_err(),
+    );
+    assert!(
+        batched.contains("runtime.batch_size (SB_INBOX_BATCH_SIZE)")
+            && batched.contains("one at a time"),
+        "{batched}"
+    );
+    let single = load(
+        GOOD,
+        &[("SB_INBOX_SESSIONS", "true"), ("SB_INBOX_BATCH_SIZE", "1")],
+    )
+    .unwrap();
+    assert!(single.sessions.is_some());
+}
+
+#[test]
+fn delayed_retries_are_off_by_default_and_validated() {
+    assert!(load(GOOD, &[]).unwrap().retry.is_none());
+    let config = load(
+        &format!("{GOOD}[retry]\nmax_retries = 4\nbase_delay_secs = 5\n"),
+        &[("SB_INBOX_RETRY_JITTER_PERCENT", "0")],
+    )
+    .unwrap();
+    let policy = config.retry.unwrap();
+    assert_eq!(
+        (
+            policy.max_retries(),
+            policy.base_delay(),
+            policy.max_delay()
+        ),
+        (4, Duration::from_secs(5), Duration::from_secs(600))
+    );
+    assert_eq!(policy.delay(3), Duration::from_secs(20));
+
+    let errors = load(
+        GOOD,
+        &[
+            ("SB_INBOX_RETRY_MAX_RETRIES", "3"),
+            ("SB_INBOX_RETRY_BASE_DELAY_SECS", "60"),
+            ("SB_INBOX_RETRY_MAX_DELAY_SECS", "30"),
+            ("SB_INBOX_RETRY_JITTER_PERCENT", "101"),
+        ],
+    )
+    .unwrap_err();
+    let fields: Vec<&str> = errors.0.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "retry.jitter_percent (SB_INBOX_RETRY_JITTER_PERCENT)",
+            "retry.max_delay_secs (SB_INBOX_RETRY_MAX_DELAY_SECS)",
+        ],
+        "{errors}"
+    );
+
+    let errors = load(
+        GOOD,
+        &[
+            ("SB_INBOX_RETRY_MAX_RETRIES", "3"),
+            ("SB_INBOX_ENTITY", "orders/Subscriptions/inventory"),
+        ],
+    )
+    .unwrap_err();
+    assert!(errors.to_string().contains("ForwardTo"), "{errors}");
+    let off = load(
+        GOOD,
+        &[("SB_INBOX_ENTITY", "orders/Subscriptions/inventory")],
+    )
+    .unwrap();
+    assert!(off.retry.is_none());
+}
+
+#[test]
+fn delayed_retries_lengthen_the_replay_horizon() {
+    let retention = format!(
+        "{GOOD}[retention]\nretention_secs = 87000\nmessage_ttl_secs = 86400\nlock_duration_secs = 60\nmax_delivery_count = 10\ndlq_resubmit_window_secs = 0\n"
+    );
+    assert!(load(&retention, &[]).is_ok());
+    let errors = load(
+        &retention,
+        &[
+            ("SB_INBOX_RETRY_MAX_RETRIES", "5"),
+            ("SB_INBOX_RETRY_MAX_DELAY_SECS", "600"),
+        ],
+    )
+    .unwrap_err();
+    assert!(errors.to_string().contains("at least 90000"), "{errors}");
+}
+
+#[test]
+fn relay_and_retention_settings_have_defaults_and_bounds() {
+    let config = load(GOOD, &[]).unwrap();
+    assert_eq!(config.relay, RelayConfig::default());
+    let horizon = "[retention]\nretention_secs = 172800\nmessage_ttl_secs = 86400\nlock_duration_secs = 60\nmax_delivery_count = 10\ndlq_resubmit_window_secs = 0\n";
+    let config = load(
+        &format!("{GOOD}[outbox]\nbatch_size = 50\n{horizon}interval_secs = 60\n"),
+        &[
+            ("SB_INBOX_OUTBOX_POLL_MS", "250"),
+            ("SB_INBOX_OUTBOX_LEASE_SECS", "30"),
+            ("SB_INBOX_RETENTION_BATCH", "4000"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        config.relay,
+        RelayConfig {
+            batch_size: 50,
+            poll_interval: Duration::from_millis(250),
+            lease: Duration::from_secs(30),
+        }
+    );
+    let task = config.retention.unwrap();
+    assert_eq!(
+        (task.retention, task.batch_size, task.interval),
+        (Duration::from_secs(172_800), 4000, Duration::from_secs(60))
+    );
+    let defaults = load(&format!("{GOOD}{horizon}"), &[]).unwrap();
+    let task = defaults.retention.unwrap();
+    assert_eq!(
+        (task.batch_size, task.interval),
+        (1000, Duration::from_secs(300))
+    );
+
+    let errors = load(
+        GOOD,
+        &[
+            ("SB_INBOX_OUTBOX_BATCH", "0"),
+            ("SB_INBOX_OUTBOX_LEASE_SECS", "1"),
+            ("SB_INBOX_RETENTION_BATCH", "5000"),
+            ("SB_INBOX_RETENTION_INTERVAL_SECS", "60"),
+        ],
+    )
+    .unwrap_err();
+    let problems: Vec<String> = errors
+        .0
+        .iter()
+        .map(|e| format!("{}: {}", e.field, e.problem))
+        .collect();
+    assert_eq!(
+        problems,
+        [
+            "outbox.batch_size (SB_INBOX_OUTBOX_BATCH): 0 is outside 1..=1000",
+            "outbox.lease_secs (SB_INBOX_OUTBOX_LEASE_SECS): 1 is outside 5..=3600",
+            "retention.batch_size (SB_INBOX_RETENTION_BATCH): 5000 is outside 1..=4000",
+            "retention.interval_secs (SB_INBOX_RETENTION_INTERVAL_SECS): has no effect without retention.retention_secs (SB_INBOX_RETENTION_SECS): nothing is deleted",
+        ]
+    );
+}
+
+#[test]
+fn lock_margin_must_be_shorter_than_the_lock() {
+    let errors = load(GOOD, &[("SB_INBOX_LOCK_DURATION_SECS", "5")]).unwrap_err();
+    assert!(
+        errors
+            .to_string()
+            .contains("shorter than the lock duration"),
+        "{errors}"
+    );
+}
+
+const LISTED: &str = r#"
+store = "sqlite://inbox.db"
+[servicebus]
+connection = "Endpoint=sb://localhost:5699;SharedAccessKeyName=k;SharedAccessKey=SECRET;UseDevelopmentEmulator=true"
+[runtime]
+concurrency = 4
+prefetch = 2
+lock_margin_secs = 5
+[[consumers]]
+name = "shop.inventory"
+entity = "orders"
+[[consumers]]
+name = "shop.payments"
+entity = "payments/Subscriptions/ledger"
+concurrency = 1
+prefetch = 0
+"#;
+
+#[test]
+fn consumers_listed_take_runtime_settings_as_defaults() {
+    let config = load(LISTED, &[]).unwrap();
+    let got: Vec<_> = config
+        .consumers
+        .iter()
+        .map(|c| {
+            (
+                c.name().as_str(),
+                c.entity.as_str(),
+                c.runtime.concurrency,
+                c.runtime.prefetch,
+                c.runtime.lock_margin,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("shop.inventory", "orders", 4, 2, Duration::from_secs(5)),
+            (
+                "shop.payments",
+                "payments/Subscriptions/ledger",
+                1,
+                0,
+                Duration::from_secs(5)
+            ),
+        ]
+    );
+    // The first consumer doubles as the single-consumer fields.
+    assert_eq!(
+        (config.runtime.consumer.as_str(), config.entity.as_str()),
+        ("shop.inventory", "orders")
+    );
+    // Without [[consumers]], the top-level keys make the only one.
+    let single = load(GOOD, &[]).unwrap();
+    assert_eq!(single.consumers.len(), 1);
+    assert_eq!(single.consumers[0].entity, "orders");
+}
+
+#[test]
+fn consumers_listed_are_checked_entry_by_entry() {
+    let fields = |toml: &str, env: &[(&str, &str)]| -> Vec<String> {
+        load(toml, env)
+            .unwrap_err()
+            .0
+            .into_iter()
+            .map(|e| e.field)
+            .collect()
+    };
+    let bad = format!(
+        "{LISTED}[[consumers]]\nname = \"shop.inventory\"\n[[consumers]]\nname = \"Bad Name\"\nentity = \"x\"\nconcurrency = 0\n"
+    );
+    assert_eq!(
+        fields(&bad, &[]),
+        [
+            "consumers[2].name",
+            "consumers[2].entity",
+            "consumers[3].name",
+            "consumers[3].concurrency"
+        ]
+    );
+    // Top-level consumer or entity beside the list is ambiguous.
+    assert_eq!(
+        fields(
+            LISTED,
+            &[("SB_INBOX_CONSUMER", "x"), ("SB_INBOX_ENTITY", "y")]
+        ),
+        [
+            "consumer (SB_INBOX_CONSUMER)",
+            "servicebus.entity (SB_INBOX_ENTITY)"
+        ]
+    );
+    // Delayed retries refuse a subscription anywhere in the list.
+    assert_eq!(
+        fields(LISTED, &[("SB_INBOX_RETRY_MAX_RETRIES", "3")]),
+        ["retry.max_retries (SB_INBOX_RETRY_MAX_RETRIES)"]
+    );
+}
+
+/// What `load` logged at warn level and above, with its result.
+fn load_logged(toml: &str, env: &[(&str, &str)]) -> (Result<WorkerConfig, ConfigErrors>, String) {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(move || writer.clone())
+        .finish();
+    let result = tracing::subscriber::with_default(subscriber, || load(toml, env));
+    let logged = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    (result, logged)
+}
+
+#[test]
+fn entity_settings_come_from_entity_or_their_old_place_with_a_warning() {
+    let new = format!(
+        "{GOOD}[entity]\nmessage_ttl_secs = 86400\nlock_duration_secs = 60\nmax_delivery_count = 10\n[retention]\nretention_secs = 87000\ndlq_resubmit_window_secs = 0\n"
+    );
+    let (config, logged) = load_logged(&new, &[]);
+    let config = config.unwrap();
+    assert_eq!(logged, "", "the new place is read quietly");
+    assert_eq!(config.runtime.lock_duration, Some(Duration::from_secs(60)));
+    let horizon = config.horizon.unwrap();
+    assert_eq!(
+        (horizon.message_ttl, horizon.max_delivery_count),
+        (Duration::from_secs(86_400), 10)
+    );
+
+    let old = format!(
+        "{GOOD}[retention]\nretention_secs = 87000\ndlq_resubmit_window_secs = 0\nmessage_ttl_secs = 86400\nlock_duration_secs = 60\nmax_delivery_count = 10\n"
+    );
+    let (config, logged) = load_logged(&old, &[]);
+    let config = config.unwrap();
+    assert_eq!(config.horizon, Some(horizon), "{logged}");
+    assert_eq!(
+        config.retention.unwrap().retention,
+        Duration::from_secs(87_000)
+    );
+    for (old, new) in [
+        ("retention.message_ttl_secs", "entity.message_ttl_secs"),
+        ("retention.lock_duration_secs", "entity.lock_duration_secs"),
+        ("retention.max_delivery_count", "entity.max_delivery_count"),
+    ] {
+        assert!(
+            logged.lines().any(|line| line.contains("WARN")
+                && line.contains(&format!("old=\"{old}\" new=\"{new}\""))),
+            "{logged}"
+        );
+    }
+
+    // Both places at once: which one is meant is unclear.
+    let both = format!("{old}[entity]\nlock_duration_secs = 30\n");
+    let errors = load(&both, &[]).unwrap_err();
+    assert_eq!(
+        errors.0[0].field, "entity.lock_duration_secs (SB_INBOX_LOCK_DURATION_SECS)",
+        "{errors}"
+    );
+}
+
+#[test]
+fn every_key_has_its_own_variable_and_file_key() {
+    assert_eq!(ENV_VARS.len(), KEYS.len());
+    for (i, key) in KEYS.iter().enumerate() {
+        assert_eq!(ENV_VARS[i], key.row());
+        assert!(key.env.starts_with("SB_INBOX_"), "{key}");
+        let others = &KEYS[i + 1..];
+        assert!(
+            !others
+                .iter()
+                .any(|o| o.env == key.env || o.file == key.file),
+            "{key} twice"
+        );
+    }
+    for moved in MOVED {
+        assert!(KEYS.contains(&moved.new), "{}", moved.old);
+        assert!(moved.new.file.starts_with("entity."), "{}", moved.old);
+    }
+}
