@@ -14,8 +14,9 @@ use sb_inbox::{
     Savepoint, Store, StoreError, Tx, VersionCheck,
 };
 
-use crate::handlers::{Flaky, Noop, Slow, order};
 use crate::scenarios::{BATCH, batched};
+use crate::support::handlers::{Flaky, Noop, Slow};
+use crate::support::orders::two_line_order;
 use crate::support::{Count, pg_store, sqlite_store};
 
 const INVENTORY: &str = sb_inbox::inventory::CONSUMER;
@@ -38,7 +39,7 @@ async fn a_transient_failure_rolls_back_that_delivery_alone() {
         batched(INVENTORY, BATCH),
     );
     for n in 1..=3 {
-        broker.send(order(&format!("m-{n}"), &format!("o-{n}")));
+        broker.send(two_line_order(&format!("m-{n}"), &format!("o-{n}")));
     }
     let batch: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
     let reports = runtime.process_batch(batch).await;
@@ -96,9 +97,9 @@ async fn a_lost_lock_takes_one_delivery_out_and_the_rest_run_again() {
         config,
         Clock::new(),
     );
-    broker.send(order("m-1", "o-1"));
-    broker.send(order("m-2", "o-2"));
-    broker.send(order("m-1", "o-1"));
+    broker.send(two_line_order("m-1", "o-1"));
+    broker.send(two_line_order("m-2", "o-2"));
+    broker.send(two_line_order("m-1", "o-1"));
     let first = broker.try_receive().unwrap();
     // 3 s of its lock are left when the batch starts: its renewal (refused) falls inside the
     // batch, the others' long after it.
@@ -241,9 +242,9 @@ async fn a_commit_failure_abandons_the_whole_batch() {
         Noop::new(),
         batched("billing.order-placed.v1", BATCH),
     );
-    broker.send(order("m-1", "o-1"));
-    broker.send(order("m-1", "o-1"));
-    broker.send(order("m-2", "o-2"));
+    broker.send(two_line_order("m-1", "o-1"));
+    broker.send(two_line_order("m-1", "o-1"));
+    broker.send(two_line_order("m-2", "o-2"));
     let batch: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
     let reports = runtime.process_batch(batch).await;
     assert_eq!(outcomes(&reports), [Outcome::Transient; 3], "{reports:?}");
@@ -315,7 +316,7 @@ async fn a_delivery_that_ends_the_transaction_is_taken_out_and_the_rest_commit()
         batched("billing.order-placed.v1", BATCH),
     );
     for id in ["m-1", "kill", "m-3"] {
-        broker.send(order(id, "o-1"));
+        broker.send(two_line_order(id, "o-1"));
     }
     let batch: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
     let reports = runtime.process_batch(batch).await;

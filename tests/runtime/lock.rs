@@ -7,7 +7,8 @@ use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
 use sb_inbox::testing::{MemoryBroker, RenewFault};
 use sb_inbox::{Clock, Outcome, Runtime, SqliteStore};
 
-use crate::handlers::{Slow, config, order};
+use crate::support::handlers::{Slow, config};
+use crate::support::orders::two_line_order;
 use crate::support::sqlite_store;
 
 const LOCK: Duration = Duration::from_secs(30);
@@ -35,7 +36,7 @@ async fn setup(
         config,
         Clock::new(),
     );
-    broker.send(order("m-1", "o-1"));
+    broker.send(two_line_order("m-1", "o-1"));
     (broker, store, runtime)
 }
 

@@ -11,7 +11,8 @@ use sb_inbox::{Clock, Delivery, DuplicateScope, Message, Outcome, PropertyValue,
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 
-use crate::handlers::{BarrierStore, Flaky, Noop, Versioned, config, order};
+use crate::support::handlers::{BarrierStore, Flaky, Noop, Versioned, config};
+use crate::support::orders::two_line_order;
 use crate::support::{Count, pg_store, sqlite_store};
 
 const INVENTORY: &str = sb_inbox::inventory::CONSUMER;
@@ -80,7 +81,7 @@ async fn concurrent_copies<S: InventoryStore + Clone>(store: S, barrier: bool, b
     const COPIES: usize = 8;
     let transactions = if batch == 1 { COPIES } else { 2 };
     let broker = MemoryBroker::new(Clock::new());
-    broker.send_copies(order("m-1", "o-1"), COPIES);
+    broker.send_copies(two_line_order("m-1", "o-1"), COPIES);
     let reports = if barrier {
         let racing = BarrierStore {
             inner: store.clone(),
@@ -218,7 +219,7 @@ async fn settle_fails_after_commit<S: InventoryStore + Clone>(store: S, batch: u
         OrderPlacedConsumer::new(),
         batched(INVENTORY, batch),
     );
-    broker.send(order("m-1", "o-1"));
+    broker.send(two_line_order("m-1", "o-1"));
     broker.fail_next_settlements(1);
     let report = handle_one(&runtime, batch, broker.try_receive().unwrap()).await;
     assert_eq!(report.outcome, Outcome::Processed);
@@ -268,7 +269,7 @@ async fn rollback_then_redelivery<S: InventoryStore + Clone>(store: S, batch: us
         handler,
         batched(INVENTORY, batch),
     );
-    broker.send(order("m-1", "o-1"));
+    broker.send(two_line_order("m-1", "o-1"));
     let report = handle_one(&runtime, batch, broker.try_receive().unwrap()).await;
     assert_eq!(report.outcome, Outcome::Transient);
     assert_eq!(report.settled, Some(Ok(())), "abandoned");
@@ -318,7 +319,7 @@ async fn two_consumers_are_independent<S: Store + Count + Clone>(store: S, batch
         Noop::new(),
         batched("audit.order-placed.v1", batch),
     );
-    broker.send_copies(order("m-1", "o-1"), 3);
+    broker.send_copies(two_line_order("m-1", "o-1"), 3);
     assert_eq!(
         handle_one(&billing, batch, broker.try_receive().unwrap())
             .await
@@ -350,8 +351,8 @@ async fn business_key_duplicate<S: InventoryStore + Clone>(store: S, batch: usiz
         OrderPlacedConsumer::new(),
         batched(INVENTORY, batch),
     );
-    broker.send(order("m-1", "o-1"));
-    broker.send(order("m-2", "o-1"));
+    broker.send(two_line_order("m-1", "o-1"));
+    broker.send(two_line_order("m-2", "o-1"));
     // Batched, both are in one transaction: the second meets the first's uncommitted key.
     let deliveries: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
     let [first, report]: [sb_inbox::Report; 2] = handle_all(&runtime, batch, deliveries)
@@ -507,7 +508,7 @@ async fn bad_envelopes_are_dead_lettered<S: InventoryStore + Count + Clone>(
         expected.insert(case.to_owned(), reason.to_owned());
         broker.send(message);
     }
-    broker.send(order("m-good", "o-good"));
+    broker.send(two_line_order("m-good", "o-good"));
     let shutdown = CancellationToken::new();
     let running = {
         let shutdown = shutdown.clone();
@@ -624,7 +625,7 @@ async fn a_deployment_error_is_retried_and_reported_not_dead_lettered() {
         OrderPlacedConsumer::new(),
         config(INVENTORY),
     );
-    broker.send(order("m-1", "o-1"));
+    broker.send(two_line_order("m-1", "o-1"));
     let report = runtime.process(broker.try_receive().unwrap()).await;
     assert_eq!(report.outcome, Outcome::Transient, "{report:?}");
     assert_eq!(report.settled, Some(Ok(())));

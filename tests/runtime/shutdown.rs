@@ -10,7 +10,8 @@ use sb_inbox::{Clock, Runtime};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::handlers::{Gate, config, order};
+use crate::support::handlers::{Gate, config};
+use crate::support::orders::two_line_order;
 use crate::support::sqlite_store;
 
 async fn run_with_gate(
@@ -40,8 +41,8 @@ async fn run_with_gate(
         config,
         Clock::new(),
     );
-    broker.send(order("m-1", "o-1"));
-    broker.send(order("m-2", "o-2"));
+    broker.send(two_line_order("m-1", "o-1"));
+    broker.send(two_line_order("m-2", "o-2"));
     let shutdown = CancellationToken::new();
     let begun = tokio::time::Instant::now();
     let (result, ()) = tokio::join!(runtime.run(shutdown.clone()), async {

@@ -14,7 +14,7 @@ use sb_inbox::{Delivery, Message as InboxMessage, Receiver};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::{client, emulator};
+use crate::support::emulator::{client, emulator};
 
 /// One frame: size, data offset 2, `frame_type`, channel 0, then `body`.
 fn frame(frame_type: u8, body: &[u8]) -> Vec<u8> {

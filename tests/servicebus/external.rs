@@ -25,7 +25,8 @@ use sb_inbox::servicebus::{
 };
 use sb_inbox::{Delivery, Message, PropertyValue, ReceiveError, Receiver, SendFailure, Sender};
 
-use crate::worker::{health_address, order, ready, sigterm_exits_0, sqlite_worker};
+use crate::support::orders::order;
+use crate::worker::{health_address, ready, sigterm_exits_0, sqlite_worker};
 
 /// The connection string of the external broker.
 const ENV: &str = "SB_INBOX_EXTERNAL_SERVICEBUS";

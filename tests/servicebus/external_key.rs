@@ -18,11 +18,11 @@ use sb_inbox::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::handlers::Flaky;
+use crate::support::emulator::{client, emulator};
+use crate::support::handlers::Flaky;
+use crate::support::orders::order;
 use crate::support::{pg_store, pg_url, schema_for, with_search_path};
 use crate::verification::until;
-use crate::worker::order;
-use crate::{client, emulator};
 
 #[path = "../../examples/shipping_label/consumer.rs"]
 mod shipping;

@@ -12,8 +12,9 @@ use sb_inbox::worker::WorkerConfig;
 use sb_inbox::{Delivery, Message, ReceiveError, Receiver, Sender};
 use tokio_util::sync::CancellationToken;
 
-use crate::worker::{drained, order};
-use crate::{client, emulator, emulator_with};
+use crate::support::emulator::{client, emulator, emulator_with};
+use crate::support::orders::order;
+use crate::worker::drained;
 
 /// The detach conditions the SDKs recover from by re-attaching the link, plus
 /// unauthorized-access (re-attached once after a fresh token).

@@ -16,9 +16,9 @@ use sb_inbox::{
 use tokio::sync::{Barrier, Notify};
 use tokio_util::sync::CancellationToken;
 
+use crate::support::emulator::{client, emulator};
 use crate::support::{Count, pg_store};
 use crate::worker::queue_drained;
-use crate::{client, emulator};
 
 const ROWS: usize = 40;
 const LEASE: Duration = Duration::from_secs(60);
@@ -240,8 +240,8 @@ async fn killed_and_concurrent_relays_deliver_every_row_once_downstream() {
 /// configured retention (30 days), not merely older than the replay horizon (14 days).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn worker_relays_its_events_and_keeps_the_configured_retention() {
+    use crate::support::orders::order;
     use crate::support::{Backdate, pg_url, schema_for, with_search_path};
-    use crate::worker::order;
 
     crate::support::init_tracing();
     let store: PgStore = pg_store("worker_relay_retention", 4).await;
@@ -368,7 +368,7 @@ async fn worker_relays_its_events_and_keeps_the_configured_retention() {
 /// change.
 #[test]
 fn run_refuses_a_retention_shorter_than_the_replay_horizon() {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
+    let output = std::process::Command::new(crate::support::cli::BINARY)
         .args(["run"])
         .env_clear()
         .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)

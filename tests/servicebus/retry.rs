@@ -10,11 +10,12 @@ use sb_inbox::{ConsumerName, PgStore, PropertyValue, Runtime, RuntimeConfig};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::handlers::Flaky;
+use crate::support::emulator::{client, emulator};
+use crate::support::handlers::Flaky;
+use crate::support::orders::order;
 use crate::support::pg_store;
 use crate::verification::{HeldRow, WorkerProcess, one_order_behind_a_held_row, until};
-use crate::worker::{drained, order};
-use crate::{client, emulator};
+use crate::worker::drained;
 
 const BASE: Duration = Duration::from_millis(400);
 

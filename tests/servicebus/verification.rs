@@ -14,9 +14,11 @@ use std::time::Duration;
 use sb_inbox::inventory::{InventoryCounts, InventoryStore, OrderPlacedConsumer};
 use sb_inbox::{ConsumerName, Message, Outcome, PgStore, Receiver, Runtime, RuntimeConfig};
 
+use crate::support::cli;
+use crate::support::emulator::{client, emulator, queue, session_properties, start};
+use crate::support::orders::order;
 use crate::support::{pg_store, pg_url, schema_for, with_search_path};
-use crate::worker::{drained, order, strip_ansi};
-use crate::{client, emulator};
+use crate::worker::{drained, strip_ansi};
 
 /// The worker's batch size variable, and the size the batched variants run with.
 const BATCH_SIZE: &str = "SB_INBOX_BATCH_SIZE";
@@ -62,16 +64,9 @@ impl WorkerProcess {
         concurrency: usize,
         env: &[(&str, &str)],
     ) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
-            .arg("run")
-            .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
-            .env("SB_INBOX_STORE", store_url)
-            .env("SB_INBOX_SERVICEBUS_CONNECTION", connection)
-            .env("SB_INBOX_ENTITY", "orders")
+        let mut child = cli::worker(store_url, connection)
             .env("SB_INBOX_CONCURRENCY", concurrency.to_string())
             .env("SB_INBOX_LOCK_MARGIN_SECS", "1")
-            .env("SB_INBOX_SHUTDOWN_GRACE_SECS", "5")
-            .env("RUST_LOG", "info")
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -226,16 +221,14 @@ impl Mode {
         if self != Mode::Sessions {
             return emulator(lock).await;
         }
-        let json = format!(
-            r#"{{"UserConfig":{{"Namespaces":[{{"Name":"sbemulatorns","Queues":[
-                {{"Name":"orders","Properties":{{"LockDuration":"{lock}","MaxDeliveryCount":5,"RequiresSession":true}}}},
-                {{"Name":"outbox","Properties":{{}}}}],"Topics":[]}}],"Logging":{{"Type":"File"}}}}}}"#
-        );
-        let broker =
-            sb_emulator::Broker::new(sb_emulator::Config::from_json(&json).unwrap()).unwrap();
-        sb_emulator::Emulator::start(broker, sb_emulator::EmulatorOptions::default())
-            .await
-            .unwrap()
+        start(
+            vec![
+                queue("orders", session_properties(lock)),
+                queue("outbox", sb_emulator::EntityProperties::default()),
+            ],
+            sb_emulator::EmulatorOptions::default(),
+        )
+        .await
     }
 
     /// Order `id` / `order_id`, in session `session` in session mode.
@@ -589,7 +582,7 @@ async fn slow_order(test: &str, refuse_renewals: bool) -> (sb_inbox::Report, PgS
     let runtime = Runtime::new(
         receiver.clone(),
         store.clone(),
-        crate::handlers::Slow {
+        crate::support::handlers::Slow {
             inner: OrderPlacedConsumer::new(),
             duration: Duration::from_secs(3),
         },

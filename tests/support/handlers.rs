@@ -1,4 +1,6 @@
-//! Test handlers and store wrappers.
+//! Test handlers: wrappers that make an inner handler fail, take time or wait at a gate after
+//! its business writes; small handlers of their own contracts; and a store wrapper that makes
+//! transactions race.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -11,29 +13,23 @@ use sb_inbox::{
 use tokio::sync::{Barrier, Notify};
 use tokio::time::Instant;
 
-pub(crate) fn config(consumer: &str) -> RuntimeConfig {
+/// A runtime configuration for `consumer`, the defaults otherwise.
+pub fn config(consumer: &str) -> RuntimeConfig {
     RuntimeConfig::new(ConsumerName::new(consumer).unwrap())
-}
-
-pub(crate) fn order(message_id: &str, order_id: &str) -> Message {
-    let body = format!(
-        r#"{{"orderId":"{order_id}","lines":[{{"sku":"A","quantity":2}},{{"sku":"B","quantity":1}}]}}"#
-    );
-    Message::new(message_id, "orders.order-placed.v1", body)
 }
 
 /// Fails the first `failures` attempts with a transient error after the inner handler wrote its
 /// rows, so the transaction must roll them back. Records when each attempt started and on which
 /// broker message id.
 #[derive(Debug)]
-pub(crate) struct Flaky<H> {
+pub struct Flaky<H> {
     inner: H,
     failures: AtomicU32,
     attempts: Mutex<Vec<(Instant, String)>>,
 }
 
 impl<H> Flaky<H> {
-    pub(crate) fn new(inner: H, failures: u32) -> Self {
+    pub fn new(inner: H, failures: u32) -> Self {
         Flaky {
             inner,
             failures: AtomicU32::new(failures),
@@ -42,7 +38,7 @@ impl<H> Flaky<H> {
     }
 
     /// Every attempt so far: when it started (tokio's clock) and the broker message id.
-    pub(crate) fn attempts(&self) -> Vec<(Instant, String)> {
+    pub fn attempts(&self) -> Vec<(Instant, String)> {
         self.attempts.lock().unwrap().clone()
     }
 }
@@ -79,9 +75,9 @@ impl<T: Tx, H: Handler<T>> Handler<T> for Flaky<H> {
 
 /// Writes its rows, then takes `duration` of (tokio) time before returning.
 #[derive(Debug)]
-pub(crate) struct Slow<H> {
-    pub(crate) inner: H,
-    pub(crate) duration: Duration,
+pub struct Slow<H> {
+    pub inner: H,
+    pub duration: Duration,
 }
 
 impl<T: Tx, H: Handler<T>> Handler<T> for Slow<H> {
@@ -108,10 +104,10 @@ impl<T: Tx, H: Handler<T>> Handler<T> for Slow<H> {
 
 /// Signals `started`, then waits for `open` before returning.
 #[derive(Debug)]
-pub(crate) struct Gate<H> {
-    pub(crate) inner: H,
-    pub(crate) started: Arc<Notify>,
-    pub(crate) open: Arc<Notify>,
+pub struct Gate<H> {
+    pub inner: H,
+    pub started: Arc<Notify>,
+    pub open: Arc<Notify>,
 }
 
 impl<T: Tx, H: Handler<T>> Handler<T> for Gate<H> {
@@ -139,10 +135,10 @@ impl<T: Tx, H: Handler<T>> Handler<T> for Gate<H> {
 
 /// Accepts `orders.order-placed.v1` and writes nothing beyond the inbox row.
 #[derive(Debug)]
-pub(crate) struct Noop(pub(crate) Vec<Contract>);
+pub struct Noop(pub Vec<Contract>);
 
 impl Noop {
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         Noop(vec![Contract::new("orders.order-placed", 1)])
     }
 }
@@ -166,14 +162,14 @@ impl<T: Tx> Handler<T> for Noop {
 /// `orders.order-status.v1` `{"orderId": "...", "version": N}`: applies a status only when its
 /// version is newer than the stored one.
 #[derive(Debug)]
-pub(crate) struct Versioned(pub(crate) Vec<Contract>);
+pub struct Versioned(pub Vec<Contract>);
 
 impl Versioned {
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         Versioned(vec![Contract::new("orders.order-status", 1)])
     }
 
-    pub(crate) fn message(message_id: &str, order_id: &str, version: i64) -> Message {
+    pub fn message(message_id: &str, order_id: &str, version: i64) -> Message {
         Message::new(
             message_id,
             "orders.order-status.v1",
@@ -219,9 +215,9 @@ impl<T: Tx> Handler<T> for Versioned {
 
 /// Holds every `begin` until `parties` transactions are open, so they race for real.
 #[derive(Debug, Clone)]
-pub(crate) struct BarrierStore<S> {
-    pub(crate) inner: S,
-    pub(crate) barrier: Arc<Barrier>,
+pub struct BarrierStore<S> {
+    pub inner: S,
+    pub barrier: Arc<Barrier>,
 }
 
 impl<S: Store> Store for BarrierStore<S> {

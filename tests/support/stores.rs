@@ -1,5 +1,5 @@
-//! Shared test support: real stores with their own resources.
-#![allow(dead_code, unreachable_pub)]
+//! Real stores for tests, each with resources of its own (a PostgreSQL schema, a SQL Server
+//! database, an in-memory SQLite), and the provider-specific SQL tests read and age rows with.
 
 use std::future::Future;
 
@@ -149,16 +149,6 @@ impl Count for SqliteStore {
         self.with_connection(move |conn| conn.query_row(&sql, [], |row| row.get(0)))
             .await
     }
-}
-
-/// Installs a test-writer tracing subscriber once.
-pub fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_test_writer()
-        .try_init();
 }
 
 /// Moves timestamps into the past, in each provider's SQL (tests make rows old this way rather
