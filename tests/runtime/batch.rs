@@ -17,7 +17,7 @@ use sb_inbox::{
 use crate::scenarios::{BATCH, batched};
 use crate::support::handlers::{Flaky, Noop, Slow};
 use crate::support::orders::two_line_order;
-use crate::support::{Count, pg_store, sqlite_store};
+use crate::support::{Count, inventory_totals, pg_store, sqlite_store};
 
 const INVENTORY: &str = sb_inbox::inventory::CONSUMER;
 
@@ -51,13 +51,8 @@ async fn a_transient_failure_rolls_back_that_delivery_alone() {
         reports.iter().all(|r| r.settled == Some(Ok(()))),
         "{reports:?}"
     );
-    let counts = store.inventory_counts().await.unwrap();
     assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
+        inventory_totals(&store).await,
         (2, 2, 6),
         "the failed delivery's rows are undone, the others' kept"
     );
@@ -124,15 +119,7 @@ async fn a_lost_lock_takes_one_delivery_out_and_the_rest_run_again() {
         ["m-1", "m-2", "m-2", "m-1"],
         "m-2 ran again after the rollback; the copy reached the handler only then"
     );
-    let counts = store.inventory_counts().await.unwrap();
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (2, 2, 6)
-    );
+    assert_eq!(inventory_totals(&store).await, (2, 2, 6));
     assert_eq!(broker.counts().completed, 2);
 }
 

@@ -9,7 +9,7 @@ use sb_inbox::{Clock, Outcome, Runtime, SqliteStore};
 
 use crate::support::handlers::{Slow, config};
 use crate::support::orders::two_line_order;
-use crate::support::sqlite_store;
+use crate::support::{inventory_totals, sqlite_store};
 
 const LOCK: Duration = Duration::from_secs(30);
 const MARGIN: Duration = Duration::from_secs(10);
@@ -76,15 +76,7 @@ async fn lock_lost_on_renewal_fences_the_commit() {
         LOCK - MARGIN,
         "the handler is cancelled at the failed renewal"
     );
-    let counts = store.inventory_counts().await.unwrap();
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (0, 0, 0)
-    );
+    assert_eq!(inventory_totals(&store).await, (0, 0, 0));
     assert_eq!(broker.counts().completed, 0);
 }
 

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::support::handlers::{BarrierStore, Flaky, Noop, Versioned, config};
 use crate::support::orders::two_line_order;
-use crate::support::{Count, pg_store, sqlite_store};
+use crate::support::{Count, inventory_totals, pg_store, sqlite_store};
 
 const INVENTORY: &str = sb_inbox::inventory::CONSUMER;
 
@@ -238,15 +238,7 @@ async fn settle_fails_after_commit<S: InventoryStore + Clone>(store: S, batch: u
     assert_eq!(report.outcome, Outcome::Duplicate(DuplicateScope::Inbox));
     assert_eq!(report.settled, Some(Ok(())));
 
-    let counts = store.inventory_counts().await.unwrap();
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (1, 1, 3)
-    );
+    assert_eq!(inventory_totals(&store).await, (1, 1, 3));
     let broker_counts = broker.counts();
     assert_eq!(
         (
@@ -273,15 +265,7 @@ async fn rollback_then_redelivery<S: InventoryStore + Clone>(store: S, batch: us
     let report = handle_one(&runtime, batch, broker.try_receive().unwrap()).await;
     assert_eq!(report.outcome, Outcome::Transient);
     assert_eq!(report.settled, Some(Ok(())), "abandoned");
-    let counts = store.inventory_counts().await.unwrap();
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (0, 0, 0)
-    );
+    assert_eq!(inventory_totals(&store).await, (0, 0, 0));
 
     let redelivery = broker
         .try_receive()
@@ -293,15 +277,7 @@ async fn rollback_then_redelivery<S: InventoryStore + Clone>(store: S, batch: us
     ));
     let report = handle_one(&runtime, batch, redelivery).await;
     assert_eq!(report.outcome, Outcome::Processed);
-    let counts = store.inventory_counts().await.unwrap();
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (1, 1, 3)
-    );
+    assert_eq!(inventory_totals(&store).await, (1, 1, 3));
 }
 
 /// Two consumers share a database: each processes the same message id once.
@@ -365,15 +341,7 @@ async fn business_key_duplicate<S: InventoryStore + Clone>(store: S, batch: usiz
         Outcome::Duplicate(DuplicateScope::BusinessKey)
     );
     assert_eq!(report.settled, Some(Ok(())));
-    let counts = store.inventory_counts().await.unwrap();
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (1, 1, 3)
-    );
+    assert_eq!(inventory_totals(&store).await, (1, 1, 3));
 }
 
 /// Older versions are stale: recorded, completed, not applied.

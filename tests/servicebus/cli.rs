@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use sb_emulator::Emulator;
-use sb_inbox::inventory::{InventoryStore, OrderPlaced, OrderPlacedConsumer};
+use sb_inbox::inventory::{OrderPlaced, OrderPlacedConsumer};
 use sb_inbox::runtime::{DelayedRetry, JitterSource, RetryPolicy};
 use sb_inbox::{
     ConsumerName, DuplicateScope, Outcome, Receiver, Runtime, RuntimeConfig, Sender as _,
@@ -17,7 +17,7 @@ use crate::support::cli::{run_async, stderr, stdout};
 use crate::support::emulator::{client, properties, queue, start};
 use crate::support::handlers::Flaky;
 use crate::support::orders::order;
-use crate::support::pg_store;
+use crate::support::{inventory_totals, pg_store};
 
 /// A file of this test's own.
 fn file(test: &str, text: &str) -> PathBuf {
@@ -401,13 +401,8 @@ async fn dlq_peek_and_resubmit_recognise_a_processed_message_as_a_duplicate() {
             ("m-2/resubmit-1".to_owned(), Outcome::Processed),
         ])
     );
-    let counts = store.inventory_counts().await.unwrap();
     assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
+        inventory_totals(&store).await,
         (2, 2, 4),
         "m-1 took effect once, m-2 once"
     );

@@ -18,7 +18,7 @@ use sb_inbox::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::support::emulator::{client, emulator};
+use crate::support::emulator::{client, emulator, send};
 use crate::support::handlers::Flaky;
 use crate::support::orders::order;
 use crate::support::{pg_store, pg_url, schema_for, with_search_path};
@@ -161,11 +161,7 @@ async fn a_call_repeated_after_rollback_lost_lock_and_kill_takes_effect_once() {
     let emulator = emulator("PT2S").await;
     let client = client(&emulator);
     let api = FakeShippingApi::start().await.unwrap();
-    client
-        .sender("orders")
-        .send(order("m-1", "o-1"))
-        .await
-        .unwrap();
+    send(&client, "orders", order("m-1", "o-1")).await;
     let entity = emulator.broker().entity("orders").unwrap();
 
     // 1. The call, then a failure that rolls the transaction back (the message is abandoned).
@@ -260,11 +256,7 @@ async fn the_key_is_the_same_on_a_retry_copy_and_a_resubmitted_dead_letter() {
     let emulator = emulator("PT5S").await;
     let client = client(&emulator);
     let api = FakeShippingApi::start().await.unwrap();
-    client
-        .sender("orders")
-        .send(order("m-1", "o-1"))
-        .await
-        .unwrap();
+    send(&client, "orders", order("m-1", "o-1")).await;
     let entity = emulator.broker().entity("orders").unwrap();
 
     // The original and its one retry copy fail after the call: the copy is dead-lettered.

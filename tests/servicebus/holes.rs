@@ -13,7 +13,7 @@ use sb_inbox::{ConsumerName, Delivery, Outcome, Receiver, Runtime, RuntimeConfig
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::emulator::{client, duration, properties, queue, start};
+use crate::support::emulator::{client, duration, properties, queue, send, start};
 use crate::support::handlers::{Flaky, Gate, Slow};
 use crate::support::orders::order;
 use crate::support::{pg_store, pg_url, schema_for, sqlite_store, with_search_path};
@@ -54,11 +54,7 @@ async fn a_resubmitted_dead_letter_that_fails_again_is_retried_and_processed_onc
     })
     .await;
     let client = client(&emulator);
-    client
-        .sender("orders")
-        .send(order("m-1", "o-1"))
-        .await
-        .unwrap();
+    send(&client, "orders", order("m-1", "o-1")).await;
     let policy = RetryPolicy::new(1, Duration::from_millis(200), Duration::from_secs(1))
         .unwrap()
         .with_jitter(0.0, JitterSource::fixed(0.0))
@@ -307,11 +303,7 @@ async fn a_handler_held_past_max_processing_is_abandoned_and_the_worker_stays_re
         readyz(&worker, health).await.starts_with("HTTP/1.1 200")
     })
     .await;
-    client
-        .sender("orders")
-        .send(order("m-1", "o-1"))
-        .await
-        .unwrap();
+    send(&client, "orders", order("m-1", "o-1")).await;
     let orders = emulator.broker().entity("orders").unwrap();
     until("the worker takes m-1", || {
         let locked = orders.counts().locked;
@@ -339,11 +331,7 @@ async fn a_handler_held_past_max_processing_is_abandoned_and_the_worker_stays_re
 
     holder.batch_execute("COMMIT").await.unwrap();
     drained(&emulator, 1).await;
-    client
-        .sender("orders")
-        .send(order("m-2", "o-2"))
-        .await
-        .unwrap();
+    send(&client, "orders", order("m-2", "o-2")).await;
     drained(&emulator, 2).await;
     assert!(readyz(&worker, health).await.starts_with("HTTP/1.1 200"));
     let log = worker.log();

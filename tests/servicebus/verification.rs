@@ -15,9 +15,9 @@ use sb_inbox::inventory::{InventoryCounts, InventoryStore, OrderPlacedConsumer};
 use sb_inbox::{ConsumerName, Message, Outcome, PgStore, Receiver, Runtime, RuntimeConfig};
 
 use crate::support::cli;
-use crate::support::emulator::{client, emulator, queue, session_properties, start};
+use crate::support::emulator::{client, emulator, queue, send, session_properties, start};
 use crate::support::orders::order;
-use crate::support::{pg_store, pg_url, schema_for, with_search_path};
+use crate::support::{inventory_totals, pg_store, pg_url, schema_for, with_search_path};
 use crate::worker::{drained, strip_ansi};
 
 /// The worker's batch size variable, and the size the batched variants run with.
@@ -305,11 +305,12 @@ async fn one_order_behind_a_held_row_in(test: &str, mode: Mode) -> HeldRow {
     let emulator = mode.emulator("PT30S").await;
     let holder = session(&schema).await;
     lock_stock_row(&holder).await;
-    client(&emulator)
-        .sender("orders")
-        .send(mode.order("m-1", "o-1", "s-1"))
-        .await
-        .unwrap();
+    send(
+        &client(&emulator),
+        "orders",
+        mode.order("m-1", "o-1", "s-1"),
+    )
+    .await;
     let url = format!(
         "{}%20-clock_timeout%3D300",
         with_search_path(&pg_url(), &schema)
@@ -403,15 +404,7 @@ async fn same_message_to_two_workers_at_once(mode: Mode) {
         (c.completed, c.active, c.locked, c.dead_lettered),
         (2, 0, 0, 0)
     );
-    let counts = counts(&store).await;
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (1, 1, 2)
-    );
+    assert_eq!(inventory_totals(&store).await, (1, 1, 2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -446,11 +439,12 @@ async fn killed_between_commit_and_settlement(mode: Mode) {
         .unwrap()
         .delay_dispositions(1, Duration::from_secs(600))
         .unwrap();
-    client(&emulator)
-        .sender("orders")
-        .send(mode.order("m-1", "o-1", "s-1"))
-        .await
-        .unwrap();
+    send(
+        &client(&emulator),
+        "orders",
+        mode.order("m-1", "o-1", "s-1"),
+    )
+    .await;
 
     let first = mode.worker(&emulator, &url);
     let store_ref = &store;
@@ -471,15 +465,7 @@ async fn killed_between_commit_and_settlement(mode: Mode) {
         (c.completed, c.active, c.locked, c.dead_lettered),
         (1, 0, 0, 0)
     );
-    let counts = counts(&store).await;
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (1, 1, 2)
-    );
+    assert_eq!(inventory_totals(&store).await, (1, 1, 2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -542,15 +528,7 @@ async fn rolled_back(mode: Mode) {
         (c.completed, c.active, c.locked, c.dead_lettered),
         (1, 0, 0, 0)
     );
-    let counts = counts(&store).await;
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (1, 1, 2)
-    );
+    assert_eq!(inventory_totals(&store).await, (1, 1, 2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -571,11 +549,7 @@ async fn slow_order(test: &str, refuse_renewals: bool) -> (sb_inbox::Report, PgS
             .unwrap();
     }
     let client = client(&emulator);
-    client
-        .sender("orders")
-        .send(order("m-1", "o-1"))
-        .await
-        .unwrap();
+    send(&client, "orders", order("m-1", "o-1")).await;
     let receiver = client.receiver("orders", 0);
     let mut config = RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER).unwrap());
     config.lock_margin = Duration::from_millis(300);

@@ -9,6 +9,7 @@ use sb_inbox::servicebus::{ConnectionString, ServiceBusClient, Transport};
 use sb_inbox::{Message, Receiver as _};
 
 use crate::support::cli::run_async;
+use crate::support::emulator::send;
 use crate::support::orders::order;
 use crate::worker::{drained, health_address, ready, sigterm_exits_0, sqlite_worker};
 
@@ -40,11 +41,12 @@ async fn our_client_sends_receives_and_settles_over_websockets() {
     let client = ServiceBusClient::from_connection_string(&cs);
     // Larger than one 64 KiB frame, so transfers span frames and WebSocket messages.
     let big = "x".repeat(150_000);
-    client
-        .sender("orders")
-        .send(Message::new("m-1", "orders.order-placed.v1", big.clone()))
-        .await
-        .unwrap();
+    send(
+        &client,
+        "orders",
+        Message::new("m-1", "orders.order-placed.v1", big.clone()),
+    )
+    .await;
     let receiver = client.receiver("orders", 0);
     let delivery = receiver.receive().await.unwrap().unwrap();
     assert_eq!(sb_inbox::Delivery::message(&delivery).body, big.as_bytes());

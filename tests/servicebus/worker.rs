@@ -8,9 +8,9 @@ use sb_inbox::{Message, PgStore};
 use tokio_util::sync::CancellationToken;
 
 use crate::support::cli;
-use crate::support::emulator::{client, emulator};
+use crate::support::emulator::{client, emulator, send};
 use crate::support::orders::order;
-use crate::support::{pg_store, pg_url, schema_for, with_search_path};
+use crate::support::{inventory_totals, pg_store, pg_url, schema_for, with_search_path};
 
 /// Waits (bounded) until the queue holds nothing active or locked and `settled` messages were
 /// completed or dead-lettered.
@@ -87,15 +87,7 @@ async fn two_workers_on_postgres_apply_each_order_once() {
         duplicates += stats.duplicate;
     }
     assert_eq!((processed, duplicates), (30, 10));
-    let counts = store.inventory_counts().await.unwrap();
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (30, 30, 60)
-    );
+    assert_eq!(inventory_totals(&store).await, (30, 30, 60));
     assert_eq!(
         emulator
             .broker()
@@ -291,11 +283,7 @@ async fn the_worker_process_is_ready_then_drains_and_exits_0_on_sigterm() {
     assert!(http_get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
     ready(addr).await;
 
-    client(&emulator)
-        .sender("orders")
-        .send(order("m-1", "o-1"))
-        .await
-        .unwrap();
+    send(&client(&emulator), "orders", order("m-1", "o-1")).await;
     drained(&emulator, 1).await;
 
     sigterm_exits_0(child).await;
@@ -398,11 +386,7 @@ async fn the_worker_started_before_its_database_and_migrate_becomes_ready_withou
     let response = readyz_until(addr, "ready", |r| r.starts_with("HTTP/1.1 200")).await;
     assert!(response.contains("\"ready\":true"), "{response}");
 
-    client(&emulator)
-        .sender("orders")
-        .send(order("m-1", "o-1"))
-        .await
-        .unwrap();
+    send(&client(&emulator), "orders", order("m-1", "o-1")).await;
     drained(&emulator, 1).await;
     let store = PgStore::connect(&url, 1).await.unwrap();
     assert_eq!(store.inventory_counts().await.unwrap().reservations, 1);

@@ -7,6 +7,7 @@ use sb_emulator::{
     Broker, Config, Emulator, EmulatorOptions, EntityProperties, QueueConfig,
     parse_iso8601_duration,
 };
+use sb_inbox::Message;
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
 
 /// The namespace of Microsoft's emulator, which ours serves too.
@@ -66,6 +67,15 @@ pub async fn emulator_with(lock: &str, options: EmulatorOptions) -> Emulator {
         options,
     )
     .await
+}
+
+/// Sends `message` to `queue` through `client`.
+pub async fn send(client: &ServiceBusClient, queue: &str, message: Message) {
+    client
+        .sender(queue)
+        .send(message)
+        .await
+        .expect("the emulator takes the message");
 }
 
 /// Our client, authorised by the emulator's connection string.

@@ -116,6 +116,17 @@ pub async fn sqlite_store(_test: &str, _pool: u32) -> SqliteStore {
     store
 }
 
+/// `(reservations, inbox rows, reserved units)` of the reference consumer: the three figures
+/// a test compares after each step.
+pub async fn inventory_totals<S: InventoryStore>(store: &S) -> (i64, i64, i64) {
+    let counts = store.inventory_counts().await.expect("inventory counts");
+    (
+        counts.reservations,
+        counts.inbox_rows,
+        counts.reserved_units,
+    )
+}
+
 /// Row counts a test can read from any store.
 pub trait Count: Store {
     /// `SELECT count(*) FROM table` (table names are test constants).
