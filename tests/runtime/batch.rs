@@ -14,16 +14,12 @@ use sb_inbox::{
     Savepoint, Store, StoreError, Tx, VersionCheck,
 };
 
-use crate::scenarios::{BATCH, batched};
 use crate::support::handlers::{Flaky, Noop, Slow};
 use crate::support::orders::two_line_order;
+use crate::support::runtime::{BATCH, batched, on_test_clock, outcomes, ready_deliveries};
 use crate::support::{Count, inventory_totals, pg_store, sqlite_store};
 
 const INVENTORY: &str = sb_inbox::inventory::CONSUMER;
-
-fn outcomes(reports: &[sb_inbox::Report]) -> Vec<Outcome> {
-    reports.iter().map(|r| r.outcome).collect()
-}
 
 /// A transient failure of the first delivery rolls back its savepoint alone: it is abandoned
 /// with its error while the two after it commit; its redelivery is processed.
@@ -41,7 +37,7 @@ async fn a_transient_failure_rolls_back_that_delivery_alone() {
     for n in 1..=3 {
         broker.send(two_line_order(&format!("m-{n}"), &format!("o-{n}")));
     }
-    let batch: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    let batch: Vec<_> = ready_deliveries(&broker);
     let reports = runtime.process_batch(batch).await;
     assert_eq!(
         outcomes(&reports),
@@ -85,13 +81,7 @@ async fn a_lost_lock_takes_one_delivery_out_and_the_rest_run_again() {
         },
         0,
     );
-    let runtime = Runtime::with_clock(
-        broker.receiver(),
-        store.clone(),
-        handler,
-        config,
-        Clock::new(),
-    );
+    let runtime = on_test_clock(&broker, &store, handler, config);
     broker.send(two_line_order("m-1", "o-1"));
     broker.send(two_line_order("m-2", "o-2"));
     broker.send(two_line_order("m-1", "o-1"));
@@ -232,7 +222,7 @@ async fn a_commit_failure_abandons_the_whole_batch() {
     broker.send(two_line_order("m-1", "o-1"));
     broker.send(two_line_order("m-1", "o-1"));
     broker.send(two_line_order("m-2", "o-2"));
-    let batch: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    let batch: Vec<_> = ready_deliveries(&broker);
     let reports = runtime.process_batch(batch).await;
     assert_eq!(outcomes(&reports), [Outcome::Transient; 3], "{reports:?}");
     assert!(
@@ -243,7 +233,7 @@ async fn a_commit_failure_abandons_the_whole_batch() {
     let c = broker.counts();
     assert_eq!((c.abandoned, c.completed), (3, 0));
 
-    let redeliveries: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    let redeliveries: Vec<_> = ready_deliveries(&broker);
     assert_eq!(redeliveries.len(), 3);
     // Abandoned all at once: they come back in any order.
     let reports = runtime.process_batch(redeliveries).await;
@@ -305,7 +295,7 @@ async fn a_delivery_that_ends_the_transaction_is_taken_out_and_the_rest_commit()
     for id in ["m-1", "kill", "m-3"] {
         broker.send(two_line_order(id, "o-1"));
     }
-    let batch: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    let batch: Vec<_> = ready_deliveries(&broker);
     let reports = runtime.process_batch(batch).await;
     assert_eq!(
         outcomes(&reports),

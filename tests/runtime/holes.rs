@@ -14,8 +14,9 @@ use sb_inbox::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::support::handlers::{Slow, config};
+use crate::support::handlers::Slow;
 use crate::support::orders::two_line_order;
+use crate::support::runtime::config;
 use crate::support::sqlite_store;
 
 /// Waits on tokio's (paused) clock until `done` holds.

@@ -11,8 +11,9 @@ use sb_inbox::{
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::support::handlers::{Noop, config};
+use crate::support::handlers::Noop;
 use crate::support::orders::two_line_order;
+use crate::support::runtime::config;
 use crate::support::sqlite_store;
 
 /// Counts handlers running at once and holds each until the test releases a permit.

@@ -7,8 +7,9 @@ use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
 use sb_inbox::testing::{MemoryBroker, RenewFault};
 use sb_inbox::{Clock, Outcome, Runtime, SqliteStore};
 
-use crate::support::handlers::{Slow, config};
+use crate::support::handlers::Slow;
 use crate::support::orders::two_line_order;
+use crate::support::runtime::{config, on_test_clock};
 use crate::support::{inventory_totals, sqlite_store};
 
 const LOCK: Duration = Duration::from_secs(30);
@@ -29,13 +30,7 @@ async fn setup(
         inner: OrderPlacedConsumer::new(),
         duration: handler_time,
     };
-    let runtime = Runtime::with_clock(
-        broker.receiver(),
-        store.clone(),
-        handler,
-        config,
-        Clock::new(),
-    );
+    let runtime = on_test_clock(&broker, &store, handler, config);
     broker.send(two_line_order("m-1", "o-1"));
     (broker, store, runtime)
 }

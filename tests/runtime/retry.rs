@@ -16,8 +16,9 @@ use sb_inbox::{
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::handlers::{Flaky, config};
+use crate::support::handlers::Flaky;
 use crate::support::orders::two_line_order;
+use crate::support::runtime::config;
 use crate::support::sqlite_store;
 
 const BASE: Duration = Duration::from_secs(10);

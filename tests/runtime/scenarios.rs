@@ -11,67 +11,12 @@ use sb_inbox::{Clock, Delivery, DuplicateScope, Message, Outcome, PropertyValue,
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::handlers::{BarrierStore, Flaky, Noop, Versioned, config};
+use crate::support::handlers::{BarrierStore, Flaky, Noop, Versioned};
 use crate::support::orders::two_line_order;
+use crate::support::runtime::{BATCH, batched, config, handle_all, handle_one, ready_deliveries};
 use crate::support::{Count, inventory_totals, pg_store, sqlite_store};
 
 const INVENTORY: &str = sb_inbox::inventory::CONSUMER;
-
-/// The batch size the batched variants of these scenarios run with.
-pub(crate) const BATCH: usize = 16;
-
-/// A runtime configuration for `consumer` with `batch` deliveries per transaction.
-pub(crate) fn batched(consumer: &str, batch: usize) -> sb_inbox::RuntimeConfig {
-    let mut config = config(consumer);
-    config.batch_size = batch;
-    config
-}
-
-/// Hands `deliveries` to `runtime` in order: one at a time with `batch` 1, else in batches of
-/// `batch` (one transaction each), as the receive loop would.
-pub(crate) async fn handle_all<R, S, H, D>(
-    runtime: &Runtime<R, S, H>,
-    batch: usize,
-    deliveries: Vec<D>,
-) -> Vec<sb_inbox::Report>
-where
-    R: sb_inbox::Receiver,
-    S: Store,
-    H: sb_inbox::Handler<S::Tx>,
-    D: Delivery,
-{
-    let mut reports = Vec::new();
-    if batch == 1 {
-        for delivery in deliveries {
-            reports.push(runtime.process(delivery).await);
-        }
-        return reports;
-    }
-    let mut deliveries = deliveries.into_iter().peekable();
-    while deliveries.peek().is_some() {
-        let chunk: Vec<D> = deliveries.by_ref().take(batch).collect();
-        reports.extend(runtime.process_batch(chunk).await);
-    }
-    reports
-}
-
-/// One delivery, as [`handle_all`] hands it over.
-pub(crate) async fn handle_one<R, S, H, D>(
-    runtime: &Runtime<R, S, H>,
-    batch: usize,
-    delivery: D,
-) -> sb_inbox::Report
-where
-    R: sb_inbox::Receiver,
-    S: Store,
-    H: sb_inbox::Handler<S::Tx>,
-    D: Delivery,
-{
-    handle_all(runtime, batch, vec![delivery])
-        .await
-        .pop()
-        .unwrap()
-}
 
 /// The same message delivered to 8 tasks at once (8 broker copies, as a relay that published
 /// 8 times): one reservation, one inbox row, all 8 deliveries completed. Batched: two batches
@@ -153,7 +98,7 @@ where
     let runtime = Arc::new(runtime);
     let batch = if per_task == 1 { 1 } else { BATCH };
     let mut tasks = tokio::task::JoinSet::new();
-    let deliveries: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    let deliveries: Vec<_> = ready_deliveries(&broker);
     let mut deliveries = deliveries.into_iter().peekable();
     while deliveries.peek().is_some() {
         let (runtime, chunk) = (
@@ -330,7 +275,7 @@ async fn business_key_duplicate<S: InventoryStore + Clone>(store: S, batch: usiz
     broker.send(two_line_order("m-1", "o-1"));
     broker.send(two_line_order("m-2", "o-1"));
     // Batched, both are in one transaction: the second meets the first's uncommitted key.
-    let deliveries: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    let deliveries: Vec<_> = ready_deliveries(&broker);
     let [first, report]: [sb_inbox::Report; 2] = handle_all(&runtime, batch, deliveries)
         .await
         .try_into()
@@ -356,7 +301,7 @@ async fn stale_messages<S: Store + Count + Clone>(store: S, batch: usize) {
     for (id, version) in [("s-1", 1), ("s-3", 3), ("s-2", 2), ("s-3b", 3)] {
         broker.send(Versioned::message(id, "o-1", version));
     }
-    let deliveries: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    let deliveries: Vec<_> = ready_deliveries(&broker);
     let mut outcomes = Vec::new();
     for report in handle_all(&runtime, batch, deliveries).await {
         assert_eq!(report.settled, Some(Ok(())));

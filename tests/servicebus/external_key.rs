@@ -13,13 +13,12 @@ use sb_inbox::ops::dlq::{ResubmitOptions, dead_letter_queue, resubmit};
 use sb_inbox::runtime::{DelayedRetry, JitterSource, RetryPolicy};
 use sb_inbox::servicebus::ServiceBusClient;
 use sb_inbox::{
-    ConsumerName, Context, Contract, DecodeError, Handled, Handler, HandlerError, IdempotencyKey,
-    Outcome, PgStore, Receiver, Runtime, RuntimeConfig, Tx,
+    ConsumerName, Handler, IdempotencyKey, Outcome, PgStore, Receiver, Runtime, RuntimeConfig,
 };
 use tokio_util::sync::CancellationToken;
 
 use crate::support::emulator::{client, emulator, send};
-use crate::support::handlers::Flaky;
+use crate::support::handlers::{Flaky, wrapper_handler};
 use crate::support::orders::order;
 use crate::support::{pg_store, pg_url, schema_for, with_search_path};
 use crate::verification::until;
@@ -85,26 +84,10 @@ async fn rows(store: &PgStore) -> (Vec<(String, String)>, i64) {
 /// end by losing its lock.
 struct HangAfterCall<H>(H);
 
-impl<T: Tx, H: Handler<T>> Handler<T> for HangAfterCall<H> {
-    type Payload = H::Payload;
-
-    fn contracts(&self) -> &[Contract] {
-        self.0.contracts()
-    }
-
-    fn decode(&self, contract: &Contract, body: &[u8]) -> Result<H::Payload, DecodeError> {
-        self.0.decode(contract, body)
-    }
-
-    async fn handle(
-        &self,
-        ctx: &Context<'_, H::Payload>,
-        tx: &mut T,
-    ) -> Result<Handled, HandlerError> {
-        self.0.handle(ctx, tx).await?;
-        pending().await
-    }
-}
+wrapper_handler!(HangAfterCall, 0, |self, ctx, tx| {
+    self.0.handle(ctx, tx).await?;
+    pending().await
+});
 
 /// Records the broker message id and `ctx.idempotency_key(SCOPE)` of every attempt.
 struct RecordKeys<H> {
@@ -112,30 +95,14 @@ struct RecordKeys<H> {
     seen: Mutex<Vec<(String, IdempotencyKey)>>,
 }
 
-impl<T: Tx, H: Handler<T>> Handler<T> for RecordKeys<H> {
-    type Payload = H::Payload;
-
-    fn contracts(&self) -> &[Contract] {
-        self.inner.contracts()
-    }
-
-    fn decode(&self, contract: &Contract, body: &[u8]) -> Result<H::Payload, DecodeError> {
-        self.inner.decode(contract, body)
-    }
-
-    async fn handle(
-        &self,
-        ctx: &Context<'_, H::Payload>,
-        tx: &mut T,
-    ) -> Result<Handled, HandlerError> {
-        let id = ctx.message.message_id.clone().unwrap_or_default();
-        self.seen
-            .lock()
-            .unwrap()
-            .push((id, ctx.idempotency_key(SCOPE)));
-        self.inner.handle(ctx, tx).await
-    }
-}
+wrapper_handler!(RecordKeys, inner, |self, ctx, tx| {
+    let id = ctx.message.message_id.clone().unwrap_or_default();
+    self.seen
+        .lock()
+        .unwrap()
+        .push((id, ctx.idempotency_key(SCOPE)));
+    self.inner.handle(ctx, tx).await
+});
 
 /// One attempt in this process on the next delivery of `orders`.
 async fn attempt<H: Handler<sb_inbox::PgTx>>(

@@ -775,7 +775,7 @@ async fn mock_batch_rolls_back_each_delivery_by_name() {
                 "{}",
             ));
         }
-        std::iter::from_fn(|| broker.try_receive()).collect::<Vec<_>>()
+        crate::support::runtime::ready_deliveries(broker)
     };
     let reports = runtime.process_batch(batch(&broker)).await;
     let outcomes: Vec<Outcome> = reports.iter().map(|r| r.outcome).collect();

@@ -7,16 +7,43 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sb_inbox::{
-    ConsumerName, Context, Contract, DecodeError, Handled, Handler, HandlerError, Message,
-    RuntimeConfig, Store, StoreError, Tx, VersionCheck,
+    Context, Contract, DecodeError, Handled, Handler, HandlerError, Message, Store, StoreError, Tx,
+    VersionCheck,
 };
 use tokio::sync::{Barrier, Notify};
 use tokio::time::Instant;
 
-/// A runtime configuration for `consumer`, the defaults otherwise.
-pub fn config(consumer: &str) -> RuntimeConfig {
-    RuntimeConfig::new(ConsumerName::new(consumer).unwrap())
+/// Implements `Handler` for a wrapper of an inner handler (in field `$inner`): the contracts
+/// and the decoding are the inner handler's; `handle` is the body given, which calls the inner
+/// handler where the wrapper wants it.
+macro_rules! wrapper_handler {
+    ($wrapper:ident, $inner:tt, |$this:ident, $ctx:ident, $tx:ident| $body:block) => {
+        impl<T: sb_inbox::Tx, H: sb_inbox::Handler<T>> sb_inbox::Handler<T> for $wrapper<H> {
+            type Payload = H::Payload;
+
+            fn contracts(&self) -> &[sb_inbox::Contract] {
+                self.$inner.contracts()
+            }
+
+            fn decode(
+                &self,
+                contract: &sb_inbox::Contract,
+                body: &[u8],
+            ) -> Result<H::Payload, sb_inbox::DecodeError> {
+                self.$inner.decode(contract, body)
+            }
+
+            async fn handle(
+                &$this,
+                $ctx: &sb_inbox::Context<'_, H::Payload>,
+                $tx: &mut T,
+            ) -> Result<sb_inbox::Handled, sb_inbox::HandlerError> $body
+        }
+    };
 }
+// Only some binaries wrap handlers of their own with it.
+#[allow(unused_imports)]
+pub(crate) use wrapper_handler;
 
 /// Fails the first `failures` attempts with a transient error after the inner handler wrote its
 /// rows, so the transaction must roll them back. Records when each attempt started and on which
@@ -29,6 +56,7 @@ pub struct Flaky<H> {
 }
 
 impl<H> Flaky<H> {
+    /// `inner`, failing its first `failures` attempts.
     pub fn new(inner: H, failures: u32) -> Self {
         Flaky {
             inner,
@@ -43,35 +71,19 @@ impl<H> Flaky<H> {
     }
 }
 
-impl<T: Tx, H: Handler<T>> Handler<T> for Flaky<H> {
-    type Payload = H::Payload;
-
-    fn contracts(&self) -> &[Contract] {
-        self.inner.contracts()
+wrapper_handler!(Flaky, inner, |self, ctx, tx| {
+    let id = ctx.message.message_id.clone().unwrap_or_default();
+    self.attempts.lock().unwrap().push((Instant::now(), id));
+    let handled = self.inner.handle(ctx, tx).await?;
+    let left = self.failures.load(Ordering::SeqCst);
+    if left > 0 {
+        self.failures.store(left - 1, Ordering::SeqCst);
+        return Err(HandlerError::Transient(
+            "injected failure after the business writes".into(),
+        ));
     }
-
-    fn decode(&self, contract: &Contract, body: &[u8]) -> Result<H::Payload, DecodeError> {
-        self.inner.decode(contract, body)
-    }
-
-    async fn handle(
-        &self,
-        ctx: &Context<'_, H::Payload>,
-        tx: &mut T,
-    ) -> Result<Handled, HandlerError> {
-        let id = ctx.message.message_id.clone().unwrap_or_default();
-        self.attempts.lock().unwrap().push((Instant::now(), id));
-        let handled = self.inner.handle(ctx, tx).await?;
-        let left = self.failures.load(Ordering::SeqCst);
-        if left > 0 {
-            self.failures.store(left - 1, Ordering::SeqCst);
-            return Err(HandlerError::Transient(
-                "injected failure after the business writes".into(),
-            ));
-        }
-        Ok(handled)
-    }
-}
+    Ok(handled)
+});
 
 /// Writes its rows, then takes `duration` of (tokio) time before returning.
 #[derive(Debug)]
@@ -80,27 +92,11 @@ pub struct Slow<H> {
     pub duration: Duration,
 }
 
-impl<T: Tx, H: Handler<T>> Handler<T> for Slow<H> {
-    type Payload = H::Payload;
-
-    fn contracts(&self) -> &[Contract] {
-        self.inner.contracts()
-    }
-
-    fn decode(&self, contract: &Contract, body: &[u8]) -> Result<H::Payload, DecodeError> {
-        self.inner.decode(contract, body)
-    }
-
-    async fn handle(
-        &self,
-        ctx: &Context<'_, H::Payload>,
-        tx: &mut T,
-    ) -> Result<Handled, HandlerError> {
-        let handled = self.inner.handle(ctx, tx).await?;
-        tokio::time::sleep(self.duration).await;
-        Ok(handled)
-    }
-}
+wrapper_handler!(Slow, inner, |self, ctx, tx| {
+    let handled = self.inner.handle(ctx, tx).await?;
+    tokio::time::sleep(self.duration).await;
+    Ok(handled)
+});
 
 /// Signals `started`, then waits for `open` before returning.
 #[derive(Debug)]
@@ -110,34 +106,19 @@ pub struct Gate<H> {
     pub open: Arc<Notify>,
 }
 
-impl<T: Tx, H: Handler<T>> Handler<T> for Gate<H> {
-    type Payload = H::Payload;
-
-    fn contracts(&self) -> &[Contract] {
-        self.inner.contracts()
-    }
-
-    fn decode(&self, contract: &Contract, body: &[u8]) -> Result<H::Payload, DecodeError> {
-        self.inner.decode(contract, body)
-    }
-
-    async fn handle(
-        &self,
-        ctx: &Context<'_, H::Payload>,
-        tx: &mut T,
-    ) -> Result<Handled, HandlerError> {
-        let handled = self.inner.handle(ctx, tx).await?;
-        self.started.notify_one();
-        self.open.notified().await;
-        Ok(handled)
-    }
-}
+wrapper_handler!(Gate, inner, |self, ctx, tx| {
+    let handled = self.inner.handle(ctx, tx).await?;
+    self.started.notify_one();
+    self.open.notified().await;
+    Ok(handled)
+});
 
 /// Accepts `orders.order-placed.v1` and writes nothing beyond the inbox row.
 #[derive(Debug)]
 pub struct Noop(pub Vec<Contract>);
 
 impl Noop {
+    /// A handler of `orders.order-placed.v1`.
     pub fn new() -> Self {
         Noop(vec![Contract::new("orders.order-placed", 1)])
     }

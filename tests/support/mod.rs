@@ -8,6 +8,8 @@
 //!   client for them.
 //! - `orders`: `orders.order-placed.v1` messages serialised by `ops::send::OrderMessage`.
 //! - `handlers`: handler wrappers (flaky, slow, gated), small handlers and store wrappers.
+//! - `runtime`: the runtime over the in-memory broker: configurations, a runtime on the
+//!   test's clock, deliveries handed over one at a time or in batches.
 //! - `cli`: the built `sb-inbox` binary as a child process.
 // Each binary uses part of the tree; an item unused by one is used by another.
 #![allow(dead_code, unreachable_pub)]
@@ -16,6 +18,7 @@ pub mod cli;
 pub mod emulator;
 pub mod handlers;
 pub mod orders;
+pub mod runtime;
 pub mod stores;
 
 pub use stores::*;
