@@ -98,12 +98,7 @@ async fn a_lost_lock_takes_one_delivery_out_and_the_rest_run_again() {
         "{reports:?}"
     );
     assert_eq!(reports[0].settled, None, "no settlement without the lock");
-    let attempts: Vec<String> = runtime
-        .handler()
-        .attempts()
-        .into_iter()
-        .map(|(_, id)| id)
-        .collect();
+    let attempts = runtime.handler().attempted_ids();
     assert_eq!(
         attempts,
         ["m-1", "m-2", "m-2", "m-1"],

@@ -94,12 +94,7 @@ async fn a_resubmitted_dead_letter_that_fails_again_is_retried_and_processed_onc
     });
     result.unwrap();
     receiver.close().await;
-    let ids: Vec<String> = runtime
-        .handler()
-        .attempts()
-        .into_iter()
-        .map(|(_, id)| id)
-        .collect();
+    let ids = runtime.handler().attempted_ids();
     assert_eq!(
         ids,
         [

@@ -10,7 +10,9 @@ use tokio_util::sync::CancellationToken;
 use crate::support::cli;
 use crate::support::emulator::{client, emulator, send};
 use crate::support::orders::order;
-use crate::support::{inventory_totals, pg_store, pg_url, schema_for, with_search_path};
+use crate::support::{
+    inventory_totals, pg_store, pg_url, schema_for, sqlite_file_store, with_search_path,
+};
 
 /// Waits (bounded) until the queue holds nothing active or locked and `settled` messages were
 /// completed or dead-lettered.
@@ -196,13 +198,7 @@ pub(crate) async fn sqlite_worker(
     connection: &str,
     extra: &[(&str, &str)],
 ) -> (std::path::PathBuf, std::path::PathBuf, std::process::Child) {
-    let dir = std::env::temp_dir().join(format!("sb-inbox-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let db = dir.join("worker.db");
-    let _ = std::fs::remove_file(&db);
-    let store = sb_inbox::SqliteStore::open(&db).unwrap();
-    store.migrate().await.unwrap();
-    store.migrate_inventory().await.unwrap();
+    let (dir, db) = sqlite_file_store(tag).await;
     let child = cli::worker(&format!("sqlite://{}", db.display()), connection)
         .env("SB_INBOX_HEALTH_PORT", "0")
         .envs(extra.iter().copied())
@@ -271,13 +267,7 @@ async fn spawn_worker(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_worker_process_is_ready_then_drains_and_exits_0_on_sigterm() {
     let emulator = emulator("PT30S").await;
-    let dir = std::env::temp_dir().join(format!("sb-inbox-sigterm-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let db = dir.join("worker.db");
-    let _ = std::fs::remove_file(&db);
-    let store = sb_inbox::SqliteStore::open(&db).unwrap();
-    store.migrate().await.unwrap();
-    store.migrate_inventory().await.unwrap();
+    let (dir, db) = sqlite_file_store("sigterm").await;
 
     let (child, addr) = spawn_worker(&emulator, &format!("sqlite://{}", db.display())).await;
     assert!(http_get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));

@@ -69,6 +69,11 @@ impl<H> Flaky<H> {
     pub fn attempts(&self) -> Vec<(Instant, String)> {
         self.attempts.lock().unwrap().clone()
     }
+
+    /// The broker message id of every attempt so far, in order.
+    pub fn attempted_ids(&self) -> Vec<String> {
+        self.attempts().into_iter().map(|(_, id)| id).collect()
+    }
 }
 
 wrapper_handler!(Flaky, inner, |self, ctx, tx| {

@@ -2,6 +2,7 @@
 //! database, an in-memory SQLite), and the provider-specific SQL tests read and age rows with.
 
 use std::future::Future;
+use std::path::PathBuf;
 
 use sb_inbox::inventory::InventoryStore;
 use sb_inbox::store::MssqlConfig;
@@ -125,6 +126,20 @@ pub async fn inventory_totals<S: InventoryStore>(store: &S) -> (i64, i64, i64) {
         counts.inbox_rows,
         counts.reserved_units,
     )
+}
+
+/// A migrated SQLite database file (core and inventory tables) in a directory of `tag`'s own,
+/// created afresh: the directory and the file, for a worker process to open.
+pub async fn sqlite_file_store(tag: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("sb-inbox-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create the test's directory");
+    let db = dir.join("worker.db");
+    // A run that stopped early leaves its file behind; this run starts empty.
+    let _ = std::fs::remove_file(&db);
+    let store = SqliteStore::open(&db).expect("open");
+    store.migrate().await.expect("migrate");
+    store.migrate_inventory().await.expect("migrate inventory");
+    (dir, db)
 }
 
 /// Row counts a test can read from any store.
