@@ -98,7 +98,7 @@ where
     let runtime = Arc::new(runtime);
     let batch = if per_task == 1 { 1 } else { BATCH };
     let mut tasks = tokio::task::JoinSet::new();
-    let deliveries: Vec<_> = ready_deliveries(&broker);
+    let deliveries: Vec<_> = ready_deliveries(broker);
     let mut deliveries = deliveries.into_iter().peekable();
     while deliveries.peek().is_some() {
         let (runtime, chunk) = (
