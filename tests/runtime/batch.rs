@@ -14,15 +14,12 @@ use sb_inbox::{
     Savepoint, Store, StoreError, Tx, VersionCheck,
 };
 
-use crate::handlers::{Flaky, Noop, Slow, order};
-use crate::scenarios::{BATCH, batched};
-use crate::support::{Count, pg_store, sqlite_store};
+use crate::support::handlers::{Flaky, Noop, Slow};
+use crate::support::orders::{order_with_lines, two_line_order};
+use crate::support::runtime::{BATCH, batched, on_test_clock, outcomes, ready_deliveries};
+use crate::support::{Count, inventory_totals, pg_store, sqlite_store};
 
 const INVENTORY: &str = sb_inbox::inventory::CONSUMER;
-
-fn outcomes(reports: &[sb_inbox::Report]) -> Vec<Outcome> {
-    reports.iter().map(|r| r.outcome).collect()
-}
 
 /// A transient failure of the first delivery rolls back its savepoint alone: it is abandoned
 /// with its error while the two after it commit; its redelivery is processed.
@@ -38,9 +35,9 @@ async fn a_transient_failure_rolls_back_that_delivery_alone() {
         batched(INVENTORY, BATCH),
     );
     for n in 1..=3 {
-        broker.send(order(&format!("m-{n}"), &format!("o-{n}")));
+        broker.send(two_line_order(&format!("m-{n}"), &format!("o-{n}")));
     }
-    let batch: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    let batch: Vec<_> = ready_deliveries(&broker);
     let reports = runtime.process_batch(batch).await;
     assert_eq!(
         outcomes(&reports),
@@ -50,13 +47,8 @@ async fn a_transient_failure_rolls_back_that_delivery_alone() {
         reports.iter().all(|r| r.settled == Some(Ok(()))),
         "{reports:?}"
     );
-    let counts = store.inventory_counts().await.unwrap();
     assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
+        inventory_totals(&store).await,
         (2, 2, 6),
         "the failed delivery's rows are undone, the others' kept"
     );
@@ -89,16 +81,10 @@ async fn a_lost_lock_takes_one_delivery_out_and_the_rest_run_again() {
         },
         0,
     );
-    let runtime = Runtime::with_clock(
-        broker.receiver(),
-        store.clone(),
-        handler,
-        config,
-        Clock::new(),
-    );
-    broker.send(order("m-1", "o-1"));
-    broker.send(order("m-2", "o-2"));
-    broker.send(order("m-1", "o-1"));
+    let runtime = on_test_clock(&broker, &store, handler, config);
+    broker.send(two_line_order("m-1", "o-1"));
+    broker.send(two_line_order("m-2", "o-2"));
+    broker.send(two_line_order("m-1", "o-1"));
     let first = broker.try_receive().unwrap();
     // 3 s of its lock are left when the batch starts: its renewal (refused) falls inside the
     // batch, the others' long after it.
@@ -112,26 +98,13 @@ async fn a_lost_lock_takes_one_delivery_out_and_the_rest_run_again() {
         "{reports:?}"
     );
     assert_eq!(reports[0].settled, None, "no settlement without the lock");
-    let attempts: Vec<String> = runtime
-        .handler()
-        .attempts()
-        .into_iter()
-        .map(|(_, id)| id)
-        .collect();
+    let attempts = runtime.handler().attempted_ids();
     assert_eq!(
         attempts,
         ["m-1", "m-2", "m-2", "m-1"],
         "m-2 ran again after the rollback; the copy reached the handler only then"
     );
-    let counts = store.inventory_counts().await.unwrap();
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (2, 2, 6)
-    );
+    assert_eq!(inventory_totals(&store).await, (2, 2, 6));
     assert_eq!(broker.counts().completed, 2);
 }
 
@@ -245,10 +218,10 @@ async fn a_commit_failure_abandons_the_whole_batch() {
         Noop::new(),
         batched("billing.order-placed.v1", BATCH),
     );
-    broker.send(order("m-1", "o-1"));
-    broker.send(order("m-1", "o-1"));
-    broker.send(order("m-2", "o-2"));
-    let batch: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    broker.send(two_line_order("m-1", "o-1"));
+    broker.send(two_line_order("m-1", "o-1"));
+    broker.send(two_line_order("m-2", "o-2"));
+    let batch: Vec<_> = ready_deliveries(&broker);
     let reports = runtime.process_batch(batch).await;
     assert_eq!(outcomes(&reports), [Outcome::Transient; 3], "{reports:?}");
     assert!(
@@ -259,7 +232,7 @@ async fn a_commit_failure_abandons_the_whole_batch() {
     let c = broker.counts();
     assert_eq!((c.abandoned, c.completed), (3, 0));
 
-    let redeliveries: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    let redeliveries: Vec<_> = ready_deliveries(&broker);
     assert_eq!(redeliveries.len(), 3);
     // Abandoned all at once: they come back in any order.
     let reports = runtime.process_batch(redeliveries).await;
@@ -319,9 +292,9 @@ async fn a_delivery_that_ends_the_transaction_is_taken_out_and_the_rest_commit()
         batched("billing.order-placed.v1", BATCH),
     );
     for id in ["m-1", "kill", "m-3"] {
-        broker.send(order(id, "o-1"));
+        broker.send(two_line_order(id, "o-1"));
     }
-    let batch: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    let batch: Vec<_> = ready_deliveries(&broker);
     let reports = runtime.process_batch(batch).await;
     assert_eq!(
         outcomes(&reports),
@@ -345,34 +318,14 @@ struct SecondAttempt<H> {
     second: Arc<tokio::sync::Notify>,
 }
 
-impl<T: Tx, H: sb_inbox::Handler<T>> sb_inbox::Handler<T> for SecondAttempt<H> {
-    type Payload = H::Payload;
-
-    fn contracts(&self) -> &[sb_inbox::Contract] {
-        self.inner.contracts()
+crate::support::handlers::wrapper_handler!(SecondAttempt, inner, |self, ctx, tx| {
+    if ctx.message.message_id.as_deref() == Some(self.id)
+        && self.attempts.fetch_add(1, Ordering::SeqCst) == 1
+    {
+        self.second.notify_one();
     }
-
-    fn decode(
-        &self,
-        contract: &sb_inbox::Contract,
-        body: &[u8],
-    ) -> Result<H::Payload, sb_inbox::DecodeError> {
-        self.inner.decode(contract, body)
-    }
-
-    async fn handle(
-        &self,
-        ctx: &sb_inbox::Context<'_, H::Payload>,
-        tx: &mut T,
-    ) -> Result<sb_inbox::Handled, sb_inbox::HandlerError> {
-        if ctx.message.message_id.as_deref() == Some(self.id)
-            && self.attempts.fetch_add(1, Ordering::SeqCst) == 1
-        {
-            self.second.notify_one();
-        }
-        self.inner.handle(ctx, tx).await
-    }
-}
+    self.inner.handle(ctx, tx).await
+});
 
 /// A delivery after the first of a batch gives way to a row another transaction holds instead
 /// of waiting for it while holding the batch's other rows: two batches that each hold what the
@@ -399,11 +352,7 @@ async fn a_later_delivery_gives_way_to_a_held_row_and_the_rest_of_the_batch_comm
         batched(INVENTORY, BATCH),
     );
     for (id, sku) in [("a-1", "Z"), ("a-2", "X")] {
-        broker.send(sb_inbox::Message::new(
-            id,
-            "orders.order-placed.v1",
-            format!(r#"{{"orderId":"{id}","lines":[{{"sku":"{sku}","quantity":1}}]}}"#),
-        ));
+        broker.send(order_with_lines(id, id, &[(sku, 1)]));
     }
     let mut holder = store.begin().await.unwrap();
     holder

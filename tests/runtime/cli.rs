@@ -1,13 +1,6 @@
 //! The `sb-inbox` binary: `migrate`.
 
-use std::process::Command;
-
-fn sb_inbox(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
-        .args(args)
-        .output()
-        .expect("binary runs")
-}
+use crate::support::cli::run;
 
 #[test]
 fn migrate_applies_each_migration_once() {
@@ -16,14 +9,14 @@ fn migrate_applies_each_migration_once() {
     let db = dir.join("migrate.db");
     let _ = std::fs::remove_file(&db);
     let url = format!("sqlite://{}", db.display());
-    let first = sb_inbox(&["migrate", "--store", &url]);
+    let first = run(&["migrate", "--store", &url]);
     assert!(first.status.success(), "{first:?}");
     let all = sb_inbox::store::sqlite::MIGRATIONS.len();
     assert!(
         String::from_utf8_lossy(&first.stdout).starts_with(&format!("{all} migration(s) applied")),
         "{first:?}"
     );
-    let second = sb_inbox(&["migrate", "--store", &url]);
+    let second = run(&["migrate", "--store", &url]);
     assert!(String::from_utf8_lossy(&second.stdout).starts_with("0 migration(s) applied"));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -59,7 +52,7 @@ async fn migrate_creates_inventory_tables_only_when_asked() {
     let url = crate::support::fresh_pg_schema("cli_migrate_inventory").await;
     let core = sb_inbox::store::postgres::MIGRATIONS.len().to_string();
 
-    assert_eq!(applied(&sb_inbox(&["migrate", "--store", &url])), core);
+    assert_eq!(applied(&run(&["migrate", "--store", &url])), core);
     assert_eq!(pg_tables(&url, "inventory%").await, 0);
     assert_eq!(
         pg_tables(&url, "sb_inbox%").await,
@@ -68,20 +61,20 @@ async fn migrate_creates_inventory_tables_only_when_asked() {
     );
 
     assert_eq!(
-        applied(&sb_inbox(&["migrate", "--inventory", "--store", &url])),
+        applied(&run(&["migrate", "--inventory", "--store", &url])),
         "1"
     );
     assert_eq!(pg_tables(&url, "inventory%").await, 3);
     // Versions 1, 2 and 3 recorded: what the old combined migrations left behind.
     assert_eq!(
-        applied(&sb_inbox(&["migrate", "--inventory", "--store", &url])),
+        applied(&run(&["migrate", "--inventory", "--store", &url])),
         "0"
     );
 }
 
 #[test]
 fn migrate_refuses_unknown_store_without_leaking_the_password() {
-    let output = sb_inbox(&["migrate", "--store", "mysql://root:hunter2@db/x"]);
+    let output = run(&["migrate", "--store", "mysql://root:hunter2@db/x"]);
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("unsupported store URL"), "{stderr}");

@@ -14,7 +14,9 @@ use sb_inbox::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::handlers::{Slow, config, order};
+use crate::support::handlers::Slow;
+use crate::support::orders::two_line_order;
+use crate::support::runtime::config;
 use crate::support::sqlite_store;
 
 /// Waits on tokio's (paused) clock until `done` holds.
@@ -32,7 +34,7 @@ async fn deliveries_waiting_for_a_slot_keep_their_locks() {
     let store = sqlite_store("holes_waiting", 1).await;
     let broker = MemoryBroker::with_options(Clock::new(), Duration::from_secs(3), 1);
     for i in 0..4 {
-        broker.send(order(&format!("m-{i}"), &format!("o-{i}")));
+        broker.send(two_line_order(&format!("m-{i}"), &format!("o-{i}")));
     }
     let mut config = config(sb_inbox::inventory::CONSUMER);
     config.concurrency = 1;
@@ -71,7 +73,7 @@ async fn process_with_skew(
 ) -> (sb_inbox::Report, MemoryBroker, i64) {
     let store = sqlite_store("holes_skew", 1).await;
     let broker = MemoryBroker::with_options(Clock::new(), Duration::from_secs(30), 10);
-    broker.send(order("m-1", "o-1"));
+    broker.send(two_line_order("m-1", "o-1"));
     let now = SystemTime::now();
     let host = Clock::starting_at(if host_ahead { now + skew } else { now - skew });
     let mut config = config(sb_inbox::inventory::CONSUMER);
@@ -144,7 +146,7 @@ async fn a_margin_not_shorter_than_the_lock_is_refused() {
 async fn processing_past_the_maximum_is_cancelled_rolled_back_and_abandoned() {
     let store = sqlite_store("holes_max_processing", 1).await;
     let broker = MemoryBroker::with_options(Clock::new(), Duration::from_secs(30), 10);
-    broker.send(order("m-1", "o-1"));
+    broker.send(two_line_order("m-1", "o-1"));
     let mut config = config(sb_inbox::inventory::CONSUMER);
     config.max_processing = Duration::from_secs(60);
     let handler = Slow {
@@ -215,7 +217,7 @@ impl Receiver for StuckReceiver {
 async fn a_slot_busy_past_the_bound_is_reported_stuck() {
     let store = sqlite_store("holes_stuck", 1).await;
     let broker = MemoryBroker::with_options(Clock::new(), Duration::from_secs(30), 10);
-    broker.send(order("m-1", "o-1"));
+    broker.send(two_line_order("m-1", "o-1"));
     let mut config = config(sb_inbox::inventory::CONSUMER);
     config.concurrency = 1;
     config.max_processing = Duration::from_secs(60);

@@ -11,7 +11,9 @@ use sb_inbox::{
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::handlers::{Noop, config, order};
+use crate::support::handlers::Noop;
+use crate::support::orders::two_line_order;
+use crate::support::runtime::config;
 use crate::support::sqlite_store;
 
 /// Counts handlers running at once and holds each until the test releases a permit.
@@ -57,7 +59,7 @@ async fn concurrency_and_prefetch_are_bounded() {
     let store = crate::support::pg_store("rt_limits", 4).await;
     let broker = MemoryBroker::new(Clock::new());
     for i in 0..6 {
-        broker.send(order(&format!("m-{i}"), &format!("o-{i}")));
+        broker.send(two_line_order(&format!("m-{i}"), &format!("o-{i}")));
     }
     let held = Arc::new(Held {
         inner: Noop::new(),

@@ -7,8 +7,10 @@ use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
 use sb_inbox::testing::{MemoryBroker, RenewFault};
 use sb_inbox::{Clock, Outcome, Runtime, SqliteStore};
 
-use crate::handlers::{Slow, config, order};
-use crate::support::sqlite_store;
+use crate::support::handlers::Slow;
+use crate::support::orders::two_line_order;
+use crate::support::runtime::{config, on_test_clock};
+use crate::support::{inventory_totals, sqlite_store};
 
 const LOCK: Duration = Duration::from_secs(30);
 const MARGIN: Duration = Duration::from_secs(10);
@@ -28,14 +30,8 @@ async fn setup(
         inner: OrderPlacedConsumer::new(),
         duration: handler_time,
     };
-    let runtime = Runtime::with_clock(
-        broker.receiver(),
-        store.clone(),
-        handler,
-        config,
-        Clock::new(),
-    );
-    broker.send(order("m-1", "o-1"));
+    let runtime = on_test_clock(&broker, &store, handler, config);
+    broker.send(two_line_order("m-1", "o-1"));
     (broker, store, runtime)
 }
 
@@ -75,15 +71,7 @@ async fn lock_lost_on_renewal_fences_the_commit() {
         LOCK - MARGIN,
         "the handler is cancelled at the failed renewal"
     );
-    let counts = store.inventory_counts().await.unwrap();
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (0, 0, 0)
-    );
+    assert_eq!(inventory_totals(&store).await, (0, 0, 0));
     assert_eq!(broker.counts().completed, 0);
 }
 

@@ -2,12 +2,11 @@
 //! runtime level, lock keeping under tokio's paused clock, and shutdown.
 #![allow(clippy::unwrap_used, clippy::panic, clippy::unwrap_in_result)]
 
-#[path = "../support.rs"]
+#[path = "../support/mod.rs"]
 mod support;
 
 mod batch;
 mod cli;
-mod handlers;
 mod holes;
 mod limits;
 mod lock;

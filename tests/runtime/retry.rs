@@ -16,7 +16,9 @@ use sb_inbox::{
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::handlers::{Flaky, config, order};
+use crate::support::handlers::Flaky;
+use crate::support::orders::two_line_order;
+use crate::support::runtime::config;
 use crate::support::sqlite_store;
 
 const BASE: Duration = Duration::from_secs(10);
@@ -53,7 +55,7 @@ async fn setup(
     let handler = Flaky::new(OrderPlacedConsumer::new(), failures);
     let config = retry_config(&broker, max_retries);
     let runtime = Runtime::with_clock(broker.receiver(), store.clone(), handler, config, clock);
-    broker.send(order("m-1", "o-1"));
+    broker.send(two_line_order("m-1", "o-1"));
     (broker, store, runtime)
 }
 
@@ -132,7 +134,7 @@ async fn failing_twice_then_succeeding_takes_effect_once_after_the_configured_de
             Some(&PropertyValue::Long(attempt))
         );
         assert!(text(properties.get(LAST_ERROR_PROPERTY)).contains("injected failure"));
-        assert_eq!(message.body, order("m-1", "o-1").body);
+        assert_eq!(message.body, two_line_order("m-1", "o-1").body);
     }
     assert_eq!(
         sent[1].sent_at.duration_since(sent[0].sent_at).unwrap(),

@@ -11,66 +11,12 @@ use sb_inbox::{Clock, Delivery, DuplicateScope, Message, Outcome, PropertyValue,
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 
-use crate::handlers::{BarrierStore, Flaky, Noop, Versioned, config, order};
-use crate::support::{Count, pg_store, sqlite_store};
+use crate::support::handlers::{BarrierStore, Flaky, Noop, Versioned};
+use crate::support::orders::two_line_order;
+use crate::support::runtime::{BATCH, batched, config, handle_all, handle_one, ready_deliveries};
+use crate::support::{Count, inventory_totals, pg_store, sqlite_store};
 
 const INVENTORY: &str = sb_inbox::inventory::CONSUMER;
-
-/// The batch size the batched variants of these scenarios run with.
-pub(crate) const BATCH: usize = 16;
-
-/// A runtime configuration for `consumer` with `batch` deliveries per transaction.
-pub(crate) fn batched(consumer: &str, batch: usize) -> sb_inbox::RuntimeConfig {
-    let mut config = config(consumer);
-    config.batch_size = batch;
-    config
-}
-
-/// Hands `deliveries` to `runtime` in order: one at a time with `batch` 1, else in batches of
-/// `batch` (one transaction each), as the receive loop would.
-pub(crate) async fn handle_all<R, S, H, D>(
-    runtime: &Runtime<R, S, H>,
-    batch: usize,
-    deliveries: Vec<D>,
-) -> Vec<sb_inbox::Report>
-where
-    R: sb_inbox::Receiver,
-    S: Store,
-    H: sb_inbox::Handler<S::Tx>,
-    D: Delivery,
-{
-    let mut reports = Vec::new();
-    if batch == 1 {
-        for delivery in deliveries {
-            reports.push(runtime.process(delivery).await);
-        }
-        return reports;
-    }
-    let mut deliveries = deliveries.into_iter().peekable();
-    while deliveries.peek().is_some() {
-        let chunk: Vec<D> = deliveries.by_ref().take(batch).collect();
-        reports.extend(runtime.process_batch(chunk).await);
-    }
-    reports
-}
-
-/// One delivery, as [`handle_all`] hands it over.
-pub(crate) async fn handle_one<R, S, H, D>(
-    runtime: &Runtime<R, S, H>,
-    batch: usize,
-    delivery: D,
-) -> sb_inbox::Report
-where
-    R: sb_inbox::Receiver,
-    S: Store,
-    H: sb_inbox::Handler<S::Tx>,
-    D: Delivery,
-{
-    handle_all(runtime, batch, vec![delivery])
-        .await
-        .pop()
-        .unwrap()
-}
 
 /// The same message delivered to 8 tasks at once (8 broker copies, as a relay that published
 /// 8 times): one reservation, one inbox row, all 8 deliveries completed. Batched: two batches
@@ -80,7 +26,7 @@ async fn concurrent_copies<S: InventoryStore + Clone>(store: S, barrier: bool, b
     const COPIES: usize = 8;
     let transactions = if batch == 1 { COPIES } else { 2 };
     let broker = MemoryBroker::new(Clock::new());
-    broker.send_copies(order("m-1", "o-1"), COPIES);
+    broker.send_copies(two_line_order("m-1", "o-1"), COPIES);
     let reports = if barrier {
         let racing = BarrierStore {
             inner: store.clone(),
@@ -152,7 +98,7 @@ where
     let runtime = Arc::new(runtime);
     let batch = if per_task == 1 { 1 } else { BATCH };
     let mut tasks = tokio::task::JoinSet::new();
-    let deliveries: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    let deliveries: Vec<_> = ready_deliveries(broker);
     let mut deliveries = deliveries.into_iter().peekable();
     while deliveries.peek().is_some() {
         let (runtime, chunk) = (
@@ -218,7 +164,7 @@ async fn settle_fails_after_commit<S: InventoryStore + Clone>(store: S, batch: u
         OrderPlacedConsumer::new(),
         batched(INVENTORY, batch),
     );
-    broker.send(order("m-1", "o-1"));
+    broker.send(two_line_order("m-1", "o-1"));
     broker.fail_next_settlements(1);
     let report = handle_one(&runtime, batch, broker.try_receive().unwrap()).await;
     assert_eq!(report.outcome, Outcome::Processed);
@@ -237,15 +183,7 @@ async fn settle_fails_after_commit<S: InventoryStore + Clone>(store: S, batch: u
     assert_eq!(report.outcome, Outcome::Duplicate(DuplicateScope::Inbox));
     assert_eq!(report.settled, Some(Ok(())));
 
-    let counts = store.inventory_counts().await.unwrap();
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (1, 1, 3)
-    );
+    assert_eq!(inventory_totals(&store).await, (1, 1, 3));
     let broker_counts = broker.counts();
     assert_eq!(
         (
@@ -268,19 +206,11 @@ async fn rollback_then_redelivery<S: InventoryStore + Clone>(store: S, batch: us
         handler,
         batched(INVENTORY, batch),
     );
-    broker.send(order("m-1", "o-1"));
+    broker.send(two_line_order("m-1", "o-1"));
     let report = handle_one(&runtime, batch, broker.try_receive().unwrap()).await;
     assert_eq!(report.outcome, Outcome::Transient);
     assert_eq!(report.settled, Some(Ok(())), "abandoned");
-    let counts = store.inventory_counts().await.unwrap();
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (0, 0, 0)
-    );
+    assert_eq!(inventory_totals(&store).await, (0, 0, 0));
 
     let redelivery = broker
         .try_receive()
@@ -292,15 +222,7 @@ async fn rollback_then_redelivery<S: InventoryStore + Clone>(store: S, batch: us
     ));
     let report = handle_one(&runtime, batch, redelivery).await;
     assert_eq!(report.outcome, Outcome::Processed);
-    let counts = store.inventory_counts().await.unwrap();
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (1, 1, 3)
-    );
+    assert_eq!(inventory_totals(&store).await, (1, 1, 3));
 }
 
 /// Two consumers share a database: each processes the same message id once.
@@ -318,7 +240,7 @@ async fn two_consumers_are_independent<S: Store + Count + Clone>(store: S, batch
         Noop::new(),
         batched("audit.order-placed.v1", batch),
     );
-    broker.send_copies(order("m-1", "o-1"), 3);
+    broker.send_copies(two_line_order("m-1", "o-1"), 3);
     assert_eq!(
         handle_one(&billing, batch, broker.try_receive().unwrap())
             .await
@@ -350,10 +272,10 @@ async fn business_key_duplicate<S: InventoryStore + Clone>(store: S, batch: usiz
         OrderPlacedConsumer::new(),
         batched(INVENTORY, batch),
     );
-    broker.send(order("m-1", "o-1"));
-    broker.send(order("m-2", "o-1"));
+    broker.send(two_line_order("m-1", "o-1"));
+    broker.send(two_line_order("m-2", "o-1"));
     // Batched, both are in one transaction: the second meets the first's uncommitted key.
-    let deliveries: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    let deliveries: Vec<_> = ready_deliveries(&broker);
     let [first, report]: [sb_inbox::Report; 2] = handle_all(&runtime, batch, deliveries)
         .await
         .try_into()
@@ -364,15 +286,7 @@ async fn business_key_duplicate<S: InventoryStore + Clone>(store: S, batch: usiz
         Outcome::Duplicate(DuplicateScope::BusinessKey)
     );
     assert_eq!(report.settled, Some(Ok(())));
-    let counts = store.inventory_counts().await.unwrap();
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (1, 1, 3)
-    );
+    assert_eq!(inventory_totals(&store).await, (1, 1, 3));
 }
 
 /// Older versions are stale: recorded, completed, not applied.
@@ -387,7 +301,7 @@ async fn stale_messages<S: Store + Count + Clone>(store: S, batch: usize) {
     for (id, version) in [("s-1", 1), ("s-3", 3), ("s-2", 2), ("s-3b", 3)] {
         broker.send(Versioned::message(id, "o-1", version));
     }
-    let deliveries: Vec<_> = std::iter::from_fn(|| broker.try_receive()).collect();
+    let deliveries: Vec<_> = ready_deliveries(&broker);
     let mut outcomes = Vec::new();
     for report in handle_all(&runtime, batch, deliveries).await {
         assert_eq!(report.settled, Some(Ok(())));
@@ -507,7 +421,7 @@ async fn bad_envelopes_are_dead_lettered<S: InventoryStore + Count + Clone>(
         expected.insert(case.to_owned(), reason.to_owned());
         broker.send(message);
     }
-    broker.send(order("m-good", "o-good"));
+    broker.send(two_line_order("m-good", "o-good"));
     let shutdown = CancellationToken::new();
     let running = {
         let shutdown = shutdown.clone();
@@ -624,7 +538,7 @@ async fn a_deployment_error_is_retried_and_reported_not_dead_lettered() {
         OrderPlacedConsumer::new(),
         config(INVENTORY),
     );
-    broker.send(order("m-1", "o-1"));
+    broker.send(two_line_order("m-1", "o-1"));
     let report = runtime.process(broker.try_receive().unwrap()).await;
     assert_eq!(report.outcome, Outcome::Transient, "{report:?}");
     assert_eq!(report.settled, Some(Ok(())));

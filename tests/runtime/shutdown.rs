@@ -3,14 +3,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sb_inbox::Clock;
 use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
 use sb_inbox::runtime::{DelayedRetry, RetryPolicy};
 use sb_inbox::testing::MemoryBroker;
-use sb_inbox::{Clock, Runtime};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::handlers::{Gate, config, order};
+use crate::support::handlers::Gate;
+use crate::support::orders::two_line_order;
+use crate::support::runtime::{config, on_test_clock};
 use crate::support::sqlite_store;
 
 async fn run_with_gate(
@@ -33,15 +35,9 @@ async fn run_with_gate(
         let policy = RetryPolicy::new(3, Duration::from_secs(10), Duration::from_secs(60)).unwrap();
         config.delayed_retry = Some(DelayedRetry::new(policy, broker.clone(), "orders"));
     }
-    let runtime = Runtime::with_clock(
-        broker.receiver(),
-        store.clone(),
-        handler,
-        config,
-        Clock::new(),
-    );
-    broker.send(order("m-1", "o-1"));
-    broker.send(order("m-2", "o-2"));
+    let runtime = on_test_clock(&broker, &store, handler, config);
+    broker.send(two_line_order("m-1", "o-1"));
+    broker.send(two_line_order("m-2", "o-2"));
     let shutdown = CancellationToken::new();
     let begun = tokio::time::Instant::now();
     let (result, ()) = tokio::join!(runtime.run(shutdown.clone()), async {

@@ -14,7 +14,7 @@ use sb_inbox::{Delivery, Message as InboxMessage, Receiver};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::{client, emulator};
+use crate::support::emulator::{client, emulator, send};
 
 /// One frame: size, data offset 2, `frame_type`, channel 0, then `body`.
 fn frame(frame_type: u8, body: &[u8]) -> Vec<u8> {
@@ -94,11 +94,12 @@ async fn expect_close(emulator: &Emulator, bytes: &[u8], expected: &str) {
 /// The emulator still serves: send, receive and complete with our client.
 async fn round_trip(emulator: &Emulator, id: &str) {
     let client = client(emulator);
-    client
-        .sender("orders")
-        .send(InboxMessage::new(id, "orders.test.v1", "{}"))
-        .await
-        .unwrap();
+    send(
+        &client,
+        "orders",
+        InboxMessage::new(id, "orders.test.v1", "{}"),
+    )
+    .await;
     let receiver = client.receiver("orders", 0);
     let delivery = receiver.receive().await.unwrap().unwrap();
     assert_eq!(delivery.message().message_id.as_deref(), Some(id));

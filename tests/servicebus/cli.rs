@@ -4,43 +4,20 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Output;
 use std::time::Duration;
 
-use sb_emulator::{Broker, Config, Emulator};
-use sb_inbox::inventory::{InventoryStore, OrderPlaced, OrderPlacedConsumer};
+use sb_emulator::Emulator;
+use sb_inbox::inventory::{OrderPlaced, OrderPlacedConsumer};
 use sb_inbox::runtime::{DelayedRetry, JitterSource, RetryPolicy};
 use sb_inbox::{
     ConsumerName, DuplicateScope, Outcome, Receiver, Runtime, RuntimeConfig, Sender as _,
 };
 
-use crate::client;
-use crate::handlers::Flaky;
-use crate::support::pg_store;
-use crate::worker::order;
-
-/// Runs `sb-inbox ARGS` with `connection` in `SB_INBOX_SERVICEBUS_CONNECTION` (unset if
-/// `None`).
-async fn sb_inbox(connection: Option<&str>, args: &[&str]) -> Output {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"));
-    command
-        .args(args)
-        .env_remove("SB_INBOX_SERVICEBUS_CONNECTION")
-        .env_remove("SB_INBOX_SERVICEBUS_NAMESPACE")
-        .env("RUST_LOG", "warn");
-    if let Some(connection) = connection {
-        command.env("SB_INBOX_SERVICEBUS_CONNECTION", connection);
-    }
-    command.output().await.unwrap()
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
+use crate::support::cli::{run_async, stderr, stdout};
+use crate::support::emulator::{client, properties, queue, start};
+use crate::support::handlers::Flaky;
+use crate::support::orders::order;
+use crate::support::{inventory_totals, pg_store};
 
 /// A file of this test's own.
 fn file(test: &str, text: &str) -> PathBuf {
@@ -68,14 +45,14 @@ async fn ids_on_orders(emulator: &Emulator) -> BTreeMap<String, usize> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_publishes_file_and_generated_orders_with_stable_ids_and_duplicates() {
-    let emulator = crate::emulator("PT30S").await;
+    let emulator = crate::support::emulator::emulator("PT30S").await;
     let cs = emulator.connection_string();
     let path = file(
         "send_file",
         r#"[{"orderId": "o-1", "lines": [{"sku": "A", "quantity": 2}], "messageId": "custom-1"},
             {"orderId": "o-2", "lines": [{"sku": "B", "quantity": 1}, {"sku": "C", "quantity": 3}]}]"#,
     );
-    let output = sb_inbox(
+    let output = run_async(
         Some(&cs),
         &[
             "send",
@@ -118,7 +95,7 @@ async fn send_publishes_file_and_generated_orders_with_stable_ids_and_duplicates
         "9",
     ];
     for _ in 0..2 {
-        let output = sb_inbox(Some(&cs), &generate).await;
+        let output = run_async(Some(&cs), &generate).await;
         assert!(output.status.success(), "{}", stderr(&output));
         assert!(
             stdout(&output).starts_with("sent 7 message(s) to orders: 5 order(s), 2 duplicate(s)"),
@@ -138,7 +115,7 @@ async fn send_publishes_file_and_generated_orders_with_stable_ids_and_duplicates
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_refuses_bad_input_with_a_clear_error_and_sends_nothing() {
-    let emulator = crate::emulator("PT30S").await;
+    let emulator = crate::support::emulator::emulator("PT30S").await;
     let cs = emulator.connection_string();
     let good = r#"[{"orderId": "o-1", "lines": [{"sku": "A", "quantity": 2}]}]"#;
     let good_path = file("bad_input_good", good);
@@ -196,7 +173,7 @@ async fn send_refuses_bad_input_with_a_clear_error_and_sends_nothing() {
     for (args, expected) in cases {
         let mut all = vec!["send", "--entity", "orders"];
         all.extend(args.iter().map(String::as_str));
-        let output = sb_inbox(Some(&cs), &all).await;
+        let output = run_async(Some(&cs), &all).await;
         assert_eq!(
             output.status.code(),
             Some(1),
@@ -211,7 +188,7 @@ async fn send_refuses_bad_input_with_a_clear_error_and_sends_nothing() {
     }
     assert_eq!(emulator.broker().entity("orders").unwrap().counts().sent, 0);
 
-    let output = sb_inbox(
+    let output = run_async(
         Some(&cs),
         &["send", "--entity", "nope", "--file", good_path],
     )
@@ -224,7 +201,7 @@ async fn send_refuses_bad_input_with_a_clear_error_and_sends_nothing() {
         "{text}"
     );
 
-    let output = sb_inbox(None, &["send", "--entity", "orders", "--file", good_path]).await;
+    let output = run_async(None, &["send", "--entity", "orders", "--file", good_path]).await;
     assert_eq!(output.status.code(), Some(1));
     assert!(
         stderr(&output)
@@ -232,7 +209,7 @@ async fn send_refuses_bad_input_with_a_clear_error_and_sends_nothing() {
         "{}",
         stderr(&output)
     );
-    let output = sb_inbox(
+    let output = run_async(
         Some("Endpoint=sb://h;SharedAccessKeyName=k;SharedAccessKey=SECRET;Bogus=1"),
         &["send", "--entity", "orders", "--file", good_path],
     )
@@ -248,11 +225,11 @@ async fn send_refuses_bad_input_with_a_clear_error_and_sends_nothing() {
 
 /// A queue whose first failed delivery dead-letters (max delivery count 1) and 1 s locks.
 async fn strict_emulator() -> Emulator {
-    let json = r#"{"UserConfig":{"Namespaces":[{"Name":"sbemulatorns","Queues":[
-        {"Name":"orders","Properties":{"LockDuration":"PT1S","MaxDeliveryCount":1}}],
-        "Topics":[]}],"Logging":{"Type":"File"}}}"#;
-    let broker = Broker::new(Config::from_json(json).unwrap()).unwrap();
-    Emulator::start(broker, Default::default()).await.unwrap()
+    start(
+        vec![queue("orders", properties("PT1S", 1))],
+        Default::default(),
+    )
+    .await
 }
 
 fn dead_letters(emulator: &Emulator) -> usize {
@@ -338,7 +315,7 @@ async fn dlq_peek_and_resubmit_recognise_a_processed_message_as_a_duplicate() {
     })
     .await;
 
-    let output = sb_inbox(Some(&cs), &["dlq", "peek", "--entity", "orders"]).await;
+    let output = run_async(Some(&cs), &["dlq", "peek", "--entity", "orders"]).await;
     assert!(output.status.success(), "{}", stderr(&output));
     let text = stdout(&output);
     let lines: Vec<&str> = text.lines().collect();
@@ -368,7 +345,7 @@ async fn dlq_peek_and_resubmit_recognise_a_processed_message_as_a_duplicate() {
         async move {
             let mut args = vec!["dlq", "resubmit", "--entity", "orders", "--wait-secs", "1"];
             args.extend(extra);
-            sb_inbox(Some(&cs), &args).await
+            run_async(Some(&cs), &args).await
         }
     };
     let output = resubmit(&["--message-id", "m-2"]).await;
@@ -424,13 +401,8 @@ async fn dlq_peek_and_resubmit_recognise_a_processed_message_as_a_duplicate() {
             ("m-2/resubmit-1".to_owned(), Outcome::Processed),
         ])
     );
-    let counts = store.inventory_counts().await.unwrap();
     assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
+        inventory_totals(&store).await,
         (2, 2, 4),
         "m-1 took effect once, m-2 once"
     );
@@ -438,13 +410,13 @@ async fn dlq_peek_and_resubmit_recognise_a_processed_message_as_a_duplicate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dlq_commands_refuse_unknown_entities_and_subscriptions_without_a_destination() {
-    let emulator = crate::emulator("PT30S").await;
+    let emulator = crate::support::emulator::emulator("PT30S").await;
     let cs = emulator.connection_string();
     for args in [
         ["dlq", "peek", "--entity", "nope"].as_slice(),
         ["dlq", "resubmit", "--entity", "nope", "--wait-secs", "1"].as_slice(),
     ] {
-        let output = sb_inbox(Some(&cs), args).await;
+        let output = run_async(Some(&cs), args).await;
         assert_eq!(output.status.code(), Some(1), "{args:?}");
         assert!(
             stderr(&output).contains("not found"),
@@ -452,7 +424,7 @@ async fn dlq_commands_refuse_unknown_entities_and_subscriptions_without_a_destin
             stderr(&output)
         );
     }
-    let output = sb_inbox(
+    let output = run_async(
         Some(&cs),
         &[
             "dlq",
@@ -464,7 +436,7 @@ async fn dlq_commands_refuse_unknown_entities_and_subscriptions_without_a_destin
     .await;
     assert_eq!(output.status.code(), Some(1));
     assert!(stderr(&output).contains("pass --to"), "{}", stderr(&output));
-    let output = sb_inbox(Some(&cs), &["dlq", "peek", "--entity", "orders"]).await;
+    let output = run_async(Some(&cs), &["dlq", "peek", "--entity", "orders"]).await;
     assert!(output.status.success());
     assert_eq!(
         stdout(&output),

@@ -13,14 +13,12 @@ use sb_inbox::{
     Delivery, Message, PropertyValue, ReceiveError, Receiver, SendFailure, Sender, SettleError,
 };
 
-use crate::{client, emulator};
+use crate::support::emulator::{client, emulator, queue, start};
+use crate::support::orders::order_with_lines;
 
+/// Order `id` under message id `id`: one unit of `A`.
 fn order(id: &str) -> Message {
-    Message::new(
-        id,
-        "orders.order-placed.v1",
-        format!(r#"{{"orderId":"{id}","lines":[{{"sku":"A","quantity":1}}]}}"#),
-    )
+    order_with_lines(id, id, &[("A", 1)])
 }
 
 #[tokio::test]
@@ -292,14 +290,15 @@ fn entra_client(emulator: &sb_emulator::Emulator, fake: &Arc<FakeEntra>) -> Serv
 
 #[tokio::test]
 async fn entra_id_tokens_are_put_as_jwt_for_the_service_bus_scope() {
-    let json = r#"{"UserConfig":{"Namespaces":[{"Name":"sbemulatorns","Queues":[
-        {"Name":"orders","Properties":{}}],"Topics":[]}],"Logging":{"Type":"File"}}}"#;
-    let broker = sb_emulator::Broker::new(sb_emulator::Config::from_json(json).unwrap()).unwrap();
     let options = sb_emulator::EmulatorOptions {
         accept_jwt: true,
         ..Default::default()
     };
-    let emulator = sb_emulator::Emulator::start(broker, options).await.unwrap();
+    let emulator = start(
+        vec![queue("orders", sb_emulator::EntityProperties::default())],
+        options,
+    )
+    .await;
     let fake = Arc::new(FakeEntra::default());
     let client = entra_client(&emulator, &fake);
     client.sender("orders").send(order("m-1")).await.unwrap();
@@ -311,7 +310,7 @@ async fn entra_id_tokens_are_put_as_jwt_for_the_service_bus_scope() {
 
     // The same token against an emulator that refuses JWTs: the client reports it as an
     // authorization failure, not as a connection problem.
-    let strict = crate::emulator("PT30S").await;
+    let strict = crate::support::emulator::emulator("PT30S").await;
     let client = entra_client(&strict, &fake);
     let error = client
         .sender("orders")

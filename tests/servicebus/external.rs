@@ -25,7 +25,9 @@ use sb_inbox::servicebus::{
 };
 use sb_inbox::{Delivery, Message, PropertyValue, ReceiveError, Receiver, SendFailure, Sender};
 
-use crate::worker::{health_address, order, ready, sigterm_exits_0, sqlite_worker};
+use crate::support::inventory_totals;
+use crate::support::orders::order;
+use crate::worker::{health_address, ready, sigterm_exits_0, sqlite_worker};
 
 /// The connection string of the external broker.
 const ENV: &str = "SB_INBOX_EXTERNAL_SERVICEBUS";
@@ -343,13 +345,8 @@ async fn the_worker_process_applies_each_order_once_and_exits_0(connection: &str
     .expect("every order reserved and the queue drained");
 
     sigterm_exits_0(child).await;
-    let counts = store.inventory_counts().await.unwrap();
     assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
+        inventory_totals(&store).await,
         (10, 10, 20),
         "each order once, duplicates recognised"
     );

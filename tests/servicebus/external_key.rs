@@ -13,16 +13,15 @@ use sb_inbox::ops::dlq::{ResubmitOptions, dead_letter_queue, resubmit};
 use sb_inbox::runtime::{DelayedRetry, JitterSource, RetryPolicy};
 use sb_inbox::servicebus::ServiceBusClient;
 use sb_inbox::{
-    ConsumerName, Context, Contract, DecodeError, Handled, Handler, HandlerError, IdempotencyKey,
-    Outcome, PgStore, Receiver, Runtime, RuntimeConfig, Tx,
+    ConsumerName, Handler, IdempotencyKey, Outcome, PgStore, Receiver, Runtime, RuntimeConfig,
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::handlers::Flaky;
+use crate::support::emulator::{client, emulator, send};
+use crate::support::handlers::{Flaky, wrapper_handler};
+use crate::support::orders::order;
 use crate::support::{pg_store, pg_url, schema_for, with_search_path};
 use crate::verification::until;
-use crate::worker::order;
-use crate::{client, emulator};
 
 #[path = "../../examples/shipping_label/consumer.rs"]
 mod shipping;
@@ -85,26 +84,10 @@ async fn rows(store: &PgStore) -> (Vec<(String, String)>, i64) {
 /// end by losing its lock.
 struct HangAfterCall<H>(H);
 
-impl<T: Tx, H: Handler<T>> Handler<T> for HangAfterCall<H> {
-    type Payload = H::Payload;
-
-    fn contracts(&self) -> &[Contract] {
-        self.0.contracts()
-    }
-
-    fn decode(&self, contract: &Contract, body: &[u8]) -> Result<H::Payload, DecodeError> {
-        self.0.decode(contract, body)
-    }
-
-    async fn handle(
-        &self,
-        ctx: &Context<'_, H::Payload>,
-        tx: &mut T,
-    ) -> Result<Handled, HandlerError> {
-        self.0.handle(ctx, tx).await?;
-        pending().await
-    }
-}
+wrapper_handler!(HangAfterCall, 0, |self, ctx, tx| {
+    self.0.handle(ctx, tx).await?;
+    pending().await
+});
 
 /// Records the broker message id and `ctx.idempotency_key(SCOPE)` of every attempt.
 struct RecordKeys<H> {
@@ -112,30 +95,14 @@ struct RecordKeys<H> {
     seen: Mutex<Vec<(String, IdempotencyKey)>>,
 }
 
-impl<T: Tx, H: Handler<T>> Handler<T> for RecordKeys<H> {
-    type Payload = H::Payload;
-
-    fn contracts(&self) -> &[Contract] {
-        self.inner.contracts()
-    }
-
-    fn decode(&self, contract: &Contract, body: &[u8]) -> Result<H::Payload, DecodeError> {
-        self.inner.decode(contract, body)
-    }
-
-    async fn handle(
-        &self,
-        ctx: &Context<'_, H::Payload>,
-        tx: &mut T,
-    ) -> Result<Handled, HandlerError> {
-        let id = ctx.message.message_id.clone().unwrap_or_default();
-        self.seen
-            .lock()
-            .unwrap()
-            .push((id, ctx.idempotency_key(SCOPE)));
-        self.inner.handle(ctx, tx).await
-    }
-}
+wrapper_handler!(RecordKeys, inner, |self, ctx, tx| {
+    let id = ctx.message.message_id.clone().unwrap_or_default();
+    self.seen
+        .lock()
+        .unwrap()
+        .push((id, ctx.idempotency_key(SCOPE)));
+    self.inner.handle(ctx, tx).await
+});
 
 /// One attempt in this process on the next delivery of `orders`.
 async fn attempt<H: Handler<sb_inbox::PgTx>>(
@@ -161,11 +128,7 @@ async fn a_call_repeated_after_rollback_lost_lock_and_kill_takes_effect_once() {
     let emulator = emulator("PT2S").await;
     let client = client(&emulator);
     let api = FakeShippingApi::start().await.unwrap();
-    client
-        .sender("orders")
-        .send(order("m-1", "o-1"))
-        .await
-        .unwrap();
+    send(&client, "orders", order("m-1", "o-1")).await;
     let entity = emulator.broker().entity("orders").unwrap();
 
     // 1. The call, then a failure that rolls the transaction back (the message is abandoned).
@@ -260,11 +223,7 @@ async fn the_key_is_the_same_on_a_retry_copy_and_a_resubmitted_dead_letter() {
     let emulator = emulator("PT5S").await;
     let client = client(&emulator);
     let api = FakeShippingApi::start().await.unwrap();
-    client
-        .sender("orders")
-        .send(order("m-1", "o-1"))
-        .await
-        .unwrap();
+    send(&client, "orders", order("m-1", "o-1")).await;
     let entity = emulator.broker().entity("orders").unwrap();
 
     // The original and its one retry copy fail after the call: the copy is dead-lettered.

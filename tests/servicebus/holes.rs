@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sb_emulator::{Broker, Config, Emulator};
+use sb_emulator::{Emulator, EntityProperties};
 use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
 use sb_inbox::ops::dlq;
 use sb_inbox::runtime::{DelayedRetry, JitterSource, RetryPolicy};
@@ -13,20 +13,16 @@ use sb_inbox::{ConsumerName, Delivery, Outcome, Receiver, Runtime, RuntimeConfig
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::client;
-use crate::handlers::{Flaky, Gate, Slow};
+use crate::support::emulator::{client, duration, properties, queue, send, start};
+use crate::support::handlers::{Flaky, Gate, Slow};
+use crate::support::orders::order;
 use crate::support::{pg_store, pg_url, schema_for, sqlite_store, with_search_path};
 use crate::verification::{WorkerProcess, session, until};
-use crate::worker::{drained, http_get, order};
+use crate::worker::{drained, http_get};
 
-/// An emulator with one queue `orders` with these properties (JSON members).
-async fn emulator_with(properties: &str) -> Emulator {
-    let json = format!(
-        r#"{{"UserConfig":{{"Namespaces":[{{"Name":"sbemulatorns","Queues":[
-            {{"Name":"orders","Properties":{{{properties}}}}}],"Topics":[]}}],"Logging":{{"Type":"File"}}}}}}"#
-    );
-    let broker = Broker::new(Config::from_json(&json).unwrap()).unwrap();
-    Emulator::start(broker, Default::default()).await.unwrap()
+/// An emulator with one queue `orders` with these properties.
+async fn emulator_with(properties: EntityProperties) -> Emulator {
+    start(vec![queue("orders", properties)], Default::default()).await
 }
 
 /// A session of the test's own holding `LOCK TABLE inventory_stock` in an open transaction
@@ -51,16 +47,14 @@ fn inventory_config() -> RuntimeConfig {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resubmitted_dead_letter_that_fails_again_is_retried_and_processed_once() {
     let store = pg_store("holes_resubmit_retry", 2).await;
-    let emulator = emulator_with(
-        r#""LockDuration":"PT5S","MaxDeliveryCount":5,"RequiresDuplicateDetection":true,"DuplicateDetectionHistoryTimeWindow":"PT10M""#,
-    )
+    let emulator = emulator_with(EntityProperties {
+        requires_duplicate_detection: true,
+        duplicate_detection_history_time_window: duration("PT10M"),
+        ..properties("PT5S", 5)
+    })
     .await;
     let client = client(&emulator);
-    client
-        .sender("orders")
-        .send(order("m-1", "o-1"))
-        .await
-        .unwrap();
+    send(&client, "orders", order("m-1", "o-1")).await;
     let policy = RetryPolicy::new(1, Duration::from_millis(200), Duration::from_secs(1))
         .unwrap()
         .with_jitter(0.0, JitterSource::fixed(0.0))
@@ -100,12 +94,7 @@ async fn a_resubmitted_dead_letter_that_fails_again_is_retried_and_processed_onc
     });
     result.unwrap();
     receiver.close().await;
-    let ids: Vec<String> = runtime
-        .handler()
-        .attempts()
-        .into_iter()
-        .map(|(_, id)| id)
-        .collect();
+    let ids = runtime.handler().attempted_ids();
     assert_eq!(
         ids,
         [
@@ -127,7 +116,7 @@ async fn a_resubmitted_dead_letter_that_fails_again_is_retried_and_processed_onc
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_releases_unstarted_deliveries_without_counting_a_delivery() {
     let store = sqlite_store("holes_shutdown", 1).await;
-    let emulator = emulator_with(r#""LockDuration":"PT30S","MaxDeliveryCount":5"#).await;
+    let emulator = emulator_with(properties("PT30S", 5)).await;
     let client = client(&emulator);
     let sender = client.sender("orders");
     for i in 0..4 {
@@ -184,7 +173,7 @@ async fn shutdown_releases_unstarted_deliveries_without_counting_a_delivery() {
 /// lost is released when dropped. Neither stays on the link's unsettled deliveries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undecodable_and_lock_lost_deliveries_do_not_stay_unsettled() {
-    let emulator = emulator_with(r#""LockDuration":"PT2S","MaxDeliveryCount":5"#).await;
+    let emulator = emulator_with(properties("PT2S", 5)).await;
     let client = client(&emulator);
     let sender = client.sender("orders");
     sender.send(order("bad", "o-0")).await.unwrap();
@@ -238,7 +227,7 @@ async fn prefetched_deliveries_keep_their_locks_while_a_table_lock_holds_the_han
     let test = "holes_prefetch_locks";
     let store = pg_store(test, 1).await;
     let schema = schema_for(test);
-    let emulator = emulator_with(r#""LockDuration":"PT3S","MaxDeliveryCount":1"#).await;
+    let emulator = emulator_with(properties("PT3S", 1)).await;
     let sender = client(&emulator).sender("orders");
     for i in 0..10 {
         sender
@@ -292,7 +281,7 @@ async fn a_handler_held_past_max_processing_is_abandoned_and_the_worker_stays_re
     let test = "holes_max_processing";
     let store = pg_store(test, 1).await;
     let schema = schema_for(test);
-    let emulator = emulator_with(r#""LockDuration":"PT30S","MaxDeliveryCount":10"#).await;
+    let emulator = emulator_with(properties("PT30S", 10)).await;
     let client = client(&emulator);
     let (holder, url) = lock_stock_table(&schema).await;
     let worker = WorkerProcess::spawn_with(
@@ -309,11 +298,7 @@ async fn a_handler_held_past_max_processing_is_abandoned_and_the_worker_stays_re
         readyz(&worker, health).await.starts_with("HTTP/1.1 200")
     })
     .await;
-    client
-        .sender("orders")
-        .send(order("m-1", "o-1"))
-        .await
-        .unwrap();
+    send(&client, "orders", order("m-1", "o-1")).await;
     let orders = emulator.broker().entity("orders").unwrap();
     until("the worker takes m-1", || {
         let locked = orders.counts().locked;
@@ -341,11 +326,7 @@ async fn a_handler_held_past_max_processing_is_abandoned_and_the_worker_stays_re
 
     holder.batch_execute("COMMIT").await.unwrap();
     drained(&emulator, 1).await;
-    client
-        .sender("orders")
-        .send(order("m-2", "o-2"))
-        .await
-        .unwrap();
+    send(&client, "orders", order("m-2", "o-2")).await;
     drained(&emulator, 2).await;
     assert!(readyz(&worker, health).await.starts_with("HTTP/1.1 200"));
     let log = worker.log();

@@ -3,25 +3,27 @@
 
 use std::sync::Arc;
 
-use sb_emulator::{Broker, Config, Emulator};
+use sb_emulator::Emulator;
 use sb_inbox::inventory::OrderPlacedConsumer;
 use sb_inbox::worker::{ConsumerConfig, Worker, WorkerError, store_ready};
 use sb_inbox::{ConsumerName, PgStore};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::client;
-use crate::handlers::{Gate, Versioned};
+use crate::support::emulator::{client, properties, queue, start};
+use crate::support::handlers::{Gate, Versioned};
+use crate::support::orders::order;
 use crate::support::{Count, pg_store};
-use crate::worker::order;
 
 async fn two_queues() -> Emulator {
-    let json = r#"{"UserConfig":{"Namespaces":[{"Name":"sbemulatorns","Queues":[
-        {"Name":"orders","Properties":{"LockDuration":"PT30S","MaxDeliveryCount":5}},
-        {"Name":"status","Properties":{"LockDuration":"PT30S","MaxDeliveryCount":5}}],
-        "Topics":[]}],"Logging":{"Type":"File"}}}"#;
-    let broker = Broker::new(Config::from_json(json).unwrap()).unwrap();
-    Emulator::start(broker, Default::default()).await.unwrap()
+    start(
+        vec![
+            queue("orders", properties("PT30S", 5)),
+            queue("status", properties("PT30S", 5)),
+        ],
+        Default::default(),
+    )
+    .await
 }
 
 fn name(name: &str) -> ConsumerName {

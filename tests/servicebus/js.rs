@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::emulator;
+use crate::support::emulator::emulator;
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/servicebus/sdk/js");
 

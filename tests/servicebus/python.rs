@@ -1,6 +1,6 @@
 //! The official Python SDK (`azure-servicebus`) as an independent client of the emulator.
 
-use crate::emulator;
+use crate::support::emulator::emulator;
 
 /// Whether the Python SDK is there; when not, fails under CI or says `skipped`.
 pub(crate) fn sdk_installed() -> bool {
@@ -219,7 +219,7 @@ async fn python_sdk_over_websockets() {
     if !sdk_installed() || !websocket_client_installed() {
         return;
     }
-    let emulator = crate::emulator_with(
+    let emulator = crate::support::emulator::emulator_with(
         "PT30S",
         sb_emulator::EmulatorOptions::default().with_websocket_listen("127.0.0.1:0"),
     )

@@ -12,8 +12,9 @@ use sb_inbox::worker::WorkerConfig;
 use sb_inbox::{Delivery, Message, ReceiveError, Receiver, Sender};
 use tokio_util::sync::CancellationToken;
 
-use crate::worker::{drained, order};
-use crate::{client, emulator, emulator_with};
+use crate::support::emulator::{client, emulator, emulator_with, send};
+use crate::support::orders::order;
+use crate::worker::drained;
 
 /// The detach conditions the SDKs recover from by re-attaching the link, plus
 /// unauthorized-access (re-attached once after a fresh token).
@@ -148,11 +149,7 @@ async fn fatal_detach_conditions_stop_the_receiver() {
 async fn the_receiver_reports_detached_until_it_re_attaches() {
     let emulator = emulator("PT30S").await;
     let client = client(&emulator);
-    client
-        .sender("orders")
-        .send(order("m-1", "o-1"))
-        .await
-        .unwrap();
+    send(&client, "orders", order("m-1", "o-1")).await;
     let receiver = client.receiver("orders", 0);
     assert!(
         !receiver.is_attached(),
@@ -172,11 +169,7 @@ async fn the_receiver_reports_detached_until_it_re_attaches() {
     ));
     assert!(!receiver.is_attached(), "not ready while re-attaching");
     assert!(client.is_connected(), "the connection stays");
-    client
-        .sender("orders")
-        .send(order("m-2", "o-2"))
-        .await
-        .unwrap();
+    send(&client, "orders", order("m-2", "o-2")).await;
     complete_next(&receiver).await;
     assert!(receiver.is_attached());
 }
@@ -242,11 +235,7 @@ async fn busy_dispositions_are_retried_until_they_complete() {
     let options = EmulatorOptions::default().with_fault(Fault::BusySettle, 1.0);
     let emulator = emulator_with("PT30S", options).await;
     let client = client(&emulator);
-    client
-        .sender("orders")
-        .send(order("m-1", "o-1"))
-        .await
-        .unwrap();
+    send(&client, "orders", order("m-1", "o-1")).await;
     let delivery = client
         .receiver("orders", 0)
         .receive()

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
-use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
+use sb_inbox::inventory::OrderPlacedConsumer;
 use sb_inbox::relay::{Relay, RelayConfig};
 use sb_inbox::servicebus::ServiceBusPublisher;
 use sb_inbox::{
@@ -16,9 +16,9 @@ use sb_inbox::{
 use tokio::sync::{Barrier, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{Count, pg_store};
+use crate::support::emulator::{client, emulator};
+use crate::support::{Count, inventory_totals, pg_store};
 use crate::worker::queue_drained;
-use crate::{client, emulator};
 
 const ROWS: usize = 40;
 const LEASE: Duration = Duration::from_secs(60);
@@ -224,13 +224,8 @@ async fn killed_and_concurrent_relays_deliver_every_row_once_downstream() {
     );
     let outcomes = consumer.stats().snapshot();
     assert_eq!((outcomes.processed, outcomes.duplicate), (ROWS as u64, 3));
-    let counts = downstream.inventory_counts().await.unwrap();
     assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
+        inventory_totals(&downstream).await,
         (ROWS as i64, ROWS as i64, 2 * ROWS as i64)
     );
 }
@@ -240,8 +235,8 @@ async fn killed_and_concurrent_relays_deliver_every_row_once_downstream() {
 /// configured retention (30 days), not merely older than the replay horizon (14 days).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn worker_relays_its_events_and_keeps_the_configured_retention() {
+    use crate::support::orders::order;
     use crate::support::{Backdate, pg_url, schema_for, with_search_path};
-    use crate::worker::order;
 
     crate::support::init_tracing();
     let store: PgStore = pg_store("worker_relay_retention", 4).await;
@@ -368,7 +363,7 @@ async fn worker_relays_its_events_and_keeps_the_configured_retention() {
 /// change.
 #[test]
 fn run_refuses_a_retention_shorter_than_the_replay_horizon() {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
+    let output = std::process::Command::new(crate::support::cli::BINARY)
         .args(["run"])
         .env_clear()
         .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)

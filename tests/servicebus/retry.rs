@@ -10,11 +10,12 @@ use sb_inbox::{ConsumerName, PgStore, PropertyValue, Runtime, RuntimeConfig};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::handlers::Flaky;
+use crate::support::emulator::{client, emulator, send};
+use crate::support::handlers::Flaky;
+use crate::support::orders::order;
 use crate::support::pg_store;
 use crate::verification::{HeldRow, WorkerProcess, one_order_behind_a_held_row, until};
-use crate::worker::{drained, order};
-use crate::{client, emulator};
+use crate::worker::drained;
 
 const BASE: Duration = Duration::from_millis(400);
 
@@ -34,11 +35,7 @@ async fn run_flaky(
     let store = pg_store(test, 2).await;
     let emulator = emulator("PT5S").await;
     let client = client(&emulator);
-    client
-        .sender("orders")
-        .send(order("m-1", "o-1"))
-        .await
-        .unwrap();
+    send(&client, "orders", order("m-1", "o-1")).await;
     let policy = RetryPolicy::new(max_retries, BASE, Duration::from_secs(10))
         .unwrap()
         .with_jitter(0.0, JitterSource::fixed(0.0))

@@ -9,20 +9,15 @@ use sb_amqp::codec::Value;
 use sb_amqp::types::messaging::{FilterSet, Message, Properties};
 use sb_amqp::types::primitives::Symbol;
 use sb_amqp::{ReceiverOptions, Sendable, SenderOptions, Session, condition};
-use sb_emulator::{Broker, Config, Emulator, EmulatorOptions, LinkRole};
+use sb_emulator::{Emulator, EmulatorOptions, LinkRole};
 use sb_inbox::{Delivery, ReceiveError, SettleError};
 
 use crate::strict::authorized;
+use crate::support::emulator::{queue, session_properties, start};
 
 /// A session queue `sq` (lock `lock`, max delivery count 5), served with `options`.
 pub(crate) async fn session_emulator(lock: &str, options: EmulatorOptions) -> Emulator {
-    let json = format!(
-        r#"{{"UserConfig":{{"Namespaces":[{{"Name":"sbemulatorns","Queues":[
-            {{"Name":"sq","Properties":{{"LockDuration":"{lock}","MaxDeliveryCount":5,"RequiresSession":true}}}}],
-            "Topics":[]}}],"Logging":{{"Type":"File"}}}}}}"#
-    );
-    let broker = Broker::new(Config::from_json(&json).unwrap()).unwrap();
-    Emulator::start(broker, options).await.unwrap()
+    start(vec![queue("sq", session_properties(lock))], options).await
 }
 
 /// Sends `(message id, session id)` pairs to `sq` over a raw link, as a producer would.
@@ -185,7 +180,7 @@ async fn the_session_receiver_accepts_renews_keeps_state_and_fences_a_lost_link(
         &[("a1", "A"), ("b1", "B"), ("a2", "A"), ("a3", "A")],
     )
     .await;
-    let client = crate::client(&emulator);
+    let client = crate::support::emulator::client(&emulator);
     let wait = Duration::from_secs(5);
     // Next available: the session of the oldest message.
     let a = client
@@ -222,7 +217,7 @@ async fn the_session_receiver_accepts_renews_keeps_state_and_fences_a_lost_link(
     assert!(through_delivery >= renewed);
     assert_eq!(a.locked_until(), through_delivery);
     // Another receiver cannot take A meanwhile; it gets B as the next available.
-    let other = crate::client(&emulator);
+    let other = crate::support::emulator::client(&emulator);
     let refused = other.accept_session("sq", "A").await.unwrap_err();
     assert!(
         matches!(&refused, ReceiveError::Transient(why) if why.to_string().contains("session-cannot-be-locked")),
@@ -450,7 +445,7 @@ async fn the_session_runtime_keeps_the_session_lock_and_a_lost_one_fences_the_co
     let test = "session_runtime";
     let store = crate::support::pg_store(test, 2).await;
     let emulator = session_emulator("PT1S", EmulatorOptions::default()).await;
-    let client = crate::client(&emulator);
+    let client = crate::support::emulator::client(&emulator);
     let order = |id: &str, session: &str| {
         let mut message = Message::new(
             id,
@@ -469,7 +464,7 @@ async fn the_session_runtime_keeps_the_session_lock_and_a_lost_one_fences_the_co
     let runtime = std::sync::Arc::new(Runtime::for_sessions(
         ServiceBusSessionSource::new(client.clone(), "sq", Duration::from_secs(1)),
         store.clone(),
-        crate::handlers::Slow {
+        crate::support::handlers::Slow {
             inner: OrderPlacedConsumer::new(),
             duration: Duration::from_secs(3),
         },
@@ -546,7 +541,7 @@ async fn a_session_accepted_after_its_token_expired_gets_a_fresh_token() {
     )
     .await;
     send_session_messages(&emulator, &[("a1", "A")]).await;
-    let client = crate::client(&emulator);
+    let client = crate::support::emulator::client(&emulator);
     let a = client.accept_session("sq", "A").await.unwrap();
     let a1 = a.receive(Duration::from_secs(5)).await.unwrap().unwrap();
     // Waits for the service to detach the link (unauthorized) once the 2 s grant ran out.

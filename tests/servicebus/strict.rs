@@ -19,7 +19,7 @@ use sb_inbox::servicebus::sign_sas;
 
 /// The shared `orders` queue (lock 30 s) served with `options`.
 pub(crate) async fn strict_emulator(options: EmulatorOptions) -> Emulator {
-    crate::emulator_with("PT30S", options).await
+    crate::support::emulator::emulator_with("PT30S", options).await
 }
 
 /// Opens a connection and a session and puts a one-hour SAS token for `entity` on `$cbs`.

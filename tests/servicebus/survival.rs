@@ -15,6 +15,7 @@ use sb_inbox::inventory::InventoryStore;
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient, ServiceBusSender};
 use sb_inbox::{Message, PgStore};
 
+use crate::support::orders::order_with_lines;
 use crate::support::{pg_store, pg_url, schema_for, with_search_path};
 use crate::verification::WorkerProcess;
 
@@ -142,16 +143,11 @@ fn order(n: usize, skus: usize) -> (Message, Vec<(String, i64)>) {
     if n.is_multiple_of(5) {
         lines.push((sku(n + 1), 2));
     }
-    let body = lines
+    let wire: Vec<(&str, i32)> = lines
         .iter()
-        .map(|(sku, quantity)| format!(r#"{{"sku":"{sku}","quantity":{quantity}}}"#))
-        .collect::<Vec<_>>()
-        .join(",");
-    let message = Message::new(
-        format!("m-{n}"),
-        "orders.order-placed.v1",
-        format!(r#"{{"orderId":"o-{n}","lines":[{body}]}}"#),
-    );
+        .map(|(sku, quantity)| (sku.as_str(), i32::try_from(*quantity).unwrap()))
+        .collect();
+    let message = order_with_lines(&format!("m-{n}"), &format!("o-{n}"), &wire);
     (message, lines)
 }
 

@@ -14,9 +14,11 @@ use std::time::Duration;
 use sb_inbox::inventory::{InventoryCounts, InventoryStore, OrderPlacedConsumer};
 use sb_inbox::{ConsumerName, Message, Outcome, PgStore, Receiver, Runtime, RuntimeConfig};
 
-use crate::support::{pg_store, pg_url, schema_for, with_search_path};
-use crate::worker::{drained, order, strip_ansi};
-use crate::{client, emulator};
+use crate::support::cli;
+use crate::support::emulator::{client, emulator, queue, send, session_properties, start};
+use crate::support::orders::order;
+use crate::support::{inventory_totals, pg_store, pg_url, schema_for, with_search_path};
+use crate::worker::{drained, strip_ansi};
 
 /// The worker's batch size variable, and the size the batched variants run with.
 const BATCH_SIZE: &str = "SB_INBOX_BATCH_SIZE";
@@ -62,16 +64,9 @@ impl WorkerProcess {
         concurrency: usize,
         env: &[(&str, &str)],
     ) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
-            .arg("run")
-            .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
-            .env("SB_INBOX_STORE", store_url)
-            .env("SB_INBOX_SERVICEBUS_CONNECTION", connection)
-            .env("SB_INBOX_ENTITY", "orders")
+        let mut child = cli::worker(store_url, connection)
             .env("SB_INBOX_CONCURRENCY", concurrency.to_string())
             .env("SB_INBOX_LOCK_MARGIN_SECS", "1")
-            .env("SB_INBOX_SHUTDOWN_GRACE_SECS", "5")
-            .env("RUST_LOG", "info")
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -226,16 +221,14 @@ impl Mode {
         if self != Mode::Sessions {
             return emulator(lock).await;
         }
-        let json = format!(
-            r#"{{"UserConfig":{{"Namespaces":[{{"Name":"sbemulatorns","Queues":[
-                {{"Name":"orders","Properties":{{"LockDuration":"{lock}","MaxDeliveryCount":5,"RequiresSession":true}}}},
-                {{"Name":"outbox","Properties":{{}}}}],"Topics":[]}}],"Logging":{{"Type":"File"}}}}}}"#
-        );
-        let broker =
-            sb_emulator::Broker::new(sb_emulator::Config::from_json(&json).unwrap()).unwrap();
-        sb_emulator::Emulator::start(broker, sb_emulator::EmulatorOptions::default())
-            .await
-            .unwrap()
+        start(
+            vec![
+                queue("orders", session_properties(lock)),
+                queue("outbox", sb_emulator::EntityProperties::default()),
+            ],
+            sb_emulator::EmulatorOptions::default(),
+        )
+        .await
     }
 
     /// Order `id` / `order_id`, in session `session` in session mode.
@@ -312,11 +305,12 @@ async fn one_order_behind_a_held_row_in(test: &str, mode: Mode) -> HeldRow {
     let emulator = mode.emulator("PT30S").await;
     let holder = session(&schema).await;
     lock_stock_row(&holder).await;
-    client(&emulator)
-        .sender("orders")
-        .send(mode.order("m-1", "o-1", "s-1"))
-        .await
-        .unwrap();
+    send(
+        &client(&emulator),
+        "orders",
+        mode.order("m-1", "o-1", "s-1"),
+    )
+    .await;
     let url = format!(
         "{}%20-clock_timeout%3D300",
         with_search_path(&pg_url(), &schema)
@@ -410,15 +404,7 @@ async fn same_message_to_two_workers_at_once(mode: Mode) {
         (c.completed, c.active, c.locked, c.dead_lettered),
         (2, 0, 0, 0)
     );
-    let counts = counts(&store).await;
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (1, 1, 2)
-    );
+    assert_eq!(inventory_totals(&store).await, (1, 1, 2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -453,11 +439,12 @@ async fn killed_between_commit_and_settlement(mode: Mode) {
         .unwrap()
         .delay_dispositions(1, Duration::from_secs(600))
         .unwrap();
-    client(&emulator)
-        .sender("orders")
-        .send(mode.order("m-1", "o-1", "s-1"))
-        .await
-        .unwrap();
+    send(
+        &client(&emulator),
+        "orders",
+        mode.order("m-1", "o-1", "s-1"),
+    )
+    .await;
 
     let first = mode.worker(&emulator, &url);
     let store_ref = &store;
@@ -478,15 +465,7 @@ async fn killed_between_commit_and_settlement(mode: Mode) {
         (c.completed, c.active, c.locked, c.dead_lettered),
         (1, 0, 0, 0)
     );
-    let counts = counts(&store).await;
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (1, 1, 2)
-    );
+    assert_eq!(inventory_totals(&store).await, (1, 1, 2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -549,15 +528,7 @@ async fn rolled_back(mode: Mode) {
         (c.completed, c.active, c.locked, c.dead_lettered),
         (1, 0, 0, 0)
     );
-    let counts = counts(&store).await;
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (1, 1, 2)
-    );
+    assert_eq!(inventory_totals(&store).await, (1, 1, 2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -578,18 +549,14 @@ async fn slow_order(test: &str, refuse_renewals: bool) -> (sb_inbox::Report, PgS
             .unwrap();
     }
     let client = client(&emulator);
-    client
-        .sender("orders")
-        .send(order("m-1", "o-1"))
-        .await
-        .unwrap();
+    send(&client, "orders", order("m-1", "o-1")).await;
     let receiver = client.receiver("orders", 0);
     let mut config = RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER).unwrap());
     config.lock_margin = Duration::from_millis(300);
     let runtime = Runtime::new(
         receiver.clone(),
         store.clone(),
-        crate::handlers::Slow {
+        crate::support::handlers::Slow {
             inner: OrderPlacedConsumer::new(),
             duration: Duration::from_secs(3),
         },

@@ -3,17 +3,18 @@
 //! service is `wss` on 443, which needs Azure). Every connection string names only the
 //! WebSocket port, so nothing reaches the plain AMQP listener.
 
-use std::process::Output;
-
 use sb_emulator::{Emulator, EmulatorOptions};
 use sb_inbox::inventory::InventoryStore as _;
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient, Transport};
 use sb_inbox::{Message, Receiver as _};
 
-use crate::worker::{drained, health_address, order, ready, sigterm_exits_0, sqlite_worker};
+use crate::support::cli::run_async;
+use crate::support::emulator::send;
+use crate::support::orders::order;
+use crate::worker::{drained, health_address, ready, sigterm_exits_0, sqlite_worker};
 
 async fn ws_emulator() -> Emulator {
-    crate::emulator_with(
+    crate::support::emulator::emulator_with(
         "PT30S",
         EmulatorOptions::default().with_websocket_listen("127.0.0.1:0"),
     )
@@ -40,11 +41,12 @@ async fn our_client_sends_receives_and_settles_over_websockets() {
     let client = ServiceBusClient::from_connection_string(&cs);
     // Larger than one 64 KiB frame, so transfers span frames and WebSocket messages.
     let big = "x".repeat(150_000);
-    client
-        .sender("orders")
-        .send(Message::new("m-1", "orders.order-placed.v1", big.clone()))
-        .await
-        .unwrap();
+    send(
+        &client,
+        "orders",
+        Message::new("m-1", "orders.order-placed.v1", big.clone()),
+    )
+    .await;
     let receiver = client.receiver("orders", 0);
     let delivery = receiver.receive().await.unwrap().unwrap();
     assert_eq!(sb_inbox::Delivery::message(&delivery).body, big.as_bytes());
@@ -61,25 +63,13 @@ async fn our_client_sends_receives_and_settles_over_websockets() {
     );
 }
 
-async fn sb_inbox(connection: &str, args: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
-        .args(args)
-        .env_remove("SB_INBOX_SERVICEBUS_NAMESPACE")
-        .env_remove("SB_INBOX_SERVICEBUS_TRANSPORT")
-        .env("SB_INBOX_SERVICEBUS_CONNECTION", connection)
-        .env("RUST_LOG", "warn")
-        .output()
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_dlq_and_the_worker_process_work_over_websockets() {
     let emulator = ws_emulator().await;
     let ws = emulator.websocket_connection_string().unwrap();
     // send: TransportType=AmqpWebSockets in the connection string.
-    let output = sb_inbox(
-        &ws,
+    let output = run_async(
+        Some(&ws),
         &[
             "send",
             "--entity",
@@ -136,8 +126,8 @@ async fn send_dlq_and_the_worker_process_work_over_websockets() {
     let _ = std::fs::remove_dir_all(&dir);
 
     // dlq: --transport websockets over a plain connection string.
-    let output = sb_inbox(
-        &on_ws_port(&emulator),
+    let output = run_async(
+        Some(&on_ws_port(&emulator)),
         &[
             "dlq",
             "peek",

@@ -7,16 +7,12 @@ use sb_inbox::worker::WorkerConfig;
 use sb_inbox::{Message, PgStore};
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{pg_store, pg_url, schema_for, with_search_path};
-use crate::{client, emulator};
-
-pub(crate) fn order(message_id: &str, order_id: &str) -> Message {
-    Message::new(
-        message_id,
-        "orders.order-placed.v1",
-        format!(r#"{{"orderId":"{order_id}","lines":[{{"sku":"A","quantity":2}}]}}"#),
-    )
-}
+use crate::support::cli;
+use crate::support::emulator::{client, emulator, send};
+use crate::support::orders::order;
+use crate::support::{
+    inventory_totals, pg_store, pg_url, schema_for, sqlite_file_store, with_search_path,
+};
 
 /// Waits (bounded) until the queue holds nothing active or locked and `settled` messages were
 /// completed or dead-lettered.
@@ -93,15 +89,7 @@ async fn two_workers_on_postgres_apply_each_order_once() {
         duplicates += stats.duplicate;
     }
     assert_eq!((processed, duplicates), (30, 10));
-    let counts = store.inventory_counts().await.unwrap();
-    assert_eq!(
-        (
-            counts.reservations,
-            counts.inbox_rows,
-            counts.reserved_units
-        ),
-        (30, 30, 60)
-    );
+    assert_eq!(inventory_totals(&store).await, (30, 30, 60));
     assert_eq!(
         emulator
             .broker()
@@ -138,7 +126,7 @@ async fn the_demo_applies_every_order_exactly_once() {
 
 #[test]
 fn run_with_invalid_config_exits_2_listing_every_problem() {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
+    let output = std::process::Command::new(cli::BINARY)
         .args(["run"])
         .env_clear()
         .env("SB_INBOX_CONCURRENCY", "zero")
@@ -210,24 +198,9 @@ pub(crate) async fn sqlite_worker(
     connection: &str,
     extra: &[(&str, &str)],
 ) -> (std::path::PathBuf, std::path::PathBuf, std::process::Child) {
-    let dir = std::env::temp_dir().join(format!("sb-inbox-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let db = dir.join("worker.db");
-    let _ = std::fs::remove_file(&db);
-    let store = sb_inbox::SqliteStore::open(&db).unwrap();
-    store.migrate().await.unwrap();
-    store.migrate_inventory().await.unwrap();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
-        .arg("run")
-        .env_remove("SB_INBOX_SERVICEBUS_NAMESPACE")
-        .env_remove("SB_INBOX_SERVICEBUS_TRANSPORT")
-        .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
-        .env("SB_INBOX_STORE", format!("sqlite://{}", db.display()))
-        .env("SB_INBOX_SERVICEBUS_CONNECTION", connection)
-        .env("SB_INBOX_ENTITY", "orders")
+    let (dir, db) = sqlite_file_store(tag).await;
+    let child = cli::worker(&format!("sqlite://{}", db.display()), connection)
         .env("SB_INBOX_HEALTH_PORT", "0")
-        .env("SB_INBOX_SHUTDOWN_GRACE_SECS", "5")
-        .env("RUST_LOG", "info")
         .envs(extra.iter().copied())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -279,18 +252,8 @@ async fn spawn_worker(
     emulator: &sb_emulator::Emulator,
     store: &str,
 ) -> (std::process::Child, std::net::SocketAddr) {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
-        .arg("run")
-        .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
-        .env("SB_INBOX_STORE", store)
-        .env(
-            "SB_INBOX_SERVICEBUS_CONNECTION",
-            emulator.connection_string(),
-        )
-        .env("SB_INBOX_ENTITY", "orders")
+    let mut child = cli::worker(store, &emulator.connection_string())
         .env("SB_INBOX_HEALTH_PORT", "0")
-        .env("SB_INBOX_SHUTDOWN_GRACE_SECS", "5")
-        .env("RUST_LOG", "info")
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -304,23 +267,13 @@ async fn spawn_worker(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_worker_process_is_ready_then_drains_and_exits_0_on_sigterm() {
     let emulator = emulator("PT30S").await;
-    let dir = std::env::temp_dir().join(format!("sb-inbox-sigterm-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let db = dir.join("worker.db");
-    let _ = std::fs::remove_file(&db);
-    let store = sb_inbox::SqliteStore::open(&db).unwrap();
-    store.migrate().await.unwrap();
-    store.migrate_inventory().await.unwrap();
+    let (dir, db) = sqlite_file_store("sigterm").await;
 
     let (child, addr) = spawn_worker(&emulator, &format!("sqlite://{}", db.display())).await;
     assert!(http_get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
     ready(addr).await;
 
-    client(&emulator)
-        .sender("orders")
-        .send(order("m-1", "o-1"))
-        .await
-        .unwrap();
+    send(&client(&emulator), "orders", order("m-1", "o-1")).await;
     drained(&emulator, 1).await;
 
     sigterm_exits_0(child).await;
@@ -406,10 +359,7 @@ async fn the_worker_started_before_its_database_and_migrate_becomes_ready_withou
 
     // The core schema without the reference consumer's tables: still alive, not ready, and
     // `/readyz` names the command that fixes it.
-    let migrate = std::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
-        .args(["migrate", "--store", &url])
-        .output()
-        .unwrap();
+    let migrate = cli::run(&["migrate", "--store", &url]);
     assert!(migrate.status.success(), "{migrate:?}");
     let response = readyz_until(addr, "the missing inventory tables", |r| {
         r.contains("migrate --inventory")
@@ -421,19 +371,12 @@ async fn the_worker_started_before_its_database_and_migrate_becomes_ready_withou
         "the worker stays alive"
     );
 
-    let migrate = std::process::Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
-        .args(["migrate", "--inventory", "--store", &url])
-        .output()
-        .unwrap();
+    let migrate = cli::run(&["migrate", "--inventory", "--store", &url]);
     assert!(migrate.status.success(), "{migrate:?}");
     let response = readyz_until(addr, "ready", |r| r.starts_with("HTTP/1.1 200")).await;
     assert!(response.contains("\"ready\":true"), "{response}");
 
-    client(&emulator)
-        .sender("orders")
-        .send(order("m-1", "o-1"))
-        .await
-        .unwrap();
+    send(&client(&emulator), "orders", order("m-1", "o-1")).await;
     drained(&emulator, 1).await;
     let store = PgStore::connect(&url, 1).await.unwrap();
     assert_eq!(store.inventory_counts().await.unwrap().reservations, 1);

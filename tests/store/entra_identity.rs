@@ -63,7 +63,7 @@ fn token_requests(store_extra: &str, azure_client_id: Option<&str>) -> Vec<Strin
          Authentication=Active Directory Default{store_extra}",
         closed_port()
     );
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sb-inbox"));
+    let mut command = Command::new(crate::support::cli::BINARY);
     command
         .arg("migrate")
         .env("SB_INBOX_STORE", store)

@@ -3,7 +3,7 @@
 //! when `SB_INBOX_MSSQL` is set).
 #![allow(clippy::unwrap_used, clippy::panic, clippy::unwrap_in_result)]
 
-#[path = "../support.rs"]
+#[path = "../support/mod.rs"]
 mod support;
 
 mod conformance;

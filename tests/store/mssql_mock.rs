@@ -56,10 +56,12 @@ fn spawn(server: MockTdsServer) -> Mock {
     }
 }
 
-/// The commit batches (after a savepoint the commit also restores `XACT_ABORT`).
-const COMMITS: [&str; 2] = [
+/// The commit batches (after a savepoint the commit also restores `XACT_ABORT`, and after a
+/// batch bounded its lock waits the session's `LOCK_TIMEOUT`).
+const COMMITS: [&str; 3] = [
     "COMMIT TRANSACTION; SELECT @@TRANCOUNT",
     "COMMIT TRANSACTION; SELECT @@TRANCOUNT; SET XACT_ABORT ON",
+    "COMMIT TRANSACTION; SELECT @@TRANCOUNT; SET XACT_ABORT ON; SET LOCK_TIMEOUT 20000",
 ];
 
 /// `@@TRANCOUNT` as the server reports it.
@@ -733,40 +735,17 @@ async fn mock_savepoints_are_named_and_rolled_back_by_name() {
 #[tokio::test]
 async fn mock_batch_rolls_back_each_delivery_by_name() {
     use sb_inbox::testing::MemoryBroker;
-    use sb_inbox::{Clock, ConsumerName, Handled, Message, Outcome, Runtime, RuntimeConfig};
+    use sb_inbox::{Clock, Message, Outcome, Runtime};
 
-    #[derive(Debug)]
-    struct Noop(Vec<sb_inbox::Contract>);
-    impl<T: Tx> sb_inbox::Handler<T> for Noop {
-        type Payload = ();
-        fn contracts(&self) -> &[sb_inbox::Contract] {
-            &self.0
-        }
-        fn decode(&self, _: &sb_inbox::Contract, _: &[u8]) -> Result<(), sb_inbox::DecodeError> {
-            Ok(())
-        }
-        async fn handle(
-            &self,
-            _: &sb_inbox::Context<'_, ()>,
-            _: &mut T,
-        ) -> Result<Handled, sb_inbox::HandlerError> {
-            Ok(Handled::Processed)
-        }
-    }
+    use crate::support::handlers::Noop;
+    use crate::support::runtime::{batched, ready_deliveries};
 
     let mock = mock().await;
     mock.fail_inserts(2627, 14, &duplicate_message("pk_sb_inbox"))
         .await;
     let store = store(mock.port).await;
     let broker = MemoryBroker::new(Clock::new());
-    let mut config = RuntimeConfig::new(ConsumerName::new("c").unwrap());
-    config.batch_size = 16;
-    let runtime = Runtime::new(
-        broker.receiver(),
-        store,
-        Noop(vec![sb_inbox::Contract::new("orders.order-placed", 1)]),
-        config,
-    );
+    let runtime = Runtime::new(broker.receiver(), store, Noop::new(), batched("c", 16));
     let batch = |broker: &MemoryBroker| {
         for n in 1..=3 {
             broker.send(Message::new(
@@ -775,7 +754,7 @@ async fn mock_batch_rolls_back_each_delivery_by_name() {
                 "{}",
             ));
         }
-        std::iter::from_fn(|| broker.try_receive()).collect::<Vec<_>>()
+        ready_deliveries(broker)
     };
     let reports = runtime.process_batch(batch(&broker)).await;
     let outcomes: Vec<Outcome> = reports.iter().map(|r| r.outcome).collect();

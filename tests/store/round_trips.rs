@@ -129,16 +129,10 @@ async fn counted_pg_store(test: &str) -> (PgStore, TurnProxy) {
     (store, proxy)
 }
 
+/// Order `id` under message id `m-{id}`: two units of each of `skus`.
 fn order(id: &str, skus: &[&str]) -> Message {
-    let lines: Vec<String> = skus
-        .iter()
-        .map(|sku| format!(r#"{{"sku":"{sku}","quantity":2}}"#))
-        .collect();
-    Message::new(
-        format!("m-{id}"),
-        "orders.order-placed.v1",
-        format!(r#"{{"orderId":"{id}","lines":[{}]}}"#, lines.join(",")),
-    )
+    let lines: Vec<(&str, i32)> = skus.iter().map(|&sku| (sku, 2)).collect();
+    crate::support::orders::order_with_lines(&format!("m-{id}"), id, &lines)
 }
 
 #[test]

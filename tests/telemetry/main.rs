@@ -3,7 +3,7 @@
 //! binary of its own because the exporter and the tracing subscriber are process-global.
 #![allow(clippy::unwrap_used, clippy::panic, clippy::unwrap_in_result)]
 
-#[path = "../support.rs"]
+#[path = "../support/mod.rs"]
 mod support;
 
 mod sink;
@@ -15,10 +15,9 @@ use std::time::Duration;
 use opentelemetry_proto::tonic::metrics::v1::{Metric, metric::Data};
 use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
-use sb_emulator::{Broker, Config, Emulator};
+use sb_emulator::Emulator;
 use sb_inbox::BacklogSample;
 use sb_inbox::inventory::{CONSUMER, OrderPlacedConsumer};
-use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
 use sb_inbox::telemetry::hooks::{observe_outbox, observe_retention};
 use sb_inbox::telemetry::names::{attr, metric, value};
 use sb_inbox::telemetry::{Telemetry, TelemetryConfig};
@@ -28,6 +27,7 @@ use sb_inbox::{
 };
 
 use sink::{Sink, attribute, pairs};
+use support::emulator::{client, properties, queue, start};
 
 /// A second consumer hosted beside [`CONSUMER`] (its series of the shared outbox and retention).
 const OTHER_CONSUMER: &str = "shop.payments";
@@ -39,12 +39,14 @@ const PRODUCER_SPAN: &str = "00f067aa0ba902b7";
 /// `orders` (30 s lock) for processed, duplicate and dead-lettered messages; `locky` (1 s lock)
 /// for a lost lock.
 async fn emulator() -> Emulator {
-    let json = r#"{"UserConfig":{"Namespaces":[{"Name":"sbemulatorns","Queues":[
-        {"Name":"orders","Properties":{"LockDuration":"PT30S","MaxDeliveryCount":5}},
-        {"Name":"locky","Properties":{"LockDuration":"PT1S","MaxDeliveryCount":5}}],
-        "Topics":[]}],"Logging":{"Type":"File"}}}"#;
-    let broker = Broker::new(Config::from_json(json).unwrap()).unwrap();
-    Emulator::start(broker, Default::default()).await.unwrap()
+    start(
+        vec![
+            queue("orders", properties("PT30S", 5)),
+            queue("locky", properties("PT1S", 5)),
+        ],
+        Default::default(),
+    )
+    .await
 }
 
 /// Never finishes handling: only a lost lock (or shutdown) ends it.
@@ -71,12 +73,9 @@ impl<T: sb_inbox::inventory::InventoryTx> Handler<T> for Hang {
     }
 }
 
+/// Order `o-{id}` under message id `id`: one unit of `A`.
 fn order(id: &str) -> Message {
-    Message::new(
-        id,
-        "orders.order-placed.v1",
-        format!(r#"{{"orderId":"o-{id}","lines":[{{"sku":"A","quantity":1}}]}}"#),
-    )
+    support::orders::order_with_lines(id, &format!("o-{id}"), &[("A", 1)])
 }
 
 /// Exports everything recorded so far and waits for the receiver's answers.
@@ -197,8 +196,7 @@ async fn spans_and_metrics_of_processed_duplicate_dead_lettered_and_lock_lost_me
     let _retention = observe_retention(&[CONSUMER, OTHER_CONSUMER], || 11);
 
     let emulator = emulator().await;
-    let cs: ConnectionString = emulator.connection_string().parse().unwrap();
-    let client = ServiceBusClient::from_connection_string(&cs);
+    let client = client(&emulator);
     let sender = client.sender("orders");
     let mut first = order("m-1");
     first.correlation_id = Some("c-1".into());

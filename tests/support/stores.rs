@@ -1,7 +1,8 @@
-//! Shared test support: real stores with their own resources.
-#![allow(dead_code, unreachable_pub)]
+//! Real stores for tests, each with resources of its own (a PostgreSQL schema, a SQL Server
+//! database, an in-memory SQLite), and the provider-specific SQL tests read and age rows with.
 
 use std::future::Future;
+use std::path::PathBuf;
 
 use sb_inbox::inventory::InventoryStore;
 use sb_inbox::store::MssqlConfig;
@@ -116,6 +117,31 @@ pub async fn sqlite_store(_test: &str, _pool: u32) -> SqliteStore {
     store
 }
 
+/// `(reservations, inbox rows, reserved units)` of the reference consumer: the three figures
+/// a test compares after each step.
+pub async fn inventory_totals<S: InventoryStore>(store: &S) -> (i64, i64, i64) {
+    let counts = store.inventory_counts().await.expect("inventory counts");
+    (
+        counts.reservations,
+        counts.inbox_rows,
+        counts.reserved_units,
+    )
+}
+
+/// A migrated SQLite database file (core and inventory tables) in a directory of `tag`'s own,
+/// created afresh: the directory and the file, for a worker process to open.
+pub async fn sqlite_file_store(tag: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("sb-inbox-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create the test's directory");
+    let db = dir.join("worker.db");
+    // A run that stopped early leaves its file behind; this run starts empty.
+    let _ = std::fs::remove_file(&db);
+    let store = SqliteStore::open(&db).expect("open");
+    store.migrate().await.expect("migrate");
+    store.migrate_inventory().await.expect("migrate inventory");
+    (dir, db)
+}
+
 /// Row counts a test can read from any store.
 pub trait Count: Store {
     /// `SELECT count(*) FROM table` (table names are test constants).
@@ -149,16 +175,6 @@ impl Count for SqliteStore {
         self.with_connection(move |conn| conn.query_row(&sql, [], |row| row.get(0)))
             .await
     }
-}
-
-/// Installs a test-writer tracing subscriber once.
-pub fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_test_writer()
-        .try_init();
 }
 
 /// Moves timestamps into the past, in each provider's SQL (tests make rows old this way rather
