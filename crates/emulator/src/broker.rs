@@ -24,10 +24,10 @@ use uuid::Uuid;
 use crate::address::{Address, EntityPath};
 use crate::clock::Clock;
 use crate::config::{Config, EntityProperties, TopicProperties};
-use crate::entity::{DupWindow, EntityCounts, QueueState, SessionLock, Settlement};
 use crate::error::{Error, Result};
 use crate::filter::Rule;
 use crate::message::{BrokerMessage, Properties, ReceiveMode, ReceivedMessage};
+use crate::queue::{DupWindow, EntityCounts, QueueState, SessionLock, Settlement};
 
 /// How many `ForwardTo` hops a message may take (Service Bus allows four).
 const MAX_FORWARD_HOPS: u8 = 4;

@@ -43,13 +43,13 @@ mod broker;
 mod clock;
 mod config;
 mod duration;
-mod entity;
 mod error;
 mod filter;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod message;
+mod queue;
 mod rights;
 mod server;
 mod sql_filter;
@@ -64,13 +64,13 @@ pub use config::{
     TopicProperties,
 };
 pub use duration::{format_iso8601_duration, parse_iso8601_duration};
-pub use entity::{EntityCounts, SessionLock, Settlement};
 pub use error::{Error, Result};
 pub use filter::{CorrelationFilter, Filter, Rule};
 pub use message::{
     BrokerMessage, DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, MAX_DELIVERY_COUNT_EXCEEDED,
     MessageState, Properties, PropertyValue, ReceiveMode, ReceivedMessage, TTL_EXPIRED,
 };
+pub use queue::{EntityCounts, SessionLock, Settlement};
 pub use rights::{Right, Rights, SharedAccessPolicy};
 pub use server::{
     DEFAULT_LINK_IDLE_TIMEOUT, Emulator, EmulatorOptions, Fault, FaultSpec, KEY, KEY_NAME,
