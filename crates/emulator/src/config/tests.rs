@@ -1,5 +1,10 @@
 use super::*;
 
+use std::time::Duration;
+
+use crate::filter::Filter;
+use crate::message::PropertyValue;
+
 /// A configuration in the shape of Microsoft's sample `Config.json`.
 const SAMPLE: &str = r#"{
   "UserConfig": {
