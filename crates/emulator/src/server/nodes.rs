@@ -146,7 +146,7 @@ async fn respond(
     let mut keys = Vec::new();
     if let Some(reply_to) = &properties.reply_to {
         keys.push(reply_to.clone());
-        keys.push(super::link_path(reply_to));
+        keys.push(super::connection::link_path(reply_to));
     }
     keys.push(node.key());
     match state.route(&keys) {
