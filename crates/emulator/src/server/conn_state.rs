@@ -136,6 +136,7 @@ pub(crate) fn audience_path(audience: &str) -> String {
 mod tests {
     use super::*;
 
+    #[test]
     fn audiences_cover_their_entity_and_its_sub_paths() {
         let state = ConnState::new(crate::Clock::new(), None);
         state.grant("sb://127.0.0.1:5699/Orders", None, crate::Rights::ALL);
