@@ -9,10 +9,10 @@
 //! - `connection`: the accept loop, connections, and routing each link to its handler.
 //! - `codec`: AMQP messages ⇄ [`crate::BrokerMessage`], delivery annotations and batches.
 //! - `sas`: shared access signature validation for `$cbs` put-token.
-//! - `nodes`: `$cbs` and `<entity>/$management` request handling.
-//! - `rules`: the subscription rule operations of `$management`.
+//! - `nodes`: `$cbs` and `<entity>/$management` request handling (commands parsed, then
+//!   applied).
 //! - `links`: entity links: deliveries with lock tokens, dispositions, sends.
-//! - `sessions`: session receiver links and the session operations of `$management`.
+//! - `sessions`: session receiver links.
 //! - `control`: what the service does to live entity links: the idle timer, token expiry,
 //!   forced detaches ([`Emulator::force_detach_link`]), per-operation fault draws.
 //! - `faults`: `--fault NAME=P` ([`Fault`], [`FaultSpec`]) and the seeded generator.
@@ -25,7 +25,6 @@ mod faults;
 mod links;
 pub(crate) mod nodes;
 mod options;
-mod rules;
 mod sas;
 mod sessions;
 
