@@ -3,6 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use sb_amqp::servicebus::{cbs, management};
 use sb_amqp::{AmqpError, ConnectionEvent, LinkRequest, Listener, condition};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -110,12 +111,13 @@ async fn serve_link(
     };
     let path = link_path(address.as_deref().unwrap_or_default());
     let lower = path.to_ascii_lowercase();
-    if lower == "$cbs" {
+    if lower == cbs::NODE {
         return nodes::serve(request, nodes::Node::Cbs, broker, options, state, stop).await;
     }
+    let management_suffix = format!("/{}", management::NODE_SUFFIX);
     if let Some(entity) = lower
-        .strip_suffix("/$management")
-        .map(|_| &path[..path.len() - "/$management".len()])
+        .strip_suffix(&management_suffix)
+        .map(|_| &path[..path.len() - management_suffix.len()])
     {
         let entity = entity.to_owned();
         // Each operation checks its own right (nodes.rs); the link needs some valid token for

@@ -2,6 +2,7 @@
 
 use std::time::SystemTime;
 
+use sb_amqp::servicebus::management::DispositionStatus as WireStatus;
 use uuid::Uuid;
 
 use crate::error::Result;
@@ -24,14 +25,16 @@ pub enum DispositionStatus {
 }
 
 impl DispositionStatus {
-    /// Parses the wire value (case-insensitive).
+    /// Parses the wire value (case-insensitive; `deferred` spelled right is accepted too).
     pub fn parse(value: &str) -> Option<Self> {
-        match value.to_ascii_lowercase().as_str() {
-            "completed" => Some(DispositionStatus::Completed),
-            "abandoned" => Some(DispositionStatus::Abandoned),
-            "defered" | "deferred" => Some(DispositionStatus::Defered),
-            "suspended" => Some(DispositionStatus::Suspended),
-            _ => None,
+        let value = value.to_ascii_lowercase();
+        match WireStatus::from_name(&value) {
+            Some(WireStatus::Completed) => Some(DispositionStatus::Completed),
+            Some(WireStatus::Abandoned) => Some(DispositionStatus::Abandoned),
+            Some(WireStatus::Deferred) => Some(DispositionStatus::Defered),
+            Some(WireStatus::Suspended) => Some(DispositionStatus::Suspended),
+            None if value == "deferred" => Some(DispositionStatus::Defered),
+            None => None,
         }
     }
 }
