@@ -10,11 +10,15 @@
 //! # Layout
 //! - [`config`](Config): `Config.json` parsing and validation with path-aware errors
 //!   ([`Config`], [`ConfigError`]); ISO-8601 durations ([`parse_iso8601_duration`]).
-//! - [`Broker`]: the namespace; [`Broker::entity`] resolves a link address ([`Address`]) to an
-//!   [`Entity`] handle that sends, receives (waiting on the injected [`Clock`]), settles,
-//!   renews, peeks, schedules and injects faults.
-//! - Messages: [`BrokerMessage`], [`ReceivedMessage`], [`PropertyValue`], [`Settlement`].
+//! - `broker`: [`Broker`], the namespace; [`Broker::entity`] resolves a link address
+//!   ([`Address`]) to an [`Entity`] handle that sends, receives (waiting on the injected
+//!   [`Clock`]), settles, renews, peeks, schedules and injects faults.
+//! - `queue`: the storage of one queue or subscription behind the handle: subqueues, locks,
+//!   timers, sessions ([`SessionLock`]), [`Settlement`], [`EntityCounts`].
+//! - Messages: [`BrokerMessage`], [`ReceivedMessage`], [`PropertyValue`].
 //! - Filters: [`Filter`], [`CorrelationFilter`], [`SqlFilter`] (a documented subset), [`Rule`].
+//! - `server`: the AMQP side ([`Emulator`], [`EmulatorOptions`]): links, `$cbs`,
+//!   `$management`, faults.
 //! - Errors: [`Error`] with [`Error::condition`] giving the AMQP error condition.
 //!
 //! # Examples

@@ -146,6 +146,19 @@ impl<'a> Obj<'a> {
         }
     }
 
+    /// Parses each object of the optional array `key` with `parse` (none when it is absent).
+    pub(super) fn each<T>(
+        &self,
+        key: &str,
+        parse: impl Fn(Obj<'a>) -> Result<T, ConfigError>,
+    ) -> Result<Vec<T>, ConfigError> {
+        let mut out = Vec::new();
+        for (v, path) in self.array(key)?.unwrap_or_default() {
+            out.push(parse(Obj::new(v, path)?)?);
+        }
+        Ok(out)
+    }
+
     pub(super) fn name(&self) -> Result<String, ConfigError> {
         Ok(self.required(self.string("Name")?, "Name")?.to_owned())
     }

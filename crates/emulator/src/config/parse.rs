@@ -1,6 +1,8 @@
 //! Parsing a `Config.json` document into a [`Config`]: closed objects, typed fields and
 //! path-aware errors (validation across entities is `validate`'s).
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 use super::error::{ConfigError, invalid};
@@ -87,18 +89,9 @@ fn parse_policy(p: Obj<'_>) -> Result<SharedAccessPolicy, ConfigError> {
 fn parse_namespace(ns: Obj<'_>) -> Result<NamespaceConfig, ConfigError> {
     ns.allow(&["Name", "Queues", "Topics", "SharedAccessPolicies"])?;
     let name = ns.name()?;
-    let mut shared_access_policies = Vec::new();
-    for (v, path) in ns.array("SharedAccessPolicies")?.unwrap_or_default() {
-        shared_access_policies.push(parse_policy(Obj::new(v, path)?)?);
-    }
-    let mut queues = Vec::new();
-    for (v, path) in ns.array("Queues")?.unwrap_or_default() {
-        queues.push(parse_queue(Obj::new(v, path)?)?);
-    }
-    let mut topics = Vec::new();
-    for (v, path) in ns.array("Topics")?.unwrap_or_default() {
-        topics.push(parse_topic(Obj::new(v, path)?)?);
-    }
+    let shared_access_policies = ns.each("SharedAccessPolicies", parse_policy)?;
+    let queues = ns.each("Queues", parse_queue)?;
+    let topics = ns.each("Topics", parse_topic)?;
     Ok(NamespaceConfig {
         name,
         queues,
@@ -125,15 +118,12 @@ fn parse_queue(q: Obj<'_>) -> Result<QueueConfig, ConfigError> {
             "MaxMessageSizeInKilobytes",
         ])?;
         read_receiver_properties(&p, &mut properties)?;
-        if let Some(v) = p.duration("DuplicateDetectionHistoryTimeWindow")? {
-            properties.duplicate_detection_history_time_window = v;
-        }
-        if let Some(v) = p.boolean("RequiresDuplicateDetection")? {
-            properties.requires_duplicate_detection = v;
-        }
-        if let Some(v) = p.max_message_size()? {
-            properties.max_message_size = v;
-        }
+        read_sender_properties(
+            &p,
+            &mut properties.duplicate_detection_history_time_window,
+            &mut properties.requires_duplicate_detection,
+            &mut properties.max_message_size,
+        )?;
     }
     Ok(QueueConfig { name, properties })
 }
@@ -152,20 +142,14 @@ fn parse_topic(t: Obj<'_>) -> Result<TopicConfig, ConfigError> {
         if let Some(v) = p.duration("DefaultMessageTimeToLive")? {
             properties.default_message_time_to_live = v;
         }
-        if let Some(v) = p.duration("DuplicateDetectionHistoryTimeWindow")? {
-            properties.duplicate_detection_history_time_window = v;
-        }
-        if let Some(v) = p.boolean("RequiresDuplicateDetection")? {
-            properties.requires_duplicate_detection = v;
-        }
-        if let Some(v) = p.max_message_size()? {
-            properties.max_message_size = v;
-        }
+        read_sender_properties(
+            &p,
+            &mut properties.duplicate_detection_history_time_window,
+            &mut properties.requires_duplicate_detection,
+            &mut properties.max_message_size,
+        )?;
     }
-    let mut subscriptions = Vec::new();
-    for (v, path) in t.array("Subscriptions")?.unwrap_or_default() {
-        subscriptions.push(parse_subscription(Obj::new(v, path)?)?);
-    }
+    let subscriptions = t.each("Subscriptions", parse_subscription)?;
     Ok(TopicConfig {
         name,
         properties,
@@ -173,6 +157,27 @@ fn parse_topic(t: Obj<'_>) -> Result<TopicConfig, ConfigError> {
     })
 }
 
+/// The properties queues and topics share, on the sending side: duplicate detection and the
+/// maximum message size (each left as it is when absent).
+fn read_sender_properties(
+    p: &Obj<'_>,
+    duplicate_detection_window: &mut Duration,
+    requires_duplicate_detection: &mut bool,
+    max_message_size: &mut usize,
+) -> Result<(), ConfigError> {
+    if let Some(v) = p.duration("DuplicateDetectionHistoryTimeWindow")? {
+        *duplicate_detection_window = v;
+    }
+    if let Some(v) = p.boolean("RequiresDuplicateDetection")? {
+        *requires_duplicate_detection = v;
+    }
+    if let Some(v) = p.max_message_size()? {
+        *max_message_size = v;
+    }
+    Ok(())
+}
+
+/// The properties of the entities messages are received from (queues, subscriptions).
 fn read_receiver_properties(p: &Obj<'_>, props: &mut EntityProperties) -> Result<(), ConfigError> {
     if let Some(v) = p.boolean("DeadLetteringOnMessageExpiration")? {
         props.dead_lettering_on_message_expiration = v;
@@ -210,10 +215,7 @@ fn parse_subscription(s: Obj<'_>) -> Result<SubscriptionConfig, ConfigError> {
         ])?;
         read_receiver_properties(&p, &mut properties)?;
     }
-    let mut rules = Vec::new();
-    for (v, path) in s.array("Rules")?.unwrap_or_default() {
-        rules.push(parse_rule(Obj::new(v, path)?)?);
-    }
+    let rules = s.each("Rules", parse_rule)?;
     Ok(SubscriptionConfig {
         name,
         properties,

@@ -1,3 +1,6 @@
+//! Unit tests of `Config.json` parsing and validation: the sample file, defaults, and every
+//! invalid case naming its JSON path.
+
 use super::*;
 
 use std::time::Duration;

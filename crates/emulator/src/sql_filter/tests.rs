@@ -1,3 +1,6 @@
+//! Unit tests of the SQL filter subset: constants, comparisons, system properties, NULL, IN,
+//! LIKE, three-valued logic, and what lies outside the subset.
+
 use super::*;
 use crate::message::PropertyValue;
 
