@@ -67,6 +67,7 @@ async fn serve_connection(
     loop {
         let event = tokio::select! {
             () = stop.cancelled() => {
+                // A client that already went needs no close frame.
                 let _ = conn.connection().close_with(Some(wire_error(condition::CONNECTION_FORCED, Some("dropped by the emulator".to_owned())))).await;
                 break;
             }
@@ -120,7 +121,7 @@ async fn serve_link(
         .map(|_| &path[..path.len() - management_suffix.len()])
     {
         let entity = entity.to_owned();
-        // Each operation checks its own right (nodes.rs); the link needs some valid token for
+        // Each operation checks its own right (`nodes`); the link needs some valid token for
         // its own path: a token for `q1` or for `q1/$management` (the JavaScript SDK puts the
         // latter before its management link, `src/core/managementClient.ts`).
         if !state.is_granted(&path, None) {
