@@ -11,7 +11,12 @@ use serde_amqp::primitives::Symbol;
 /// `Result` with the crate's [`Error`] as the default error type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Well-known AMQP and Service Bus error condition symbols.
+/// Well-known AMQP and Service Bus error condition symbols: the one place they are spelled
+/// (re-exported as [`crate::servicebus::condition`]).
+///
+/// Sources: AMQP 1.0 §2.8.15–2.8.18 (`amqp:…`); Python `azure-servicebus`
+/// `_common/constants.py` (`ERROR_CODE_*`), .NET `AmqpClientConstants` and Go `azservicebus`
+/// `internal/errors.go` (`com.microsoft:…`).
 pub mod condition {
     /// `amqp:internal-error`
     pub const INTERNAL_ERROR: &str = "amqp:internal-error";
@@ -53,6 +58,21 @@ pub mod condition {
     pub const TIMEOUT: &str = "com.microsoft:timeout";
     /// `com.microsoft:dead-letter`
     pub const DEAD_LETTER: &str = "com.microsoft:dead-letter";
+    /// `com.microsoft:message-not-found`: no message with that sequence number (or a peek past
+    /// the last one).
+    pub const MESSAGE_NOT_FOUND: &str = "com.microsoft:message-not-found";
+    /// `com.microsoft:session-lock-lost`: the session lock expired or the session was taken.
+    pub const SESSION_LOCK_LOST: &str = "com.microsoft:session-lock-lost";
+    /// `com.microsoft:session-cannot-be-locked`: another receiver holds the session.
+    pub const SESSION_CANNOT_BE_LOCKED: &str = "com.microsoft:session-cannot-be-locked";
+    /// `com.microsoft:session-not-found`: no such session (or none with messages).
+    pub const SESSION_NOT_FOUND: &str = "com.microsoft:session-not-found";
+    /// `com.microsoft:entity-disabled`: the entity is disabled.
+    pub const ENTITY_DISABLED: &str = "com.microsoft:entity-disabled";
+    /// `com.microsoft:entity-already-exists`: an entity or rule with that name exists.
+    pub const ENTITY_ALREADY_EXISTS: &str = "com.microsoft:entity-already-exists";
+    /// `com.microsoft:operation-cancelled`: the service gave up on an operation.
+    pub const OPERATION_CANCELLED: &str = "com.microsoft:operation-cancelled";
 }
 
 /// An AMQP `error` as carried by `close`, `end`, `detach` and `rejected`.

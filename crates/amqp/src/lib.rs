@@ -20,6 +20,8 @@
 //! - Imports go one way: `client` and `server` use `core`, never each other, and `core` uses
 //!   neither (a unit test reads the sources to keep it so).
 //! - `request`: [`RequestResponse`], the `$cbs` / `$management` helper.
+//! - [`servicebus`]: the Service Bus wire vocabulary (annotations, operations, properties,
+//!   filters, conditions) that the client and the emulator share.
 //!
 //! Dropping any handle detaches, ends or closes it in the background; siblings keep working.
 //! Losing the socket fails every pending operation with a typed [`Error`].
@@ -58,6 +60,7 @@ pub mod performative;
 mod request;
 pub mod sasl;
 mod server;
+pub mod servicebus;
 mod transport;
 mod websocket;
 

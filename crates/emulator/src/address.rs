@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use sb_amqp::servicebus::{cbs, management};
+
 use crate::error::{Error, Result};
 
 /// An entity as addressed by a link: a queue or topic, optionally a subscription, optionally its
@@ -101,12 +103,12 @@ impl Address {
         };
         let path = path.split(['?', '#']).next().unwrap_or_default();
         let mut segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-        if segments.len() == 1 && segments[0].eq_ignore_ascii_case("$cbs") {
+        if segments.len() == 1 && segments[0].eq_ignore_ascii_case(cbs::NODE) {
             return Ok(Address::Cbs);
         }
         let management = segments
             .last()
-            .is_some_and(|s| s.eq_ignore_ascii_case("$management"));
+            .is_some_and(|s| s.eq_ignore_ascii_case(management::NODE_SUFFIX));
         if management {
             segments.pop();
         }

@@ -1,5 +1,7 @@
 //! The crate's error type.
 
+use sb_amqp::condition;
+
 use crate::config::ConfigError;
 
 /// A specialized `Result` for broker operations.
@@ -112,17 +114,17 @@ impl Error {
     /// The AMQP error condition Service Bus sends for this error.
     pub fn condition(&self) -> &'static str {
         match self {
-            Error::NotFound { .. } => "amqp:not-found",
-            Error::LockLost { .. } => "com.microsoft:message-lock-lost",
-            Error::SessionCannotBeLocked { .. } => "com.microsoft:session-cannot-be-locked",
-            Error::SessionLockLost { .. } => "com.microsoft:session-lock-lost",
-            Error::MessageSizeExceeded { .. } => "amqp:link:message-size-exceeded",
-            Error::MessageNotFound { .. } => "com.microsoft:message-not-found",
-            Error::InvalidAddress { .. } | Error::InvalidRule { .. } => "amqp:invalid-field",
-            Error::AlreadyExists { .. } => "com.microsoft:entity-already-exists",
-            Error::NotAllowed { .. } => "amqp:not-allowed",
-            Error::Refused { .. } => "com.microsoft:server-busy",
-            Error::Config(_) | Error::Server(_) => "amqp:internal-error",
+            Error::NotFound { .. } => condition::NOT_FOUND,
+            Error::LockLost { .. } => condition::MESSAGE_LOCK_LOST,
+            Error::SessionCannotBeLocked { .. } => condition::SESSION_CANNOT_BE_LOCKED,
+            Error::SessionLockLost { .. } => condition::SESSION_LOCK_LOST,
+            Error::MessageSizeExceeded { .. } => condition::MESSAGE_SIZE_EXCEEDED,
+            Error::MessageNotFound { .. } => condition::MESSAGE_NOT_FOUND,
+            Error::InvalidAddress { .. } | Error::InvalidRule { .. } => condition::INVALID_FIELD,
+            Error::AlreadyExists { .. } => condition::ENTITY_ALREADY_EXISTS,
+            Error::NotAllowed { .. } => condition::NOT_ALLOWED,
+            Error::Refused { .. } => condition::SERVER_BUSY,
+            Error::Config(_) | Error::Server(_) => condition::INTERNAL_ERROR,
         }
     }
 

@@ -14,8 +14,12 @@ pub async fn node_request(broker: &Broker, entity: &str, bytes: &[u8]) -> Option
     let state = ConnState::new(broker.clock(), None);
     // A namespace-wide grant, so requests reach the operations behind the rights check.
     state.grant("", None, crate::Rights::ALL);
-    let (cbs, ..) = answer(&request, &Node::Cbs, broker, &options, &state).await;
+    let cbs = answer(&request, &Node::Cbs, broker, &options, &state)
+        .await
+        .status;
     let management = Node::Management(entity.to_owned());
-    let (status, ..) = answer(&request, &management, broker, &options, &state).await;
-    Some((cbs, status))
+    let management = answer(&request, &management, broker, &options, &state)
+        .await
+        .status;
+    Some((cbs, management))
 }

@@ -10,11 +10,15 @@
 //! # Layout
 //! - [`config`](Config): `Config.json` parsing and validation with path-aware errors
 //!   ([`Config`], [`ConfigError`]); ISO-8601 durations ([`parse_iso8601_duration`]).
-//! - [`Broker`]: the namespace; [`Broker::entity`] resolves a link address ([`Address`]) to an
-//!   [`Entity`] handle that sends, receives (waiting on the injected [`Clock`]), settles,
-//!   renews, peeks, schedules and injects faults.
-//! - Messages: [`BrokerMessage`], [`ReceivedMessage`], [`PropertyValue`], [`Settlement`].
+//! - `broker`: [`Broker`], the namespace; [`Broker::entity`] resolves a link address
+//!   ([`Address`]) to an [`Entity`] handle that sends, receives (waiting on the injected
+//!   [`Clock`]), settles, renews, peeks, schedules and injects faults.
+//! - `queue`: the storage of one queue or subscription behind the handle: subqueues, locks,
+//!   timers, sessions ([`SessionLock`]), [`Settlement`], [`EntityCounts`].
+//! - Messages: [`BrokerMessage`], [`ReceivedMessage`], [`PropertyValue`].
 //! - Filters: [`Filter`], [`CorrelationFilter`], [`SqlFilter`] (a documented subset), [`Rule`].
+//! - `server`: the AMQP side ([`Emulator`], [`EmulatorOptions`]): links, `$cbs`,
+//!   `$management`, faults.
 //! - Errors: [`Error`] with [`Error::condition`] giving the AMQP error condition.
 //!
 //! # Examples
@@ -43,13 +47,13 @@ mod broker;
 mod clock;
 mod config;
 mod duration;
-mod entity;
 mod error;
 mod filter;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod message;
+mod queue;
 mod rights;
 mod server;
 mod sql_filter;
@@ -64,13 +68,13 @@ pub use config::{
     TopicProperties,
 };
 pub use duration::{format_iso8601_duration, parse_iso8601_duration};
-pub use entity::{EntityCounts, SessionLock, Settlement};
 pub use error::{Error, Result};
 pub use filter::{CorrelationFilter, Filter, Rule};
 pub use message::{
     BrokerMessage, DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, MAX_DELIVERY_COUNT_EXCEEDED,
     MessageState, Properties, PropertyValue, ReceiveMode, ReceivedMessage, TTL_EXPIRED,
 };
+pub use queue::{EntityCounts, SessionLock, Settlement};
 pub use rights::{Right, Rights, SharedAccessPolicy};
 pub use server::{
     DEFAULT_LINK_IDLE_TIMEOUT, Emulator, EmulatorOptions, Fault, FaultSpec, KEY, KEY_NAME,

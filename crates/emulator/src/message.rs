@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+use sb_amqp::servicebus::annotation::MessageState as WireState;
 use uuid::Uuid;
 
 /// An application property value: the subset of AMQP simple types filters and overlays need.
@@ -161,11 +162,12 @@ pub enum MessageState {
 impl MessageState {
     /// The value of the `x-opt-message-state` annotation (0, 1, 2).
     pub fn annotation(self) -> i32 {
-        match self {
-            MessageState::Active => 0,
-            MessageState::Deferred => 1,
-            MessageState::Scheduled => 2,
-        }
+        let state = match self {
+            MessageState::Active => WireState::Active,
+            MessageState::Deferred => WireState::Deferred,
+            MessageState::Scheduled => WireState::Scheduled,
+        };
+        state.code()
     }
 }
 
@@ -224,9 +226,9 @@ impl ReceivedMessage {
 }
 
 /// Application property carrying the dead-letter reason.
-pub const DEAD_LETTER_REASON: &str = "DeadLetterReason";
+pub const DEAD_LETTER_REASON: &str = sb_amqp::servicebus::dead_letter::REASON;
 /// Application property carrying the dead-letter description.
-pub const DEAD_LETTER_ERROR_DESCRIPTION: &str = "DeadLetterErrorDescription";
+pub const DEAD_LETTER_ERROR_DESCRIPTION: &str = sb_amqp::servicebus::dead_letter::ERROR_DESCRIPTION;
 /// Reason used when the delivery count reaches `MaxDeliveryCount`.
 pub const MAX_DELIVERY_COUNT_EXCEEDED: &str = "MaxDeliveryCountExceeded";
 /// Reason used when a message expires on an entity with `DeadLetteringOnMessageExpiration`.

@@ -1,4 +1,12 @@
+//! Unit tests of `Config.json` parsing and validation: the sample file, defaults, and every
+//! invalid case naming its JSON path.
+
 use super::*;
+
+use std::time::Duration;
+
+use crate::filter::Filter;
+use crate::message::PropertyValue;
 
 /// A configuration in the shape of Microsoft's sample `Config.json`.
 const SAMPLE: &str = r#"{

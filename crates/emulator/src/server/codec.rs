@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use sb_amqp::codec::Value;
 use sb_amqp::codec::primitives::OrderedMap;
+use sb_amqp::servicebus::annotation as names;
 use sb_amqp::types::messaging::annotations::OwnedKey;
 use sb_amqp::types::messaging::{
     ApplicationProperties, Body, DeliveryAnnotations, Header, MessageAnnotations, MessageId,
@@ -169,12 +170,11 @@ pub(crate) fn broker_message(payload: Bytes) -> Result<BrokerMessage, CodecError
         .and_then(|h| h.ttl)
         .map(|ms| Duration::from_millis(u64::from(ms)));
     if let Some(Value::Timestamp(ts)) =
-        annotation(&message.message_annotations, "x-opt-scheduled-enqueue-time")
+        annotation(&message.message_annotations, names::SCHEDULED_ENQUEUE_TIME)
     {
         out.scheduled_enqueue_time = Some(to_system(ts));
     }
-    if let Some(Value::String(key)) =
-        annotation(&message.message_annotations, "x-opt-partition-key")
+    if let Some(Value::String(key)) = annotation(&message.message_annotations, names::PARTITION_KEY)
     {
         out.partition_key = Some(key.clone());
     }
@@ -222,31 +222,31 @@ pub(crate) fn delivered(received: &ReceivedMessage) -> Result<Bytes, CodecError>
     let header = message.header.take().unwrap_or_default();
     if let Some(token) = received.lock_token {
         message.delivery_annotations = Some(DeliveryAnnotations(annotations(vec![(
-            "x-opt-lock-token",
+            names::LOCK_TOKEN,
             Value::Uuid(to_uuid(token)),
         )])));
     }
     let mut extra = vec![
         (
-            "x-opt-sequence-number",
+            names::SEQUENCE_NUMBER,
             Value::Long(received.sequence_number),
         ),
         (
-            "x-opt-enqueued-time",
+            names::ENQUEUED_TIME,
             Value::Timestamp(to_timestamp(received.enqueued_time)),
         ),
     ];
     if let Some(until) = received.locked_until {
-        extra.push(("x-opt-locked-until", Value::Timestamp(to_timestamp(until))));
+        extra.push((names::LOCKED_UNTIL, Value::Timestamp(to_timestamp(until))));
     }
     if received.state != MessageState::Active {
         extra.push((
-            "x-opt-message-state",
+            names::MESSAGE_STATE,
             Value::Int(received.state.annotation()),
         ));
     }
     if let Some(source) = &received.dead_letter_source {
-        extra.push(("x-opt-deadletter-source", Value::String(source.clone())));
+        extra.push((names::DEAD_LETTER_SOURCE, Value::String(source.clone())));
     }
     let mut merged = message
         .message_annotations

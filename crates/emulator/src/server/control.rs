@@ -195,6 +195,7 @@ impl Registry {
         let id = ids[faults.pick(ids.len())];
         if let Some(entry) = links.get(&id) {
             tracing::info!(link = %entry.info.name, entity = %entry.info.entity, "Fault: detaching a link with server-busy.");
+            // A link task already gone has nothing left to detach.
             let _ = entry.detach.send(error);
         }
     }

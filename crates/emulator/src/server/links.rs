@@ -3,10 +3,13 @@
 use std::time::Duration;
 
 use sb_amqp::codec::Value;
+use sb_amqp::servicebus::dead_letter;
 use sb_amqp::types::definitions::{ReceiverSettleMode, SenderSettleMode};
 use sb_amqp::types::messaging::DeliveryState;
 use sb_amqp::types::messaging::Modified;
-use sb_amqp::{IncomingDisposition, LinkAnswer, LinkRequest, Outcome, Sendable};
+use sb_amqp::{
+    IncomingDisposition, LinkAnswer, LinkFlow, LinkRequest, Outcome, Sendable, condition,
+};
 use tokio_util::sync::CancellationToken;
 
 use super::codec::{self, value_property};
@@ -65,7 +68,7 @@ impl Feed {
         let Feed::Session(lock) = self else {
             return reply;
         };
-        let message_lock_lost = matches!(&reply, Outcome::Rejected(Some(e)) if e.condition == sb_amqp::condition::MESSAGE_LOCK_LOST);
+        let message_lock_lost = matches!(&reply, Outcome::Rejected(Some(e)) if e.condition == condition::MESSAGE_LOCK_LOST);
         if message_lock_lost && entity.session_state(&lock.session_id).is_err() {
             let lost = crate::Error::SessionLockLost {
                 session_id: lock.session_id.clone(),
@@ -110,7 +113,7 @@ async fn receive_from_client(
                     ))),
                 },
                 Err(error) => Outcome::Rejected(Some(wire_error(
-                    sb_amqp::condition::DECODE_ERROR,
+                    condition::DECODE_ERROR,
                     Some(error.to_string()),
                 ))),
             };
@@ -138,42 +141,15 @@ pub(super) async fn deliver_to_client(
     };
     let sender = request.accept_sender(answer).await?;
     control.watch(sender.status());
-    // Transfers started on this link. The engine's flow snapshot may not count the latest
-    // sends yet; taking a message without real credit would lock it while it waits, and block
-    // this loop (and the client's settlements) until the client grants more.
-    let mut started: u32 = 0;
-    let mut last_flow = sender.flow();
+    let mut credit = Credit::new(sender.flow());
     loop {
-        let flow = sender.flow();
-        if flow != last_flow {
-            // A flow from the client (credit, drain) is activity for the idle timer.
-            control.touch();
-            last_flow = flow;
-        }
-        let ahead = flow.delivery_count.wrapping_sub(started);
-        if ahead != 0 && ahead < 1 << 31 {
-            // A drain advanced the delivery count past our sends.
-            started = flow.delivery_count;
-        }
-        let credit = flow
-            .credit
-            .saturating_sub(started.wrapping_sub(flow.delivery_count));
+        let available = credit.available(sender.flow(), &mut control);
         tokio::select! {
             // Dispositions first: a client that releases its prefetched messages and then
             // detaches and closes at once (Python on close) must have its releases applied.
             biased;
             disposition = sender.next_disposition() => {
-                let disposition = disposition?;
-                if control.after_disposition(disposition.settled) {
-                    let busy = wire_error(sb_amqp::condition::SERVER_BUSY, Some("The server is busy. Please retry the operation (injected by --fault busy-settle).".to_owned()));
-                    sender.settle(disposition.delivery_id, Outcome::Rejected(Some(busy))).await?;
-                    continue;
-                }
-                let Some(reply) = settle_answerable(&sender, entity, &disposition).await else { continue };
-                let reply = feed.reply(entity, reply);
-                if !disposition.settled {
-                    sender.settle(disposition.delivery_id, reply).await?;
-                }
+                answer_disposition(&sender, entity, feed, &mut control, disposition?).await?;
             }
             () = stop.cancelled() => {
                 settle_queued(&sender, entity).await;
@@ -186,38 +162,18 @@ pub(super) async fn deliver_to_client(
                 settle_queued(&sender, entity).await;
                 return sender.detach_with_error(error).await;
             }
-            received = feed.next(entity, mode), if credit > 0 => {
-                let received = match received {
-                    Ok(Some(received)) => received,
-                    Ok(None) => continue,
-                    // The session lock expired: the service detaches the receiver.
-                    Err(error) if matches!(feed, Feed::Session(_)) => {
-                        return sender.detach_with_error(wire_error(error.condition(), Some(error.to_string()))).await;
+            received = feed.next(entity, mode), if available > 0 => {
+                match deliver(&sender, entity, feed, received, settled).await {
+                    Delivered::Sent => {
+                        credit.sent();
+                        control.after_transfer();
                     }
-                    Err(error) => return Err(sb_amqp::Error::Decode(error.to_string())),
-                };
-                let mut payload = codec::delivered(&received).map_err(|e| sb_amqp::Error::Encode(e.0))?;
-                if entity.take_undecodable_delivery() {
-                    payload = codec::cut_short(&payload);
+                    Delivered::Nothing => {}
+                    Delivered::Detach(error) => return sender.detach_with_error(error).await,
+                    Delivered::LinkEnds(result) => return result,
                 }
-                let tag = received.lock_token.map_or_else(|| received.sequence_number.to_le_bytes().to_vec(), |t| t.to_bytes_le().to_vec());
-                let sendable = Sendable::raw(payload).tag(tag);
-                let sent = if settled {
-                    sender.send_settled(sendable).await.map(drop)
-                } else {
-                    sender.send_no_wait(sendable).await.map(drop)
-                };
-                if let Err(error) = sent {
-                    // Never written: give the message back without counting a delivery.
-                    if let Some(token) = received.lock_token {
-                        let _ = entity.settle(token, Settlement::Release).await;
-                    }
-                    return Err(error);
-                }
-                started = started.wrapping_add(1);
-                control.after_transfer();
             }
-            flow = sender.flow_changed(), if credit == 0 => {
+            flow = sender.flow_changed(), if available == 0 => {
                 if let Err(error) = flow {
                     settle_queued(&sender, entity).await;
                     return Err(error);
@@ -225,6 +181,135 @@ pub(super) async fn deliver_to_client(
             }
         }
     }
+}
+
+/// The client's credit as this link counts it. The engine's flow snapshot may not count the
+/// latest sends yet; taking a message without real credit would lock it while it waits, and
+/// block the delivery loop (and the client's settlements) until the client grants more.
+#[derive(Debug)]
+struct Credit {
+    /// Transfers started on this link.
+    started: u32,
+    last_flow: LinkFlow,
+}
+
+impl Credit {
+    fn new(flow: LinkFlow) -> Self {
+        Credit {
+            started: 0,
+            last_flow: flow,
+        }
+    }
+
+    /// The credit left given the engine's latest `flow`; a changed flow (credit, drain) is
+    /// activity for the idle timer.
+    fn available(&mut self, flow: LinkFlow, control: &mut LinkControl) -> u32 {
+        if flow != self.last_flow {
+            control.touch();
+            self.last_flow = flow;
+        }
+        let ahead = flow.delivery_count.wrapping_sub(self.started);
+        if ahead != 0 && ahead < 1 << 31 {
+            // A drain advanced the delivery count past our sends.
+            self.started = flow.delivery_count;
+        }
+        flow.credit
+            .saturating_sub(self.started.wrapping_sub(flow.delivery_count))
+    }
+
+    /// One more transfer started.
+    fn sent(&mut self) {
+        self.started = self.started.wrapping_add(1);
+    }
+}
+
+/// Applies and answers one disposition from the client, unless a `busy-settle` fault refuses
+/// it (then it stays unapplied).
+async fn answer_disposition(
+    sender: &sb_amqp::Sender,
+    entity: &Entity,
+    feed: &Feed,
+    control: &mut LinkControl,
+    disposition: IncomingDisposition,
+) -> Result<(), sb_amqp::Error> {
+    if control.after_disposition(disposition.settled) {
+        let busy = wire_error(
+            condition::SERVER_BUSY,
+            Some(
+                "The server is busy. Please retry the operation (injected by --fault busy-settle)."
+                    .to_owned(),
+            ),
+        );
+        return sender
+            .settle(disposition.delivery_id, Outcome::Rejected(Some(busy)))
+            .await;
+    }
+    let Some(reply) = settle_answerable(sender, entity, &disposition).await else {
+        return Ok(());
+    };
+    let reply = feed.reply(entity, reply);
+    if !disposition.settled {
+        sender.settle(disposition.delivery_id, reply).await?;
+    }
+    Ok(())
+}
+
+/// What one delivery attempt came to.
+#[derive(Debug)]
+enum Delivered {
+    /// A message went out.
+    Sent,
+    /// No message yet: look at the credit again.
+    Nothing,
+    /// The link must be detached with this error.
+    Detach(sb_amqp::AmqpError),
+    /// The link ends with this result.
+    LinkEnds(Result<(), sb_amqp::Error>),
+}
+
+/// Sends one received message (or handles the receive's failure).
+async fn deliver(
+    sender: &sb_amqp::Sender,
+    entity: &Entity,
+    feed: &Feed,
+    received: crate::Result<Option<crate::ReceivedMessage>>,
+    settled: bool,
+) -> Delivered {
+    let received = match received {
+        Ok(Some(received)) => received,
+        Ok(None) => return Delivered::Nothing,
+        // The session lock expired: the service detaches the receiver.
+        Err(error) if matches!(feed, Feed::Session(_)) => {
+            return Delivered::Detach(wire_error(error.condition(), Some(error.to_string())));
+        }
+        Err(error) => return Delivered::LinkEnds(Err(sb_amqp::Error::Decode(error.to_string()))),
+    };
+    let mut payload = match codec::delivered(&received) {
+        Ok(payload) => payload,
+        Err(e) => return Delivered::LinkEnds(Err(sb_amqp::Error::Encode(e.0))),
+    };
+    if entity.take_undecodable_delivery() {
+        payload = codec::cut_short(&payload);
+    }
+    let tag = received.lock_token.map_or_else(
+        || received.sequence_number.to_le_bytes().to_vec(),
+        |t| t.to_bytes_le().to_vec(),
+    );
+    let sendable = Sendable::raw(payload).tag(tag);
+    let sent = if settled {
+        sender.send_settled(sendable).await.map(drop)
+    } else {
+        sender.send_no_wait(sendable).await.map(drop)
+    };
+    if let Err(error) = sent {
+        // Never written: give the message back without counting a delivery.
+        if let Some(token) = received.lock_token {
+            // A lock lost meanwhile gives the message back anyway.
+            let _ = entity.settle(token, Settlement::Release).await;
+        }
+        return Delivered::LinkEnds(Err(error));
+    }
+    Delivered::Sent
 }
 
 /// Handles the dispositions that arrived before the link stops: each is applied and, when the
@@ -296,7 +381,7 @@ fn annotations_as_properties(modified: &Modified) -> Properties {
 pub(super) async fn settle(entity: &Entity, disposition: &IncomingDisposition) -> Outcome {
     let Ok(tag) = <[u8; 16]>::try_from(disposition.delivery_tag.as_ref()) else {
         return Outcome::Rejected(Some(wire_error(
-            sb_amqp::condition::MESSAGE_LOCK_LOST,
+            condition::MESSAGE_LOCK_LOST,
             Some("unknown delivery tag".to_owned()),
         )));
     };
@@ -324,14 +409,14 @@ pub(super) async fn settle(entity: &Entity, disposition: &IncomingDisposition) -
             let mut properties_to_modify = Properties::new();
             if let Some(fields) = info {
                 for (key, value) in fields.iter() {
-                    if key.0 != "DeadLetterReason" && key.0 != "DeadLetterErrorDescription" {
+                    if key.0 != dead_letter::REASON && key.0 != dead_letter::ERROR_DESCRIPTION {
                         properties_to_modify.insert(key.0.clone(), value_property(value));
                     }
                 }
             }
             Settlement::DeadLetter {
-                reason: field("DeadLetterReason"),
-                description: field("DeadLetterErrorDescription"),
+                reason: field(dead_letter::REASON),
+                description: field(dead_letter::ERROR_DESCRIPTION),
                 properties_to_modify,
             }
         }

@@ -5,6 +5,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use percent_encoding::percent_decode_str;
 
+/// How every shared access signature starts; a token without it is taken for a JWT.
+pub(crate) const SAS_PREFIX: &str = "SharedAccessSignature ";
+
 /// Why a token was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum SasError {
@@ -28,9 +31,7 @@ pub(crate) fn verify(
     key: &str,
     now: SystemTime,
 ) -> Result<String, SasError> {
-    let fields = token
-        .strip_prefix("SharedAccessSignature ")
-        .ok_or(SasError::Malformed)?;
+    let fields = token.strip_prefix(SAS_PREFIX).ok_or(SasError::Malformed)?;
     let (mut sr, mut sig, mut se, mut skn) = (None, None, None, None);
     for part in fields.split('&') {
         match part.split_once('=') {
@@ -65,7 +66,7 @@ pub(crate) fn verify(
 
 /// The key name (`skn`) a SAS token says it was signed with.
 pub(crate) fn key_name(token: &str) -> Option<String> {
-    let fields = token.strip_prefix("SharedAccessSignature ")?;
+    let fields = token.strip_prefix(SAS_PREFIX)?;
     let skn = fields
         .split('&')
         .find_map(|part| part.strip_prefix("skn="))?;
@@ -74,7 +75,7 @@ pub(crate) fn key_name(token: &str) -> Option<String> {
 
 /// The expiry (`se`) of a SAS token; the links it authorises are detached once it passes.
 pub(crate) fn expiry(token: &str) -> Option<SystemTime> {
-    let fields = token.strip_prefix("SharedAccessSignature ")?;
+    let fields = token.strip_prefix(SAS_PREFIX)?;
     let se = fields
         .split('&')
         .find_map(|part| part.strip_prefix("se="))?;

@@ -1,5 +1,5 @@
-//! Message sessions on the wire: session-filtered receiver links and the session operations of
-//! `$management`, as the official SDKs expect them.
+//! Message sessions on the wire: session-filtered receiver links, as the official SDKs expect
+//! them (the session operations of `$management` are `nodes::management::sessions`).
 //!
 //! What the SDKs send and read (the sources this follows):
 //! - Python `azure-servicebus` 7.15 `_common/constants.py` (`com.microsoft:session-filter`,
@@ -20,30 +20,24 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
 use sb_amqp::codec::Value;
-use sb_amqp::codec::primitives::Array;
+use sb_amqp::servicebus::link::{
+    LOCKED_UNTIL_UTC, OPERATION_TIMEOUT, SESSION_FILTER, TICKS_AT_UNIX_EPOCH,
+};
 use sb_amqp::types::definitions::Fields;
-use sb_amqp::types::messaging::{Body, Source};
-use sb_amqp::types::primitives::{Binary, Symbol};
-use sb_amqp::{LinkAnswer, LinkRequest};
+use sb_amqp::types::messaging::Source;
+use sb_amqp::types::primitives::Symbol;
+use sb_amqp::{LinkAnswer, LinkRequest, condition};
 use tokio_util::sync::CancellationToken;
 
-use super::codec::to_timestamp;
 use super::control::LinkControl;
 use super::links::{Feed, deliver_to_client};
-use super::nodes::{Reply, count, error_reply, map, map_get};
 use super::wire_error;
-use crate::{Entity, Error};
+use crate::Entity;
 
-const SESSION_FILTER: &str = "com.microsoft:session-filter";
-const LOCKED_UNTIL: &str = "com.microsoft:locked-until-utc";
-const OPERATION_TIMEOUT: &str = "com.microsoft:timeout";
 /// How long the service waits for a next available session when the client does not say
 /// (its default operation timeout; Python waits 65 s for the attach reply).
 const DEFAULT_ACCEPT_WAIT: Duration = Duration::from_secs(60);
-/// .NET ticks (100 ns) from 0001-01-01 to the Unix epoch (Python's `DATETIMEOFFSET_EPOCH`).
-const TICKS_AT_UNIX_EPOCH: i64 = 621_355_968_000_000_000;
 
 /// What the client's attach asks for: `None` without a session filter, `Some(None)` for the
 /// next available session, `Some(Some(id))` for a named one.
@@ -105,7 +99,7 @@ pub(crate) async fn serve(
     let Some(wanted) = requested_session(&request) else {
         return request
             .reject(refuse(
-                sb_amqp::condition::NOT_ALLOWED,
+                condition::NOT_ALLOWED,
                 "It is not possible for an entity that requires sessions to create a non-sessionful message receiver.",
             ))
             .await;
@@ -113,7 +107,7 @@ pub(crate) async fn serve(
     if !entity.requires_session() {
         return request
             .reject(refuse(
-                sb_amqp::condition::NOT_ALLOWED,
+                condition::NOT_ALLOWED,
                 "A sessionful message receiver cannot be created on an entity that does not require sessions.",
             ))
             .await;
@@ -128,7 +122,7 @@ pub(crate) async fn serve(
         Ok(None) => {
             return request
                 .reject(refuse(
-                    OPERATION_TIMEOUT,
+                    condition::TIMEOUT,
                     "no session with messages became available within the operation timeout",
                 ))
                 .await;
@@ -166,7 +160,7 @@ fn answer(request: &LinkRequest, entity: &Entity, lock: &crate::SessionLock) -> 
     source.filter = Some(filter);
     let mut properties = Fields::default();
     properties.insert(
-        Symbol::from(LOCKED_UNTIL),
+        Symbol::from(LOCKED_UNTIL_UTC),
         Value::Long(ticks(lock.locked_until)),
     );
     let mut answer = LinkAnswer::default()
@@ -175,101 +169,6 @@ fn answer(request: &LinkRequest, entity: &Entity, lock: &crate::SessionLock) -> 
     answer.source = Some(source);
     answer.properties = Some(properties);
     answer
-}
-
-/// The session id of a `$management` request (`session-id`).
-fn session_id(entity: &Entity, body: Option<&Value>) -> Result<String, Error> {
-    match body {
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(Value::Symbol(s)) => Ok(s.0.clone()),
-        _ => Err(Error::NotAllowed {
-            operation: "session operation",
-            entity: entity.path().to_owned(),
-            reason: "the request needs a session-id",
-        }),
-    }
-}
-
-/// `last-updated-time` at or past this (.NET `DateTime.MaxValue` in milliseconds, as Python's
-/// `_session_browser.py` sends it) asks for the default listing: sessions with messages or
-/// state.
-const LIST_ALL_SESSIONS_MS: i64 = 253_402_300_800_000;
-
-/// The session operations of `$management`; `None` for any other operation.
-///
-/// Request and reply keys as Python's `_servicebus_session.py`, `_session_browser.py` and
-/// `mgmt_handlers.py` use them (`session-id`, `session-state`, `expiration`, `last-updated-time`,
-/// `skip`, `top`, `sessions-ids`).
-pub(crate) fn management(operation: &str, entity: &Entity, body: &Body<Value>) -> Option<Reply> {
-    let field = |name: &str| map_get(body, name);
-    let id = || session_id(entity, field("session-id"));
-    let result = match operation {
-        "com.microsoft:renew-session-lock" => id()
-            .and_then(|id| entity.renew_session_lock(&id))
-            .map(|until| {
-                Some(map(vec![(
-                    "expiration",
-                    Value::Timestamp(to_timestamp(until)),
-                )]))
-            }),
-        "com.microsoft:get-session-state" => {
-            id().and_then(|id| entity.session_state(&id)).map(|state| {
-                let state = state.map_or(Value::Null, |b| Value::Binary(Binary::from(b.to_vec())));
-                Some(map(vec![("session-state", state)]))
-            })
-        }
-        "com.microsoft:set-session-state" => id().and_then(|id| {
-            let state = match field("session-state") {
-                Some(Value::Binary(b)) => Some(Bytes::from(b.to_vec())),
-                _ => None,
-            };
-            entity.set_session_state(&id, state).map(|()| None)
-        }),
-        "com.microsoft:get-message-sessions" => return Some(message_sessions(entity, &field)),
-        _ => return None,
-    };
-    Some(result.map_or_else(|e| error_reply(&e), |v| (200, "OK".into(), None, v)))
-}
-
-fn message_sessions<'a>(entity: &Entity, field: &impl Fn(&str) -> Option<&'a Value>) -> Reply {
-    let number = |name: &str| count(field(name));
-    let skip = number("skip").unwrap_or(0);
-    let top = number("top").unwrap_or(usize::MAX);
-    let updated_after = match field("last-updated-time") {
-        Some(Value::Timestamp(t)) if t.milliseconds() < LIST_ALL_SESSIONS_MS => Some(
-            UNIX_EPOCH + Duration::from_millis(u64::try_from(t.milliseconds()).unwrap_or_default()),
-        ),
-        _ => None,
-    };
-    let ids = match entity.message_sessions(updated_after) {
-        Ok(ids) => ids,
-        Err(error) => return error_reply(&error),
-    };
-    let page: Vec<Value> = ids
-        .into_iter()
-        .skip(skip)
-        .take(top)
-        .map(Value::String)
-        .collect();
-    if page.is_empty() {
-        // As the service answers an empty page (Python's `list_sessions_op`).
-        return (
-            204,
-            "No Content".into(),
-            Some("com.microsoft:session-not-found"),
-            None,
-        );
-    }
-    let next = i32::try_from(skip + page.len()).unwrap_or(i32::MAX);
-    (
-        200,
-        "OK".into(),
-        None,
-        Some(map(vec![
-            ("skip", Value::Int(next)),
-            ("sessions-ids", Value::Array(Array(page))),
-        ])),
-    )
 }
 
 #[cfg(test)]

@@ -16,19 +16,13 @@ use sb_amqp::codec::Value;
 use sb_amqp::codec::described::Described;
 use sb_amqp::codec::descriptor::Descriptor;
 use sb_amqp::codec::primitives::{Array, OrderedMap};
+use sb_amqp::servicebus::management::key::{SKIP, TOP};
+use sb_amqp::servicebus::rule::{correlation, descriptor, key};
 
-use super::codec::{key_text, property_to_value, to_timestamp, value_property};
+use crate::server::codec::{key_text, property_to_value, to_timestamp, value_property};
+use crate::server::nodes::Reply;
+use crate::server::nodes::body::{count, text};
 use crate::{CorrelationFilter, Entity, Error, Filter, Rule, SqlFilter};
-
-/// Descriptor codes of the rule description types (`Constants.descriptorCodes` in
-/// `@azure/core-amqp`; `AmqpRuleDescriptionCodec` and friends in .NET).
-const RULE_DESCRIPTION: u64 = 0x0000_0137_0000_0004;
-const SQL_RULE_ACTION: u64 = 0x0000_0137_0000_0006;
-const EMPTY_RULE_ACTION: u64 = 0x0000_0137_0000_0005;
-const SQL_FILTER: u64 = 0x0000_0013_7000_0006;
-const TRUE_FILTER: u64 = 0x0000_0013_7000_0007;
-const FALSE_FILTER: u64 = 0x0000_0013_7000_0008;
-const CORRELATION_FILTER: u64 = 0x0000_0013_7000_0009;
 
 fn entries(value: Option<&Value>) -> Vec<(&str, &Value)> {
     match value {
@@ -40,20 +34,13 @@ fn entries(value: Option<&Value>) -> Vec<(&str, &Value)> {
     }
 }
 
+/// The entry `name` of a map, absent when null.
 fn get<'a>(value: Option<&'a Value>, name: &str) -> Option<&'a Value> {
     entries(value)
         .into_iter()
         .find(|(k, _)| *k == name)
         .map(|(_, v)| v)
         .filter(|v| !matches!(v, Value::Null))
-}
-
-fn text(value: Option<&Value>) -> Option<String> {
-    match value? {
-        Value::String(s) => Some(s.clone()),
-        Value::Symbol(s) => Some(s.0.clone()),
-        _ => None,
-    }
 }
 
 fn invalid(rule: &str, reason: impl Into<String>) -> Error {
@@ -63,40 +50,26 @@ fn invalid(rule: &str, reason: impl Into<String>) -> Error {
     }
 }
 
+/// The `rule-name` of an add-rule or remove-rule request.
+pub(super) fn rule_name(body: Option<&Value>) -> Result<String, Error> {
+    text(get(body, key::RULE_NAME)).ok_or_else(|| invalid("", "rule-name is missing"))
+}
+
 /// A rule from an add-rule request body.
-fn parse_rule(body: Option<&Value>) -> Result<Rule, Error> {
-    let name = text(get(body, "rule-name")).ok_or_else(|| invalid("", "rule-name is missing"))?;
-    let description = get(body, "rule-description");
-    let sql = get(description, "sql-filter");
-    let correlation = get(description, "correlation-filter");
+pub(super) fn parse_rule(body: Option<&Value>) -> Result<Rule, Error> {
+    let name = rule_name(body)?;
+    let description = get(body, key::RULE_DESCRIPTION);
+    let sql = get(description, key::SQL_FILTER);
+    let correlation = get(description, key::CORRELATION_FILTER);
     let filter = match (sql, correlation) {
         (Some(sql), None) => {
-            let expression = text(get(Some(sql), "expression"))
+            let expression = text(get(Some(sql), key::EXPRESSION))
                 .ok_or_else(|| invalid(&name, "sql-filter needs an expression"))?;
             let parsed = SqlFilter::parse(&expression)
                 .map_err(|e| invalid(&name, format!("SQL filter {expression:?}: {e}")))?;
             Filter::Sql(parsed)
         }
-        (None, Some(correlation)) => {
-            let field = |key| text(get(Some(correlation), key));
-            let mut filter = CorrelationFilter {
-                correlation_id: field("correlation-id"),
-                message_id: field("message-id"),
-                to: field("to"),
-                reply_to: field("reply-to"),
-                label: field("label"),
-                session_id: field("session-id"),
-                reply_to_session_id: field("reply-to-session-id"),
-                content_type: field("content-type"),
-                ..CorrelationFilter::default()
-            };
-            for (key, value) in entries(get(Some(correlation), "properties")) {
-                filter
-                    .properties
-                    .insert(key.to_owned(), value_property(value));
-            }
-            Filter::Correlation(filter)
-        }
+        (None, Some(correlation)) => Filter::Correlation(parse_correlation(correlation)),
         _ => {
             return Err(invalid(
                 &name,
@@ -104,10 +77,10 @@ fn parse_rule(body: Option<&Value>) -> Result<Rule, Error> {
             ));
         }
     };
-    let action = match get(description, "sql-rule-action") {
+    let action = match get(description, key::SQL_RULE_ACTION) {
         None => None,
         Some(action) => Some(
-            text(get(Some(action), "expression"))
+            text(get(Some(action), key::EXPRESSION))
                 .ok_or_else(|| invalid(&name, "sql-rule-action needs an expression"))?,
         ),
     };
@@ -121,40 +94,57 @@ fn parse_rule(body: Option<&Value>) -> Result<Rule, Error> {
     })
 }
 
-pub(super) fn add(entity: &Entity, body: Option<&Value>) -> Result<Option<Value>, Error> {
-    entity.add_rule(parse_rule(body)?).map(|()| None)
+fn parse_correlation(correlation: &Value) -> CorrelationFilter {
+    let field = |key| text(get(Some(correlation), key));
+    let mut filter = CorrelationFilter {
+        correlation_id: field(correlation::CORRELATION_ID),
+        message_id: field(correlation::MESSAGE_ID),
+        to: field(correlation::TO),
+        reply_to: field(correlation::REPLY_TO),
+        label: field(correlation::LABEL),
+        session_id: field(correlation::SESSION_ID),
+        reply_to_session_id: field(correlation::REPLY_TO_SESSION_ID),
+        content_type: field(correlation::CONTENT_TYPE),
+        ..CorrelationFilter::default()
+    };
+    for (key, value) in entries(get(Some(correlation), correlation::PROPERTIES)) {
+        filter
+            .properties
+            .insert(key.to_owned(), value_property(value));
+    }
+    filter
 }
 
-pub(super) fn remove(entity: &Entity, body: Option<&Value>) -> Result<Option<Value>, Error> {
-    let name = text(get(body, "rule-name")).ok_or_else(|| invalid("", "rule-name is missing"))?;
-    entity.remove_rule(&name).map(|()| None)
+/// The `skip` and `top` of an enumerate-rules request (from the first, all of them).
+pub(super) fn page(body: Option<&Value>) -> (usize, usize) {
+    let number = |key| count(get(body, key));
+    (number(SKIP).unwrap_or(0), number(TOP).unwrap_or(usize::MAX))
 }
 
-/// The rules from `skip` on, at most `top`; `None` when there are none (status 204).
-pub(super) fn enumerate(entity: &Entity, body: Option<&Value>) -> Result<Option<Value>, Error> {
-    let number = |key| super::nodes::count(get(body, key));
-    let skip = number("skip").unwrap_or(0);
-    let top = number("top").unwrap_or(usize::MAX);
-    let rules: Vec<Value> = entity
-        .rules()?
-        .iter()
-        .skip(skip)
-        .take(top)
-        .map(|(rule, created)| {
-            let mut entry = OrderedMap::new();
-            entry.insert(
-                Value::String("rule-description".into()),
-                description(rule, *created),
-            );
-            Value::Map(entry)
-        })
-        .collect();
+/// The rules from `skip` on, at most `top`; `204 No Content` when there are none.
+pub(super) fn enumerate(entity: &Entity, skip: usize, top: usize) -> Reply {
+    let rules: Vec<Value> = match entity.rules() {
+        Ok(rules) => rules
+            .iter()
+            .skip(skip)
+            .take(top)
+            .map(|(rule, created)| {
+                let mut entry = OrderedMap::new();
+                entry.insert(
+                    Value::String(key::RULE_DESCRIPTION.into()),
+                    description(rule, *created),
+                );
+                Value::Map(entry)
+            })
+            .collect(),
+        Err(error) => return Reply::error(&error),
+    };
     if rules.is_empty() {
-        return Ok(None);
+        return Reply::no_content();
     }
     let mut body = OrderedMap::new();
-    body.insert(Value::String("rules".into()), Value::Array(Array(rules)));
-    Ok(Some(Value::Map(body)))
+    body.insert(Value::String(key::RULES.into()), Value::Array(Array(rules)));
+    Reply::ok(Some(Value::Map(body)))
 }
 
 fn described(code: u64, fields: Vec<Value>) -> Value {
@@ -171,36 +161,23 @@ fn optional(value: Option<&String>) -> Value {
 /// A rule as `rule-description`: `[filter, action, name, created-at]`.
 fn description(rule: &Rule, created: SystemTime) -> Value {
     let filter = match &rule.filter {
-        Filter::True => described(TRUE_FILTER, vec![Value::String("1=1".into())]),
-        Filter::False => described(FALSE_FILTER, vec![Value::String("1=0".into())]),
-        Filter::Sql(sql) => described(SQL_FILTER, vec![Value::String(sql.expression().into())]),
-        Filter::Correlation(c) => {
-            let mut properties = OrderedMap::new();
-            for (key, value) in &c.properties {
-                properties.insert(Value::String(key.clone()), property_to_value(value));
-            }
-            // The order of the described list (JS `getRules` reads it by index).
-            let fields = [
-                &c.correlation_id,
-                &c.message_id,
-                &c.to,
-                &c.reply_to,
-                &c.label,
-                &c.session_id,
-                &c.reply_to_session_id,
-                &c.content_type,
-            ];
-            let mut list: Vec<Value> = fields.iter().map(|f| optional(f.as_ref())).collect();
-            list.push(Value::Map(properties));
-            described(CORRELATION_FILTER, list)
-        }
+        Filter::True => described(descriptor::TRUE_FILTER, vec![Value::String("1=1".into())]),
+        Filter::False => described(descriptor::FALSE_FILTER, vec![Value::String("1=0".into())]),
+        Filter::Sql(sql) => described(
+            descriptor::SQL_FILTER,
+            vec![Value::String(sql.expression().into())],
+        ),
+        Filter::Correlation(c) => correlation_description(c),
     };
     let action = match &rule.action {
-        Some(expression) => described(SQL_RULE_ACTION, vec![Value::String(expression.clone())]),
-        None => described(EMPTY_RULE_ACTION, Vec::new()),
+        Some(expression) => described(
+            descriptor::SQL_RULE_ACTION,
+            vec![Value::String(expression.clone())],
+        ),
+        None => described(descriptor::EMPTY_RULE_ACTION, Vec::new()),
     };
     described(
-        RULE_DESCRIPTION,
+        descriptor::RULE_DESCRIPTION,
         vec![
             filter,
             action,
@@ -208,6 +185,27 @@ fn description(rule: &Rule, created: SystemTime) -> Value {
             Value::Timestamp(to_timestamp(created)),
         ],
     )
+}
+
+/// A correlation filter as its described list (JS `getRules` reads it by index).
+fn correlation_description(c: &CorrelationFilter) -> Value {
+    let mut properties = OrderedMap::new();
+    for (key, value) in &c.properties {
+        properties.insert(Value::String(key.clone()), property_to_value(value));
+    }
+    let fields = [
+        &c.correlation_id,
+        &c.message_id,
+        &c.to,
+        &c.reply_to,
+        &c.label,
+        &c.session_id,
+        &c.reply_to_session_id,
+        &c.content_type,
+    ];
+    let mut list: Vec<Value> = fields.iter().map(|f| optional(f.as_ref())).collect();
+    list.push(Value::Map(properties));
+    described(descriptor::CORRELATION_FILTER, list)
 }
 
 #[cfg(test)]
@@ -322,7 +320,7 @@ mod tests {
             matches!(&fields[0], Value::Described(f) if f.descriptor == Descriptor::Code(83_483_426_823))
         );
         assert!(
-            matches!(&fields[1], Value::Described(a) if a.descriptor == Descriptor::Code(EMPTY_RULE_ACTION))
+            matches!(&fields[1], Value::Described(a) if a.descriptor == Descriptor::Code(descriptor::EMPTY_RULE_ACTION))
         );
         assert_eq!(fields[2], Value::String("$Default".into()));
     }

@@ -1,0 +1,58 @@
+//! A topic: its sequence numbers and duplicate detection, its subscriptions and their rules.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
+
+use crate::config::TopicProperties;
+use crate::filter::Rule;
+use crate::message::BrokerMessage;
+use crate::queue::DupWindow;
+
+use super::MessageQueue;
+
+#[derive(Debug)]
+pub(super) struct TopicState {
+    pub(super) next_seq: i64,
+    pub(super) dup: DupWindow,
+    pub(super) sent: u64,
+    pub(super) duplicates: u64,
+}
+
+#[derive(Debug)]
+pub(super) struct Subscription {
+    /// Rules with their creation times; changed at run time by the `$management` rule
+    /// operations, so fan-out reads them under this lock (never together with a queue lock).
+    pub(super) rules: Mutex<Vec<(Rule, SystemTime)>>,
+    pub(super) queue: Arc<MessageQueue>,
+}
+
+impl Subscription {
+    pub(super) fn rules(&self) -> MutexGuard<'_, Vec<(Rule, SystemTime)>> {
+        self.rules.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(super) fn matches(&self, msg: &BrokerMessage) -> bool {
+        self.rules().iter().any(|(r, _)| r.filter.matches(msg))
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Topic {
+    pub(super) name: String,
+    pub(super) props: TopicProperties,
+    pub(super) state: Mutex<TopicState>,
+    pub(super) subscriptions: Vec<(String, Arc<Subscription>)>,
+}
+
+impl Topic {
+    pub(super) fn lock(&self) -> MutexGuard<'_, TopicState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(super) fn subscription(&self, name: &str) -> Option<&Arc<Subscription>> {
+        self.subscriptions
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, s)| s)
+    }
+}

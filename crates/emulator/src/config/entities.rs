@@ -1,0 +1,190 @@
+//! The configured entities: namespace, queues, topics and subscriptions with their
+//! properties, their defaults (Microsoft's emulator schema) and builders.
+
+use std::time::Duration;
+
+use crate::filter::Rule;
+use crate::rights::SharedAccessPolicy;
+
+/// Default `LockDuration` (Microsoft emulator schema).
+pub const DEFAULT_LOCK_DURATION: Duration = Duration::from_secs(60);
+/// Default `MaxDeliveryCount` (Microsoft emulator schema; the cloud service uses 10).
+pub const DEFAULT_MAX_DELIVERY_COUNT: u32 = 3;
+/// Default `DefaultMessageTimeToLive` (Microsoft emulator schema).
+pub const DEFAULT_MESSAGE_TIME_TO_LIVE: Duration = Duration::from_secs(3_600);
+/// Default `DuplicateDetectionHistoryTimeWindow` (Microsoft emulator schema).
+pub const DEFAULT_DUPLICATE_DETECTION_WINDOW: Duration = Duration::from_secs(20);
+/// Default maximum message size: 256 KiB, as on the Standard tier.
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 256 * 1024;
+
+/// A namespace: queues and topics.
+#[derive(Debug, Clone)]
+pub struct NamespaceConfig {
+    /// The namespace name (`sbemulatorns` in Microsoft's emulator).
+    pub name: String,
+    /// Queues.
+    pub queues: Vec<QueueConfig>,
+    /// Topics.
+    pub topics: Vec<TopicConfig>,
+    /// Extra shared access policies (`SharedAccessPolicies`, our extension) beside the root key.
+    pub shared_access_policies: Vec<SharedAccessPolicy>,
+}
+
+/// A queue.
+#[derive(Debug, Clone)]
+pub struct QueueConfig {
+    /// The queue name.
+    pub name: String,
+    /// Its properties.
+    pub properties: EntityProperties,
+}
+
+/// Properties of a queue or subscription (the entities messages are received from).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntityProperties {
+    /// `DeadLetteringOnMessageExpiration`: dead-letter expired messages instead of dropping them.
+    pub dead_lettering_on_message_expiration: bool,
+    /// `DefaultMessageTimeToLive`: caps each message's TTL.
+    pub default_message_time_to_live: Duration,
+    /// `DuplicateDetectionHistoryTimeWindow` (queues only).
+    pub duplicate_detection_history_time_window: Duration,
+    /// `ForwardDeadLetteredMessagesTo`: a queue or topic receiving dead-lettered messages.
+    pub forward_dead_lettered_messages_to: Option<String>,
+    /// `ForwardTo`: a queue or topic receiving every message instead of this entity.
+    pub forward_to: Option<String>,
+    /// `LockDuration`.
+    pub lock_duration: Duration,
+    /// `MaxDeliveryCount`: failed deliveries before dead-lettering.
+    pub max_delivery_count: u32,
+    /// `RequiresDuplicateDetection` (queues only).
+    pub requires_duplicate_detection: bool,
+    /// `RequiresSession`: receive through session receivers only (message sessions).
+    pub requires_session: bool,
+    /// Maximum message size in bytes (extension `MaxMessageSizeInKilobytes`; queues only).
+    pub max_message_size: usize,
+}
+
+impl Default for EntityProperties {
+    fn default() -> Self {
+        EntityProperties {
+            dead_lettering_on_message_expiration: false,
+            default_message_time_to_live: DEFAULT_MESSAGE_TIME_TO_LIVE,
+            duplicate_detection_history_time_window: DEFAULT_DUPLICATE_DETECTION_WINDOW,
+            forward_dead_lettered_messages_to: None,
+            forward_to: None,
+            lock_duration: DEFAULT_LOCK_DURATION,
+            max_delivery_count: DEFAULT_MAX_DELIVERY_COUNT,
+            requires_duplicate_detection: false,
+            requires_session: false,
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+        }
+    }
+}
+
+/// A topic and its subscriptions.
+#[derive(Debug, Clone)]
+pub struct TopicConfig {
+    /// The topic name.
+    pub name: String,
+    /// Its properties.
+    pub properties: TopicProperties,
+    /// Its subscriptions.
+    pub subscriptions: Vec<SubscriptionConfig>,
+}
+
+/// Properties of a topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicProperties {
+    /// `DefaultMessageTimeToLive`: caps each message's TTL (with the subscription's).
+    pub default_message_time_to_live: Duration,
+    /// `DuplicateDetectionHistoryTimeWindow`.
+    pub duplicate_detection_history_time_window: Duration,
+    /// `RequiresDuplicateDetection`.
+    pub requires_duplicate_detection: bool,
+    /// Maximum message size in bytes (extension `MaxMessageSizeInKilobytes`).
+    pub max_message_size: usize,
+}
+
+impl Default for TopicProperties {
+    fn default() -> Self {
+        TopicProperties {
+            default_message_time_to_live: DEFAULT_MESSAGE_TIME_TO_LIVE,
+            duplicate_detection_history_time_window: DEFAULT_DUPLICATE_DETECTION_WINDOW,
+            requires_duplicate_detection: false,
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+        }
+    }
+}
+
+/// A subscription of a topic.
+#[derive(Debug, Clone)]
+pub struct SubscriptionConfig {
+    /// The subscription name.
+    pub name: String,
+    /// Its properties (duplicate detection and message size come from the topic).
+    pub properties: EntityProperties,
+    /// Its rules; none means the `$Default` rule (`1=1`).
+    pub rules: Vec<Rule>,
+}
+
+impl QueueConfig {
+    /// A queue with default properties.
+    pub fn new(name: impl Into<String>) -> Self {
+        QueueConfig {
+            name: name.into(),
+            properties: EntityProperties::default(),
+        }
+    }
+
+    /// Replaces the properties.
+    pub fn with_properties(mut self, properties: EntityProperties) -> Self {
+        self.properties = properties;
+        self
+    }
+}
+
+impl TopicConfig {
+    /// A topic with default properties and no subscriptions.
+    pub fn new(name: impl Into<String>) -> Self {
+        TopicConfig {
+            name: name.into(),
+            properties: TopicProperties::default(),
+            subscriptions: Vec::new(),
+        }
+    }
+
+    /// Replaces the properties.
+    pub fn with_properties(mut self, properties: TopicProperties) -> Self {
+        self.properties = properties;
+        self
+    }
+
+    /// Adds a subscription.
+    pub fn with_subscription(mut self, subscription: SubscriptionConfig) -> Self {
+        self.subscriptions.push(subscription);
+        self
+    }
+}
+
+impl SubscriptionConfig {
+    /// A subscription with default properties and the `$Default` rule.
+    pub fn new(name: impl Into<String>) -> Self {
+        SubscriptionConfig {
+            name: name.into(),
+            properties: EntityProperties::default(),
+            rules: Vec::new(),
+        }
+    }
+
+    /// Replaces the properties.
+    pub fn with_properties(mut self, properties: EntityProperties) -> Self {
+        self.properties = properties;
+        self
+    }
+
+    /// Adds a rule.
+    pub fn with_rule(mut self, rule: Rule) -> Self {
+        self.rules.push(rule);
+        self
+    }
+}

@@ -1,0 +1,350 @@
+//! Parsing a `Config.json` document into a [`Config`]: closed objects, typed fields and
+//! path-aware errors (validation across entities is `validate`'s).
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::error::{ConfigError, invalid};
+use super::json::{Obj, kind};
+use super::{
+    Config, EntityProperties, NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig,
+    TopicProperties,
+};
+use crate::filter::{CorrelationFilter, Filter, Rule};
+use crate::message::PropertyValue;
+use crate::rights::{Right, Rights, SharedAccessPolicy};
+use crate::sql_filter::SqlFilter;
+
+/// The configuration a `Config.json` document describes (not validated yet).
+pub(super) fn config(value: &Value) -> Result<Config, ConfigError> {
+    let root = Obj::new(value, String::new())?;
+    root.allow(&["UserConfig"])?;
+    let user = root.required(root.object("UserConfig")?, "UserConfig")?;
+    user.allow(&["Namespaces", "Logging"])?;
+    let namespaces = user.required(user.array("Namespaces")?, "Namespaces")?;
+    if namespaces.len() != 1 {
+        return invalid(
+            user.child("Namespaces"),
+            format!("expected exactly one namespace, found {}", namespaces.len()),
+        );
+    }
+    let (ns_value, ns_path) = &namespaces[0];
+    let namespace = parse_namespace(Obj::new(ns_value, ns_path.clone())?)?;
+    let logging = match user.object("Logging")? {
+        None => None,
+        Some(logging) => Some(parse_logging(&logging)?),
+    };
+    Ok(Config { namespace, logging })
+}
+
+fn parse_logging(logging: &Obj<'_>) -> Result<String, ConfigError> {
+    logging.allow(&["Type"])?;
+    let kind = logging.required(logging.string("Type")?, "Type")?;
+    if !["File", "Console", "File,Console", "Console,File"].contains(&kind) {
+        return invalid(
+            logging.child("Type"),
+            format!(
+                "invalid logging type {kind:?} (expected File, Console, File,Console or Console,File)"
+            ),
+        );
+    }
+    Ok(kind.to_owned())
+}
+
+fn parse_policy(p: Obj<'_>) -> Result<SharedAccessPolicy, ConfigError> {
+    p.allow(&["Name", "Key", "Rights"])?;
+    let name = p.name()?;
+    let key = p.required(p.string("Key")?, "Key")?.to_owned();
+    if key.is_empty() {
+        return invalid(p.child("Key"), "must not be empty");
+    }
+    let mut rights = Rights::default();
+    for (v, path) in p.required(p.array("Rights")?, "Rights")? {
+        rights = match v.as_str() {
+            Some("Listen") => rights.with(Right::Listen),
+            Some("Send") => rights.with(Right::Send),
+            Some("Manage") => rights.with(Right::Manage),
+            _ => {
+                return invalid(
+                    path,
+                    format!("expected \"Listen\", \"Send\" or \"Manage\", found {v}"),
+                );
+            }
+        };
+    }
+    if rights == Rights::default() {
+        return invalid(
+            p.child("Rights"),
+            "needs at least one of Listen, Send, Manage",
+        );
+    }
+    if rights.manage && !(rights.listen && rights.send) {
+        // Azure refuses it too: "Assigning 'Manage' to rights requires 'Listen' and 'Send'".
+        return invalid(p.child("Rights"), "Manage requires Listen and Send");
+    }
+    Ok(SharedAccessPolicy { name, key, rights })
+}
+
+fn parse_namespace(ns: Obj<'_>) -> Result<NamespaceConfig, ConfigError> {
+    ns.allow(&["Name", "Queues", "Topics", "SharedAccessPolicies"])?;
+    let name = ns.name()?;
+    let shared_access_policies = ns.each("SharedAccessPolicies", parse_policy)?;
+    let queues = ns.each("Queues", parse_queue)?;
+    let topics = ns.each("Topics", parse_topic)?;
+    Ok(NamespaceConfig {
+        name,
+        queues,
+        topics,
+        shared_access_policies,
+    })
+}
+
+fn parse_queue(q: Obj<'_>) -> Result<QueueConfig, ConfigError> {
+    q.allow(&["Name", "Properties"])?;
+    let name = q.name()?;
+    let mut properties = EntityProperties::default();
+    if let Some(p) = q.object("Properties")? {
+        p.allow(&[
+            "DeadLetteringOnMessageExpiration",
+            "DefaultMessageTimeToLive",
+            "DuplicateDetectionHistoryTimeWindow",
+            "ForwardDeadLetteredMessagesTo",
+            "ForwardTo",
+            "LockDuration",
+            "MaxDeliveryCount",
+            "RequiresDuplicateDetection",
+            "RequiresSession",
+            "MaxMessageSizeInKilobytes",
+        ])?;
+        read_receiver_properties(&p, &mut properties)?;
+        read_sender_properties(
+            &p,
+            &mut properties.duplicate_detection_history_time_window,
+            &mut properties.requires_duplicate_detection,
+            &mut properties.max_message_size,
+        )?;
+    }
+    Ok(QueueConfig { name, properties })
+}
+
+fn parse_topic(t: Obj<'_>) -> Result<TopicConfig, ConfigError> {
+    t.allow(&["Name", "Properties", "Subscriptions"])?;
+    let name = t.name()?;
+    let mut properties = TopicProperties::default();
+    if let Some(p) = t.object("Properties")? {
+        p.allow(&[
+            "DefaultMessageTimeToLive",
+            "DuplicateDetectionHistoryTimeWindow",
+            "RequiresDuplicateDetection",
+            "MaxMessageSizeInKilobytes",
+        ])?;
+        if let Some(v) = p.duration("DefaultMessageTimeToLive")? {
+            properties.default_message_time_to_live = v;
+        }
+        read_sender_properties(
+            &p,
+            &mut properties.duplicate_detection_history_time_window,
+            &mut properties.requires_duplicate_detection,
+            &mut properties.max_message_size,
+        )?;
+    }
+    let subscriptions = t.each("Subscriptions", parse_subscription)?;
+    Ok(TopicConfig {
+        name,
+        properties,
+        subscriptions,
+    })
+}
+
+/// The properties queues and topics share, on the sending side: duplicate detection and the
+/// maximum message size (each left as it is when absent).
+fn read_sender_properties(
+    p: &Obj<'_>,
+    duplicate_detection_window: &mut Duration,
+    requires_duplicate_detection: &mut bool,
+    max_message_size: &mut usize,
+) -> Result<(), ConfigError> {
+    if let Some(v) = p.duration("DuplicateDetectionHistoryTimeWindow")? {
+        *duplicate_detection_window = v;
+    }
+    if let Some(v) = p.boolean("RequiresDuplicateDetection")? {
+        *requires_duplicate_detection = v;
+    }
+    if let Some(v) = p.max_message_size()? {
+        *max_message_size = v;
+    }
+    Ok(())
+}
+
+/// The properties of the entities messages are received from (queues, subscriptions).
+fn read_receiver_properties(p: &Obj<'_>, props: &mut EntityProperties) -> Result<(), ConfigError> {
+    if let Some(v) = p.boolean("DeadLetteringOnMessageExpiration")? {
+        props.dead_lettering_on_message_expiration = v;
+    }
+    if let Some(v) = p.duration("DefaultMessageTimeToLive")? {
+        props.default_message_time_to_live = v;
+    }
+    props.forward_dead_lettered_messages_to = p.target("ForwardDeadLetteredMessagesTo")?;
+    props.forward_to = p.target("ForwardTo")?;
+    if let Some(v) = p.duration("LockDuration")? {
+        props.lock_duration = v;
+    }
+    if let Some(v) = p.count("MaxDeliveryCount")? {
+        props.max_delivery_count = v;
+    }
+    if let Some(v) = p.boolean("RequiresSession")? {
+        props.requires_session = v;
+    }
+    Ok(())
+}
+
+fn parse_subscription(s: Obj<'_>) -> Result<SubscriptionConfig, ConfigError> {
+    s.allow(&["Name", "Properties", "Rules"])?;
+    let name = s.name()?;
+    let mut properties = EntityProperties::default();
+    if let Some(p) = s.object("Properties")? {
+        p.allow(&[
+            "DeadLetteringOnMessageExpiration",
+            "DefaultMessageTimeToLive",
+            "ForwardDeadLetteredMessagesTo",
+            "ForwardTo",
+            "LockDuration",
+            "MaxDeliveryCount",
+            "RequiresSession",
+        ])?;
+        read_receiver_properties(&p, &mut properties)?;
+    }
+    let rules = s.each("Rules", parse_rule)?;
+    Ok(SubscriptionConfig {
+        name,
+        properties,
+        rules,
+    })
+}
+
+fn parse_rule(r: Obj<'_>) -> Result<Rule, ConfigError> {
+    r.allow(&["Name", "Properties"])?;
+    let name = r.name()?;
+    let p = r.required(r.object("Properties")?, "Properties")?;
+    p.allow(&["FilterType", "CorrelationFilter", "SqlFilter", "Action"])?;
+    let filter_type = p.required(p.string("FilterType")?, "FilterType")?;
+    let filter = match filter_type {
+        "Correlation" => {
+            if p.get("SqlFilter").is_some() {
+                return invalid(
+                    p.child("SqlFilter"),
+                    "not allowed when FilterType is Correlation",
+                );
+            }
+            let c = p.required(p.object("CorrelationFilter")?, "CorrelationFilter")?;
+            Filter::Correlation(parse_correlation(&c)?)
+        }
+        "Sql" => {
+            if p.get("CorrelationFilter").is_some() {
+                return invalid(
+                    p.child("CorrelationFilter"),
+                    "not allowed when FilterType is Sql",
+                );
+            }
+            let s = p.required(p.object("SqlFilter")?, "SqlFilter")?;
+            s.allow(&["SqlExpression"])?;
+            let text = s.required(s.string("SqlExpression")?, "SqlExpression")?;
+            match SqlFilter::parse(text) {
+                Ok(f) => Filter::Sql(f),
+                Err(e) => {
+                    return invalid(
+                        s.child("SqlExpression"),
+                        format!("invalid SQL filter {text:?}: {e}"),
+                    );
+                }
+            }
+        }
+        other => {
+            return invalid(
+                p.child("FilterType"),
+                format!("invalid filter type {other:?} (expected Correlation or Sql)"),
+            );
+        }
+    };
+    let action = match p.object("Action")? {
+        None => None,
+        Some(a) => {
+            a.allow(&["SqlExpression"])?;
+            let text = a.string("SqlExpression")?.map(str::to_owned);
+            if let Some(text) = &text {
+                tracing::warn!(rule = %name, action = %text, "Rule actions are not applied by this emulator.");
+            }
+            text
+        }
+    };
+    Ok(Rule {
+        name,
+        filter,
+        action,
+    })
+}
+
+fn parse_correlation(c: &Obj<'_>) -> Result<CorrelationFilter, ConfigError> {
+    c.allow(&[
+        "ContentType",
+        "CorrelationId",
+        "Label",
+        "MessageId",
+        "ReplyTo",
+        "ReplyToSessionId",
+        "SessionId",
+        "To",
+        "Properties",
+    ])?;
+    let s = |key| Ok::<_, ConfigError>(c.string(key)?.map(str::to_owned));
+    let mut filter = CorrelationFilter {
+        content_type: s("ContentType")?,
+        correlation_id: s("CorrelationId")?,
+        label: s("Label")?,
+        message_id: s("MessageId")?,
+        reply_to: s("ReplyTo")?,
+        reply_to_session_id: s("ReplyToSessionId")?,
+        session_id: s("SessionId")?,
+        to: s("To")?,
+        properties: Default::default(),
+    };
+    if let Some(props) = c.object("Properties")? {
+        for (key, value) in props.map {
+            let v = match value {
+                Value::String(s) => PropertyValue::String(s.clone()),
+                Value::Bool(b) => PropertyValue::Bool(*b),
+                Value::Number(n) => match n.as_i64() {
+                    Some(i) => PropertyValue::Long(i),
+                    None => PropertyValue::Double(n.as_f64().unwrap_or(f64::NAN)),
+                },
+                other => {
+                    return invalid(
+                        props.child(key),
+                        format!(
+                            "expected a string, number or boolean, found {}",
+                            kind(other)
+                        ),
+                    );
+                }
+            };
+            filter.properties.insert(key.clone(), v);
+        }
+    }
+    let empty = filter.content_type.is_none()
+        && filter.correlation_id.is_none()
+        && filter.label.is_none()
+        && filter.message_id.is_none()
+        && filter.reply_to.is_none()
+        && filter.reply_to_session_id.is_none()
+        && filter.session_id.is_none()
+        && filter.to.is_none()
+        && filter.properties.is_empty();
+    if empty {
+        return invalid(
+            c.path.clone(),
+            "a correlation filter needs at least one field",
+        );
+    }
+    Ok(filter)
+}
