@@ -10,8 +10,10 @@
 //!   detaches as the SDKs do); `$cbs` and `$management` (`node`) re-attach on demand.
 //! - [`ServiceBusReceiver`] / [`ServiceBusDelivery`]: the runtime's `Receiver` / `Delivery`
 //!   ports: peek-lock, renew-lock on `$management`, settlement that awaits the broker's outcome.
-//! - [`ServiceBusSender`]: sends that await `accepted`, with typed rejections and scheduled
-//!   enqueue times; [`ServiceBusPublisher`]: the runtime's `Sender` port, any destination.
+//! - [`ServiceBusSender`]: sends to one entity that await `accepted`, with typed rejections and
+//!   scheduled enqueue times (the SDKs' sender); [`ServiceBusSenderPort`]: the runtime's
+//!   `Sender` port, any destination, one `ServiceBusSender` each (formerly
+//!   `ServiceBusPublisher`, kept as a deprecated alias).
 //! - [`ServiceBusClient::peek`] / [`PeekedMessage`]: `$management` peek-message, e.g. of a
 //!   dead-letter queue.
 
@@ -30,6 +32,7 @@ mod peek;
 mod receiver;
 mod sas;
 mod sender;
+mod sender_port;
 mod session;
 mod telemetry;
 
@@ -44,5 +47,7 @@ pub use error::ServiceBusError;
 pub use peek::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, PeekedMessage};
 pub use receiver::{ServiceBusDelivery, ServiceBusReceiver};
 pub use sas::{SasToken, sign_sas};
-pub use sender::{SendError, SendErrorKind, SendOptions, ServiceBusPublisher, ServiceBusSender};
+pub use sender::{SendError, SendErrorKind, SendOptions, ServiceBusSender};
+#[allow(deprecated)]
+pub use sender_port::{ServiceBusPublisher, ServiceBusSenderPort};
 pub use session::{ServiceBusSessionReceiver, ServiceBusSessionSource};

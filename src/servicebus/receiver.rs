@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use sb_amqp::codec::Value;
 use sb_amqp::codec::primitives::OrderedMap;
+use sb_amqp::servicebus::{condition, dead_letter};
 use sb_amqp::types::definitions::{Fields, ReceiverSettleMode, SenderSettleMode};
 use sb_amqp::types::primitives::Symbol;
 use sb_amqp::{AmqpError, Outcome, ReceiverOptions, Settler, unique_name};
@@ -14,11 +15,10 @@ use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::amqp_message::{Received, Refusal, from_amqp};
+use super::client::management_node;
 use super::error::{Recovery, is_busy_condition, recovery};
-use super::management::{self, Disposition};
-use super::session::{
-    SESSION_LINK_GONE, SESSION_LOCK_LOST, SessionLock, SessionRequest, session_refusal,
-};
+use super::management::{self, Disposition, Request};
+use super::session::{SESSION_LINK_GONE, SessionLock, SessionRequest, session_refusal};
 use super::telemetry::{EntityTelemetry, Kind};
 use super::{ServiceBusClient, ServiceBusError};
 use crate::runtime::{Backoff, DeadLetterReason};
@@ -129,7 +129,7 @@ impl ServiceBusReceiver {
             .map_err(Self::refused)?;
         // Renewals need the node's token too (the service checks it on the management link).
         client
-            .authorize(&conn, &format!("{}/$management", inner.entity), fresh)
+            .authorize(&conn, &management_node(&inner.entity), fresh)
             .await
             .map_err(Self::refused)?;
         let name = unique_name("sb-inbox-receiver");
@@ -365,16 +365,16 @@ impl ServiceBusReceiver {
 fn dead_letter_outcome(reason: &str, description: &str) -> Outcome {
     let info = fields([
         (
-            "DeadLetterReason".to_owned(),
+            dead_letter::REASON.to_owned(),
             Value::String(reason.to_owned()),
         ),
         (
-            "DeadLetterErrorDescription".to_owned(),
+            dead_letter::ERROR_DESCRIPTION.to_owned(),
             Value::String(description.to_owned()),
         ),
     ]);
     Outcome::Rejected(Some(
-        AmqpError::new(sb_amqp::condition::DEAD_LETTER, None).with_info(info),
+        AmqpError::new(condition::DEAD_LETTER, None).with_info(info),
     ))
 }
 
@@ -438,7 +438,7 @@ impl ServiceBusDelivery {
             .client
             .management(
                 &self.receiver.entity,
-                management::renew_request(&self.link.name, self.lock_token),
+                Request::renew_lock(&self.link.name, self.lock_token),
             )
             .await
             .map_err(settle_error)?;
@@ -524,7 +524,7 @@ impl ServiceBusDelivery {
         }
         match settled {
             Ok(Some(Outcome::Rejected(Some(error))))
-                if error.is_lock_lost() || error.condition == SESSION_LOCK_LOST =>
+                if error.is_lock_lost() || error.condition == condition::SESSION_LOCK_LOST =>
             {
                 Attempt::Failed(SettleError::LockLost)
             }
@@ -551,7 +551,7 @@ impl ServiceBusDelivery {
             .client
             .management(
                 &self.receiver.entity,
-                management::disposition_request(disposition, self.lock_token),
+                Request::disposition(disposition, self.lock_token),
             )
             .await;
         match replied
@@ -572,8 +572,8 @@ pub(super) fn settle_error(error: ServiceBusError) -> SettleError {
     } else {
         let condition = match &error {
             ServiceBusError::Broker { condition, .. } => condition.clone(),
-            ServiceBusError::NotFound(_) => sb_amqp::condition::NOT_FOUND.to_owned(),
-            _ => sb_amqp::condition::UNAUTHORIZED_ACCESS.to_owned(),
+            ServiceBusError::NotFound(_) => condition::NOT_FOUND.to_owned(),
+            _ => condition::UNAUTHORIZED_ACCESS.to_owned(),
         };
         SettleError::Refused {
             condition,

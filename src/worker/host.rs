@@ -314,7 +314,7 @@ where
         // The relay and retention stop after the drain, or when this future is dropped.
         let stop_background = CancellationToken::new();
         let _stop_background = stop_background.clone().drop_guard();
-        let relay = Relay::new(store.clone(), client.publisher(), relay);
+        let relay = Relay::new(store.clone(), client.sender_port(), relay);
         // They read the relay's last backlog sample and live as long as the worker.
         let relay_stats = relay.stats();
         let _outbox_gauges = telemetry::hooks::observe_outbox(&names, move || {
@@ -368,7 +368,7 @@ where
             if let Some(policy) = &retry {
                 runtime.delayed_retry = Some(DelayedRetry::new(
                     policy.clone(),
-                    client.publisher(),
+                    client.sender_port(),
                     config.entity.clone(),
                 ));
             }

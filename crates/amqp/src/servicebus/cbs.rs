@@ -29,6 +29,9 @@ pub mod reply {
     pub const STATUS_CODE: &str = "status-code";
     /// The status description (string).
     pub const STATUS_DESCRIPTION: &str = "status-description";
+    /// The error condition (symbol) in the request-response convention's spelling (JS
+    /// `@azure/core-amqp` `Constants.errorCondition`).
+    pub const ERROR_CONDITION: &str = "error-condition";
 }
 
 /// The values of [`request::TYPE`].
