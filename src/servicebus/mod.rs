@@ -22,6 +22,7 @@ mod auth;
 mod cbs;
 mod client;
 mod connection_string;
+mod delivery;
 mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -34,6 +35,7 @@ mod sas;
 mod sender;
 mod sender_port;
 mod session;
+mod settlement;
 mod telemetry;
 
 pub use amqp_message::TYPED_MESSAGE_ID_PREFIX;
@@ -43,9 +45,10 @@ pub use auth::{
 };
 pub use client::{DEFAULT_TIMEOUT, ServiceBusClient};
 pub use connection_string::{ConnectionString, ConnectionStringError, Credential, Transport};
+pub use delivery::ServiceBusDelivery;
 pub use error::ServiceBusError;
 pub use peek::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, PeekedMessage};
-pub use receiver::{ServiceBusDelivery, ServiceBusReceiver};
+pub use receiver::ServiceBusReceiver;
 pub use sas::{SasToken, sign_sas};
 pub use sender::{SendError, SendErrorKind, SendOptions, ServiceBusSender};
 #[allow(deprecated)]

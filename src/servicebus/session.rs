@@ -23,8 +23,10 @@ use sb_amqp::servicebus::{condition, link};
 
 use super::ServiceBusError;
 use super::amqp_message::timestamp_to_system;
+use super::delivery::ServiceBusDelivery;
 use super::management::{self, Request};
-use super::receiver::{ReceiverInner, ServiceBusDelivery, ServiceBusReceiver, settle_error};
+use super::receiver::{ReceiverInner, ServiceBusReceiver};
+use super::settlement::settle_error;
 use crate::{ReceiveError, SettleError, Source};
 
 /// A session receiver's receive after its link was lost.
