@@ -8,8 +8,11 @@
 //! - [`ServiceBusClient`]: one connection, re-established only after connection-level
 //!   failures; a link the service detaches is re-attached on it (`error::recovery` classifies
 //!   detaches as the SDKs do); `$cbs` and `$management` (`node`) re-attach on demand.
-//! - [`ServiceBusReceiver`] / [`ServiceBusDelivery`]: the runtime's `Receiver` / `Delivery`
-//!   ports: peek-lock, renew-lock on `$management`, settlement that awaits the broker's outcome.
+//! - [`ServiceBusReceiver`] (`receiver`) / [`ServiceBusDelivery`] (`delivery`): the runtime's
+//!   `Receiver` / `Delivery` ports: peek-lock, renew-lock on `$management`; `settlement`
+//!   settles on the link or by lock token and awaits the broker's outcome.
+//! - `management` / `cbs`: the request/response nodes' requests and replies as named structs;
+//!   every wire name comes from [`sb_amqp::servicebus`], shared with the emulator.
 //! - [`ServiceBusSender`]: sends to one entity that await `accepted`, with typed rejections and
 //!   scheduled enqueue times (the SDKs' sender); [`ServiceBusSenderPort`]: the runtime's
 //!   `Sender` port, any destination, one `ServiceBusSender` each (formerly
