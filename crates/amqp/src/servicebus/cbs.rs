@@ -23,7 +23,7 @@ pub mod request {
 }
 
 /// Application properties of a `put-token` reply. `$cbs` spells them in kebab case, unlike
-/// `$management` ([`management::reply`](super::super::management::reply)).
+/// `$management` ([`management::reply`](crate::servicebus::management::reply)).
 pub mod reply {
     /// The status code (int, HTTP-like: 200 or 202 accept the token).
     pub const STATUS_CODE: &str = "status-code";
