@@ -27,6 +27,7 @@ mod sessions;
 mod strict;
 mod survival;
 mod verification;
+mod vocabulary;
 mod websocket;
 mod worker;
 
