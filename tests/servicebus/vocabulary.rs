@@ -1,9 +1,9 @@
 //! The shared wire vocabulary (`sb_amqp::servicebus`) against the constants of the official
-//! Python SDK (`azure-servicebus`, `azure/servicebus/_common/constants.py`): every name both
-//! spell must be spelled the same.
+//! SDKs: Python `azure-servicebus` (`azure/servicebus/_common/constants.py`) and JS
+//! `@azure/core-amqp` (`Constants`): every name both spell must be spelled the same.
 
 use sb_amqp::servicebus::management::{DispositionStatus, key, operation, request};
-use sb_amqp::servicebus::{annotation, cbs, condition, dead_letter, link, management};
+use sb_amqp::servicebus::{annotation, cbs, condition, dead_letter, link, management, rule};
 use serde_json::Value;
 
 /// The SDK's string, bytes and integer constants, by name.
@@ -173,4 +173,117 @@ async fn the_vocabulary_spells_names_as_the_python_sdk_does() {
         sdk.get("DATETIMEOFFSET_EPOCH").and_then(Value::as_i64),
         Some(link::TICKS_AT_UNIX_EPOCH)
     );
+}
+
+/// `Constants` of `@azure/core-amqp` as the JS SDK installed it.
+async fn js_constants() -> Value {
+    let script =
+        "import { Constants } from '@azure/core-amqp'; console.log(JSON.stringify(Constants));";
+    let output = tokio::process::Command::new("node")
+        .args(["--input-type=module", "-e", script])
+        .current_dir(crate::js::DIR)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn the_vocabulary_spells_names_as_the_js_sdk_does() {
+    if !crate::js::sdk_installed() {
+        return;
+    }
+    let sdk = js_constants().await;
+    let ours: &[(&str, &str)] = &[
+        ("/enqueuedTime", annotation::ENQUEUED_TIME),
+        ("/sequenceNumber", annotation::SEQUENCE_NUMBER),
+        ("/scheduledEnqueueTime", annotation::SCHEDULED_ENQUEUE_TIME),
+        ("/lockedUntil", annotation::LOCKED_UNTIL),
+        ("/partitionKey", annotation::PARTITION_KEY),
+        ("/deadLetterSource", annotation::DEAD_LETTER_SOURCE),
+        ("/messageState", annotation::MESSAGE_STATE),
+        ("/statusCode", cbs::reply::STATUS_CODE),
+        ("/statusDescription", cbs::reply::STATUS_DESCRIPTION),
+        ("/errorCondition", cbs::reply::ERROR_CONDITION),
+        ("/cbsEndpoint", cbs::NODE),
+        ("/operationPutToken", cbs::PUT_TOKEN),
+        ("/operations/putToken", cbs::PUT_TOKEN),
+        ("/management", management::NODE_SUFFIX),
+        ("/sessionFilterName", link::SESSION_FILTER),
+        ("/deadLetterName", condition::DEAD_LETTER),
+        ("/serverTimeout", request::SERVER_TIMEOUT),
+        ("/associatedLinkName", request::ASSOCIATED_LINK_NAME),
+        ("/receiverSettleMode", key::RECEIVER_SETTLE_MODE),
+        ("/dispositionStatus", key::DISPOSITION_STATUS),
+        ("/fromSequenceNumber", key::FROM_SEQUENCE_NUMBER),
+        ("/messageCount", key::MESSAGE_COUNT),
+        ("/lockTokens", key::LOCK_TOKENS),
+        ("/messageIdMapKey", key::MESSAGE_ID),
+        ("/lockTokenMapKey", key::LOCK_TOKEN),
+        ("/sessionIdMapKey", key::SESSION_ID),
+        ("/sequenceNumbers", key::SEQUENCE_NUMBERS),
+        ("/deadLetterReason", key::DEAD_LETTER_REASON),
+        ("/deadLetterDescription", key::DEAD_LETTER_DESCRIPTION),
+        ("/propertiesToModify", key::PROPERTIES_TO_MODIFY),
+        ("/message", key::MESSAGE),
+        (
+            "/operations/cancelScheduledMessage",
+            operation::CANCEL_SCHEDULED_MESSAGE,
+        ),
+        ("/operations/scheduleMessage", operation::SCHEDULE_MESSAGE),
+        ("/operations/renewLock", operation::RENEW_LOCK),
+        ("/operations/peekMessage", operation::PEEK_MESSAGE),
+        (
+            "/operations/receiveBySequenceNumber",
+            operation::RECEIVE_BY_SEQUENCE_NUMBER,
+        ),
+        (
+            "/operations/updateDisposition",
+            operation::UPDATE_DISPOSITION,
+        ),
+        (
+            "/operations/renewSessionLock",
+            operation::RENEW_SESSION_LOCK,
+        ),
+        ("/operations/setSessionState", operation::SET_SESSION_STATE),
+        ("/operations/getSessionState", operation::GET_SESSION_STATE),
+        (
+            "/operations/enumerateSessions",
+            operation::GET_MESSAGE_SESSIONS,
+        ),
+        ("/operations/addRule", operation::ADD_RULE),
+        ("/operations/removeRule", operation::REMOVE_RULE),
+        ("/operations/enumerateRules", operation::ENUMERATE_RULES),
+    ];
+    for (path, spelled) in ours {
+        assert_eq!(
+            sdk.pointer(path).and_then(Value::as_str),
+            Some(*spelled),
+            "{path}"
+        );
+    }
+    let codes: &[(&str, u64)] = &[
+        ("ruleDescriptionList", rule::descriptor::RULE_DESCRIPTION),
+        ("sqlFilterList", rule::descriptor::SQL_FILTER),
+        (
+            "correlationFilterList",
+            rule::descriptor::CORRELATION_FILTER,
+        ),
+        ("sqlRuleActionList", rule::descriptor::SQL_RULE_ACTION),
+        ("trueFilterList", rule::descriptor::TRUE_FILTER),
+        ("falseFilterList", rule::descriptor::FALSE_FILTER),
+    ];
+    for (name, code) in codes {
+        assert_eq!(
+            sdk.pointer(&format!("/descriptorCodes/{name}"))
+                .and_then(Value::as_u64),
+            Some(*code),
+            "{name}"
+        );
+    }
 }
