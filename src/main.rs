@@ -317,7 +317,7 @@ async fn send(
     };
     let messages = ops::send::with_duplicates(&orders, duplicates, seed)?;
     let client = broker.client()?;
-    let published = ops::send::publish(&client.publisher(), &broker.entity, messages).await;
+    let published = ops::send::publish(&client.sender_port(), &broker.entity, messages).await;
     let published = published.map_err(|error| match error {
         OpsError::Partial { done, total, error } => anyhow::anyhow!(
             "sending to {} failed after {done} of {total} message(s) were accepted: {error}",
@@ -356,7 +356,7 @@ async fn dlq_resubmit(
     let client = broker.client()?;
     let queue = dlq::dead_letter_queue(&broker.entity);
     let receiver = client.receiver(&queue, 0);
-    let result = dlq::resubmit(&receiver, &client.publisher(), &destination, options).await;
+    let result = dlq::resubmit(&receiver, &client.sender_port(), &destination, options).await;
     receiver.close().await;
     let report = result.with_context(|| format!("resubmitting from {queue} to {destination}"))?;
     for done in &report.resubmitted {

@@ -236,7 +236,7 @@ impl<T: Sender> ErasedSender for T {
 /// # Examples
 /// ```no_run
 /// # #[allow(dead_code)]
-/// # fn example(publisher: sb_inbox::servicebus::ServiceBusPublisher) -> Result<(), Box<dyn std::error::Error>> {
+/// # fn example(publisher: sb_inbox::servicebus::ServiceBusSenderPort) -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
 /// use sb_inbox::runtime::{DelayedRetry, RetryPolicy};
 /// use sb_inbox::{ConsumerName, RuntimeConfig};

@@ -13,12 +13,11 @@ use sb_amqp::types::messaging::{
 use sb_amqp::types::primitives::{Binary, SimpleValue, Symbol, Timestamp};
 use sb_amqp::{AnyMessage, codec::Value};
 
+use sb_amqp::servicebus::annotation;
+
 use super::SendOptions;
 use crate::runtime::DeadLetterReason;
 use crate::{Message, PropertyValue};
-
-/// The message annotation that makes Service Bus hold a message until the given time.
-const SCHEDULED_ENQUEUE_TIME: &str = "x-opt-scheduled-enqueue-time";
 
 /// What a received Service Bus message adds to the bare message.
 #[derive(Debug, Clone, PartialEq)]
@@ -164,6 +163,13 @@ fn body_bytes(body: &Body<Value>) -> Bytes {
     }
 }
 
+/// The value under the symbol key `name` of an annotations map.
+fn symbol_entry<'a>(map: Option<&'a OrderedMap<OwnedKey, Value>>, name: &str) -> Option<&'a Value> {
+    map?.iter()
+        .find(|(k, _)| matches!(k, OwnedKey::Symbol(s) if s.0 == name))
+        .map(|(_, v)| v)
+}
+
 /// Reads a received message and its Service Bus annotations.
 pub(crate) fn from_amqp(message: &AnyMessage, tag: &[u8]) -> Received {
     let properties = message.properties.as_ref();
@@ -175,36 +181,26 @@ pub(crate) fn from_amqp(message: &AnyMessage, tag: &[u8]) -> Received {
             }
         }
     }
-    let annotation = |name: &str| {
-        message
-            .message_annotations
-            .as_ref()
-            .and_then(|a| a.0.iter().find(|(k, _)| matches!(k, sb_amqp::types::messaging::annotations::OwnedKey::Symbol(s) if s.0 == name)).map(|(_, v)| v.clone()))
-    };
-    let locked_until = match annotation("x-opt-locked-until") {
-        Some(Value::Timestamp(ts)) => Some(timestamp_to_system(&ts)),
+    let message_annotation =
+        |name: &str| symbol_entry(message.message_annotations.as_ref().map(|a| &a.0), name);
+    let locked_until = match message_annotation(annotation::LOCKED_UNTIL) {
+        Some(Value::Timestamp(ts)) => Some(timestamp_to_system(ts)),
         _ => None,
     };
-    let sequence_number = match annotation("x-opt-sequence-number") {
-        Some(Value::Long(n)) => Some(n),
+    let sequence_number = match message_annotation(annotation::SEQUENCE_NUMBER) {
+        Some(Value::Long(n)) => Some(*n),
         _ => None,
     };
-    let enqueued_time = match annotation("x-opt-enqueued-time") {
-        Some(Value::Timestamp(ts)) => Some(timestamp_to_system(&ts)),
+    let enqueued_time = match message_annotation(annotation::ENQUEUED_TIME) {
+        Some(Value::Timestamp(ts)) => Some(timestamp_to_system(ts)),
         _ => None,
     };
-    let lock_token = message
-        .delivery_annotations
-        .as_ref()
-        .and_then(|a| {
-            a.0.iter()
-                .find(|(k, _)| matches!(k, sb_amqp::types::messaging::annotations::OwnedKey::Symbol(s) if s.0 == "x-opt-lock-token"))
-                .and_then(|(_, v)| match v {
-                    Value::Uuid(u) => Some(from_amqp_uuid(u)),
-                    _ => None,
-                })
-        })
-        .or_else(|| lock_token_from_tag(tag));
+    let delivery_annotations = message.delivery_annotations.as_ref().map(|a| &a.0);
+    let lock_token = match symbol_entry(delivery_annotations, annotation::LOCK_TOKEN) {
+        Some(Value::Uuid(u)) => Some(from_amqp_uuid(u)),
+        _ => None,
+    }
+    .or_else(|| lock_token_from_tag(tag));
     let (message_id, refusal) = match properties.and_then(|p| p.message_id.as_ref()) {
         None => (None, None),
         Some(id) => match message_id_key(id) {
@@ -263,7 +259,7 @@ pub(crate) fn to_amqp(message: &Message, options: &SendOptions) -> AmqpMessage<D
         message_annotations: options.scheduled_enqueue_time.map(|at| {
             let mut map = OrderedMap::new();
             map.insert(
-                OwnedKey::Symbol(Symbol::from(SCHEDULED_ENQUEUE_TIME)),
+                OwnedKey::Symbol(Symbol::from(annotation::SCHEDULED_ENQUEUE_TIME)),
                 Value::Timestamp(system_to_timestamp(at)),
             );
             MessageAnnotations(map)
@@ -312,7 +308,7 @@ mod tests {
         let scheduled = annotations
             .0
             .iter()
-            .find(|(k, _)| matches!(k, OwnedKey::Symbol(s) if s.0 == SCHEDULED_ENQUEUE_TIME))
+            .find(|(k, _)| matches!(k, OwnedKey::Symbol(s) if s.0 == annotation::SCHEDULED_ENQUEUE_TIME))
             .map(|(_, v)| v.clone());
         assert_eq!(
             scheduled,

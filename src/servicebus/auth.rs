@@ -1,7 +1,11 @@
+//! Token providers for `$cbs`: SAS keys and signatures, Microsoft Entra ID.
+
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sb_amqp::servicebus::cbs::token_type;
 
 use super::{Credential, ServiceBusError, sign_sas};
 use crate::entra::EntraCredential;
@@ -19,8 +23,8 @@ impl TokenType {
     /// The `type` application property of a put-token request.
     pub fn as_str(self) -> &'static str {
         match self {
-            TokenType::Sas => "servicebus.windows.net:sastoken",
-            TokenType::Jwt => "jwt",
+            TokenType::Sas => token_type::SAS_TOKEN,
+            TokenType::Jwt => token_type::JWT,
         }
     }
 }

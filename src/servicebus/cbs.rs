@@ -2,11 +2,12 @@
 
 use std::time::Duration;
 
+use sb_amqp::servicebus::{cbs, management};
 use sb_amqp::types::messaging::{AmqpValue, ApplicationProperties, Message};
 use sb_amqp::types::primitives::SimpleValue;
 
 use super::amqp_message::system_to_timestamp;
-use super::client::Connected;
+use super::client::ConnectionScope;
 use super::{AccessToken, ServiceBusError};
 
 /// Reads an integer application property of a reply.
@@ -35,20 +36,23 @@ pub(crate) fn text_property(message: &sb_amqp::AnyMessage, names: &[&str]) -> Op
 
 /// Puts `token` for `audience` on `conn`'s `$cbs` node (attached, or re-attached, on demand).
 pub(crate) async fn put_token(
-    conn: &Connected,
+    conn: &ConnectionScope,
     audience: &str,
     token: &AccessToken,
     timeout: Duration,
 ) -> Result<(), ServiceBusError> {
     let properties = ApplicationProperties::builder()
-        .insert("operation", SimpleValue::String("put-token".into()))
         .insert(
-            "type",
+            cbs::request::OPERATION,
+            SimpleValue::String(cbs::PUT_TOKEN.into()),
+        )
+        .insert(
+            cbs::request::TYPE,
             SimpleValue::String(token.token_type.as_str().into()),
         )
-        .insert("name", SimpleValue::String(audience.into()))
+        .insert(cbs::request::NAME, SimpleValue::String(audience.into()))
         .insert(
-            "expiration",
+            cbs::request::EXPIRATION,
             SimpleValue::Timestamp(system_to_timestamp(token.expires_at)),
         )
         .build();
@@ -58,7 +62,7 @@ pub(crate) async fn put_token(
         .build();
     // A reply that never comes (a broker that lost it) must not hang the link set-up.
     let reply = conn
-        .request("$cbs", request, timeout)
+        .request(cbs::NODE, request, timeout)
         .await
         .map_err(|e| match e {
             sb_amqp::Error::Timeout => {
@@ -71,14 +75,24 @@ pub(crate) async fn put_token(
 
 /// Reads a put-token reply: any 2xx status grants the token.
 pub(crate) fn put_token_reply(reply: &sb_amqp::AnyMessage) -> Result<(), ServiceBusError> {
-    let status = int_property(reply, &["status-code", "statusCode"]).unwrap_or(0);
+    let status = int_property(
+        reply,
+        &[cbs::reply::STATUS_CODE, management::reply::STATUS_CODE],
+    )
+    .unwrap_or(0);
     if (200..300).contains(&status) {
         Ok(())
     } else {
         Err(ServiceBusError::Unauthorized {
             status,
-            description: text_property(reply, &["status-description", "statusDescription"])
-                .unwrap_or_default(),
+            description: text_property(
+                reply,
+                &[
+                    cbs::reply::STATUS_DESCRIPTION,
+                    management::reply::STATUS_DESCRIPTION,
+                ],
+            )
+            .unwrap_or_default(),
         })
     }
 }

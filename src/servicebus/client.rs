@@ -1,9 +1,14 @@
+//! [`ServiceBusClient`]: one connection per namespace (`ConnectionScope`: the connection, its
+//! session and its request/response nodes), tokens put on `$cbs` and kept fresh, and
+//! `$management` requests.
+
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, SystemTime};
 
 use sb_amqp::codec::Value;
 use sb_amqp::codec::primitives::OrderedMap;
+use sb_amqp::servicebus::{management, open_property};
 use sb_amqp::types::definitions::Fields;
 use sb_amqp::types::messaging::{Message, SerializableBody};
 use sb_amqp::types::primitives::Symbol;
@@ -28,9 +33,11 @@ const MIN_REFRESH: Duration = Duration::from_secs(2 * 60);
 /// After a failed refresh, try again this soon.
 const REFRESH_RETRY: Duration = Duration::from_secs(10);
 
-/// One AMQP connection to a namespace with its session and request/response nodes.
+/// What every link of a client shares: one AMQP connection to the namespace, its session, its
+/// request/response nodes (`$cbs`, `<entity>/$management`) and the tokens kept fresh on it
+/// (.NET `AmqpConnectionScope`). Replaced as a whole after a connection-level failure.
 #[derive(Debug)]
-pub(crate) struct Connected {
+pub(crate) struct ConnectionScope {
     pub(crate) connection: Connection,
     pub(crate) session: Session,
     /// `$cbs` and `<entity>/$management`, attached on first use and re-attached after a
@@ -42,13 +49,13 @@ pub(crate) struct Connected {
     stop: CancellationToken,
 }
 
-impl Drop for Connected {
+impl Drop for ConnectionScope {
     fn drop(&mut self) {
         self.stop.cancel();
     }
 }
 
-impl Connected {
+impl ConnectionScope {
     fn is_healthy(&self) -> bool {
         self.connection.error().is_none()
     }
@@ -116,7 +123,7 @@ struct ClientInner {
     host: String,
     tokens: Arc<dyn TokenProvider>,
     timeout: Duration,
-    current: StdMutex<Option<Arc<Connected>>>,
+    current: StdMutex<Option<Arc<ConnectionScope>>>,
     closed: CancellationToken,
 }
 
@@ -211,8 +218,14 @@ impl ServiceBusClient {
     }
 
     /// The runtime's `Sender` port: sends to any queue or topic of the namespace.
-    pub fn publisher(&self) -> super::ServiceBusPublisher {
-        super::ServiceBusPublisher::new(self.clone())
+    pub fn sender_port(&self) -> super::ServiceBusSenderPort {
+        super::ServiceBusSenderPort::new(self.clone())
+    }
+
+    /// The former name of [`ServiceBusClient::sender_port`], kept for one release.
+    #[deprecated(since = "0.1.0", note = "renamed `sender_port`")]
+    pub fn publisher(&self) -> super::ServiceBusSenderPort {
+        self.sender_port()
     }
 
     /// Peeks up to `max` messages of `entity` (a queue, `TOPIC/Subscriptions/SUB`, or either's
@@ -236,7 +249,7 @@ impl ServiceBusClient {
         while out.len() < max {
             let count = i32::try_from((max - out.len()).min(PAGE)).unwrap_or(1);
             let reply = self
-                .management(entity, super::management::peek_request(from, count))
+                .management(entity, super::management::Request::peek(from, count))
                 .await?;
             let page = super::management::peek_page(&reply)?;
             let Some(last) = page.last() else { break };
@@ -261,7 +274,7 @@ impl ServiceBusClient {
         )
     }
 
-    fn current(&self) -> Option<Arc<Connected>> {
+    fn current(&self) -> Option<Arc<ConnectionScope>> {
         let current = self
             .inner
             .current
@@ -273,7 +286,7 @@ impl ServiceBusClient {
     /// The current connection, opening one if there is none or the last one failed. No lock is
     /// held while opening: a black-holed handshake delays only its callers, and only for the
     /// timeout.
-    pub(crate) async fn connection(&self) -> Result<Arc<Connected>, ServiceBusError> {
+    pub(crate) async fn connection(&self) -> Result<Arc<ConnectionScope>, ServiceBusError> {
         if let Some(current) = self.current() {
             return Ok(current);
         }
@@ -294,7 +307,7 @@ impl ServiceBusClient {
         Ok(opened)
     }
 
-    async fn open(&self) -> Result<Arc<Connected>, ServiceBusError> {
+    async fn open(&self) -> Result<Arc<ConnectionScope>, ServiceBusError> {
         let timeout = self.inner.timeout;
         let options = ConnectionOptions {
             container_id: unique_name("sb-inbox"),
@@ -309,7 +322,7 @@ impl ServiceBusClient {
         )
         .await?;
         let session = step(timeout, "begin a session", connection.begin()).await?;
-        Ok(Arc::new(Connected {
+        Ok(Arc::new(ConnectionScope {
             connection,
             session,
             nodes: StdMutex::default(),
@@ -329,7 +342,7 @@ impl ServiceBusClient {
     /// `fresh` asks for a new one (after the service detached a link as unauthorized).
     pub(crate) async fn authorize(
         &self,
-        conn: &Arc<Connected>,
+        conn: &Arc<ConnectionScope>,
         entity: &str,
         fresh: bool,
     ) -> Result<(), ServiceBusError> {
@@ -347,7 +360,7 @@ impl ServiceBusClient {
 
     /// Refreshes the token for `audience` on `conn` until the connection fails or is dropped,
     /// or the client goes away. The task holds neither.
-    fn spawn_refresh(&self, conn: &Arc<Connected>, audience: String, expires_at: SystemTime) {
+    fn spawn_refresh(&self, conn: &Arc<ConnectionScope>, audience: String, expires_at: SystemTime) {
         let (tokens, weak, timeout) = (
             self.inner.tokens.clone(),
             Arc::downgrade(conn),
@@ -385,12 +398,13 @@ impl ServiceBusClient {
     /// Sends `request` to `<entity>/$management` on the current connection, putting the
     /// entity's and the node's tokens first; an unauthorized answer is retried once after a
     /// fresh token.
-    pub(crate) async fn management<B: SerializableBody + Clone>(
+    pub(crate) async fn management(
         &self,
         entity: &str,
-        request: Message<B>,
+        request: super::management::Request,
     ) -> Result<AnyMessage, ServiceBusError> {
-        let node = format!("{entity}/$management");
+        let node = management_node(entity);
+        let request = request.into_message();
         let conn = self.connection().await?;
         let mut fresh = false;
         loop {
@@ -413,6 +427,11 @@ impl ServiceBusClient {
             }
         }
     }
+}
+
+/// The address of `entity`'s `$management` node (also its token audience's path).
+pub(crate) fn management_node(entity: &str) -> String {
+    format!("{entity}/{}", management::NODE_SUFFIX)
 }
 
 /// Runs one handshake step within `timeout`.
@@ -449,11 +468,14 @@ pub(crate) fn client_properties() -> Fields {
     let platform = format!("Rust; {} {}", std::env::consts::OS, std::env::consts::ARCH);
     let mut fields = OrderedMap::new();
     for (key, value) in [
-        ("product", "sb-inbox".to_owned()),
-        ("version", version.to_owned()),
-        ("platform", platform.clone()),
-        ("framework", "Rust".to_owned()),
-        ("user-agent", format!("sb-inbox/{version} ({platform})")),
+        (open_property::PRODUCT, "sb-inbox".to_owned()),
+        (open_property::VERSION, version.to_owned()),
+        (open_property::PLATFORM, platform.clone()),
+        (open_property::FRAMEWORK, "Rust".to_owned()),
+        (
+            open_property::USER_AGENT,
+            format!("sb-inbox/{version} ({platform})"),
+        ),
     ] {
         fields.insert(Symbol::from(key), Value::String(value));
     }

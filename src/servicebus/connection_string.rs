@@ -1,3 +1,5 @@
+//! [`ConnectionString`]: parsing and printing (without secrets) Service Bus connection strings.
+
 use std::fmt;
 
 /// Why a connection string was refused.

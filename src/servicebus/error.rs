@@ -1,9 +1,7 @@
-use sb_amqp::condition;
+//! [`ServiceBusError`] and how the client recovers from each AMQP failure (link, connection,
+//! token, or none), as the SDKs classify them.
 
-/// `com.microsoft:entity-disabled`: the entity is disabled in the portal.
-const ENTITY_DISABLED: &str = "com.microsoft:entity-disabled";
-/// `com.microsoft:operation-cancelled`: the service gave up on an operation.
-const OPERATION_CANCELLED: &str = "com.microsoft:operation-cancelled";
+use sb_amqp::servicebus::condition::{self, ENTITY_DISABLED, OPERATION_CANCELLED};
 
 /// A Service Bus client failure.
 #[derive(Debug, Clone, thiserror::Error)]

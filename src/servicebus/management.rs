@@ -1,169 +1,294 @@
-//! The `<entity>/$management` node: lock renewal and peek.
+//! The `<entity>/$management` node: a [`Request`] per operation (lock renewal, settlement by
+//! lock token, peek, session operations) and the [`Reply`] the service sends back.
+//!
+//! Every name on the wire comes from [`sb_amqp::servicebus`]; the service's replies spell their
+//! status properties in camel case, the request-response convention (`$cbs`, JS
+//! `@azure/core-amqp`) in kebab case, and both are read.
 
 use std::time::SystemTime;
 
 use sb_amqp::AnyMessage;
 use sb_amqp::codec::Value;
 use sb_amqp::codec::primitives::{Array, OrderedMap};
+use sb_amqp::servicebus::management::{
+    DispositionStatus, Operation, key, reply as reply_property, request as request_property,
+    status as code,
+};
+use sb_amqp::servicebus::{cbs, condition};
 use sb_amqp::types::definitions::Fields;
 use sb_amqp::types::messaging::{AmqpValue, ApplicationProperties, Body, Message};
 use sb_amqp::types::primitives::SimpleValue;
 
-use super::amqp_message::{Received, from_amqp, timestamp_to_system};
+use super::amqp_message::{Received, from_amqp, timestamp_to_system, to_amqp_uuid};
 use super::cbs::{int_property, text_property};
 use super::{PeekedMessage, ServiceBusError};
 use crate::SettleError;
 
+/// How long the service may take over an operation (`com.microsoft:server-timeout`).
 const SERVER_TIMEOUT_MS: u32 = 30_000;
 
-/// The application properties of a `$management` request.
-fn request_properties(operation: &str) -> ApplicationProperties {
-    ApplicationProperties::builder()
-        .insert("operation", SimpleValue::String(operation.into()))
-        .insert(
-            "com.microsoft:server-timeout",
-            SimpleValue::Uint(SERVER_TIMEOUT_MS),
+/// A `$management` request: the operation, its body map and, for a lock renewal, the
+/// receive link it acts for.
+#[derive(Debug, Clone)]
+pub(crate) struct Request {
+    operation: Operation,
+    associated_link: Option<String>,
+    body: OrderedMap<Value, Value>,
+}
+
+impl Request {
+    /// An `operation` with an empty body.
+    pub(crate) fn new(operation: Operation) -> Self {
+        Request {
+            operation,
+            associated_link: None,
+            body: OrderedMap::new(),
+        }
+    }
+
+    /// Adds the body entry `key`.
+    pub(crate) fn entry(mut self, key: &str, value: Value) -> Self {
+        self.body.insert(Value::String(key.to_owned()), value);
+        self
+    }
+
+    /// `peek-message`: up to `count` messages from `from_sequence_number` on.
+    pub(crate) fn peek(from_sequence_number: i64, count: i32) -> Self {
+        Request::new(Operation::PeekMessage)
+            .entry(key::FROM_SEQUENCE_NUMBER, Value::Long(from_sequence_number))
+            .entry(key::MESSAGE_COUNT, Value::Int(count))
+    }
+
+    /// `renew-lock` for one lock of the receive link `link_name`.
+    pub(crate) fn renew_lock(link_name: &str, lock_token: uuid::Uuid) -> Self {
+        let mut request =
+            Request::new(Operation::RenewLock).entry(key::LOCK_TOKENS, lock_tokens(lock_token));
+        request.associated_link = Some(link_name.to_owned());
+        request
+    }
+
+    /// `update-disposition`: settles a lock by its token, whichever link received it (Go
+    /// `internal/mgmt.go` `SettleOnMgmtLink`, used when the receive link is gone).
+    pub(crate) fn disposition(disposition: &Disposition, lock_token: uuid::Uuid) -> Self {
+        let request = Request::new(Operation::UpdateDisposition)
+            .entry(key::DISPOSITION_STATUS, text(disposition.status().as_str()))
+            .entry(key::LOCK_TOKENS, lock_tokens(lock_token));
+        match disposition {
+            Disposition::Complete => request,
+            Disposition::Abandon(properties) if properties.is_empty() => request,
+            Disposition::Abandon(properties) => {
+                let mut map = OrderedMap::new();
+                for (key, value) in properties {
+                    map.insert(Value::String(key.0.clone()), value.clone());
+                }
+                request.entry(key::PROPERTIES_TO_MODIFY, Value::Map(map))
+            }
+            Disposition::DeadLetter {
+                reason,
+                description,
+            } => request
+                .entry(key::DEAD_LETTER_REASON, text(reason))
+                .entry(key::DEAD_LETTER_DESCRIPTION, text(description)),
+        }
+    }
+
+    /// A session operation (`renew-session-lock`, `get-session-state`, `set-session-state`)
+    /// on `session_id` (Python `_servicebus_session.py`: `session-id` first).
+    pub(crate) fn session(operation: Operation, session_id: &str) -> Self {
+        Request::new(operation).entry(key::SESSION_ID, text(session_id))
+    }
+
+    /// The AMQP message: `operation` and the server timeout (and the associated link) as
+    /// application properties, the body map as the value.
+    pub(crate) fn into_message(self) -> Message<AmqpValue<Value>> {
+        let mut properties = ApplicationProperties::builder()
+            .insert(
+                request_property::OPERATION,
+                SimpleValue::String(self.operation.as_str().into()),
+            )
+            .insert(
+                request_property::SERVER_TIMEOUT,
+                SimpleValue::Uint(SERVER_TIMEOUT_MS),
+            );
+        if let Some(link) = self.associated_link {
+            properties = properties.insert(
+                request_property::ASSOCIATED_LINK_NAME,
+                SimpleValue::String(link),
+            );
+        }
+        Message::builder()
+            .application_properties(properties.build())
+            .body(AmqpValue(Value::Map(self.body)))
+            .build()
+    }
+}
+
+fn text(s: &str) -> Value {
+    Value::String(s.to_owned())
+}
+
+fn lock_tokens(lock_token: uuid::Uuid) -> Value {
+    Value::Array(Array(vec![Value::Uuid(to_amqp_uuid(lock_token))]))
+}
+
+/// A `$management` reply as the client reads it: status, condition, and the body's entries.
+#[derive(Debug)]
+pub(crate) struct Reply<'a> {
+    /// The status code (0 when absent).
+    pub(crate) status: i64,
+    /// The error condition, if any.
+    pub(crate) condition: Option<String>,
+    message: &'a AnyMessage,
+}
+
+impl<'a> Reply<'a> {
+    /// Reads the status and condition of `message`.
+    pub(crate) fn read(message: &'a AnyMessage) -> Self {
+        Reply {
+            status: int_property(
+                message,
+                &[reply_property::STATUS_CODE, cbs::reply::STATUS_CODE],
+            )
+            .unwrap_or(0),
+            condition: text_property(
+                message,
+                &[reply_property::ERROR_CONDITION, cbs::reply::ERROR_CONDITION],
+            ),
+            message,
+        }
+    }
+
+    /// The status description (empty when absent).
+    pub(crate) fn description(&self) -> String {
+        text_property(
+            self.message,
+            &[
+                reply_property::STATUS_DESCRIPTION,
+                cbs::reply::STATUS_DESCRIPTION,
+            ],
         )
-        .build()
+        .unwrap_or_default()
+    }
+
+    /// True for a map body.
+    fn has_map_body(&self) -> bool {
+        matches!(&self.message.body, Body::Value(AmqpValue(Value::Map(_))))
+    }
+
+    /// The body entry `key` (a string or symbol key), if the body is a map holding one.
+    pub(crate) fn entry(&self, key: &str) -> Option<&'a Value> {
+        let Body::Value(AmqpValue(Value::Map(map))) = &self.message.body else {
+            return None;
+        };
+        map_entry(map, key)
+    }
+
+    /// Statuses a retry may clear: request timeout, internal error, service unavailable (Go
+    /// `internal/errors.go` `GetRecoveryKind`: 408, 503 and 500 need no recovery, only a
+    /// retry), and the busy conditions.
+    fn is_transient(&self) -> bool {
+        matches!(
+            i32::try_from(self.status),
+            Ok(code::REQUEST_TIMEOUT | code::INTERNAL_SERVER_ERROR | code::SERVICE_UNAVAILABLE)
+        ) || self
+            .condition
+            .as_deref()
+            .is_some_and(super::error::is_busy_condition)
+    }
+
+    fn is(&self, status: i32) -> bool {
+        self.status == i64::from(status)
+    }
 }
 
-/// `com.microsoft:message-not-found`: a peek past the last message (404 with this condition).
-const MESSAGE_NOT_FOUND: &str = "com.microsoft:message-not-found";
-
-/// The status code of a `$management` reply.
-fn status(reply: &AnyMessage) -> i64 {
-    int_property(reply, &["statusCode", "status-code"]).unwrap_or(0)
-}
-
-fn description(reply: &AnyMessage) -> String {
-    text_property(reply, &["statusDescription", "status-description"]).unwrap_or_default()
-}
-
-fn condition(reply: &AnyMessage) -> Option<String> {
-    text_property(reply, &["errorCondition", "error-condition"])
-}
-
-/// Statuses a retry may clear: request timeout, internal error, service unavailable (Go
-/// `internal/errors.go` `GetRecoveryKind`: 408, 503 and 500 need no recovery, only a retry),
-/// and the busy conditions.
-fn is_transient_reply(status: i64, condition: Option<&str>) -> bool {
-    matches!(status, 408 | 500 | 503) || condition.is_some_and(super::error::is_busy_condition)
-}
-
-/// A `com.microsoft:peek-message` request: up to `count` messages from
-/// `from_sequence_number` on.
-pub(crate) fn peek_request(from_sequence_number: i64, count: i32) -> Message<AmqpValue<Value>> {
-    let mut body = OrderedMap::new();
-    body.insert(
-        Value::String("from-sequence-number".into()),
-        Value::Long(from_sequence_number),
-    );
-    body.insert(Value::String("message-count".into()), Value::Int(count));
-    Message::builder()
-        .application_properties(request_properties("com.microsoft:peek-message"))
-        .body(AmqpValue(Value::Map(body)))
-        .build()
+/// The entry `key` (a string or symbol key) of an AMQP map.
+fn map_entry<'a>(map: &'a OrderedMap<Value, Value>, key: &str) -> Option<&'a Value> {
+    map.iter().find_map(|(k, v)| match k {
+        Value::String(k) if k == key => Some(v),
+        Value::Symbol(k) if k.0 == key => Some(v),
+        _ => None,
+    })
 }
 
 /// The messages of a peek reply. 204, 202, and 404 with `com.microsoft:message-not-found` are
 /// an empty page (.NET `AmqpReceiver.PeekMessagesInternalAsync`, Python
 /// `_common/mgmt_handlers.py` `peek_op`).
-pub(crate) fn peek_page(reply: &AnyMessage) -> Result<Vec<PeekedMessage>, ServiceBusError> {
-    let status = status(reply);
-    let condition = condition(reply);
-    if status == 204
-        || status == 202
-        || (status == 404 && condition.as_deref() == Some(MESSAGE_NOT_FOUND))
+pub(crate) fn peek_page(message: &AnyMessage) -> Result<Vec<PeekedMessage>, ServiceBusError> {
+    let reply = Reply::read(message);
+    if reply.is(code::NO_CONTENT)
+        || reply.is(code::ACCEPTED)
+        || (reply.is(code::NOT_FOUND)
+            && reply.condition.as_deref() == Some(condition::MESSAGE_NOT_FOUND))
     {
         return Ok(Vec::new());
     }
-    if status != 200 {
-        let description = description(reply);
-        return Err(match status {
-            404 => ServiceBusError::NotFound(description),
-            401 => ServiceBusError::Unauthorized {
-                status,
-                description,
-            },
-            _ if is_transient_reply(status, condition.as_deref()) => {
-                ServiceBusError::Connection(format!("peek answered {status}: {description}"))
-            }
-            _ => ServiceBusError::Broker {
-                condition: condition.unwrap_or_else(|| status.to_string()),
-                description,
-            },
-        });
+    if !reply.is(code::OK) {
+        return Err(peek_error(&reply));
     }
-    let malformed = |what: &str| ServiceBusError::Broker {
-        condition: "peek-message".into(),
-        description: format!("malformed reply: {what}"),
-    };
-    let Body::Value(AmqpValue(Value::Map(map))) = &reply.body else {
+    if !reply.has_map_body() {
         return Err(malformed("no map body"));
-    };
-    let messages = map
-        .iter()
-        .find_map(|(key, value)| match (key, value) {
-            (Value::String(k), Value::List(list)) if k == "messages" => Some(list.clone()),
-            (Value::String(k), Value::Array(Array(list))) if k == "messages" => Some(list.clone()),
-            _ => None,
-        })
-        .ok_or_else(|| malformed("no messages"))?;
-    let mut out = Vec::with_capacity(messages.len());
-    for entry in messages {
-        let Value::Map(entry) = entry else {
-            return Err(malformed("an entry is not a map"));
-        };
-        let encoded = entry
-            .iter()
-            .find_map(|(key, value)| match (key, value) {
-                (Value::String(k), Value::Binary(b)) if k == "message" => Some(b.clone()),
-                _ => None,
-            })
-            .ok_or_else(|| malformed("an entry has no message"))?;
-        let message = sb_amqp::decode_message(&encoded).map_err(|e| malformed(&e.to_string()))?;
-        let Received {
-            message,
-            delivery_count,
-            sequence_number,
-            ..
-        } = from_amqp(&message, &[]);
-        out.push(PeekedMessage {
-            message,
-            delivery_count,
-            sequence_number: sequence_number.ok_or_else(|| malformed("no sequence number"))?,
-        });
     }
-    Ok(out)
+    let messages = match reply.entry(key::MESSAGES) {
+        Some(Value::List(list) | Value::Array(Array(list))) => list,
+        _ => return Err(malformed("no messages")),
+    };
+    messages.iter().map(peeked).collect()
 }
 
-/// A `com.microsoft:renew-lock` request for one lock of the link `link_name`.
-pub(crate) fn renew_request(link_name: &str, lock_token: uuid::Uuid) -> Message<AmqpValue<Value>> {
-    let mut body = OrderedMap::new();
-    body.insert(
-        Value::String("lock-tokens".into()),
-        Value::Array(Array(vec![Value::Uuid(super::amqp_message::to_amqp_uuid(
-            lock_token,
-        ))])),
-    );
-    let properties = ApplicationProperties::builder()
-        .insert(
-            "operation",
-            SimpleValue::String("com.microsoft:renew-lock".into()),
-        )
-        .insert(
-            "com.microsoft:server-timeout",
-            SimpleValue::Uint(SERVER_TIMEOUT_MS),
-        )
-        .insert(
-            "associated-link-name",
-            SimpleValue::String(link_name.into()),
-        )
-        .build();
-    Message::builder()
-        .application_properties(properties)
-        .body(AmqpValue(Value::Map(body)))
-        .build()
+/// A peek refused: not found, unauthorized, transient, or the broker's condition.
+fn peek_error(reply: &Reply<'_>) -> ServiceBusError {
+    let (status, description) = (reply.status, reply.description());
+    if reply.is(code::NOT_FOUND) {
+        ServiceBusError::NotFound(description)
+    } else if reply.is(code::UNAUTHORIZED) {
+        ServiceBusError::Unauthorized {
+            status,
+            description,
+        }
+    } else if reply.is_transient() {
+        ServiceBusError::Connection(format!("peek answered {status}: {description}"))
+    } else {
+        ServiceBusError::Broker {
+            condition: reply
+                .condition
+                .clone()
+                .unwrap_or_else(|| status.to_string()),
+            description,
+        }
+    }
+}
+
+fn malformed(what: &str) -> ServiceBusError {
+    ServiceBusError::Broker {
+        condition: "peek-message".into(),
+        description: format!("malformed reply: {what}"),
+    }
+}
+
+/// One entry of a peek reply: the encoded message and its broker state.
+fn peeked(entry: &Value) -> Result<PeekedMessage, ServiceBusError> {
+    let Value::Map(entry) = entry else {
+        return Err(malformed("an entry is not a map"));
+    };
+    let encoded = entry
+        .iter()
+        .find_map(|(k, v)| match (k, v) {
+            (Value::String(k), Value::Binary(b)) if k == key::MESSAGE => Some(b),
+            _ => None,
+        })
+        .ok_or_else(|| malformed("an entry has no message"))?;
+    let message = sb_amqp::decode_message(encoded).map_err(|e| malformed(&e.to_string()))?;
+    let Received {
+        message,
+        delivery_count,
+        sequence_number,
+        ..
+    } = from_amqp(&message, &[]);
+    Ok(PeekedMessage {
+        message,
+        delivery_count,
+        sequence_number: sequence_number.ok_or_else(|| malformed("no sequence number"))?,
+    })
 }
 
 /// What a settlement does, as `com.microsoft:update-disposition` says it.
@@ -174,138 +299,77 @@ pub(crate) enum Disposition {
     DeadLetter { reason: String, description: String },
 }
 
-/// A `com.microsoft:update-disposition` request: settles a lock by its token, whichever link
-/// received it (Go `internal/mgmt.go` `SettleOnMgmtLink`, used when the receive link is gone).
-pub(crate) fn disposition_request(
-    disposition: &Disposition,
-    lock_token: uuid::Uuid,
-) -> Message<AmqpValue<Value>> {
-    let text = |s: &str| Value::String(s.to_owned());
-    let mut body = OrderedMap::new();
-    let status = match disposition {
-        Disposition::Complete => "completed",
-        Disposition::Abandon(_) => "abandoned",
-        Disposition::DeadLetter { .. } => "suspended",
-    };
-    body.insert(text("disposition-status"), text(status));
-    body.insert(
-        text("lock-tokens"),
-        Value::Array(Array(vec![Value::Uuid(super::amqp_message::to_amqp_uuid(
-            lock_token,
-        ))])),
-    );
-    match disposition {
-        Disposition::Complete => {}
-        Disposition::Abandon(properties) => {
-            if !properties.is_empty() {
-                let mut map = OrderedMap::new();
-                for (key, value) in properties {
-                    map.insert(Value::String(key.0.clone()), value.clone());
-                }
-                body.insert(text("properties-to-modify"), Value::Map(map));
-            }
-        }
-        Disposition::DeadLetter {
-            reason,
-            description,
-        } => {
-            body.insert(text("deadletter-reason"), text(reason));
-            body.insert(text("deadletter-description"), text(description));
+impl Disposition {
+    /// The `disposition-status` that says it.
+    fn status(&self) -> DispositionStatus {
+        match self {
+            Disposition::Complete => DispositionStatus::Completed,
+            Disposition::Abandon(_) => DispositionStatus::Abandoned,
+            Disposition::DeadLetter { .. } => DispositionStatus::Suspended,
         }
     }
-    Message::builder()
-        .application_properties(request_properties("com.microsoft:update-disposition"))
-        .body(AmqpValue(Value::Map(body)))
-        .build()
 }
 
 /// Reads an `update-disposition` reply.
 pub(crate) fn disposition_reply(reply: &AnyMessage) -> Result<(), SettleError> {
-    lock_reply(reply)
+    lock_reply(&Reply::read(reply))
 }
 
 /// The lock-related part of a renew or update-disposition reply: `Ok(())` for 200.
-fn lock_reply(reply: &AnyMessage) -> Result<(), SettleError> {
-    let status = status(reply);
-    let condition = condition(reply);
-    if status == 410
+fn lock_reply(reply: &Reply<'_>) -> Result<(), SettleError> {
+    if reply.is(code::GONE)
         || matches!(
-            condition.as_deref(),
-            Some(sb_amqp::condition::MESSAGE_LOCK_LOST | super::session::SESSION_LOCK_LOST)
+            reply.condition.as_deref(),
+            Some(condition::MESSAGE_LOCK_LOST | condition::SESSION_LOCK_LOST)
         )
     {
         return Err(SettleError::LockLost);
     }
-    if status == 200 {
+    if reply.is(code::OK) {
         return Ok(());
     }
-    let description = description(reply);
-    if is_transient_reply(status, condition.as_deref()) {
+    let (status, description) = (reply.status, reply.description());
+    if reply.is_transient() {
         return Err(SettleError::transient(format!(
             "$management answered {status}: {description}"
         )));
     }
     Err(SettleError::Permanent {
-        condition: condition.unwrap_or_else(|| status.to_string()),
+        condition: reply
+            .condition
+            .clone()
+            .unwrap_or_else(|| status.to_string()),
         description,
     })
-}
-
-/// A session operation (`com.microsoft:renew-session-lock`, `get-session-state`,
-/// `set-session-state`) on `session_id`, with the body entries `extra` (Python
-/// `_servicebus_session.py`: `session-id`, `session-state`).
-pub(crate) fn session_request(
-    operation: &str,
-    session_id: &str,
-    extra: Vec<(&str, Value)>,
-) -> Message<AmqpValue<Value>> {
-    let mut body = OrderedMap::new();
-    body.insert(
-        Value::String("session-id".into()),
-        Value::String(session_id.to_owned()),
-    );
-    for (key, value) in extra {
-        body.insert(Value::String(key.to_owned()), value);
-    }
-    Message::builder()
-        .application_properties(request_properties(operation))
-        .body(AmqpValue(Value::Map(body)))
-        .build()
 }
 
 /// The body entry `key` of a session operation's reply (after its status was checked):
 /// `Ok(None)` when absent.
 pub(crate) fn session_reply(reply: &AnyMessage, key: &str) -> Result<Option<Value>, SettleError> {
-    lock_reply(reply)?;
-    let Body::Value(AmqpValue(Value::Map(map))) = &reply.body else {
-        return Ok(None);
-    };
-    Ok(map.iter().find_map(|(k, v)| match k {
-        Value::String(k) if k == key => Some(v.clone()),
-        Value::Symbol(k) if k.0 == key => Some(v.clone()),
-        _ => None,
-    }))
+    let reply = Reply::read(reply);
+    lock_reply(&reply)?;
+    Ok(reply.entry(key).cloned())
 }
 
 /// Reads a `renew-lock` reply: the new expiry.
 pub(crate) fn renew_reply(reply: &AnyMessage) -> Result<SystemTime, SettleError> {
-    lock_reply(reply)?;
-    let Body::Value(AmqpValue(Value::Map(map))) = &reply.body else {
+    let reply = Reply::read(reply);
+    lock_reply(&reply)?;
+    if !reply.has_map_body() {
         return Err(SettleError::Transient(
             "renew-lock reply has no map body".into(),
         ));
-    };
-    let expirations = map.iter().find_map(|(key, value)| match (key, value) {
-        (Value::String(k), Value::Array(a)) if k == "expirations" => Some(a),
-        (Value::Symbol(k), Value::Array(a)) if k.0 == "expirations" => Some(a),
-        _ => None,
-    });
-    match expirations.and_then(|a| a.0.first()) {
-        Some(Value::Timestamp(ts)) => Ok(timestamp_to_system(ts)),
-        _ => Err(SettleError::Transient(
-            "renew-lock reply has no expiration".into(),
-        )),
     }
+    let first = match reply.entry(key::EXPIRATIONS) {
+        Some(Value::Array(Array(expirations))) => expirations.first(),
+        _ => None,
+    };
+    if let Some(Value::Timestamp(ts)) = first {
+        return Ok(timestamp_to_system(ts));
+    }
+    Err(SettleError::Transient(
+        "renew-lock reply has no expiration".into(),
+    ))
 }
 
 #[cfg(test)]
@@ -329,7 +393,7 @@ mod tests {
         for r in [
             reply(204, None),
             reply(202, None),
-            reply(404, Some(MESSAGE_NOT_FOUND)),
+            reply(404, Some(condition::MESSAGE_NOT_FOUND)),
         ] {
             assert_eq!(peek_page(&r).unwrap(), Vec::new());
         }

@@ -8,10 +8,15 @@
 //! - [`ServiceBusClient`]: one connection, re-established only after connection-level
 //!   failures; a link the service detaches is re-attached on it (`error::recovery` classifies
 //!   detaches as the SDKs do); `$cbs` and `$management` (`node`) re-attach on demand.
-//! - [`ServiceBusReceiver`] / [`ServiceBusDelivery`]: the runtime's `Receiver` / `Delivery`
-//!   ports: peek-lock, renew-lock on `$management`, settlement that awaits the broker's outcome.
-//! - [`ServiceBusSender`]: sends that await `accepted`, with typed rejections and scheduled
-//!   enqueue times; [`ServiceBusPublisher`]: the runtime's `Sender` port, any destination.
+//! - [`ServiceBusReceiver`] (`receiver`) / [`ServiceBusDelivery`] (`delivery`): the runtime's
+//!   `Receiver` / `Delivery` ports: peek-lock, renew-lock on `$management`; `settlement`
+//!   settles on the link or by lock token and awaits the broker's outcome.
+//! - `management` / `cbs`: the request/response nodes' requests and replies as named structs;
+//!   every wire name comes from [`sb_amqp::servicebus`], shared with the emulator.
+//! - [`ServiceBusSender`]: sends to one entity that await `accepted`, with typed rejections and
+//!   scheduled enqueue times (the SDKs' sender); [`ServiceBusSenderPort`]: the runtime's
+//!   `Sender` port, any destination, one `ServiceBusSender` each (formerly
+//!   `ServiceBusPublisher`, kept as a deprecated alias).
 //! - [`ServiceBusClient::peek`] / [`PeekedMessage`]: `$management` peek-message, e.g. of a
 //!   dead-letter queue.
 
@@ -20,6 +25,7 @@ mod auth;
 mod cbs;
 mod client;
 mod connection_string;
+mod delivery;
 mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -30,7 +36,9 @@ mod peek;
 mod receiver;
 mod sas;
 mod sender;
+mod sender_port;
 mod session;
+mod settlement;
 mod telemetry;
 
 pub use amqp_message::TYPED_MESSAGE_ID_PREFIX;
@@ -40,9 +48,12 @@ pub use auth::{
 };
 pub use client::{DEFAULT_TIMEOUT, ServiceBusClient};
 pub use connection_string::{ConnectionString, ConnectionStringError, Credential, Transport};
+pub use delivery::ServiceBusDelivery;
 pub use error::ServiceBusError;
 pub use peek::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, PeekedMessage};
-pub use receiver::{ServiceBusDelivery, ServiceBusReceiver};
+pub use receiver::ServiceBusReceiver;
 pub use sas::{SasToken, sign_sas};
-pub use sender::{SendError, SendErrorKind, SendOptions, ServiceBusPublisher, ServiceBusSender};
+pub use sender::{SendError, SendErrorKind, SendOptions, ServiceBusSender};
+#[allow(deprecated)]
+pub use sender_port::{ServiceBusPublisher, ServiceBusSenderPort};
 pub use session::{ServiceBusSessionReceiver, ServiceBusSessionSource};

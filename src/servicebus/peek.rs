@@ -2,10 +2,12 @@
 
 use crate::{Message, PropertyValue};
 
+use sb_amqp::servicebus::dead_letter;
+
 /// The application property Service Bus writes the dead-letter reason to.
-pub const DEAD_LETTER_REASON: &str = "DeadLetterReason";
+pub const DEAD_LETTER_REASON: &str = dead_letter::REASON;
 /// The application property Service Bus writes the dead-letter description to.
-pub const DEAD_LETTER_ERROR_DESCRIPTION: &str = "DeadLetterErrorDescription";
+pub const DEAD_LETTER_ERROR_DESCRIPTION: &str = dead_letter::ERROR_DESCRIPTION;
 
 /// A peeked message: the message as sent (plus broker-written properties) and its broker state.
 #[derive(Debug, Clone, PartialEq)]

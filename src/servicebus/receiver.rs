@@ -1,36 +1,34 @@
-use std::collections::BTreeMap;
+//! [`ServiceBusReceiver`]: the runtime's [`Receiver`] port over a peek-lock receive link,
+//! re-attached after the service detaches it; deliveries it cannot hand to the runtime it
+//! dead-letters itself.
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, SystemTime};
 
-use sb_amqp::codec::Value;
-use sb_amqp::codec::primitives::OrderedMap;
-use sb_amqp::types::definitions::{Fields, ReceiverSettleMode, SenderSettleMode};
-use sb_amqp::types::primitives::Symbol;
-use sb_amqp::{AmqpError, Outcome, ReceiverOptions, Settler, unique_name};
+use sb_amqp::types::definitions::{ReceiverSettleMode, SenderSettleMode};
+use sb_amqp::{Outcome, ReceiverOptions, Settler, unique_name};
 use tokio::sync::Mutex;
 
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::amqp_message::{Received, Refusal, from_amqp};
-use super::error::{Recovery, is_busy_condition, recovery};
-use super::management::{self, Disposition};
-use super::session::{
-    SESSION_LINK_GONE, SESSION_LOCK_LOST, SessionLock, SessionRequest, session_refusal,
-};
+use super::client::management_node;
+use super::delivery::ServiceBusDelivery;
+use super::error::{Recovery, recovery};
+use super::session::{SESSION_LINK_GONE, SessionLock, SessionRequest, session_refusal};
+use super::settlement::dead_letter_outcome;
 use super::telemetry::{EntityTelemetry, Kind};
 use super::{ServiceBusClient, ServiceBusError};
 use crate::ports::Cause;
-use crate::runtime::{Backoff, DeadLetterReason};
+use crate::runtime::DeadLetterReason;
 use crate::telemetry::names::{error, span};
 use crate::telemetry::propagation::producer_context;
-use crate::{Delivery, Message, PropertyValue, ReceiveError, Receiver, SettleError, Source};
+use crate::{Delivery, ReceiveError, Receiver, Source};
 
 /// How long [`ServiceBusReceiver::close`] waits for the broker.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
-/// First and largest pause between settlement attempts the service answered busy.
-const SETTLE_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
 
 /// A peek-lock receiver implementing the runtime's [`Receiver`] port.
 ///
@@ -67,13 +65,13 @@ pub(super) struct ReceiverInner {
 pub(super) struct ReceiveLink {
     pub(super) receiver: sb_amqp::Receiver,
     pub(super) shared: Arc<LinkShared>,
-    granted: bool,
+    pub(super) granted: bool,
 }
 
 /// What deliveries of one link share.
 #[derive(Debug)]
 pub(super) struct LinkShared {
-    settler: Settler,
+    pub(super) settler: Settler,
     pub(super) name: String,
     /// Set once the link failed: its deliveries settle through `$management`.
     pub(super) gone: AtomicBool,
@@ -130,7 +128,7 @@ impl ServiceBusReceiver {
             .map_err(Self::refused)?;
         // Renewals need the node's token too (the service checks it on the management link).
         client
-            .authorize(&conn, &format!("{}/$management", inner.entity), fresh)
+            .authorize(&conn, &management_node(&inner.entity), fresh)
             .await
             .map_err(Self::refused)?;
         let name = unique_name("sb-inbox-receiver");
@@ -357,356 +355,5 @@ impl ServiceBusReceiver {
             Some(link) => link.shared.settler.unsettled().await.unwrap_or(0),
             None => 0,
         }
-    }
-}
-
-/// The disposition that dead-letters with a reason and a description.
-fn dead_letter_outcome(reason: &str, description: &str) -> Outcome {
-    let info = fields([
-        (
-            "DeadLetterReason".to_owned(),
-            Value::String(reason.to_owned()),
-        ),
-        (
-            "DeadLetterErrorDescription".to_owned(),
-            Value::String(description.to_owned()),
-        ),
-    ]);
-    Outcome::Rejected(Some(
-        AmqpError::new(sb_amqp::condition::DEAD_LETTER, None).with_info(info),
-    ))
-}
-
-/// A peek-locked Service Bus delivery.
-#[derive(Debug)]
-pub struct ServiceBusDelivery {
-    /// Keeps the receive link attached while the delivery waits for its settlement, even if
-    /// the caller dropped its receiver handle; its telemetry names the settlement spans.
-    receiver: Arc<ReceiverInner>,
-    link: Arc<LinkShared>,
-    /// The session lock of a session receiver's delivery: it is the delivery's lock.
-    session: Option<Arc<SessionLock>>,
-    delivery_id: u32,
-    lock_token: uuid::Uuid,
-    locked_until: StdMutex<SystemTime>,
-    /// The broker answered a settlement: nothing is left to clear on drop.
-    settled: AtomicBool,
-    received: Received,
-}
-
-/// One settlement attempt's result.
-enum Attempt {
-    Done,
-    /// The delivery's link is gone: settle by lock token instead.
-    LinkGone,
-    /// Busy, timed out, or no answer: worth another try while the lock lasts.
-    Retry(Cause),
-    Failed(SettleError),
-}
-
-impl ServiceBusDelivery {
-    /// The broker's sequence number.
-    pub fn sequence_number(&self) -> Option<i64> {
-        self.received.sequence_number
-    }
-
-    /// Settles under a `{disposition} {entity}` client span.
-    async fn settle(
-        &self,
-        name: &'static str,
-        outcome: Outcome,
-        disposition: Disposition,
-    ) -> Result<(), SettleError> {
-        let operation = self.receiver.telemetry.start(name, Kind::Settle);
-        let settled = self
-            .settle_now(outcome, disposition)
-            .instrument(operation.span.clone())
-            .await;
-        operation.end(settled.as_ref().err().map(SettleError::error_type));
-        settled
-    }
-
-    async fn renew_now(&self) -> Result<SystemTime, SettleError> {
-        if let Some(session) = &self.session {
-            // A session message has no lock of its own to renew (.NET refuses renew-lock on a
-            // session receiver): renewing the session lock keeps it.
-            return session.renew(&self.receiver).await;
-        }
-        let reply = self
-            .receiver
-            .client
-            .management(
-                &self.receiver.entity,
-                management::renew_request(&self.link.name, self.lock_token),
-            )
-            .await
-            .map_err(settle_error)?;
-        let until = management::renew_reply(&reply)?;
-        *self
-            .locked_until
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = until;
-        Ok(until)
-    }
-
-    /// Settles over the delivery's own link while it lives, else (and for every retry after
-    /// a busy or timed-out answer, whose delivery the link may have settled already) by lock
-    /// token on `$management`, with backoff until the lock expires (Go
-    /// `azservicebus/messageSettler.settleWithRetries`).
-    async fn settle_now(
-        &self,
-        outcome: Outcome,
-        disposition: Disposition,
-    ) -> Result<(), SettleError> {
-        if self.session.is_some() {
-            return self.settle_in_session(outcome).await;
-        }
-        let mut on_link = !self.link.gone.load(Ordering::Acquire);
-        let mut backoff = Backoff::new(SETTLE_BACKOFF.0, SETTLE_BACKOFF.1);
-        // The lock as it stands now: renewals meanwhile must not keep a busy service retried.
-        let deadline = self.locked_until();
-        loop {
-            let attempt = if on_link {
-                on_link = false;
-                self.settle_on_link(outcome.clone()).await
-            } else {
-                self.settle_by_token(&disposition).await
-            };
-            match attempt {
-                Attempt::Done => return Ok(()),
-                Attempt::Failed(error) => return Err(error),
-                Attempt::LinkGone => {}
-                Attempt::Retry(why) => {
-                    let delay = backoff.next_delay();
-                    if SystemTime::now() + delay >= deadline {
-                        return Err(SettleError::Transient(why));
-                    }
-                    tracing::debug!(lock_token = %self.lock_token, %why, ?delay, "Settlement not done; retrying.");
-                    tokio::time::sleep(delay).await;
-                }
-            }
-        }
-    }
-
-    /// A session message is settled on its own link only, as .NET's `AmqpReceiver` does for
-    /// session receivers: once that link is gone, so is the session lock and the settlement
-    /// fails as lock lost. Busy answers are retried on the link while the session lock lasts.
-    async fn settle_in_session(&self, outcome: Outcome) -> Result<(), SettleError> {
-        let mut backoff = Backoff::new(SETTLE_BACKOFF.0, SETTLE_BACKOFF.1);
-        let deadline = self.locked_until();
-        loop {
-            match self.settle_on_link(outcome.clone()).await {
-                Attempt::Done => return Ok(()),
-                Attempt::Failed(error) => return Err(error),
-                Attempt::LinkGone => return Err(SettleError::LockLost),
-                Attempt::Retry(why) => {
-                    let delay = backoff.next_delay();
-                    if SystemTime::now() + delay >= deadline {
-                        return Err(SettleError::Transient(why));
-                    }
-                    tokio::time::sleep(delay).await;
-                }
-            }
-        }
-    }
-
-    async fn settle_on_link(&self, outcome: Outcome) -> Attempt {
-        let timeout = self.receiver.client.timeout();
-        let Ok(settled) =
-            tokio::time::timeout(timeout, self.link.settler.settle(self.delivery_id, outcome))
-                .await
-        else {
-            return Attempt::Retry("the broker did not answer the settlement in time".into());
-        };
-        if settled.is_ok() || settled.as_ref().is_err_and(sb_amqp::Error::is_lock_lost) {
-            self.settled.store(true, Ordering::Release);
-        }
-        match settled {
-            Ok(Some(Outcome::Rejected(Some(error))))
-                if error.is_lock_lost() || error.condition == SESSION_LOCK_LOST =>
-            {
-                Attempt::Failed(SettleError::LockLost)
-            }
-            Ok(Some(Outcome::Rejected(Some(error)))) if is_busy_condition(&error.condition) => {
-                Attempt::Retry(Cause::text(error.to_string()))
-            }
-            Ok(Some(Outcome::Rejected(Some(error)))) => Attempt::Failed(SettleError::Permanent {
-                condition: error.condition,
-                description: error.description.unwrap_or_default(),
-            }),
-            Ok(_) => Attempt::Done,
-            Err(error) if error.is_lock_lost() => Attempt::Failed(SettleError::LockLost),
-            // Detached, or the delivery was dropped with its link: its lock may live on.
-            Err(_) => {
-                self.link.gone.store(true, Ordering::Release);
-                Attempt::LinkGone
-            }
-        }
-    }
-
-    async fn settle_by_token(&self, disposition: &Disposition) -> Attempt {
-        let replied = self
-            .receiver
-            .client
-            .management(
-                &self.receiver.entity,
-                management::disposition_request(disposition, self.lock_token),
-            )
-            .await;
-        match replied
-            .map_err(settle_error)
-            .and_then(|r| management::disposition_reply(&r))
-        {
-            Ok(()) => Attempt::Done,
-            Err(SettleError::Transient(why)) => Attempt::Retry(why),
-            Err(error) => Attempt::Failed(error),
-        }
-    }
-}
-
-/// A `$management` request failure as a settlement error, keeping the broker's condition.
-pub(super) fn settle_error(error: ServiceBusError) -> SettleError {
-    if error.is_transient() {
-        SettleError::transient(Cause::new(error))
-    } else {
-        let condition = match &error {
-            ServiceBusError::Broker { condition, .. } => condition.clone(),
-            ServiceBusError::NotFound(_) => sb_amqp::condition::NOT_FOUND.to_owned(),
-            _ => sb_amqp::condition::UNAUTHORIZED_ACCESS.to_owned(),
-        };
-        SettleError::Permanent {
-            condition,
-            description: error.to_string(),
-        }
-    }
-}
-
-fn fields(entries: impl IntoIterator<Item = (String, Value)>) -> Fields {
-    let mut map = OrderedMap::new();
-    for (key, value) in entries {
-        map.insert(Symbol::from(key), value);
-    }
-    map
-}
-
-fn amqp_value(value: &PropertyValue) -> Value {
-    match value {
-        PropertyValue::String(s) => Value::String(s.clone()),
-        PropertyValue::Long(n) => Value::Long(*n),
-        PropertyValue::Double(f) => Value::Double((*f).into()),
-        PropertyValue::Bool(b) => Value::Bool(*b),
-    }
-}
-
-impl Delivery for ServiceBusDelivery {
-    fn message(&self) -> &Message {
-        &self.received.message
-    }
-
-    fn delivery_count(&self) -> u32 {
-        self.received.delivery_count
-    }
-
-    fn lock_token(&self) -> uuid::Uuid {
-        self.lock_token
-    }
-
-    fn locked_until(&self) -> SystemTime {
-        if let Some(session) = &self.session {
-            return session.locked_until();
-        }
-        *self
-            .locked_until
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn enqueued_time(&self) -> Option<SystemTime> {
-        self.received.enqueued_time
-    }
-
-    async fn renew_lock(&self) -> Result<SystemTime, SettleError> {
-        let operation = self.receiver.telemetry.start(span::RENEW_LOCK, Kind::Renew);
-        let renewed = self.renew_now().instrument(operation.span.clone()).await;
-        operation.end(renewed.as_ref().err().map(SettleError::error_type));
-        renewed
-    }
-
-    async fn complete(&self) -> Result<(), SettleError> {
-        self.settle(span::COMPLETE, Outcome::Accepted, Disposition::Complete)
-            .await
-    }
-
-    async fn abandon(
-        &self,
-        properties: BTreeMap<String, PropertyValue>,
-    ) -> Result<(), SettleError> {
-        let annotations = fields(properties.iter().map(|(k, v)| (k.clone(), amqp_value(v))));
-        self.settle(
-            span::ABANDON,
-            Outcome::Modified {
-                delivery_failed: true,
-                undeliverable_here: false,
-                message_annotations: (!annotations.is_empty()).then(|| annotations.clone()),
-            },
-            Disposition::Abandon(annotations),
-        )
-        .await
-    }
-
-    async fn release(&self) -> Result<(), SettleError> {
-        let operation = self.receiver.telemetry.start(span::RELEASE, Kind::Settle);
-        // `released` exists only on the link: no `$management` disposition gives a lock back
-        // without counting a delivery, so without the link the lock simply runs out.
-        let released = if self.link.gone.load(Ordering::Acquire) {
-            Ok(())
-        } else {
-            match self
-                .settle_on_link(Outcome::Released)
-                .instrument(operation.span.clone())
-                .await
-            {
-                Attempt::Done | Attempt::LinkGone => Ok(()),
-                Attempt::Retry(why) => Err(SettleError::Transient(why)),
-                Attempt::Failed(error) => Err(error),
-            }
-        };
-        operation.end(released.as_ref().err().map(SettleError::error_type));
-        released
-    }
-
-    async fn dead_letter(&self, reason: &str, description: &str) -> Result<(), SettleError> {
-        self.settle(
-            span::DEAD_LETTER,
-            dead_letter_outcome(reason, description),
-            Disposition::DeadLetter {
-                reason: reason.to_owned(),
-                description: description.to_owned(),
-            },
-        )
-        .await
-    }
-}
-
-impl Drop for ServiceBusDelivery {
-    /// A delivery dropped without a settlement the broker answered (its lock was lost, or the
-    /// runtime gave up on it) is released, best effort: the broker's answer (`released`, or
-    /// lock-lost once the lock is gone) clears it from the link's unsettled deliveries, which
-    /// would otherwise grow for the life of the link. A lock still held is given back without
-    /// counting a delivery.
-    fn drop(&mut self) {
-        if self.settled.load(Ordering::Acquire) || self.link.gone.load(Ordering::Acquire) {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (settler, delivery_id) = (self.link.settler.clone(), self.delivery_id);
-        let timeout = self.receiver.client.timeout();
-        runtime.spawn(async move {
-            // Best effort: a lost answer only leaves the entry until the link ends.
-            let _ =
-                tokio::time::timeout(timeout, settler.settle(delivery_id, Outcome::Released)).await;
-        });
     }
 }

@@ -1,3 +1,5 @@
+//! Shared access signatures: [`sign_sas`] signs a token for an audience with a key.
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;

@@ -1,5 +1,7 @@
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex as StdMutex};
+//! [`ServiceBusSender`]: sends to one entity, awaiting the broker's outcome, with typed
+//! rejections ([`SendError`] hands the message back) and scheduled enqueue times.
+
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use sb_amqp::{Outcome, Sendable, SenderOptions, unique_name};
@@ -11,11 +13,12 @@ use super::amqp_message::to_amqp;
 use super::error::{Recovery, is_busy_condition, recovery};
 use super::telemetry::{EntityTelemetry, Kind};
 use super::{ServiceBusClient, ServiceBusError};
-use crate::ports::Cause;
+use crate::Message;
+#[cfg(doc)]
+use crate::Sender;
 use crate::runtime::Backoff;
 use crate::telemetry::names::{attr, error, span};
 use crate::telemetry::propagation::stamp;
-use crate::{Message, SendFailure, Sender};
 
 /// How long a send waits for the broker's outcome (Service Bus's own server timeout is 30 s).
 const SEND_TIMEOUT: Duration = Duration::from_secs(30);
@@ -103,7 +106,10 @@ impl SendOptions {
     }
 }
 
-/// A sender that awaits the broker's `accepted` for every message.
+/// A sender bound to one entity that awaits the broker's `accepted` for every message (the
+/// SDKs' `ServiceBusSender`). It is not the runtime's [`Sender`] port: that is
+/// [`ServiceBusSenderPort`](super::ServiceBusSenderPort), which sends to any entity through one
+/// of these per destination.
 #[derive(Debug, Clone)]
 pub struct ServiceBusSender {
     inner: Arc<SenderInner>,
@@ -314,57 +320,5 @@ fn kind_of(error: &ServiceBusError) -> SendErrorKind {
             description: description.clone(),
         },
         other => SendErrorKind::Connection(other.to_string()),
-    }
-}
-
-/// The runtime's [`Sender`] port on one client: one sender link per destination, attached on
-/// first use and kept.
-#[derive(Debug, Clone)]
-pub struct ServiceBusPublisher {
-    client: ServiceBusClient,
-    senders: Arc<StdMutex<HashMap<String, ServiceBusSender>>>,
-}
-
-impl ServiceBusPublisher {
-    pub(crate) fn new(client: ServiceBusClient) -> Self {
-        ServiceBusPublisher {
-            client,
-            senders: Arc::default(),
-        }
-    }
-
-    fn sender(&self, destination: &str) -> ServiceBusSender {
-        let mut senders = self
-            .senders
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        senders
-            .entry(destination.to_owned())
-            .or_insert_with(|| self.client.sender(destination))
-            .clone()
-    }
-}
-
-impl Sender for ServiceBusPublisher {
-    async fn send(
-        &self,
-        destination: &str,
-        message: Message,
-        scheduled_enqueue_time: Option<SystemTime>,
-    ) -> Result<(), SendFailure> {
-        let options = SendOptions {
-            time_to_live: None,
-            scheduled_enqueue_time,
-        };
-        self.sender(destination)
-            .send_with(message, &options)
-            .await
-            .map_err(|failed| {
-                if failed.error.is_transient() {
-                    SendFailure::transient(Cause::new(failed))
-                } else {
-                    SendFailure::permanent(Cause::new(failed))
-                }
-            })
     }
 }

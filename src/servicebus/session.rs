@@ -18,34 +18,32 @@ use sb_amqp::types::definitions::Fields;
 use sb_amqp::types::messaging::FilterSet;
 use sb_amqp::types::primitives::{Binary, Symbol};
 
+use sb_amqp::servicebus::management::{Operation, key};
+use sb_amqp::servicebus::{condition, link};
+
 use super::ServiceBusError;
 use super::amqp_message::timestamp_to_system;
-use super::management;
-use super::receiver::{ReceiverInner, ServiceBusDelivery, ServiceBusReceiver, settle_error};
+use super::delivery::ServiceBusDelivery;
+use super::management::{self, Request};
+use super::receiver::{ReceiverInner, ServiceBusReceiver};
+use super::settlement::settle_error;
 use crate::ports::Cause;
 use crate::{ReceiveError, SettleError, Source};
 
-/// `com.microsoft:session-lock-lost`: the session lock expired or the session was taken.
-pub(crate) const SESSION_LOCK_LOST: &str = "com.microsoft:session-lock-lost";
 /// A session receiver's receive after its link was lost.
 pub(super) const SESSION_LINK_GONE: &str =
     "the session's link is gone, and the session lock with it";
-const SESSION_FILTER: &str = "com.microsoft:session-filter";
-const LOCKED_UNTIL: &str = "com.microsoft:locked-until-utc";
-const OPERATION_TIMEOUT: &str = "com.microsoft:timeout";
-/// .NET ticks (100 ns) from 0001-01-01 to the Unix epoch.
-const TICKS_AT_UNIX_EPOCH: i64 = 621_355_968_000_000_000;
 
 /// The attach of a next available session timed out: no session became available.
 pub(super) const NO_SESSION: &str = "no session became available";
-const SESSION_CANNOT_BE_LOCKED: &str = "com.microsoft:session-cannot-be-locked";
 
 /// A refused session attach the session receiver classifies itself: no session available in
 /// time, or the session held by another receiver (both worth trying again later).
 pub(super) fn session_refusal(error: &sb_amqp::Error) -> Option<ReceiveError> {
     match error.condition() {
-        Some(OPERATION_TIMEOUT) => Some(ReceiveError::transient(NO_SESSION)),
-        Some(SESSION_CANNOT_BE_LOCKED) => Some(ReceiveError::transient(Cause::new(
+        // The attach's operation timeout ran out: the service answers with the same symbol.
+        Some(condition::TIMEOUT) => Some(ReceiveError::Transient(NO_SESSION.into())),
+        Some(condition::SESSION_CANNOT_BE_LOCKED) => Some(ReceiveError::transient(Cause::new(
             ServiceBusError::from_amqp(error),
         ))),
         _ => None,
@@ -65,12 +63,12 @@ impl SessionRequest {
     pub(super) fn apply(&self, options: ReceiverOptions) -> ReceiverOptions {
         let mut filter = FilterSet::default();
         filter.insert(
-            Symbol::from(SESSION_FILTER),
+            Symbol::from(link::SESSION_FILTER),
             self.session_id.clone().map_or(Value::Null, Value::String),
         );
         let mut properties = Fields::default();
         let ms = u32::try_from(self.wait.as_millis()).unwrap_or(u32::MAX);
-        properties.insert(Symbol::from(OPERATION_TIMEOUT), Value::Uint(ms));
+        properties.insert(Symbol::from(link::OPERATION_TIMEOUT), Value::Uint(ms));
         let mut options = options.filter(filter);
         options.properties = Some(properties);
         options
@@ -94,14 +92,9 @@ impl SessionLock {
 
     /// `com.microsoft:renew-session-lock`; a lost session link means a lost lock.
     pub(super) async fn renew(&self, receiver: &ReceiverInner) -> Result<SystemTime, SettleError> {
-        let reply = session_management(
-            receiver,
-            &self.id,
-            "com.microsoft:renew-session-lock",
-            vec![],
-        )
-        .await?;
-        let until = match management::session_reply(&reply, "expiration")? {
+        let request = Request::session(Operation::RenewSessionLock, &self.id);
+        let reply = session_management(receiver, request).await?;
+        let until = match management::session_reply(&reply, key::EXPIRATION)? {
             Some(Value::Timestamp(ts)) => timestamp_to_system(&ts),
             _ => {
                 return Err(SettleError::Transient(
@@ -117,19 +110,14 @@ impl SessionLock {
     }
 }
 
-/// A `$management` operation on session `id` of the receiver's entity.
+/// A `$management` session operation on the receiver's entity.
 async fn session_management(
     receiver: &ReceiverInner,
-    id: &str,
-    operation: &str,
-    extra: Vec<(&str, Value)>,
+    request: Request,
 ) -> Result<sb_amqp::AnyMessage, SettleError> {
     receiver
         .client
-        .management(
-            &receiver.entity,
-            management::session_request(operation, id, extra),
-        )
+        .management(&receiver.entity, request)
         .await
         .map_err(settle_error)
 }
@@ -191,7 +179,7 @@ impl super::ServiceBusClient {
 
 /// .NET ticks as a time (Python `_pyamqp_transport.py` `on_attach`).
 fn from_ticks(ticks: i64) -> SystemTime {
-    let hundred_ns = u64::try_from(ticks.saturating_sub(TICKS_AT_UNIX_EPOCH)).unwrap_or(0);
+    let hundred_ns = u64::try_from(ticks.saturating_sub(link::TICKS_AT_UNIX_EPOCH)).unwrap_or(0);
     UNIX_EPOCH + Duration::from_nanos(hundred_ns.saturating_mul(100))
 }
 
@@ -218,7 +206,7 @@ impl ServiceBusSessionReceiver {
             .source
             .as_ref()
             .and_then(|s| s.filter.as_ref())
-            .and_then(|f| f.iter().find(|(k, _)| k.0 == SESSION_FILTER))
+            .and_then(|f| f.iter().find(|(k, _)| k.0 == link::SESSION_FILTER))
             .and_then(|(_, v)| match v {
                 Value::String(s) => Some(s.clone()),
                 Value::Symbol(s) => Some(s.0.clone()),
@@ -236,7 +224,7 @@ impl ServiceBusSessionReceiver {
         let locked_until = remote
             .properties
             .as_ref()
-            .and_then(|p| p.iter().find(|(k, _)| k.0 == LOCKED_UNTIL))
+            .and_then(|p| p.iter().find(|(k, _)| k.0 == link::LOCKED_UNTIL_UTC))
             .and_then(|(_, v)| match v {
                 Value::Long(t) => Some(from_ticks(*t)),
                 Value::Timestamp(ts) => Some(timestamp_to_system(ts)),
@@ -289,12 +277,14 @@ impl ServiceBusSessionReceiver {
     /// [`SettleError::LockLost`] without the session lock.
     pub async fn state(&self) -> Result<Option<Vec<u8>>, SettleError> {
         let reply = self
-            .management("com.microsoft:get-session-state", vec![])
+            .management(self.request(Operation::GetSessionState))
             .await?;
-        Ok(match management::session_reply(&reply, "session-state")? {
-            Some(Value::Binary(b)) => Some(b.to_vec()),
-            _ => None,
-        })
+        Ok(
+            match management::session_reply(&reply, key::SESSION_STATE)? {
+                Some(Value::Binary(b)) => Some(b.to_vec()),
+                _ => None,
+            },
+        )
     }
 
     /// Sets the session state (`com.microsoft:set-session-state`); `None` clears it.
@@ -303,21 +293,20 @@ impl ServiceBusSessionReceiver {
     /// [`SettleError::LockLost`] without the session lock.
     pub async fn set_state(&self, state: Option<&[u8]>) -> Result<(), SettleError> {
         let value = state.map_or(Value::Null, |b| Value::Binary(Binary::from(b.to_vec())));
-        let reply = self
-            .management(
-                "com.microsoft:set-session-state",
-                vec![("session-state", value)],
-            )
-            .await?;
-        management::session_reply(&reply, "session-state").map(drop)
+        let request = self
+            .request(Operation::SetSessionState)
+            .entry(key::SESSION_STATE, value);
+        let reply = self.management(request).await?;
+        management::session_reply(&reply, key::SESSION_STATE).map(drop)
     }
 
-    async fn management(
-        &self,
-        operation: &str,
-        extra: Vec<(&str, Value)>,
-    ) -> Result<sb_amqp::AnyMessage, SettleError> {
-        session_management(self.receiver.inner(), &self.lock.id, operation, extra).await
+    /// `operation` on this session.
+    fn request(&self, operation: Operation) -> Request {
+        Request::session(operation, &self.lock.id)
+    }
+
+    async fn management(&self, request: Request) -> Result<sb_amqp::AnyMessage, SettleError> {
+        session_management(self.receiver.inner(), request).await
     }
 
     /// The session's next delivery, waiting at most `wait`; `Ok(None)` when the session

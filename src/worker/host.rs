@@ -364,7 +364,7 @@ impl Background {
         S: OutboxStore + RetentionStore + Clone,
     {
         let stop_background = CancellationToken::new();
-        let relay = Relay::new(store.clone(), client.publisher(), relay);
+        let relay = Relay::new(store.clone(), client.sender_port(), relay);
         // They read the relay's last backlog sample and live as long as the worker.
         let relay_stats = relay.stats();
         let _outbox_gauges = telemetry::hooks::observe_outbox(names, move || {
@@ -425,7 +425,7 @@ impl<S: Clone> Shared<'_, S> {
             if let Some(policy) = self.retry {
                 runtime.delayed_retry = Some(DelayedRetry::new(
                     policy.clone(),
-                    self.client.publisher(),
+                    self.client.sender_port(),
                     config.entity.clone(),
                 ));
             }

@@ -252,7 +252,7 @@ async fn dlq_peek_and_resubmit_recognise_a_processed_message_as_a_duplicate() {
     let emulator = strict_emulator().await;
     let cs = emulator.connection_string();
     let client = client(&emulator);
-    let publisher = client.publisher();
+    let publisher = client.sender_port();
     for (id, order_id) in [("m-1", "o-1"), ("m-2", "o-2")] {
         publisher
             .send("orders", order(id, order_id), None)

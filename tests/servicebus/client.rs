@@ -81,7 +81,7 @@ async fn abandon_redelivers_with_the_properties_and_a_higher_count() {
 #[tokio::test]
 async fn publisher_schedules_with_the_enqueue_time() {
     let emulator = emulator("PT30S").await;
-    let publisher = client(&emulator).publisher();
+    let publisher = client(&emulator).sender_port();
     let later = SystemTime::now() + Duration::from_secs(3600);
     publisher
         .send("orders", order("m-later"), Some(later))

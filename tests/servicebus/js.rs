@@ -5,10 +5,10 @@ use std::path::Path;
 
 use crate::support::emulator::emulator;
 
-const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/servicebus/sdk/js");
+pub(crate) const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/servicebus/sdk/js");
 
 /// Whether `npm ci` installed the SDK; says `skipped` (fails under CI=true) when not.
-fn sdk_installed() -> bool {
+pub(crate) fn sdk_installed() -> bool {
     let installed = Path::new(DIR)
         .join("node_modules/@azure/service-bus")
         .is_dir();

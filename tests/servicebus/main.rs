@@ -22,5 +22,6 @@ mod sessions;
 mod strict;
 mod survival;
 mod verification;
+mod vocabulary;
 mod websocket;
 mod worker;

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use sb_inbox::inventory::OrderPlacedConsumer;
 use sb_inbox::relay::{Relay, RelayConfig};
-use sb_inbox::servicebus::ServiceBusPublisher;
+use sb_inbox::servicebus::ServiceBusSenderPort;
 use sb_inbox::{
     Clock, ConsumerName, Message, OutboxMessage, OutboxStore, PgStore, Runtime, RuntimeConfig,
     SendFailure, Sender, Store, Tx,
@@ -26,7 +26,7 @@ const LEASE: Duration = Duration::from_secs(60);
 /// Publishes through the real publisher and, once the broker has accepted the `after`-th
 /// message, tells the test and never returns: the relay is killed between publish and mark.
 struct KillAfterAccept {
-    inner: ServiceBusPublisher,
+    inner: ServiceBusSenderPort,
     after: usize,
     accepted: AtomicUsize,
     killed: Arc<Notify>,
@@ -51,7 +51,7 @@ impl Sender for KillAfterAccept {
 /// Holds each relay's first send until every relay has claimed a batch: the relays hold
 /// leases at the same time.
 struct TogetherFirst {
-    inner: ServiceBusPublisher,
+    inner: ServiceBusSenderPort,
     barrier: Arc<Barrier>,
     started: AtomicBool,
 }
@@ -127,7 +127,7 @@ async fn killed_and_concurrent_relays_deliver_every_row_once_downstream() {
     let victim = Relay::new(
         producer.clone(),
         KillAfterAccept {
-            inner: client.publisher(),
+            inner: client.sender_port(),
             after: 3,
             accepted: AtomicUsize::new(0),
             killed: killed.clone(),
@@ -168,7 +168,7 @@ async fn killed_and_concurrent_relays_deliver_every_row_once_downstream() {
             Relay::with_clock(
                 producer.clone(),
                 TogetherFirst {
-                    inner: client.publisher(),
+                    inner: client.sender_port(),
                     barrier: barrier.clone(),
                     started: AtomicBool::new(false),
                 },

@@ -41,7 +41,7 @@ async fn run_flaky(
         .with_jitter(0.0, JitterSource::fixed(0.0))
         .unwrap();
     let mut config = RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER).unwrap());
-    config.delayed_retry = Some(DelayedRetry::new(policy, client.publisher(), "orders"));
+    config.delayed_retry = Some(DelayedRetry::new(policy, client.sender_port(), "orders"));
     let handler = Flaky::new(OrderPlacedConsumer::new(), failures);
     let receiver = client.receiver("orders", 0);
     let runtime = Runtime::new(receiver.clone(), store.clone(), handler, config);

@@ -9,6 +9,8 @@ use super::command::{Command, LinkSetup};
 use super::connection::{ConnInner, Connection};
 use super::link::{LinkCore, LinkParts, Receiver, ReceiverOptions, Sender, SenderOptions};
 use crate::delivery::LinkFlow;
+#[cfg(doc)]
+use crate::error::Error;
 use crate::error::Result;
 use crate::performative::Attach;
 

@@ -23,12 +23,15 @@ pub mod request {
 }
 
 /// Application properties of a `put-token` reply. `$cbs` spells them in kebab case, unlike
-/// `$management` ([`management::reply`](super::super::management::reply)).
+/// `$management` ([`management::reply`](crate::servicebus::management::reply)).
 pub mod reply {
     /// The status code (int, HTTP-like: 200 or 202 accept the token).
     pub const STATUS_CODE: &str = "status-code";
     /// The status description (string).
     pub const STATUS_DESCRIPTION: &str = "status-description";
+    /// The error condition (symbol) in the request-response convention's spelling (JS
+    /// `@azure/core-amqp` `Constants.errorCondition`).
+    pub const ERROR_CONDITION: &str = "error-condition";
 }
 
 /// The values of [`request::TYPE`].

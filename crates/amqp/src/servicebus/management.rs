@@ -137,7 +137,7 @@ pub mod request {
 }
 
 /// Application properties of a reply. `$management` spells them in camel case, unlike `$cbs`
-/// ([`cbs::reply`](super::super::cbs::reply)).
+/// ([`cbs::reply`](crate::servicebus::cbs::reply)).
 pub mod reply {
     /// The status code (int, HTTP-like; see [`status`](super::status)).
     pub const STATUS_CODE: &str = "statusCode";

@@ -18,6 +18,7 @@
 //! - [`management`]: the `<entity>/$management` node: operations
 //!   ([`Operation`](management::Operation)), request and reply application properties, status
 //!   codes, body map keys, [`DispositionStatus`](management::DispositionStatus).
+//! - [`open_property`]: the connection properties a client describes itself with in `open`.
 //! - [`rule`]: rule descriptions on `$management` (`add-rule`, `enumerate-rules`): map keys and
 //!   descriptor codes.
 //! - [`condition`]: error conditions, AMQP's and Service Bus's (the same module as
@@ -37,6 +38,7 @@ pub mod cbs;
 pub mod dead_letter;
 pub mod link;
 pub mod management;
+pub mod open_property;
 pub mod rule;
 
 pub use crate::error::condition;

@@ -188,3 +188,15 @@ impl Proxy {
         self.kill.notify_one();
     }
 }
+
+/// Polls `f` once: its output if it is ready at once, else `None` (and `f` stays pending).
+pub(crate) async fn futures_poll_once<F: std::future::Future + Unpin>(
+    mut f: F,
+) -> Option<F::Output> {
+    use std::task::Poll;
+    std::future::poll_fn(|cx| match std::pin::Pin::new(&mut f).poll(cx) {
+        Poll::Ready(v) => Poll::Ready(Some(v)),
+        Poll::Pending => Poll::Ready(None),
+    })
+    .await
+}

@@ -6,6 +6,8 @@ use fe2o3_amqp_types::definitions::{ReceiverSettleMode, Role};
 use super::{LinkCore, LinkEvents, LinkParts, LinkStatus, address_of_source, address_of_target};
 use crate::core::command::{Command, ConnCtx, CreditOp, LinkEvent};
 use crate::delivery::{Delivery, LinkFlow, Outcome};
+#[cfg(doc)]
+use crate::error::Error;
 use crate::error::{AmqpError, Result};
 use crate::performative::Attach;
 

@@ -5,6 +5,8 @@ use fe2o3_amqp_types::definitions::Role;
 use super::{LinkCore, LinkEvents, LinkParts, LinkStatus, address_of_target};
 use crate::core::command::{Command, LinkEvent, SendReport, Track};
 use crate::delivery::{IncomingDisposition, LinkFlow, Outcome, Sendable};
+#[cfg(doc)]
+use crate::error::Error;
 use crate::error::{AmqpError, Result};
 use crate::performative::Attach;
 

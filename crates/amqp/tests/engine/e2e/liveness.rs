@@ -1,0 +1,206 @@
+//! Connection liveness between our client and our server: heartbeats, idle time-outs, a
+//! lost socket and a remote close reaching every pending operation.
+
+use std::time::Duration;
+
+use sb_amqp::types::definitions::ReceiverSettleMode;
+use sb_amqp::{
+    AmqpError, Connection, ConnectionEvent, ConnectionOptions, Error, LinkAnswer, ReceiverOptions,
+    SaslClient, SenderOptions, ServerOptions, condition,
+};
+use tokio::sync::mpsc;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn heartbeats_both_ways() {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let opts = ServerOptions {
+        idle_timeout: Some(Duration::from_millis(200)),
+        ..Default::default()
+    };
+    let addr = spawn_server(opts, move |conn| {
+        let tx = tx.clone();
+        async move {
+            // The client must keep us alive with empty frames at half our timeout.
+            conn.connection().wait_heartbeats(3).await.unwrap();
+            tx.send(conn.connection().heartbeats_received()).unwrap();
+            std::future::pending::<()>().await;
+        }
+    })
+    .await;
+    let conn = Connection::open_with(
+        &url(addr),
+        ConnectionOptions {
+            idle_timeout: Some(Duration::from_millis(200)),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(conn.remote_open().idle_time_out, Some(200));
+    conn.wait_heartbeats(3).await.unwrap();
+    assert!(rx.recv().await.unwrap() >= 3);
+    assert!(conn.heartbeats_sent() >= 3);
+    assert!(conn.error().is_none());
+    let s = conn.begin().await.unwrap();
+    s.end().await.unwrap();
+}
+
+/// A peer that answers `open` and then goes silent: pending operations fail with
+/// `IdleTimeout` and we close with `amqp:resource-limit-exceeded`.
+#[tokio::test]
+async fn silent_peer_trips_idle_timeout() {
+    use sb_amqp::{Frame, FrameBody, FramedIo};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let (closed_tx, mut closed_rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let (tcp, _) = l.accept().await.unwrap();
+        let mut f = FramedIo::new(Box::new(tcp), 65536);
+        f.read_header().await.unwrap();
+        f.write_header(sb_amqp::frame::AMQP_HEADER).await.unwrap();
+        let open = match f.read_frame().await.unwrap().unwrap().body {
+            FrameBody::Amqp(p, _) => match *p {
+                sb_amqp::performative::Performative::Open(o) => o,
+                _ => panic!(),
+            },
+            _ => panic!(),
+        };
+        let mut mine = open.clone();
+        mine.idle_time_out = None;
+        f.write_frame(&Frame::amqp(0, mine)).await.unwrap();
+        // Read (and ignore) everything; never answer.
+        while let Ok(Some(fr)) = f.read_frame().await {
+            if let FrameBody::Amqp(p, _) = fr.body
+                && let sb_amqp::performative::Performative::Close(c) = *p
+            {
+                closed_tx.send(c).unwrap();
+            }
+        }
+    });
+    let conn = Connection::open_with(
+        &url(addr),
+        ConnectionOptions {
+            idle_timeout: Some(Duration::from_millis(150)),
+            sasl: Some(SaslClient::None),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let e = conn.begin().await.unwrap_err();
+    assert!(matches!(e, Error::IdleTimeout), "{e:?}");
+    assert!(e.is_transient());
+    let close = closed_rx.recv().await.unwrap();
+    let err: AmqpError = close.error.unwrap().into();
+    assert_eq!(err.condition, condition::RESOURCE_LIMIT_EXCEEDED);
+}
+
+#[tokio::test]
+async fn socket_loss_fails_every_pending_operation() {
+    let addr = spawn_server(ServerOptions::default(), |mut conn| async move {
+        let mut keep = Vec::new();
+        while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
+            if req.is_peer_sender() {
+                // no credit: the client's send waits
+                keep.push(tokio::spawn({
+                    let r = req.accept_receiver(LinkAnswer::default()).await.unwrap();
+                    async move {
+                        let _r = r;
+                        std::future::pending::<()>().await
+                    }
+                }));
+            } else {
+                let s = req
+                    .accept_sender(LinkAnswer::default().manual_drain())
+                    .await
+                    .unwrap();
+                keep.push(tokio::spawn(async move {
+                    if s.remote_attach().rcv_settle_mode == ReceiverSettleMode::Second {
+                        s.wait_credit().await.unwrap();
+                        s.send_no_wait(data_message(b"x")).await.unwrap();
+                        // never answer the client's disposition
+                    }
+                    std::future::pending::<()>().await
+                }));
+            }
+        }
+    })
+    .await;
+    let proxy = Proxy::start(addr).await;
+    let conn = connect(proxy.addr).await;
+    let session = conn.begin().await.unwrap();
+    let sender = session
+        .attach_sender(SenderOptions::new("s", "q"))
+        .await
+        .unwrap();
+    let receiver = session
+        .attach_receiver(ReceiverOptions::new("r", "q"))
+        .await
+        .unwrap();
+    let drainer = session
+        .attach_receiver(ReceiverOptions::new("d", "q"))
+        .await
+        .unwrap();
+    let peek = session
+        .attach_receiver(
+            ReceiverOptions::new("p", "q")
+                .rcv_settle_mode(ReceiverSettleMode::Second)
+                .credit(1),
+        )
+        .await
+        .unwrap();
+    let d = peek.recv().await.unwrap();
+    drainer.set_credit(3).await.unwrap();
+
+    let send = tokio::spawn(async move { sender.send(data_message(b"x")).await });
+    let recv = tokio::spawn(async move { receiver.recv().await });
+    let drain = tokio::spawn(async move { drainer.drain().await });
+    let settle = tokio::spawn(async move { peek.accept(&d).await });
+    let begin = {
+        let c = conn.clone();
+        tokio::spawn(async move {
+            // Give the other operations a head start by waiting on a future that never
+            // completes until the connection dies.
+            c.closed().await
+        })
+    };
+    tokio::task::yield_now().await;
+    proxy.kill();
+    for e in [
+        send.await.unwrap().unwrap_err(),
+        recv.await.unwrap().unwrap_err(),
+        drain.await.unwrap().unwrap_err(),
+        settle.await.unwrap().unwrap_err(),
+        begin.await.unwrap(),
+    ] {
+        assert!(matches!(e, Error::ConnectionLost | Error::Io(_)), "{e:?}");
+        assert!(e.is_connection_error());
+    }
+    assert!(conn.begin().await.is_err());
+}
+
+#[tokio::test]
+async fn remote_close_error_reaches_pending_operations() {
+    let addr = spawn_server(ServerOptions::default(), |mut conn| async move {
+        if let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
+            let s = req.accept_sender(LinkAnswer::default()).await.unwrap();
+            s.wait_credit().await.unwrap();
+            conn.connection()
+                .close_with(Some(AmqpError::new(condition::CONNECTION_FORCED, None)))
+                .await
+                .ok();
+        }
+    })
+    .await;
+    let conn = connect(addr).await;
+    let s = conn.begin().await.unwrap();
+    let r = s
+        .attach_receiver(ReceiverOptions::new("r", "q").credit(1))
+        .await
+        .unwrap();
+    let e = r.recv().await.unwrap_err();
+    assert_eq!(e.condition(), Some(condition::CONNECTION_FORCED), "{e:?}");
+    assert!(e.is_transient());
+}

@@ -1,0 +1,189 @@
+//! [`ServiceBusDelivery`]: one peek-locked message, the runtime's [`Delivery`] port: its lock
+//! (renewed on `$management`, or the session lock), its settlement, and its release on drop.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::SystemTime;
+
+use sb_amqp::Outcome;
+use sb_amqp::codec::Value;
+use tracing::Instrument as _;
+
+use super::amqp_message::Received;
+use super::management::{self, Disposition, Request};
+use super::receiver::{LinkShared, ReceiverInner};
+use super::session::SessionLock;
+use super::settlement::{Attempt, dead_letter_outcome, fields, settle_error};
+use super::telemetry::Kind;
+use crate::telemetry::names::span;
+use crate::{Delivery, Message, PropertyValue, SettleError};
+
+/// A peek-locked Service Bus delivery.
+#[derive(Debug)]
+pub struct ServiceBusDelivery {
+    /// Keeps the receive link attached while the delivery waits for its settlement, even if
+    /// the caller dropped its receiver handle; its telemetry names the settlement spans.
+    pub(super) receiver: Arc<ReceiverInner>,
+    pub(super) link: Arc<LinkShared>,
+    /// The session lock of a session receiver's delivery: it is the delivery's lock.
+    pub(super) session: Option<Arc<SessionLock>>,
+    pub(super) delivery_id: u32,
+    pub(super) lock_token: uuid::Uuid,
+    pub(super) locked_until: StdMutex<SystemTime>,
+    /// The broker answered a settlement: nothing is left to clear on drop.
+    pub(super) settled: AtomicBool,
+    pub(super) received: Received,
+}
+
+impl ServiceBusDelivery {
+    /// The broker's sequence number.
+    pub fn sequence_number(&self) -> Option<i64> {
+        self.received.sequence_number
+    }
+
+    async fn renew_now(&self) -> Result<SystemTime, SettleError> {
+        if let Some(session) = &self.session {
+            // A session message has no lock of its own to renew (.NET refuses renew-lock on a
+            // session receiver): renewing the session lock keeps it.
+            return session.renew(&self.receiver).await;
+        }
+        let reply = self
+            .receiver
+            .client
+            .management(
+                &self.receiver.entity,
+                Request::renew_lock(&self.link.name, self.lock_token),
+            )
+            .await
+            .map_err(settle_error)?;
+        let until = management::renew_reply(&reply)?;
+        *self
+            .locked_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = until;
+        Ok(until)
+    }
+}
+
+fn amqp_value(value: &PropertyValue) -> Value {
+    match value {
+        PropertyValue::String(s) => Value::String(s.clone()),
+        PropertyValue::Long(n) => Value::Long(*n),
+        PropertyValue::Double(f) => Value::Double((*f).into()),
+        PropertyValue::Bool(b) => Value::Bool(*b),
+    }
+}
+
+impl Delivery for ServiceBusDelivery {
+    fn message(&self) -> &Message {
+        &self.received.message
+    }
+
+    fn delivery_count(&self) -> u32 {
+        self.received.delivery_count
+    }
+
+    fn lock_token(&self) -> uuid::Uuid {
+        self.lock_token
+    }
+
+    fn locked_until(&self) -> SystemTime {
+        if let Some(session) = &self.session {
+            return session.locked_until();
+        }
+        *self
+            .locked_until
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn enqueued_time(&self) -> Option<SystemTime> {
+        self.received.enqueued_time
+    }
+
+    async fn renew_lock(&self) -> Result<SystemTime, SettleError> {
+        let operation = self.receiver.telemetry.start(span::RENEW_LOCK, Kind::Renew);
+        let renewed = self.renew_now().instrument(operation.span.clone()).await;
+        operation.end(renewed.as_ref().err().map(SettleError::error_type));
+        renewed
+    }
+
+    async fn complete(&self) -> Result<(), SettleError> {
+        self.settle(span::COMPLETE, Outcome::Accepted, Disposition::Complete)
+            .await
+    }
+
+    async fn abandon(
+        &self,
+        properties: BTreeMap<String, PropertyValue>,
+    ) -> Result<(), SettleError> {
+        let annotations = fields(properties.iter().map(|(k, v)| (k.clone(), amqp_value(v))));
+        self.settle(
+            span::ABANDON,
+            Outcome::Modified {
+                delivery_failed: true,
+                undeliverable_here: false,
+                message_annotations: (!annotations.is_empty()).then(|| annotations.clone()),
+            },
+            Disposition::Abandon(annotations),
+        )
+        .await
+    }
+
+    async fn release(&self) -> Result<(), SettleError> {
+        let operation = self.receiver.telemetry.start(span::RELEASE, Kind::Settle);
+        // `released` exists only on the link: no `$management` disposition gives a lock back
+        // without counting a delivery, so without the link the lock simply runs out.
+        let released = if self.link.gone.load(Ordering::Acquire) {
+            Ok(())
+        } else {
+            match self
+                .settle_on_link(Outcome::Released)
+                .instrument(operation.span.clone())
+                .await
+            {
+                Attempt::Done | Attempt::LinkGone => Ok(()),
+                Attempt::Retry(why) => Err(SettleError::Transient(why)),
+                Attempt::Failed(error) => Err(error),
+            }
+        };
+        operation.end(released.as_ref().err().map(SettleError::error_type));
+        released
+    }
+
+    async fn dead_letter(&self, reason: &str, description: &str) -> Result<(), SettleError> {
+        self.settle(
+            span::DEAD_LETTER,
+            dead_letter_outcome(reason, description),
+            Disposition::DeadLetter {
+                reason: reason.to_owned(),
+                description: description.to_owned(),
+            },
+        )
+        .await
+    }
+}
+
+impl Drop for ServiceBusDelivery {
+    /// A delivery dropped without a settlement the broker answered (its lock was lost, or the
+    /// runtime gave up on it) is released, best effort: the broker's answer (`released`, or
+    /// lock-lost once the lock is gone) clears it from the link's unsettled deliveries, which
+    /// would otherwise grow for the life of the link. A lock still held is given back without
+    /// counting a delivery.
+    fn drop(&mut self) {
+        if self.settled.load(Ordering::Acquire) || self.link.gone.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (settler, delivery_id) = (self.link.settler.clone(), self.delivery_id);
+        let timeout = self.receiver.client.timeout();
+        runtime.spawn(async move {
+            // Best effort: a lost answer only leaves the entry until the link ends.
+            let _ =
+                tokio::time::timeout(timeout, settler.settle(delivery_id, Outcome::Released)).await;
+        });
+    }
+}

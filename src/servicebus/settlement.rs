@@ -1,0 +1,212 @@
+//! Settling a [`ServiceBusDelivery`]: on its own link while it lives, else by lock token on
+//! `$management`, with backoff while the service is busy and the lock lasts; a session
+//! message on its link only.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use sb_amqp::codec::Value;
+use sb_amqp::codec::primitives::OrderedMap;
+use sb_amqp::servicebus::{condition, dead_letter};
+use sb_amqp::types::definitions::Fields;
+use sb_amqp::types::primitives::Symbol;
+use sb_amqp::{AmqpError, Outcome};
+use tracing::Instrument as _;
+
+use super::ServiceBusError;
+use super::delivery::ServiceBusDelivery;
+use super::error::is_busy_condition;
+use super::management::{self, Disposition, Request};
+use super::telemetry::Kind;
+use crate::ports::Cause;
+use crate::runtime::Backoff;
+use crate::{Delivery, SettleError};
+
+/// First and largest pause between settlement attempts the service answered busy.
+const SETTLE_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
+
+/// The disposition that dead-letters with a reason and a description.
+pub(super) fn dead_letter_outcome(reason: &str, description: &str) -> Outcome {
+    let info = fields([
+        (
+            dead_letter::REASON.to_owned(),
+            Value::String(reason.to_owned()),
+        ),
+        (
+            dead_letter::ERROR_DESCRIPTION.to_owned(),
+            Value::String(description.to_owned()),
+        ),
+    ]);
+    Outcome::Rejected(Some(
+        AmqpError::new(condition::DEAD_LETTER, None).with_info(info),
+    ))
+}
+
+/// One settlement attempt's result.
+pub(super) enum Attempt {
+    Done,
+    /// The delivery's link is gone: settle by lock token instead.
+    LinkGone,
+    /// Busy, timed out, or no answer: worth another try while the lock lasts.
+    Retry(Cause),
+    Failed(SettleError),
+}
+
+impl ServiceBusDelivery {
+    /// Settles under a `{disposition} {entity}` client span.
+    pub(super) async fn settle(
+        &self,
+        name: &'static str,
+        outcome: Outcome,
+        disposition: Disposition,
+    ) -> Result<(), SettleError> {
+        let operation = self.receiver.telemetry.start(name, Kind::Settle);
+        let settled = self
+            .settle_now(outcome, disposition)
+            .instrument(operation.span.clone())
+            .await;
+        operation.end(settled.as_ref().err().map(SettleError::error_type));
+        settled
+    }
+
+    /// Settles over the delivery's own link while it lives, else (and for every retry after
+    /// a busy or timed-out answer, whose delivery the link may have settled already) by lock
+    /// token on `$management`, with backoff until the lock expires (Go
+    /// `azservicebus/messageSettler.settleWithRetries`).
+    async fn settle_now(
+        &self,
+        outcome: Outcome,
+        disposition: Disposition,
+    ) -> Result<(), SettleError> {
+        if self.session.is_some() {
+            return self.settle_in_session(outcome).await;
+        }
+        let mut on_link = !self.link.gone.load(Ordering::Acquire);
+        let mut backoff = Backoff::new(SETTLE_BACKOFF.0, SETTLE_BACKOFF.1);
+        // The lock as it stands now: renewals meanwhile must not keep a busy service retried.
+        let deadline = self.locked_until();
+        loop {
+            let attempt = if on_link {
+                on_link = false;
+                self.settle_on_link(outcome.clone()).await
+            } else {
+                self.settle_by_token(&disposition).await
+            };
+            match attempt {
+                Attempt::Done => return Ok(()),
+                Attempt::Failed(error) => return Err(error),
+                Attempt::LinkGone => {}
+                Attempt::Retry(why) => {
+                    let delay = backoff.next_delay();
+                    if SystemTime::now() + delay >= deadline {
+                        return Err(SettleError::Transient(why));
+                    }
+                    tracing::debug!(lock_token = %self.lock_token, %why, ?delay, "Settlement not done; retrying.");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    /// A session message is settled on its own link only, as .NET's `AmqpReceiver` does for
+    /// session receivers: once that link is gone, so is the session lock and the settlement
+    /// fails as lock lost. Busy answers are retried on the link while the session lock lasts.
+    async fn settle_in_session(&self, outcome: Outcome) -> Result<(), SettleError> {
+        let mut backoff = Backoff::new(SETTLE_BACKOFF.0, SETTLE_BACKOFF.1);
+        let deadline = self.locked_until();
+        loop {
+            match self.settle_on_link(outcome.clone()).await {
+                Attempt::Done => return Ok(()),
+                Attempt::Failed(error) => return Err(error),
+                Attempt::LinkGone => return Err(SettleError::LockLost),
+                Attempt::Retry(why) => {
+                    let delay = backoff.next_delay();
+                    if SystemTime::now() + delay >= deadline {
+                        return Err(SettleError::Transient(why));
+                    }
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    pub(super) async fn settle_on_link(&self, outcome: Outcome) -> Attempt {
+        let timeout = self.receiver.client.timeout();
+        let Ok(settled) =
+            tokio::time::timeout(timeout, self.link.settler.settle(self.delivery_id, outcome))
+                .await
+        else {
+            return Attempt::Retry(Cause::text(
+                "the broker did not answer the settlement in time",
+            ));
+        };
+        if settled.is_ok() || settled.as_ref().is_err_and(sb_amqp::Error::is_lock_lost) {
+            self.settled.store(true, Ordering::Release);
+        }
+        match settled {
+            Ok(Some(Outcome::Rejected(Some(error))))
+                if error.is_lock_lost() || error.condition == condition::SESSION_LOCK_LOST =>
+            {
+                Attempt::Failed(SettleError::LockLost)
+            }
+            Ok(Some(Outcome::Rejected(Some(error)))) if is_busy_condition(&error.condition) => {
+                Attempt::Retry(Cause::text(error.to_string()))
+            }
+            Ok(Some(Outcome::Rejected(Some(error)))) => Attempt::Failed(SettleError::Permanent {
+                condition: error.condition,
+                description: error.description.unwrap_or_default(),
+            }),
+            Ok(_) => Attempt::Done,
+            Err(error) if error.is_lock_lost() => Attempt::Failed(SettleError::LockLost),
+            // Detached, or the delivery was dropped with its link: its lock may live on.
+            Err(_) => {
+                self.link.gone.store(true, Ordering::Release);
+                Attempt::LinkGone
+            }
+        }
+    }
+
+    async fn settle_by_token(&self, disposition: &Disposition) -> Attempt {
+        let replied = self
+            .receiver
+            .client
+            .management(
+                &self.receiver.entity,
+                Request::disposition(disposition, self.lock_token),
+            )
+            .await;
+        match replied
+            .map_err(settle_error)
+            .and_then(|r| management::disposition_reply(&r))
+        {
+            Ok(()) => Attempt::Done,
+            Err(SettleError::Transient(why)) => Attempt::Retry(why),
+            Err(error) => Attempt::Failed(error),
+        }
+    }
+}
+
+/// A `$management` request failure as a settlement error, keeping the broker's condition.
+pub(super) fn settle_error(error: ServiceBusError) -> SettleError {
+    if error.is_transient() {
+        SettleError::transient(Cause::new(error))
+    } else {
+        let condition = match &error {
+            ServiceBusError::Broker { condition, .. } => condition.clone(),
+            ServiceBusError::NotFound(_) => condition::NOT_FOUND.to_owned(),
+            _ => condition::UNAUTHORIZED_ACCESS.to_owned(),
+        };
+        SettleError::Permanent {
+            condition,
+            description: error.to_string(),
+        }
+    }
+}
+
+pub(super) fn fields(entries: impl IntoIterator<Item = (String, Value)>) -> Fields {
+    let mut map = OrderedMap::new();
+    for (key, value) in entries {
+        map.insert(Symbol::from(key), value);
+    }
+    map
+}
