@@ -4,6 +4,7 @@ use std::pin::Pin;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::{Credential, ServiceBusError, sign_sas};
+#[cfg(feature = "entra")]
 use crate::entra::EntraCredential;
 
 /// The token types `$cbs` accepts.
@@ -107,11 +108,13 @@ pub const SERVICE_BUS_SCOPE: &str = "https://servicebus.azure.net/.default";
 
 /// Microsoft Entra ID tokens (type `jwt`, scope [`SERVICE_BUS_SCOPE`]): one token serves every
 /// audience of the namespace; the credential caches it until shortly before it expires.
+#[cfg(feature = "entra")]
 #[derive(Debug)]
 pub struct EntraProvider {
     credential: EntraCredential,
 }
 
+#[cfg(feature = "entra")]
 impl EntraProvider {
     /// A provider on `credential` (managed identity, workload identity or developer tools).
     pub fn new(credential: EntraCredential) -> Self {
@@ -119,6 +122,7 @@ impl EntraProvider {
     }
 }
 
+#[cfg(feature = "entra")]
 impl TokenProvider for EntraProvider {
     fn token<'a>(&'a self, _audience: &'a str) -> TokenFuture<'a> {
         Box::pin(async move {
