@@ -142,7 +142,7 @@ pub mod testing;
 // The application: the `sb-inbox` binary's modules, on the library's API. Public because the
 // binary and the integration tests drive them; kept out of the library's documentation (they
 // have no stability promise) and behind `app`, so a library user compiles none of them.
-#[cfg(feature = "app")]
+#[cfg(all(feature = "app", feature = "sqlite"))]
 #[doc(hidden)]
 pub mod demo;
 #[cfg(feature = "app")]

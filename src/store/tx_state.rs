@@ -2,6 +2,7 @@
 //! (every later statement and the commit are refused), and its live savepoints, the one way to
 //! go on after an expected error.
 
+#[cfg(any(feature = "postgres", feature = "mssql"))]
 use std::future::Future;
 
 use crate::ports::{ErrorKind, Savepoint, StoreError};
@@ -31,7 +32,9 @@ impl TxState {
         }
     }
 
-    /// Runs one statement unless the transaction failed already, remembering its error.
+    /// Runs one statement unless the transaction failed already, remembering its error (the
+    /// asynchronous stores; SQLite's statements are synchronous).
+    #[cfg(any(feature = "postgres", feature = "mssql"))]
     pub(crate) async fn run<T>(
         &mut self,
         statement: impl Future<Output = Result<T, StoreError>>,
