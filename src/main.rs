@@ -1,5 +1,6 @@
 //! The `sb-inbox` command line.
 
+#[cfg(feature = "sqlite")]
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;

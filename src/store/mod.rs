@@ -148,6 +148,7 @@ pub(crate) fn properties_from_json(
 
 /// Milliseconds since the Unix epoch (negative before it): how SQLite and SQL Server receive
 /// times, converted to their column types in SQL.
+#[cfg(any(feature = "sqlite", feature = "mssql"))]
 pub(crate) fn unix_millis(time: std::time::SystemTime) -> i64 {
     match time.duration_since(std::time::UNIX_EPOCH) {
         Ok(after) => i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
@@ -158,6 +159,7 @@ pub(crate) fn unix_millis(time: std::time::SystemTime) -> i64 {
 }
 
 /// The inverse of [`unix_millis`].
+#[cfg(any(feature = "sqlite", feature = "mssql"))]
 pub(crate) fn from_unix_millis(ms: i64) -> std::time::SystemTime {
     let offset = std::time::Duration::from_millis(ms.unsigned_abs());
     if ms >= 0 {
@@ -208,6 +210,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(any(feature = "sqlite", feature = "mssql"))]
     fn unix_millis_round_trip() {
         use std::time::{Duration, UNIX_EPOCH};
         for time in [
