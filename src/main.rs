@@ -7,6 +7,12 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+#[cfg(feature = "mssql")]
+use sb_inbox::MssqlStore;
+#[cfg(feature = "postgres")]
+use sb_inbox::PgStore;
+#[cfg(feature = "sqlite")]
+use sb_inbox::SqliteStore;
 #[cfg(feature = "entra")]
 use sb_inbox::entra::{EntraCredential, EntraMode};
 use sb_inbox::inventory::InventoryStore;
@@ -15,12 +21,6 @@ use sb_inbox::servicebus::{ConnectionString, ServiceBusClient, Transport};
 use sb_inbox::store::StoreUrl;
 use sb_inbox::telemetry::{LogFormat, OTEL_ENV_VARS, TelemetryConfig};
 use sb_inbox::worker::{ENV_VARS, WorkerConfig};
-#[cfg(feature = "mssql")]
-use sb_inbox::MssqlStore;
-#[cfg(feature = "postgres")]
-use sb_inbox::PgStore;
-#[cfg(feature = "sqlite")]
-use sb_inbox::SqliteStore;
 use tokio_util::sync::CancellationToken;
 
 /// sb-inbox: the Idempotent Consumer for Azure Service Bus.

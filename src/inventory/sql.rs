@@ -6,8 +6,8 @@ use tokio_postgres::types::ToSql;
 use super::{
     CONSUMER, InventoryCounts, InventoryStore, InventoryTx, MIGRATION_VERSION, OrderPlaced,
 };
-use crate::store::Migration;
 use crate::StoreError;
+use crate::store::Migration;
 #[cfg(feature = "mssql")]
 use crate::{MssqlStore, MssqlTx};
 #[cfg(feature = "postgres")]
@@ -176,7 +176,7 @@ impl InventoryTx for MssqlTx {
     /// still run, but the transaction keeps the first error and only a rollback follows.
     async fn reserve(&mut self, message_id: &str, order: &OrderPlaced) -> Result<(), StoreError> {
         if order.lines.len() > MSSQL_BATCH_LINES {
-            return self.reserve_one_by_one(message_id, order).await;
+            return mssql_reserve_one_by_one(self, message_id, order).await;
         }
         let order_id = order.order_id.as_str();
         let line_numbers: Vec<i32> = (1..).take(order.lines.len()).collect();
@@ -194,31 +194,30 @@ impl InventoryTx for MssqlTx {
     }
 }
 
+/// [`InventoryTx::reserve`] a statement at a time, for orders too large for one batch. A free
+/// function: a consumer cannot add methods to the library's `MssqlTx`.
 #[cfg(feature = "mssql")]
-impl MssqlTx {
-    /// [`InventoryTx::reserve`] a statement at a time, for orders too large for one batch.
-    async fn reserve_one_by_one(
-        &mut self,
-        message_id: &str,
-        order: &OrderPlaced,
-    ) -> Result<(), StoreError> {
-        let order_id = order.order_id.as_str();
-        self.execute(MSSQL_RESERVATION, &[&order_id, &message_id])
-            .await?;
-        let line = mssql_line(2, 3, 4);
-        for (line_no, item) in (1i32..).zip(&order.lines) {
-            self.execute(
-                &line,
-                &[&order_id, &line_no, &item.sku.as_str(), &item.quantity],
-            )
-            .await?;
-        }
-        let upsert = mssql_upsert(1, 2);
-        for (sku, units) in order.stock_by_sku() {
-            self.execute(&upsert, &[&sku, &units]).await?;
-        }
-        Ok(())
+async fn mssql_reserve_one_by_one(
+    tx: &mut MssqlTx,
+    message_id: &str,
+    order: &OrderPlaced,
+) -> Result<(), StoreError> {
+    let order_id = order.order_id.as_str();
+    tx.execute(MSSQL_RESERVATION, &[&order_id, &message_id])
+        .await?;
+    let line = mssql_line(2, 3, 4);
+    for (line_no, item) in (1i32..).zip(&order.lines) {
+        tx.execute(
+            &line,
+            &[&order_id, &line_no, &item.sku.as_str(), &item.quantity],
+        )
+        .await?;
     }
+    let upsert = mssql_upsert(1, 2);
+    for (sku, units) in order.stock_by_sku() {
+        tx.execute(&upsert, &[&sku, &units]).await?;
+    }
+    Ok(())
 }
 
 #[cfg(feature = "mssql")]

@@ -11,9 +11,7 @@ use crate::ports::{ErrorKind, StoreError};
 ///
 /// # Errors
 /// The manager's classified error, or the timeout above.
-pub(crate) async fn checkout<M>(
-    pool: &Pool<M>,
-) -> Result<PooledConnection<'static, M>, StoreError>
+pub(crate) async fn checkout<M>(pool: &Pool<M>) -> Result<PooledConnection<'static, M>, StoreError>
 where
     M: ManageConnection<Error = StoreError>,
 {

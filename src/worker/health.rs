@@ -18,8 +18,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::runtime::StoreHealth;
 use crate::StoreError;
+use crate::runtime::StoreHealth;
 #[cfg(feature = "mssql")]
 use crate::store::MssqlStore;
 #[cfg(feature = "postgres")]

@@ -10,13 +10,13 @@ use super::{BrokerAddress, Worker, WorkerConfig};
 use crate::entra::{EntraCredential, EntraMode};
 use crate::inventory::{InventoryStore, OrderPlacedConsumer};
 use crate::servicebus::ServiceBusClient;
-use crate::store::StoreUrl;
-#[cfg(feature = "mssql")]
-use crate::store::{MssqlConfig, MssqlStore};
 #[cfg(feature = "postgres")]
 use crate::store::PgStore;
 #[cfg(feature = "sqlite")]
 use crate::store::SqliteStore;
+use crate::store::StoreUrl;
+#[cfg(feature = "mssql")]
+use crate::store::{MssqlConfig, MssqlStore};
 use crate::{ErrorKind, OutboxStore, RetentionStore, RuntimeError, StatsSnapshot, StoreError};
 
 pub use super::host::BACKGROUND_STOP;
@@ -121,9 +121,15 @@ pub async fn run_with(
     };
     // Every consumer's handlers at once, plus the relay and retention.
     #[cfg(any(feature = "postgres", feature = "mssql"))]
-    let pool = u32::try_from(config.consumers.iter().map(|c| c.runtime.concurrency).sum::<usize>())
-        .unwrap_or(u32::MAX)
-        .saturating_add(2);
+    let pool = u32::try_from(
+        config
+            .consumers
+            .iter()
+            .map(|c| c.runtime.concurrency)
+            .sum::<usize>(),
+    )
+    .unwrap_or(u32::MAX)
+    .saturating_add(2);
     match &config.store {
         #[cfg(feature = "postgres")]
         StoreUrl::Postgres(url) => {

@@ -97,13 +97,21 @@ impl MssqlConn {
     }
 
     /// Runs a parameterised statement (`@P1`, `@P2`, …); returns the rows affected.
-    pub(super) async fn execute(&mut self, sql: &str, params: &[&dyn ToSql]) -> Result<u64, StoreError> {
+    pub(super) async fn execute(
+        &mut self,
+        sql: &str,
+        params: &[&dyn ToSql],
+    ) -> Result<u64, StoreError> {
         self.bounded(async |client| Ok(client.execute(sql, params).await?.total()))
             .await
     }
 
     /// Runs a parameterised query and reads every result set to the end.
-    pub(super) async fn query(&mut self, sql: &str, params: &[&dyn ToSql]) -> Result<Vec<Row>, StoreError> {
+    pub(super) async fn query(
+        &mut self,
+        sql: &str,
+        params: &[&dyn ToSql],
+    ) -> Result<Vec<Row>, StoreError> {
         self.bounded(async |client| {
             let sets = client.query(sql, params).await?.into_results().await?;
             Ok(sets.into_iter().flatten().collect())

@@ -25,7 +25,8 @@ use crate::ports::{ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, V
 
 /// The SQLite core migrations, in order: inbox, business keys, aggregate versions, outbox
 /// (versions: see [`Migration`]).
-pub const MIGRATIONS: &[Migration] = crate::store::migrations!("sqlite": 1 => "0001_inbox.sql", 3 => "0003_outbox_relay.sql");
+pub const MIGRATIONS: &[Migration] =
+    crate::store::migrations!("sqlite": 1 => "0001_inbox.sql", 3 => "0003_outbox_relay.sql");
 
 /// A SQLite store.
 ///
