@@ -12,12 +12,12 @@
 //!   itself checks that `@@TRANCOUNT` went to 0 (no health query per transaction).
 //! - [`MssqlConfig`]: ADO.NET connection strings and `mssql://` URLs, printable without secrets.
 //! - [`TokenSource`] / [`AzureTokenSource`]: Entra ID access tokens for Azure SQL.
-//! - [`classify`]: error numbers and constraint names to [`ErrorKind`]; its docs list the
-//!   transient numbers and where they come from.
+//! - [`classify`]: error numbers and constraint names to [`ErrorKind`](crate::ErrorKind); its
+//!   docs list the transient numbers and where they come from.
 //!
 //! Every result stream is read to its end, so a connection never goes back to the pool with
 //! unread tokens. With `XACT_ABORT ON` any error inside a transaction rolls it back on the
-//! server; [`Tx::rollback`] is therefore tolerant of a transaction that is already gone.
+//! server; [`Tx::rollback`](crate::Tx::rollback) is therefore tolerant of a transaction that is already gone.
 
 mod classify;
 mod config;
@@ -86,7 +86,7 @@ impl MssqlStore {
     /// an `mssql://` URL (see [`MssqlConfig`]).
     ///
     /// # Errors
-    /// [`ErrorKind::Schema`] for an unparseable string; a classified error when the first
+    /// [`ErrorKind::Schema`](crate::ErrorKind::Schema) for an unparseable string; a classified error when the first
     /// connection fails.
     pub async fn connect(connection: &str, max_size: u32) -> Result<Self, StoreError> {
         Self::connect_with(connection.parse()?, max_size).await

@@ -1,7 +1,9 @@
 //! PostgreSQL store on `tokio-postgres`, pooled by `bb8` with our own connection manager.
 //!
 //! # Layout
-//! - [`PgStore`] / [`PgTx`]: the [`Store`] port.
+//! - [`PgStore`] (here, with its pooled connection [`PgConn`] and [`PgManager`]) and [`PgTx`]
+//!   (`tx`): the [`Store`](crate::Store) port.
+//! - `migrate`: the core migrations ([`MIGRATIONS`]) and how a set of them is applied.
 //! - `statements`: the per-connection cache of prepared statements (every statement a
 //!   transaction runs, the handler's included, is prepared once per connection).
 //! - `pipeline`: several statements in one round trip.
@@ -185,7 +187,7 @@ impl ManageConnection for PgManager {
 
     /// No round trip: the driver's connection task ends when the socket closes (a server
     /// restart, a terminated backend), and a failed statement marks the connection broken. A
-    /// peer that vanished without closing is caught by TCP keepalive ([`bounds`]). bb8 drops a
+    /// peer that vanished without closing is caught by TCP keepalive (`bounds`). bb8 drops a
     /// connection that fails this check and hands out the next one.
     async fn is_valid(&self, conn: &mut PgConn) -> Result<(), StoreError> {
         if conn.broken || conn.client.is_closed() {
