@@ -6,9 +6,8 @@ use std::future::Future;
 use std::pin::Pin;
 
 use bb8::PooledConnection;
-use tokio_postgres::Client;
-use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Row};
 
 use super::{PgManager, PgStore, classify, pipeline};
 use crate::ports::{ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck};
