@@ -35,12 +35,20 @@ pub enum StoreUrl {
     SqliteMemory,
 }
 
-/// A store URL with an unknown scheme.
+/// A store URL with an unknown scheme, or naming a store this build does not include.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "unsupported store URL {0}: use postgres://…, mssql://…, Server=tcp:HOST,1433;…, sqlite://PATH or sqlite::memory:"
-)]
+#[error("unsupported store URL {0}")]
 pub struct StoreUrlError(String);
+
+impl StoreUrlError {
+    /// An unknown or malformed URL (`text` holds no secret), with the forms that work.
+    fn unknown(text: impl fmt::Display) -> Self {
+        StoreUrlError(format!(
+            "{text}: use postgres://…, mssql://…, Server=tcp:HOST,1433;…, sqlite://PATH or \
+             sqlite::memory:"
+        ))
+    }
+}
 
 impl StoreUrl {
     /// The cargo feature that compiles this URL's store in: `postgres`, `mssql` or `sqlite`.
@@ -71,11 +79,17 @@ impl StoreUrl {
         if self.compiled_in() {
             return Ok(());
         }
-        Err(StoreUrlError(format!(
+        Err(self.not_compiled_in())
+    }
+
+    /// The refusal of a URL whose store this build lacks: the URL (without secrets) and the
+    /// cargo feature that adds it.
+    fn not_compiled_in(&self) -> StoreUrlError {
+        StoreUrlError(format!(
             "{self}: this build has no {} store; rebuild with the `{}` cargo feature",
             self.feature(),
             self.feature()
-        )))
+        ))
     }
 
     /// Which store `url` names, before checking that this build has it.
@@ -84,7 +98,7 @@ impl StoreUrl {
             Ok(StoreUrl::SqliteMemory)
         } else if let Some(path) = url.strip_prefix("sqlite://") {
             if path.is_empty() {
-                return Err(StoreUrlError(url.to_owned()));
+                return Err(StoreUrlError::unknown(url));
             }
             Ok(StoreUrl::Sqlite(PathBuf::from(path)))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -92,7 +106,7 @@ impl StoreUrl {
         } else if names_mssql(url) {
             check_mssql(url).map(|()| StoreUrl::Mssql(url.to_owned()))
         } else {
-            Err(StoreUrlError(redact(url)))
+            Err(StoreUrlError::unknown(redact(url)))
         }
     }
 }
@@ -133,7 +147,7 @@ fn names_mssql(url: &str) -> bool {
 fn check_mssql(url: &str) -> Result<(), StoreUrlError> {
     super::MssqlConfig::parse(url)
         .map(drop)
-        .map_err(|error| StoreUrlError(format!("SQL Server connection string ({error})")))
+        .map_err(|error| StoreUrlError::unknown(format!("SQL Server connection string ({error})")))
 }
 
 /// Nothing to check with: [`StoreUrl::ensure_compiled_in`] refuses it next.
@@ -240,5 +254,12 @@ mod tests {
             assert!(manifest.contains(&declared), "{declared}");
             assert_eq!(url.ensure_compiled_in(), Ok(()), "{url}");
         }
+        // What a build without the store says (a worker stops at start-up with it).
+        let refused = StoreUrl::Postgres("postgres://app:secret@db/d".to_owned()).not_compiled_in();
+        assert_eq!(
+            refused.to_string(),
+            "unsupported store URL postgres://app:***@db/d: this build has no postgres store; \
+             rebuild with the `postgres` cargo feature"
+        );
     }
 }
