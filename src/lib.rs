@@ -7,7 +7,7 @@
 //!
 //! # From message to commit
 //!
-//! 1. A [`Worker`](worker::Worker) hosts each consumer: a peek-lock receiver on its entity
+//! 1. A `Worker` (the application's `worker` module) hosts each consumer: a peek-lock receiver on its entity
 //!    (queue or subscription) over one Service Bus connection, and a [`Runtime`] with the
 //!    consumer's [`ConsumerName`], concurrency and prefetch.
 //! 2. The runtime checks the envelope: a usable message id (the logical id of a delayed-retry
@@ -87,28 +87,48 @@
 //! ```
 //!
 //! # Layout
+//! The library:
 //! - [`ports`]: the traits the runtime depends on ([`Receiver`], [`Delivery`], [`Store`], [`Tx`]).
 //! - [`runtime`]: outcomes, lock keeping, settlement after commit ([`Runtime`]).
-//! - [`store`]: SQL Server / Azure SQL ([`MssqlStore`]), PostgreSQL ([`PgStore`]) and SQLite
-//!   ([`SqliteStore`]).
+//! - [`store`]: SQL Server / Azure SQL (`MssqlStore`), PostgreSQL (`PgStore`) and SQLite
+//!   (`SqliteStore`), each behind its cargo feature.
 //! - [`servicebus`]: the Service Bus client on our AMQP engine (the runtime's receiver and sender).
-//! - [`entra`]: Microsoft Entra ID tokens for Azure SQL and Service Bus.
-//! - [`worker`]: [`worker::Worker`] (hosts consumers with the relay, retention, health and drain
-//!   shared), the worker's configuration and the reference worker; [`demo`]: `sb-inbox demo`.
+//! - `entra` (feature `entra`): Microsoft Entra ID tokens for Azure SQL and Service Bus.
 //! - [`relay`]: the outbox relay (claim with a lease, publish under the stable message id,
 //!   mark dispatched).
 //! - [`retention`]: batched deletes of inbox and dispatched outbox rows past the retention.
-//! - [`inventory`]: the reference consumer, written on the public API only.
-//! - [`ops`]: operator commands (publish orders, dead-letter peek and resubmit).
-//! - [`telemetry`]: OpenTelemetry names, trace-context propagation, OTLP export set-up.
+//! - [`telemetry`]: OpenTelemetry names, trace-context propagation, log and OTLP export set-up.
 //! - `testing` (feature `test-util`): an in-memory receiver with fault injection.
+//!
+//! The application (feature `app`), the `sb-inbox` binary's modules; built on the library
+//! above, not part of its API:
+//! - `worker`: `Worker` (hosts consumers with the relay, retention, health and drain shared),
+//!   the worker's configuration and the reference worker.
+//! - `inventory`: the reference consumer, written on the public API only (checked by
+//!   `tests/inventory_api`).
+//! - `demo`: `sb-inbox demo`; `ops`: operator commands (publish orders, dead-letter peek and
+//!   resubmit).
+//!
+//! # Cargo features
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `postgres` | yes | `PgStore` (tokio-postgres, bb8, rustls) |
+//! | `sqlite` | yes | `SqliteStore` (rusqlite, SQLite bundled) |
+//! | `mssql` | yes | `MssqlStore` (tiberius, bb8); turns on `entra` for Azure SQL logins |
+//! | `entra` | yes | `entra`: Entra ID tokens (azure_identity, reqwest), `ServiceBusClient::with_entra` |
+//! | `otlp` | yes | OTLP/gRPC export in [`telemetry::init`] (tonic) |
+//! | `app` | yes | the application modules and the `sb-inbox` binary (clap, toml, the emulator) |
+//! | `test-util` | no | `testing`: the in-memory broker |
+//!
+//! A user of one database turns the defaults off: `sb-inbox = { version = "0.1",
+//! default-features = false, features = ["sqlite"] }` compiles neither tiberius nor
+//! tokio-postgres, azure_identity or tonic.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![doc(test(attr(deny(warnings))))]
 
-pub mod demo;
+// The library: what a consumer of the crate builds on.
+#[cfg(feature = "entra")]
 pub mod entra;
-pub mod inventory;
-pub mod ops;
 pub mod ports;
 pub mod relay;
 pub mod retention;
@@ -118,6 +138,21 @@ pub mod store;
 pub mod telemetry;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
+
+// The application: the `sb-inbox` binary's modules, on the library's API. Public because the
+// binary and the integration tests drive them; kept out of the library's documentation (they
+// have no stability promise) and behind `app`, so a library user compiles none of them.
+#[cfg(all(feature = "app", feature = "sqlite"))]
+#[doc(hidden)]
+pub mod demo;
+#[cfg(feature = "app")]
+#[doc(hidden)]
+pub mod inventory;
+#[cfg(feature = "app")]
+#[doc(hidden)]
+pub mod ops;
+#[cfg(feature = "app")]
+#[doc(hidden)]
 pub mod worker;
 
 pub use ports::{
@@ -132,4 +167,9 @@ pub use runtime::{
     JsonContract, JsonHandler, LockKeeper, Outcome, Rejection, Report, Runtime, RuntimeConfig,
     RuntimeError, SessionConfig, Settlement, Stats, StatsSnapshot,
 };
-pub use store::{MssqlStore, MssqlTx, PgStore, PgTx, SqliteStore, SqliteTx};
+#[cfg(feature = "mssql")]
+pub use store::{MssqlStore, MssqlTx};
+#[cfg(feature = "postgres")]
+pub use store::{PgStore, PgTx};
+#[cfg(feature = "sqlite")]
+pub use store::{SqliteStore, SqliteTx};

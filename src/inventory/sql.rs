@@ -1,27 +1,37 @@
 //! The inventory statements for each store.
 
+#[cfg(feature = "postgres")]
 use tokio_postgres::types::ToSql;
 
 use super::{
     CONSUMER, InventoryCounts, InventoryStore, InventoryTx, MIGRATION_VERSION, OrderPlaced,
 };
+use crate::StoreError;
 use crate::store::Migration;
-use crate::{MssqlStore, MssqlTx, PgStore, PgTx, SqliteStore, SqliteTx, StoreError};
+#[cfg(feature = "mssql")]
+use crate::{MssqlStore, MssqlTx};
+#[cfg(feature = "postgres")]
+use crate::{PgStore, PgTx};
+#[cfg(feature = "sqlite")]
+use crate::{SqliteStore, SqliteTx};
 
 const NAME: &str = "0002_inventory.sql";
 
+#[cfg(feature = "postgres")]
 const PG_MIGRATION: Migration = Migration {
     version: MIGRATION_VERSION,
     name: NAME,
     sql: include_str!("../../sql/postgres/0002_inventory.sql"),
 };
 
+#[cfg(feature = "sqlite")]
 const SQLITE_MIGRATION: Migration = Migration {
     version: MIGRATION_VERSION,
     name: NAME,
     sql: include_str!("../../sql/sqlite/0002_inventory.sql"),
 };
 
+#[cfg(feature = "mssql")]
 const MSSQL_MIGRATION: Migration = Migration {
     version: MIGRATION_VERSION,
     name: NAME,
@@ -31,24 +41,28 @@ const MSSQL_MIGRATION: Migration = Migration {
 /// Counts the inventory migration's bookkeeping row (a table every store's `migrate` creates).
 const RECORDED: &str = "SELECT count(*) FROM sb_inbox_schema_migrations WHERE version = 2";
 
+#[cfg(feature = "postgres")]
 const PG_COUNTS: &str = "SELECT
     (SELECT count(*) FROM inventory_reservation),
     (SELECT coalesce(sum(reserved), 0)::bigint FROM inventory_stock),
     (SELECT coalesce(sum(quantity), 0)::bigint FROM inventory_reservation_line),
     (SELECT count(*) FROM sb_inbox WHERE consumer = $1)";
 
+#[cfg(feature = "sqlite")]
 const SQLITE_COUNTS: &str = "SELECT
     (SELECT count(*) FROM inventory_reservation),
     (SELECT coalesce(sum(reserved), 0) FROM inventory_stock),
     (SELECT coalesce(sum(quantity), 0) FROM inventory_reservation_line),
     (SELECT count(*) FROM sb_inbox WHERE consumer = ?1)";
 
+#[cfg(feature = "mssql")]
 const MSSQL_COUNTS: &str = "SELECT
     (SELECT CAST(count(*) AS bigint) FROM inventory_reservation),
     (SELECT coalesce(sum(reserved), CAST(0 AS bigint)) FROM inventory_stock),
     (SELECT coalesce(sum(CAST(quantity AS bigint)), CAST(0 AS bigint)) FROM inventory_reservation_line),
     (SELECT CAST(count(*) AS bigint) FROM sb_inbox WHERE consumer = @P1)";
 
+#[cfg(feature = "postgres")]
 impl InventoryTx for PgTx {
     /// The reservation, its lines and the stock upserts need nothing from one another: one
     /// round trip ([`PgTx::pipeline`]), with the upserts still in SKU order.
@@ -81,6 +95,7 @@ impl InventoryTx for PgTx {
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl InventoryTx for SqliteTx {
     async fn reserve(&mut self, logical_id: &str, order: &OrderPlaced) -> Result<(), StoreError> {
         self.execute(
@@ -106,17 +121,22 @@ impl InventoryTx for SqliteTx {
 
 /// Orders with more lines than this take one round trip per statement on SQL Server instead of
 /// one batch: a request carries at most 2100 parameters.
+#[cfg(feature = "mssql")]
 const MSSQL_BATCH_LINES: usize = 300;
 
+#[cfg(feature = "mssql")]
 const MSSQL_RESERVATION: &str =
     "INSERT INTO inventory_reservation (order_id, message_id) VALUES (@P1, @P2);";
 /// `{line_no}`, `{sku}`, `{quantity}` stand for parameter names (`@P1` is the order id).
+#[cfg(feature = "mssql")]
 const MSSQL_LINE: &str = "INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES (@P1, {line_no}, {sku}, {quantity});";
 /// Update-then-insert under a key-range lock: two orders for a new SKU cannot both insert it.
 /// `{sku}` and `{units}` stand for parameter names.
+#[cfg(feature = "mssql")]
 const MSSQL_UPSERT: &str = "UPDATE inventory_stock WITH (UPDLOCK, HOLDLOCK) SET reserved = reserved + {units} WHERE sku = {sku};
 IF @@ROWCOUNT = 0 INSERT INTO inventory_stock (sku, reserved) VALUES ({sku}, {units});";
 
+#[cfg(feature = "mssql")]
 fn mssql_line(line_no: usize, sku: usize, quantity: usize) -> String {
     MSSQL_LINE
         .replace("{line_no}", &format!("@P{line_no}"))
@@ -124,6 +144,7 @@ fn mssql_line(line_no: usize, sku: usize, quantity: usize) -> String {
         .replace("{quantity}", &format!("@P{quantity}"))
 }
 
+#[cfg(feature = "mssql")]
 fn mssql_upsert(sku: usize, units: usize) -> String {
     MSSQL_UPSERT
         .replace("{sku}", &format!("@P{sku}"))
@@ -133,6 +154,7 @@ fn mssql_upsert(sku: usize, units: usize) -> String {
 /// The reservation of an order of `lines` lines over `skus` SKUs as one SQL Server batch.
 /// Parameters: `@P1` order id, `@P2` message id, then per line its number, SKU and quantity,
 /// then per SKU (in SKU order) the SKU and its units.
+#[cfg(feature = "mssql")]
 fn mssql_reserve_batch(lines: usize, skus: usize) -> String {
     let mut statements = vec![MSSQL_RESERVATION.to_owned()];
     let mut next = 3;
@@ -147,13 +169,14 @@ fn mssql_reserve_batch(lines: usize, skus: usize) -> String {
     statements.join("\n")
 }
 
+#[cfg(feature = "mssql")]
 impl InventoryTx for MssqlTx {
     /// One batch, one round trip. With `XACT_ABORT ON` its first error ends the batch and the
     /// transaction; after a savepoint (`XACT_ABORT OFF`) the statements after a failed one may
     /// still run, but the transaction keeps the first error and only a rollback follows.
     async fn reserve(&mut self, logical_id: &str, order: &OrderPlaced) -> Result<(), StoreError> {
         if order.lines.len() > MSSQL_BATCH_LINES {
-            return self.reserve_one_by_one(logical_id, order).await;
+            return mssql_reserve_one_by_one(self, logical_id, order).await;
         }
         let order_id = order.order_id.as_str();
         let line_numbers: Vec<i32> = (1..).take(order.lines.len()).collect();
@@ -171,32 +194,33 @@ impl InventoryTx for MssqlTx {
     }
 }
 
-impl MssqlTx {
-    /// [`InventoryTx::reserve`] a statement at a time, for orders too large for one batch.
-    async fn reserve_one_by_one(
-        &mut self,
-        logical_id: &str,
-        order: &OrderPlaced,
-    ) -> Result<(), StoreError> {
-        let order_id = order.order_id.as_str();
-        self.execute(MSSQL_RESERVATION, &[&order_id, &logical_id])
-            .await?;
-        let line = mssql_line(2, 3, 4);
-        for (line_no, item) in (1i32..).zip(&order.lines) {
-            self.execute(
-                &line,
-                &[&order_id, &line_no, &item.sku.as_str(), &item.quantity],
-            )
-            .await?;
-        }
-        let upsert = mssql_upsert(1, 2);
-        for (sku, units) in order.stock_by_sku() {
-            self.execute(&upsert, &[&sku, &units]).await?;
-        }
-        Ok(())
+/// [`InventoryTx::reserve`] a statement at a time, for orders too large for one batch. A free
+/// function: a consumer cannot add methods to the library's `MssqlTx`.
+#[cfg(feature = "mssql")]
+async fn mssql_reserve_one_by_one(
+    tx: &mut MssqlTx,
+    logical_id: &str,
+    order: &OrderPlaced,
+) -> Result<(), StoreError> {
+    let order_id = order.order_id.as_str();
+    tx.execute(MSSQL_RESERVATION, &[&order_id, &logical_id])
+        .await?;
+    let line = mssql_line(2, 3, 4);
+    for (line_no, item) in (1i32..).zip(&order.lines) {
+        tx.execute(
+            &line,
+            &[&order_id, &line_no, &item.sku.as_str(), &item.quantity],
+        )
+        .await?;
     }
+    let upsert = mssql_upsert(1, 2);
+    for (sku, units) in order.stock_by_sku() {
+        tx.execute(&upsert, &[&sku, &units]).await?;
+    }
+    Ok(())
 }
 
+#[cfg(feature = "mssql")]
 impl InventoryStore for MssqlStore {
     async fn migrate_inventory(&self) -> Result<usize, StoreError> {
         self.apply_migrations(&[MSSQL_MIGRATION]).await
@@ -229,6 +253,7 @@ impl InventoryStore for MssqlStore {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl InventoryStore for PgStore {
     async fn migrate_inventory(&self) -> Result<usize, StoreError> {
         self.apply_migrations(&[PG_MIGRATION]).await
@@ -253,6 +278,7 @@ impl InventoryStore for PgStore {
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl InventoryStore for SqliteStore {
     async fn migrate_inventory(&self) -> Result<usize, StoreError> {
         self.apply_migrations(&[SQLITE_MIGRATION]).await
@@ -279,7 +305,7 @@ impl InventoryStore for SqliteStore {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "mssql"))]
 mod tests {
     use super::*;
 

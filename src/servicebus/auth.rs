@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use sb_amqp::servicebus::cbs::token_type;
 
 use super::{Credential, ServiceBusError, sign_sas};
+#[cfg(feature = "entra")]
 use crate::entra::EntraCredential;
 
 /// The token types `$cbs` accepts.
@@ -111,11 +112,13 @@ pub const SERVICE_BUS_SCOPE: &str = "https://servicebus.azure.net/.default";
 
 /// Microsoft Entra ID tokens (type `jwt`, scope [`SERVICE_BUS_SCOPE`]): one token serves every
 /// audience of the namespace; the credential caches it until shortly before it expires.
+#[cfg(feature = "entra")]
 #[derive(Debug)]
 pub struct EntraProvider {
     credential: EntraCredential,
 }
 
+#[cfg(feature = "entra")]
 impl EntraProvider {
     /// A provider on `credential` (managed identity, workload identity or developer tools).
     pub fn new(credential: EntraCredential) -> Self {
@@ -123,6 +126,7 @@ impl EntraProvider {
     }
 }
 
+#[cfg(feature = "entra")]
 impl TokenProvider for EntraProvider {
     fn token<'a>(&'a self, _audience: &'a str) -> TokenFuture<'a> {
         Box::pin(async move {

@@ -146,11 +146,13 @@ impl ServiceBusClient {
     /// A client for the namespace `host` (`NAME.servicebus.windows.net`) over AMQPS with
     /// Microsoft Entra ID tokens from `credential` (role *Azure Service Bus Data Receiver* /
     /// *Sender* on the entities).
+    #[cfg(feature = "entra")]
     pub fn with_entra(host: &str, credential: crate::entra::EntraCredential) -> Self {
         Self::with_entra_over(host, credential, super::Transport::Amqp)
     }
 
     /// [`ServiceBusClient::with_entra`] over `transport` (`AmqpWebSockets`: `wss://HOST:443`).
+    #[cfg(feature = "entra")]
     pub fn with_entra_over(
         host: &str,
         credential: crate::entra::EntraCredential,

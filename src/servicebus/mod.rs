@@ -42,9 +42,10 @@ mod settlement;
 mod telemetry;
 
 pub use amqp_message::TYPED_MESSAGE_ID_PREFIX;
+#[cfg(feature = "entra")]
+pub use auth::EntraProvider;
 pub use auth::{
-    AccessToken, EntraProvider, SERVICE_BUS_SCOPE, SasProvider, TokenFuture, TokenProvider,
-    TokenType,
+    AccessToken, SERVICE_BUS_SCOPE, SasProvider, TokenFuture, TokenProvider, TokenType,
 };
 pub use client::{DEFAULT_TIMEOUT, ServiceBusClient};
 pub use connection_string::{ConnectionString, ConnectionStringError, Credential, Transport};

@@ -1,10 +1,14 @@
 //! Stores: the [`crate::Store`] port on real databases.
 //!
 //! # Layout
-//! - [`mssql`]: SQL Server and Azure SQL through `tiberius` and `bb8` ([`MssqlStore`]).
-//! - [`postgres`]: PostgreSQL through `tokio-postgres` and `bb8` ([`PgStore`]).
-//! - [`sqlite`]: SQLite through `rusqlite`, the embedded default ([`SqliteStore`]).
-//! - [`StoreUrl`]: which store a URL names, printable without its secrets.
+//! - `mssql` (feature `mssql`): SQL Server and Azure SQL through `tiberius` and `bb8`
+//!   (`MssqlStore`).
+//! - `postgres` (feature `postgres`): PostgreSQL through `tokio-postgres` and `bb8` (`PgStore`).
+//! - `sqlite` (feature `sqlite`): SQLite through `rusqlite`, the embedded default
+//!   (`SqliteStore`).
+//! - `pool`: checking a connection out of a `bb8` pool (PostgreSQL, SQL Server).
+//! - [`StoreUrl`]: which store a URL names, printable without its secrets; a URL of a store this
+//!   build does not include is refused with the cargo feature to turn on.
 //!
 //! Each store classifies its provider's errors from the error code and, for unique violations,
 //! the constraint name: only [`INBOX_CONSTRAINT`] and [`BUSINESS_KEY_CONSTRAINT`] are duplicates.
@@ -12,14 +16,29 @@
 //! its first error and refuses what follows it (`tx_state`); savepoints are the way past an
 //! expected error.
 
+// A build with no store (a user bringing their own `Store`) keeps `StoreUrl`, `Migration` and the
+// constraint names; the helpers the stores share go unused there.
+#![cfg_attr(
+    not(any(feature = "postgres", feature = "sqlite", feature = "mssql")),
+    allow(dead_code)
+)]
+
+#[cfg(feature = "mssql")]
 pub mod mssql;
+#[cfg(any(feature = "postgres", feature = "mssql"))]
+mod pool;
+#[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "sqlite")]
 pub mod sqlite;
 mod tx_state;
 mod url;
 
+#[cfg(feature = "mssql")]
 pub use mssql::{MssqlConfig, MssqlStore, MssqlTx};
+#[cfg(feature = "postgres")]
 pub use postgres::{PgStore, PgTx};
+#[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SqliteTx};
 pub use url::{StoreUrl, StoreUrlError};
 
@@ -31,6 +50,11 @@ pub const INBOX_CONSTRAINT: &str = "pk_sb_inbox";
 pub const BUSINESS_KEY_CONSTRAINT: &str = "pk_sb_inbox_business_key";
 
 /// One schema migration, applied once in version order.
+///
+/// One version space for every store: the core migrations are 1, 3, 4, …; version 2 is the
+/// reference consumer's (the `inventory` tables), kept out of the core; versions below 1000 are
+/// reserved for sb-inbox, a user's own start at 1000. A user's migrations go through the same
+/// bookkeeping table with each store's `apply_migrations`.
 #[derive(Debug, Clone, Copy)]
 pub struct Migration {
     /// Applied in increasing order.
@@ -40,6 +64,21 @@ pub struct Migration {
     /// The SQL script.
     pub sql: &'static str,
 }
+
+/// The core migrations of one provider, each `version => "file"` of `sql/<provider>/`, compiled
+/// in: the one way every store lists its schema.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mssql"))]
+macro_rules! migrations {
+    ($provider:literal: $($version:literal => $file:literal),+ $(,)?) => {
+        &[$($crate::store::Migration {
+            version: $version,
+            name: $file,
+            sql: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/sql/", $provider, "/", $file)),
+        }),+]
+    };
+}
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mssql"))]
+pub(crate) use migrations;
 
 /// Which dedupe constraint a unique violation names, matched exactly (a constraint whose name
 /// merely starts like ours is not ours).
@@ -114,6 +153,7 @@ pub(crate) fn properties_from_json(
 
 /// Milliseconds since the Unix epoch (negative before it): how SQLite and SQL Server receive
 /// times, converted to their column types in SQL.
+#[cfg(any(feature = "sqlite", feature = "mssql"))]
 pub(crate) fn unix_millis(time: std::time::SystemTime) -> i64 {
     match time.duration_since(std::time::UNIX_EPOCH) {
         Ok(after) => i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
@@ -124,6 +164,7 @@ pub(crate) fn unix_millis(time: std::time::SystemTime) -> i64 {
 }
 
 /// The inverse of [`unix_millis`].
+#[cfg(any(feature = "sqlite", feature = "mssql"))]
 pub(crate) fn from_unix_millis(ms: i64) -> std::time::SystemTime {
     let offset = std::time::Duration::from_millis(ms.unsigned_abs());
     if ms >= 0 {
@@ -174,6 +215,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(any(feature = "sqlite", feature = "mssql"))]
     fn unix_millis_round_trip() {
         use std::time::{Duration, UNIX_EPOCH};
         for time in [

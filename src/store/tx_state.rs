@@ -2,6 +2,7 @@
 //! (every later statement and the commit are refused), and its live savepoints, the one way to
 //! go on after an expected error.
 
+#[cfg(any(feature = "postgres", feature = "mssql"))]
 use std::future::Future;
 
 use crate::ports::{ErrorKind, Savepoint, StoreError};
@@ -31,7 +32,9 @@ impl TxState {
         }
     }
 
-    /// Runs one statement unless the transaction failed already, remembering its error.
+    /// Runs one statement unless the transaction failed already, remembering its error (the
+    /// asynchronous stores; SQLite's statements are synchronous).
+    #[cfg(any(feature = "postgres", feature = "mssql"))]
     pub(crate) async fn run<T>(
         &mut self,
         statement: impl Future<Output = Result<T, StoreError>>,
@@ -124,6 +127,7 @@ impl TxState {
     }
 
     /// The deferred releases, oldest first, as SQL names.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
     pub(crate) fn take_releases(&mut self) -> impl Iterator<Item = String> + use<> {
         std::mem::take(&mut self.pending_release)
             .into_iter()
@@ -132,6 +136,7 @@ impl TxState {
 
     /// The standard SQL (PostgreSQL, SQLite) that marks `savepoint`, after the deferred
     /// releases.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
     pub(crate) fn savepoint_sql(&mut self, savepoint: &Savepoint) -> String {
         let mut sql = String::new();
         for name in self.take_releases() {
@@ -147,6 +152,7 @@ impl TxState {
 
 /// The standard SQL (PostgreSQL, SQLite) that rolls back to `savepoint` and ends it: `ROLLBACK
 /// TO` keeps the savepoint, and a batch of per-message savepoints must not pile up.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) fn rollback_to_sql(savepoint: &Savepoint) -> String {
     let name = savepoint.name();
     format!("ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}")

@@ -1,3 +1,6 @@
+//! [`StoreUrl`]: which store a URL or connection string names, printable without its secrets,
+//! and refused with the cargo feature to turn on when this build does not include that store.
+
 use std::fmt;
 use std::path::PathBuf;
 
@@ -32,35 +35,125 @@ pub enum StoreUrl {
     SqliteMemory,
 }
 
-/// A store URL with an unknown scheme.
+/// A store URL with an unknown scheme, or naming a store this build does not include.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "unsupported store URL {0}: use postgres://…, mssql://…, Server=tcp:HOST,1433;…, sqlite://PATH or sqlite::memory:"
-)]
+#[error("unsupported store URL {0}")]
 pub struct StoreUrlError(String);
 
-impl std::str::FromStr for StoreUrl {
-    type Err = StoreUrlError;
+impl StoreUrlError {
+    /// An unknown or malformed URL (`text` holds no secret), with the forms that work.
+    fn unknown(text: impl fmt::Display) -> Self {
+        StoreUrlError(format!(
+            "{text}: use postgres://…, mssql://…, Server=tcp:HOST,1433;…, sqlite://PATH or \
+             sqlite::memory:"
+        ))
+    }
+}
 
-    fn from_str(url: &str) -> Result<Self, Self::Err> {
+impl StoreUrl {
+    /// The cargo feature that compiles this URL's store in: `postgres`, `mssql` or `sqlite`.
+    pub fn feature(&self) -> &'static str {
+        match self {
+            StoreUrl::Postgres(_) => "postgres",
+            StoreUrl::Mssql(_) => "mssql",
+            StoreUrl::Sqlite(_) | StoreUrl::SqliteMemory => "sqlite",
+        }
+    }
+
+    /// True when this build has the URL's store ([`StoreUrl::feature`] was on).
+    pub fn compiled_in(&self) -> bool {
+        match self {
+            StoreUrl::Postgres(_) => cfg!(feature = "postgres"),
+            StoreUrl::Mssql(_) => cfg!(feature = "mssql"),
+            StoreUrl::Sqlite(_) | StoreUrl::SqliteMemory => cfg!(feature = "sqlite"),
+        }
+    }
+
+    /// `Ok` when this build has the URL's store; otherwise the error that names the cargo
+    /// feature to turn on (a worker configured for a store it was built without stops at
+    /// start-up with it).
+    ///
+    /// # Errors
+    /// [`StoreUrlError`] for a store this build does not include.
+    pub fn ensure_compiled_in(&self) -> Result<(), StoreUrlError> {
+        if self.compiled_in() {
+            return Ok(());
+        }
+        Err(self.not_compiled_in())
+    }
+
+    /// The refusal of a URL whose store this build lacks: the URL (without secrets) and the
+    /// cargo feature that adds it.
+    fn not_compiled_in(&self) -> StoreUrlError {
+        StoreUrlError(format!(
+            "{self}: this build has no {} store; rebuild with the `{}` cargo feature",
+            self.feature(),
+            self.feature()
+        ))
+    }
+
+    /// Which store `url` names, before checking that this build has it.
+    fn recognise(url: &str) -> Result<Self, StoreUrlError> {
         if url == "sqlite::memory:" {
             Ok(StoreUrl::SqliteMemory)
         } else if let Some(path) = url.strip_prefix("sqlite://") {
             if path.is_empty() {
-                return Err(StoreUrlError(url.to_owned()));
+                return Err(StoreUrlError::unknown(url));
             }
             Ok(StoreUrl::Sqlite(PathBuf::from(path)))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             Ok(StoreUrl::Postgres(url.to_owned()))
-        } else if super::mssql::is_url(url) || super::mssql::is_ado(url) {
-            // The message of a parse error never quotes the string (it may hold a password).
-            super::MssqlConfig::parse(url)
-                .map(|_| StoreUrl::Mssql(url.to_owned()))
-                .map_err(|error| StoreUrlError(format!("SQL Server connection string ({error})")))
+        } else if names_mssql(url) {
+            check_mssql(url).map(|()| StoreUrl::Mssql(url.to_owned()))
         } else {
-            Err(StoreUrlError(redact(url)))
+            Err(StoreUrlError::unknown(redact(url)))
         }
     }
+}
+
+impl std::str::FromStr for StoreUrl {
+    type Err = StoreUrlError;
+
+    /// A URL of a store this build does not include is refused, naming the cargo feature.
+    fn from_str(url: &str) -> Result<Self, Self::Err> {
+        let store = Self::recognise(url)?;
+        store.ensure_compiled_in()?;
+        Ok(store)
+    }
+}
+
+/// True for an `mssql://` / `sqlserver://` URL or an ADO.NET connection string.
+#[cfg(feature = "mssql")]
+fn names_mssql(url: &str) -> bool {
+    super::mssql::is_url(url) || super::mssql::is_ado(url)
+}
+
+/// Without the SQL Server store its parser is not there either: recognised by its look, only
+/// to say that this build cannot use it.
+#[cfg(not(feature = "mssql"))]
+fn names_mssql(url: &str) -> bool {
+    let lower = url.to_ascii_lowercase();
+    ["mssql://", "sqlserver://"]
+        .iter()
+        .any(|scheme| lower.starts_with(scheme))
+        || ["server=", "data source=", "address="]
+            .iter()
+            .any(|key| lower.contains(key))
+}
+
+/// A SQL Server string that does not parse is refused now; the message never quotes the
+/// string (it may hold a password).
+#[cfg(feature = "mssql")]
+fn check_mssql(url: &str) -> Result<(), StoreUrlError> {
+    super::MssqlConfig::parse(url)
+        .map(drop)
+        .map_err(|error| StoreUrlError::unknown(format!("SQL Server connection string ({error})")))
+}
+
+/// Nothing to check with: [`StoreUrl::ensure_compiled_in`] refuses it next.
+#[cfg(not(feature = "mssql"))]
+fn check_mssql(_url: &str) -> Result<(), StoreUrlError> {
+    Ok(())
 }
 
 /// Replaces the password of `scheme://user:password@host` with `***`.
@@ -81,14 +174,26 @@ impl fmt::Display for StoreUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreUrl::Postgres(url) => f.write_str(&redact(url)),
-            StoreUrl::Mssql(text) => match super::MssqlConfig::parse(text) {
-                Ok(config) => fmt::Display::fmt(&config, f),
-                Err(_) => f.write_str("<unparseable SQL Server connection string>"),
-            },
+            StoreUrl::Mssql(text) => display_mssql(text, f),
             StoreUrl::Sqlite(path) => write!(f, "sqlite://{}", path.display()),
             StoreUrl::SqliteMemory => f.write_str("sqlite::memory:"),
         }
     }
+}
+
+/// The SQL Server string through its parser's redacting `Display`.
+#[cfg(feature = "mssql")]
+fn display_mssql(text: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    match super::MssqlConfig::parse(text) {
+        Ok(config) => fmt::Display::fmt(&config, f),
+        Err(_) => f.write_str("<unparseable SQL Server connection string>"),
+    }
+}
+
+/// Without the parser nothing tells the password apart: the string is not shown.
+#[cfg(not(feature = "mssql"))]
+fn display_mssql(_text: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    f.write_str("<SQL Server connection string>")
 }
 
 impl fmt::Debug for StoreUrl {
@@ -131,5 +236,30 @@ mod tests {
             .parse::<StoreUrl>()
             .unwrap_err();
         assert!(!err.to_string().contains("Pa55word"), "{err}");
+    }
+
+    /// Each store's feature is one Cargo.toml declares, and this build (the default features)
+    /// has every store.
+    #[test]
+    #[cfg(all(feature = "postgres", feature = "mssql", feature = "sqlite"))]
+    fn each_store_names_its_cargo_feature() {
+        let manifest = include_str!("../../Cargo.toml");
+        for url in [
+            StoreUrl::Postgres("postgres://h/d".to_owned()),
+            StoreUrl::Mssql("mssql://h/d".to_owned()),
+            StoreUrl::Sqlite("a.db".into()),
+            StoreUrl::SqliteMemory,
+        ] {
+            let declared = format!("\n{} = [", url.feature());
+            assert!(manifest.contains(&declared), "{declared}");
+            assert_eq!(url.ensure_compiled_in(), Ok(()), "{url}");
+        }
+        // What a build without the store says (a worker stops at start-up with it).
+        let refused = StoreUrl::Postgres("postgres://app:secret@db/d".to_owned()).not_compiled_in();
+        assert_eq!(
+            refused.to_string(),
+            "unsupported store URL postgres://app:***@db/d: this build has no postgres store; \
+             rebuild with the `postgres` cargo feature"
+        );
     }
 }

@@ -1,13 +1,18 @@
 //! Process-wide set-up: logs to stderr (text or JSON) and, when an OTLP endpoint is configured,
-//! spans and metrics over OTLP/gRPC.
+//! spans and metrics over OTLP/gRPC (feature `otlp`; a build without it refuses an endpoint).
 
 use std::time::Duration;
 
+#[cfg(feature = "otlp")]
 use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;
+#[cfg(feature = "otlp")]
 use opentelemetry_otlp::WithExportConfig as _;
+#[cfg(feature = "otlp")]
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+#[cfg(feature = "otlp")]
+use opentelemetry_sdk::metrics::PeriodicReader;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt as _;
@@ -283,6 +288,8 @@ pub fn init(config: &TelemetryConfig) -> Result<Telemetry, TelemetryError> {
     Ok(Telemetry { tracer, meter })
 }
 
+/// The span and metric pipelines to the OTLP/gRPC collector at `endpoint`.
+#[cfg(feature = "otlp")]
 fn providers(
     config: &TelemetryConfig,
     endpoint: &str,
@@ -318,6 +325,19 @@ fn providers(
         .with_resource(resource)
         .build();
     Ok((tracer, meter))
+}
+
+/// Built without `otlp`: an endpoint is a configuration this binary cannot honour, refused at
+/// start-up rather than ignored (which would silently lose every span and metric).
+#[cfg(not(feature = "otlp"))]
+fn providers(
+    _config: &TelemetryConfig,
+    endpoint: &str,
+) -> Result<(SdkTracerProvider, SdkMeterProvider), TelemetryError> {
+    Err(TelemetryError::Exporter(format!(
+        "{endpoint}: this build has no OTLP exporter; rebuild with the `otlp` cargo feature or \
+         unset OTEL_EXPORTER_OTLP_ENDPOINT"
+    )))
 }
 
 #[cfg(test)]

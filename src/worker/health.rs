@@ -18,8 +18,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use crate::StoreError;
 use crate::runtime::StoreHealth;
-use crate::{MssqlStore, PgStore, SqliteStore, StoreError};
+#[cfg(feature = "mssql")]
+use crate::store::MssqlStore;
+#[cfg(feature = "postgres")]
+use crate::store::PgStore;
+#[cfg(feature = "sqlite")]
+use crate::store::SqliteStore;
 
 /// How long a readiness probe may take before it counts as not ready. Well inside the
 /// Container Apps probe timeout (3 s in infra/), so a hung database makes `/readyz` answer 503
@@ -83,18 +89,21 @@ pub trait Ping: Send + Sync {
     fn ping(&self) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>>;
 }
 
+#[cfg(feature = "postgres")]
 impl Ping for PgStore {
     fn ping(&self) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>> {
         Box::pin(async move { self.query("SELECT 1", &[]).await.map(drop) })
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl Ping for SqliteStore {
     fn ping(&self) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>> {
         Box::pin(async move { self.with_connection(|c| c.execute_batch("SELECT 1")).await })
     }
 }
 
+#[cfg(feature = "mssql")]
 impl Ping for MssqlStore {
     fn ping(&self) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>> {
         Box::pin(async move { self.query("SELECT 1", &[]).await.map(drop) })

@@ -12,7 +12,13 @@ use tokio_util::sync::CancellationToken;
 use super::health::Condition;
 use crate::runtime::Backoff;
 use crate::store::Migration;
-use crate::{ErrorKind, MssqlStore, PgStore, SqliteStore, StoreError};
+#[cfg(feature = "mssql")]
+use crate::store::MssqlStore;
+#[cfg(feature = "postgres")]
+use crate::store::PgStore;
+#[cfg(feature = "sqlite")]
+use crate::store::SqliteStore;
+use crate::{ErrorKind, StoreError};
 
 /// The first retry waits about a second; later ones at most 30 s, so a database that appears
 /// is noticed within half a minute without hammering one that is down.
@@ -28,6 +34,7 @@ pub(crate) trait Applied {
     fn applied(&self) -> impl Future<Output = Result<Vec<i64>, StoreError>> + Send;
 }
 
+#[cfg(feature = "postgres")]
 impl Applied for PgStore {
     const MIGRATIONS: &'static [Migration] = crate::store::postgres::MIGRATIONS;
 
@@ -48,6 +55,7 @@ impl Applied for PgStore {
     }
 }
 
+#[cfg(feature = "mssql")]
 impl Applied for MssqlStore {
     const MIGRATIONS: &'static [Migration] = crate::store::mssql::MIGRATIONS;
 
@@ -63,6 +71,7 @@ impl Applied for MssqlStore {
     }
 }
 
+#[cfg(feature = "sqlite")]
 impl Applied for SqliteStore {
     const MIGRATIONS: &'static [Migration] = crate::store::sqlite::MIGRATIONS;
 

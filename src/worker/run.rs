@@ -9,14 +9,18 @@ use tokio_util::sync::CancellationToken;
 use super::health::{self, Condition, Ping, Readiness};
 use super::open::{self, Applied};
 use super::{BrokerAddress, Worker, WorkerConfig};
+#[cfg(feature = "entra")]
 use crate::entra::{EntraCredential, EntraMode};
 use crate::inventory::{InventoryStore, OrderPlacedConsumer};
 use crate::servicebus::ServiceBusClient;
-use crate::store::{MssqlConfig, StoreUrl};
-use crate::{
-    ErrorKind, MssqlStore, OutboxStore, PgStore, RetentionStore, RuntimeError, SqliteStore,
-    StatsSnapshot, StoreError,
-};
+#[cfg(feature = "postgres")]
+use crate::store::PgStore;
+#[cfg(feature = "sqlite")]
+use crate::store::SqliteStore;
+use crate::store::StoreUrl;
+#[cfg(feature = "mssql")]
+use crate::store::{MssqlConfig, MssqlStore};
+use crate::{ErrorKind, OutboxStore, RetentionStore, RuntimeError, StatsSnapshot, StoreError};
 
 pub use super::host::BACKGROUND_STOP;
 
@@ -82,6 +86,7 @@ pub async fn run_with(
 ) -> Result<StatsSnapshot, WorkerError> {
     let client = match &config.broker {
         BrokerAddress::Connection(cs) => ServiceBusClient::from_connection_string(cs),
+        #[cfg(feature = "entra")]
         BrokerAddress::Namespace {
             host,
             client_id,
@@ -91,6 +96,13 @@ pub async fn run_with(
             EntraCredential::new(EntraMode::Default, client_id.clone()),
             *transport,
         ),
+        #[cfg(not(feature = "entra"))]
+        BrokerAddress::Namespace { host, .. } => {
+            return Err(WorkerError::Config(format!(
+                "{host}: a namespace without a connection string takes Entra ID tokens, and this \
+                 build has no `entra` cargo feature"
+            )));
+        }
     };
     // Served from the start, before the store opens; the Worker adds its probes to it.
     let readiness = Readiness::new();
@@ -102,31 +114,50 @@ pub async fn run_with(
         shutdown,
     };
     // Every consumer's handlers at once, plus the relay and retention.
-    let concurrency: usize = config.consumers.iter().map(|c| c.runtime.concurrency).sum();
-    let pool = u32::try_from(concurrency)
-        .unwrap_or(u32::MAX)
-        .saturating_add(2);
+    #[cfg(any(feature = "postgres", feature = "mssql"))]
+    let pool = u32::try_from(
+        config
+            .consumers
+            .iter()
+            .map(|c| c.runtime.concurrency)
+            .sum::<usize>(),
+    )
+    .unwrap_or(u32::MAX)
+    .saturating_add(2);
     match &config.store {
+        #[cfg(feature = "postgres")]
         StoreUrl::Postgres(url) => {
             let connect = || PgStore::connect(url, pool);
             open_then_serve(connect, config, probe, &store_ready).await
         }
+        #[cfg(feature = "mssql")]
         StoreUrl::Mssql(raw) => {
             // A string that does not parse will not parse later either: fail now.
             let parsed: MssqlConfig = raw.parse()?;
             let connect = || MssqlStore::connect_with(parsed.clone(), pool);
             open_then_serve(connect, config, probe, &store_ready).await
         }
+        #[cfg(feature = "sqlite")]
         StoreUrl::Sqlite(path) => {
             let connect = || async { SqliteStore::open(path) };
             open_then_serve(connect, config, probe, &store_ready).await
         }
+        #[cfg(feature = "sqlite")]
         StoreUrl::SqliteMemory => {
             let store = SqliteStore::open_in_memory()?;
             store.migrate().await?;
             store.migrate_inventory().await?;
             serve(store, config, probe).await
         }
+        // A store this build lacks: `StoreUrl`'s parser refuses it already, this is for a
+        // configuration built in code.
+        #[cfg(not(all(feature = "postgres", feature = "mssql", feature = "sqlite")))]
+        other => Err(WorkerError::Config(
+            other
+                .ensure_compiled_in()
+                .err()
+                .map_or_else(|| format!("store {other}"), |error| error.to_string()),
+        )),
     }
 }
 

@@ -23,21 +23,10 @@ use super::Migration;
 use super::tx_state::{TxState, rollback_to_sql};
 use crate::ports::{ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck};
 
-/// The SQLite core migrations, in order: inbox, business keys, aggregate versions,
-/// outbox. Version 2 is the reference consumer's (`crate::inventory`), kept out of the core;
-/// versions below 1000 are reserved for sb-inbox, a user's own start at 1000.
-pub const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "0001_inbox.sql",
-        sql: include_str!("../../../sql/sqlite/0001_inbox.sql"),
-    },
-    Migration {
-        version: 3,
-        name: "0003_outbox_relay.sql",
-        sql: include_str!("../../../sql/sqlite/0003_outbox_relay.sql"),
-    },
-];
+/// The SQLite core migrations, in order: inbox, business keys, aggregate versions, outbox
+/// (versions: see [`Migration`]).
+pub const MIGRATIONS: &[Migration] =
+    crate::store::migrations!("sqlite": 1 => "0001_inbox.sql", 3 => "0003_outbox_relay.sql");
 
 /// A SQLite store.
 ///

@@ -1,0 +1,158 @@
+//! Reads `src/inventory` and names every `crate::` path whose first segment is not exported
+//! by the library's API: its public modules and root re-exports in `src/lib.rs`, without the
+//! `#[doc(hidden)]` application modules.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The names `src/lib.rs` exports as API: `pub mod x;` unless marked `#[doc(hidden)]`, and
+/// every name of a `pub use …;`.
+fn api(lib: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut hidden = false;
+    let mut statement: Option<String> = None;
+    for line in lib.lines().map(str::trim) {
+        if let Some(text) = statement.as_mut() {
+            text.push_str(line);
+        } else if line.starts_with("#[doc(hidden)]") {
+            hidden = true;
+            continue;
+        } else if let Some(name) = line.strip_prefix("pub mod ") {
+            if !hidden {
+                names.insert(name.trim_end_matches(';').to_owned());
+            }
+        } else if line.starts_with("pub use ") {
+            statement = Some(line.to_owned());
+        }
+        if !line.starts_with("#[") {
+            hidden = false;
+        }
+        if statement.as_deref().is_some_and(|text| text.ends_with(';')) {
+            let text = statement.take().unwrap_or_default();
+            let list = text.split_once('{').map_or(text.as_str(), |(_, rest)| rest);
+            for item in list.split(',') {
+                let item = item.trim().trim_end_matches([';', '}']).trim();
+                if let Some(last) = item.rsplit("::").next().filter(|n| !n.is_empty()) {
+                    names.insert(last.to_owned());
+                }
+            }
+        }
+    }
+    names
+}
+
+/// The first segment of every `crate::` path in `code`: `crate::a::b` gives `a`,
+/// `crate::{a::b, c}` gives `a` and `c`.
+fn first_segments(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        let rest = &code[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 0;
+            let mut item = String::new();
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        found.push(segment(&item));
+                        item.clear();
+                        continue;
+                    }
+                    _ => {}
+                }
+                item.push(c);
+            }
+            found.push(segment(&item));
+        } else {
+            found.push(segment(rest));
+        }
+    }
+    found.retain(|name| !name.is_empty());
+    found
+}
+
+/// The identifier `text` starts with (after spaces).
+fn segment(text: &str) -> String {
+    text.trim_start()
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect()
+}
+
+/// Each line of `text` naming a `crate::` path outside `api`, as `label:line: text`; comments
+/// are ignored.
+fn outside(label: &str, text: &str, api: &BTreeSet<String>) -> Vec<String> {
+    let mut found = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or_default();
+        for name in first_segments(code) {
+            if !api.contains(&name) {
+                found.push(format!(
+                    "{label}:{}: crate::{name} in {}",
+                    n + 1,
+                    line.trim()
+                ));
+            }
+        }
+    }
+    found
+}
+
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| entries.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.retain(|path| path.extension().is_some_and(|e| e == "rs"));
+    files.sort();
+    files
+}
+
+#[test]
+fn the_inventory_names_only_the_library_api() {
+    let lib = std::fs::read_to_string(root().join("src/lib.rs")).unwrap();
+    let api = api(&lib);
+    for expected in ["runtime", "store", "Tx", "StoreError", "Handler"] {
+        assert!(api.contains(expected), "{expected} missing from {api:?}");
+    }
+    for application in ["worker", "ops", "demo", "inventory"] {
+        assert!(!api.contains(application), "{application} counted as API");
+    }
+    let files = sources(&root().join("src/inventory"));
+    assert!(!files.is_empty());
+    let mut found = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        found.extend(outside(&file.display().to_string(), &text, &api));
+    }
+    assert!(
+        found.is_empty(),
+        "the inventory consumer uses what the library does not export:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_check_sees_a_path_outside_the_api() {
+    let lib = "pub mod store;\n#[doc(hidden)]\npub mod worker;\npub use ports::{Tx,\n    Store};\n";
+    let api = api(lib);
+    assert_eq!(
+        api.iter().map(String::as_str).collect::<Vec<_>>(),
+        ["Store", "Tx", "store"]
+    );
+    // Built at run time, so this file itself names no such path.
+    let text = format!(
+        "use crate::{{Tx, {}::send}};\nlet w = crate::{}::Worker::new(); // crate::ops\n",
+        "ops", "worker"
+    );
+    let found = outside("t", &text, &api);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found[0].contains("crate::ops"), "{found:?}");
+    assert!(found[1].contains("crate::worker"), "{found:?}");
+    assert!(outside("t", "use crate::store::Migration;", &api).is_empty());
+}
