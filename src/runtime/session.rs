@@ -237,7 +237,10 @@ async fn keep_session<T: SessionReceiver>(session: &T, margin: Duration, clock: 
 /// Refuses what session mode cannot honour, as the worker's configuration does: no session
 /// slots, delayed retries (a retry copy would leave its session's order) and batched
 /// transactions (a session handles one message at a time, each in its own transaction).
-fn check_session_mode(config: &RuntimeConfig, sessions: &SessionConfig) -> Result<(), RuntimeError> {
+fn check_session_mode(
+    config: &RuntimeConfig,
+    sessions: &SessionConfig,
+) -> Result<(), RuntimeError> {
     config.validate()?;
     if sessions.max_sessions == 0 {
         return Err(RuntimeError::Config(
@@ -256,7 +259,6 @@ fn check_session_mode(config: &RuntimeConfig, sessions: &SessionConfig) -> Resul
     }
     Ok(())
 }
-
 
 #[cfg(test)]
 mod tests {
