@@ -289,6 +289,28 @@ async fn resubmit_matching<R: Receiver>(
 mod tests {
     use super::*;
 
+    /// Resubmits up to ten of `dead_letters` to a fresh in-memory entity, on `clock`.
+    async fn resubmit_to_new_entity(
+        dead_letters: &crate::testing::MemoryBroker,
+        clock: Clock,
+    ) -> (crate::testing::MemoryBroker, ResubmitReport) {
+        let entity = crate::testing::MemoryBroker::new(clock);
+        let mut options = ResubmitOptions::new(10);
+        options.clock = clock;
+        let report = resubmit(&dead_letters.receiver(), &entity, "orders", &options)
+            .await
+            .unwrap();
+        (entity, report)
+    }
+
+    /// The one message left in the dead-letter queue, with why.
+    fn the_one_left(report: &ResubmitReport) -> (&str, &str) {
+        let [(id, why)] = report.left.as_slice() else {
+            panic!("{report:?}");
+        };
+        (id, why)
+    }
+
     #[test]
     fn a_resubmission_keeps_the_logical_id_under_a_fresh_id() {
         let mut dead = Message::new("m-1/retry-3", "orders.order-placed.v1", "{}");
@@ -343,17 +365,10 @@ mod tests {
         dead_letters.send(Message::new("old", "orders.order-placed.v1", "{}"));
         tokio::time::advance(DEFAULT_RESUBMIT_WINDOW + Duration::from_secs(1)).await;
         dead_letters.send(Message::new("young", "orders.order-placed.v1", "{}"));
-        let entity = MemoryBroker::new(clock);
-        let mut options = ResubmitOptions::new(10);
-        options.clock = clock;
-        let report = resubmit(&dead_letters.receiver(), &entity, "orders", &options)
-            .await
-            .unwrap();
+        let (entity, report) = resubmit_to_new_entity(&dead_letters, clock).await;
         let resubmitted: Vec<&str> = report.resubmitted.iter().map(|r| r.from.as_str()).collect();
         assert_eq!(resubmitted, ["young"]);
-        let [(id, why)] = report.left.as_slice() else {
-            panic!("{report:?}");
-        };
+        let (id, why) = the_one_left(&report);
         assert_eq!(id, "old");
         assert!(
             why.contains("enqueued 604801 s ago, past the DLQ resubmission window of 604800 s"),
@@ -392,16 +407,9 @@ mod tests {
         dead_letters.send(copy);
         // Its own enqueue is a second old: inside the window on its own.
         tokio::time::advance(Duration::from_secs(1)).await;
-        let entity = MemoryBroker::new(clock);
-        let mut options = ResubmitOptions::new(10);
-        options.clock = clock;
-        let report = resubmit(&dead_letters.receiver(), &entity, "orders", &options)
-            .await
-            .unwrap();
+        let (entity, report) = resubmit_to_new_entity(&dead_letters, clock).await;
         assert!(report.resubmitted.is_empty(), "{report:?}");
-        let [(id, why)] = report.left.as_slice() else {
-            panic!("{report:?}");
-        };
+        let (id, why) = the_one_left(&report);
         assert_eq!(id, "m-1/retry-1");
         assert!(
             why.contains("enqueued 604802 s ago, past the DLQ resubmission window"),

@@ -83,25 +83,15 @@ where
     /// abandoned; every held session is closed.
     ///
     /// # Errors
-    /// [`RuntimeError::Config`] for zero sessions or with delayed retries (a retry copy would
-    /// leave its session's order); [`RuntimeError::Receive`] when the source fails for good.
+    /// [`RuntimeError::Config`] for zero sessions, with delayed retries (a retry copy would
+    /// leave its session's order) or with batched transactions ([`RuntimeConfig::batch_size`]
+    /// over 1); [`RuntimeError::Receive`] when the source fails for good.
     pub async fn run_sessions(
         &self,
         sessions: SessionConfig,
         shutdown: CancellationToken,
     ) -> Result<(), RuntimeError> {
-        let config = &self.inner.config;
-        config.validate()?;
-        if sessions.max_sessions == 0 {
-            return Err(RuntimeError::Config(
-                "max_sessions must be at least 1".into(),
-            ));
-        }
-        if config.delayed_retry.is_some() {
-            return Err(RuntimeError::Config(
-                "delayed retries cannot keep a session's order (a retry copy goes to the end of its session): turn them off in session mode".into(),
-            ));
-        }
+        check_session_mode(&self.inner.config, &sessions)?;
         let tracker = TaskTracker::new();
         let abort = CancellationToken::new();
         // A fatal source error stops every slot.
@@ -244,6 +234,32 @@ async fn keep_session<T: SessionReceiver>(session: &T, margin: Duration, clock: 
     }
 }
 
+/// Refuses what session mode cannot honour, as the worker's configuration does: no session
+/// slots, delayed retries (a retry copy would leave its session's order) and batched
+/// transactions (a session handles one message at a time, each in its own transaction).
+fn check_session_mode(
+    config: &RuntimeConfig,
+    sessions: &SessionConfig,
+) -> Result<(), RuntimeError> {
+    config.validate()?;
+    if sessions.max_sessions == 0 {
+        return Err(RuntimeError::Config(
+            "max_sessions must be at least 1".into(),
+        ));
+    }
+    if config.delayed_retry.is_some() {
+        return Err(RuntimeError::Config(
+            "delayed retries cannot keep a session's order (a retry copy goes to the end of its session): turn them off in session mode".into(),
+        ));
+    }
+    if config.batch_size > 1 {
+        return Err(RuntimeError::Config(
+            "session mode handles a session's messages one at a time, each in its own transaction: batch_size must be 1".into(),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,5 +267,20 @@ mod tests {
     #[test]
     fn defaults_hold_eight_sessions() {
         assert_eq!(SessionConfig::default().max_sessions, 8);
+    }
+
+    #[test]
+    fn session_mode_refuses_batched_transactions() {
+        let config = RuntimeConfig {
+            batch_size: 2,
+            ..RuntimeConfig::new(crate::ConsumerName::new("orders").unwrap())
+        };
+        let error = check_session_mode(&config, &SessionConfig::default()).unwrap_err();
+        assert!(
+            matches!(&error, RuntimeError::Config(why) if why.contains("batch_size must be 1")),
+            "{error:?}"
+        );
+        let single = RuntimeConfig::new(crate::ConsumerName::new("orders").unwrap());
+        assert!(check_session_mode(&single, &SessionConfig::default()).is_ok());
     }
 }

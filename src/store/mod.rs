@@ -189,6 +189,32 @@ pub(crate) fn failure_text(failure: Option<&str>) -> Option<String> {
     failure.map(|text| crate::runtime::truncate(text, 1024))
 }
 
+/// A batch size as the `LIMIT`/`TOP` parameter every store binds (`i64`).
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mssql"))]
+pub(crate) fn limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Outbox ids as one JSON array: one parameter however many ids (SQL Server takes at most
+/// 2 100 parameters), for the stores without array parameters (SQLite's
+/// `json_each`, SQL Server's `OPENJSON`).
+#[cfg(any(feature = "sqlite", feature = "mssql"))]
+pub(crate) fn id_list(ids: &[i64]) -> String {
+    serde_json::Value::from(ids).to_string()
+}
+
+/// The rows a claim returned, read with `read`, in id (write) order: `RETURNING` and `OUTPUT`
+/// follow no order, and the relay sends in the order the messages were written.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mssql"))]
+pub(crate) fn in_id_order<T>(
+    rows: impl IntoIterator<Item = T>,
+    read: impl FnMut(T) -> Result<crate::ports::OutboxRow, StoreError>,
+) -> Result<Vec<crate::ports::OutboxRow>, StoreError> {
+    let mut claimed = rows.into_iter().map(read).collect::<Result<Vec<_>, _>>()?;
+    claimed.sort_by_key(|row| row.id);
+    Ok(claimed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

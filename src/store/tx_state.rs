@@ -2,10 +2,9 @@
 //! (every later statement and the commit are refused), and its live savepoints, the one way to
 //! go on after an expected error.
 
-#[cfg(any(feature = "postgres", feature = "mssql"))]
 use std::future::Future;
 
-use crate::ports::{ErrorKind, Savepoint, StoreError};
+use crate::ports::{ErrorKind, Savepoint, StoreError, VersionCheck};
 
 /// The bookkeeping every store's transaction shares; the SQL stays with each store.
 #[derive(Debug, Default)]
@@ -156,6 +155,26 @@ impl TxState {
 pub(crate) fn rollback_to_sql(savepoint: &Savepoint) -> String {
     let name = savepoint.name();
     format!("ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}")
+}
+
+/// The verdict of an aggregate-version upsert that writes only a newer version: it wrote, so
+/// the version advanced; it did not, so the row holds a version as new or newer, `current`
+/// (read only then). No row after the upsert is the database's contradiction, not a stale
+/// message.
+pub(crate) async fn version_verdict(
+    written: bool,
+    current: impl Future<Output = Result<Option<i64>, StoreError>>,
+) -> Result<VersionCheck, StoreError> {
+    if written {
+        return Ok(VersionCheck::Advanced);
+    }
+    let current = current.await?.ok_or_else(|| {
+        StoreError::of_kind(
+            ErrorKind::Unknown,
+            "aggregate version row missing after upsert",
+        )
+    })?;
+    Ok(VersionCheck::Stale { current })
 }
 
 #[cfg(test)]

@@ -1,3 +1,6 @@
+//! The in-memory peek-lock broker: its queue state on an injected clock, its receiver and
+//! deliveries, its [`Sender`] side, and the faults a test can inject into each.
+
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};

@@ -84,26 +84,7 @@ pub async fn run_with(
     health: Option<TcpListener>,
     shutdown: CancellationToken,
 ) -> Result<StatsSnapshot, WorkerError> {
-    let client = match &config.broker {
-        BrokerAddress::Connection(cs) => ServiceBusClient::from_connection_string(cs),
-        #[cfg(feature = "entra")]
-        BrokerAddress::Namespace {
-            host,
-            client_id,
-            transport,
-        } => ServiceBusClient::with_entra_over(
-            host,
-            EntraCredential::new(EntraMode::Default, client_id.clone()),
-            *transport,
-        ),
-        #[cfg(not(feature = "entra"))]
-        BrokerAddress::Namespace { host, .. } => {
-            return Err(WorkerError::Config(format!(
-                "{host}: a namespace without a connection string takes Entra ID tokens, and this \
-                 build has no `entra` cargo feature"
-            )));
-        }
-    };
+    let client = broker_client(&config.broker)?;
     // Served from the start, before the store opens; the Worker adds its probes to it.
     let readiness = Readiness::new();
     let store_ready = readiness.condition("store", "opening");
@@ -159,6 +140,31 @@ pub async fn run_with(
                 .map_or_else(|| format!("store {other}"), |error| error.to_string()),
         )),
     }
+}
+
+/// The Service Bus client for `broker`: a connection string's key, or Entra ID tokens for a
+/// namespace (refused when this build lacks the `entra` feature).
+fn broker_client(broker: &BrokerAddress) -> Result<ServiceBusClient, WorkerError> {
+    Ok(match broker {
+        BrokerAddress::Connection(cs) => ServiceBusClient::from_connection_string(cs),
+        #[cfg(feature = "entra")]
+        BrokerAddress::Namespace {
+            host,
+            client_id,
+            transport,
+        } => ServiceBusClient::with_entra_over(
+            host,
+            EntraCredential::new(EntraMode::Default, client_id.clone()),
+            *transport,
+        ),
+        #[cfg(not(feature = "entra"))]
+        BrokerAddress::Namespace { host, .. } => {
+            return Err(WorkerError::Config(format!(
+                "{host}: a namespace without a connection string takes Entra ID tokens, and this \
+                 build has no `entra` cargo feature"
+            )));
+        }
+    })
 }
 
 /// Connects and checks the schema, the reference consumer's tables included, until all

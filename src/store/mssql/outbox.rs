@@ -14,7 +14,8 @@ use crate::ports::{
     OutboxStore, RetentionStore, StoreError,
 };
 use crate::store::{
-    attempts, count, failure_text, from_unix_millis, properties_from_json, unix_millis,
+    attempts, count, failure_text, from_unix_millis, id_list, in_id_order, limit,
+    properties_from_json, unix_millis,
 };
 
 /// `datetime2(3)` from a parameter holding Unix milliseconds (days and the rest apart, as
@@ -93,16 +94,6 @@ const DELETE_OUTBOX: &str = concat!(
     at!("@P1")
 );
 
-fn limit(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-/// Ids as a JSON array, for `OPENJSON`: one parameter, however many ids (SQL Server takes at
-/// most 2 100 parameters).
-fn id_list(ids: &[i64]) -> String {
-    serde_json::Value::from(ids).to_string()
-}
-
 fn missing(column: &str) -> StoreError {
     StoreError::of_kind(ErrorKind::Conversion, format!("sb_outbox.{column} is NULL"))
 }
@@ -164,10 +155,7 @@ impl OutboxStore for MssqlStore {
                 ],
             )
             .await?;
-        let mut claimed = rows.iter().map(outbox_row).collect::<Result<Vec<_>, _>>()?;
-        // OUTPUT follows no order.
-        claimed.sort_by_key(|row| row.id);
-        Ok(claimed)
+        in_id_order(&rows, outbox_row)
     }
 
     async fn mark_dispatched(

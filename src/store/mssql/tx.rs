@@ -7,7 +7,7 @@ use tiberius::{Row, ToSql};
 
 use super::{MssqlManager, MssqlStore, classify};
 use crate::ports::{ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck};
-use crate::store::tx_state::TxState;
+use crate::store::tx_state::{TxState, version_verdict};
 
 impl Store for MssqlStore {
     type Tx = MssqlTx;
@@ -197,11 +197,7 @@ impl Tx for MssqlTx {
             .try_get::<i64, _>(1)
             .map_err(classify)?
             .unwrap_or(version);
-        Ok(if written > 0 {
-            VersionCheck::Advanced
-        } else {
-            VersionCheck::Stale { current }
-        })
+        version_verdict(written > 0, std::future::ready(Ok(Some(current)))).await
     }
 
     async fn append_outbox(&mut self, message: &OutboxMessage) -> Result<(), StoreError> {

@@ -10,7 +10,7 @@ use super::{PgStore, classify};
 use crate::ports::{
     OutboxBacklog, OutboxLease, OutboxMessage, OutboxRow, OutboxStore, RetentionStore, StoreError,
 };
-use crate::store::{attempts, count, failure_text, properties_from_json};
+use crate::store::{attempts, count, failure_text, in_id_order, limit, properties_from_json};
 
 const CLAIM: &str = "UPDATE sb_outbox AS o
     SET lease_until = $1, lease_token = $2, attempts = o.attempts + 1
@@ -44,10 +44,6 @@ const DELETE_INBOX: &str = "DELETE FROM sb_inbox WHERE ctid = ANY(ARRAY(
 const DELETE_OUTBOX: &str = "DELETE FROM sb_outbox WHERE ctid = ANY(ARRAY(
     SELECT ctid FROM sb_outbox WHERE dispatched_at < $1
      ORDER BY dispatched_at LIMIT $2 FOR UPDATE SKIP LOCKED))";
-
-fn limit(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
 
 fn outbox_row(row: &Row) -> Result<OutboxRow, StoreError> {
     let id: i64 = row.try_get(0).map_err(classify)?;
@@ -93,10 +89,7 @@ impl OutboxStore for PgStore {
                 &[&lease.until(), &lease.token(), &now, &limit(limit_to)],
             )
             .await?;
-        let mut claimed = rows.iter().map(outbox_row).collect::<Result<Vec<_>, _>>()?;
-        // RETURNING follows no order.
-        claimed.sort_by_key(|row| row.id);
-        Ok(claimed)
+        in_id_order(&rows, outbox_row)
     }
 
     async fn mark_dispatched(

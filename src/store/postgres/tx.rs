@@ -11,7 +11,7 @@ use tokio_postgres::{Client, Row};
 
 use super::{PgManager, PgStore, classify, pipeline};
 use crate::ports::{ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck};
-use crate::store::tx_state::{TxState, rollback_to_sql};
+use crate::store::tx_state::{TxState, rollback_to_sql, version_verdict};
 
 #[cfg(feature = "test-util")]
 impl PgStore {
@@ -292,25 +292,20 @@ impl Tx for PgTx {
                 &[&consumer, &aggregate, &version],
             )
             .await?;
-        if changed == 1 {
-            return Ok(VersionCheck::Advanced);
-        }
-        let rows = self
-            .query(
-                "SELECT version FROM sb_inbox_aggregate_version WHERE consumer = $1 AND aggregate = $2",
-                &[&consumer, &aggregate],
-            )
-            .await?;
-        let row = rows.first().ok_or_else(|| {
-            StoreError::of_kind(
-                ErrorKind::Unknown,
-                "aggregate version row missing after upsert",
-            )
-        });
-        let current = self
-            .state
-            .record(row.and_then(|row| row.try_get(0).map_err(classify)))?;
-        Ok(VersionCheck::Stale { current })
+        let verdict = version_verdict(changed == 1, async {
+            let rows = self
+                .query(
+                    "SELECT version FROM sb_inbox_aggregate_version WHERE consumer = $1 AND aggregate = $2",
+                    &[&consumer, &aggregate],
+                )
+                .await?;
+            rows.first()
+                .map(|row| row.try_get(0).map_err(classify))
+                .transpose()
+        })
+        .await;
+        // A contradiction fails the transaction as a failed statement does.
+        self.state.record(verdict)
     }
 
     async fn append_outbox(&mut self, message: &OutboxMessage) -> Result<(), StoreError> {

@@ -20,7 +20,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 pub use classify::classify;
 
 use super::Migration;
-use super::tx_state::{TxState, rollback_to_sql};
+use super::tx_state::{TxState, rollback_to_sql, version_verdict};
 use crate::ports::{ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck};
 
 /// The SQLite core migrations, in order: inbox, business keys, aggregate versions, outbox
@@ -313,20 +313,14 @@ impl Tx for SqliteTx {
               WHERE sb_inbox_aggregate_version.version < excluded.version",
             params![consumer, aggregate, version],
         )?;
-        if changed == 1 {
-            return Ok(VersionCheck::Advanced);
-        }
-        let current = self
-            .query_row(
+        version_verdict(changed == 1, async {
+            self.query_row(
                 "SELECT version FROM sb_inbox_aggregate_version WHERE consumer = ?1 AND aggregate = ?2",
                 params![consumer, aggregate],
                 |row| row.get(0),
-            )?
-            .ok_or_else(|| {
-                StoreError::of_kind(ErrorKind::Unknown, "aggregate version row missing after upsert",
-                )
-            })?;
-        Ok(VersionCheck::Stale { current })
+            )
+        })
+        .await
     }
 
     async fn append_outbox(&mut self, message: &OutboxMessage) -> Result<(), StoreError> {

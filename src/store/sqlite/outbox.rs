@@ -12,7 +12,8 @@ use crate::ports::{
     OutboxBacklog, OutboxLease, OutboxMessage, OutboxRow, OutboxStore, RetentionStore, StoreError,
 };
 use crate::store::{
-    attempts, count, failure_text, from_unix_millis, properties_from_json, unix_millis,
+    attempts, count, failure_text, from_unix_millis, id_list, in_id_order, limit,
+    properties_from_json, unix_millis,
 };
 
 const CLAIM: &str = "UPDATE sb_outbox
@@ -53,15 +54,6 @@ const DELETE_OUTBOX: &str = "DELETE FROM sb_outbox WHERE id IN (
     SELECT id FROM sb_outbox
      WHERE dispatched_at < strftime('%Y-%m-%dT%H:%M:%fZ', ?1 / 1000.0, 'unixepoch')
      ORDER BY dispatched_at LIMIT ?2)";
-
-fn limit(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-/// Ids as a JSON array, for `json_each`: one parameter, however many ids.
-fn id_list(ids: &[i64]) -> String {
-    serde_json::Value::from(ids).to_string()
-}
 
 /// The raw columns of a claimed row; the properties are decoded after the transaction.
 struct Claimed {
@@ -163,13 +155,7 @@ impl OutboxStore for SqliteStore {
                 rows.collect::<rusqlite::Result<Vec<_>>>()
             })
             .await?;
-        let mut claimed = claimed
-            .into_iter()
-            .map(Claimed::into_row)
-            .collect::<Result<Vec<_>, _>>()?;
-        // RETURNING follows no order.
-        claimed.sort_by_key(|row| row.id);
-        Ok(claimed)
+        in_id_order(claimed, Claimed::into_row)
     }
 
     async fn mark_dispatched(
