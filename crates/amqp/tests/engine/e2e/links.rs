@@ -208,18 +208,9 @@ async fn dropping_handles_does_not_break_siblings() {
     let conn = connect(addr).await;
     let s1 = conn.begin().await.unwrap();
     let s2 = conn.begin().await.unwrap();
-    let a = s1
-        .attach_sender(SenderOptions::new("a", "q"))
-        .await
-        .unwrap();
-    let b = s1
-        .attach_sender(SenderOptions::new("b", "q"))
-        .await
-        .unwrap();
-    let c = s2
-        .attach_sender(SenderOptions::new("c", "q"))
-        .await
-        .unwrap();
+    let a = open_sender(&s1, "a", "q").await;
+    let b = open_sender(&s1, "b", "q").await;
+    let c = open_sender(&s2, "c", "q").await;
     // Cancel a send mid-flight and drop its link.
     {
         let fut = a.send(data_message(b"cancelled"));
@@ -413,14 +404,8 @@ async fn session_end_ends_its_links_on_both_sides() {
     let conn = connect(addr).await;
     let s1 = conn.begin().await.unwrap();
     let s2 = conn.begin().await.unwrap();
-    let a = s1
-        .attach_sender(SenderOptions::new("a", "q"))
-        .await
-        .unwrap();
-    let b = s2
-        .attach_sender(SenderOptions::new("b", "q"))
-        .await
-        .unwrap();
+    let a = open_sender(&s1, "a", "q").await;
+    let b = open_sender(&s2, "b", "q").await;
     assert!(a.send(data_message(b"1")).await.unwrap().is_accepted());
     s1.end().await.unwrap();
     let e = rx.recv().await.unwrap();
