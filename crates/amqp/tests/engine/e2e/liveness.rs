@@ -132,14 +132,8 @@ async fn socket_loss_fails_every_pending_operation() {
     let conn = connect(proxy.addr).await;
     let session = conn.begin().await.unwrap();
     let sender = open_sender(&session, "s", "q").await;
-    let receiver = session
-        .attach_receiver(ReceiverOptions::new("r", "q"))
-        .await
-        .unwrap();
-    let drainer = session
-        .attach_receiver(ReceiverOptions::new("d", "q"))
-        .await
-        .unwrap();
+    let receiver = open_receiver(&session, "r", "q").await;
+    let drainer = open_receiver(&session, "d", "q").await;
     let peek = session
         .attach_receiver(
             ReceiverOptions::new("p", "q")
