@@ -49,6 +49,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![doc(test(attr(deny(warnings), allow(dead_code))))]
 
+mod builder;
 mod client;
 mod core;
 mod delivery;

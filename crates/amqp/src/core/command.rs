@@ -32,6 +32,19 @@ pub(crate) enum Track {
 
 pub(crate) type Reply<T> = oneshot::Sender<Result<T>>;
 
+/// What a handle says about one delivery: its outcome, and whether it settles it. The driver
+/// queues it as is until the turn's dispositions are written.
+#[derive(Debug)]
+pub(crate) struct DeliveryDisposition {
+    pub(crate) channel: u16,
+    /// The role of the link that disposes (receivers settle deliveries, senders answer the
+    /// peer's unsettled dispositions).
+    pub(crate) role: Role,
+    pub(crate) delivery_id: u32,
+    pub(crate) settled: bool,
+    pub(crate) state: Option<DeliveryState>,
+}
+
 /// What a link handle needs from the driver.
 #[derive(Debug)]
 pub(crate) struct LinkSetup {
@@ -110,11 +123,7 @@ pub(crate) enum Command {
         handle: u32,
     },
     Dispose {
-        channel: u16,
-        role: Role,
-        delivery_id: u32,
-        settled: bool,
-        state: Option<DeliveryState>,
+        disposition: DeliveryDisposition,
         reply: Reply<Option<DeliveryState>>,
     },
     Close {

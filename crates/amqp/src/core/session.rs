@@ -2,13 +2,11 @@
 
 use std::sync::Arc;
 
-use fe2o3_amqp_types::definitions::Handle;
-use tokio::sync::{mpsc, watch};
-
-use super::command::{Command, LinkSetup};
+use super::command::Command;
 use super::connection::{ConnInner, Connection};
-use super::link::{LinkCore, LinkParts, Receiver, ReceiverOptions, Sender, SenderOptions};
-use crate::delivery::LinkFlow;
+use super::link::{
+    LinkCore, LinkParts, LinkPipes, Receiver, ReceiverOptions, Sender, SenderOptions,
+};
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
@@ -82,8 +80,7 @@ impl Session {
         auto_credit: Option<u32>,
         auto_drain: bool,
     ) -> Result<LinkParts> {
-        let (etx, erx) = mpsc::unbounded_channel();
-        let (ftx, frx) = watch::channel(LinkFlow::default());
+        let (setup, pipes) = LinkPipes::open(auto_credit, auto_drain);
         let ctx = self.inner.conn.ctx.clone();
         let channel = self.inner.channel;
         let name = attach.name.clone();
@@ -91,32 +88,12 @@ impl Session {
             .call(|reply| Command::Attach {
                 channel,
                 attach: Box::new(attach.clone()),
-                setup: LinkSetup {
-                    events: etx,
-                    flow: ftx,
-                    auto_credit,
-                    auto_drain,
-                },
+                setup,
                 reply,
             })
             .await?;
-        let mut local = attach;
-        local.handle = Handle(handle);
-        Ok(LinkParts {
-            core: LinkCore {
-                ctx,
-                channel,
-                handle,
-                name,
-                detached: false,
-                _session: Some(self.inner.clone()),
-                _conn: None,
-            },
-            events: erx,
-            flow: frx,
-            local: Box::new(local),
-            remote,
-        })
+        let core = LinkCore::new(ctx, channel, handle, name, Some(self.inner.clone()), None);
+        Ok(pipes.into_parts(core, attach, remote))
     }
 
     /// Attaches a sending link.

@@ -5,7 +5,8 @@ use fe2o3_amqp_types::definitions::{Fields, Handle, ReceiverSettleMode, Role, Se
 use fe2o3_amqp_types::messaging::{Source, TargetArchetype};
 use serde_amqp::primitives::{Array, Symbol};
 
-use crate::core::link::PeerAttach;
+use crate::builder::setters;
+use crate::core::link::{PeerAttach, address_of_source, address_of_target};
 use crate::core::{Receiver, Sender};
 use crate::error::{AmqpError, Error, Result};
 use crate::performative::Attach;
@@ -60,32 +61,15 @@ impl LinkAnswer {
         self
     }
 
-    /// Sets `max-message-size`.
-    #[must_use]
-    pub fn max_message_size(mut self, n: u64) -> Self {
-        self.max_message_size = Some(n);
-        self
-    }
-
-    /// Sets the receiver settle mode (e.g. `first` for a client asking `second` on send).
-    #[must_use]
-    pub fn rcv_settle_mode(mut self, m: ReceiverSettleMode) -> Self {
-        self.rcv_settle_mode = Some(m);
-        self
-    }
-
-    /// Sets the sender settle mode.
-    #[must_use]
-    pub fn snd_settle_mode(mut self, m: SenderSettleMode) -> Self {
-        self.snd_settle_mode = Some(m);
-        self
-    }
-
-    /// Sets `initial-delivery-count`.
-    #[must_use]
-    pub fn initial_delivery_count(mut self, n: u32) -> Self {
-        self.initial_delivery_count = n;
-        self
+    setters! {
+        /// Sets `max-message-size`.
+        max_message_size(u64) => Some;
+        /// Sets the receiver settle mode (e.g. `first` for a client asking `second` on send).
+        rcv_settle_mode(ReceiverSettleMode) => Some;
+        /// Sets the sender settle mode.
+        snd_settle_mode(SenderSettleMode) => Some;
+        /// Sets `initial-delivery-count`.
+        initial_delivery_count(u32);
     }
 
     /// Leaves drain answers to the application ([`Sender::answer_drain`]).
@@ -130,18 +114,12 @@ impl LinkRequest {
 
     /// The client's source address.
     pub fn source_address(&self) -> Option<&str> {
-        self.remote()
-            .source
-            .as_ref()
-            .and_then(|s| s.address.as_deref())
+        address_of_source(self.remote())
     }
 
     /// The client's target address.
     pub fn target_address(&self) -> Option<&str> {
-        match self.remote().target.as_deref() {
-            Some(TargetArchetype::Target(t)) => t.address.as_deref(),
-            _ => None,
-        }
+        address_of_target(self.remote())
     }
 
     fn answer_attach(&self, a: &LinkAnswer) -> Attach {

@@ -54,6 +54,20 @@ impl Default for ServerOptions {
     }
 }
 
+impl ServerOptions {
+    /// Our `open` with these limits, carrying `properties` (none when refusing a client).
+    fn open(&self, properties: Option<Fields>) -> Open {
+        local_open(
+            &self.container_id,
+            None,
+            self.max_frame_size,
+            self.channel_max,
+            self.idle_timeout,
+            properties,
+        )
+    }
+}
+
 /// A TCP listener for AMQP connections (plain, TLS, or over WebSockets).
 #[derive(Debug)]
 pub struct Listener {
@@ -228,14 +242,7 @@ pub async fn serve_io(io: BoxIo, opts: Arc<ServerOptions>) -> Result<ServerConne
             }
             remote => remote?,
         };
-        let open: Open = local_open(
-            &opts.container_id,
-            None,
-            opts.max_frame_size,
-            opts.channel_max,
-            opts.idle_timeout,
-            opts.properties.clone(),
-        );
+        let open = opts.open(opts.properties.clone());
         f.write_frame(&Frame::amqp(0, open.clone())).await?;
         tracing::debug!(peer = %remote.container_id, "Connection open.");
         let (tx, rx) = mpsc::unbounded_channel();
@@ -265,14 +272,7 @@ async fn refuse_undecodable(f: &mut FramedIo, opts: &ServerOptions, in_sasl: boo
             sasl::fail(f).await?;
             f.write_header(AMQP_HEADER).await?;
         }
-        let open: Open = local_open(
-            &opts.container_id,
-            None,
-            opts.max_frame_size,
-            opts.channel_max,
-            opts.idle_timeout,
-            None,
-        );
+        let open = opts.open(None);
         f.write_frame(&Frame::amqp(0, open)).await?;
         let error = AmqpError::new(condition::DECODE_ERROR, Some(detail.to_owned()));
         f.write_frame(&Frame::amqp(

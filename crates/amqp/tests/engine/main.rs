@@ -6,6 +6,7 @@ mod e2e;
 mod proton;
 mod rabbitmq;
 mod raw;
+mod raw_peer;
 mod settlement;
 mod support;
 mod timing;

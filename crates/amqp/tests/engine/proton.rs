@@ -5,9 +5,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
 use sb_amqp::types::messaging::Message;
-use sb_amqp::{Connection, Outcome, ReceiverOptions, Sendable, SenderOptions, condition};
+use sb_amqp::{Connection, Outcome, Sendable, condition};
 
-use crate::support::{body_bytes, data_message, spawn_broker};
+use crate::support::{body_bytes, data_message, open_receiver, open_sender, spawn_broker};
 
 fn proton_available() -> bool {
     sb_testkit::require(sb_testkit::PROTON, sb_testkit::python_imports("proton"))
@@ -65,10 +65,7 @@ async fn our_client_against_proton_broker() {
         .await
         .unwrap();
     let s = conn.begin().await.unwrap();
-    let sender = s
-        .attach_sender(SenderOptions::new("s", "q1"))
-        .await
-        .unwrap();
+    let sender = open_sender(&s, "s", "q1").await;
     for i in 0..3u8 {
         assert_eq!(
             sender.send(data_message(&[i; 4])).await.unwrap(),
@@ -85,10 +82,7 @@ async fn our_client_against_proton_broker() {
     let big: Vec<u8> = (0..(1 << 20)).map(|i| (i % 249) as u8).collect();
     assert!(sender.send(data_message(&big)).await.unwrap().is_accepted());
 
-    let r = s
-        .attach_receiver(ReceiverOptions::new("r", "q1"))
-        .await
-        .unwrap();
+    let r = open_receiver(&s, "r", "q1").await;
     r.set_credit(3).await.unwrap();
     for i in 0..3u8 {
         let d = r.recv().await.unwrap();

@@ -2,48 +2,14 @@
 //! reading anything (as Python's uamqp-style client does), against our server.
 
 use bytes::Bytes;
-use sb_amqp::performative::{Attach, Begin, Open, Performative, Transfer};
+use sb_amqp::performative::{Attach, Begin, Performative};
 use sb_amqp::types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
 use sb_amqp::types::messaging::{DeliveryState, Source, Target, TargetArchetype};
-use sb_amqp::types::performatives::{ChannelMax, MaxFrameSize};
-use sb_amqp::{
-    ConnectionEvent, Frame, FrameBody, FramedIo, LinkAnswer, ServerOptions, condition, frame,
-};
+use sb_amqp::{ConnectionEvent, Frame, FramedIo, LinkAnswer, ServerOptions, condition, frame};
 use tokio::sync::mpsc;
 
+use crate::raw_peer::{next, open, transfer};
 use crate::support::{body_bytes, data_message, spawn_server};
-
-async fn next(f: &mut FramedIo) -> Performative {
-    loop {
-        match f.read_frame().await.unwrap().unwrap().body {
-            FrameBody::Amqp(p, _) => return *p,
-            FrameBody::Empty => continue,
-            FrameBody::Sasl(s) => panic!("unexpected {s:?}"),
-        }
-    }
-}
-
-fn transfer(id: u32, payload: Bytes) -> Frame {
-    Frame {
-        channel: 0,
-        body: FrameBody::Amqp(
-            Box::new(Performative::Transfer(Transfer {
-                handle: Handle(0),
-                delivery_id: Some(id),
-                delivery_tag: Some(vec![id as u8].into()),
-                message_format: Some(0),
-                settled: Some(false),
-                more: false,
-                rcv_settle_mode: None,
-                state: None,
-                resume: false,
-                aborted: false,
-                batchable: false,
-            })),
-            payload,
-        ),
-    }
-}
 
 #[tokio::test]
 async fn pipelined_client_and_oversize_rejection() {
@@ -77,18 +43,7 @@ async fn pipelined_client_and_oversize_rejection() {
     let mut f = FramedIo::new(Box::new(tcp), 65536);
     // Everything up front, nothing read yet.
     f.write_header(frame::AMQP_HEADER).await.unwrap();
-    let open = Open {
-        container_id: "raw".into(),
-        hostname: None,
-        max_frame_size: MaxFrameSize(65536),
-        channel_max: ChannelMax(8),
-        idle_time_out: None,
-        outgoing_locales: None,
-        incoming_locales: None,
-        offered_capabilities: None,
-        desired_capabilities: None,
-        properties: None,
-    };
+    let open = open("raw");
     f.write_frame(&Frame::amqp(0, open)).await.unwrap();
     let begin = Begin {
         remote_channel: None,
@@ -138,7 +93,7 @@ async fn pipelined_client_and_oversize_rejection() {
     assert_eq!((fl.delivery_count, fl.link_credit), (Some(5), Some(10)));
 
     // Too big: rejected by the engine with message-size-exceeded, never shown to the app.
-    f.write_frame(&transfer(0, Bytes::from(vec![0u8; 200])))
+    f.write_frame(&transfer(0, vec![0], Bytes::from(vec![0u8; 200])))
         .await
         .unwrap();
     let Performative::Disposition(d) = next(&mut f).await else {
@@ -155,7 +110,7 @@ async fn pipelined_client_and_oversize_rejection() {
         other => panic!("{other:?}"),
     }
     // Small: reaches the app, accepted.
-    f.write_frame(&transfer(1, data_message(b"ok").payload))
+    f.write_frame(&transfer(1, vec![1], data_message(b"ok").payload))
         .await
         .unwrap();
     let Performative::Disposition(d) = next(&mut f).await else {

@@ -4,41 +4,15 @@
 
 use std::collections::BTreeMap;
 
-use sb_amqp::performative::{Attach, Begin, Disposition, Open, Performative, Transfer};
+use sb_amqp::performative::{Attach, Begin, Disposition, Performative};
 use sb_amqp::types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
 use sb_amqp::types::messaging::{DeliveryState, Source, Target, TargetArchetype};
-use sb_amqp::types::performatives::{ChannelMax, MaxFrameSize};
 use sb_amqp::{
-    Connection, ConnectionOptions, Frame, FrameBody, FramedIo, Outcome, ReceiverOptions,
-    SaslClient, frame,
+    Connection, ConnectionOptions, Frame, FramedIo, Outcome, ReceiverOptions, SaslClient, frame,
 };
 
+use crate::raw_peer::{next, open, transfer};
 use crate::support::data_message;
-
-async fn next(f: &mut FramedIo) -> Performative {
-    loop {
-        match f.read_frame().await.unwrap().unwrap().body {
-            FrameBody::Amqp(p, _) => return *p,
-            FrameBody::Empty => continue,
-            FrameBody::Sasl(s) => panic!("unexpected {s:?}"),
-        }
-    }
-}
-
-fn open() -> Open {
-    Open {
-        container_id: "raw-broker".into(),
-        hostname: None,
-        max_frame_size: MaxFrameSize(65536),
-        channel_max: ChannelMax(8),
-        idle_time_out: None,
-        outgoing_locales: None,
-        incoming_locales: None,
-        offered_capabilities: None,
-        desired_capabilities: None,
-        properties: None,
-    }
-}
 
 fn begin() -> Begin {
     Begin {
@@ -75,35 +49,15 @@ fn sender_attach(name: String) -> Attach {
     }
 }
 
-fn transfer(id: u32) -> Frame {
-    Frame {
-        channel: 0,
-        body: FrameBody::Amqp(
-            Box::new(Performative::Transfer(Transfer {
-                handle: Handle(0),
-                delivery_id: Some(id),
-                delivery_tag: Some(id.to_be_bytes().to_vec().into()),
-                message_format: Some(0),
-                settled: Some(false),
-                more: false,
-                rcv_settle_mode: None,
-                state: None,
-                resume: false,
-                aborted: false,
-                batchable: false,
-            })),
-            data_message(b"m").payload,
-        ),
-    }
-}
-
 /// A broker that sends `n` deliveries on the client's receiving link and returns the
 /// dispositions it reads until `expected` ids are all covered (and the socket, kept open).
 async fn raw_broker(mut f: FramedIo, n: u32, expected: usize) -> (Vec<Disposition>, FramedIo) {
     assert_eq!(f.read_header().await.unwrap().unwrap(), frame::AMQP_HEADER);
     f.write_header(frame::AMQP_HEADER).await.unwrap();
     assert!(matches!(next(&mut f).await, Performative::Open(_)));
-    f.write_frame(&Frame::amqp(0, open())).await.unwrap();
+    f.write_frame(&Frame::amqp(0, open("raw-broker")))
+        .await
+        .unwrap();
     assert!(matches!(next(&mut f).await, Performative::Begin(_)));
     f.write_frame(&Frame::amqp(0, begin())).await.unwrap();
     let Performative::Attach(a) = next(&mut f).await else {
@@ -114,7 +68,13 @@ async fn raw_broker(mut f: FramedIo, n: u32, expected: usize) -> (Vec<Dispositio
         .unwrap();
     assert!(matches!(next(&mut f).await, Performative::Flow(_)));
     for id in 0..n {
-        f.write_frame(&transfer(id)).await.unwrap();
+        f.write_frame(&transfer(
+            id,
+            id.to_be_bytes().to_vec(),
+            data_message(b"m").payload,
+        ))
+        .await
+        .unwrap();
     }
     let mut seen = Vec::new();
     let mut covered = 0;

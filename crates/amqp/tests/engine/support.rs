@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use sb_amqp::types::messaging::{Body, Message};
 use sb_amqp::{
-    Connection, ConnectionEvent, LinkAnswer, Listener, Outcome, Sendable, ServerConnection,
-    ServerOptions,
+    Connection, ConnectionEvent, LinkAnswer, Listener, Outcome, Receiver, ReceiverOptions,
+    Sendable, Sender, SenderOptions, ServerConnection, ServerOptions, Session,
 };
 use tokio::sync::Notify;
 
@@ -74,6 +74,22 @@ pub(crate) fn url(addr: SocketAddr) -> String {
 
 pub(crate) async fn connect(addr: SocketAddr) -> Connection {
     Connection::open(&url(addr)).await.unwrap()
+}
+
+/// Attaches a sender named `name` to `address` with the default options.
+pub(crate) async fn open_sender(session: &Session, name: &str, address: &str) -> Sender {
+    session
+        .attach_sender(SenderOptions::new(name, address))
+        .await
+        .unwrap()
+}
+
+/// Attaches a receiver named `name` to `address` with the default options (no credit).
+pub(crate) async fn open_receiver(session: &Session, name: &str, address: &str) -> Receiver {
+    session
+        .attach_receiver(ReceiverOptions::new(name, address))
+        .await
+        .unwrap()
 }
 
 #[derive(Default)]

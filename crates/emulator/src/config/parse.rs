@@ -105,25 +105,12 @@ fn parse_queue(q: Obj<'_>) -> Result<QueueConfig, ConfigError> {
     let name = q.name()?;
     let mut properties = EntityProperties::default();
     if let Some(p) = q.object("Properties")? {
-        p.allow(&[
-            "DeadLetteringOnMessageExpiration",
-            "DefaultMessageTimeToLive",
-            "DuplicateDetectionHistoryTimeWindow",
-            "ForwardDeadLetteredMessagesTo",
-            "ForwardTo",
-            "LockDuration",
-            "MaxDeliveryCount",
-            "RequiresDuplicateDetection",
-            "RequiresSession",
-            "MaxMessageSizeInKilobytes",
-        ])?;
+        p.allow(&property_keys(
+            &[RECEIVER_KEYS, DUPLICATE_DETECTION_KEYS],
+            true,
+        ))?;
         read_receiver_properties(&p, &mut properties)?;
-        read_sender_properties(
-            &p,
-            &mut properties.duplicate_detection_history_time_window,
-            &mut properties.requires_duplicate_detection,
-            &mut properties.max_message_size,
-        )?;
+        read_sender_properties(&p, properties.sending_side())?;
     }
     Ok(QueueConfig { name, properties })
 }
@@ -133,21 +120,14 @@ fn parse_topic(t: Obj<'_>) -> Result<TopicConfig, ConfigError> {
     let name = t.name()?;
     let mut properties = TopicProperties::default();
     if let Some(p) = t.object("Properties")? {
-        p.allow(&[
-            "DefaultMessageTimeToLive",
-            "DuplicateDetectionHistoryTimeWindow",
-            "RequiresDuplicateDetection",
-            "MaxMessageSizeInKilobytes",
-        ])?;
-        if let Some(v) = p.duration("DefaultMessageTimeToLive")? {
+        p.allow(&property_keys(
+            &[&[TIME_TO_LIVE], DUPLICATE_DETECTION_KEYS],
+            true,
+        ))?;
+        if let Some(v) = p.duration(TIME_TO_LIVE)? {
             properties.default_message_time_to_live = v;
         }
-        read_sender_properties(
-            &p,
-            &mut properties.duplicate_detection_history_time_window,
-            &mut properties.requires_duplicate_detection,
-            &mut properties.max_message_size,
-        )?;
+        read_sender_properties(&p, properties.sending_side())?;
     }
     let subscriptions = t.each("Subscriptions", parse_subscription)?;
     Ok(TopicConfig {
@@ -157,14 +137,70 @@ fn parse_topic(t: Obj<'_>) -> Result<TopicConfig, ConfigError> {
     })
 }
 
-/// The properties queues and topics share, on the sending side: duplicate detection and the
-/// maximum message size (each left as it is when absent).
-fn read_sender_properties(
-    p: &Obj<'_>,
-    duplicate_detection_window: &mut Duration,
-    requires_duplicate_detection: &mut bool,
-    max_message_size: &mut usize,
-) -> Result<(), ConfigError> {
+const TIME_TO_LIVE: &str = "DefaultMessageTimeToLive";
+
+/// The `Properties` keys [`read_receiver_properties`] reads.
+const RECEIVER_KEYS: &[&str] = &[
+    "DeadLetteringOnMessageExpiration",
+    TIME_TO_LIVE,
+    "ForwardDeadLetteredMessagesTo",
+    "ForwardTo",
+    "LockDuration",
+    "MaxDeliveryCount",
+    "RequiresSession",
+];
+
+/// The duplicate detection keys [`read_sender_properties`] reads (besides the size limit).
+const DUPLICATE_DETECTION_KEYS: &[&str] = &[
+    "DuplicateDetectionHistoryTimeWindow",
+    "RequiresDuplicateDetection",
+];
+
+/// The `Properties` keys an entity allows, from `groups` (and the size limit when
+/// `max_size`), in the order an unknown-field error lists them: sorted, the size limit last.
+fn property_keys(groups: &[&[&'static str]], max_size: bool) -> Vec<&'static str> {
+    let mut keys = groups.concat();
+    keys.sort_unstable();
+    if max_size {
+        keys.push("MaxMessageSizeInKilobytes");
+    }
+    keys
+}
+
+/// The properties queues and topics share, on the sending side: the duplicate detection
+/// window, whether duplicates are detected, and the maximum message size.
+type SendingSide<'a> = (&'a mut Duration, &'a mut bool, &'a mut usize);
+
+/// The entities messages are sent to (queues, topics), for [`read_sender_properties`].
+trait SendingEntity {
+    fn sending_side(&mut self) -> SendingSide<'_>;
+}
+
+impl SendingEntity for EntityProperties {
+    fn sending_side(&mut self) -> SendingSide<'_> {
+        let window = &mut self.duplicate_detection_history_time_window;
+        (
+            window,
+            &mut self.requires_duplicate_detection,
+            &mut self.max_message_size,
+        )
+    }
+}
+
+impl SendingEntity for TopicProperties {
+    fn sending_side(&mut self) -> SendingSide<'_> {
+        let window = &mut self.duplicate_detection_history_time_window;
+        (
+            window,
+            &mut self.requires_duplicate_detection,
+            &mut self.max_message_size,
+        )
+    }
+}
+
+/// Reads the [`SendingSide`] properties (each left as it is when absent).
+fn read_sender_properties(p: &Obj<'_>, side: SendingSide<'_>) -> Result<(), ConfigError> {
+    let (duplicate_detection_window, requires_duplicate_detection, max_message_size) = side;
     if let Some(v) = p.duration("DuplicateDetectionHistoryTimeWindow")? {
         *duplicate_detection_window = v;
     }
@@ -182,7 +218,7 @@ fn read_receiver_properties(p: &Obj<'_>, props: &mut EntityProperties) -> Result
     if let Some(v) = p.boolean("DeadLetteringOnMessageExpiration")? {
         props.dead_lettering_on_message_expiration = v;
     }
-    if let Some(v) = p.duration("DefaultMessageTimeToLive")? {
+    if let Some(v) = p.duration(TIME_TO_LIVE)? {
         props.default_message_time_to_live = v;
     }
     props.forward_dead_lettered_messages_to = p.target("ForwardDeadLetteredMessagesTo")?;
@@ -204,15 +240,7 @@ fn parse_subscription(s: Obj<'_>) -> Result<SubscriptionConfig, ConfigError> {
     let name = s.name()?;
     let mut properties = EntityProperties::default();
     if let Some(p) = s.object("Properties")? {
-        p.allow(&[
-            "DeadLetteringOnMessageExpiration",
-            "DefaultMessageTimeToLive",
-            "ForwardDeadLetteredMessagesTo",
-            "ForwardTo",
-            "LockDuration",
-            "MaxDeliveryCount",
-            "RequiresSession",
-        ])?;
+        p.allow(&property_keys(&[RECEIVER_KEYS], false))?;
         read_receiver_properties(&p, &mut properties)?;
     }
     let rules = s.each("Rules", parse_rule)?;

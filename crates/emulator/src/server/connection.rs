@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::control::{ControlContext, LinkControl};
+use super::links::EntityLink;
 use super::{ConnState, LinkRole, Shared, links, nodes, sessions, wire_error};
 
 /// The entity path of a link address: scheme, host and port stripped.
@@ -156,10 +157,17 @@ async fn serve_link(
             .await;
     }
     let control = LinkControl::new(control, request.name(), &path, role);
-    if sessions::is_session_link(&request, &entity) {
-        return sessions::serve(request, entity, control, stop).await;
+    let session = sessions::is_session_link(&request, &entity);
+    let link = EntityLink {
+        request,
+        entity,
+        control,
+        stop,
+    };
+    if session {
+        return sessions::serve(link).await;
     }
-    links::serve(request, entity, control, stop).await
+    links::serve(link).await
 }
 
 fn unauthorized(path: &str) -> AmqpError {

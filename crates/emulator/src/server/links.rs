@@ -21,20 +21,29 @@ use crate::{Entity, Properties, ReceiveMode, SessionLock, Settlement};
 /// change may have arrived meanwhile).
 const RECEIVE_SLICE: Duration = Duration::from_millis(200);
 
-pub(crate) async fn serve(
-    request: LinkRequest,
-    entity: Entity,
-    control: LinkControl,
-    stop: CancellationToken,
-) -> Result<(), sb_amqp::Error> {
-    let max_size = u64::try_from(entity.max_message_size()).unwrap_or(u64::MAX);
+/// A client's attach to a queue, topic or subscription that passed the checks, with what
+/// the link's task needs; [`serve`] or a session link's `sessions::serve` answers it.
+#[derive(Debug)]
+pub(crate) struct EntityLink {
+    pub(crate) request: LinkRequest,
+    pub(crate) entity: Entity,
+    pub(crate) control: LinkControl,
+    /// Cancelled when the emulator stops.
+    pub(crate) stop: CancellationToken,
+}
+
+/// Serves a link without sessions: messages from a sending client, or the entity's messages
+/// to a receiving one.
+pub(crate) async fn serve(link: EntityLink) -> Result<(), sb_amqp::Error> {
+    let max_size = u64::try_from(link.entity.max_message_size()).unwrap_or(u64::MAX);
+    let (request, control, stop) = (link.request, link.control, link.stop);
     if request.is_peer_sender() {
-        receive_from_client(request, entity, max_size, control, stop).await
+        receive_from_client(request, link.entity, max_size, control, stop).await
     } else {
         let answer = LinkAnswer::default()
             .initial_delivery_count(0)
             .max_message_size(max_size);
-        deliver_to_client(request, &entity, answer, &Feed::Entity, control, stop).await
+        deliver_to_client(request, &link.entity, answer, &Feed::Entity, control, stop).await
     }
 }
 

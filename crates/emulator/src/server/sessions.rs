@@ -28,10 +28,8 @@ use sb_amqp::types::definitions::Fields;
 use sb_amqp::types::messaging::Source;
 use sb_amqp::types::primitives::Symbol;
 use sb_amqp::{LinkAnswer, LinkRequest, condition};
-use tokio_util::sync::CancellationToken;
 
-use super::control::LinkControl;
-use super::links::{Feed, deliver_to_client};
+use super::links::{EntityLink, Feed, deliver_to_client};
 use super::wire_error;
 use crate::Entity;
 
@@ -90,12 +88,13 @@ fn refuse(condition: &str, description: &str) -> sb_amqp::AmqpError {
 
 /// Serves a session receiver link: locks the session, answers the attach with its id and lock
 /// expiry, delivers its messages in order, and releases the session when the link ends.
-pub(crate) async fn serve(
-    request: LinkRequest,
-    entity: Entity,
-    control: LinkControl,
-    stop: CancellationToken,
-) -> Result<(), sb_amqp::Error> {
+pub(crate) async fn serve(link: EntityLink) -> Result<(), sb_amqp::Error> {
+    let EntityLink {
+        request,
+        entity,
+        control,
+        stop,
+    } = link;
     let Some(wanted) = requested_session(&request) else {
         return request
             .reject(refuse(

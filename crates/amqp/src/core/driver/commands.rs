@@ -52,14 +52,7 @@ impl Driver {
                 reply,
             } => self.set_credit(channel, handle, op, drain, reply),
             Command::AnswerDrain { channel, handle } => self.answer_drain(channel, handle),
-            Command::Dispose {
-                channel,
-                role,
-                delivery_id,
-                settled,
-                state,
-                reply,
-            } => self.dispose(channel, role, delivery_id, settled, state, reply),
+            Command::Dispose { disposition, reply } => self.dispose(disposition, reply),
             Command::Unsettled { channel, reply } => self.unsettled(channel, reply),
             Command::Close { error, reply } => self.close(error, reply),
         }

@@ -5,20 +5,10 @@ use fe2o3_amqp_types::definitions::Role;
 use fe2o3_amqp_types::messaging::DeliveryState;
 
 use super::{Driver, wrapping_diff};
-use crate::core::command::{LinkEvent, Reply, SendReport};
+use crate::core::command::{DeliveryDisposition, LinkEvent, Reply, SendReport};
 use crate::delivery::IncomingDisposition;
 use crate::error::Error;
 use crate::performative::Disposition;
-
-/// A disposition a handle asked for, not written yet.
-#[derive(Debug)]
-pub(super) struct QueuedDisposition {
-    channel: u16,
-    role: Role,
-    id: u32,
-    settled: bool,
-    state: Option<DeliveryState>,
-}
 
 impl Driver {
     /// The peer's `disposition` for a range of deliveries: outcomes of our sends, or the
@@ -102,26 +92,19 @@ impl Driver {
 
     /// Settles (or disposes unsettled) one delivery; a receiver's unsettled disposition waits
     /// for the peer's settlement.
-    pub(super) fn dispose(
-        &mut self,
-        channel: u16,
-        role: Role,
-        delivery_id: u32,
-        settled: bool,
-        state: Option<DeliveryState>,
-        reply: Reply<Option<DeliveryState>>,
-    ) {
-        let Some(s) = self.sessions.get_mut(&channel) else {
+    pub(super) fn dispose(&mut self, d: DeliveryDisposition, reply: Reply<Option<DeliveryState>>) {
+        let delivery_id = d.delivery_id;
+        let Some(s) = self.sessions.get_mut(&d.channel) else {
             let _ = reply.send(Err(Error::SessionEnded(None))); // caller may be gone
             return;
         };
-        match role {
+        match d.role {
             Role::Receiver => {
                 let Some(u) = s.unsettled_in.get_mut(&delivery_id) else {
                     let _ = reply.send(Err(Error::IllegalState("unknown or settled delivery"))); // same
                     return;
                 };
-                if settled {
+                if d.settled {
                     s.unsettled_in.remove(&delivery_id);
                     let _ = reply.send(Ok(None)); // same
                 } else {
@@ -137,13 +120,7 @@ impl Driver {
             }
         }
         // Written at the end of this turn, merged with its neighbours: see `flush_dispositions`.
-        self.queued_dispositions.push(QueuedDisposition {
-            channel,
-            role,
-            id: delivery_id,
-            settled,
-            state,
-        });
+        self.queued_dispositions.push(d);
     }
 
     /// Writes the dispositions handles asked for since the last flush, one frame per run of
@@ -173,8 +150,8 @@ impl Driver {
 /// Merges dispositions that differ only by delivery id into ranges of contiguous ids. Groups
 /// keep the order of their first member; ids are sorted within a group (they were queued in
 /// the same turn, so their relative order carries no meaning).
-fn coalesce(queued: Vec<QueuedDisposition>) -> Vec<(u16, Disposition)> {
-    let mut groups: Vec<(QueuedDisposition, Vec<u32>)> = Vec::new();
+fn coalesce(queued: Vec<DeliveryDisposition>) -> Vec<(u16, Disposition)> {
+    let mut groups: Vec<(DeliveryDisposition, Vec<u32>)> = Vec::new();
     for q in queued {
         let same = groups.iter_mut().find(|(g, _)| {
             g.channel == q.channel
@@ -183,9 +160,9 @@ fn coalesce(queued: Vec<QueuedDisposition>) -> Vec<(u16, Disposition)> {
                 && g.state == q.state
         });
         match same {
-            Some((_, ids)) => ids.push(q.id),
+            Some((_, ids)) => ids.push(q.delivery_id),
             None => {
-                let id = q.id;
+                let id = q.delivery_id;
                 groups.push((q, vec![id]));
             }
         }
@@ -210,7 +187,7 @@ fn coalesce(queued: Vec<QueuedDisposition>) -> Vec<(u16, Disposition)> {
     out
 }
 
-fn range(g: &QueuedDisposition, first: u32, last: u32) -> Disposition {
+fn range(g: &DeliveryDisposition, first: u32, last: u32) -> Disposition {
     Disposition {
         role: g.role.clone(),
         first,
@@ -227,11 +204,11 @@ mod tests {
 
     use super::*;
 
-    fn q(channel: u16, id: u32, state: DeliveryState) -> QueuedDisposition {
-        QueuedDisposition {
+    fn q(channel: u16, id: u32, state: DeliveryState) -> DeliveryDisposition {
+        DeliveryDisposition {
             channel,
             role: Role::Receiver,
-            id,
+            delivery_id: id,
             settled: true,
             state: Some(state),
         }

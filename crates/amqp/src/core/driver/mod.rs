@@ -30,14 +30,13 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::command::{Command, ConnCtx, Reply, Stats};
+use super::command::{Command, ConnCtx, DeliveryDisposition, Reply, Stats};
 use super::connection::ConnInner;
 use super::framed_io::{FrameReader, FrameWriter};
 use super::link::PeerAttach;
 use crate::error::{AmqpError, Error, Result, condition};
 use crate::frame::Frame;
 use crate::performative::{Close, Performative};
-use disposition::QueuedDisposition;
 use session_state::Session;
 
 /// Connection-level parameters negotiated by `open`.
@@ -74,7 +73,7 @@ pub(crate) struct Driver {
     close_deadline: Option<Instant>,
     close_waiters: Vec<Reply<()>>,
     /// Dispositions handles asked for in this turn, written as ranges before anything else.
-    queued_dispositions: Vec<QueuedDisposition>,
+    queued_dispositions: Vec<DeliveryDisposition>,
     finished: Option<Error>,
 }
 

@@ -17,6 +17,7 @@ mod sender;
 
 use std::sync::Arc;
 
+use fe2o3_amqp_types::definitions::Handle;
 use fe2o3_amqp_types::messaging::TargetArchetype;
 use tokio::sync::{mpsc, watch};
 
@@ -26,7 +27,7 @@ pub(crate) use peer::PeerAttach;
 pub use receiver::{Receiver, Settler};
 pub use sender::Sender;
 
-use super::command::{Command, ConnCtx, LinkEvent};
+use super::command::{Command, ConnCtx, LinkEvent, LinkSetup};
 use super::connection::ConnInner;
 use super::session::SessionInner;
 use crate::delivery::LinkFlow;
@@ -51,6 +52,71 @@ impl LinkStatus {
     }
 }
 
+/// The part of [`Sender`] and [`Receiver`] that does not depend on the direction: building
+/// the handle from its [`LinkParts`], its name and attaches, whether it is attached, and
+/// detaching. Both handles hold the same fields (`core`, `events`, `local`, `remote`).
+macro_rules! link_handle {
+    ($handle:ident) => {
+        impl $handle {
+            pub(crate) fn from_parts(p: $crate::core::link::LinkParts) -> Self {
+                Self {
+                    core: p.core,
+                    events: $crate::core::link::LinkEvents::new(p.events, p.flow),
+                    local: p.local,
+                    remote: p.remote,
+                }
+            }
+
+            /// Link name.
+            pub fn name(&self) -> &str {
+                &self.core.name
+            }
+
+            /// Our `attach`.
+            pub fn local_attach(&self) -> &Attach {
+                &self.local
+            }
+
+            /// The peer's `attach`.
+            pub fn remote_attach(&self) -> &Attach {
+                &self.remote
+            }
+
+            /// Target address (ours).
+            pub fn target_address(&self) -> Option<&str> {
+                $crate::core::link::address_of_target(&self.local)
+            }
+
+            /// Whether the link is still attached (see [`LinkStatus::is_attached`]).
+            pub fn is_attached(&self) -> bool {
+                self.events.status().is_attached()
+            }
+
+            /// A handle telling from any task whether this link is still attached.
+            pub fn status(&self) -> LinkStatus {
+                self.events.status()
+            }
+
+            /// Detaches (closing the link) and waits for the peer's detach.
+            ///
+            /// # Errors
+            /// Connection errors.
+            pub async fn detach(mut self) -> Result<()> {
+                self.core.detach(None).await
+            }
+
+            /// Detaches with an error condition.
+            ///
+            /// # Errors
+            /// Connection errors.
+            pub async fn detach_with_error(mut self, error: AmqpError) -> Result<()> {
+                self.core.detach(Some(error)).await
+            }
+        }
+    };
+}
+use link_handle;
+
 /// What a link handle is built from once its attach is answered.
 pub(crate) struct LinkParts {
     pub(crate) core: LinkCore,
@@ -58,6 +124,53 @@ pub(crate) struct LinkParts {
     pub(crate) flow: watch::Receiver<LinkFlow>,
     pub(crate) local: Box<Attach>,
     pub(crate) remote: Box<Attach>,
+}
+
+/// The handle's ends of a new link's event queue and credit state, held while the attach
+/// waits for its answer; the driver's ends travel in the [`LinkSetup`].
+pub(crate) struct LinkPipes {
+    events: mpsc::UnboundedReceiver<LinkEvent>,
+    flow: watch::Receiver<LinkFlow>,
+}
+
+impl LinkPipes {
+    /// Both ends of a new link's queues: the driver's (with how it tops up credit and answers
+    /// drain) and the handle's.
+    pub(crate) fn open(auto_credit: Option<u32>, auto_drain: bool) -> (LinkSetup, Self) {
+        let (etx, erx) = mpsc::unbounded_channel();
+        let (ftx, frx) = watch::channel(LinkFlow::default());
+        let setup = LinkSetup {
+            events: etx,
+            flow: ftx,
+            auto_credit,
+            auto_drain,
+        };
+        (
+            setup,
+            Self {
+                events: erx,
+                flow: frx,
+            },
+        )
+    }
+
+    /// The handle's parts once the driver numbered the link (`core.handle`); `local` is the
+    /// attach we sent, renumbered to that handle.
+    pub(crate) fn into_parts(
+        self,
+        core: LinkCore,
+        mut local: Attach,
+        remote: Box<Attach>,
+    ) -> LinkParts {
+        local.handle = Handle(core.handle);
+        LinkParts {
+            core,
+            events: self.events,
+            flow: self.flow,
+            local: Box::new(local),
+            remote,
+        }
+    }
 }
 
 /// A link's address in the driver and what keeps its session or connection alive; dropping
@@ -89,6 +202,27 @@ impl Drop for LinkCore {
 }
 
 impl LinkCore {
+    /// The driver's link `handle` on `channel`, keeping its `session` (links we attach) or
+    /// its `conn` (links the peer attached) alive.
+    pub(crate) fn new(
+        ctx: ConnCtx,
+        channel: u16,
+        handle: u32,
+        name: String,
+        session: Option<Arc<SessionInner>>,
+        conn: Option<Arc<ConnInner>>,
+    ) -> Self {
+        Self {
+            ctx,
+            channel,
+            handle,
+            name,
+            detached: false,
+            _session: session,
+            _conn: conn,
+        }
+    }
+
     pub(crate) async fn detach(&mut self, error: Option<AmqpError>) -> Result<()> {
         self.detached = true;
         let (channel, handle, name) = (self.channel, self.handle, self.name.clone());

@@ -3,6 +3,7 @@
 use fe2o3_amqp_types::definitions::{Fields, Handle, ReceiverSettleMode, Role, SenderSettleMode};
 use fe2o3_amqp_types::messaging::{FilterSet, Source, Target, TargetArchetype};
 
+use crate::builder::setters;
 use crate::performative::Attach;
 
 fn source(address: Option<String>) -> Source {
@@ -52,32 +53,15 @@ impl SenderOptions {
         }
     }
 
-    /// Sets the sender settle mode.
-    #[must_use]
-    pub fn snd_settle_mode(mut self, m: SenderSettleMode) -> Self {
-        self.snd_settle_mode = m;
-        self
-    }
-
-    /// Sets the receiver settle mode we ask for.
-    #[must_use]
-    pub fn rcv_settle_mode(mut self, m: ReceiverSettleMode) -> Self {
-        self.rcv_settle_mode = m;
-        self
-    }
-
-    /// Sets the source address.
-    #[must_use]
-    pub fn source(mut self, s: impl Into<String>) -> Self {
-        self.source = Some(s.into());
-        self
-    }
-
-    /// Sets link properties.
-    #[must_use]
-    pub fn properties(mut self, p: Fields) -> Self {
-        self.properties = Some(p);
-        self
+    setters! {
+        /// Sets the sender settle mode.
+        snd_settle_mode(SenderSettleMode);
+        /// Sets the receiver settle mode we ask for.
+        rcv_settle_mode(ReceiverSettleMode);
+        /// Sets the source address.
+        source(into String) => Some;
+        /// Sets link properties.
+        properties(Fields) => Some;
     }
 
     pub(crate) fn into_attach(self) -> Attach {
@@ -143,53 +127,21 @@ impl ReceiverOptions {
         }
     }
 
-    /// Sets our `max-message-size`.
-    #[must_use]
-    pub fn max_message_size(mut self, n: u64) -> Self {
-        self.max_message_size = Some(n);
-        self
-    }
-
-    /// Sets the receiver settle mode.
-    #[must_use]
-    pub fn rcv_settle_mode(mut self, m: ReceiverSettleMode) -> Self {
-        self.rcv_settle_mode = m;
-        self
-    }
-
-    /// Sets the sender settle mode we ask for.
-    #[must_use]
-    pub fn snd_settle_mode(mut self, m: SenderSettleMode) -> Self {
-        self.snd_settle_mode = m;
-        self
-    }
-
-    /// Sets the target address.
-    #[must_use]
-    pub fn target(mut self, t: impl Into<String>) -> Self {
-        self.target = Some(t.into());
-        self
-    }
-
-    /// Keeps `n` credit topped up automatically.
-    #[must_use]
-    pub fn auto_credit(mut self, n: u32) -> Self {
-        self.auto_credit = Some(n);
-        self
-    }
-
-    /// Grants `n` credit once after attaching.
-    #[must_use]
-    pub fn credit(mut self, n: u32) -> Self {
-        self.credit = Some(n);
-        self
-    }
-
-    /// Sets the source filter set.
-    #[must_use]
-    pub fn filter(mut self, f: FilterSet) -> Self {
-        self.filter = Some(f);
-        self
+    setters! {
+        /// Sets our `max-message-size`.
+        max_message_size(u64) => Some;
+        /// Sets the receiver settle mode.
+        rcv_settle_mode(ReceiverSettleMode);
+        /// Sets the sender settle mode we ask for.
+        snd_settle_mode(SenderSettleMode);
+        /// Sets the target address.
+        target(into String) => Some;
+        /// Keeps `n` credit topped up automatically.
+        auto_credit(u32) => Some;
+        /// Grants `n` credit once after attaching.
+        credit(u32) => Some;
+        /// Sets the source filter set.
+        filter(FilterSet) => Some;
     }
 
     pub(crate) fn into_attach(self) -> Attach {

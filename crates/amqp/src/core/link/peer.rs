@@ -4,12 +4,11 @@
 use std::sync::Arc;
 
 use fe2o3_amqp_types::definitions::{Handle, Role};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::oneshot;
 
-use super::{LinkCore, LinkParts};
-use crate::core::command::{Command, ConnCtx, LinkSetup, Reply};
+use super::{LinkCore, LinkParts, LinkPipes};
+use crate::core::command::{Command, ConnCtx, Reply};
 use crate::core::connection::ConnInner;
-use crate::delivery::LinkFlow;
 use crate::error::{AmqpError, Result, condition};
 use crate::performative::Attach;
 
@@ -67,8 +66,7 @@ impl PeerAttach {
         auto_drain: bool,
     ) -> Result<LinkParts> {
         self.answered = true;
-        let (etx, erx) = mpsc::unbounded_channel();
-        let (ftx, frx) = watch::channel(LinkFlow::default());
+        let (setup, pipes) = LinkPipes::open(auto_credit, auto_drain);
         let channel = self.channel;
         let remote_handle = self.remote.handle.0;
         let handle = self
@@ -77,33 +75,21 @@ impl PeerAttach {
                 channel,
                 remote_handle,
                 attach: Box::new(attach.clone()),
-                setup: Some(LinkSetup {
-                    events: etx,
-                    flow: ftx,
-                    auto_credit,
-                    auto_drain,
-                }),
+                setup: Some(setup),
                 reject: None,
                 reply,
             })
             .await?;
-        let mut local = attach;
-        local.handle = Handle(handle);
-        Ok(LinkParts {
-            core: LinkCore {
-                ctx: self.ctx.clone(),
-                channel,
-                handle,
-                name: self.remote.name.clone(),
-                detached: false,
-                _session: None,
-                _conn: self.conn.clone(),
-            },
-            events: erx,
-            flow: frx,
-            local: Box::new(local),
-            remote: self.remote.clone(),
-        })
+        let name = self.remote.name.clone();
+        let core = LinkCore::new(
+            self.ctx.clone(),
+            channel,
+            handle,
+            name,
+            None,
+            self.conn.clone(),
+        );
+        Ok(pipes.into_parts(core, attach, self.remote.clone()))
     }
 
     /// Refuses the link: completes the attach with `attach`, then detaches with `error`.

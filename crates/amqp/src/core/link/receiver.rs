@@ -3,8 +3,8 @@
 
 use fe2o3_amqp_types::definitions::{ReceiverSettleMode, Role};
 
-use super::{LinkCore, LinkEvents, LinkParts, LinkStatus, address_of_source, address_of_target};
-use crate::core::command::{Command, ConnCtx, CreditOp, LinkEvent};
+use super::{LinkCore, LinkEvents, LinkStatus, address_of_source, link_handle};
+use crate::core::command::{Command, ConnCtx, CreditOp, DeliveryDisposition, LinkEvent};
 use crate::delivery::{Delivery, LinkFlow, Outcome};
 #[cfg(doc)]
 use crate::error::Error;
@@ -21,38 +21,9 @@ pub struct Receiver {
 }
 
 impl Receiver {
-    pub(crate) fn from_parts(p: LinkParts) -> Self {
-        Self {
-            core: p.core,
-            events: LinkEvents::new(p.events, p.flow),
-            local: p.local,
-            remote: p.remote,
-        }
-    }
-
-    /// Link name.
-    pub fn name(&self) -> &str {
-        &self.core.name
-    }
-
-    /// Our `attach`.
-    pub fn local_attach(&self) -> &Attach {
-        &self.local
-    }
-
-    /// The peer's `attach`.
-    pub fn remote_attach(&self) -> &Attach {
-        &self.remote
-    }
-
     /// Source address (ours).
     pub fn source_address(&self) -> Option<&str> {
         address_of_source(&self.local)
-    }
-
-    /// Target address (ours).
-    pub fn target_address(&self) -> Option<&str> {
-        address_of_target(&self.local)
     }
 
     async fn credit(&self, op: CreditOp, drain: bool) -> Result<()> {
@@ -102,16 +73,6 @@ impl Receiver {
     /// [`Error::LinkDetached`] and connection errors.
     pub async fn drain_with(&self, n: u32) -> Result<()> {
         self.credit(CreditOp::Set(n), true).await
-    }
-
-    /// Whether the link is still attached (see [`LinkStatus::is_attached`]).
-    pub fn is_attached(&self) -> bool {
-        self.events.status().is_attached()
-    }
-
-    /// A handle telling from any task whether this link is still attached.
-    pub fn status(&self) -> LinkStatus {
-        self.events.status()
     }
 
     /// Credit state as last seen.
@@ -186,23 +147,9 @@ impl Receiver {
     pub async fn release(&self, d: &Delivery) -> Result<Option<Outcome>> {
         self.settle(d, Outcome::Released).await
     }
-
-    /// Detaches (closing the link) and waits for the peer's detach.
-    ///
-    /// # Errors
-    /// Connection errors.
-    pub async fn detach(mut self) -> Result<()> {
-        self.core.detach(None).await
-    }
-
-    /// Detaches with an error condition.
-    ///
-    /// # Errors
-    /// Connection errors.
-    pub async fn detach_with_error(mut self, error: AmqpError) -> Result<()> {
-        self.core.detach(Some(error)).await
-    }
 }
+
+link_handle!(Receiver);
 
 /// Settles deliveries of one [`Receiver`] from any task, while another task waits in
 /// [`Receiver::recv`]. Cheap to clone.
@@ -235,11 +182,13 @@ impl Settler {
         let state = self
             .ctx
             .call(|reply| Command::Dispose {
-                channel,
-                role: Role::Receiver,
-                delivery_id,
-                settled,
-                state: Some(outcome.into()),
+                disposition: DeliveryDisposition {
+                    channel,
+                    role: Role::Receiver,
+                    delivery_id,
+                    settled,
+                    state: Some(outcome.into()),
+                },
                 reply,
             })
             .await?;

@@ -2,8 +2,8 @@
 
 use fe2o3_amqp_types::definitions::Role;
 
-use super::{LinkCore, LinkEvents, LinkParts, LinkStatus, address_of_target};
-use crate::core::command::{Command, LinkEvent, SendReport, Track};
+use super::{LinkCore, LinkEvents, LinkStatus, link_handle};
+use crate::core::command::{Command, DeliveryDisposition, LinkEvent, SendReport, Track};
 use crate::delivery::{IncomingDisposition, LinkFlow, Outcome, Sendable};
 #[cfg(doc)]
 use crate::error::Error;
@@ -20,35 +20,6 @@ pub struct Sender {
 }
 
 impl Sender {
-    pub(crate) fn from_parts(p: LinkParts) -> Self {
-        Self {
-            core: p.core,
-            events: LinkEvents::new(p.events, p.flow),
-            local: p.local,
-            remote: p.remote,
-        }
-    }
-
-    /// Link name.
-    pub fn name(&self) -> &str {
-        &self.core.name
-    }
-
-    /// Our `attach`.
-    pub fn local_attach(&self) -> &Attach {
-        &self.local
-    }
-
-    /// The peer's `attach`.
-    pub fn remote_attach(&self) -> &Attach {
-        &self.remote
-    }
-
-    /// Target address (ours).
-    pub fn target_address(&self) -> Option<&str> {
-        address_of_target(&self.local)
-    }
-
     /// The peer's `max-message-size` (0 = unlimited).
     pub fn max_message_size(&self) -> u64 {
         self.remote.max_message_size.unwrap_or(0)
@@ -124,25 +95,17 @@ impl Sender {
         self.core
             .ctx
             .call(|reply| Command::Dispose {
-                channel,
-                role: Role::Sender,
-                delivery_id,
-                settled: true,
-                state: Some(outcome.into()),
+                disposition: DeliveryDisposition {
+                    channel,
+                    role: Role::Sender,
+                    delivery_id,
+                    settled: true,
+                    state: Some(outcome.into()),
+                },
                 reply,
             })
             .await
             .map(|_| ())
-    }
-
-    /// Whether the link is still attached (see [`LinkStatus::is_attached`]).
-    pub fn is_attached(&self) -> bool {
-        self.events.status().is_attached()
-    }
-
-    /// A handle telling from any task whether this link is still attached.
-    pub fn status(&self) -> LinkStatus {
-        self.events.status()
     }
 
     /// Credit and drain state as last seen.
@@ -176,20 +139,6 @@ impl Sender {
             handle: self.core.handle,
         })
     }
-
-    /// Detaches (closing the link) and waits for the peer's detach.
-    ///
-    /// # Errors
-    /// Connection errors.
-    pub async fn detach(mut self) -> Result<()> {
-        self.core.detach(None).await
-    }
-
-    /// Detaches with an error condition.
-    ///
-    /// # Errors
-    /// Connection errors.
-    pub async fn detach_with_error(mut self, error: AmqpError) -> Result<()> {
-        self.core.detach(Some(error)).await
-    }
 }
+
+link_handle!(Sender);

@@ -175,10 +175,7 @@ async fn drain_auto_and_manual() {
     let conn = connect(addr).await;
     let session = conn.begin().await.unwrap();
     // Auto: nothing queued on the server, drain completes at once.
-    let r = session
-        .attach_receiver(ReceiverOptions::new("auto", "q"))
-        .await
-        .unwrap();
+    let r = open_receiver(&session, "auto", "q").await;
     r.set_credit(5).await.unwrap();
     assert_eq!(r.flow().credit, 5);
     r.drain().await.unwrap();
@@ -186,10 +183,7 @@ async fn drain_auto_and_manual() {
     assert_eq!(r.flow().delivery_count, 5);
 
     // Manual: the server reads credit and drain, sends two, then answers.
-    let r = session
-        .attach_receiver(ReceiverOptions::new("manual", "q"))
-        .await
-        .unwrap();
+    let r = open_receiver(&session, "manual", "q").await;
     r.set_credit(10).await.unwrap();
     r.drain().await.unwrap();
     let f = flow_rx.recv().await.unwrap();
@@ -208,18 +202,9 @@ async fn dropping_handles_does_not_break_siblings() {
     let conn = connect(addr).await;
     let s1 = conn.begin().await.unwrap();
     let s2 = conn.begin().await.unwrap();
-    let a = s1
-        .attach_sender(SenderOptions::new("a", "q"))
-        .await
-        .unwrap();
-    let b = s1
-        .attach_sender(SenderOptions::new("b", "q"))
-        .await
-        .unwrap();
-    let c = s2
-        .attach_sender(SenderOptions::new("c", "q"))
-        .await
-        .unwrap();
+    let a = open_sender(&s1, "a", "q").await;
+    let b = open_sender(&s1, "b", "q").await;
+    let c = open_sender(&s2, "c", "q").await;
     // Cancel a send mid-flight and drop its link.
     {
         let fut = a.send(data_message(b"cancelled"));
@@ -326,10 +311,7 @@ async fn server_sees_client_detach() {
     .await;
     let conn = connect(addr).await;
     let s = conn.begin().await.unwrap();
-    let r = s
-        .attach_receiver(ReceiverOptions::new("r", "q"))
-        .await
-        .unwrap();
+    let r = open_receiver(&s, "r", "q").await;
     r.detach_with_error(AmqpError::new(condition::DETACH_FORCED, None))
         .await
         .unwrap();
@@ -337,10 +319,7 @@ async fn server_sees_client_detach() {
     assert!(matches!(e, Error::LinkDetached(_)), "{e:?}");
     assert_eq!(e.condition(), Some(condition::DETACH_FORCED));
     // The session and connection are still usable.
-    let r2 = s
-        .attach_receiver(ReceiverOptions::new("r2", "q"))
-        .await
-        .unwrap();
+    let r2 = open_receiver(&s, "r2", "q").await;
     r2.detach().await.unwrap();
     assert!(matches!(
         rx.recv().await.unwrap(),
@@ -367,10 +346,7 @@ async fn link_status_ends_with_the_detach_handshake_on_both_sides() {
     .await;
     let conn = connect(addr).await;
     let s = conn.begin().await.unwrap();
-    let r = s
-        .attach_receiver(ReceiverOptions::new("r", "q"))
-        .await
-        .unwrap();
+    let r = open_receiver(&s, "r", "q").await;
     let server_side = rx.recv().await.unwrap();
     let client_side = r.status();
     assert!(server_side.is_attached() && client_side.is_attached() && r.is_attached());
@@ -413,14 +389,8 @@ async fn session_end_ends_its_links_on_both_sides() {
     let conn = connect(addr).await;
     let s1 = conn.begin().await.unwrap();
     let s2 = conn.begin().await.unwrap();
-    let a = s1
-        .attach_sender(SenderOptions::new("a", "q"))
-        .await
-        .unwrap();
-    let b = s2
-        .attach_sender(SenderOptions::new("b", "q"))
-        .await
-        .unwrap();
+    let a = open_sender(&s1, "a", "q").await;
+    let b = open_sender(&s2, "b", "q").await;
     assert!(a.send(data_message(b"1")).await.unwrap().is_accepted());
     s1.end().await.unwrap();
     let e = rx.recv().await.unwrap();

@@ -6,7 +6,7 @@ use std::time::Duration;
 use sb_amqp::types::definitions::ReceiverSettleMode;
 use sb_amqp::{
     AmqpError, Connection, ConnectionEvent, ConnectionOptions, Error, LinkAnswer, ReceiverOptions,
-    SaslClient, SenderOptions, ServerOptions, condition,
+    SaslClient, ServerOptions, condition,
 };
 use tokio::sync::mpsc;
 
@@ -131,18 +131,9 @@ async fn socket_loss_fails_every_pending_operation() {
     let proxy = Proxy::start(addr).await;
     let conn = connect(proxy.addr).await;
     let session = conn.begin().await.unwrap();
-    let sender = session
-        .attach_sender(SenderOptions::new("s", "q"))
-        .await
-        .unwrap();
-    let receiver = session
-        .attach_receiver(ReceiverOptions::new("r", "q"))
-        .await
-        .unwrap();
-    let drainer = session
-        .attach_receiver(ReceiverOptions::new("d", "q"))
-        .await
-        .unwrap();
+    let sender = open_sender(&session, "s", "q").await;
+    let receiver = open_receiver(&session, "r", "q").await;
+    let drainer = open_receiver(&session, "d", "q").await;
     let peek = session
         .attach_receiver(
             ReceiverOptions::new("p", "q")

@@ -37,10 +37,7 @@ async fn send_awaits_accept_with_raw_bytes_tag_and_format() {
     .await;
     let conn = connect(addr).await;
     let session = conn.begin().await.unwrap();
-    let sender = session
-        .attach_sender(SenderOptions::new("s1", "q1"))
-        .await
-        .unwrap();
+    let sender = open_sender(&session, "s1", "q1").await;
     assert_eq!(sender.max_message_size(), 1 << 20);
     let msg = data_message(b"hello");
     let raw = msg.payload.clone();
@@ -198,10 +195,7 @@ async fn multi_frame_transfers_both_ways() {
     .unwrap();
     assert_eq!(conn.remote_open().max_frame_size.0, 4096);
     let session = conn.begin().await.unwrap();
-    let sender = session
-        .attach_sender(SenderOptions::new("s", "q"))
-        .await
-        .unwrap();
+    let sender = open_sender(&session, "s", "q").await;
     assert_eq!(
         sender.send(data_message(&big)).await.unwrap(),
         Outcome::Accepted

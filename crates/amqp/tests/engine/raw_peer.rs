@@ -1,0 +1,58 @@
+//! Building blocks of the scripted raw-frame peers (`raw`, `settlement`): the next
+//! performative read, a plain `open`, an unsettled single-frame `transfer`.
+
+use bytes::Bytes;
+use sb_amqp::performative::{Open, Performative, Transfer};
+use sb_amqp::types::definitions::Handle;
+use sb_amqp::types::performatives::{ChannelMax, MaxFrameSize};
+use sb_amqp::{Frame, FrameBody, FramedIo};
+
+/// The next AMQP performative, skipping empty (heartbeat) frames.
+pub(crate) async fn next(f: &mut FramedIo) -> Performative {
+    loop {
+        match f.read_frame().await.unwrap().unwrap().body {
+            FrameBody::Amqp(p, _) => return *p,
+            FrameBody::Empty => continue,
+            FrameBody::Sasl(s) => panic!("unexpected {s:?}"),
+        }
+    }
+}
+
+/// An `open` from `container_id` with 64 KiB frames and 8 channels, nothing else set.
+pub(crate) fn open(container_id: &str) -> Open {
+    Open {
+        container_id: container_id.into(),
+        hostname: None,
+        max_frame_size: MaxFrameSize(65536),
+        channel_max: ChannelMax(8),
+        idle_time_out: None,
+        outgoing_locales: None,
+        incoming_locales: None,
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    }
+}
+
+/// Delivery `id` on channel 0, handle 0, tagged `tag`: unsettled, in one frame.
+pub(crate) fn transfer(id: u32, tag: Vec<u8>, payload: Bytes) -> Frame {
+    Frame {
+        channel: 0,
+        body: FrameBody::Amqp(
+            Box::new(Performative::Transfer(Transfer {
+                handle: Handle(0),
+                delivery_id: Some(id),
+                delivery_tag: Some(tag.into()),
+                message_format: Some(0),
+                settled: Some(false),
+                more: false,
+                rcv_settle_mode: None,
+                state: None,
+                resume: false,
+                aborted: false,
+                batchable: false,
+            })),
+            payload,
+        ),
+    }
+}
