@@ -455,6 +455,15 @@ async fn killed_between_commit_and_settlement(mode: Mode) {
     let c = orders_counts(&emulator);
     assert_eq!((c.locked, c.completed), (1, 0), "committed, not settled");
     first.kill().await;
+    // The first worker may die before its disposition reached the emulator (a loaded machine
+    // can deschedule it between commit and send): the held-disposition fault must not fall on
+    // the second worker's settlement instead.
+    emulator
+        .broker()
+        .entity("orders")
+        .unwrap()
+        .delay_dispositions(0, Duration::ZERO)
+        .unwrap();
 
     let second = mode.worker(&emulator, &url);
     drained(&emulator, 1).await;
