@@ -478,7 +478,8 @@ where
                 else {
                     unreachable!("last_kept found a kept member");
                 };
-                if undo(tx, culprit, savepoint, Abort::from(refused))
+                // Its error was swallowed, not waited out: undone, not given way.
+                if undo(tx, culprit, savepoint, Abort::from(refused), false)
                     .await
                     .is_err()
                 {
@@ -507,8 +508,7 @@ where
                 member.state = State::Kept(savepoint, handled);
                 Ok(())
             }
-            Err(Abort::Contended(why)) if *bounded => give_way(tx, member, savepoint, why).await,
-            Err(abort) => undo(tx, member, savepoint, abort).await,
+            Err(abort) => undo(tx, member, savepoint, abort, *bounded).await,
         };
         if undone.is_err() {
             return Ok(Pass::Ended);
@@ -526,28 +526,6 @@ async fn open<T: Tx>(tx: &mut T, bound: bool) -> Result<Savepoint, StoreError> {
     tx.savepoint().await
 }
 
-/// Rolls `member`'s savepoint back after it met another transaction's lock: it runs again in
-/// the batch's next transaction. As [`undo`] when the database cannot return to the savepoint.
-async fn give_way<T: Tx, D: Delivery>(
-    tx: &mut T,
-    member: &mut Member<D>,
-    savepoint: Savepoint,
-    why: String,
-) -> Result<(), ()> {
-    match tx.rollback_to(savepoint).await {
-        Ok(()) => {
-            tracing::debug!(lock_token = %member.delivery.lock_token(), "A batched delivery gave way to another transaction's lock; it runs again in the next transaction.");
-            member.state = State::GaveWay;
-            Ok(())
-        }
-        Err(error) => {
-            tracing::warn!(%error, "A delivery's failure ended the batch transaction; the rest of the batch runs again without it.");
-            member.state = State::Decided(Err(Abort::Contended(why)));
-            Err(())
-        }
-    }
-}
-
 /// The last member whose work is in the transaction.
 fn last_kept<D>(members: &[Member<D>]) -> Option<usize> {
     members
@@ -555,18 +533,27 @@ fn last_kept<D>(members: &[Member<D>]) -> Option<usize> {
         .rposition(|m| matches!(m.state, State::Kept(..)))
 }
 
-/// Rolls `member`'s savepoint back for `abort`: it waits for the commit as undone. When the
-/// database cannot return to the savepoint (its statement ended the whole transaction), the
-/// member is taken out with its verdict and `Err` asks for a new transaction.
-async fn undo<T: Tx, D>(
+/// Rolls `member`'s savepoint back for `abort`. A delivery that met another transaction's lock
+/// while its waits were `bounded` gives way: it runs again in the batch's next transaction.
+/// Any other waits for the commit as undone. When the database cannot return to the savepoint
+/// (its statement ended the whole transaction), the member is taken out with its verdict and
+/// `Err` asks for a new transaction.
+async fn undo<T: Tx, D: Delivery>(
     tx: &mut T,
     member: &mut Member<D>,
     savepoint: Savepoint,
     abort: Abort,
+    bounded: bool,
 ) -> Result<(), ()> {
     match tx.rollback_to(savepoint).await {
         Ok(()) => {
-            member.state = State::Undone(Err(abort));
+            member.state = match abort {
+                Abort::Contended(_) if bounded => {
+                    tracing::debug!(lock_token = %member.delivery.lock_token(), "A batched delivery gave way to another transaction's lock; it runs again in the next transaction.");
+                    State::GaveWay
+                }
+                abort => State::Undone(Err(abort)),
+            };
             Ok(())
         }
         Err(error) => {

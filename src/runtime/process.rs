@@ -259,46 +259,20 @@ where
         result: Result<Outcome, Abort>,
         renewals: u32,
     ) -> Report {
-        match result {
-            Ok(outcome) => {
-                self.settle(delivery, logical_id, outcome, Ending::Committed, renewals)
-                    .await
-            }
-            Err(Abort::SettleAs(outcome, why)) => {
-                self.settle(
-                    delivery,
-                    logical_id,
-                    outcome,
-                    Ending::RolledBack(why),
-                    renewals,
-                )
-                .await
-            }
+        let (outcome, ending) = match result {
+            Ok(outcome) => (outcome, Ending::Committed),
+            Err(Abort::SettleAs(outcome, why)) => (outcome, Ending::RolledBack(why)),
             Err(Abort::Contended(why)) => {
                 tracing::warn!(error = %why, "Transient store failure: contention.");
-                self.settle(
-                    delivery,
-                    logical_id,
-                    Outcome::Transient,
-                    Ending::RolledBack(why),
-                    renewals,
-                )
-                .await
+                (Outcome::Transient, Ending::RolledBack(why))
             }
-            Err(Abort::Shutdown) => {
-                self.settle(
-                    delivery,
-                    logical_id,
-                    Outcome::Transient,
-                    Ending::Shutdown,
-                    renewals,
-                )
-                .await
-            }
+            Err(Abort::Shutdown) => (Outcome::Transient, Ending::Shutdown),
             Err(Abort::DeadLetter(rejection)) => {
-                self.dead_letter(delivery, rejection, renewals).await
+                return self.dead_letter(delivery, rejection, renewals).await;
             }
-        }
+        };
+        self.settle(delivery, logical_id, outcome, ending, renewals)
+            .await
     }
 
     /// One transaction: inbox row first, then the handler, then the fenced commit. A failure

@@ -134,10 +134,10 @@ const COMMIT: &str = "COMMIT TRANSACTION; SELECT @@TRANCOUNT";
 const ROLLBACK: &str = "IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION";
 
 impl Tx for MssqlTx {
-    async fn insert_inbox(&mut self, consumer: &str, message_id: &str) -> Result<(), StoreError> {
+    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
         self.execute(
             "INSERT INTO sb_inbox (consumer, message_id) VALUES (@P1, @P2)",
-            &[&consumer, &message_id],
+            &[&consumer, &logical_id],
         )
         .await
         .map(drop)
@@ -147,11 +147,11 @@ impl Tx for MssqlTx {
         &mut self,
         consumer: &str,
         key: &str,
-        message_id: &str,
+        logical_id: &str,
     ) -> Result<(), StoreError> {
         self.execute(
             "INSERT INTO sb_inbox_business_key (consumer, business_key, message_id) VALUES (@P1, @P2, @P3)",
-            &[&consumer, &key, &message_id],
+            &[&consumer, &key, &logical_id],
         )
         .await
         .map(drop)

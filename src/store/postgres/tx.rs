@@ -204,9 +204,9 @@ impl PgTx {
     async fn insert_inbox_row(
         &mut self,
         consumer: &str,
-        message_id: &str,
+        logical_id: &str,
     ) -> Result<(), StoreError> {
-        let params: [&(dyn ToSql + Sync); 2] = [&consumer, &message_id];
+        let params: [&(dyn ToSql + Sync); 2] = [&consumer, &logical_id];
         let inserted = if self.begun {
             self.execute(INBOX_INSERT, &params).await?
         } else {
@@ -259,19 +259,19 @@ impl PgTx {
 }
 
 impl Tx for PgTx {
-    async fn insert_inbox(&mut self, consumer: &str, message_id: &str) -> Result<(), StoreError> {
-        self.insert_inbox_row(consumer, message_id).await
+    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
+        self.insert_inbox_row(consumer, logical_id).await
     }
 
     async fn claim_business_key(
         &mut self,
         consumer: &str,
         key: &str,
-        message_id: &str,
+        logical_id: &str,
     ) -> Result<(), StoreError> {
         self.execute(
             "INSERT INTO sb_inbox_business_key (consumer, business_key, message_id) VALUES ($1, $2, $3)",
-            &[&consumer, &key, &message_id],
+            &[&consumer, &key, &logical_id],
         )
         .await
         .map(drop)

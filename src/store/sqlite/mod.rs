@@ -279,10 +279,10 @@ impl Drop for SqliteTx {
 }
 
 impl Tx for SqliteTx {
-    async fn insert_inbox(&mut self, consumer: &str, message_id: &str) -> Result<(), StoreError> {
+    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
         self.execute(
             "INSERT INTO sb_inbox (consumer, message_id) VALUES (?1, ?2)",
-            params![consumer, message_id],
+            params![consumer, logical_id],
         )
         .map(drop)
     }
@@ -291,11 +291,11 @@ impl Tx for SqliteTx {
         &mut self,
         consumer: &str,
         key: &str,
-        message_id: &str,
+        logical_id: &str,
     ) -> Result<(), StoreError> {
         self.execute(
             "INSERT INTO sb_inbox_business_key (consumer, business_key, message_id) VALUES (?1, ?2, ?3)",
-            params![consumer, key, message_id],
+            params![consumer, key, logical_id],
         )
         .map(drop)
     }
