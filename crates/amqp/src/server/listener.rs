@@ -174,13 +174,29 @@ impl IncomingConnection {
     /// TLS, SASL, I/O and protocol errors; [`Error::Timeout`] after
     /// [`ServerOptions::handshake_timeout`].
     pub async fn handshake(self) -> Result<ServerConnection> {
+        self.handshake_through(|io| io).await
+    }
+
+    /// As [`IncomingConnection::handshake`], with the AMQP byte stream (under TLS and the
+    /// WebSocket framing, above nothing else) passed through `wrap` first: a broker that
+    /// shapes its traffic (an emulator's injected network delay) wraps it here.
+    ///
+    /// # Errors
+    /// As [`IncomingConnection::handshake`].
+    pub async fn handshake_through(
+        self,
+        wrap: impl FnOnce(BoxIo) -> BoxIo + Send,
+    ) -> Result<ServerConnection> {
         let limit = self.opts.handshake_timeout;
-        tokio::time::timeout(limit, self.handshake_inner())
+        tokio::time::timeout(limit, self.handshake_inner(wrap))
             .await
             .map_err(|_| Error::Timeout)?
     }
 
-    async fn handshake_inner(self) -> Result<ServerConnection> {
+    async fn handshake_inner(
+        self,
+        wrap: impl FnOnce(BoxIo) -> BoxIo + Send,
+    ) -> Result<ServerConnection> {
         let io: BoxIo = match &self.opts.tls {
             Some(cfg) => Box::new(
                 tokio_rustls::TlsAcceptor::from(cfg.clone())
@@ -194,7 +210,7 @@ impl IncomingConnection {
             Some(path) => crate::websocket::server(io, path).await?,
             None => io,
         };
-        serve_io(io, self.opts).await
+        serve_io(wrap(io), self.opts).await
     }
 }
 

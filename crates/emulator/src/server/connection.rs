@@ -53,7 +53,11 @@ async fn serve_connection(
     tracker: TaskTracker,
 ) {
     let peer = incoming.peer_addr();
-    let mut conn = match incoming.handshake().await {
+    let latency = shared.options.latency;
+    let mut conn = match incoming
+        .handshake_through(|io| super::latency::delayed(io, latency))
+        .await
+    {
         Ok(conn) => conn,
         Err(error) => {
             tracing::debug!(%peer, %error, "Handshake failed.");

@@ -16,12 +16,14 @@
 //! - `control`: what the service does to live entity links: the idle timer, token expiry,
 //!   forced detaches ([`Emulator::force_detach_link`]), per-operation fault draws.
 //! - `faults`: `--fault NAME=P` ([`Fault`], [`FaultSpec`]) and the seeded generator.
+//! - `latency`: `--latency MS`, a one-way delay on every connection's bytes.
 
 mod codec;
 mod conn_state;
 pub(crate) mod connection;
 mod control;
 mod faults;
+mod latency;
 mod links;
 pub(crate) mod nodes;
 mod options;

@@ -63,6 +63,9 @@ pub struct EmulatorOptions {
     /// Keys beside the root key ([`EmulatorOptions::key_name`], all rights), each with its
     /// rights (`SharedAccessPolicies` in `Config.json`).
     pub policies: Vec<SharedAccessPolicy>,
+    /// One-way network delay: every connection's bytes are read and written this much later,
+    /// in order, on every listener (zero: none).
+    pub latency: Duration,
 }
 
 impl Default for EmulatorOptions {
@@ -78,6 +81,7 @@ impl Default for EmulatorOptions {
             fault_seed: None,
             websocket_listen: None,
             policies: Vec::new(),
+            latency: Duration::ZERO,
         }
     }
 }
@@ -135,6 +139,14 @@ impl EmulatorOptions {
             .iter()
             .find(|p| p.name == name)
             .map(|p| (p.key.as_str(), p.rights))
+    }
+
+    /// Puts the broker `one_way` away: each connection's bytes are read and written that much
+    /// later, in order (a round trip costs twice `one_way`). Zero turns it off.
+    #[must_use]
+    pub fn with_latency(mut self, one_way: Duration) -> Self {
+        self.latency = one_way;
+        self
     }
 
     /// Also serves AMQP over WebSockets (plain `ws`) on `addr`.
