@@ -77,9 +77,7 @@ where
         batch_linger_ms = config.batch_linger.as_millis(),
         "Batched transactions: up to batch_size deliveries per transaction."
     );
-    let held = Arc::new(Semaphore::new(
-        config.concurrency.saturating_mul(config.batch_size) + config.prefetch,
-    ));
+    let held = Arc::new(Semaphore::new(config.held()));
     let tracker = TaskTracker::new();
     let abort = CancellationToken::new();
     let (queue, incoming) = mpsc::unbounded_channel();
@@ -154,13 +152,21 @@ async fn batches<R, S, H>(
         let (inner, abort) = (inner.clone(), abort.clone());
         tracker.spawn(async move {
             let mut slots = Vec::with_capacity(batch.len());
-            let members = batch
-                .into_iter()
-                .map(|(delivery, lock, slot)| {
+            let mut members = Vec::with_capacity(batch.len());
+            for (delivery, lock, slot) in batch {
+                // A lock that ran out while it waited for its batch is given back, never
+                // handled late: its redelivery may already be in another instance's hands.
+                if lock.is_held() {
                     slots.push(slot);
-                    (delivery, lock)
-                })
-                .collect();
+                    members.push((delivery, lock));
+                } else {
+                    inner.give_back_queued(&*delivery, lock).await;
+                    drop(slot);
+                }
+            }
+            if members.is_empty() {
+                return;
+            }
             let _busy = inner.slots.enter();
             handle(&inner, members, &abort).await;
             drop((permit, slots));
@@ -168,8 +174,7 @@ async fn batches<R, S, H>(
     }
     incoming.close();
     while let Some((delivery, lock, slot)) = incoming.recv().await {
-        inner.give_back(&*delivery).await;
-        lock.release().await;
+        inner.give_back_queued(&*delivery, lock).await;
         drop(slot);
     }
 }

@@ -126,6 +126,16 @@ impl RuntimeConfig {
         }
     }
 
+    /// The most deliveries the runtime holds at once: those handled (`concurrency`, times
+    /// `batch_size` when batching) plus `prefetch` waiting with their locks kept. A pipelined
+    /// receiver keeps this many in flight ([`crate::ServiceBusReceiver::with_capacity`]), so
+    /// that every delivery the broker sends has a slot waiting for it.
+    pub fn held(&self) -> usize {
+        self.concurrency
+            .saturating_mul(self.batch_size)
+            .saturating_add(self.prefetch)
+    }
+
     /// Checks the values that cannot work.
     ///
     /// # Errors
@@ -329,7 +339,7 @@ where
         if config.batch_size > 1 {
             return batch::run(&self.inner, shutdown).await;
         }
-        let held = Arc::new(Semaphore::new(config.concurrency + config.prefetch));
+        let held = Arc::new(Semaphore::new(config.held()));
         let handling = Arc::new(Semaphore::new(config.concurrency));
         let tracker = TaskTracker::new();
         let abort = CancellationToken::new();
@@ -356,12 +366,16 @@ where
                     // Biased: once shutting down, nothing new starts.
                     biased;
                     () = stopping.cancelled() => None,
+                    // Its lock was lost while it waited: another receiver may hold it by now.
+                    () = lock.lost().cancelled() => None,
                     // Closed only when the runtime is dropped mid-run.
                     permit = handling.acquire_owned() => permit.ok(),
                 };
+                // A delivery whose lock ran out while it waited is given back, never handled
+                // late: its redelivery may already be in another instance's hands.
+                let permit = permit.filter(|_| lock.is_held());
                 let Some(_permit) = permit else {
-                    inner.give_back(&*delivery).await;
-                    lock.release().await;
+                    inner.give_back_queued(&*delivery, lock).await;
                     drop(slot);
                     return;
                 };
@@ -452,6 +466,12 @@ where
             // Its lock runs out instead, which counts a delivery.
             Err(error) => tracing::warn!(%error, "Releasing an unstarted delivery failed."),
         }
+    }
+
+    /// Gives back a delivery that waited and was never started, and stops keeping its lock.
+    async fn give_back_queued<D: crate::ports::Delivery>(&self, delivery: &D, lock: KeptLock) {
+        self.give_back(delivery).await;
+        lock.release().await;
     }
 
     fn processor(&self) -> process::Processor<'_, S, H> {

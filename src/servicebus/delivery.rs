@@ -172,6 +172,8 @@ impl Drop for ServiceBusDelivery {
     /// would otherwise grow for the life of the link. A lock still held is given back without
     /// counting a delivery.
     fn drop(&mut self) {
+        // Its slot in a pipelined receiver's capacity is free again.
+        self.receiver.in_hand.fetch_sub(1, Ordering::AcqRel);
         if self.settled.load(Ordering::Acquire) || self.link.gone.load(Ordering::Acquire) {
             return;
         }

@@ -2,7 +2,7 @@
 //! re-attached after the service detaches it; deliveries it cannot hand to the runtime it
 //! dead-letters itself.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, SystemTime};
 
@@ -34,7 +34,10 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 ///
 /// Credit follows demand: each [`Receiver::receive`] call grants one message, plus up to
 /// `prefetch` more (not renewed while they wait on the link: under a [`crate::Runtime`], use
-/// its prefetch instead). A delivery it cannot hand to the runtime (undecodable, an unusable
+/// its prefetch instead). [`ServiceBusReceiver::with_capacity`] pipelines instead: credit is
+/// kept so that deliveries in flight on the link plus those handed out and not yet settled
+/// reach the capacity, so the broker's distance costs one round trip per capacity's worth of
+/// deliveries rather than one per delivery. A delivery it cannot hand to the runtime (undecodable, an unusable
 /// message id) it dead-letters itself and skips. When the service detaches the link (idle,
 /// busy, token expired, …) the receive reports a transient error and the next receive
 /// re-attaches on the same connection; deliveries of the lost link are settled through
@@ -49,6 +52,12 @@ pub(super) struct ReceiverInner {
     pub(super) client: ServiceBusClient,
     pub(super) entity: String,
     prefetch: u32,
+    /// With pipelining ([`ServiceBusReceiver::with_capacity`]), the most deliveries on the link
+    /// (credit granted, transfers queued) plus handed out and not dropped yet; 0: one credit per
+    /// receive.
+    capacity: AtomicU32,
+    /// Deliveries handed out and not dropped yet (whatever their link): what the runtime holds.
+    pub(super) in_hand: AtomicUsize,
     pub(super) link: Mutex<Option<ReceiveLink>>,
     /// True while a link is attached: what readiness reports.
     pub(super) attached: AtomicBool,
@@ -66,6 +75,9 @@ pub(super) struct ReceiveLink {
     pub(super) receiver: sb_amqp::Receiver,
     pub(super) shared: Arc<LinkShared>,
     pub(super) granted: bool,
+    /// Pipelined: credit granted on this link not yet turned into a delivery taken from it
+    /// (the link's credit plus its queued transfers).
+    pub(super) pending: u32,
 }
 
 /// What deliveries of one link share.
@@ -85,12 +97,27 @@ impl ServiceBusReceiver {
                 client,
                 entity: entity.to_owned(),
                 prefetch,
+                capacity: AtomicU32::new(0),
+                in_hand: AtomicUsize::new(0),
                 link: Mutex::new(None),
                 attached: AtomicBool::new(false),
                 reauthorize: AtomicBool::new(false),
                 session: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Pipelines the receive link: keeps credit so that the deliveries on the link (granted,
+    /// in transit, queued) plus those handed out and not yet dropped reach `capacity`, topping
+    /// it up as deliveries are taken and settled, and never beyond. Under a [`crate::Runtime`]
+    /// pass what it holds ([`crate::RuntimeConfig::held`]): every delivery then has a slot
+    /// waiting for it, and its lock is kept from receipt. The AMQP spec lets a receiver keep
+    /// several credits outstanding (AMQP 1.0 §2.6.7 flow control); the SDKs' prefetch does the
+    /// same (.NET `ServiceBusReceiverOptions.PrefetchCount`, Python `prefetch_count`).
+    #[must_use]
+    pub fn with_capacity(self, capacity: u32) -> Self {
+        self.inner.capacity.store(capacity, Ordering::Release);
+        self
     }
 
     pub(super) fn inner(&self) -> &Arc<ReceiverInner> {
@@ -147,7 +174,7 @@ impl ServiceBusReceiver {
                 Some(_) => session_refusal(&e).unwrap_or_else(|| self.failed(&e, fresh)),
                 None => self.failed(&e, fresh),
             })?;
-        if inner.prefetch > 0 {
+        if inner.prefetch > 0 && inner.capacity.load(Ordering::Acquire) == 0 {
             receiver
                 .add_credit(inner.prefetch)
                 .await
@@ -162,6 +189,7 @@ impl ServiceBusReceiver {
             }),
             receiver,
             granted: false,
+            pending: 0,
         })
     }
 
@@ -266,7 +294,14 @@ impl ServiceBusReceiver {
         let Some(link) = guard.as_mut() else {
             return Err(ReceiveError::transient("no link"));
         };
+        let capacity = self.inner.capacity.load(Ordering::Acquire);
         let result = async {
+            if capacity > 0 {
+                self.top_up(link, capacity).await?;
+                let delivery = link.receiver.recv().await?;
+                link.pending = link.pending.saturating_sub(1);
+                return Ok(delivery);
+            }
             // One credit per outstanding receive; a receive cancelled after granting leaves its
             // credit for the next call instead of granting again.
             if !link.granted {
@@ -293,6 +328,25 @@ impl ServiceBusReceiver {
         let refusal = match delivery.message() {
             Ok(message) => {
                 let received = from_amqp(&message, &delivery.delivery_tag);
+                if capacity > 0
+                    && self.inner.session.get().is_none()
+                    && received.refusal.is_none()
+                    && lock_ran_out(&received)
+                {
+                    // It waited on the link past its lock (nothing renews a lock before the
+                    // delivery is handed out): the broker has made it available again, so it
+                    // must not be processed here; released to clear it from the link.
+                    tracing::warn!(entity = %self.inner.entity, "Releasing a delivery whose lock ran out while it was queued on the link.");
+                    // Best effort: the broker answers lock-lost or released; either clears it.
+                    let _ = tokio::time::timeout(
+                        self.inner.client.timeout(),
+                        link.shared
+                            .settler
+                            .settle(delivery.delivery_id, Outcome::Released),
+                    )
+                    .await;
+                    return Ok(None);
+                }
                 match received.refusal.clone() {
                     None => return Ok(Some(self.delivery(link, delivery.delivery_id, received))),
                     Some(refusal) => refusal,
@@ -331,6 +385,7 @@ impl ServiceBusReceiver {
         delivery_id: u32,
         received: Received,
     ) -> ServiceBusDelivery {
+        self.inner.in_hand.fetch_add(1, Ordering::AcqRel);
         let lock_token = received.lock_token.unwrap_or_else(uuid::Uuid::nil);
         let locked_until = received
             .locked_until
@@ -347,6 +402,20 @@ impl ServiceBusReceiver {
         }
     }
 
+    /// Pipelined: grants what keeps the link's deliveries plus those in hand at `capacity`, in
+    /// blocks (a quarter of the capacity at least, or whatever is missing once the link ran
+    /// dry) so that a busy runtime does not send one `flow` per delivery.
+    async fn top_up(&self, link: &mut ReceiveLink, capacity: u32) -> Result<(), sb_amqp::Error> {
+        let in_hand = u32::try_from(self.inner.in_hand.load(Ordering::Acquire)).unwrap_or(u32::MAX);
+        let missing = capacity.saturating_sub(in_hand.saturating_add(link.pending));
+        let block = (capacity / 4).max(1);
+        if missing >= block || (missing > 0 && link.pending == 0) {
+            link.receiver.add_credit(missing).await?;
+            link.pending += missing;
+        }
+        Ok(())
+    }
+
     /// Received deliveries of the current link not settled yet (0 without a link): what a
     /// settlement or a drop has not cleared yet.
     pub async fn unsettled(&self) -> usize {
@@ -356,4 +425,11 @@ impl ServiceBusReceiver {
             None => 0,
         }
     }
+}
+
+/// True when the delivery's lock had run out before it was taken from the link.
+fn lock_ran_out(received: &Received) -> bool {
+    received
+        .locked_until
+        .is_some_and(|until| until <= SystemTime::now())
 }

@@ -429,9 +429,9 @@ impl<S: Clone> Shared<'_, S> {
                     config.entity.clone(),
                 ));
             }
-            // The runtime prefetches (it holds `prefetch` deliveries beyond its slots and keeps
-            // their locks from receipt); credit on the link beyond what it asks for would leave
-            // deliveries waiting there unrenewed.
+            // The link keeps what the runtime holds in flight (its slots plus its prefetch):
+            // each delivery arrives with a slot waiting for it, which keeps its lock from
+            // receipt, and the broker's distance costs a round trip per window, not per message.
             let feed = match self.sessions {
                 Some(sessions) => Feed::Sessions(
                     ServiceBusSessionSource::new(
@@ -442,7 +442,11 @@ impl<S: Clone> Shared<'_, S> {
                     sessions.clone(),
                 ),
                 None => {
-                    let receiver = self.client.receiver(&config.entity, 0);
+                    let capacity = u32::try_from(runtime.held()).unwrap_or(u32::MAX);
+                    let receiver = self
+                        .client
+                        .receiver(&config.entity, 0)
+                        .with_capacity(capacity);
                     receivers.push(receiver.clone());
                     Feed::Plain(receiver)
                 }

@@ -3,7 +3,7 @@
 //! fault draws.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -47,11 +47,26 @@ pub struct LinkInfo {
     pub entity: String,
     /// Which way messages flow.
     pub role: LinkRole,
+    /// A receive link: the most credit the client had granted and the emulator not used yet,
+    /// at any one time.
+    pub peak_credit: u32,
+    /// A receive link: the most deliveries it had outstanding at once, the client's unused
+    /// credit plus messages sent and not settled yet (what a client's prefetch window
+    /// bounds).
+    pub peak_outstanding: u32,
+}
+
+/// A receive link's flow as its task counts it, read by [`Registry::list`].
+#[derive(Debug, Default)]
+struct Gauge {
+    peak_credit: AtomicU32,
+    peak_outstanding: AtomicU32,
 }
 
 #[derive(Debug)]
 struct Entry {
     info: LinkInfo,
+    gauge: Arc<Gauge>,
     detach: mpsc::UnboundedSender<AmqpError>,
     /// The message session a session receiver link holds.
     session: Option<String>,
@@ -89,12 +104,16 @@ impl Registry {
             name: name.to_owned(),
             entity: entity.to_owned(),
             role,
+            peak_credit: 0,
+            peak_outstanding: 0,
         };
+        let gauge = Arc::new(Gauge::default());
         if let Ok(mut links) = self.links.lock() {
             links.insert(
                 id,
                 Entry {
                     info,
+                    gauge: gauge.clone(),
                     detach: tx,
                     session: None,
                     status: None,
@@ -105,6 +124,7 @@ impl Registry {
             Registration {
                 id,
                 registry: self.clone(),
+                gauge,
             },
             rx,
         )
@@ -118,7 +138,11 @@ impl Registry {
                 links
                     .values()
                     .filter(|e| e.is_live())
-                    .map(|e| e.info.clone())
+                    .map(|e| LinkInfo {
+                        peak_credit: e.gauge.peak_credit.load(Ordering::Acquire),
+                        peak_outstanding: e.gauge.peak_outstanding.load(Ordering::Acquire),
+                        ..e.info.clone()
+                    })
                     .collect()
             })
             .unwrap_or_default();
@@ -207,6 +231,7 @@ impl Registry {
 struct Registration {
     id: u64,
     registry: Arc<Registry>,
+    gauge: Arc<Gauge>,
 }
 
 impl Registration {
@@ -301,6 +326,15 @@ impl LinkControl {
     /// client can see our detach.
     pub(crate) fn unlist(&self) {
         self.registration.remove();
+    }
+
+    /// A receive link's flow: `credit` unused, `unsettled` messages sent and not settled.
+    pub(crate) fn record_flow(&self, credit: u32, unsettled: u32) {
+        let gauge = &self.registration.gauge;
+        gauge.peak_credit.fetch_max(credit, Ordering::AcqRel);
+        gauge
+            .peak_outstanding
+            .fetch_max(credit.saturating_add(unsettled), Ordering::AcqRel);
     }
 
     /// A transfer, flow or disposition happened: restart the idle timer.

@@ -151,13 +151,17 @@ pub(super) async fn deliver_to_client(
     let sender = request.accept_sender(answer).await?;
     control.watch(sender.status());
     let mut credit = Credit::new(sender.flow());
+    // Messages sent and not settled by a disposition yet (peek-lock).
+    let mut unsettled = 0u32;
     loop {
         let available = credit.available(sender.flow(), &mut control);
+        control.record_flow(available, unsettled);
         tokio::select! {
             // Dispositions first: a client that releases its prefetched messages and then
             // detaches and closes at once (Python on close) must have its releases applied.
             biased;
             disposition = sender.next_disposition() => {
+                unsettled = unsettled.saturating_sub(1);
                 answer_disposition(&sender, entity, feed, &mut control, disposition?).await?;
             }
             () = stop.cancelled() => {
@@ -175,6 +179,9 @@ pub(super) async fn deliver_to_client(
                 match deliver(&sender, entity, feed, received, settled).await {
                     Delivered::Sent => {
                         credit.sent();
+                        if !settled {
+                            unsettled += 1;
+                        }
                         control.after_transfer();
                     }
                     Delivered::Nothing => {}

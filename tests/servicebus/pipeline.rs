@@ -1,0 +1,144 @@
+//! Issue 27: the receive pipeline with the broker at a distance (`EmulatorOptions::with_latency`).
+//! A hosted consumer keeps several credits outstanding on its receive link, never more than it
+//! holds (`concurrency + prefetch`), and deliveries queued behind a slow handler keep their
+//! short locks: none is handled after its lock ran out.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sb_emulator::{Emulator, EmulatorOptions, LinkRole};
+use sb_inbox::ConsumerName;
+use sb_inbox::inventory::OrderPlacedConsumer;
+use sb_inbox::worker::{ConsumerConfig, Worker};
+use tokio_util::sync::CancellationToken;
+
+use crate::support::emulator::{client, properties, queue, start};
+use crate::support::handlers::{Slow, wrapper_handler};
+use crate::support::orders::order;
+use crate::support::{Count, pg_store};
+
+/// Records the delivery count of every delivery that reaches the handler.
+struct DeliveryCounts<H> {
+    inner: H,
+    seen: Arc<Mutex<Vec<u32>>>,
+}
+
+wrapper_handler!(DeliveryCounts, inner, |self, ctx, tx| {
+    self.seen.lock().unwrap().push(ctx.delivery_count);
+    self.inner.handle(ctx, tx).await
+});
+
+/// An emulator `one_way` away with one queue `orders` (lock `lock`) holding `n` orders.
+async fn orders_at_a_distance(lock: &str, one_way: Duration, n: usize) -> Emulator {
+    let emulator = start(
+        vec![queue("orders", properties(lock, 5))],
+        EmulatorOptions::default().with_latency(one_way),
+    )
+    .await;
+    let sender = client(&emulator).sender("orders");
+    for i in 0..n {
+        sender
+            .send(order(&format!("m-{i}"), &format!("o-{i}")))
+            .await
+            .unwrap();
+    }
+    emulator
+}
+
+/// Waits until the broker has completed `n` messages of `orders` (bounded: a stuck pipeline
+/// fails the test instead of hanging it).
+async fn completed(emulator: &Emulator, n: u64) {
+    let done = async {
+        while emulator
+            .broker()
+            .entity("orders")
+            .unwrap()
+            .counts()
+            .completed
+            < n
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), done)
+        .await
+        .expect("every message completed");
+}
+
+fn consumer(concurrency: usize, prefetch: usize) -> ConsumerConfig {
+    ConsumerConfig::new(
+        ConsumerName::new(sb_inbox::inventory::CONSUMER).unwrap(),
+        "orders",
+    )
+    .with_concurrency(concurrency)
+    .with_prefetch(prefetch)
+}
+
+/// With the broker 10 ms away each way, a worker at concurrency 2 and prefetch 4 keeps more
+/// than one credit outstanding (one credit per receive, the old way, shows a peak of 1), and
+/// its credit plus the deliveries it holds unsettled never exceed 6, as the emulator counts
+/// them on the link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_a_distance_the_receive_link_keeps_several_credits_and_never_more_than_the_worker_holds()
+{
+    let (concurrency, prefetch) = (2, 4);
+    let emulator = orders_at_a_distance("PT30S", Duration::from_millis(10), 40).await;
+    let store = pg_store("pipeline_credit", 4).await;
+    let shutdown = CancellationToken::new();
+    let worker = Worker::new(client(&emulator), store.clone())
+        .consumer(consumer(concurrency, prefetch), OrderPlacedConsumer::new());
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    completed(&emulator, 40).await;
+    let link = emulator
+        .links()
+        .into_iter()
+        .find(|l| l.role == LinkRole::Receiver && l.entity.eq_ignore_ascii_case("orders"))
+        .expect("the worker's receive link is attached");
+    shutdown.cancel();
+    running.await.unwrap().unwrap();
+    assert!(
+        link.peak_credit > 1,
+        "more than one credit outstanding at once: {link:?}"
+    );
+    assert!(
+        link.peak_outstanding as usize <= concurrency + prefetch,
+        "credit plus unsettled deliveries within concurrency + prefetch: {link:?}"
+    );
+    assert_eq!(store.count("inventory_reservation").await.unwrap(), 40);
+    emulator.shutdown().await;
+}
+
+/// A 1 s lock, a handler taking 0.7 s, concurrency 1 and prefetch 3: deliveries wait up to
+/// 2.1 s behind the handler, twice their lock. Their locks are kept from receipt, so none
+/// expires while queued: every order reaches the handler exactly once, on its first delivery
+/// (a lock that ran out while queued would have the broker redeliver it with delivery count 1,
+/// as credit beyond what the runtime holds, waiting unrenewed on the link, would).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_queued_behind_a_slow_handler_are_never_handled_after_their_short_lock_ran_out()
+{
+    let emulator = orders_at_a_distance("PT1S", Duration::from_millis(2), 6).await;
+    let store = pg_store("pipeline_short_lock", 2).await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let handler = DeliveryCounts {
+        inner: Slow {
+            inner: OrderPlacedConsumer::new(),
+            duration: Duration::from_millis(700),
+        },
+        seen: seen.clone(),
+    };
+    let shutdown = CancellationToken::new();
+    let worker = Worker::new(client(&emulator), store.clone()).consumer(consumer(1, 3), handler);
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    completed(&emulator, 6).await;
+    shutdown.cancel();
+    let stats = running.await.unwrap().unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![0; 6],
+        "each order handled once, on its first delivery"
+    );
+    assert_eq!(stats.total().processed, 6);
+    assert_eq!(stats.total().lock_lost, 0, "{stats:?}");
+    assert_eq!(store.count("inventory_reservation").await.unwrap(), 6);
+    emulator.shutdown().await;
+}
