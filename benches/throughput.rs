@@ -3,6 +3,7 @@
 //! ```sh
 //! cargo bench --bench throughput                       # wide and hot, concurrency 1, 8, 32, batch 1, 16, 64
 //! cargo bench --bench throughput -- --concurrency 8 --workload wide --batch 1,64 --secs 5
+//! cargo bench --bench throughput -- --concurrency 16 --workload wide --batch 1 --rtt 0,2,10,40
 //! ```
 //!
 //! For each workload and concurrency:
@@ -18,6 +19,11 @@
 //!    rate is taken between 10 % and 90 % of the inbox rows (start-up and the tail left out),
 //!    from the row count polled every 100 ms; the worker's CPU (user + system, `/proc/PID/stat`)
 //!    over the same window gives CPU ms per message.
+//!
+//! 3. **Distance** (`--rtt MS,…`, default 0): the emulator serves with `--latency` RTT ÷ 2
+//!    each way, so the same run shows what a broker 2 ms (in-region), 10 ms or 40 ms
+//!    (cross-region) away does to the rate. Each row gives the rate ÷ the local (RTT 0) rate of
+//!    the same run and ÷ min(local rate, in-flight ÷ RTT), in-flight being the concurrency.
 //!
 //! Workloads: `wide` (2000 SKUs: little contention) and `hot` (20 SKUs: every order shares
 //! rows with the ones in flight beside it).
@@ -40,6 +46,8 @@ use pg_schema::{drop_schema, fresh_schema, pg_url, schema_url};
 
 /// Set in the re-executed child that serves the emulator.
 const EMULATOR_CHILD: &str = "SB_INBOX_BENCH_EMULATOR_CHILD";
+/// The child emulator's one-way latency in ms.
+const EMULATOR_LATENCY: &str = "SB_INBOX_BENCH_EMULATOR_LATENCY_MS";
 const QUEUE: &str = "orders";
 
 #[derive(Debug, Clone, Copy)]
@@ -62,6 +70,8 @@ struct Options {
     workloads: Vec<Workload>,
     concurrency: Vec<usize>,
     batches: Vec<usize>,
+    /// Round trips to the broker, in ms.
+    rtts: Vec<u64>,
     secs: u64,
 }
 
@@ -71,6 +81,7 @@ impl Options {
             workloads: vec![WIDE, HOT],
             concurrency: vec![1, 8, 32],
             batches: vec![1, 16, 64],
+            rtts: vec![0],
             secs: 8,
         };
         let mut args = std::env::args().skip(1);
@@ -84,6 +95,11 @@ impl Options {
                 "--batch" => {
                     options.batches = list(args.next())
                         .map(|b| b.parse().expect("--batch takes numbers"))
+                        .collect();
+                }
+                "--rtt" => {
+                    options.rtts = list(args.next())
+                        .map(|r| r.parse().expect("--rtt takes milliseconds"))
                         .collect();
                 }
                 "--workload" => {
@@ -188,9 +204,10 @@ struct EmulatorProcess {
 }
 
 impl EmulatorProcess {
-    fn start() -> EmulatorProcess {
+    fn start(rtt_ms: u64) -> EmulatorProcess {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .env(EMULATOR_CHILD, "1")
+            .env(EMULATOR_LATENCY, (rtt_ms / 2).to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -225,9 +242,12 @@ fn emulator_child() {
             }),
         );
         let broker = sb_emulator::Broker::new(config).unwrap();
-        let emulator = sb_emulator::Emulator::start(broker, Default::default())
-            .await
-            .unwrap();
+        let one_way = std::env::var(EMULATOR_LATENCY)
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+            .map_or(Duration::ZERO, Duration::from_millis);
+        let options = sb_emulator::EmulatorOptions::default().with_latency(one_way);
+        let emulator = sb_emulator::Emulator::start(broker, options).await.unwrap();
         println!("{}", emulator.connection_string());
         tokio::task::spawn_blocking(|| {
             let mut sink = String::new();
@@ -256,17 +276,17 @@ fn order(rng: &mut StdRng, workload: Workload, i: usize) -> Message {
     )
 }
 
-/// Sends `count` orders, 16 at a time; a send that fails transiently (a link the emulator
+/// Sends `count` orders, [`PRELOAD_LANES`] at a time; a send that fails transiently (a link the emulator
 /// detached, a busy answer) is sent again, as any Service Bus producer must.
 async fn preload(connection: &str, workload: Workload, count: usize) {
     let cs: ConnectionString = connection.parse().unwrap();
     let client = ServiceBusClient::from_connection_string(&cs);
-    let tasks: Vec<_> = (0..16)
+    let tasks: Vec<_> = (0..PRELOAD_LANES)
         .map(|lane| {
             let sender = client.sender(QUEUE);
             tokio::spawn(async move {
                 let mut rng = StdRng::seed_from_u64(lane as u64);
-                for i in (lane..count).step_by(16) {
+                for i in (lane..count).step_by(PRELOAD_LANES) {
                     let message = order(&mut rng, workload, i);
                     let mut attempts = 0;
                     while let Err(error) = sender.send(message.clone()).await {
@@ -282,6 +302,9 @@ async fn preload(connection: &str, workload: Workload, count: usize) {
         task.await.unwrap();
     }
 }
+
+/// Concurrent preloading senders: enough that a broker 40 ms away fills the queue in seconds.
+const PRELOAD_LANES: usize = 64;
 
 /// User + system CPU seconds of process `pid` so far.
 fn cpu_seconds(pid: u32) -> f64 {
@@ -301,9 +324,10 @@ async fn worker(
     workload: Workload,
     concurrency: usize,
     batch: usize,
+    rtt_ms: u64,
     count: usize,
 ) -> (f64, f64, bool) {
-    let emulator = EmulatorProcess::start();
+    let emulator = EmulatorProcess::start(rtt_ms);
     preload(&emulator.connection, workload, count).await;
     let schema = format!("bench_tp_worker_{}", std::process::id());
     let store = fresh_schema(&schema, 2).await;
@@ -362,9 +386,9 @@ fn main() {
     let options = Options::parse();
     let rt = tokio::runtime::Runtime::new().unwrap();
     println!(
-        "| workload | concurrency | pgbench tx/s | batch | sb-inbox msg/s | sb-inbox / ceiling | worker CPU ms/msg |"
+        "| workload | concurrency | pgbench tx/s | batch | RTT ms | sb-inbox msg/s | sb-inbox / ceiling | / local (RTT 0) | / min(local, concurrency ÷ RTT) | worker CPU ms/msg |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for workload in &options.workloads {
         for &concurrency in &options.concurrency {
             let ceiling = rt.block_on(pgbench(*workload, concurrency, options.secs));
@@ -373,14 +397,35 @@ fn main() {
                 // within sane bounds.
                 let scale = if batch > 1 { 3.0 } else { 1.0 };
                 let count = ((ceiling * scale * options.secs as f64) as usize).clamp(500, 60_000);
-                let (rate, cpu, cut) = rt.block_on(worker(*workload, concurrency, batch, count));
-                println!(
-                    "| {} ({} SKUs) | {concurrency} | {ceiling:.0} | {batch} | {rate:.0}{} | {:.2} | {cpu:.2} |",
-                    workload.name,
-                    workload.skus,
-                    if cut { " (cut at 60 s)" } else { "" },
-                    rate / ceiling
-                );
+                let mut local = None;
+                for &rtt in &options.rtts {
+                    let (rate, cpu, cut) =
+                        rt.block_on(worker(*workload, concurrency, batch, rtt, count));
+                    if rtt == 0 {
+                        local = Some(rate);
+                    }
+                    let (of_local, of_bound) = match local {
+                        Some(local) => {
+                            let bound = if rtt == 0 {
+                                local
+                            } else {
+                                local.min(concurrency as f64 * 1000.0 / rtt as f64)
+                            };
+                            (
+                                format!("{:.2}", rate / local),
+                                format!("{:.2}", rate / bound),
+                            )
+                        }
+                        None => ("—".to_owned(), "—".to_owned()),
+                    };
+                    println!(
+                        "| {} ({} SKUs) | {concurrency} | {ceiling:.0} | {batch} | {rtt} | {rate:.0}{} | {:.2} | {of_local} | {of_bound} | {cpu:.2} |",
+                        workload.name,
+                        workload.skus,
+                        if cut { " (cut at 60 s)" } else { "" },
+                        rate / ceiling
+                    );
+                }
             }
         }
     }

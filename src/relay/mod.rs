@@ -6,7 +6,11 @@
 //!    for, and each claimed row gets this pass's lease (a token and an end time from the
 //!    relay's clock).
 //! 2. **Publish** each row, outside any transaction, through the [`Sender`] port under the
-//!    message id fixed when the row was written, and await the broker's `accepted`.
+//!    message id fixed when the row was written, and await the broker's `accepted`; up to
+//!    [`RelayConfig::max_in_flight`] sends wait for their answer at once, so a broker a round
+//!    trip away costs one round trip per that many rows, not per row. A destination's window
+//!    opens like TCP's slow start: one send until one succeeded, doubling with each success,
+//!    one again after a failure.
 //! 3. **Mark** the accepted rows dispatched by id and lease token.
 //!
 //! A relay that stops between 2 and 3 leaves its rows leased; once the lease ends another pass
@@ -24,6 +28,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use futures_util::StreamExt as _;
+use futures_util::stream::FuturesUnordered;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::ports::BacklogSample;
@@ -38,6 +44,10 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// How often the running relay samples the backlog for [`RelayStats`].
 pub const BACKLOG_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
 
+/// The default [`RelayConfig::max_in_flight`]: at 10 ms from the broker, 32 sends in flight
+/// allow 3200 rows/s.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 32;
+
 /// How a [`Relay`] runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RelayConfig {
@@ -50,15 +60,19 @@ pub struct RelayConfig {
     /// hung for half a lease). Shorter means faster recovery after a crash; too short for a
     /// batch means duplicates, never losses.
     pub lease: Duration,
+    /// Sends of one pass awaiting the broker's answer at once (at least 1). Each row is still
+    /// marked only after its own `accepted`.
+    pub max_in_flight: usize,
 }
 
 impl Default for RelayConfig {
-    /// 100 rows per pass, polling every 500 ms, 60 s leases.
+    /// 100 rows per pass, polling every 500 ms, 60 s leases, 32 sends in flight.
     fn default() -> Self {
         RelayConfig {
             batch_size: 100,
             poll_interval: Duration::from_millis(500),
             lease: Duration::from_secs(60),
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
         }
     }
 }
@@ -116,6 +130,11 @@ pub struct Relay<S, P> {
     config: RelayConfig,
     clock: Clock,
     stats: Arc<RelayStats>,
+    /// Sends each destination may have in flight, carried from pass to pass: one until a send
+    /// to it succeeds, then doubling with each success up to [`RelayConfig::max_in_flight`],
+    /// back to one after a failure. A destination that is down thus costs one failed send per
+    /// pass, as when sends went one at a time, and a healthy one gets the full window.
+    windows: std::sync::Mutex<HashMap<String, usize>>,
 }
 
 impl<S: OutboxStore, P: Sender> Relay<S, P> {
@@ -132,7 +151,22 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
             config,
             clock,
             stats: Arc::new(RelayStats::default()),
+            windows: std::sync::Mutex::default(),
         }
+    }
+
+    fn windows(&self) -> HashMap<String, usize> {
+        self.windows
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn keep_windows(&self, windows: HashMap<String, usize>) {
+        *self
+            .windows
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = windows;
     }
 
     /// The publisher.
@@ -175,33 +209,63 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
             claimed: rows.len(),
             ..Pass::default()
         };
-        let mut sent = Vec::new();
+        let mut sent_ids = Vec::new();
         let mut failed = Vec::new();
         // Rows not tried, by the time they become due again.
         let mut untried: HashMap<SystemTime, Vec<i64>> = HashMap::new();
         // Destinations that failed transiently in this pass, with their backoff end.
         let mut down: HashMap<&str, SystemTime> = HashMap::new();
-        for row in &rows {
+        let mut sending = FuturesUnordered::new();
+        let max_in_flight = self.config.max_in_flight.max(1);
+        let mut windows = self.windows();
+        let mut in_flight: HashMap<&str, usize> = HashMap::new();
+        let mut rows = rows.iter();
+        let mut waiting = None;
+        loop {
+            // Start sends while there is room; a row of a destination found down meanwhile, or
+            // any row once stopping or past half the lease, waits for a later pass.
+            while let Some(row) = waiting.take().or_else(|| rows.next()) {
+                let destination = row.message.destination.as_str();
+                let now = self.clock.now();
+                if let Some(due) = down.get(destination) {
+                    untried.entry(*due).or_default().push(row.id);
+                    continue;
+                }
+                if stop.is_cancelled() || now >= send_until {
+                    untried.entry(now).or_default().push(row.id);
+                    continue;
+                }
+                let busy = in_flight.entry(destination).or_default();
+                let window = windows.get(destination).copied().unwrap_or(1);
+                if sending.len() >= max_in_flight || *busy >= window {
+                    waiting = Some(row);
+                    break;
+                }
+                *busy += 1;
+                sending.push(async move {
+                    let sent = self
+                        .publisher
+                        .send(destination, row.to_message(), None)
+                        .await;
+                    (row, sent)
+                });
+            }
+            let Some((row, sent)) = sending.next().await else {
+                break;
+            };
             let destination = row.message.destination.as_str();
-            let now = self.clock.now();
-            if let Some(due) = down.get(destination) {
-                untried.entry(*due).or_default().push(row.id);
-                continue;
+            if let Some(busy) = in_flight.get_mut(destination) {
+                *busy = busy.saturating_sub(1);
             }
-            if stop.is_cancelled() || now >= send_until {
-                untried.entry(now).or_default().push(row.id);
-                continue;
-            }
-            match self
-                .publisher
-                .send(destination, row.to_message(), None)
-                .await
-            {
+            let window = windows.entry(destination.to_owned()).or_insert(1);
+            match sent {
                 Ok(()) => {
+                    *window = (*window * 2).min(max_in_flight);
                     self.stats.add_published(row.is_retry());
-                    sent.push(row.id);
+                    sent_ids.push(row.id);
                 }
                 Err(failure) => {
+                    *window = 1;
                     self.stats.add_failed();
                     let wait = self.backoff(row.attempts);
                     let due = self.clock.now() + wait;
@@ -213,6 +277,8 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
                 }
             }
         }
+        self.keep_windows(windows);
+        let sent = sent_ids;
         pass.published = sent.len();
         pass.failed = failed.len();
         pass.untried = untried.values().map(Vec::len).sum();

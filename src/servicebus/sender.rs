@@ -119,7 +119,9 @@ pub struct ServiceBusSender {
 struct SenderInner {
     client: ServiceBusClient,
     entity: String,
-    link: Mutex<Option<sb_amqp::Sender>>,
+    /// Held only to attach or swap the link: sends share it, so several can await the broker's
+    /// answer at once (the relay sends concurrently).
+    link: Mutex<Option<Arc<sb_amqp::Sender>>>,
     telemetry: EntityTelemetry,
 }
 
@@ -190,14 +192,14 @@ impl ServiceBusSender {
         // or busy, and the send tried again: the SDKs' senders retry the same way (Go
         // `azservicebus/sender.go` `links.Retry`). A send whose outcome was lost may thus be
         // enqueued twice; message ids let consumers recognise the copy.
-        let mut guard = self.inner.link.lock().await;
         let mut fresh = false;
         let mut backoff = Backoff::new(RETRY_BACKOFF.0, RETRY_BACKOFF.1);
         let mut attempt = 1;
         loop {
+            let mut guard = self.inner.link.lock().await;
             if guard.is_none() {
                 match self.attach(fresh).await {
-                    Ok(link) => *guard = Some(link),
+                    Ok(link) => *guard = Some(Arc::new(link)),
                     // The token put on this connection ran out before its refresh (the service
                     // may honour less than its lifetime): once more with a fresh one.
                     Err(ServiceBusError::Broker { ref condition, .. })
@@ -209,9 +211,10 @@ impl ServiceBusSender {
                     Err(error) => return Err(fail(kind_of(&error), message)),
                 }
             }
-            let Some(sender) = guard.as_ref() else {
+            let Some(sender) = guard.clone() else {
                 return Err(fail(SendErrorKind::Connection("no link".into()), message));
             };
+            drop(guard);
             let Ok(sent) = tokio::time::timeout(SEND_TIMEOUT, sender.send(sendable.clone())).await
             else {
                 return Err(fail(
@@ -233,7 +236,16 @@ impl ServiceBusSender {
                 }
                 Err(error) => error,
             };
-            *guard = None;
+            {
+                // Only the failed link: a concurrent send may have re-attached already.
+                let mut guard = self.inner.link.lock().await;
+                if guard
+                    .as_ref()
+                    .is_some_and(|link| Arc::ptr_eq(link, &sender))
+                {
+                    *guard = None;
+                }
+            }
             let retry = match recovery(&error) {
                 Recovery::Link | Recovery::Connection => true,
                 Recovery::Reauthorize => !std::mem::replace(&mut fresh, true),

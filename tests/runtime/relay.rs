@@ -1,7 +1,7 @@
 //! The outbox relay's decisions on SQLite with a scripted sender, under tokio's paused clock:
 //! failed sends back off on the row, a destination that failed transiently is not tried again in
-//! the same pass, shutdown and a half-spent lease hand rows back untried, and the run loop
-//! relays until stopped.
+//! the same pass, shutdown and a half-spent lease hand rows back untried, the run loop
+//! relays until stopped, and sends to a healthy destination overlap up to `max_in_flight`.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -104,6 +104,7 @@ fn config(batch_size: usize) -> RelayConfig {
         batch_size,
         poll_interval: POLL,
         lease: Duration::from_secs(60),
+        ..RelayConfig::default()
     }
 }
 
@@ -255,4 +256,69 @@ async fn run_relays_until_shutdown_and_samples_the_backlog() {
     let snapshot = stats.snapshot();
     assert_eq!((snapshot.claimed, snapshot.published), (26, 26));
     assert!(snapshot.backlog.is_some(), "sampled at the first pass");
+}
+
+/// Counts the sends awaiting their answer at once; each waits a few scheduler turns, as a send
+/// awaits the broker, and is accepted.
+#[derive(Default)]
+struct InFlight {
+    now: std::sync::atomic::AtomicUsize,
+    peak: std::sync::atomic::AtomicUsize,
+    ids: Mutex<Vec<String>>,
+}
+
+impl Sender for InFlight {
+    async fn send(
+        &self,
+        _destination: &str,
+        message: Message,
+        _at: Option<SystemTime>,
+    ) -> Result<(), SendFailure> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.now.fetch_add(1, SeqCst) + 1;
+        self.peak.fetch_max(now, SeqCst);
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+        self.ids.lock().unwrap().push(message.message_id.unwrap());
+        self.now.fetch_sub(1, SeqCst);
+        Ok(())
+    }
+}
+
+/// Issue 27: sends to a healthy destination overlap, up to `max_in_flight` (one at a time, the
+/// old way, makes each row cost a broker round trip), and every row is still published once
+/// under its stable message id and marked.
+#[tokio::test(start_paused = true)]
+async fn sends_overlap_up_to_max_in_flight_and_publish_each_row_once_under_its_id() {
+    let store = sqlite_store("relay_in_flight", 1).await;
+    let ids = append(&store, &["events"; 200]).await;
+    let relay = Relay::with_clock(
+        store.clone(),
+        InFlight::default(),
+        RelayConfig {
+            max_in_flight: 16,
+            ..config(100)
+        },
+        Clock::new(),
+    );
+    let mut marked = 0;
+    while marked < 200 {
+        marked += relay
+            .relay_once(&CancellationToken::new())
+            .await
+            .unwrap()
+            .marked;
+    }
+    let peak = relay
+        .publisher()
+        .peak
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(peak, 16, "sends in flight at once");
+    let mut published = relay.publisher().ids.lock().unwrap().clone();
+    published.sort();
+    let mut expected = ids;
+    expected.sort();
+    assert_eq!(published, expected, "each row once, under its own id");
+    assert_eq!(pending(&store).await, 0);
 }

@@ -176,6 +176,7 @@ async fn killed_and_concurrent_relays_deliver_every_row_once_downstream() {
                     batch_size: 5,
                     lease: LEASE,
                     poll_interval: Duration::from_millis(20),
+                    ..RelayConfig::default()
                 },
                 later,
             )

@@ -36,5 +36,6 @@ pub(super) fn relay(r: &mut Reader<'_>, file: &OutboxFile) -> RelayConfig {
         lease: r
             .number(OUTBOX_LEASE_SECS, file.lease_secs, 5..=3600)
             .map_or(defaults.lease, Duration::from_secs),
+        ..defaults
     }
 }

@@ -344,6 +344,7 @@ fn relay_and_retention_settings_have_defaults_and_bounds() {
             batch_size: 50,
             poll_interval: Duration::from_millis(250),
             lease: Duration::from_secs(30),
+            ..RelayConfig::default()
         }
     );
     let task = config.retention.unwrap();
