@@ -132,9 +132,12 @@ async fn killed_and_concurrent_relays_deliver_every_row_once_downstream() {
             accepted: AtomicUsize::new(0),
             killed: killed.clone(),
         },
+        // One send at a time, so that the kill lands after exactly three accepted sends; the
+        // two relays below send concurrently.
         RelayConfig {
             batch_size: 10,
             lease: LEASE,
+            max_in_flight: 1,
             ..RelayConfig::default()
         },
     );
