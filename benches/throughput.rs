@@ -15,7 +15,8 @@
 //!    is preloaded with orders drawn the same way; then a real `sb-inbox run` process with
 //!    concurrency = the concurrency consumes them into another fresh schema, unbatched and with
 //!    batched transactions (`SB_INBOX_BATCH_SIZE`; prefetch = batch size × concurrency, so
-//!    every batch slot can fill; unbatched, prefetch = the concurrency). The
+//!    every batch slot can fill; unbatched, prefetch = the concurrency; both times
+//!    `--prefetch-factor`). The
 //!    rate is taken between 10 % and 90 % of the inbox rows (start-up and the tail left out),
 //!    from the row count polled every 100 ms; the worker's CPU (user + system, `/proc/PID/stat`)
 //!    over the same window gives CPU ms per message.
@@ -24,6 +25,15 @@
 //!    each way, so the same run shows what a broker 2 ms (in-region), 10 ms or 40 ms
 //!    (cross-region) away does to the rate. Each row gives the rate ÷ the local (RTT 0) rate of
 //!    the same run and ÷ min(local rate, in-flight ÷ RTT), in-flight being the concurrency.
+//!
+//! `--baseline PATH` runs another `sb-inbox` binary (say, main's) through the same rows first,
+//! so a change is compared within one run.
+//!
+//! 4. **Relay** (with `--rtt`): for each RTT, [`RELAY_BACKLOG`] outbox rows written in one
+//!    transaction are published by the outbox relay (`RelayConfig::default()`, batch 1000)
+//!    to an in-process emulator that far away, on a queue with duplicate detection: events/s
+//!    from the first claim to the last mark, and every row counted on the destination once
+//!    (sent = the backlog, no duplicate dropped).
 //!
 //! Workloads: `wide` (2000 SKUs: little contention) and `hot` (20 SKUs: every order shares
 //! rows with the ones in flight beside it).
@@ -72,6 +82,12 @@ struct Options {
     batches: Vec<usize>,
     /// Round trips to the broker, in ms.
     rtts: Vec<u64>,
+    /// Another `sb-inbox` binary (e.g. main's) measured the same way first, for a same-run
+    /// comparison (`--baseline PATH`).
+    baseline: Option<String>,
+    /// `SB_INBOX_PREFETCH` as a multiple of concurrency × batch (`--prefetch-factor`, default
+    /// 1): at a distance, the deliveries in flight must cover the round trips.
+    prefetch_factor: usize,
     secs: u64,
 }
 
@@ -82,6 +98,8 @@ impl Options {
             concurrency: vec![1, 8, 32],
             batches: vec![1, 16, 64],
             rtts: vec![0],
+            baseline: None,
+            prefetch_factor: 1,
             secs: 8,
         };
         let mut args = std::env::args().skip(1);
@@ -96,6 +114,15 @@ impl Options {
                     options.batches = list(args.next())
                         .map(|b| b.parse().expect("--batch takes numbers"))
                         .collect();
+                }
+                "--prefetch-factor" => {
+                    options.prefetch_factor = args
+                        .next()
+                        .and_then(|s| s.parse().ok())
+                        .expect("--prefetch-factor takes a number");
+                }
+                "--baseline" => {
+                    options.baseline = Some(args.next().expect("--baseline takes a path"));
                 }
                 "--rtt" => {
                     options.rtts = list(args.next())
@@ -303,6 +330,61 @@ async fn preload(connection: &str, workload: Workload, count: usize) {
     }
 }
 
+/// Outbox rows the relay publishes per RTT.
+const RELAY_BACKLOG: usize = 20_000;
+
+/// The relay's events/s from a backlog of [`RELAY_BACKLOG`] rows to a broker `rtt_ms` away,
+/// and the destination's (accepted, duplicates dropped) counts.
+async fn relay(rtt_ms: u64) -> (f64, u64, u64) {
+    use sb_inbox::relay::{Relay, RelayConfig};
+    use sb_inbox::{OutboxMessage, OutboxStore as _, Store as _, Tx as _};
+    let config = sb_emulator::Config::new("sbemulatorns").with_queue(
+        sb_emulator::QueueConfig::new("events").with_properties(sb_emulator::EntityProperties {
+            requires_duplicate_detection: true,
+            duplicate_detection_history_time_window: Duration::from_secs(600),
+            ..Default::default()
+        }),
+    );
+    let emulator = sb_emulator::Emulator::start(
+        sb_emulator::Broker::new(config).unwrap(),
+        sb_emulator::EmulatorOptions::default().with_latency(Duration::from_millis(rtt_ms / 2)),
+    )
+    .await
+    .unwrap();
+    let schema = format!("bench_tp_relay_{}", std::process::id());
+    let store = fresh_schema(&schema, 2).await;
+    let mut tx = store.begin().await.unwrap();
+    for i in 0..RELAY_BACKLOG {
+        let event = OutboxMessage::new(
+            "events",
+            "inventory.stock-reserved.v1",
+            format!(r#"{{"n":{i}}}"#).into_bytes(),
+        );
+        tx.append_outbox(&event).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let cs: ConnectionString = emulator.connection_string().parse().unwrap();
+    let client = ServiceBusClient::from_connection_string(&cs);
+    let relay = Relay::new(
+        store.clone(),
+        client.sender_port(),
+        RelayConfig {
+            batch_size: 1000,
+            ..RelayConfig::default()
+        },
+    );
+    let stop = tokio_util::sync::CancellationToken::new();
+    let start = Instant::now();
+    while store.outbox_backlog().await.unwrap().pending > 0 {
+        relay.relay_once(&stop).await.unwrap();
+    }
+    let rate = RELAY_BACKLOG as f64 / start.elapsed().as_secs_f64();
+    let counts = emulator.broker().entity("events").unwrap().counts();
+    emulator.shutdown().await;
+    drop_schema(&schema).await;
+    (rate, counts.sent, counts.duplicates)
+}
+
 /// Concurrent preloading senders: enough that a broker 40 ms away fills the queue in seconds.
 const PRELOAD_LANES: usize = 64;
 
@@ -321,24 +403,26 @@ const MEASURE_LIMIT: Duration = Duration::from_secs(60);
 /// The worker's messages per second and CPU ms per message over 10 % → 90 % of `count`, and
 /// whether the window was cut at [`MEASURE_LIMIT`] before 90 %.
 async fn worker(
+    binary: &str,
     workload: Workload,
     concurrency: usize,
     batch: usize,
     rtt_ms: u64,
+    prefetch: usize,
     count: usize,
 ) -> (f64, f64, bool) {
     let emulator = EmulatorProcess::start(rtt_ms);
     preload(&emulator.connection, workload, count).await;
     let schema = format!("bench_tp_worker_{}", std::process::id());
     let store = fresh_schema(&schema, 2).await;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sb-inbox"))
+    let mut child = Command::new(binary)
         .arg("run")
         .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
         .env("SB_INBOX_STORE", schema_url(&schema))
         .env("SB_INBOX_SERVICEBUS_CONNECTION", &emulator.connection)
         .env("SB_INBOX_ENTITY", QUEUE)
         .env("SB_INBOX_CONCURRENCY", concurrency.to_string())
-        .env("SB_INBOX_PREFETCH", (concurrency * batch).to_string())
+        .env("SB_INBOX_PREFETCH", prefetch.to_string())
         .env("SB_INBOX_BATCH_SIZE", batch.to_string())
         .env("SB_INBOX_LOCK_DURATION_SECS", "60")
         .env("RUST_LOG", "warn")
@@ -397,10 +481,38 @@ fn main() {
                 // within sane bounds.
                 let scale = if batch > 1 { 3.0 } else { 1.0 };
                 let count = ((ceiling * scale * options.secs as f64) as usize).clamp(500, 60_000);
+                let prefetch = concurrency * batch * options.prefetch_factor;
                 let mut local = None;
+                if let Some(baseline) = &options.baseline {
+                    for &rtt in &options.rtts {
+                        let (rate, cpu, cut) = rt.block_on(worker(
+                            baseline,
+                            *workload,
+                            concurrency,
+                            batch,
+                            rtt,
+                            prefetch,
+                            count,
+                        ));
+                        println!(
+                            "| {} ({} SKUs), **baseline** | {concurrency} | {ceiling:.0} | {batch} | {rtt} | {rate:.0}{} | {:.2} | | | {cpu:.2} |",
+                            workload.name,
+                            workload.skus,
+                            if cut { " (cut at 60 s)" } else { "" },
+                            rate / ceiling
+                        );
+                    }
+                }
                 for &rtt in &options.rtts {
-                    let (rate, cpu, cut) =
-                        rt.block_on(worker(*workload, concurrency, batch, rtt, count));
+                    let (rate, cpu, cut) = rt.block_on(worker(
+                        env!("CARGO_BIN_EXE_sb-inbox"),
+                        *workload,
+                        concurrency,
+                        batch,
+                        rtt,
+                        prefetch,
+                        count,
+                    ));
                     if rtt == 0 {
                         local = Some(rate);
                     }
@@ -427,6 +539,22 @@ fn main() {
                     );
                 }
             }
+        }
+    }
+    if options.rtts != [0] {
+        println!();
+        println!(
+            "| RTT ms | relay events/s | ÷ RTT 0 | rows on the destination | duplicates dropped |"
+        );
+        println!("|---:|---:|---:|---:|---:|");
+        let mut local = None;
+        for &rtt in &options.rtts {
+            let (rate, sent, duplicates) = rt.block_on(relay(rtt));
+            let local = *local.get_or_insert(rate);
+            println!(
+                "| {rtt} | {rate:.0} | {:.2} | {sent} | {duplicates} |",
+                rate / local
+            );
         }
     }
 }

@@ -44,9 +44,9 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// How often the running relay samples the backlog for [`RelayStats`].
 pub const BACKLOG_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
 
-/// The default [`RelayConfig::max_in_flight`]: at 10 ms from the broker, 32 sends in flight
-/// allow 3200 rows/s.
-pub const DEFAULT_MAX_IN_FLIGHT: usize = 32;
+/// The default [`RelayConfig::max_in_flight`]: at 10 ms from the broker, 64 sends in flight
+/// allow 6400 rows/s (32 measured 1951 events/s there, short of 2000).
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
 
 /// How a [`Relay`] runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +66,7 @@ pub struct RelayConfig {
 }
 
 impl Default for RelayConfig {
-    /// 100 rows per pass, polling every 500 ms, 60 s leases, 32 sends in flight.
+    /// 100 rows per pass, polling every 500 ms, 60 s leases, 64 sends in flight.
     fn default() -> Self {
         RelayConfig {
             batch_size: 100,

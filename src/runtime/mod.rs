@@ -374,14 +374,17 @@ where
                 // A delivery whose lock ran out while it waited is given back, never handled
                 // late: its redelivery may already be in another instance's hands.
                 let permit = permit.filter(|_| lock.is_held());
-                let Some(_permit) = permit else {
+                let Some(permit) = permit else {
                     inner.give_back_queued(&*delivery, lock).await;
                     drop(slot);
                     return;
                 };
                 let report = {
                     let _busy = inner.slots.enter();
-                    inner.processor().run(delivery, lock, &abort).await
+                    inner
+                        .processor()
+                        .run_freeing(delivery, lock, &abort, Some(permit))
+                        .await
                 };
                 inner.stats.record(&report);
                 drop(slot);
