@@ -14,7 +14,7 @@ param uniqueSuffix string
 @description('Log Analytics workspace for auditing, diagnostic logs and metrics.')
 param workspaceId string
 
-@description('Microsoft Defender for SQL (threat protection and vulnerability assessment).')
+@description('Microsoft Defender for SQL: advanced threat protection and the SQL vulnerability assessment (express configuration).')
 param defender bool
 
 @description('Database name.')
@@ -37,8 +37,8 @@ param entraAdminObjectId string
 ])
 param entraAdminPrincipalType string
 
-@description('Allow connections from every Azure service (any tenant): only for trials without VNet integration. Production uses a private endpoint and a VNet-integrated Container Apps environment (docs/deploy.md).')
-param allowAzureServices bool = false
+@description('Allow connections from every Azure service (any tenant): what lets a Container Apps environment without a VNet reach the server. Off only when the network is provided otherwise (private endpoint and a VNet-integrated environment, docs/deploy.md).')
+param allowAzureServices bool
 
 @description('Tags for every resource.')
 param tags object = {}
@@ -129,6 +129,21 @@ resource threatProtection 'Microsoft.Sql/servers/securityAlertPolicies@2023-08-0
   properties: {
     state: 'Enabled'
   }
+}
+
+// The SQL vulnerability assessment in its express configuration: scans every database of the
+// server, results in Defender for Cloud, no storage account to create or secure.
+// https://learn.microsoft.com/azure/templates/microsoft.sql/servers/sqlvulnerabilityassessments
+// https://learn.microsoft.com/azure/defender-for-cloud/sql-azure-vulnerability-assessment-overview
+resource vulnerabilityAssessment 'Microsoft.Sql/servers/sqlVulnerabilityAssessments@2023-05-01-preview' = if (defender) {
+  parent: server
+  name: 'default'
+  properties: {
+    state: 'Enabled'
+  }
+  dependsOn: [
+    threatProtection
+  ]
 }
 
 resource databaseDiagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = {

@@ -27,6 +27,8 @@ pub(crate) enum Value {
     Object(BTreeMap<String, Value>),
     /// Known only at deployment: the expression's text.
     Unknown(String),
+    /// `fail(message)` evaluated: the deployment stops with this message.
+    Failed(String),
 }
 
 impl Value {
@@ -106,6 +108,8 @@ pub(crate) struct Resource {
     /// `Microsoft.App/containerApps` (no API version).
     pub(crate) kind: String,
     pub(crate) existing: bool,
+    /// `if (…)`: whether the deployment creates it (`Bool(true)` when unconditional).
+    pub(crate) condition: Value,
     /// The body object (`name`, `properties`, …).
     pub(crate) body: Value,
 }
@@ -286,6 +290,7 @@ impl<'d> Scope<'d> {
                     symbol: identifier(decl, self.source).to_owned(),
                     kind,
                     existing,
+                    condition: self.condition(decl),
                     body: value_node(decl).map_or(Value::Null, |n| self.eval(n)),
                 }
             })
@@ -294,11 +299,30 @@ impl<'d> Scope<'d> {
 
     /// The resource named `symbol` in this file.
     pub(crate) fn resource(&self, symbol: &str) -> Value {
+        self.resource_declared(symbol).body
+    }
+
+    /// The resource named `symbol` in this file, with its condition.
+    pub(crate) fn resource_declared(&self, symbol: &str) -> Resource {
         self.resources(Path::new(""))
             .into_iter()
             .find(|r| r.symbol == symbol)
             .unwrap_or_else(|| panic!("no resource {symbol}"))
-            .body
+    }
+
+    /// The value of a declaration's `if (…)`, `Bool(true)` without one.
+    fn condition(&self, decl: Node<'_>) -> Value {
+        let mut cursor = decl.walk();
+        let Some(last) = decl.named_children(&mut cursor).last() else {
+            return Value::Bool(true);
+        };
+        if last.kind() != "if_statement" {
+            return Value::Bool(true);
+        }
+        let mut inner = last.walk();
+        last.named_children(&mut inner)
+            .find(|c| c.kind() != "object")
+            .map_or(Value::Bool(true), |c| self.eval(c))
     }
 
     /// The `dependsOn` symbols of module call `symbol`.
@@ -576,6 +600,38 @@ impl<'d> Scope<'d> {
                 }
                 Value::Object(map)
             }
+            "split" => match (str_arg(0), str_arg(1)) {
+                (Some(s), Some(separator)) => Value::Array(
+                    s.split(separator)
+                        .map(|part| Value::Str(part.to_owned()))
+                        .collect(),
+                ),
+                _ => self.unknown(node),
+            },
+            "last" => match args.first() {
+                Some(Value::Array(items)) => items.last().cloned().unwrap_or(Value::Null),
+                Some(Value::Str(s)) => s
+                    .chars()
+                    .last()
+                    .map_or(Value::Null, |c| Value::Str(c.to_string())),
+                _ => self.unknown(node),
+            },
+            // The public cloud's values (AzureCloud).
+            "environment" => Value::Object(BTreeMap::from([(
+                "suffixes".to_owned(),
+                Value::Object(BTreeMap::from([
+                    (
+                        "acrLoginServer".to_owned(),
+                        Value::Str(".azurecr.io".to_owned()),
+                    ),
+                    (
+                        "sqlServerHostname".to_owned(),
+                        Value::Str(".database.windows.net".to_owned()),
+                    ),
+                ])),
+            )])),
+            // Stops the deployment with its message: kept as a value tests can look for.
+            "fail" => Value::Failed(str_arg(0).unwrap_or_default().to_owned()),
             "min" if args.iter().all(|a| a.as_int().is_some()) => args
                 .iter()
                 .filter_map(Value::as_int)
