@@ -228,3 +228,30 @@ fn the_release_logs_in_to_azure_from_the_release_environment() {
         assert!(docs.contains(needed), "docs/deploy.md lacks {needed:?}");
     }
 }
+
+/// Builds that can change under an unchanged commit: every base image is pinned by digest, and
+/// the Bicep CLI whose linter rules bicepconfig.json raises to errors is pinned by version.
+#[test]
+fn base_images_and_the_bicep_cli_are_pinned() {
+    let dockerfile = read("Dockerfile");
+    let from: Vec<&str> = dockerfile
+        .lines()
+        .filter(|l| l.starts_with("FROM "))
+        .collect();
+    assert!(from.len() >= 2, "{from:?}");
+    for line in from {
+        assert!(line.contains("@sha256:"), "not pinned by digest: {line}");
+    }
+    let infra = read(".github/workflows/infra.yml");
+    let install: Vec<&str> = infra
+        .lines()
+        .filter(|l| l.trim_start().starts_with("az bicep install"))
+        .collect();
+    assert!(!install.is_empty());
+    for line in install {
+        assert!(
+            line.contains("--version v"),
+            "az bicep install without a pinned version: {line}"
+        );
+    }
+}
