@@ -234,11 +234,14 @@ param sqlEntraAdminPrincipalType string = 'Group'
 @description('Database name.')
 param sqlDatabaseName string = 'sbinbox'
 
-// The Container Apps environment has no VNet and no fixed egress address, so without this rule
-// nothing the templates create can reach the database (login error 40615 in the migrate job, a
-// worker never ready).
-@description('Allow connections from Azure services (firewall rule 0.0.0.0, AllowAllWindowsAzureIps). On by default so that the worker and the migrate job reach the database: this admits connections from any Azure customer\'s services (Entra-only login still applies). Turn off only when you provide the network yourself (VNet-integrated environment with a private endpoint, docs/deploy.md "Production network").')
-param sqlAllowAzureServices bool = true
+// How the worker and the migrate job reach the database. Without a path, the migrate job fails
+// with login error 40615 and the worker is never ready.
+@description('How the Container Apps environment reaches Azure SQL. azureServices (default, for a trial): no VNet, the server\'s firewall rule AllowAllWindowsAzureIps (0.0.0.0), which admits connections from any Azure customer\'s services (Entra-only login still applies). private: a VNet-integrated environment and a private endpoint of the server (modules/network.bicep), public network access disabled; database setup then runs from inside the VNet (docs/deploy.md, "The database network").')
+@allowed([
+  'azureServices'
+  'private'
+])
+param databaseNetwork string = 'azureServices'
 
 @description('Microsoft Defender for SQL: advanced threat protection and the SQL vulnerability assessment (express configuration, results in Defender for Cloud); billed per server.')
 param sqlDefender bool = true
@@ -322,6 +325,8 @@ var uniqueSuffix = uniqueString(resourceGroup().id, namePrefix)
 // Container Apps, jobs and SQL servers accept lowercase names only; @allowed cannot express it.
 var prefix = toLower(namePrefix)
 
+var privateNetwork = databaseNetwork == 'private'
+
 module identities 'modules/identity.bicep' = {
   name: 'identities'
   params: {
@@ -373,7 +378,8 @@ module sql 'modules/sql.bicep' = {
     namePrefix: prefix
     uniqueSuffix: uniqueSuffix
     workspaceId: monitoring.outputs.workspaceId
-    allowAzureServices: sqlAllowAzureServices
+    allowAzureServices: !privateNetwork
+    publicNetworkAccess: !privateNetwork
     defender: sqlDefender
     databaseName: sqlDatabaseName
     databaseSku: sqlDatabaseSku
@@ -383,6 +389,20 @@ module sql 'modules/sql.bicep' = {
     tags: tags
   }
 }
+
+module network 'modules/network.bicep' = if (privateNetwork) {
+  name: 'network'
+  params: {
+    location: location
+    namePrefix: prefix
+    sqlServerId: sql.outputs.serverId
+    tags: tags
+  }
+}
+
+// The environment's subnet, named as network.bicep creates it (a resourceId, so the app module
+// needs no output of a module that may not be deployed).
+var appsSubnetId = privateNetwork ? resourceId('Microsoft.Network/virtualNetworks/subnets', '${prefix}-vnet', 'apps') : ''
 
 // AcrPull for the identities that pull the image, in the registry's resource group, before the
 // app and job exist: a revision cannot pull without it.
@@ -423,6 +443,7 @@ module app 'modules/containerapp.bicep' = {
     workerArgs: workerArgs
     workspaceId: monitoring.outputs.workspaceId
     appInsightsId: monitoring.outputs.appInsightsId
+    infrastructureSubnetId: appsSubnetId
     otlpEndpoint: otlpEndpoint
     agentMetricsOtlpEndpoint: agentMetricsOtlpEndpoint
     workerIdentityId: identities.outputs.workerId
@@ -476,6 +497,7 @@ module app 'modules/containerapp.bicep' = {
   }
   dependsOn: [
     registryAccess
+    network
   ]
 }
 

@@ -9,10 +9,13 @@
 # the SQL firewall for this machine's address while it runs and removes that rule on exit.
 #
 #   infra/setup-database.sh -g RG -p infra/main.bicepparam [-n main] [--client-ip A.B.C.D]
+#
+# With databaseNetwork 'private' the server takes no public traffic: run it from a machine in
+# the VNet with --no-firewall-rule.
 set -euo pipefail
 
 usage() {
-  echo "usage: $0 -g RESOURCE_GROUP -p PARAMETERS_FILE [-n DEPLOYMENT_NAME] [--client-ip IP]" >&2
+  echo "usage: $0 -g RESOURCE_GROUP -p PARAMETERS_FILE [-n DEPLOYMENT_NAME] [--client-ip IP | --no-firewall-rule]" >&2
   exit 2
 }
 
@@ -20,12 +23,14 @@ group=""
 parameters=""
 deployment="main"
 client_ip=""
+firewall_rule=yes
 while [ $# -gt 0 ]; do
   case "$1" in
     -g) group="${2:-}"; shift 2 || usage ;;
     -p) parameters="${2:-}"; shift 2 || usage ;;
     -n) deployment="${2:-}"; shift 2 || usage ;;
     --client-ip) client_ip="${2:-}"; shift 2 || usage ;;
+    --no-firewall-rule) firewall_rule=no; shift ;;
     *) usage ;;
   esac
 done
@@ -46,13 +51,15 @@ job="$(output migrateJobName)"
 server="${server_fqdn%%.*}"
 
 # Step 2 needs this machine to reach the server: a rule for its address, removed on any exit.
-if [ -z "$client_ip" ]; then
-  client_ip="$(curl -fsS https://api.ipify.org)"
+if [ "$firewall_rule" = yes ]; then
+  if [ -z "$client_ip" ]; then
+    client_ip="$(curl -fsS https://api.ipify.org)"
+  fi
+  rule="setup-database-$$"
+  az sql server firewall-rule create -g "$group" -s "$server" -n "$rule" \
+    --start-ip-address "$client_ip" --end-ip-address "$client_ip" --output none
+  trap 'az sql server firewall-rule delete -g "$group" -s "$server" -n "$rule" --output none' EXIT
 fi
-rule="setup-database-$$"
-az sql server firewall-rule create -g "$group" -s "$server" -n "$rule" \
-  --start-ip-address "$client_ip" --end-ip-address "$client_ip" --output none
-trap 'az sql server firewall-rule delete -g "$group" -s "$server" -n "$rule" --output none' EXIT
 
 # Step 2: CREATE USER … WITH OBJECT_ID for each identity (the principal ids the deployment
 # printed), so a display name shared by two principals of the tenant cannot pick the wrong one.

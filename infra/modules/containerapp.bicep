@@ -23,6 +23,9 @@ param workspaceId string
 @description('Application Insights resource id.')
 param appInsightsId string
 
+@description('Subnet the environment runs in (delegated to Microsoft.App/environments), or empty for no VNet.')
+param infrastructureSubnetId string = ''
+
 @description('OTLP endpoint the worker exports to directly; empty = use the managed agent.')
 param otlpEndpoint string
 
@@ -139,6 +142,13 @@ resource environment 'Microsoft.App/managedEnvironments@2024-10-02-preview' = {
         workloadProfileType: 'Consumption'
       }
     ]
+    // With databaseNetwork 'private': the VNet whose private DNS zone resolves the SQL server to
+    // its private endpoint. Fixed at creation: changing it means a new environment.
+    vnetConfiguration: empty(infrastructureSubnetId)
+      ? null
+      : {
+          infrastructureSubnetId: infrastructureSubnetId
+        }
     // Logs go through Azure Monitor diagnostic settings: no workspace key in the template.
     appLogsConfiguration: {
       destination: 'azure-monitor'

@@ -37,8 +37,11 @@ param entraAdminObjectId string
 ])
 param entraAdminPrincipalType string
 
-@description('Allow connections from every Azure service (any tenant): what lets a Container Apps environment without a VNet reach the server. Off only when the network is provided otherwise (private endpoint and a VNet-integrated environment, docs/deploy.md).')
+@description('Allow connections from every Azure service (any tenant): what lets a Container Apps environment without a VNet reach the server. Off with the private network (network.bicep).')
 param allowAzureServices bool
+
+@description('Accept connections on the public endpoint; false when the private endpoint carries all traffic.')
+param publicNetworkAccess bool
 
 @description('Tags for every resource.')
 param tags object = {}
@@ -51,7 +54,7 @@ resource server 'Microsoft.Sql/servers@2023-08-01-preview' = {
   tags: tags
   properties: {
     minimalTlsVersion: '1.2'
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicNetworkAccess ? 'Enabled' : 'Disabled'
     administrators: {
       administratorType: 'ActiveDirectory'
       login: entraAdminLogin
@@ -167,6 +170,7 @@ resource databaseDiagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-p
 }
 
 output serverName string = server.name
+output serverId string = server.id
 output serverFqdn string = server.properties.fullyQualifiedDomainName
 output databaseName string = database.name
 output databaseId string = database.id

@@ -8,15 +8,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::deployment;
-use crate::eval::{Scope, Value};
+use crate::eval::{RESOURCE_GROUP_ID, Scope, Value};
+use crate::{deployment, read};
 
-fn read(relative: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// The Container Apps environment has no VNet and no fixed egress address, so the server's
+/// Without a VNet the Container Apps environment has no fixed egress address, so the server's
 /// firewall must admit Azure services, or the migrate job fails with 40615 and the worker is
 /// never ready.
 #[test]
@@ -28,8 +23,8 @@ fn the_worker_reaches_the_database_with_the_defaults() {
         .resource("environment");
     assert_eq!(
         environment.path("properties.vnetConfiguration"),
-        None,
-        "with a VNet-integrated environment this test must check the private endpoint instead"
+        Some(&Value::Null),
+        "the default environment has no VNet: the firewall rule is its path"
     );
     let rule = main
         .module(&deployment, "modules/sql.bicep")
@@ -317,4 +312,80 @@ fn the_restore_runbook_stops_the_worker_by_deactivating_its_revision() {
         deactivate < restore_db && restore_db < activate,
         "{restore}"
     );
+}
+
+/// `databaseNetwork: 'private'`: the environment runs in the VNet's delegated subnet, the server
+/// has a private endpoint there resolved through the privatelink zone linked to that VNet, and
+/// takes no public traffic.
+#[test]
+fn the_private_network_reaches_the_database_through_its_private_endpoint() {
+    let deployment = deployment();
+    let main = Scope::main_with(
+        &deployment,
+        BTreeMap::from([("databaseNetwork".to_owned(), Value::Str("private".into()))]),
+    );
+    let sql = main.module(&deployment, "modules/sql.bicep");
+    assert_eq!(
+        sql.resource_declared("allowAzure").condition,
+        Value::Bool(false)
+    );
+    assert_eq!(
+        sql.resource("server")
+            .path("properties.publicNetworkAccess"),
+        Some(&Value::Str("Disabled".into()))
+    );
+    let network = main.module(&deployment, "modules/network.bicep");
+    let vnet = network.resource("vnet");
+    let vnet_name = vnet.get("name").and_then(Value::as_str).unwrap().to_owned();
+    let subnets = vnet.path("properties.subnets").unwrap().items().to_vec();
+    let apps = &subnets[0];
+    let delegation = format!("{:?}", apps.path("properties.delegations"));
+    assert!(
+        delegation.contains("Microsoft.App/environments"),
+        "{delegation}"
+    );
+    let prefix = apps
+        .path("properties.addressPrefix")
+        .and_then(Value::as_str)
+        .unwrap();
+    let bits: u8 = prefix.rsplit('/').next().unwrap().parse().unwrap();
+    assert!(
+        bits <= 27,
+        "a workload profiles environment needs at least a /27: {prefix}"
+    );
+    // The environment is placed in that subnet (main names it by resourceId).
+    let environment = main
+        .module(&deployment, "modules/containerapp.bicep")
+        .resource("environment");
+    let apps_name = apps.get("name").and_then(Value::as_str).unwrap();
+    assert_eq!(
+        environment.path("properties.vnetConfiguration.infrastructureSubnetId"),
+        Some(&Value::Str(format!(
+            "{RESOURCE_GROUP_ID}/providers/Microsoft.Network/virtualNetworks/{vnet_name}/subnets/{apps_name}"
+        ))),
+        "the environment must run in network.bicep's delegated subnet"
+    );
+    assert!(
+        main.module_depends_on("app").iter().any(|d| d == "network"),
+        "the app module waits for the network it runs in"
+    );
+    // The private endpoint targets the SQL server, and its zone is the privatelink one.
+    let endpoint = network.resource("sqlEndpoint");
+    let connection = &endpoint
+        .path("properties.privateLinkServiceConnections")
+        .unwrap()
+        .items()[0];
+    assert_eq!(
+        connection.path("properties.groupIds"),
+        Some(&Value::Array(vec![Value::Str("sqlServer".into())]))
+    );
+    assert!(
+        format!("{:?}", connection.path("properties.privateLinkServiceId")).contains("serverId")
+    );
+    assert_eq!(
+        network.resource("sqlZone").get("name"),
+        Some(&Value::Str("privatelink.database.windows.net".into()))
+    );
+    let names = crate::deployment::names_with(&[("databaseNetwork", Value::Str("private".into()))]);
+    assert!(names.is_empty(), "names:\n{}", names.join("\n"));
 }

@@ -44,6 +44,15 @@ fn any_visible(c: char) -> bool {
 fn not_space(c: char) -> bool {
     c != ' ' && c != '.'
 }
+fn network(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')
+}
+fn alnum_underscore(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+fn dns(c: char) -> bool {
+    c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.')
+}
 
 fn rule(kind: &str) -> Option<Rule> {
     let r = |min, max, chars: fn(char) -> bool, ends: fn(char) -> bool, global| Rule {
@@ -77,6 +86,14 @@ fn rule(kind: &str) -> Option<Rule> {
             false,
         ),
         "Microsoft.OperationalInsights/workspaces" => r(4, 63, alnum_hyphen, alnum, false),
+        "Microsoft.Network/virtualNetworks" | "Microsoft.Network/privateEndpoints" => {
+            r(2, 64, network, alnum_underscore, false)
+        }
+        "Microsoft.Network/privateDnsZones/virtualNetworkLinks"
+        | "Microsoft.Network/privateEndpoints/privateDnsZoneGroups" => {
+            r(1, 80, network, alnum_underscore, false)
+        }
+        "Microsoft.Network/privateDnsZones" => r(1, 253, dns, lower_alnum, false),
         "Microsoft.Insights/components"
         | "Microsoft.Insights/metricAlerts"
         | "Microsoft.Insights/scheduledQueryRules"
@@ -150,6 +167,13 @@ fn name_problems(main: &Scope<'_>, deployment: &crate::check::Deployment) -> Vec
         }
     }
     problems
+}
+
+/// The naming problems of the deployment with `overrides` of the parameters.
+pub(crate) fn names_with(overrides: &[(&str, Value)]) -> Vec<String> {
+    let deployment = deployment();
+    let main = Scope::main_with(&deployment, with(overrides));
+    name_problems(&main, &deployment)
 }
 
 /// The worker app resource as the deployment creates it, with `overrides` of the parameters.

@@ -14,6 +14,8 @@ use crate::check::Deployment;
 
 /// What `uniqueString(…)` evaluates to: 13 characters of `[a-z0-9]`, as Azure's function returns.
 pub(crate) const UNIQUE_STRING: &str = "u7c3k9x2m4q1z";
+/// What `resourceGroup().id` stands for in computed resource ids.
+pub(crate) const RESOURCE_GROUP_ID: &str = "/subscriptions/s/resourceGroups/rg";
 /// What `guid(…)` evaluates to.
 pub(crate) const GUID: &str = "0f8fad5b-d9cb-469f-a165-70867728950e";
 
@@ -630,6 +632,17 @@ impl<'d> Scope<'d> {
                     ),
                 ])),
             )])),
+            // resourceId('NS/type/child', name, childName) in this resource group.
+            "resourceId" if args.iter().all(|a| a.as_str().is_some()) && args.len() >= 2 => {
+                let strings: Vec<&str> = args.iter().filter_map(Value::as_str).collect();
+                let mut types = strings[0].split('/');
+                let namespace = types.next().unwrap_or_default();
+                let mut id = format!("{RESOURCE_GROUP_ID}/providers/{namespace}");
+                for (kind, name) in types.zip(&strings[1..]) {
+                    id.push_str(&format!("/{kind}/{name}"));
+                }
+                Value::Str(id)
+            }
             // Stops the deployment with its message: kept as a value tests can look for.
             "fail" => Value::Failed(str_arg(0).unwrap_or_default().to_owned()),
             "min" if args.iter().all(|a| a.as_int().is_some()) => args

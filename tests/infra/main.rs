@@ -29,6 +29,12 @@ fn infra_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("infra")
 }
 
+/// A file of the repository, by path from its root.
+fn read(relative: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 fn deployment() -> Deployment {
     Deployment::read(&infra_dir()).expect("read infra/")
 }

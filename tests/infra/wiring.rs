@@ -2,9 +2,7 @@
 //! docs/deploy.md's table and (where the deployment sets it) in the container app, and the image
 //! exposes the default health port.
 
-use std::path::Path;
-
-use crate::bicep;
+use crate::{bicep, read};
 
 /// Not always set in Azure: the emulator's connection string (never), the OTLP endpoint (only
 /// without the managed agent, which injects its own), the metrics exporter (only to turn it
@@ -19,11 +17,6 @@ const NOT_ALWAYS_SET: [&str; 6] = [
     "OTEL_METRIC_EXPORT_INTERVAL",
     "RUST_LOG",
 ];
-
-fn read(relative: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 /// The worker's own `SB_INBOX_*` overrides, the Azure identity's client id and the
 /// OpenTelemetry variables (`sb_inbox::telemetry::OTEL_ENV_VARS`).

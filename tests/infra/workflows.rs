@@ -6,12 +6,7 @@
 //! attestations on a builder that supports them and logs in to Azure with an OIDC subject one
 //! federated credential matches for every tag.
 
-use std::path::Path;
-
-fn read(relative: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
+use crate::read;
 
 #[test]
 fn the_servicebus_emulator_job_starts_what_its_tests_need() {
