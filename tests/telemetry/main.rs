@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod metrics_off;
 mod sink;
 
 use std::collections::{BTreeMap, BTreeSet};
