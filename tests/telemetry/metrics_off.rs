@@ -6,8 +6,6 @@
 use std::time::Duration;
 
 use crate::sink::Sink;
-use crate::support::emulator::{client, send};
-use crate::support::orders::order;
 use crate::support::{cli, sqlite_file_store};
 
 /// Spans and metrics the receiver got from one `sb-inbox run` that handled one order and was
@@ -30,7 +28,14 @@ async fn spans_and_metrics(tag: &str, metrics_exporter: Option<&str>) -> (usize,
         None => command.env_remove("OTEL_METRICS_EXPORTER"),
     };
     let mut child = command.spawn().unwrap();
-    send(&client(&emulator), "orders", order("m-1", "o-1")).await;
+    // Sent by a process of its own: this binary's other test counts the sends of our client in
+    // its process-global meter.
+    let sent = cli::run_async(
+        Some(&emulator.connection_string()),
+        &["send", "--entity", "orders", "--generate", "1"],
+    )
+    .await;
+    assert!(sent.status.success(), "{}", cli::stderr(&sent));
     let entity = emulator.broker().entity("orders").unwrap();
     tokio::time::timeout(Duration::from_secs(60), async {
         while entity.counts().completed < 1 {
@@ -59,5 +64,8 @@ async fn the_worker_exports_spans_and_no_metric_with_the_metrics_exporter_none()
     assert!(spans > 0 && metrics > 0, "spans {spans}, metrics {metrics}");
     let (spans, metrics) = spans_and_metrics("metrics-off", Some("none")).await;
     assert!(spans > 0, "spans still go to the endpoint");
-    assert_eq!(metrics, 0, "no metric export with OTEL_METRICS_EXPORTER=none");
+    assert_eq!(
+        metrics, 0,
+        "no metric export with OTEL_METRICS_EXPORTER=none"
+    );
 }
