@@ -27,7 +27,7 @@ async fn spans_and_metrics(tag: &str, metrics_exporter: Option<&str>) -> (usize,
         Some(value) => command.env("OTEL_METRICS_EXPORTER", value),
         None => command.env_remove("OTEL_METRICS_EXPORTER"),
     };
-    let mut child = command.spawn().unwrap();
+    let child = command.spawn().unwrap();
     // Sent by a process of its own: this binary's other test counts the sends of our client in
     // its process-global meter.
     let sent = cli::run_async(
@@ -44,16 +44,7 @@ async fn spans_and_metrics(tag: &str, metrics_exporter: Option<&str>) -> (usize,
     })
     .await
     .expect("the worker completes the order");
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let exit = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(exit.success(), "{exit:?}");
+    cli::sigterm_exits_0(child).await;
     let _ = std::fs::remove_dir_all(&dir);
     (sink.span_count(), sink.metrics().len())
 }
