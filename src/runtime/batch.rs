@@ -45,12 +45,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
+use super::circuit::Slot;
 use super::lock_keeper::KeptLock;
 use super::observe::Processing;
 use super::process::{Abort, Processor, outcome_of};
@@ -58,7 +59,7 @@ use super::{Backoff, Handled, Handler, Inner, Outcome, Report, RuntimeError};
 use crate::ports::{Delivery, Receiver, Savepoint, Store, StoreError, Tx};
 
 /// A received delivery with its kept lock and its `held` slot, waiting for a batch.
-type Queued<D> = (Arc<D>, KeptLock, OwnedSemaphorePermit);
+type Queued<D> = (Arc<D>, KeptLock, Slot);
 
 /// Receives into batches and runs them until `shutdown`, then drains, as
 /// [`super::Runtime::run`] does one delivery at a time.
@@ -80,6 +81,7 @@ where
     let held = Arc::new(Semaphore::new(
         config.concurrency.saturating_mul(config.batch_size) + config.prefetch,
     ));
+    let _probing = inner.probing();
     let tracker = TaskTracker::new();
     let abort = CancellationToken::new();
     let (queue, incoming) = mpsc::unbounded_channel();
@@ -151,6 +153,16 @@ async fn batches<R, S, H>(
                 () = tokio::time::sleep_until(closes) => break,
             }
         }
+        // Paused by the kill switch while the batch formed: what has not started is released.
+        let (held_back, batch): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .partition(|(_, _, slot)| inner.circuit.holds_back(&slot.ticket));
+        for queued in held_back {
+            give_back(&inner, queued).await;
+        }
+        if batch.is_empty() {
+            continue;
+        }
         let (inner, abort) = (inner.clone(), abort.clone());
         tracker.spawn(async move {
             let mut slots = Vec::with_capacity(batch.len());
@@ -167,11 +179,17 @@ async fn batches<R, S, H>(
         });
     }
     incoming.close();
-    while let Some((delivery, lock, slot)) = incoming.recv().await {
-        inner.give_back(&*delivery).await;
-        lock.release().await;
-        drop(slot);
+    while let Some(queued) = incoming.recv().await {
+        give_back(&inner, queued).await;
     }
+}
+
+/// Releases a queued delivery that never started, then stops keeping its lock.
+async fn give_back<R, S, H, D: Delivery>(inner: &Inner<R, S, H>, queued: Queued<D>) {
+    let (delivery, lock, slot) = queued;
+    inner.give_back(&*delivery).await;
+    lock.release().await;
+    drop(slot);
 }
 
 /// How long a delivery after the first of a batch transaction waits for a row lock another
@@ -363,6 +381,7 @@ where
         match step.seen(tx.commit().await) {
             Ok(()) => {
                 step.health.committed();
+                step.circuit.answered();
                 members.iter_mut().for_each(|m| m.state.commit());
             }
             // Refused: the last kept delivery went on past a failed statement.
