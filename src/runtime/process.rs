@@ -339,7 +339,8 @@ where
         let panic::Panicked(why) = panicked;
         let delivery_count = ctx.delivery_count;
         tracing::error!(delivery_count, max_panics = self.max_panics, error = %why, "Handler panicked; rolled back.");
-        if delivery_count >= self.max_panics {
+        // Zero-based: the count of deliveries before this one.
+        if delivery_count.saturating_add(1) >= self.max_panics {
             Abort::DeadLetter(Rejection::new(DeadLetterReason::HandlerPanicked, why))
         } else {
             Abort::SettleAs(Outcome::HandlerPanicked, why)

@@ -21,12 +21,12 @@ use crate::ports::Delivery;
 /// The first step of the hold; it doubles with each delivery of the message.
 pub(super) const FIRST_STEP: Duration = Duration::from_millis(250);
 
-/// How long to hold delivery number `delivery_count` (1-based) before its abandon: half of
+/// How long to hold delivery number `number` (1-based) before its abandon: half of
 /// the step `FIRST_STEP × 2^(n−1)` (capped at `max`) plus a random part up to the other half,
 /// so that deliveries failed together are not redelivered together; and at most half of the
 /// lock left, so the hold never depends on a renewal.
 pub(super) fn delay(
-    delivery_count: u32,
+    number: u32,
     max: Duration,
     lock_left: Duration,
     rng: &mut impl Rng,
@@ -34,7 +34,7 @@ pub(super) fn delay(
     if max.is_zero() {
         return Duration::ZERO;
     }
-    let step = exponential_step(FIRST_STEP.min(max), max, delivery_count.max(1));
+    let step = exponential_step(FIRST_STEP.min(max), max, number.max(1));
     equal_jitter(step, rng).min(lock_left / 2)
 }
 
@@ -44,7 +44,9 @@ pub(super) async fn hold<D: Delivery>(delivery: &D, clock: Clock, max: Duration)
         .locked_until()
         .duration_since(clock.now())
         .unwrap_or(Duration::ZERO);
-    let wait = delay(delivery.delivery_count(), max, lock_left, &mut rand::rng());
+    // The port's count is of deliveries before this one.
+    let number = delivery.delivery_count().saturating_add(1);
+    let wait = delay(number, max, lock_left, &mut rand::rng());
     if !wait.is_zero() {
         tracing::debug!(?wait, "Holding a transient failure before its abandon.");
         tokio::time::sleep(wait).await;
