@@ -26,9 +26,16 @@ impl PgCluster {
             .map(|entry| entry.path().join("bin"))
             .find(|bin| bin.join("initdb").exists() && bin.join("pg_ctl").exists());
         // initdb refuses to run as root: run it (and the server) as `postgres` then.
-        let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout == b"0\n");
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .is_ok_and(|o| o.stdout == b"0\n");
         let usable = bin.is_some()
-            && (!root || Command::new("id").arg("postgres").output().is_ok_and(|o| o.status.success()));
+            && (!root
+                || Command::new("id")
+                    .arg("postgres")
+                    .output()
+                    .is_ok_and(|o| o.status.success()));
         if !sb_testkit::require(sb_testkit::INITDB, usable) {
             return None;
         }
@@ -68,10 +75,17 @@ impl PgCluster {
 
     /// Starts the server (again), waiting until it accepts connections.
     pub fn start_server(&self) {
-        let options = format!("-p {} -k {} -c listen_addresses=127.0.0.1", self.port, self.dir.display());
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1",
+            self.port,
+            self.dir.display()
+        );
         let log = self.dir.join("server.log").display().to_string();
         let data = self.data();
-        self.run("pg_ctl", &["-D", &data, "-o", &options, "-l", &log, "-w", "start"]);
+        self.run(
+            "pg_ctl",
+            &["-D", &data, "-o", &options, "-l", &log, "-w", "start"],
+        );
     }
 
     /// Stops the server at once (`-m fast`: open sessions are ended).
@@ -96,7 +110,12 @@ impl PgCluster {
     }
 
     fn run(&self, program: &str, args: &[&str]) -> Output {
-        let output = self.command(program).args(args).current_dir(Path::new("/")).output().unwrap();
+        let output = self
+            .command(program)
+            .args(args)
+            .current_dir(Path::new("/"))
+            .output()
+            .unwrap();
         assert!(
             output.status.success(),
             "{program} {args:?}: {}{}",
