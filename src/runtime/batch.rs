@@ -51,6 +51,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
+mod isolate;
+
 use super::circuit::Slot;
 use super::lock_keeper::KeptLock;
 use super::observe::Processing;
@@ -251,7 +253,9 @@ struct Member<D> {
 
 /// Why a whole batch is abandoned.
 enum Whole {
-    Failed(String),
+    /// The transaction failed, not for one member's statement; `true` when the failure is
+    /// systemic (every transaction would fail alike).
+    Failed(String, bool),
     /// Past `max_processing`: the transient failure [`Processor::too_long`] describes.
     TooLong(Abort),
     Shutdown,
@@ -260,12 +264,15 @@ enum Whole {
 impl Whole {
     fn store(error: &StoreError) -> Self {
         tracing::warn!(%error, "Batch transaction failed; abandoning the whole batch.");
-        Whole::Failed(format!("batch transaction failed: {}", error.redacted()))
+        Whole::Failed(
+            format!("batch transaction failed: {}", error.redacted()),
+            error.kind().is_systemic(),
+        )
     }
 
     fn abort(&self) -> Abort {
         match self {
-            Whole::Failed(why) => Abort::SettleAs(Outcome::Transient, why.clone()),
+            Whole::Failed(why, _) => Abort::SettleAs(Outcome::Transient, why.clone()),
             Whole::TooLong(Abort::SettleAs(outcome, why)) => Abort::SettleAs(*outcome, why.clone()),
             Whole::TooLong(_) | Whole::Shutdown => Abort::Shutdown,
         }
@@ -310,6 +317,14 @@ where
         () = cancel.cancelled() => Err(Whole::Shutdown),
         () = tokio::time::sleep(step.max_processing) => Err(Whole::TooLong(step.too_long())),
         ended = step.observer.transaction(transact(&step, &mut members)) => ended,
+    };
+    // One member's fault the batch could not pin on it: each runs again alone.
+    let ended = match ended {
+        Err(Whole::Failed(_, false) | Whole::TooLong(_)) if !cancel.is_cancelled() => {
+            isolate::one_by_one(&step, &mut members, cancel).await;
+            Ok(())
+        }
+        ended => ended,
     };
     // Every settlement at once, each in its own process span.
     let mut settling = tokio::task::JoinSet::new();

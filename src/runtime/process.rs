@@ -283,7 +283,7 @@ where
 
     /// One transaction: inbox row first, then the handler, then the fenced commit. A failure
     /// rolls back explicitly so the connection stays reusable.
-    async fn transact(
+    pub(super) async fn transact(
         &self,
         ctx: &Context<'_, H::Payload>,
         lock: &KeptLock,
