@@ -375,10 +375,16 @@ where
                         .retry_later(delivery, retry, logical_id, why, renewals)
                         .await;
                 }
-                (_, Ending::RolledBack(why)) => {
-                    transient_hold::hold(delivery, self.clock, self.transient_hold_max).await;
-                    Some(delivery.abandon(last_error(why)).await)
-                }
+                (_, Ending::RolledBack(why)) => Some(
+                    transient_hold::give_back(
+                        delivery,
+                        self.circuit,
+                        self.clock,
+                        self.transient_hold_max,
+                        last_error(why),
+                    )
+                    .await,
+                ),
                 (_, Ending::Shutdown) => {
                     Some(delivery.abandon(last_error("shutdown".into())).await)
                 }

@@ -14,9 +14,12 @@ use std::time::Duration;
 
 use rand::Rng;
 
+use std::collections::BTreeMap;
+
 use super::Clock;
 use super::backoff::{equal_jitter, exponential_step};
-use crate::ports::Delivery;
+use super::circuit::{Circuit, Phase};
+use crate::ports::{Delivery, PropertyValue, SettleError};
 
 /// The first step of the hold; it doubles with each delivery of the message.
 pub(super) const FIRST_STEP: Duration = Duration::from_millis(250);
@@ -36,6 +39,26 @@ pub(super) fn delay(
     }
     let step = exponential_step(FIRST_STEP.min(max), max, number.max(1));
     equal_jitter(step, rng).min(lock_left / 2)
+}
+
+/// Gives a transiently failed delivery back: released at once while the kill switch is open
+/// (the store fails for every message alike, so the attempt was not the message's and AMQP
+/// `released` does not count it: without this the one trial delivery let in after each probe,
+/// the head of the queue every time, would reach the max delivery count over a long outage),
+/// else abandoned after [`hold`].
+pub(super) async fn give_back<D: Delivery>(
+    delivery: &D,
+    circuit: &Circuit,
+    clock: Clock,
+    max: Duration,
+    properties: BTreeMap<String, PropertyValue>,
+) -> Result<(), SettleError> {
+    if circuit.phase() == Phase::Open {
+        tracing::debug!("Kill switch open: releasing the failed delivery uncounted.");
+        return delivery.release().await;
+    }
+    hold(delivery, clock, max).await;
+    delivery.abandon(properties).await
 }
 
 /// Holds `delivery` (its lock kept by the caller's lock keeper) for [`delay`].
