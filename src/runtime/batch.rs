@@ -30,14 +30,17 @@
 //! A statement that ends the whole transaction (a rollback to a savepoint that fails, as after a
 //! deadlock on SQL Server, or a broken connection) takes only that delivery out: it gets its
 //! own verdict and the rest of the batch runs again in a new transaction. A failed `BEGIN` or
-//! `COMMIT`, a batch past `max_processing`, or a shutdown past its grace abandons what the batch
-//! has not committed yet, and even a duplicate seen inside it is re-judged on redelivery.
+//! `COMMIT` or a batch past `max_processing` runs the undecided deliveries again one per
+//! transaction (`isolate`), so only the culprit fails; a systemic failure (the kill switch's
+//! business) or a shutdown past its grace abandons what the batch has not committed yet, and
+//! even a duplicate seen inside it is re-judged on redelivery.
 //!
 //! # What batching trades
 //! One commit (and its log flush) serves the whole batch, which is where the throughput comes
 //! from. In exchange a delivery waits up to the linger and then for the batch's other handlers
-//! before it is committed and settled; one commit failure abandons every delivery of the batch
-//! (each delivery attempt counts against the entity's max delivery count); the locks a batch
+//! before it is committed and settled; one commit failure re-runs every undecided delivery of
+//! the batch one by one (a systemic one abandons them all, and each delivery attempt counts
+//! against the entity's max delivery count); the locks a batch
 //! takes are held until its commit, so hot rows serialise longer; and a lost lock of an early
 //! delivery re-runs the handlers after it. A lost lock does not cancel a running handler (the
 //! shared transaction cannot be dropped for one delivery): the fence removes it before commit.

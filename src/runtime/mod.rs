@@ -13,6 +13,10 @@
 //!   savepoint each, reusing `process`'s pieces.
 //! - [`DelayedRetry`] with a [`RetryPolicy`]: transient failures scheduled for later instead of
 //!   abandoned, keeping the logical message id ([`LOGICAL_ID_PROPERTY`]).
+//! - [`Circuit`], the kill switch: deliveries paused while the store fails for every message
+//!   alike, resumed once a probe and one trial delivery pass; `transient_hold` keeps a
+//!   transient failure's lock for a short backoff before its abandon; `panic` turns a
+//!   handler's panic into [`Outcome::HandlerPanicked`].
 //!
 //! The runtime sees only [`crate::ports`]: no SQL dialect, no AMQP frame.
 

@@ -349,3 +349,92 @@ async fn postgres_stopped_for_120_s_dead_letters_nothing() {
     let figures = drained_without_dead_letters(&emulator, &url, worker).await;
     assert_eq!(figures.dead_lettered, 0);
 }
+
+/// Panics on the message with id `poison`.
+#[derive(Debug)]
+struct PanicsOn<H> {
+    inner: H,
+    poison: &'static str,
+}
+
+crate::support::handlers::wrapper_handler!(PanicsOn, inner, |self, ctx, tx| {
+    if ctx.message.message_id.as_deref() == Some(self.poison) {
+        panic!("stock for {} went negative", self.poison);
+    }
+    self.inner.handle(ctx, tx).await
+});
+
+/// Must show 2 in session mode, over the emulator: one session slot, a handler that panics on
+/// one message of session A. The slot survives each panic; the message is dead-lettered
+/// `HandlerPanicked` on its third delivery (`max_panics` 3), and A's next message and session
+/// B's are processed by the same slot. Before, the first panic ended the only slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_session_mode_a_panicking_message_is_dead_lettered_and_the_slot_survives() {
+    use sb_inbox::inventory::OrderPlacedConsumer;
+    use sb_inbox::servicebus::ServiceBusSessionSource;
+    use sb_inbox::{ConsumerName, Runtime, RuntimeConfig, SessionConfig};
+
+    let mut sessions = properties("PT30S", MAX_DELIVERY_COUNT);
+    sessions.requires_session = true;
+    let emulator = start(
+        vec![queue("sq", sessions)],
+        sb_emulator::EmulatorOptions::default(),
+    )
+    .await;
+    let client = client(&emulator);
+    let sender = client.sender("sq");
+    for (id, session) in [("a1", "A"), ("a2", "A"), ("b1", "B"), ("b2", "B")] {
+        let mut message = order_with_lines(id, &format!("o-{id}"), &[("A", 1)]);
+        message.session_id = Some(session.to_owned());
+        sender.send(message).await.unwrap();
+    }
+    let store = crate::support::sqlite_store("bad_day_session_panic", 1).await;
+    let config = RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER).unwrap());
+    let runtime = std::sync::Arc::new(Runtime::for_sessions(
+        ServiceBusSessionSource::new(client.clone(), "sq", Duration::from_secs(1)),
+        store.clone(),
+        PanicsOn {
+            inner: OrderPlacedConsumer::new(),
+            poison: "a1",
+        },
+        config,
+    ));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn({
+        let (runtime, stop) = (runtime.clone(), stop.clone());
+        async move {
+            let one_slot = SessionConfig {
+                max_sessions: 1,
+                idle: Duration::from_secs(1),
+            };
+            runtime.run_sessions(one_slot, stop).await
+        }
+    });
+    let sq = emulator.broker().entity("sq").unwrap();
+    let drained = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let c = sq.counts();
+            if c.completed == 3 && c.dead_lettered_total == 1 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    stop.cancel();
+    let result = running.await;
+    assert!(drained.is_ok(), "the slot survived: {:?}", sq.counts());
+    result.unwrap().unwrap();
+    let stats = runtime.stats().snapshot();
+    assert_eq!(
+        (stats.processed, stats.panicked, stats.permanent),
+        (3, 2, 1),
+        "{stats:?}"
+    );
+    let dead = client.peek("sq/$DeadLetterQueue", 0, 10).await.unwrap();
+    assert_eq!(dead.len(), 1, "{dead:#?}");
+    assert_eq!(dead[0].message.message_id.as_deref(), Some("a1"));
+    assert_eq!(dead[0].dead_letter_reason(), Some("HandlerPanicked"));
+    let counts = store.inventory_counts().await.unwrap();
+    assert_eq!((counts.reservations, counts.inbox_rows), (3, 3));
+}
