@@ -227,7 +227,9 @@ impl Circuit {
         state.trips += 1;
         if state.paused.is_none() {
             state.paused = Some((Instant::now(), why.clone()));
-            self.shared.trips.add(1, &[self.shared.consumer.clone()]);
+            self.shared
+                .trips
+                .add(1, std::slice::from_ref(&self.shared.consumer));
             tracing::error!(
                 consumer = %self.shared.consumer.value,
                 reason = %why,
@@ -279,9 +281,10 @@ impl Circuit {
         if let Some((since, _)) = state.paused.take() {
             let paused = since.elapsed();
             state.paused_total += paused;
-            self.shared
-                .paused
-                .add(paused.as_secs_f64(), &[self.shared.consumer.clone()]);
+            self.shared.paused.add(
+                paused.as_secs_f64(),
+                std::slice::from_ref(&self.shared.consumer),
+            );
             tracing::info!(
                 paused_secs = paused.as_secs_f64(),
                 "Store answers again: resuming deliveries."
