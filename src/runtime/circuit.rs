@@ -11,7 +11,8 @@
 //!    [`MIN_SAMPLES`] answers within [`CircuitConfig::window`], trip the switch.
 //! 2. **Open** (paused). No new receive is started; deliveries received but not started are
 //!    released (AMQP `released` does not count a delivery attempt); deliveries in flight finish
-//!    with their locks kept. A probe runs, after a jittered backoff from
+//!    with their locks kept, and one that fails while the switch is open is released too, not
+//!    abandoned (`transient_hold::give_back`). A probe runs, after a jittered backoff from
 //!    [`CircuitConfig::probe_min`] doubling up to [`CircuitConfig::probe_max`]: a real
 //!    statement, the inbox insert for a reserved id in a transaction that is rolled back (a
 //!    `SELECT 1` answers on a read-only replica or without grants).
@@ -20,8 +21,8 @@
 //!    table: a systemic failure opens the switch again (the probe backoff keeps doubling); any
 //!    other ending closes it.
 //!
-//! A trip costs each message at most the attempts in flight when it trips, instead of every
-//! queued message's whole max delivery count: the failure mode MassTransit's kill switch
+//! An outage costs the deliveries that failed before the trip one counted attempt each,
+//! instead of every queued message's whole max delivery count: the failure mode MassTransit's kill switch
 //! (`KillSwitchOptions`: trip threshold, activity threshold, restart timeout), NServiceBus's
 //! consecutive-failures rate limiting (`RateLimitSettings`) and Wolverine's paused listener
 //! were built for.
@@ -122,7 +123,6 @@ struct State {
     recent: VecDeque<(Instant, bool)>,
     /// Why and since when it is open (kept through half-open and trial).
     paused: Option<(Instant, String)>,
-    last_error: Option<String>,
     trips: u64,
     paused_total: Duration,
 }
@@ -209,7 +209,6 @@ impl Circuit {
         let config = &self.shared.config;
         let mut state = self.state();
         state.consecutive = state.consecutive.saturating_add(1);
-        state.last_error = Some(error.redacted());
         self.sample(&mut state, true);
         if !config.enabled {
             return;
@@ -224,8 +223,8 @@ impl Circuit {
             },
         };
         let why = format!("{why}; last: {}", error.redacted());
-        state.trips += 1;
         if state.paused.is_none() {
+            state.trips += 1;
             state.paused = Some((Instant::now(), why.clone()));
             self.shared
                 .trips

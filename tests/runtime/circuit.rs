@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use sb_inbox::testing::{MemoryBroker, MemoryReceiver};
 use sb_inbox::{
-    Clock, ErrorKind, HandlerError, Outcome, Phase, Runtime, RuntimeConfig, SqliteStore, StoreError,
+    Clock, ErrorKind, Handler, HandlerError, Outcome, Phase, Runtime, RuntimeConfig, RuntimeError,
+    SqliteStore, SqliteTx, StoreError,
 };
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -77,6 +78,39 @@ fn broker_with(messages: usize) -> MemoryBroker {
         broker.send(two_line_order(&format!("m-{i}"), &format!("o-{i}")));
     }
     broker
+}
+
+/// A runtime over `broker` (no transient hold) whose store refuses every message with a
+/// revoked grant while the returned flag is set, as it is to begin with.
+async fn revoked_runtime(
+    broker: &MemoryBroker,
+) -> (
+    Arc<AtomicBool>,
+    Runtime<MemoryReceiver, SqliteStore, Revoked<Noop>>,
+) {
+    let store = sqlite_store("circuit", 1).await;
+    let down = Arc::new(AtomicBool::new(true));
+    let handler = Revoked {
+        inner: Noop::new(),
+        down: down.clone(),
+    };
+    let mut config = config("circuit");
+    config.transient_hold_max = Duration::ZERO;
+    let runtime = Runtime::with_clock(broker.receiver(), store, handler, config, Clock::new());
+    (down, runtime)
+}
+
+/// Runs the receive loop until `broker` holds nothing ready, locked or scheduled.
+async fn run_until_idle<H: Handler<SqliteTx>>(
+    runtime: &Runtime<MemoryReceiver, SqliteStore, H>,
+    broker: &MemoryBroker,
+) -> Result<(), RuntimeError> {
+    let shutdown = CancellationToken::new();
+    let (result, ()) = tokio::join!(runtime.run(shutdown.clone()), async {
+        broker.wait_idle().await;
+        shutdown.cancel();
+    });
+    result
 }
 
 /// What an outage did: dead letters, processed deliveries, trips, and whether the switch said
@@ -173,21 +207,10 @@ async fn without_the_switch_the_same_outage_dead_letters_the_backlog() {
 #[tokio::test(start_paused = true)]
 async fn trials_during_a_long_outage_do_not_spend_the_messages_deliveries() {
     let broker = broker_with(1);
-    let store = sqlite_store("circuit", 1).await;
-    let down = Arc::new(AtomicBool::new(true));
-    let handler = Revoked {
-        inner: Noop::new(),
-        down: down.clone(),
-    };
-    let mut config = config("circuit");
-    config.transient_hold_max = Duration::ZERO;
-    let runtime = Runtime::with_clock(broker.receiver(), store, handler, config, Clock::new());
-    let shutdown = CancellationToken::new();
-    let (result, ()) = tokio::join!(runtime.run(shutdown.clone()), async {
+    let (down, runtime) = revoked_runtime(&broker).await;
+    let (result, ()) = tokio::join!(run_until_idle(&runtime, &broker), async {
         tokio::time::sleep(Duration::from_secs(600)).await;
         down.store(false, Ordering::SeqCst);
-        broker.wait_idle().await;
-        shutdown.cancel();
     });
     result.unwrap();
     assert_eq!(broker.dead_letters(), []);
@@ -203,15 +226,7 @@ async fn trials_during_a_long_outage_do_not_spend_the_messages_deliveries() {
 #[tokio::test(start_paused = true)]
 async fn the_switch_trips_after_five_in_a_row_and_resumes_after_a_passing_trial() {
     let broker = broker_with(1);
-    let store = sqlite_store("circuit", 1).await;
-    let down = Arc::new(AtomicBool::new(true));
-    let handler = Revoked {
-        inner: Noop::new(),
-        down: down.clone(),
-    };
-    let mut config = config("circuit");
-    config.transient_hold_max = Duration::ZERO;
-    let runtime = Runtime::with_clock(broker.receiver(), store, handler, config, Clock::new());
+    let (down, runtime) = revoked_runtime(&broker).await;
     let circuit = runtime.circuit();
     for _ in 0..4 {
         let report = runtime.process(broker.try_receive().unwrap()).await;
@@ -223,12 +238,7 @@ async fn the_switch_trips_after_five_in_a_row_and_resumes_after_a_passing_trial(
     assert_eq!(circuit.trips(), (1, Duration::ZERO));
     let started = Instant::now();
     down.store(false, Ordering::SeqCst);
-    let shutdown = CancellationToken::new();
-    let (result, ()) = tokio::join!(runtime.run(shutdown.clone()), async {
-        broker.wait_idle().await;
-        shutdown.cancel();
-    });
-    result.unwrap();
+    run_until_idle(&runtime, &broker).await.unwrap();
     assert_eq!(circuit.phase(), Phase::Closed);
     assert_eq!(runtime.stats().snapshot().processed, 1);
     let (trips, paused) = circuit.trips();
@@ -256,15 +266,7 @@ async fn a_panicking_handler_is_dead_lettered_handler_panicked_and_the_slots_sur
     let mut config = config("circuit");
     config.concurrency = 2;
     let runtime = Runtime::with_clock(broker.receiver(), store, handler, config, Clock::new());
-    let shutdown = CancellationToken::new();
-    let run = async {
-        let (result, ()) = tokio::join!(runtime.run(shutdown.clone()), async {
-            broker.wait_idle().await;
-            shutdown.cancel();
-        });
-        result
-    };
-    tokio::time::timeout(Duration::from_secs(600), run)
+    tokio::time::timeout(Duration::from_secs(600), run_until_idle(&runtime, &broker))
         .await
         .expect("the queue drains: the panicking message does not loop")
         .unwrap();
@@ -329,12 +331,7 @@ async fn a_transient_failure_is_held_before_its_abandon() {
             Clock::new(),
         );
         let started = Instant::now();
-        let shutdown = CancellationToken::new();
-        let (result, ()) = tokio::join!(runtime.run(shutdown.clone()), async {
-            broker.wait_idle().await;
-            shutdown.cancel();
-        });
-        result.unwrap();
+        run_until_idle(&runtime, &broker).await.unwrap();
         let dead = broker.dead_letters();
         assert_eq!(dead.len(), 1);
         assert_eq!(dead[0].reason, "MaxDeliveryCountExceeded");
