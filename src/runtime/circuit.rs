@@ -22,10 +22,13 @@
 //!    other ending closes it.
 //!
 //! An outage costs the deliveries that failed before the trip one counted attempt each,
-//! instead of every queued message's whole max delivery count: the failure mode MassTransit's kill switch
-//! (`KillSwitchOptions`: trip threshold, activity threshold, restart timeout), NServiceBus's
-//! consecutive-failures rate limiting (`RateLimitSettings`) and Wolverine's paused listener
-//! were built for.
+//! instead of every queued message's whole max delivery count: the failure mode MassTransit's
+//! kill switch (`KillSwitchOptions`: `TripThreshold` percent of failures over
+//! `TrackingPeriod` after `ActivationThreshold` messages, restart after `RestartTimeout`;
+//! `doc/content/4.reference/masstransit/masstransit-transports-components/killswitchoptions.md`
+//! in MassTransit/MassTransit), NServiceBus's rate-limited mode on consecutive failures
+//! (Particular/NServiceBus#6215, "Recoverability" on docs.particular.net) and Wolverine's
+//! paused listener were built for.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
