@@ -162,9 +162,9 @@ pub use ports::{
     StoreError, Tx, VersionCheck,
 };
 pub use runtime::{
-    Circuit, CircuitConfig, Clock, ConsumerName, ConsumerNameError, Context, Contract,
-    ContractParseError, DeadLetterReason, DecodeError, Handled, Handler, HandlerError,
-    IdempotencyKey, Json, JsonContract, JsonHandler, LockKeeper, Outcome, Phase, Rejection, Report,
+    Circuit, CircuitConfig, CircuitPhase, Clock, ConsumerName, ConsumerNameError, Context,
+    Contract, ContractParseError, DeadLetterReason, DecodeError, Handled, Handler, HandlerError,
+    IdempotencyKey, Json, JsonContract, JsonHandler, LockKeeper, Outcome, Rejection, Report,
     Runtime, RuntimeConfig, RuntimeError, SessionConfig, Settlement, Stats, StatsSnapshot,
 };
 #[cfg(feature = "mssql")]

@@ -266,7 +266,7 @@ enum Whole {
 
 impl Whole {
     fn store(error: &StoreError) -> Self {
-        tracing::warn!(%error, "Batch transaction failed; abandoning the whole batch.");
+        tracing::warn!(%error, "Batch transaction failed.");
         Whole::Failed(
             format!("batch transaction failed: {}", error.redacted()),
             error.kind().is_systemic(),

@@ -91,7 +91,7 @@ impl Default for CircuitConfig {
 
 /// Where the switch stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+pub enum CircuitPhase {
     /// Deliveries flow.
     Closed,
     /// Paused: nothing new starts; the probe runs.
@@ -112,7 +112,7 @@ pub struct Circuit {
 #[derive(Debug)]
 struct Shared {
     config: CircuitConfig,
-    phase: watch::Sender<Phase>,
+    phase: watch::Sender<CircuitPhase>,
     state: Mutex<State>,
     trips: Counter<u64>,
     paused: Counter<f64>,
@@ -145,7 +145,7 @@ impl Circuit {
         Circuit {
             shared: Arc::new(Shared {
                 config,
-                phase: watch::Sender::new(Phase::Closed),
+                phase: watch::Sender::new(CircuitPhase::Closed),
                 state: Mutex::default(),
                 trips,
                 paused,
@@ -162,7 +162,7 @@ impl Circuit {
     }
 
     /// Where the switch stands now.
-    pub fn phase(&self) -> Phase {
+    pub fn phase(&self) -> CircuitPhase {
         *self.shared.phase.borrow()
     }
 
@@ -178,9 +178,9 @@ impl Circuit {
         let state = self.state();
         let (since, why) = state.paused.as_ref()?;
         let doing = match phase {
-            Phase::Closed => return None,
-            Phase::Open => "probing the store",
-            Phase::HalfOpen | Phase::Trial => "probe passed, one trial delivery",
+            CircuitPhase::Closed => return None,
+            CircuitPhase::Open => "probing the store",
+            CircuitPhase::HalfOpen | CircuitPhase::Trial => "probe passed, one trial delivery",
         };
         Some(format!(
             "paused for {} s ({doing}): {why}",
@@ -203,7 +203,7 @@ impl Circuit {
         let mut state = self.state();
         state.consecutive = 0;
         self.sample(&mut state, false);
-        if matches!(self.phase(), Phase::HalfOpen | Phase::Trial) {
+        if matches!(self.phase(), CircuitPhase::HalfOpen | CircuitPhase::Trial) {
             self.close(&mut state);
         }
     }
@@ -218,9 +218,11 @@ impl Circuit {
         }
         let why = match self.phase() {
             // Already paused: deliveries in flight finishing.
-            Phase::Open => return,
-            Phase::HalfOpen | Phase::Trial => "the trial delivery failed the same way".to_owned(),
-            Phase::Closed => match self.tripping(&state) {
+            CircuitPhase::Open => return,
+            CircuitPhase::HalfOpen | CircuitPhase::Trial => {
+                "the trial delivery failed the same way".to_owned()
+            }
+            CircuitPhase::Closed => match self.tripping(&state) {
                 Some(why) => why,
                 None => return,
             },
@@ -240,7 +242,7 @@ impl Circuit {
         } else {
             tracing::warn!(reason = %why, "Trial delivery failed; pausing deliveries again.");
         }
-        self.shared.phase.send_replace(Phase::Open);
+        self.shared.phase.send_replace(CircuitPhase::Open);
     }
 
     /// Whether the answers so far trip a closed switch, and why.
@@ -293,7 +295,7 @@ impl Circuit {
             );
         }
         state.recent.clear();
-        self.shared.phase.send_replace(Phase::Closed);
+        self.shared.phase.send_replace(CircuitPhase::Closed);
     }
 
     /// A ticket to start one delivery now: `None` while paused or while the trial runs.
@@ -301,16 +303,16 @@ impl Circuit {
         let (mut admitted, mut trial) = (false, false);
         // Only the trial changes the phase (and wakes the watchers).
         self.shared.phase.send_if_modified(|phase| match *phase {
-            Phase::Closed => {
+            CircuitPhase::Closed => {
                 admitted = true;
                 false
             }
-            Phase::HalfOpen => {
-                *phase = Phase::Trial;
+            CircuitPhase::HalfOpen => {
+                *phase = CircuitPhase::Trial;
                 (admitted, trial) = (true, true);
                 true
             }
-            Phase::Open | Phase::Trial => false,
+            CircuitPhase::Open | CircuitPhase::Trial => false,
         });
         admitted.then(|| Ticket {
             circuit: trial.then(|| self.clone()),
@@ -325,7 +327,7 @@ impl Circuit {
         }
         let mut phase = self.shared.phase.subscribe();
         // The sender lives in `self`, so the wait ends only when the phase matches.
-        let _ = phase.wait_for(|phase| *phase == Phase::Open).await;
+        let _ = phase.wait_for(|phase| *phase == CircuitPhase::Open).await;
     }
 
     /// Waits until a delivery could be admitted (closed, or half-open with the trial not taken
@@ -335,13 +337,13 @@ impl Circuit {
         tokio::select! {
             () = stop.cancelled() => false,
             // The sender lives in `self`: the wait cannot fail.
-            ready = phase.wait_for(|phase| matches!(phase, Phase::Closed | Phase::HalfOpen)) => ready.is_ok(),
+            ready = phase.wait_for(|phase| matches!(phase, CircuitPhase::Closed | CircuitPhase::HalfOpen)) => ready.is_ok(),
         }
     }
 
     /// Whether a delivery not started yet should be given back: paused, and not the trial.
     pub(crate) fn holds_back(&self, ticket: &Ticket) -> bool {
-        !ticket.is_trial() && self.phase() != Phase::Closed
+        !ticket.is_trial() && self.phase() != CircuitPhase::Closed
     }
 
     /// Probes `store` with backoff whenever the switch is open, until `stop`: a pass lets one
@@ -357,10 +359,10 @@ impl Circuit {
         let mut phase = self.shared.phase.subscribe();
         loop {
             let current = *phase.borrow_and_update();
-            if current == Phase::Closed {
+            if current == CircuitPhase::Closed {
                 backoff.reset();
             }
-            if current == Phase::Open {
+            if current == CircuitPhase::Open {
                 let delay = backoff.next_delay();
                 tokio::select! {
                     () = stop.cancelled() => return,
@@ -373,9 +375,9 @@ impl Circuit {
                             "Store probe passed; letting one trial delivery in."
                         );
                         self.shared.phase.send_if_modified(|phase| {
-                            let open = *phase == Phase::Open;
+                            let open = *phase == CircuitPhase::Open;
                             if open {
-                                *phase = Phase::HalfOpen;
+                                *phase = CircuitPhase::HalfOpen;
                             }
                             open
                         });
@@ -423,7 +425,7 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         if let Some(circuit) = self.circuit.take()
-            && circuit.phase() == Phase::Trial
+            && circuit.phase() == CircuitPhase::Trial
         {
             let mut state = circuit.state();
             circuit.close(&mut state);

@@ -50,7 +50,7 @@ use tokio_util::task::TaskTracker;
 
 pub use backoff::Backoff;
 pub(crate) use backoff::exponential_step;
-pub use circuit::{Circuit, CircuitConfig, MIN_SAMPLES, PROBE_ID, Phase};
+pub use circuit::{Circuit, CircuitConfig, CircuitPhase, MIN_SAMPLES, PROBE_ID};
 pub use clock::Clock;
 pub use consumer::{ConsumerName, ConsumerNameError, MAX_CONSUMER_NAME_LEN};
 pub(crate) use envelope::truncate;

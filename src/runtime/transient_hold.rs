@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use super::Clock;
 use super::backoff::{equal_jitter, exponential_step};
-use super::circuit::{Circuit, Phase};
+use super::circuit::{Circuit, CircuitPhase};
 use crate::ports::{Delivery, PropertyValue, SettleError};
 
 /// The first step of the hold; it doubles with each delivery of the message.
@@ -53,7 +53,7 @@ pub(super) async fn give_back<D: Delivery>(
     max: Duration,
     properties: BTreeMap<String, PropertyValue>,
 ) -> Result<(), SettleError> {
-    if circuit.phase() == Phase::Open {
+    if circuit.phase() == CircuitPhase::Open {
         tracing::debug!("Kill switch open: releasing the failed delivery uncounted.");
         return delivery.release().await;
     }

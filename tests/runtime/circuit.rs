@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use sb_inbox::testing::{MemoryBroker, MemoryReceiver};
 use sb_inbox::{
-    Clock, ErrorKind, Handler, HandlerError, Outcome, Phase, Runtime, RuntimeConfig, RuntimeError,
-    SqliteStore, SqliteTx, StoreError,
+    CircuitPhase, Clock, ErrorKind, Handler, HandlerError, Outcome, Runtime, RuntimeConfig,
+    RuntimeError, SqliteStore, SqliteTx, StoreError,
 };
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -231,15 +231,15 @@ async fn the_switch_trips_after_five_in_a_row_and_resumes_after_a_passing_trial(
     for _ in 0..4 {
         let report = runtime.process(broker.try_receive().unwrap()).await;
         assert_eq!(report.outcome, Outcome::Transient);
-        assert_eq!(circuit.phase(), Phase::Closed);
+        assert_eq!(circuit.phase(), CircuitPhase::Closed);
     }
     runtime.process(broker.try_receive().unwrap()).await;
-    assert_eq!(circuit.phase(), Phase::Open);
+    assert_eq!(circuit.phase(), CircuitPhase::Open);
     assert_eq!(circuit.trips(), (1, Duration::ZERO));
     let started = Instant::now();
     down.store(false, Ordering::SeqCst);
     run_until_idle(&runtime, &broker).await.unwrap();
-    assert_eq!(circuit.phase(), Phase::Closed);
+    assert_eq!(circuit.phase(), CircuitPhase::Closed);
     assert_eq!(runtime.stats().snapshot().processed, 1);
     let (trips, paused) = circuit.trips();
     assert_eq!(trips, 1);

@@ -733,7 +733,7 @@ async fn mock_savepoints_are_named_and_rolled_back_by_name() {
 #[tokio::test]
 async fn mock_systemic_numbers_trip_the_kill_switch() {
     use sb_inbox::testing::MemoryBroker;
-    use sb_inbox::{Clock, Message, Phase, Runtime};
+    use sb_inbox::{CircuitPhase, Clock, Message, Runtime};
 
     use crate::support::handlers::Noop;
     use crate::support::runtime::{config, ready_deliveries};
@@ -742,37 +742,37 @@ async fn mock_systemic_numbers_trip_the_kill_switch() {
         (
             229,
             "The INSERT permission was denied on the object 'sb_inbox', database 'test', schema 'dbo'.",
-            Phase::Open,
+            CircuitPhase::Open,
         ),
         (
             230,
             "The SELECT permission was denied on the column 'message_id' of the object 'sb_inbox'.",
-            Phase::Open,
+            CircuitPhase::Open,
         ),
         (
             3906,
             "Failed to update database \"test\" because the database is read-only.",
-            Phase::Open,
+            CircuitPhase::Open,
         ),
         (
             40501,
             "The service is currently busy. Retry the request after 10 seconds.",
-            Phase::Open,
+            CircuitPhase::Open,
         ),
         (
             40613,
             "Database 'test' on server 'mock' is not currently available.",
-            Phase::Open,
+            CircuitPhase::Open,
         ),
         (
             49918,
             "Cannot process request. Not enough resources to process request.",
-            Phase::Open,
+            CircuitPhase::Open,
         ),
         (
             1205,
             "Transaction (Process ID 52) was deadlocked on lock resources with another process.",
-            Phase::Closed,
+            CircuitPhase::Closed,
         ),
     ];
     for (number, message, phase) in cases {
@@ -796,7 +796,11 @@ async fn mock_systemic_numbers_trip_the_kill_switch() {
         assert_eq!(runtime.circuit().phase(), phase, "{number}");
         // The fifth failure trips the switch and is released, uncounted.
         let c = broker.counts();
-        let given_back = if phase == Phase::Open { (4, 1) } else { (5, 0) };
+        let given_back = if phase == CircuitPhase::Open {
+            (4, 1)
+        } else {
+            (5, 0)
+        };
         assert_eq!((c.abandoned, c.released), given_back, "{number}");
     }
 }
