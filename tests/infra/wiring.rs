@@ -7,8 +7,18 @@ use crate::{bicep, read};
 /// Not always set in Azure: the emulator's connection string (never), the OTLP endpoint (only
 /// without the managed agent, which injects its own), the metrics exporter (only to turn it
 /// off), the export interval and log filter (defaults).
-const NOT_ALWAYS_SET: [&str; 6] = [
+const NOT_ALWAYS_SET: [&str; 14] = [
     "SB_INBOX_SERVICEBUS_CONNECTION",
+    // The kill switch, the transient hold and the panic bound are on with their defaults; set
+    // them by hand to tune.
+    "SB_INBOX_MAX_PANICS",
+    "SB_INBOX_TRANSIENT_HOLD_MAX_MS",
+    "SB_INBOX_CIRCUIT_ENABLED",
+    "SB_INBOX_CIRCUIT_CONSECUTIVE_FAILURES",
+    "SB_INBOX_CIRCUIT_FAILURE_RATE_PERCENT",
+    "SB_INBOX_CIRCUIT_WINDOW_SECS",
+    "SB_INBOX_CIRCUIT_PROBE_MIN_MS",
+    "SB_INBOX_CIRCUIT_PROBE_MAX_SECS",
     // Defaults to AMQP over TCP; set it by hand where 5671 is blocked.
     "SB_INBOX_SERVICEBUS_TRANSPORT",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
