@@ -26,10 +26,10 @@
 //!    (cross-region) away does to the rate. Each row gives the rate ÷ the local (RTT 0) rate of
 //!    the same run and ÷ min(local rate, in-flight ÷ RTT), in-flight being the concurrency.
 //!
-//! `--baseline PATH` runs another `sb-inbox` binary (say, main's) through the same rows first,
-//! so a change is compared within one run.
+//! `--baseline PATH` runs another `sb-inbox` binary (say, main's) through the same rows first
+//! (at the RTTs of `--baseline-rtt`, default 0), so a change is compared within one run.
 //!
-//! 4. **Relay** (with `--rtt`): for each RTT, [`RELAY_BACKLOG`] outbox rows written in one
+//! 4. **Relay** (`--relay`): for each RTT, [`RELAY_BACKLOG`] outbox rows written in one
 //!    transaction are published by the outbox relay (`RelayConfig::default()`, batch 1000)
 //!    to an in-process emulator that far away, on a queue with duplicate detection: events/s
 //!    from the first claim to the last mark, and every row counted on the destination once
@@ -88,6 +88,10 @@ struct Options {
     /// `SB_INBOX_PREFETCH` as a multiple of concurrency × batch (`--prefetch-factor`, default
     /// 1): at a distance, the deliveries in flight must cover the round trips.
     prefetch_factor: usize,
+    /// RTTs at which the baseline runs (`--baseline-rtt`, default 0).
+    baseline_rtts: Vec<u64>,
+    /// Also measure the relay at each RTT (`--relay`).
+    relay: bool,
     secs: u64,
 }
 
@@ -100,6 +104,8 @@ impl Options {
             rtts: vec![0],
             baseline: None,
             prefetch_factor: 1,
+            baseline_rtts: vec![0],
+            relay: false,
             secs: 8,
         };
         let mut args = std::env::args().skip(1);
@@ -121,6 +127,12 @@ impl Options {
                         .and_then(|s| s.parse().ok())
                         .expect("--prefetch-factor takes a number");
                 }
+                "--baseline-rtt" => {
+                    options.baseline_rtts = list(args.next())
+                        .map(|r| r.parse().expect("--baseline-rtt takes milliseconds"))
+                        .collect();
+                }
+                "--relay" => options.relay = true,
                 "--baseline" => {
                     options.baseline = Some(args.next().expect("--baseline takes a path"));
                 }
@@ -484,7 +496,7 @@ fn main() {
                 let prefetch = concurrency * batch * options.prefetch_factor;
                 let mut local = None;
                 if let Some(baseline) = &options.baseline {
-                    for &rtt in &options.rtts {
+                    for &rtt in &options.baseline_rtts {
                         let (rate, cpu, cut) = rt.block_on(worker(
                             baseline,
                             *workload,
@@ -541,7 +553,7 @@ fn main() {
             }
         }
     }
-    if options.rtts != [0] {
+    if options.relay {
         println!();
         println!(
             "| RTT ms | relay events/s | ÷ RTT 0 | rows on the destination | duplicates dropped |"
