@@ -156,6 +156,13 @@ async fn serve_link(
             .reject(wire_error(condition::UNAUTHORIZED_ACCESS, Some(why)))
             .await;
     }
+    let delay = shared.attach_delay();
+    if !delay.is_zero() {
+        tokio::select! {
+            () = stop.cancelled() => return Ok(()),
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
     let control = LinkControl::new(control, request.name(), &path, role);
     let session = sessions::is_session_link(&request, &entity);
     let link = EntityLink {

@@ -96,9 +96,12 @@ async fn receive_from_client(
     stop: CancellationToken,
 ) -> Result<(), sb_amqp::Error> {
     // Answer `first` whatever the client asked: Python asks `second` and then never settles.
+    // The engine takes a batch's envelope beyond the advertised size; the service's own
+    // measure (`codec::measured_size`) decides below.
     let answer = LinkAnswer::default()
         .credit(100)
         .max_message_size(max_size)
+        .max_incoming(max_size.saturating_add(codec::BATCH_ENVELOPE_ALLOWANCE))
         .rcv_settle_mode(ReceiverSettleMode::First);
     let receiver = request.accept_receiver(answer).await?;
     control.watch(receiver.status());
@@ -114,6 +117,19 @@ async fn receive_from_client(
         control.after_transfer();
         let outcome =
             match codec::broker_messages(delivery.message_format, delivery.payload.clone()) {
+                Ok(messages)
+                    if codec::measured_size(
+                        delivery.message_format,
+                        delivery.payload.len(),
+                        &messages,
+                    ) as u64
+                        > max_size =>
+                {
+                    Outcome::Rejected(Some(wire_error(
+                        sb_amqp::condition::MESSAGE_SIZE_EXCEEDED,
+                        Some(format!("message larger than {max_size} bytes")),
+                    )))
+                }
                 Ok(messages) => match entity.send_batch(messages) {
                     Ok(_) => Outcome::Accepted,
                     Err(error) => Outcome::Rejected(Some(wire_error(
@@ -151,6 +167,7 @@ pub(super) async fn deliver_to_client(
     let sender = request.accept_sender(answer).await?;
     control.watch(sender.status());
     let mut credit = Credit::new(sender.flow());
+    let lost = control.lost();
     loop {
         let available = credit.available(sender.flow(), &mut control);
         tokio::select! {
@@ -162,6 +179,10 @@ pub(super) async fn deliver_to_client(
             }
             () = stop.cancelled() => {
                 settle_queued(&sender, entity).await;
+                return Ok(());
+            }
+            () = lost.cancelled() => {
+                control.hold_lost(sender.status(), &stop).await;
                 return Ok(());
             }
             error = control.must_detach() => {

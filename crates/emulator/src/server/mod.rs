@@ -76,6 +76,23 @@ struct Shared {
     options: Arc<EmulatorOptions>,
     registry: Arc<Registry>,
     faults: Arc<Faults>,
+    /// How late entity attaches are answered, in milliseconds (changeable while running).
+    attach_delay_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Shared {
+    fn set_attach_delay(&self, delay: std::time::Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.attach_delay_ms
+            .store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn attach_delay(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(
+            self.attach_delay_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
 }
 
 impl Emulator {
@@ -130,9 +147,11 @@ impl Emulator {
         let shared = Arc::new(Shared {
             broker,
             faults: Arc::new(Faults::new(&options.faults, seed)),
+            attach_delay_ms: Default::default(),
             options: Arc::new(options),
             registry: Arc::new(Registry::default()),
         });
+        shared.set_attach_delay(shared.options.attach_delay);
         let emulator = Emulator {
             addr,
             websocket_addr,
@@ -200,6 +219,21 @@ impl Emulator {
     /// listed).
     pub fn force_detach_link(&self, id: u64, error: AmqpError) -> bool {
         self.shared.registry.detach(id, error)
+    }
+
+    /// Loses link `id` (from [`Emulator::links`]) without a detach, as the service sometimes
+    /// does: from now on nothing is delivered, settled or answered on it, while the
+    /// connection and its other links live on; only the client's own detach (or the end of
+    /// the connection) ends it. False when it is not live.
+    pub fn blackhole_link(&self, id: u64) -> bool {
+        self.shared.registry.black_hole(id)
+    }
+
+    /// Answers every later entity attach `delay` late (`Duration::ZERO`: at once), like a
+    /// service whose links churn or whose entity is moving between nodes; see
+    /// [`EmulatorOptions::with_attach_delay`].
+    pub fn set_attach_delay(&self, delay: std::time::Duration) {
+        self.shared.set_attach_delay(delay);
     }
 
     /// Detaches every live link attached to `entity` (the path as the client attached it,

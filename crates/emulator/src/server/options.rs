@@ -63,6 +63,10 @@ pub struct EmulatorOptions {
     /// Keys beside the root key ([`EmulatorOptions::key_name`], all rights), each with its
     /// rights (`SharedAccessPolicies` in `Config.json`).
     pub policies: Vec<SharedAccessPolicy>,
+    // Link-level service behaviours (issue 29): attach latency, message locks on connection
+    // loss.
+    /// Answer each entity attach this late (`--attach-delay MS`); zero: at once.
+    pub attach_delay: Duration,
 }
 
 impl Default for EmulatorOptions {
@@ -78,6 +82,7 @@ impl Default for EmulatorOptions {
             fault_seed: None,
             websocket_listen: None,
             policies: Vec::new(),
+            attach_delay: Duration::ZERO,
         }
     }
 }
@@ -135,6 +140,17 @@ impl EmulatorOptions {
             .iter()
             .find(|p| p.name == name)
             .map(|p| (p.key.as_str(), p.rights))
+    }
+
+    /// Answers each entity attach `delay` late. The service's attaches are not instant: a
+    /// link on an entity being moved between broker nodes, or a session accept (.NET waits
+    /// up to its 60 s try timeout, `ServiceBusRetryOptions.TryTimeout`), can take seconds; a
+    /// client that gives up meanwhile still gets the answer later, and must detach the link
+    /// it no longer wants (else a session lock stays held by no one).
+    #[must_use]
+    pub fn with_attach_delay(mut self, delay: Duration) -> Self {
+        self.attach_delay = delay;
+        self
     }
 
     /// Also serves AMQP over WebSockets (plain `ws`) on `addr`.
