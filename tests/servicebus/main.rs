@@ -14,6 +14,7 @@ mod external_key;
 mod holes;
 mod host;
 mod js;
+mod links;
 mod python;
 mod recovery;
 mod relay;

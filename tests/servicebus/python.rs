@@ -110,7 +110,12 @@ async fn python_sdk_full_batch_of_seed_99_orders_is_accepted() {
     }
     let (emulator, stdout) = run_conformance(&["full_batch_of_orders_is_accepted"]).await;
     let line = stdout.lines().find(|l| l.starts_with("batch: ")).unwrap();
-    let added: usize = line["batch: ".len()..].split(' ').next().unwrap().parse().unwrap();
+    let added: usize = line["batch: ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(added > 1000, "{line}");
     assert!(line.ends_with("of 262144 bytes"), "{line}");
     let counts = emulator.broker().entity("c-batch").unwrap().counts();

@@ -2,13 +2,14 @@
 //! (with expiry and rights) and the routes to its reply links.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use sb_amqp::AnyMessage;
 use tokio::sync::mpsc;
 
 use super::control;
+use super::request_log::RequestLog;
 use crate::{Clock, Right, Rights};
 
 /// What one put-token granted.
@@ -30,6 +31,8 @@ pub(crate) struct ConnState {
     clock: Clock,
     /// `--max-token-lifetime`: no grant outlives this.
     max_token_lifetime: Option<Duration>,
+    /// Where `$management` requests are recorded (the emulator's log, shared by connections).
+    pub(super) requests: Arc<RequestLog>,
 }
 
 impl ConnState {
@@ -39,7 +42,14 @@ impl ConnState {
             replies: Mutex::new(HashMap::new()),
             clock,
             max_token_lifetime,
+            requests: Arc::default(),
         }
+    }
+
+    /// Records this connection's `$management` requests in `log`.
+    pub(crate) fn with_request_log(mut self, log: Arc<RequestLog>) -> Self {
+        self.requests = log;
+        self
     }
 
     /// Records a put-token for `audience` valid until `expires` (`None`: the token carries no

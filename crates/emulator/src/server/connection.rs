@@ -60,10 +60,10 @@ async fn serve_connection(
             return;
         }
     };
-    let state = Arc::new(ConnState::new(
-        shared.broker.clock(),
-        shared.options.max_token_lifetime,
-    ));
+    let state = Arc::new(
+        ConnState::new(shared.broker.clock(), shared.options.max_token_lifetime)
+            .with_request_log(shared.requests.clone()),
+    );
     let links = CancellationToken::new();
     loop {
         let event = tokio::select! {
@@ -156,13 +156,6 @@ async fn serve_link(
             .reject(wire_error(condition::UNAUTHORIZED_ACCESS, Some(why)))
             .await;
     }
-    let delay = shared.attach_delay();
-    if !delay.is_zero() {
-        tokio::select! {
-            () = stop.cancelled() => return Ok(()),
-            () = tokio::time::sleep(delay) => {}
-        }
-    }
     let control = LinkControl::new(control, request.name(), &path, role);
     let session = sessions::is_session_link(&request, &entity);
     let link = EntityLink {
@@ -170,6 +163,7 @@ async fn serve_link(
         entity,
         control,
         stop,
+        answer_delay: shared.attach_delay(),
     };
     if session {
         return sessions::serve(link).await;

@@ -30,6 +30,20 @@ pub(crate) struct EntityLink {
     pub(crate) control: LinkControl,
     /// Cancelled when the emulator stops.
     pub(crate) stop: CancellationToken,
+    /// How long to wait before answering the attach (`--attach-delay`); a session link waits
+    /// with its session already locked, as a slow accept on the service holds it.
+    pub(crate) answer_delay: Duration,
+}
+
+/// Waits `delay` before an attach is answered; false when the emulator stopped meanwhile.
+pub(crate) async fn answer_late(delay: Duration, stop: &CancellationToken) -> bool {
+    if delay.is_zero() {
+        return true;
+    }
+    tokio::select! {
+        () = stop.cancelled() => false,
+        () = tokio::time::sleep(delay) => true,
+    }
 }
 
 /// Serves a link without sessions: messages from a sending client, or the entity's messages
@@ -37,6 +51,9 @@ pub(crate) struct EntityLink {
 pub(crate) async fn serve(link: EntityLink) -> Result<(), sb_amqp::Error> {
     let max_size = u64::try_from(link.entity.max_message_size()).unwrap_or(u64::MAX);
     let (request, control, stop) = (link.request, link.control, link.stop);
+    if !answer_late(link.answer_delay, &stop).await {
+        return Ok(());
+    }
     if request.is_peer_sender() {
         receive_from_client(request, link.entity, max_size, control, stop).await
     } else {

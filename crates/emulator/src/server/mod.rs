@@ -25,6 +25,7 @@ mod faults;
 mod links;
 pub(crate) mod nodes;
 mod options;
+mod request_log;
 mod sas;
 mod sessions;
 
@@ -47,6 +48,8 @@ pub use options::{
     DEFAULT_LINK_IDLE_TIMEOUT, EmulatorOptions, KEY, KEY_NAME, SERVICE_CHANNEL_MAX,
     SERVICE_IDLE_TIMEOUT, SERVICE_MAX_FRAME_SIZE,
 };
+pub use request_log::ManagementRequest;
+use request_log::RequestLog;
 
 /// A running emulator.
 ///
@@ -76,6 +79,8 @@ struct Shared {
     options: Arc<EmulatorOptions>,
     registry: Arc<Registry>,
     faults: Arc<Faults>,
+    /// Every connection's `$management` requests ([`Emulator::management_requests`]).
+    requests: Arc<RequestLog>,
     /// How late entity attaches are answered, in milliseconds (changeable while running).
     attach_delay_ms: std::sync::atomic::AtomicU64,
 }
@@ -148,6 +153,7 @@ impl Emulator {
             broker,
             faults: Arc::new(Faults::new(&options.faults, seed)),
             attach_delay_ms: Default::default(),
+            requests: Arc::default(),
             options: Arc::new(options),
             registry: Arc::new(Registry::default()),
         });
@@ -219,6 +225,12 @@ impl Emulator {
     /// listed).
     pub fn force_detach_link(&self, id: u64, error: AmqpError) -> bool {
         self.shared.registry.detach(id, error)
+    }
+
+    /// The latest `$management` requests of every connection (up to 1000), oldest first:
+    /// which operation, on which entity, for which link.
+    pub fn management_requests(&self) -> Vec<ManagementRequest> {
+        self.shared.requests.list()
     }
 
     /// Loses link `id` (from [`Emulator::links`]) without a detach, as the service sometimes
