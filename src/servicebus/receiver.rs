@@ -214,6 +214,28 @@ impl ServiceBusReceiver {
         }
     }
 
+    /// Connects, authorizes and attaches the receive link now, as the first receive would:
+    /// a bounded wait for messages that follows counts only the broker's silence, not the
+    /// connection's setup (which against a real namespace can take seconds).
+    ///
+    /// # Errors
+    /// As [`Receiver::receive`]: transient for connection failures, permanent for an
+    /// unknown entity or refused rights.
+    pub async fn attach_now(&self) -> Result<(), ReceiveError> {
+        let mut guard = self.inner.link.lock().await;
+        self.attach_into(&mut guard).await
+    }
+
+    /// Attaches a link into `slot` unless one is there.
+    async fn attach_into(&self, slot: &mut Option<ReceiveLink>) -> Result<(), ReceiveError> {
+        if slot.is_none() {
+            let link = self.attach().await?;
+            self.inner.set_current_link(Some(&link.shared.name));
+            *slot = Some(link);
+        }
+        Ok(())
+    }
+
     /// Returns every delivery received but not handed out to the broker (released: no delivery
     /// count), then detaches. Call on shutdown.
     pub async fn close(&self) {
@@ -319,11 +341,7 @@ impl ServiceBusReceiver {
         if guard.is_none() && self.inner.session.get().is_some() {
             return Err(ReceiveError::transient(SESSION_LINK_GONE));
         }
-        if guard.is_none() {
-            let link = self.attach().await?;
-            self.inner.set_current_link(Some(&link.shared.name));
-            *guard = Some(link);
-        }
+        self.attach_into(&mut guard).await?;
         let Some(link) = guard.as_mut() else {
             return Err(ReceiveError::transient("no link"));
         };

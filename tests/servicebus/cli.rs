@@ -508,3 +508,41 @@ async fn dlq_peek_and_resubmit_work_on_a_session_queue() {
     sb_inbox::Delivery::complete(&copy).await.unwrap();
     session.close().await;
 }
+
+/// Issue 29 item 13: `dlq resubmit --wait-secs 1` against a namespace whose attach takes 1.5 s
+/// (`--attach-delay`) resubmits the dead letter: the idle window starts once the link is
+/// attached (before: connecting used the window up and it reported 0 resubmitted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dlq_resubmit_counts_its_idle_window_from_the_attached_link() {
+    // Locks outlast the slow attach of the copy's sender.
+    let emulator = crate::support::emulator::emulator("PT30S").await;
+    let cs = emulator.connection_string();
+    let client = client(&emulator);
+    client
+        .sender_port()
+        .send("orders", order("d-1", "o-1"), None)
+        .await
+        .unwrap();
+    let receiver = client.receiver("orders", 0);
+    let delivery = receiver.receive().await.unwrap().unwrap();
+    sb_inbox::Delivery::dead_letter(&delivery, "Poison", "cannot handle it")
+        .await
+        .unwrap();
+    receiver.close().await;
+    assert_eq!(dead_letters(&emulator), 1);
+    emulator.set_attach_delay(Duration::from_millis(1500));
+    let output = run_async(
+        Some(&cs),
+        &["dlq", "resubmit", "--entity", "orders", "--wait-secs", "1"],
+    )
+    .await;
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).ends_with(
+            "1 dead letter(s) resubmitted from orders/$DeadLetterQueue to orders, 0 left\n"
+        ),
+        "{}",
+        stdout(&output)
+    );
+    assert_eq!(dead_letters(&emulator), 0);
+}
