@@ -161,3 +161,57 @@ async fn management_requests_name_the_current_link_or_none() {
     );
     receiver.close().await;
 }
+
+/// Item 11: the service drops the locks of a connection that is lost. A message received just
+/// before the drop comes again at once on the new connection, with its delivery counted, and
+/// the old delivery's settlement reports the lock lost (before: the emulator kept the lock, the
+/// old delivery completed by lock token, and nothing was delivered twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_connection_drops_its_locks_and_the_message_comes_again() {
+    let emulator = emulator("PT5M").await;
+    let client = client(&emulator);
+    let receiver = client.receiver("orders", 0);
+    send(&client, "orders", order("m-1", "o-1")).await;
+    let before = receiver.receive().await.unwrap().unwrap();
+    assert_eq!(before.delivery_count(), 0);
+    emulator.drop_all_connections();
+    let again = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            // The first receive reports the lost link; the next ones reconnect.
+            if let Ok(Some(delivery)) = receiver.receive().await {
+                return delivery;
+            }
+        }
+    })
+    .await
+    .expect("redelivered at once, not after the 5-minute lock");
+    assert_eq!(again.message().message_id.as_deref(), Some("m-1"));
+    assert_eq!(again.delivery_count(), 1);
+    assert_eq!(
+        before.complete().await,
+        Err(sb_inbox::SettleError::LockLost)
+    );
+    again.complete().await.unwrap();
+    let counts = emulator.broker().entity("orders").unwrap().counts();
+    assert_eq!((counts.active, counts.locked), (0, 0));
+    receiver.close().await;
+}
+
+/// `with_locks_kept_on_connection_loss` keeps the old behaviour for tests that need it: the
+/// lock outlives the connection and the delivery still settles by its token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_kept_on_connection_loss_still_settle_by_token() {
+    let emulator = crate::support::emulator::emulator_with(
+        "PT5M",
+        EmulatorOptions::default().with_locks_kept_on_connection_loss(),
+    )
+    .await;
+    let client = client(&emulator);
+    let receiver = client.receiver("orders", 0);
+    send(&client, "orders", order("m-1", "o-1")).await;
+    let before = receiver.receive().await.unwrap().unwrap();
+    emulator.drop_all_connections();
+    before.complete().await.unwrap();
+    let counts = emulator.broker().entity("orders").unwrap().counts();
+    assert_eq!((counts.active, counts.locked), (0, 0));
+}

@@ -67,6 +67,12 @@ struct Args {
     /// renews).
     #[arg(long, value_name = "MS", default_value_t = 0)]
     attach_delay: u64,
+    /// Keep the message locks of a connection that ended until they expire. The service drops
+    /// them with the connection (Microsoft Learn, "Message transfers, locks, and
+    /// settlement": "the lock is dropped since Service Bus doesn't support recovery of existing
+    /// AMQP links on a different connection"), and so does the emulator unless this is set.
+    #[arg(long)]
+    keep_locks_on_connection_loss: bool,
 }
 
 const BUILT_IN: &str = include_str!("../config/Config.json");
@@ -111,6 +117,7 @@ async fn main() -> ExitCode {
         websocket_listen: args.websocket_listen,
         policies,
         attach_delay: Duration::from_millis(args.attach_delay),
+        keep_locks_on_connection_loss: args.keep_locks_on_connection_loss,
         ..Default::default()
     }
     .with_link_idle_timeout(Duration::from_secs(args.link_idle_timeout));

@@ -333,6 +333,11 @@ impl LinkControl {
         self.registration.remove();
     }
 
+    /// A peek-lock delivery went out on this link: its lock is the connection's to drop.
+    pub(crate) fn hold_lock(&self, entity: &crate::Entity, lock_token: uuid::Uuid) {
+        self.state.hold_lock(entity, lock_token);
+    }
+
     /// Cancelled once the service lost this link ([`Registry::black_hole`]).
     pub(crate) fn lost(&self) -> CancellationToken {
         self.lost.clone()

@@ -211,8 +211,13 @@ pub(super) async fn deliver_to_client(
             }
             received = feed.next(entity, mode), if available > 0 => {
                 match deliver(&sender, entity, feed, received, settled).await {
-                    Delivered::Sent => {
+                    Delivered::Sent(lock_token) => {
                         credit.sent();
+                        // A session's message locks are its session lock, which ends with
+                        // this link.
+                        if let (Some(token), Feed::Entity) = (lock_token, feed) {
+                            control.hold_lock(entity, token);
+                        }
                         control.after_transfer();
                     }
                     Delivered::Nothing => {}
@@ -304,8 +309,8 @@ async fn answer_disposition(
 /// What one delivery attempt came to.
 #[derive(Debug)]
 enum Delivered {
-    /// A message went out.
-    Sent,
+    /// A message went out; under this lock token when the client settles it.
+    Sent(Option<uuid::Uuid>),
     /// No message yet: look at the credit again.
     Nothing,
     /// The link must be detached with this error.
@@ -356,7 +361,7 @@ async fn deliver(
         }
         return Delivered::LinkEnds(Err(error));
     }
-    Delivered::Sent
+    Delivered::Sent(received.lock_token.filter(|_| !settled))
 }
 
 /// Handles the dispositions that arrived before the link stops: each is applied and, when the
