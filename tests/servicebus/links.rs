@@ -211,6 +211,12 @@ async fn locks_kept_on_connection_loss_still_settle_by_token() {
     send(&client, "orders", order("m-1", "o-1")).await;
     let before = receiver.receive().await.unwrap().unwrap();
     emulator.drop_all_connections();
+    // Settled once the connection is gone: a disposition racing the drop may be applied with
+    // its answer lost, and its retry by token then rightly finds no lock.
+    within(10, "the client saw the connection close", || {
+        !client.is_connected()
+    })
+    .await;
     before.complete().await.unwrap();
     let counts = emulator.broker().entity("orders").unwrap().counts();
     assert_eq!((counts.active, counts.locked), (0, 0));
