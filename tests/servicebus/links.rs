@@ -85,7 +85,7 @@ async fn an_attach_answered_after_its_timeout_releases_what_it_locked() {
     send(&client, "orders", message).await;
     emulator.set_attach_delay(Duration::from_millis(1500));
     let late = client.accept_session("orders", "s-1").await;
-    let error = late.err().expect("the attach must time out first");
+    let error = late.expect_err("the attach must time out first");
     assert!(error.to_string().contains("in time"), "{error}");
     emulator.set_attach_delay(Duration::ZERO);
     // The late answer comes 1.5 s after the attach; the emulator lists the link until the
