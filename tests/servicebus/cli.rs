@@ -482,20 +482,7 @@ async fn dlq_peek_and_resubmit_work_on_a_session_queue() {
         "{}",
         stdout(&output)
     );
-    let output = run_async(
-        Some(&cs),
-        &["dlq", "resubmit", "--entity", "orders", "--wait-secs", "1"],
-    )
-    .await;
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert!(
-        stdout(&output).ends_with(
-            "1 dead letter(s) resubmitted from orders/$DeadLetterQueue to orders, 0 left\n"
-        ),
-        "{}",
-        stdout(&output)
-    );
-    assert_eq!(dead_letters(&emulator), 0);
+    resubmit_the_one_dead_letter(&emulator).await;
     let session = client.accept_session("orders", "customer-7").await.unwrap();
     let copy = session
         .receive(Duration::from_secs(10))
@@ -516,7 +503,6 @@ async fn dlq_peek_and_resubmit_work_on_a_session_queue() {
 async fn dlq_resubmit_counts_its_idle_window_from_the_attached_link() {
     // Locks outlast the slow attach of the copy's sender.
     let emulator = crate::support::emulator::emulator("PT30S").await;
-    let cs = emulator.connection_string();
     let client = client(&emulator);
     client
         .sender_port()
@@ -531,6 +517,13 @@ async fn dlq_resubmit_counts_its_idle_window_from_the_attached_link() {
     receiver.close().await;
     assert_eq!(dead_letters(&emulator), 1);
     emulator.set_attach_delay(Duration::from_millis(1500));
+    resubmit_the_one_dead_letter(&emulator).await;
+}
+
+/// `sb-inbox dlq resubmit --entity orders --wait-secs 1` resubmits the one dead letter of
+/// `orders` and leaves none.
+async fn resubmit_the_one_dead_letter(emulator: &Emulator) {
+    let cs = emulator.connection_string();
     let output = run_async(
         Some(&cs),
         &["dlq", "resubmit", "--entity", "orders", "--wait-secs", "1"],
@@ -544,5 +537,5 @@ async fn dlq_resubmit_counts_its_idle_window_from_the_attached_link() {
         "{}",
         stdout(&output)
     );
-    assert_eq!(dead_letters(&emulator), 0);
+    assert_eq!(dead_letters(emulator), 0);
 }
