@@ -335,7 +335,8 @@ impl ServiceBusReceiver {
         }
     }
 
-    /// The next delivery, or `None` after dead-lettering one the runtime cannot take.
+    /// The next delivery, or `None` after dead-lettering one the runtime cannot take or
+    /// replacing a link idle past the guard.
     async fn next_or_refused(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
         let mut guard = self.inner.link.lock().await;
         if guard.is_none() && self.inner.session.get().is_some() {
@@ -382,9 +383,8 @@ impl ServiceBusReceiver {
                         tracing::debug!(entity = %self.inner.entity, "Idle link's detach unanswered; dropped.");
                     }
                 }
-                return Err(ReceiveError::transient(
-                    "the receive link delivered nothing within the idle guard; replaced",
-                ));
+                // Not an error for the runtime: the caller's receive goes on, on a fresh link.
+                return Ok(None);
             }
             Err(error) => {
                 // Only this link is gone (the connection too for a connection-level error):
