@@ -15,6 +15,7 @@ mod external_key;
 mod holes;
 mod host;
 mod js;
+mod links;
 mod python;
 mod recovery;
 mod relay;
