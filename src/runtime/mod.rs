@@ -59,6 +59,8 @@ pub use json::{Json, JsonContract, JsonHandler, decode_json};
 pub use lock_keeper::{KeptLock, LockKeeper};
 pub use outcome::{Outcome, Settlement};
 pub use process::{LAST_ERROR_PROPERTY, Report};
+#[cfg(test)]
+pub(crate) use retry::copy as retry_copy;
 pub use retry::{
     DEFAULT_JITTER, DelayedRetry, InvalidRetryPolicy, JitterSource,
     ORIGINAL_ENQUEUED_TIME_PROPERTY, RETRY_ATTEMPT_PROPERTY, RetryPolicy, ScheduledRetry,
