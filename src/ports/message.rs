@@ -11,6 +11,13 @@ use bytes::Bytes;
 /// retries, resubmissions) therefore never carry a broker id with this prefix.
 pub const TYPED_MESSAGE_ID_PREFIX: &str = "amqp:";
 
+/// The prefix of every application property the inbox itself writes (the logical id, the
+/// delayed-retry count, the first enqueue time, the last error, the resubmission count). They
+/// describe one hop: the relay strips them from outgoing messages, so a handler that copies its
+/// incoming properties onto the events it writes does not hand the next consumer a logical id
+/// that makes every event after the first a duplicate.
+pub const INBOX_PROPERTY_PREFIX: &str = "sb-inbox-";
+
 /// An application property value: the subset of AMQP simple types Service Bus carries.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
