@@ -109,21 +109,33 @@ async fn a_lost_lock_takes_one_delivery_out_and_the_rest_run_again() {
     assert_eq!(broker.counts().completed, 2);
 }
 
-/// A store whose first `fail` commits fail (a failover at commit time); it also records the
-/// most savepoints a transaction held open at once.
+/// A store whose first `fail` commits fail (a failover at commit time), or with
+/// [`FailingCommit::answer_lost`] commit and then fail (the connection broke before the answer
+/// came back: the outcome is unknown to the caller); it also records the most savepoints a
+/// transaction held open at once.
 #[derive(Debug, Clone)]
-struct FailingCommit<S> {
+pub(crate) struct FailingCommit<S> {
     inner: S,
     fail: Arc<AtomicU32>,
+    answer_lost: bool,
     savepoints: Arc<std::sync::Mutex<OpenSavepoints>>,
 }
 
 impl<S> FailingCommit<S> {
-    fn new(inner: S, fail: u32) -> Self {
+    pub(crate) fn new(inner: S, fail: u32) -> Self {
         FailingCommit {
             inner,
             fail: Arc::new(AtomicU32::new(fail)),
+            answer_lost: false,
             savepoints: Arc::default(),
+        }
+    }
+
+    /// The first `fail` commits commit, then report a broken connection.
+    pub(crate) fn answer_lost(inner: S, fail: u32) -> Self {
+        FailingCommit {
+            answer_lost: true,
+            ..FailingCommit::new(inner, fail)
         }
     }
 
@@ -148,9 +160,10 @@ impl OpenSavepoints {
 }
 
 #[derive(Debug)]
-struct FailingCommitTx<T> {
+pub(crate) struct FailingCommitTx<T> {
     inner: T,
     fail: bool,
+    answer_lost: bool,
     savepoints: Arc<std::sync::Mutex<OpenSavepoints>>,
 }
 
@@ -166,6 +179,7 @@ impl<S: Store> Store for FailingCommit<S> {
         Ok(FailingCommitTx {
             inner: self.inner.begin().await?,
             fail,
+            answer_lost: self.answer_lost,
             savepoints: self.savepoints.clone(),
         })
     }
@@ -232,7 +246,11 @@ impl<T: Tx> Tx for FailingCommitTx<T> {
         if !self.fail {
             return self.inner.commit().await;
         }
-        self.inner.rollback().await?;
+        if self.answer_lost {
+            self.inner.commit().await?;
+        } else {
+            self.inner.rollback().await?;
+        }
         Err(StoreError::new(
             ErrorKind::Connection,
             None,
