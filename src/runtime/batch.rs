@@ -19,7 +19,11 @@
 //!    gives way: `ROLLBACK TO` its savepoint, and it runs again, first, in the batch's next
 //!    transaction. So two batches that each hold what the other needs part at once instead of
 //!    waiting for the database's deadlock detection, and a first delivery, which may wait,
-//!    holds nothing else.
+//!    holds nothing else. On SQL Server the bound is a session `SET LOCK_TIMEOUT` sent as a
+//!    plain batch (in `sp_executesql` it would end with its own statement), and a rollback to a
+//!    savepoint keeps escalated and converted locks: giving way there releases the rows a
+//!    delivery inserted or locked fresh, not a lock it escalated or converted, which the
+//!    batch holds until its commit (the database's deadlock detection settles what remains).
 //! 5. Fence, just before the commit: a delivery whose lock is lost is taken out by rolling the
 //!    whole transaction back (its savepoint is released); the others run again in the batch's
 //!    next transaction (a verdict can depend on an earlier delivery of the batch: the second
