@@ -182,11 +182,14 @@ pub const MAX_RETENTION_BATCH: usize = 4000;
 /// do business keys (a producer may repeat a business request at any time, not only within the
 /// broker's replay horizon).
 pub trait RetentionStore: Send + Sync + 'static {
-    /// Deletes up to `limit` (at most [`MAX_RETENTION_BATCH`]) inbox rows processed before
-    /// `before`; returns how many.
+    /// Deletes up to `limit` (at most [`MAX_RETENTION_BATCH`]) inbox rows processed more than
+    /// `older_than` ago on the database's clock (`processed_at` is the database's `now()` at
+    /// insert, so the age is measured against the same clock: a worker whose clock is ahead
+    /// would otherwise delete rows still inside the retention, and let a redelivery through);
+    /// returns how many.
     fn delete_inbox_batch(
         &self,
-        before: SystemTime,
+        older_than: Duration,
         limit: usize,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
