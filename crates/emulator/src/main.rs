@@ -60,6 +60,16 @@ struct Args {
     /// Seed of the fault draws (default: from the clock, logged at start), to replay a run.
     #[arg(long, value_name = "N")]
     fault_seed: Option<u64>,
+    /// Run the broker's clock SECS seconds ahead of the host's (behind it when negative): every
+    /// broker timestamp (locked-until, session locked-until, enqueued time, scheduled time) is
+    /// shifted, as a broker's clock is from a drifting client host's.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    clock_offset: i64,
 }
 
 const BUILT_IN: &str = include_str!("../config/Config.json");
@@ -88,7 +98,8 @@ async fn main() -> ExitCode {
         .as_ref()
         .map(|c| c.namespace.shared_access_policies.clone())
         .unwrap_or_default();
-    let broker = match config.and_then(sb_emulator::Broker::new) {
+    let clock = sb_emulator::Clock::shifted(args.clock_offset);
+    let broker = match config.and_then(|config| sb_emulator::Broker::with_clock(config, clock)) {
         Ok(broker) => broker,
         Err(error) => {
             eprintln!("error: {error}");
