@@ -467,33 +467,18 @@ async fn a_batch_releases_each_deliverys_savepoint_once_it_succeeded() {
 }
 
 /// Claims business key `order` for every message and swallows the duplicate (a handler that
-/// ignores its store error and returns success).
-#[derive(Debug)]
-struct SwallowsDuplicateKey(Vec<sb_inbox::Contract>);
-
-impl<T: Tx> sb_inbox::Handler<T> for SwallowsDuplicateKey {
-    type Payload = ();
-
-    fn contracts(&self) -> &[sb_inbox::Contract] {
-        &self.0
-    }
-
-    fn decode(&self, _: &sb_inbox::Contract, _: &[u8]) -> Result<(), sb_inbox::DecodeError> {
-        Ok(())
-    }
-
-    async fn handle(
-        &self,
-        ctx: &sb_inbox::Context<'_, ()>,
-        tx: &mut T,
-    ) -> Result<sb_inbox::Handled, sb_inbox::HandlerError> {
-        // Swallowed on purpose: what the runtime makes of it is the point.
-        let _ = tx
-            .claim_business_key(ctx.consumer.as_str(), "order", ctx.logical_id())
-            .await;
-        Ok(sb_inbox::Handled::Processed)
-    }
+/// ignores its store error and returns success), then runs the inner handler.
+struct SwallowsDuplicateKey<H> {
+    inner: H,
 }
+
+crate::support::handlers::wrapper_handler!(SwallowsDuplicateKey, inner, |self, ctx, tx| {
+    // Swallowed on purpose: what the runtime makes of it is the point.
+    let _ = tx
+        .claim_business_key(ctx.consumer.as_str(), "order", ctx.logical_id())
+        .await;
+    self.inner.handle(ctx, tx).await
+});
 
 /// A swallowed business-key duplicate settles the same wherever it stands in the batch: `k-2`
 /// (in the middle) and `k-3` (last) both run into `k-1`'s key; each is a duplicate, completed,
@@ -505,7 +490,7 @@ async fn a_swallowed_duplicate_settles_the_same_in_any_position() {
     let runtime = Runtime::new(
         broker.receiver(),
         store.clone(),
-        SwallowsDuplicateKey(vec![sb_inbox::Contract::new("orders.order-placed", 1)]),
+        SwallowsDuplicateKey { inner: Noop::new() },
         batched("billing.order-placed.v1", BATCH),
     );
     for id in ["k-1", "k-2", "k-3"] {

@@ -258,34 +258,19 @@ async fn run_relays_until_shutdown_and_samples_the_backlog() {
 }
 
 /// Writes two events per message, each carrying every application property of the message it
-/// handles (a handler forwarding its headers).
-#[derive(Debug)]
-struct CopiesHeaders(Vec<sb_inbox::Contract>);
-
-impl<T: Tx> sb_inbox::Handler<T> for CopiesHeaders {
-    type Payload = ();
-
-    fn contracts(&self) -> &[sb_inbox::Contract] {
-        &self.0
-    }
-
-    fn decode(&self, _: &sb_inbox::Contract, _: &[u8]) -> Result<(), sb_inbox::DecodeError> {
-        Ok(())
-    }
-
-    async fn handle(
-        &self,
-        ctx: &sb_inbox::Context<'_, ()>,
-        tx: &mut T,
-    ) -> Result<sb_inbox::Handled, sb_inbox::HandlerError> {
-        for n in 1..=2 {
-            let mut event = OutboxMessage::new("events", "stock.reserved.v1", vec![n]);
-            event.application_properties = ctx.message.application_properties.clone();
-            tx.append_outbox(&event).await?;
-        }
-        Ok(sb_inbox::Handled::Processed)
-    }
+/// handles (a handler forwarding its headers), then runs the inner handler.
+struct CopiesHeaders<H> {
+    inner: H,
 }
+
+crate::support::handlers::wrapper_handler!(CopiesHeaders, inner, |self, ctx, tx| {
+    for n in 1..=2 {
+        let mut event = OutboxMessage::new("events", "stock.reserved.v1", vec![n]);
+        event.application_properties = ctx.message.application_properties.clone();
+        tx.append_outbox(&event).await?;
+    }
+    self.inner.handle(ctx, tx).await
+});
 
 /// A delayed-retry copy (logical id and attempt in the inbox's properties) handled by a
 /// handler that copies its headers onto two events: the relay publishes them without the
@@ -314,7 +299,7 @@ async fn the_inbox_properties_do_not_pass_through_the_relay() {
     let runtime = Runtime::new(
         upstream.receiver(),
         store.clone(),
-        CopiesHeaders(vec![Contract::new("orders.order-placed", 1)]),
+        CopiesHeaders { inner: Noop::new() },
         runtime_config("inventory.order-placed.v1"),
     );
     let reports = handle_all(&runtime, 1, ready_deliveries(&upstream)).await;

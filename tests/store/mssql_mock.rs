@@ -894,9 +894,17 @@ impl RequestLog {
 /// parameterised tiberius call makes) when that call returns, so the bound would vanish with
 /// its own statement. The recording proxy shows the bound and the restore at the commit both
 /// go out as SQL batches, and the parameterised insert as an RPC (the proxy tells them apart).
+/// The bound belongs to the session, not the transaction: the commit's batch restores the
+/// session's own value (two thirds of the 30 s command timeout) so the pooled connection's next
+/// transaction waits as configured; the mock answers only that commit batch with
+/// `@@TRANCOUNT` 0, so a commit that forgot the restore gets no answer it accepts.
 #[tokio::test]
 async fn mock_lock_timeout_is_set_and_restored_in_plain_sql_batches() {
-    let mock = mock().await;
+    let mock = spawn(MockTdsServer::new("127.0.0.1:0").await.unwrap());
+    mock.registry.lock().await.register(
+        "COMMIT TRANSACTION; SELECT @@TRANCOUNT; SET XACT_ABORT ON; SET LOCK_TIMEOUT 20000",
+        trancount(0),
+    );
     let log = RequestLog::start(mock.port).await;
     let store = store(log.port).await;
     let mut tx = store.begin().await.unwrap();
@@ -918,27 +926,4 @@ async fn mock_lock_timeout_is_set_and_restored_in_plain_sql_batches() {
         "the session's value at connect, then restored by the commit"
     );
     assert_eq!(log.kinds_of("INSERT INTO sb_inbox"), [RequestKind::Rpc]);
-}
-
-/// SQL Server's `SET LOCK_TIMEOUT` belongs to the session, not the transaction: a batch that
-/// bounded its lock waits restores the session's own value (two thirds of the 30 s command
-/// timeout) in the commit's batch, so the pooled connection's next transaction waits as
-/// configured. The mock answers only that commit batch with `@@TRANCOUNT` 0; a commit that
-/// forgot the restore gets no answer it accepts.
-#[tokio::test]
-async fn mock_a_bounded_lock_wait_ends_with_its_transaction() {
-    let mock = spawn(MockTdsServer::new("127.0.0.1:0").await.unwrap());
-    mock.registry.lock().await.register(
-        "COMMIT TRANSACTION; SELECT @@TRANCOUNT; SET XACT_ABORT ON; SET LOCK_TIMEOUT 20000",
-        trancount(0),
-    );
-    let store = store(mock.port).await;
-    let mut tx = store.begin().await.unwrap();
-    let savepoint = tx.savepoint().await.unwrap();
-    tx.insert_inbox("c", "m-1").await.unwrap();
-    tx.release(savepoint).await.unwrap();
-    tx.bound_lock_waits(std::time::Duration::from_millis(10))
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
 }
