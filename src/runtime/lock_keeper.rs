@@ -153,8 +153,15 @@ impl LockKeeper {
 
     /// Starts keeping `delivery`'s lock in a background task, from now (call it at receipt).
     pub fn keep<D: Delivery>(&self, delivery: Arc<D>) -> KeptLock {
-        let base = Instant::now();
         let remaining = self.remaining(delivery.locked_until(), delivery.enqueued_time());
+        self.keep_for(delivery, remaining)
+    }
+
+    /// Starts keeping `delivery`'s lock, which has `remaining` left now: a session's delivery,
+    /// whose lock is the session's, granted before the delivery (its enqueued time bounds
+    /// nothing), as the session's own keep-alive reckons it.
+    pub(crate) fn keep_for<D: Delivery>(&self, delivery: Arc<D>, remaining: Duration) -> KeptLock {
+        let base = Instant::now();
         let state = Arc::new(LockState {
             base,
             expiry_ns: AtomicU64::new(nanos(remaining)),

@@ -205,6 +205,8 @@ struct Inner<R, S, H> {
     slots: Arc<SlotWatch>,
     observer: observe::Observer,
     health: StoreHealth,
+    /// One keeper for every delivery: it learns the entity's lock duration from them.
+    keeper: LockKeeper,
 }
 
 impl<R, S, H> Runtime<R, S, H> {
@@ -219,8 +221,10 @@ impl<R, S, H> Runtime<R, S, H> {
     ) -> Self {
         let observer = observe::Observer::new(source, &config.consumer, clock);
         let health = StoreHealth::new(&config.consumer);
+        let keeper = LockKeeper::new(config.lock_margin, clock).metered(observer.renewal_meter());
         Runtime {
             inner: Arc::new(Inner {
+                keeper,
                 slots: Arc::new(SlotWatch::new(config.max_processing)),
                 observer,
                 health,
@@ -461,8 +465,7 @@ where
             store: &self.store,
             handler: &self.handler,
             consumer: &self.config.consumer,
-            keeper: LockKeeper::new(self.config.lock_margin, self.clock)
-                .metered(self.observer.renewal_meter()),
+            keeper: self.keeper.clone(),
             observer: &self.observer,
             health: &self.health,
             retry: self.config.delayed_retry.as_ref(),

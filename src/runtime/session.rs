@@ -189,8 +189,10 @@ where
                 }
             };
             let processor = self.processor();
-            // The delivery's lock is the session lock: the keeper renews the session.
-            let lock = processor.keeper.keep(delivery.clone());
+            // The delivery's lock is the session lock: the keeper renews the session. It was
+            // granted before the delivery, so the delivery's enqueued time bounds nothing.
+            let remaining = plausible_remaining(session.locked_until(), self.clock.now(), margin);
+            let lock = processor.keeper.keep_for(delivery.clone(), remaining);
             let report = {
                 let _busy = self.slots.enter();
                 processor.run(delivery, lock, abort).await

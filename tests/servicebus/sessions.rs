@@ -531,6 +531,80 @@ async fn the_session_runtime_keeps_the_session_lock_and_a_lost_one_fences_the_co
     assert_eq!((counts.reservations, counts.inbox_rows), (3, 3));
 }
 
+/// A host clock 60 s ahead of the broker's (the emulator's clock shifted back, as
+/// `--clock-offset -60` runs it): every fresh 2 s session lock looks expired on the host. The
+/// session runtime keeps the session through its messages (a 3 s handler on a 2 s lock) and
+/// idle waits, renewing on its monotonic clock (with the host's view of the broker's timestamps
+/// the second message's lock was renewed too late: its settlement failed and its redelivery
+/// was a duplicate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_clock_ahead_of_the_broker_keeps_its_sessions() {
+    use crate::survival::until;
+    use sb_inbox::servicebus::ServiceBusSessionSource;
+    use sb_inbox::{ConsumerName, Message, Runtime, RuntimeConfig, SessionConfig};
+
+    let store = crate::support::sqlite_store("session_clock_ahead", 2).await;
+    let emulator = crate::support::emulator::start_on_clock(
+        vec![queue("sq", session_properties("PT2S"))],
+        EmulatorOptions::default(),
+        sb_emulator::Clock::shifted(-60),
+    )
+    .await;
+    let client = crate::support::emulator::client(&emulator);
+    let sender = client.sender("sq");
+    for id in ["a1", "a2"] {
+        let mut message = Message::new(id, "orders.order-placed.v1", "{}");
+        message.session_id = Some("A".to_owned());
+        sender.send(message).await.unwrap();
+    }
+    let mut config = RuntimeConfig::new(ConsumerName::new("billing.order-placed.v1").unwrap());
+    config.lock_margin = Duration::from_millis(500);
+    let runtime = std::sync::Arc::new(Runtime::for_sessions(
+        ServiceBusSessionSource::new(client.clone(), "sq", Duration::from_secs(1)),
+        store,
+        crate::support::handlers::Slow {
+            inner: crate::support::handlers::Noop::new(),
+            duration: Duration::from_secs(3),
+        },
+        config,
+    ));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn({
+        let (runtime, stop) = (runtime.clone(), stop.clone());
+        async move {
+            let sessions = SessionConfig {
+                max_sessions: 1,
+                idle: Duration::from_secs(3),
+            };
+            runtime.run_sessions(sessions, stop).await
+        }
+    });
+    let stats = runtime.stats();
+    until(
+        "both messages are processed",
+        Duration::from_secs(30),
+        || {
+            let processed = stats.snapshot().processed;
+            async move { processed == 2 }
+        },
+    )
+    .await;
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    let done = stats.snapshot();
+    assert_eq!(
+        (
+            done.processed,
+            done.duplicate,
+            done.lock_lost,
+            done.settle_failed
+        ),
+        (2, 0, 0, 0),
+        "one delivery each, every settlement within its lock: {done:?}"
+    );
+    assert!(done.renewals >= 2, "{done:?}");
+}
+
 /// The service detaches a session link when the token that authorised it expires; accepting a
 /// session afterwards puts a fresh token instead of failing for ever with the cached one.
 #[tokio::test]
