@@ -114,7 +114,10 @@ enum DlqCommand {
     /// Sends dead letters back to their entity under a fresh broker message id with the
     /// logical id kept (sb-inbox-logical-id), then completes them: a message that was in fact
     /// processed is completed as a duplicate by the consumer. Fix the cause first, and stay
-    /// within the retention's DLQ resubmission window.
+    /// within the retention's DLQ resubmission window. On a session entity a copy goes to the
+    /// end of its session, behind messages sent after the original: the session's order is
+    /// broken for it, so resubmit only what does not depend on that order (or replay the
+    /// session's later messages after it yourself).
     Resubmit {
         #[command(flatten)]
         broker: BrokerArgs,

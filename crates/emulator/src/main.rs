@@ -73,6 +73,16 @@ struct Args {
     /// AMQP links on a different connection"), and so does the emulator unless this is set.
     #[arg(long)]
     keep_locks_on_connection_loss: bool,
+    /// Run the broker's clock SECS seconds ahead of the host's (behind it when negative): every
+    /// broker timestamp (locked-until, session locked-until, enqueued time, scheduled time) is
+    /// shifted, as a broker's clock is from a drifting client host's.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    clock_offset: i64,
 }
 
 const BUILT_IN: &str = include_str!("../config/Config.json");
@@ -101,7 +111,8 @@ async fn main() -> ExitCode {
         .as_ref()
         .map(|c| c.namespace.shared_access_policies.clone())
         .unwrap_or_default();
-    let broker = match config.and_then(sb_emulator::Broker::new) {
+    let clock = sb_emulator::Clock::shifted(args.clock_offset);
+    let broker = match config.and_then(|config| sb_emulator::Broker::with_clock(config, clock)) {
         Ok(broker) => broker,
         Err(error) => {
             eprintln!("error: {error}");
