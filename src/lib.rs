@@ -156,10 +156,10 @@ pub mod ops;
 pub mod worker;
 
 pub use ports::{
-    BacklogSample, Delivery, DuplicateScope, ErrorKind, Message, OutboxBacklog, OutboxLease,
-    OutboxMessage, OutboxRow, OutboxStore, PropertyValue, ReceiveError, Receiver, RetentionStore,
-    Savepoint, SendFailure, Sender, SessionReceiver, SessionSource, SettleError, Source, Store,
-    StoreError, Tx, VersionCheck,
+    BacklogSample, Delivery, DuplicateScope, ErrorKind, INBOX_PROPERTY_PREFIX, Message,
+    OutboxBacklog, OutboxLease, OutboxMessage, OutboxRow, OutboxStore, PropertyValue, ReceiveError,
+    Receiver, RetentionStore, Savepoint, SendFailure, Sender, SessionReceiver, SessionSource,
+    SettleError, Source, Store, StoreError, Tx, VersionCheck,
 };
 pub use runtime::{
     Circuit, CircuitConfig, CircuitPhase, Clock, ConsumerName, ConsumerNameError, Context,

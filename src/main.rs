@@ -114,7 +114,10 @@ enum DlqCommand {
     /// Sends dead letters back to their entity under a fresh broker message id with the
     /// logical id kept (sb-inbox-logical-id), then completes them: a message that was in fact
     /// processed is completed as a duplicate by the consumer. Fix the cause first, and stay
-    /// within the retention's DLQ resubmission window.
+    /// within the retention's DLQ resubmission window. On a session entity a copy goes to the
+    /// end of its session, behind messages sent after the original: the session's order is
+    /// broken for it, so resubmit only what does not depend on that order (or replay the
+    /// session's later messages after it yourself).
     Resubmit {
         #[command(flatten)]
         broker: BrokerArgs,
@@ -369,7 +372,17 @@ async fn dlq_resubmit(
     let client = broker.client()?;
     let queue = dlq::dead_letter_queue(&broker.entity);
     let receiver = client.receiver(&queue, 0);
-    let result = dlq::resubmit(&receiver, &client.sender_port(), &destination, options).await;
+    // The idle window (--wait-secs) is the dead-letter queue's silence: connecting and
+    // attaching, seconds against a real namespace, must not use it up and report nothing
+    // resubmitted.
+    let result = match receiver.attach_now().await {
+        Ok(()) => dlq::resubmit(&receiver, &client.sender_port(), &destination, options).await,
+        Err(error) => Err(OpsError::Partial {
+            done: 0,
+            total: options.max,
+            error: format!("attaching to {queue}: {error}"),
+        }),
+    };
     receiver.close().await;
     let report = result.with_context(|| format!("resubmitting from {queue} to {destination}"))?;
     for done in &report.resubmitted {

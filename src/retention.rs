@@ -112,11 +112,12 @@ pub struct Sweep {
 /// tx.insert_inbox("inventory", "m-1").await?;
 /// tx.commit().await?;
 ///
-/// // A clock 31 days ahead sees the row as older than a 30-day retention.
+/// // Inbox rows age on the database's clock: a worker clock 31 days ahead deletes nothing
+/// // inside a 30-day retention.
 /// let later = Clock::starting_at(SystemTime::now() + Duration::from_secs(31 * 86_400));
-/// let task = RetentionTask::with_clock(store, RetentionConfig::new(Duration::from_secs(30 * 86_400)), later);
-/// let sweep = task.sweep(&Default::default()).await?;
-/// assert_eq!(sweep.inbox_deleted, 1);
+/// let month = RetentionConfig::new(Duration::from_secs(30 * 86_400));
+/// let task = RetentionTask::with_clock(store, month, later);
+/// assert_eq!(task.sweep(&Default::default()).await?.inbox_deleted, 0);
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
@@ -167,11 +168,15 @@ impl<S: RetentionStore> RetentionTask<S> {
                     return Ok(sweep);
                 }
                 let deleted = if outbox {
+                    // `dispatched_at` is the relay's clock, as `cutoff` is.
                     self.store
                         .delete_dispatched_outbox_batch(cutoff, batch)
                         .await?
                 } else {
-                    self.store.delete_inbox_batch(cutoff, batch).await?
+                    // `processed_at` is the database's clock: the store measures the age there.
+                    self.store
+                        .delete_inbox_batch(self.config.retention, batch)
+                        .await?
                 };
                 sweep.batches += 1;
                 self.stats.batches.fetch_add(1, Ordering::Relaxed);

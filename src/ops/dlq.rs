@@ -311,6 +311,21 @@ mod tests {
         (id, why)
     }
 
+    /// The relay strips the inbox's properties by their prefix: every one must carry it.
+    #[test]
+    fn every_inbox_property_carries_the_prefix_the_relay_strips() {
+        use crate::runtime::ORIGINAL_ENQUEUED_TIME_PROPERTY;
+        for name in [
+            LOGICAL_ID_PROPERTY,
+            RETRY_ATTEMPT_PROPERTY,
+            ORIGINAL_ENQUEUED_TIME_PROPERTY,
+            LAST_ERROR_PROPERTY,
+            RESUBMISSION_PROPERTY,
+        ] {
+            assert!(name.starts_with(crate::INBOX_PROPERTY_PREFIX), "{name}");
+        }
+    }
+
     #[test]
     fn a_resubmission_keeps_the_logical_id_under_a_fresh_id() {
         let mut dead = Message::new("m-1/retry-3", "orders.order-placed.v1", "{}");

@@ -4,6 +4,20 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
+/// Message ids of a non-string AMQP type are keyed with their type, so that string `"42"`, ulong
+/// 42, a uuid and a binary id can never share an inbox key: `amqp:ulong:42`,
+/// `amqp:uuid:00112233-…`, `amqp:binary:<hex>`. String ids starting with this prefix are
+/// refused (`InvalidMessageId`): they could pose as a typed id. Copies the runtime sends (delayed
+/// retries, resubmissions) therefore never carry a broker id with this prefix.
+pub const TYPED_MESSAGE_ID_PREFIX: &str = "amqp:";
+
+/// The prefix of every application property the inbox itself writes (the logical id, the
+/// delayed-retry count, the first enqueue time, the last error, the resubmission count). They
+/// describe one hop: the relay strips them from outgoing messages, so a handler that copies its
+/// incoming properties onto the events it writes does not hand the next consumer a logical id
+/// that makes every event after the first a duplicate.
+pub const INBOX_PROPERTY_PREFIX: &str = "sb-inbox-";
+
 /// An application property value: the subset of AMQP simple types Service Bus carries.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]

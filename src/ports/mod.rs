@@ -25,7 +25,7 @@ mod store;
 
 pub use delivery::{Delivery, ReceiveError, Receiver, SettleError, Source};
 pub use error::Cause;
-pub use message::{Message, PropertyValue};
+pub use message::{INBOX_PROPERTY_PREFIX, Message, PropertyValue, TYPED_MESSAGE_ID_PREFIX};
 pub use outbox::{
     BacklogSample, MAX_RETENTION_BATCH, OutboxBacklog, OutboxLease, OutboxRow, OutboxStore,
     RetentionStore,

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 
-use super::{Message, OutboxMessage, StoreError};
+use super::{INBOX_PROPERTY_PREFIX, Message, OutboxMessage, StoreError};
 
 /// A relay's hold on the outbox rows it claimed: a token no other claim shares and the time the
 /// hold runs out.
@@ -67,7 +67,9 @@ impl OutboxRow {
         self.attempts > 1
     }
 
-    /// The message to publish: the row's fields under its stable message id.
+    /// The message to publish: the row's fields under its stable message id, without the
+    /// inbox's own properties ([`INBOX_PROPERTY_PREFIX`]): they belong to the hop that wrote
+    /// the row, and the next consumer would key its inbox on a copied logical id.
     pub fn to_message(&self) -> Message {
         let message = &self.message;
         Message {
@@ -77,7 +79,12 @@ impl OutboxRow {
             // The outbox has no session column yet: relayed messages carry no session id.
             session_id: None,
             content_type: message.content_type.clone(),
-            application_properties: message.application_properties.clone(),
+            application_properties: message
+                .application_properties
+                .iter()
+                .filter(|(name, _)| !name.starts_with(INBOX_PROPERTY_PREFIX))
+                .map(|(name, value)| (name.clone(), value.clone()))
+                .collect(),
             body: message.body.clone().into(),
         }
     }
@@ -175,11 +182,14 @@ pub const MAX_RETENTION_BATCH: usize = 4000;
 /// do business keys (a producer may repeat a business request at any time, not only within the
 /// broker's replay horizon).
 pub trait RetentionStore: Send + Sync + 'static {
-    /// Deletes up to `limit` (at most [`MAX_RETENTION_BATCH`]) inbox rows processed before
-    /// `before`; returns how many.
+    /// Deletes up to `limit` (at most [`MAX_RETENTION_BATCH`]) inbox rows processed more than
+    /// `older_than` ago on the database's clock (`processed_at` is the database's `now()` at
+    /// insert, so the age is measured against the same clock: a worker whose clock is ahead
+    /// would otherwise delete rows still inside the retention, and let a redelivery through);
+    /// returns how many.
     fn delete_inbox_batch(
         &self,
-        before: SystemTime,
+        older_than: Duration,
         limit: usize,
     ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 

@@ -7,20 +7,36 @@
 //!    receipt until that delivery's settlement is answered.
 //! 2. Envelope and decode failures are dead-lettered without touching the transaction.
 //! 3. One transaction; for each delivery in turn: `SAVEPOINT`, inbox row, handler. On success
-//!    the savepoint stays open (so the delivery can still be taken out); on a failure (a
-//!    duplicate, a permanent or a transient error) `ROLLBACK TO` its savepoint undoes that
-//!    delivery alone and forgets the error (the transaction's first-error rule is scoped to the
-//!    savepoint), and its verdict waits for the commit.
+//!    the savepoint is released ([`Tx::release`]; PostgreSQL and SQLite fold the `RELEASE` into
+//!    the next `SAVEPOINT`), so a batch holds one open savepoint at a time, not one per delivery;
+//!    on a failure (a duplicate, a permanent or a transient error, also one the handler
+//!    swallowed: the release is refused then) `ROLLBACK TO` its savepoint undoes that delivery
+//!    alone and forgets the error (the transaction's first-error rule is scoped to the
+//!    savepoint), and its verdict waits for the commit. So a failure has one rule wherever the
+//!    delivery stands in the batch.
 //! 4. Every delivery after the transaction's first waits at most [`LOCK_WAIT_BOUND`] for a row
 //!    lock another transaction holds ([`Tx::bound_lock_waits`]); one that meets such a lock
 //!    gives way: `ROLLBACK TO` its savepoint, and it runs again, first, in the batch's next
 //!    transaction. So two batches that each hold what the other needs part at once instead of
 //!    waiting for the database's deadlock detection, and a first delivery, which may wait,
-//!    holds nothing else.
-//! 5. Fence, just before the commit: a delivery whose lock is lost is taken out by rolling back
-//!    to its savepoint. Savepoints nest, so that also undoes the deliveries after it, which run
-//!    again (a verdict can depend on an earlier delivery of the batch: the second copy of a
-//!    message is a duplicate only while the first stays in).
+//!    holds nothing else. On SQL Server the bound is a session `SET LOCK_TIMEOUT` sent as a
+//!    plain batch (in `sp_executesql` it would end with its own statement), and a rollback to a
+//!    savepoint keeps escalated and converted locks: giving way there releases the rows a
+//!    delivery inserted or locked fresh, not a lock it escalated or converted, which the
+//!    batch holds until its commit (the database's deadlock detection settles what remains).
+//! 5. Fence, just before the commit: a delivery whose lock is lost is taken out by rolling the
+//!    whole transaction back (its savepoint is released); the others run again in the batch's
+//!    next transaction (a verdict can depend on an earlier delivery of the batch: the second
+//!    copy of a message is a duplicate only while the first stays in). Rare, and the price of
+//!    one open savepoint at a time.
+//!
+//! PostgreSQL keeps the ids of a transaction's subtransactions that took an XID in a
+//! per-backend cache of 64 (`PGPROC_MAX_CACHED_SUBXIDS`); past it every snapshot of the
+//! cluster has to consult `pg_subtrans`. A rolled-back subtransaction leaves the cache; a
+//! released one only leaves it with its top-level transaction. Releasing bounds the nesting
+//! (one `ROLLBACK TO` walks one level, and each level's resources are freed at once), not that
+//! count: a batch whose committed deliveries (plus the savepoints handlers open themselves)
+//! exceed 64 still overflows the cache, so keep `batch_size` at or below 64 on PostgreSQL.
 //! 6. One commit; the deliveries it decided keep their verdicts whatever becomes of the batch's
 //!    later transactions. Once none is left to run again, every settlement at once, each as the
 //!    unbatched runtime settles it: processed, stale and duplicates complete; permanent
@@ -213,8 +229,8 @@ const LOCK_WAIT_BOUND: Duration = Duration::from_millis(1);
 enum State {
     /// Not handled in this transaction yet.
     Pending,
-    /// Its work is in the transaction under this live savepoint.
-    Kept(Savepoint, Handled),
+    /// Its work is in the transaction (its savepoint released).
+    Kept(Handled),
     /// Rolled back to its savepoint; the verdict holds if the transaction commits.
     Undone(Result<Outcome, Abort>),
     /// Rolled back to its savepoint because it met a row lock held by another transaction
@@ -236,7 +252,7 @@ impl State {
     /// Final once its transaction committed.
     fn commit(&mut self) {
         match std::mem::replace(self, State::Pending) {
-            State::Kept(_, handled) => *self = State::Decided(Ok(outcome_of(handled))),
+            State::Kept(handled) => *self = State::Decided(Ok(outcome_of(handled))),
             State::Undone(verdict) => *self = State::Decided(verdict),
             other => *self = other,
         }
@@ -406,13 +422,6 @@ where
                 step.circuit.answered();
                 members.iter_mut().for_each(|m| m.state.commit());
             }
-            // Refused: the last kept delivery went on past a failed statement.
-            Err(refused) if refused.is_refused() => match last_kept(members) {
-                Some(culprit) => {
-                    members[culprit].state = State::Decided(Err(out_verdict(Abort::from(refused))));
-                }
-                None => return Err(Whole::store(&refused)),
-            },
             Err(error) => return Err(Whole::store(&error)),
         }
     }
@@ -438,53 +447,44 @@ where
     H: Handler<S::Tx>,
     D: Delivery,
 {
-    let (mut from, mut bounded) = (0, false);
-    loop {
-        match run_pending(step, members, &mut tx, from, &mut bounded).await {
-            Ok(Pass::Ready) => {}
-            Ok(Pass::Ended) => {
-                rollback(tx).await;
-                return Ok(None);
-            }
-            Err(whole) => {
-                rollback(tx).await;
-                return Err(whole);
-            }
-        }
-        let Some(lost) = members
-            .iter()
-            .position(|m| matches!(m.state, State::Kept(..)) && !m.lock.is_held())
-        else {
-            return Ok(Some(tx));
-        };
-        tracing::warn!(
-            lock_token = %members[lost].delivery.lock_token(),
-            "Lock lost before the batch commit; taking the delivery out of the batch."
-        );
-        let State::Kept(savepoint, _) = std::mem::replace(
-            &mut members[lost].state,
-            State::Decided(Err(Abort::lock_lost_before_commit())),
-        ) else {
-            unreachable!("the position found a kept member");
-        };
-        if tx.rollback_to(savepoint).await.is_err() {
+    let mut bounded = false;
+    match run_pending(step, members, &mut tx, &mut bounded).await {
+        Ok(Pass::Ready) => {}
+        Ok(Pass::Ended) => {
             rollback(tx).await;
             return Ok(None);
         }
-        // Their work was undone with it, and their verdicts may have stood on it; so was a
-        // lock-wait bound set after its savepoint.
-        members[lost + 1..].iter_mut().for_each(|m| m.state.reset());
-        (from, bounded) = (lost + 1, false);
+        Err(whole) => {
+            rollback(tx).await;
+            return Err(whole);
+        }
     }
+    let mut any_lost = false;
+    for member in members.iter_mut() {
+        if matches!(member.state, State::Kept(_)) && !member.lock.is_held() {
+            tracing::warn!(
+                lock_token = %member.delivery.lock_token(),
+                "Lock lost before the batch commit; taking the delivery out of the batch."
+            );
+            member.state = State::Decided(Err(Abort::lock_lost_before_commit()));
+            any_lost = true;
+        }
+    }
+    if !any_lost {
+        return Ok(Some(tx));
+    }
+    // Its savepoint is released: the whole transaction goes, and the rest runs again.
+    rollback(tx).await;
+    Ok(None)
 }
 
-/// Runs each pending member from `from` on, in its own savepoint. Every member after the
-/// transaction's first runs with bounded lock waits (`bounded` says whether the bound is set).
+/// Runs each pending member in its own savepoint, released once it succeeded. Every member
+/// after the transaction's first runs with bounded lock waits (`bounded` says whether the bound
+/// is set).
 async fn run_pending<S, H, D>(
     step: &Processor<'_, S, H>,
     members: &mut [Member<D>],
     tx: &mut S::Tx,
-    from: usize,
     bounded: &mut bool,
 ) -> Result<Pass, Whole>
 where
@@ -492,7 +492,7 @@ where
     H: Handler<S::Tx>,
     D: Delivery,
 {
-    let mut index = from;
+    let mut index = 0;
     while index < members.len() {
         let member = &mut members[index];
         if !matches!(member.state, State::Pending) {
@@ -507,27 +507,6 @@ where
         let bound = !*bounded && members.iter().any(|m| m.state.ran());
         let savepoint = match open(tx, bound).await {
             Ok(savepoint) => savepoint,
-            // The delivery before kept going past a failed statement (its handler swallowed
-            // the error): it is the one that failed.
-            Err(refused) if refused.is_refused() => {
-                let Some(culprit) = last_kept(members) else {
-                    return Err(Whole::store(&refused));
-                };
-                let culprit = &mut members[culprit];
-                let State::Kept(savepoint, _) =
-                    std::mem::replace(&mut culprit.state, State::Pending)
-                else {
-                    unreachable!("last_kept found a kept member");
-                };
-                // Its error was swallowed, not waited out: undone, not given way.
-                if undo(tx, culprit, savepoint, Abort::from(refused), false)
-                    .await
-                    .is_err()
-                {
-                    return Ok(Pass::Ended);
-                }
-                continue;
-            }
             Err(error) => {
                 step.note(&error);
                 return Err(Whole::store(&error));
@@ -546,8 +525,20 @@ where
         };
         let undone = match result {
             Ok(handled) => {
-                member.state = State::Kept(savepoint, handled);
-                Ok(())
+                let id = savepoint.id();
+                match tx.release(savepoint).await {
+                    Ok(()) => {
+                        member.state = State::Kept(handled);
+                        Ok(())
+                    }
+                    // The handler went on past a failed statement (it swallowed the error): the
+                    // delivery failed with it, wherever it stands in the batch. The refused
+                    // release left the savepoint live.
+                    Err(refused) => {
+                        let savepoint = Savepoint::new(id);
+                        undo(tx, member, savepoint, Abort::from(refused), false).await
+                    }
+                }
             }
             Err(abort) => undo(tx, member, savepoint, abort, *bounded).await,
         };
@@ -565,13 +556,6 @@ async fn open<T: Tx>(tx: &mut T, bound: bool) -> Result<Savepoint, StoreError> {
         tx.bound_lock_waits(LOCK_WAIT_BOUND).await?;
     }
     tx.savepoint().await
-}
-
-/// The last member whose work is in the transaction.
-fn last_kept<D>(members: &[Member<D>]) -> Option<usize> {
-    members
-        .iter()
-        .rposition(|m| matches!(m.state, State::Kept(..)))
 }
 
 /// Rolls `member`'s savepoint back for `abort`. A delivery that met another transaction's lock

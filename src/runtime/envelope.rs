@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::ports::{Message, PropertyValue};
+use crate::ports::{Message, PropertyValue, TYPED_MESSAGE_ID_PREFIX};
 
 /// The application property that carries a message's *logical* id when its broker message id
 /// differs from it: delayed-retry copies and resubmitted dead letters get fresh broker ids (so
@@ -198,10 +198,14 @@ pub(crate) fn logical_id(message: &Message) -> Result<&str, Rejection> {
 
 /// A broker message id for a copy of a message with `logical_id` (a delayed retry, a
 /// resubmission): `{logical}/{suffix}`, or the logical id's SHA-256 (hex) in place of a logical
-/// id too long for the [`MAX_MESSAGE_ID_LEN`] limit. Deterministic, so the same copy sent twice
-/// has the same broker id.
+/// id too long for the [`MAX_MESSAGE_ID_LEN`] limit or keyed from a typed AMQP id
+/// ([`TYPED_MESSAGE_ID_PREFIX`]: the copy is sent with a string id, which the receiver refuses
+/// with that prefix; the logical id travels in [`LOGICAL_ID_PROPERTY`]). Deterministic, so the
+/// same copy sent twice has the same broker id.
 pub(crate) fn derived_message_id(logical_id: &str, suffix: &str) -> String {
-    if logical_id.len() + 1 + suffix.len() <= MAX_MESSAGE_ID_LEN {
+    if logical_id.len() + 1 + suffix.len() <= MAX_MESSAGE_ID_LEN
+        && !logical_id.starts_with(TYPED_MESSAGE_ID_PREFIX)
+    {
         return format!("{logical_id}/{suffix}");
     }
     let digest = ring::digest::digest(&ring::digest::SHA256, logical_id.as_bytes());

@@ -17,7 +17,11 @@ use crate::ports::{Delivery, SettleError};
 /// Lock timing does not trust the host's wall clock: at receipt the lock's remaining time is
 /// taken as `locked_until − now`, but never more than `locked_until − enqueued_time` (both broker
 /// timestamps: the broker was at least at the enqueued time when it delivered), and a host
-/// clock so far ahead that the lock looks expired falls back to that broker-side bound. From then
+/// clock so far ahead that the lock looks expired falls back to that broker-side bound. That bound
+/// is loose for a backlog (a message enqueued an hour ago bounds its lock by an hour), so the
+/// keeper also learns the entity's lock duration: no lock lasts longer than the shortest
+/// `locked_until − enqueued_time` seen (a message delivered right after it was enqueued gives
+/// the duration itself), and every lock at receipt is bounded by it too. From then
 /// on the expiry is a point on the monotonic clock, moved by each renewal by exactly how far the
 /// broker moved `locked_until`. So a host clock behind the broker cannot make renewals late
 /// (for messages delivered soon after they were enqueued), and one ahead of it only makes them
@@ -34,6 +38,9 @@ pub struct LockKeeper {
     margin: Duration,
     clock: Clock,
     meter: Option<RenewalMeter>,
+    /// The shortest `locked_until − enqueued_time` seen, in nanoseconds (`u64::MAX`: none
+    /// yet): an upper bound of the entity's lock duration, shared by the keeper's clones.
+    longest_lock: Arc<AtomicU64>,
 }
 
 /// Counts renewal attempts by result (`sb_inbox.lock.renewals`).
@@ -93,20 +100,21 @@ impl LockState {
 
 /// How long a lock has left at receipt, from the broker's timestamps as far as they allow (see
 /// [`LockKeeper`]): the host's view `locked_until − now`, bounded by `locked_until −
-/// enqueued_time`; the bound alone when the host's clock is so far ahead that the lock looks
-/// expired.
+/// enqueued_time` and by `longest_lock`, the longest any lock of the entity lasts; the bounds
+/// alone when the host's clock is so far ahead that the lock looks expired.
 pub(crate) fn remaining_at_receipt(
     locked_until: SystemTime,
     enqueued: Option<SystemTime>,
     now: SystemTime,
+    longest_lock: Option<Duration>,
 ) -> Duration {
     let host_view = locked_until.duration_since(now).ok();
     let broker_bound = enqueued.and_then(|at| locked_until.duration_since(at).ok());
-    match (host_view, broker_bound) {
-        (Some(host), Some(bound)) => host.min(bound),
-        (Some(remaining), None) | (None, Some(remaining)) => remaining,
-        (None, None) => Duration::ZERO,
-    }
+    [host_view, broker_bound, longest_lock]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(Duration::ZERO)
 }
 
 impl LockKeeper {
@@ -116,7 +124,25 @@ impl LockKeeper {
             margin,
             clock,
             meter: None,
+            longest_lock: Arc::new(AtomicU64::new(u64::MAX)),
         }
+    }
+
+    /// How long a lock received now has left ([`remaining_at_receipt`]), learning from its
+    /// timestamps how long the entity's locks last at most.
+    pub(crate) fn remaining(
+        &self,
+        locked_until: SystemTime,
+        enqueued: Option<SystemTime>,
+    ) -> Duration {
+        if let Some(bound) = enqueued.and_then(|at| locked_until.duration_since(at).ok()) {
+            self.longest_lock.fetch_min(nanos(bound), Ordering::AcqRel);
+        }
+        let longest = match self.longest_lock.load(Ordering::Acquire) {
+            u64::MAX => None,
+            ns => Some(Duration::from_nanos(ns)),
+        };
+        remaining_at_receipt(locked_until, enqueued, self.clock.now(), longest)
     }
 
     /// The same keeper, counting each renewal attempt.
@@ -127,12 +153,15 @@ impl LockKeeper {
 
     /// Starts keeping `delivery`'s lock in a background task, from now (call it at receipt).
     pub fn keep<D: Delivery>(&self, delivery: Arc<D>) -> KeptLock {
+        let remaining = self.remaining(delivery.locked_until(), delivery.enqueued_time());
+        self.keep_for(delivery, remaining)
+    }
+
+    /// Starts keeping `delivery`'s lock, which has `remaining` left now: a session's delivery,
+    /// whose lock is the session's, granted before the delivery (its enqueued time bounds
+    /// nothing), as the session's own keep-alive reckons it.
+    pub(crate) fn keep_for<D: Delivery>(&self, delivery: Arc<D>, remaining: Duration) -> KeptLock {
         let base = Instant::now();
-        let remaining = remaining_at_receipt(
-            delivery.locked_until(),
-            delivery.enqueued_time(),
-            self.clock.now(),
-        );
         let state = Arc::new(LockState {
             base,
             expiry_ns: AtomicU64::new(nanos(remaining)),
@@ -293,24 +322,45 @@ mod tests {
         let until = enqueued + s(30);
         // Host in step with the broker.
         assert_eq!(
-            remaining_at_receipt(until, Some(enqueued), enqueued + s(1)),
+            remaining_at_receipt(until, Some(enqueued), enqueued + s(1), None),
             s(29)
         );
         // Host 60 s behind: its view says 90 s, the broker's timestamps say at most 30 s.
         assert_eq!(
-            remaining_at_receipt(until, Some(enqueued), enqueued - s(60)),
+            remaining_at_receipt(until, Some(enqueued), enqueued - s(60), None),
             s(30)
         );
         // Host 60 s ahead: the lock looks expired; the broker bound stands in.
         assert_eq!(
-            remaining_at_receipt(until, Some(enqueued), enqueued + s(60)),
+            remaining_at_receipt(until, Some(enqueued), enqueued + s(60), None),
             s(30)
         );
         // No enqueued time: the host's view, or nothing.
-        assert_eq!(remaining_at_receipt(until, None, enqueued), s(30));
+        assert_eq!(remaining_at_receipt(until, None, enqueued, None), s(30));
         assert_eq!(
-            remaining_at_receipt(until, None, enqueued + s(60)),
+            remaining_at_receipt(until, None, enqueued + s(60), None),
             Duration::ZERO
         );
+    }
+
+    /// A backlog on a host 60 s ahead of the broker: a message enqueued an hour before its
+    /// delivery bounds its 30 s lock by an hour and a half minute, and on the host clock the
+    /// lock looks expired; before, the keeper took that hour as the lock's time left and renewed
+    /// far too late. Once one message delivered right after its enqueue has shown the locks last
+    /// 30 s, every later lock is bounded by that, and a lock that looks expired too.
+    #[tokio::test(start_paused = true)]
+    async fn a_backlog_on_a_host_ahead_is_bounded_by_the_learned_lock_duration() {
+        let s = Duration::from_secs;
+        let host = Clock::new();
+        let broker_now = || host.now() - s(60);
+        let keeper = LockKeeper::new(s(10), host);
+        let fresh = keeper.remaining(broker_now() + s(30), Some(broker_now()));
+        assert_eq!(fresh, s(30), "looks expired on the host: the broker bound");
+        let backlog = keeper.remaining(broker_now() + s(30), Some(broker_now() - s(3600)));
+        assert_eq!(backlog, s(30), "not the hour and a half minute");
+        // Without the fresh message first, the backlog's own bound is all there is.
+        let unlearned = LockKeeper::new(s(10), host);
+        let loose = unlearned.remaining(broker_now() + s(30), Some(broker_now() - s(3600)));
+        assert_eq!(loose, s(3630));
     }
 }

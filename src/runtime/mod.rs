@@ -67,6 +67,8 @@ pub use json::{Json, JsonContract, JsonHandler, decode_json};
 pub use lock_keeper::{KeptLock, LockKeeper};
 pub use outcome::{Outcome, Settlement};
 pub use process::{LAST_ERROR_PROPERTY, Report};
+#[cfg(test)]
+pub(crate) use retry::copy as retry_copy;
 pub use retry::{
     DEFAULT_JITTER, DelayedRetry, InvalidRetryPolicy, JitterSource,
     ORIGINAL_ENQUEUED_TIME_PROPERTY, RETRY_ATTEMPT_PROPERTY, RetryPolicy, ScheduledRetry,
@@ -244,6 +246,8 @@ struct Inner<R, S, H> {
     observer: observe::Observer,
     health: StoreHealth,
     circuit: Circuit,
+    /// One keeper for every delivery: it learns the entity's lock duration from them.
+    keeper: LockKeeper,
 }
 
 impl<R, S, H> Runtime<R, S, H> {
@@ -259,9 +263,11 @@ impl<R, S, H> Runtime<R, S, H> {
         let observer = observe::Observer::new(source, &config.consumer, clock);
         let health = StoreHealth::new(&config.consumer);
         let circuit = Circuit::new(config.circuit.clone(), &config.consumer);
+        let keeper = LockKeeper::new(config.lock_margin, clock).metered(observer.renewal_meter());
         Runtime {
             inner: Arc::new(Inner {
                 circuit,
+                keeper,
                 slots: Arc::new(SlotWatch::new(config.max_processing)),
                 observer,
                 health,
@@ -550,8 +556,7 @@ where
             store: &self.store,
             handler: &self.handler,
             consumer: &self.config.consumer,
-            keeper: LockKeeper::new(self.config.lock_margin, self.clock)
-                .metered(self.observer.renewal_meter()),
+            keeper: self.keeper.clone(),
             observer: &self.observer,
             health: &self.health,
             circuit: &self.circuit,

@@ -35,7 +35,9 @@ use super::{
     Clock, Context, DeadLetterReason, Handled, Handler, HandlerError, LockKeeper, Outcome,
     Rejection, Settlement, envelope, panic, transient_hold,
 };
-use crate::ports::{Delivery, ErrorKind, PropertyValue, SettleError, Store, StoreError, Tx};
+use crate::ports::{
+    Delivery, DuplicateScope, ErrorKind, PropertyValue, SettleError, Store, StoreError, Tx,
+};
 use crate::runtime::ConsumerName;
 
 /// The application property an abandon writes with the failure that caused it.
@@ -450,6 +452,21 @@ where
         let done = retry::attempts_so_far(message);
         let policy = retry.policy();
         if done >= policy.max_retries() {
+            if self.committed_after_all(logical_id).await {
+                // A commit whose answer was lost (the connection broke while it was sent) may
+                // have committed: dead-lettering would report an applied effect as lost.
+                tracing::warn!(
+                    logical_id,
+                    "The last retry's effect was committed after all (its inbox row is there); completing."
+                );
+                let settled = delivery.complete().await;
+                return Report {
+                    outcome: Outcome::Duplicate(DuplicateScope::Inbox),
+                    settled: Some(settled),
+                    renewals,
+                    retry: None,
+                };
+            }
             let rejection = Rejection::new(
                 DeadLetterReason::RetriesExhausted,
                 format!(
@@ -498,6 +515,20 @@ where
                 }
             }
         }
+    }
+
+    /// Whether the inbox row of `logical_id` is there, asked the one way every store answers
+    /// without a read: inserting it again in a transaction rolled back at once. `false` when
+    /// the store cannot tell (the failure then stands as it was).
+    async fn committed_after_all(&self, logical_id: &str) -> bool {
+        let Ok(mut tx) = self.store.begin().await else {
+            return false;
+        };
+        let probe = tx.insert_inbox(self.consumer.as_str(), logical_id).await;
+        if let Err(error) = tx.rollback().await {
+            tracing::warn!(%error, "Rollback failed; the connection is discarded.");
+        }
+        matches!(probe, Err(error) if error.kind() == ErrorKind::Duplicate(DuplicateScope::Inbox))
     }
 
     pub(super) async fn dead_letter<D: Delivery>(

@@ -16,8 +16,9 @@
 //! abandon instead: the broker redelivers the same message first.
 
 use std::sync::{Arc, Mutex as StdMutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -199,8 +200,10 @@ where
                 return Ended::Closed;
             };
             let processor = self.processor();
-            // The delivery's lock is the session lock: the keeper renews the session.
-            let lock = processor.keeper.keep(delivery.clone());
+            // The delivery's lock is the session lock: the keeper renews the session. It was
+            // granted before the delivery, so the delivery's enqueued time bounds nothing.
+            let remaining = plausible_remaining(session.locked_until(), self.clock.now(), margin);
+            let lock = processor.keeper.keep_for(delivery.clone(), remaining);
             let report = {
                 let _busy = self.slots.enter();
                 processor.run(delivery, lock, abort).await
@@ -221,26 +224,52 @@ where
 }
 
 /// Renews the session lock `margin` before each expiry while the session waits for a
-/// message; resolves only when the lock is lost.
+/// message; resolves only when the lock is lost: the broker refused a renewal, or renewals
+/// failed transiently until the lock's expiry passed.
+///
+/// The expiry is a point on the monotonic clock, set from each lock the broker granted: the
+/// host's view `locked_until − now` mixes the broker's clock with the host's, so it is trusted
+/// only while it is plausible. A lock the broker has just granted or renewed that looks
+/// expired, or within the margin, on the host clock says the host is ahead of the broker (a
+/// host 60 s ahead saw every fresh 60 s lock as expired and gave the session up on its first
+/// idle wait): the lock then counts as lasting `margin`, renewed every `margin / 2`, and only
+/// the broker's answer ends it.
 async fn keep_session<T: SessionReceiver>(session: &T, margin: Duration, clock: Clock) {
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+    let mut granted = Instant::now();
+    let mut remaining = plausible_remaining(session.locked_until(), clock.now(), margin);
     loop {
-        let until = session.locked_until();
-        let renew_at = until.checked_sub(margin).unwrap_or(until);
-        let wait = renew_at
-            .duration_since(clock.now())
-            .unwrap_or(Duration::ZERO);
-        tokio::time::sleep(wait).await;
+        // Never before half of the lock has passed: a margin as long as the lock would
+        // otherwise renew without pause.
+        let renew_at = granted + remaining.saturating_sub(margin).max(remaining / 2);
+        tokio::time::sleep_until(renew_at).await;
         match session.renew().await {
-            Ok(_) => backoff.reset(),
-            Err(SettleError::Transient(error)) if clock.now() < session.locked_until() => {
+            Ok(until) => {
+                backoff.reset();
+                granted = Instant::now();
+                remaining = plausible_remaining(until, clock.now(), margin);
+            }
+            Err(SettleError::Transient(error)) if Instant::now() < granted + remaining => {
                 tracing::debug!(%error, "Renewing the session lock failed; retrying.");
                 tokio::time::sleep(backoff.next_delay()).await;
             }
             Err(_) => return,
         }
-        if clock.now() >= session.locked_until() {
-            return;
+    }
+}
+
+/// How long a lock the broker has just granted lasts, as far as the host can tell: `until −
+/// now`, or `margin` when the host clock is so far ahead that the lock looks expired or within
+/// the margin.
+fn plausible_remaining(until: SystemTime, now: SystemTime, margin: Duration) -> Duration {
+    match until.duration_since(now) {
+        Ok(remaining) if remaining > margin => remaining,
+        _ => {
+            tracing::debug!(
+                ?margin,
+                "The session lock looks expired on the host clock (ahead of the broker's); renewing every half margin."
+            );
+            margin
         }
     }
 }
@@ -274,6 +303,64 @@ fn check_session_mode(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A session whose lock runs on a broker clock 60 s behind the host's: each lock lasts 30 s
+    /// from the broker's now, so on the host clock every fresh lock looks 30 s expired.
+    struct BehindTheHost {
+        host: Clock,
+        renewals: std::sync::atomic::AtomicU32,
+    }
+
+    impl BehindTheHost {
+        fn broker_until(&self) -> SystemTime {
+            self.host.now() - Duration::from_secs(60) + Duration::from_secs(30)
+        }
+    }
+
+    impl SessionReceiver for BehindTheHost {
+        type Delivery = crate::testing::MemoryDelivery;
+
+        fn session_id(&self) -> &str {
+            "s-1"
+        }
+
+        fn locked_until(&self) -> SystemTime {
+            self.broker_until()
+        }
+
+        async fn renew(&self) -> Result<SystemTime, SettleError> {
+            self.renewals
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(self.broker_until())
+        }
+
+        async fn receive(
+            &self,
+            _: Duration,
+        ) -> Result<Option<Self::Delivery>, crate::ports::ReceiveError> {
+            Ok(None)
+        }
+
+        async fn close(&self) {}
+    }
+
+    /// A host clock 60 s ahead of the broker's does not give the session up: the keeper keeps
+    /// renewing (every half margin) for as long as the broker grants the lock.
+    #[tokio::test(start_paused = true)]
+    async fn a_host_clock_ahead_of_the_broker_keeps_the_session() {
+        let session = BehindTheHost {
+            host: Clock::new(),
+            renewals: std::sync::atomic::AtomicU32::new(0),
+        };
+        let margin = Duration::from_secs(10);
+        let kept = tokio::select! {
+            () = keep_session(&session, margin, session.host) => false,
+            () = tokio::time::sleep(Duration::from_secs(300)) => true,
+        };
+        assert!(kept, "the session was given up");
+        let renewals = session.renewals.load(std::sync::atomic::Ordering::SeqCst);
+        assert!((59..=61).contains(&renewals), "{renewals}");
+    }
 
     #[test]
     fn defaults_hold_eight_sessions() {

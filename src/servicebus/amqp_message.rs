@@ -40,11 +40,7 @@ pub(crate) struct Refusal {
     pub(crate) description: String,
 }
 
-/// Message ids of a non-string AMQP type are keyed with their type, so that string `"42"`, ulong
-/// 42, a uuid and a binary id can never share an inbox key: `amqp:ulong:42`,
-/// `amqp:uuid:00112233-…`, `amqp:binary:<hex>`. String ids starting with this prefix are
-/// refused (`InvalidMessageId`): they could pose as a typed id.
-pub const TYPED_MESSAGE_ID_PREFIX: &str = "amqp:";
+pub use crate::ports::TYPED_MESSAGE_ID_PREFIX;
 
 /// Converts the lock token of a delivery tag: .NET's `Guid.ToByteArray` order (the first three
 /// groups little-endian), as Service Bus writes it.
@@ -350,6 +346,43 @@ mod tests {
             (text.as_str(), refusal.reason),
             ("amqp:ulong:42", DeadLetterReason::InvalidMessageId)
         );
+    }
+
+    /// What the receiver makes of `message` once sent: its inbox key and any refusal.
+    fn sent_and_received(message: &Message) -> Received {
+        let encoded = sb_amqp::encode_message(&to_amqp(message, &SendOptions::default())).unwrap();
+        from_amqp(&sb_amqp::decode_message(&encoded).unwrap(), &[])
+    }
+
+    /// A delayed-retry copy and a resubmitted dead letter of a message with a ulong, uuid or
+    /// binary id are sent with a string id: it must not carry the typed key's `amqp:` prefix
+    /// (the receiver refuses those, `InvalidMessageId`, and the original is already completed),
+    /// and the logical id they carry is the typed key, so the inbox still sees one message.
+    #[cfg(feature = "app")]
+    #[test]
+    fn copies_of_typed_ids_are_accepted_and_keep_the_typed_key() {
+        let uuid = uuid::Uuid::parse_str("00112233-4455-6677-8899-aabbccddeeff").unwrap();
+        for id in [
+            MessageId::Ulong(42),
+            MessageId::Uuid(to_amqp_uuid(uuid)),
+            MessageId::Binary(Binary::from(vec![0x34, 0x32])),
+        ] {
+            let key = message_id_key(&id).unwrap();
+            let mut original = Message::new(&key, "orders.order-placed.v1", "{}");
+            original.message_id = Some(key.clone());
+            let first = crate::runtime::retry_copy(&original, &key, 1, "e", None);
+            let second = crate::runtime::retry_copy(&first, &key, 2, "e", None);
+            let resubmitted = crate::ops::dlq::resubmission(&original).unwrap();
+            for copy in [first, second, resubmitted] {
+                let received = sent_and_received(&copy);
+                assert_eq!(received.refusal, None, "{id:?}: {:?}", copy.message_id);
+                assert_eq!(
+                    crate::runtime::logical_id(&received.message).unwrap(),
+                    key,
+                    "{id:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -172,7 +172,8 @@ impl ServiceBusDelivery {
             .client
             .management(
                 &self.receiver.entity,
-                Request::disposition(disposition, self.lock_token),
+                Request::disposition(disposition, self.lock_token)
+                    .for_link(self.receiver.current_link()),
             )
             .await;
         match replied

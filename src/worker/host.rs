@@ -279,7 +279,8 @@ where
     /// then stops the relay and retention.
     ///
     /// # Errors
-    /// [`WorkerError::Config`] with no consumer, two with one name, or delayed retries on a
+    /// [`WorkerError::Config`] with no consumer, two with one name or on one entity (different
+    /// subscriptions of a topic are different entities), or delayed retries on a
     /// subscription; [`WorkerError::Runtime`] when a receiver fails for good (the other
     /// consumers are drained first).
     pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerStats, WorkerError> {
@@ -533,7 +534,8 @@ fn probe<R, S, H>(
     });
 }
 
-/// Refuses what cannot run: no consumer, one name twice (they would share an inbox key), a
+/// Refuses what cannot run: no consumer, one name twice (they would share an inbox key), two
+/// names on one entity (a redelivery to the other would apply the effect again), a
 /// delayed retry whose copy would go to a topic, delayed retries in session mode.
 fn check<S>(
     consumers: &[Hosted<S>],
@@ -548,6 +550,20 @@ fn check<S>(
         {
             return Err(WorkerError::Config(format!(
                 "consumer {name} is hosted twice: each consumer needs its own name (its inbox key)"
+            )));
+        }
+        // Competing receivers under two names: a redelivery (lock expiry, abandon) that lands
+        // on the other one finds no inbox row under its name and applies the effect again.
+        if let Some(other) = consumers[..i]
+            .iter()
+            .find(|other| same_entity(&other.config.entity, &hosted.config.entity))
+        {
+            return Err(WorkerError::Config(format!(
+                "consumers {} and {name} both receive from {}: a message redelivered to the other \
+                 one would take effect twice (two inbox keys); host one consumer per entity, or \
+                 give each its own subscription",
+                other.config.name(),
+                hosted.config.entity
             )));
         }
         if retry.is_some() && is_subscription(&hosted.config.entity) {
@@ -568,6 +584,14 @@ fn check<S>(
     Ok(())
 }
 
+/// Whether two entity paths name the same entity: the broker resolves names
+/// case-insensitively (as our emulator does, `crates/emulator/src/address.rs`), and a leading or
+/// trailing `/` names the same path. Two subscriptions of one topic are two entities.
+fn same_entity(a: &str, b: &str) -> bool {
+    a.trim_matches('/')
+        .eq_ignore_ascii_case(b.trim_matches('/'))
+}
+
 /// Whether `entity` is `TOPIC/Subscriptions/SUBSCRIPTION`.
 pub(crate) fn is_subscription(entity: &str) -> bool {
     entity.to_ascii_lowercase().contains("/subscriptions/")
@@ -585,5 +609,25 @@ async fn stop_tasks(tasks: Vec<JoinHandle<()>>) {
                 task.abort();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_entity;
+
+    #[test]
+    fn one_entity_however_spelled_two_subscriptions_are_two() {
+        assert!(same_entity("orders", "Orders"));
+        assert!(same_entity("/orders/", "orders"));
+        assert!(same_entity(
+            "events/Subscriptions/billing",
+            "EVENTS/subscriptions/Billing"
+        ));
+        assert!(!same_entity(
+            "events/Subscriptions/billing",
+            "events/Subscriptions/shipping"
+        ));
+        assert!(!same_entity("orders", "orders-v2"));
     }
 }

@@ -65,9 +65,10 @@ async fn a_transient_failure_rolls_back_that_delivery_alone() {
 }
 
 /// Lock loss of one delivery in a batch (tokio's paused clock, renewals refused): `m-1`'s lock
-/// runs out while its batch runs. The fence takes it out just before the commit by rolling back
-/// to its savepoint, which also undoes `m-2` and the copy of `m-1` after it: they run again,
-/// and the copy, a duplicate of `m-1` while `m-1` was in, is now the one processed.
+/// runs out while its batch runs. The fence takes it out just before the commit by rolling the
+/// transaction back (its savepoint was released), which also undoes `m-2` and the copy of `m-1`:
+/// they run again, and the copy, a duplicate of `m-1` while `m-1` was in, is now the one
+/// processed.
 #[tokio::test(start_paused = true)]
 async fn a_lost_lock_takes_one_delivery_out_and_the_rest_run_again() {
     let store = sqlite_store("batch_lock_lost", 1).await;
@@ -108,17 +109,62 @@ async fn a_lost_lock_takes_one_delivery_out_and_the_rest_run_again() {
     assert_eq!(broker.counts().completed, 2);
 }
 
-/// A store whose first `fail` commits fail (a failover at commit time).
+/// A store whose first `fail` commits fail (a failover at commit time), or with
+/// [`FailingCommit::answer_lost`] commit and then fail (the connection broke before the answer
+/// came back: the outcome is unknown to the caller); it also records the most savepoints a
+/// transaction held open at once.
 #[derive(Debug, Clone)]
-struct FailingCommit<S> {
+pub(crate) struct FailingCommit<S> {
     inner: S,
     fail: Arc<AtomicU32>,
+    answer_lost: bool,
+    savepoints: Arc<std::sync::Mutex<OpenSavepoints>>,
+}
+
+impl<S> FailingCommit<S> {
+    pub(crate) fn new(inner: S, fail: u32) -> Self {
+        FailingCommit {
+            inner,
+            fail: Arc::new(AtomicU32::new(fail)),
+            answer_lost: false,
+            savepoints: Arc::default(),
+        }
+    }
+
+    /// The first `fail` commits commit, then report a broken connection.
+    pub(crate) fn answer_lost(inner: S, fail: u32) -> Self {
+        FailingCommit {
+            answer_lost: true,
+            ..FailingCommit::new(inner, fail)
+        }
+    }
+
+    fn most_open_savepoints(&self) -> usize {
+        self.savepoints.lock().unwrap().most
+    }
+}
+
+/// The savepoints open now (ending one ends those marked after it) and the most at once.
+#[derive(Debug, Default)]
+struct OpenSavepoints {
+    open: Vec<u32>,
+    most: usize,
+}
+
+impl OpenSavepoints {
+    fn end(&mut self, id: u32) {
+        if let Some(at) = self.open.iter().position(|open| *open == id) {
+            self.open.truncate(at);
+        }
+    }
 }
 
 #[derive(Debug)]
-struct FailingCommitTx<T> {
+pub(crate) struct FailingCommitTx<T> {
     inner: T,
     fail: bool,
+    answer_lost: bool,
+    savepoints: Arc<std::sync::Mutex<OpenSavepoints>>,
 }
 
 impl<S: Store> Store for FailingCommit<S> {
@@ -129,9 +175,12 @@ impl<S: Store> Store for FailingCommit<S> {
             .fail
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok();
+        self.savepoints.lock().unwrap().open.clear();
         Ok(FailingCommitTx {
             inner: self.inner.begin().await?,
             fail,
+            answer_lost: self.answer_lost,
+            savepoints: self.savepoints.clone(),
         })
     }
 }
@@ -172,22 +221,36 @@ impl<T: Tx> Tx for FailingCommitTx<T> {
     }
 
     async fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
-        self.inner.savepoint().await
+        let savepoint = self.inner.savepoint().await?;
+        let mut savepoints = self.savepoints.lock().unwrap();
+        savepoints.open.push(savepoint.id());
+        savepoints.most = savepoints.most.max(savepoints.open.len());
+        Ok(savepoint)
     }
 
     async fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
-        self.inner.rollback_to(savepoint).await
+        let id = savepoint.id();
+        self.inner.rollback_to(savepoint).await?;
+        self.savepoints.lock().unwrap().end(id);
+        Ok(())
     }
 
     async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
-        self.inner.release(savepoint).await
+        let id = savepoint.id();
+        self.inner.release(savepoint).await?;
+        self.savepoints.lock().unwrap().end(id);
+        Ok(())
     }
 
     async fn commit(self) -> Result<(), StoreError> {
         if !self.fail {
             return self.inner.commit().await;
         }
-        self.inner.rollback().await?;
+        if self.answer_lost {
+            self.inner.commit().await?;
+        } else {
+            self.inner.rollback().await?;
+        }
         Err(StoreError::new(
             ErrorKind::Connection,
             None,
@@ -208,10 +271,7 @@ impl<T: Tx> Tx for FailingCommitTx<T> {
 async fn a_commit_failure_abandons_the_whole_batch() {
     let store = pg_store("rt_batch_commit_failure", 2).await;
     let broker = MemoryBroker::new(Clock::new());
-    let failing = FailingCommit {
-        inner: store.clone(),
-        fail: Arc::new(AtomicU32::new(1)),
-    };
+    let failing = FailingCommit::new(store.clone(), 1);
     let runtime = Runtime::new(
         broker.receiver(),
         failing,
@@ -381,6 +441,71 @@ async fn a_later_delivery_gives_way_to_a_held_row_and_the_rest_of_the_batch_comm
     let counts = store.inventory_counts().await.unwrap();
     assert_eq!((counts.reservations, counts.inbox_rows), (2, 2));
     assert_eq!(broker.counts().completed, 2);
+}
+
+/// A batch of 64 holds one savepoint open at a time: each delivery's is released once it
+/// succeeded (on PostgreSQL 64 nested live savepoints, one per delivery, were held until the
+/// commit), and every delivery still commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_releases_each_deliverys_savepoint_once_it_succeeded() {
+    let store = pg_store("rt_batch_release", 2).await;
+    let broker = MemoryBroker::new(Clock::new());
+    let counting = FailingCommit::new(store.clone(), 0);
+    let runtime = Runtime::new(
+        broker.receiver(),
+        counting.clone(),
+        Noop::new(),
+        batched("billing.order-placed.v1", 64),
+    );
+    for n in 1..=64 {
+        broker.send(two_line_order(&format!("m-{n}"), &format!("o-{n}")));
+    }
+    let reports = runtime.process_batch(ready_deliveries(&broker)).await;
+    assert_eq!(outcomes(&reports), [Outcome::Processed; 64], "{reports:?}");
+    assert_eq!(counting.most_open_savepoints(), 1);
+    assert_eq!(store.count("sb_inbox").await.unwrap(), 64);
+}
+
+/// Claims business key `order` for every message and swallows the duplicate (a handler that
+/// ignores its store error and returns success), then runs the inner handler.
+struct SwallowsDuplicateKey<H> {
+    inner: H,
+}
+
+crate::support::handlers::wrapper_handler!(SwallowsDuplicateKey, inner, |self, ctx, tx| {
+    // Swallowed on purpose: what the runtime makes of it is the point.
+    let _ = tx
+        .claim_business_key(ctx.consumer.as_str(), "order", ctx.logical_id())
+        .await;
+    self.inner.handle(ctx, tx).await
+});
+
+/// A swallowed business-key duplicate settles the same wherever it stands in the batch: `k-2`
+/// (in the middle) and `k-3` (last) both run into `k-1`'s key; each is a duplicate, completed,
+/// as the unbatched runtime settles it (the last member was abandoned as a transient failure).
+#[tokio::test]
+async fn a_swallowed_duplicate_settles_the_same_in_any_position() {
+    let store = sqlite_store("batch_swallowed_duplicate", 1).await;
+    let broker = MemoryBroker::new(Clock::new());
+    let runtime = Runtime::new(
+        broker.receiver(),
+        store.clone(),
+        SwallowsDuplicateKey { inner: Noop::new() },
+        batched("billing.order-placed.v1", BATCH),
+    );
+    for id in ["k-1", "k-2", "k-3"] {
+        broker.send(two_line_order(id, id));
+    }
+    let reports = runtime.process_batch(ready_deliveries(&broker)).await;
+    let duplicate = Outcome::Duplicate(DuplicateScope::BusinessKey);
+    assert_eq!(
+        outcomes(&reports),
+        [Outcome::Processed, duplicate, duplicate],
+        "{reports:?}"
+    );
+    let c = broker.counts();
+    assert_eq!((c.completed, c.abandoned), (3, 0));
+    assert_eq!(store.count("sb_inbox").await.unwrap(), 1);
 }
 
 /// Accepts `orders.order-placed.v1`: `m-5` inserts a row whose deferred foreign key fails only

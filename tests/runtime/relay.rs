@@ -322,3 +322,84 @@ async fn sends_overlap_up_to_max_in_flight_and_publish_each_row_once_under_its_i
     assert_eq!(published, expected, "each row once, under its own id");
     assert_eq!(pending(&store).await, 0);
 }
+
+/// Writes two events per message, each carrying every application property of the message it
+/// handles (a handler forwarding its headers), then runs the inner handler.
+struct CopiesHeaders<H> {
+    inner: H,
+}
+
+crate::support::handlers::wrapper_handler!(CopiesHeaders, inner, |self, ctx, tx| {
+    for n in 1..=2 {
+        let mut event = OutboxMessage::new("events", "stock.reserved.v1", vec![n]);
+        event.application_properties = ctx.message.application_properties.clone();
+        tx.append_outbox(&event).await?;
+    }
+    self.inner.handle(ctx, tx).await
+});
+
+/// A delayed-retry copy (logical id and attempt in the inbox's properties) handled by a
+/// handler that copies its headers onto two events: the relay publishes them without the
+/// inbox's properties, so the next consumer keys each on its own id and processes both (with
+/// them copied through, both carried logical id `m-1` and the second was completed as a
+/// duplicate: an effect lost).
+#[tokio::test]
+async fn the_inbox_properties_do_not_pass_through_the_relay() {
+    use sb_inbox::runtime::{LOGICAL_ID_PROPERTY, RETRY_ATTEMPT_PROPERTY};
+    use sb_inbox::testing::MemoryBroker;
+    use sb_inbox::{Contract, Outcome, PropertyValue, Runtime};
+
+    use crate::support::handlers::Noop;
+    use crate::support::runtime::{
+        config as runtime_config, handle_all, outcomes, ready_deliveries,
+    };
+
+    let store = sqlite_store("relay_strips_inbox_properties", 1).await;
+    let upstream = MemoryBroker::new(Clock::new());
+    let mut copy = Message::new("m-1/retry-1", "orders.order-placed.v1", "{}");
+    let properties = &mut copy.application_properties;
+    properties.insert(LOGICAL_ID_PROPERTY.into(), "m-1".into());
+    properties.insert(RETRY_ATTEMPT_PROPERTY.into(), PropertyValue::Long(1));
+    properties.insert("tenant".into(), "t-1".into());
+    upstream.send(copy);
+    let runtime = Runtime::new(
+        upstream.receiver(),
+        store.clone(),
+        CopiesHeaders { inner: Noop::new() },
+        runtime_config("inventory.order-placed.v1"),
+    );
+    let reports = handle_all(&runtime, 1, ready_deliveries(&upstream)).await;
+    assert_eq!(outcomes(&reports), [Outcome::Processed]);
+
+    let downstream = MemoryBroker::new(Clock::new());
+    let relay = Relay::new(store.clone(), downstream.clone(), config(10));
+    let pass = relay.relay_once(&CancellationToken::new()).await.unwrap();
+    assert_eq!(pass.published, 2);
+    let events = ready_deliveries(&downstream);
+    for event in &events {
+        let properties = &sb_inbox::Delivery::message(event).application_properties;
+        assert_eq!(
+            properties.get("tenant"),
+            Some(&"t-1".into()),
+            "the handler's own kept"
+        );
+        assert!(
+            !properties
+                .keys()
+                .any(|name| name.starts_with(sb_inbox::INBOX_PROPERTY_PREFIX)),
+            "{properties:?}"
+        );
+    }
+    let consumer = Runtime::new(
+        downstream.receiver(),
+        store.clone(),
+        Noop(vec![Contract::new("stock.reserved", 1)]),
+        runtime_config("billing.stock-reserved.v1"),
+    );
+    let reports = handle_all(&consumer, 1, events).await;
+    assert_eq!(
+        outcomes(&reports),
+        [Outcome::Processed, Outcome::Processed],
+        "two events, two effects"
+    );
+}

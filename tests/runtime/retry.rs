@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::support::handlers::Flaky;
 use crate::support::orders::two_line_order;
 use crate::support::runtime::config;
-use crate::support::sqlite_store;
+use crate::support::{Count, sqlite_store};
 
 const BASE: Duration = Duration::from_secs(10);
 const MAX: Duration = Duration::from_secs(30);
@@ -308,4 +308,40 @@ async fn a_refused_copy_falls_back_to_abandon() {
     let report = runtime.process(broker.try_receive().unwrap()).await;
     assert_eq!(report.outcome, Outcome::Processed);
     assert_eq!(store.inventory_counts().await.unwrap().reservations, 1);
+}
+
+/// The last delayed retry's commit went through but its answer was lost (the connection broke):
+/// the runtime finds the inbox row and completes the message as a duplicate instead of
+/// dead-lettering an applied effect as `RetriesExhausted`.
+#[tokio::test]
+async fn a_last_retry_whose_commit_went_through_is_not_dead_lettered() {
+    let store = sqlite_store("retry_answer_lost", 1).await;
+    let broker = MemoryBroker::new(Clock::new());
+    let mut runtime_config = retry_config(&broker, 1);
+    runtime_config.consumer = sb_inbox::ConsumerName::new("billing.order-placed.v1").unwrap();
+    let runtime = Runtime::new(
+        broker.receiver(),
+        crate::batch::FailingCommit::answer_lost(store.clone(), 1),
+        crate::support::handlers::Noop::new(),
+        runtime_config,
+    );
+    let mut last = two_line_order("m-1/retry-1", "o-1");
+    let properties = &mut last.application_properties;
+    properties.insert(LOGICAL_ID_PROPERTY.into(), "m-1".into());
+    properties.insert(RETRY_ATTEMPT_PROPERTY.into(), PropertyValue::Long(1));
+    broker.send(last);
+    let report = runtime.process(broker.try_receive().unwrap()).await;
+    assert_eq!(
+        report.outcome,
+        Outcome::Duplicate(DuplicateScope::Inbox),
+        "{report:?}"
+    );
+    assert_eq!(report.settled, Some(Ok(())));
+    let c = broker.counts();
+    assert_eq!(
+        (c.completed, c.dead_lettered, c.sent),
+        (1, 0, 1),
+        "no copy sent"
+    );
+    assert_eq!(store.count("sb_inbox").await.unwrap(), 1);
 }

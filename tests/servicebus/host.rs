@@ -168,6 +168,34 @@ async fn a_saturated_pool_is_ready_on_recent_commits_and_a_free_one_on_a_ping() 
         .expect("the returned connection answers the ping");
 }
 
+/// Two consumer names on one entity compete for its messages: a redelivery that lands on the
+/// other one finds no inbox row under its name and applies the effect again. Refused before
+/// anything runs, however the entity is spelled.
+#[tokio::test]
+async fn a_worker_refuses_two_consumers_on_one_entity() {
+    let emulator = two_queues().await;
+    let stopped = CancellationToken::new();
+    stopped.cancel();
+    let store = sb_inbox::SqliteStore::open_in_memory().unwrap();
+    let result = Worker::new(client(&emulator), store)
+        .consumer(
+            ConsumerConfig::new(name("shop.status"), "status"),
+            Versioned::new(),
+        )
+        .consumer(
+            ConsumerConfig::new(name("shop.audit"), "Status"),
+            Versioned::new(),
+        )
+        // Stopped already: were it accepted, it would return at once instead of refusing.
+        .run(stopped)
+        .await;
+    assert!(
+        matches!(&result, Err(WorkerError::Config(problem))
+            if problem.contains("shop.status and shop.audit both receive from Status")),
+        "{result:?}"
+    );
+}
+
 /// Two consumers under one name would share an inbox key: refused before anything runs.
 #[tokio::test]
 async fn a_worker_refuses_one_consumer_name_twice() {

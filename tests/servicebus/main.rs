@@ -15,6 +15,7 @@ mod external_key;
 mod holes;
 mod host;
 mod js;
+mod links;
 mod pipeline;
 mod python;
 mod recovery;

@@ -440,7 +440,7 @@ async fn the_session_runtime_keeps_the_session_lock_and_a_lost_one_fences_the_co
     use crate::survival::until;
     use sb_inbox::inventory::{InventoryStore as _, OrderPlacedConsumer};
     use sb_inbox::servicebus::ServiceBusSessionSource;
-    use sb_inbox::{ConsumerName, Message, Runtime, RuntimeConfig, SessionConfig};
+    use sb_inbox::{ConsumerName, Message, Runtime, RuntimeConfig};
 
     let test = "session_runtime";
     let store = crate::support::pg_store(test, 2).await;
@@ -470,21 +470,7 @@ async fn the_session_runtime_keeps_the_session_lock_and_a_lost_one_fences_the_co
         },
         config,
     ));
-    let stop = tokio_util::sync::CancellationToken::new();
-    let running = tokio::spawn({
-        let (runtime, stop) = (runtime.clone(), stop.clone());
-        async move {
-            runtime
-                .run_sessions(
-                    SessionConfig {
-                        max_sessions: 1,
-                        idle: Duration::from_secs(1),
-                    },
-                    stop,
-                )
-                .await
-        }
-    });
+    let (stop, running) = run_one_session_at_a_time(&runtime, Duration::from_secs(1));
     let stats = runtime.stats();
     let processed = |n: u64| {
         let stats = stats.clone();
@@ -529,6 +515,97 @@ async fn the_session_runtime_keeps_the_session_lock_and_a_lost_one_fences_the_co
     assert_eq!((done.lock_lost, done.duplicate), (1, 0), "{done:?}");
     let counts = store.inventory_counts().await.unwrap();
     assert_eq!((counts.reservations, counts.inbox_rows), (3, 3));
+}
+
+/// Runs `runtime` on one session at a time, each let go after `idle`; stopped by the token.
+fn run_one_session_at_a_time<R, S, H>(
+    runtime: &std::sync::Arc<sb_inbox::Runtime<R, S, H>>,
+    idle: Duration,
+) -> (
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<Result<(), sb_inbox::RuntimeError>>,
+)
+where
+    R: sb_inbox::SessionSource,
+    S: sb_inbox::Store,
+    H: sb_inbox::Handler<S::Tx>,
+{
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn({
+        let (runtime, stop) = (runtime.clone(), stop.clone());
+        async move {
+            let sessions = sb_inbox::SessionConfig {
+                max_sessions: 1,
+                idle,
+            };
+            runtime.run_sessions(sessions, stop).await
+        }
+    });
+    (stop, running)
+}
+
+/// A host clock 60 s ahead of the broker's (the emulator's clock shifted back, as
+/// `--clock-offset -60` runs it): every fresh 2 s session lock looks expired on the host. The
+/// session runtime keeps the session through its messages (a 3 s handler on a 2 s lock) and
+/// idle waits, renewing on its monotonic clock (with the host's view of the broker's timestamps
+/// the second message's lock was renewed too late: its settlement failed and its redelivery
+/// was a duplicate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_clock_ahead_of_the_broker_keeps_its_sessions() {
+    use crate::survival::until;
+    use sb_inbox::servicebus::ServiceBusSessionSource;
+    use sb_inbox::{ConsumerName, Message, Runtime, RuntimeConfig};
+
+    let store = crate::support::sqlite_store("session_clock_ahead", 2).await;
+    let emulator = crate::support::emulator::start_on_clock(
+        vec![queue("sq", session_properties("PT2S"))],
+        EmulatorOptions::default(),
+        sb_emulator::Clock::shifted(-60),
+    )
+    .await;
+    let client = crate::support::emulator::client(&emulator);
+    let sender = client.sender("sq");
+    for id in ["a1", "a2"] {
+        let mut message = Message::new(id, "orders.order-placed.v1", "{}");
+        message.session_id = Some("A".to_owned());
+        sender.send(message).await.unwrap();
+    }
+    let mut config = RuntimeConfig::new(ConsumerName::new("billing.order-placed.v1").unwrap());
+    config.lock_margin = Duration::from_millis(500);
+    let runtime = std::sync::Arc::new(Runtime::for_sessions(
+        ServiceBusSessionSource::new(client.clone(), "sq", Duration::from_secs(1)),
+        store,
+        crate::support::handlers::Slow {
+            inner: crate::support::handlers::Noop::new(),
+            duration: Duration::from_secs(3),
+        },
+        config,
+    ));
+    let (stop, running) = run_one_session_at_a_time(&runtime, Duration::from_secs(3));
+    let stats = runtime.stats();
+    until(
+        "both messages are processed",
+        Duration::from_secs(30),
+        || {
+            let processed = stats.snapshot().processed;
+            async move { processed == 2 }
+        },
+    )
+    .await;
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    let done = stats.snapshot();
+    assert_eq!(
+        (
+            done.processed,
+            done.duplicate,
+            done.lock_lost,
+            done.settle_failed
+        ),
+        (2, 0, 0, 0),
+        "one delivery each, every settlement within its lock: {done:?}"
+    );
+    assert!(done.renewals >= 2, "{done:?}");
 }
 
 /// The service detaches a session link when the token that authorised it expires; accepting a

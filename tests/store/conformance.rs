@@ -16,8 +16,8 @@ pub(crate) use crate::first_error::{
 // The outbox relay's and retention's cases, written in their own file.
 pub(crate) use crate::outbox::{
     backlog_counts_pending_rows, concurrent_claims_are_disjoint, outbox_claim_lease_and_mark,
-    outbox_release_with_and_without_failure, retention_deletes_old_rows_in_batches,
-    retention_runs_beside_a_consumer,
+    outbox_release_with_and_without_failure, retention_ages_inbox_rows_on_the_database_clock,
+    retention_deletes_old_rows_in_batches, retention_runs_beside_a_consumer,
 };
 
 fn assert_duplicate(result: Result<(), sb_inbox::StoreError>, scope: DuplicateScope) {
@@ -264,6 +264,7 @@ all_stores!(
     concurrent_claims_are_disjoint,
     backlog_counts_pending_rows,
     retention_deletes_old_rows_in_batches,
+    retention_ages_inbox_rows_on_the_database_clock,
     retention_runs_beside_a_consumer,
     a_failed_statement_refuses_the_rest_and_the_commit,
     a_savepoint_tolerates_an_expected_error,

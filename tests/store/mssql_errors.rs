@@ -130,11 +130,8 @@ async fn mssql_constraint_and_data_errors() {
     }
 }
 
-#[tokio::test]
-async fn mssql_lock_timeout_is_transient() {
-    let Some(store) = mssql_store("mssql_lock_timeout", 2).await else {
-        return;
-    };
+/// Stock row `A`, and a transaction that holds its row lock (updated, not committed).
+async fn holding_stock_row_a(store: &MssqlStore) -> MssqlTx {
     store
         .execute(
             "INSERT INTO inventory_stock (sku, reserved) VALUES ('A', 0)",
@@ -150,6 +147,15 @@ async fn mssql_lock_timeout_is_transient() {
         )
         .await
         .unwrap();
+    holder
+}
+
+#[tokio::test]
+async fn mssql_lock_timeout_is_transient() {
+    let Some(store) = mssql_store("mssql_lock_timeout", 2).await else {
+        return;
+    };
+    let holder = holding_stock_row_a(&store).await;
     let error = fails(
         &store,
         "SET LOCK_TIMEOUT 50; UPDATE inventory_stock SET reserved = 2 WHERE sku = 'A'",
@@ -161,6 +167,44 @@ async fn mssql_lock_timeout_is_transient() {
         "{error}"
     );
     holder.rollback().await.unwrap();
+}
+
+/// The lock-wait bound a batch sets (`Tx::bound_lock_waits`) holds for the statements after
+/// it: sent as a plain batch, not as `sp_executesql` dynamic SQL, whose SET options SQL Server
+/// restores when the call returns (then `@@LOCK_TIMEOUT` read the session's 20000 here and the
+/// update waited 20 s). The transaction's end restores the session's value.
+#[tokio::test]
+async fn mssql_bounded_lock_waits_last_for_the_transaction() {
+    let Some(store) = mssql_store("mssql_bounded_lock_waits", 2).await else {
+        return;
+    };
+    let lock_timeout = async |tx: &mut MssqlTx| -> i32 {
+        let rows = tx.query("SELECT @@LOCK_TIMEOUT", &[]).await.unwrap();
+        rows[0].try_get::<i32, _>(0).unwrap().unwrap()
+    };
+    let holder = holding_stock_row_a(&store).await;
+    let mut tx = store.begin().await.unwrap();
+    tx.bound_lock_waits(Duration::from_millis(50))
+        .await
+        .unwrap();
+    assert_eq!(lock_timeout(&mut tx).await, 50);
+    let error = tx
+        .execute(
+            "UPDATE inventory_stock SET reserved = 2 WHERE sku = 'A'",
+            &[],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (error.code(), error.kind()),
+        (Some("1222"), ErrorKind::Contention),
+        "{error}"
+    );
+    tx.rollback().await.unwrap();
+    holder.rollback().await.unwrap();
+    let mut next = store.begin().await.unwrap();
+    assert_eq!(lock_timeout(&mut next).await, 20_000, "restored");
+    next.rollback().await.unwrap();
 }
 
 #[tokio::test]

@@ -551,7 +551,7 @@ async fn mock_outbox_claim_backlog_and_retention() {
     assert_eq!((backlog.pending, backlog.oldest), (2, Some(created)));
 
     let error = store
-        .delete_inbox_batch(now, 10_000)
+        .delete_inbox_batch(std::time::Duration::ZERO, 10_000)
         .await
         .expect_err("deadlock victim");
     assert_eq!(error.kind(), ErrorKind::Contention);
@@ -863,19 +863,128 @@ async fn mock_batch_rolls_back_each_delivery_by_name() {
     assert!(runtime.store().connections() <= 2);
 }
 
-/// SQL Server's `SET LOCK_TIMEOUT` belongs to the session, not the transaction: a batch that
-/// bounded its lock waits restores the session's own value (two thirds of the 30 s command
-/// timeout) in the commit's batch, so the pooled connection's next transaction waits as
-/// configured. The mock answers only that commit batch with `@@TRANCOUNT` 0; a commit that
-/// forgot the restore gets no answer it accepts.
+/// What the client asked the server, by TDS request type (MS-TDS 2.2.3.1.1 packet types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RequestKind {
+    /// A plain SQL batch (tiberius `simple_query`): its SET statements stay for the session.
+    SqlBatch,
+    /// An RPC request (tiberius `execute`/`query`: `sp_executesql`): dynamic SQL, whose SET
+    /// statements the server restores when the call returns.
+    Rpc,
+    Other(u8),
+}
+
+/// A proxy in front of the mock that records each request the client sends: its TDS type and
+/// its text (the UTF-16 the request carries, read at both byte alignments, since an RPC's
+/// statement parameter need not start at an even offset).
+struct RequestLog {
+    port: u16,
+    requests: Arc<std::sync::Mutex<Vec<(RequestKind, String)>>>,
+    acceptor: JoinHandle<()>,
+}
+
+impl Drop for RequestLog {
+    fn drop(&mut self) {
+        self.acceptor.abort();
+    }
+}
+
+impl RequestLog {
+    async fn start(target: u16) -> RequestLog {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests: Arc<std::sync::Mutex<Vec<(RequestKind, String)>>> = Arc::default();
+        let log = requests.clone();
+        let acceptor = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+                    continue;
+                };
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut server_read, mut server_write) = server.into_split();
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let (mut pending, mut message) = (Vec::new(), Vec::new());
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n @ 1..) = client_read.read(&mut buf).await {
+                        pending.extend_from_slice(&buf[..n]);
+                        // Whole packets: an 8-byte header whose bytes 2..4 are the length.
+                        while pending.len() >= 8 {
+                            let length = usize::from(u16::from_be_bytes([pending[2], pending[3]]));
+                            if length < 8 || pending.len() < length {
+                                break;
+                            }
+                            let packet: Vec<u8> = pending.drain(..length).collect();
+                            message.extend_from_slice(&packet[8..]);
+                            // Status bit 0x01: the last packet of the request.
+                            if packet[1] & 0x01 != 0 {
+                                let kind = match packet[0] {
+                                    0x01 => RequestKind::SqlBatch,
+                                    0x03 => RequestKind::Rpc,
+                                    other => RequestKind::Other(other),
+                                };
+                                let text = [&message[..], message.get(1..).unwrap_or_default()]
+                                    .map(|bytes| {
+                                        let units: Vec<u16> = bytes
+                                            .chunks_exact(2)
+                                            .map(|pair| u16::from_le_bytes([pair[0], pair[1]]))
+                                            .collect();
+                                        String::from_utf16_lossy(&units)
+                                    })
+                                    .join("\n");
+                                log.lock().unwrap().push((kind, text));
+                                message.clear();
+                            }
+                        }
+                        if server_write.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                tokio::spawn(async move {
+                    // Ends when either side closes.
+                    let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+                });
+            }
+        });
+        RequestLog {
+            port,
+            requests,
+            acceptor,
+        }
+    }
+
+    /// The kinds of the requests whose text contains `text`, in order.
+    fn kinds_of(&self, text: &str) -> Vec<RequestKind> {
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, sent)| sent.contains(text))
+            .map(|(kind, _)| *kind)
+            .collect()
+    }
+}
+
+/// `SET LOCK_TIMEOUT` bounds a batch's lock waits only when sent as a plain SQL batch: SQL
+/// Server restores a SET option run in dynamic SQL (`sp_executesql`, the RPC every
+/// parameterised tiberius call makes) when that call returns, so the bound would vanish with
+/// its own statement. The recording proxy shows the bound and the restore at the commit both
+/// go out as SQL batches, and the parameterised insert as an RPC (the proxy tells them apart).
+/// The bound belongs to the session, not the transaction: the commit's batch restores the
+/// session's own value (two thirds of the 30 s command timeout) so the pooled connection's next
+/// transaction waits as configured; the mock answers only that commit batch with
+/// `@@TRANCOUNT` 0, so a commit that forgot the restore gets no answer it accepts.
 #[tokio::test]
-async fn mock_a_bounded_lock_wait_ends_with_its_transaction() {
+async fn mock_lock_timeout_is_set_and_restored_in_plain_sql_batches() {
     let mock = spawn(MockTdsServer::new("127.0.0.1:0").await.unwrap());
     mock.registry.lock().await.register(
         "COMMIT TRANSACTION; SELECT @@TRANCOUNT; SET XACT_ABORT ON; SET LOCK_TIMEOUT 20000",
         trancount(0),
     );
-    let store = store(mock.port).await;
+    let log = RequestLog::start(mock.port).await;
+    let store = store(log.port).await;
     let mut tx = store.begin().await.unwrap();
     let savepoint = tx.savepoint().await.unwrap();
     tx.insert_inbox("c", "m-1").await.unwrap();
@@ -884,4 +993,15 @@ async fn mock_a_bounded_lock_wait_ends_with_its_transaction() {
         .await
         .unwrap();
     tx.commit().await.unwrap();
+    assert_eq!(
+        log.kinds_of("SET LOCK_TIMEOUT 10"),
+        [RequestKind::SqlBatch],
+        "the bound"
+    );
+    assert_eq!(
+        log.kinds_of("SET LOCK_TIMEOUT 20000"),
+        [RequestKind::SqlBatch, RequestKind::SqlBatch],
+        "the session's value at connect, then restored by the commit"
+    );
+    assert_eq!(log.kinds_of("INSERT INTO sb_inbox"), [RequestKind::Rpc]);
 }

@@ -281,6 +281,33 @@ pub(crate) async fn backlog_counts_pending_rows<S: Store + OutboxStore>(store: S
     assert_eq!(backlog.oldest_age(oldest - MINUTE), Duration::ZERO);
 }
 
+/// Inbox rows age on the database's clock (`processed_at` is its `now()`): a worker whose clock
+/// is 31 days ahead deletes none of today's rows under a 30-day retention (comparing its own
+/// clock with `processed_at`, it deleted them all and let their redeliveries through), and
+/// deletes the rows the database says are 40 days old.
+pub(crate) async fn retention_ages_inbox_rows_on_the_database_clock<
+    S: Store + OutboxStore + RetentionStore + Count + Backdate,
+>(
+    store: S,
+) {
+    use sb_inbox::Clock;
+    use sb_inbox::retention::{RetentionConfig, RetentionTask};
+
+    let mut tx = store.begin().await.unwrap();
+    for consumer in ["today", "old"] {
+        tx.insert_inbox(consumer, "m-1").await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    store
+        .backdate("sb_inbox", "processed_at", 40, "consumer = 'old'")
+        .await
+        .unwrap();
+    let ahead = Clock::starting_at(SystemTime::now() + 31 * DAY);
+    let task = RetentionTask::with_clock(store, RetentionConfig::new(30 * DAY), ahead);
+    let sweep = task.sweep(&Default::default()).await.unwrap();
+    assert_eq!(sweep.inbox_deleted, 1, "only the row 40 days old");
+}
+
 /// Old inbox rows go in batches of at most the limit; recent ones, business keys, aggregate
 /// versions and undispatched outbox rows stay.
 pub(crate) async fn retention_deletes_old_rows_in_batches<
@@ -332,7 +359,7 @@ pub(crate) async fn retention_deletes_old_rows_in_batches<
     let cutoff = now - 30 * DAY;
     let mut batches = Vec::new();
     loop {
-        let deleted = store.delete_inbox_batch(cutoff, 6).await.unwrap();
+        let deleted = store.delete_inbox_batch(30 * DAY, 6).await.unwrap();
         batches.push(deleted);
         if deleted < 6 {
             break;
@@ -512,15 +539,14 @@ where
         .unwrap();
     let mut locker = store.begin().await.unwrap();
     locker.lock_inbox("locked").await.unwrap();
-    let cutoff = SystemTime::now() - 30 * DAY;
     assert_eq!(
-        promptly("delete", store.delete_inbox_batch(cutoff, 100))
+        promptly("delete", store.delete_inbox_batch(30 * DAY, 100))
             .await
             .unwrap(),
         3
     );
     locker.rollback().await.unwrap();
-    assert_eq!(store.delete_inbox_batch(cutoff, 100).await.unwrap(), 3);
+    assert_eq!(store.delete_inbox_batch(30 * DAY, 100).await.unwrap(), 3);
     assert_eq!(
         store.count("sb_inbox").await.unwrap(),
         1,

@@ -43,10 +43,20 @@ pub fn queue(name: &str, properties: EntityProperties) -> QueueConfig {
 
 /// An emulator serving `queues` in the [`NAMESPACE`], with `options`.
 pub async fn start(queues: Vec<QueueConfig>, options: EmulatorOptions) -> Emulator {
+    start_on_clock(queues, options, sb_emulator::Clock::new()).await
+}
+
+/// As [`start`], the broker on `clock` (`Clock::shifted`: a broker whose clock is off from the
+/// host's, as `--clock-offset` runs it).
+pub async fn start_on_clock(
+    queues: Vec<QueueConfig>,
+    options: EmulatorOptions,
+    clock: sb_emulator::Clock,
+) -> Emulator {
     let config = queues
         .into_iter()
         .fold(Config::new(NAMESPACE), Config::with_queue);
-    let broker = Broker::new(config).expect("the configuration validates");
+    let broker = Broker::with_clock(config, clock).expect("the configuration validates");
     Emulator::start(broker, options)
         .await
         .expect("the emulator starts")

@@ -41,6 +41,29 @@ impl Clock {
         }
     }
 
+    /// A clock `offset_secs` seconds ahead of the host's (behind it when negative): a broker
+    /// whose timestamps (locked-until, enqueued time) are off from the clients' clocks, as
+    /// hosts drift in production, for testing that clients do not mix the two clocks.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::time::{Duration, SystemTime};
+    /// let behind = sb_emulator::Clock::shifted(-60);
+    /// assert!(behind.now() + Duration::from_secs(59) < SystemTime::now());
+    /// # }
+    /// ```
+    pub fn shifted(offset_secs: i64) -> Self {
+        let offset = Duration::from_secs(offset_secs.unsigned_abs());
+        let now = SystemTime::now();
+        let wall = if offset_secs >= 0 {
+            now.checked_add(offset)
+        } else {
+            now.checked_sub(offset)
+        };
+        Clock::anchored_at(wall.unwrap_or(now))
+    }
+
     /// The current wall-clock time.
     pub fn now(&self) -> SystemTime {
         self.wall + self.mono.elapsed()

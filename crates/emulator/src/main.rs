@@ -66,6 +66,29 @@ struct Args {
     /// 0 (the default) adds nothing.
     #[arg(long, value_name = "MS", default_value_t = 0)]
     latency: u64,
+    // Link-level service behaviours (issue 29).
+    /// Answer each entity attach MS milliseconds late, as the service can while an entity
+    /// moves between nodes or a session accept waits: a client that gave up meanwhile gets
+    /// the answer anyway and must detach the link (else it holds a session lock nobody
+    /// renews).
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    attach_delay: u64,
+    /// Keep the message locks of a connection that ended until they expire. The service drops
+    /// them with the connection (Microsoft Learn, "Message transfers, locks, and
+    /// settlement": "the lock is dropped since Service Bus doesn't support recovery of existing
+    /// AMQP links on a different connection"), and so does the emulator unless this is set.
+    #[arg(long)]
+    keep_locks_on_connection_loss: bool,
+    /// Run the broker's clock SECS seconds ahead of the host's (behind it when negative): every
+    /// broker timestamp (locked-until, session locked-until, enqueued time, scheduled time) is
+    /// shifted, as a broker's clock is from a drifting client host's.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    clock_offset: i64,
 }
 
 const BUILT_IN: &str = include_str!("../config/Config.json");
@@ -94,7 +117,8 @@ async fn main() -> ExitCode {
         .as_ref()
         .map(|c| c.namespace.shared_access_policies.clone())
         .unwrap_or_default();
-    let broker = match config.and_then(sb_emulator::Broker::new) {
+    let clock = sb_emulator::Clock::shifted(args.clock_offset);
+    let broker = match config.and_then(|config| sb_emulator::Broker::with_clock(config, clock)) {
         Ok(broker) => broker,
         Err(error) => {
             eprintln!("error: {error}");
@@ -110,6 +134,8 @@ async fn main() -> ExitCode {
         websocket_listen: args.websocket_listen,
         policies,
         latency: Duration::from_millis(args.latency),
+        attach_delay: Duration::from_millis(args.attach_delay),
+        keep_locks_on_connection_loss: args.keep_locks_on_connection_loss,
         ..Default::default()
     }
     .with_link_idle_timeout(Duration::from_secs(args.link_idle_timeout));

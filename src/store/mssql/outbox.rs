@@ -4,7 +4,7 @@
 //! locks at which SQL Server escalates to a table lock. Times travel as Unix milliseconds and
 //! are turned into `datetime2(3)` in SQL (no date types in the parameters).
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use tiberius::Row;
 
@@ -84,10 +84,9 @@ const BACKLOG: &str = concat!(
     " FROM sb_outbox WHERE dispatched_at IS NULL"
 );
 
-const DELETE_INBOX: &str = concat!(
-    "DELETE TOP (@P2) FROM sb_inbox WITH (ROWLOCK, READPAST) WHERE processed_at < ",
-    at!("@P1")
-);
+// Whole seconds: DATEADD takes an int, and a retention in milliseconds overflows it.
+const DELETE_INBOX: &str = "DELETE TOP (@P2) FROM sb_inbox WITH (ROWLOCK, READPAST) \
+    WHERE processed_at < DATEADD(second, -@P1, SYSUTCDATETIME())";
 
 const DELETE_OUTBOX: &str = concat!(
     "DELETE TOP (@P2) FROM sb_outbox WITH (ROWLOCK, READPAST) WHERE dispatched_at < ",
@@ -209,12 +208,12 @@ impl OutboxStore for MssqlStore {
 impl RetentionStore for MssqlStore {
     async fn delete_inbox_batch(
         &self,
-        before: SystemTime,
+        older_than: Duration,
         limit_to: usize,
     ) -> Result<u64, StoreError> {
         let batch = limit(limit_to.min(MAX_RETENTION_BATCH));
-        self.execute(DELETE_INBOX, &[&unix_millis(before), &batch])
-            .await
+        let secs = i32::try_from(older_than.as_secs()).unwrap_or(i32::MAX);
+        self.execute(DELETE_INBOX, &[&secs, &batch]).await
     }
 
     async fn delete_dispatched_outbox_batch(

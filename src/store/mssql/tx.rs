@@ -238,6 +238,12 @@ impl Tx for MssqlTx {
 
     async fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
         self.state.rollback_target(&savepoint)?;
+        // Undoes the work, not every lock: "A ROLLBACK TRANSACTION statement specifying a
+        // savepoint_name releases any locks that are acquired beyond the savepoint, with the
+        // exception of escalations and conversions" (learn.microsoft.com, SAVE TRANSACTION
+        // (Transact-SQL)). A lock escalated to the table, or a row lock converted (an update
+        // lock made exclusive), stays until the transaction ends: a batched delivery that gave
+        // way can still block the other transaction until this one commits.
         // Fails (3903, 3931) when the error ended or doomed the whole transaction.
         let sql = format!("ROLLBACK TRANSACTION {}", savepoint.name());
         let result = self.conn.batch(&sql).await.map(drop);
@@ -250,10 +256,18 @@ impl Tx for MssqlTx {
     }
 
     async fn bound_lock_waits(&mut self, limit: std::time::Duration) -> Result<(), StoreError> {
-        // `SET LOCK_TIMEOUT` lasts for the session, not the transaction, and takes no
-        // parameter (the number is ours): the transaction's end restores the session's value.
+        // A plain SQL batch (tiberius `simple_query`), never `execute`/`query`: those are RPC
+        // calls of `sp_executesql`, and "if a SET statement is specified in a dynamic SQL string
+        // that is run by using either sp_executesql or EXECUTE, the value of the SET option is
+        // restored after control is returned from the batch" (learn.microsoft.com, SET
+        // Statements (Transact-SQL)): the bound would end with its own statement. It lasts for
+        // the session, not the transaction, and takes no parameter (the number is ours): the
+        // transaction's end restores the session's value, in a plain batch too (`finish`).
         let millis = limit.as_millis().clamp(1, i32::MAX as u128);
-        self.execute(&format!("SET LOCK_TIMEOUT {millis}"), &[])
+        let sql = format!("{GUARD}SET LOCK_TIMEOUT {millis}");
+        let conn = &mut self.conn;
+        self.state
+            .run(async { conn.batch(&sql).await.map(drop) })
             .await?;
         self.lock_waits_bounded = true;
         Ok(())

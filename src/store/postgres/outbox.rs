@@ -2,7 +2,7 @@
 //! its own; claims and deletes pick their rows `FOR UPDATE SKIP LOCKED`, so they never wait
 //! for a consumer's or another relay's transaction.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use tokio_postgres::Row;
 
@@ -38,7 +38,7 @@ const BACKLOG: &str = "SELECT count(*), min(created_at) FROM sb_outbox WHERE dis
 // second index lookup. Ordered by age so the planner walks the index rather than scanning the
 // table past the dead rows of earlier batches.
 const DELETE_INBOX: &str = "DELETE FROM sb_inbox WHERE ctid = ANY(ARRAY(
-    SELECT ctid FROM sb_inbox WHERE processed_at < $1
+    SELECT ctid FROM sb_inbox WHERE processed_at < now() - $1::bigint * interval '1 millisecond'
      ORDER BY processed_at LIMIT $2 FOR UPDATE SKIP LOCKED))";
 
 const DELETE_OUTBOX: &str = "DELETE FROM sb_outbox WHERE ctid = ANY(ARRAY(
@@ -129,10 +129,11 @@ impl OutboxStore for PgStore {
 impl RetentionStore for PgStore {
     async fn delete_inbox_batch(
         &self,
-        before: SystemTime,
+        older_than: Duration,
         limit_to: usize,
     ) -> Result<u64, StoreError> {
-        self.execute_prepared(DELETE_INBOX, &[&before, &limit(limit_to)])
+        let millis = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
+        self.execute_prepared(DELETE_INBOX, &[&millis, &limit(limit_to)])
             .await
     }
 

@@ -3,7 +3,7 @@
 //! transactions. Times travel as Unix milliseconds and are formatted in SQL like the columns'
 //! defaults, so text comparison orders them.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
@@ -47,7 +47,8 @@ const BACKLOG: &str = "SELECT count(*),
 
 const DELETE_INBOX: &str = "DELETE FROM sb_inbox WHERE (consumer, message_id) IN (
     SELECT consumer, message_id FROM sb_inbox
-     WHERE processed_at < strftime('%Y-%m-%dT%H:%M:%fZ', ?1 / 1000.0, 'unixepoch')
+     WHERE processed_at < strftime('%Y-%m-%dT%H:%M:%fZ',
+                                   unixepoch('now', 'subsec') - ?1 / 1000.0, 'unixepoch')
      ORDER BY processed_at LIMIT ?2)";
 
 const DELETE_OUTBOX: &str = "DELETE FROM sb_outbox WHERE id IN (
@@ -202,10 +203,11 @@ impl OutboxStore for SqliteStore {
 impl RetentionStore for SqliteStore {
     async fn delete_inbox_batch(
         &self,
-        before: SystemTime,
+        older_than: Duration,
         limit_to: usize,
     ) -> Result<u64, StoreError> {
-        self.update(DELETE_INBOX, || (unix_millis(before), limit(limit_to)))
+        let millis = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
+        self.update(DELETE_INBOX, || (millis, limit(limit_to)))
             .await
     }
 
