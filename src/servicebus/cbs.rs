@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sb_amqp::servicebus::{cbs, management};
+use sb_amqp::servicebus::{cbs, condition, management};
 use sb_amqp::types::messaging::{AmqpValue, ApplicationProperties, Message};
 use sb_amqp::types::primitives::SimpleValue;
 
@@ -73,7 +73,11 @@ pub(crate) async fn put_token(
     put_token_reply(&reply)
 }
 
-/// Reads a put-token reply: any 2xx status grants the token.
+/// Reads a put-token reply: any 2xx status grants the token; 408, 500 and 503 (the service
+/// busy or upgrading its gateway) are transient, as Go retries them
+/// (`azservicebus/internal/errors.go`: an `RPCError` with 408, 500 or 503 is not fatal) and
+/// azure-amqp maps them to conditions .NET retries (`AmqpExceptionHelper`: 408 → timeout,
+/// 500 → internal-error, 503 → server-busy); anything else refuses the token.
 pub(crate) fn put_token_reply(reply: &sb_amqp::AnyMessage) -> Result<(), ServiceBusError> {
     let status = int_property(
         reply,
@@ -81,18 +85,30 @@ pub(crate) fn put_token_reply(reply: &sb_amqp::AnyMessage) -> Result<(), Service
     )
     .unwrap_or(0);
     if (200..300).contains(&status) {
-        Ok(())
-    } else {
-        Err(ServiceBusError::Unauthorized {
+        return Ok(());
+    }
+    let description = text_property(
+        reply,
+        &[
+            cbs::reply::STATUS_DESCRIPTION,
+            management::reply::STATUS_DESCRIPTION,
+        ],
+    )
+    .unwrap_or_default();
+    let transient = match i32::try_from(status) {
+        Ok(management::status::REQUEST_TIMEOUT) => Some(condition::TIMEOUT),
+        Ok(management::status::INTERNAL_SERVER_ERROR) => Some(condition::INTERNAL_ERROR),
+        Ok(management::status::SERVICE_UNAVAILABLE) => Some(condition::SERVER_BUSY),
+        _ => None,
+    };
+    match transient {
+        Some(condition) => Err(ServiceBusError::Broker {
+            condition: condition.to_owned(),
+            description: format!("$cbs answered put-token {status}: {description}"),
+        }),
+        None => Err(ServiceBusError::Unauthorized {
             status,
-            description: text_property(
-                reply,
-                &[
-                    cbs::reply::STATUS_DESCRIPTION,
-                    management::reply::STATUS_DESCRIPTION,
-                ],
-            )
-            .unwrap_or_default(),
-        })
+            description,
+        }),
     }
 }

@@ -67,6 +67,23 @@ impl Connection {
         Ok(Session::new(self.inner.clone(), channel))
     }
 
+    /// Ends the session on local `channel` with `error` (a peer's session, e.g. one a server
+    /// accepted: a broker may end a client's session while the connection lives) and waits
+    /// for the peer's `end`. A channel with no session is already ended.
+    ///
+    /// # Errors
+    /// Connection errors.
+    pub async fn end_session(&self, channel: u16, error: Option<AmqpError>) -> Result<()> {
+        self.inner
+            .ctx
+            .call(|reply| Command::End {
+                channel,
+                error,
+                reply: Some(reply),
+            })
+            .await
+    }
+
     /// Closes the connection (with an optional error) and waits for the peer's `close`.
     ///
     /// # Errors

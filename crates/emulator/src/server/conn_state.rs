@@ -2,13 +2,15 @@
 //! (with expiry and rights) and the routes to its reply links.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use sb_amqp::AnyMessage;
 use tokio::sync::mpsc;
 
 use super::control;
+use super::faults::Faults;
+use super::survival::Survival;
 use crate::{Clock, Right, Rights};
 
 /// What one put-token granted.
@@ -30,6 +32,10 @@ pub(crate) struct ConnState {
     clock: Clock,
     /// `--max-token-lifetime`: no grant outlives this.
     max_token_lifetime: Option<Duration>,
+    /// The emulator's injected connection-level faults and counters.
+    pub(crate) survival: Arc<Survival>,
+    /// The emulator's per-operation fault draws (`--fault cbs-busy`).
+    pub(crate) faults: Arc<Faults>,
 }
 
 impl ConnState {
@@ -39,7 +45,16 @@ impl ConnState {
             replies: Mutex::new(HashMap::new()),
             clock,
             max_token_lifetime,
+            survival: Arc::default(),
+            faults: Arc::new(Faults::new(&[], 0)),
         }
+    }
+
+    /// The same state reporting to the emulator's `survival` and drawing from its `faults`.
+    pub(crate) fn with_service(mut self, survival: Arc<Survival>, faults: Arc<Faults>) -> Self {
+        self.survival = survival;
+        self.faults = faults;
+        self
     }
 
     /// Records a put-token for `audience` valid until `expires` (`None`: the token carries no
@@ -96,6 +111,17 @@ impl ConnState {
                 "Unauthorized access. '{right}' claim(s) are required to perform this operation. Resource: '{entity}'."
             )
         })
+    }
+
+    /// Forgets the grant of `audience` (a revoked token); returns how many went (0 or 1).
+    pub(crate) fn revoke(&self, audience: &str) -> usize {
+        let path = audience_path(audience);
+        let Ok(mut granted) = self.granted.lock() else {
+            return 0;
+        };
+        let before = granted.len();
+        granted.retain(|g| g.path != path);
+        before - granted.len()
     }
 
     pub(crate) fn route(&self, keys: &[String]) -> Option<mpsc::UnboundedSender<AnyMessage>> {

@@ -27,6 +27,7 @@ pub(crate) mod nodes;
 mod options;
 mod sas;
 mod sessions;
+mod survival;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -47,6 +48,8 @@ pub use options::{
     DEFAULT_LINK_IDLE_TIMEOUT, EmulatorOptions, KEY, KEY_NAME, SERVICE_CHANNEL_MAX,
     SERVICE_IDLE_TIMEOUT, SERVICE_MAX_FRAME_SIZE,
 };
+use survival::Survival;
+pub use survival::{EmulatorStats, SettlementAttempt};
 
 /// A running emulator.
 ///
@@ -76,6 +79,7 @@ struct Shared {
     options: Arc<EmulatorOptions>,
     registry: Arc<Registry>,
     faults: Arc<Faults>,
+    survival: Arc<Survival>,
 }
 
 impl Emulator {
@@ -130,6 +134,7 @@ impl Emulator {
         let shared = Arc::new(Shared {
             broker,
             faults: Arc::new(Faults::new(&options.faults, seed)),
+            survival: Arc::new(Survival::new(options.throttle)),
             options: Arc::new(options),
             registry: Arc::new(Registry::default()),
         });
@@ -217,6 +222,49 @@ impl Emulator {
                 token.cancel();
             }
         }
+    }
+
+    /// Ends every AMQP session that has links, on every live connection, with
+    /// `amqp:internal-error`, while the connections stay open (the service may; .NET rebuilds
+    /// the session, `AmqpConnectionScope` opens one per link). Returns how many.
+    pub async fn end_sessions(&self) -> usize {
+        self.shared.survival.end_sessions().await
+    }
+
+    /// Answers the next `times` `put-token` requests with `status` (503, 500, 408: what
+    /// `$cbs` answers during a gateway upgrade) instead of handling them.
+    pub fn refuse_put_tokens(&self, times: usize, status: i32) {
+        self.shared.survival.refuse_put_tokens(times, status);
+    }
+
+    /// Throttles the namespace for `duration`: dispositions and sends are answered
+    /// `rejected{com.microsoft:server-busy}`, `$management` requests 503 with that condition,
+    /// and nothing is applied (Microsoft's "Throttling operations on Azure Service Bus").
+    pub fn throttle(&self, duration: std::time::Duration) {
+        self.shared.survival.throttle(duration);
+    }
+
+    /// Forgets the token put for `audience` (`sb://host/q/$management`, or its path) on every
+    /// connection, as when the service stops honouring it: requests on it are refused 401
+    /// until a fresh put-token. Returns how many grants went.
+    pub fn revoke_token(&self, audience: &str) -> usize {
+        self.shared.survival.revoke_token(audience)
+    }
+
+    /// Sticks every live connection on `amqp:internal-error`: every attach on it is refused
+    /// with that condition from now on, while new connections work. Returns how many.
+    pub fn stick_internal_error(&self) -> usize {
+        self.shared.survival.stick_internal_error()
+    }
+
+    /// Connections, sessions and links opened since the start.
+    pub fn stats(&self) -> EmulatorStats {
+        self.shared.survival.stats()
+    }
+
+    /// Every settlement attempt (disposition or `update-disposition`) seen, oldest first.
+    pub fn settlement_attempts(&self) -> Vec<SettlementAttempt> {
+        self.shared.survival.settlement_attempts()
     }
 
     /// Stops accepting, closes every connection and waits (at most 10 s) for their tasks.
