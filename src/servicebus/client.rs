@@ -78,6 +78,7 @@ impl Drop for ConnectionScope {
 impl ConnectionScope {
     fn is_healthy(&self) -> bool {
         self.connection.error().is_none()
+            && !self.session.is_ended()
             && !self.session_ended.load(Ordering::Acquire)
             && self.internal_errors.load(Ordering::Acquire) < POISONED_AFTER
     }

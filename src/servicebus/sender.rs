@@ -210,6 +210,15 @@ impl ServiceBusSender {
                         fresh = true;
                         continue;
                     }
+                    // The connection or session went under us (a drop, an ended session):
+                    // the next attempt sets up anew.
+                    Err(error) if error.is_transient() && attempt < SEND_ATTEMPTS => {
+                        attempt += 1;
+                        let delay = backoff.next_delay();
+                        tracing::warn!(entity = %self.inner.entity, %error, ?delay, "Send link attach failed; retrying.");
+                        tokio::time::sleep(delay).await;
+                        continue;
+                    }
                     Err(error) => return Err(fail(kind_of(&error), message)),
                 }
             }

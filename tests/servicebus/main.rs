@@ -11,6 +11,7 @@ mod client;
 mod emulator_wire;
 mod external;
 mod external_key;
+mod fidelity;
 mod holes;
 mod host;
 mod js;

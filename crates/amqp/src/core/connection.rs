@@ -55,16 +55,18 @@ impl Connection {
     /// # Errors
     /// Connection errors.
     pub async fn begin_with(&self, opts: SessionOptions) -> Result<Session> {
+        let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let channel = self
             .inner
             .ctx
             .call(|reply| Command::Begin {
                 incoming_window: opts.incoming_window,
                 outgoing_window: opts.outgoing_window,
+                ended: ended.clone(),
                 reply,
             })
             .await?;
-        Ok(Session::new(self.inner.clone(), channel))
+        Ok(Session::new(self.inner.clone(), channel, ended))
     }
 
     /// Ends the session on local `channel` with `error` (a peer's session, e.g. one a server
