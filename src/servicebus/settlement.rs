@@ -83,6 +83,9 @@ impl ServiceBusDelivery {
         outcome: Outcome,
         disposition: Disposition,
     ) -> Result<(), SettleError> {
+        // The service answered busy lately: the first try waits too (.NET checks the
+        // client-wide busy state before every operation).
+        self.receiver.client.busy().wait_out().await;
         if self.session.is_some() {
             return self.settle_in_session(outcome, &disposition).await;
         }

@@ -323,6 +323,11 @@ async fn single_flight_16_operations_after_a_drop_open_one_connection_and_one_pa
         1,
         "{before:?} → {after:?}"
     );
+    assert_eq!(
+        after.sessions - before.sessions,
+        1,
+        "{before:?} → {after:?}"
+    );
 }
 
 /// Issue 29's fleet behaviour: 32 deliveries in flight when the connection drops; settling
@@ -365,5 +370,93 @@ async fn fleet_32_deliveries_settled_after_a_drop_open_one_connection() {
         after.connections - before.connections,
         1,
         "{before:?} → {after:?}"
+    );
+}
+
+/// The process test: `sb-inbox run` against an emulator that ends the worker's AMQP session,
+/// then answers put-token 503 twice, then throttles the namespace for 10 s. The worker stays
+/// up, waits at least 4 s after each busy answer before settling again (the emulator records
+/// every settlement attempt), and reserves every order once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_worker_survives_an_ended_session_busy_cbs_and_throttling() {
+    let test = "fidelity_process";
+    let emulator = emulator("PT30S").await;
+    let store = crate::support::pg_store(test, 2).await;
+    let url = crate::support::with_search_path(
+        &crate::support::pg_url(),
+        &crate::support::schema_for(test),
+    );
+    let mut worker = crate::verification::WorkerProcess::spawn_with(&emulator, &url, 4, &[]);
+    let client = client(&emulator);
+    let sender = client.sender("orders");
+    for n in 0..20 {
+        crate::survival::send(&sender, order(&format!("m-{n}"), &format!("o-{n}"))).await;
+    }
+    crate::survival::until(
+        "20 orders are reserved",
+        Duration::from_secs(60),
+        || async { crate::survival::reservations(&store).await == 20 },
+    )
+    .await;
+    assert!(emulator.end_sessions().await >= 1);
+    emulator.refuse_put_tokens(2, 503);
+    emulator.throttle_from_next_settlement(Duration::from_secs(10));
+    let from = emulator.settlement_attempts().len();
+    for n in 20..40 {
+        crate::survival::send(&sender, order(&format!("m-{n}"), &format!("o-{n}"))).await;
+    }
+    crate::survival::until(
+        "40 orders are reserved",
+        Duration::from_secs(120),
+        || async { crate::survival::reservations(&store).await == 40 },
+    )
+    .await;
+    crate::survival::until(
+        "every settlement is done",
+        Duration::from_secs(60),
+        || async {
+            emulator
+                .broker()
+                .entity("orders")
+                .unwrap()
+                .counts()
+                .completed
+                >= 40
+        },
+    )
+    .await;
+    assert!(worker.is_running(), "{}", worker.log());
+    let attempts = emulator.settlement_attempts()[from..].to_vec();
+    let busy: Vec<_> = attempts.iter().filter(|a| a.busy).collect();
+    assert!(!busy.is_empty(), "the throttling was met: {attempts:?}");
+    // Attempts already in flight when the first busy answer came land within a moment of
+    // it; after that, nothing until the busy pause is over.
+    for answer in &busy {
+        for next in &attempts {
+            if let Ok(gap) = next.at.duration_since(answer.at) {
+                assert!(
+                    gap < Duration::from_millis(500) || gap >= Duration::from_secs(4),
+                    "a settlement {gap:?} after a busy answer: {attempts:?}"
+                );
+            }
+        }
+    }
+    let log = worker.log();
+    // Each fault was met: the session rebuilt on the same connection, the 503s retried.
+    assert!(log.contains("Began a new session"), "{log}");
+    assert!(log.contains("put-token 503"), "{log}");
+    let stats = worker.terminate().await;
+    assert_eq!(stats.get("processed"), 40, "{log}");
+    let counts = sb_inbox::inventory::InventoryStore::inventory_counts(&store)
+        .await
+        .unwrap();
+    assert_eq!((counts.reservations, counts.inbox_rows), (40, 40));
+    assert!(
+        client
+            .peek("orders/$DeadLetterQueue", 0, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing dead-lettered"
     );
 }

@@ -244,6 +244,12 @@ impl Emulator {
         self.shared.survival.throttle(duration);
     }
 
+    /// As [`Emulator::throttle`], from the next settlement attempt on (so a test can throttle
+    /// exactly what a worker settles next).
+    pub fn throttle_from_next_settlement(&self, duration: std::time::Duration) {
+        self.shared.survival.throttle_from_next_settlement(duration);
+    }
+
     /// Forgets the token put for `audience` (`sb://host/q/$management`, or its path) on every
     /// connection, as when the service stops honouring it: requests on it are refused 401
     /// until a fresh put-token. Returns how many grants went.

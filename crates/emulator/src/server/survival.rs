@@ -234,6 +234,13 @@ impl Survival {
         }
     }
 
+    /// Throttles the namespace for `duration` from the next settlement attempt on.
+    pub(crate) fn throttle_from_next_settlement(&self, duration: Duration) {
+        if let Ok(mut armed) = self.throttle_on_first_settlement.lock() {
+            *armed = Some(duration);
+        }
+    }
+
     /// True while the namespace is throttled.
     pub(crate) fn is_throttled(&self) -> bool {
         self.throttled_until
