@@ -398,13 +398,22 @@ async fn process_worker_survives_an_ended_session_busy_cbs_and_throttling() {
         || async { crate::survival::reservations(&store).await == 20 },
     )
     .await;
-    assert!(emulator.end_sessions().await >= 1);
-    emulator.refuse_put_tokens(2, 503);
-    emulator.throttle_from_next_settlement(Duration::from_secs(10));
-    let from = emulator.settlement_attempts().len();
+    let orders = emulator.broker().entity("orders").unwrap();
+    crate::survival::until("20 orders are settled", Duration::from_secs(60), || async {
+        orders.counts().completed == 20
+    })
+    .await;
+    // The next 20 wait in the queue while the faults are set up, so that only the worker
+    // meets them.
+    orders.pause_delivery().unwrap();
     for n in 20..40 {
         crate::survival::send(&sender, order(&format!("m-{n}"), &format!("o-{n}"))).await;
     }
+    let from = emulator.settlement_attempts().len();
+    emulator.refuse_put_tokens(2, 503);
+    emulator.throttle_from_next_settlement(Duration::from_secs(10));
+    assert!(emulator.end_sessions().await >= 1);
+    orders.resume_delivery().unwrap();
     crate::survival::until(
         "40 orders are reserved",
         Duration::from_secs(120),
@@ -414,15 +423,7 @@ async fn process_worker_survives_an_ended_session_busy_cbs_and_throttling() {
     crate::survival::until(
         "every settlement is done",
         Duration::from_secs(60),
-        || async {
-            emulator
-                .broker()
-                .entity("orders")
-                .unwrap()
-                .counts()
-                .completed
-                >= 40
-        },
+        || async { orders.counts().completed >= 40 },
     )
     .await;
     assert!(worker.is_running(), "{}", worker.log());
