@@ -112,3 +112,46 @@ pub(crate) fn put_token_reply(reply: &sb_amqp::AnyMessage) -> Result<(), Service
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(status: i32) -> sb_amqp::AnyMessage {
+        let properties = ApplicationProperties::builder()
+            .insert(cbs::reply::STATUS_CODE, SimpleValue::Int(status))
+            .insert(
+                cbs::reply::STATUS_DESCRIPTION,
+                SimpleValue::String("said the service".into()),
+            )
+            .build();
+        Message::builder()
+            .application_properties(properties)
+            .body(sb_amqp::types::messaging::Body::Empty)
+            .build()
+    }
+
+    #[test]
+    fn busy_put_token_replies_are_transient_and_refusals_permanent() {
+        assert!(put_token_reply(&reply(202)).is_ok());
+        for (status, condition) in [
+            (408, condition::TIMEOUT),
+            (500, condition::INTERNAL_ERROR),
+            (503, condition::SERVER_BUSY),
+        ] {
+            let error = put_token_reply(&reply(status)).unwrap_err();
+            assert!(error.is_transient(), "{status}: {error}");
+            assert!(
+                matches!(&error, ServiceBusError::Broker { condition: c, .. } if c == condition),
+                "{status}: {error:?}"
+            );
+        }
+        for status in [400, 401, 403, 404] {
+            let error = put_token_reply(&reply(status)).unwrap_err();
+            assert!(!error.is_transient(), "{status}: {error}");
+            assert!(
+                matches!(error, ServiceBusError::Unauthorized { status: s, .. } if s == i64::from(status))
+            );
+        }
+    }
+}

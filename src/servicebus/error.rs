@@ -215,6 +215,45 @@ mod tests {
     }
 
     #[test]
+    fn the_services_token_expiry_detach_re_authorizes() {
+        let expired = Error::LinkDetached(Some(AmqpError::new(
+            condition::DETACH_FORCED,
+            Some(
+                "The link 'r' is force detached. Code: RenewToken. Details: Unauthorized access."
+                    .into(),
+            ),
+        )));
+        assert_eq!(recovery(&expired), Recovery::Reauthorize);
+        // The idle detach is the same condition without "RenewToken": only the link.
+        assert_eq!(
+            recovery(&detached(condition::DETACH_FORCED)),
+            Recovery::Link
+        );
+    }
+
+    #[test]
+    fn internal_and_unknown_conditions_count_toward_a_new_connection() {
+        for c in [
+            condition::INTERNAL_ERROR,
+            "amqp:unknown-error",
+            "vendor:never-seen",
+        ] {
+            assert!(is_internal_condition(c), "{c}");
+        }
+        for c in [
+            condition::SERVER_BUSY,
+            condition::TIMEOUT,
+            condition::DETACH_FORCED,
+            condition::UNAUTHORIZED_ACCESS,
+            condition::NOT_FOUND,
+            condition::LINK_STOLEN,
+            condition::MESSAGE_LOCK_LOST,
+        ] {
+            assert!(!is_internal_condition(c), "{c}");
+        }
+    }
+
+    #[test]
     fn only_connection_level_errors_reconnect() {
         assert_eq!(recovery(&Error::ConnectionLost), Recovery::Connection);
         assert_eq!(recovery(&Error::IdleTimeout), Recovery::Connection);
