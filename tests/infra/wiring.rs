@@ -9,7 +9,7 @@ use crate::bicep;
 /// Not always set in Azure: the emulator's connection string (never), the OTLP endpoint (only
 /// without the managed agent, which injects its own), the export interval and log filter
 /// (defaults).
-const NOT_ALWAYS_SET: [&str; 8] = [
+const NOT_ALWAYS_SET: [&str; 9] = [
     "SB_INBOX_SERVICEBUS_CONNECTION",
     // Session mode is opt-in and needs an entity with RequiresSession, which the templates do
     // not create yet.
@@ -18,6 +18,8 @@ const NOT_ALWAYS_SET: [&str; 8] = [
     "SB_INBOX_SESSION_IDLE_SECS",
     // Defaults to AMQP over TCP; set it by hand where 5671 is blocked.
     "SB_INBOX_SERVICEBUS_TRANSPORT",
+    // The SDKs' busy pause is the right default against the service; tests shorten it.
+    "SB_INBOX_SERVICEBUS_SERVER_BUSY_WAIT_MS",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_METRIC_EXPORT_INTERVAL",
     "RUST_LOG",
