@@ -282,12 +282,11 @@ impl ServiceBusSender {
             .map_err(|_| {
                 ServiceBusError::Connection("the service did not answer the attach in time".into())
             })?
-            .map_err(|e| {
-                conn.observe(&e);
+            .inspect_err(|e| {
+                conn.observe(e);
                 if e.condition().is_some_and(is_busy_condition) {
                     client.busy().set();
                 }
-                e
             })
             .map_err(|e| match (recovery(&e), e.amqp_error()) {
                 // Refused for want of a valid token (a `$cbs` refusal is `Unauthorized`).
