@@ -12,6 +12,7 @@ use sb_inbox::servicebus::{
 };
 use sb_inbox::{Delivery, ReceiveError, Receiver, SettleError};
 
+use crate::recovery::complete_next;
 use crate::sessions::{send_session_messages, session_emulator};
 use crate::support::emulator::{client, emulator, emulator_with, send};
 use crate::support::orders::order;
@@ -51,6 +52,14 @@ async fn until_disconnected(client: &ServiceBusClient) {
     .expect("the client sees the drop");
 }
 
+/// An emulator (queue `orders`, lock 30 s) holding one order, and the client that sent it.
+async fn one_order() -> (Emulator, ServiceBusClient) {
+    let emulator = emulator("PT30S").await;
+    let client = client(&emulator);
+    send(&client, "orders", order("m-1", "o-1")).await;
+    (emulator, client)
+}
+
 fn stats(emulator: &Emulator) -> EmulatorStats {
     emulator.stats()
 }
@@ -59,8 +68,7 @@ fn stats(emulator: &Emulator) -> EmulatorStats {
 /// retried and gets the message; today's code made it a permanent `Unauthorized`.
 #[tokio::test]
 async fn item1_put_token_503_is_transient_and_retried() {
-    let emulator = emulator("PT30S").await;
-    send(&client(&emulator), "orders", order("m-1", "o-1")).await;
+    let (emulator, _) = one_order().await;
     emulator.refuse_put_tokens(2, 503);
     let client = client(&emulator).with_server_busy_wait(Duration::from_millis(50));
     let receiver = client.receiver("orders", 0);
@@ -80,19 +88,10 @@ async fn item1_put_token_503_is_transient_and_retried() {
 /// today's code handed out the dead session forever.
 #[tokio::test]
 async fn item2_an_ended_session_is_rebuilt_on_the_same_connection() {
-    let emulator = emulator("PT30S").await;
-    let sender = client(&emulator);
-    send(&sender, "orders", order("m-1", "o-1")).await;
+    let (emulator, sender) = one_order().await;
     let client = client(&emulator);
     let receiver = client.receiver("orders", 0);
-    receiver
-        .receive()
-        .await
-        .unwrap()
-        .unwrap()
-        .complete()
-        .await
-        .unwrap();
+    complete_next(&receiver).await;
     let before = stats(&emulator);
     assert!(emulator.end_sessions().await >= 1);
     send(&sender, "orders", order("m-2", "o-2")).await;
@@ -112,8 +111,7 @@ async fn item2_an_ended_session_is_rebuilt_on_the_same_connection() {
 #[tokio::test]
 async fn item3_a_busy_settlement_waits_the_busy_pause_before_retrying() {
     let wait = Duration::from_millis(1500);
-    let emulator = emulator("PT30S").await;
-    send(&client(&emulator), "orders", order("m-1", "o-1")).await;
+    let (emulator, _) = one_order().await;
     let client = client(&emulator).with_server_busy_wait(wait);
     let delivery = client
         .receiver("orders", 0)
@@ -143,9 +141,7 @@ async fn item3_a_busy_settlement_waits_the_busy_pause_before_retrying() {
 /// and asks again; today's code returned the refusal.
 #[tokio::test]
 async fn item7_a_401_from_management_puts_a_fresh_token() {
-    let emulator = emulator("PT30S").await;
-    let client = client(&emulator);
-    send(&client, "orders", order("m-1", "o-1")).await;
+    let (emulator, client) = one_order().await;
     assert_eq!(client.peek("orders", 0, 10).await.unwrap().len(), 1);
     let host = emulator.local_addr();
     let revoked = emulator.revoke_token(&format!("sb://{host}/orders"))
@@ -159,18 +155,9 @@ async fn item7_a_401_from_management_puts_a_fresh_token() {
 /// a few in a row the client moves to a new connection and receives; today's code stayed.
 #[tokio::test]
 async fn item9_repeated_internal_errors_move_to_a_new_connection() {
-    let emulator = emulator("PT30S").await;
-    let client = client(&emulator);
+    let (emulator, client) = one_order().await;
     let receiver = client.receiver("orders", 0);
-    send(&client, "orders", order("m-1", "o-1")).await;
-    receiver
-        .receive()
-        .await
-        .unwrap()
-        .unwrap()
-        .complete()
-        .await
-        .unwrap();
+    complete_next(&receiver).await;
     assert_eq!(emulator.stick_internal_error(), 1);
     let before = stats(&emulator);
     emulator.force_detach_entity(
@@ -292,9 +279,7 @@ async fn item14_a_renew_token_detach_puts_a_fresh_token_before_re_attaching() {
 /// connection, one `$management` pair and one `$cbs` pair.
 #[tokio::test]
 async fn single_flight_16_operations_after_a_drop_open_one_connection_and_one_pair() {
-    let emulator = emulator("PT30S").await;
-    let client = client(&emulator);
-    send(&client, "orders", order("m-1", "o-1")).await;
+    let (emulator, client) = one_order().await;
     client.peek("orders", 0, 1).await.unwrap();
     emulator.drop_all_connections();
     until_disconnected(&client).await;

@@ -65,7 +65,7 @@ async fn receiver_link_other_than(emulator: &Emulator, old: &[u64]) -> u64 {
 }
 
 /// Receives the next delivery and completes it.
-async fn complete_next(receiver: &sb_inbox::servicebus::ServiceBusReceiver) {
+pub(crate) async fn complete_next(receiver: &sb_inbox::servicebus::ServiceBusReceiver) {
     let delivery = receiver.receive().await.unwrap().unwrap();
     delivery.complete().await.unwrap();
 }
