@@ -2,8 +2,9 @@
 //!
 //! .NET `ServiceBusRetryPolicy` keeps one `IsServerBusy` flag per client: a
 //! `ServiceBusFailureReason.ServiceBusy` answer sets it for `ServerBusyBaseSleepTime` (10 s),
-//! and every operation of the client waits it out before its next try. Go `azservicebus` and
-//! Java wait 4 s after a busy answer. Retrying after 100 ms instead keeps a throttled
+//! and every operation of the client waits it out before its next try. Java waits 4 s after
+//! a busy answer (`ServerBusyException`, `ClientConstants.ServerBusyBaseSleepTimeInSecs`).
+//! Retrying after 100 ms instead keeps a throttled
 //! namespace throttled and burns the messages' delivery counts.
 
 use std::sync::Mutex;

@@ -75,9 +75,10 @@ pub(crate) async fn put_token(
 
 /// Reads a put-token reply: any 2xx status grants the token; 408, 500 and 503 (the service
 /// busy or upgrading its gateway) are transient, as Go retries them
-/// (`azservicebus/internal/errors.go`: an `RPCError` with 408, 500 or 503 is not fatal) and
-/// azure-amqp maps them to conditions .NET retries (`AmqpExceptionHelper`: 408 → timeout,
-/// 500 → internal-error, 503 → server-busy); anything else refuses the token.
+/// (`azservicebus/internal/errors.go` `GetRecoveryKind`: a management reply of 408, 503 or
+/// 500 needs no recovery, only a retry) and .NET pairs those statuses with the conditions it
+/// retries (`Microsoft.Azure.ServiceBus.Amqp.AmqpExceptionHelper.ConditionToStatusMap`:
+/// timeout ↔ 408, server-busy ↔ 503); anything else refuses the token.
 pub(crate) fn put_token_reply(reply: &sb_amqp::AnyMessage) -> Result<(), ServiceBusError> {
     let status = int_property(
         reply,

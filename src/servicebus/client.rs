@@ -34,14 +34,16 @@ const MIN_REFRESH: Duration = Duration::from_secs(2 * 60);
 /// After a failed refresh, try again this soon.
 const REFRESH_RETRY: Duration = Duration::from_secs(10);
 /// How long every operation of a client waits after the service answered busy: .NET
-/// `ServiceBusRetryPolicy.ServerBusyBaseSleepTime` (10 s, client-wide: `IsServerBusy` holds
-/// every operation of the client for that long); Go `azservicebus` and Java wait 4 s
-/// (`internal/utils/retrier.go` `ServerBusyBaseSleepTime`-like throttle delay, Java
-/// `ServiceBusConstants.SERVER_BUSY_BASE_SLEEP_TIME_IN_SECS = 4`).
+/// `ServiceBusRetryPolicy` / `RetryPolicy.ServerBusyBaseSleepTime` (10 s, client-wide: while
+/// `IsServerBusy`, every operation of the client adds that wait); Java waits 4 s
+/// (`ServerBusyException`: "wait at least 4 seconds before any retry",
+/// `ClientConstants.ServerBusyBaseSleepTimeInSecs`).
 pub const DEFAULT_SERVER_BUSY_WAIT: Duration = Duration::from_secs(10);
 /// Failures of one connection with `amqp:internal-error` or an unknown condition, in a row,
-/// after which the connection is replaced (Go `azservicebus/internal/errors.go` recovers the
-/// connection at the first one; we give the link a few chances, as .NET does, first).
+/// after which the connection is replaced (issue 29 item 9; docs/servicebus-amqp.md records
+/// Go recovering the connection for internal and unknown errors, while the
+/// `azservicebus/internal/errors.go` read for this change calls `amqp:internal-error` fatal:
+/// we keep the link for a few tries, then move, rather than either).
 const POISONED_AFTER: u32 = 3;
 
 /// What every link of a client shares: one AMQP connection to the namespace, its session, its
@@ -159,8 +161,8 @@ impl ConnectionScope {
     }
 }
 
-/// `amqp:internal-error`, `amqp:unknown-error` or a condition we do not know, on a link:
-/// what Go recovers by reconnecting (`azservicebus/internal/errors.go`).
+/// `amqp:internal-error`, `amqp:unknown-error` or a condition we do not know, on a link: what
+/// counts toward [`POISONED_AFTER`].
 fn is_internal_error(error: &sb_amqp::Error) -> bool {
     match error.condition() {
         Some(c) => super::error::is_internal_condition(c),
@@ -291,7 +293,7 @@ impl ServiceBusClient {
     }
 
     /// The same client waiting `wait` before any operation once the service answered busy
-    /// ([`DEFAULT_SERVER_BUSY_WAIT`], .NET's 10 s, unless set; Go and Java use 4 s). Call
+    /// ([`DEFAULT_SERVER_BUSY_WAIT`], .NET's 10 s, unless set; Java uses 4 s). Call
     /// before first use.
     #[must_use]
     pub fn with_server_busy_wait(self, wait: Duration) -> Self {

@@ -80,8 +80,7 @@ pub(crate) fn is_busy_condition(condition: &str) -> bool {
 
 /// `amqp:internal-error`, `amqp:unknown-error`, or a condition this client does not know: a
 /// link may clear it by re-attaching, but repeated on one connection it calls for a new
-/// connection (Go `azservicebus/internal/errors.go`: internal and unknown errors →
-/// `RecoveryKindConn`).
+/// connection (issue 29 item 9; see `client::POISONED_AFTER` for what the SDKs do).
 pub(crate) fn is_internal_condition(c: &str) -> bool {
     !(is_fatal_condition(c)
         || is_busy_condition(c)

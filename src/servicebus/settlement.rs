@@ -117,7 +117,7 @@ impl ServiceBusDelivery {
     }
 
     /// Waits before the next settlement attempt: the client-wide busy pause after a busy
-    /// answer (.NET `ServiceBusRetryPolicy`: 10 s; Go, Java: 4 s), else the backoff; gives up
+    /// answer (.NET `ServiceBusRetryPolicy`: 10 s; Java: 4 s), else the backoff; gives up
     /// (transient) when the lock would run out first.
     async fn pause_before_retry(
         &self,

@@ -64,7 +64,7 @@ struct Args {
     /// disposition and send is answered `rejected{com.microsoft:server-busy}` and every
     /// `$management` request 503 with that condition, as a throttled namespace answers
     /// ("…being throttled. Error code : 50002", Microsoft's "Throttling operations on Azure
-    /// Service Bus"); the SDKs then wait 10 s (.NET) or 4 s (Go, Java) before retrying.
+    /// Service Bus"); the SDKs then wait 10 s (.NET) or 4 s (Java) before retrying.
     #[arg(long, value_name = "SECS")]
     throttle: Option<u64>,
     /// Seed of the fault draws (default: from the clock, logged at start), to replay a run.

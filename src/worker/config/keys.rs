@@ -121,7 +121,7 @@ pub(super) const BATCH_LINGER_MS: Key = Key::new(
 pub(super) const SERVER_BUSY_WAIT_MS: Key = Key::new(
     "SB_INBOX_SERVICEBUS_SERVER_BUSY_WAIT_MS",
     "servicebus.server_busy_wait_ms",
-    "after the service answers busy, every operation of the worker's client waits this long (default 10000, .NET's client-wide wait; Go and Java wait 4000)",
+    "after the service answers busy, every operation of the worker's client waits this long (default 10000, .NET's client-wide wait; Java waits 4000)",
 );
 pub(super) const SHUTDOWN_GRACE_SECS: Key = Key::new(
     "SB_INBOX_SHUTDOWN_GRACE_SECS",

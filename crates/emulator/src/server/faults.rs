@@ -19,7 +19,8 @@ pub enum Fault {
     DropConnection,
     // Issue 29's connection-level faults (see `survival`).
     /// Per put-token: answer 503 without granting (the service's `$cbs` during a gateway
-    /// upgrade; Go `azservicebus/internal/errors.go` retries 408, 500, 503).
+    /// upgrade; Go `azservicebus/internal/errors.go` retries management replies of 408, 500,
+    /// 503).
     CbsBusy,
     /// Per transfer: end the link's AMQP session with `amqp:internal-error`, connection kept.
     EndSession,

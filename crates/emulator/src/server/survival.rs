@@ -8,16 +8,15 @@
 //!   session per link and rebuilds it (`AmqpConnectionScope.OpenReceiverLinkAsync` creates a
 //!   new `AmqpSession` for every link).
 //! - `$cbs` busy: put-token may be answered 503 / 500 / 408 during a gateway upgrade; Go
-//!   retries those statuses (`azservicebus/internal/amqpwrap/rpc.go` and `internal/errors.go`
-//!   `RPCError` with 408, 500, 503 as retryable), azure-amqp maps them to
-//!   `AmqpErrorCode.ServerBusyError` / timeout (`AmqpExceptionHelper.GetClientException`).
+//!   retries management replies with those statuses (`azservicebus/internal/errors.go`
+//!   `GetRecoveryKind`), .NET pairs them with conditions it retries (`AmqpExceptionHelper`).
 //! - Throttling: a throttled namespace answers every operation with `com.microsoft:server-busy`
 //!   ("The request was terminated because the entity is being throttled. Error code : 50002",
 //!   Microsoft's "Throttling operations on Azure Service Bus").
 //! - Revoked tokens: a `$management` request whose token the service no longer honours is
 //!   answered 401 (Python `mgmt_handlers.default`: 401 → `ServiceBusAuthenticationError`).
-//! - `amqp:internal-error` repeated on one connection: Go recovers the connection for it
-//!   (`azservicebus/internal/errors.go`, `amqp:internal-error` → `RecoveryKindConn`).
+//! - `amqp:internal-error` repeated on one connection: issue 29 item 9 (docs/servicebus-amqp.md
+//!   records Go recovering the connection for internal and unknown errors).
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
