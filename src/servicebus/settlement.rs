@@ -84,8 +84,17 @@ impl ServiceBusDelivery {
         disposition: Disposition,
     ) -> Result<(), SettleError> {
         // The service answered busy lately: the first try waits too (.NET checks the
-        // client-wide busy state before every operation).
-        self.receiver.client.busy().wait_out().await;
+        // client-wide busy state before every operation, and fails at once as busy when the
+        // pause outlasts the operation's time, as here the lock's).
+        let busy = self.receiver.client.busy().remaining();
+        if !busy.is_zero() {
+            if SystemTime::now() + busy >= self.locked_until() {
+                return Err(SettleError::transient(
+                    "the service is busy for longer than the lock lasts",
+                ));
+            }
+            tokio::time::sleep(busy).await;
+        }
         if self.session.is_some() {
             return self.settle_in_session(outcome, &disposition).await;
         }
