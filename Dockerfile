@@ -3,9 +3,12 @@
 # Dependencies are cached in BuildKit cache mounts (registry, git and target folders), so a change
 # to the sources rebuilds only this crate, and the cache survives Cargo.toml edits.
 
-# The builder only compiles; its tag is pinned to the toolchain (a digest pin is left to
-# Dependabot's first update: not resolvable from the development machine).
-FROM rust:1.95-bookworm AS builder
+# The builder only compiles; pinned by digest as the runtime image is, so a rebuild of a tag uses
+# the reviewed toolchain image (the tag names the toolchain for readers and for Dependabot's
+# docker updates). The digest is the one BuildKit resolved rust:1.95-bookworm to in public build
+# logs (not resolvable from the development machine, which reaches no image registry); the
+# infra workflow's `docker build` is where it is first pulled by this project.
+FROM rust:1.95-bookworm@sha256:6258907abe69656e41cd992e0b705cdcfabcbbe3db374f92ed2d47121282d4a1 AS builder
 WORKDIR /build
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \

@@ -8,7 +8,7 @@ targetScope = 'resourceGroup'
 
 // ---- Naming and image ----
 
-@description('Prefix of every resource name: lowercase letters, digits and hyphens, starting with a letter. Globally named resources (Service Bus namespace, SQL server) add a suffix unique to the resource group.')
+@description('Prefix of every resource name: letters, digits and hyphens, starting with a letter; lowered before use (Container Apps and SQL server names allow lowercase only). Globally named resources (Service Bus namespace, SQL server) add a suffix unique to the resource group.')
 @minLength(3)
 @maxLength(20)
 param namePrefix string
@@ -19,10 +19,10 @@ param location string = resourceGroup().location
 @description('Worker container image by immutable tag or digest, e.g. myregistry.azurecr.io/sb-inbox:1.2.3 or …@sha256:… (the release workflow prints both). Never :latest: replicas would run different builds.')
 param image string
 
-@description('Registry login server to pull the image from with the worker and migrate identities, or empty for a public image.')
+@description('Login server of a registry other than the Azure Container Registry of acrResourceId (pulled with the worker and migrate identities), or empty: a public image, or the login server derived from acrResourceId. Both set and naming different registries fails the deployment.')
 param registryServer string = ''
 
-@description('Resource id of the Azure Container Registry holding the image: the worker and migrate identities get AcrPull on it before the app and job are created. Empty when the registry is public or access is granted elsewhere.')
+@description('Resource id of the Azure Container Registry holding the image: the worker and migrate identities get AcrPull on it before the app and job are created, and they pull from its login server. Empty when the registry is public or access is granted elsewhere.')
 param acrResourceId string = ''
 
 @description('Arguments after the sb-inbox entrypoint.')
@@ -54,6 +54,19 @@ param entityName string = 'orders-order-placed'
 
 @description('Subscription name (entityKind topic only).')
 param subscriptionName string = 'inventory'
+
+@description('Session mode: the consumed queue or subscription requires sessions (fixed at creation: changing it means a new entity) and the worker runs in session mode (SB_INBOX_SESSIONS), each session\'s messages in order, one at a time. The worker refuses delayed retries and batching in session mode (retryMaxRetries 0, batchSize 1).')
+param sessions bool = false
+
+@description('Session mode: sessions a replica processes at once (SB_INBOX_MAX_SESSIONS).')
+@minValue(1)
+@maxValue(1000)
+param maxSessions int = 8
+
+@description('Session mode: seconds a quiet session is kept before it is released and the next available one accepted (SB_INBOX_SESSION_IDLE_SECS).')
+@minValue(1)
+@maxValue(300)
+param sessionIdleSecs int = 5
 
 @description('The outbox destination: a queue or a topic.')
 @allowed([
@@ -183,9 +196,16 @@ param retryMaxDelaySecs int = 600
 @maxValue(100)
 param retryJitterPercent int = 20
 
-@description('Minimum replicas (0 lets KEDA scale to zero).')
+@description('Minimum replicas once databaseReady is true (0 lets KEDA scale to zero).')
 @minValue(0)
 param minReplicas int = 1
+
+// Until the database users exist and the schema is migrated, /readyz answers 503: a revision
+// that must bring minReplicas ready replicas up can end "Activation failed" or keep the
+// deployment waiting until it times out, and the outputs the next steps read stay empty. With 0
+// minimum replicas the revision is provisioned without waiting on a replica.
+@description('False for the first deployment: the worker app gets 0 minimum replicas until the database users and the schema exist (docs/deploy.md steps 2 and 3; infra/setup-database.sh redeploys with true). True afterwards: minReplicas applies.')
+param databaseReady bool = false
 
 @description('Maximum replicas (see the connection budget above concurrency).')
 @minValue(1)
@@ -214,10 +234,16 @@ param sqlEntraAdminPrincipalType string = 'Group'
 @description('Database name.')
 param sqlDatabaseName string = 'sbinbox'
 
-@description('Allow connections from all Azure services (firewall rule 0.0.0.0): only for trials without VNet integration. Production: private endpoint + VNet-integrated environment (docs/deploy.md).')
-param sqlAllowAzureServices bool = false
+// How the worker and the migrate job reach the database. Without a path, the migrate job fails
+// with login error 40615 and the worker is never ready.
+@description('How the Container Apps environment reaches Azure SQL. azureServices (default, for a trial): no VNet, the server\'s firewall rule AllowAllWindowsAzureIps (0.0.0.0), which admits connections from any Azure customer\'s services (Entra-only login still applies). private: a VNet-integrated environment and a private endpoint of the server (modules/network.bicep), public network access disabled; database setup then runs from inside the VNet (docs/deploy.md, "The database network").')
+@allowed([
+  'azureServices'
+  'private'
+])
+param databaseNetwork string = 'azureServices'
 
-@description('Microsoft Defender for SQL (advanced threat protection and vulnerability assessment; billed per server).')
+@description('Microsoft Defender for SQL: advanced threat protection and the SQL vulnerability assessment (express configuration, results in Defender for Cloud); billed per server.')
 param sqlDefender bool = true
 
 @description('Database SKU (default: General Purpose serverless, 1 vCore max, 75 concurrent workers).')
@@ -296,11 +322,16 @@ var replayHorizonSecs = messageTtlSecs + (lockDurationSecs * maxDeliveryCount) +
 // this resource group and prefix (13 lowercase letters and digits).
 var uniqueSuffix = uniqueString(resourceGroup().id, namePrefix)
 
+// Container Apps, jobs and SQL servers accept lowercase names only; @allowed cannot express it.
+var prefix = toLower(namePrefix)
+
+var privateNetwork = databaseNetwork == 'private'
+
 module identities 'modules/identity.bicep' = {
   name: 'identities'
   params: {
     location: location
-    namePrefix: namePrefix
+    namePrefix: prefix
     tags: tags
   }
 }
@@ -309,7 +340,7 @@ module monitoring 'modules/monitoring.bicep' = {
   name: 'monitoring'
   params: {
     location: location
-    namePrefix: namePrefix
+    namePrefix: prefix
     workbook: loadTextContent('dashboards/sb-inbox.workbook.json')
     tags: tags
   }
@@ -319,7 +350,7 @@ module serviceBus 'modules/servicebus.bicep' = {
   name: 'servicebus'
   params: {
     location: location
-    namePrefix: namePrefix
+    namePrefix: prefix
     uniqueSuffix: uniqueSuffix
     workspaceId: monitoring.outputs.workspaceId
     sku: serviceBusSku
@@ -335,6 +366,7 @@ module serviceBus 'modules/servicebus.bicep' = {
     workerPrincipalId: identities.outputs.workerPrincipalId
     scalerPrincipalId: identities.outputs.scalerPrincipalId
     delayedRetries: retryMaxRetries > 0
+    sessions: sessions
     tags: tags
   }
 }
@@ -343,10 +375,11 @@ module sql 'modules/sql.bicep' = {
   name: 'sql'
   params: {
     location: location
-    namePrefix: namePrefix
+    namePrefix: prefix
     uniqueSuffix: uniqueSuffix
     workspaceId: monitoring.outputs.workspaceId
-    allowAzureServices: sqlAllowAzureServices
+    allowAzureServices: !privateNetwork
+    publicNetworkAccess: !privateNetwork
     defender: sqlDefender
     databaseName: sqlDatabaseName
     databaseSku: sqlDatabaseSku
@@ -357,10 +390,36 @@ module sql 'modules/sql.bicep' = {
   }
 }
 
+module network 'modules/network.bicep' = if (privateNetwork) {
+  name: 'network'
+  params: {
+    location: location
+    namePrefix: prefix
+    sqlServerId: sql.outputs.serverId
+    tags: tags
+  }
+}
+
+// The environment's subnet, named as network.bicep creates it (a resourceId, so the app module
+// needs no output of a module that may not be deployed).
+var appsSubnetId = privateNetwork ? resourceId('Microsoft.Network/virtualNetworks/subnets', '${prefix}-vnet', 'apps') : ''
+
 // AcrPull for the identities that pull the image, in the registry's resource group, before the
 // app and job exist: a revision cannot pull without it.
 // The scope is computed even when the module is skipped: an empty id falls back to this group.
 var acrParts = split(empty(acrResourceId) ? '${resourceGroup().id}/providers/Microsoft.ContainerRegistry/registries/none' : acrResourceId, '/')
+
+// The server the identities pull from: the ACR's login server (its name, lowercased, plus the
+// cloud's suffix, environment().suffixes.acrLoginServer) or registryServer for another registry.
+// Both given and naming different registries, the identities would hold AcrPull on one and pull
+// from the other: fail() stops the deployment with the reason before anything is created
+// (https://learn.microsoft.com/azure/azure-resource-manager/bicep/bicep-functions-flow-control).
+var acrLoginServer = toLower('${last(acrParts)}${environment().suffixes.acrLoginServer}')
+var pullServer = empty(acrResourceId)
+  ? registryServer
+  : (empty(registryServer) || toLower(registryServer) == acrLoginServer
+      ? acrLoginServer
+      : fail('registryServer \'${registryServer}\' is not the login server of acrResourceId (${acrLoginServer}): leave registryServer empty or make them name one registry.'))
 
 module registryAccess 'modules/registry.bicep' = if (!empty(acrResourceId)) {
   name: 'registry-access'
@@ -378,12 +437,13 @@ module app 'modules/containerapp.bicep' = {
   name: 'containerapp'
   params: {
     location: location
-    namePrefix: namePrefix
+    namePrefix: prefix
     image: image
-    registryServer: registryServer
+    registryServer: pullServer
     workerArgs: workerArgs
     workspaceId: monitoring.outputs.workspaceId
     appInsightsId: monitoring.outputs.appInsightsId
+    infrastructureSubnetId: appsSubnetId
     otlpEndpoint: otlpEndpoint
     agentMetricsOtlpEndpoint: agentMetricsOtlpEndpoint
     workerIdentityId: identities.outputs.workerId
@@ -421,19 +481,23 @@ module app 'modules/containerapp.bicep' = {
       retryBaseDelaySecs: retryBaseDelaySecs
       retryMaxDelaySecs: retryMaxDelaySecs
       retryJitterPercent: retryJitterPercent
+      sessions: sessions
+      maxSessions: maxSessions
+      sessionIdleSecs: sessionIdleSecs
       retentionBatchSize: retentionBatchSize
       retentionIntervalSecs: retentionIntervalSecs
       outboxBatchSize: outboxBatchSize
       outboxPollIntervalMs: outboxPollIntervalMs
       outboxLeaseSecs: outboxLeaseSecs
     }
-    minReplicas: minReplicas
+    minReplicas: databaseReady ? minReplicas : 0
     maxReplicas: maxReplicas
     scaleMessageCount: scaleMessageCount
     tags: tags
   }
   dependsOn: [
     registryAccess
+    network
   ]
 }
 
@@ -441,7 +505,7 @@ module alerts 'modules/alerts.bicep' = {
   name: 'alerts'
   params: {
     location: location
-    namePrefix: namePrefix
+    namePrefix: prefix
     serviceBusNamespaceId: serviceBus.outputs.namespaceId
     containerAppId: app.outputs.appId
     sqlDatabaseId: sql.outputs.databaseId

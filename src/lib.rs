@@ -162,10 +162,10 @@ pub use ports::{
     StoreError, Tx, VersionCheck,
 };
 pub use runtime::{
-    Clock, ConsumerName, ConsumerNameError, Context, Contract, ContractParseError,
-    DeadLetterReason, DecodeError, Handled, Handler, HandlerError, IdempotencyKey, Json,
-    JsonContract, JsonHandler, LockKeeper, Outcome, Rejection, Report, Runtime, RuntimeConfig,
-    RuntimeError, SessionConfig, Settlement, Stats, StatsSnapshot,
+    Circuit, CircuitConfig, CircuitPhase, Clock, ConsumerName, ConsumerNameError, Context,
+    Contract, ContractParseError, DeadLetterReason, DecodeError, Handled, Handler, HandlerError,
+    IdempotencyKey, Json, JsonContract, JsonHandler, LockKeeper, Outcome, Rejection, Report,
+    Runtime, RuntimeConfig, RuntimeError, SessionConfig, Settlement, Stats, StatsSnapshot,
 };
 #[cfg(feature = "mssql")]
 pub use store::{MssqlStore, MssqlTx};

@@ -369,7 +369,17 @@ async fn dlq_resubmit(
     let client = broker.client()?;
     let queue = dlq::dead_letter_queue(&broker.entity);
     let receiver = client.receiver(&queue, 0);
-    let result = dlq::resubmit(&receiver, &client.sender_port(), &destination, options).await;
+    // The idle window (--wait-secs) is the dead-letter queue's silence: connecting and
+    // attaching, seconds against a real namespace, must not use it up and report nothing
+    // resubmitted.
+    let result = match receiver.attach_now().await {
+        Ok(()) => dlq::resubmit(&receiver, &client.sender_port(), &destination, options).await,
+        Err(error) => Err(OpsError::Partial {
+            done: 0,
+            total: options.max,
+            error: format!("attaching to {queue}: {error}"),
+        }),
+    };
     receiver.close().await;
     let report = result.with_context(|| format!("resubmitting from {queue} to {destination}"))?;
     for done in &report.resubmitted {

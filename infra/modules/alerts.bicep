@@ -353,8 +353,14 @@ resource sqlWorkers 'Microsoft.Insights/metricAlerts@2018-03-01' = {
 }
 
 // KEDA reports scaler failures (e.g. missing Manage right, wrong namespace) as system log events
-// of the environment, in the workspace through its diagnostic setting. The table is
-// ContainerAppSystemLogs (resource-specific) or ContainerAppSystemLogs_CL (older environments).
+// of the environment: EventSource KEDA, Type Warning (KEDAScalerFailed is a Warning event,
+// https://keda.sh/docs/latest/reference/events). The environment's diagnostic setting writes
+// them to the resource-specific table ContainerAppSystemLogs (columns EventSource, Type, Reason,
+// Log: https://learn.microsoft.com/azure/azure-monitor/reference/tables/containerappsystemlogs).
+// That table exists only once the first event arrived, so on a new workspace the query cannot be
+// validated when the rule is created (SEM0100, and union isfuzzy does not help when no table
+// resolves): skipQueryValidation creates the rule anyway
+// (ScheduledQueryRuleProperties.skipQueryValidation, Microsoft.Insights 2023-03-15-preview).
 resource scalerErrors 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview' = {
   name: '${namePrefix}-scaler-errors'
   location: location
@@ -363,6 +369,7 @@ resource scalerErrors 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview
     description: 'The KEDA azure-servicebus scaler reports errors: the app will not scale. Check the scaler identity\'s role on the entity.'
     severity: 2
     enabled: true
+    skipQueryValidation: true
     scopes: [
       workspaceId
     ]
@@ -371,7 +378,7 @@ resource scalerErrors 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview
     criteria: {
       allOf: [
         {
-          query: 'union isfuzzy=true (ContainerAppSystemLogs | project Msg = tostring(Log), Reason = tostring(Reason)), (ContainerAppSystemLogs_CL | project Msg = tostring(Log_s), Reason = tostring(Reason_s)) | where Reason has "KEDA" or Msg has "scaler" | where Msg has "error" or Msg has "fail" | summarize errors = count()'
+          query: 'ContainerAppSystemLogs | where EventSource =~ "KEDA" and Type =~ "Warning" | summarize errors = count()'
           timeAggregation: 'Total'
           metricMeasureColumn: 'errors'
           operator: 'GreaterThan'

@@ -23,6 +23,9 @@ param workspaceId string
 @description('Application Insights resource id.')
 param appInsightsId string
 
+@description('Subnet the environment runs in (delegated to Microsoft.App/environments), or empty for no VNet.')
+param infrastructureSubnetId string = ''
+
 @description('OTLP endpoint the worker exports to directly; empty = use the managed agent.')
 param otlpEndpoint string
 
@@ -114,6 +117,11 @@ var terminationGraceSecs = drainSecs + backgroundStopSecs + flushSecs
 
 var useAgent = empty(otlpEndpoint)
 var agentMetrics = useAgent && !empty(agentMetricsOtlpEndpoint)
+// The managed agent has no metrics destination unless agentMetricsOtlpEndpoint is set (its
+// Application Insights destination takes traces and logs only), and refuses the metric exports
+// the worker would send every minute. OTEL_METRICS_EXPORTER=none (the OpenTelemetry SDK
+// environment variable specification) turns the worker's metric exporter off.
+var metricsExported = !useAgent || agentMetrics
 
 resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
   name: last(split(appInsightsId, '/'))
@@ -124,6 +132,23 @@ resource environment 'Microsoft.App/managedEnvironments@2024-10-02-preview' = {
   location: location
   tags: tags
   properties: {
+    // A workload profiles environment (the Consumption profile only): the consumption-only
+    // environment is the legacy type, and only this type can later be VNet-integrated with a
+    // /27 subnet and user-defined routes or a NAT gateway.
+    // https://learn.microsoft.com/azure/container-apps/environment-type
+    workloadProfiles: [
+      {
+        name: 'Consumption'
+        workloadProfileType: 'Consumption'
+      }
+    ]
+    // With databaseNetwork 'private': the VNet whose private DNS zone resolves the SQL server to
+    // its private endpoint. Fixed at creation: changing it means a new environment.
+    vnetConfiguration: empty(infrastructureSubnetId)
+      ? null
+      : {
+          infrastructureSubnetId: infrastructureSubnetId
+        }
     // Logs go through Azure Monitor diagnostic settings: no workspace key in the template.
     appLogsConfiguration: {
       destination: 'azure-monitor'
@@ -238,8 +263,20 @@ var workerEnv = [
   { name: 'OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE', value: metricsTemporality }
 ]
 
+// Session mode only: the worker refuses the session settings without it.
+var sessionEnv = worker.sessions
+  ? [
+      { name: 'SB_INBOX_SESSIONS', value: 'true' }
+      { name: 'SB_INBOX_MAX_SESSIONS', value: string(worker.maxSessions) }
+      { name: 'SB_INBOX_SESSION_IDLE_SECS', value: string(worker.sessionIdleSecs) }
+    ]
+  : []
+
 // With the managed agent, Container Apps injects OTEL_EXPORTER_OTLP_ENDPOINT itself.
-var otlpEnv = useAgent ? [] : [{ name: 'OTEL_EXPORTER_OTLP_ENDPOINT', value: otlpEndpoint }]
+var otlpEnv = concat(
+  useAgent ? [] : [{ name: 'OTEL_EXPORTER_OTLP_ENDPOINT', value: otlpEndpoint }],
+  metricsExported ? [] : [{ name: 'OTEL_METRICS_EXPORTER', value: 'none' }]
+)
 
 resource app 'Microsoft.App/containerApps@2024-10-02-preview' = {
   name: '${namePrefix}-worker'
@@ -254,6 +291,7 @@ resource app 'Microsoft.App/containerApps@2024-10-02-preview' = {
   }
   properties: {
     environmentId: environment.id
+    workloadProfileName: 'Consumption'
     configuration: {
       activeRevisionsMode: 'Single'
       // A queue worker: no ingress; the probes reach the container port directly.
@@ -279,7 +317,7 @@ resource app 'Microsoft.App/containerApps@2024-10-02-preview' = {
           name: 'sb-inbox'
           image: image
           args: workerArgs
-          env: concat(workerEnv, otlpEnv)
+          env: concat(workerEnv, sessionEnv, otlpEnv)
           resources: {
             cpu: json(cpu)
             memory: memory
@@ -361,6 +399,7 @@ resource migrateJob 'Microsoft.App/jobs@2024-10-02-preview' = {
   }
   properties: {
     environmentId: environment.id
+    workloadProfileName: 'Consumption'
     configuration: {
       triggerType: 'Manual'
       replicaTimeout: 1800

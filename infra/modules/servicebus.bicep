@@ -89,6 +89,9 @@ param tags object = {}
 @description('The worker schedules delayed-retry copies on the consumed queue, so it needs Data Sender there too.')
 param delayedRetries bool = false
 
+@description('The consumed queue or subscription requires sessions (fixed at creation).')
+param sessions bool = false
+
 var roleDataReceiver = '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
 var roleDataSender = '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
 var roleDataOwner = '090c5cfd-751d-490a-894a-3ce6f1109419'
@@ -125,7 +128,8 @@ resource queue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = if (isQueue
     // Fixed at creation: changing it means a new queue.
     requiresDuplicateDetection: true
     duplicateDetectionHistoryTimeWindow: 'PT${duplicateDetectionWindowSecs}S'
-    requiresSession: false
+    // Fixed at creation too (SBQueueProperties.requiresSession, Microsoft.ServiceBus 2024-01-01).
+    requiresSession: sessions
   }
 }
 
@@ -147,7 +151,8 @@ resource topicSubscription 'Microsoft.ServiceBus/namespaces/topics/subscriptions
     maxDeliveryCount: maxDeliveryCount
     defaultMessageTimeToLive: 'PT${messageTtlSecs}S'
     deadLetteringOnMessageExpiration: true
-    requiresSession: false
+    // SBSubscriptionProperties.requiresSession: fixed at creation.
+    requiresSession: sessions
   }
 }
 

@@ -14,7 +14,7 @@ param uniqueSuffix string
 @description('Log Analytics workspace for auditing, diagnostic logs and metrics.')
 param workspaceId string
 
-@description('Microsoft Defender for SQL (threat protection and vulnerability assessment).')
+@description('Microsoft Defender for SQL: advanced threat protection and the SQL vulnerability assessment (express configuration).')
 param defender bool
 
 @description('Database name.')
@@ -37,8 +37,11 @@ param entraAdminObjectId string
 ])
 param entraAdminPrincipalType string
 
-@description('Allow connections from every Azure service (any tenant): only for trials without VNet integration. Production uses a private endpoint and a VNet-integrated Container Apps environment (docs/deploy.md).')
-param allowAzureServices bool = false
+@description('Allow connections from every Azure service (any tenant): what lets a Container Apps environment without a VNet reach the server. Off with the private network (network.bicep).')
+param allowAzureServices bool
+
+@description('Accept connections on the public endpoint; false when the private endpoint carries all traffic.')
+param publicNetworkAccess bool
 
 @description('Tags for every resource.')
 param tags object = {}
@@ -51,7 +54,7 @@ resource server 'Microsoft.Sql/servers@2023-08-01-preview' = {
   tags: tags
   properties: {
     minimalTlsVersion: '1.2'
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: publicNetworkAccess ? 'Enabled' : 'Disabled'
     administrators: {
       administratorType: 'ActiveDirectory'
       login: entraAdminLogin
@@ -131,6 +134,21 @@ resource threatProtection 'Microsoft.Sql/servers/securityAlertPolicies@2023-08-0
   }
 }
 
+// The SQL vulnerability assessment in its express configuration: scans every database of the
+// server, results in Defender for Cloud, no storage account to create or secure.
+// https://learn.microsoft.com/azure/templates/microsoft.sql/servers/sqlvulnerabilityassessments
+// https://learn.microsoft.com/azure/defender-for-cloud/sql-azure-vulnerability-assessment-overview
+resource vulnerabilityAssessment 'Microsoft.Sql/servers/sqlVulnerabilityAssessments@2023-05-01-preview' = if (defender) {
+  parent: server
+  name: 'default'
+  properties: {
+    state: 'Enabled'
+  }
+  dependsOn: [
+    threatProtection
+  ]
+}
+
 resource databaseDiagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = {
   name: 'to-log-analytics'
   scope: database
@@ -152,6 +170,7 @@ resource databaseDiagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-p
 }
 
 output serverName string = server.name
+output serverId string = server.id
 output serverFqdn string = server.properties.fullyQualifiedDomainName
 output databaseName string = database.name
 output databaseId string = database.id

@@ -90,7 +90,8 @@ pub trait Delivery: Send + Sync + 'static {
         properties: BTreeMap<String, PropertyValue>,
     ) -> impl Future<Output = Result<(), SettleError>> + Send;
     /// Gives the message back unprocessed without counting a delivery attempt (AMQP
-    /// `released`): for a delivery received but never started (shutdown). Service Bus does
+    /// `released`): for a delivery received but never started (shutdown, a paused kill
+    /// switch), or failed while the kill switch is open. Service Bus does
     /// not raise the delivery count on `released` (the Service Bus team in
     /// <https://github.com/Azure/amqpnetlite/issues/342>), unlike an abandon.
     fn release(&self) -> impl Future<Output = Result<(), SettleError>> + Send;

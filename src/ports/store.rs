@@ -70,6 +70,18 @@ impl ErrorKind {
         )
     }
 
+    /// True when the failure is not the message's but the store's, and every message would
+    /// meet it alike: the store unavailable (failover, shutdown, throttling, read-only), the
+    /// connection gone, or the deployment wrong (a missing grant, table or column). The
+    /// runtime's kill switch counts these; each store maps its provider's codes to these kinds
+    /// in its `classify` module.
+    pub fn is_systemic(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::Deployment | ErrorKind::Unavailable | ErrorKind::Connection
+        )
+    }
+
     /// True when no retry can succeed: the message must be dead-lettered.
     pub fn is_permanent(self) -> bool {
         !self.is_transient() && !matches!(self, ErrorKind::Duplicate(_))

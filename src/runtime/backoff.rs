@@ -35,6 +35,13 @@ pub(crate) fn exponential_step(base: Duration, max: Duration, attempt: u32) -> D
     base.checked_mul(factor).map_or(max, |d| d.min(max))
 }
 
+/// Half of `step` plus a random part up to the other half: "equal jitter".
+pub(crate) fn equal_jitter(step: Duration, rng: &mut impl Rng) -> Duration {
+    let half = step / 2;
+    let spread = u64::try_from((step - half).as_micros()).unwrap_or(u64::MAX);
+    half + Duration::from_micros(rng.random_range(0..=spread))
+}
+
 impl Backoff {
     /// Steps `base`, 2 × `base`, … up to `max`, seeded from the OS.
     pub fn new(base: Duration, max: Duration) -> Self {
@@ -58,9 +65,7 @@ impl Backoff {
     /// The next delay, in `[step / 2, step]`; then the step doubles (capped).
     pub fn next_delay(&mut self) -> Duration {
         let step = exponential_step(self.base, self.max, self.attempt);
-        let half = step / 2;
-        let spread = u64::try_from((step - half).as_micros()).unwrap_or(u64::MAX);
-        let delay = half + Duration::from_micros(self.rng.random_range(0..=spread));
+        let delay = equal_jitter(step, &mut self.rng);
         self.attempt = self.attempt.saturating_add(1);
         delay
     }

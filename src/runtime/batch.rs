@@ -30,14 +30,17 @@
 //! A statement that ends the whole transaction (a rollback to a savepoint that fails, as after a
 //! deadlock on SQL Server, or a broken connection) takes only that delivery out: it gets its
 //! own verdict and the rest of the batch runs again in a new transaction. A failed `BEGIN` or
-//! `COMMIT`, a batch past `max_processing`, or a shutdown past its grace abandons what the batch
-//! has not committed yet, and even a duplicate seen inside it is re-judged on redelivery.
+//! `COMMIT` or a batch past `max_processing` runs the undecided deliveries again one per
+//! transaction (`isolate`), so only the culprit fails; a systemic failure (the kill switch's
+//! business) or a shutdown past its grace abandons what the batch has not committed yet, and
+//! even a duplicate seen inside it is re-judged on redelivery.
 //!
 //! # What batching trades
 //! One commit (and its log flush) serves the whole batch, which is where the throughput comes
 //! from. In exchange a delivery waits up to the linger and then for the batch's other handlers
-//! before it is committed and settled; one commit failure abandons every delivery of the batch
-//! (each delivery attempt counts against the entity's max delivery count); the locks a batch
+//! before it is committed and settled; one commit failure re-runs every undecided delivery of
+//! the batch one by one (a systemic one abandons them all, and each delivery attempt counts
+//! against the entity's max delivery count); the locks a batch
 //! takes are held until its commit, so hot rows serialise longer; and a lost lock of an early
 //! delivery re-runs the handlers after it. A lost lock does not cancel a running handler (the
 //! shared transaction cannot be dropped for one delivery): the fence removes it before commit.
@@ -45,12 +48,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
+mod isolate;
+
+use super::circuit::Slot;
 use super::lock_keeper::KeptLock;
 use super::observe::Processing;
 use super::process::{Abort, Processor, outcome_of};
@@ -58,7 +64,7 @@ use super::{Backoff, Handled, Handler, Inner, Outcome, Report, RuntimeError};
 use crate::ports::{Delivery, Receiver, Savepoint, Store, StoreError, Tx};
 
 /// A received delivery with its kept lock and its `held` slot, waiting for a batch.
-type Queued<D> = (Arc<D>, KeptLock, OwnedSemaphorePermit);
+type Queued<D> = (Arc<D>, KeptLock, Slot);
 
 /// Receives into batches and runs them until `shutdown`, then drains, as
 /// [`super::Runtime::run`] does one delivery at a time.
@@ -80,6 +86,7 @@ where
     let held = Arc::new(Semaphore::new(
         config.concurrency.saturating_mul(config.batch_size) + config.prefetch,
     ));
+    let _probing = inner.probing();
     let tracker = TaskTracker::new();
     let abort = CancellationToken::new();
     let (queue, incoming) = mpsc::unbounded_channel();
@@ -151,6 +158,16 @@ async fn batches<R, S, H>(
                 () = tokio::time::sleep_until(closes) => break,
             }
         }
+        // Paused by the kill switch while the batch formed: what has not started is released.
+        let (held_back, batch): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .partition(|(_, _, slot)| inner.circuit.holds_back(&slot.ticket));
+        for queued in held_back {
+            give_back(&inner, queued).await;
+        }
+        if batch.is_empty() {
+            continue;
+        }
         let (inner, abort) = (inner.clone(), abort.clone());
         tracker.spawn(async move {
             let mut slots = Vec::with_capacity(batch.len());
@@ -167,11 +184,17 @@ async fn batches<R, S, H>(
         });
     }
     incoming.close();
-    while let Some((delivery, lock, slot)) = incoming.recv().await {
-        inner.give_back(&*delivery).await;
-        lock.release().await;
-        drop(slot);
+    while let Some(queued) = incoming.recv().await {
+        give_back(&inner, queued).await;
     }
+}
+
+/// Releases a queued delivery that never started, then stops keeping its lock.
+async fn give_back<R, S, H, D: Delivery>(inner: &Inner<R, S, H>, queued: Queued<D>) {
+    let (delivery, lock, slot) = queued;
+    inner.give_back(&*delivery).await;
+    lock.release().await;
+    drop(slot);
 }
 
 /// How long a delivery after the first of a batch transaction waits for a row lock another
@@ -233,7 +256,9 @@ struct Member<D> {
 
 /// Why a whole batch is abandoned.
 enum Whole {
-    Failed(String),
+    /// The transaction failed, not for one member's statement; `true` when the failure is
+    /// systemic (every transaction would fail alike).
+    Failed(String, bool),
     /// Past `max_processing`: the transient failure [`Processor::too_long`] describes.
     TooLong(Abort),
     Shutdown,
@@ -241,13 +266,16 @@ enum Whole {
 
 impl Whole {
     fn store(error: &StoreError) -> Self {
-        tracing::warn!(%error, "Batch transaction failed; abandoning the whole batch.");
-        Whole::Failed(format!("batch transaction failed: {}", error.redacted()))
+        tracing::warn!(%error, "Batch transaction failed.");
+        Whole::Failed(
+            format!("batch transaction failed: {}", error.redacted()),
+            error.kind().is_systemic(),
+        )
     }
 
     fn abort(&self) -> Abort {
         match self {
-            Whole::Failed(why) => Abort::SettleAs(Outcome::Transient, why.clone()),
+            Whole::Failed(why, _) => Abort::SettleAs(Outcome::Transient, why.clone()),
             Whole::TooLong(Abort::SettleAs(outcome, why)) => Abort::SettleAs(*outcome, why.clone()),
             Whole::TooLong(_) | Whole::Shutdown => Abort::Shutdown,
         }
@@ -292,6 +320,14 @@ where
         () = cancel.cancelled() => Err(Whole::Shutdown),
         () = tokio::time::sleep(step.max_processing) => Err(Whole::TooLong(step.too_long())),
         ended = step.observer.transaction(transact(&step, &mut members)) => ended,
+    };
+    // One member's fault the batch could not pin on it: each runs again alone.
+    let ended = match ended {
+        Err(Whole::Failed(_, false) | Whole::TooLong(_)) if !cancel.is_cancelled() => {
+            isolate::one_by_one(&step, &mut members, cancel).await;
+            Ok(())
+        }
+        ended => ended,
     };
     // Every settlement at once, each in its own process span.
     let mut settling = tokio::task::JoinSet::new();
@@ -363,6 +399,7 @@ where
         match step.seen(tx.commit().await) {
             Ok(()) => {
                 step.health.committed();
+                step.circuit.answered();
                 members.iter_mut().for_each(|m| m.state.commit());
             }
             // Refused: the last kept delivery went on past a failed statement.

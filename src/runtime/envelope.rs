@@ -44,6 +44,9 @@ pub enum DeadLetterReason {
     /// The client cannot decode the AMQP message (a malformed section, a type it does not
     /// know); every redelivery would fail the same way.
     UndecodableMessage,
+    /// The handler panicked on this message on [`crate::RuntimeConfig::max_panics`]
+    /// deliveries.
+    HandlerPanicked,
 }
 
 impl DeadLetterReason {
@@ -60,6 +63,7 @@ impl DeadLetterReason {
             DeadLetterReason::HandlerRejected => "HandlerRejected",
             DeadLetterReason::RetriesExhausted => "RetriesExhausted",
             DeadLetterReason::UndecodableMessage => "UndecodableMessage",
+            DeadLetterReason::HandlerPanicked => "HandlerPanicked",
         }
     }
 }

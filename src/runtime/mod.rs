@@ -13,11 +13,16 @@
 //!   savepoint each, reusing `process`'s pieces.
 //! - [`DelayedRetry`] with a [`RetryPolicy`]: transient failures scheduled for later instead of
 //!   abandoned, keeping the logical message id ([`LOGICAL_ID_PROPERTY`]).
+//! - [`Circuit`], the kill switch: deliveries paused while the store fails for every message
+//!   alike, resumed once a probe and one trial delivery pass; `transient_hold` keeps a
+//!   transient failure's lock for a short backoff before its abandon; `panic` turns a
+//!   handler's panic into [`Outcome::HandlerPanicked`].
 //!
 //! The runtime sees only [`crate::ports`]: no SQL dialect, no AMQP frame.
 
 mod backoff;
 mod batch;
+mod circuit;
 mod clock;
 mod consumer;
 mod envelope;
@@ -27,22 +32,25 @@ mod json;
 mod lock_keeper;
 mod observe;
 mod outcome;
+mod panic;
 mod process;
 mod retry;
 mod session;
 mod slots;
 mod stats;
 mod store_health;
+mod transient_hold;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use backoff::Backoff;
 pub(crate) use backoff::exponential_step;
+pub use circuit::{Circuit, CircuitConfig, CircuitPhase, MIN_SAMPLES, PROBE_ID};
 pub use clock::Clock;
 pub use consumer::{ConsumerName, ConsumerNameError, MAX_CONSUMER_NAME_LEN};
 pub(crate) use envelope::truncate;
@@ -70,6 +78,7 @@ pub use stats::{Stats, StatsSnapshot};
 pub use store_health::{DEPLOYMENT_WINDOW, StoreHealth};
 
 use crate::ports::{ReceiveError, Receiver, Store};
+use circuit::Slot;
 
 /// How a [`Runtime`] runs.
 #[derive(Debug, Clone)]
@@ -105,12 +114,27 @@ pub struct RuntimeConfig {
     /// How long a batch waits for more deliveries after its first before it starts with what it
     /// has (`runtime.batch_linger_ms`).
     pub batch_linger: Duration,
+    /// The kill switch: pause deliveries while the store fails for every message alike
+    /// (`runtime.circuit.*`); see [`Circuit`].
+    pub circuit: CircuitConfig,
+    /// A handler that panics is abandoned (after a short backoff, like a transient failure);
+    /// on a delivery numbered this or later it is dead-lettered `HandlerPanicked` instead
+    /// (`runtime.max_panics`). Keep it below the entity's max delivery count, or the broker
+    /// dead-letters first (`MaxDeliveryCountExceeded`).
+    pub max_panics: u32,
+    /// Before abandoning a transient failure, the delivery is held (its lock kept) for a short
+    /// jittered backoff growing with its delivery count, at most this long and never past its
+    /// lock (`runtime.transient_hold_max_ms`); zero abandons at once. So a flapping dependency
+    /// spends a message's max delivery count over tens of seconds, not milliseconds.
+    pub transient_hold_max: Duration,
 }
 
 impl RuntimeConfig {
     /// Defaults: concurrency 8, prefetch 0, margin 10 s, lock duration unknown, at most 5 min
     /// of processing (the SDKs' default maximum auto-lock-renewal duration), grace 30 s, no
-    /// delayed retries, no batching (batch size 1, linger 5 ms when batching).
+    /// delayed retries, no batching (batch size 1, linger 5 ms when batching), the kill switch
+    /// on ([`CircuitConfig::default`]), dead-lettered after panics on 3 deliveries, transient
+    /// failures held up to 5 s before their abandon.
     pub fn new(consumer: ConsumerName) -> Self {
         RuntimeConfig {
             consumer,
@@ -123,6 +147,9 @@ impl RuntimeConfig {
             delayed_retry: None,
             batch_size: 1,
             batch_linger: DEFAULT_BATCH_LINGER,
+            circuit: CircuitConfig::default(),
+            max_panics: 3,
+            transient_hold_max: DEFAULT_TRANSIENT_HOLD_MAX,
         }
     }
 
@@ -160,6 +187,9 @@ impl RuntimeConfig {
 /// The default [`RuntimeConfig::batch_linger`]: short against a transaction's round trips, long
 /// enough for a prefetched burst to fill a batch.
 pub const DEFAULT_BATCH_LINGER: Duration = Duration::from_millis(5);
+
+/// The default [`RuntimeConfig::transient_hold_max`].
+pub const DEFAULT_TRANSIENT_HOLD_MAX: Duration = Duration::from_secs(5);
 
 /// Why a runtime stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -203,6 +233,7 @@ struct Inner<R, S, H> {
     slots: Arc<SlotWatch>,
     observer: observe::Observer,
     health: StoreHealth,
+    circuit: Circuit,
 }
 
 impl<R, S, H> Runtime<R, S, H> {
@@ -217,8 +248,10 @@ impl<R, S, H> Runtime<R, S, H> {
     ) -> Self {
         let observer = observe::Observer::new(source, &config.consumer, clock);
         let health = StoreHealth::new(&config.consumer);
+        let circuit = Circuit::new(config.circuit.clone(), &config.consumer);
         Runtime {
             inner: Arc::new(Inner {
+                circuit,
                 slots: Arc::new(SlotWatch::new(config.max_processing)),
                 observer,
                 health,
@@ -241,6 +274,12 @@ impl<R, S, H> Runtime<R, S, H> {
     /// readiness probe.
     pub fn store_health(&self) -> StoreHealth {
         self.inner.health.clone()
+    }
+
+    /// The kill switch, shared with the running runtime: [`Circuit::problem`] says why
+    /// deliveries are paused, for a readiness probe.
+    pub fn circuit(&self) -> Circuit {
+        self.inner.circuit.clone()
     }
 
     /// The busy handler slots, shared with the running runtime: [`SlotWatch::stuck`] is the
@@ -331,6 +370,7 @@ where
         }
         let held = Arc::new(Semaphore::new(config.concurrency + config.prefetch));
         let handling = Arc::new(Semaphore::new(config.concurrency));
+        let _probing = self.inner.probing();
         let tracker = TaskTracker::new();
         let abort = CancellationToken::new();
         // Jittered, so that workers cut off by one outage do not all reconnect at once.
@@ -356,9 +396,12 @@ where
                     // Biased: once shutting down, nothing new starts.
                     biased;
                     () = stopping.cancelled() => None,
+                    // Paused by the kill switch: released, not left to wait.
+                    () = inner.circuit.opened_for(&slot.ticket) => None,
                     // Closed only when the runtime is dropped mid-run.
                     permit = handling.acquire_owned() => permit.ok(),
                 };
+                let permit = permit.filter(|_| !inner.circuit.holds_back(&slot.ticket));
                 let Some(_permit) = permit else {
                     inner.give_back(&*delivery).await;
                     lock.release().await;
@@ -387,7 +430,7 @@ impl<R: Receiver, S, H> Inner<R, S, H> {
         held: &Arc<Semaphore>,
         shutdown: &CancellationToken,
         backoff: &mut Backoff,
-    ) -> Result<Option<(R::Delivery, OwnedSemaphorePermit)>, RuntimeError> {
+    ) -> Result<Option<(R::Delivery, Slot)>, RuntimeError> {
         loop {
             let slot = tokio::select! {
                 () = shutdown.cancelled() => return Ok(None),
@@ -396,6 +439,10 @@ impl<R: Receiver, S, H> Inner<R, S, H> {
                     Err(_) => return Ok(None),
                 },
             };
+            // Paused by the kill switch: no receive starts (and no link credit is granted).
+            if !self.circuit.wait_admissible(shutdown).await {
+                return Ok(None);
+            }
             let received = tokio::select! {
                 () = shutdown.cancelled() => return Ok(None),
                 received = self.receiver.receive() => received,
@@ -403,7 +450,12 @@ impl<R: Receiver, S, H> Inner<R, S, H> {
             match received {
                 Ok(Some(delivery)) => {
                     backoff.reset();
-                    return Ok(Some((delivery, slot)));
+                    // Tripped while the receive was under way, or the trial already taken.
+                    let Some(ticket) = self.circuit.try_admit() else {
+                        self.give_back(&delivery).await;
+                        continue;
+                    };
+                    return Ok(Some((delivery, Slot::new(slot, ticket))));
                 }
                 Ok(None) => return Ok(None),
                 Err(ReceiveError::Transient(error)) => {
@@ -421,6 +473,16 @@ impl<R: Receiver, S, H> Inner<R, S, H> {
 }
 
 impl<R, S, H> Inner<R, S, H> {
+    /// Releases a delivery that was never started: the broker makes it available again without
+    /// counting a delivery attempt.
+    async fn give_back<D: crate::ports::Delivery>(&self, delivery: &D) {
+        match delivery.release().await {
+            Ok(()) => self.stats.record_released(),
+            // Its lock runs out instead, which counts a delivery.
+            Err(error) => tracing::warn!(%error, "Releasing an unstarted delivery failed."),
+        }
+    }
+
     /// Waits for the in-flight work of `tracker` for [`RuntimeConfig::shutdown_grace`], then
     /// cancels `abort` (roll back and abandon) and waits for the rest.
     async fn drain(&self, tracker: &TaskTracker, abort: &CancellationToken) {
@@ -444,14 +506,20 @@ where
     S: Store,
     H: Handler<S::Tx>,
 {
-    /// Releases a delivery that was never started: the broker makes it available again without
-    /// counting a delivery attempt.
-    async fn give_back<D: crate::ports::Delivery>(&self, delivery: &D) {
-        match delivery.release().await {
-            Ok(()) => self.stats.record_released(),
-            // Its lock runs out instead, which counts a delivery.
-            Err(error) => tracing::warn!(%error, "Releasing an unstarted delivery failed."),
-        }
+    /// Runs the kill switch's store probe until the guard is dropped.
+    fn probing(self: &Arc<Self>) -> tokio_util::sync::DropGuard
+    where
+        R: Send + Sync + 'static,
+    {
+        let stop = CancellationToken::new();
+        let (inner, token) = (self.clone(), stop.clone());
+        tokio::spawn(async move {
+            inner
+                .circuit
+                .supervise(&inner.store, &inner.config.consumer, &token)
+                .await;
+        });
+        stop.drop_guard()
     }
 
     fn processor(&self) -> process::Processor<'_, S, H> {
@@ -463,6 +531,9 @@ where
                 .metered(self.observer.renewal_meter()),
             observer: &self.observer,
             health: &self.health,
+            circuit: &self.circuit,
+            max_panics: self.config.max_panics,
+            transient_hold_max: self.config.transient_hold_max,
             retry: self.config.delayed_retry.as_ref(),
             clock: self.clock,
             max_processing: self.config.max_processing,

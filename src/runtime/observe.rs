@@ -219,6 +219,7 @@ impl Observer {
             Outcome::Transient => Some(error::TRANSIENT_FAILURE),
             Outcome::Permanent(reason) => Some(reason.as_str()),
             Outcome::LockLost => Some(error::LOCK_LOST),
+            Outcome::HandlerPanicked => Some(error::HANDLER_PANICKED),
             _ => settle_error,
         };
         span.record(attr::CONTRACT, contract.as_str());

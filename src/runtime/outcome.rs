@@ -22,6 +22,10 @@ pub enum Outcome {
     Permanent(DeadLetterReason),
     /// The lock was lost before commit: roll back, no settlement is possible.
     LockLost,
+    /// The handler panicked: roll back, abandon (after a short backoff); from
+    /// [`crate::RuntimeConfig::max_panics`] deliveries on it is dead-lettered
+    /// [`DeadLetterReason::HandlerPanicked`] instead.
+    HandlerPanicked,
 }
 
 /// The broker action an [`Outcome`] asks for.
@@ -42,7 +46,7 @@ impl Outcome {
     pub fn settlement(self) -> Settlement {
         match self {
             Outcome::Processed | Outcome::Duplicate(_) | Outcome::Stale => Settlement::Complete,
-            Outcome::Transient => Settlement::Abandon,
+            Outcome::Transient | Outcome::HandlerPanicked => Settlement::Abandon,
             Outcome::Permanent(_) => Settlement::DeadLetter,
             Outcome::LockLost => Settlement::None,
         }
@@ -57,6 +61,7 @@ impl Outcome {
             Outcome::Transient => "transient",
             Outcome::Permanent(_) => "permanent",
             Outcome::LockLost => "lock_lost",
+            Outcome::HandlerPanicked => "handler_panicked",
         }
     }
 }
@@ -85,6 +90,7 @@ mod tests {
                 Settlement::DeadLetter,
             ),
             (LockLost, Settlement::None),
+            (HandlerPanicked, Settlement::Abandon),
         ];
         for (outcome, settlement) in table {
             assert_eq!(outcome.settlement(), settlement, "{outcome}");

@@ -26,13 +26,14 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use super::circuit::Circuit;
 use super::lock_keeper::KeptLock;
 use super::observe::Observer;
 use super::retry::{self, DelayedRetry, ScheduledRetry};
 use super::store_health::StoreHealth;
 use super::{
     Clock, Context, DeadLetterReason, Handled, Handler, HandlerError, LockKeeper, Outcome,
-    Rejection, Settlement, envelope,
+    Rejection, Settlement, envelope, panic, transient_hold,
 };
 use crate::ports::{Delivery, ErrorKind, PropertyValue, SettleError, Store, StoreError, Tx};
 use crate::runtime::ConsumerName;
@@ -67,6 +68,11 @@ pub(crate) struct Processor<'a, S, H> {
     pub(crate) clock: Clock,
     pub(crate) observer: &'a Observer,
     pub(crate) health: &'a StoreHealth,
+    pub(crate) circuit: &'a Circuit,
+    /// A panic on a delivery numbered this or later dead-letters it.
+    pub(crate) max_panics: u32,
+    /// The longest hold of a transient failure before its abandon.
+    pub(crate) transient_hold_max: Duration,
     /// Past this the handler is cancelled, its transaction rolled back and the delivery
     /// abandoned.
     pub(crate) max_processing: Duration,
@@ -277,7 +283,7 @@ where
 
     /// One transaction: inbox row first, then the handler, then the fenced commit. A failure
     /// rolls back explicitly so the connection stays reusable.
-    async fn transact(
+    pub(super) async fn transact(
         &self,
         ctx: &Context<'_, H::Payload>,
         lock: &KeptLock,
@@ -295,6 +301,7 @@ where
             Ok(handled) => {
                 self.seen(tx.commit().await)?;
                 self.health.committed();
+                self.circuit.answered();
                 Ok(outcome_of(handled))
             }
             Err(abort) => {
@@ -316,16 +323,33 @@ where
             tx.insert_inbox(self.consumer.as_str(), ctx.logical_id())
                 .await,
         )?;
-        let handled = self.handler.handle(ctx, tx).await.inspect_err(|error| {
-            if let HandlerError::Store(error) = error {
-                self.note(error);
-            }
-        })?;
+        let handled = panic::catch(self.handler.handle(ctx, tx))
+            .await
+            .map_err(|panicked| self.panicked(ctx, panicked))?
+            .inspect_err(|error| {
+                if let HandlerError::Store(error) = error {
+                    self.note(error);
+                }
+            })?;
         Ok(handled)
     }
 
-    /// Tells the store's health about a deployment error.
+    /// A caught handler panic: abandoned, or dead-lettered from [`Processor::max_panics`] on.
+    fn panicked(&self, ctx: &Context<'_, H::Payload>, panicked: panic::Panicked) -> Abort {
+        let panic::Panicked(why) = panicked;
+        let delivery_count = ctx.delivery_count;
+        tracing::error!(delivery_count, max_panics = self.max_panics, error = %why, "Handler panicked; rolled back.");
+        // Zero-based: the count of deliveries before this one.
+        if delivery_count.saturating_add(1) >= self.max_panics {
+            Abort::DeadLetter(Rejection::new(DeadLetterReason::HandlerPanicked, why))
+        } else {
+            Abort::SettleAs(Outcome::HandlerPanicked, why)
+        }
+    }
+
+    /// Tells the store's health and the kill switch about a store error.
     pub(super) fn note(&self, error: &StoreError) {
+        self.circuit.store_error(error);
         if error.kind() == ErrorKind::Deployment {
             self.health.deployment_error(error);
         }
@@ -351,7 +375,16 @@ where
                         .retry_later(delivery, retry, logical_id, why, renewals)
                         .await;
                 }
-                (_, Ending::RolledBack(why)) => Some(delivery.abandon(last_error(why)).await),
+                (_, Ending::RolledBack(why)) => Some(
+                    transient_hold::give_back(
+                        delivery,
+                        self.circuit,
+                        self.clock,
+                        self.transient_hold_max,
+                        last_error(why),
+                    )
+                    .await,
+                ),
                 (_, Ending::Shutdown) => {
                     Some(delivery.abandon(last_error("shutdown".into())).await)
                 }

@@ -97,6 +97,7 @@ where
         // A fatal source error stops every slot.
         let stop = shutdown.child_token();
         let failure: Arc<StdMutex<Option<RuntimeError>>> = Arc::default();
+        let _probing = self.inner.probing();
         for _ in 0..sessions.max_sessions {
             let (inner, sessions) = (self.inner.clone(), sessions.clone());
             let (stop, abort, failure) = (stop.clone(), abort.clone(), failure.clone());
@@ -134,6 +135,10 @@ where
     ) -> Result<(), RuntimeError> {
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
         loop {
+            // Paused by the kill switch: no session is taken.
+            if !self.circuit.wait_admissible(stop).await {
+                return Ok(());
+            }
             let accepted = tokio::select! {
                 () = stop.cancelled() => return Ok(()),
                 accepted = self.receiver.accept_next() => accepted,
@@ -186,6 +191,12 @@ where
                     tracing::debug!(%error, session_id = %session.session_id(), "Session receive failed.");
                     return Ended::LockLost;
                 }
+            };
+            // Paused by the kill switch (or its trial taken): the message goes back unstarted
+            // and the session is let go, so its messages come back in order.
+            let Some(_ticket) = self.circuit.try_admit() else {
+                self.give_back(&*delivery).await;
+                return Ended::Closed;
             };
             let processor = self.processor();
             // The delivery's lock is the session lock: the keeper renews the session.

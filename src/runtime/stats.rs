@@ -13,6 +13,7 @@ pub struct Stats {
     transient: AtomicU64,
     permanent: AtomicU64,
     lock_lost: AtomicU64,
+    panicked: AtomicU64,
     settle_failed: AtomicU64,
     renewals: AtomicU64,
     retried: AtomicU64,
@@ -35,6 +36,9 @@ pub struct StatsSnapshot {
     pub permanent: u64,
     /// Locks lost before commit.
     pub lock_lost: u64,
+    /// Handler panics caught (abandoned, or dead-lettered `HandlerPanicked` when the panic
+    /// came from the last allowed delivery: those count as `permanent`).
+    pub panicked: u64,
     /// Settlements the broker refused or did not answer.
     pub settle_failed: u64,
     /// Lock renewals.
@@ -56,6 +60,7 @@ impl StatsSnapshot {
             + self.transient
             + self.permanent
             + self.lock_lost
+            + self.panicked
     }
 }
 
@@ -68,6 +73,7 @@ impl std::ops::AddAssign for StatsSnapshot {
         self.transient += other.transient;
         self.permanent += other.permanent;
         self.lock_lost += other.lock_lost;
+        self.panicked += other.panicked;
         self.settle_failed += other.settle_failed;
         self.renewals += other.renewals;
         self.retried += other.retried;
@@ -88,6 +94,7 @@ impl Stats {
             Outcome::Transient => &self.transient,
             Outcome::Permanent(_) => &self.permanent,
             Outcome::LockLost => &self.lock_lost,
+            Outcome::HandlerPanicked => &self.panicked,
         };
         counter.fetch_add(1, Ordering::Relaxed);
         if matches!(report.settled, Some(Err(_))) {
@@ -109,6 +116,7 @@ impl Stats {
             transient: self.transient.load(Ordering::Relaxed),
             permanent: self.permanent.load(Ordering::Relaxed),
             lock_lost: self.lock_lost.load(Ordering::Relaxed),
+            panicked: self.panicked.load(Ordering::Relaxed),
             settle_failed: self.settle_failed.load(Ordering::Relaxed),
             renewals: self.renewals.load(Ordering::Relaxed),
             retried: self.retried.load(Ordering::Relaxed),

@@ -53,7 +53,7 @@ impl ServiceBusDelivery {
             .client
             .management(
                 &self.receiver.entity,
-                Request::renew_lock(&self.link.name, self.lock_token),
+                Request::renew_lock(self.lock_token).for_link(self.receiver.current_link()),
             )
             .await
             .map_err(settle_error)?;

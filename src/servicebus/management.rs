@@ -27,8 +27,8 @@ use crate::SettleError;
 /// How long the service may take over an operation (`com.microsoft:server-timeout`).
 const SERVER_TIMEOUT_MS: u32 = 30_000;
 
-/// A `$management` request: the operation, its body map and, for a lock renewal, the
-/// receive link it acts for.
+/// A `$management` request: the operation, its body map and, for a lock renewal or a
+/// settlement, the receive link it acts for.
 #[derive(Debug, Clone)]
 pub(crate) struct Request {
     operation: Operation,
@@ -59,12 +59,20 @@ impl Request {
             .entry(key::MESSAGE_COUNT, Value::Int(count))
     }
 
-    /// `renew-lock` for one lock of the receive link `link_name`.
-    pub(crate) fn renew_lock(link_name: &str, lock_token: uuid::Uuid) -> Self {
-        let mut request =
-            Request::new(Operation::RenewLock).entry(key::LOCK_TOKENS, lock_tokens(lock_token));
-        request.associated_link = Some(link_name.to_owned());
-        request
+    /// `renew-lock` for one lock.
+    pub(crate) fn renew_lock(lock_token: uuid::Uuid) -> Self {
+        Request::new(Operation::RenewLock).entry(key::LOCK_TOKENS, lock_tokens(lock_token))
+    }
+
+    /// Names the receive link the request acts for: the receiver's link attached now, or
+    /// none without one. Never a link already gone: the SDKs name their current, open link
+    /// (Python `_base_handler.py` `_mgmt_request_response`: the handler's link name after
+    /// `_open()`, for renew-lock and update-disposition alike; .NET `AmqpReceiver` only when
+    /// `_receiveLink.TryGetOpenedObject` succeeds; Go `internal/mgmt.go` `RenewLocks` omits it
+    /// for an empty name).
+    pub(crate) fn for_link(mut self, link_name: Option<String>) -> Self {
+        self.associated_link = link_name;
+        self
     }
 
     /// `update-disposition`: settles a lock by its token, whichever link received it (Go

@@ -53,7 +53,7 @@ pub use connection_string::{ConnectionString, ConnectionStringError, Credential,
 pub use delivery::ServiceBusDelivery;
 pub use error::ServiceBusError;
 pub use peek::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, PeekedMessage};
-pub use receiver::ServiceBusReceiver;
+pub use receiver::{DEFAULT_LINK_IDLE_GUARD, ServiceBusReceiver};
 pub use sas::{SasToken, sign_sas};
 pub use sender::{SendError, SendErrorKind, SendOptions, ServiceBusSender};
 #[allow(deprecated)]

@@ -2,7 +2,7 @@
 //! re-attached after the service detaches it; deliveries it cannot hand to the runtime it
 //! dead-letters itself.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, SystemTime};
 
@@ -29,6 +29,14 @@ use crate::{Delivery, ReceiveError, Receiver, Source};
 
 /// How long [`ServiceBusReceiver::close`] waits for the broker.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A receive link that delivered nothing for this long is replaced by a fresh one: the
+/// service can lose a link without a detach, and a link waiting on credit it already has
+/// shows nothing wrong. Go `azservicebus` does the same after 5 minutes
+/// (Azure/azure-sdk-for-go#19465, "Idle timer": "if we don't receive anything for that time
+/// we'll just restart the link, which is a pretty cheap operation"); below the service's own
+/// 10-minute idle detach, so a healthy idle link is recycled before the service detaches it.
+pub const DEFAULT_LINK_IDLE_GUARD: Duration = Duration::from_secs(300);
 
 /// A peek-lock receiver implementing the runtime's [`Receiver`] port.
 ///
@@ -59,6 +67,11 @@ pub(super) struct ReceiverInner {
     /// Set for a session receiver: its one link, once lost, is not re-attached (the session
     /// lock went with it), and its deliveries are settled on that link only.
     pub(super) session: std::sync::OnceLock<Arc<SessionLock>>,
+    /// The name of the link attached now: what `$management` requests name as their
+    /// associated link (read without waiting on a receive that holds `link`).
+    current_link: StdMutex<Option<String>>,
+    /// [`DEFAULT_LINK_IDLE_GUARD`] unless set, in milliseconds.
+    idle_guard_ms: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -91,8 +104,21 @@ impl ServiceBusReceiver {
                 attached: AtomicBool::new(false),
                 reauthorize: AtomicBool::new(false),
                 session: std::sync::OnceLock::new(),
+                current_link: StdMutex::new(None),
+                idle_guard_ms: AtomicU64::new(millis(DEFAULT_LINK_IDLE_GUARD)),
             }),
         }
+    }
+
+    /// Replaces a receive link that delivered nothing for `guard` (default
+    /// [`DEFAULT_LINK_IDLE_GUARD`]) by a fresh one; `Duration::ZERO` never does. Session
+    /// receivers are not guarded: their link holds the session lock and ends with it.
+    #[must_use]
+    pub fn with_link_idle_guard(self, guard: Duration) -> Self {
+        self.inner
+            .idle_guard_ms
+            .store(millis(guard), Ordering::Relaxed);
+        self
     }
 
     pub(super) fn inner(&self) -> &Arc<ReceiverInner> {
@@ -208,13 +234,35 @@ impl ServiceBusReceiver {
         }
     }
 
+    /// Connects, authorizes and attaches the receive link now, as the first receive would:
+    /// a bounded wait for messages that follows counts only the broker's silence, not the
+    /// connection's setup (which against a real namespace can take seconds).
+    ///
+    /// # Errors
+    /// As [`Receiver::receive`]: transient for connection failures, permanent for an
+    /// unknown entity or refused rights.
+    pub async fn attach_now(&self) -> Result<(), ReceiveError> {
+        let mut guard = self.inner.link.lock().await;
+        self.attach_into(&mut guard).await
+    }
+
+    /// Attaches a link into `slot` unless one is there.
+    async fn attach_into(&self, slot: &mut Option<ReceiveLink>) -> Result<(), ReceiveError> {
+        if slot.is_none() {
+            let link = self.attach().await?;
+            self.inner.set_current_link(Some(&link.shared.name));
+            *slot = Some(link);
+        }
+        Ok(())
+    }
+
     /// Returns every delivery received but not handed out to the broker (released: no delivery
     /// count), then detaches. Call on shutdown.
     pub async fn close(&self) {
         let Some(link) = self.inner.link.lock().await.take() else {
             return;
         };
-        self.inner.attached.store(false, Ordering::Release);
+        self.inner.set_current_link(None);
         // Shutdown must not hang on a broker that does not answer: after the bound, the locks
         // of anything prefetched simply run out.
         let closing = async {
@@ -228,6 +276,40 @@ impl ServiceBusReceiver {
         };
         if tokio::time::timeout(CLOSE_TIMEOUT, closing).await.is_err() {
             tracing::warn!(entity = %self.inner.entity, "Receiver close timed out; dropping the link.");
+        }
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl ReceiverInner {
+    /// The name of the receive link attached now, if any.
+    pub(super) fn current_link(&self) -> Option<String> {
+        self.current_link
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records the link attached now (`None`: none).
+    pub(super) fn set_current_link(&self, name: Option<&str>) {
+        *self
+            .current_link
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = name.map(str::to_owned);
+        self.attached.store(name.is_some(), Ordering::Release);
+    }
+
+    /// How long a non-session link may deliver nothing before it is replaced.
+    fn idle_guard(&self) -> Option<Duration> {
+        if self.session.get().is_some() {
+            return None;
+        }
+        match self.idle_guard_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
         }
     }
 }
@@ -273,19 +355,18 @@ impl ServiceBusReceiver {
         }
     }
 
-    /// The next delivery, or `None` after dead-lettering one the runtime cannot take.
+    /// The next delivery, or `None` after dead-lettering one the runtime cannot take or
+    /// replacing a link idle past the guard.
     async fn next_or_refused(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
         let mut guard = self.inner.link.lock().await;
         if guard.is_none() && self.inner.session.get().is_some() {
             return Err(ReceiveError::transient(SESSION_LINK_GONE));
         }
-        if guard.is_none() {
-            *guard = Some(self.attach().await?);
-            self.inner.attached.store(true, Ordering::Release);
-        }
+        self.attach_into(&mut guard).await?;
         let Some(link) = guard.as_mut() else {
             return Err(ReceiveError::transient("no link"));
         };
+        let idle_guard = self.inner.idle_guard();
         let result = async {
             // One credit per outstanding receive; a receive cancelled after granting leaves its
             // credit for the next call instead of granting again.
@@ -293,13 +374,38 @@ impl ServiceBusReceiver {
                 link.receiver.add_credit(1).await?;
                 link.granted = true;
             }
-            let delivery = link.receiver.recv().await?;
+            let delivery = match idle_guard {
+                Some(idle) => match tokio::time::timeout(idle, link.receiver.recv()).await {
+                    Ok(delivery) => delivery?,
+                    Err(_) => return Ok(None),
+                },
+                None => link.receiver.recv().await?,
+            };
             link.granted = false;
-            Ok::<_, sb_amqp::Error>(delivery)
+            Ok::<_, sb_amqp::Error>(Some(delivery))
         }
         .await;
         let delivery = match result {
-            Ok(delivery) => delivery,
+            Ok(Some(delivery)) => delivery,
+            Ok(None) => {
+                // Idle past the guard: the link may be lost without a detach. Detaching
+                // costs little (credit is granted again on the fresh link); what it delivered
+                // meanwhile stays settleable by lock token.
+                link.shared.gone.store(true, Ordering::Release);
+                let stale = guard.take();
+                self.inner.set_current_link(None);
+                drop(guard);
+                tracing::info!(entity = %self.inner.entity, idle = ?idle_guard, "Receive link idle past the guard; replacing it.");
+                if let Some(stale) = stale {
+                    // Bounded: a lost link may never answer the detach.
+                    let detach = stale.receiver.detach();
+                    if tokio::time::timeout(CLOSE_TIMEOUT, detach).await.is_err() {
+                        tracing::debug!(entity = %self.inner.entity, "Idle link's detach unanswered; dropped.");
+                    }
+                }
+                // Not an error for the runtime: the caller's receive goes on, on a fresh link.
+                return Ok(None);
+            }
             Err(error) => {
                 // Only this link is gone (the connection too for a connection-level error):
                 // the next receive, after the runtime's jittered backoff, attaches anew.
@@ -308,7 +414,7 @@ impl ServiceBusReceiver {
                     conn.observe(&error);
                 }
                 *guard = None;
-                self.inner.attached.store(false, Ordering::Release);
+                self.inner.set_current_link(None);
                 tracing::warn!(entity = %self.inner.entity, %error, "Receive link failed; re-attaching.");
                 return Err(self.failed(&error, false));
             }

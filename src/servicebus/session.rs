@@ -243,8 +243,8 @@ impl ServiceBusSessionReceiver {
         });
         let inner = receiver.inner().clone();
         let _ = inner.session.set(lock.clone());
+        inner.set_current_link(Some(&link.shared.name));
         *inner.link.lock().await = Some(link);
-        inner.attached.store(true, Ordering::Release);
         Ok(ServiceBusSessionReceiver { receiver, lock })
     }
 

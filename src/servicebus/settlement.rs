@@ -229,7 +229,10 @@ impl ServiceBusDelivery {
         let replied = self
             .receiver
             .client
-            .management(&self.receiver.entity, request)
+            .management(
+                &self.receiver.entity,
+                request.for_link(self.receiver.current_link()),
+            )
             .await;
         if let Ok(reply) = &replied
             && management::is_busy(reply)

@@ -33,6 +33,10 @@ pub const OTEL_ENV_VARS: &[(&str, &str)] = &[
         "more resource attributes: key=value,key=value",
     ),
     (
+        "OTEL_METRICS_EXPORTER",
+        "otlp (default) or none: no metric export while spans still go to the endpoint",
+    ),
+    (
         "OTEL_METRIC_EXPORT_INTERVAL",
         "milliseconds between metric exports (default 60000)",
     ),
@@ -104,6 +108,10 @@ pub struct TelemetryConfig {
     pub resource_attributes: Vec<(String, String)>,
     /// Time between metric exports.
     pub metric_interval: Duration,
+    /// Metrics go to the endpoint too; false with `OTEL_METRICS_EXPORTER=none`, for a
+    /// collector that takes spans but has no metrics destination (the Container Apps agent
+    /// without one) and would refuse every export.
+    pub export_metrics: bool,
 }
 
 impl TelemetryConfig {
@@ -116,13 +124,16 @@ impl TelemetryConfig {
             service_name: "sb-inbox".to_owned(),
             resource_attributes: Vec::new(),
             metric_interval: Duration::from_secs(60),
+            export_metrics: true,
         }
     }
 
     /// Reads the standard variables through `env` (the process environment in the binary).
     ///
     /// # Errors
-    /// [`TelemetryError::ResourceAttributes`] for a malformed `OTEL_RESOURCE_ATTRIBUTES`.
+    /// [`TelemetryError::ResourceAttributes`] for a malformed `OTEL_RESOURCE_ATTRIBUTES`;
+    /// [`TelemetryError::Exporter`] for a bad `OTEL_METRIC_EXPORT_INTERVAL` or an
+    /// `OTEL_METRICS_EXPORTER` other than `otlp` or `none`.
     pub fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Self, TelemetryError> {
         let present = |name: &str| env(name).filter(|v| !v.trim().is_empty());
         let mut config = TelemetryConfig::new();
@@ -143,6 +154,20 @@ impl TelemetryConfig {
                 ))
             })?;
             config.metric_interval = Duration::from_millis(ms.max(1));
+        }
+        // The SDK environment variable specification's exporter selection; only the values this
+        // binary can honour are accepted, anything else is refused rather than ignored.
+        // https://opentelemetry.io/docs/specs/otel/configuration/sdk-environment-variables/#exporter-selection
+        if let Some(exporter) = present("OTEL_METRICS_EXPORTER") {
+            config.export_metrics = match exporter.trim() {
+                "otlp" => true,
+                "none" => false,
+                other => {
+                    return Err(TelemetryError::Exporter(format!(
+                        "OTEL_METRICS_EXPORTER {other:?}: expected otlp or none"
+                    )));
+                }
+            };
         }
         Ok(config)
     }
@@ -280,20 +305,23 @@ pub fn init(config: &TelemetryConfig) -> Result<Telemetry, TelemetryError> {
     let (tracer, meter) = match exporting {
         Some((tracer, meter)) => {
             opentelemetry::global::set_tracer_provider(tracer.clone());
-            opentelemetry::global::set_meter_provider(meter.clone());
-            (Some(tracer), Some(meter))
+            if let Some(meter) = &meter {
+                opentelemetry::global::set_meter_provider(meter.clone());
+            }
+            (Some(tracer), meter)
         }
         None => (None, None),
     };
     Ok(Telemetry { tracer, meter })
 }
 
-/// The span and metric pipelines to the OTLP/gRPC collector at `endpoint`.
+/// The span pipeline and, unless metrics are off, the metric pipeline to the OTLP/gRPC
+/// collector at `endpoint`.
 #[cfg(feature = "otlp")]
 fn providers(
     config: &TelemetryConfig,
     endpoint: &str,
-) -> Result<(SdkTracerProvider, SdkMeterProvider), TelemetryError> {
+) -> Result<(SdkTracerProvider, Option<SdkMeterProvider>), TelemetryError> {
     let resource = Resource::builder_empty()
         .with_attributes(
             config
@@ -308,15 +336,18 @@ fn providers(
         .with_endpoint(endpoint)
         .build()
         .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+    let tracer = SdkTracerProvider::builder()
+        .with_batch_exporter(spans)
+        .with_resource(resource.clone())
+        .build();
+    if !config.export_metrics {
+        return Ok((tracer, None));
+    }
     let metrics = opentelemetry_otlp::MetricExporter::builder()
         .with_tonic()
         .with_endpoint(endpoint)
         .build()
         .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
-    let tracer = SdkTracerProvider::builder()
-        .with_batch_exporter(spans)
-        .with_resource(resource.clone())
-        .build();
     let reader = PeriodicReader::builder(metrics)
         .with_interval(config.metric_interval)
         .build();
@@ -324,7 +355,7 @@ fn providers(
         .with_reader(reader)
         .with_resource(resource)
         .build();
-    Ok((tracer, meter))
+    Ok((tracer, Some(meter)))
 }
 
 /// Built without `otlp`: an endpoint is a configuration this binary cannot honour, refused at
@@ -333,7 +364,7 @@ fn providers(
 fn providers(
     _config: &TelemetryConfig,
     endpoint: &str,
-) -> Result<(SdkTracerProvider, SdkMeterProvider), TelemetryError> {
+) -> Result<(SdkTracerProvider, Option<SdkMeterProvider>), TelemetryError> {
     Err(TelemetryError::Exporter(format!(
         "{endpoint}: this build has no OTLP exporter; rebuild with the `otlp` cargo feature or \
          unset OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -379,6 +410,27 @@ mod tests {
         .unwrap();
         assert_eq!(config.endpoint, None);
         assert_eq!(config.service_name, "sb-inbox");
+    }
+
+    #[test]
+    fn metrics_export_can_be_turned_off() {
+        let with = |value: &'static str| {
+            TelemetryConfig::from_env(&move |name: &str| {
+                (name == "OTEL_METRICS_EXPORTER").then(|| value.to_owned())
+            })
+        };
+        assert!(
+            TelemetryConfig::from_env(&|_: &str| None)
+                .unwrap()
+                .export_metrics
+        );
+        assert!(with("otlp").unwrap().export_metrics);
+        assert!(!with("none").unwrap().export_metrics);
+        let error = with("prometheus").unwrap_err();
+        assert!(
+            error.to_string().contains("expected otlp or none"),
+            "{error}"
+        );
     }
 
     #[test]

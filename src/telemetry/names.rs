@@ -175,6 +175,8 @@ pub mod error {
     pub const SIZE_EXCEEDED: &str = "MessageSizeExceeded";
     /// The namespace is throttling.
     pub const SERVER_BUSY: &str = "ServiceBusy";
+    /// The handler panicked (caught; the delivery abandoned or dead-lettered).
+    pub const HANDLER_PANICKED: &str = "HandlerPanicked";
 }
 
 /// Application properties read from and written to messages.
@@ -229,8 +231,15 @@ pub mod metric {
     /// only with `runtime.batch_size` above 1).
     pub const BATCH_SIZE: &str = "sb_inbox.batch.size";
 
+    /// Times the kill switch paused a consumer's deliveries because the store failed for every
+    /// message alike (counter, `{trip}`).
+    pub const CIRCUIT_TRIPS: &str = "sb_inbox.circuit.trips";
+    /// Time a consumer's deliveries were paused by the kill switch, added when it resumes
+    /// (counter, `s`).
+    pub const CIRCUIT_PAUSED: &str = "sb_inbox.circuit.paused";
+
     /// Every metric with its unit.
-    pub const ALL: [(&str, &str); 16] = [
+    pub const ALL: [(&str, &str); 18] = [
         (CONSUMED_MESSAGES, "{message}"),
         (PROCESS_DURATION, "s"),
         (OPERATION_DURATION, "s"),
@@ -247,10 +256,12 @@ pub mod metric {
         (STORE_DEPLOYMENT_ERRORS, "{error}"),
         (BATCH_SIZE, "{message}"),
         (SESSION_LOCK_LOST, "{session}"),
+        (CIRCUIT_TRIPS, "{trip}"),
+        (CIRCUIT_PAUSED, "s"),
     ];
 
     /// Counters (monotonic sums): Prometheus names end in `_total`.
-    pub const COUNTERS: [&str; 9] = [
+    pub const COUNTERS: [&str; 11] = [
         CONSUMED_MESSAGES,
         OUTCOMES,
         DUPLICATES,
@@ -260,6 +271,8 @@ pub mod metric {
         RETENTION_DELETED,
         STORE_DEPLOYMENT_ERRORS,
         SESSION_LOCK_LOST,
+        CIRCUIT_TRIPS,
+        CIRCUIT_PAUSED,
     ];
 
     /// The semantic conventions' bucket boundaries for `messaging.process.duration` and

@@ -491,7 +491,8 @@ async fn collect(
     }
 }
 
-/// The consumer's readiness conditions: its store fitness and its stuck handler slots; its
+/// The consumer's readiness conditions: its store fitness, its kill switch and its stuck handler
+/// slots; its
 /// commits show the store works even when its pool has no free connection.
 fn probe<R, S, H>(
     runtime: &Runtime<R, S, H>,
@@ -507,6 +508,12 @@ fn probe<R, S, H>(
     readiness.probe(&format!("store_schema:{name}"), move || {
         let problem = health.problem();
         async move { problem.map_or(Ok(()), Err) }
+    });
+    // Not ready while the kill switch holds deliveries back: says why, and how long.
+    let circuit = runtime.circuit();
+    readiness.probe(&format!("circuit:{name}"), move || {
+        let paused = circuit.problem();
+        async move { paused.map_or(Ok(()), Err) }
     });
     let slots = runtime.slots();
     readiness.probe(&format!("slots:{name}"), move || {

@@ -44,6 +44,15 @@ fn any_visible(c: char) -> bool {
 fn not_space(c: char) -> bool {
     c != ' ' && c != '.'
 }
+fn network(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')
+}
+fn alnum_underscore(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+fn dns(c: char) -> bool {
+    c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.')
+}
 
 fn rule(kind: &str) -> Option<Rule> {
     let r = |min, max, chars: fn(char) -> bool, ends: fn(char) -> bool, global| Rule {
@@ -63,7 +72,8 @@ fn rule(kind: &str) -> Option<Rule> {
         "Microsoft.Sql/servers/databases" => r(1, 128, any_visible, not_space, false),
         "Microsoft.Sql/servers/firewallRules" => r(1, 128, any_visible, not_space, false),
         "Microsoft.Sql/servers/auditingSettings"
-        | "Microsoft.Sql/servers/securityAlertPolicies" => r(7, 7, alnum, alnum, false),
+        | "Microsoft.Sql/servers/securityAlertPolicies"
+        | "Microsoft.Sql/servers/sqlVulnerabilityAssessments" => r(7, 7, alnum, alnum, false),
         "Microsoft.App/managedEnvironments" => r(2, 60, lower_alnum_hyphen, lower_alnum, false),
         "Microsoft.App/containerApps" | "Microsoft.App/jobs" => {
             r(2, 32, lower_alnum_hyphen, lower_alnum, false)
@@ -76,6 +86,14 @@ fn rule(kind: &str) -> Option<Rule> {
             false,
         ),
         "Microsoft.OperationalInsights/workspaces" => r(4, 63, alnum_hyphen, alnum, false),
+        "Microsoft.Network/virtualNetworks" | "Microsoft.Network/privateEndpoints" => {
+            r(2, 64, network, alnum_underscore, false)
+        }
+        "Microsoft.Network/privateDnsZones/virtualNetworkLinks"
+        | "Microsoft.Network/privateEndpoints/privateDnsZoneGroups" => {
+            r(1, 80, network, alnum_underscore, false)
+        }
+        "Microsoft.Network/privateDnsZones" => r(1, 253, dns, lower_alnum, false),
         "Microsoft.Insights/components"
         | "Microsoft.Insights/metricAlerts"
         | "Microsoft.Insights/scheduledQueryRules"
@@ -149,6 +167,13 @@ fn name_problems(main: &Scope<'_>, deployment: &crate::check::Deployment) -> Vec
         }
     }
     problems
+}
+
+/// The naming problems of the deployment with `overrides` of the parameters.
+pub(crate) fn names_with(overrides: &[(&str, Value)]) -> Vec<String> {
+    let deployment = deployment();
+    let main = Scope::main_with(&deployment, with(overrides));
+    name_problems(&main, &deployment)
 }
 
 /// The worker app resource as the deployment creates it, with `overrides` of the parameters.
@@ -474,13 +499,12 @@ fn defaults_hold_at_max_replicas() {
     );
 }
 
+/// Logs and metrics reach the workspace, which takes Entra tokens only. (Which firewall rule
+/// admits the worker: `database::the_worker_reaches_the_database_with_the_defaults`.)
 #[test]
-fn sql_is_closed_to_other_tenants_by_default() {
+fn diagnostics_reach_an_entra_only_workspace() {
     let deployment = deployment();
     let main = Scope::main(&deployment);
-    assert_eq!(main.param("sqlAllowAzureServices"), &Value::Bool(false));
-    let sql = main.module(&deployment, "modules/sql.bicep");
-    assert_eq!(sql.param("allowAzureServices"), &Value::Bool(false));
     let workspace = main
         .module(&deployment, "modules/monitoring.bicep")
         .resource("workspace");
@@ -500,4 +524,202 @@ fn sql_is_closed_to_other_tenants_by_default() {
             "{module}: {logs} {metrics}"
         );
     }
+}
+
+/// The worker's environment as the deployment sets it, values known only at deployment (the
+/// namespace, client ids) replaced by stand-ins of the right shape.
+pub(crate) fn worker_env(overrides: &BTreeMap<String, Value>) -> BTreeMap<String, String> {
+    let app = worker_app(overrides);
+    let container = &app.path("properties.template.containers").unwrap().items()[0];
+    container
+        .get("env")
+        .unwrap()
+        .items()
+        .iter()
+        .map(|e| {
+            let name = e.get("name").and_then(Value::as_str).unwrap().to_owned();
+            let value = match e.get("value").unwrap() {
+                Value::Str(s) => s.clone(),
+                Value::Unknown(expression) if name == "SB_INBOX_SERVICEBUS_NAMESPACE" => {
+                    format!("sbinbox-{}.servicebus.windows.net", expression.len())
+                }
+                Value::Unknown(_) => GUID.to_owned(),
+                other => panic!("{name}: {other:?}"),
+            };
+            (name, stand_in_unknowns(value))
+        })
+        .collect()
+}
+
+/// Interpolated unknowns (the store's host, database and User Id) as ASCII stand-ins.
+fn stand_in_unknowns(mut value: String) -> String {
+    while let (Some(open), Some(close)) = (value.find('⟨'), value.find('⟩')) {
+        let expression = &value[open..close];
+        let stand_in = if expression.contains("Fqdn") {
+            "sbinbox-sql.database.windows.net"
+        } else if expression.contains("databaseName") {
+            "sbinbox"
+        } else {
+            GUID
+        };
+        value.replace_range(open..close + '⟩'.len_utf8(), stand_in);
+    }
+    value
+}
+
+/// The worker's own validation of the environment the deployment gives it.
+fn worker_config(
+    overrides: &BTreeMap<String, Value>,
+) -> Result<sb_inbox::worker::WorkerConfig, sb_inbox::worker::ConfigErrors> {
+    let env = worker_env(overrides);
+    sb_inbox::worker::WorkerConfig::load(None, &|name: &str| env.get(name).cloned())
+}
+
+/// A new workspace has no ContainerAppSystemLogs table until the first event: the rule is
+/// created without validating its query, and the query counts KEDA's warning events only.
+#[test]
+fn the_scaler_error_alert_can_be_created_on_a_new_workspace() {
+    let deployment = deployment();
+    let main = Scope::main(&deployment);
+    let alerts = main.module(&deployment, "modules/alerts.bicep");
+    let rule = alerts.resource_declared("scalerErrors");
+    assert_eq!(rule.condition, Value::Bool(true), "always created");
+    assert_eq!(
+        rule.body.path("properties.skipQueryValidation"),
+        Some(&Value::Bool(true)),
+        "creation validates the query against tables a new workspace lacks (SEM0100)"
+    );
+    let query = rule.body.path("properties.criteria.allOf").unwrap().items()[0]
+        .get("query")
+        .and_then(Value::as_str)
+        .unwrap()
+        .to_owned();
+    for needed in [
+        "ContainerAppSystemLogs",
+        "EventSource",
+        "\"KEDA\"",
+        "Type",
+        "\"Warning\"",
+    ] {
+        assert!(query.contains(needed), "{query} lacks {needed}");
+    }
+    assert!(!query.contains("isfuzzy"), "{query}");
+}
+
+/// Session mode end to end in the templates: the consumed entity requires sessions (Bicep could
+/// not create one before) and the worker's session settings come from parameters; the worker's
+/// own validation accepts what the deployment sets, and refuses sessions with delayed retries.
+#[test]
+fn session_mode_creates_a_session_entity_and_configures_the_worker() {
+    let deployment = deployment();
+    let plain = worker_config(&BTreeMap::new()).expect("the default deployment's worker config");
+    assert!(plain.sessions.is_none());
+    for entity_kind in ["queue", "topic"] {
+        let overrides = with(&[
+            ("sessions", Value::Bool(true)),
+            ("maxSessions", Value::Int(16)),
+            ("sessionIdleSecs", Value::Int(9)),
+            ("entityKind", Value::Str(entity_kind.into())),
+        ]);
+        let main = Scope::main_with(&deployment, overrides.clone());
+        let servicebus = main.module(&deployment, "modules/servicebus.bicep");
+        let symbol = if entity_kind == "queue" {
+            "queue"
+        } else {
+            "topicSubscription"
+        };
+        assert_eq!(
+            servicebus
+                .resource(symbol)
+                .path("properties.requiresSession"),
+            Some(&Value::Bool(true)),
+            "{entity_kind}: the consumed entity must require sessions"
+        );
+        let config = worker_config(&overrides)
+            .unwrap_or_else(|e| panic!("{entity_kind}: the worker refuses its settings: {e}"));
+        let sessions = config.sessions.expect("session mode on");
+        assert_eq!(sessions.max_sessions, 16);
+        assert_eq!(sessions.idle, std::time::Duration::from_secs(9));
+    }
+    let refused = worker_config(&with(&[
+        ("sessions", Value::Bool(true)),
+        ("retryMaxRetries", Value::Int(3)),
+    ]));
+    assert!(
+        refused.is_err(),
+        "the worker refuses delayed retries in session mode"
+    );
+}
+
+/// The environment is a workload profiles environment (the consumption-only type is legacy),
+/// the app and the job run on its Consumption profile, and Defender's vulnerability assessment
+/// is configured when Defender is on.
+#[test]
+fn the_environment_has_workload_profiles_and_sql_has_a_vulnerability_assessment() {
+    let deployment = deployment();
+    let main = Scope::main(&deployment);
+    let apps = main.module(&deployment, "modules/containerapp.bicep");
+    let profiles = apps
+        .resource("environment")
+        .path("properties.workloadProfiles")
+        .map(|p| p.items().to_vec())
+        .unwrap_or_default();
+    assert!(
+        profiles
+            .iter()
+            .any(|p| p.get("workloadProfileType").and_then(Value::as_str) == Some("Consumption")),
+        "{profiles:?}"
+    );
+    for symbol in ["app", "migrateJob"] {
+        assert_eq!(
+            apps.resource(symbol).path("properties.workloadProfileName"),
+            Some(&Value::Str("Consumption".into())),
+            "{symbol}"
+        );
+    }
+    let sql = main.module(&deployment, "modules/sql.bicep");
+    assert_eq!(sql.param("defender"), &Value::Bool(true));
+    let assessment = sql.resource_declared("vulnerabilityAssessment");
+    assert_eq!(assessment.condition, Value::Bool(true));
+    assert_eq!(
+        assessment.body.path("properties.state"),
+        Some(&Value::Str("Enabled".into()))
+    );
+}
+
+/// The pull server follows acrResourceId; a registryServer naming another registry stops the
+/// deployment; a prefix with capitals still gives names Azure accepts.
+#[test]
+fn the_registry_server_is_cross_checked_and_the_prefix_lowered() {
+    let deployment = deployment();
+    let acr =
+        "/subscriptions/s/resourceGroups/rg/providers/Microsoft.ContainerRegistry/registries/MyReg";
+    let pull = |registry_server: &str| {
+        let main = Scope::main_with(
+            &deployment,
+            with(&[
+                ("acrResourceId", Value::Str(acr.into())),
+                ("registryServer", Value::Str(registry_server.into())),
+            ]),
+        );
+        main.module(&deployment, "modules/containerapp.bicep")
+            .param("registryServer")
+            .clone()
+    };
+    assert_eq!(pull(""), Value::Str("myreg.azurecr.io".into()));
+    assert_eq!(
+        pull("MyReg.azurecr.io"),
+        Value::Str("myreg.azurecr.io".into())
+    );
+    assert!(
+        matches!(pull("other.azurecr.io"), Value::Failed(m) if m.contains("acrResourceId")),
+        "{:?}",
+        pull("other.azurecr.io")
+    );
+    let main = Scope::main_with(
+        &deployment,
+        with(&[("namePrefix", Value::Str("SbInbox-Dev".into()))]),
+    );
+    let problems = name_problems(&main, &deployment);
+    assert!(problems.is_empty(), "names:\n{}", problems.join("\n"));
 }

@@ -14,6 +14,8 @@ use crate::check::Deployment;
 
 /// What `uniqueString(…)` evaluates to: 13 characters of `[a-z0-9]`, as Azure's function returns.
 pub(crate) const UNIQUE_STRING: &str = "u7c3k9x2m4q1z";
+/// What `resourceGroup().id` stands for in computed resource ids.
+pub(crate) const RESOURCE_GROUP_ID: &str = "/subscriptions/s/resourceGroups/rg";
 /// What `guid(…)` evaluates to.
 pub(crate) const GUID: &str = "0f8fad5b-d9cb-469f-a165-70867728950e";
 
@@ -27,6 +29,8 @@ pub(crate) enum Value {
     Object(BTreeMap<String, Value>),
     /// Known only at deployment: the expression's text.
     Unknown(String),
+    /// `fail(message)` evaluated: the deployment stops with this message.
+    Failed(String),
 }
 
 impl Value {
@@ -106,6 +110,8 @@ pub(crate) struct Resource {
     /// `Microsoft.App/containerApps` (no API version).
     pub(crate) kind: String,
     pub(crate) existing: bool,
+    /// `if (…)`: whether the deployment creates it (`Bool(true)` when unconditional).
+    pub(crate) condition: Value,
     /// The body object (`name`, `properties`, …).
     pub(crate) body: Value,
 }
@@ -286,6 +292,7 @@ impl<'d> Scope<'d> {
                     symbol: identifier(decl, self.source).to_owned(),
                     kind,
                     existing,
+                    condition: self.condition(decl),
                     body: value_node(decl).map_or(Value::Null, |n| self.eval(n)),
                 }
             })
@@ -294,11 +301,30 @@ impl<'d> Scope<'d> {
 
     /// The resource named `symbol` in this file.
     pub(crate) fn resource(&self, symbol: &str) -> Value {
+        self.resource_declared(symbol).body
+    }
+
+    /// The resource named `symbol` in this file, with its condition.
+    pub(crate) fn resource_declared(&self, symbol: &str) -> Resource {
         self.resources(Path::new(""))
             .into_iter()
             .find(|r| r.symbol == symbol)
             .unwrap_or_else(|| panic!("no resource {symbol}"))
-            .body
+    }
+
+    /// The value of a declaration's `if (…)`, `Bool(true)` without one.
+    fn condition(&self, decl: Node<'_>) -> Value {
+        let mut cursor = decl.walk();
+        let Some(last) = decl.named_children(&mut cursor).last() else {
+            return Value::Bool(true);
+        };
+        if last.kind() != "if_statement" {
+            return Value::Bool(true);
+        }
+        let mut inner = last.walk();
+        last.named_children(&mut inner)
+            .find(|c| c.kind() != "object")
+            .map_or(Value::Bool(true), |c| self.eval(c))
     }
 
     /// The `dependsOn` symbols of module call `symbol`.
@@ -576,6 +602,49 @@ impl<'d> Scope<'d> {
                 }
                 Value::Object(map)
             }
+            "split" => match (str_arg(0), str_arg(1)) {
+                (Some(s), Some(separator)) => Value::Array(
+                    s.split(separator)
+                        .map(|part| Value::Str(part.to_owned()))
+                        .collect(),
+                ),
+                _ => self.unknown(node),
+            },
+            "last" => match args.first() {
+                Some(Value::Array(items)) => items.last().cloned().unwrap_or(Value::Null),
+                Some(Value::Str(s)) => s
+                    .chars()
+                    .last()
+                    .map_or(Value::Null, |c| Value::Str(c.to_string())),
+                _ => self.unknown(node),
+            },
+            // The public cloud's values (AzureCloud).
+            "environment" => Value::Object(BTreeMap::from([(
+                "suffixes".to_owned(),
+                Value::Object(BTreeMap::from([
+                    (
+                        "acrLoginServer".to_owned(),
+                        Value::Str(".azurecr.io".to_owned()),
+                    ),
+                    (
+                        "sqlServerHostname".to_owned(),
+                        Value::Str(".database.windows.net".to_owned()),
+                    ),
+                ])),
+            )])),
+            // resourceId('NS/type/child', name, childName) in this resource group.
+            "resourceId" if args.iter().all(|a| a.as_str().is_some()) && args.len() >= 2 => {
+                let strings: Vec<&str> = args.iter().filter_map(Value::as_str).collect();
+                let mut types = strings[0].split('/');
+                let namespace = types.next().unwrap_or_default();
+                let mut id = format!("{RESOURCE_GROUP_ID}/providers/{namespace}");
+                for (kind, name) in types.zip(&strings[1..]) {
+                    id.push_str(&format!("/{kind}/{name}"));
+                }
+                Value::Str(id)
+            }
+            // Stops the deployment with its message: kept as a value tests can look for.
+            "fail" => Value::Failed(str_arg(0).unwrap_or_default().to_owned()),
             "min" if args.iter().all(|a| a.as_int().is_some()) => args
                 .iter()
                 .filter_map(Value::as_int)

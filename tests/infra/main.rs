@@ -4,14 +4,18 @@
 //! replay horizon, no template holds a secret, templates, docs and image agree, and what the
 //! deployment would create holds up (`deployment`: names, identities, image, ordering, grace,
 //! probes, scale defaults; evaluated offline by `eval`).
+//! `database`: the worker reaches the database with the defaults, the first deployment waits
+//! for no ready replica, `infra/setup-database.sh` creates the users by object id, migrates and
+//! only then scales (run against recording stand-ins for `az` and `sqlcmd`).
 //! `workflows`: the servicebus-emulator workflow agrees with its compose file, Config.json and
-//! tests. `az bicep build`, `az bicep lint`, `docker build` and that workflow run in GitHub
-//! Actions only.
+//! tests; the release workflow can attest and log in to Azure on every tag. `az bicep build`,
+//! `az bicep lint`, `docker build` and those workflows run in GitHub Actions only.
 #![allow(clippy::unwrap_used, clippy::panic, clippy::unwrap_in_result)]
 
 mod bicep;
 mod check;
 mod dashboards;
+mod database;
 mod deployment;
 mod eval;
 mod wiring;
@@ -23,6 +27,12 @@ use check::{Deployment, check};
 
 fn infra_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("infra")
+}
+
+/// A file of the repository, by path from its root.
+fn read(relative: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn deployment() -> Deployment {

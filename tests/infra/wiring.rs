@@ -2,33 +2,33 @@
 //! docs/deploy.md's table and (where the deployment sets it) in the container app, and the image
 //! exposes the default health port.
 
-use std::path::Path;
-
-use crate::bicep;
+use crate::{bicep, read};
 
 /// Not always set in Azure: the emulator's connection string (never), the OTLP endpoint (only
-/// without the managed agent, which injects its own), the export interval and log filter
-/// (defaults).
-const NOT_ALWAYS_SET: [&str; 9] = [
+/// without the managed agent, which injects its own), the metrics exporter (only to turn it
+/// off), the export interval and log filter (defaults).
+const NOT_ALWAYS_SET: [&str; 15] = [
     "SB_INBOX_SERVICEBUS_CONNECTION",
-    // Session mode is opt-in and needs an entity with RequiresSession, which the templates do
-    // not create yet.
-    "SB_INBOX_SESSIONS",
-    "SB_INBOX_MAX_SESSIONS",
-    "SB_INBOX_SESSION_IDLE_SECS",
+    // The kill switch, the transient hold and the panic bound are on with their defaults; set
+    // them by hand to tune.
+    "SB_INBOX_MAX_PANICS",
+    "SB_INBOX_TRANSIENT_HOLD_MAX_MS",
+    "SB_INBOX_CIRCUIT_ENABLED",
+    "SB_INBOX_CIRCUIT_CONSECUTIVE_FAILURES",
+    "SB_INBOX_CIRCUIT_FAILURE_RATE_PERCENT",
+    "SB_INBOX_CIRCUIT_WINDOW_SECS",
+    "SB_INBOX_CIRCUIT_PROBE_MIN_MS",
+    "SB_INBOX_CIRCUIT_PROBE_MAX_SECS",
     // Defaults to AMQP over TCP; set it by hand where 5671 is blocked.
     "SB_INBOX_SERVICEBUS_TRANSPORT",
     // The SDKs' busy pause is the right default against the service; tests shorten it.
     "SB_INBOX_SERVICEBUS_SERVER_BUSY_WAIT_MS",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
+    // Only with the managed agent and no metrics destination (none).
+    "OTEL_METRICS_EXPORTER",
     "OTEL_METRIC_EXPORT_INTERVAL",
     "RUST_LOG",
 ];
-
-fn read(relative: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 /// The worker's own `SB_INBOX_*` overrides, the Azure identity's client id and the
 /// OpenTelemetry variables (`sb_inbox::telemetry::OTEL_ENV_VARS`).
@@ -93,4 +93,33 @@ fn image_exposes_the_default_health_port() {
         "Dockerfile: EXPOSE {port}"
     );
     assert!(dockerfile.contains(&format!("SB_INBOX_HEALTH_PORT={port}")));
+}
+
+/// The managed agent without `agentMetricsOtlpEndpoint` has no metrics destination and refuses
+/// the worker's metric exports every minute: the deployment turns the metric exporter off then,
+/// as the worker reads its environment, and leaves it on wherever metrics have a destination.
+#[test]
+fn metrics_are_exported_only_where_they_have_a_destination() {
+    use std::collections::BTreeMap;
+
+    use crate::eval::Value;
+    let telemetry = |overrides: &[(&str, &str)]| {
+        let overrides: BTreeMap<String, Value> = overrides
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), Value::Str((*v).to_owned())))
+            .collect();
+        let env = crate::deployment::worker_env(&overrides);
+        sb_inbox::telemetry::TelemetryConfig::from_env(&|name: &str| env.get(name).cloned())
+            .unwrap()
+    };
+    assert!(
+        !telemetry(&[]).export_metrics,
+        "managed agent, no metrics destination: metrics must not be exported"
+    );
+    assert!(
+        telemetry(&[("agentMetricsOtlpEndpoint", "https://collector.example:4317")]).export_metrics
+    );
+    let direct = telemetry(&[("otlpEndpoint", "http://collector:4317")]);
+    assert!(direct.export_metrics);
+    assert_eq!(direct.endpoint.as_deref(), Some("http://collector:4317"));
 }

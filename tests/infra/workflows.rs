@@ -1,14 +1,12 @@
 //! The servicebus-emulator workflow (issue 13), which runs only in GitHub Actions, agrees with
 //! what it starts and runs: the compose file it uses sets Microsoft's emulator up as its docs
-//! describe, mounting the Config.json the workflow names; the connection string is the
-//! documented one; and the tests it filters on exist and read the variable it sets.
+//! describe, mounting the Config.json the workflow names, on a SQL Server that still runs
+//! (issue 31), every image pinned; the connection string is the documented one; and the tests it
+//! filters on exist and read the variable it sets. The release workflow (issue 31) builds its
+//! attestations on a builder that supports them and logs in to Azure with an OIDC subject one
+//! federated credential matches for every tag.
 
-use std::path::Path;
-
-fn read(relative: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
+use crate::read;
 
 #[test]
 fn the_servicebus_emulator_job_starts_what_its_tests_need() {
@@ -29,10 +27,9 @@ fn the_servicebus_emulator_job_starts_what_its_tests_need() {
     }
     for needed in [
         "image: mcr.microsoft.com/azure-messaging/servicebus-emulator:",
-        "image: mcr.microsoft.com/azure-sql-edge:",
         "${CONFIG_PATH",
         ":/ServiceBus_Emulator/ConfigFiles/Config.json",
-        "SQL_SERVER: sqledge",
+        "SQL_SERVER:",
         "MSSQL_SA_PASSWORD:",
         "ACCEPT_EULA:",
         "\"5672:5672\"",
@@ -76,5 +73,180 @@ fn the_servicebus_emulator_job_starts_what_its_tests_need() {
     {
         let count = queue["Properties"]["MaxDeliveryCount"].as_i64().unwrap();
         assert!((1..=10).contains(&count), "{queue}");
+    }
+}
+
+/// The services of a compose file by name, each with its lines.
+fn services(compose: &str) -> Vec<(String, Vec<String>)> {
+    let mut services: Vec<(String, Vec<String>)> = Vec::new();
+    let mut inside = false;
+    for line in compose.lines() {
+        if !line.starts_with(' ') {
+            inside = line.trim_end() == "services:";
+            continue;
+        }
+        if !inside {
+            continue;
+        }
+        match line.strip_prefix("  ").and_then(|l| l.strip_suffix(':')) {
+            Some(name) if !name.starts_with(' ') => services.push((name.to_owned(), Vec::new())),
+            _ => {
+                if let Some((_, lines)) = services.last_mut() {
+                    lines.push(line.trim().to_owned());
+                }
+            }
+        }
+    }
+    services
+}
+
+fn value<'l>(lines: &'l [String], key: &str) -> Option<&'l str> {
+    lines
+        .iter()
+        .find_map(|l| l.strip_prefix(&format!("{key}: ")))
+        .map(|v| v.trim_matches('"'))
+}
+
+/// Azure SQL Edge was retired in September 2025 and crashes on current runner kernels: the
+/// emulator's SQL_SERVER names a service running Microsoft's SQL Server image, and every image
+/// is pinned by version so an upstream release cannot change the job.
+#[test]
+fn the_emulator_runs_on_sql_server_with_pinned_images() {
+    let compose = read(".github/servicebus-emulator/docker-compose.yml");
+    let services = services(&compose);
+    assert!(services.len() >= 2, "{services:?}");
+    for (name, lines) in &services {
+        let image = value(lines, "image").unwrap_or_else(|| panic!("{name}: no image"));
+        assert!(
+            !image.contains("azure-sql-edge"),
+            "{name}: Azure SQL Edge is retired ({image})"
+        );
+        let tag = image.rsplit_once(':').map(|(_, tag)| tag).unwrap_or("");
+        assert!(
+            tag != "latest" && tag.starts_with(|c: char| c.is_ascii_digit()),
+            "{name}: {image} is not pinned by version"
+        );
+    }
+    let emulator = services
+        .iter()
+        .find(|(_, lines)| {
+            value(lines, "image").is_some_and(|i| {
+                i.starts_with("mcr.microsoft.com/azure-messaging/servicebus-emulator:")
+            })
+        })
+        .expect("the emulator service");
+    let sql_server = value(&emulator.1, "SQL_SERVER").expect("SQL_SERVER");
+    let (name, database) = services
+        .iter()
+        .find(|(name, lines)| {
+            name == sql_server || lines.iter().any(|l| l == &format!("- {sql_server}"))
+        })
+        .unwrap_or_else(|| panic!("SQL_SERVER {sql_server} names no service or alias"));
+    let image = value(database, "image").unwrap();
+    assert!(
+        image.starts_with("mcr.microsoft.com/mssql/server:"),
+        "{name}: the emulator's SQL_SERVER runs {image}, not Microsoft's SQL Server image"
+    );
+    // It waits for SQL Server to answer, which takes longer than SQL Edge did.
+    assert!(
+        emulator.1.iter().any(|l| l == "condition: service_healthy")
+            && database
+                .iter()
+                .any(|l| l.starts_with("test:") && l.contains("sqlcmd")),
+        "the emulator waits for a healthy SQL Server"
+    );
+}
+
+/// `--provenance`/`--sbom` fail on the runner's default `docker` driver ("Attestation is not
+/// supported for the docker driver"): a docker-container builder is created and used first.
+#[test]
+fn the_release_attests_on_a_docker_container_builder() {
+    let release = read(".github/workflows/release.yml");
+    let create = release
+        .lines()
+        .position(|l| l.contains("docker buildx create"))
+        .expect("release.yml creates a buildx builder");
+    let create_line = release.lines().nth(create).unwrap();
+    assert!(
+        create_line.contains("--driver docker-container") && create_line.contains("--use"),
+        "{create_line}"
+    );
+    let build = release
+        .lines()
+        .position(|l| l.contains("--provenance=true") || l.contains("--sbom=true"))
+        .expect("release.yml builds with attestations");
+    assert!(
+        create < build,
+        "the builder must exist before the attested build"
+    );
+}
+
+/// A tag push's OIDC subject is repo:O/R:ref:refs/tags/vX.Y.Z, different for every tag, and a
+/// federated credential matches one subject exactly: the job that logs in to Azure runs in the
+/// `release` environment (subject repo:O/R:environment:release) and the docs give that credential.
+#[test]
+fn the_release_logs_in_to_azure_from_the_release_environment() {
+    let release = read(".github/workflows/release.yml");
+    let jobs = &release[release.find("\njobs:").expect("jobs")..];
+    let mut job_start = 0;
+    let mut checked = false;
+    let lines: Vec<&str> = jobs.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        let is_job = line.starts_with("  ") && !line.starts_with("   ") && line.ends_with(':');
+        if is_job {
+            job_start = i;
+        }
+        if line.contains("az login") {
+            let end = lines[i..]
+                .iter()
+                .position(|l| l.starts_with("  ") && !l.starts_with("   ") && l.ends_with(':'))
+                .map_or(lines.len(), |p| i + p);
+            let job = &lines[job_start..end];
+            assert!(
+                job.iter().any(|l| l.trim() == "environment: release"
+                    && l.starts_with("    ")
+                    && !l.starts_with("     ")),
+                "the job logging in to Azure must run in the release environment"
+            );
+            assert!(job.iter().any(|l| l.contains("id-token: write")));
+            checked = true;
+        }
+    }
+    assert!(checked, "release.yml logs in to Azure");
+    let docs = read("docs/deploy.md");
+    for needed in [
+        "az identity federated-credential create",
+        "--subject repo:OWNER/REPO:environment:release",
+        "--issuer https://token.actions.githubusercontent.com",
+        "--audiences api://AzureADTokenExchange",
+    ] {
+        assert!(docs.contains(needed), "docs/deploy.md lacks {needed:?}");
+    }
+}
+
+/// Builds that can change under an unchanged commit: every base image is pinned by digest, and
+/// the Bicep CLI whose linter rules bicepconfig.json raises to errors is pinned by version.
+#[test]
+fn base_images_and_the_bicep_cli_are_pinned() {
+    let dockerfile = read("Dockerfile");
+    let from: Vec<&str> = dockerfile
+        .lines()
+        .filter(|l| l.starts_with("FROM "))
+        .collect();
+    assert!(from.len() >= 2, "{from:?}");
+    for line in from {
+        assert!(line.contains("@sha256:"), "not pinned by digest: {line}");
+    }
+    let infra = read(".github/workflows/infra.yml");
+    let install: Vec<&str> = infra
+        .lines()
+        .filter(|l| l.trim_start().starts_with("az bicep install"))
+        .collect();
+    assert!(!install.is_empty());
+    for line in install {
+        assert!(
+            line.contains("--version v"),
+            "az bicep install without a pinned version: {line}"
+        );
     }
 }

@@ -382,3 +382,88 @@ async fn a_later_delivery_gives_way_to_a_held_row_and_the_rest_of_the_batch_comm
     assert_eq!((counts.reservations, counts.inbox_rows), (2, 2));
     assert_eq!(broker.counts().completed, 2);
 }
+
+/// Accepts `orders.order-placed.v1`: `m-5` inserts a row whose deferred foreign key fails only
+/// at `COMMIT`; `m-11` never ends (past `max_processing`); the others write nothing more.
+#[derive(Debug)]
+struct TwoCulprits(Vec<sb_inbox::Contract>);
+
+impl sb_inbox::Handler<sb_inbox::store::PgTx> for TwoCulprits {
+    type Payload = ();
+
+    fn contracts(&self) -> &[sb_inbox::Contract] {
+        &self.0
+    }
+
+    fn decode(&self, _: &sb_inbox::Contract, _: &[u8]) -> Result<(), sb_inbox::DecodeError> {
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        ctx: &sb_inbox::Context<'_, ()>,
+        tx: &mut sb_inbox::store::PgTx,
+    ) -> Result<sb_inbox::Handled, sb_inbox::HandlerError> {
+        match ctx.message.message_id.as_deref() {
+            Some("m-5") => {
+                tx.execute(
+                    "INSERT INTO deferred_child (parent) VALUES ('missing')",
+                    &[],
+                )
+                .await?;
+            }
+            Some("m-11") => tokio::time::sleep(Duration::from_secs(3600)).await,
+            _ => {}
+        }
+        Ok(sb_inbox::Handled::Processed)
+    }
+}
+
+/// Must show (issue 28, item 4): a batch of 16, one member failing at `COMMIT` (a deferred
+/// foreign key) and one past `max_processing`. Only those two are dead-lettered (the foreign
+/// key is permanent) and abandoned (too long); the other 14 commit, in the same delivery
+/// attempt. Before, the whole batch was abandoned 16 times over at concurrency 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_failing_as_a_whole_finds_its_culprits_and_the_rest_commit() {
+    let store = pg_store("rt_batch_two_culprits", 2).await;
+    for ddl in [
+        "CREATE TABLE deferred_parent (id text PRIMARY KEY)",
+        "CREATE TABLE deferred_child (parent text REFERENCES deferred_parent (id) \
+         DEFERRABLE INITIALLY DEFERRED)",
+    ] {
+        store.query(ddl, &[]).await.unwrap();
+    }
+    let broker = MemoryBroker::new(Clock::new());
+    let mut config = batched("billing.order-placed.v1", 16);
+    config.concurrency = 1;
+    config.max_processing = Duration::from_secs(2);
+    config.transient_hold_max = Duration::ZERO;
+    let runtime = Runtime::new(
+        broker.receiver(),
+        store.clone(),
+        TwoCulprits(vec![sb_inbox::Contract::new("orders.order-placed", 1)]),
+        config,
+    );
+    for n in 0..16 {
+        broker.send(two_line_order(&format!("m-{n}"), &format!("o-{n}")));
+    }
+    let reports = runtime.process_batch(ready_deliveries(&broker)).await;
+    for (n, outcome) in outcomes(&reports).into_iter().enumerate() {
+        let expected = match n {
+            5 => Outcome::Permanent(sb_inbox::DeadLetterReason::PermanentStoreError),
+            11 => Outcome::Transient,
+            _ => Outcome::Processed,
+        };
+        assert_eq!(outcome, expected, "m-{n}: {reports:?}");
+    }
+    assert_eq!(store.count("sb_inbox").await.unwrap(), 14);
+    let dead = broker.dead_letters();
+    assert_eq!(dead.len(), 1);
+    assert!(
+        dead[0].description.contains("23503"),
+        "the member's own error kind: {}",
+        dead[0].description
+    );
+    let c = broker.counts();
+    assert_eq!((c.completed, c.abandoned), (14, 1));
+}

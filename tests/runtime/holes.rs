@@ -149,6 +149,8 @@ async fn processing_past_the_maximum_is_cancelled_rolled_back_and_abandoned() {
     broker.send(two_line_order("m-1", "o-1"));
     let mut config = config(sb_inbox::inventory::CONSUMER);
     config.max_processing = Duration::from_secs(60);
+    // Measured to the abandon: without the short hold every transient failure gets before it.
+    config.transient_hold_max = Duration::ZERO;
     let handler = Slow {
         inner: OrderPlacedConsumer::new(),
         duration: Duration::from_secs(3600),

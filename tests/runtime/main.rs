@@ -6,6 +6,7 @@
 mod support;
 
 mod batch;
+mod circuit;
 mod cli;
 mod holes;
 mod limits;

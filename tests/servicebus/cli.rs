@@ -443,3 +443,99 @@ async fn dlq_commands_refuse_unknown_entities_and_subscriptions_without_a_destin
         "0 dead letter(s) in orders/$DeadLetterQueue\n"
     );
 }
+
+/// Issue 29: `dlq peek` and `dlq resubmit` on a session queue. Its dead-letter queue is read
+/// with a plain receiver, as on the service (refused as "non-sessionful" before); the copy
+/// keeps its session id, so it comes back in its session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dlq_peek_and_resubmit_work_on_a_session_queue() {
+    let sessions = sb_emulator::EntityProperties {
+        requires_session: true,
+        ..properties("PT30S", 5)
+    };
+    let emulator = start(vec![queue("orders", sessions)], Default::default()).await;
+    let cs = emulator.connection_string();
+    let client = client(&emulator);
+    let mut message = order("s-1", "o-1");
+    message.session_id = Some("customer-7".into());
+    client
+        .sender_port()
+        .send("orders", message, None)
+        .await
+        .unwrap();
+    let session = client.accept_session("orders", "customer-7").await.unwrap();
+    let delivery = session
+        .receive(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    sb_inbox::Delivery::dead_letter(&delivery, "Poison", "cannot handle it")
+        .await
+        .unwrap();
+    session.close().await;
+    assert_eq!(dead_letters(&emulator), 1);
+
+    let output = run_async(Some(&cs), &["dlq", "peek", "--entity", "orders"]).await;
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).contains(r#"message_id="s-1" logical_id="s-1""#),
+        "{}",
+        stdout(&output)
+    );
+    resubmit_the_one_dead_letter(&emulator).await;
+    let session = client.accept_session("orders", "customer-7").await.unwrap();
+    let copy = session
+        .receive(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    let message = sb_inbox::Delivery::message(&copy);
+    assert_eq!(message.message_id.as_deref(), Some("s-1/resubmit-1"));
+    assert_eq!(message.session_id.as_deref(), Some("customer-7"));
+    sb_inbox::Delivery::complete(&copy).await.unwrap();
+    session.close().await;
+}
+
+/// Issue 29 item 13: `dlq resubmit --wait-secs 1` against a namespace whose attach takes 1.5 s
+/// (`--attach-delay`) resubmits the dead letter: the idle window starts once the link is
+/// attached (before: connecting used the window up and it reported 0 resubmitted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dlq_resubmit_counts_its_idle_window_from_the_attached_link() {
+    // Locks outlast the slow attach of the copy's sender.
+    let emulator = crate::support::emulator::emulator("PT30S").await;
+    let client = client(&emulator);
+    client
+        .sender_port()
+        .send("orders", order("d-1", "o-1"), None)
+        .await
+        .unwrap();
+    let receiver = client.receiver("orders", 0);
+    let delivery = receiver.receive().await.unwrap().unwrap();
+    sb_inbox::Delivery::dead_letter(&delivery, "Poison", "cannot handle it")
+        .await
+        .unwrap();
+    receiver.close().await;
+    assert_eq!(dead_letters(&emulator), 1);
+    emulator.set_attach_delay(Duration::from_millis(1500));
+    resubmit_the_one_dead_letter(&emulator).await;
+}
+
+/// `sb-inbox dlq resubmit --entity orders --wait-secs 1` resubmits the one dead letter of
+/// `orders` and leaves none.
+async fn resubmit_the_one_dead_letter(emulator: &Emulator) {
+    let cs = emulator.connection_string();
+    let output = run_async(
+        Some(&cs),
+        &["dlq", "resubmit", "--entity", "orders", "--wait-secs", "1"],
+    )
+    .await;
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stdout(&output).ends_with(
+            "1 dead letter(s) resubmitted from orders/$DeadLetterQueue to orders, 0 left\n"
+        ),
+        "{}",
+        stdout(&output)
+    );
+    assert_eq!(dead_letters(emulator), 0);
+}

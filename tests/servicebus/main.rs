@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod bad_day;
 mod bad_input;
 mod cli;
 mod client;
@@ -15,6 +16,7 @@ mod fidelity;
 mod holes;
 mod host;
 mod js;
+mod links;
 mod python;
 mod recovery;
 mod relay;

@@ -219,19 +219,7 @@ pub(crate) async fn ready(addr: std::net::SocketAddr) {
     .expect("ready once broker and store are connected");
 }
 
-/// Sends SIGTERM and asserts the worker exits 0.
-pub(crate) async fn sigterm_exits_0(mut child: std::process::Child) {
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let exit = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(exit.success(), "{exit:?}");
-}
+pub(crate) use crate::support::cli::sigterm_exits_0;
 
 pub(crate) async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

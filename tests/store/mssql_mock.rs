@@ -727,6 +727,84 @@ async fn mock_savepoints_are_named_and_rolled_back_by_name() {
     drop(first);
 }
 
+/// Issue 28: the SQL Server numbers that fail every message alike (a revoked grant, a
+/// read-only database after a failover, throttling, a database moving) trip the runtime's kill
+/// switch after five deliveries in a row; a deadlock victim five times does not.
+#[tokio::test]
+async fn mock_systemic_numbers_trip_the_kill_switch() {
+    use sb_inbox::testing::MemoryBroker;
+    use sb_inbox::{CircuitPhase, Clock, Message, Runtime};
+
+    use crate::support::handlers::Noop;
+    use crate::support::runtime::{config, ready_deliveries};
+
+    let cases = [
+        (
+            229,
+            "The INSERT permission was denied on the object 'sb_inbox', database 'test', schema 'dbo'.",
+            CircuitPhase::Open,
+        ),
+        (
+            230,
+            "The SELECT permission was denied on the column 'message_id' of the object 'sb_inbox'.",
+            CircuitPhase::Open,
+        ),
+        (
+            3906,
+            "Failed to update database \"test\" because the database is read-only.",
+            CircuitPhase::Open,
+        ),
+        (
+            40501,
+            "The service is currently busy. Retry the request after 10 seconds.",
+            CircuitPhase::Open,
+        ),
+        (
+            40613,
+            "Database 'test' on server 'mock' is not currently available.",
+            CircuitPhase::Open,
+        ),
+        (
+            49918,
+            "Cannot process request. Not enough resources to process request.",
+            CircuitPhase::Open,
+        ),
+        (
+            1205,
+            "Transaction (Process ID 52) was deadlocked on lock resources with another process.",
+            CircuitPhase::Closed,
+        ),
+    ];
+    for (number, message, phase) in cases {
+        let mock = mock().await;
+        mock.fail_inserts(number, 16, message).await;
+        let store = store(mock.port).await;
+        let broker = MemoryBroker::new(Clock::new());
+        let mut config = config("c");
+        config.transient_hold_max = std::time::Duration::ZERO;
+        let runtime = Runtime::new(broker.receiver(), store, Noop::new(), config);
+        for n in 0..5 {
+            broker.send(Message::new(
+                format!("m-{n}"),
+                "orders.order-placed.v1",
+                "{}",
+            ));
+        }
+        for delivery in ready_deliveries(&broker) {
+            runtime.process(delivery).await;
+        }
+        assert_eq!(runtime.circuit().phase(), phase, "{number}");
+        // The fifth failure trips the switch and is released, uncounted.
+        let c = broker.counts();
+        let given_back = if phase == CircuitPhase::Open {
+            (4, 1)
+        } else {
+            (5, 0)
+        };
+        assert_eq!((c.abandoned, c.released), given_back, "{number}");
+    }
+}
+
 /// A batch on SQL Server (the runtime over the mock): every inbox insert is a duplicate of
 /// `pk_sb_inbox`, each rolled back to its own savepoint by name, and all three are completed
 /// after the one commit. Then every insert is a deadlock victim whose savepoint the server no

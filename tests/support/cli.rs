@@ -55,6 +55,21 @@ pub fn worker(store: &str, connection: &str) -> Command {
     command
 }
 
+/// Sends SIGTERM to a worker process and asserts it exits 0 (waiting without blocking the
+/// runtime, which may serve the emulator it talks to).
+pub async fn sigterm_exits_0(mut child: std::process::Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let exit = tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .expect("the wait task ends")
+        .expect("the worker is waited for");
+    assert!(exit.success(), "{exit:?}");
+}
+
 /// The process's standard output, as text.
 pub fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()

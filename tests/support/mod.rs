@@ -11,6 +11,7 @@
 //! - `runtime`: the runtime over the in-memory broker: configurations, a runtime on the
 //!   test's clock, deliveries handed over one at a time or in batches.
 //! - `cli`: the built `sb-inbox` binary as a child process.
+//! - `pg_cluster`: a throwaway PostgreSQL cluster a test may stop and start.
 // Each binary uses part of the tree; an item unused by one is used by another.
 #![allow(dead_code, unreachable_pub)]
 
@@ -18,6 +19,7 @@ pub mod cli;
 pub mod emulator;
 pub mod handlers;
 pub mod orders;
+pub mod pg_cluster;
 pub mod runtime;
 pub mod stores;
 

@@ -78,7 +78,7 @@ pub use queue::{EntityCounts, SessionLock, Settlement};
 pub use rights::{Right, Rights, SharedAccessPolicy};
 pub use server::{
     DEFAULT_LINK_IDLE_TIMEOUT, Emulator, EmulatorOptions, EmulatorStats, Fault, FaultSpec, KEY,
-    KEY_NAME, LinkInfo, LinkRole, SERVICE_CHANNEL_MAX, SERVICE_IDLE_TIMEOUT,
+    KEY_NAME, LinkInfo, LinkRole, ManagementRequest, SERVICE_CHANNEL_MAX, SERVICE_IDLE_TIMEOUT,
     SERVICE_MAX_FRAME_SIZE, SettlementAttempt, start_from_json,
 };
 pub use sql_filter::{SqlError, SqlFilter};

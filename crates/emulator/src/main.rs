@@ -70,6 +70,19 @@ struct Args {
     /// Seed of the fault draws (default: from the clock, logged at start), to replay a run.
     #[arg(long, value_name = "N")]
     fault_seed: Option<u64>,
+    // Link-level service behaviours (issue 29).
+    /// Answer each entity attach MS milliseconds late, as the service can while an entity
+    /// moves between nodes or a session accept waits: a client that gave up meanwhile gets
+    /// the answer anyway and must detach the link (else it holds a session lock nobody
+    /// renews).
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    attach_delay: u64,
+    /// Keep the message locks of a connection that ended until they expire. The service drops
+    /// them with the connection (Microsoft Learn, "Message transfers, locks, and
+    /// settlement": "the lock is dropped since Service Bus doesn't support recovery of existing
+    /// AMQP links on a different connection"), and so does the emulator unless this is set.
+    #[arg(long)]
+    keep_locks_on_connection_loss: bool,
 }
 
 const BUILT_IN: &str = include_str!("../config/Config.json");
@@ -114,6 +127,8 @@ async fn main() -> ExitCode {
         websocket_listen: args.websocket_listen,
         policies,
         throttle: args.throttle.map(Duration::from_secs),
+        attach_delay: Duration::from_millis(args.attach_delay),
+        keep_locks_on_connection_loss: args.keep_locks_on_connection_loss,
         ..Default::default()
     }
     .with_link_idle_timeout(Duration::from_secs(args.link_idle_timeout));

@@ -100,6 +100,14 @@ pub const MSSQL: Dependency = Dependency {
     fix: "GitHub Actions' mssql job provides one; this machine kind cannot run SQL Server",
 };
 
+/// PostgreSQL's server binaries (`initdb`, `pg_ctl`) and a `postgres` system user, to run a
+/// throwaway cluster a test may stop and start.
+pub const INITDB: Dependency = Dependency {
+    key: "initdb",
+    what: "PostgreSQL's initdb and pg_ctl under /usr/lib/postgresql/*/bin, and a postgres user to run them as root",
+    fix: ".ci/setup installs the postgresql package",
+};
+
 /// PostgreSQL at `DATABASE_URL` serving TLS with the snakeoil certificate.
 pub const POSTGRES_TLS: Dependency = Dependency {
     key: "postgres-tls",

@@ -61,7 +61,16 @@
 //!
 //! 207, 208 (invalid column or object name: code rolled out before `migrate`) and 229, 230,
 //! 262 (permission denied: a missing grant) are [`ErrorKind::Deployment`]: transient, since
-//! they are not the message's fault. [`crate::store::mssql::TX_ENDED`] from the transaction's
+//! they are not the message's fault. 3906 (the database is read-only: a failover to a
+//! secondary) is [`ErrorKind::Unavailable`].
+//!
+//! # Systemic numbers
+//!
+//! [`ErrorKind::is_systemic`] kinds fail every message alike and trip the runtime's kill
+//! switch: `Deployment` (207, 208, 229, 230, 262), `Unavailable` (3906, throttling 40501,
+//! 10928, 10929, failover 40613, 40197, 49918–49920, 4060, …) and `Connection` (233, 10053,
+//! 10054, …, severity 20 and above). Contention (1205, 1222, 3960, …) and the permanent
+//! numbers are tied to the message and never trip it. [`crate::store::mssql::TX_ENDED`] from the transaction's
 //! statement guard is [`ErrorKind::Unknown`] (transient).
 //! | ≥ 50000 (user `RAISERROR`/`THROW`) | `CheckViolation`: a rule the database enforces on the data |
 //!
@@ -111,6 +120,8 @@ const UNIQUE_INDEX: u32 = 2601;
 const CONSTRAINT_CONFLICT: u32 = 547;
 /// The first number of user-defined messages (`RAISERROR`, `THROW`).
 const USER_DEFINED: u32 = 50000;
+/// The database is read-only (a failover or a readable secondary).
+const READ_ONLY: u32 = 3906;
 /// From this severity on the server closes the connection after the error.
 const FATAL_SEVERITY: u8 = 20;
 
@@ -201,6 +212,11 @@ pub(crate) fn server_kind(code: u32, severity: u8, message: &str) -> (ErrorKind,
         super::TX_ENDED if message.starts_with("sb-inbox: ") => (ErrorKind::Unknown, None),
         // Invalid object or column name, permission denied: the deployment, not the message.
         207 | 208 | 229 | 230 | 262 => (ErrorKind::Deployment, None),
+        // "Failed to update database because the database is read-only": a failover (or a
+        // geo-replica) left the connection on a read-only secondary. Not in Microsoft's
+        // transient lists (the client cannot tell a replica it chose from one it was moved
+        // to), but it fails every message alike until the primary is back.
+        READ_ONLY => (ErrorKind::Unavailable, None),
         2714 | 102 | 156 => (ErrorKind::Schema, None),
         _ if TRANSIENT.binary_search(&code).is_ok() => (transient_kind(code), None),
         _ if code >= USER_DEFINED => (ErrorKind::CheckViolation, None),
@@ -386,6 +402,39 @@ mod tests {
             assert_eq!(kind(code, "x"), expected, "{code}");
             assert!(expected.is_permanent(), "{code}");
         }
+    }
+
+    /// The kill switch's classes: what fails every message alike, with near-misses that must
+    /// not trip it (contention, constraint and data errors, user rules, unknown numbers).
+    #[test]
+    fn systemic_numbers_and_near_misses() {
+        let systemic = [
+            207, 208, 229, 230, 262, 3906, 40501, 40613, 40197, 49918, 49919, 49920, 10928, 10929,
+            4060, 233, 10054,
+        ];
+        for code in systemic {
+            assert!(
+                kind(code, "x").is_systemic(),
+                "{code} -> {}",
+                kind(code, "x")
+            );
+        }
+        assert!(
+            server_kind(596, 21, "session in the kill state")
+                .0
+                .is_systemic()
+        );
+        let near_misses = [
+            1205, 1222, 3960, 547, 2627, 2601, 515, 8152, 245, 102, 50000, 3907, 3905,
+        ];
+        for code in near_misses {
+            assert!(
+                !kind(code, "x").is_systemic(),
+                "{code} -> {}",
+                kind(code, "x")
+            );
+        }
+        assert_eq!(kind(3906, "x"), ErrorKind::Unavailable);
     }
 
     #[test]

@@ -77,6 +77,29 @@ mod tests {
     use super::*;
     use crate::ports::DuplicateScope;
 
+    /// The kill switch's classes: what fails every message alike (a missing grant or table, a
+    /// read-only or starting or shutting-down server, too many connections, a broken
+    /// connection), with near-misses tied to the message (contention, constraints, data,
+    /// syntax, unknown).
+    #[test]
+    fn systemic_codes_and_near_misses() {
+        let systemic = [
+            "42501", "42P01", "42703", "3F000", "25006", "57P01", "57P02", "57P03", "53300",
+            "08006", "08001",
+        ];
+        for code in systemic {
+            let kind = kind_of(&SqlState::from_code(code), None);
+            assert!(kind.is_systemic(), "{code} -> {kind}");
+        }
+        let near_misses = [
+            "40001", "40P01", "55P03", "57014", "23505", "23503", "22P02", "42601", "XX000",
+        ];
+        for code in near_misses {
+            let kind = kind_of(&SqlState::from_code(code), None);
+            assert!(!kind.is_systemic(), "{code} -> {kind}");
+        }
+    }
+
     #[test]
     fn codes_and_constraints() {
         let unique = SqlState::UNIQUE_VIOLATION;

@@ -123,6 +123,46 @@ pub(super) const SERVER_BUSY_WAIT_MS: Key = Key::new(
     "servicebus.server_busy_wait_ms",
     "after the service answers busy, every operation of the worker's client waits this long (default 10000, .NET's client-wide wait; Java waits 4000)",
 );
+pub(super) const MAX_PANICS: Key = Key::new(
+    "SB_INBOX_MAX_PANICS",
+    "runtime.max_panics",
+    "a handler panic on a delivery numbered this or later dead-letters it HandlerPanicked; earlier ones are abandoned (default 3)",
+);
+pub(super) const TRANSIENT_HOLD_MAX_MS: Key = Key::new(
+    "SB_INBOX_TRANSIENT_HOLD_MAX_MS",
+    "runtime.transient_hold_max_ms",
+    "longest hold (lock kept) of a transient failure before its abandon, growing from 250 ms with the delivery count; 0: abandon at once (default 5000)",
+);
+pub(super) const CIRCUIT_ENABLED: Key = Key::new(
+    "SB_INBOX_CIRCUIT_ENABLED",
+    "runtime.circuit.enabled",
+    "kill switch: pause deliveries while the store fails for every message alike (default true)",
+);
+pub(super) const CIRCUIT_CONSECUTIVE_FAILURES: Key = Key::new(
+    "SB_INBOX_CIRCUIT_CONSECUTIVE_FAILURES",
+    "runtime.circuit.consecutive_failures",
+    "systemic store failures in a row that pause deliveries (default 5)",
+);
+pub(super) const CIRCUIT_FAILURE_RATE_PERCENT: Key = Key::new(
+    "SB_INBOX_CIRCUIT_FAILURE_RATE_PERCENT",
+    "runtime.circuit.failure_rate_percent",
+    "or: share of systemic failures among at least 20 store answers in the window that pauses deliveries; 100: off (default 50)",
+);
+pub(super) const CIRCUIT_WINDOW_SECS: Key = Key::new(
+    "SB_INBOX_CIRCUIT_WINDOW_SECS",
+    "runtime.circuit.window_secs",
+    "the failure rate's window (default 30)",
+);
+pub(super) const CIRCUIT_PROBE_MIN_MS: Key = Key::new(
+    "SB_INBOX_CIRCUIT_PROBE_MIN_MS",
+    "runtime.circuit.probe_min_ms",
+    "first store probe after a pause; doubles up to the max (default 1000)",
+);
+pub(super) const CIRCUIT_PROBE_MAX_SECS: Key = Key::new(
+    "SB_INBOX_CIRCUIT_PROBE_MAX_SECS",
+    "runtime.circuit.probe_max_secs",
+    "longest wait between store probes while paused (default 30)",
+);
 pub(super) const SHUTDOWN_GRACE_SECS: Key = Key::new(
     "SB_INBOX_SHUTDOWN_GRACE_SECS",
     "runtime.shutdown_grace_secs",
@@ -210,7 +250,7 @@ pub(super) const DLQ_RESUBMIT_WINDOW_SECS: Key = Key::new(
 );
 
 /// Every key, in `--help` order.
-pub const KEYS: [Key; 33] = [
+pub const KEYS: [Key; 41] = [
     CONSUMER,
     STORE,
     CONNECTION,
@@ -227,6 +267,14 @@ pub const KEYS: [Key; 33] = [
     MAX_PROCESSING_SECS,
     BATCH_SIZE,
     BATCH_LINGER_MS,
+    MAX_PANICS,
+    TRANSIENT_HOLD_MAX_MS,
+    CIRCUIT_ENABLED,
+    CIRCUIT_CONSECUTIVE_FAILURES,
+    CIRCUIT_FAILURE_RATE_PERCENT,
+    CIRCUIT_WINDOW_SECS,
+    CIRCUIT_PROBE_MIN_MS,
+    CIRCUIT_PROBE_MAX_SECS,
     SHUTDOWN_GRACE_SECS,
     RETRY_MAX_RETRIES,
     RETRY_BASE_DELAY_SECS,

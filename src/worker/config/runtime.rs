@@ -6,11 +6,17 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::keys::{
-    BATCH_LINGER_MS, BATCH_SIZE, CONCURRENCY, LOCK_MARGIN_SECS, MAX_PROCESSING_SECS, MAX_SESSIONS,
-    PREFETCH, SESSION_IDLE_SECS, SESSIONS, SHUTDOWN_GRACE_SECS,
+    BATCH_LINGER_MS, BATCH_SIZE, CIRCUIT_CONSECUTIVE_FAILURES, CIRCUIT_ENABLED,
+    CIRCUIT_FAILURE_RATE_PERCENT, CIRCUIT_PROBE_MAX_SECS, CIRCUIT_PROBE_MIN_MS,
+    CIRCUIT_WINDOW_SECS, CONCURRENCY, LOCK_MARGIN_SECS, MAX_PANICS, MAX_PROCESSING_SECS,
+    MAX_SESSIONS, PREFETCH, SESSION_IDLE_SECS, SESSIONS, SHUTDOWN_GRACE_SECS,
+    TRANSIENT_HOLD_MAX_MS,
 };
 use super::reader::{Reader, to_usize};
-use crate::runtime::{ConsumerName, DEFAULT_BATCH_LINGER, RuntimeConfig, SessionConfig};
+use crate::runtime::{
+    CircuitConfig, ConsumerName, DEFAULT_BATCH_LINGER, DEFAULT_TRANSIENT_HOLD_MAX, RuntimeConfig,
+    SessionConfig,
+};
 
 /// The `[runtime]` section as written.
 #[derive(Debug, Default, Deserialize)]
@@ -25,11 +31,26 @@ pub(super) struct RuntimeFile {
     batch_linger_ms: Option<u64>,
     max_sessions: Option<u64>,
     session_idle_secs: Option<u64>,
+    max_panics: Option<u64>,
+    transient_hold_max_ms: Option<u64>,
+    circuit: Option<CircuitFile>,
+}
+
+/// The `[runtime.circuit]` table as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CircuitFile {
+    enabled: Option<bool>,
+    consecutive_failures: Option<u64>,
+    failure_rate_percent: Option<u64>,
+    window_secs: Option<u64>,
+    probe_min_ms: Option<u64>,
+    probe_max_secs: Option<u64>,
 }
 
 /// The `[runtime]` settings every consumer shares; concurrency and prefetch are the defaults
 /// of `[[consumers]]` entries.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct RuntimeSection {
     pub(super) concurrency: u64,
     pub(super) prefetch: u64,
@@ -38,6 +59,9 @@ pub(super) struct RuntimeSection {
     max_processing: Duration,
     pub(super) batch_size: usize,
     batch_linger: Duration,
+    max_panics: u32,
+    transient_hold_max: Duration,
+    circuit: CircuitConfig,
 }
 
 impl RuntimeSection {
@@ -50,7 +74,17 @@ impl RuntimeSection {
         let max_processing = r.number(MAX_PROCESSING_SECS, file.max_processing_secs, 1..=86_400);
         let batch = r.number(BATCH_SIZE, file.batch_size, 1..=1000);
         let linger = r.number(BATCH_LINGER_MS, file.batch_linger_ms, 0..=10_000);
+        let max_panics = r.number(MAX_PANICS, file.max_panics, 1..=1000);
+        let hold = r.number(
+            TRANSIENT_HOLD_MAX_MS,
+            file.transient_hold_max_ms,
+            0..=60_000,
+        );
+        let circuit = circuit(r, file.circuit.as_ref().unwrap_or(&CircuitFile::default()));
         RuntimeSection {
+            max_panics: max_panics.map_or(3, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+            transient_hold_max: hold.map_or(DEFAULT_TRANSIENT_HOLD_MAX, Duration::from_millis),
+            circuit,
             concurrency: concurrency.unwrap_or(8),
             prefetch: prefetch.unwrap_or(0),
             lock_margin_secs: margin.unwrap_or(10),
@@ -91,8 +125,55 @@ impl RuntimeSection {
         runtime.shutdown_grace = self.shutdown_grace;
         runtime.batch_size = self.batch_size;
         runtime.batch_linger = self.batch_linger;
+        runtime.max_panics = self.max_panics;
+        runtime.transient_hold_max = self.transient_hold_max;
+        runtime.circuit = self.circuit.clone();
         runtime
     }
+}
+
+/// `[runtime.circuit]`, each value with its default; a probe minimum above the maximum is
+/// refused.
+fn circuit(r: &mut Reader<'_>, file: &CircuitFile) -> CircuitConfig {
+    let defaults = CircuitConfig::default();
+    let enabled = r.flag(CIRCUIT_ENABLED, file.enabled);
+    let consecutive = r.number(
+        CIRCUIT_CONSECUTIVE_FAILURES,
+        file.consecutive_failures,
+        1..=10_000,
+    );
+    let rate = r.number(
+        CIRCUIT_FAILURE_RATE_PERCENT,
+        file.failure_rate_percent,
+        1..=100,
+    );
+    let window = r.number(CIRCUIT_WINDOW_SECS, file.window_secs, 1..=3600);
+    let probe_min = r.number(CIRCUIT_PROBE_MIN_MS, file.probe_min_ms, 10..=600_000);
+    let probe_max = r.number(CIRCUIT_PROBE_MAX_SECS, file.probe_max_secs, 1..=3600);
+    let config = CircuitConfig {
+        enabled: enabled.unwrap_or(defaults.enabled),
+        consecutive: consecutive.map_or(defaults.consecutive, |n| {
+            u32::try_from(n).unwrap_or(u32::MAX)
+        }),
+        failure_rate_percent: rate.map_or(defaults.failure_rate_percent, |n| {
+            u8::try_from(n).unwrap_or(100)
+        }),
+        window: window.map_or(defaults.window, Duration::from_secs),
+        probe_min: probe_min.map_or(defaults.probe_min, Duration::from_millis),
+        probe_max: probe_max.map_or(defaults.probe_max, Duration::from_secs),
+    };
+    if config.probe_min > config.probe_max {
+        r.fail(
+            CIRCUIT_PROBE_MIN_MS,
+            format!(
+                "{} ms must not exceed {} ({} s)",
+                config.probe_min.as_millis(),
+                CIRCUIT_PROBE_MAX_SECS,
+                config.probe_max.as_secs()
+            ),
+        );
+    }
+    config
 }
 
 /// `servicebus.sessions` with `runtime.max_sessions` and `runtime.session_idle_secs`; the

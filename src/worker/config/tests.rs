@@ -126,6 +126,56 @@ fn batching_is_off_by_default_and_set_by_file_or_environment() {
 }
 
 #[test]
+fn the_kill_switch_is_on_by_default_and_set_by_file_or_environment() {
+    let config = load(GOOD, &[]).unwrap();
+    assert_eq!(
+        config.runtime.circuit,
+        crate::runtime::CircuitConfig::default()
+    );
+    assert!(config.runtime.circuit.enabled);
+    assert_eq!(config.runtime.max_panics, 3);
+    assert_eq!(config.runtime.transient_hold_max, Duration::from_secs(5));
+    let file = format!(
+        "{GOOD}max_panics = 2\ntransient_hold_max_ms = 0\n[runtime.circuit]\nconsecutive_failures = 9\nwindow_secs = 60\nprobe_min_ms = 200\nprobe_max_secs = 5\n"
+    );
+    let env = [
+        ("SB_INBOX_CIRCUIT_ENABLED", "false"),
+        ("SB_INBOX_CIRCUIT_FAILURE_RATE_PERCENT", "80"),
+    ];
+    let runtime = load(&file, &env).unwrap().runtime;
+    assert_eq!(runtime.max_panics, 2);
+    assert_eq!(runtime.transient_hold_max, Duration::ZERO);
+    let circuit = runtime.circuit;
+    assert!(!circuit.enabled);
+    assert_eq!(circuit.consecutive, 9);
+    assert_eq!(circuit.failure_rate_percent, 80);
+    assert_eq!(circuit.window, Duration::from_secs(60));
+    assert_eq!(circuit.probe_min, Duration::from_millis(200));
+    assert_eq!(circuit.probe_max, Duration::from_secs(5));
+    let env = [
+        ("SB_INBOX_CIRCUIT_CONSECUTIVE_FAILURES", "0"),
+        ("SB_INBOX_CIRCUIT_PROBE_MIN_MS", "90000"),
+        ("SB_INBOX_CIRCUIT_PROBE_MAX_SECS", "60"),
+    ];
+    let problems = load(GOOD, &env).unwrap_err().to_string();
+    assert!(
+        problems.contains(
+            "runtime.circuit.consecutive_failures (SB_INBOX_CIRCUIT_CONSECUTIVE_FAILURES)"
+        ),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("runtime.circuit.probe_min_ms (SB_INBOX_CIRCUIT_PROBE_MIN_MS)"),
+        "{problems}"
+    );
+    let unknown = format!("{GOOD}[runtime.circuit]\nthreshold = 3\n");
+    assert!(
+        load(&unknown, &[]).is_err(),
+        "an unknown circuit key is refused"
+    );
+}
+
+#[test]
 fn every_problem_is_reported_at_once() {
     let errors = load(
         "consumer = \"Bad Name\"\n[runtime]\nconcurrency = 0\n",

@@ -6,6 +6,8 @@ Each case uses its own entities (declared in tests/servicebus/python.rs) so case
 Prints `case NAME: ok` per case and `python conformance: ok` at the end; exits non-zero on the first
 failure (with the case name and a traceback)."""
 import datetime
+import json
+import os
 import sys
 import time
 import traceback
@@ -597,6 +599,65 @@ def sessions_on_a_subscription():
                     r.complete_message(m)
                 seen.append(sid)
         assert sorted(seen) == ["x", "y"], seen
+
+
+@case
+def full_batch_of_orders_is_accepted():
+    """A ServiceBusMessageBatch of orders (seed 99, written by python.rs to $SEED_99_ORDERS)
+    filled to max_size_in_bytes by the SDK's count is accepted whole, as the service accepts it."""
+    with open(os.environ["SEED_99_ORDERS"], encoding="utf-8") as f:
+        orders = json.load(f)
+    def order_message(order, padding=0):
+        return ServiceBusMessage(
+            order["body"] + " " * padding,
+            message_id=order["messageId"],
+            subject="orders.order-placed.v1",
+            content_type="application/json",
+        )
+
+    with client() as c:
+        with c.get_queue_sender("c-batch") as sender:
+            batch = sender.create_message_batch()
+            added = 0
+            # Orders while more than two of them surely fit...
+            while batch.max_size_in_bytes - batch.size_in_bytes > 600:
+                batch.add_message(order_message(orders[added]))
+                added += 1
+            # ...then the next one padded with JSON whitespace to the largest size that still
+            # fits: the batch ends at its limit by the SDK's own count, as a producer filling
+            # batches to the brim does (where the envelope's properties matter).
+            room = batch.max_size_in_bytes - batch.size_in_bytes
+            for padding in range(room, -1, -1):
+                try:
+                    batch.add_message(order_message(orders[added], padding))
+                except MessageSizeExceededError:
+                    continue
+                added += 1
+                break
+            assert batch.max_size_in_bytes - batch.size_in_bytes < 4, (batch.size_in_bytes, batch.max_size_in_bytes)
+            sender.send_messages(batch)
+        print(f"batch: {added} orders, {batch.size_in_bytes} of {batch.max_size_in_bytes} bytes", flush=True)
+        with c.get_queue_receiver("c-batch", receive_mode=ServiceBusReceiveMode.RECEIVE_AND_DELETE) as receiver:
+            got = take(receiver, added, wait=30)
+        assert len(got) == added, (len(got), added)
+        assert [m.message_id for m in got] == [o["messageId"] for o in orders[:added]]
+
+
+@case
+def session_queue_dead_letters_read_with_plain_receiver():
+    """The dead-letter queue of a session queue is read with an ordinary receiver, as on the
+    service (azure-sdk-for-net#21271)."""
+    with client() as c:
+        with c.get_queue_sender("c-s-dlq") as sender:
+            sender.send_messages(ServiceBusMessage("poison", session_id="d"))
+        with c.get_queue_receiver("c-s-dlq", session_id="d") as r:
+            got = take(r, 1)
+            assert [str(m) for m in got] == ["poison"]
+            r.dead_letter_message(got[0], reason="Bad", error_description="cannot handle")
+        with c.get_queue_receiver("c-s-dlq", sub_queue=ServiceBusSubQueue.DEAD_LETTER) as r:
+            got = take(r, 1)
+            assert [(str(m), m.session_id, m.dead_letter_reason) for m in got] == [("poison", "d", "Bad")], got
+            r.complete_message(got[0])
 
 
 selected = set(sys.argv[2:])

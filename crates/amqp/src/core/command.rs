@@ -52,6 +52,8 @@ pub(crate) struct LinkSetup {
     pub(crate) flow: watch::Sender<LinkFlow>,
     pub(crate) auto_credit: Option<u32>,
     pub(crate) auto_drain: bool,
+    /// Largest incoming delivery taken, when it differs from the advertised `max-message-size`.
+    pub(crate) max_incoming: Option<u64>,
 }
 
 /// Events for one link handle.

@@ -34,6 +34,9 @@ pub struct LinkAnswer {
     pub auto_credit: Option<u32>,
     /// Sending links: answer drain automatically when nothing is queued (default true).
     pub auto_drain: bool,
+    /// Receiving links: the largest delivery the engine takes, when the application measures
+    /// sizes itself against the advertised `max-message-size` (`None`: that size).
+    pub max_incoming: Option<u64>,
 }
 
 impl Default for LinkAnswer {
@@ -49,6 +52,7 @@ impl Default for LinkAnswer {
             offered_capabilities: None,
             auto_credit: None,
             auto_drain: true,
+            max_incoming: None,
         }
     }
 }
@@ -70,6 +74,9 @@ impl LinkAnswer {
         snd_settle_mode(SenderSettleMode) => Some;
         /// Sets `initial-delivery-count`.
         initial_delivery_count(u32);
+        /// Takes deliveries up to this size, whatever `max-message-size` says (see
+        /// [`LinkAnswer::max_incoming`]).
+        max_incoming(u64) => Some;
     }
 
     /// Leaves drain answers to the application ([`Sender::answer_drain`]).
@@ -170,7 +177,12 @@ impl LinkRequest {
         let attach = self.answer_attach(&answer);
         let parts = self
             .peer
-            .accept(attach, answer.auto_credit, answer.auto_drain)
+            .accept(
+                attach,
+                answer.auto_credit,
+                answer.auto_drain,
+                answer.max_incoming,
+            )
             .await?;
         Ok(Sender::from_parts(parts))
     }
@@ -187,7 +199,12 @@ impl LinkRequest {
         let attach = self.answer_attach(&answer);
         let parts = self
             .peer
-            .accept(attach, answer.auto_credit, answer.auto_drain)
+            .accept(
+                attach,
+                answer.auto_credit,
+                answer.auto_drain,
+                answer.max_incoming,
+            )
             .await?;
         Ok(Receiver::from_parts(parts))
     }

@@ -135,6 +135,12 @@ impl QueueState {
         Ok(vec![until; tokens.len()])
     }
 
+    /// Whether `token` still locks a message.
+    pub(crate) fn is_locked(&self, dlq: bool, token: Uuid, now: SystemTime) -> bool {
+        let store = if dlq { &self.dlq } else { &self.main };
+        store.locked_seq(token, now).is_ok()
+    }
+
     /// Fault hook: lets a lock expire now (the message is redelivered with delivery count + 1).
     pub(crate) fn expire_lock(&mut self, dlq: bool, token: Uuid, now: SystemTime) -> Result<()> {
         let store = self.store(dlq);

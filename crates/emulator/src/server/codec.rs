@@ -200,6 +200,33 @@ pub(crate) fn broker_messages(
     }
 }
 
+/// Envelope bytes a batch may carry beyond its messages: the properties the SDKs copy from
+/// the first message onto the envelope (Python `_pyamqp_transport.set_batch_envelope_properties`)
+/// are headers, and the service bounds a message's headers at 64 KB (Microsoft, "Service Bus
+/// quotas": "Maximum header size: 64 KB").
+pub(crate) const BATCH_ENVELOPE_ALLOWANCE: u64 = 64 * 1024;
+
+/// The size the service holds a transfer to against the entity's `max-message-size`: a single
+/// message's encoded bytes; for a batch, its messages, each with its data section's header (5
+/// bytes below 256 bytes, else 8), not the envelope. The SDKs fill batches to the advertised
+/// limit by exactly that count (Python `azure-servicebus` 7.15 `_common/message.py`
+/// `ServiceBusMessageBatch._add`: `message_size + _BATCH_MESSAGE_OVERHEAD_COST[0 if (message_size
+/// < 256) else 1]`, `_common/constants.py` `[5, 8]`; .NET `AmqpMessageBatch.TryAddMessage`), and
+/// the service accepts such batches: their envelope properties, which the SDK never counts,
+/// must not push them over.
+pub(crate) fn measured_size(format: u32, payload_len: usize, messages: &[BrokerMessage]) -> usize {
+    if format != BATCH_MESSAGE_FORMAT {
+        return payload_len;
+    }
+    messages
+        .iter()
+        .map(|m| {
+            let len = m.payload.len();
+            len + if len < 256 { 5 } else { 8 }
+        })
+        .sum()
+}
+
 fn annotations(entries: Vec<(&str, Value)>) -> OrderedMap<OwnedKey, Value> {
     let mut map = OrderedMap::new();
     for (key, value) in entries {

@@ -63,10 +63,14 @@ async fn serve_connection(
     };
     let state = Arc::new(
         ConnState::new(shared.broker.clock(), shared.options.max_token_lifetime)
-            .with_service(shared.survival.clone(), shared.faults.clone()),
+            .with_service(shared.survival.clone(), shared.faults.clone())
+            .with_request_log(shared.requests.clone()),
     );
     let live = shared.survival.opened(conn.connection().clone(), &state);
     let links = CancellationToken::new();
+    // This connection's link tasks, so its locks are dropped only after they applied what
+    // the client settled before the end.
+    let link_tasks = TaskTracker::new();
     loop {
         let event = tokio::select! {
             () = stop.cancelled() => {
@@ -90,15 +94,28 @@ async fn serve_connection(
             channel: request.channel(),
         };
         let (shared, links) = (shared.clone(), links.clone());
-        tracker.spawn(async move {
+        tracker.spawn(link_tasks.track_future(async move {
             if let Err(error) = serve_link(request, &shared, control, links).await {
                 tracing::debug!(%error, "Link ended.");
             }
-        });
+        }));
     }
     links.cancel();
     shared.survival.closed(&live);
+    if shared.options.keep_locks_on_connection_loss {
+        return;
+    }
+    link_tasks.close();
+    // Bounded: a link task blocked on a client that stopped reading must not keep the locks.
+    let _ = tokio::time::timeout(LINK_END_WAIT, link_tasks.wait()).await;
+    let dropped = state.drop_locks();
+    if dropped > 0 {
+        tracing::info!(%peer, dropped, "Connection ended; its message locks are dropped.");
+    }
 }
+
+/// How long a connection's end waits for its link tasks before dropping their locks.
+const LINK_END_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 async fn serve_link(
     request: LinkRequest,
@@ -183,6 +200,7 @@ async fn serve_link(
         entity,
         control,
         stop,
+        answer_delay: shared.attach_delay(),
     };
     if session {
         return sessions::serve(link).await;

@@ -59,6 +59,8 @@ struct Entry {
     /// Set once the attach is answered: the engine's word on whether the link still lives,
     /// which changes before the client can see its detach answered.
     status: Option<LinkStatus>,
+    /// Cancelled when the service loses the link without a detach ([`Registry::black_hole`]).
+    lost: CancellationToken,
 }
 
 impl Entry {
@@ -82,7 +84,11 @@ impl Registry {
         name: &str,
         entity: &str,
         role: LinkRole,
-    ) -> (Registration, mpsc::UnboundedReceiver<AmqpError>) {
+    ) -> (
+        Registration,
+        mpsc::UnboundedReceiver<AmqpError>,
+        CancellationToken,
+    ) {
         let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, rx) = mpsc::unbounded_channel();
         let info = LinkInfo {
@@ -91,6 +97,7 @@ impl Registry {
             entity: entity.to_owned(),
             role,
         };
+        let lost = CancellationToken::new();
         if let Ok(mut links) = self.links.lock() {
             links.insert(
                 id,
@@ -99,6 +106,7 @@ impl Registry {
                     detach: tx,
                     session: None,
                     status: None,
+                    lost: lost.clone(),
                 },
             );
         }
@@ -108,7 +116,27 @@ impl Registry {
                 registry: self.clone(),
             },
             rx,
+            lost,
         )
+    }
+
+    /// Loses link `id` the way the service sometimes does (a gateway or broker node moved
+    /// without telling the client): no detach, no transfer, no answer ever again on it,
+    /// while the connection lives on. Go `azservicebus` guards against exactly this with a
+    /// client idle timer (Azure/azure-sdk-for-go#19465: "if our link were to be
+    /// disconnected on the service side, and we somehow missed the detach notification,
+    /// there'd be no confirmation on our end that the link is actually alive"). False when
+    /// the link is not live.
+    pub(crate) fn black_hole(&self, id: u64) -> bool {
+        let Ok(links) = self.links.lock() else {
+            return false;
+        };
+        let Some(entry) = links.get(&id).filter(|e| e.is_live()) else {
+            return false;
+        };
+        tracing::info!(link = %entry.info.name, entity = %entry.info.entity, "Losing the link without a detach.");
+        entry.lost.cancel();
+        true
     }
 
     pub(crate) fn list(&self) -> Vec<LinkInfo> {
@@ -237,6 +265,7 @@ impl Drop for Registration {
 pub(crate) struct LinkControl {
     registration: Registration,
     detach: mpsc::UnboundedReceiver<AmqpError>,
+    lost: CancellationToken,
     name: String,
     entity: String,
     role: LinkRole,
@@ -268,10 +297,11 @@ pub(crate) struct ControlContext {
 
 impl LinkControl {
     pub(crate) fn new(ctx: ControlContext, name: &str, entity: &str, role: LinkRole) -> Self {
-        let (registration, detach) = ctx.registry.register(name, entity, role);
+        let (registration, detach, lost) = ctx.registry.register(name, entity, role);
         LinkControl {
             registration,
             detach,
+            lost,
             name: name.to_owned(),
             entity: entity.to_owned(),
             role,
@@ -310,6 +340,28 @@ impl LinkControl {
     /// client can see our detach.
     pub(crate) fn unlist(&self) {
         self.registration.remove();
+    }
+
+    /// A peek-lock delivery went out on this link: its lock is the connection's to drop.
+    pub(crate) fn hold_lock(&self, entity: &crate::Entity, lock_token: uuid::Uuid) {
+        self.state.hold_lock(entity, lock_token);
+    }
+
+    /// Cancelled once the service lost this link ([`Registry::black_hole`]).
+    pub(crate) fn lost(&self) -> CancellationToken {
+        self.lost.clone()
+    }
+
+    /// Holds a lost link in silence: nothing is sent or answered on it (the engine still
+    /// answers the client's own detach, as the service's gateway would), until the client
+    /// detaches it, the connection ends or the emulator stops.
+    pub(crate) async fn hold_lost(&self, status: LinkStatus, stop: &CancellationToken) {
+        self.unlist();
+        tokio::select! {
+            () = status.gone() => {}
+            () = stop.cancelled() => {}
+            () = self.connection.cancelled() => {}
+        }
     }
 
     /// A transfer, flow or disposition happened: restart the idle timer.

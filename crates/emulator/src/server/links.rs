@@ -30,6 +30,20 @@ pub(crate) struct EntityLink {
     pub(crate) control: LinkControl,
     /// Cancelled when the emulator stops.
     pub(crate) stop: CancellationToken,
+    /// How long to wait before answering the attach (`--attach-delay`); a session link waits
+    /// with its session already locked, as a slow accept on the service holds it.
+    pub(crate) answer_delay: Duration,
+}
+
+/// Waits `delay` before an attach is answered; false when the emulator stopped meanwhile.
+pub(crate) async fn answer_late(delay: Duration, stop: &CancellationToken) -> bool {
+    if delay.is_zero() {
+        return true;
+    }
+    tokio::select! {
+        () = stop.cancelled() => false,
+        () = tokio::time::sleep(delay) => true,
+    }
 }
 
 /// Serves a link without sessions: messages from a sending client, or the entity's messages
@@ -37,6 +51,9 @@ pub(crate) struct EntityLink {
 pub(crate) async fn serve(link: EntityLink) -> Result<(), sb_amqp::Error> {
     let max_size = u64::try_from(link.entity.max_message_size()).unwrap_or(u64::MAX);
     let (request, control, stop) = (link.request, link.control, link.stop);
+    if !answer_late(link.answer_delay, &stop).await {
+        return Ok(());
+    }
     if request.is_peer_sender() {
         receive_from_client(request, link.entity, max_size, control, stop).await
     } else {
@@ -96,9 +113,12 @@ async fn receive_from_client(
     stop: CancellationToken,
 ) -> Result<(), sb_amqp::Error> {
     // Answer `first` whatever the client asked: Python asks `second` and then never settles.
+    // The engine takes a batch's envelope beyond the advertised size; the service's own
+    // measure (`codec::measured_size`) decides below.
     let answer = LinkAnswer::default()
         .credit(100)
         .max_message_size(max_size)
+        .max_incoming(max_size.saturating_add(codec::BATCH_ENVELOPE_ALLOWANCE))
         .rcv_settle_mode(ReceiverSettleMode::First);
     let receiver = request.accept_receiver(answer).await?;
     control.watch(receiver.status());
@@ -119,6 +139,19 @@ async fn receive_from_client(
             )))
         } else {
             match codec::broker_messages(delivery.message_format, delivery.payload.clone()) {
+                Ok(messages)
+                    if codec::measured_size(
+                        delivery.message_format,
+                        delivery.payload.len(),
+                        &messages,
+                    ) as u64
+                        > max_size =>
+                {
+                    Outcome::Rejected(Some(wire_error(
+                        sb_amqp::condition::MESSAGE_SIZE_EXCEEDED,
+                        Some(format!("message larger than {max_size} bytes")),
+                    )))
+                }
                 Ok(messages) => match entity.send_batch(messages) {
                     Ok(_) => Outcome::Accepted,
                     Err(error) => Outcome::Rejected(Some(wire_error(
@@ -157,6 +190,7 @@ pub(super) async fn deliver_to_client(
     let sender = request.accept_sender(answer).await?;
     control.watch(sender.status());
     let mut credit = Credit::new(sender.flow());
+    let lost = control.lost();
     loop {
         let available = credit.available(sender.flow(), &mut control);
         tokio::select! {
@@ -170,6 +204,10 @@ pub(super) async fn deliver_to_client(
                 settle_queued(&sender, entity).await;
                 return Ok(());
             }
+            () = lost.cancelled() => {
+                control.hold_lost(sender.status(), &stop).await;
+                return Ok(());
+            }
             error = control.must_detach() => {
                 control.unlist();
                 // Still attached: what the client disposed before our detach is applied and
@@ -179,8 +217,13 @@ pub(super) async fn deliver_to_client(
             }
             received = feed.next(entity, mode), if available > 0 => {
                 match deliver(&sender, entity, feed, received, settled).await {
-                    Delivered::Sent => {
+                    Delivered::Sent(lock_token) => {
                         credit.sent();
+                        // A session's message locks are its session lock, which ends with
+                        // this link.
+                        if let (Some(token), Feed::Entity) = (lock_token, feed) {
+                            control.hold_lock(entity, token);
+                        }
                         control.after_transfer();
                     }
                     Delivered::Nothing => {}
@@ -272,8 +315,8 @@ async fn answer_disposition(
 /// What one delivery attempt came to.
 #[derive(Debug)]
 enum Delivered {
-    /// A message went out.
-    Sent,
+    /// A message went out; under this lock token when the client settles it.
+    Sent(Option<uuid::Uuid>),
     /// No message yet: look at the credit again.
     Nothing,
     /// The link must be detached with this error.
@@ -324,7 +367,7 @@ async fn deliver(
         }
         return Delivered::LinkEnds(Err(error));
     }
-    Delivered::Sent
+    Delivered::Sent(received.lock_token.filter(|_| !settled))
 }
 
 /// Handles the dispositions that arrived before the link stops: each is applied and, when the

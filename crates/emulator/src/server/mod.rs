@@ -25,6 +25,7 @@ mod faults;
 mod links;
 pub(crate) mod nodes;
 mod options;
+mod request_log;
 mod sas;
 mod sessions;
 mod survival;
@@ -48,6 +49,8 @@ pub use options::{
     DEFAULT_LINK_IDLE_TIMEOUT, EmulatorOptions, KEY, KEY_NAME, SERVICE_CHANNEL_MAX,
     SERVICE_IDLE_TIMEOUT, SERVICE_MAX_FRAME_SIZE,
 };
+pub use request_log::ManagementRequest;
+use request_log::RequestLog;
 use survival::Survival;
 pub use survival::{EmulatorStats, SettlementAttempt};
 
@@ -80,6 +83,25 @@ struct Shared {
     registry: Arc<Registry>,
     faults: Arc<Faults>,
     survival: Arc<Survival>,
+    /// Every connection's `$management` requests ([`Emulator::management_requests`]).
+    requests: Arc<RequestLog>,
+    /// How late entity attaches are answered, in milliseconds (changeable while running).
+    attach_delay_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Shared {
+    fn set_attach_delay(&self, delay: std::time::Duration) {
+        let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.attach_delay_ms
+            .store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn attach_delay(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(
+            self.attach_delay_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
 }
 
 impl Emulator {
@@ -135,9 +157,12 @@ impl Emulator {
             broker,
             faults: Arc::new(Faults::new(&options.faults, seed)),
             survival: Arc::new(Survival::new(options.throttle)),
+            attach_delay_ms: Default::default(),
+            requests: Arc::default(),
             options: Arc::new(options),
             registry: Arc::new(Registry::default()),
         });
+        shared.set_attach_delay(shared.options.attach_delay);
         let emulator = Emulator {
             addr,
             websocket_addr,
@@ -205,6 +230,27 @@ impl Emulator {
     /// listed).
     pub fn force_detach_link(&self, id: u64, error: AmqpError) -> bool {
         self.shared.registry.detach(id, error)
+    }
+
+    /// The latest `$management` requests of every connection (up to 1000), oldest first:
+    /// which operation, on which entity, for which link.
+    pub fn management_requests(&self) -> Vec<ManagementRequest> {
+        self.shared.requests.list()
+    }
+
+    /// Loses link `id` (from [`Emulator::links`]) without a detach, as the service sometimes
+    /// does: from now on nothing is delivered, settled or answered on it, while the
+    /// connection and its other links live on; only the client's own detach (or the end of
+    /// the connection) ends it. False when it is not live.
+    pub fn blackhole_link(&self, id: u64) -> bool {
+        self.shared.registry.black_hole(id)
+    }
+
+    /// Answers every later entity attach `delay` late (`Duration::ZERO`: at once), like a
+    /// service whose links churn or whose entity is moving between nodes; see
+    /// [`EmulatorOptions::with_attach_delay`].
+    pub fn set_attach_delay(&self, delay: std::time::Duration) {
+        self.shared.set_attach_delay(delay);
     }
 
     /// Detaches every live link attached to `entity` (the path as the client attached it,

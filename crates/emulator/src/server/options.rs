@@ -25,7 +25,8 @@ pub const DEFAULT_LINK_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// How an [`Emulator`] serves. Strict by default, like the service: idle links are
 /// force-detached after [`DEFAULT_LINK_IDLE_TIMEOUT`], links are detached when their token
-/// expires, and `open` carries the service's limits.
+/// expires, message locks are dropped with the connection that received them, and `open`
+/// carries the service's limits.
 ///
 /// # Examples
 /// ```
@@ -66,6 +67,13 @@ pub struct EmulatorOptions {
     /// `--throttle SECS`: throttle the namespace this long from the first settlement attempt
     /// (see [`crate::Emulator::throttle`]).
     pub throttle: Option<Duration>,
+    // Link-level service behaviours (issue 29): attach latency, message locks on connection
+    // loss.
+    /// Answer each entity attach this late (`--attach-delay MS`); zero: at once.
+    pub attach_delay: Duration,
+    /// Keep the message locks of a connection that ended until they expire, instead of
+    /// dropping them as the service does (`--keep-locks-on-connection-loss`).
+    pub keep_locks_on_connection_loss: bool,
 }
 
 impl Default for EmulatorOptions {
@@ -82,6 +90,8 @@ impl Default for EmulatorOptions {
             websocket_listen: None,
             policies: Vec::new(),
             throttle: None,
+            attach_delay: Duration::ZERO,
+            keep_locks_on_connection_loss: false,
         }
     }
 }
@@ -147,6 +157,28 @@ impl EmulatorOptions {
             .iter()
             .find(|p| p.name == name)
             .map(|p| (p.key.as_str(), p.rights))
+    }
+
+    /// Answers each entity attach `delay` late. The service's attaches are not instant: a
+    /// link on an entity being moved between broker nodes, or a session accept (.NET waits
+    /// up to its 60 s try timeout, `ServiceBusRetryOptions.TryTimeout`), can take seconds; a
+    /// client that gives up meanwhile still gets the answer later, and must detach the link
+    /// it no longer wants (else a session lock stays held by no one).
+    #[must_use]
+    pub fn with_attach_delay(mut self, delay: Duration) -> Self {
+        self.attach_delay = delay;
+        self
+    }
+
+    /// Keeps the locks of messages delivered on a connection that ended until they expire.
+    /// The service drops them at once ("If the reason is a broken network connection, the lock
+    /// is dropped since Service Bus doesn't support recovery of existing AMQP links on a
+    /// different connection", Microsoft Learn, "Message transfers, locks, and settlement"), and
+    /// so does the emulator by default; this is for tests of what a kept lock allows.
+    #[must_use]
+    pub fn with_locks_kept_on_connection_loss(mut self) -> Self {
+        self.keep_locks_on_connection_loss = true;
+        self
     }
 
     /// Also serves AMQP over WebSockets (plain `ws`) on `addr`.

@@ -29,7 +29,7 @@ use sb_amqp::types::messaging::Source;
 use sb_amqp::types::primitives::Symbol;
 use sb_amqp::{LinkAnswer, LinkRequest, condition};
 
-use super::links::{EntityLink, Feed, deliver_to_client};
+use super::links::{EntityLink, Feed, answer_late, deliver_to_client};
 use super::wire_error;
 use crate::Entity;
 
@@ -94,6 +94,7 @@ pub(crate) async fn serve(link: EntityLink) -> Result<(), sb_amqp::Error> {
         entity,
         control,
         stop,
+        answer_delay,
     } = link;
     let Some(wanted) = requested_session(&request) else {
         return request
@@ -133,6 +134,10 @@ pub(crate) async fn serve(link: EntityLink) -> Result<(), sb_amqp::Error> {
         }
     };
     control.claim_session(&lock.session_id);
+    if !answer_late(answer_delay, &stop).await {
+        let _ = entity.release_held_session(&lock);
+        return Ok(());
+    }
     let answer = answer(&request, &entity, &lock);
     let feed = Feed::Session(lock);
     let served = deliver_to_client(request, &entity, answer, &feed, control, stop).await;

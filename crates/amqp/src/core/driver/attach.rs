@@ -37,11 +37,21 @@ impl Driver {
                     a.source.is_none()
                 }
             };
+            let mut abandoned = None;
             if refused {
                 // A detach with the reason follows; answer the attach then.
                 l.refused = Some(Box::new(a));
-            } else if let Some(w) = l.attach_waiter.take() {
-                let _ = w.send(Ok((h, Box::new(a)))); // dropped caller: handle detaches itself
+            } else if let Some(w) = l.attach_waiter.take()
+                && w.send(Ok((h, Box::new(a)))).is_err()
+            {
+                abandoned = Some(l.name.clone());
+            }
+            if let Some(name) = abandoned {
+                // The caller stopped waiting (its attach timed out) before the answer came:
+                // nobody holds this link, so detach it now rather than leave what the peer
+                // holds for it (a session lock, credit, prefetched locks) to no one.
+                tracing::debug!(link = %name, "Late attach answer; detaching the abandoned link.");
+                self.detach(local, h, &name, None, None);
             }
             return;
         }

@@ -112,7 +112,7 @@ pub(super) fn new_link(
         role: a.role.clone(),
         remote_handle: None,
         max_message_size: 0,
-        max_incoming: a.max_message_size.unwrap_or(0),
+        max_incoming: setup.max_incoming.or(a.max_message_size).unwrap_or(0),
         delivery_count: a.initial_delivery_count.unwrap_or(0),
         credit: 0,
         drain: false,

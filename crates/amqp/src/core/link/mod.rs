@@ -50,6 +50,11 @@ impl LinkStatus {
     pub fn is_attached(&self) -> bool {
         self.flow.has_changed().is_ok()
     }
+
+    /// Resolves once the link is gone (see [`LinkStatus::is_attached`]).
+    pub async fn gone(mut self) {
+        while self.flow.changed().await.is_ok() {}
+    }
 }
 
 /// The part of [`Sender`] and [`Receiver`] that does not depend on the direction: building
@@ -144,6 +149,7 @@ impl LinkPipes {
             flow: ftx,
             auto_credit,
             auto_drain,
+            max_incoming: None,
         };
         (
             setup,

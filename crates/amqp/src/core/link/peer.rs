@@ -64,9 +64,11 @@ impl PeerAttach {
         attach: Attach,
         auto_credit: Option<u32>,
         auto_drain: bool,
+        max_incoming: Option<u64>,
     ) -> Result<LinkParts> {
         self.answered = true;
-        let (setup, pipes) = LinkPipes::open(auto_credit, auto_drain);
+        let (mut setup, pipes) = LinkPipes::open(auto_credit, auto_drain);
+        setup.max_incoming = max_incoming;
         let channel = self.channel;
         let remote_handle = self.remote.handle.0;
         let handle = self

@@ -21,6 +21,14 @@ impl Entity {
         })
     }
 
+    /// Whether `lock_token` still locks a message here (false on topics).
+    pub fn is_locked(&self, lock_token: Uuid) -> bool {
+        self.with_queue("is-locked", |_, st, dlq, now| {
+            Ok(st.is_locked(dlq, lock_token, now))
+        })
+        .unwrap_or(false)
+    }
+
     /// Fault hook: the next `count` renew-lock requests fail with [`Error::LockLost`] (the
     /// locks themselves stay until they expire).
     ///

@@ -93,11 +93,14 @@ impl Entity {
     }
 
     /// Whether the entity requires sessions (receive through
-    /// [`accept_session`](Self::accept_session) then).
+    /// [`accept_session`](Self::accept_session) then). The dead-letter subqueue of a session
+    /// entity does not: the service serves it to ordinary receivers (azure-sdk-for-net#21271;
+    /// Java `ServiceBusReceiverAsyncClient` refuses a session receiver there with "Cannot
+    /// create a MessageSession for a sub-queue").
     pub fn requires_session(&self) -> bool {
         match &self.target {
-            Target::Queue { queue, .. } => queue.props.requires_session,
-            Target::Topic(_) => false,
+            Target::Queue { queue, dlq: false } => queue.props.requires_session,
+            Target::Queue { dlq: true, .. } | Target::Topic(_) => false,
         }
     }
 

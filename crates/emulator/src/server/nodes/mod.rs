@@ -136,6 +136,17 @@ async fn respond(
     state: &ConnState,
 ) {
     tracing::debug!(node = node.key(), reply_to = ?request.properties.as_ref().and_then(|p| p.reply_to.clone()), "Node request.");
+    if let Node::Management(entity) = node {
+        state.requests.record(super::ManagementRequest {
+            entity: entity.clone(),
+            operation: body::app_text(request, management_names::request::OPERATION)
+                .unwrap_or_default(),
+            associated_link: body::app_text(
+                request,
+                management_names::request::ASSOCIATED_LINK_NAME,
+            ),
+        });
+    }
     let reply = answer(request, node, broker, options, state).await;
     tracing::debug!(node = node.key(), status = reply.status, description = %reply.description, "Node reply.");
     let properties = request.properties.clone().unwrap_or_default();

@@ -1,0 +1,66 @@
+//! Finding the culprit when a batch's transaction fails as a whole.
+//!
+//! A failure the batch cannot pin on one member (a deferred constraint or a serialization
+//! failure at `COMMIT`, a SQL Server transaction doomed by a member's error, the whole batch
+//! past `max_processing` because one member never ends) would otherwise abandon every undecided
+//! member. At concurrency 1 the same batch then re-forms after each abandon, so all of them
+//! reach the max delivery count together and are dead-lettered `MaxDeliveryCountExceeded`,
+//! where unbatched only the culprit would be. Instead each undecided member runs again alone,
+//! one transaction each, as the unbatched runtime runs it: the culprit gets its own outcome
+//! and error kind (a deferred foreign key is permanent, a member past `max_processing` is
+//! transient) and the others commit, all within the same delivery attempt.
+//!
+//! Not for failures that are not the batch's: a systemic store failure (the kill switch's
+//! business; every member would fail alike), a shutdown past its grace.
+
+use tokio_util::sync::CancellationToken;
+
+use super::super::process::{Abort, Processor};
+use super::super::{Handler, Outcome};
+use super::{Member, State};
+use crate::ports::{Delivery, Store};
+
+/// Runs each undecided member of `members` in a transaction of its own and records its verdict.
+pub(super) async fn one_by_one<S, H, D>(
+    step: &Processor<'_, S, H>,
+    members: &mut [Member<D>],
+    cancel: &CancellationToken,
+) where
+    S: Store,
+    H: Handler<S::Tx>,
+    D: Delivery,
+{
+    let undecided = members
+        .iter()
+        .filter(|m| !matches!(m.state, State::Decided(_)))
+        .count();
+    tracing::warn!(
+        undecided,
+        "Batch transaction failed as a whole; running its deliveries one per transaction to find the culprit."
+    );
+    for member in members
+        .iter_mut()
+        .filter(|m| !matches!(m.state, State::Decided(_)))
+    {
+        // Accepted when the batch formed (a refused one is decided already).
+        let (envelope, payload) = match step.accept(&*member.delivery) {
+            Ok(accepted) => accepted,
+            Err(rejection) => {
+                member.state = State::Decided(Err(Abort::DeadLetter(rejection)));
+                continue;
+            }
+        };
+        let ctx = step.context(&*member.delivery, &envelope, payload);
+        let verdict = tokio::select! {
+            // Biased as the unbatched runtime: a lost lock or a shutdown wins over a commit.
+            biased;
+            () = member.lock.lost().cancelled() => {
+                Err(Abort::SettleAs(Outcome::LockLost, "lock lost".to_owned()))
+            }
+            () = cancel.cancelled() => Err(Abort::Shutdown),
+            () = tokio::time::sleep(step.max_processing) => Err(step.too_long()),
+            verdict = step.transact(&ctx, &member.lock) => verdict,
+        };
+        member.state = State::Decided(verdict);
+    }
+}

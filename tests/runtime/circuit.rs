@@ -1,0 +1,343 @@
+//! A bad day under tokio's paused clock: a store that fails for every message alike pauses the
+//! runtime (kill switch) instead of burning the backlog's delivery counts into the dead-letter
+//! queue; a panicking handler is dead-lettered `HandlerPanicked` without costing a slot; a
+//! flapping dependency is held, not redelivered at once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use sb_inbox::testing::{MemoryBroker, MemoryReceiver};
+use sb_inbox::{
+    CircuitPhase, Clock, ErrorKind, Handler, HandlerError, Outcome, Runtime, RuntimeConfig,
+    RuntimeError, SqliteStore, SqliteTx, StoreError,
+};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::support::handlers::{Noop, wrapper_handler};
+use crate::support::orders::two_line_order;
+use crate::support::runtime::{batched, config, ready_deliveries};
+use crate::support::sqlite_store;
+
+/// The service's default max delivery count.
+const MAX_DELIVERIES: u32 = 10;
+
+/// Fails every message with the error PostgreSQL gives a role whose INSERT grant on the
+/// business table was revoked, while `down` is set; otherwise takes 100 ms (of the paused
+/// clock), so the backlog lasts long enough for the outage to meet it.
+#[derive(Debug)]
+struct Revoked<H> {
+    inner: H,
+    down: Arc<AtomicBool>,
+}
+
+wrapper_handler!(Revoked, inner, |self, ctx, tx| {
+    if self.down.load(Ordering::SeqCst) {
+        return Err(HandlerError::Store(StoreError::new(
+            ErrorKind::Deployment,
+            Some("42501".into()),
+            None,
+            "permission denied for table inventory_reservation",
+        )));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    self.inner.handle(ctx, tx).await
+});
+
+/// Panics on the message with id `poison`.
+#[derive(Debug)]
+struct PanicsOn<H> {
+    inner: H,
+    poison: &'static str,
+}
+
+wrapper_handler!(PanicsOn, inner, |self, ctx, tx| {
+    if ctx.message.message_id.as_deref() == Some(self.poison) {
+        panic!("stock for {} went negative", self.poison);
+    }
+    self.inner.handle(ctx, tx).await
+});
+
+/// Fails transiently, fast, on every delivery.
+#[derive(Debug)]
+struct Down<H> {
+    inner: H,
+}
+
+wrapper_handler!(Down, inner, |self, _ctx, _tx| {
+    let _ = &self.inner; // The dependency never answers: the inner handler is not reached.
+    Err(HandlerError::Transient(
+        "inventory API refused the connection".into(),
+    ))
+});
+
+fn broker_with(messages: usize) -> MemoryBroker {
+    let broker = MemoryBroker::with_options(Clock::new(), Duration::from_secs(30), MAX_DELIVERIES);
+    for i in 0..messages {
+        broker.send(two_line_order(&format!("m-{i}"), &format!("o-{i}")));
+    }
+    broker
+}
+
+/// A runtime over `broker` (no transient hold) whose store refuses every message with a
+/// revoked grant while the returned flag is set, as it is to begin with.
+async fn revoked_runtime(
+    broker: &MemoryBroker,
+) -> (
+    Arc<AtomicBool>,
+    Runtime<MemoryReceiver, SqliteStore, Revoked<Noop>>,
+) {
+    let store = sqlite_store("circuit", 1).await;
+    let down = Arc::new(AtomicBool::new(true));
+    let handler = Revoked {
+        inner: Noop::new(),
+        down: down.clone(),
+    };
+    let mut config = config("circuit");
+    config.transient_hold_max = Duration::ZERO;
+    let runtime = Runtime::with_clock(broker.receiver(), store, handler, config, Clock::new());
+    (down, runtime)
+}
+
+/// Runs the receive loop until `broker` holds nothing ready, locked or scheduled.
+async fn run_until_idle<H: Handler<SqliteTx>>(
+    runtime: &Runtime<MemoryReceiver, SqliteStore, H>,
+    broker: &MemoryBroker,
+) -> Result<(), RuntimeError> {
+    let shutdown = CancellationToken::new();
+    let (result, ()) = tokio::join!(runtime.run(shutdown.clone()), async {
+        broker.wait_idle().await;
+        shutdown.cancel();
+    });
+    result
+}
+
+/// What an outage did: dead letters, processed deliveries, trips, and whether the switch said
+/// why it was paused during the outage.
+#[derive(Debug)]
+struct Aftermath {
+    dead_lettered: usize,
+    processed: u64,
+    trips: u64,
+    paused_why: Option<String>,
+}
+
+/// 300 orders at concurrency 8; after 100 are processed every transaction fails with a revoked
+/// grant for `outage`, then the grant is back. Transient failures are abandoned at once (no
+/// hold), so only the kill switch stands between the outage and the dead-letter queue.
+async fn revoked_grant(mut config: RuntimeConfig, outage: Duration) -> Aftermath {
+    let broker = broker_with(300);
+    let store = sqlite_store("circuit", 1).await;
+    let down = Arc::new(AtomicBool::new(false));
+    let handler = Revoked {
+        inner: Noop::new(),
+        down: down.clone(),
+    };
+    config.transient_hold_max = Duration::ZERO;
+    let runtime: Runtime<MemoryReceiver, SqliteStore, _> =
+        Runtime::with_clock(broker.receiver(), store, handler, config, Clock::new());
+    let (stats, circuit) = (runtime.stats(), runtime.circuit());
+    let shutdown = CancellationToken::new();
+    let (result, paused_why) = tokio::join!(runtime.run(shutdown.clone()), async {
+        while stats.snapshot().processed < 100 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        down.store(true, Ordering::SeqCst);
+        tokio::time::sleep(outage / 2).await;
+        let paused_why = circuit.problem();
+        tokio::time::sleep(outage / 2).await;
+        down.store(false, Ordering::SeqCst);
+        broker.wait_idle().await;
+        shutdown.cancel();
+        paused_why
+    });
+    result.unwrap();
+    Aftermath {
+        dead_lettered: broker.dead_letters().len(),
+        processed: stats.snapshot().processed,
+        trips: circuit.trips().0,
+        paused_why,
+    }
+}
+
+/// Must show 1 at the runtime level: a revoked grant for 20 s, 120 s and 600 s with the backlog
+/// queued dead-letters nothing; every order is processed once afterwards, and while paused the
+/// switch says why (`/readyz` shows this text).
+#[tokio::test(start_paused = true)]
+async fn a_revoked_grant_pauses_the_consumer_instead_of_dead_lettering_the_backlog() {
+    for outage in [20, 120, 600].map(Duration::from_secs) {
+        let after = revoked_grant(config("circuit"), outage).await;
+        assert_eq!(after.dead_lettered, 0, "{outage:?}: {after:?}");
+        assert_eq!(after.processed, 300, "{outage:?}: {after:?}");
+        assert!(after.trips >= 1, "{outage:?}: {after:?}");
+        let why = after.paused_why.expect("paused mid-outage");
+        assert!(
+            why.contains("systemic store failures in a row")
+                && why.contains("deployment (code 42501)"),
+            "{why}"
+        );
+    }
+}
+
+/// The same with batches of 16.
+#[tokio::test(start_paused = true)]
+async fn a_revoked_grant_pauses_a_batched_consumer_too() {
+    let after = revoked_grant(batched("circuit", 16), Duration::from_secs(20)).await;
+    assert_eq!(after.dead_lettered, 0, "{after:?}");
+    assert_eq!(after.processed, 300, "{after:?}");
+    assert!(after.trips >= 1, "{after:?}");
+}
+
+/// The before: with the switch off the same 20 s dead-letters the backlog (each delivery
+/// abandoned and redelivered at once spends its 10 attempts within the outage).
+#[tokio::test(start_paused = true)]
+async fn without_the_switch_the_same_outage_dead_letters_the_backlog() {
+    let mut off = config("circuit");
+    off.circuit.enabled = false;
+    let after = revoked_grant(off, Duration::from_secs(20)).await;
+    assert!(after.dead_lettered >= 150, "{after:?}");
+    assert_eq!(after.trips, 0);
+    assert_eq!(after.paused_why, None);
+}
+
+/// A trial that fails with the store is released, not abandoned: over a 600 s outage some 25
+/// probes each let the one queued message in as the trial (Service Bus and the emulator hand the
+/// head of the queue back first), which would spend its max delivery count many times over.
+#[tokio::test(start_paused = true)]
+async fn trials_during_a_long_outage_do_not_spend_the_messages_deliveries() {
+    let broker = broker_with(1);
+    let (down, runtime) = revoked_runtime(&broker).await;
+    let (result, ()) = tokio::join!(run_until_idle(&runtime, &broker), async {
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        down.store(false, Ordering::SeqCst);
+    });
+    result.unwrap();
+    assert_eq!(broker.dead_letters(), []);
+    assert_eq!(runtime.stats().snapshot().processed, 1);
+    let counts = broker.counts();
+    assert!(counts.released >= 15, "{counts:?}");
+    // Four failures before the trip count; the fifth trips the switch and is released.
+    assert_eq!(counts.abandoned, 4, "{counts:?}");
+}
+
+/// Unit-level trip and resume: five systemic failures in a row open the switch; a probe that
+/// passes lets one trial in, and its success closes it.
+#[tokio::test(start_paused = true)]
+async fn the_switch_trips_after_five_in_a_row_and_resumes_after_a_passing_trial() {
+    let broker = broker_with(1);
+    let (down, runtime) = revoked_runtime(&broker).await;
+    let circuit = runtime.circuit();
+    for _ in 0..4 {
+        let report = runtime.process(broker.try_receive().unwrap()).await;
+        assert_eq!(report.outcome, Outcome::Transient);
+        assert_eq!(circuit.phase(), CircuitPhase::Closed);
+    }
+    runtime.process(broker.try_receive().unwrap()).await;
+    assert_eq!(circuit.phase(), CircuitPhase::Open);
+    assert_eq!(circuit.trips(), (1, Duration::ZERO));
+    let started = Instant::now();
+    down.store(false, Ordering::SeqCst);
+    run_until_idle(&runtime, &broker).await.unwrap();
+    assert_eq!(circuit.phase(), CircuitPhase::Closed);
+    assert_eq!(runtime.stats().snapshot().processed, 1);
+    let (trips, paused) = circuit.trips();
+    assert_eq!(trips, 1);
+    // The first probe comes after half to all of `probe_min` (1 s).
+    assert!(paused >= Duration::from_millis(500), "{paused:?}");
+    assert!(
+        started.elapsed() <= Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// Must show 2 at the runtime level: a handler that panics on one message. It is abandoned
+/// twice, then dead-lettered `HandlerPanicked` on its third delivery (`max_panics` 3); the 19
+/// others are processed by the same two slots.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_handler_is_dead_lettered_handler_panicked_and_the_slots_survive() {
+    let broker = broker_with(20);
+    let store = sqlite_store("circuit", 1).await;
+    let handler = PanicsOn {
+        inner: Noop::new(),
+        poison: "m-3",
+    };
+    let mut config = config("circuit");
+    config.concurrency = 2;
+    let runtime = Runtime::with_clock(broker.receiver(), store, handler, config, Clock::new());
+    tokio::time::timeout(Duration::from_secs(600), run_until_idle(&runtime, &broker))
+        .await
+        .expect("the queue drains: the panicking message does not loop")
+        .unwrap();
+    let dead = broker.dead_letters();
+    assert_eq!(dead.len(), 1, "{dead:#?}");
+    assert_eq!(dead[0].message.message_id.as_deref(), Some("m-3"));
+    assert_eq!(dead[0].reason, "HandlerPanicked");
+    assert!(
+        dead[0].description.contains("stock for m-3 went negative"),
+        "{}",
+        dead[0].description
+    );
+    let stats = runtime.stats().snapshot();
+    assert_eq!((stats.processed, stats.panicked), (19, 2), "{stats:?}");
+    assert_eq!(runtime.slots().stuck(), 0);
+}
+
+/// A panicking member of a batch is rolled back alone: the other 15 commit.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_batch_member_is_taken_out_alone() {
+    let broker = broker_with(16);
+    let store = sqlite_store("circuit", 1).await;
+    let handler = PanicsOn {
+        inner: Noop::new(),
+        poison: "m-7",
+    };
+    let runtime = Runtime::with_clock(
+        broker.receiver(),
+        store,
+        handler,
+        batched("circuit", 16),
+        Clock::new(),
+    );
+    let reports = runtime.process_batch(ready_deliveries(&broker)).await;
+    let outcomes: Vec<Outcome> = reports.iter().map(|r| r.outcome).collect();
+    for (i, outcome) in outcomes.iter().enumerate() {
+        let expected = if i == 7 {
+            Outcome::HandlerPanicked
+        } else {
+            Outcome::Processed
+        };
+        assert_eq!(*outcome, expected, "member {i}: {outcomes:?}");
+    }
+}
+
+/// Must show item 2: a dependency that fails fast on every delivery. Without the hold its 10
+/// deliveries are spent at once; with it they span at least 16 s (250 ms doubling to 5 s,
+/// jittered down to half), while the lock is kept.
+#[tokio::test(start_paused = true)]
+async fn a_transient_failure_is_held_before_its_abandon() {
+    let mut spans = Vec::new();
+    for hold in [Duration::ZERO, Duration::from_secs(5)] {
+        let broker = broker_with(1);
+        let store = sqlite_store("circuit", 1).await;
+        let mut config = config("circuit");
+        config.transient_hold_max = hold;
+        let runtime = Runtime::with_clock(
+            broker.receiver(),
+            store,
+            Down { inner: Noop::new() },
+            config,
+            Clock::new(),
+        );
+        let started = Instant::now();
+        run_until_idle(&runtime, &broker).await.unwrap();
+        let dead = broker.dead_letters();
+        assert_eq!(dead.len(), 1);
+        assert_eq!(dead[0].reason, "MaxDeliveryCountExceeded");
+        assert_eq!(broker.counts().expired, 0, "no lock ran out while held");
+        spans.push(started.elapsed());
+    }
+    assert!(spans[0] < Duration::from_millis(100), "{spans:?}");
+    assert!(spans[1] >= Duration::from_secs(16), "{spans:?}");
+}
