@@ -196,8 +196,11 @@ fn start_workers(
 ) -> Result<Vec<DemoWorker>, DemoError> {
     let mut workers = Vec::new();
     for store in stores {
-        let receiver: ServiceBusReceiver =
-            ServiceBusClient::from_connection_string(cs).receiver(QUEUE, 0);
+        // The demo's emulator answers some settlements busy on purpose: a short pause keeps
+        // the demo quick (the service's throttling calls for the default's 10 s).
+        let receiver: ServiceBusReceiver = ServiceBusClient::from_connection_string(cs)
+            .with_server_busy_wait(std::time::Duration::from_secs(1))
+            .receiver(QUEUE, 0);
         let mut config = RuntimeConfig::new(
             ConsumerName::new(crate::inventory::CONSUMER)
                 .map_err(|e| DemoError::Send(e.to_string()))?,

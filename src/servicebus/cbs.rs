@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sb_amqp::servicebus::{cbs, management};
+use sb_amqp::servicebus::{cbs, condition, management};
 use sb_amqp::types::messaging::{AmqpValue, ApplicationProperties, Message};
 use sb_amqp::types::primitives::SimpleValue;
 
@@ -73,7 +73,12 @@ pub(crate) async fn put_token(
     put_token_reply(&reply)
 }
 
-/// Reads a put-token reply: any 2xx status grants the token.
+/// Reads a put-token reply: any 2xx status grants the token; 408, 500 and 503 (the service
+/// busy or upgrading its gateway) are transient, as Go retries them
+/// (`azservicebus/internal/errors.go` `GetRecoveryKind`: a management reply of 408, 503 or
+/// 500 needs no recovery, only a retry) and .NET pairs those statuses with the conditions it
+/// retries (`Microsoft.Azure.ServiceBus.Amqp.AmqpExceptionHelper.ConditionToStatusMap`:
+/// timeout ↔ 408, server-busy ↔ 503); anything else refuses the token.
 pub(crate) fn put_token_reply(reply: &sb_amqp::AnyMessage) -> Result<(), ServiceBusError> {
     let status = int_property(
         reply,
@@ -81,18 +86,73 @@ pub(crate) fn put_token_reply(reply: &sb_amqp::AnyMessage) -> Result<(), Service
     )
     .unwrap_or(0);
     if (200..300).contains(&status) {
-        Ok(())
-    } else {
-        Err(ServiceBusError::Unauthorized {
+        return Ok(());
+    }
+    let description = text_property(
+        reply,
+        &[
+            cbs::reply::STATUS_DESCRIPTION,
+            management::reply::STATUS_DESCRIPTION,
+        ],
+    )
+    .unwrap_or_default();
+    let transient = match i32::try_from(status) {
+        Ok(management::status::REQUEST_TIMEOUT) => Some(condition::TIMEOUT),
+        Ok(management::status::INTERNAL_SERVER_ERROR) => Some(condition::INTERNAL_ERROR),
+        Ok(management::status::SERVICE_UNAVAILABLE) => Some(condition::SERVER_BUSY),
+        _ => None,
+    };
+    match transient {
+        Some(condition) => Err(ServiceBusError::Broker {
+            condition: condition.to_owned(),
+            description: format!("$cbs answered put-token {status}: {description}"),
+        }),
+        None => Err(ServiceBusError::Unauthorized {
             status,
-            description: text_property(
-                reply,
-                &[
-                    cbs::reply::STATUS_DESCRIPTION,
-                    management::reply::STATUS_DESCRIPTION,
-                ],
+            description,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(status: i32) -> sb_amqp::AnyMessage {
+        let properties = ApplicationProperties::builder()
+            .insert(cbs::reply::STATUS_CODE, SimpleValue::Int(status))
+            .insert(
+                cbs::reply::STATUS_DESCRIPTION,
+                SimpleValue::String("said the service".into()),
             )
-            .unwrap_or_default(),
-        })
+            .build();
+        Message::builder()
+            .application_properties(properties)
+            .body(sb_amqp::types::messaging::Body::Empty)
+            .build()
+    }
+
+    #[test]
+    fn busy_put_token_replies_are_transient_and_refusals_permanent() {
+        assert!(put_token_reply(&reply(202)).is_ok());
+        for (status, condition) in [
+            (408, condition::TIMEOUT),
+            (500, condition::INTERNAL_ERROR),
+            (503, condition::SERVER_BUSY),
+        ] {
+            let error = put_token_reply(&reply(status)).unwrap_err();
+            assert!(error.is_transient(), "{status}: {error}");
+            assert!(
+                matches!(&error, ServiceBusError::Broker { condition: c, .. } if c == condition),
+                "{status}: {error:?}"
+            );
+        }
+        for status in [400, 401, 403, 404] {
+            let error = put_token_reply(&reply(status)).unwrap_err();
+            assert!(!error.is_transient(), "{status}: {error}");
+            assert!(
+                matches!(error, ServiceBusError::Unauthorized { status: s, .. } if s == i64::from(status))
+            );
+        }
     }
 }

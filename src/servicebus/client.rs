@@ -3,6 +3,7 @@
 //! `$management` requests.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, SystemTime};
 
@@ -32,6 +33,18 @@ const REFRESH_BUFFER: Duration = Duration::from_secs(10 * 60);
 const MIN_REFRESH: Duration = Duration::from_secs(2 * 60);
 /// After a failed refresh, try again this soon.
 const REFRESH_RETRY: Duration = Duration::from_secs(10);
+/// How long every operation of a client waits after the service answered busy: .NET
+/// `ServiceBusRetryPolicy` / `RetryPolicy.ServerBusyBaseSleepTime` (10 s, client-wide: while
+/// `IsServerBusy`, every operation of the client adds that wait); Java waits 4 s
+/// (`ServerBusyException`: "wait at least 4 seconds before any retry",
+/// `ClientConstants.ServerBusyBaseSleepTimeInSecs`).
+pub const DEFAULT_SERVER_BUSY_WAIT: Duration = Duration::from_secs(10);
+/// Failures of one connection with `amqp:internal-error` or an unknown condition, in a row,
+/// after which the connection is replaced (issue 29 item 9; docs/servicebus-amqp.md records
+/// Go recovering the connection for internal and unknown errors, while the
+/// `azservicebus/internal/errors.go` read for this change calls `amqp:internal-error` fatal:
+/// we keep the link for a few tries, then move, rather than either).
+const POISONED_AFTER: u32 = 3;
 
 /// What every link of a client shares: one AMQP connection to the namespace, its session, its
 /// request/response nodes (`$cbs`, `<entity>/$management`) and the tokens kept fresh on it
@@ -47,6 +60,15 @@ pub(crate) struct ConnectionScope {
     refreshing: StdMutex<HashSet<String>>,
     /// Ends this connection's refresh tasks when it is replaced, dropped, or the client goes.
     stop: CancellationToken,
+    /// The service ended our AMQP session (the connection may live on): the next caller
+    /// begins a new session.
+    session_ended: AtomicBool,
+    /// Link failures with `amqp:internal-error` or an unknown condition in a row: at
+    /// [`POISONED_AFTER`] the connection is replaced.
+    internal_errors: AtomicU32,
+    /// One put-token at a time per audience (azure-amqp `Singleton`): concurrent callers wait
+    /// for the first one's token instead of putting their own.
+    authorizing: StdMutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Drop for ConnectionScope {
@@ -58,6 +80,41 @@ impl Drop for ConnectionScope {
 impl ConnectionScope {
     fn is_healthy(&self) -> bool {
         self.connection.error().is_none()
+            && !self.session.is_ended()
+            && !self.session_ended.load(Ordering::Acquire)
+            && self.internal_errors.load(Ordering::Acquire) < POISONED_AFTER
+    }
+
+    /// Takes note of a failure seen on this connection: an ended session makes the next
+    /// caller begin a new one; repeated internal errors move to a new connection; anything
+    /// that worked in between resets the count.
+    pub(crate) fn observe(&self, error: &sb_amqp::Error) {
+        if matches!(error, sb_amqp::Error::SessionEnded(_)) {
+            if !self.session_ended.swap(true, Ordering::AcqRel) {
+                tracing::warn!(%error, "The service ended the AMQP session; beginning a new one.");
+            }
+            return;
+        }
+        if is_internal_error(error) {
+            let count = self.internal_errors.fetch_add(1, Ordering::AcqRel) + 1;
+            if count == POISONED_AFTER {
+                tracing::warn!(%error, count, "Repeated internal errors on one connection; moving to a new connection.");
+            }
+        }
+    }
+
+    /// An operation on this connection succeeded: internal errors are not in a row any more.
+    pub(crate) fn observe_success(&self) {
+        self.internal_errors.store(0, Ordering::Release);
+    }
+
+    fn authorizing(&self, audience: &str) -> Arc<tokio::sync::Mutex<()>> {
+        self.authorizing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(audience.to_owned())
+            .or_default()
+            .clone()
     }
 
     fn node(&self, address: &str) -> Arc<Node> {
@@ -93,9 +150,23 @@ impl ConnectionScope {
         request: Message<B>,
         timeout: Duration,
     ) -> Result<AnyMessage, sb_amqp::Error> {
-        self.node(address)
+        let replied = self
+            .node(address)
             .request(&self.session, request, timeout)
-            .await
+            .await;
+        if let Err(error) = &replied {
+            self.observe(error);
+        }
+        replied
+    }
+}
+
+/// `amqp:internal-error`, `amqp:unknown-error` or a condition we do not know, on a link: what
+/// counts toward [`POISONED_AFTER`].
+fn is_internal_error(error: &sb_amqp::Error) -> bool {
+    match error.condition() {
+        Some(c) => super::error::is_internal_condition(c),
+        None => false,
     }
 }
 
@@ -124,6 +195,11 @@ struct ClientInner {
     tokens: Arc<dyn TokenProvider>,
     timeout: Duration,
     current: StdMutex<Option<Arc<ConnectionScope>>>,
+    /// One connection setup at a time (azure-amqp `Singleton`): callers that find no healthy
+    /// connection wait for the one being opened instead of opening their own.
+    opening: tokio::sync::Mutex<()>,
+    /// Client-wide server-busy state (.NET `ServiceBusRetryPolicy`).
+    busy: super::busy::BusyState,
     closed: CancellationToken,
 }
 
@@ -172,10 +248,22 @@ impl ServiceBusClient {
         host: impl Into<String>,
         tokens: Arc<dyn TokenProvider>,
     ) -> Self {
-        Self::build(url.into(), host.into(), tokens, DEFAULT_TIMEOUT)
+        Self::build(
+            url.into(),
+            host.into(),
+            tokens,
+            DEFAULT_TIMEOUT,
+            DEFAULT_SERVER_BUSY_WAIT,
+        )
     }
 
-    fn build(url: String, host: String, tokens: Arc<dyn TokenProvider>, timeout: Duration) -> Self {
+    fn build(
+        url: String,
+        host: String,
+        tokens: Arc<dyn TokenProvider>,
+        timeout: Duration,
+        busy_wait: Duration,
+    ) -> Self {
         ServiceBusClient {
             inner: Arc::new(ClientInner {
                 url,
@@ -183,6 +271,8 @@ impl ServiceBusClient {
                 tokens,
                 timeout,
                 current: StdMutex::new(None),
+                opening: tokio::sync::Mutex::new(()),
+                busy: super::busy::BusyState::new(busy_wait),
                 closed: CancellationToken::new(),
             }),
         }
@@ -198,7 +288,27 @@ impl ServiceBusClient {
             self.inner.host.clone(),
             self.inner.tokens.clone(),
             timeout,
+            self.inner.busy.wait(),
         )
+    }
+
+    /// The same client waiting `wait` before any operation once the service answered busy
+    /// ([`DEFAULT_SERVER_BUSY_WAIT`], .NET's 10 s, unless set; Java uses 4 s). Call
+    /// before first use.
+    #[must_use]
+    pub fn with_server_busy_wait(self, wait: Duration) -> Self {
+        Self::build(
+            self.inner.url.clone(),
+            self.inner.host.clone(),
+            self.inner.tokens.clone(),
+            self.inner.timeout,
+            wait,
+        )
+    }
+
+    /// The client-wide server-busy state.
+    pub(crate) fn busy(&self) -> &super::busy::BusyState {
+        &self.inner.busy
     }
 
     /// The bound of each handshake step and request.
@@ -285,44 +395,66 @@ impl ServiceBusClient {
         current.as_ref().filter(|c| c.is_healthy()).cloned()
     }
 
-    /// The current connection, opening one if there is none or the last one failed. No lock is
-    /// held while opening: a black-holed handshake delays only its callers, and only for the
-    /// timeout.
+    /// The current connection, opening one if there is none or the last one failed; after
+    /// the service ended our session on a connection that lives, a new session on it.
+    ///
+    /// Single-flight (azure-amqp `Singleton`, issue 27): the callers that find no healthy
+    /// connection queue behind one setup and share its result, so a dropped connection with
+    /// many operations in flight opens one connection, not one each. A black-holed handshake
+    /// holds its callers for the timeout, as it would each of them anyway.
     pub(crate) async fn connection(&self) -> Result<Arc<ConnectionScope>, ServiceBusError> {
         if let Some(current) = self.current() {
             return Ok(current);
         }
-        let opened = self.open().await?;
-        let mut current = self
+        let _opening = self.inner.opening.lock().await;
+        if let Some(current) = self.current() {
+            // Opened by the caller we queued behind.
+            return Ok(current);
+        }
+        let previous = self
             .inner
             .current
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(winner) = current.as_ref().filter(|c| c.is_healthy()) {
-            // Another caller connected meanwhile; ours closes when dropped.
-            return Ok(winner.clone());
-        }
-        if let Some(old) = current.replace(opened.clone()) {
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        // The session ended but the connection lives: only the session is rebuilt (.NET
+        // `AmqpConnectionScope` opens a session per link on the same connection).
+        let reuse = previous
+            .as_ref()
+            .filter(|p| {
+                p.connection.error().is_none()
+                    && p.internal_errors.load(Ordering::Acquire) < POISONED_AFTER
+            })
+            .map(|p| p.connection.clone());
+        let rebuilt = reuse.is_some();
+        let opened = self.open(reuse).await?;
+        if let Some(old) = self
+            .inner
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .replace(opened.clone())
+        {
             old.stop.cancel();
         }
-        tracing::info!(url = %self.inner.url, "Connected to Service Bus.");
+        if rebuilt {
+            tracing::info!(url = %self.inner.url, "Began a new session on the Service Bus connection.");
+        } else {
+            tracing::info!(url = %self.inner.url, "Connected to Service Bus.");
+        }
         Ok(opened)
     }
 
-    async fn open(&self) -> Result<Arc<ConnectionScope>, ServiceBusError> {
+    /// A new scope: on `reuse` (a new session only) or on a new connection.
+    async fn open(
+        &self,
+        reuse: Option<Connection>,
+    ) -> Result<Arc<ConnectionScope>, ServiceBusError> {
         let timeout = self.inner.timeout;
-        let options = ConnectionOptions {
-            container_id: unique_name("sb-inbox"),
-            idle_timeout: Some(IDLE_TIMEOUT),
-            properties: Some(client_properties()),
-            ..ConnectionOptions::default()
+        let connection = match reuse {
+            Some(connection) => connection,
+            None => self.connect().await?,
         };
-        let connection = step(
-            timeout,
-            "connect",
-            Connection::open_with(&self.inner.url, options),
-        )
-        .await?;
         let session = step(timeout, "begin a session", connection.begin()).await?;
         Ok(Arc::new(ConnectionScope {
             connection,
@@ -330,7 +462,34 @@ impl ServiceBusClient {
             nodes: StdMutex::default(),
             refreshing: StdMutex::default(),
             stop: self.inner.closed.child_token(),
+            session_ended: AtomicBool::new(false),
+            internal_errors: AtomicU32::new(0),
+            authorizing: StdMutex::default(),
         }))
+    }
+
+    async fn connect(&self) -> Result<Connection, ServiceBusError> {
+        let timeout = self.inner.timeout;
+        let options = ConnectionOptions {
+            container_id: unique_name("sb-inbox"),
+            idle_timeout: Some(IDLE_TIMEOUT),
+            properties: Some(client_properties()),
+            ..ConnectionOptions::default()
+        };
+        step(
+            timeout,
+            "connect",
+            Connection::open_with(&self.inner.url, options),
+        )
+        .await
+    }
+
+    /// Takes note of a link failure on the current connection (see
+    /// `ConnectionScope::observe`), for callers that keep no scope of their own.
+    pub(crate) fn observe(&self, error: &sb_amqp::Error) {
+        if let Some(current) = self.current() {
+            current.observe(error);
+        }
     }
 
     /// True while a connection is open and healthy (false before the first use, while
@@ -352,7 +511,13 @@ impl ServiceBusClient {
         if !fresh && conn.is_refreshing(&audience) {
             return Ok(());
         }
-        let token = self.inner.tokens.token(&audience).await?;
+        // Single-flight per (connection, audience): who waited finds the token put.
+        let guard = conn.authorizing(&audience);
+        let _putting = guard.lock().await;
+        if !fresh && conn.is_refreshing(&audience) {
+            return Ok(());
+        }
+        let token = token_within(self.inner.tokens.as_ref(), &audience, self.inner.timeout).await?;
         cbs::put_token(conn, &audience, &token, self.inner.timeout).await?;
         if conn.start_refreshing(&audience) {
             self.spawn_refresh(conn, audience, token.expires_at);
@@ -381,7 +546,7 @@ impl ServiceBusClient {
                     return;
                 };
                 let refreshed = async {
-                    let token = tokens.token(&audience).await?;
+                    let token = token_within(tokens.as_ref(), &audience, timeout).await?;
                     cbs::put_token(&conn, &audience, &token, timeout).await?;
                     Ok::<_, ServiceBusError>(token.expires_at)
                 }
@@ -417,7 +582,17 @@ impl ServiceBusClient {
                 .request(&node, request.clone(), self.inner.timeout)
                 .await;
             match replied {
-                Ok(reply) => return Ok(reply),
+                // The service stopped honouring the token it was given (revoked, or its view
+                // of it expired before our refresh): put a fresh one and ask once more
+                // (Python `mgmt_handlers.default` raises on 401; .NET re-authorizes the link).
+                Ok(reply) if !fresh && super::management::is_unauthorized(&reply) => {
+                    tracing::warn!(%node, "$management answered 401; putting a fresh token.");
+                    fresh = true;
+                }
+                Ok(reply) => {
+                    conn.observe_success();
+                    return Ok(reply);
+                }
                 Err(error) if !fresh && recovery(&error) == Recovery::Reauthorize => fresh = true,
                 Err(sb_amqp::Error::Timeout) => {
                     return Err(ServiceBusError::Connection(format!(
@@ -434,6 +609,23 @@ impl ServiceBusClient {
 /// The address of `entity`'s `$management` node (also its token audience's path).
 pub(crate) fn management_node(entity: &str) -> String {
     format!("{entity}/{}", management::NODE_SUFFIX)
+}
+
+/// A token for `audience` within `timeout`: a hung identity endpoint must not hang a
+/// re-attach or a refresh (.NET bounds token acquisition by the operation's try timeout,
+/// `AmqpConnectionScope.RequestAuthorizationUsingCbsAsync`).
+pub(crate) async fn token_within(
+    tokens: &dyn TokenProvider,
+    audience: &str,
+    timeout: Duration,
+) -> Result<super::AccessToken, ServiceBusError> {
+    tokio::time::timeout(timeout, tokens.token(audience))
+        .await
+        .unwrap_or_else(|_| {
+            Err(ServiceBusError::Token(format!(
+                "no token for {audience} within {timeout:?}"
+            )))
+        })
 }
 
 /// Runs one handshake step within `timeout`.

@@ -144,7 +144,7 @@ impl Delivery for ServiceBusDelivery {
                 .await
             {
                 Attempt::Done | Attempt::LinkGone => Ok(()),
-                Attempt::Retry(why) => Err(SettleError::Transient(why)),
+                Attempt::Retry(why) | Attempt::Busy(why) => Err(SettleError::Transient(why)),
                 Attempt::Failed(error) => Err(error),
             }
         };

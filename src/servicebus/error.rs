@@ -78,11 +78,44 @@ pub(crate) fn is_busy_condition(condition: &str) -> bool {
     )
 }
 
+/// `amqp:internal-error`, `amqp:unknown-error`, or a condition this client does not know: a
+/// link may clear it by re-attaching, but repeated on one connection it calls for a new
+/// connection (issue 29 item 9; see `client::POISONED_AFTER` for what the SDKs do).
+pub(crate) fn is_internal_condition(c: &str) -> bool {
+    !(is_fatal_condition(c)
+        || is_busy_condition(c)
+        || matches!(
+            c,
+            condition::UNAUTHORIZED_ACCESS
+                | condition::DETACH_FORCED
+                | condition::LINK_STOLEN
+                | condition::MESSAGE_LOCK_LOST
+                | condition::SESSION_LOCK_LOST
+                | condition::SESSION_CANNOT_BE_LOCKED
+                | condition::CONNECTION_FORCED
+        ))
+}
+
+/// The service's detach when the token that authorised a link expired:
+/// `amqp:link:detach-forced` with "… Code: RenewToken. Details: Unauthorized access. …"
+/// (azure-sdk-for-python issue 23487), not `amqp:unauthorized-access`.
+fn is_token_expiry(error: &sb_amqp::Error) -> bool {
+    error.amqp_error().is_some_and(|e| {
+        e.condition == condition::DETACH_FORCED
+            && e.description
+                .as_deref()
+                .is_some_and(|d| d.contains("RenewToken"))
+    })
+}
+
 /// Classifies an engine error from a link or connection operation.
 pub(crate) fn recovery(error: &sb_amqp::Error) -> Recovery {
     if error.is_connection_error() || matches!(error, sb_amqp::Error::SessionEnded(_)) {
-        // Our client runs one session per connection: a lost session is a lost connection.
+        // A lost session is rebuilt with the connection scope (`ConnectionScope::observe`).
         return Recovery::Connection;
+    }
+    if is_token_expiry(error) {
+        return Recovery::Reauthorize;
     }
     match error.condition() {
         Some(condition::UNAUTHORIZED_ACCESS) => Recovery::Reauthorize,
@@ -177,6 +210,45 @@ mod tests {
                 !ServiceBusError::from_amqp(&detached(c)).is_transient(),
                 "{c}"
             );
+        }
+    }
+
+    #[test]
+    fn the_services_token_expiry_detach_re_authorizes() {
+        let expired = Error::LinkDetached(Some(AmqpError::new(
+            condition::DETACH_FORCED,
+            Some(
+                "The link 'r' is force detached. Code: RenewToken. Details: Unauthorized access."
+                    .into(),
+            ),
+        )));
+        assert_eq!(recovery(&expired), Recovery::Reauthorize);
+        // The idle detach is the same condition without "RenewToken": only the link.
+        assert_eq!(
+            recovery(&detached(condition::DETACH_FORCED)),
+            Recovery::Link
+        );
+    }
+
+    #[test]
+    fn internal_and_unknown_conditions_count_toward_a_new_connection() {
+        for c in [
+            condition::INTERNAL_ERROR,
+            "amqp:unknown-error",
+            "vendor:never-seen",
+        ] {
+            assert!(is_internal_condition(c), "{c}");
+        }
+        for c in [
+            condition::SERVER_BUSY,
+            condition::TIMEOUT,
+            condition::DETACH_FORCED,
+            condition::UNAUTHORIZED_ACCESS,
+            condition::NOT_FOUND,
+            condition::LINK_STOLEN,
+            condition::MESSAGE_LOCK_LOST,
+        ] {
+            assert!(!is_internal_condition(c), "{c}");
         }
     }
 

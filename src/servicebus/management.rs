@@ -319,6 +319,19 @@ impl Disposition {
 }
 
 /// Reads an `update-disposition` reply.
+/// True for a `401` reply: the service no longer honours the token put for the node.
+pub(crate) fn is_unauthorized(reply: &AnyMessage) -> bool {
+    Reply::read(reply).is(code::UNAUTHORIZED)
+}
+
+/// True for a reply saying the service is busy: `503`, or `com.microsoft:server-busy`
+/// (what a throttled namespace answers).
+pub(crate) fn is_busy(reply: &AnyMessage) -> bool {
+    let reply = Reply::read(reply);
+    reply.is(code::SERVICE_UNAVAILABLE)
+        || reply.condition.as_deref() == Some(condition::SERVER_BUSY)
+}
+
 pub(crate) fn disposition_reply(reply: &AnyMessage) -> Result<(), SettleError> {
     lock_reply(&Reply::read(reply))
 }

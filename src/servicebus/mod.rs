@@ -22,6 +22,7 @@
 
 mod amqp_message;
 mod auth;
+mod busy;
 mod cbs;
 mod client;
 mod connection_string;
@@ -47,7 +48,7 @@ pub use auth::EntraProvider;
 pub use auth::{
     AccessToken, SERVICE_BUS_SCOPE, SasProvider, TokenFuture, TokenProvider, TokenType,
 };
-pub use client::{DEFAULT_TIMEOUT, ServiceBusClient};
+pub use client::{DEFAULT_SERVER_BUSY_WAIT, DEFAULT_TIMEOUT, ServiceBusClient};
 pub use connection_string::{ConnectionString, ConnectionStringError, Credential, Transport};
 pub use delivery::ServiceBusDelivery;
 pub use error::ServiceBusError;

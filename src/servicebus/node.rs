@@ -17,6 +17,9 @@ use sb_amqp::{AnyMessage, RequestResponse, Session};
 pub(crate) struct Node {
     address: String,
     pair: StdMutex<Option<Arc<RequestResponse>>>,
+    /// One attach at a time (azure-amqp `Singleton`): concurrent requests that find no pair
+    /// share the one being attached.
+    attaching: tokio::sync::Mutex<()>,
 }
 
 impl Node {
@@ -24,6 +27,7 @@ impl Node {
         Node {
             address: address.into(),
             pair: StdMutex::new(None),
+            attaching: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -35,12 +39,17 @@ impl Node {
         pair.as_ref().filter(|p| p.error().is_none()).cloned()
     }
 
-    /// The working pair, attaching one (no lock held while attaching) when there is none.
+    /// The working pair, attaching one when there is none; callers arriving meanwhile wait for
+    /// that attach instead of attaching their own.
     async fn pair(
         &self,
         session: &Session,
         timeout: Duration,
     ) -> Result<Arc<RequestResponse>, sb_amqp::Error> {
+        if let Some(pair) = self.cached() {
+            return Ok(pair);
+        }
+        let _attaching = self.attaching.lock().await;
         if let Some(pair) = self.cached() {
             return Ok(pair);
         }
@@ -52,16 +61,9 @@ impl Node {
             .pair
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Two callers may attach at once; the first one installed wins, the other is dropped
-        // (and detached in the background).
-        match slot.as_ref().filter(|p| p.error().is_none()) {
-            Some(winner) => Ok(winner.clone()),
-            None => {
-                let pair = Arc::new(attached);
-                *slot = Some(pair.clone());
-                Ok(pair)
-            }
-        }
+        let pair = Arc::new(attached);
+        *slot = Some(pair.clone());
+        Ok(pair)
     }
 
     /// Sends `request` and waits at most `timeout` for the reply. A failed pair is forgotten so

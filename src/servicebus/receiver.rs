@@ -86,6 +86,8 @@ pub(super) struct ReceiverInner {
 #[derive(Debug)]
 pub(super) struct ReceiveLink {
     pub(super) receiver: sb_amqp::Receiver,
+    /// The connection it lives on, told of the link's failures (`ConnectionScope::observe`).
+    conn: std::sync::Weak<super::client::ConnectionScope>,
     pub(super) shared: Arc<LinkShared>,
     pub(super) granted: bool,
     /// Pipelined: credit granted on this link not yet turned into a delivery taken from it
@@ -174,16 +176,17 @@ impl ServiceBusReceiver {
         let inner = &self.inner;
         let client = &inner.client;
         let fresh = inner.reauthorize.load(Ordering::Acquire);
+        client.busy().wait_out().await;
         let conn = client.connection().await.map_err(transient)?;
         client
             .authorize(&conn, &inner.entity, fresh)
             .await
-            .map_err(Self::refused)?;
+            .map_err(|e| self.refused(e))?;
         // Renewals need the node's token too (the service checks it on the management link).
         client
             .authorize(&conn, &management_node(&inner.entity), fresh)
             .await
-            .map_err(Self::refused)?;
+            .map_err(|e| self.refused(e))?;
         let name = unique_name("sb-inbox-receiver");
         let mut options = ReceiverOptions::new(name.clone(), inner.entity.clone())
             .rcv_settle_mode(ReceiverSettleMode::Second)
@@ -196,10 +199,14 @@ impl ServiceBusReceiver {
         let receiver = tokio::time::timeout(wait, conn.session.attach_receiver(options))
             .await
             .map_err(|_| ReceiveError::transient("the service did not answer the attach in time"))?
-            .map_err(|e| match session {
-                Some(_) => session_refusal(&e).unwrap_or_else(|| self.failed(&e, fresh)),
-                None => self.failed(&e, fresh),
+            .map_err(|e| {
+                conn.observe(&e);
+                match session {
+                    Some(_) => session_refusal(&e).unwrap_or_else(|| self.failed(&e, fresh)),
+                    None => self.failed(&e, fresh),
+                }
             })?;
+        conn.observe_success();
         if inner.prefetch > 0 && inner.capacity.load(Ordering::Acquire) == 0 {
             receiver
                 .add_credit(inner.prefetch)
@@ -214,6 +221,7 @@ impl ServiceBusReceiver {
                 gone: AtomicBool::new(false),
             }),
             receiver,
+            conn: Arc::downgrade(&conn),
             granted: false,
             pending: 0,
         })
@@ -222,6 +230,12 @@ impl ServiceBusReceiver {
     /// Classifies a link or connection failure; an unauthorized one arms a re-attach with a
     /// fresh token, unless that was this attempt already.
     fn failed(&self, error: &sb_amqp::Error, fresh: bool) -> ReceiveError {
+        if error
+            .condition()
+            .is_some_and(super::error::is_busy_condition)
+        {
+            self.inner.client.busy().set();
+        }
         let cause = Cause::new(ServiceBusError::from_amqp(error));
         match recovery(error) {
             Recovery::Link | Recovery::Connection => ReceiveError::Transient(cause),
@@ -233,8 +247,14 @@ impl ServiceBusReceiver {
         }
     }
 
-    /// A `$cbs` failure. A refused put-token is fatal: the provider made that token just now.
-    fn refused(error: ServiceBusError) -> ReceiveError {
+    /// A `$cbs` failure. A refused put-token is fatal: the provider made that token just now;
+    /// a busy `$cbs` holds the client as any busy answer does.
+    fn refused(&self, error: ServiceBusError) -> ReceiveError {
+        if let ServiceBusError::Broker { condition, .. } = &error
+            && super::error::is_busy_condition(condition)
+        {
+            self.inner.client.busy().set();
+        }
         if error.is_transient() {
             ReceiveError::transient(Cause::new(error))
         } else {
@@ -425,6 +445,9 @@ impl ServiceBusReceiver {
                 // Only this link is gone (the connection too for a connection-level error):
                 // the next receive, after the runtime's jittered backoff, attaches anew.
                 link.shared.gone.store(true, Ordering::Release);
+                if let Some(conn) = link.conn.upgrade() {
+                    conn.observe(&error);
+                }
                 *guard = None;
                 self.inner.set_current_link(None);
                 tracing::warn!(entity = %self.inner.entity, %error, "Receive link failed; re-attaching.");

@@ -195,7 +195,11 @@ impl ServiceBusSender {
         let mut fresh = false;
         let mut backoff = Backoff::new(RETRY_BACKOFF.0, RETRY_BACKOFF.1);
         let mut attempt = 1;
+        let client = &self.inner.client;
         loop {
+            // After a busy answer every operation of the client waits (.NET
+            // `ServiceBusRetryPolicy`'s client-wide server-busy state).
+            client.busy().wait_out().await;
             let mut guard = self.inner.link.lock().await;
             if guard.is_none() {
                 match self.attach(fresh).await {
@@ -206,6 +210,15 @@ impl ServiceBusSender {
                         if !fresh && condition == sb_amqp::condition::UNAUTHORIZED_ACCESS =>
                     {
                         fresh = true;
+                        continue;
+                    }
+                    // The connection or session went under us (a drop, an ended session):
+                    // the next attempt sets up anew.
+                    Err(error) if error.is_transient() && attempt < SEND_ATTEMPTS => {
+                        attempt += 1;
+                        let delay = backoff.next_delay();
+                        tracing::warn!(entity = %self.inner.entity, %error, ?delay, "Send link attach failed; retrying.");
+                        tokio::time::sleep(delay).await;
                         continue;
                     }
                     Err(error) => return Err(fail(kind_of(&error), message)),
@@ -226,7 +239,13 @@ impl ServiceBusSender {
                 ));
             };
             let error = match sent {
-                Ok(outcome) => return outcome_result(outcome).map_err(|kind| fail(kind, message)),
+                Ok(outcome) => {
+                    let result = outcome_result(outcome);
+                    if matches!(result, Err(SendErrorKind::Throttled(_))) {
+                        client.busy().set();
+                    }
+                    return result.map_err(|kind| fail(kind, message));
+                }
                 // The engine's own size check: the link is fine, the message is not.
                 Err(error)
                     if error.condition() == Some(sb_amqp::condition::MESSAGE_SIZE_EXCEEDED) =>
@@ -236,6 +255,10 @@ impl ServiceBusSender {
                 }
                 Err(error) => error,
             };
+            client.observe(&error);
+            if error.condition().is_some_and(is_busy_condition) {
+                client.busy().set();
+            }
             {
                 // Only the failed link: a concurrent send may have re-attached already.
                 let mut guard = self.inner.link.lock().await;
@@ -271,6 +294,12 @@ impl ServiceBusSender {
             .map_err(|_| {
                 ServiceBusError::Connection("the service did not answer the attach in time".into())
             })?
+            .inspect_err(|e| {
+                conn.observe(e);
+                if e.condition().is_some_and(is_busy_condition) {
+                    client.busy().set();
+                }
+            })
             .map_err(|e| match (recovery(&e), e.amqp_error()) {
                 // Refused for want of a valid token (a `$cbs` refusal is `Unauthorized`).
                 (Recovery::Reauthorize, Some(error)) => ServiceBusError::Broker {

@@ -83,6 +83,11 @@ pub(super) struct SessionLock {
 }
 
 impl SessionLock {
+    /// The session's id.
+    pub(super) fn id(&self) -> &str {
+        &self.id
+    }
+
     pub(super) fn locked_until(&self) -> SystemTime {
         *self
             .locked_until

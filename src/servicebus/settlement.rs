@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use sb_amqp::codec::Value;
 use sb_amqp::codec::primitives::OrderedMap;
+use sb_amqp::servicebus::management::key;
 use sb_amqp::servicebus::{condition, dead_letter};
 use sb_amqp::types::definitions::Fields;
 use sb_amqp::types::primitives::Symbol;
@@ -22,8 +23,10 @@ use crate::ports::Cause;
 use crate::runtime::Backoff;
 use crate::{Delivery, SettleError};
 
-/// First and largest pause between settlement attempts the service answered busy.
-const SETTLE_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
+/// First and largest pause between settlement attempts that timed out or found no answer:
+/// .NET `ServiceBusRetryOptions` (`Delay` 0.8 s, exponential, `MaxDelay` 60 s). A busy answer
+/// waits the client-wide busy pause instead (`busy`).
+const SETTLE_BACKOFF: (Duration, Duration) = (Duration::from_millis(800), Duration::from_secs(60));
 
 /// The disposition that dead-letters with a reason and a description.
 pub(super) fn dead_letter_outcome(reason: &str, description: &str) -> Outcome {
@@ -47,8 +50,10 @@ pub(super) enum Attempt {
     Done,
     /// The delivery's link is gone: settle by lock token instead.
     LinkGone,
-    /// Busy, timed out, or no answer: worth another try while the lock lasts.
+    /// Timed out, or no answer: worth another try while the lock lasts.
     Retry(Cause),
+    /// The service answered busy: another try after the client-wide busy pause.
+    Busy(Cause),
     Failed(SettleError),
 }
 
@@ -78,8 +83,20 @@ impl ServiceBusDelivery {
         outcome: Outcome,
         disposition: Disposition,
     ) -> Result<(), SettleError> {
+        // The service answered busy lately: the first try waits too (.NET checks the
+        // client-wide busy state before every operation, and fails at once as busy when the
+        // pause outlasts the operation's time, as here the lock's).
+        let busy = self.receiver.client.busy().remaining();
+        if !busy.is_zero() {
+            if SystemTime::now() + busy >= self.locked_until() {
+                return Err(SettleError::transient(
+                    "the service is busy for longer than the lock lasts",
+                ));
+            }
+            tokio::time::sleep(busy).await;
+        }
         if self.session.is_some() {
-            return self.settle_in_session(outcome).await;
+            return self.settle_in_session(outcome, &disposition).await;
         }
         let mut on_link = !self.link.gone.load(Ordering::Acquire);
         let mut backoff = Backoff::new(SETTLE_BACKOFF.0, SETTLE_BACKOFF.1);
@@ -97,34 +114,72 @@ impl ServiceBusDelivery {
                 Attempt::Failed(error) => return Err(error),
                 Attempt::LinkGone => {}
                 Attempt::Retry(why) => {
-                    let delay = backoff.next_delay();
-                    if SystemTime::now() + delay >= deadline {
-                        return Err(SettleError::Transient(why));
-                    }
-                    tracing::debug!(lock_token = %self.lock_token, %why, ?delay, "Settlement not done; retrying.");
-                    tokio::time::sleep(delay).await;
+                    self.pause_before_retry(false, why, &mut backoff, deadline)
+                        .await?;
+                }
+                Attempt::Busy(why) => {
+                    self.pause_before_retry(true, why, &mut backoff, deadline)
+                        .await?;
                 }
             }
         }
     }
 
-    /// A session message is settled on its own link only, as .NET's `AmqpReceiver` does for
+    /// Waits before the next settlement attempt: the client-wide busy pause after a busy
+    /// answer (.NET `ServiceBusRetryPolicy`: 10 s; Java: 4 s), else the backoff; gives up
+    /// (transient) when the lock would run out first.
+    async fn pause_before_retry(
+        &self,
+        busy: bool,
+        why: Cause,
+        backoff: &mut Backoff,
+        deadline: SystemTime,
+    ) -> Result<(), SettleError> {
+        let busy_state = self.receiver.client.busy();
+        if busy {
+            busy_state.set();
+        }
+        let delay = backoff.next_delay().max(busy_state.remaining());
+        if SystemTime::now() + delay >= deadline {
+            return Err(SettleError::Transient(why));
+        }
+        tracing::debug!(lock_token = %self.lock_token, %why, ?delay, busy, "Settlement not done; retrying.");
+        tokio::time::sleep(delay).await;
+        Ok(())
+    }
+
+    /// A session message is settled on its own link, as .NET's `AmqpReceiver` does for
     /// session receivers: once that link is gone, so is the session lock and the settlement
-    /// fails as lock lost. Busy answers are retried on the link while the session lock lasts.
-    async fn settle_in_session(&self, outcome: Outcome) -> Result<(), SettleError> {
+    /// fails as lock lost. A busy or timed-out answer settled the delivery on the link
+    /// without applying it, so it is retried by lock token with the session's id on
+    /// `$management` (.NET `AmqpReceiver.DisposeMessageRequestResponseAsync` adds
+    /// `session-id` for a session receiver), while the session lock lasts; the link stays.
+    async fn settle_in_session(
+        &self,
+        outcome: Outcome,
+        disposition: &Disposition,
+    ) -> Result<(), SettleError> {
         let mut backoff = Backoff::new(SETTLE_BACKOFF.0, SETTLE_BACKOFF.1);
         let deadline = self.locked_until();
+        let mut on_link = true;
         loop {
-            match self.settle_on_link(outcome.clone()).await {
+            let attempt = if on_link {
+                on_link = false;
+                self.settle_on_link(outcome.clone()).await
+            } else {
+                self.settle_by_token(disposition).await
+            };
+            match attempt {
                 Attempt::Done => return Ok(()),
                 Attempt::Failed(error) => return Err(error),
                 Attempt::LinkGone => return Err(SettleError::LockLost),
                 Attempt::Retry(why) => {
-                    let delay = backoff.next_delay();
-                    if SystemTime::now() + delay >= deadline {
-                        return Err(SettleError::Transient(why));
-                    }
-                    tokio::time::sleep(delay).await;
+                    self.pause_before_retry(false, why, &mut backoff, deadline)
+                        .await?;
+                }
+                Attempt::Busy(why) => {
+                    self.pause_before_retry(true, why, &mut backoff, deadline)
+                        .await?;
                 }
             }
         }
@@ -150,7 +205,7 @@ impl ServiceBusDelivery {
                 Attempt::Failed(SettleError::LockLost)
             }
             Ok(Some(Outcome::Rejected(Some(error)))) if is_busy_condition(&error.condition) => {
-                Attempt::Retry(Cause::text(error.to_string()))
+                Attempt::Busy(Cause::text(error.to_string()))
             }
             Ok(Some(Outcome::Rejected(Some(error)))) => Attempt::Failed(SettleError::Permanent {
                 condition: error.condition,
@@ -167,15 +222,23 @@ impl ServiceBusDelivery {
     }
 
     async fn settle_by_token(&self, disposition: &Disposition) -> Attempt {
+        let mut request = Request::disposition(disposition, self.lock_token);
+        if let Some(session) = &self.session {
+            request = request.entry(key::SESSION_ID, Value::String(session.id().to_owned()));
+        }
         let replied = self
             .receiver
             .client
             .management(
                 &self.receiver.entity,
-                Request::disposition(disposition, self.lock_token)
-                    .for_link(self.receiver.current_link()),
+                request.for_link(self.receiver.current_link()),
             )
             .await;
+        if let Ok(reply) = &replied
+            && management::is_busy(reply)
+        {
+            return Attempt::Busy(Cause::text("$management answered update-disposition busy"));
+        }
         match replied
             .map_err(settle_error)
             .and_then(|r| management::disposition_reply(&r))

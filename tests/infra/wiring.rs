@@ -7,7 +7,7 @@ use crate::{bicep, read};
 /// Not always set in Azure: the emulator's connection string (never), the OTLP endpoint (only
 /// without the managed agent, which injects its own), the metrics exporter (only to turn it
 /// off), the export interval and log filter (defaults).
-const NOT_ALWAYS_SET: [&str; 14] = [
+const NOT_ALWAYS_SET: [&str; 15] = [
     "SB_INBOX_SERVICEBUS_CONNECTION",
     // The kill switch, the transient hold and the panic bound are on with their defaults; set
     // them by hand to tune.
@@ -21,6 +21,8 @@ const NOT_ALWAYS_SET: [&str; 14] = [
     "SB_INBOX_CIRCUIT_PROBE_MAX_SECS",
     // Defaults to AMQP over TCP; set it by hand where 5671 is blocked.
     "SB_INBOX_SERVICEBUS_TRANSPORT",
+    // The SDKs' busy pause is the right default against the service; tests shorten it.
+    "SB_INBOX_SERVICEBUS_SERVER_BUSY_WAIT_MS",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     // Only with the managed agent and no metrics destination (none).
     "OTEL_METRICS_EXPORTER",

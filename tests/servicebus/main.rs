@@ -12,6 +12,7 @@ mod client;
 mod emulator_wire;
 mod external;
 mod external_key;
+mod fidelity;
 mod holes;
 mod host;
 mod js;

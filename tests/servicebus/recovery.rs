@@ -65,7 +65,7 @@ async fn receiver_link_other_than(emulator: &Emulator, old: &[u64]) -> u64 {
 }
 
 /// Receives the next delivery and completes it.
-async fn complete_next(receiver: &sb_inbox::servicebus::ServiceBusReceiver) {
+pub(crate) async fn complete_next(receiver: &sb_inbox::servicebus::ServiceBusReceiver) {
     let delivery = receiver.receive().await.unwrap().unwrap();
     delivery.complete().await.unwrap();
 }
@@ -234,7 +234,8 @@ async fn a_delivery_of_a_detached_link_still_completes_by_lock_token() {
 async fn busy_dispositions_are_retried_until_they_complete() {
     let options = EmulatorOptions::default().with_fault(Fault::BusySettle, 1.0);
     let emulator = emulator_with("PT30S", options).await;
-    let client = client(&emulator);
+    // A short busy pause: this test is about the retry, not its length (see `fidelity`).
+    let client = client(&emulator).with_server_busy_wait(Duration::from_millis(100));
     send(&client, "orders", order("m-1", "o-1")).await;
     let delivery = client
         .receiver("orders", 0)

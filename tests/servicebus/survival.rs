@@ -101,11 +101,19 @@ impl EmulatorProcess {
         })
     }
 
+    /// A client for the test's own sends and peeks. Its busy pause is short: the injected
+    /// faults detach links with server-busy at random, and these tests are about exactly-once
+    /// under them, not about the pause (`fidelity` is).
     pub(crate) fn client(&self) -> ServiceBusClient {
         let cs: ConnectionString = self.connection.parse().unwrap();
-        ServiceBusClient::from_connection_string(&cs)
+        ServiceBusClient::from_connection_string(&cs).with_server_busy_wait(BUSY_WAIT)
     }
 }
+
+/// The busy pause of these tests' clients and workers: shorter than the 3 s locks of the
+/// batched tests, so a busy answer does not outlast every lock in flight.
+const BUSY_WAIT: Duration = Duration::from_millis(200);
+const BUSY_WAIT_MS: (&str, &str) = ("SB_INBOX_SERVICEBUS_SERVER_BUSY_WAIT_MS", "200");
 
 /// Waits until `condition` holds, polling every 50 ms, at most `limit`.
 pub(crate) async fn until<F, Fut>(what: &str, limit: Duration, mut condition: F)
@@ -348,7 +356,7 @@ async fn three_workers_under_random_faults_apply_every_order_once() {
     let schema = schema_for(test);
     let url = with_search_path(&pg_url(), &schema);
     let mut workers: Vec<WorkerProcess> = (0..3)
-        .map(|_| WorkerProcess::spawn_on(&emulator.connection, &url, 4, &[]))
+        .map(|_| WorkerProcess::spawn_on(&emulator.connection, &url, 4, &[BUSY_WAIT_MS]))
         .collect();
     let (messages, expected) = order_stream(ORDERS, 4);
     send_all(&emulator.client(), messages).await;
@@ -435,6 +443,7 @@ async fn batched_workers_killed_at_random(
         ("SB_INBOX_BATCH_SIZE", "16"),
         ("SB_INBOX_PREFETCH", "16"),
         ("RUST_LOG", "info,sb_inbox::runtime::batch=debug"),
+        BUSY_WAIT_MS,
     ];
     let spawn = || WorkerProcess::spawn_on(&emulator.connection, &url, 4, &env);
     let mut workers: Vec<WorkerProcess> = (0..3).map(|_| spawn()).collect();

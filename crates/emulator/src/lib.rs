@@ -77,8 +77,8 @@ pub use message::{
 pub use queue::{EntityCounts, SessionLock, Settlement};
 pub use rights::{Right, Rights, SharedAccessPolicy};
 pub use server::{
-    DEFAULT_LINK_IDLE_TIMEOUT, Emulator, EmulatorOptions, Fault, FaultSpec, KEY, KEY_NAME,
-    LinkInfo, LinkRole, ManagementRequest, SERVICE_CHANNEL_MAX, SERVICE_IDLE_TIMEOUT,
-    SERVICE_MAX_FRAME_SIZE, start_from_json,
+    DEFAULT_LINK_IDLE_TIMEOUT, Emulator, EmulatorOptions, EmulatorStats, Fault, FaultSpec, KEY,
+    KEY_NAME, LinkInfo, LinkRole, ManagementRequest, SERVICE_CHANNEL_MAX, SERVICE_IDLE_TIMEOUT,
+    SERVICE_MAX_FRAME_SIZE, SettlementAttempt, start_from_json,
 };
 pub use sql_filter::{SqlError, SqlFilter};

@@ -48,7 +48,10 @@ struct Args {
     /// transfer or disposition, detach a random live entity link with
     /// `com.microsoft:server-busy`. `busy-settle=P`: per disposition, answer
     /// `rejected{com.microsoft:server-busy}` and leave the message locked. `drop-connection=P`:
-    /// per transfer, close the connection with `amqp:connection:forced`.
+    /// per transfer, close the connection with `amqp:connection:forced`. `cbs-busy=P`: per
+    /// put-token, answer 503 without granting (the service's `$cbs` during a gateway upgrade;
+    /// the SDKs retry 408/500/503). `end-session=P`: per transfer, end the link's AMQP session
+    /// with `amqp:internal-error` while the connection stays (.NET rebuilds the session).
     #[arg(long = "fault", value_name = "NAME=P")]
     faults: Vec<sb_emulator::FaultSpec>,
     /// Also serve AMQP over WebSockets on ADDR: plain `ws` (no TLS), path
@@ -57,6 +60,13 @@ struct Args {
     /// (`…;TransportType=AmqpWebSockets;`) is printed as the second line on stdout.
     #[arg(long, value_name = "ADDR")]
     websocket_listen: Option<String>,
+    /// Throttle the namespace for SECS seconds from the first settlement attempt: every
+    /// disposition and send is answered `rejected{com.microsoft:server-busy}` and every
+    /// `$management` request 503 with that condition, as a throttled namespace answers
+    /// ("…being throttled. Error code : 50002", Microsoft's "Throttling operations on Azure
+    /// Service Bus"); the SDKs then wait 10 s (.NET) or 4 s (Java) before retrying.
+    #[arg(long, value_name = "SECS")]
+    throttle: Option<u64>,
     /// Seed of the fault draws (default: from the clock, logged at start), to replay a run.
     #[arg(long, value_name = "N")]
     fault_seed: Option<u64>,
@@ -134,6 +144,7 @@ async fn main() -> ExitCode {
         websocket_listen: args.websocket_listen,
         policies,
         latency: Duration::from_millis(args.latency),
+        throttle: args.throttle.map(Duration::from_secs),
         attach_delay: Duration::from_millis(args.attach_delay),
         keep_locks_on_connection_loss: args.keep_locks_on_connection_loss,
         ..Default::default()

@@ -3,9 +3,11 @@
 
 use serde::Deserialize;
 
-use super::keys::{CONNECTION, ENTITY, NAMESPACE, TRANSPORT};
+use std::time::Duration;
+
+use super::keys::{CONNECTION, ENTITY, NAMESPACE, SERVER_BUSY_WAIT_MS, TRANSPORT};
 use super::reader::Reader;
-use crate::servicebus::{ConnectionString, Transport};
+use crate::servicebus::{ConnectionString, DEFAULT_SERVER_BUSY_WAIT, Transport};
 
 /// How the worker reaches Service Bus.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,8 +35,15 @@ pub(super) struct ServiceBusFile {
     namespace: Option<String>,
     transport: Option<String>,
     entity: Option<String>,
+    server_busy_wait_ms: Option<u64>,
     /// Read with the runtime's session keys (`runtime::sessions`).
     pub(super) sessions: Option<bool>,
+}
+
+/// How long the client waits after a busy answer (`servicebus.server_busy_wait_ms`).
+pub(super) fn server_busy_wait(r: &mut Reader<'_>, file: &ServiceBusFile) -> Duration {
+    r.number(SERVER_BUSY_WAIT_MS, file.server_busy_wait_ms, 0..=600_000)
+        .map_or(DEFAULT_SERVER_BUSY_WAIT, Duration::from_millis)
 }
 
 /// The broker: a connection string or a namespace (with `AZURE_CLIENT_ID`), one of the two.

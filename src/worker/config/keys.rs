@@ -118,6 +118,11 @@ pub(super) const BATCH_LINGER_MS: Key = Key::new(
     "runtime.batch_linger_ms",
     "how long a batch waits for more deliveries after its first (default 5)",
 );
+pub(super) const SERVER_BUSY_WAIT_MS: Key = Key::new(
+    "SB_INBOX_SERVICEBUS_SERVER_BUSY_WAIT_MS",
+    "servicebus.server_busy_wait_ms",
+    "after the service answers busy, every operation of the worker's client waits this long (default 10000, .NET's client-wide wait; Java waits 4000)",
+);
 pub(super) const MAX_PANICS: Key = Key::new(
     "SB_INBOX_MAX_PANICS",
     "runtime.max_panics",
@@ -245,12 +250,13 @@ pub(super) const DLQ_RESUBMIT_WINDOW_SECS: Key = Key::new(
 );
 
 /// Every key, in `--help` order.
-pub const KEYS: [Key; 40] = [
+pub const KEYS: [Key; 41] = [
     CONSUMER,
     STORE,
     CONNECTION,
     NAMESPACE,
     TRANSPORT,
+    SERVER_BUSY_WAIT_MS,
     ENTITY,
     SESSIONS,
     MAX_SESSIONS,

@@ -48,6 +48,8 @@ pub struct WorkerConfig {
     pub store: StoreUrl,
     /// The broker.
     pub broker: BrokerAddress,
+    /// How long the client waits after the service answered busy.
+    pub server_busy_wait: std::time::Duration,
     /// The entity the first consumer consumes.
     pub entity: String,
     /// Every consumer the worker hosts, in file order: the top-level `consumer` on
@@ -139,6 +141,7 @@ impl WorkerConfig {
         let consumer = consumers::single_name(&mut r, file.consumer, listed);
         let store = store(&mut r, file.store);
         let broker = broker::address(&mut r, &file.servicebus);
+        let server_busy_wait = broker::server_busy_wait(&mut r, &file.servicebus);
         let entity = broker::entity(&mut r, &file.servicebus, broker.as_ref(), listed);
         let runtime = runtime::RuntimeSection::read(&mut r, &file.runtime);
         // Port 0 picks a free port, logged at start-up.
@@ -174,6 +177,7 @@ impl WorkerConfig {
             runtime: first.runtime,
             store,
             broker,
+            server_busy_wait,
             entity: first.entity,
             consumers,
             health_port,

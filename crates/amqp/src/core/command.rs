@@ -76,6 +76,8 @@ pub(crate) enum Command {
     Begin {
         incoming_window: u32,
         outgoing_window: u32,
+        /// Set by the driver once the session ended (the handle's `Session::is_ended`).
+        ended: std::sync::Arc<std::sync::atomic::AtomicBool>,
         reply: Reply<u16>,
     },
     End {

@@ -55,16 +55,35 @@ impl Connection {
     /// # Errors
     /// Connection errors.
     pub async fn begin_with(&self, opts: SessionOptions) -> Result<Session> {
+        let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let channel = self
             .inner
             .ctx
             .call(|reply| Command::Begin {
                 incoming_window: opts.incoming_window,
                 outgoing_window: opts.outgoing_window,
+                ended: ended.clone(),
                 reply,
             })
             .await?;
-        Ok(Session::new(self.inner.clone(), channel))
+        Ok(Session::new(self.inner.clone(), channel, ended))
+    }
+
+    /// Ends the session on local `channel` with `error` (a peer's session, e.g. one a server
+    /// accepted: a broker may end a client's session while the connection lives) and waits
+    /// for the peer's `end`. A channel with no session is already ended.
+    ///
+    /// # Errors
+    /// Connection errors.
+    pub async fn end_session(&self, channel: u16, error: Option<AmqpError>) -> Result<()> {
+        self.inner
+            .ctx
+            .call(|reply| Command::End {
+                channel,
+                error,
+                reply: Some(reply),
+            })
+            .await
     }
 
     /// Closes the connection (with an optional error) and waits for the peer's `close`.

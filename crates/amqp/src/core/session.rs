@@ -1,6 +1,7 @@
 //! The [`Session`] handle: attaching links by name (either role may), ending.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::command::Command;
 use super::connection::{ConnInner, Connection};
@@ -35,10 +36,17 @@ impl Default for SessionOptions {
 pub(crate) struct SessionInner {
     conn: Arc<ConnInner>,
     channel: u16,
+    /// Set by the driver once the session ended, by either side or with the connection.
+    ended: Arc<AtomicBool>,
 }
 
 impl Drop for SessionInner {
     fn drop(&mut self) {
+        // An ended session's channel may already carry a new session: ending it by number
+        // would end that one.
+        if self.ended.load(Ordering::Acquire) {
+            return;
+        }
         // The driver may already be gone; then the session is gone too.
         let _ = self.conn.ctx.cmd.send(Command::End {
             channel: self.channel,
@@ -56,10 +64,21 @@ pub struct Session {
 }
 
 impl Session {
-    pub(crate) fn new(conn: Arc<ConnInner>, channel: u16) -> Self {
+    pub(crate) fn new(conn: Arc<ConnInner>, channel: u16, ended: Arc<AtomicBool>) -> Self {
         Self {
-            inner: Arc::new(SessionInner { conn, channel }),
+            inner: Arc::new(SessionInner {
+                conn,
+                channel,
+                ended,
+            }),
         }
+    }
+
+    /// True once the session ended: the peer sent `end` (a broker may end a session while
+    /// the connection lives), we ended it, or the connection failed. Its links are gone;
+    /// begin a new session.
+    pub fn is_ended(&self) -> bool {
+        self.inner.ended.load(Ordering::Acquire)
     }
 
     /// The local channel number.
@@ -139,6 +158,10 @@ impl Session {
     /// # Errors
     /// Connection errors.
     pub async fn end(self) -> Result<()> {
+        if self.is_ended() {
+            // Its channel may carry a new session by now.
+            return Ok(());
+        }
         let channel = self.inner.channel;
         self.inner
             .conn

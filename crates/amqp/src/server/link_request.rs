@@ -109,6 +109,12 @@ impl LinkRequest {
         &self.remote().name
     }
 
+    /// The local channel of the session the link was attached on (for
+    /// [`crate::Connection::end_session`]).
+    pub fn channel(&self) -> u16 {
+        self.peer.channel()
+    }
+
     /// The client's attach.
     pub fn remote_attach(&self) -> &Attach {
         self.remote()

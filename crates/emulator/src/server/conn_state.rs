@@ -9,7 +9,9 @@ use sb_amqp::AnyMessage;
 use tokio::sync::mpsc;
 
 use super::control;
+use super::faults::Faults;
 use super::request_log::RequestLog;
+use super::survival::Survival;
 use crate::{Clock, Entity, Right, Rights};
 use uuid::Uuid;
 
@@ -32,6 +34,10 @@ pub(crate) struct ConnState {
     clock: Clock,
     /// `--max-token-lifetime`: no grant outlives this.
     max_token_lifetime: Option<Duration>,
+    /// The emulator's injected connection-level faults and counters.
+    pub(crate) survival: Arc<Survival>,
+    /// The emulator's per-operation fault draws (`--fault cbs-busy`).
+    pub(crate) faults: Arc<Faults>,
     /// Where `$management` requests are recorded (the emulator's log, shared by connections).
     pub(super) requests: Arc<RequestLog>,
     /// Message locks delivered on this connection's links, dropped when it ends.
@@ -50,7 +56,16 @@ impl ConnState {
             max_token_lifetime,
             requests: Arc::default(),
             held_locks: Mutex::new(Vec::new()),
+            survival: Arc::default(),
+            faults: Arc::new(Faults::new(&[], 0)),
         }
+    }
+
+    /// The same state reporting to the emulator's `survival` and drawing from its `faults`.
+    pub(crate) fn with_service(mut self, survival: Arc<Survival>, faults: Arc<Faults>) -> Self {
+        self.survival = survival;
+        self.faults = faults;
+        self
     }
 
     /// A peek-lock delivery of `entity` under `lock_token` went out on this connection.
@@ -141,6 +156,17 @@ impl ConnState {
                 "Unauthorized access. '{right}' claim(s) are required to perform this operation. Resource: '{entity}'."
             )
         })
+    }
+
+    /// Forgets the grant of `audience` (a revoked token); returns how many went (0 or 1).
+    pub(crate) fn revoke(&self, audience: &str) -> usize {
+        let path = audience_path(audience);
+        let Ok(mut granted) = self.granted.lock() else {
+            return 0;
+        };
+        let before = granted.len();
+        granted.retain(|g| g.path != path);
+        before - granted.len()
     }
 
     pub(crate) fn route(&self, keys: &[String]) -> Option<mpsc::UnboundedSender<AnyMessage>> {

@@ -10,6 +10,7 @@ use tokio_util::task::TaskTracker;
 
 use super::control::{ControlContext, LinkControl};
 use super::links::EntityLink;
+use super::survival::Attached;
 use super::{ConnState, LinkRole, Shared, links, nodes, sessions, wire_error};
 
 /// The entity path of a link address: scheme, host and port stripped.
@@ -66,8 +67,10 @@ async fn serve_connection(
     };
     let state = Arc::new(
         ConnState::new(shared.broker.clock(), shared.options.max_token_lifetime)
+            .with_service(shared.survival.clone(), shared.faults.clone())
             .with_request_log(shared.requests.clone()),
     );
+    let live = shared.survival.opened(conn.connection().clone(), &state);
     let links = CancellationToken::new();
     // This connection's link tasks, so its locks are dropped only after they applied what
     // the client settled before the end.
@@ -91,6 +94,8 @@ async fn serve_connection(
             clock: shared.broker.clock(),
             state: state.clone(),
             connection: stop.clone(),
+            live: live.clone(),
+            channel: request.channel(),
         };
         let (shared, links) = (shared.clone(), links.clone());
         tracker.spawn(link_tasks.track_future(async move {
@@ -100,6 +105,7 @@ async fn serve_connection(
         }));
     }
     links.cancel();
+    shared.survival.closed(&live);
     if shared.options.keep_locks_on_connection_loss {
         return;
     }
@@ -133,10 +139,25 @@ async fn serve_link(
     };
     let path = link_path(address.as_deref().unwrap_or_default());
     let lower = path.to_ascii_lowercase();
+    if let Some(error) = control.live.attach_refusal() {
+        return request.reject(error).await;
+    }
+    let management_suffix = format!("/{}", management::NODE_SUFFIX);
+    let kind = if lower == cbs::NODE {
+        Attached::Cbs
+    } else if lower.ends_with(&management_suffix) {
+        Attached::Management
+    } else {
+        Attached::Entity
+    };
+    // A request/response pair counts once, by its request link.
+    let counted = (request.is_peer_sender() || kind == Attached::Entity).then_some(kind);
+    shared
+        .survival
+        .attached(&control.live, control.channel, counted);
     if lower == cbs::NODE {
         return nodes::serve(request, nodes::Node::Cbs, broker, options, state, stop).await;
     }
-    let management_suffix = format!("/{}", management::NODE_SUFFIX);
     if let Some(entity) = lower
         .strip_suffix(&management_suffix)
         .map(|_| &path[..path.len() - management_suffix.len()])

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::faults::{Fault, Faults};
+use super::survival::LiveConnection;
 use super::{ConnState, wire_error};
 use crate::{Clock, Right};
 
@@ -299,6 +300,8 @@ pub(crate) struct LinkControl {
     clock: Clock,
     faults: Arc<Faults>,
     connection: CancellationToken,
+    live: Arc<LiveConnection>,
+    channel: u16,
 }
 
 /// Everything [`LinkControl::new`] takes from the emulator and the connection.
@@ -311,6 +314,10 @@ pub(crate) struct ControlContext {
     pub(crate) state: Arc<ConnState>,
     /// Cancelling it closes the connection with `amqp:connection:forced`.
     pub(crate) connection: CancellationToken,
+    /// The connection as the injected connection-level faults see it.
+    pub(crate) live: Arc<LiveConnection>,
+    /// The channel of the link's session.
+    pub(crate) channel: u16,
 }
 
 impl LinkControl {
@@ -329,6 +336,8 @@ impl LinkControl {
             clock: ctx.clock,
             faults: ctx.faults,
             connection: ctx.connection,
+            live: ctx.live,
+            channel: ctx.channel,
         }
     }
 
@@ -401,7 +410,17 @@ impl LinkControl {
             tracing::info!(link = %self.name, "Fault: dropping the connection.");
             self.connection.cancel();
         }
+        if self.faults.hit(Fault::EndSession) {
+            tracing::info!(link = %self.name, channel = self.channel, "Fault: ending the session.");
+            let (live, channel) = (self.live.clone(), self.channel);
+            tokio::spawn(async move { live.end_session(channel).await });
+        }
         self.maybe_detach_random();
+    }
+
+    /// True while the namespace is throttled: a send is then refused with server-busy.
+    pub(crate) fn is_throttled(&self) -> bool {
+        self.state.survival.is_throttled()
     }
 
     /// Draws the per-disposition faults; true when this disposition must be answered
@@ -410,7 +429,11 @@ impl LinkControl {
         self.touch();
         self.maybe_detach_random();
         // A disposition the client settled expects no answer: it is always applied.
-        !settled_by_client && self.faults.hit(Fault::BusySettle)
+        !settled_by_client
+            && self
+                .state
+                .survival
+                .settlement(self.faults.hit(Fault::BusySettle))
     }
 
     fn maybe_detach_random(&self) {
@@ -494,13 +517,15 @@ impl LinkControl {
         )
     }
 
-    /// `amqp:unauthorized-access` once the token that authorised the link expired and no
-    /// fresh one was put. The service words it "… is force detached. Code: RenewToken.
-    /// Details: Unauthorized access. …" (azure-sdk-for-python issue 23487).
+    /// `amqp:link:detach-forced` once the token that authorised the link expired and no
+    /// fresh one was put, as the service does: "… is force detached. Code: RenewToken.
+    /// Details: Unauthorized access. …" (azure-sdk-for-python issue 23487: the service's
+    /// detach on token expiry carries `amqp:link:detach-forced` with that text, not
+    /// `amqp:unauthorized-access`).
     fn token_expired(&self) -> AmqpError {
         tracing::info!(link = %self.name, entity = %self.entity, "Token expired; detaching.");
         wire_error(
-            condition::UNAUTHORIZED_ACCESS,
+            condition::DETACH_FORCED,
             Some(format!(
                 "The link '{}' is force detached. Code: RenewToken. Details: Unauthorized access. The token for '{}' has expired; put a fresh token on $cbs before it expires.",
                 self.name, self.entity

@@ -17,10 +17,23 @@ pub enum Fault {
     BusySettle,
     /// Per transfer: close the connection with `amqp:connection:forced`.
     DropConnection,
+    // Issue 29's connection-level faults (see `survival`).
+    /// Per put-token: answer 503 without granting (the service's `$cbs` during a gateway
+    /// upgrade; Go `azservicebus/internal/errors.go` retries management replies of 408, 500,
+    /// 503).
+    CbsBusy,
+    /// Per transfer: end the link's AMQP session with `amqp:internal-error`, connection kept.
+    EndSession,
 }
 
 impl Fault {
-    const ALL: [Fault; 3] = [Fault::DetachLink, Fault::BusySettle, Fault::DropConnection];
+    const ALL: [Fault; 5] = [
+        Fault::DetachLink,
+        Fault::BusySettle,
+        Fault::DropConnection,
+        Fault::CbsBusy,
+        Fault::EndSession,
+    ];
 
     /// The command-line name (`--fault NAME=P`).
     pub fn name(self) -> &'static str {
@@ -28,6 +41,8 @@ impl Fault {
             Fault::DetachLink => "detach-link",
             Fault::BusySettle => "busy-settle",
             Fault::DropConnection => "drop-connection",
+            Fault::CbsBusy => "cbs-busy",
+            Fault::EndSession => "end-session",
         }
     }
 
@@ -36,6 +51,8 @@ impl Fault {
             Fault::DetachLink => 0,
             Fault::BusySettle => 1,
             Fault::DropConnection => 2,
+            Fault::CbsBusy => 3,
+            Fault::EndSession => 4,
         }
     }
 }
@@ -97,14 +114,14 @@ impl FromStr for FaultSpec {
 /// The faults in force and their generator.
 #[derive(Debug)]
 pub(crate) struct Faults {
-    probability: [f64; 3],
+    probability: [f64; Fault::ALL.len()],
     /// splitmix64 state: tiny, seedable, good enough for fault draws.
     state: Mutex<u64>,
 }
 
 impl Faults {
     pub(crate) fn new(specs: &[FaultSpec], seed: u64) -> Self {
-        let mut probability = [0.0; 3];
+        let mut probability = [0.0; Fault::ALL.len()];
         for spec in specs {
             probability[spec.fault.index()] = spec.probability;
         }

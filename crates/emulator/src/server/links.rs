@@ -132,7 +132,12 @@ async fn receive_from_client(
             delivery = receiver.recv() => delivery?,
         };
         control.after_transfer();
-        let outcome =
+        let outcome = if control.is_throttled() {
+            Outcome::Rejected(Some(wire_error(
+                condition::SERVER_BUSY,
+                Some(super::survival::THROTTLED.to_owned()),
+            )))
+        } else {
             match codec::broker_messages(delivery.message_format, delivery.payload.clone()) {
                 Ok(messages)
                     if codec::measured_size(
@@ -158,7 +163,8 @@ async fn receive_from_client(
                     condition::DECODE_ERROR,
                     Some(error.to_string()),
                 ))),
-            };
+            }
+        };
         if !delivery.settled {
             receiver.settle(&delivery, outcome).await?;
         }
@@ -295,7 +301,7 @@ async fn answer_disposition(
         let busy = wire_error(
             condition::SERVER_BUSY,
             Some(
-                "The server is busy. Please retry the operation (injected by --fault busy-settle)."
+                "The server is busy. Please retry the operation (injected by --fault busy-settle or throttling)."
                     .to_owned(),
             ),
         );

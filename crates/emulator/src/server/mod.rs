@@ -30,6 +30,7 @@ mod options;
 mod request_log;
 mod sas;
 mod sessions;
+mod survival;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -52,6 +53,8 @@ pub use options::{
 };
 pub use request_log::ManagementRequest;
 use request_log::RequestLog;
+use survival::Survival;
+pub use survival::{EmulatorStats, SettlementAttempt};
 
 /// A running emulator.
 ///
@@ -81,6 +84,7 @@ struct Shared {
     options: Arc<EmulatorOptions>,
     registry: Arc<Registry>,
     faults: Arc<Faults>,
+    survival: Arc<Survival>,
     /// Every connection's `$management` requests ([`Emulator::management_requests`]).
     requests: Arc<RequestLog>,
     /// How late entity attaches are answered, in milliseconds (changeable while running).
@@ -154,6 +158,7 @@ impl Emulator {
         let shared = Arc::new(Shared {
             broker,
             faults: Arc::new(Faults::new(&options.faults, seed)),
+            survival: Arc::new(Survival::new(options.throttle)),
             attach_delay_ms: Default::default(),
             requests: Arc::default(),
             options: Arc::new(options),
@@ -265,6 +270,55 @@ impl Emulator {
                 token.cancel();
             }
         }
+    }
+
+    /// Ends every AMQP session that has links, on every live connection, with
+    /// `amqp:internal-error`, while the connections stay open (the service may; .NET rebuilds
+    /// the session, `AmqpConnectionScope` opens one per link). Returns how many.
+    pub async fn end_sessions(&self) -> usize {
+        self.shared.survival.end_sessions().await
+    }
+
+    /// Answers the next `times` `put-token` requests with `status` (503, 500, 408: what
+    /// `$cbs` answers during a gateway upgrade) instead of handling them.
+    pub fn refuse_put_tokens(&self, times: usize, status: i32) {
+        self.shared.survival.refuse_put_tokens(times, status);
+    }
+
+    /// Throttles the namespace for `duration`: dispositions and sends are answered
+    /// `rejected{com.microsoft:server-busy}`, `$management` requests 503 with that condition,
+    /// and nothing is applied (Microsoft's "Throttling operations on Azure Service Bus").
+    pub fn throttle(&self, duration: std::time::Duration) {
+        self.shared.survival.throttle(duration);
+    }
+
+    /// As [`Emulator::throttle`], from the next settlement attempt on (so a test can throttle
+    /// exactly what a worker settles next).
+    pub fn throttle_from_next_settlement(&self, duration: std::time::Duration) {
+        self.shared.survival.throttle_from_next_settlement(duration);
+    }
+
+    /// Forgets the token put for `audience` (`sb://host/q/$management`, or its path) on every
+    /// connection, as when the service stops honouring it: requests on it are refused 401
+    /// until a fresh put-token. Returns how many grants went.
+    pub fn revoke_token(&self, audience: &str) -> usize {
+        self.shared.survival.revoke_token(audience)
+    }
+
+    /// Sticks every live connection on `amqp:internal-error`: every attach on it is refused
+    /// with that condition from now on, while new connections work. Returns how many.
+    pub fn stick_internal_error(&self) -> usize {
+        self.shared.survival.stick_internal_error()
+    }
+
+    /// Connections, sessions and links opened since the start.
+    pub fn stats(&self) -> EmulatorStats {
+        self.shared.survival.stats()
+    }
+
+    /// Every settlement attempt (disposition or `update-disposition`) seen, oldest first.
+    pub fn settlement_attempts(&self) -> Vec<SettlementAttempt> {
+        self.shared.survival.settlement_attempts()
     }
 
     /// Stops accepting, closes every connection and waits (at most 10 s) for their tasks.

@@ -67,6 +67,9 @@ pub struct EmulatorOptions {
     /// One-way network delay: every connection's bytes are read and written this much later,
     /// in order, on every listener (zero: none).
     pub latency: Duration,
+    /// `--throttle SECS`: throttle the namespace this long from the first settlement attempt
+    /// (see [`crate::Emulator::throttle`]).
+    pub throttle: Option<Duration>,
     // Link-level service behaviours (issue 29): attach latency, message locks on connection
     // loss.
     /// Answer each entity attach this late (`--attach-delay MS`); zero: at once.
@@ -90,6 +93,7 @@ impl Default for EmulatorOptions {
             websocket_listen: None,
             policies: Vec::new(),
             latency: Duration::ZERO,
+            throttle: None,
             attach_delay: Duration::ZERO,
             keep_locks_on_connection_loss: false,
         }
@@ -123,6 +127,14 @@ impl EmulatorOptions {
     #[must_use]
     pub fn with_fault_seed(mut self, seed: u64) -> Self {
         self.fault_seed = Some(seed);
+        self
+    }
+
+    /// Throttles the namespace for `duration` from the first settlement attempt: every
+    /// settlement, send and `$management` request meanwhile is answered server-busy.
+    #[must_use]
+    pub fn with_throttle(mut self, duration: Duration) -> Self {
+        self.throttle = Some(duration);
         self
     }
 

@@ -150,6 +150,7 @@ impl Driver {
         &mut self,
         incoming_window: u32,
         outgoing_window: u32,
+        ended: std::sync::Arc<std::sync::atomic::AtomicBool>,
         reply: Reply<u16>,
     ) {
         if self.close_sent {
@@ -163,6 +164,7 @@ impl Driver {
         };
         let mut s = Session::new(incoming_window, outgoing_window);
         s.begin_waiter = Some(reply);
+        s.ended = Some(ended);
         self.write(
             local,
             Begin {

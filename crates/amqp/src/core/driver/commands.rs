@@ -9,8 +9,9 @@ impl Driver {
             Command::Begin {
                 incoming_window,
                 outgoing_window,
+                ended,
                 reply,
-            } => self.begin_session(incoming_window, outgoing_window, reply),
+            } => self.begin_session(incoming_window, outgoing_window, ended, reply),
             Command::End {
                 channel,
                 error,

@@ -29,6 +29,8 @@ pub(super) struct Session {
     pub(super) begin_waiter: Option<Reply<u16>>,
     pub(super) end_sent: bool,
     pub(super) end_waiters: Vec<Reply<()>>,
+    /// Our handle's view of whether the session ended (sessions we began).
+    pub(super) ended: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Session {
@@ -51,6 +53,7 @@ impl Session {
             begin_waiter: None,
             end_sent: false,
             end_waiters: Vec::new(),
+            ended: None,
         }
     }
 
@@ -59,6 +62,9 @@ impl Session {
     }
 
     pub(super) fn fail(&mut self, err: &Error) {
+        if let Some(ended) = &self.ended {
+            ended.store(true, std::sync::atomic::Ordering::Release);
+        }
         if let Some(w) = self.begin_waiter.take() {
             let _ = w.send(Err(err.clone())); // the caller may have given up
         }

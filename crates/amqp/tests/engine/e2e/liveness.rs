@@ -195,3 +195,72 @@ async fn remote_close_error_reaches_pending_operations() {
     assert_eq!(e.condition(), Some(condition::CONNECTION_FORCED), "{e:?}");
     assert!(e.is_transient());
 }
+
+/// A server ends the client's session while the connection lives (Service Bus may): the
+/// client's handle reports it ended; a new session (on the freed channel) works, and dropping
+/// the old handle does not end the new session that took its channel number.
+#[tokio::test]
+async fn a_session_the_server_ends_is_reported_and_its_channel_reused_safely() {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let addr = spawn_server(ServerOptions::default(), move |mut conn| {
+        let tx = tx.clone();
+        async move {
+            let mut first = true;
+            while let Some(ConnectionEvent::Link(request)) = conn.next_event().await {
+                let channel = request.channel();
+                let _sender = request
+                    .accept_receiver(LinkAnswer::default().credit(10))
+                    .await
+                    .unwrap();
+                if first {
+                    first = false;
+                    conn.connection()
+                        .end_session(
+                            channel,
+                            Some(AmqpError::new(condition::INTERNAL_ERROR, None)),
+                        )
+                        .await
+                        .unwrap();
+                }
+                tx.send(channel).unwrap();
+                // Keep the link task alive.
+                tokio::spawn(async move {
+                    let _keep = _sender;
+                    std::future::pending::<()>().await
+                });
+            }
+        }
+    })
+    .await;
+    let conn = connect(addr).await;
+    let old = conn.begin().await.unwrap();
+    assert!(!old.is_ended());
+    let _first = open_sender(&old, "s1", "q").await;
+    rx.recv().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !old.is_ended() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the client sees the session ended");
+    assert!(conn.error().is_none(), "the connection lives");
+    let new = conn.begin().await.unwrap();
+    assert_eq!(new.channel(), old.channel(), "the channel is reused");
+    drop(_first);
+    drop(old);
+    // The old handle's drop went to the driver before this attach: had it ended the channel's
+    // session, the attach could not be answered.
+    let _second = tokio::time::timeout(
+        Duration::from_secs(5),
+        new.attach_sender(sb_amqp::SenderOptions::new("s2", "q")),
+    )
+    .await
+    .expect("the attach is answered")
+    .expect("the new session takes links");
+    rx.recv().await.unwrap();
+    assert!(
+        !new.is_ended(),
+        "dropping the old handle left the new session alone"
+    );
+}

@@ -228,7 +228,19 @@ pub(crate) async fn answer(
     state: &ConnState,
 ) -> Reply {
     match node {
-        Node::Cbs => cbs::put_token(request, options, state),
+        Node::Cbs => match state.survival.put_token_refusal().or_else(|| {
+            state
+                .faults
+                .hit(super::Fault::CbsBusy)
+                .then_some(management_names::status::SERVICE_UNAVAILABLE)
+        }) {
+            Some(status) => Reply::new(
+                status,
+                "The service is busy; please retry (injected by the emulator).",
+                None,
+            ),
+            None => cbs::put_token(request, options, state),
+        },
         // Each operation needs its own right; a token for the entity or for its `$management`
         // node covers the node.
         Node::Management(entity) => {
@@ -239,9 +251,25 @@ pub(crate) async fn answer(
                     why,
                     Some(condition::UNAUTHORIZED_ACCESS),
                 ),
+                None if throttled(request, state) => Reply::new(
+                    management_names::status::SERVICE_UNAVAILABLE,
+                    super::survival::THROTTLED,
+                    Some(condition::SERVER_BUSY),
+                ),
                 None => management::answer(request, broker, entity).await,
             }
         }
+    }
+}
+
+/// Whether a `$management` request meets a throttled namespace; an `update-disposition` is
+/// recorded as a settlement attempt (which arms `--throttle`).
+fn throttled(request: &AnyMessage, state: &ConnState) -> bool {
+    use management_names::Operation;
+    let operation = body::app_text(request, management_names::request::OPERATION);
+    match operation.as_deref().and_then(Operation::from_name) {
+        Some(Operation::UpdateDisposition) => state.survival.settlement(false),
+        _ => state.survival.is_throttled(),
     }
 }
 
