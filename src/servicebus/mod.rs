@@ -31,6 +31,7 @@ mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod lock_clock;
 mod management;
 mod node;
 mod peek;

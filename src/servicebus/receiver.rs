@@ -17,6 +17,7 @@ use super::amqp_message::{Received, Refusal, from_amqp};
 use super::client::management_node;
 use super::delivery::ServiceBusDelivery;
 use super::error::{Recovery, recovery};
+use super::lock_clock::LockClock;
 use super::session::{SESSION_LINK_GONE, SessionLock, SessionRequest, session_refusal};
 use super::settlement::dead_letter_outcome;
 use super::telemetry::{EntityTelemetry, Kind};
@@ -81,6 +82,8 @@ pub(super) struct ReceiverInner {
     current_link: StdMutex<Option<String>>,
     /// [`DEFAULT_LINK_IDLE_GUARD`] unless set, in milliseconds.
     idle_guard_ms: AtomicU64,
+    /// Judges whether a delivery's lock ran out on the link, skew-proof.
+    lock_clock: LockClock,
 }
 
 #[derive(Debug)]
@@ -120,6 +123,7 @@ impl ServiceBusReceiver {
                 session: std::sync::OnceLock::new(),
                 current_link: StdMutex::new(None),
                 idle_guard_ms: AtomicU64::new(millis(DEFAULT_LINK_IDLE_GUARD)),
+                lock_clock: LockClock::default(),
             }),
         }
     }
@@ -460,7 +464,7 @@ impl ServiceBusReceiver {
                 if capacity > 0
                     && self.inner.session.get().is_none()
                     && received.refusal.is_none()
-                    && lock_ran_out(&received)
+                    && self.lock_ran_out(&received)
                 {
                     // It waited on the link past its lock (nothing renews a lock before the
                     // delivery is handed out): the broker has made it available again, so it
@@ -531,6 +535,16 @@ impl ServiceBusReceiver {
         }
     }
 
+    /// True when the delivery's lock had run out before it was taken from the link (judged
+    /// against the broker's clock as learned, see [`LockClock`]).
+    fn lock_ran_out(&self, received: &Received) -> bool {
+        received.locked_until.is_some_and(|until| {
+            self.inner
+                .lock_clock
+                .ran_out(until, received.enqueued_time, SystemTime::now())
+        })
+    }
+
     /// Pipelined: grants what keeps the link's deliveries plus those in hand at `capacity`, in
     /// blocks (a quarter of the capacity at least, or whatever is missing once the link ran
     /// dry) so that a busy runtime does not send one `flow` per delivery.
@@ -554,11 +568,4 @@ impl ServiceBusReceiver {
             None => 0,
         }
     }
-}
-
-/// True when the delivery's lock had run out before it was taken from the link.
-fn lock_ran_out(received: &Received) -> bool {
-    received
-        .locked_until
-        .is_some_and(|until| until <= SystemTime::now())
 }

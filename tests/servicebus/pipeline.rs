@@ -142,3 +142,52 @@ async fn deliveries_queued_behind_a_slow_handler_are_never_handled_after_their_s
     assert_eq!(store.count("inventory_reservation").await.unwrap(), 6);
     emulator.shutdown().await;
 }
+
+/// Issue 30 item 7 with the pipeline on: the host's clock 60 s ahead of the broker's (the
+/// emulator's clock shifted back, as `--clock-offset -60` runs it) makes every fresh 30 s lock
+/// look expired on the host. Pipelined deliveries are still handed out, each on its first
+/// delivery; judging "ran out on the link" by the host's clock released every one of them, over
+/// and over, towards the max delivery count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_clock_ahead_of_the_broker_does_not_release_pipelined_deliveries() {
+    use sb_inbox::{Delivery as _, Receiver as _};
+
+    let emulator = crate::support::emulator::start_on_clock(
+        vec![queue("orders", properties("PT30S", 10))],
+        EmulatorOptions::default(),
+        sb_emulator::Clock::shifted(-60),
+    )
+    .await;
+    let client = client(&emulator);
+    let sender = client.sender("orders");
+    for i in 0..6 {
+        sender
+            .send(order(&format!("m-{i}"), &format!("o-{i}")))
+            .await
+            .unwrap();
+    }
+    let receiver = client.receiver("orders", 0).with_capacity(4);
+    let mut counts = Vec::new();
+    // Bounded: each receive either hands out a delivery or, on the old code, released one.
+    for _ in 0..12 {
+        if counts.len() == 6 {
+            break;
+        }
+        let received = tokio::time::timeout(Duration::from_secs(10), receiver.receive())
+            .await
+            .expect("a receive answers")
+            .unwrap();
+        if let Some(delivery) = received {
+            counts.push(delivery.delivery_count());
+            delivery.complete().await.unwrap();
+        }
+    }
+    assert_eq!(
+        counts,
+        vec![0; 6],
+        "each order handed out on its first delivery"
+    );
+    let done = emulator.broker().entity("orders").unwrap().counts();
+    assert_eq!(done.completed, 6, "{done:?}");
+    emulator.shutdown().await;
+}
