@@ -12,7 +12,7 @@
 //! for the first delivery, nothing is judged run out: the runtime's lock keeper decides.
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// What the receiver has learned of the broker's locks and clock (milliseconds).
 #[derive(Debug)]
@@ -33,14 +33,14 @@ impl Default for LockClock {
 }
 
 impl LockClock {
-    /// True when the lock `locked_until` of a delivery taken from the link at host time `now`
-    /// ran out while it waited there; learns from it either way.
-    pub(super) fn ran_out(
+    /// Learns from a delivery taken from the link at host time `now` (its lock's end and its
+    /// enqueued time, both broker time); the offset learned so far, if any.
+    pub(super) fn learn(
         &self,
         locked_until: SystemTime,
         enqueued: Option<SystemTime>,
         now: SystemTime,
-    ) -> bool {
+    ) -> Option<i64> {
         let until = millis(locked_until);
         if let Some(span) = enqueued.map(|at| until.saturating_sub(millis(at)))
             && span > 0
@@ -49,15 +49,41 @@ impl LockClock {
         }
         let span = self.span_ms.load(Ordering::Acquire);
         if span == i64::MAX {
-            return false;
+            return None;
         }
         let sample = millis(now).saturating_sub(until.saturating_sub(span));
-        let offset = self
-            .offset_ms
-            .fetch_min(sample, Ordering::AcqRel)
-            .min(sample);
-        // The broker's time now, as the host's clock and the learned offset place it.
-        millis(now).saturating_sub(offset) >= until
+        Some(
+            self.offset_ms
+                .fetch_min(sample, Ordering::AcqRel)
+                .min(sample),
+        )
+    }
+
+    /// True when the lock `locked_until` of a delivery taken from the link at host time `now`
+    /// ran out while it waited there; learns from it either way.
+    pub(super) fn ran_out(
+        &self,
+        locked_until: SystemTime,
+        enqueued: Option<SystemTime>,
+        now: SystemTime,
+    ) -> bool {
+        self.learn(locked_until, enqueued, now)
+            .is_some_and(|offset| millis(now).saturating_sub(offset) >= millis(locked_until))
+    }
+
+    /// The broker's time at host time `now` as far as it was learned (a little behind it, by
+    /// the shortest wait between a grant and its take): what a lock's end is compared with.
+    /// The host's clock until anything was learned.
+    pub(super) fn broker_now(&self, now: SystemTime) -> SystemTime {
+        match self.offset_ms.load(Ordering::Acquire) {
+            i64::MAX => now,
+            offset if offset >= 0 => now
+                .checked_sub(Duration::from_millis(offset.unsigned_abs()))
+                .unwrap_or(now),
+            offset => now
+                .checked_add(Duration::from_millis(offset.unsigned_abs()))
+                .unwrap_or(now),
+        }
     }
 }
 
@@ -71,8 +97,6 @@ fn millis(time: SystemTime) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     const LOCK: Duration = Duration::from_secs(30);
@@ -108,5 +132,20 @@ mod tests {
         let t0 = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         // No enqueued time: no span, however stale the lock looks on the host.
         assert!(!clock.ran_out(t0, None, t0 + Duration::from_secs(600)));
+        assert_eq!(clock.broker_now(t0), t0);
+    }
+
+    #[test]
+    fn the_brokers_time_is_the_hosts_less_the_learned_offset() {
+        let clock = LockClock::default();
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        // Taken 5 ms after its grant on a host 60 s ahead.
+        assert!(!judge(&clock, t0, 60, Duration::from_millis(5)));
+        let host = t0 + Duration::from_secs(70);
+        let broker = clock.broker_now(host);
+        assert_eq!(
+            broker,
+            t0 + Duration::from_secs(10) - Duration::from_millis(5)
+        );
     }
 }

@@ -82,8 +82,9 @@ pub(super) struct ReceiverInner {
     current_link: StdMutex<Option<String>>,
     /// [`DEFAULT_LINK_IDLE_GUARD`] unless set, in milliseconds.
     idle_guard_ms: AtomicU64,
-    /// Judges whether a delivery's lock ran out on the link, skew-proof.
-    lock_clock: LockClock,
+    /// The broker's clock as its deliveries tell it: whether a delivery's lock ran out on the
+    /// link, and what settlement deadlines compare with.
+    pub(super) lock_clock: LockClock,
 }
 
 #[derive(Debug)]
@@ -519,6 +520,12 @@ impl ServiceBusReceiver {
         received: Received,
     ) -> ServiceBusDelivery {
         self.inner.in_hand.fetch_add(1, Ordering::AcqRel);
+        if let Some(until) = received.locked_until {
+            // Every delivery teaches the broker's clock, which settlement deadlines read.
+            self.inner
+                .lock_clock
+                .learn(until, received.enqueued_time, SystemTime::now());
+        }
         let lock_token = received.lock_token.unwrap_or_else(uuid::Uuid::nil);
         let locked_until = received
             .locked_until

@@ -88,7 +88,8 @@ impl ServiceBusDelivery {
         // pause outlasts the operation's time, as here the lock's).
         let busy = self.receiver.client.busy().remaining();
         if !busy.is_zero() {
-            if SystemTime::now() + busy >= self.locked_until() {
+            if self.receiver.lock_clock.broker_now(SystemTime::now()) + busy >= self.locked_until()
+            {
                 return Err(SettleError::transient(
                     "the service is busy for longer than the lock lasts",
                 ));
@@ -140,7 +141,7 @@ impl ServiceBusDelivery {
             busy_state.set();
         }
         let delay = backoff.next_delay().max(busy_state.remaining());
-        if SystemTime::now() + delay >= deadline {
+        if self.receiver.lock_clock.broker_now(SystemTime::now()) + delay >= deadline {
             return Err(SettleError::Transient(why));
         }
         tracing::debug!(lock_token = %self.lock_token, %why, ?delay, busy, "Settlement not done; retrying.");

@@ -191,3 +191,38 @@ async fn a_host_clock_ahead_of_the_broker_does_not_release_pipelined_deliveries(
     assert_eq!(done.completed, 6, "{done:?}");
     emulator.shutdown().await;
 }
+
+/// Issue 30 item 7, settlement deadlines: the host's clock 60 s ahead of the broker's, a busy
+/// answer to a completion is retried after the busy pause while the (30 s) lock lasts; compared
+/// with the host's clock the lock had run out already, and the completion failed at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_clock_ahead_of_the_broker_still_retries_a_busy_settlement() {
+    use sb_inbox::{Delivery as _, Receiver as _};
+
+    let emulator = crate::support::emulator::start_on_clock(
+        vec![queue("orders", properties("PT30S", 10))],
+        EmulatorOptions::default(),
+        sb_emulator::Clock::shifted(-60),
+    )
+    .await;
+    let client = client(&emulator).with_server_busy_wait(Duration::from_millis(200));
+    client
+        .sender("orders")
+        .send(order("m-1", "o-1"))
+        .await
+        .unwrap();
+    let delivery = client
+        .receiver("orders", 0)
+        .receive()
+        .await
+        .unwrap()
+        .expect("the order is delivered");
+    emulator.throttle(Duration::from_millis(600));
+    delivery.complete().await.unwrap();
+    let attempts = emulator.settlement_attempts();
+    assert!(attempts.first().is_some_and(|a| a.busy), "{attempts:?}");
+    assert!(attempts.last().is_some_and(|a| !a.busy), "{attempts:?}");
+    let done = emulator.broker().entity("orders").unwrap().counts();
+    assert_eq!((done.completed, done.locked), (1, 0), "{done:?}");
+    emulator.shutdown().await;
+}
