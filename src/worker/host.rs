@@ -434,11 +434,7 @@ impl<S: Clone> Shared<'_, S> {
             // deliveries waiting there unrenewed.
             let feed = match self.sessions {
                 Some(sessions) => Feed::Sessions(
-                    ServiceBusSessionSource::new(
-                        self.client.clone(),
-                        &config.entity,
-                        sessions.idle,
-                    ),
+                    ServiceBusSessionSource::new(self.client.clone(), &config.entity),
                     sessions.clone(),
                 ),
                 None => {
