@@ -61,6 +61,9 @@ pub struct EmulatorOptions {
     /// Also serve AMQP over WebSockets (plain `ws`, path `/$servicebus/websocket`,
     /// subprotocol `AMQPWSB10`) on this address.
     pub websocket_listen: Option<String>,
+    /// Also serve AMQP over TLS (`amqps`) and over secure WebSockets (`wss`) on one address,
+    /// with a generated or given certificate (`--tls-listen`).
+    pub tls_listen: Option<super::TlsListen>,
     /// Keys beside the root key ([`EmulatorOptions::key_name`], all rights), each with its
     /// rights (`SharedAccessPolicies` in `Config.json`).
     pub policies: Vec<SharedAccessPolicy>,
@@ -85,6 +88,7 @@ impl Default for EmulatorOptions {
             faults: Vec::new(),
             fault_seed: None,
             websocket_listen: None,
+            tls_listen: None,
             policies: Vec::new(),
             attach_delay: Duration::ZERO,
             keep_locks_on_connection_loss: false,
