@@ -123,6 +123,8 @@ struct ClientInner {
     host: String,
     tokens: Arc<dyn TokenProvider>,
     timeout: Duration,
+    /// `None`: Mozilla's roots (sb-amqp's default).
+    tls: Option<Arc<rustls::ClientConfig>>,
     current: StdMutex<Option<Arc<ConnectionScope>>>,
     closed: CancellationToken,
 }
@@ -172,16 +174,23 @@ impl ServiceBusClient {
         host: impl Into<String>,
         tokens: Arc<dyn TokenProvider>,
     ) -> Self {
-        Self::build(url.into(), host.into(), tokens, DEFAULT_TIMEOUT)
+        Self::build(url.into(), host.into(), tokens, DEFAULT_TIMEOUT, None)
     }
 
-    fn build(url: String, host: String, tokens: Arc<dyn TokenProvider>, timeout: Duration) -> Self {
+    fn build(
+        url: String,
+        host: String,
+        tokens: Arc<dyn TokenProvider>,
+        timeout: Duration,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Self {
         ServiceBusClient {
             inner: Arc::new(ClientInner {
                 url,
                 host,
                 tokens,
                 timeout,
+                tls,
                 current: StdMutex::new(None),
                 closed: CancellationToken::new(),
             }),
@@ -198,7 +207,23 @@ impl ServiceBusClient {
             self.inner.host.clone(),
             self.inner.tokens.clone(),
             timeout,
+            self.inner.tls.clone(),
         )
+    }
+
+    /// The same client trusting `roots` for `amqps` and `wss` (an extra CA bundle, the OS
+    /// store; see [`super::TrustRoots`]). Call before first use.
+    ///
+    /// # Errors
+    /// [`super::TrustError`] when a root cannot be read.
+    pub fn with_trust(self, roots: &super::TrustRoots) -> Result<Self, super::TrustError> {
+        Ok(Self::build(
+            self.inner.url.clone(),
+            self.inner.host.clone(),
+            self.inner.tokens.clone(),
+            self.inner.timeout,
+            Some(roots.client_config()?),
+        ))
     }
 
     /// The bound of each handshake step and request.
@@ -315,6 +340,7 @@ impl ServiceBusClient {
             container_id: unique_name("sb-inbox"),
             idle_timeout: Some(IDLE_TIMEOUT),
             properties: Some(client_properties()),
+            tls_config: self.inner.tls.clone(),
             ..ConnectionOptions::default()
         };
         let connection = step(

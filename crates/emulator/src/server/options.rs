@@ -179,4 +179,19 @@ impl EmulatorOptions {
         self.websocket_listen = Some(addr.into());
         self
     }
+
+    /// Also serves `amqps` and `wss` on `addr`, with `identity`'s certificate
+    /// ([`EmulatorOptions::tls_listen`]).
+    #[must_use]
+    pub fn with_tls_listen(
+        mut self,
+        addr: impl Into<String>,
+        identity: super::TlsIdentity,
+    ) -> Self {
+        self.tls_listen = Some(super::TlsListen {
+            addr: addr.into(),
+            identity,
+        });
+        self
+    }
 }
