@@ -34,6 +34,7 @@ use super::{ConsumerConfig, ReplayHorizon};
 use crate::relay::RelayConfig;
 use crate::retention::RetentionConfig;
 use crate::runtime::{RetryPolicy, RuntimeConfig, SessionConfig};
+use crate::servicebus::TrustRoots;
 use crate::store::StoreUrl;
 use reader::Reader;
 
@@ -48,6 +49,9 @@ pub struct WorkerConfig {
     pub store: StoreUrl,
     /// The broker.
     pub broker: BrokerAddress,
+    /// The certificate authorities trusted for `amqps`/`wss` (`servicebus.ca_file`,
+    /// `servicebus.native_roots`).
+    pub trust: TrustRoots,
     /// The entity the first consumer consumes.
     pub entity: String,
     /// Every consumer the worker hosts, in file order: the top-level `consumer` on
@@ -139,6 +143,7 @@ impl WorkerConfig {
         let consumer = consumers::single_name(&mut r, file.consumer, listed);
         let store = store(&mut r, file.store);
         let broker = broker::address(&mut r, &file.servicebus);
+        let trust = broker::trust(&mut r, &file.servicebus);
         let entity = broker::entity(&mut r, &file.servicebus, broker.as_ref(), listed);
         let runtime = runtime::RuntimeSection::read(&mut r, &file.runtime);
         // Port 0 picks a free port, logged at start-up.
@@ -171,6 +176,7 @@ impl WorkerConfig {
             return Err(ConfigErrors(r.into_errors()));
         };
         Ok(WorkerConfig {
+            trust,
             runtime: first.runtime,
             store,
             broker,
