@@ -113,11 +113,7 @@ impl Listener {
     /// # Errors
     /// I/O errors.
     pub async fn bind(addr: impl ToSocketAddrs, opts: ServerOptions) -> Result<Self> {
-        Ok(Self {
-            tcp: TcpListener::bind(addr).await?,
-            opts: Arc::new(opts),
-            serving: Serving::Amqp,
-        })
+        Self::bind_serving(addr, opts, Serving::Amqp).await
     }
 
     /// Binds to `addr` for AMQP over WebSockets on `path` (Service Bus uses
@@ -131,11 +127,7 @@ impl Listener {
         path: &str,
         opts: ServerOptions,
     ) -> Result<Self> {
-        Ok(Self {
-            tcp: TcpListener::bind(addr).await?,
-            opts: Arc::new(opts),
-            serving: Serving::WebSocket(Arc::from(path)),
-        })
+        Self::bind_serving(addr, opts, Serving::WebSocket(Arc::from(path))).await
     }
 
     /// Binds to `addr` for AMQP and AMQP over WebSockets (on `path`) on the same port, as one
@@ -149,10 +141,18 @@ impl Listener {
         path: &str,
         opts: ServerOptions,
     ) -> Result<Self> {
+        Self::bind_serving(addr, opts, Serving::Both(Arc::from(path))).await
+    }
+
+    async fn bind_serving(
+        addr: impl ToSocketAddrs,
+        opts: ServerOptions,
+        serving: Serving,
+    ) -> Result<Self> {
         Ok(Self {
             tcp: TcpListener::bind(addr).await?,
             opts: Arc::new(opts),
-            serving: Serving::Both(Arc::from(path)),
+            serving,
         })
     }
 
