@@ -41,6 +41,7 @@ mod sender_port;
 mod session;
 mod settlement;
 mod telemetry;
+mod trust;
 
 pub use amqp_message::TYPED_MESSAGE_ID_PREFIX;
 #[cfg(feature = "entra")]
@@ -59,3 +60,4 @@ pub use sender::{SendError, SendErrorKind, SendOptions, ServiceBusSender};
 #[allow(deprecated)]
 pub use sender_port::{ServiceBusPublisher, ServiceBusSenderPort};
 pub use session::{ServiceBusSessionReceiver, ServiceBusSessionSource};
+pub use trust::{TrustError, TrustRoots};
