@@ -194,6 +194,8 @@ struct ClientInner {
     host: String,
     tokens: Arc<dyn TokenProvider>,
     timeout: Duration,
+    /// `None`: Mozilla's roots (sb-amqp's default).
+    tls: Option<Arc<rustls::ClientConfig>>,
     current: StdMutex<Option<Arc<ConnectionScope>>>,
     /// One connection setup at a time (azure-amqp `Singleton`): callers that find no healthy
     /// connection wait for the one being opened instead of opening their own.
@@ -254,6 +256,7 @@ impl ServiceBusClient {
             tokens,
             DEFAULT_TIMEOUT,
             DEFAULT_SERVER_BUSY_WAIT,
+            None,
         )
     }
 
@@ -263,6 +266,7 @@ impl ServiceBusClient {
         tokens: Arc<dyn TokenProvider>,
         timeout: Duration,
         busy_wait: Duration,
+        tls: Option<Arc<rustls::ClientConfig>>,
     ) -> Self {
         ServiceBusClient {
             inner: Arc::new(ClientInner {
@@ -270,6 +274,7 @@ impl ServiceBusClient {
                 host,
                 tokens,
                 timeout,
+                tls,
                 current: StdMutex::new(None),
                 opening: tokio::sync::Mutex::new(()),
                 busy: super::busy::BusyState::new(busy_wait),
@@ -289,6 +294,7 @@ impl ServiceBusClient {
             self.inner.tokens.clone(),
             timeout,
             self.inner.busy.wait(),
+            self.inner.tls.clone(),
         )
     }
 
@@ -303,7 +309,24 @@ impl ServiceBusClient {
             self.inner.tokens.clone(),
             self.inner.timeout,
             wait,
+            self.inner.tls.clone(),
         )
+    }
+
+    /// The same client trusting `roots` for `amqps` and `wss` (an extra CA bundle, the OS
+    /// store; see [`super::TrustRoots`]). Call before first use.
+    ///
+    /// # Errors
+    /// [`super::TrustError`] when a root cannot be read.
+    pub fn with_trust(self, roots: &super::TrustRoots) -> Result<Self, super::TrustError> {
+        Ok(Self::build(
+            self.inner.url.clone(),
+            self.inner.host.clone(),
+            self.inner.tokens.clone(),
+            self.inner.timeout,
+            self.inner.busy.wait(),
+            Some(roots.client_config()?),
+        ))
     }
 
     /// The client-wide server-busy state.
@@ -474,6 +497,7 @@ impl ServiceBusClient {
             container_id: unique_name("sb-inbox"),
             idle_timeout: Some(IDLE_TIMEOUT),
             properties: Some(client_properties()),
+            tls_config: self.inner.tls.clone(),
             ..ConnectionOptions::default()
         };
         step(

@@ -42,6 +42,7 @@ mod sender_port;
 mod session;
 mod settlement;
 mod telemetry;
+mod trust;
 
 pub use amqp_message::TYPED_MESSAGE_ID_PREFIX;
 #[cfg(feature = "entra")]
@@ -60,3 +61,4 @@ pub use sender::{SendError, SendErrorKind, SendOptions, ServiceBusSender};
 #[allow(deprecated)]
 pub use sender_port::{ServiceBusPublisher, ServiceBusSenderPort};
 pub use session::{ServiceBusSessionReceiver, ServiceBusSessionSource};
+pub use trust::{TrustError, TrustRoots};

@@ -40,6 +40,18 @@ pub(super) const NO_SESSION: &str = "no session became available";
 /// A refused session attach the session receiver classifies itself: no session available in
 /// time, or the session held by another receiver (both worth trying again later).
 pub(super) fn session_refusal(error: &sb_amqp::Error) -> Option<ReceiveError> {
+    // A pending accept the service ends without an error is no session either: .NET's
+    // `AmqpReceiver.OpenReceiverLinkAsync` (azure-sdk-for-net `src/Amqp/AmqpReceiver.cs`) lets
+    // the `OperationCanceledException` of a session link closed while opening become a
+    // `TimeoutException`, which `ServiceBusSessionReceiver.CreateSessionReceiverAsync` reports
+    // as `ServiceBusFailureReason.ServiceTimeout`, the reason its session processor answers by
+    // accepting again at once. As an error it would grow the runtime's backoff to 30 s.
+    if matches!(
+        error,
+        sb_amqp::Error::AttachRefused(None) | sb_amqp::Error::LinkDetached(None)
+    ) {
+        return Some(ReceiveError::Transient(NO_SESSION.into()));
+    }
     match error.condition() {
         // The attach's operation timeout ran out: the service answers with the same symbol.
         Some(condition::TIMEOUT) => Some(ReceiveError::Transient(NO_SESSION.into())),
@@ -48,6 +60,11 @@ pub(super) fn session_refusal(error: &sb_amqp::Error) -> Option<ReceiveError> {
         ))),
         _ => None,
     }
+}
+
+/// Whether a session attach failed only because no session became available.
+fn is_no_session(error: &ReceiveError) -> bool {
+    matches!(error, ReceiveError::Transient(why) if why.to_string() == NO_SESSION)
 }
 
 /// What a session attach asks for.
@@ -158,7 +175,7 @@ impl super::ServiceBusClient {
             wait,
         };
         match ServiceBusSessionReceiver::accept(self, entity, &request).await {
-            Err(ReceiveError::Transient(why)) if why.to_string() == NO_SESSION => Ok(None),
+            Err(error) if is_no_session(&error) => Ok(None),
             accepted => accepted.map(Some),
         }
     }
@@ -370,15 +387,30 @@ pub struct ServiceBusSessionSource {
 }
 
 impl ServiceBusSessionSource {
-    /// Sessions of `entity`; each accept waits up to `wait` for a session to become available.
-    pub fn new(client: super::ServiceBusClient, entity: &str, wait: Duration) -> Self {
+    /// How long an accept waits for a session by default: 60 s, .NET's
+    /// `ServiceBusRetryOptions.TryTimeout` default, which its session processor passes as the
+    /// accept's operation timeout (azure-sdk-for-net `src/Primitives/ServiceBusRetryOptions.cs`,
+    /// `src/Processor/SessionReceiverManager.cs`). Shorter waits churn links on idle entities:
+    /// each expired accept is a detached link and a new attach.
+    pub const ACCEPT_WAIT: Duration = Duration::from_secs(60);
+
+    /// Sessions of `entity`; each accept waits up to [`Self::ACCEPT_WAIT`] for a session to
+    /// become available.
+    pub fn new(client: super::ServiceBusClient, entity: &str) -> Self {
         let source = crate::Receiver::source(&client.receiver(entity, 0));
         ServiceBusSessionSource {
             client,
             entity: entity.to_owned(),
-            wait,
+            wait: Self::ACCEPT_WAIT,
             source,
         }
+    }
+
+    /// Each accept waits up to `wait` for a session to become available.
+    #[must_use]
+    pub fn with_accept_wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
     }
 }
 
@@ -393,5 +425,32 @@ impl crate::ports::SessionSource for ServiceBusSessionSource {
         self.client
             .accept_next_session(&self.entity, self.wait)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 29 item 8: a pending next-session accept the service closes without an error is
+    /// "no session yet" (the runtime accepts again at once), not a failure that backs off.
+    #[test]
+    fn an_accept_closed_without_an_error_is_no_session_yet() {
+        for closed in [
+            sb_amqp::Error::AttachRefused(None),
+            sb_amqp::Error::LinkDetached(None),
+        ] {
+            let refusal = session_refusal(&closed);
+            assert!(
+                refusal.as_ref().is_some_and(is_no_session),
+                "{closed}: {refusal:?}"
+            );
+        }
+        // An error the service names still counts as a failure of its own.
+        let busy = sb_amqp::Error::AttachRefused(Some(sb_amqp::AmqpError::new(
+            condition::SERVER_BUSY,
+            None,
+        )));
+        assert!(session_refusal(&busy).is_none());
     }
 }

@@ -435,11 +435,7 @@ impl<S: Clone> Shared<'_, S> {
             // receipt, and the broker's distance costs a round trip per window, not per message.
             let feed = match self.sessions {
                 Some(sessions) => Feed::Sessions(
-                    ServiceBusSessionSource::new(
-                        self.client.clone(),
-                        &config.entity,
-                        sessions.idle,
-                    ),
+                    ServiceBusSessionSource::new(self.client.clone(), &config.entity),
                     sessions.clone(),
                 ),
                 None => {

@@ -84,7 +84,10 @@ pub async fn run_with(
     health: Option<TcpListener>,
     shutdown: CancellationToken,
 ) -> Result<StatsSnapshot, WorkerError> {
-    let client = broker_client(&config.broker)?.with_server_busy_wait(config.server_busy_wait);
+    let client = broker_client(&config.broker)?
+        .with_server_busy_wait(config.server_busy_wait)
+        .with_trust(&config.trust)
+        .map_err(|e| WorkerError::Config(e.to_string()))?;
     // Served from the start, before the store opens; the Worker adds its probes to it.
     let readiness = Readiness::new();
     let store_ready = readiness.condition("store", "opening");

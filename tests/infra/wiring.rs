@@ -7,8 +7,11 @@ use crate::{bicep, read};
 /// Not always set in Azure: the emulator's connection string (never), the OTLP endpoint (only
 /// without the managed agent, which injects its own), the metrics exporter (only to turn it
 /// off), the export interval and log filter (defaults).
-const NOT_ALWAYS_SET: [&str; 15] = [
+const NOT_ALWAYS_SET: [&str; 17] = [
     "SB_INBOX_SERVICEBUS_CONNECTION",
+    // Trust roots beside Mozilla's: only behind an inspecting proxy.
+    "SB_INBOX_SERVICEBUS_CA_FILE",
+    "SB_INBOX_SERVICEBUS_NATIVE_ROOTS",
     // The kill switch, the transient hold and the panic bound are on with their defaults; set
     // them by hand to tune.
     "SB_INBOX_MAX_PANICS",

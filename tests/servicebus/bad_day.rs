@@ -391,7 +391,7 @@ async fn in_session_mode_a_panicking_message_is_dead_lettered_and_the_slot_survi
     let store = crate::support::sqlite_store("bad_day_session_panic", 1).await;
     let config = RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER).unwrap());
     let runtime = std::sync::Arc::new(Runtime::for_sessions(
-        ServiceBusSessionSource::new(client.clone(), "sq", Duration::from_secs(1)),
+        ServiceBusSessionSource::new(client.clone(), "sq").with_accept_wait(Duration::from_secs(1)),
         store.clone(),
         PanicsOn {
             inner: OrderPlacedConsumer::new(),

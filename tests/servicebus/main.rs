@@ -25,6 +25,7 @@ mod retry;
 mod sessions;
 mod strict;
 mod survival;
+mod tls;
 mod verification;
 mod vocabulary;
 mod websocket;

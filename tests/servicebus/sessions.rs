@@ -462,7 +462,7 @@ async fn the_session_runtime_keeps_the_session_lock_and_a_lost_one_fences_the_co
     let mut config = RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER).unwrap());
     config.lock_margin = Duration::from_millis(300);
     let runtime = std::sync::Arc::new(Runtime::for_sessions(
-        ServiceBusSessionSource::new(client.clone(), "sq", Duration::from_secs(1)),
+        ServiceBusSessionSource::new(client.clone(), "sq").with_accept_wait(Duration::from_secs(1)),
         store.clone(),
         crate::support::handlers::Slow {
             inner: OrderPlacedConsumer::new(),
@@ -634,4 +634,25 @@ async fn a_session_accepted_after_its_token_expired_gets_a_fresh_token() {
     assert_eq!(redelivered.message().message_id.as_deref(), Some("a1"));
     redelivered.complete().await.unwrap();
     again.close().await;
+}
+
+/// Issue 29 item 8: the worker's session source waits the service's 60 s for a next available
+/// session, as .NET's session processor does (its `TryTimeout`), not the 5 s session idle time
+/// it used to pass: a session whose first message comes 50 s into the accept is taken by that
+/// accept.
+#[tokio::test(start_paused = true)]
+async fn a_next_session_accept_waits_60_s_for_a_session() {
+    use sb_inbox::SessionSource as _;
+    use sb_inbox::servicebus::ServiceBusSessionSource;
+
+    let emulator = session_emulator("PT5M", EmulatorOptions::default()).await;
+    let client = crate::support::emulator::client(&emulator);
+    // Built as `sb-inbox run` builds it (src/worker/host.rs).
+    let source = ServiceBusSessionSource::new(client, "sq");
+    let accepting = tokio::spawn(async move { source.accept_next().await });
+    tokio::time::sleep(Duration::from_secs(50)).await;
+    send_session_messages(&emulator, &[("late", "L")]).await;
+    let accepted = accepting.await.unwrap().unwrap();
+    let session = accepted.expect("the pending accept takes the session that became available");
+    assert_eq!(session.session_id(), "L");
 }

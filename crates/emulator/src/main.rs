@@ -67,6 +67,24 @@ struct Args {
     /// Service Bus"); the SDKs then wait 10 s (.NET) or 4 s (Java) before retrying.
     #[arg(long, value_name = "SECS")]
     throttle: Option<u64>,
+    /// Also serve AMQP over TLS (`amqps`) and over secure WebSockets (`wss`, path
+    /// `/$servicebus/websocket`) on ADDR, one port for both (the service uses 5671 and 443).
+    /// The certificate is generated for `localhost` and 127.0.0.1 by a CA written to
+    /// `--tls-dir`, or given with `--tls-cert`/`--tls-key`. Its `amqps` and `wss` connection
+    /// strings follow the other ones on stdout.
+    #[arg(long, value_name = "ADDR")]
+    tls_listen: Option<String>,
+    /// Folder for the generated CA (`ca.pem`, what clients trust), server certificate and key
+    /// (default: `sb-emulator-tls` in the system's temporary folder); printed on start.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["tls_cert", "tls_key"])]
+    tls_dir: Option<PathBuf>,
+    /// PEM certificate chain for the TLS listener (server certificate first), instead of a
+    /// generated one.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of `--tls-cert`.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Seed of the fault draws (default: from the clock, logged at start), to replay a run.
     #[arg(long, value_name = "N")]
     fault_seed: Option<u64>,
@@ -142,6 +160,16 @@ async fn main() -> ExitCode {
         faults: args.faults,
         fault_seed: args.fault_seed,
         websocket_listen: args.websocket_listen,
+        tls_listen: args.tls_listen.map(|addr| sb_emulator::TlsListen {
+            addr,
+            identity: match (args.tls_cert, args.tls_key) {
+                (Some(cert), Some(key)) => sb_emulator::TlsIdentity::Files { cert, key },
+                _ => sb_emulator::TlsIdentity::Generate(
+                    args.tls_dir
+                        .unwrap_or_else(|| std::env::temp_dir().join("sb-emulator-tls")),
+                ),
+            },
+        }),
         policies,
         latency: Duration::from_millis(args.latency),
         throttle: args.throttle.map(Duration::from_secs),
@@ -160,6 +188,18 @@ async fn main() -> ExitCode {
     println!("{}", emulator.connection_string());
     if let Some(websocket) = emulator.websocket_connection_string() {
         println!("{websocket}");
+    }
+    if let Some(amqps) = emulator.tls_connection_string() {
+        println!("{amqps}");
+    }
+    if let Some(wss) = emulator.tls_websocket_connection_string() {
+        println!("{wss}");
+    }
+    if let Some(ca) = emulator.tls_ca_file() {
+        eprintln!(
+            "TLS CA (trust it to verify the TLS listener): {}",
+            ca.display()
+        );
     }
     wait_for_signal().await;
     tracing::info!("Shutting down.");

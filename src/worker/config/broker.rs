@@ -5,9 +5,11 @@ use serde::Deserialize;
 
 use std::time::Duration;
 
-use super::keys::{CONNECTION, ENTITY, NAMESPACE, SERVER_BUSY_WAIT_MS, TRANSPORT};
+use super::keys::{
+    CA_FILE, CONNECTION, ENTITY, NAMESPACE, NATIVE_ROOTS, SERVER_BUSY_WAIT_MS, TRANSPORT,
+};
 use super::reader::Reader;
-use crate::servicebus::{ConnectionString, DEFAULT_SERVER_BUSY_WAIT, Transport};
+use crate::servicebus::{ConnectionString, DEFAULT_SERVER_BUSY_WAIT, Transport, TrustRoots};
 
 /// How the worker reaches Service Bus.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +36,8 @@ pub(super) struct ServiceBusFile {
     connection: Option<String>,
     namespace: Option<String>,
     transport: Option<String>,
+    ca_file: Option<String>,
+    native_roots: Option<bool>,
     entity: Option<String>,
     server_busy_wait_ms: Option<u64>,
     /// Read with the runtime's session keys (`runtime::sessions`).
@@ -119,4 +123,24 @@ pub(super) fn entity(
         );
     }
     entity
+}
+
+/// The client's trust roots: Mozilla's, plus `servicebus.ca_file` (else `SSL_CERT_FILE`, the
+/// variable OpenSSL and Python's `ssl` read) and the OS store with `servicebus.native_roots`.
+/// Read now, so an unreadable bundle is a configuration problem, not a failed connection.
+pub(super) fn trust(r: &mut Reader<'_>, file: &ServiceBusFile) -> TrustRoots {
+    let mut roots = TrustRoots::new();
+    let ca_file = r
+        .text(CA_FILE, file.ca_file.clone())
+        .or_else(|| r.var("SSL_CERT_FILE"));
+    if let Some(path) = ca_file {
+        roots = roots.with_ca_file(path);
+    }
+    if r.flag(NATIVE_ROOTS, file.native_roots) == Some(true) {
+        roots = roots.with_native_roots();
+    }
+    if let Err(error) = roots.client_config() {
+        r.fail(CA_FILE, error.to_string());
+    }
+    roots
 }

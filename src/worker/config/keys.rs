@@ -68,6 +68,16 @@ pub(super) const TRANSPORT: Key = Key::new(
     "servicebus.transport",
     "amqp (TCP, 5671) or websockets (wss://HOST:443); default: the connection string's TransportType, else amqp",
 );
+pub(super) const CA_FILE: Key = Key::new(
+    "SB_INBOX_SERVICEBUS_CA_FILE",
+    "servicebus.ca_file",
+    "PEM bundle of extra CAs trusted for amqps/wss (an inspecting proxy's, a test emulator's); default: SSL_CERT_FILE",
+);
+pub(super) const NATIVE_ROOTS: Key = Key::new(
+    "SB_INBOX_SERVICEBUS_NATIVE_ROOTS",
+    "servicebus.native_roots",
+    "true: also trust the operating system's certificate store (default: Mozilla's roots only)",
+);
 pub(super) const ENTITY: Key = Key::new(
     "SB_INBOX_ENTITY",
     "servicebus.entity",
@@ -250,13 +260,15 @@ pub(super) const DLQ_RESUBMIT_WINDOW_SECS: Key = Key::new(
 );
 
 /// Every key, in `--help` order.
-pub const KEYS: [Key; 41] = [
+pub const KEYS: [Key; 43] = [
     CONSUMER,
     STORE,
     CONNECTION,
     NAMESPACE,
     TRANSPORT,
     SERVER_BUSY_WAIT_MS,
+    CA_FILE,
+    NATIVE_ROOTS,
     ENTITY,
     SESSIONS,
     MAX_SESSIONS,

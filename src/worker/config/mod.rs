@@ -34,6 +34,7 @@ use super::{ConsumerConfig, ReplayHorizon};
 use crate::relay::RelayConfig;
 use crate::retention::RetentionConfig;
 use crate::runtime::{RetryPolicy, RuntimeConfig, SessionConfig};
+use crate::servicebus::TrustRoots;
 use crate::store::StoreUrl;
 use reader::Reader;
 
@@ -50,6 +51,9 @@ pub struct WorkerConfig {
     pub broker: BrokerAddress,
     /// How long the client waits after the service answered busy.
     pub server_busy_wait: std::time::Duration,
+    /// The certificate authorities trusted for `amqps`/`wss` (`servicebus.ca_file`,
+    /// `servicebus.native_roots`).
+    pub trust: TrustRoots,
     /// The entity the first consumer consumes.
     pub entity: String,
     /// Every consumer the worker hosts, in file order: the top-level `consumer` on
@@ -142,6 +146,7 @@ impl WorkerConfig {
         let store = store(&mut r, file.store);
         let broker = broker::address(&mut r, &file.servicebus);
         let server_busy_wait = broker::server_busy_wait(&mut r, &file.servicebus);
+        let trust = broker::trust(&mut r, &file.servicebus);
         let entity = broker::entity(&mut r, &file.servicebus, broker.as_ref(), listed);
         let runtime = runtime::RuntimeSection::read(&mut r, &file.runtime);
         // Port 0 picks a free port, logged at start-up.
@@ -174,6 +179,7 @@ impl WorkerConfig {
             return Err(ConfigErrors(r.into_errors()));
         };
         Ok(WorkerConfig {
+            trust,
             runtime: first.runtime,
             store,
             broker,

@@ -635,3 +635,35 @@ fn every_key_has_its_own_variable_and_file_key() {
         assert!(moved.new.file.starts_with("entity."), "{}", moved.old);
     }
 }
+
+/// Issue 29 item 15: the extra CA bundle comes from `servicebus.ca_file`, else `SSL_CERT_FILE`;
+/// an unreadable one is a configuration problem naming the key.
+#[test]
+fn the_ca_bundle_comes_from_the_setting_or_ssl_cert_file_and_must_be_readable() {
+    let config = load(GOOD, &[]).unwrap();
+    assert_eq!(config.trust, crate::servicebus::TrustRoots::new());
+    let missing = "/nonexistent/sb-inbox-ca.pem";
+    for env in [
+        ("SB_INBOX_SERVICEBUS_CA_FILE", missing),
+        ("SSL_CERT_FILE", missing),
+    ] {
+        let problems = load(GOOD, &[env]).unwrap_err().to_string();
+        assert!(
+            problems.contains("servicebus.ca_file (SB_INBOX_SERVICEBUS_CA_FILE): cannot read the CA bundle /nonexistent/sb-inbox-ca.pem"),
+            "{env:?}: {problems}"
+        );
+    }
+    // The OS store of this machine may be unreadable; either way the setting is taken.
+    match load(GOOD, &[("SB_INBOX_SERVICEBUS_NATIVE_ROOTS", "true")]) {
+        Ok(config) => assert_eq!(
+            config.trust,
+            crate::servicebus::TrustRoots::new().with_native_roots()
+        ),
+        Err(problems) => assert!(
+            problems
+                .to_string()
+                .contains("operating system's trust store"),
+            "{problems}"
+        ),
+    }
+}

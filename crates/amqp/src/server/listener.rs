@@ -73,8 +73,19 @@ impl ServerOptions {
 pub struct Listener {
     tcp: TcpListener,
     opts: Arc<ServerOptions>,
-    /// `Some(path)`: AMQP over WebSockets served on `path`.
-    websocket: Option<Arc<str>>,
+    serving: Serving,
+}
+
+/// What a listener's connections speak.
+#[derive(Debug, Clone)]
+enum Serving {
+    /// AMQP from the protocol header on.
+    Amqp,
+    /// AMQP over WebSockets on this path.
+    WebSocket(Arc<str>),
+    /// Either, told apart by the client's first bytes: the AMQP header, or an HTTP upgrade on
+    /// this path.
+    Both(Arc<str>),
 }
 
 impl Listener {
@@ -102,11 +113,7 @@ impl Listener {
     /// # Errors
     /// I/O errors.
     pub async fn bind(addr: impl ToSocketAddrs, opts: ServerOptions) -> Result<Self> {
-        Ok(Self {
-            tcp: TcpListener::bind(addr).await?,
-            opts: Arc::new(opts),
-            websocket: None,
-        })
+        Self::bind_serving(addr, opts, Serving::Amqp).await
     }
 
     /// Binds to `addr` for AMQP over WebSockets on `path` (Service Bus uses
@@ -120,10 +127,32 @@ impl Listener {
         path: &str,
         opts: ServerOptions,
     ) -> Result<Self> {
+        Self::bind_serving(addr, opts, Serving::WebSocket(Arc::from(path))).await
+    }
+
+    /// Binds to `addr` for AMQP and AMQP over WebSockets (on `path`) on the same port, as one
+    /// TLS listener serves `amqps` and `wss`: each connection's first bytes (after TLS, when
+    /// [`ServerOptions::tls`] is set) say which, the AMQP protocol header or an HTTP request.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub async fn bind_amqp_and_websocket(
+        addr: impl ToSocketAddrs,
+        path: &str,
+        opts: ServerOptions,
+    ) -> Result<Self> {
+        Self::bind_serving(addr, opts, Serving::Both(Arc::from(path))).await
+    }
+
+    async fn bind_serving(
+        addr: impl ToSocketAddrs,
+        opts: ServerOptions,
+        serving: Serving,
+    ) -> Result<Self> {
         Ok(Self {
             tcp: TcpListener::bind(addr).await?,
             opts: Arc::new(opts),
-            websocket: Some(Arc::from(path)),
+            serving,
         })
     }
 
@@ -147,7 +176,7 @@ impl Listener {
             tcp,
             peer,
             opts: self.opts.clone(),
-            websocket: self.websocket.clone(),
+            serving: self.serving.clone(),
         })
     }
 }
@@ -158,7 +187,7 @@ pub struct IncomingConnection {
     tcp: TcpStream,
     peer: SocketAddr,
     opts: Arc<ServerOptions>,
-    websocket: Option<Arc<str>>,
+    serving: Serving,
 }
 
 impl IncomingConnection {
@@ -206,9 +235,13 @@ impl IncomingConnection {
             ),
             None => Box::new(self.tcp),
         };
-        let io = match &self.websocket {
-            Some(path) => crate::websocket::server(io, path).await?,
-            None => io,
+        let io = match &self.serving {
+            Serving::Amqp => io,
+            Serving::WebSocket(path) => crate::websocket::server(io, path).await?,
+            Serving::Both(path) => match super::sniff::sniff(io).await? {
+                (super::sniff::Opening::Amqp, io) => io,
+                (super::sniff::Opening::Http, io) => crate::websocket::server(io, path).await?,
+            },
         };
         serve_io(wrap(io), self.opts).await
     }

@@ -15,6 +15,7 @@
 mod connection;
 mod link_request;
 mod listener;
+mod sniff;
 
 pub use connection::{ConnectionEvent, ServerConnection};
 pub use link_request::{LinkAnswer, LinkRequest};

@@ -31,6 +31,7 @@ mod request_log;
 mod sas;
 mod sessions;
 mod survival;
+mod tls;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -55,6 +56,10 @@ pub use request_log::ManagementRequest;
 use request_log::RequestLog;
 use survival::Survival;
 pub use survival::{EmulatorStats, SettlementAttempt};
+pub use tls::{
+    CA_FILE as TLS_CA_FILE, CERT_FILE as TLS_CERT_FILE, KEY_FILE as TLS_KEY_FILE, TlsIdentity,
+    TlsListen,
+};
 
 /// A running emulator.
 ///
@@ -71,6 +76,9 @@ pub use survival::{EmulatorStats, SettlementAttempt};
 pub struct Emulator {
     addr: SocketAddr,
     websocket_addr: Option<SocketAddr>,
+    /// The TLS listener's address and the generated CA file, when
+    /// [`EmulatorOptions::tls_listen`] is set.
+    tls: Option<(SocketAddr, Option<std::path::PathBuf>)>,
     shared: Arc<Shared>,
     shutdown: CancellationToken,
     connections: Arc<Mutex<Vec<CancellationToken>>>,
@@ -124,12 +132,37 @@ impl Emulator {
             .map_err(|e| Error::Server(format!("cannot listen on {}: {e}", options.listen)))?;
         let websocket = match &options.websocket_listen {
             Some(addr) => Some(
-                Listener::bind_websocket(addr.as_str(), sb_amqp::WEBSOCKET_PATH, server)
+                Listener::bind_websocket(addr.as_str(), sb_amqp::WEBSOCKET_PATH, server.clone())
                     .await
                     .map_err(|e| Error::Server(format!("cannot listen on {addr}: {e}")))?,
             ),
             None => None,
         };
+        // One TLS port for `amqps` and `wss` (and, later, HTTPS management): each connection's
+        // first bytes after TLS say which.
+        let (tls_listener, tls_ca) = match &options.tls_listen {
+            Some(tls) => {
+                let (config, ca) = tls::server_config(&tls.identity)?;
+                let opts = ServerOptions {
+                    tls: Some(config),
+                    ..server.clone()
+                };
+                let listener = Listener::bind_amqp_and_websocket(
+                    tls.addr.as_str(),
+                    sb_amqp::WEBSOCKET_PATH,
+                    opts,
+                )
+                .await
+                .map_err(|e| Error::Server(format!("cannot listen on {}: {e}", tls.addr)))?;
+                (Some(listener), ca)
+            }
+            None => (None, None),
+        };
+        let tls_addr = tls_listener
+            .as_ref()
+            .map(Listener::local_addr)
+            .transpose()
+            .map_err(|e| Error::Server(e.to_string()))?;
         let addr = listener
             .local_addr()
             .map_err(|e| Error::Server(e.to_string()))?;
@@ -168,12 +201,16 @@ impl Emulator {
         let emulator = Emulator {
             addr,
             websocket_addr,
+            tls: tls_addr.map(|addr| (addr, tls_ca)),
             shared: shared.clone(),
             shutdown: CancellationToken::new(),
             connections: Arc::new(Mutex::new(Vec::new())),
             tracker: TaskTracker::new(),
         };
-        for listener in std::iter::once(listener).chain(websocket) {
+        for listener in std::iter::once(listener)
+            .chain(websocket)
+            .chain(tls_listener)
+        {
             emulator.tracker.spawn(connection::accept_loop(
                 listener,
                 shared.clone(),
@@ -182,7 +219,7 @@ impl Emulator {
                 emulator.tracker.clone(),
             ));
         }
-        tracing::info!(%addr, websocket = ?websocket_addr, "Service Bus emulator listening.");
+        tracing::info!(%addr, websocket = ?websocket_addr, tls = ?tls_addr, "Service Bus emulator listening.");
         Ok(emulator)
     }
 
@@ -211,6 +248,41 @@ impl Emulator {
             format!(
                 "Endpoint=sb://{addr};SharedAccessKeyName={};SharedAccessKey={};UseDevelopmentEmulator=true;TransportType=AmqpWebSockets;",
                 self.shared.options.key_name, self.shared.options.key
+            )
+        })
+    }
+
+    /// The TLS listener's address (`amqps` and `wss`), when [`EmulatorOptions::tls_listen`] is
+    /// set.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls.as_ref().map(|(addr, _)| *addr)
+    }
+
+    /// The generated CA certificate (PEM) clients trust to verify the TLS listener, when the
+    /// emulator generated its certificate ([`TlsIdentity::Generate`]).
+    pub fn tls_ca_file(&self) -> Option<&std::path::Path> {
+        self.tls.as_ref().and_then(|(_, ca)| ca.as_deref())
+    }
+
+    /// The connection string for AMQP over TLS (`amqps`) on the TLS listener: `localhost`
+    /// (the name its generated certificate carries), no `UseDevelopmentEmulator`, so clients
+    /// use TLS and verify the certificate.
+    pub fn tls_connection_string(&self) -> Option<String> {
+        self.tls_string("")
+    }
+
+    /// The connection string for AMQP over secure WebSockets (`wss`) on the TLS listener.
+    pub fn tls_websocket_connection_string(&self) -> Option<String> {
+        self.tls_string("TransportType=AmqpWebSockets;")
+    }
+
+    fn tls_string(&self, transport: &str) -> Option<String> {
+        self.tls_addr().map(|addr| {
+            format!(
+                "Endpoint=sb://localhost:{}/;SharedAccessKeyName={};SharedAccessKey={};{transport}",
+                addr.port(),
+                self.shared.options.key_name,
+                self.shared.options.key
             )
         })
     }

@@ -61,6 +61,9 @@ pub struct EmulatorOptions {
     /// Also serve AMQP over WebSockets (plain `ws`, path `/$servicebus/websocket`,
     /// subprotocol `AMQPWSB10`) on this address.
     pub websocket_listen: Option<String>,
+    /// Also serve AMQP over TLS (`amqps`) and over secure WebSockets (`wss`) on one address,
+    /// with a generated or given certificate (`--tls-listen`).
+    pub tls_listen: Option<super::TlsListen>,
     /// Keys beside the root key ([`EmulatorOptions::key_name`], all rights), each with its
     /// rights (`SharedAccessPolicies` in `Config.json`).
     pub policies: Vec<SharedAccessPolicy>,
@@ -91,6 +94,7 @@ impl Default for EmulatorOptions {
             faults: Vec::new(),
             fault_seed: None,
             websocket_listen: None,
+            tls_listen: None,
             policies: Vec::new(),
             latency: Duration::ZERO,
             throttle: None,
@@ -197,6 +201,21 @@ impl EmulatorOptions {
     #[must_use]
     pub fn with_websocket_listen(mut self, addr: impl Into<String>) -> Self {
         self.websocket_listen = Some(addr.into());
+        self
+    }
+
+    /// Also serves `amqps` and `wss` on `addr`, with `identity`'s certificate
+    /// ([`EmulatorOptions::tls_listen`]).
+    #[must_use]
+    pub fn with_tls_listen(
+        mut self,
+        addr: impl Into<String>,
+        identity: super::TlsIdentity,
+    ) -> Self {
+        self.tls_listen = Some(super::TlsListen {
+            addr: addr.into(),
+            identity,
+        });
         self
     }
 }

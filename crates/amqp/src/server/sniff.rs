@@ -1,0 +1,113 @@
+//! Telling AMQP from HTTP on one port: the first bytes a client sends are the AMQP protocol
+//! header (`AMQP`) or an HTTP request line; they are read ahead and handed back unread.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
+
+use crate::core::BoxIo;
+use crate::error::Result;
+
+/// What the client opened with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Opening {
+    /// The AMQP (or SASL) protocol header.
+    Amqp,
+    /// Anything else: an HTTP request (a WebSocket upgrade, later other requests).
+    Http,
+}
+
+/// Reads the client's first four bytes (all four, or what came before it closed) and returns
+/// the stream with them put back.
+pub(crate) async fn sniff(mut io: BoxIo) -> Result<(Opening, BoxIo)> {
+    let mut head = [0u8; 4];
+    let mut filled = 0;
+    while filled < head.len() {
+        let n = io.read(&mut head[filled..]).await?;
+        if n == 0 {
+            break;
+        }
+        filled += n;
+    }
+    let opening = if head[..filled] == *b"AMQP" {
+        Opening::Amqp
+    } else {
+        Opening::Http
+    };
+    let rewound = Rewound {
+        head: head[..filled].to_vec(),
+        read: 0,
+        io,
+    };
+    Ok((opening, Box::new(rewound)))
+}
+
+/// A stream whose first bytes were read ahead: they are read again first.
+struct Rewound {
+    head: Vec<u8>,
+    read: usize,
+    io: BoxIo,
+}
+
+impl AsyncRead for Rewound {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.read < self.head.len() {
+            let rest = &self.head[self.read..];
+            let n = rest.len().min(buf.remaining());
+            buf.put_slice(&rest[..n]);
+            self.read += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Rewound {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    #[tokio::test]
+    async fn the_read_ahead_bytes_are_read_again() {
+        for (sent, expected) in [
+            (&b"AMQP\x00\x01\x00\x00"[..], Opening::Amqp),
+            (
+                &b"GET /$servicebus/websocket HTTP/1.1\r\n"[..],
+                Opening::Http,
+            ),
+        ] {
+            let (client, server) = tokio::io::duplex(64);
+            let mut client = client;
+            client.write_all(sent).await.unwrap();
+            drop(client);
+            let (opening, mut io) = sniff(Box::new(server)).await.unwrap();
+            assert_eq!(opening, expected);
+            let mut all = Vec::new();
+            io.read_to_end(&mut all).await.unwrap();
+            assert_eq!(all, sent);
+        }
+    }
+}
