@@ -573,7 +573,7 @@ async fn a_host_clock_ahead_of_the_broker_keeps_its_sessions() {
     let mut config = RuntimeConfig::new(ConsumerName::new("billing.order-placed.v1").unwrap());
     config.lock_margin = Duration::from_millis(500);
     let runtime = std::sync::Arc::new(Runtime::for_sessions(
-        ServiceBusSessionSource::new(client.clone(), "sq", Duration::from_secs(1)),
+        ServiceBusSessionSource::new(client.clone(), "sq").with_accept_wait(Duration::from_secs(1)),
         store,
         crate::support::handlers::Slow {
             inner: crate::support::handlers::Noop::new(),
