@@ -302,3 +302,44 @@ async fn python_sdk_over_websockets() {
     assert_orders_settled(&emulator);
     emulator.shutdown().await;
 }
+
+/// Issue 29 item 15: the official Python SDK reaches the emulator's TLS listener with `amqps` and
+/// with `TransportType.AmqpOverWebsocket` (`wss`), trusting the generated CA through
+/// `connection_verify`, and sends and receives one message over each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_over_amqps_and_wss_trusting_the_generated_ca() {
+    if !sdk_installed() || !websocket_client_installed() {
+        return;
+    }
+    let dir = crate::tls::tls_dir("python");
+    let emulator = crate::tls::tls_emulator(dir.clone()).await;
+    let ca = emulator
+        .tls_ca_file()
+        .expect("the emulator generated its CA");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/servicebus/sdk/python_tls.py"
+    );
+    let output = tokio::process::Command::new(sb_testkit::python())
+        .arg(script)
+        .arg(emulator.tls_connection_string().unwrap())
+        .arg(&ca)
+        .arg("q")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        ["python sdk tls: ok (amqps)", "python sdk tls: ok (wss)"]
+    );
+    // Both were completed: nothing left active or locked.
+    let counts = emulator.broker().entity("q").unwrap().counts();
+    assert_eq!((counts.active, counts.locked), (0, 0));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -13,7 +13,7 @@ use sb_testkit::ConnectProxy;
 use crate::support::emulator::queue;
 
 /// A fresh folder for one emulator's generated CA and certificate.
-fn tls_dir(test: &str) -> PathBuf {
+pub(crate) fn tls_dir(test: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("sb-inbox-tls-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
