@@ -23,9 +23,14 @@ async fn python_sdk_sends_receives_and_settles() {
 
 /// Runs `sdk/python_smoke.py ARGS`, asserts it succeeded, returns its stdout.
 async fn run_smoke(args: &[String]) -> String {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/servicebus/sdk/python_smoke.py"
+    run_script("python_smoke.py", args).await
+}
+
+/// Runs `sdk/SCRIPT ARGS`, asserts it succeeded, returns its stdout.
+async fn run_script(script: &str, args: &[String]) -> String {
+    let script = format!(
+        "{}/tests/servicebus/sdk/{script}",
+        env!("CARGO_MANIFEST_DIR")
     );
     let output = tokio::process::Command::new(sb_testkit::python())
         .arg(script)
@@ -316,24 +321,12 @@ async fn python_sdk_over_amqps_and_wss_trusting_the_generated_ca() {
     let ca = emulator
         .tls_ca_file()
         .expect("the emulator generated its CA");
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/servicebus/sdk/python_tls.py"
-    );
-    let output = tokio::process::Command::new(sb_testkit::python())
-        .arg(script)
-        .arg(emulator.tls_connection_string().unwrap())
-        .arg(&ca)
-        .arg("q")
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    let args = [
+        emulator.tls_connection_string().unwrap(),
+        ca.display().to_string(),
+        "q".to_owned(),
+    ];
+    let stdout = run_script("python_tls.py", &args).await;
     assert_eq!(
         stdout.lines().collect::<Vec<_>>(),
         ["python sdk tls: ok (amqps)", "python sdk tls: ok (wss)"]
