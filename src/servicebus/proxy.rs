@@ -1,8 +1,8 @@
 //! The HTTP proxy AMQP over WebSockets goes through: `HTTPS_PROXY` / `https_proxy` and
-//! `NO_PROXY` / `no_proxy`, read once (when the worker builds its client) or given explicitly,
-//! never looked up per connection. Only WebSockets use it, as in the official SDKs (.NET
-//! `ServiceBusClientOptions.WebProxy` applies to `AmqpWebSockets` only; Python's `http_proxy`
-//! needs `TransportType.AmqpOverWebsocket`): plain AMQP on 5671 cannot cross an HTTP proxy.
+//! `NO_PROXY` / `no_proxy`, read once (when the worker loads its configuration) or given
+//! explicitly, never looked up per connection. Only WebSockets use it, as in the official SDKs
+//! (see `sb_amqp`'s proxy module: .NET `ServiceBusClientOptions.WebProxy`, Python
+//! `_common/_configuration.py`): plain AMQP on 5671 cannot cross an HTTP proxy.
 
 use sb_amqp::HttpProxy;
 

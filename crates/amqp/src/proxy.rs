@@ -1,7 +1,9 @@
 //! HTTP `CONNECT` tunnels: AMQP over WebSockets through a forward proxy, the usual reason to
-//! choose WebSockets (a proxied, inspected egress). As the official SDKs do (.NET
-//! `AmqpWebSocketTransport` with `ServiceBusClientOptions.WebProxy`, Python `http_proxy`), only
-//! `ws`/`wss` use the proxy; the tunnel is opened before TLS, so the proxy sees host and port only.
+//! choose WebSockets (a proxied, inspected egress). As in the official SDKs only `ws`/`wss` use
+//! the proxy: .NET `ServiceBusClientOptions.WebProxy` ("a proxy cannot be used for communication
+//! over the raw AMQP protocol"), Python `_common/_configuration.py` (`http_proxy` switches the
+//! transport to `AmqpOverWebsocket`), JS `samples/.../gettingStarted/useProxy.js` (a proxy agent
+//! on the WebSocket). The tunnel is opened before TLS, so the proxy sees host and port only.
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
