@@ -196,6 +196,8 @@ struct ClientInner {
     timeout: Duration,
     /// `None`: Mozilla's roots (sb-amqp's default).
     tls: Option<Arc<rustls::ClientConfig>>,
+    /// The `CONNECT` proxy for `wss` (already matched against `NO_PROXY` for `host`).
+    proxy: Option<sb_amqp::HttpProxy>,
     current: StdMutex<Option<Arc<ConnectionScope>>>,
     /// One connection setup at a time (azure-amqp `Singleton`): callers that find no healthy
     /// connection wait for the one being opened instead of opening their own.
@@ -257,6 +259,7 @@ impl ServiceBusClient {
             DEFAULT_TIMEOUT,
             DEFAULT_SERVER_BUSY_WAIT,
             None,
+            None,
         )
     }
 
@@ -267,6 +270,7 @@ impl ServiceBusClient {
         timeout: Duration,
         busy_wait: Duration,
         tls: Option<Arc<rustls::ClientConfig>>,
+        proxy: Option<sb_amqp::HttpProxy>,
     ) -> Self {
         ServiceBusClient {
             inner: Arc::new(ClientInner {
@@ -275,6 +279,7 @@ impl ServiceBusClient {
                 tokens,
                 timeout,
                 tls,
+                proxy,
                 current: StdMutex::new(None),
                 opening: tokio::sync::Mutex::new(()),
                 busy: super::busy::BusyState::new(busy_wait),
@@ -295,6 +300,7 @@ impl ServiceBusClient {
             timeout,
             self.inner.busy.wait(),
             self.inner.tls.clone(),
+            self.inner.proxy.clone(),
         )
     }
 
@@ -310,6 +316,7 @@ impl ServiceBusClient {
             self.inner.timeout,
             wait,
             self.inner.tls.clone(),
+            self.inner.proxy.clone(),
         )
     }
 
@@ -326,7 +333,25 @@ impl ServiceBusClient {
             self.inner.timeout,
             self.inner.busy.wait(),
             Some(roots.client_config()?),
+            self.inner.proxy.clone(),
         ))
+    }
+
+    /// The same client opening AMQP over WebSockets through the HTTP proxy `proxy` chooses
+    /// for the namespace's host (a `CONNECT` tunnel, then TLS end to end; plain AMQP never
+    /// uses it). Without this call no proxy is used; the worker passes
+    /// [`super::ProxyConfig::from_env`]. Call before first use.
+    #[must_use]
+    pub fn with_proxy(self, proxy: &super::ProxyConfig) -> Self {
+        Self::build(
+            self.inner.url.clone(),
+            self.inner.host.clone(),
+            self.inner.tokens.clone(),
+            self.inner.timeout,
+            self.inner.busy.wait(),
+            self.inner.tls.clone(),
+            proxy.proxy_for(&self.inner.host).cloned(),
+        )
     }
 
     /// The client-wide server-busy state.
@@ -498,6 +523,7 @@ impl ServiceBusClient {
             idle_timeout: Some(IDLE_TIMEOUT),
             properties: Some(client_properties()),
             tls_config: self.inner.tls.clone(),
+            http_proxy: self.inner.proxy.clone(),
             ..ConnectionOptions::default()
         };
         step(

@@ -35,6 +35,7 @@ mod lock_clock;
 mod management;
 mod node;
 mod peek;
+mod proxy;
 mod receiver;
 mod sas;
 mod sender;
@@ -55,8 +56,10 @@ pub use connection_string::{ConnectionString, ConnectionStringError, Credential,
 pub use delivery::ServiceBusDelivery;
 pub use error::ServiceBusError;
 pub use peek::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, PeekedMessage};
+pub use proxy::{ProxyConfig, ProxyError};
 pub use receiver::{DEFAULT_LINK_IDLE_GUARD, ServiceBusReceiver};
 pub use sas::{SasToken, sign_sas};
+pub use sb_amqp::HttpProxy;
 pub use sender::{SendError, SendErrorKind, SendOptions, ServiceBusSender};
 #[allow(deprecated)]
 pub use sender_port::{ServiceBusPublisher, ServiceBusSenderPort};

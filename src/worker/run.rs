@@ -87,7 +87,8 @@ pub async fn run_with(
     let client = broker_client(&config.broker)?
         .with_server_busy_wait(config.server_busy_wait)
         .with_trust(&config.trust)
-        .map_err(|e| WorkerError::Config(e.to_string()))?;
+        .map_err(|e| WorkerError::Config(e.to_string()))?
+        .with_proxy(&config.proxy);
     // Served from the start, before the store opens; the Worker adds its probes to it.
     let readiness = Readiness::new();
     let store_ready = readiness.condition("store", "opening");

@@ -23,9 +23,14 @@ async fn python_sdk_sends_receives_and_settles() {
 
 /// Runs `sdk/python_smoke.py ARGS`, asserts it succeeded, returns its stdout.
 async fn run_smoke(args: &[String]) -> String {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/servicebus/sdk/python_smoke.py"
+    run_script("python_smoke.py", args).await
+}
+
+/// Runs `sdk/SCRIPT ARGS`, asserts it succeeded, returns its stdout.
+async fn run_script(script: &str, args: &[String]) -> String {
+    let script = format!(
+        "{}/tests/servicebus/sdk/{script}",
+        env!("CARGO_MANIFEST_DIR")
     );
     let output = tokio::process::Command::new(sb_testkit::python())
         .arg(script)
@@ -301,4 +306,33 @@ async fn python_sdk_over_websockets() {
     assert!(stdout.contains("python sdk: ok (websockets)"), "{stdout}");
     assert_orders_settled(&emulator);
     emulator.shutdown().await;
+}
+
+/// Issue 29 item 15: the official Python SDK reaches the emulator's TLS listener with `amqps` and
+/// with `TransportType.AmqpOverWebsocket` (`wss`), trusting the generated CA through
+/// `connection_verify`, and sends and receives one message over each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_over_amqps_and_wss_trusting_the_generated_ca() {
+    if !sdk_installed() || !websocket_client_installed() {
+        return;
+    }
+    let dir = crate::tls::tls_dir("python");
+    let emulator = crate::tls::tls_emulator(dir.clone()).await;
+    let ca = emulator
+        .tls_ca_file()
+        .expect("the emulator generated its CA");
+    let args = [
+        emulator.tls_connection_string().unwrap(),
+        ca.display().to_string(),
+        "q".to_owned(),
+    ];
+    let stdout = run_script("python_tls.py", &args).await;
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        ["python sdk tls: ok (amqps)", "python sdk tls: ok (wss)"]
+    );
+    // Both were completed: nothing left active or locked.
+    let counts = emulator.broker().entity("q").unwrap().counts();
+    assert_eq!((counts.active, counts.locked), (0, 0));
+    let _ = std::fs::remove_dir_all(dir);
 }

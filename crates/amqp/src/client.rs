@@ -33,6 +33,8 @@ pub struct ConnectionOptions {
     pub tls_config: Option<Arc<rustls::ClientConfig>>,
     /// `properties` sent in `open`.
     pub properties: Option<Fields>,
+    /// For `ws`/`wss` only: the HTTP proxy to tunnel through with `CONNECT` (before TLS).
+    pub http_proxy: Option<crate::HttpProxy>,
 }
 
 impl Default for ConnectionOptions {
@@ -46,6 +48,7 @@ impl Default for ConnectionOptions {
             sasl: None,
             tls_config: None,
             properties: None,
+            http_proxy: None,
         }
     }
 }
@@ -83,7 +86,7 @@ impl Connection {
         } else {
             None
         };
-        let io = transport::connect_to(&a, tls).await?;
+        let io = transport::connect_to(&a, tls, opts.http_proxy.as_ref()).await?;
         let mut opts = opts;
         if opts.sasl.is_none() {
             opts.sasl = Some(a.sasl.clone());

@@ -182,6 +182,9 @@ pub enum Error {
     /// TLS setup or handshake failure.
     #[error("TLS error: {0}")]
     Tls(String),
+    /// The HTTP proxy refused the `CONNECT` tunnel or did not answer in HTTP.
+    #[error("HTTP proxy: {0}")]
+    Proxy(String),
     /// The URL or address could not be parsed.
     #[error("invalid address: {0}")]
     InvalidAddress(String),

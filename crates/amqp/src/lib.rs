@@ -58,6 +58,7 @@ pub mod frame;
 #[cfg(test)]
 mod hostile_tests;
 pub mod performative;
+mod proxy;
 mod request;
 pub mod sasl;
 mod server;
@@ -76,6 +77,7 @@ pub use delivery::{
 };
 pub use error::{AmqpError, Error, Result, condition};
 pub use frame::{Frame, FrameBody};
+pub use proxy::HttpProxy;
 pub use request::RequestResponse;
 pub use sasl::{SaslClient, SaslIdentity, SaslServer};
 pub use server::{

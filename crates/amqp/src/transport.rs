@@ -126,16 +126,30 @@ pub fn default_tls_config() -> Result<Arc<rustls::ClientConfig>> {
     Ok(Arc::new(cfg))
 }
 
-/// Opens TCP, TLS when asked, and the WebSocket for `ws`/`wss` addresses.
+/// Opens TCP (through `proxy` for `ws`/`wss`), TLS when asked, and the WebSocket for
+/// `ws`/`wss` addresses.
 pub(crate) async fn connect_to(
     a: &Address,
     tls: Option<Arc<rustls::ClientConfig>>,
+    proxy: Option<&crate::HttpProxy>,
 ) -> Result<BoxIo> {
-    let io = connect(&a.host, a.port, tls).await?;
     match &a.websocket {
-        Some(path) => crate::websocket::client(io, a.tls, &a.host, a.port, path).await,
-        None => Ok(io),
+        Some(path) => {
+            let tcp = match proxy {
+                Some(proxy) => crate::proxy::tunnel(proxy, &a.host, a.port).await?,
+                None => tcp(&a.host, a.port).await?,
+            };
+            let io = secure(tcp, &a.host, tls).await?;
+            crate::websocket::client(io, a.tls, &a.host, a.port, path).await
+        }
+        None => connect(&a.host, a.port, tls).await,
     }
+}
+
+async fn tcp(host: &str, port: u16) -> Result<TcpStream> {
+    let tcp = TcpStream::connect((host, port)).await?;
+    tcp.set_nodelay(true)?;
+    Ok(tcp)
 }
 
 /// Opens TCP (and TLS when asked) to `host:port`.
@@ -144,8 +158,15 @@ pub(crate) async fn connect(
     port: u16,
     tls: Option<Arc<rustls::ClientConfig>>,
 ) -> Result<BoxIo> {
-    let tcp = TcpStream::connect((host, port)).await?;
-    tcp.set_nodelay(true)?;
+    secure(tcp(host, port).await?, host, tls).await
+}
+
+/// TLS over `tcp` when asked, verifying `host`.
+async fn secure(
+    tcp: TcpStream,
+    host: &str,
+    tls: Option<Arc<rustls::ClientConfig>>,
+) -> Result<BoxIo> {
     match tls {
         None => Ok(Box::new(tcp)),
         Some(cfg) => {

@@ -25,6 +25,10 @@
 
 use std::io::Write as _;
 
+mod connect_proxy;
+
+pub use connect_proxy::ConnectProxy;
+
 /// Something a test needs from the machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dependency {

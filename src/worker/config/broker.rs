@@ -9,7 +9,9 @@ use super::keys::{
     CA_FILE, CONNECTION, ENTITY, NAMESPACE, NATIVE_ROOTS, SERVER_BUSY_WAIT_MS, TRANSPORT,
 };
 use super::reader::Reader;
-use crate::servicebus::{ConnectionString, DEFAULT_SERVER_BUSY_WAIT, Transport, TrustRoots};
+use crate::servicebus::{
+    ConnectionString, DEFAULT_SERVER_BUSY_WAIT, ProxyConfig, Transport, TrustRoots,
+};
 
 /// How the worker reaches Service Bus.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,4 +145,17 @@ pub(super) fn trust(r: &mut Reader<'_>, file: &ServiceBusFile) -> TrustRoots {
         r.fail(CA_FILE, error.to_string());
     }
     roots
+}
+
+/// The HTTP proxy for AMQP over WebSockets: `HTTPS_PROXY` / `https_proxy` and `NO_PROXY` /
+/// `no_proxy`, the variables curl and the official SDKs' HTTP stacks read. Read once here, so a
+/// malformed proxy is a configuration problem, not a failed connection.
+pub(super) fn proxy(r: &mut Reader<'_>) -> ProxyConfig {
+    match ProxyConfig::from_env_vars(|name| r.var(name)) {
+        Ok(proxy) => proxy,
+        Err(error) => {
+            r.fail_at("HTTPS_PROXY".to_owned(), error.to_string());
+            ProxyConfig::none()
+        }
+    }
 }

@@ -54,6 +54,8 @@ pub struct WorkerConfig {
     /// The certificate authorities trusted for `amqps`/`wss` (`servicebus.ca_file`,
     /// `servicebus.native_roots`).
     pub trust: TrustRoots,
+    /// The HTTP proxy AMQP over WebSockets goes through (`HTTPS_PROXY`, `NO_PROXY`).
+    pub proxy: crate::servicebus::ProxyConfig,
     /// The entity the first consumer consumes.
     pub entity: String,
     /// Every consumer the worker hosts, in file order: the top-level `consumer` on
@@ -147,6 +149,7 @@ impl WorkerConfig {
         let broker = broker::address(&mut r, &file.servicebus);
         let server_busy_wait = broker::server_busy_wait(&mut r, &file.servicebus);
         let trust = broker::trust(&mut r, &file.servicebus);
+        let proxy = broker::proxy(&mut r);
         let entity = broker::entity(&mut r, &file.servicebus, broker.as_ref(), listed);
         let runtime = runtime::RuntimeSection::read(&mut r, &file.runtime);
         // Port 0 picks a free port, logged at start-up.
@@ -180,6 +183,7 @@ impl WorkerConfig {
         };
         Ok(WorkerConfig {
             trust,
+            proxy,
             runtime: first.runtime,
             store,
             broker,

@@ -667,3 +667,32 @@ fn the_ca_bundle_comes_from_the_setting_or_ssl_cert_file_and_must_be_readable() 
         ),
     }
 }
+
+/// Issue 29 item 15: `HTTPS_PROXY` / `NO_PROXY` reach the worker's client; a malformed proxy is
+/// a configuration problem naming the variable.
+#[test]
+fn the_websocket_proxy_comes_from_https_proxy_and_no_proxy_and_must_parse() {
+    use crate::servicebus::{HttpProxy, ProxyConfig};
+    assert_eq!(load(GOOD, &[]).unwrap().proxy, ProxyConfig::none());
+    let config = load(
+        GOOD,
+        &[
+            ("https_proxy", "http://proxy.corp:3128"),
+            ("NO_PROXY", ".internal"),
+        ],
+    )
+    .unwrap();
+    let proxy = HttpProxy {
+        host: "proxy.corp".into(),
+        port: 3128,
+    };
+    assert_eq!(
+        config.proxy,
+        ProxyConfig::through(proxy).with_no_proxy(".internal")
+    );
+    let problems = load(GOOD, &[("HTTPS_PROXY", "https://proxy.corp:3128")])
+        .unwrap_err()
+        .to_string();
+    assert!(problems.contains("HTTPS_PROXY"), "{problems}");
+    assert!(problems.contains("only http:// proxies"), "{problems}");
+}
