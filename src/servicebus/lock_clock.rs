@@ -34,13 +34,13 @@ impl Default for LockClock {
 
 impl LockClock {
     /// Learns from a delivery taken from the link at host time `now` (its lock's end and its
-    /// enqueued time, both broker time); the offset learned so far, if any.
+    /// enqueued time, both broker time).
     pub(super) fn learn(
         &self,
         locked_until: SystemTime,
         enqueued: Option<SystemTime>,
         now: SystemTime,
-    ) -> Option<i64> {
+    ) {
         let until = millis(locked_until);
         if let Some(span) = enqueued.map(|at| until.saturating_sub(millis(at)))
             && span > 0
@@ -48,27 +48,19 @@ impl LockClock {
             self.span_ms.fetch_min(span, Ordering::AcqRel);
         }
         let span = self.span_ms.load(Ordering::Acquire);
-        if span == i64::MAX {
-            return None;
+        if span != i64::MAX {
+            let sample = millis(now).saturating_sub(until.saturating_sub(span));
+            self.offset_ms.fetch_min(sample, Ordering::AcqRel);
         }
-        let sample = millis(now).saturating_sub(until.saturating_sub(span));
-        Some(
-            self.offset_ms
-                .fetch_min(sample, Ordering::AcqRel)
-                .min(sample),
-        )
     }
 
-    /// True when the lock `locked_until` of a delivery taken from the link at host time `now`
-    /// ran out while it waited there; learns from it either way.
-    pub(super) fn ran_out(
-        &self,
-        locked_until: SystemTime,
-        enqueued: Option<SystemTime>,
-        now: SystemTime,
-    ) -> bool {
-        self.learn(locked_until, enqueued, now)
-            .is_some_and(|offset| millis(now).saturating_sub(offset) >= millis(locked_until))
+    /// True when the lock `locked_until` of a delivery taken at host time `now` (and learned
+    /// from, [`LockClock::learn`]) ran out while it waited on the link.
+    pub(super) fn ran_out(&self, locked_until: SystemTime, now: SystemTime) -> bool {
+        match self.offset_ms.load(Ordering::Acquire) {
+            i64::MAX => false,
+            offset => millis(now).saturating_sub(offset) >= millis(locked_until),
+        }
     }
 
     /// The broker's time at host time `now` as far as it was learned (a little behind it, by
@@ -110,7 +102,8 @@ mod tests {
         } else {
             now - Duration::from_secs(skew.unsigned_abs())
         };
-        clock.ran_out(granted + LOCK, Some(granted), now)
+        clock.learn(granted + LOCK, Some(granted), now);
+        clock.ran_out(granted + LOCK, now)
     }
 
     #[test]
@@ -131,7 +124,8 @@ mod tests {
         let clock = LockClock::default();
         let t0 = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         // No enqueued time: no span, however stale the lock looks on the host.
-        assert!(!clock.ran_out(t0, None, t0 + Duration::from_secs(600)));
+        clock.learn(t0, None, t0 + Duration::from_secs(600));
+        assert!(!clock.ran_out(t0, t0 + Duration::from_secs(600)));
         assert_eq!(clock.broker_now(t0), t0);
     }
 

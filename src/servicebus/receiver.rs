@@ -462,10 +462,20 @@ impl ServiceBusReceiver {
         let refusal = match delivery.message() {
             Ok(message) => {
                 let received = from_amqp(&message, &delivery.delivery_tag);
+                let now = SystemTime::now();
+                if let Some(until) = received.locked_until {
+                    // Every delivery teaches the broker's clock: what the check below and
+                    // settlement deadlines read.
+                    self.inner
+                        .lock_clock
+                        .learn(until, received.enqueued_time, now);
+                }
                 if capacity > 0
                     && self.inner.session.get().is_none()
                     && received.refusal.is_none()
-                    && self.lock_ran_out(&received)
+                    && received
+                        .locked_until
+                        .is_some_and(|until| self.inner.lock_clock.ran_out(until, now))
                 {
                     // It waited on the link past its lock (nothing renews a lock before the
                     // delivery is handed out): the broker has made it available again, so it
@@ -520,12 +530,6 @@ impl ServiceBusReceiver {
         received: Received,
     ) -> ServiceBusDelivery {
         self.inner.in_hand.fetch_add(1, Ordering::AcqRel);
-        if let Some(until) = received.locked_until {
-            // Every delivery teaches the broker's clock, which settlement deadlines read.
-            self.inner
-                .lock_clock
-                .learn(until, received.enqueued_time, SystemTime::now());
-        }
         let lock_token = received.lock_token.unwrap_or_else(uuid::Uuid::nil);
         let locked_until = received
             .locked_until
@@ -540,16 +544,6 @@ impl ServiceBusReceiver {
             settled: AtomicBool::new(false),
             received,
         }
-    }
-
-    /// True when the delivery's lock had run out before it was taken from the link (judged
-    /// against the broker's clock as learned, see [`LockClock`]).
-    fn lock_ran_out(&self, received: &Received) -> bool {
-        received.locked_until.is_some_and(|until| {
-            self.inner
-                .lock_clock
-                .ran_out(until, received.enqueued_time, SystemTime::now())
-        })
     }
 
     /// Pipelined: grants what keeps the link's deliveries plus those in hand at `capacity`, in
