@@ -141,14 +141,13 @@ impl Delivery {
     }
 }
 
-/// Decodes an encoded AMQP message.
+/// Decodes an encoded AMQP message: the bytes pass [`crate::validate_encoding`] (every
+/// length, count and nesting level bounded by the bytes present) before `serde_amqp` reads them.
 ///
 /// # Errors
 /// [`Error::Decode`] if the bytes are not a valid AMQP message.
 pub fn decode_message(b: &[u8]) -> Result<AnyMessage> {
-    serde_amqp::from_slice::<Deserializable<AnyMessage>>(b)
-        .map(|d| d.0)
-        .map_err(|e| Error::Decode(e.to_string()))
+    crate::decode::decode::<Deserializable<AnyMessage>>(b).map(|d| d.0)
 }
 
 /// Encodes an AMQP message.

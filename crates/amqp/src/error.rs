@@ -136,7 +136,7 @@ fn condition_symbol(cond: &ErrorCondition) -> String {
     // The codec only exposes the symbol through serde; a failed round trip keeps the debug form.
     serde_amqp::to_vec(cond)
         .ok()
-        .and_then(|b| serde_amqp::from_slice::<Symbol>(&b).ok())
+        .and_then(|b| crate::decode::decode::<Symbol>(&b).ok())
         .map(|s| s.0)
         .unwrap_or_else(|| format!("{cond:?}"))
 }
@@ -144,7 +144,7 @@ fn condition_symbol(cond: &ErrorCondition) -> String {
 fn symbol_condition(s: &str) -> ErrorCondition {
     serde_amqp::to_vec(&Symbol::from(s))
         .ok()
-        .and_then(|b| serde_amqp::from_slice::<ErrorCondition>(&b).ok())
+        .and_then(|b| crate::decode::decode::<ErrorCondition>(&b).ok())
         .unwrap_or_else(|| ErrorCondition::Custom(Symbol::from(s)))
 }
 

@@ -1,8 +1,9 @@
 //! Hostile inputs: every length, count and nesting level an attacker controls stays within the
 //! bytes actually sent. Each case here once made the decoder ask for gigabytes, loop for
 //! billions of elements, underflow a count or overflow the stack (issue 18, and crashes found
-//! by `crates/amqp/fuzz`); the vendored `serde_amqp` (vendor/serde_amqp/PATCHED.md) and the
-//! frame layer must turn each into an error after at most a small allocation.
+//! by the cargo-fuzz targets in `fuzz/`); the bounds check in front of the upstream `serde_amqp`
+//! (`crate::decode`, `validate_encoding`) and the frame layer must turn each into an error after
+//! at most a small allocation. These tests run against the unpatched crates.io `serde_amqp`.
 //!
 //! The allocation probe is this test binary's global allocator: it records the largest single
 //! request made on the current thread, so a decoder that allocates a wire-claimed length up
@@ -16,7 +17,7 @@ use bytes::BytesMut;
 use crate::frame::Frame;
 use crate::performative::Performative;
 use crate::sasl::SaslFrame;
-use crate::{Error, decode_message};
+use crate::{Error, MAX_NESTING, decode_message};
 
 thread_local! {
     static LARGEST: Cell<usize> = const { Cell::new(0) };
@@ -231,6 +232,51 @@ fn hostile_values_inside_performatives_and_sasl_frames_fail() {
             });
         }
     }
+}
+
+/// The fuzz finding of issue 18 through the public decode API: six bytes, a `sym32` claiming
+/// 3,250,700,737 bytes. Upstream `serde_amqp` alone allocates the claim before reading.
+#[test]
+fn six_byte_sym32_claim_is_refused_without_a_large_allocation() {
+    let six = [0xb3, 0xc1, 0xc1, 0xc1, 0xc1, 0xc1];
+    bounded("b3 c1 c1 c1 c1 c1", || {
+        assert!(matches!(decode_message(&six), Err(Error::Decode(_))));
+        assert!(matches!(
+            decode_message(&amqp_value(&six)),
+            Err(Error::Decode(_))
+        ));
+    });
+    // Inside a transfer frame's payload, as a receiver sees it.
+    // transfer(handle 0, delivery-id 1, delivery-tag "x", message-format 0), then the payload.
+    let mut frame = vec![
+        0, 0, 0, 0, 2, 0, 0, 0, 0x00, 0x53, 0x14, 0xc0, 0x08, 0x04, 0x43, 0x52, 0x01, 0xa0, 0x01,
+        b'x', 0x43,
+    ];
+    frame.extend_from_slice(&amqp_value(&six));
+    let size = u32::try_from(frame.len()).unwrap_or(u32::MAX);
+    frame[..4].copy_from_slice(&size.to_be_bytes());
+    let mut buf = BytesMut::from(&frame[..]);
+    bounded("transfer payload", || {
+        let parsed = Frame::parse(&mut buf, 512);
+        let Ok(Some(Frame {
+            body: crate::FrameBody::Amqp(_, payload),
+            ..
+        })) = parsed
+        else {
+            panic!("the frame itself parses: {parsed:?}");
+        };
+        assert!(decode_message(&payload).is_err());
+    });
+}
+
+#[test]
+fn nesting_at_the_bound_decodes_on_a_test_thread() {
+    // The amqp-value section is one level, its lists the rest: the deepest the bounds check
+    // lets through, decoded by upstream `serde_amqp` within a 2 MiB test-thread stack.
+    let msg = amqp_value(&nested_lists(MAX_NESTING - 1));
+    assert!(decode_message(&msg).is_ok());
+    let too_deep = amqp_value(&nested_lists(MAX_NESTING));
+    assert!(decode_message(&too_deep).is_err());
 }
 
 #[test]

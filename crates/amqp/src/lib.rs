@@ -5,6 +5,8 @@
 //! - `frame`: parses and encodes frames; never touches a socket ([`Frame::parse`]).
 //! - `performative`: one file per performative (open … close) with byte-level tests;
 //!   field layouts come from `fe2o3-amqp-types`.
+//! - `decode`: the bounds check every untrusted byte passes before `serde_amqp` reads it
+//!   ([`validate_encoding`]; lengths, counts, nesting, an element budget).
 //! - `sasl`: SASL frames plus client (ANONYMOUS, PLAIN) and server (configurable list, e.g.
 //!   MSSBCBS, PLAIN, ANONYMOUS) exchanges.
 //! - `transport`: URLs, TCP, TLS (rustls with the `ring` provider); `websocket`: AMQP over
@@ -52,6 +54,7 @@
 mod builder;
 mod client;
 mod core;
+mod decode;
 mod delivery;
 mod error;
 pub mod frame;
@@ -71,6 +74,7 @@ pub use core::{
     BoxIo, Connection, FramedIo, Io, LinkStatus, Receiver, ReceiverOptions, Sender, SenderOptions,
     Session, SessionOptions, Settler, unique_name,
 };
+pub use decode::{EncodingError, MAX_NESTING, validate_encoding};
 pub use delivery::{
     AnyMessage, BATCH_MESSAGE_FORMAT, Delivery, IncomingDisposition, LinkFlow, Outcome, Sendable,
     decode_message, encode_message,
@@ -91,6 +95,9 @@ pub use websocket::{SERVICE_BUS_PATH as WEBSOCKET_PATH, SUBPROTOCOL as WEBSOCKET
 pub use fe2o3_amqp_types as types;
 /// rustls, re-exported for building TLS configurations.
 pub use rustls;
+/// `serde_amqp`, for its value types and the encoder. Its decoder (`codec::from_slice`) trusts
+/// the lengths it reads: decode untrusted bytes with [`decode_message`] (or check them with
+/// [`validate_encoding`] first).
 pub use serde_amqp as codec;
 
 /// Compiles the README's examples as doctests.

@@ -5,8 +5,8 @@
 //! leniency rules and the byte-level tests.
 
 use bytes::{BufMut, BytesMut};
-use serde::de::DeserializeOwned;
 
+use crate::decode::{Wire, decode};
 use crate::error::{Error, Result};
 
 mod attach;
@@ -93,21 +93,22 @@ fn symbolic_code(name: &[u8]) -> Option<u64> {
     })
 }
 
-/// Decodes a performative body. If the strict decode fails, retries once with map keys
-/// encoded as strings turned into symbols: some peers send `fields` (symbol-keyed maps)
-/// with string keys.
-pub(crate) fn decode_as<T: DeserializeOwned>(b: &[u8]) -> Result<T> {
-    match serde_amqp::from_slice(b) {
+/// Decodes a performative body (through the bounds check of [`crate::decode`]). If the strict
+/// decode fails, retries once with map keys encoded as strings turned into symbols: some peers
+/// send `fields` (symbol-keyed maps) with string keys. The rewrite keeps every length, so a body
+/// the bounds check refused is refused again.
+pub(crate) fn decode_as<T: Wire>(b: &[u8]) -> Result<T> {
+    match decode(b) {
         Ok(v) => Ok(v),
         Err(e) => {
             let mut copy = b.to_vec();
             if symbolize_map_keys(&mut copy, 0).is_some()
                 && copy != b
-                && let Ok(v) = serde_amqp::from_slice(&copy)
+                && let Ok(v) = decode(&copy)
             {
                 return Ok(v);
             }
-            Err(Error::Decode(e.to_string()))
+            Err(e)
         }
     }
 }
