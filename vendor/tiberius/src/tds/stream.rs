@@ -1,7 +1,0 @@
-mod command;
-mod query;
-mod token;
-
-pub use command::*;
-pub use query::*;
-pub use token::*;
