@@ -7,10 +7,11 @@
 //! - `Wire`: the types the crate decodes, a closed set. Upstream `serde_amqp` 0.18 has two
 //!   `unreachable!()`s in `Deserializer::deserialize_byte_buf` / `deserialize_bytes` (de.rs) on
 //!   a state a previous value leaves behind: decoding a borrowed `SymbolRef` or a `LazyValue`
-//!   never resets it, so a binary after one panics, from a well-formed encoding
-//!   (`tests::borrowed_symbol_then_binary_panics_upstream`). No structural check can see that;
-//!   the type can. Only owned types reviewed to contain neither get an impl (`DeserializeOwned`
-//!   already rules out `SymbolRef<'de>`).
+//!   never resets it, so binary data after one panics, from a well-formed encoding
+//!   (`tests::borrowed_symbol_then_binary_panics_upstream`,
+//!   `tests::lazy_value_then_bytes_panics_upstream`). No structural check can see that; the type
+//!   can. Only owned types reviewed to contain neither get an impl (`DeserializeOwned` already
+//!   rules out `SymbolRef<'de>`; `LazyValue` is kept out by the list).
 
 mod validate;
 

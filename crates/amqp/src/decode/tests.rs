@@ -74,6 +74,11 @@ fn codes_outside_every_subcategory_are_refused() {
     for code in [0x01u8, 0x13, 0x2f, 0x3a] {
         assert_eq!(check(&[code, 0, 0]), Err(UnknownFormatCode { code, at: 0 }));
     }
+    // As an array's element constructor, even with no elements.
+    assert_eq!(
+        check(&[0xe0, 0x02, 0x00, 0x20]),
+        Err(UnknownFormatCode { code: 0x20, at: 3 })
+    );
     // Inside a list, at its offset.
     assert_eq!(
         check(&[0xc0, 0x02, 0x01, 0x20]),
@@ -283,6 +288,19 @@ fn borrowed_symbol_then_binary_panics_upstream() {
     assert_eq!(check(&list), Ok(()), "well-formed");
     let upstream = std::panic::catch_unwind(|| {
         serde_amqp::from_slice::<(SymbolRef<'_>, serde_bytes::ByteBuf)>(&list).map(|_| ())
+    });
+    assert!(upstream.is_err(), "upstream no longer panics: {upstream:?}");
+}
+
+/// Upstream's second `unreachable!()` (`deserialize_bytes`): a `LazyValue` (owned, so
+/// `DeserializeOwned` does not exclude it; the closed `Wire` set does) leaves its marker, and
+/// borrowed bytes after it panic the decoder.
+#[test]
+fn lazy_value_then_bytes_panics_upstream() {
+    let list = [0xc0, 0x05, 0x02, 0x40, 0xa0, 0x01, 0x07];
+    assert_eq!(check(&list), Ok(()), "well-formed");
+    let upstream = std::panic::catch_unwind(|| {
+        serde_amqp::from_slice::<(serde_amqp::lazy::LazyValue, &[u8])>(&list).map(|_| ())
     });
     assert!(upstream.is_err(), "upstream no longer panics: {upstream:?}");
 }

@@ -252,6 +252,13 @@ impl Walk<'_> {
             }
             cursor += 1;
         }
+        // Checked even when the count is 0, when no element would reach `data`.
+        if element >> 4 < 0x4 {
+            return Err(EncodingError::UnknownFormatCode {
+                code: element,
+                at: cursor - 1,
+            });
+        }
         // Zero-width elements own no bytes: only the budget bounds their count.
         if element >> 4 != 0x4 && count > body_end - cursor {
             return Err(EncodingError::CountExceedsSize { at });
