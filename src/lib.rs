@@ -139,20 +139,7 @@ pub mod telemetry;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 
-// The application: the `sb-inbox` binary's modules, on the library's API. Public because the
-// binary and the integration tests drive them; kept out of the library's documentation (they
-// have no stability promise) and behind `app`, so a library user compiles none of them.
-#[cfg(all(feature = "app", feature = "sqlite"))]
-#[doc(hidden)]
-pub mod demo;
-#[cfg(feature = "app")]
-#[doc(hidden)]
-pub mod inventory;
-#[cfg(feature = "app")]
-#[doc(hidden)]
-pub mod ops;
-#[cfg(feature = "app")]
-#[doc(hidden)]
+#[cfg(feature = "worker")]
 pub mod worker;
 
 pub use ports::{

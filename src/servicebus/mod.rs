@@ -18,7 +18,7 @@
 //!   `Sender` port, any destination, one `ServiceBusSender` each (formerly
 //!   `ServiceBusPublisher`, kept as a deprecated alias).
 //! - [`ServiceBusClient::peek`] / [`PeekedMessage`]: `$management` peek-message, e.g. of a
-//!   dead-letter queue.
+//!   dead-letter queue; [`resubmission`]: the copy of a dead letter to send again.
 
 mod amqp_message;
 mod auth;
@@ -37,6 +37,7 @@ mod node;
 mod peek;
 mod proxy;
 mod receiver;
+mod resubmit;
 mod sas;
 mod sender;
 mod sender_port;
@@ -58,6 +59,7 @@ pub use error::ServiceBusError;
 pub use peek::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, PeekedMessage};
 pub use proxy::{ProxyConfig, ProxyError};
 pub use receiver::{DEFAULT_LINK_IDLE_GUARD, ServiceBusReceiver};
+pub use resubmit::{RESUBMISSION_PROPERTY, resubmission};
 pub use sas::{SasToken, sign_sas};
 pub use sb_amqp::HttpProxy;
 pub use sender::{SendError, SendErrorKind, SendOptions, ServiceBusSender};

@@ -14,11 +14,13 @@
 //! `opentelemetry` API only; without [`init`] (or without an endpoint) those are no-ops.
 
 pub mod cardinality;
+#[cfg(feature = "logs")]
 mod export;
 pub mod hooks;
 pub mod names;
 pub mod propagation;
 
+#[cfg(feature = "logs")]
 pub use export::{
     LogFormat, LogFormatError, OTEL_ENV_VARS, Telemetry, TelemetryConfig, TelemetryError, init,
 };

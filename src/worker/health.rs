@@ -262,7 +262,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Serves the probes on `listener` (when given) until the returned guard is dropped: they
 /// answer until the drain is over, then stop with the worker.
-pub(crate) fn serve_while(listener: Option<TcpListener>, readiness: &Readiness) -> DropGuard {
+pub fn serve_while(listener: Option<TcpListener>, readiness: &Readiness) -> DropGuard {
     let stop = CancellationToken::new();
     if let Some(listener) = listener {
         tokio::spawn(serve(listener, readiness.clone(), stop.clone()));
