@@ -155,12 +155,12 @@ fn the_check_sees_a_path_outside_the_api() {
     );
     // Built at run time, so this file itself names no such path.
     let text = format!(
-        "use sb_inbox::{{Tx, {}::send}};\nlet w = sb_inbox::{}::Worker::new(); // sb_inbox_cli::ops\n",
+        "use sb_inbox::{{Tx, {}::send}};\nlet w = sb_inbox::{}::Worker::new(); // sb_inbox::ops\n",
         "ops", "worker"
     );
     let found = outside("t", &text, &api);
     assert_eq!(found.len(), 2, "{found:?}");
-    assert!(found[0].contains("sb_inbox_cli::ops"), "{found:?}");
+    assert!(found[0].contains("sb_inbox::ops"), "{found:?}");
     assert!(found[1].contains("sb_inbox::worker"), "{found:?}");
     assert!(outside("t", "use sb_inbox::store::Migration;", &api).is_empty());
     assert!(outside("t", "use my_sb_inbox::ops;", &api).is_empty());
