@@ -142,7 +142,7 @@ mod tests {
 
     #[test]
     fn a_bad_tracestate_drops_only_the_state() {
-        let context = parse(&format!("00-{TRACE}-{PARENT}-01"), Some("=,=")).unwrap();
+        let context = parse(&format!("00-{TRACE}-{PARENT}-01"), Some("no separator")).unwrap();
         assert_eq!(context.trace_state().header(), "");
     }
 }
