@@ -14,7 +14,7 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/usr/local/cargo/git,sharing=locked \
     --mount=type=cache,target=/build/target,sharing=locked \
-    cargo build --release --locked --bin sb-inbox \
+    cargo build --release --locked -p sb-inbox-cli --bin sb-inbox \
     && cp target/release/sb-inbox /sb-inbox
 
 # glibc and libgcc only (rusqlite is bundled, tokio-postgres needs no OpenSSL); runs as uid 65532.

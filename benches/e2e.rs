@@ -22,12 +22,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use sb_emulator::Emulator;
-use sb_inbox::inventory::{InventoryTx, OrderPlaced, OrderPlacedConsumer};
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
 use sb_inbox::{
     ConsumerName, Message, OutboxMessage, PgStore, PgTx, Runtime, RuntimeConfig, Savepoint, Store,
     StoreError, Tx, VersionCheck,
 };
+use sb_inbox_cli::inventory::{InventoryTx, OrderPlaced, OrderPlacedConsumer};
 use tokio_util::sync::CancellationToken;
 
 const SECONDS: f64 = 3.0;

@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use sb_inbox::PgStore;
-use sb_inbox::inventory::{OrderLine, OrderPlaced};
 use sb_inbox::retention::{RetentionConfig, RetentionTask};
+use sb_inbox_cli::inventory::{OrderLine, OrderPlaced};
 use tokio_util::sync::CancellationToken;
 
 #[path = "common/inventory_tx.rs"]
@@ -59,7 +59,7 @@ async fn store(rows: u64) -> PgStore {
         .await
         .unwrap();
     store.migrate().await.unwrap();
-    sb_inbox::inventory::InventoryStore::migrate_inventory(&store)
+    sb_inbox_cli::inventory::InventoryStore::migrate_inventory(&store)
         .await
         .unwrap();
     let started = Instant::now();

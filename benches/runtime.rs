@@ -6,9 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use sb_inbox::inventory::{InventoryTx, OrderPlaced, OrderPlacedConsumer};
 use sb_inbox::testing::MemoryBroker;
 use sb_inbox::{Clock, ConsumerName, Message, Runtime, RuntimeConfig, SqliteStore, Store, Tx};
+use sb_inbox_cli::inventory::{InventoryTx, OrderPlaced, OrderPlacedConsumer};
 
 const MESSAGES: usize = 20_000;
 const ROUNDS: usize = 3;
@@ -22,7 +22,7 @@ fn body(i: usize) -> String {
 async fn store() -> SqliteStore {
     let store = SqliteStore::open_in_memory().unwrap();
     store.migrate().await.unwrap();
-    sb_inbox::inventory::InventoryStore::migrate_inventory(&store)
+    sb_inbox_cli::inventory::InventoryStore::migrate_inventory(&store)
         .await
         .unwrap();
     store

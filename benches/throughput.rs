@@ -47,8 +47,8 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sb_inbox::Message;
-use sb_inbox::inventory::{OrderLine, OrderPlaced};
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
+use sb_inbox_cli::inventory::{OrderLine, OrderPlaced};
 
 #[path = "common/pg_schema.rs"]
 mod pg_schema;
@@ -429,7 +429,7 @@ async fn worker(
     let store = fresh_schema(&schema, 2).await;
     let mut child = Command::new(binary)
         .arg("run")
-        .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
+        .env("SB_INBOX_CONSUMER", sb_inbox_cli::inventory::CONSUMER)
         .env("SB_INBOX_STORE", schema_url(&schema))
         .env("SB_INBOX_SERVICEBUS_CONNECTION", &emulator.connection)
         .env("SB_INBOX_ENTITY", QUEUE)

@@ -12,9 +12,9 @@ mod common;
 
 use std::process::ExitCode;
 
-use sb_inbox::inventory::{CONSUMER, InventoryStore, OrderPlacedConsumer};
 use sb_inbox::worker::{ConsumerConfig, Worker};
 use sb_inbox::{ConsumerName, Message, SqliteStore};
+use sb_inbox_cli::inventory::{CONSUMER, InventoryStore, OrderPlacedConsumer};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::main]

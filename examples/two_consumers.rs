@@ -15,9 +15,9 @@ mod payments;
 
 use std::process::ExitCode;
 
-use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
 use sb_inbox::worker::{ConsumerConfig, Worker};
 use sb_inbox::{ConsumerName, Json, Message, SqliteStore};
+use sb_inbox_cli::inventory::{InventoryStore, OrderPlacedConsumer};
 use tokio_util::sync::CancellationToken;
 
 #[tokio::main]
@@ -50,7 +50,7 @@ async fn main() -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
 
     let shutdown = CancellationToken::new();
-    let inventory = ConsumerName::new(sb_inbox::inventory::CONSUMER)?;
+    let inventory = ConsumerName::new(sb_inbox_cli::inventory::CONSUMER)?;
     let worker = Worker::new(client, store.clone())
         .consumer(
             ConsumerConfig::new(inventory, "orders"),

@@ -11,9 +11,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use azure_core::credentials::TokenCredential;
+use azure_core::http::{ClientOptions, Transport};
 use azure_identity::{
-    DeveloperToolsCredential, ManagedIdentityCredential, ManagedIdentityCredentialOptions,
-    UserAssignedId, WorkloadIdentityCredential,
+    ClientAssertionCredentialOptions, DeveloperToolsCredential, ManagedIdentityCredential,
+    ManagedIdentityCredentialOptions, UserAssignedId, WorkloadIdentityCredential,
+    WorkloadIdentityCredentialOptions,
 };
 use tokio::sync::OnceCell;
 
@@ -28,6 +30,49 @@ pub enum EntraMode {
     ManagedIdentity,
     /// Workload identity only (AKS, from the `AZURE_*` variables).
     WorkloadIdentity,
+}
+
+/// The HTTP transport of every credential: reqwest over rustls with ring named explicitly.
+///
+/// reqwest is built with `rustls-no-provider` (its `rustls` feature means aws-lc-rs), so without
+/// a configuration of our own it would need a process-wide provider; installing one is a global
+/// side effect a library must not have (the application may install another). The roots are
+/// Mozilla's plus the operating system's, as reqwest's platform verifier would trust; the
+/// identity endpoints (`login.microsoftonline.com`, IMDS over plain HTTP) need nothing else.
+fn client_options() -> azure_core::Result<ClientOptions> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    // A store that cannot be read leaves Mozilla's roots, which cover Entra ID's endpoints.
+    let native = rustls_native_certs::load_native_certs();
+    let (added, ignored) = roots.add_parsable_certificates(native.certs);
+    tracing::debug!(
+        added,
+        ignored,
+        errors = native.errors.len(),
+        "Entra ID HTTP trust roots."
+    );
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| other(e, "TLS protocol versions"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let client = reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .build()
+        .map_err(|e| other(e, "the HTTP client"))?;
+    Ok(ClientOptions {
+        transport: Some(Transport::new(Arc::new(client))),
+        ..Default::default()
+    })
+}
+
+fn other<E>(error: E, what: &'static str) -> azure_core::Error
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    azure_core::Error::with_error(azure_core::error::ErrorKind::Other, error, what)
 }
 
 /// No token could be obtained. Callers treat it as transient: the identity endpoint may be
@@ -109,31 +154,37 @@ impl EntraCredential {
         }
     }
 
-    fn managed_identity(&self) -> azure_core::Result<Arc<dyn TokenCredential>> {
+    fn managed_identity(
+        &self,
+        client_options: ClientOptions,
+    ) -> azure_core::Result<Arc<dyn TokenCredential>> {
         let options = ManagedIdentityCredentialOptions {
             user_assigned_id: self.client_id().map(UserAssignedId::ClientId),
-            ..Default::default()
+            client_options,
         };
         Ok(ManagedIdentityCredential::new(Some(options))?)
     }
 
     fn build(&self) -> azure_core::Result<Vec<Arc<dyn TokenCredential>>> {
-        // reqwest is built with `rustls-no-provider`: it needs a process-wide rustls provider.
-        // The binary installs ring at start-up; a library user who did not gets ring here.
-        // An Err means a provider is installed already, which is what we need.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = client_options()?;
+        let workload = || {
+            WorkloadIdentityCredential::new(Some(WorkloadIdentityCredentialOptions {
+                credential_options: ClientAssertionCredentialOptions {
+                    client_options: http.clone(),
+                },
+                ..Default::default()
+            }))
+        };
         Ok(match self.mode {
-            EntraMode::ManagedIdentity => vec![self.managed_identity()?],
-            EntraMode::WorkloadIdentity => vec![WorkloadIdentityCredential::new(None)?],
-            EntraMode::Default if env_set("AZURE_FEDERATED_TOKEN_FILE") => {
-                vec![WorkloadIdentityCredential::new(None)?]
-            }
+            EntraMode::ManagedIdentity => vec![self.managed_identity(http.clone())?],
+            EntraMode::WorkloadIdentity => vec![workload()?],
+            EntraMode::Default if env_set("AZURE_FEDERATED_TOKEN_FILE") => vec![workload()?],
             EntraMode::Default if env_set("IDENTITY_ENDPOINT") || env_set("MSI_ENDPOINT") => {
-                vec![self.managed_identity()?]
+                vec![self.managed_identity(http.clone())?]
             }
             EntraMode::Default => vec![
                 DeveloperToolsCredential::new(None)?,
-                self.managed_identity()?,
+                self.managed_identity(http.clone())?,
             ],
         })
     }

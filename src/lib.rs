@@ -7,7 +7,7 @@
 //!
 //! # From message to commit
 //!
-//! 1. A `Worker` (the application's `worker` module) hosts each consumer: a peek-lock receiver on its entity
+//! 1. A `Worker` (`worker`, feature `worker`) hosts each consumer: a peek-lock receiver on its entity
 //!    (queue or subscription) over one Service Bus connection, and a [`Runtime`] with the
 //!    consumer's [`ConsumerName`], concurrency and prefetch.
 //! 2. The runtime checks the envelope: a usable message id (the logical id of a delayed-retry
@@ -87,7 +87,6 @@
 //! ```
 //!
 //! # Layout
-//! The library:
 //! - [`ports`]: the traits the runtime depends on ([`Receiver`], [`Delivery`], [`Store`], [`Tx`]).
 //! - [`runtime`]: outcomes, lock keeping, settlement after commit ([`Runtime`]).
 //! - [`store`]: SQL Server / Azure SQL (`MssqlStore`), PostgreSQL (`PgStore`) and SQLite
@@ -97,32 +96,33 @@
 //! - [`relay`]: the outbox relay (claim with a lease, publish under the stable message id,
 //!   mark dispatched).
 //! - [`retention`]: batched deletes of inbox and dispatched outbox rows past the retention.
-//! - [`telemetry`]: OpenTelemetry names, trace-context propagation, log and OTLP export set-up.
+//! - [`telemetry`]: OpenTelemetry names, trace-context propagation; with `logs`/`otlp` the log
+//!   and OTLP export set-up.
+//! - `worker` (feature `worker`): `Worker` (hosts consumers with the relay, retention, health
+//!   and drain shared), `WorkerConfig` (`worker.toml` + `SB_INBOX_*`), the replay-horizon check,
+//!   store opening with backoff.
 //! - `testing` (feature `test-util`): an in-memory receiver with fault injection.
 //!
-//! The application (feature `app`), the `sb-inbox` binary's modules; built on the library
-//! above, not part of its API:
-//! - `worker`: `Worker` (hosts consumers with the relay, retention, health and drain shared),
-//!   the worker's configuration and the reference worker.
-//! - `inventory`: the reference consumer, written on the public API only (checked by
-//!   `tests/inventory_api`).
-//! - `demo`: `sb-inbox demo`; `ops`: operator commands (publish orders, dead-letter peek and
-//!   resubmit).
+//! The application is another crate, `sb-inbox-cli` (not published): the `sb-inbox` binary,
+//! the demo, operator commands, the reference consumer and the reference worker, all on this
+//! library's public API.
 //!
 //! # Cargo features
-//! | feature | default | what it adds |
-//! |---|---|---|
-//! | `postgres` | yes | `PgStore` (tokio-postgres, bb8, rustls) |
-//! | `sqlite` | yes | `SqliteStore` (rusqlite, SQLite bundled) |
-//! | `mssql` | yes | `MssqlStore` (tiberius, bb8); turns on `entra` for Azure SQL logins |
-//! | `entra` | yes | `entra`: Entra ID tokens (azure_identity, reqwest), `ServiceBusClient::with_entra` |
-//! | `otlp` | yes | OTLP/gRPC export in [`telemetry::init`] (tonic) |
-//! | `app` | yes | the application modules and the `sb-inbox` binary (clap, toml, the emulator) |
-//! | `test-util` | no | `testing`: the in-memory broker |
+//! None is on by default: a service names its store and what else it uses.
 //!
-//! A user of one database turns the defaults off: `sb-inbox = { version = "0.1",
-//! default-features = false, features = ["sqlite"] }` compiles neither tiberius nor
-//! tokio-postgres, azure_identity or tonic.
+//! | feature | what it adds |
+//! |---|---|
+//! | `postgres` | `PgStore` (tokio-postgres, bb8, rustls) |
+//! | `sqlite` | `SqliteStore` (rusqlite, SQLite bundled) |
+//! | `mssql` | `MssqlStore` (tiberius, bb8); turns on `entra` for Azure SQL logins |
+//! | `entra` | `entra`: Entra ID tokens (azure_identity, reqwest), `ServiceBusClient::with_entra` |
+//! | `worker` | `worker`: `Worker`, `WorkerConfig` from `worker.toml` (toml) |
+//! | `logs` | `telemetry::init`: the log subscriber and the OpenTelemetry SDK providers (tracing-subscriber, opentelemetry_sdk) |
+//! | `otlp` | OTLP/gRPC export in `telemetry::init` (tonic); turns on `logs` |
+//! | `test-util` | `testing`: the in-memory broker |
+//!
+//! `sb-inbox = { version = "0.1", default-features = false, features = ["postgres"] }`
+//! compiles neither tiberius nor rusqlite, azure_identity, tonic, clap, toml or the emulator.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![doc(test(attr(deny(warnings))))]
 
@@ -139,20 +139,7 @@ pub mod telemetry;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 
-// The application: the `sb-inbox` binary's modules, on the library's API. Public because the
-// binary and the integration tests drive them; kept out of the library's documentation (they
-// have no stability promise) and behind `app`, so a library user compiles none of them.
-#[cfg(all(feature = "app", feature = "sqlite"))]
-#[doc(hidden)]
-pub mod demo;
-#[cfg(feature = "app")]
-#[doc(hidden)]
-pub mod inventory;
-#[cfg(feature = "app")]
-#[doc(hidden)]
-pub mod ops;
-#[cfg(feature = "app")]
-#[doc(hidden)]
+#[cfg(feature = "worker")]
 pub mod worker;
 
 pub use ports::{

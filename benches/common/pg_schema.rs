@@ -2,7 +2,7 @@
 //! throughput benches share it.
 
 use sb_inbox::PgStore;
-use sb_inbox::inventory::InventoryStore;
+use sb_inbox_cli::inventory::InventoryStore;
 
 /// `DATABASE_URL`, defaulting to the local server.
 pub(crate) fn pg_url() -> String {

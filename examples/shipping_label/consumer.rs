@@ -8,11 +8,11 @@
 //! republished order (another message id, the same order) is recognised by the API too, even when
 //! the first message crashed after its call and never committed its business key.
 
-use sb_inbox::inventory::OrderPlaced;
 use sb_inbox::{
     Context, Contract, DecodeError, Handled, Handler, HandlerError, IdempotencyKey, PgTx, SqliteTx,
     StoreError, Tx,
 };
+use sb_inbox_cli::inventory::OrderPlaced;
 
 /// The consumer name: half of the inbox key, and part of every idempotency key it sends.
 pub(crate) const CONSUMER: &str = "shipping.order-placed.v1";

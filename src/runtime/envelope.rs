@@ -165,7 +165,7 @@ pub(crate) struct Envelope {
 
 /// The logical message id: [`LOGICAL_ID_PROPERTY`] when present, else the broker message id;
 /// checked for presence, length and control characters.
-pub(crate) fn logical_id(message: &Message) -> Result<&str, Rejection> {
+pub fn logical_id(message: &Message) -> Result<&str, Rejection> {
     let (id, what) = match message.application_properties.get(LOGICAL_ID_PROPERTY) {
         Some(PropertyValue::String(id)) => (Some(id.as_str()), "logical message id"),
         Some(_) => {
@@ -202,7 +202,7 @@ pub(crate) fn logical_id(message: &Message) -> Result<&str, Rejection> {
 /// ([`TYPED_MESSAGE_ID_PREFIX`]: the copy is sent with a string id, which the receiver refuses
 /// with that prefix; the logical id travels in [`LOGICAL_ID_PROPERTY`]). Deterministic, so the
 /// same copy sent twice has the same broker id.
-pub(crate) fn derived_message_id(logical_id: &str, suffix: &str) -> String {
+pub fn derived_message_id(logical_id: &str, suffix: &str) -> String {
     if logical_id.len() + 1 + suffix.len() <= MAX_MESSAGE_ID_LEN
         && !logical_id.starts_with(TYPED_MESSAGE_ID_PREFIX)
     {

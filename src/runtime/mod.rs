@@ -58,9 +58,9 @@ pub use envelope::{
     Contract, ContractParseError, DeadLetterReason, LOGICAL_ID_PROPERTY, MAX_DESCRIPTION_LEN,
     MAX_MESSAGE_ID_LEN, Rejection,
 };
-// For the application's dead-letter resubmission (`ops::dlq`).
-#[cfg(feature = "app")]
-pub(crate) use envelope::{derived_message_id, logical_id};
+// Public for tools that copy messages as the runtime does (the application's dead-letter
+// resubmission, `ops::dlq` in sb-inbox-cli).
+pub use envelope::{derived_message_id, logical_id};
 pub use handler::{Context, DecodeError, Handled, Handler, HandlerError};
 pub use idempotency::IdempotencyKey;
 pub use json::{Json, JsonContract, JsonHandler, decode_json};
@@ -157,8 +157,9 @@ impl RuntimeConfig {
 
     /// The most deliveries the runtime holds at once: those handled (`concurrency`, times
     /// `batch_size` when batching) plus `prefetch` waiting with their locks kept. A pipelined
-    /// receiver keeps this many in flight ([`crate::ServiceBusReceiver::with_capacity`]), so
-    /// that every delivery the broker sends has a slot waiting for it.
+    /// receiver keeps this many in flight
+    /// ([`crate::servicebus::ServiceBusReceiver::with_capacity`]), so that every delivery the
+    /// broker sends has a slot waiting for it.
     pub fn held(&self) -> usize {
         self.concurrency
             .saturating_mul(self.batch_size)

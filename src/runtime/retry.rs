@@ -431,7 +431,7 @@ mod tests {
         let original = Message::new("m-1", "orders.order-placed.v1", "{}");
         let first = copy(&original, "m-1", 1, "e", None);
         let second = copy(&first, "m-1", 2, "e", None);
-        let resubmitted = crate::ops::dlq::resubmission(&second).unwrap();
+        let resubmitted = crate::servicebus::resubmission(&second).unwrap();
         let after = copy(&resubmitted, "m-1", 1, "e", None);
         let ids = [&first, &second, &resubmitted, &after].map(|m| m.message_id.clone().unwrap());
         assert_eq!(
@@ -468,7 +468,7 @@ mod tests {
         let later = enqueued + Duration::from_secs(600);
         let second = copy(&first, "m-1", 2, "e", Some(later));
         assert_eq!(original_enqueued_time(&second), Some(enqueued));
-        let resubmitted = crate::ops::dlq::resubmission(&second).unwrap();
+        let resubmitted = crate::servicebus::resubmission(&second).unwrap();
         assert_eq!(original_enqueued_time(&resubmitted), Some(enqueued));
         // Without a broker time there is nothing to carry; a tampered value reads as none.
         assert_eq!(

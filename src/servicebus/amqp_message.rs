@@ -358,7 +358,6 @@ mod tests {
     /// binary id are sent with a string id: it must not carry the typed key's `amqp:` prefix
     /// (the receiver refuses those, `InvalidMessageId`, and the original is already completed),
     /// and the logical id they carry is the typed key, so the inbox still sees one message.
-    #[cfg(feature = "app")]
     #[test]
     fn copies_of_typed_ids_are_accepted_and_keep_the_typed_key() {
         let uuid = uuid::Uuid::parse_str("00112233-4455-6677-8899-aabbccddeeff").unwrap();
@@ -372,7 +371,7 @@ mod tests {
             original.message_id = Some(key.clone());
             let first = crate::runtime::retry_copy(&original, &key, 1, "e", None);
             let second = crate::runtime::retry_copy(&first, &key, 2, "e", None);
-            let resubmitted = crate::ops::dlq::resubmission(&original).unwrap();
+            let resubmitted = crate::servicebus::resubmission(&original).unwrap();
             for copy in [first, second, resubmitted] {
                 let received = sent_and_received(&copy);
                 assert_eq!(received.refusal, None, "{id:?}: {:?}", copy.message_id);

@@ -1,5 +1,8 @@
 //! Azure Service Bus over our AMQP engine: connection strings, tokens, receiver and sender.
 //!
+//! Connection strings, SAS signing, trust roots, proxies and [`ServiceBusError`] are the
+//! `sb-servicebus` crate's (re-exported here); the rest of the client follows it (issue 32).
+//!
 //! # Layout
 //! - [`ConnectionString`]: `Endpoint=sb://…;SharedAccessKeyName=…;…`, printable without secrets.
 //! - [`TokenProvider`]: tokens per audience ([`SasProvider`] signs with [`sign_sas`];
@@ -18,16 +21,14 @@
 //!   `Sender` port, any destination, one `ServiceBusSender` each (formerly
 //!   `ServiceBusPublisher`, kept as a deprecated alias).
 //! - [`ServiceBusClient::peek`] / [`PeekedMessage`]: `$management` peek-message, e.g. of a
-//!   dead-letter queue.
+//!   dead-letter queue; [`resubmission`]: the copy of a dead letter to send again.
 
 mod amqp_message;
 mod auth;
 mod busy;
 mod cbs;
 mod client;
-mod connection_string;
 mod delivery;
-mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -35,15 +36,17 @@ mod lock_clock;
 mod management;
 mod node;
 mod peek;
-mod proxy;
 mod receiver;
-mod sas;
+mod resubmit;
 mod sender;
 mod sender_port;
 mod session;
 mod settlement;
 mod telemetry;
-mod trust;
+
+// The connection-level pieces are the sb-servicebus crate's; these names keep this module's
+// paths (`super::error::recovery`, `sb_inbox::servicebus::ConnectionString`) working.
+use sb_servicebus::error;
 
 pub use amqp_message::TYPED_MESSAGE_ID_PREFIX;
 #[cfg(feature = "entra")]
@@ -52,16 +55,15 @@ pub use auth::{
     AccessToken, SERVICE_BUS_SCOPE, SasProvider, TokenFuture, TokenProvider, TokenType,
 };
 pub use client::{DEFAULT_SERVER_BUSY_WAIT, DEFAULT_TIMEOUT, ServiceBusClient};
-pub use connection_string::{ConnectionString, ConnectionStringError, Credential, Transport};
 pub use delivery::ServiceBusDelivery;
-pub use error::ServiceBusError;
 pub use peek::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, PeekedMessage};
-pub use proxy::{ProxyConfig, ProxyError};
 pub use receiver::{DEFAULT_LINK_IDLE_GUARD, ServiceBusReceiver};
-pub use sas::{SasToken, sign_sas};
-pub use sb_amqp::HttpProxy;
+pub use resubmit::{RESUBMISSION_PROPERTY, resubmission};
+pub use sb_servicebus::{
+    ConnectionString, ConnectionStringError, Credential, HttpProxy, ProxyConfig, ProxyError,
+    SasToken, ServiceBusError, Transport, TrustError, TrustRoots, sign_sas,
+};
 pub use sender::{SendError, SendErrorKind, SendOptions, ServiceBusSender};
 #[allow(deprecated)]
 pub use sender_port::{ServiceBusPublisher, ServiceBusSenderPort};
 pub use session::{ServiceBusSessionReceiver, ServiceBusSessionSource};
-pub use trust::{TrustError, TrustRoots};

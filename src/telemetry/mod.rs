@@ -4,21 +4,25 @@
 //! - [`names`]: every span, attribute and metric name (a leaf any layer may import; the
 //!   dashboards are checked against it).
 //! - [`propagation`]: the producer's trace context in application properties (`traceparent`,
-//!   falling back to `Diagnostic-Id`) and stamping outgoing messages.
+//!   falling back to `Diagnostic-Id`) and stamping outgoing messages; `trace_context`: the W3C
+//!   format itself, on the `opentelemetry` API (no SDK needed).
 //! - [`cardinality`]: bounded label values for message-supplied labels.
 //! - [`hooks`]: observable instruments fed by closures (outbox backlog and age, retention).
-//! - [`init`]: the binary's set-up: text or JSON logs, and with `OTEL_EXPORTER_OTLP_ENDPOINT`
-//!   the OTLP/gRPC span and metric exporters.
+//! - `init` (feature `logs`): the binary's set-up: text or JSON logs, and with
+//!   `OTEL_EXPORTER_OTLP_ENDPOINT` (feature `otlp`) the OTLP/gRPC span and metric exporters.
 //!
 //! The runtime and the Service Bus client emit through `tracing` and the vendor-neutral
-//! `opentelemetry` API only; without [`init`] (or without an endpoint) those are no-ops.
+//! `opentelemetry` API only; without `init` (or without an endpoint) those are no-ops.
 
 pub mod cardinality;
+#[cfg(feature = "logs")]
 mod export;
 pub mod hooks;
 pub mod names;
 pub mod propagation;
+mod trace_context;
 
+#[cfg(feature = "logs")]
 pub use export::{
     LogFormat, LogFormatError, OTEL_ENV_VARS, Telemetry, TelemetryConfig, TelemetryError, init,
 };

@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::{SpanContext, TraceContextExt};
-use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::names::property::{DIAGNOSTIC_ID, TRACEPARENT};
+use super::trace_context::TraceContext;
 use crate::ports::{Message, PropertyValue};
 
 /// Reads one property as the W3C propagator asks for `traceparent` / `tracestate`, with
@@ -70,7 +70,7 @@ impl Injector for Writer<'_> {
 /// assert_eq!(context.trace_id().to_string(), "0af7651916cd43dd8448eb211c80319c");
 /// ```
 pub fn producer_context(message: &Message) -> Option<SpanContext> {
-    let context = TraceContextPropagator::new().extract(&Carrier(message));
+    let context = TraceContext.extract(&Carrier(message));
     let span = context.span().span_context().clone();
     span.is_valid().then_some(span)
 }
@@ -91,7 +91,7 @@ pub fn stamp_properties(properties: &mut BTreeMap<String, PropertyValue>, span: 
         if !context.span().span_context().is_valid() {
             return;
         }
-        TraceContextPropagator::new().inject_context(&context, &mut Writer(properties));
+        TraceContext.inject_context(&context, &mut Writer(properties));
     }
     copy_diagnostic_id(properties);
 }

@@ -61,7 +61,7 @@ impl Commits {
 
 /// The `store` readiness probe. The store is ready when a consumer's transaction committed
 /// within [`STORE_EVIDENCE`] (`last_commit`): it does the work now, however busy its pool.
-/// Otherwise a ping must answer within [`PING_WAIT`]. So a pool saturated by busy handlers
+/// Otherwise a ping must answer within `PING_WAIT`. So a pool saturated by busy handlers
 /// never fails `/readyz` while transactions commit, and a pool where nothing committed for
 /// [`STORE_EVIDENCE`] and no connection frees up in time (every transaction stuck, the database
 /// gone) does.
@@ -262,7 +262,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Serves the probes on `listener` (when given) until the returned guard is dropped: they
 /// answer until the drain is over, then stop with the worker.
-pub(crate) fn serve_while(listener: Option<TcpListener>, readiness: &Readiness) -> DropGuard {
+pub fn serve_while(listener: Option<TcpListener>, readiness: &Readiness) -> DropGuard {
     let stop = CancellationToken::new();
     if let Some(listener) = listener {
         tokio::spawn(serve(listener, readiness.clone(), stop.clone()));

@@ -8,8 +8,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::error::WorkerError;
 use super::health::{self, Commits, Ping, Readiness};
-use super::run::WorkerError;
 use crate::relay::{Relay, RelayConfig};
 use crate::retention::{RetentionConfig, RetentionTask};
 use crate::runtime::{DelayedRetry, RetryPolicy, SessionConfig};
@@ -115,7 +115,8 @@ struct Hosted<S> {
 /// every consumer drains (in-flight deliveries finish within their grace, prefetched ones are
 /// released), then the relay and retention finish their batch.
 ///
-/// [`super::run`] (`sb-inbox run`) is the reference worker built on it, from `worker.toml`.
+/// The reference worker (`sb-inbox run`, in the `sb-inbox-cli` crate) is built on it, from
+/// `worker.toml`.
 ///
 /// # Examples
 /// ```no_run

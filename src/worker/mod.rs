@@ -8,21 +8,26 @@
 //! - [`Worker`]: hosts one or more consumers (each a [`ConsumerConfig`] and a handler) over one
 //!   Service Bus client and one store, with the outbox relay, retention, health endpoints
 //!   (readiness composed on a [`Readiness`]), telemetry and drain shared.
-//! - [`run`]: the reference worker (`sb-inbox run`): it opens the store with retries ([`open`]),
-//!   reporting [`Readiness`] on `/readyz` meanwhile, then hosts the inventory consumer in a
-//!   [`Worker`] as `worker.toml` says.
+//! - [`until_open`] / [`check_schema`]: opening a store with retries while [`Readiness`]
+//!   reports why on `/readyz`, and the schema check; [`serve_while`] serves the probes.
+//!
+//! The reference worker (`sb-inbox run`, the inventory consumer hosted as `worker.toml` says)
+//! is built on these in the application crate, `sb-inbox-cli`.
 
 mod config;
+mod error;
 mod health;
 mod horizon;
 mod host;
 mod open;
-mod run;
 
 pub use config::{
     BrokerAddress, ConfigError, ConfigErrors, ENV_VARS, KEYS, Key, MOVED, Moved, WorkerConfig,
 };
+pub use error::WorkerError;
+pub use health::serve_while;
 pub use health::{Condition, PROBE_TIMEOUT, Ping, Readiness, STORE_EVIDENCE, store_ready};
-pub use horizon::{ReplayHorizon, RetentionTooShort};
+pub use horizon::{DEFAULT_RESUBMIT_WINDOW, ReplayHorizon, RetentionTooShort};
+pub use host::BACKGROUND_STOP;
 pub use host::{ConsumerConfig, Worker, WorkerStats};
-pub use run::{BACKGROUND_STOP, WorkerError, run, run_with};
+pub use open::{Applied, check_schema, until_open};

@@ -26,7 +26,7 @@ const RETRY_FIRST: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// The migrations a store records as applied.
-pub(crate) trait Applied {
+pub trait Applied {
     /// The migrations this build ships for the store.
     const MIGRATIONS: &'static [Migration];
 
@@ -96,7 +96,7 @@ impl Applied for SqliteStore {
 
 /// `Ok` when every migration of this build is applied; otherwise a [`ErrorKind::Schema`] error
 /// naming the missing ones.
-pub(crate) async fn check_schema<S: Applied>(store: &S) -> Result<(), StoreError> {
+pub async fn check_schema<S: Applied>(store: &S) -> Result<(), StoreError> {
     let applied = store.applied().await?;
     let missing: Vec<&str> = S::MIGRATIONS
         .iter()
@@ -118,7 +118,7 @@ pub(crate) async fn check_schema<S: Applied>(store: &S) -> Result<(), StoreError
 /// Calls `open` until it succeeds, waiting with [`Backoff`] between attempts; meanwhile
 /// `condition` is not ready with the last cause, which is also logged. `None` when `shutdown`
 /// comes first.
-pub(crate) async fn until_open<S, F, Fut>(
+pub async fn until_open<S, F, Fut>(
     open: F,
     condition: &Condition,
     shutdown: &CancellationToken,

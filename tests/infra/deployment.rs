@@ -486,7 +486,7 @@ fn defaults_hold_at_max_replicas() {
         (int("maxReplicas"), int("concurrency"), int("prefetch"));
     let sku = main.param("sqlDatabaseSku");
     let limit = sql_max_workers(sku).unwrap_or_else(|| panic!("add the worker limit of {sku:?}"));
-    // The pool size the worker uses: concurrency + 2 (src/worker/run.rs).
+    // The pool size the worker uses: concurrency + 2 (crates/cli/src/run.rs).
     let connections = replicas * (concurrency + 2) + 1;
     let operators = 10;
     assert!(

@@ -1,6 +1,6 @@
-//! Reads `src/inventory` and names every `crate::` path whose first segment is not exported
-//! by the library's API: its public modules and root re-exports in `src/lib.rs`, without the
-//! `#[doc(hidden)]` application modules.
+//! Reads `crates/cli/src/inventory` and names every `sb_inbox::` path whose first segment is
+//! not exported by the library's API: its public modules and root re-exports in `src/lib.rs`,
+//! without `#[doc(hidden)]` modules.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -45,12 +45,17 @@ fn api(lib: &str) -> BTreeSet<String> {
     names
 }
 
-/// The first segment of every `crate::` path in `code`: `crate::a::b` gives `a`,
-/// `crate::{a::b, c}` gives `a` and `c`.
+/// The first segment of every `sb_inbox::` path in `code`: `sb_inbox::a::b` gives `a`,
+/// `sb_inbox::{a::b, c}` gives `a` and `c`.
 fn first_segments(code: &str) -> Vec<String> {
     let mut found = Vec::new();
-    for (at, _) in code.match_indices("crate::") {
-        let rest = &code[at + "crate::".len()..];
+    for (at, _) in code.match_indices(LIBRARY) {
+        // `my_sb_inbox::` is another crate.
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let rest = &code[at + LIBRARY.len()..];
         if let Some(group) = rest.strip_prefix('{') {
             let mut depth = 0;
             let mut item = String::new();
@@ -77,6 +82,9 @@ fn first_segments(code: &str) -> Vec<String> {
     found
 }
 
+/// How the consumer names the library: as a dependent crate does.
+const LIBRARY: &str = "sb_inbox::";
+
 /// The identifier `text` starts with (after spaces).
 fn segment(text: &str) -> String {
     text.trim_start()
@@ -85,7 +93,7 @@ fn segment(text: &str) -> String {
         .collect()
 }
 
-/// Each line of `text` naming a `crate::` path outside `api`, as `label:line: text`; comments
+/// Each line of `text` naming a `sb_inbox::` path outside `api`, as `label:line: text`; comments
 /// are ignored.
 fn outside(label: &str, text: &str, api: &BTreeSet<String>) -> Vec<String> {
     let mut found = Vec::new();
@@ -94,7 +102,7 @@ fn outside(label: &str, text: &str, api: &BTreeSet<String>) -> Vec<String> {
         for name in first_segments(code) {
             if !api.contains(&name) {
                 found.push(format!(
-                    "{label}:{}: crate::{name} in {}",
+                    "{label}:{}: sb_inbox::{name} in {}",
                     n + 1,
                     line.trim()
                 ));
@@ -120,10 +128,10 @@ fn the_inventory_names_only_the_library_api() {
     for expected in ["runtime", "store", "Tx", "StoreError", "Handler"] {
         assert!(api.contains(expected), "{expected} missing from {api:?}");
     }
-    for application in ["worker", "ops", "demo", "inventory"] {
+    for application in ["ops", "demo", "inventory"] {
         assert!(!api.contains(application), "{application} counted as API");
     }
-    let files = sources(&root().join("src/inventory"));
+    let files = sources(&root().join("crates/cli/src/inventory"));
     assert!(!files.is_empty());
     let mut found = Vec::new();
     for file in files {
@@ -147,12 +155,13 @@ fn the_check_sees_a_path_outside_the_api() {
     );
     // Built at run time, so this file itself names no such path.
     let text = format!(
-        "use crate::{{Tx, {}::send}};\nlet w = crate::{}::Worker::new(); // crate::ops\n",
+        "use sb_inbox::{{Tx, {}::send}};\nlet w = sb_inbox::{}::Worker::new(); // sb_inbox::ops\n",
         "ops", "worker"
     );
     let found = outside("t", &text, &api);
     assert_eq!(found.len(), 2, "{found:?}");
-    assert!(found[0].contains("crate::ops"), "{found:?}");
-    assert!(found[1].contains("crate::worker"), "{found:?}");
-    assert!(outside("t", "use crate::store::Migration;", &api).is_empty());
+    assert!(found[0].contains("sb_inbox::ops"), "{found:?}");
+    assert!(found[1].contains("sb_inbox::worker"), "{found:?}");
+    assert!(outside("t", "use sb_inbox::store::Migration;", &api).is_empty());
+    assert!(outside("t", "use my_sb_inbox::ops;", &api).is_empty());
 }

@@ -6,20 +6,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
 use sb_inbox::runtime::LAST_ERROR_PROPERTY;
 use sb_inbox::testing::{MemoryBroker, RenewFault};
 use sb_inbox::{
     Clock, Delivery, DuplicateScope, ErrorKind, OutboxMessage, Outcome, PropertyValue, Runtime,
     Savepoint, Store, StoreError, Tx, VersionCheck,
 };
+use sb_inbox_cli::inventory::{InventoryStore, OrderPlacedConsumer};
 
 use crate::support::handlers::{Flaky, Noop, Slow};
 use crate::support::orders::{order_with_lines, two_line_order};
 use crate::support::runtime::{BATCH, batched, on_test_clock, outcomes, ready_deliveries};
 use crate::support::{Count, inventory_totals, pg_store, sqlite_store};
 
-const INVENTORY: &str = sb_inbox::inventory::CONSUMER;
+const INVENTORY: &str = sb_inbox_cli::inventory::CONSUMER;
 
 /// A transient failure of the first delivery rolls back its savepoint alone: it is abandoned
 /// with its error while the two after it commit; its redelivery is processed.

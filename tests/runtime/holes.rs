@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
 use sb_inbox::testing::{MemoryBroker, MemoryDelivery, MemoryReceiver};
 use sb_inbox::{
     Clock, Delivery, Message, Outcome, PropertyValue, ReceiveError, Receiver, Runtime,
     RuntimeError, SettleError,
 };
+use sb_inbox_cli::inventory::{InventoryStore, OrderPlacedConsumer};
 use tokio_util::sync::CancellationToken;
 
 use crate::support::handlers::Slow;
@@ -36,7 +36,7 @@ async fn deliveries_waiting_for_a_slot_keep_their_locks() {
     for i in 0..4 {
         broker.send(two_line_order(&format!("m-{i}"), &format!("o-{i}")));
     }
-    let mut config = config(sb_inbox::inventory::CONSUMER);
+    let mut config = config(sb_inbox_cli::inventory::CONSUMER);
     config.concurrency = 1;
     config.prefetch = 3;
     config.lock_margin = Duration::from_secs(1);
@@ -76,7 +76,7 @@ async fn process_with_skew(
     broker.send(two_line_order("m-1", "o-1"));
     let now = SystemTime::now();
     let host = Clock::starting_at(if host_ahead { now + skew } else { now - skew });
-    let mut config = config(sb_inbox::inventory::CONSUMER);
+    let mut config = config(sb_inbox_cli::inventory::CONSUMER);
     config.lock_margin = Duration::from_secs(10);
     let handler = Slow {
         inner: OrderPlacedConsumer::new(),
@@ -122,7 +122,7 @@ async fn a_host_clock_ahead_of_the_broker_neither_fences_the_commit_nor_spins() 
 async fn a_margin_not_shorter_than_the_lock_is_refused() {
     let broker = MemoryBroker::new(Clock::new());
     let store = sqlite_store("holes_margin", 1).await;
-    let mut config = config(sb_inbox::inventory::CONSUMER);
+    let mut config = config(sb_inbox_cli::inventory::CONSUMER);
     config.lock_margin = Duration::from_secs(30);
     config.lock_duration = Some(Duration::from_secs(30));
     let error = config.validate().unwrap_err();
@@ -147,7 +147,7 @@ async fn processing_past_the_maximum_is_cancelled_rolled_back_and_abandoned() {
     let store = sqlite_store("holes_max_processing", 1).await;
     let broker = MemoryBroker::with_options(Clock::new(), Duration::from_secs(30), 10);
     broker.send(two_line_order("m-1", "o-1"));
-    let mut config = config(sb_inbox::inventory::CONSUMER);
+    let mut config = config(sb_inbox_cli::inventory::CONSUMER);
     config.max_processing = Duration::from_secs(60);
     // Measured to the abandon: without the short hold every transient failure gets before it.
     config.transient_hold_max = Duration::ZERO;
@@ -220,7 +220,7 @@ async fn a_slot_busy_past_the_bound_is_reported_stuck() {
     let store = sqlite_store("holes_stuck", 1).await;
     let broker = MemoryBroker::with_options(Clock::new(), Duration::from_secs(30), 10);
     broker.send(two_line_order("m-1", "o-1"));
-    let mut config = config(sb_inbox::inventory::CONSUMER);
+    let mut config = config(sb_inbox_cli::inventory::CONSUMER);
     config.concurrency = 1;
     config.max_processing = Duration::from_secs(60);
     let handler = Slow {

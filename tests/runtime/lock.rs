@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
 use sb_inbox::testing::{MemoryBroker, RenewFault};
 use sb_inbox::{Clock, Outcome, Runtime, SqliteStore};
+use sb_inbox_cli::inventory::{InventoryStore, OrderPlacedConsumer};
 
 use crate::support::handlers::Slow;
 use crate::support::orders::two_line_order;
@@ -24,7 +24,7 @@ async fn setup(
 ) {
     let store = sqlite_store("lock", 1).await;
     let broker = MemoryBroker::with_options(Clock::new(), LOCK, 10);
-    let mut config = config(sb_inbox::inventory::CONSUMER);
+    let mut config = config(sb_inbox_cli::inventory::CONSUMER);
     config.lock_margin = MARGIN;
     let handler = Slow {
         inner: OrderPlacedConsumer::new(),

@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
 use sb_inbox::runtime::{
     DelayedRetry, JitterSource, LAST_ERROR_PROPERTY, LOGICAL_ID_PROPERTY, RETRY_ATTEMPT_PROPERTY,
     RetryPolicy, original_enqueued_time,
@@ -13,6 +12,7 @@ use sb_inbox::testing::{MemoryBroker, MemoryReceiver};
 use sb_inbox::{
     Clock, Delivery, DuplicateScope, Outcome, PropertyValue, Runtime, RuntimeConfig, SqliteStore,
 };
+use sb_inbox_cli::inventory::{InventoryStore, OrderPlacedConsumer};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -38,7 +38,7 @@ fn retry_config(broker: &MemoryBroker, max_retries: u32) -> RuntimeConfig {
         .unwrap()
         .with_jitter(0.2, JitterSource::fixed(0.5))
         .unwrap();
-    let mut config = config(sb_inbox::inventory::CONSUMER);
+    let mut config = config(sb_inbox_cli::inventory::CONSUMER);
     config.delayed_retry = Some(DelayedRetry::new(policy, broker.clone(), "orders"));
     config
 }

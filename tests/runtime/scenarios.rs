@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
 use sb_inbox::runtime::LAST_ERROR_PROPERTY;
 use sb_inbox::testing::MemoryBroker;
 use sb_inbox::{Clock, Delivery, DuplicateScope, Message, Outcome, PropertyValue, Runtime, Store};
+use sb_inbox_cli::inventory::{InventoryStore, OrderPlacedConsumer};
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 
@@ -16,7 +16,7 @@ use crate::support::orders::two_line_order;
 use crate::support::runtime::{BATCH, batched, config, handle_all, handle_one, ready_deliveries};
 use crate::support::{Count, inventory_totals, pg_store, sqlite_store};
 
-const INVENTORY: &str = sb_inbox::inventory::CONSUMER;
+const INVENTORY: &str = sb_inbox_cli::inventory::CONSUMER;
 
 /// The same message delivered to 8 tasks at once (8 broker copies, as a relay that published
 /// 8 times): one reservation, one inbox row, all 8 deliveries completed. Batched: two batches
@@ -93,7 +93,7 @@ async fn run_all<R, S>(
 where
     R: sb_inbox::Receiver,
     S: Store,
-    S::Tx: sb_inbox::inventory::InventoryTx,
+    S::Tx: sb_inbox_cli::inventory::InventoryTx,
 {
     let runtime = Arc::new(runtime);
     let batch = if per_task == 1 { 1 } else { BATCH };

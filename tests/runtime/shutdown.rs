@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sb_inbox::Clock;
-use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
 use sb_inbox::runtime::{DelayedRetry, RetryPolicy};
 use sb_inbox::testing::MemoryBroker;
+use sb_inbox_cli::inventory::{InventoryStore, OrderPlacedConsumer};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -28,7 +28,7 @@ async fn run_with_gate(
         started: started.clone(),
         open: open.clone(),
     };
-    let mut config = config(sb_inbox::inventory::CONSUMER);
+    let mut config = config(sb_inbox_cli::inventory::CONSUMER);
     config.shutdown_grace = Duration::from_secs(5);
     config.concurrency = 1;
     if delayed_retry {

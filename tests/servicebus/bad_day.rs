@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use sb_inbox::PgStore;
-use sb_inbox::inventory::InventoryStore;
+use sb_inbox_cli::inventory::InventoryStore;
 
 use crate::support::emulator::{client, properties, queue, start};
 use crate::support::orders::order_with_lines;
@@ -370,9 +370,9 @@ crate::support::handlers::wrapper_handler!(PanicsOn, inner, |self, ctx, tx| {
 /// B's are processed by the same slot. Before, the first panic ended the only slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_session_mode_a_panicking_message_is_dead_lettered_and_the_slot_survives() {
-    use sb_inbox::inventory::OrderPlacedConsumer;
     use sb_inbox::servicebus::ServiceBusSessionSource;
     use sb_inbox::{ConsumerName, Runtime, RuntimeConfig, SessionConfig};
+    use sb_inbox_cli::inventory::OrderPlacedConsumer;
 
     let mut sessions = properties("PT30S", MAX_DELIVERY_COUNT);
     sessions.requires_session = true;
@@ -389,7 +389,7 @@ async fn in_session_mode_a_panicking_message_is_dead_lettered_and_the_slot_survi
         sender.send(message).await.unwrap();
     }
     let store = crate::support::sqlite_store("bad_day_session_panic", 1).await;
-    let config = RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER).unwrap());
+    let config = RuntimeConfig::new(ConsumerName::new(sb_inbox_cli::inventory::CONSUMER).unwrap());
     let runtime = std::sync::Arc::new(Runtime::for_sessions(
         ServiceBusSessionSource::new(client.clone(), "sq").with_accept_wait(Duration::from_secs(1)),
         store.clone(),

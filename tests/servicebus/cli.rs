@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use sb_emulator::Emulator;
-use sb_inbox::inventory::{OrderPlaced, OrderPlacedConsumer};
 use sb_inbox::runtime::{DelayedRetry, JitterSource, RetryPolicy};
 use sb_inbox::{
     ConsumerName, DuplicateScope, Outcome, Receiver, Runtime, RuntimeConfig, Sender as _,
 };
+use sb_inbox_cli::inventory::{OrderPlaced, OrderPlacedConsumer};
 
 use crate::support::cli::{run_async, stderr, stdout};
 use crate::support::emulator::{client, properties, queue, start};
@@ -259,7 +259,7 @@ async fn dlq_peek_and_resubmit_recognise_a_processed_message_as_a_duplicate() {
             .await
             .unwrap();
     }
-    let consumer = || ConsumerName::new(sb_inbox::inventory::CONSUMER).unwrap();
+    let consumer = || ConsumerName::new(sb_inbox_cli::inventory::CONSUMER).unwrap();
     let receiver = client.receiver("orders", 0);
     let healthy = Runtime::new(
         receiver.clone(),

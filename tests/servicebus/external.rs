@@ -19,11 +19,11 @@
 
 use std::time::{Duration, SystemTime};
 
-use sb_inbox::inventory::InventoryStore;
 use sb_inbox::servicebus::{
     ConnectionString, SendErrorKind, ServiceBusClient, ServiceBusDelivery, ServiceBusReceiver,
 };
 use sb_inbox::{Delivery, Message, PropertyValue, ReceiveError, Receiver, SendFailure, Sender};
+use sb_inbox_cli::inventory::InventoryStore;
 
 use crate::support::inventory_totals;
 use crate::support::orders::order;

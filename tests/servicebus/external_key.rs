@@ -9,12 +9,12 @@ use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use sb_inbox::ops::dlq::{ResubmitOptions, dead_letter_queue, resubmit};
 use sb_inbox::runtime::{DelayedRetry, JitterSource, RetryPolicy};
 use sb_inbox::servicebus::ServiceBusClient;
 use sb_inbox::{
     ConsumerName, Handler, IdempotencyKey, Outcome, PgStore, Receiver, Runtime, RuntimeConfig,
 };
+use sb_inbox_cli::ops::dlq::{ResubmitOptions, dead_letter_queue, resubmit};
 use tokio_util::sync::CancellationToken;
 
 use crate::support::emulator::{client, emulator, send};

@@ -433,7 +433,7 @@ async fn process_worker_survives_an_ended_session_busy_cbs_and_throttling() {
     assert!(log.contains("put-token 503"), "{log}");
     let stats = worker.terminate().await;
     assert_eq!(stats.get("processed"), 40, "{log}");
-    let counts = sb_inbox::inventory::InventoryStore::inventory_counts(&store)
+    let counts = sb_inbox_cli::inventory::InventoryStore::inventory_counts(&store)
         .await
         .unwrap();
     assert_eq!((counts.reservations, counts.inbox_rows), (40, 40));

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sb_emulator::{Emulator, EntityProperties};
-use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
-use sb_inbox::ops::dlq;
 use sb_inbox::runtime::{DelayedRetry, JitterSource, RetryPolicy};
 use sb_inbox::{ConsumerName, Delivery, Outcome, Receiver, Runtime, RuntimeConfig};
+use sb_inbox_cli::inventory::{InventoryStore, OrderPlacedConsumer};
+use sb_inbox_cli::ops::dlq;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -37,7 +37,7 @@ async fn lock_stock_table(schema: &str) -> (tokio_postgres::Client, String) {
 }
 
 fn inventory_config() -> RuntimeConfig {
-    RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER).unwrap())
+    RuntimeConfig::new(ConsumerName::new(sb_inbox_cli::inventory::CONSUMER).unwrap())
 }
 
 /// Finding 2, with broker duplicate detection on (as our Bicep deploys it): the original and its

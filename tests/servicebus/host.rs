@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use sb_emulator::Emulator;
-use sb_inbox::inventory::OrderPlacedConsumer;
 use sb_inbox::worker::{ConsumerConfig, Worker, WorkerError, store_ready};
 use sb_inbox::{ConsumerName, PgStore};
+use sb_inbox_cli::inventory::OrderPlacedConsumer;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use sb_emulator::{Emulator, EmulatorOptions, LinkRole};
 use sb_inbox::ConsumerName;
-use sb_inbox::inventory::OrderPlacedConsumer;
 use sb_inbox::worker::{ConsumerConfig, Worker};
+use sb_inbox_cli::inventory::OrderPlacedConsumer;
 use tokio_util::sync::CancellationToken;
 
 use crate::support::emulator::{client, properties, queue, start};
@@ -67,7 +67,7 @@ async fn completed(emulator: &Emulator, n: u64) {
 
 fn consumer(concurrency: usize, prefetch: usize) -> ConsumerConfig {
     ConsumerConfig::new(
-        ConsumerName::new(sb_inbox::inventory::CONSUMER).unwrap(),
+        ConsumerName::new(sb_inbox_cli::inventory::CONSUMER).unwrap(),
         "orders",
     )
     .with_concurrency(concurrency)

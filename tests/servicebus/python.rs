@@ -88,7 +88,7 @@ async fn run_conformance(cases: &[&str]) -> (sb_emulator::Emulator, String) {
 /// 2000 orders as `sb-inbox send --generate 2000 --seed 99` makes them (message id and JSON
 /// body), for the SDK's batch case.
 fn seed_99_orders() -> std::path::PathBuf {
-    let orders: Vec<serde_json::Value> = sb_inbox::ops::send::generate(2000, 99)
+    let orders: Vec<serde_json::Value> = sb_inbox_cli::ops::send::generate(2000, 99)
         .iter()
         .map(|order| {
             let message = order.to_message().unwrap();

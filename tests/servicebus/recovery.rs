@@ -77,7 +77,7 @@ fn detach_error(condition: &str) -> AmqpError {
 fn worker_env(emulator: &Emulator) -> impl Fn(&str) -> Option<String> + use<> {
     let connection = emulator.connection_string();
     move |name: &str| match name {
-        "SB_INBOX_CONSUMER" => Some(sb_inbox::inventory::CONSUMER.to_owned()),
+        "SB_INBOX_CONSUMER" => Some(sb_inbox_cli::inventory::CONSUMER.to_owned()),
         "SB_INBOX_STORE" => Some("sqlite::memory:".to_owned()),
         "SB_INBOX_SERVICEBUS_CONNECTION" => Some(connection.clone()),
         "SB_INBOX_ENTITY" => Some("orders".to_owned()),
@@ -94,7 +94,7 @@ async fn the_worker_re_attaches_after_every_transient_detach_and_keeps_processin
     let shutdown = CancellationToken::new();
     let worker = tokio::spawn({
         let shutdown = shutdown.clone();
-        async move { sb_inbox::worker::run(&config, shutdown).await }
+        async move { sb_inbox_cli::run::run(&config, shutdown).await }
     });
     let sender = client(&emulator).sender("orders");
     sender.send(order("m-0", "o-0")).await.unwrap();
@@ -258,7 +258,7 @@ async fn expired_tokens_are_replaced_and_the_links_re_attached() {
     let shutdown = CancellationToken::new();
     let worker = tokio::spawn({
         let shutdown = shutdown.clone();
-        async move { sb_inbox::worker::run(&config, shutdown).await }
+        async move { sb_inbox_cli::run::run(&config, shutdown).await }
     });
     let publisher = client(&emulator).sender_port();
     let mut first = receiver_link_other_than(&emulator, &[]).await;

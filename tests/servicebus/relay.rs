@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
-use sb_inbox::inventory::OrderPlacedConsumer;
 use sb_inbox::relay::{Relay, RelayConfig};
 use sb_inbox::servicebus::ServiceBusSenderPort;
 use sb_inbox::{
     Clock, ConsumerName, Message, OutboxMessage, OutboxStore, PgStore, Runtime, RuntimeConfig,
     SendFailure, Sender, Store, Tx,
 };
+use sb_inbox_cli::inventory::OrderPlacedConsumer;
 use tokio::sync::{Barrier, Notify};
 use tokio_util::sync::CancellationToken;
 
@@ -74,7 +74,7 @@ impl Sender for TogetherFirst {
 fn order_row(i: usize) -> OutboxMessage {
     let mut message = OutboxMessage::new(
         "outbox",
-        sb_inbox::inventory::CONTRACT,
+        sb_inbox_cli::inventory::CONTRACT,
         format!(r#"{{"orderId":"o-{i}","lines":[{{"sku":"A","quantity":2}}]}}"#).into_bytes(),
     );
     message.correlation_id = Some(format!("o-{i}"));
@@ -109,7 +109,7 @@ async fn killed_and_concurrent_relays_deliver_every_row_once_downstream() {
     }
 
     // The downstream consumer runs throughout: the runtime with its inbox on `outbox`.
-    let config = RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER).unwrap());
+    let config = RuntimeConfig::new(ConsumerName::new(sb_inbox_cli::inventory::CONSUMER).unwrap());
     let consumer = Arc::new(Runtime::new(
         client.receiver("outbox", 4),
         downstream.clone(),
@@ -268,7 +268,7 @@ async fn worker_relays_its_events_and_keeps_the_configured_retention() {
     }
     let env = |name: &str| {
         Some(match name {
-            "SB_INBOX_CONSUMER" => sb_inbox::inventory::CONSUMER.to_owned(),
+            "SB_INBOX_CONSUMER" => sb_inbox_cli::inventory::CONSUMER.to_owned(),
             "SB_INBOX_STORE" => with_search_path(&pg_url(), &schema_for("worker_relay_retention")),
             "SB_INBOX_SERVICEBUS_CONNECTION" => emulator.connection_string(),
             "SB_INBOX_ENTITY" => "orders".to_owned(),
@@ -286,7 +286,7 @@ async fn worker_relays_its_events_and_keeps_the_configured_retention() {
     let shutdown = CancellationToken::new();
     let worker = tokio::spawn({
         let (config, shutdown) = (config.clone(), shutdown.clone());
-        async move { sb_inbox::worker::run(&config, shutdown).await }
+        async move { sb_inbox_cli::run::run(&config, shutdown).await }
     });
     crate::worker::drained(&emulator, 10).await;
     outbox_empty(&store).await;
@@ -339,9 +339,9 @@ async fn worker_relays_its_events_and_keeps_the_configured_retention() {
         let message = sb_inbox::Delivery::message(&delivery).clone();
         assert_eq!(
             message.subject.as_deref(),
-            Some(sb_inbox::inventory::EVENT_CONTRACT)
+            Some(sb_inbox_cli::inventory::EVENT_CONTRACT)
         );
-        let event: sb_inbox::inventory::StockReserved =
+        let event: sb_inbox_cli::inventory::StockReserved =
             serde_json::from_slice(&message.body).unwrap();
         assert_eq!(
             message.correlation_id.as_deref(),
@@ -370,7 +370,7 @@ fn run_refuses_a_retention_shorter_than_the_replay_horizon() {
     let output = std::process::Command::new(crate::support::cli::BINARY)
         .args(["run"])
         .env_clear()
-        .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
+        .env("SB_INBOX_CONSUMER", sb_inbox_cli::inventory::CONSUMER)
         .env("SB_INBOX_STORE", "sqlite::memory:")
         .env(
             "SB_INBOX_SERVICEBUS_CONNECTION",

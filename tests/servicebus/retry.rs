@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
 use sb_inbox::runtime::{DelayedRetry, JitterSource, LOGICAL_ID_PROPERTY, RetryPolicy};
 use sb_inbox::{ConsumerName, PgStore, PropertyValue, Runtime, RuntimeConfig};
+use sb_inbox_cli::inventory::{InventoryStore, OrderPlacedConsumer};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -40,7 +40,8 @@ async fn run_flaky(
         .unwrap()
         .with_jitter(0.0, JitterSource::fixed(0.0))
         .unwrap();
-    let mut config = RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER).unwrap());
+    let mut config =
+        RuntimeConfig::new(ConsumerName::new(sb_inbox_cli::inventory::CONSUMER).unwrap());
     config.delayed_retry = Some(DelayedRetry::new(policy, client.sender_port(), "orders"));
     let handler = Flaky::new(OrderPlacedConsumer::new(), failures);
     let receiver = client.receiver("orders", 0);

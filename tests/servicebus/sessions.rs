@@ -308,7 +308,7 @@ async fn two_session_workers_one_killed_apply_each_session_once_in_order() {
     use crate::survival::{EmulatorProcess, reservations, send, until};
     use crate::verification::WorkerProcess;
     use sb_inbox::Message;
-    use sb_inbox::inventory::InventoryStore as _;
+    use sb_inbox_cli::inventory::InventoryStore as _;
 
     let test = "session_workers";
     let Some(emulator) = EmulatorProcess::spawn_with_queues(
@@ -438,9 +438,9 @@ async fn two_session_workers_one_killed_apply_each_session_once_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_session_runtime_keeps_the_session_lock_and_a_lost_one_fences_the_commit() {
     use crate::survival::until;
-    use sb_inbox::inventory::{InventoryStore as _, OrderPlacedConsumer};
     use sb_inbox::servicebus::ServiceBusSessionSource;
     use sb_inbox::{ConsumerName, Message, Runtime, RuntimeConfig};
+    use sb_inbox_cli::inventory::{InventoryStore as _, OrderPlacedConsumer};
 
     let test = "session_runtime";
     let store = crate::support::pg_store(test, 2).await;
@@ -459,7 +459,8 @@ async fn the_session_runtime_keeps_the_session_lock_and_a_lost_one_fences_the_co
     for (id, session) in [("a1", "A"), ("a2", "A")] {
         sender.send(order(id, session)).await.unwrap();
     }
-    let mut config = RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER).unwrap());
+    let mut config =
+        RuntimeConfig::new(ConsumerName::new(sb_inbox_cli::inventory::CONSUMER).unwrap());
     config.lock_margin = Duration::from_millis(300);
     let runtime = std::sync::Arc::new(Runtime::for_sessions(
         ServiceBusSessionSource::new(client.clone(), "sq").with_accept_wait(Duration::from_secs(1)),

@@ -11,9 +11,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use sb_inbox::inventory::InventoryStore;
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient, ServiceBusSender};
 use sb_inbox::{Message, PgStore};
+use sb_inbox_cli::inventory::InventoryStore;
 
 use crate::support::orders::order_with_lines;
 use crate::support::{pg_store, pg_url, schema_for, with_search_path};

@@ -11,8 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sb_inbox::inventory::{InventoryCounts, InventoryStore, OrderPlacedConsumer};
 use sb_inbox::{ConsumerName, Message, Outcome, PgStore, Receiver, Runtime, RuntimeConfig};
+use sb_inbox_cli::inventory::{InventoryCounts, InventoryStore, OrderPlacedConsumer};
 
 use crate::support::cli;
 use crate::support::emulator::{client, emulator, queue, send, session_properties, start};
@@ -560,7 +560,8 @@ async fn slow_order(test: &str, refuse_renewals: bool) -> (sb_inbox::Report, PgS
     let client = client(&emulator);
     send(&client, "orders", order("m-1", "o-1")).await;
     let receiver = client.receiver("orders", 0);
-    let mut config = RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER).unwrap());
+    let mut config =
+        RuntimeConfig::new(ConsumerName::new(sb_inbox_cli::inventory::CONSUMER).unwrap());
     config.lock_margin = Duration::from_millis(300);
     let runtime = Runtime::new(
         receiver.clone(),
@@ -680,7 +681,7 @@ async fn poison_message_to_the_dlq(batch: &str) {
         .sender("orders")
         .send(Message::new(
             "poison-1",
-            sb_inbox::inventory::CONTRACT,
+            sb_inbox_cli::inventory::CONTRACT,
             "{nope",
         ))
         .await

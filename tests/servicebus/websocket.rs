@@ -4,9 +4,9 @@
 //! WebSocket port, so nothing reaches the plain AMQP listener.
 
 use sb_emulator::{Emulator, EmulatorOptions};
-use sb_inbox::inventory::InventoryStore as _;
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient, Transport};
 use sb_inbox::{Message, Receiver as _};
+use sb_inbox_cli::inventory::InventoryStore as _;
 
 use crate::support::cli::run_async;
 use crate::support::emulator::send;

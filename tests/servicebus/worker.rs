@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use sb_inbox::inventory::InventoryStore;
 use sb_inbox::worker::WorkerConfig;
 use sb_inbox::{Message, PgStore};
+use sb_inbox_cli::inventory::InventoryStore;
 use tokio_util::sync::CancellationToken;
 
 use crate::support::cli;
@@ -59,7 +59,7 @@ async fn two_workers_on_postgres_apply_each_order_once() {
     sent += 1;
 
     let env = |name: &str| match name {
-        "SB_INBOX_CONSUMER" => Some(sb_inbox::inventory::CONSUMER.to_owned()),
+        "SB_INBOX_CONSUMER" => Some(sb_inbox_cli::inventory::CONSUMER.to_owned()),
         "SB_INBOX_STORE" => Some(with_search_path(&pg_url(), &schema_for("sb_two_workers"))),
         "SB_INBOX_SERVICEBUS_CONNECTION" => Some(emulator.connection_string()),
         "SB_INBOX_ENTITY" => Some("orders".to_owned()),
@@ -72,11 +72,11 @@ async fn two_workers_on_postgres_apply_each_order_once() {
     let workers = [
         tokio::spawn({
             let (config, token) = (config.clone(), shutdown.clone());
-            async move { sb_inbox::worker::run(&config, token).await }
+            async move { sb_inbox_cli::run::run(&config, token).await }
         }),
         tokio::spawn({
             let (config, token) = (config.clone(), shutdown.clone());
-            async move { sb_inbox::worker::run(&config, token).await }
+            async move { sb_inbox_cli::run::run(&config, token).await }
         }),
     ];
     drained(&emulator, sent).await;
@@ -103,7 +103,7 @@ async fn two_workers_on_postgres_apply_each_order_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_applies_every_order_exactly_once() {
-    let plan = sb_inbox::demo::DemoPlan {
+    let plan = sb_inbox_cli::demo::DemoPlan {
         orders: 30,
         redeliveries: 5,
         concurrent_copies: 3,
@@ -112,7 +112,7 @@ async fn the_demo_applies_every_order_exactly_once() {
         poison: 1,
         unsupported: 1,
     };
-    let report = sb_inbox::demo::run(plan, &|_, _| {}).await.unwrap();
+    let report = sb_inbox_cli::demo::run(plan, &|_, _| {}).await.unwrap();
     assert!(report.is_correct(), "{report:?}");
     assert_eq!(report.counts.reservations, 33);
     assert_eq!(report.stats.permanent, 2);
@@ -120,7 +120,7 @@ async fn the_demo_applies_every_order_exactly_once() {
     // redelivery comes of them.
     assert_eq!(report.stats.settle_failed, 0);
     assert_eq!(report.stats.duplicate, 5 + 3 + 2);
-    let table = sb_inbox::demo::table(&report);
+    let table = sb_inbox_cli::demo::table(&report);
     assert!(table.contains("distinct orders 33: OK"), "{table}");
 }
 

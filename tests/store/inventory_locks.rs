@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use sb_inbox::inventory::{InventoryTx, OrderLine, OrderPlaced};
 use sb_inbox::{PgStore, Store, Tx};
+use sb_inbox_cli::inventory::{InventoryTx, OrderLine, OrderPlaced};
 
 use crate::support::pg_store;
 

@@ -342,9 +342,9 @@ async fn mock_connection_dead_in_the_pool_is_replaced_at_begin() {
 /// the commit (it was 10 with the health query and a request per business statement).
 #[tokio::test]
 async fn mock_two_line_order_takes_five_round_trips() {
-    use sb_inbox::inventory::{CONSUMER, OrderPlacedConsumer};
     use sb_inbox::testing::MemoryBroker;
     use sb_inbox::{Clock, ConsumerName, Message, Outcome, Runtime, RuntimeConfig};
+    use sb_inbox_cli::inventory::{CONSUMER, OrderPlacedConsumer};
 
     let mock = mock().await;
     let proxy = crate::round_trips::TurnProxy::start(format!("127.0.0.1:{}", mock.port)).await;

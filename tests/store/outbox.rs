@@ -589,10 +589,10 @@ locking_stores!(claims_skip_locked_rows);
 /// over: every consumer transaction commits, every expired row goes, every recent row stays.
 pub(crate) async fn retention_runs_beside_a_consumer<S>(store: S)
 where
-    S: Store<Tx: sb_inbox::inventory::InventoryTx> + RetentionStore + Backdate + Count + Clone,
+    S: Store<Tx: sb_inbox_cli::inventory::InventoryTx> + RetentionStore + Backdate + Count + Clone,
 {
-    use sb_inbox::inventory::{InventoryTx, OrderLine, OrderPlaced};
     use sb_inbox::retention::{RetentionConfig, RetentionTask};
+    use sb_inbox_cli::inventory::{InventoryTx, OrderLine, OrderPlaced};
 
     const EXPIRED: i64 = 2000;
     let mut tx = store.begin().await.unwrap();

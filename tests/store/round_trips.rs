@@ -10,11 +10,11 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use sb_inbox::inventory::{CONSUMER, InventoryStore, OrderPlacedConsumer};
 use sb_inbox::testing::MemoryBroker;
 use sb_inbox::{
     Clock, ConsumerName, ErrorKind, Message, PgStore, Runtime, RuntimeConfig, Store, Tx,
 };
+use sb_inbox_cli::inventory::{CONSUMER, InventoryStore, OrderPlacedConsumer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;

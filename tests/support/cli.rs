@@ -47,7 +47,7 @@ pub async fn run_async(connection: Option<&str>, args: &[&str]) -> Output {
 pub fn worker(store: &str, connection: &str) -> Command {
     let mut command = command(Some(connection), &["run"]);
     command
-        .env("SB_INBOX_CONSUMER", sb_inbox::inventory::CONSUMER)
+        .env("SB_INBOX_CONSUMER", sb_inbox_cli::inventory::CONSUMER)
         .env("SB_INBOX_STORE", store)
         .env("SB_INBOX_ENTITY", "orders")
         .env("SB_INBOX_SHUTDOWN_GRACE_SECS", "5")

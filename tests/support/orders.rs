@@ -2,8 +2,8 @@
 //! `OrderMessage` so that a test's body is byte for byte what `sb-inbox send` publishes.
 
 use sb_inbox::Message;
-use sb_inbox::inventory::{OrderLine, OrderPlaced};
-use sb_inbox::ops::send::OrderMessage;
+use sb_inbox_cli::inventory::{OrderLine, OrderPlaced};
+use sb_inbox_cli::ops::send::OrderMessage;
 
 /// Order `order_id` under `message_id` with `lines` as `(sku, quantity)`.
 pub fn order_with_lines(message_id: &str, order_id: &str, lines: &[(&str, i32)]) -> Message {

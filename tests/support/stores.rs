@@ -4,9 +4,9 @@
 use std::future::Future;
 use std::path::PathBuf;
 
-use sb_inbox::inventory::InventoryStore;
 use sb_inbox::store::MssqlConfig;
 use sb_inbox::{MssqlStore, PgStore, SqliteStore, Store, StoreError};
+use sb_inbox_cli::inventory::InventoryStore;
 
 /// The PostgreSQL server tests use: `DATABASE_URL`, defaulting to the local one.
 pub fn pg_url() -> String {

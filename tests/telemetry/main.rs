@@ -18,7 +18,6 @@ use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use sb_emulator::Emulator;
 use sb_inbox::BacklogSample;
-use sb_inbox::inventory::{CONSUMER, OrderPlacedConsumer};
 use sb_inbox::telemetry::hooks::{observe_outbox, observe_retention};
 use sb_inbox::telemetry::names::{attr, metric, value};
 use sb_inbox::telemetry::{Telemetry, TelemetryConfig};
@@ -26,6 +25,7 @@ use sb_inbox::{
     ConsumerName, Context, Contract, DeadLetterReason, DecodeError, Handled, Handler, HandlerError,
     Message, Outcome, Receiver, Runtime, RuntimeConfig,
 };
+use sb_inbox_cli::inventory::{CONSUMER, OrderPlacedConsumer};
 
 use sink::{Sink, attribute, pairs};
 use support::emulator::{client, properties, queue, start};
@@ -54,7 +54,7 @@ async fn emulator() -> Emulator {
 #[derive(Debug)]
 struct Hang(OrderPlacedConsumer);
 
-impl<T: sb_inbox::inventory::InventoryTx> Handler<T> for Hang {
+impl<T: sb_inbox_cli::inventory::InventoryTx> Handler<T> for Hang {
     type Payload = <OrderPlacedConsumer as Handler<T>>::Payload;
 
     fn contracts(&self) -> &[Contract] {

@@ -18,8 +18,8 @@ use crate::inventory::{
     InventoryCounts, InventoryStore, OrderLine, OrderPlaced, OrderPlacedConsumer,
 };
 use crate::ops::send::OrderMessage;
-use crate::servicebus::{ConnectionString, ServiceBusClient, ServiceBusReceiver};
-use crate::{ConsumerName, Message, Runtime, RuntimeConfig, SqliteStore, StatsSnapshot};
+use sb_inbox::servicebus::{ConnectionString, ServiceBusClient, ServiceBusReceiver};
+use sb_inbox::{ConsumerName, Message, Runtime, RuntimeConfig, SqliteStore, StatsSnapshot};
 
 const QUEUE: &str = "orders";
 const CONFIG: &str = r#"{"UserConfig":{"Namespaces":[{"Name":"sbemulatorns","Queues":[
@@ -96,13 +96,13 @@ pub enum DemoError {
     Emulator(#[from] sb_emulator::Error),
     /// The store failed.
     #[error("store: {0}")]
-    Store(#[from] crate::StoreError),
+    Store(#[from] sb_inbox::StoreError),
     /// Publishing failed.
     #[error("send: {0}")]
     Send(String),
     /// A worker failed.
     #[error("worker: {0}")]
-    Runtime(#[from] crate::RuntimeError),
+    Runtime(#[from] sb_inbox::RuntimeError),
     /// The queue did not drain in time.
     #[error("the queue did not drain within {0:?}")]
     Timeout(Duration),
@@ -178,14 +178,14 @@ async fn start_emulator() -> Result<(sb_emulator::Emulator, ConnectionString), D
     let cs: ConnectionString = emulator
         .connection_string()
         .parse()
-        .map_err(|e: crate::servicebus::ConnectionStringError| DemoError::Send(e.to_string()))?;
+        .map_err(|e: sb_inbox::servicebus::ConnectionStringError| DemoError::Send(e.to_string()))?;
     Ok((emulator, cs))
 }
 
 type DemoRuntime = Runtime<ServiceBusReceiver, SqliteStore, OrderPlacedConsumer>;
 type DemoWorker = (
     Arc<DemoRuntime>,
-    tokio::task::JoinHandle<Result<(), crate::RuntimeError>>,
+    tokio::task::JoinHandle<Result<(), sb_inbox::RuntimeError>>,
 );
 
 /// One worker per store, each on its own connection, until `shutdown`.

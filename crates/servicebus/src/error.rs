@@ -45,7 +45,7 @@ pub enum ServiceBusError {
 /// "IdleTimerExpired", Azure/azure-sdk-for-python#18795). Unlike Go we keep the connection
 /// for `amqp:internal-error` on a detach: only the link failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Recovery {
+pub enum Recovery {
     /// Re-attach the failed link on the same connection after a jittered backoff.
     Link,
     /// The token for the entity expired or was refused: put a fresh token, then re-attach
@@ -71,7 +71,7 @@ fn is_fatal_condition(condition: &str) -> bool {
 /// Conditions of a disposition or send outcome a retry may clear: the service was busy or
 /// timed out (Go `amqpConditionsToRecoveryKind`: server-busy, timeout, operation-cancelled
 /// need no recovery, only a retry).
-pub(crate) fn is_busy_condition(condition: &str) -> bool {
+pub fn is_busy_condition(condition: &str) -> bool {
     matches!(
         condition,
         condition::SERVER_BUSY | condition::TIMEOUT | OPERATION_CANCELLED
@@ -81,7 +81,7 @@ pub(crate) fn is_busy_condition(condition: &str) -> bool {
 /// `amqp:internal-error`, `amqp:unknown-error`, or a condition this client does not know: a
 /// link may clear it by re-attaching, but repeated on one connection it calls for a new
 /// connection (issue 29 item 9; see `client::POISONED_AFTER` for what the SDKs do).
-pub(crate) fn is_internal_condition(c: &str) -> bool {
+pub fn is_internal_condition(c: &str) -> bool {
     !(is_fatal_condition(c)
         || is_busy_condition(c)
         || matches!(
@@ -109,7 +109,7 @@ fn is_token_expiry(error: &sb_amqp::Error) -> bool {
 }
 
 /// Classifies an engine error from a link or connection operation.
-pub(crate) fn recovery(error: &sb_amqp::Error) -> Recovery {
+pub fn recovery(error: &sb_amqp::Error) -> Recovery {
     if error.is_connection_error() || matches!(error, sb_amqp::Error::SessionEnded(_)) {
         // A lost session is rebuilt with the connection scope (`ConnectionScope::observe`).
         return Recovery::Connection;
@@ -142,7 +142,10 @@ impl ServiceBusError {
         }
     }
 
-    pub(crate) fn from_amqp(error: &sb_amqp::Error) -> Self {
+    /// The engine's failure as the client reports it: `amqp:not-found` and
+    /// `amqp:unauthorized-access` typed, another broker condition with its symbol and
+    /// description, a connection-level failure as [`ServiceBusError::Connection`].
+    pub fn from_amqp(error: &sb_amqp::Error) -> Self {
         match error.amqp_error() {
             Some(e) if e.condition == condition::NOT_FOUND => {
                 ServiceBusError::NotFound(e.description.clone().unwrap_or_default())

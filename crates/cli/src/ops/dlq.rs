@@ -3,7 +3,7 @@
 //!
 //! A resubmitted copy gets a fresh broker message id (`{logical}/resubmit-{n}`: broker duplicate
 //! detection would drop the original id) and keeps the logical id in
-//! [`crate::runtime::LOGICAL_ID_PROPERTY`], which the inbox keys on. The copy is sent and
+//! [`sb_inbox::runtime::LOGICAL_ID_PROPERTY`], which the inbox keys on. The copy is sent and
 //! accepted before the dead letter is completed, so a crash in between leaves at most a
 //! duplicate; running again sends a copy with the same broker id.
 
@@ -12,16 +12,11 @@ use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
 use super::OpsError;
-use crate::runtime::{
-    LAST_ERROR_PROPERTY, LOGICAL_ID_PROPERTY, RETRY_ATTEMPT_PROPERTY, derived_message_id,
-    logical_id, original_enqueued_time,
-};
-use crate::servicebus::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, PeekedMessage};
-use crate::{Clock, Delivery, Message, PropertyValue, Receiver, Sender};
+use sb_inbox::runtime::{LOGICAL_ID_PROPERTY, logical_id, original_enqueued_time};
+use sb_inbox::servicebus::PeekedMessage;
+use sb_inbox::{Clock, Delivery, Message, PropertyValue, Receiver, Sender};
 
-/// The application property counting how often a message was resubmitted from a dead-letter
-/// queue (1 on the first resubmission).
-pub const RESUBMISSION_PROPERTY: &str = "sb-inbox-resubmission";
+pub use sb_inbox::servicebus::{RESUBMISSION_PROPERTY, resubmission};
 
 /// The dead-letter subqueue of `entity`.
 pub fn dead_letter_queue(entity: &str) -> String {
@@ -72,39 +67,7 @@ pub fn describe(peeked: &PeekedMessage) -> String {
     line
 }
 
-/// The copy of a dead letter to resubmit: a fresh broker id, the logical id kept, the
-/// resubmission counted; the dead-letter properties and the delayed-retry count removed, so the
-/// copy starts with its retries afresh.
-///
-/// # Errors
-/// The reason a message without a usable logical id cannot be resubmitted (it would only be
-/// dead-lettered again).
-pub fn resubmission(message: &Message) -> Result<Message, String> {
-    let logical = logical_id(message)
-        .map_err(|rejection| rejection.description)?
-        .to_owned();
-    let count = match message.application_properties.get(RESUBMISSION_PROPERTY) {
-        Some(PropertyValue::Long(n)) => n.saturating_add(1).max(1),
-        _ => 1,
-    };
-    let mut copy = message.clone();
-    copy.message_id = Some(derived_message_id(&logical, &format!("resubmit-{count}")));
-    let properties = &mut copy.application_properties;
-    for stale in [
-        DEAD_LETTER_REASON,
-        DEAD_LETTER_ERROR_DESCRIPTION,
-        RETRY_ATTEMPT_PROPERTY,
-        LAST_ERROR_PROPERTY,
-    ] {
-        properties.remove(stale);
-    }
-    properties.insert(LOGICAL_ID_PROPERTY.to_owned(), logical.into());
-    properties.insert(RESUBMISSION_PROPERTY.to_owned(), PropertyValue::Long(count));
-    Ok(copy)
-}
-
-/// The default DLQ resubmission window: 7 days (as `dlqResubmitWindowSecs` in infra/main.bicep).
-pub const DEFAULT_RESUBMIT_WINDOW: Duration = Duration::from_secs(7 * 86_400);
+pub use sb_inbox::worker::DEFAULT_RESUBMIT_WINDOW;
 
 /// Which dead letters to resubmit.
 #[derive(Debug, Clone)]
@@ -141,7 +104,7 @@ impl ResubmitOptions {
 /// broker's enqueued time, which for a dead letter is no later than its dead-lettering (Service
 /// Bus and the emulator keep the message's own), so the check errs on the safe side; for a
 /// delayed-retry copy (enqueued anew) from the original's, which the copy carries in
-/// [`crate::runtime::ORIGINAL_ENQUEUED_TIME_PROPERTY`].
+/// [`sb_inbox::runtime::ORIGINAL_ENQUEUED_TIME_PROPERTY`].
 fn past_window(
     enqueued: Option<SystemTime>,
     message: &Message,
@@ -288,13 +251,15 @@ async fn resubmit_matching<R: Receiver>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sb_inbox::runtime::{LAST_ERROR_PROPERTY, RETRY_ATTEMPT_PROPERTY};
+    use sb_inbox::servicebus::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON};
 
     /// Resubmits up to ten of `dead_letters` to a fresh in-memory entity, on `clock`.
     async fn resubmit_to_new_entity(
-        dead_letters: &crate::testing::MemoryBroker,
+        dead_letters: &sb_inbox::testing::MemoryBroker,
         clock: Clock,
-    ) -> (crate::testing::MemoryBroker, ResubmitReport) {
-        let entity = crate::testing::MemoryBroker::new(clock);
+    ) -> (sb_inbox::testing::MemoryBroker, ResubmitReport) {
+        let entity = sb_inbox::testing::MemoryBroker::new(clock);
         let mut options = ResubmitOptions::new(10);
         options.clock = clock;
         let report = resubmit(&dead_letters.receiver(), &entity, "orders", &options)
@@ -314,7 +279,7 @@ mod tests {
     /// The relay strips the inbox's properties by their prefix: every one must carry it.
     #[test]
     fn every_inbox_property_carries_the_prefix_the_relay_strips() {
-        use crate::runtime::ORIGINAL_ENQUEUED_TIME_PROPERTY;
+        use sb_inbox::runtime::ORIGINAL_ENQUEUED_TIME_PROPERTY;
         for name in [
             LOGICAL_ID_PROPERTY,
             RETRY_ATTEMPT_PROPERTY,
@@ -322,7 +287,7 @@ mod tests {
             LAST_ERROR_PROPERTY,
             RESUBMISSION_PROPERTY,
         ] {
-            assert!(name.starts_with(crate::INBOX_PROPERTY_PREFIX), "{name}");
+            assert!(name.starts_with(sb_inbox::INBOX_PROPERTY_PREFIX), "{name}");
         }
     }
 
@@ -374,7 +339,7 @@ mod tests {
     /// reason and stays in the dead-letter queue; a younger one is resubmitted.
     #[tokio::test(start_paused = true)]
     async fn dead_letters_past_the_window_are_refused_and_stay() {
-        use crate::testing::MemoryBroker;
+        use sb_inbox::testing::MemoryBroker;
         let clock = Clock::new();
         let dead_letters = MemoryBroker::new(clock);
         dead_letters.send(Message::new("old", "orders.order-placed.v1", "{}"));
@@ -402,8 +367,8 @@ mod tests {
     /// it, is refused: its age counts from the original (the copy carries that time).
     #[tokio::test(start_paused = true)]
     async fn a_retry_copy_ages_from_its_original_enqueue_time() {
-        use crate::runtime::ORIGINAL_ENQUEUED_TIME_PROPERTY;
-        use crate::testing::MemoryBroker;
+        use sb_inbox::runtime::ORIGINAL_ENQUEUED_TIME_PROPERTY;
+        use sb_inbox::testing::MemoryBroker;
         let clock = Clock::new();
         let original_at = clock.now();
         tokio::time::advance(DEFAULT_RESUBMIT_WINDOW + Duration::from_secs(1)).await;

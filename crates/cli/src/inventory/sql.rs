@@ -6,14 +6,14 @@ use tokio_postgres::types::ToSql;
 use super::{
     CONSUMER, InventoryCounts, InventoryStore, InventoryTx, MIGRATION_VERSION, OrderPlaced,
 };
-use crate::StoreError;
-use crate::store::Migration;
+use sb_inbox::StoreError;
+use sb_inbox::store::Migration;
 #[cfg(feature = "mssql")]
-use crate::{MssqlStore, MssqlTx};
+use sb_inbox::{MssqlStore, MssqlTx};
 #[cfg(feature = "postgres")]
-use crate::{PgStore, PgTx};
+use sb_inbox::{PgStore, PgTx};
 #[cfg(feature = "sqlite")]
-use crate::{SqliteStore, SqliteTx};
+use sb_inbox::{SqliteStore, SqliteTx};
 
 const NAME: &str = "0002_inventory.sql";
 
@@ -21,21 +21,21 @@ const NAME: &str = "0002_inventory.sql";
 const PG_MIGRATION: Migration = Migration {
     version: MIGRATION_VERSION,
     name: NAME,
-    sql: include_str!("../../sql/postgres/0002_inventory.sql"),
+    sql: include_str!("../../../../sql/postgres/0002_inventory.sql"),
 };
 
 #[cfg(feature = "sqlite")]
 const SQLITE_MIGRATION: Migration = Migration {
     version: MIGRATION_VERSION,
     name: NAME,
-    sql: include_str!("../../sql/sqlite/0002_inventory.sql"),
+    sql: include_str!("../../../../sql/sqlite/0002_inventory.sql"),
 };
 
 #[cfg(feature = "mssql")]
 const MSSQL_MIGRATION: Migration = Migration {
     version: MIGRATION_VERSION,
     name: NAME,
-    sql: include_str!("../../sql/mssql/0002_inventory.sql"),
+    sql: include_str!("../../../../sql/mssql/0002_inventory.sql"),
 };
 
 /// Counts the inventory migration's bookkeeping row (a table every store's `migrate` creates).
@@ -237,12 +237,12 @@ impl InventoryStore for MssqlStore {
     async fn inventory_counts(&self) -> Result<InventoryCounts, StoreError> {
         let rows = self.query(MSSQL_COUNTS, &[&CONSUMER]).await?;
         let row = rows.first().ok_or_else(|| {
-            StoreError::of_kind(crate::ErrorKind::Unknown, "counts query returned no row")
+            StoreError::of_kind(sb_inbox::ErrorKind::Unknown, "counts query returned no row")
         })?;
         let column = |index: usize| -> Result<i64, StoreError> {
             row.try_get::<i64, _>(index)
                 .map(Option::unwrap_or_default)
-                .map_err(crate::store::mssql::classify)
+                .map_err(sb_inbox::store::mssql::classify)
         };
         Ok(InventoryCounts {
             reservations: column(0)?,
@@ -267,7 +267,7 @@ impl InventoryStore for PgStore {
     async fn inventory_counts(&self) -> Result<InventoryCounts, StoreError> {
         let rows = self.query(PG_COUNTS, &[&CONSUMER]).await?;
         let row = rows.first().ok_or_else(|| {
-            StoreError::of_kind(crate::ErrorKind::Unknown, "counts query returned no row")
+            StoreError::of_kind(sb_inbox::ErrorKind::Unknown, "counts query returned no row")
         })?;
         Ok(InventoryCounts {
             reservations: row.get(0),

@@ -3,9 +3,9 @@
 //!
 //! # Layout
 //! - [`send`]: orders of `orders.order-placed.v1` from a file or generated, stable message
-//!   ids, optional duplicates, published through the [`crate::Sender`] port.
+//!   ids, optional duplicates, published through the [`sb_inbox::Sender`] port.
 //! - [`dlq`]: describe peeked dead letters; resubmit them with the logical id kept, through the
-//!   [`crate::Receiver`] and [`crate::Sender`] ports.
+//!   [`sb_inbox::Receiver`] and [`sb_inbox::Sender`] ports.
 
 pub mod dlq;
 pub mod send;

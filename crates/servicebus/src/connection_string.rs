@@ -105,11 +105,11 @@ impl fmt::Debug for Credential {
 ///
 /// # Examples
 /// ```
-/// use sb_inbox::servicebus::ConnectionString;
+/// use sb_servicebus::ConnectionString;
 /// let cs: ConnectionString = "Endpoint=sb://127.0.0.1:5699;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;".parse()?;
 /// assert_eq!((cs.host(), cs.port(), cs.use_tls()), ("127.0.0.1", 5699, false));
 /// assert!(!cs.to_string().contains("SAS_KEY_VALUE"));
-/// # Ok::<(), sb_inbox::servicebus::ConnectionStringError>(())
+/// # Ok::<(), sb_servicebus::ConnectionStringError>(())
 /// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct ConnectionString {

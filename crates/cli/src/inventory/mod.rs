@@ -15,7 +15,7 @@ use std::future::Future;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{
+use sb_inbox::{
     Context, Contract, DecodeError, Handled, Handler, HandlerError, JsonContract, OutboxMessage,
     Store, StoreError, Tx,
 };
@@ -145,7 +145,7 @@ pub trait InventoryStore: Store<Tx: InventoryTx> {
 /// # Examples
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use sb_inbox::inventory::{InventoryStore, OrderPlacedConsumer};
+/// use sb_inbox_cli::inventory::{InventoryStore, OrderPlacedConsumer};
 /// use sb_inbox::testing::MemoryBroker;
 /// use sb_inbox::{ConsumerName, Message, Runtime, RuntimeConfig, SqliteStore};
 ///
@@ -154,7 +154,7 @@ pub trait InventoryStore: Store<Tx: InventoryTx> {
 /// store.migrate_inventory().await?;
 /// let broker = MemoryBroker::new(sb_inbox::Clock::new());
 /// broker.send(Message::new("m-1", "orders.order-placed.v1", r#"{"orderId":"o-1","lines":[{"sku":"A","quantity":2}]}"#));
-/// let config = RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER)?);
+/// let config = RuntimeConfig::new(ConsumerName::new(sb_inbox_cli::inventory::CONSUMER)?);
 /// let runtime = Runtime::new(broker.receiver(), store.clone(), OrderPlacedConsumer::new(), config);
 /// let delivery = broker.try_receive().expect("a message");
 /// runtime.process(delivery).await;
@@ -198,7 +198,7 @@ impl<T: InventoryTx> Handler<T> for OrderPlacedConsumer {
     }
 
     fn decode(&self, _contract: &Contract, body: &[u8]) -> Result<OrderPlaced, DecodeError> {
-        crate::runtime::decode_json(body)
+        sb_inbox::runtime::decode_json(body)
     }
 
     async fn handle(

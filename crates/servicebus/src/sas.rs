@@ -39,7 +39,7 @@ impl std::fmt::Debug for SasToken {
 /// # Examples
 /// ```
 /// use std::time::{Duration, UNIX_EPOCH};
-/// let token = sb_inbox::servicebus::sign_sas("sb://ns/q", "send", "key", UNIX_EPOCH, Duration::from_secs(60));
+/// let token = sb_servicebus::sign_sas("sb://ns/q", "send", "key", UNIX_EPOCH, Duration::from_secs(60));
 /// assert!(token.token.starts_with("SharedAccessSignature sr=sb%3A%2F%2Fns%2Fq&sig="));
 /// assert!(token.token.ends_with("&se=60&skn=send"));
 /// ```

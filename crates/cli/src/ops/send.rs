@@ -10,8 +10,8 @@ use serde::Deserialize;
 
 use super::OpsError;
 use crate::inventory::{CONTRACT, OrderLine, OrderPlaced};
-use crate::runtime::MAX_MESSAGE_ID_LEN;
-use crate::{Message, Sender};
+use sb_inbox::runtime::MAX_MESSAGE_ID_LEN;
+use sb_inbox::{Message, Sender};
 
 /// One order to publish under its message id.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,48 +3,27 @@
 
 use std::future::Future;
 
+use sb_inbox::worker::{
+    Applied, BrokerAddress, Condition, Ping, Readiness, Worker, WorkerConfig, WorkerError,
+    check_schema, serve_while, until_open,
+};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::health::{self, Condition, Ping, Readiness};
-use super::open::{self, Applied};
-use super::{BrokerAddress, Worker, WorkerConfig};
-#[cfg(feature = "entra")]
-use crate::entra::{EntraCredential, EntraMode};
 use crate::inventory::{InventoryStore, OrderPlacedConsumer};
-use crate::servicebus::ServiceBusClient;
+#[cfg(feature = "entra")]
+use sb_inbox::entra::{EntraCredential, EntraMode};
+use sb_inbox::servicebus::ServiceBusClient;
 #[cfg(feature = "postgres")]
-use crate::store::PgStore;
+use sb_inbox::store::PgStore;
 #[cfg(feature = "sqlite")]
-use crate::store::SqliteStore;
-use crate::store::StoreUrl;
+use sb_inbox::store::SqliteStore;
+use sb_inbox::store::StoreUrl;
 #[cfg(feature = "mssql")]
-use crate::store::{MssqlConfig, MssqlStore};
-use crate::{ErrorKind, OutboxStore, RetentionStore, RuntimeError, StatsSnapshot, StoreError};
+use sb_inbox::store::{MssqlConfig, MssqlStore};
+use sb_inbox::{ErrorKind, OutboxStore, RetentionStore, StatsSnapshot, StoreError};
 
-pub use super::host::BACKGROUND_STOP;
-
-/// Why the worker stopped with an error.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum WorkerError {
-    /// The store could not be opened.
-    #[error("store: {0}")]
-    Store(#[from] StoreError),
-    /// The runtime failed (a receiver that cannot go on).
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-    /// The health endpoints could not be served.
-    #[error("health endpoints: {0}")]
-    Health(String),
-    /// The consumers cannot be hosted as given (none, one name twice, delayed retries on a
-    /// subscription).
-    #[error("worker: {0}")]
-    Config(String),
-    /// A consumer's task ended abnormally (a panic in a handler).
-    #[error("consumer {0}")]
-    Consumer(String),
-}
+pub use sb_inbox::worker::BACKGROUND_STOP;
 
 /// Runs the reference inventory consumer as configured (under each configured consumer name
 /// and entity, in one [`Worker`]) until `shutdown`, then drains, releases prefetched deliveries
@@ -92,7 +71,7 @@ pub async fn run_with(
     // Served from the start, before the store opens; the Worker adds its probes to it.
     let readiness = Readiness::new();
     let store_ready = readiness.condition("store", "opening");
-    let _stop_health = health::serve_while(health, &readiness);
+    let _stop_health = serve_while(health, &readiness);
     let probe = Probe {
         client,
         readiness,
@@ -135,8 +114,7 @@ pub async fn run_with(
             serve(store, config, probe).await
         }
         // A store this build lacks: `StoreUrl`'s parser refuses it already, this is for a
-        // configuration built in code.
-        #[cfg(not(all(feature = "postgres", feature = "mssql", feature = "sqlite")))]
+        // configuration built in code (or a store a later library version adds).
         other => Err(WorkerError::Config(
             other
                 .ensure_compiled_in()
@@ -168,11 +146,16 @@ fn broker_client(broker: &BrokerAddress) -> Result<ServiceBusClient, WorkerError
                  build has no `entra` cargo feature"
             )));
         }
+        _ => {
+            return Err(WorkerError::Config(
+                "a kind of broker address this worker does not know".to_owned(),
+            ));
+        }
     })
 }
 
 /// Connects and checks the schema, the reference consumer's tables included, until all
-/// succeed (see [`open::until_open`]), then serves; a shutdown before that ends the worker with
+/// succeed (see [`until_open`]), then serves; a shutdown before that ends the worker with
 /// nothing processed.
 async fn open_then_serve<S, F, Fut>(
     connect: F,
@@ -187,7 +170,7 @@ where
 {
     let open = || async {
         let store = connect().await?;
-        open::check_schema(&store).await?;
+        check_schema(&store).await?;
         // Missing like a schema not migrated yet: retried, not an exit.
         if !store.inventory_migrated().await? {
             return Err(StoreError::of_kind(
@@ -197,7 +180,7 @@ where
         }
         Ok(store)
     };
-    match open::until_open(open, store_ready, &probe.shutdown).await {
+    match until_open(open, store_ready, &probe.shutdown).await {
         Some(store) => serve(store, config, probe).await,
         None => Ok(StatsSnapshot::default()),
     }

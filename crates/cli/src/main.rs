@@ -15,12 +15,12 @@ use sb_inbox::PgStore;
 use sb_inbox::SqliteStore;
 #[cfg(feature = "entra")]
 use sb_inbox::entra::{EntraCredential, EntraMode};
-use sb_inbox::inventory::InventoryStore;
-use sb_inbox::ops::{self, OpsError, dlq};
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient, Transport};
 use sb_inbox::store::StoreUrl;
 use sb_inbox::telemetry::{LogFormat, OTEL_ENV_VARS, TelemetryConfig};
 use sb_inbox::worker::{ENV_VARS, MOVED, WorkerConfig};
+use sb_inbox_cli::inventory::InventoryStore;
+use sb_inbox_cli::ops::{self, OpsError, dlq};
 use tokio_util::sync::CancellationToken;
 
 /// sb-inbox: the Idempotent Consumer for Azure Service Bus.
@@ -483,7 +483,7 @@ async fn run_worker(path: Option<PathBuf>) -> ExitCode {
             shutdown.cancel();
         }
     });
-    match sb_inbox::worker::run(&config, shutdown).await {
+    match sb_inbox_cli::run::run(&config, shutdown).await {
         Ok(_) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error}");
@@ -526,12 +526,12 @@ async fn demo() -> ExitCode {
         let _ = write!(err, "\r  [{bar}] {done}/{total} messages settled");
         let _ = err.flush();
     };
-    let result = sb_inbox::demo::run(sb_inbox::demo::DemoPlan::default(), &progress).await;
+    let result = sb_inbox_cli::demo::run(sb_inbox_cli::demo::DemoPlan::default(), &progress).await;
     eprintln!();
     match result {
         Ok(report) => {
             println!("\nsb-inbox demo: one business effect per order\n");
-            print!("{}", sb_inbox::demo::table(&report));
+            print!("{}", sb_inbox_cli::demo::table(&report));
             println!("\n  database: {}", report.database.display());
             if report.is_correct() {
                 ExitCode::SUCCESS

@@ -36,7 +36,7 @@ pub enum TrustError {
     Tls(#[from] rustls::Error),
 }
 
-/// The certificate authorities a [`super::ServiceBusClient`] trusts.
+/// The certificate authorities a Service Bus client trusts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TrustRoots {
     ca_files: Vec<PathBuf>,
