@@ -162,10 +162,10 @@ pub use ports::{
     SettleError, Source, Store, StoreError, Tx, VersionCheck,
 };
 pub use runtime::{
-    Circuit, CircuitConfig, CircuitPhase, Clock, ConsumerName, ConsumerNameError, Context,
-    Contract, ContractParseError, DeadLetterReason, DecodeError, Handled, Handler, HandlerError,
-    IdempotencyKey, Json, JsonContract, JsonHandler, LockKeeper, Outcome, Rejection, Report,
-    Runtime, RuntimeConfig, RuntimeError, SessionConfig, Settlement, Stats, StatsSnapshot,
+    BoxError, Circuit, CircuitConfig, CircuitPhase, Clock, ConsumerName, ConsumerNameError,
+    Context, Contract, ContractParseError, DeadLetterReason, DecodeError, Handled, Handler,
+    HandlerError, IdempotencyKey, Json, JsonContract, JsonHandler, LockKeeper, Outcome, Rejection,
+    Report, Runtime, RuntimeConfig, RuntimeError, SessionConfig, Settlement, Stats, StatsSnapshot,
 };
 #[cfg(feature = "mssql")]
 pub use store::{MssqlStore, MssqlTx};

@@ -61,7 +61,7 @@ pub use envelope::{
 // For the application's dead-letter resubmission (`ops::dlq`).
 #[cfg(feature = "app")]
 pub(crate) use envelope::{derived_message_id, logical_id};
-pub use handler::{Context, DecodeError, Handled, Handler, HandlerError};
+pub use handler::{BoxError, Context, DecodeError, Handled, Handler, HandlerError};
 pub use idempotency::IdempotencyKey;
 pub use json::{Json, JsonContract, JsonHandler, decode_json};
 pub use lock_keeper::{KeptLock, LockKeeper};

@@ -8,8 +8,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::error::{HostingError, WorkerError};
 use super::health::{self, Commits, Ping, Readiness};
-use super::run::WorkerError;
 use crate::relay::{Relay, RelayConfig};
 use crate::retention::{RetentionConfig, RetentionTask};
 use crate::runtime::{DelayedRetry, RetryPolicy, SessionConfig};
@@ -482,7 +482,7 @@ async fn collect(
             }
             Err(join) => {
                 stop.cancel();
-                failure.get_or_insert(WorkerError::Consumer(format!("{name}: {join}")));
+                failure.get_or_insert(WorkerError::Consumer { name, source: join });
             }
         }
     }
@@ -544,38 +544,32 @@ fn check<S>(
             .iter()
             .any(|other| other.config.name() == name)
         {
-            return Err(WorkerError::Config(format!(
-                "consumer {name} is hosted twice: each consumer needs its own name (its inbox key)"
-            )));
+            return Err(HostingError::HostedTwice(name.clone()).into());
         }
-        // Competing receivers under two names: a redelivery (lock expiry, abandon) that lands
-        // on the other one finds no inbox row under its name and applies the effect again.
         if let Some(other) = consumers[..i]
             .iter()
             .find(|other| same_entity(&other.config.entity, &hosted.config.entity))
         {
-            return Err(WorkerError::Config(format!(
-                "consumers {} and {name} both receive from {}: a message redelivered to the other \
-                 one would take effect twice (two inbox keys); host one consumer per entity, or \
-                 give each its own subscription",
-                other.config.name(),
-                hosted.config.entity
-            )));
+            return Err(HostingError::SharedEntity {
+                first: other.config.name().clone(),
+                second: name.clone(),
+                entity: hosted.config.entity.clone(),
+            }
+            .into());
         }
         if retry.is_some() && is_subscription(&hosted.config.entity) {
-            return Err(WorkerError::Config(format!(
-                "consumer {name}: delayed retries need a queue, {} is a subscription",
-                hosted.config.entity
-            )));
+            return Err(HostingError::RetryOnSubscription {
+                name: name.clone(),
+                entity: hosted.config.entity.clone(),
+            }
+            .into());
         }
     }
     if sessions && retry.is_some() {
-        return Err(WorkerError::Config(
-            "delayed retries cannot keep a session's order (a retry copy goes to the end of its session): turn one of them off".to_owned(),
-        ));
+        return Err(HostingError::RetryWithSessions.into());
     }
     if consumers.is_empty() {
-        return Err(WorkerError::Config("no consumer to host".to_owned()));
+        return Err(HostingError::NoConsumer.into());
     }
     Ok(())
 }

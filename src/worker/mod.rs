@@ -13,6 +13,7 @@
 //!   [`Worker`] as `worker.toml` says.
 
 mod config;
+mod error;
 mod health;
 mod horizon;
 mod host;
@@ -22,7 +23,8 @@ mod run;
 pub use config::{
     BrokerAddress, ConfigError, ConfigErrors, ENV_VARS, KEYS, Key, MOVED, Moved, WorkerConfig,
 };
+pub use error::{HostingError, WorkerError};
 pub use health::{Condition, PROBE_TIMEOUT, Ping, Readiness, STORE_EVIDENCE, store_ready};
 pub use horizon::{ReplayHorizon, RetentionTooShort};
 pub use host::{ConsumerConfig, Worker, WorkerStats};
-pub use run::{BACKGROUND_STOP, WorkerError, run, run_with};
+pub use run::{BACKGROUND_STOP, run, run_with};

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::health::{self, Condition, Ping, Readiness};
 use super::open::{self, Applied};
-use super::{BrokerAddress, Worker, WorkerConfig};
+use super::{BrokerAddress, Worker, WorkerConfig, WorkerError};
 #[cfg(feature = "entra")]
 use crate::entra::{EntraCredential, EntraMode};
 use crate::inventory::{InventoryStore, OrderPlacedConsumer};
@@ -20,31 +20,9 @@ use crate::store::SqliteStore;
 use crate::store::StoreUrl;
 #[cfg(feature = "mssql")]
 use crate::store::{MssqlConfig, MssqlStore};
-use crate::{ErrorKind, OutboxStore, RetentionStore, RuntimeError, StatsSnapshot, StoreError};
+use crate::{ErrorKind, OutboxStore, RetentionStore, StatsSnapshot, StoreError};
 
 pub use super::host::BACKGROUND_STOP;
-
-/// Why the worker stopped with an error.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum WorkerError {
-    /// The store could not be opened.
-    #[error("store: {0}")]
-    Store(#[from] StoreError),
-    /// The runtime failed (a receiver that cannot go on).
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-    /// The health endpoints could not be served.
-    #[error("health endpoints: {0}")]
-    Health(String),
-    /// The consumers cannot be hosted as given (none, one name twice, delayed retries on a
-    /// subscription).
-    #[error("worker: {0}")]
-    Config(String),
-    /// A consumer's task ended abnormally (a panic in a handler).
-    #[error("consumer {0}")]
-    Consumer(String),
-}
 
 /// Runs the reference inventory consumer as configured (under each configured consumer name
 /// and entity, in one [`Worker`]) until `shutdown`, then drains, releases prefetched deliveries
@@ -63,7 +41,7 @@ pub async fn run(
         Some(port) => Some(
             TcpListener::bind(("0.0.0.0", port))
                 .await
-                .map_err(|e| WorkerError::Health(format!("cannot listen on port {port}: {e}")))?,
+                .map_err(|source| WorkerError::Health { port, source })?,
         ),
         None => None,
     };
@@ -87,7 +65,7 @@ pub async fn run_with(
     let client = broker_client(&config.broker)?
         .with_server_busy_wait(config.server_busy_wait)
         .with_trust(&config.trust)
-        .map_err(|e| WorkerError::Config(e.to_string()))?
+        .map_err(WorkerError::Trust)?
         .with_proxy(&config.proxy);
     // Served from the start, before the store opens; the Worker adds its probes to it.
     let readiness = Readiness::new();
@@ -137,12 +115,11 @@ pub async fn run_with(
         // A store this build lacks: `StoreUrl`'s parser refuses it already, this is for a
         // configuration built in code.
         #[cfg(not(all(feature = "postgres", feature = "mssql", feature = "sqlite")))]
-        other => Err(WorkerError::Config(
-            other
-                .ensure_compiled_in()
-                .err()
-                .map_or_else(|| format!("store {other}"), |error| error.to_string()),
-        )),
+        other => match other.ensure_compiled_in() {
+            Err(error) => Err(error.into()),
+            // Every variant this build compiles is matched above.
+            Ok(()) => unreachable!("store {other} is compiled in and matched above"),
+        },
     }
 }
 
@@ -163,7 +140,7 @@ fn broker_client(broker: &BrokerAddress) -> Result<ServiceBusClient, WorkerError
         ),
         #[cfg(not(feature = "entra"))]
         BrokerAddress::Namespace { host, .. } => {
-            return Err(WorkerError::Config(format!(
+            return Err(WorkerError::Broker(format!(
                 "{host}: a namespace without a connection string takes Entra ID tokens, and this \
                  build has no `entra` cargo feature"
             )));
