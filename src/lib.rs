@@ -138,6 +138,7 @@ pub mod store;
 pub mod telemetry;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
+pub mod worker;
 
 // The application: the `sb-inbox` binary's modules, on the library's API. Public because the
 // binary and the integration tests drive them; kept out of the library's documentation (they
@@ -151,9 +152,6 @@ pub mod inventory;
 #[cfg(feature = "app")]
 #[doc(hidden)]
 pub mod ops;
-#[cfg(feature = "app")]
-#[doc(hidden)]
-pub mod worker;
 
 pub use ports::{
     BacklogSample, Delivery, DuplicateScope, ErrorKind, INBOX_PROPERTY_PREFIX, Message,

@@ -103,8 +103,8 @@ pub fn resubmission(message: &Message) -> Result<Message, String> {
     Ok(copy)
 }
 
-/// The default DLQ resubmission window: 7 days (as `dlqResubmitWindowSecs` in infra/main.bicep).
-pub const DEFAULT_RESUBMIT_WINDOW: Duration = Duration::from_secs(7 * 86_400);
+// Defined beside the replay horizon it lengthens (the worker's configuration reads it too).
+pub use crate::worker::DEFAULT_RESUBMIT_WINDOW;
 
 /// Which dead letters to resubmit.
 #[derive(Debug, Clone)]

@@ -35,6 +35,10 @@ pub enum WorkerError {
     /// The broker address cannot be used by this build.
     #[error("broker: {0}")]
     Broker(String),
+    /// The retention would delete inbox rows whose messages can still come back. Permanent:
+    /// raise the retention or lower the entity's TTL or the DLQ resubmission window.
+    #[error("dedupe retention does not cover the replay horizon")]
+    Retention(#[from] super::RetentionTooShort),
     /// The consumers cannot be hosted as given.
     #[error("worker: {0}")]
     Config(#[from] HostingError),

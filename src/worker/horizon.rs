@@ -3,6 +3,9 @@
 
 use std::time::Duration;
 
+/// The default DLQ resubmission window: 7 days (as `dlqResubmitWindowSecs` in infra/main.bicep).
+pub const DEFAULT_RESUBMIT_WINDOW: Duration = Duration::from_secs(7 * 86_400);
+
 /// How long after its first processing a message can be delivered again.
 ///
 /// A message lives on the entity at most its time-to-live; while it lives, lock expiries and

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::{HostingError, WorkerError};
 use super::health::{self, Commits, Ping, Readiness};
+use super::horizon::ReplayHorizon;
 use crate::relay::{Relay, RelayConfig};
 use crate::retention::{RetentionConfig, RetentionTask};
 use crate::runtime::{DelayedRetry, RetryPolicy, SessionConfig};
@@ -145,7 +146,7 @@ pub struct Worker<S> {
     store: S,
     consumers: Vec<Hosted<S>>,
     relay: RelayConfig,
-    retention: Option<RetentionConfig>,
+    retention: Option<(RetentionConfig, ReplayHorizon)>,
     retry: Option<RetryPolicy>,
     sessions: Option<SessionConfig>,
     health: Option<TcpListener>,
@@ -233,11 +234,13 @@ where
         self
     }
 
-    /// Deletes inbox and dispatched outbox rows past the retention (checked against its replay
-    /// horizon by [`super::WorkerConfig`]).
+    /// Deletes inbox and dispatched outbox rows past the retention, which must cover the
+    /// entities' replay `horizon` (the longest of the hosted entities'): [`Worker::run`] refuses
+    /// to start otherwise, since an inbox row deleted before its message can no longer come
+    /// back is what lets a late redelivery take effect twice.
     #[must_use]
-    pub fn retention(mut self, retention: RetentionConfig) -> Self {
-        self.retention = Some(retention);
+    pub fn retention(mut self, retention: RetentionConfig, horizon: ReplayHorizon) -> Self {
+        self.retention = Some((retention, horizon));
         self
     }
 
@@ -281,8 +284,9 @@ where
     /// # Errors
     /// [`WorkerError::Config`] with no consumer, two with one name or on one entity (different
     /// subscriptions of a topic are different entities), or delayed retries on a
-    /// subscription; [`WorkerError::Runtime`] when a receiver fails for good (the other
-    /// consumers are drained first).
+    /// subscription; [`WorkerError::Retention`] when the retention does not cover the replay
+    /// horizon; [`WorkerError::Runtime`] when a receiver fails for good (the other consumers
+    /// are drained first).
     pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerStats, WorkerError> {
         let Worker {
             client,
@@ -296,6 +300,14 @@ where
             readiness,
         } = self;
         check(&consumers, retry.as_ref(), sessions.is_some())?;
+        // Here, not only in the configuration: a worker built in code deletes rows too.
+        let retention = match retention {
+            Some((retention, horizon)) => {
+                horizon.check(retention.retention)?;
+                Some(retention)
+            }
+            None => None,
+        };
         // The relay and retention serve the whole store, so every hosted consumer's series
         // carries their readings under its own name: a dashboard filtered to any one consumer
         // shows its worker's outbox; added across consumers the same rows would count twice.

@@ -13,18 +13,27 @@
 //!   [`Worker`] as `worker.toml` says.
 
 mod config;
+mod configured;
 mod error;
 mod health;
 mod horizon;
 mod host;
 mod open;
+#[cfg(feature = "app")]
 mod run;
 
 pub use config::{
-    BrokerAddress, ConfigError, ConfigErrors, ENV_VARS, KEYS, Key, MOVED, Moved, WorkerConfig,
+    BrokerAddress, ConfigError, ConfigErrors, DEFAULT_ENV_PREFIX, ENV_VARS, KEYS, Key, MOVED,
+    Moved, WorkerConfig,
 };
+pub use configured::ConfiguredWorker;
 pub use error::{HostingError, WorkerError};
-pub use health::{Condition, PROBE_TIMEOUT, Ping, Readiness, STORE_EVIDENCE, store_ready};
-pub use horizon::{ReplayHorizon, RetentionTooShort};
+pub use health::{
+    Condition, HealthResponse, PROBE_TIMEOUT, Ping, Readiness, STORE_EVIDENCE, store_ready,
+};
+pub use horizon::{DEFAULT_RESUBMIT_WINDOW, ReplayHorizon, RetentionTooShort};
+pub use host::BACKGROUND_STOP;
 pub use host::{ConsumerConfig, Worker, WorkerStats};
-pub use run::{BACKGROUND_STOP, run, run_with};
+pub use open::OpenStore;
+#[cfg(feature = "app")]
+pub use run::{run, run_with};

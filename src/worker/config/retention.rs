@@ -11,10 +11,9 @@ use super::keys::{
     RETENTION_BATCH, RETENTION_INTERVAL_SECS, RETENTION_SECS,
 };
 use super::reader::{Reader, to_usize};
-use crate::ops::dlq::DEFAULT_RESUBMIT_WINDOW;
 use crate::ports::MAX_RETENTION_BATCH;
 use crate::retention::RetentionConfig;
-use crate::worker::ReplayHorizon;
+use crate::worker::{DEFAULT_RESUBMIT_WINDOW, ReplayHorizon};
 
 /// The `[retention]` section as written, with the entity keys' old places.
 #[derive(Debug, Default, Deserialize)]
