@@ -60,7 +60,10 @@ pub use envelope::{
 };
 // For the application's dead-letter resubmission (`ops::dlq`).
 #[cfg(feature = "app")]
-pub(crate) use envelope::{derived_message_id, logical_id};
+pub(crate) use envelope::derived_message_id;
+// For `ops::dlq` and the test kit's `ContextBuilder`.
+#[cfg(any(feature = "app", feature = "test-util", test))]
+pub(crate) use envelope::logical_id;
 pub use handler::{BoxError, Context, DecodeError, Handled, Handler, HandlerError};
 pub use idempotency::IdempotencyKey;
 pub use json::{Json, JsonContract, JsonHandler, decode_json};
