@@ -153,6 +153,11 @@ pub mod inventory;
 #[doc(hidden)]
 pub mod ops;
 
+/// README's Rust code blocks ("Use it in your service"), compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub use ports::{
     BacklogSample, Delivery, DuplicateScope, ErrorKind, INBOX_PROPERTY_PREFIX, Message,
     OutboxBacklog, OutboxLease, OutboxMessage, OutboxRow, OutboxStore, PropertyValue, ReceiveError,
