@@ -7,7 +7,7 @@
 //!
 //! # From message to commit
 //!
-//! 1. A `Worker` (the application's `worker` module) hosts each consumer: a peek-lock receiver on its entity
+//! 1. A [`worker::Worker`] hosts each consumer: a peek-lock receiver on its entity
 //!    (queue or subscription) over one Service Bus connection, and a [`Runtime`] with the
 //!    consumer's [`ConsumerName`], concurrency and prefetch.
 //! 2. The runtime checks the envelope: a usable message id (the logical id of a delayed-retry
@@ -98,12 +98,22 @@
 //!   mark dispatched).
 //! - [`retention`]: batched deletes of inbox and dispatched outbox rows past the retention.
 //! - [`telemetry`]: OpenTelemetry names, trace-context propagation, log and OTLP export set-up.
-//! - `testing` (feature `test-util`): an in-memory receiver with fault injection.
+//! - [`worker`]: the hosting API: [`worker::Worker`] hosts consumers with the relay,
+//!   retention (checked against the replay horizon), health and drain shared;
+//!   [`worker::Worker::from_config`] hosts the service's own handlers from a
+//!   [`worker::WorkerConfig`] (a JSON file, TOML with the `toml` feature, and environment
+//!   overrides under a prefix), opening the store with backoff and checking its schema;
+//!   [`worker::Readiness::respond`] answers `/livez` and `/readyz` on the service's own router.
+//! - `testing` (feature `test-util`): `ContextBuilder` and `RecordingTx` for handler unit tests
+//!   without a database, the store conformance suite (`testing::conformance::run`), an
+//!   in-memory broker with fault injection.
+//!
+//! Errors keep their cause: [`HandlerError`] holds the error that made a handler fail as its
+//! `source`, and `?` converts store, driver, I/O and JSON errors (see [`HandlerError`]).
 //!
 //! The application (feature `app`), the `sb-inbox` binary's modules; built on the library
 //! above, not part of its API:
-//! - `worker`: `Worker` (hosts consumers with the relay, retention, health and drain shared),
-//!   the worker's configuration and the reference worker.
+//! - `worker::run`: the reference worker, the inventory consumer on [`worker::ConfiguredWorker`].
 //! - `inventory`: the reference consumer, written on the public API only (checked by
 //!   `tests/inventory_api`).
 //! - `demo`: `sb-inbox demo`; `ops`: operator commands (publish orders, dead-letter peek and
@@ -117,8 +127,9 @@
 //! | `mssql` | yes | `MssqlStore` (tiberius, bb8); turns on `entra` for Azure SQL logins |
 //! | `entra` | yes | `entra`: Entra ID tokens (azure_identity, reqwest), `ServiceBusClient::with_entra` |
 //! | `otlp` | yes | OTLP/gRPC export in [`telemetry::init`] (tonic) |
+//! | `toml` | yes | `worker.toml` configuration files for [`worker::WorkerConfig`] (JSON needs no feature) |
 //! | `app` | yes | the application modules and the `sb-inbox` binary (clap, toml, the emulator) |
-//! | `test-util` | no | `testing`: the in-memory broker |
+//! | `test-util` | no | `testing`: `ContextBuilder`, `RecordingTx`, the store conformance suite, the in-memory broker |
 //!
 //! A user of one database turns the defaults off: `sb-inbox = { version = "0.1",
 //! default-features = false, features = ["sqlite"] }` compiles neither tiberius nor

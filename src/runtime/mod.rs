@@ -160,7 +160,7 @@ impl RuntimeConfig {
 
     /// The most deliveries the runtime holds at once: those handled (`concurrency`, times
     /// `batch_size` when batching) plus `prefetch` waiting with their locks kept. A pipelined
-    /// receiver keeps this many in flight ([`crate::ServiceBusReceiver::with_capacity`]), so
+    /// receiver keeps this many in flight ([`crate::servicebus::ServiceBusReceiver::with_capacity`]), so
     /// that every delivery the broker sends has a slot waiting for it.
     pub fn held(&self) -> usize {
         self.concurrency

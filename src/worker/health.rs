@@ -61,7 +61,7 @@ impl Commits {
 
 /// The `store` readiness probe. The store is ready when a consumer's transaction committed
 /// within [`STORE_EVIDENCE`] (`last_commit`): it does the work now, however busy its pool.
-/// Otherwise a ping must answer within [`PING_WAIT`]. So a pool saturated by busy handlers
+/// Otherwise a ping must answer within 1.75 s. So a pool saturated by busy handlers
 /// never fails `/readyz` while transactions commit, and a pool where nothing committed for
 /// [`STORE_EVIDENCE`] and no connection frees up in time (every transaction stuck, the database
 /// gone) does.

@@ -1,16 +1,23 @@
-//! The worker: configuration (file + environment) and the replay-horizon guard.
+//! Hosting: the worker process around the runtime, for the service's own handlers.
 //!
 //! # Layout
-//! - [`WorkerConfig`]: `worker.toml` with `SB_INBOX_*` environment overrides, validated as a
-//!   whole so one run reports every mistake.
+//! - [`Worker`]: hosts one or more consumers (each a [`ConsumerConfig`] and a handler) over one
+//!   Service Bus client and one store, with the outbox relay, retention (refused in
+//!   [`Worker::run`] unless it covers the [`ReplayHorizon`]), health endpoints (readiness
+//!   composed on a [`Readiness`]), telemetry and drain shared.
+//! - [`Worker::from_config`] → [`ConfiguredWorker`]: the same from a [`WorkerConfig`], with the
+//!   broker client built from it, health served from the start, and the store ([`OpenStore`])
+//!   opened with backoff and its schema checked while `/readyz` says why not yet.
+//! - [`WorkerConfig`]: a JSON file (`worker.toml` with the `toml` feature) with environment
+//!   overrides (`SB_INBOX_*`, or another prefix), validated as a whole so one run reports every
+//!   mistake.
+//! - [`Readiness`]: named conditions and probes; [`Readiness::respond`] answers `/livez` and
+//!   `/readyz` ([`HealthResponse`]) on the service's own router, the built-in server on a port.
 //! - [`ReplayHorizon`]: how long after processing a message can come back, and the check that
 //!   dedupe retention covers it.
-//! - [`Worker`]: hosts one or more consumers (each a [`ConsumerConfig`] and a handler) over one
-//!   Service Bus client and one store, with the outbox relay, retention, health endpoints
-//!   (readiness composed on a [`Readiness`]), telemetry and drain shared.
-//! - [`run`]: the reference worker (`sb-inbox run`): it opens the store with retries ([`open`]),
-//!   reporting [`Readiness`] on `/readyz` meanwhile, then hosts the inventory consumer in a
-//!   [`Worker`] as `worker.toml` says.
+//! - [`WorkerError`], [`HostingError`]: why the worker stopped or refused to start.
+//! - `run` (feature `app`): the reference worker (`sb-inbox run`), the inventory consumer on a
+//!   [`ConfiguredWorker`].
 
 mod config;
 mod configured;
