@@ -85,8 +85,10 @@ pub use store_health::{DEPLOYMENT_WINDOW, StoreHealth};
 use crate::ports::{ReceiveError, Receiver, Store};
 use circuit::Slot;
 
-/// How a [`Runtime`] runs.
+/// How a [`Runtime`] runs: [`RuntimeConfig::new`], then set the fields (new settings are
+/// added without breaking callers).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RuntimeConfig {
     /// The consumer name: half of the inbox key.
     pub consumer: ConsumerName,
