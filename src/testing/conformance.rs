@@ -2,6 +2,7 @@
 //! checked through the port alone, so a third-party store is checked by the same code as ours.
 //!
 //! ```no_run
+//! # #![allow(dead_code)]
 //! # async fn example(store: sb_inbox::SqliteStore) {
 //! // In the store's own test, on a migrated, empty store:
 //! sb_inbox::testing::conformance::run(store).await.expect("store conforms");
