@@ -161,6 +161,12 @@ impl<S: OpenStore + 'static> ConfiguredWorker<S> {
             (None, None) => None,
         };
         config.store.ensure_compiled_in()?;
+        if !S::accepts(&config.store) {
+            return Err(WorkerError::Store(StoreError::configuration(format!(
+                "the store URL names a {} store, and this worker hosts another kind",
+                config.store.feature()
+            ))));
+        }
         let client = broker_client(&config.broker)?
             .with_server_busy_wait(config.server_busy_wait)
             .with_trust(&config.trust)
@@ -248,4 +254,57 @@ fn broker_client(broker: &BrokerAddress) -> Result<ServiceBusClient, WorkerError
             )));
         }
     })
+}
+
+#[cfg(all(test, feature = "sqlite", feature = "postgres"))]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::{ErrorKind, SqliteStore, Tx};
+
+    struct Nothing;
+
+    impl<T: Tx> crate::JsonHandler<T> for Nothing {
+        type Message = serde_json::Value;
+
+        async fn handle(
+            &self,
+            _ctx: &crate::Context<'_, serde_json::Value>,
+            _message: &serde_json::Value,
+            _tx: &mut T,
+        ) -> Result<crate::Handled, crate::HandlerError> {
+            Ok(crate::Handled::Processed)
+        }
+    }
+
+    impl crate::JsonContract for serde_json::Value {
+        const NAME: &'static str = "any.thing";
+        const VERSION: u32 = 1;
+    }
+
+    /// A URL of another store is refused at once, not retried as a store that is not up yet.
+    #[tokio::test]
+    async fn a_url_of_another_store_is_refused_before_any_retry() {
+        let env = |name: &str| match name {
+            "SVC_STORE" => Some("postgres://postgres@127.0.0.1:1/none".to_owned()),
+            "SVC_CONSUMER" => Some("svc.things".to_owned()),
+            "SVC_ENTITY" => Some("things".to_owned()),
+            "SVC_SERVICEBUS_CONNECTION" => Some(
+                "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=s;\
+                 UseDevelopmentEmulator=true"
+                    .to_owned(),
+            ),
+            _ => None,
+        };
+        let config = WorkerConfig::load_with_prefix(None, "SVC_", &env).unwrap();
+        let result = Worker::<SqliteStore>::from_config(config)
+            .run(CancellationToken::new(), |_| crate::Json::new(Nothing))
+            .await;
+        match result {
+            Err(WorkerError::Store(error)) => {
+                assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
+            }
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+    }
 }

@@ -35,6 +35,10 @@ pub trait OpenStore: Store + OutboxStore + RetentionStore + Ping + Clone + Sized
     /// the worker starts consuming.
     const MIGRATIONS: &'static [Migration];
 
+    /// Whether `url` names a store of this type (checked once before the retries of
+    /// [`OpenStore::open`]: waiting does not change the URL).
+    fn accepts(url: &StoreUrl) -> bool;
+
     /// Opens the store `url` names, with a pool of `pool` connections where the store pools.
     ///
     /// # Errors
@@ -56,6 +60,10 @@ fn other_store(url: &StoreUrl, wanted: &str) -> StoreError {
 #[cfg(feature = "postgres")]
 impl OpenStore for PgStore {
     const MIGRATIONS: &'static [Migration] = crate::store::postgres::MIGRATIONS;
+
+    fn accepts(url: &StoreUrl) -> bool {
+        matches!(url, StoreUrl::Postgres(_))
+    }
 
     async fn open(url: &StoreUrl, pool: u32) -> Result<Self, StoreError> {
         match url {
@@ -85,6 +93,10 @@ impl OpenStore for PgStore {
 impl OpenStore for MssqlStore {
     const MIGRATIONS: &'static [Migration] = crate::store::mssql::MIGRATIONS;
 
+    fn accepts(url: &StoreUrl) -> bool {
+        matches!(url, StoreUrl::Mssql(_))
+    }
+
     async fn open(url: &StoreUrl, pool: u32) -> Result<Self, StoreError> {
         match url {
             StoreUrl::Mssql(raw) => {
@@ -110,6 +122,10 @@ impl OpenStore for MssqlStore {
 #[cfg(feature = "sqlite")]
 impl OpenStore for SqliteStore {
     const MIGRATIONS: &'static [Migration] = crate::store::sqlite::MIGRATIONS;
+
+    fn accepts(url: &StoreUrl) -> bool {
+        matches!(url, StoreUrl::Sqlite(_) | StoreUrl::SqliteMemory)
+    }
 
     async fn open(url: &StoreUrl, _pool: u32) -> Result<Self, StoreError> {
         match url {

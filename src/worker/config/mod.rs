@@ -174,7 +174,8 @@ impl WorkerConfig {
     /// key's name instead of `SB_INBOX_` + it (`ORDERS_STORE` for `store` with prefix
     /// `ORDERS_`), so two services on one host, or a service with its own naming, keep theirs
     /// apart. Variables that are not keys' overrides (`AZURE_CLIENT_ID`, `HTTPS_PROXY`) keep
-    /// their standard names.
+    /// their standard names. Problems still name each key by its `SB_INBOX_` variable (the
+    /// documented name), whichever prefix was read.
     ///
     /// # Examples
     /// ```
