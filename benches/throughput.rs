@@ -380,10 +380,7 @@ async fn relay(rtt_ms: u64) -> (f64, u64, u64) {
     let relay = Relay::new(
         store.clone(),
         client.sender_port(),
-        RelayConfig {
-            batch_size: 1000,
-            ..RelayConfig::default()
-        },
+        RelayConfig::default().with_batch_size(1000),
     );
     let stop = tokio_util::sync::CancellationToken::new();
     let start = Instant::now();

@@ -7,7 +7,7 @@
 //!
 //! # From message to commit
 //!
-//! 1. A `Worker` (`worker`, feature `worker`) hosts each consumer: a peek-lock receiver on its entity
+//! 1. A [`worker::Worker`] hosts each consumer: a peek-lock receiver on its entity
 //!    (queue or subscription) over one Service Bus connection, and a [`Runtime`] with the
 //!    consumer's [`ConsumerName`], concurrency and prefetch.
 //! 2. The runtime checks the envelope: a usable message id (the logical id of a delayed-retry
@@ -96,12 +96,19 @@
 //! - [`relay`]: the outbox relay (claim with a lease, publish under the stable message id,
 //!   mark dispatched).
 //! - [`retention`]: batched deletes of inbox and dispatched outbox rows past the retention.
-//! - [`telemetry`]: OpenTelemetry names, trace-context propagation; with `logs`/`otlp` the log
-//!   and OTLP export set-up.
-//! - `worker` (feature `worker`): `Worker` (hosts consumers with the relay, retention, health
-//!   and drain shared), `WorkerConfig` (`worker.toml` + `SB_INBOX_*`), the replay-horizon check,
-//!   store opening with backoff.
-//! - `testing` (feature `test-util`): an in-memory receiver with fault injection.
+//! - [`telemetry`]: OpenTelemetry names, trace-context propagation, log and OTLP export set-up.
+//! - [`worker`]: the hosting API: [`worker::Worker`] hosts consumers with the relay,
+//!   retention (checked against the replay horizon), health and drain shared;
+//!   [`worker::Worker::from_config`] hosts the service's own handlers from a
+//!   [`worker::WorkerConfig`] (a JSON file, TOML with the `toml` feature, and environment
+//!   overrides under a prefix), opening the store with backoff and checking its schema;
+//!   [`worker::Readiness::respond`] answers `/livez` and `/readyz` on the service's own router.
+//! - `testing` (feature `test-util`): `ContextBuilder` and `RecordingTx` for handler unit tests
+//!   without a database, the store conformance suite (`testing::conformance::run`), an
+//!   in-memory broker with fault injection.
+//!
+//! Errors keep their cause: [`HandlerError`] holds the error that made a handler fail as its
+//! `source`, and `?` converts store, driver, I/O and JSON errors (see [`HandlerError`]).
 //!
 //! The application is another crate, `sb-inbox-cli` (not published): the `sb-inbox` binary,
 //! the demo, operator commands, the reference consumer and the reference worker, all on this
@@ -116,10 +123,11 @@
 //! | `sqlite` | `SqliteStore` (rusqlite, SQLite bundled) |
 //! | `mssql` | `MssqlStore` (tiberius, bb8); turns on `entra` for Azure SQL logins |
 //! | `entra` | `entra`: Entra ID tokens (azure_identity, reqwest), `ServiceBusClient::with_entra` |
-//! | `worker` | `worker`: `Worker`, `WorkerConfig` from `worker.toml` (toml) |
+//! | `toml` | `worker.toml` files for [`worker::WorkerConfig`] (JSON files need no feature) |
+//! | `serde` | `serde::Deserialize` on the public configuration types |
 //! | `logs` | `telemetry::init`: the log subscriber and the OpenTelemetry SDK providers (tracing-subscriber, opentelemetry_sdk) |
 //! | `otlp` | OTLP/gRPC export in `telemetry::init` (tonic); turns on `logs` |
-//! | `test-util` | `testing`: the in-memory broker |
+//! | `test-util` | `testing`: `ContextBuilder`, `RecordingTx`, the store conformance suite, the in-memory broker |
 //!
 //! `sb-inbox = { version = "0.1", default-features = false, features = ["postgres"] }`
 //! compiles neither tiberius nor rusqlite, azure_identity, tonic, clap, toml or the emulator.
@@ -138,9 +146,12 @@ pub mod store;
 pub mod telemetry;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
-
-#[cfg(feature = "worker")]
 pub mod worker;
+
+/// README's Rust code blocks ("Use it in your service"), compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 pub use ports::{
     BacklogSample, Delivery, DuplicateScope, ErrorKind, INBOX_PROPERTY_PREFIX, Message,
@@ -149,10 +160,10 @@ pub use ports::{
     SettleError, Source, Store, StoreError, Tx, VersionCheck,
 };
 pub use runtime::{
-    Circuit, CircuitConfig, CircuitPhase, Clock, ConsumerName, ConsumerNameError, Context,
-    Contract, ContractParseError, DeadLetterReason, DecodeError, Handled, Handler, HandlerError,
-    IdempotencyKey, Json, JsonContract, JsonHandler, LockKeeper, Outcome, Rejection, Report,
-    Runtime, RuntimeConfig, RuntimeError, SessionConfig, Settlement, Stats, StatsSnapshot,
+    BoxError, Circuit, CircuitConfig, CircuitPhase, Clock, ConsumerName, ConsumerNameError,
+    Context, Contract, ContractParseError, DeadLetterReason, DecodeError, Handled, Handler,
+    HandlerError, IdempotencyKey, Json, JsonContract, JsonHandler, LockKeeper, Outcome, Rejection,
+    Report, Runtime, RuntimeConfig, RuntimeError, SessionConfig, Settlement, Stats, StatsSnapshot,
 };
 #[cfg(feature = "mssql")]
 pub use store::{MssqlStore, MssqlTx};

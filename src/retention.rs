@@ -17,8 +17,15 @@ use tokio_util::sync::CancellationToken;
 use crate::ports::{MAX_RETENTION_BATCH, RetentionStore, StoreError};
 use crate::runtime::Clock;
 
-/// How a [`RetentionTask`] runs.
+/// How a [`RetentionTask`] runs: [`RetentionConfig::new`] and the `with_*` methods;
+/// deserialisable with the `serde` feature (`retention` required, the rest defaulted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(from = "RetentionFields")
+)]
 pub struct RetentionConfig {
     /// Rows processed (or dispatched) longer ago than this are deleted.
     pub retention: Duration,
@@ -39,6 +46,27 @@ impl RetentionConfig {
             interval: Duration::from_secs(300),
             pause: Duration::ZERO,
         }
+    }
+
+    /// Rows per delete statement.
+    #[must_use]
+    pub fn with_batch_size(mut self, batch_size: usize) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// Time between sweeps.
+    #[must_use]
+    pub fn with_interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// Pause between two batches of one sweep.
+    #[must_use]
+    pub fn with_pause(mut self, pause: Duration) -> Self {
+        self.pause = pause;
+        self
     }
 
     fn batch(&self) -> usize {
@@ -235,5 +263,29 @@ impl<S: RetentionStore> RetentionTask<S> {
             }
         }
         tracing::info!(stats = ?self.stats.snapshot(), "Retention stopped.");
+    }
+}
+
+/// [`RetentionConfig`] as written: the retention required, the rest [`RetentionConfig::new`]'s.
+#[cfg(feature = "serde")]
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RetentionFields {
+    retention: Duration,
+    batch_size: Option<usize>,
+    interval: Option<Duration>,
+    pause: Option<Duration>,
+}
+
+#[cfg(feature = "serde")]
+impl From<RetentionFields> for RetentionConfig {
+    fn from(fields: RetentionFields) -> Self {
+        let defaults = RetentionConfig::new(fields.retention);
+        RetentionConfig {
+            batch_size: fields.batch_size.unwrap_or(defaults.batch_size),
+            interval: fields.interval.unwrap_or(defaults.interval),
+            pause: fields.pause.unwrap_or(defaults.pause),
+            ..defaults
+        }
     }
 }

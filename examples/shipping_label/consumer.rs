@@ -67,10 +67,10 @@ impl ShippingApi {
             .body(body.to_string())
             .send()
             .await
-            .map_err(|e| HandlerError::Transient(format!("shipping API unreachable: {e}")))?;
+            .map_err(HandlerError::transient)?; // the source names the URL and the cause
         let status = response.status();
         if status.as_u16() == 409 || status.as_u16() == 429 || status.is_server_error() {
-            return Err(HandlerError::Transient(format!(
+            return Err(HandlerError::transient(format!(
                 "shipping API answered {status}"
             )));
         }
@@ -79,16 +79,13 @@ impl ShippingApi {
                 "shipping API refused the order: {status}"
             )));
         }
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| HandlerError::Transient(format!("shipping API answer cut short: {e}")))?;
-        let answer: serde_json::Value = serde_json::from_slice(&bytes)
-            .map_err(|e| HandlerError::Transient(format!("shipping API answer unreadable: {e}")))?;
+        let bytes = response.bytes().await.map_err(HandlerError::transient)?;
+        // `?` keeps the serde_json error as the source, transient (see `HandlerError`).
+        let answer: serde_json::Value = serde_json::from_slice(&bytes)?;
         answer["shipmentId"]
             .as_str()
             .map(str::to_owned)
-            .ok_or_else(|| HandlerError::Transient("shipping API answer has no shipmentId".into()))
+            .ok_or_else(|| HandlerError::transient("shipping API answer has no shipmentId"))
     }
 }
 

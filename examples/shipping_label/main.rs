@@ -53,8 +53,8 @@ impl<T: ShipmentTx> Handler<T> for FailOnceAfterCall {
     ) -> Result<Handled, HandlerError> {
         let handled = self.inner.handle(ctx, tx).await?;
         if !self.failed.swap(true, Ordering::SeqCst) {
-            return Err(HandlerError::Transient(
-                "simulated crash after the shipping call".into(),
+            return Err(HandlerError::transient(
+                "simulated crash after the shipping call",
             ));
         }
         Ok(handled)

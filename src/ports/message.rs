@@ -59,6 +59,7 @@ impl From<i64> for PropertyValue {
 /// assert_eq!(message.message_id.as_deref(), Some("m-1"));
 /// ```
 #[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
 pub struct Message {
     /// The producer-assigned message id: the inbox key. `None` when the broker delivered none.
     pub message_id: Option<String>,
@@ -78,6 +79,39 @@ pub struct Message {
 }
 
 impl Message {
+    /// The message with `session_id` (Service Bus `SessionId`).
+    #[must_use]
+    pub fn with_session_id(mut self, session_id: impl Into<String>) -> Self {
+        self.session_id = Some(session_id.into());
+        self
+    }
+
+    /// The message with `correlation_id`.
+    #[must_use]
+    pub fn with_correlation_id(mut self, correlation_id: impl Into<String>) -> Self {
+        self.correlation_id = Some(correlation_id.into());
+        self
+    }
+
+    /// The message with `content_type` (`application/json` by [`Message::new`]).
+    #[must_use]
+    pub fn with_content_type(mut self, content_type: impl Into<String>) -> Self {
+        self.content_type = Some(content_type.into());
+        self
+    }
+
+    /// The message with the application property `name` set to `value`.
+    #[must_use]
+    pub fn with_property(
+        mut self,
+        name: impl Into<String>,
+        value: impl Into<PropertyValue>,
+    ) -> Self {
+        self.application_properties
+            .insert(name.into(), value.into());
+        self
+    }
+
     /// A message with an id, a subject (contract) and a body.
     pub fn new(
         message_id: impl Into<String>,

@@ -245,6 +245,7 @@ pub enum VersionCheck {
 /// The message id is fixed when the row is written, so every relay attempt publishes the same
 /// id and downstream consumers recognise a republished copy as a duplicate.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct OutboxMessage {
     /// Stable message id (defaults to a new UUID).
     pub message_id: String,

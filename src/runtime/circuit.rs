@@ -56,8 +56,15 @@ pub const PROBE_ID: &str = "sb-inbox:circuit-probe";
 /// Answers kept for the rate rule at most, so a busy worker's window stays bounded.
 const MAX_SAMPLES: usize = 4096;
 
-/// The kill switch's settings (`runtime.circuit.*`).
+/// The kill switch's settings (`runtime.circuit.*`): [`CircuitConfig::default`], then set the
+/// fields; deserialisable with the `serde` feature.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(default, deny_unknown_fields)
+)]
 pub struct CircuitConfig {
     /// Whether the switch may trip at all (`runtime.circuit.enabled`).
     pub enabled: bool,

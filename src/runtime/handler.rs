@@ -16,28 +16,188 @@ pub enum Handled {
     Stale,
 }
 
-/// Why a handler failed.
-#[derive(Debug, Clone, thiserror::Error)]
+/// Any error, boxed: what [`HandlerError`] keeps as its source.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why a handler failed, with the error that caused it kept as the [`source`] (not flattened
+/// into a string), so logs and callers can walk the chain and downcast it.
+///
+/// # `?` in a handler
+/// `?` converts the errors a handler commonly meets:
+///
+/// | error | becomes |
+/// |---|---|
+/// | [`StoreError`] | [`HandlerError::Store`], classified by its [`crate::ErrorKind`] |
+/// | `tokio_postgres::Error` (feature `postgres`), `rusqlite::Error` (`sqlite`), `tiberius::error::Error` (`mssql`) | classified by the store's own classifier into [`HandlerError::Store`], so a handler's own SQL is judged like the runtime's |
+/// | [`std::io::Error`], [`serde_json::Error`], [`tokio::time::error::Elapsed`], `reqwest::Error` (`entra`), [`BoxError`] | [`HandlerError::Transient`] |
+///
+/// Any other `E: Error + Send + Sync + 'static` takes one call:
+/// `.map_err(HandlerError::transient)?` or `.map_err(|e| HandlerError::permanent("why", e))?`.
+///
+/// Why not a blanket `impl<E: Error> From<E> for HandlerError`: `HandlerError` is itself an
+/// `Error` (it nests in the user's own error types and reports its chain to any error
+/// reporter), and the
+/// blanket impl would then overlap the standard library's `impl<T> From<T> for T` (the reason
+/// `anyhow::Error` does not implement `Error`). Keeping `Error` and listing the conversions
+/// also lets driver errors be classified instead of all being transient.
+///
+/// Why transient is the default: abandoning a message that could never succeed costs a few
+/// redeliveries before Service Bus dead-letters it at its `MaxDeliveryCount`; dead-lettering a
+/// message that would have succeeded a second later loses it until an operator resubmits it.
+/// A handler that knows better says so with [`HandlerError::permanent`].
+///
+/// [`source`]: std::error::Error::source
+///
+/// # Examples
+/// ```
+/// use sb_inbox::HandlerError;
+/// use std::error::Error as _;
+///
+/// fn parse(body: &str) -> Result<u32, HandlerError> {
+///     let n: u32 = serde_json::from_str(body)?; // transient by default
+///     if n == 0 {
+///         return Err(HandlerError::rejected("zero is not an order number"));
+///     }
+///     Ok(n)
+/// }
+///
+/// let error = parse("{").unwrap_err();
+/// assert!(error.is_transient());
+/// assert!(error.source().unwrap().downcast_ref::<serde_json::Error>().is_some());
+///
+/// let io = std::io::Error::new(std::io::ErrorKind::InvalidData, "bad label");
+/// let error = HandlerError::permanent("the label service refused the address", io);
+/// assert!(error.is_permanent());
+/// assert!(error.source().unwrap().downcast_ref::<std::io::Error>().is_some());
+/// ```
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HandlerError {
     /// A store error: classified by its [`crate::ErrorKind`] (duplicate, transient or permanent).
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// A failure that may pass (a downstream timeout): abandon and retry.
+    /// A failure that may pass (a downstream timeout): abandon and retry. Build it with
+    /// [`HandlerError::transient`].
     #[error("transient failure: {0}")]
-    Transient(String),
-    /// The message can never be processed: dead-letter it.
-    #[error(transparent)]
-    Permanent(Rejection),
+    Transient(#[source] BoxError),
+    /// The message can never be processed: dead-letter it with the rejection's reason and
+    /// description. Build it with [`HandlerError::permanent`] or [`HandlerError::rejected`].
+    #[error("{rejection}")]
+    Permanent {
+        /// The dead-letter reason and bounded description.
+        rejection: Rejection,
+        /// The error that made the handler give up, if any.
+        #[source]
+        source: Option<BoxError>,
+    },
 }
 
 impl HandlerError {
-    /// A permanent failure with reason `HandlerRejected` and a bounded description.
+    /// A transient failure caused by `error`: any `Error + Send + Sync + 'static`, or a text
+    /// (`&str` and `String` convert into [`BoxError`]). The message is abandoned and retried;
+    /// the settlement description is the error's text, cut to 256 bytes.
+    pub fn transient(error: impl Into<BoxError>) -> Self {
+        HandlerError::Transient(error.into())
+    }
+
+    /// A permanent failure caused by `error`: dead-letter with reason `HandlerRejected` and
+    /// `description` (bounded; it must not echo the payload). `error` stays the source, for
+    /// logs, and is not written to the dead-letter description.
+    pub fn permanent(description: impl AsRef<str>, error: impl Into<BoxError>) -> Self {
+        HandlerError::Permanent {
+            rejection: Rejection::new(DeadLetterReason::HandlerRejected, description),
+            source: Some(error.into()),
+        }
+    }
+
+    /// A permanent failure with reason `HandlerRejected` and a bounded description, caused by
+    /// no other error.
     pub fn rejected(description: impl AsRef<str>) -> Self {
-        HandlerError::Permanent(Rejection::new(
-            DeadLetterReason::HandlerRejected,
-            description,
-        ))
+        HandlerError::Permanent {
+            rejection: Rejection::new(DeadLetterReason::HandlerRejected, description),
+            source: None,
+        }
+    }
+
+    /// A permanent failure with a rejection of the handler's choosing (any reason from the
+    /// fixed vocabulary), caused by no other error.
+    pub fn rejection(rejection: Rejection) -> Self {
+        HandlerError::Permanent {
+            rejection,
+            source: None,
+        }
+    }
+
+    /// True for [`HandlerError::Transient`] and for a store error whose kind is transient.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            HandlerError::Store(error) => error.kind().is_transient(),
+            HandlerError::Transient(_) => true,
+            HandlerError::Permanent { .. } => false,
+        }
+    }
+
+    /// True for [`HandlerError::Permanent`] and for a store error whose kind is permanent.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            HandlerError::Store(error) => error.kind().is_permanent(),
+            HandlerError::Transient(_) => false,
+            HandlerError::Permanent { .. } => true,
+        }
+    }
+}
+
+/// Conversions that make `?` transient; see [`HandlerError`] for why transient is the default.
+macro_rules! transient_from {
+    ($($(#[$attr:meta])* $error:ty),* $(,)?) => {
+        $(
+            $(#[$attr])*
+            impl From<$error> for HandlerError {
+                fn from(error: $error) -> Self {
+                    HandlerError::Transient(Box::new(error))
+                }
+            }
+        )*
+    };
+}
+
+transient_from!(
+    std::io::Error,
+    serde_json::Error,
+    tokio::time::error::Elapsed,
+    #[cfg(feature = "entra")]
+    reqwest::Error,
+);
+
+impl From<BoxError> for HandlerError {
+    fn from(error: BoxError) -> Self {
+        HandlerError::Transient(error)
+    }
+}
+
+/// A handler's own SQL on [`crate::PgTx`] is classified like the runtime's: a deadlock is
+/// transient, a check violation permanent, a unique violation of a business-key constraint a
+/// duplicate.
+#[cfg(feature = "postgres")]
+impl From<tokio_postgres::Error> for HandlerError {
+    fn from(error: tokio_postgres::Error) -> Self {
+        HandlerError::Store(crate::store::postgres::classify(error))
+    }
+}
+
+/// See the `tokio_postgres` conversion: the SQLite store's classifier decides.
+#[cfg(feature = "sqlite")]
+impl From<rusqlite::Error> for HandlerError {
+    fn from(error: rusqlite::Error) -> Self {
+        HandlerError::Store(crate::store::sqlite::classify(error))
+    }
+}
+
+/// See the `tokio_postgres` conversion: the SQL Server store's classifier decides.
+#[cfg(feature = "mssql")]
+impl From<tiberius::error::Error> for HandlerError {
+    fn from(error: tiberius::error::Error) -> Self {
+        HandlerError::Store(crate::store::mssql::classify(error))
     }
 }
 

@@ -59,9 +59,9 @@ pub use envelope::{
     MAX_MESSAGE_ID_LEN, Rejection,
 };
 // Public for tools that copy messages as the runtime does (the application's dead-letter
-// resubmission, `ops::dlq` in sb-inbox-cli).
+// resubmission, `ops::dlq` in sb-inbox-cli) and for the test kit's `ContextBuilder`.
 pub use envelope::{derived_message_id, logical_id};
-pub use handler::{Context, DecodeError, Handled, Handler, HandlerError};
+pub use handler::{BoxError, Context, DecodeError, Handled, Handler, HandlerError};
 pub use idempotency::IdempotencyKey;
 pub use json::{Json, JsonContract, JsonHandler, decode_json};
 pub use lock_keeper::{KeptLock, LockKeeper};
@@ -82,8 +82,10 @@ pub use store_health::{DEPLOYMENT_WINDOW, StoreHealth};
 use crate::ports::{ReceiveError, Receiver, Store};
 use circuit::Slot;
 
-/// How a [`Runtime`] runs.
+/// How a [`Runtime`] runs: [`RuntimeConfig::new`], then set the fields (new settings are
+/// added without breaking callers).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RuntimeConfig {
     /// The consumer name: half of the inbox key.
     pub consumer: ConsumerName,

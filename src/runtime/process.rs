@@ -152,10 +152,15 @@ impl From<HandlerError> for Abort {
     fn from(error: HandlerError) -> Self {
         match error {
             HandlerError::Store(error) => error.into(),
-            HandlerError::Transient(text) => {
-                Abort::SettleAs(Outcome::Transient, envelope::truncate(&text, 256))
+            HandlerError::Transient(error) => {
+                // The chain is logged where the handler failed (`Processor::apply`); the
+                // settlement carries the text, bounded.
+                Abort::SettleAs(
+                    Outcome::Transient,
+                    envelope::truncate(&error.to_string(), 256),
+                )
             }
-            HandlerError::Permanent(rejection) => Abort::DeadLetter(rejection),
+            HandlerError::Permanent { rejection, .. } => Abort::DeadLetter(rejection),
         }
     }
 }
@@ -348,10 +353,14 @@ where
         let handled = panic::catch(self.handler.handle(ctx, tx))
             .await
             .map_err(|panicked| self.panicked(ctx, panicked))?
-            .inspect_err(|error| {
-                if let HandlerError::Store(error) = error {
-                    self.note(error);
-                }
+            .inspect_err(|error| match error {
+                HandlerError::Store(error) => self.note(error),
+                // Recorded as an error value so a subscriber can print the source chain, which
+                // the settlement's bounded description drops.
+                error => tracing::debug!(
+                    error = error as &(dyn std::error::Error + 'static),
+                    "Handler failed."
+                ),
             })?;
         Ok(handled)
     }

@@ -26,13 +26,36 @@ use super::{Backoff, Clock, Inner, Outcome, Runtime, RuntimeConfig, RuntimeError
 use crate::ports::{ReceiveError, SessionReceiver, SessionSource, SettleError, Store};
 use crate::runtime::Handler;
 
-/// How a [`Runtime`] over a [`SessionSource`] takes sessions.
+/// How a [`Runtime`] over a [`SessionSource`] takes sessions: [`SessionConfig::default`] and
+/// the `with_*` methods; deserialisable with the `serde` feature.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(default, deny_unknown_fields)
+)]
 pub struct SessionConfig {
     /// Sessions processed at once (each handles one message at a time).
     pub max_sessions: usize,
     /// A session quiet this long is closed, so its slot takes the next available session.
     pub idle: Duration,
+}
+
+impl SessionConfig {
+    /// Sessions processed at once.
+    #[must_use]
+    pub fn with_max_sessions(mut self, max_sessions: usize) -> Self {
+        self.max_sessions = max_sessions;
+        self
+    }
+
+    /// How long a quiet session keeps its slot.
+    #[must_use]
+    pub fn with_idle(mut self, idle: Duration) -> Self {
+        self.idle = idle;
+        self
+    }
 }
 
 impl Default for SessionConfig {

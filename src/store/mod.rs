@@ -31,7 +31,7 @@ mod pool;
 pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
-mod tx_state;
+pub(crate) mod tx_state;
 mod url;
 
 #[cfg(feature = "mssql")]

@@ -1,14 +1,29 @@
-//! Test tools (feature `test-util`): an in-memory broker with fault injection.
+//! Test tools (feature `test-util`): handler unit tests without a database, an in-memory
+//! broker with fault injection, and the store conformance suite.
 //!
-//! [`MemoryBroker`] implements the [`crate::Receiver`] port with peek-lock semantics (lock
-//! duration, expiry and redelivery with delivery count + 1, max delivery count, dead-letter
-//! subqueue) on an injected [`crate::Clock`], so runtime tests are deterministic under tokio's
-//! paused time. It implements the [`crate::Sender`] port too: scheduled messages become
-//! receivable at their time on that clock. It is a test tool, not the demo broker: the demo runs on the Service Bus emulator.
+//! # Layout
+//! - [`ContextBuilder`]: the [`crate::Context`] the runtime would hand a handler for one
+//!   message, and [`ContextBuilder::handle`] to run a handler on it.
+//! - [`RecordingTx`]: a [`crate::Tx`] double that records inbox rows, business keys, versions
+//!   and outbox rows, with the stores' duplicate, stale and first-error behaviour, and can be
+//!   told to fail ([`TxOp`]).
+//! - [`conformance`]: the checks every [`crate::Store`] must pass, run on our three stores and
+//!   exported for a third-party store: `testing::conformance::run(store)`.
+//! - [`MemoryBroker`]: implements the [`crate::Receiver`] port with peek-lock semantics (lock
+//!   duration, expiry and redelivery with delivery count + 1, max delivery count, dead-letter
+//!   subqueue) on an injected [`crate::Clock`], so runtime tests are deterministic under
+//!   tokio's paused time. It implements the [`crate::Sender`] port too: scheduled messages
+//!   become receivable at their time on that clock. It is a test tool, not the demo broker:
+//!   the demo runs on the Service Bus emulator.
 
+pub mod conformance;
+mod context;
 mod memory;
+mod recording;
 
+pub use context::{ContextBuilder, ContextError};
 pub use memory::{
     BrokerCounts, DeadLettered, MemoryBroker, MemoryDelivery, MemoryReceiver, RenewFault,
     SentMessage,
 };
+pub use recording::{RecordingTx, TxOp};

@@ -1,25 +1,96 @@
-//! [`WorkerError`]: why a [`super::Worker`] stopped.
+//! [`WorkerError`]: why a [`super::Worker`] stopped or refused to start, each variant keeping the
+//! error underneath as its `source`.
 
+use crate::runtime::ConsumerName;
+use crate::servicebus::TrustError;
+use crate::store::StoreUrlError;
 use crate::{RuntimeError, StoreError};
 
 /// Why the worker stopped with an error.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WorkerError {
-    /// The store could not be opened.
+    /// The store could not be opened. Permanent: the open retries transient failures itself
+    /// and gives up only on what waiting does not fix.
     #[error("store: {0}")]
     Store(#[from] StoreError),
+    /// The store URL names a store this build lacks. Permanent.
+    #[error("store: {0}")]
+    StoreUrl(#[from] StoreUrlError),
     /// The runtime failed (a receiver that cannot go on).
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
-    /// The health endpoints could not be served.
-    #[error("health endpoints: {0}")]
-    Health(String),
-    /// The consumers cannot be hosted as given (none, one name twice, delayed retries on a
-    /// subscription).
+    /// The health endpoints could not be served: the port is taken or not ours to bind.
+    #[error("health endpoints: cannot listen on port {port}")]
+    Health {
+        /// The port asked for.
+        port: u16,
+        /// The bind error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The broker's trust roots (an extra CA bundle, the OS store) cannot be loaded.
+    #[error("broker trust roots")]
+    Trust(#[source] TrustError),
+    /// The broker address cannot be used by this build.
+    #[error("broker: {0}")]
+    Broker(String),
+    /// The retention would delete inbox rows whose messages can still come back. Permanent:
+    /// raise the retention or lower the entity's TTL or the DLQ resubmission window.
+    #[error("dedupe retention does not cover the replay horizon")]
+    Retention(#[from] super::RetentionTooShort),
+    /// The consumers cannot be hosted as given.
     #[error("worker: {0}")]
-    Config(String),
-    /// A consumer's task ended abnormally (a panic in a handler).
-    #[error("consumer {0}")]
-    Consumer(String),
+    Config(#[from] HostingError),
+    /// A consumer's task ended abnormally (a panic outside the handler's own catch).
+    #[error("consumer {name} ended abnormally")]
+    Consumer {
+        /// The consumer.
+        name: ConsumerName,
+        /// The task's end.
+        #[source]
+        source: tokio::task::JoinError,
+    },
+}
+
+/// Consumers a [`super::Worker`] refuses to host: each would break the inbox's promise.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HostingError {
+    /// No consumer was added.
+    #[error("no consumer to host")]
+    NoConsumer,
+    /// Two consumers under one name would share an inbox key.
+    #[error("consumer {0} is hosted twice: each consumer needs its own name (its inbox key)")]
+    HostedTwice(ConsumerName),
+    /// Competing receivers under two names: a redelivery (lock expiry, abandon) that lands on
+    /// the other one finds no inbox row under its name and applies the effect again.
+    #[error(
+        "consumers {first} and {second} both receive from {entity}: a message redelivered to \
+         the other one would take effect twice (two inbox keys); host one consumer per entity, \
+         or give each its own subscription"
+    )]
+    SharedEntity {
+        /// The consumer added first.
+        first: ConsumerName,
+        /// The consumer added later.
+        second: ConsumerName,
+        /// The entity both receive from.
+        entity: String,
+    },
+    /// A delayed-retry copy is scheduled on the consumer's entity, and a topic subscription
+    /// cannot be sent to.
+    #[error("consumer {name}: delayed retries need a queue, {entity} is a subscription")]
+    RetryOnSubscription {
+        /// The consumer.
+        name: ConsumerName,
+        /// Its subscription.
+        entity: String,
+    },
+    /// A retry copy goes to the end of its session, breaking the session's order.
+    #[error(
+        "delayed retries cannot keep a session's order (a retry copy goes to the end of its \
+         session): turn one of them off"
+    )]
+    RetryWithSessions,
 }

@@ -61,7 +61,7 @@ impl Commits {
 
 /// The `store` readiness probe. The store is ready when a consumer's transaction committed
 /// within [`STORE_EVIDENCE`] (`last_commit`): it does the work now, however busy its pool.
-/// Otherwise a ping must answer within `PING_WAIT`. So a pool saturated by busy handlers
+/// Otherwise a ping must answer within 1.75 s. So a pool saturated by busy handlers
 /// never fails `/readyz` while transactions commit, and a pool where nothing committed for
 /// [`STORE_EVIDENCE`] and no connection frees up in time (every transaction stuck, the database
 /// gone) does.
@@ -239,19 +239,76 @@ impl Readiness {
         failing.into_iter().collect()
     }
 
-    /// The `/readyz` status line and JSON body.
-    async fn report(&self) -> (&'static str, String) {
+    /// The `/readyz` answer: 200 with `{"ready":true,...}` when every condition holds, else
+    /// 503 naming the failing ones.
+    pub async fn readyz(&self) -> HealthResponse {
         let failing = self.not_ready().await;
-        let status = if failing.is_empty() {
-            "200 OK"
-        } else {
-            "503 Service Unavailable"
-        };
+        let status = if failing.is_empty() { 200 } else { 503 };
         let body = serde_json::json!({
             "ready": failing.is_empty(),
             "not_ready": failing.into_iter().collect::<BTreeMap<_, _>>(),
         });
-        (status, body.to_string())
+        HealthResponse {
+            status,
+            body: body.to_string(),
+        }
+    }
+
+    /// The `/livez` (also `/healthz`) answer: 200 while the process runs. Liveness never
+    /// depends on the store or the broker, so an outage does not get the replica restarted.
+    pub fn livez(&self) -> HealthResponse {
+        HealthResponse {
+            status: 200,
+            body: "{\"status\":\"alive\"}".to_owned(),
+        }
+    }
+
+    /// The answer for a GET of `path` (`/livez`, `/healthz`, `/readyz`), or `None` for any
+    /// other path: mount it on the service's own router (axum, hyper, actix) instead of the
+    /// built-in server, with no web framework in this crate.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use sb_inbox::worker::Readiness;
+    /// let readiness = Readiness::new();
+    /// let store = readiness.condition("store", "opening");
+    /// assert_eq!(readiness.respond("/readyz").await.unwrap().status, 503);
+    /// store.ready();
+    /// let ready = readiness.respond("/readyz").await.unwrap();
+    /// assert_eq!((ready.status, ready.body.as_str()), (200, r#"{"not_ready":{},"ready":true}"#));
+    /// assert_eq!(readiness.respond("/livez").await.unwrap().status, 200);
+    /// assert!(readiness.respond("/metrics").await.is_none());
+    /// # }
+    /// ```
+    pub async fn respond(&self, path: &str) -> Option<HealthResponse> {
+        match path {
+            "/livez" | "/healthz" => Some(self.livez()),
+            "/readyz" => Some(self.readyz().await),
+            _ => None,
+        }
+    }
+}
+
+/// A health endpoint's answer: an HTTP status and a JSON body (`content-type:
+/// application/json`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HealthResponse {
+    /// 200 or 503.
+    pub status: u16,
+    /// The JSON body.
+    pub body: String,
+}
+
+impl HealthResponse {
+    /// The status line's reason phrase.
+    pub fn reason(&self) -> &'static str {
+        match self.status {
+            200 => "OK",
+            503 => "Service Unavailable",
+            _ => "Not Found",
+        }
     }
 }
 
@@ -262,7 +319,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Serves the probes on `listener` (when given) until the returned guard is dropped: they
 /// answer until the drain is over, then stop with the worker.
-pub fn serve_while(listener: Option<TcpListener>, readiness: &Readiness) -> DropGuard {
+pub(crate) fn serve_while(listener: Option<TcpListener>, readiness: &Readiness) -> DropGuard {
     let stop = CancellationToken::new();
     if let Some(listener) = listener {
         tokio::spawn(serve(listener, readiness.clone(), stop.clone()));
@@ -310,13 +367,17 @@ async fn answer(
             .then(|| parts.next())
             .flatten()
     });
-    let (status, body) = match path {
-        Some("/healthz") => ("200 OK", "{\"status\":\"alive\"}".to_owned()),
-        Some("/readyz") => readiness.report().await,
-        _ => ("404 Not Found", "{\"error\":\"not found\"}".to_owned()),
+    let answer = match path {
+        Some(path) => readiness.respond(path).await,
+        None => None,
     };
+    let answer = answer.unwrap_or_else(|| HealthResponse {
+        status: 404,
+        body: "{\"error\":\"not found\"}".to_owned(),
+    });
+    let (status, reason, body) = (answer.status, answer.reason(), answer.body);
     let response = format!(
-        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(response.as_bytes()).await?;

@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 /// The default DLQ resubmission window: 7 days (as `dlqResubmitWindowSecs` in infra/main.bicep).
-/// Part of the replay horizon: a dead letter resubmitted later than this is refused.
 pub const DEFAULT_RESUBMIT_WINDOW: Duration = Duration::from_secs(7 * 86_400);
 
 /// How long after its first processing a message can be delivered again.
@@ -25,18 +24,19 @@ pub const DEFAULT_RESUBMIT_WINDOW: Duration = Duration::from_secs(7 * 86_400);
 /// ```
 /// use std::time::Duration;
 /// use sb_inbox::worker::ReplayHorizon;
-/// let horizon = ReplayHorizon {
-///     message_ttl: Duration::from_secs(14 * 86_400),
-///     lock_duration: Duration::from_secs(60),
-///     max_delivery_count: 10,
-///     retry_span: Duration::ZERO,
-///     dlq_resubmit_window: Duration::from_secs(7 * 86_400),
-/// };
+/// let horizon = ReplayHorizon::new(Duration::from_secs(14 * 86_400), Duration::from_secs(60), 10)
+///     .with_dlq_resubmit_window(Duration::from_secs(7 * 86_400));
 /// assert_eq!(horizon.span(), Duration::from_secs(21 * 86_400 + 600));
 /// assert!(horizon.check(Duration::from_secs(30 * 86_400)).is_ok());
 /// assert!(horizon.check(Duration::from_secs(7 * 86_400)).is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct ReplayHorizon {
     /// The entity's `DefaultMessageTimeToLive` (the smaller of it and any message's own TTL).
     pub message_ttl: Duration,
@@ -76,6 +76,32 @@ pub struct RetentionTooShort {
 }
 
 impl ReplayHorizon {
+    /// The horizon of an entity with `message_ttl`, `lock_duration` and `max_delivery_count`,
+    /// no delayed retries and the [`DEFAULT_RESUBMIT_WINDOW`].
+    pub fn new(message_ttl: Duration, lock_duration: Duration, max_delivery_count: u32) -> Self {
+        ReplayHorizon {
+            message_ttl,
+            lock_duration,
+            max_delivery_count,
+            retry_span: Duration::ZERO,
+            dlq_resubmit_window: DEFAULT_RESUBMIT_WINDOW,
+        }
+    }
+
+    /// How much later than its original a delayed-retry copy can come.
+    #[must_use]
+    pub fn with_retry_span(mut self, retry_span: Duration) -> Self {
+        self.retry_span = retry_span;
+        self
+    }
+
+    /// How long after dead-lettering operators may resubmit.
+    #[must_use]
+    pub fn with_dlq_resubmit_window(mut self, window: Duration) -> Self {
+        self.dlq_resubmit_window = window;
+        self
+    }
+
     fn redelivery(&self) -> Duration {
         self.lock_duration.saturating_mul(self.max_delivery_count)
     }

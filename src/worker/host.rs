@@ -8,8 +8,9 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::error::WorkerError;
+use super::error::{HostingError, WorkerError};
 use super::health::{self, Commits, Ping, Readiness};
+use super::horizon::ReplayHorizon;
 use crate::relay::{Relay, RelayConfig};
 use crate::retention::{RetentionConfig, RetentionTask};
 use crate::runtime::{DelayedRetry, RetryPolicy, SessionConfig};
@@ -115,8 +116,7 @@ struct Hosted<S> {
 /// every consumer drains (in-flight deliveries finish within their grace, prefetched ones are
 /// released), then the relay and retention finish their batch.
 ///
-/// The reference worker (`sb-inbox run`, in the `sb-inbox-cli` crate) is built on it, from
-/// `worker.toml`.
+/// [`super::run`] (`sb-inbox run`) is the reference worker built on it, from `worker.toml`.
 ///
 /// # Examples
 /// ```no_run
@@ -146,7 +146,7 @@ pub struct Worker<S> {
     store: S,
     consumers: Vec<Hosted<S>>,
     relay: RelayConfig,
-    retention: Option<RetentionConfig>,
+    retention: Option<(RetentionConfig, ReplayHorizon)>,
     retry: Option<RetryPolicy>,
     sessions: Option<SessionConfig>,
     health: Option<TcpListener>,
@@ -234,11 +234,13 @@ where
         self
     }
 
-    /// Deletes inbox and dispatched outbox rows past the retention (checked against its replay
-    /// horizon by [`super::WorkerConfig`]).
+    /// Deletes inbox and dispatched outbox rows past the retention, which must cover the
+    /// entities' replay `horizon` (the longest of the hosted entities'): [`Worker::run`] refuses
+    /// to start otherwise, since an inbox row deleted before its message can no longer come
+    /// back is what lets a late redelivery take effect twice.
     #[must_use]
-    pub fn retention(mut self, retention: RetentionConfig) -> Self {
-        self.retention = Some(retention);
+    pub fn retention(mut self, retention: RetentionConfig, horizon: ReplayHorizon) -> Self {
+        self.retention = Some((retention, horizon));
         self
     }
 
@@ -282,8 +284,9 @@ where
     /// # Errors
     /// [`WorkerError::Config`] with no consumer, two with one name or on one entity (different
     /// subscriptions of a topic are different entities), or delayed retries on a
-    /// subscription; [`WorkerError::Runtime`] when a receiver fails for good (the other
-    /// consumers are drained first).
+    /// subscription; [`WorkerError::Retention`] when the retention does not cover the replay
+    /// horizon; [`WorkerError::Runtime`] when a receiver fails for good (the other consumers
+    /// are drained first).
     pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerStats, WorkerError> {
         let Worker {
             client,
@@ -297,6 +300,14 @@ where
             readiness,
         } = self;
         check(&consumers, retry.as_ref(), sessions.is_some())?;
+        // Here, not only in the configuration: a worker built in code deletes rows too.
+        let retention = match retention {
+            Some((retention, horizon)) => {
+                horizon.check(retention.retention)?;
+                Some(retention)
+            }
+            None => None,
+        };
         // The relay and retention serve the whole store, so every hosted consumer's series
         // carries their readings under its own name: a dashboard filtered to any one consumer
         // shows its worker's outbox; added across consumers the same rows would count twice.
@@ -483,7 +494,7 @@ async fn collect(
             }
             Err(join) => {
                 stop.cancel();
-                failure.get_or_insert(WorkerError::Consumer(format!("{name}: {join}")));
+                failure.get_or_insert(WorkerError::Consumer { name, source: join });
             }
         }
     }
@@ -545,38 +556,32 @@ fn check<S>(
             .iter()
             .any(|other| other.config.name() == name)
         {
-            return Err(WorkerError::Config(format!(
-                "consumer {name} is hosted twice: each consumer needs its own name (its inbox key)"
-            )));
+            return Err(HostingError::HostedTwice(name.clone()).into());
         }
-        // Competing receivers under two names: a redelivery (lock expiry, abandon) that lands
-        // on the other one finds no inbox row under its name and applies the effect again.
         if let Some(other) = consumers[..i]
             .iter()
             .find(|other| same_entity(&other.config.entity, &hosted.config.entity))
         {
-            return Err(WorkerError::Config(format!(
-                "consumers {} and {name} both receive from {}: a message redelivered to the other \
-                 one would take effect twice (two inbox keys); host one consumer per entity, or \
-                 give each its own subscription",
-                other.config.name(),
-                hosted.config.entity
-            )));
+            return Err(HostingError::SharedEntity {
+                first: other.config.name().clone(),
+                second: name.clone(),
+                entity: hosted.config.entity.clone(),
+            }
+            .into());
         }
         if retry.is_some() && is_subscription(&hosted.config.entity) {
-            return Err(WorkerError::Config(format!(
-                "consumer {name}: delayed retries need a queue, {} is a subscription",
-                hosted.config.entity
-            )));
+            return Err(HostingError::RetryOnSubscription {
+                name: name.clone(),
+                entity: hosted.config.entity.clone(),
+            }
+            .into());
         }
     }
     if sessions && retry.is_some() {
-        return Err(WorkerError::Config(
-            "delayed retries cannot keep a session's order (a retry copy goes to the end of its session): turn one of them off".to_owned(),
-        ));
+        return Err(HostingError::RetryWithSessions.into());
     }
     if consumers.is_empty() {
-        return Err(WorkerError::Config("no consumer to host".to_owned()));
+        return Err(HostingError::NoConsumer.into());
     }
     Ok(())
 }

@@ -9,15 +9,16 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::health::Condition;
+use super::health::{Condition, Ping};
+use crate::ports::{OutboxStore, RetentionStore, Store};
 use crate::runtime::Backoff;
-use crate::store::Migration;
 #[cfg(feature = "mssql")]
 use crate::store::MssqlStore;
 #[cfg(feature = "postgres")]
 use crate::store::PgStore;
 #[cfg(feature = "sqlite")]
 use crate::store::SqliteStore;
+use crate::store::{Migration, StoreUrl};
 use crate::{ErrorKind, StoreError};
 
 /// The first retry waits about a second; later ones at most 30 s, so a database that appears
@@ -25,18 +26,51 @@ use crate::{ErrorKind, StoreError};
 const RETRY_FIRST: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(30);
 
-/// The migrations a store records as applied.
-pub trait Applied {
-    /// The migrations this build ships for the store.
+/// A store a [`super::ConfiguredWorker`] opens from its configuration's [`StoreUrl`], and
+/// whose schema it checks before it reports ready. Implemented by `PgStore`, `SqliteStore` and
+/// `MssqlStore` (each with its feature); a store of your own implements it to be hosted from a
+/// [`super::WorkerConfig`] too.
+pub trait OpenStore: Store + OutboxStore + RetentionStore + Ping + Clone + Sized {
+    /// The migrations this build ships for the store: each must be recorded as applied before
+    /// the worker starts consuming.
     const MIGRATIONS: &'static [Migration];
+
+    /// Whether `url` names a store of this type (checked once before the retries of
+    /// [`OpenStore::open`]: waiting does not change the URL).
+    fn accepts(url: &StoreUrl) -> bool;
+
+    /// Opens the store `url` names, with a pool of `pool` connections where the store pools.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Configuration`] for a URL of another store; the store's connection error.
+    fn open(url: &StoreUrl, pool: u32) -> impl Future<Output = Result<Self, StoreError>> + Send;
 
     /// The versions recorded in `sb_inbox_schema_migrations`, empty when the table is missing.
     fn applied(&self) -> impl Future<Output = Result<Vec<i64>, StoreError>> + Send;
 }
 
+/// A URL that names another store than the one being opened.
+fn other_store(url: &StoreUrl, wanted: &str) -> StoreError {
+    StoreError::configuration(format!(
+        "the store URL names a {} store; this worker hosts a {wanted} store",
+        url.feature()
+    ))
+}
+
 #[cfg(feature = "postgres")]
-impl Applied for PgStore {
+impl OpenStore for PgStore {
     const MIGRATIONS: &'static [Migration] = crate::store::postgres::MIGRATIONS;
+
+    fn accepts(url: &StoreUrl) -> bool {
+        matches!(url, StoreUrl::Postgres(_))
+    }
+
+    async fn open(url: &StoreUrl, pool: u32) -> Result<Self, StoreError> {
+        match url {
+            StoreUrl::Postgres(url) => PgStore::connect(url, pool).await,
+            other => Err(other_store(other, "postgres")),
+        }
+    }
 
     async fn applied(&self) -> Result<Vec<i64>, StoreError> {
         let exists = self
@@ -56,8 +90,22 @@ impl Applied for PgStore {
 }
 
 #[cfg(feature = "mssql")]
-impl Applied for MssqlStore {
+impl OpenStore for MssqlStore {
     const MIGRATIONS: &'static [Migration] = crate::store::mssql::MIGRATIONS;
+
+    fn accepts(url: &StoreUrl) -> bool {
+        matches!(url, StoreUrl::Mssql(_))
+    }
+
+    async fn open(url: &StoreUrl, pool: u32) -> Result<Self, StoreError> {
+        match url {
+            StoreUrl::Mssql(raw) => {
+                let parsed: crate::store::MssqlConfig = raw.parse()?;
+                MssqlStore::connect_with(parsed, pool).await
+            }
+            other => Err(other_store(other, "mssql")),
+        }
+    }
 
     async fn applied(&self) -> Result<Vec<i64>, StoreError> {
         let rows = self
@@ -72,8 +120,25 @@ impl Applied for MssqlStore {
 }
 
 #[cfg(feature = "sqlite")]
-impl Applied for SqliteStore {
+impl OpenStore for SqliteStore {
     const MIGRATIONS: &'static [Migration] = crate::store::sqlite::MIGRATIONS;
+
+    fn accepts(url: &StoreUrl) -> bool {
+        matches!(url, StoreUrl::Sqlite(_) | StoreUrl::SqliteMemory)
+    }
+
+    async fn open(url: &StoreUrl, _pool: u32) -> Result<Self, StoreError> {
+        match url {
+            StoreUrl::Sqlite(path) => SqliteStore::open(path),
+            // A new in-memory database is empty: migrating it is the only way it becomes ready.
+            StoreUrl::SqliteMemory => {
+                let store = SqliteStore::open_in_memory()?;
+                store.migrate().await?;
+                Ok(store)
+            }
+            other => Err(other_store(other, "sqlite")),
+        }
+    }
 
     async fn applied(&self) -> Result<Vec<i64>, StoreError> {
         self.with_connection(|c| {
@@ -96,7 +161,7 @@ impl Applied for SqliteStore {
 
 /// `Ok` when every migration of this build is applied; otherwise a [`ErrorKind::Schema`] error
 /// naming the missing ones.
-pub async fn check_schema<S: Applied>(store: &S) -> Result<(), StoreError> {
+pub(crate) async fn check_schema<S: OpenStore>(store: &S) -> Result<(), StoreError> {
     let applied = store.applied().await?;
     let missing: Vec<&str> = S::MIGRATIONS
         .iter()
@@ -118,7 +183,7 @@ pub async fn check_schema<S: Applied>(store: &S) -> Result<(), StoreError> {
 /// Calls `open` until it succeeds, waiting with [`Backoff`] between attempts; meanwhile
 /// `condition` is not ready with the last cause, which is also logged. `None` when `shutdown`
 /// comes first.
-pub async fn until_open<S, F, Fut>(
+pub(crate) async fn until_open<S, F, Fut>(
     open: F,
     condition: &Condition,
     shutdown: &CancellationToken,

@@ -67,8 +67,8 @@ struct Down<H> {
 
 wrapper_handler!(Down, inner, |self, _ctx, _tx| {
     let _ = &self.inner; // The dependency never answers: the inner handler is not reached.
-    Err(HandlerError::Transient(
-        "inventory API refused the connection".into(),
+    Err(HandlerError::transient(
+        "inventory API refused the connection",
     ))
 });
 

@@ -100,12 +100,10 @@ async fn append(store: &SqliteStore, destinations: &[&str]) -> Vec<String> {
 }
 
 fn config(batch_size: usize) -> RelayConfig {
-    RelayConfig {
-        batch_size,
-        poll_interval: POLL,
-        lease: Duration::from_secs(60),
-        ..RelayConfig::default()
-    }
+    RelayConfig::default()
+        .with_batch_size(batch_size)
+        .with_poll_interval(POLL)
+        .with_lease(Duration::from_secs(60))
 }
 
 async fn pending(store: &SqliteStore) -> u64 {
@@ -296,10 +294,7 @@ async fn sends_overlap_up_to_max_in_flight_and_publish_each_row_once_under_its_i
     let relay = Relay::with_clock(
         store.clone(),
         InFlight::default(),
-        RelayConfig {
-            max_in_flight: 16,
-            ..config(100)
-        },
+        config(100).with_max_in_flight(16),
         Clock::new(),
     );
     let mut marked = 0;

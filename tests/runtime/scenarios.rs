@@ -341,9 +341,10 @@ async fn bad_envelopes_are_dead_lettered<S: InventoryStore + Count + Clone>(
     let cases: Vec<(&str, Message, &str)> = vec![
         (
             "no id",
-            Message {
-                message_id: None,
-                ..Message::new("x", "orders.order-placed.v1", good_body)
+            {
+                let mut message = Message::new("x", "orders.order-placed.v1", good_body);
+                message.message_id = None;
+                message
             },
             "MissingMessageId",
         ),
@@ -359,9 +360,10 @@ async fn bad_envelopes_are_dead_lettered<S: InventoryStore + Count + Clone>(
         ),
         (
             "no subject",
-            Message {
-                subject: None,
-                ..Message::new("m-4", "x", good_body)
+            {
+                let mut message = Message::new("m-4", "x", good_body);
+                message.subject = None;
+                message
             },
             "MissingContract",
         ),

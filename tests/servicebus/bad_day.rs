@@ -403,10 +403,9 @@ async fn in_session_mode_a_panicking_message_is_dead_lettered_and_the_slot_survi
     let running = tokio::spawn({
         let (runtime, stop) = (runtime.clone(), stop.clone());
         async move {
-            let one_slot = SessionConfig {
-                max_sessions: 1,
-                idle: Duration::from_secs(1),
-            };
+            let one_slot = SessionConfig::default()
+                .with_max_sessions(1)
+                .with_idle(Duration::from_secs(1));
             runtime.run_sessions(one_slot, stop).await
         }
     });

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use sb_emulator::Emulator;
-use sb_inbox::worker::{ConsumerConfig, Worker, WorkerError, store_ready};
+use sb_inbox::worker::{ConsumerConfig, HostingError, Worker, WorkerError, store_ready};
 use sb_inbox::{ConsumerName, PgStore};
 use sb_inbox_cli::inventory::OrderPlacedConsumer;
 use tokio::sync::Notify;
@@ -191,7 +191,7 @@ async fn a_worker_refuses_two_consumers_on_one_entity() {
         .await;
     assert!(
         matches!(&result, Err(WorkerError::Config(problem))
-            if problem.contains("shop.status and shop.audit both receive from Status")),
+            if problem.to_string().contains("shop.status and shop.audit both receive from Status")),
         "{result:?}"
     );
 }
@@ -213,7 +213,7 @@ async fn a_worker_refuses_one_consumer_name_twice() {
         .run(CancellationToken::new())
         .await;
     assert!(
-        matches!(&result, Err(WorkerError::Config(problem)) if problem.contains("hosted twice")),
+        matches!(&result, Err(WorkerError::Config(HostingError::HostedTwice(twice))) if twice.as_str() == "shop.status"),
         "{result:?}"
     );
 }

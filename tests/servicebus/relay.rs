@@ -134,12 +134,10 @@ async fn killed_and_concurrent_relays_deliver_every_row_once_downstream() {
         },
         // One send at a time, so that the kill lands after exactly three accepted sends; the
         // two relays below send concurrently.
-        RelayConfig {
-            batch_size: 10,
-            lease: LEASE,
-            max_in_flight: 1,
-            ..RelayConfig::default()
-        },
+        RelayConfig::default()
+            .with_batch_size(10)
+            .with_lease(LEASE)
+            .with_max_in_flight(1),
     );
     let victim_stats = victim.stats();
     let victim = tokio::spawn(async move { victim.run(CancellationToken::new()).await });
@@ -175,12 +173,10 @@ async fn killed_and_concurrent_relays_deliver_every_row_once_downstream() {
                     barrier: barrier.clone(),
                     started: AtomicBool::new(false),
                 },
-                RelayConfig {
-                    batch_size: 5,
-                    lease: LEASE,
-                    poll_interval: Duration::from_millis(20),
-                    ..RelayConfig::default()
-                },
+                RelayConfig::default()
+                    .with_batch_size(5)
+                    .with_lease(LEASE)
+                    .with_poll_interval(Duration::from_millis(20)),
                 later,
             )
         })

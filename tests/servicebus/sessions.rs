@@ -535,10 +535,9 @@ where
     let running = tokio::spawn({
         let (runtime, stop) = (runtime.clone(), stop.clone());
         async move {
-            let sessions = sb_inbox::SessionConfig {
-                max_sessions: 1,
-                idle,
-            };
+            let sessions = sb_inbox::SessionConfig::default()
+                .with_max_sessions(1)
+                .with_idle(idle);
             runtime.run_sessions(sessions, stop).await
         }
     });

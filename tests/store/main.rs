@@ -8,7 +8,6 @@ mod support;
 
 mod conformance;
 mod entra_identity;
-mod first_error;
 mod inventory_locks;
 mod mssql_errors;
 mod mssql_mock;

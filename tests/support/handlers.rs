@@ -83,8 +83,8 @@ wrapper_handler!(Flaky, inner, |self, ctx, tx| {
     let left = self.failures.load(Ordering::SeqCst);
     if left > 0 {
         self.failures.store(left - 1, Ordering::SeqCst);
-        return Err(HandlerError::Transient(
-            "injected failure after the business writes".into(),
+        return Err(HandlerError::transient(
+            "injected failure after the business writes",
         ));
     }
     Ok(handled)

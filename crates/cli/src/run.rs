@@ -1,27 +1,24 @@
-//! [`run`]: the reference worker (`sb-inbox run`): opens the store with retries while
-//! `/readyz` reports why, then hosts the inventory consumer in a [`Worker`] as configured.
+//! [`run`]: the reference worker (`sb-inbox run`): the inventory consumer hosted by a
+//! [`ConfiguredWorker`] as `worker.toml` says, on the store its URL names. Everything else
+//! (health, store opening with backoff, schema check, relay, retention, drain) is the
+//! library's, as for any service's own handlers.
 
-use std::future::Future;
+use std::pin::Pin;
 
-use sb_inbox::worker::{
-    Applied, BrokerAddress, Condition, Ping, Readiness, Worker, WorkerConfig, WorkerError,
-    check_schema, serve_while, until_open,
-};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use sb_inbox::worker::OpenStore;
+use sb_inbox::worker::{ConfiguredWorker, Worker, WorkerConfig, WorkerError};
 use crate::inventory::{InventoryStore, OrderPlacedConsumer};
-#[cfg(feature = "entra")]
-use sb_inbox::entra::{EntraCredential, EntraMode};
-use sb_inbox::servicebus::ServiceBusClient;
+#[cfg(feature = "mssql")]
+use sb_inbox::store::MssqlStore;
 #[cfg(feature = "postgres")]
 use sb_inbox::store::PgStore;
 #[cfg(feature = "sqlite")]
 use sb_inbox::store::SqliteStore;
 use sb_inbox::store::StoreUrl;
-#[cfg(feature = "mssql")]
-use sb_inbox::store::{MssqlConfig, MssqlStore};
-use sb_inbox::{ErrorKind, OutboxStore, RetentionStore, StatsSnapshot, StoreError};
+use sb_inbox::{ErrorKind, StatsSnapshot, StoreError};
 
 pub use sb_inbox::worker::BACKGROUND_STOP;
 
@@ -42,7 +39,7 @@ pub async fn run(
         Some(port) => Some(
             TcpListener::bind(("0.0.0.0", port))
                 .await
-                .map_err(|e| WorkerError::Health(format!("cannot listen on port {port}: {e}")))?,
+                .map_err(|source| WorkerError::Health { port, source })?,
         ),
         None => None,
     };
@@ -50,11 +47,12 @@ pub async fn run(
 }
 
 /// As [`run`], serving the health endpoints on `health` when given (tests pass a listener on an
-/// ephemeral port).
+/// ephemeral port) and on no port otherwise.
 ///
 /// The health endpoints answer from the start. Until the store is open and its schema migrated
-/// the worker stays alive but not ready (`/readyz` names the cause), retrying with backoff: on a
-/// first deployment the database user or schema appear later, and a fail-over at start passes.
+/// (the reference consumer's tables included) the worker stays alive but not ready (`/readyz`
+/// names the cause), retrying with backoff: on a first deployment the database user or schema
+/// appear later, and a fail-over at start passes.
 ///
 /// # Errors
 /// As [`run`].
@@ -63,169 +61,67 @@ pub async fn run_with(
     health: Option<TcpListener>,
     shutdown: CancellationToken,
 ) -> Result<StatsSnapshot, WorkerError> {
-    let client = broker_client(&config.broker)?
-        .with_server_busy_wait(config.server_busy_wait)
-        .with_trust(&config.trust)
-        .map_err(|e| WorkerError::Config(e.to_string()))?
-        .with_proxy(&config.proxy);
-    // Served from the start, before the store opens; the Worker adds its probes to it.
-    let readiness = Readiness::new();
-    let store_ready = readiness.condition("store", "opening");
-    let _stop_health = serve_while(health, &readiness);
-    let probe = Probe {
-        client,
-        readiness,
-        shutdown,
-    };
-    // Every consumer's handlers at once, plus the relay and retention.
-    #[cfg(any(feature = "postgres", feature = "mssql"))]
-    let pool = u32::try_from(
-        config
-            .consumers
-            .iter()
-            .map(|c| c.runtime.concurrency)
-            .sum::<usize>(),
-    )
-    .unwrap_or(u32::MAX)
-    .saturating_add(2);
     match &config.store {
         #[cfg(feature = "postgres")]
-        StoreUrl::Postgres(url) => {
-            let connect = || PgStore::connect(url, pool);
-            open_then_serve(connect, config, probe, &store_ready).await
-        }
+        StoreUrl::Postgres(_) => host::<PgStore>(config, health, shutdown).await,
         #[cfg(feature = "mssql")]
-        StoreUrl::Mssql(raw) => {
-            // A string that does not parse will not parse later either: fail now.
-            let parsed: MssqlConfig = raw.parse()?;
-            let connect = || MssqlStore::connect_with(parsed.clone(), pool);
-            open_then_serve(connect, config, probe, &store_ready).await
-        }
+        StoreUrl::Mssql(_) => host::<MssqlStore>(config, health, shutdown).await,
         #[cfg(feature = "sqlite")]
-        StoreUrl::Sqlite(path) => {
-            let connect = || async { SqliteStore::open(path) };
-            open_then_serve(connect, config, probe, &store_ready).await
+        StoreUrl::Sqlite(_) | StoreUrl::SqliteMemory => {
+            host::<SqliteStore>(config, health, shutdown).await
         }
-        #[cfg(feature = "sqlite")]
-        StoreUrl::SqliteMemory => {
-            let store = SqliteStore::open_in_memory()?;
-            store.migrate().await?;
-            store.migrate_inventory().await?;
-            serve(store, config, probe).await
-        }
-        // A store this build lacks: `StoreUrl`'s parser refuses it already, this is for a
-        // configuration built in code (or a store a later library version adds).
-        other => Err(WorkerError::Config(
-            other
-                .ensure_compiled_in()
-                .err()
-                .map_or_else(|| format!("store {other}"), |error| error.to_string()),
-        )),
+        // A store this build lacks (`StoreUrl`'s parser refuses it already: this is for a
+        // configuration built in code), or a kind of store the reference worker does not know.
+        other => Err(match other.ensure_compiled_in() {
+            Err(error) => error.into(),
+            Ok(()) => StoreError::of_kind(
+                ErrorKind::Deployment,
+                format!("the reference worker cannot host the store at {other}"),
+            )
+            .into(),
+        }),
     }
 }
 
-/// The Service Bus client for `broker`: a connection string's key, or Entra ID tokens for a
-/// namespace (refused when this build lacks the `entra` feature).
-fn broker_client(broker: &BrokerAddress) -> Result<ServiceBusClient, WorkerError> {
-    Ok(match broker {
-        BrokerAddress::Connection(cs) => ServiceBusClient::from_connection_string(cs),
-        #[cfg(feature = "entra")]
-        BrokerAddress::Namespace {
-            host,
-            client_id,
-            transport,
-        } => ServiceBusClient::with_entra_over(
-            host,
-            EntraCredential::new(EntraMode::Default, client_id.clone()),
-            *transport,
-        ),
-        #[cfg(not(feature = "entra"))]
-        BrokerAddress::Namespace { host, .. } => {
-            return Err(WorkerError::Config(format!(
-                "{host}: a namespace without a connection string takes Entra ID tokens, and this \
-                 build has no `entra` cargo feature"
-            )));
-        }
-        _ => {
-            return Err(WorkerError::Config(
-                "a kind of broker address this worker does not know".to_owned(),
-            ));
-        }
-    })
-}
-
-/// Connects and checks the schema, the reference consumer's tables included, until all
-/// succeed (see [`until_open`]), then serves; a shutdown before that ends the worker with
-/// nothing processed.
-async fn open_then_serve<S, F, Fut>(
-    connect: F,
+/// The inventory consumer on a store of type `S`.
+async fn host<S: OpenStore + InventoryStore + 'static>(
     config: &WorkerConfig,
-    probe: Probe,
-    store_ready: &Condition,
-) -> Result<StatsSnapshot, WorkerError>
-where
-    S: InventoryStore + OutboxStore + RetentionStore + Ping + Applied + Clone + 'static,
-    F: Fn() -> Fut,
-    Fut: Future<Output = Result<S, StoreError>>,
-{
-    let open = || async {
-        let store = connect().await?;
-        check_schema(&store).await?;
-        // Missing like a schema not migrated yet: retried, not an exit.
-        if !store.inventory_migrated().await? {
-            return Err(StoreError::of_kind(
-                ErrorKind::Schema,
-                "the reference consumer's tables are missing: run `sb-inbox migrate --inventory`",
-            ));
-        }
-        Ok(store)
-    };
-    match until_open(open, store_ready, &probe.shutdown).await {
-        Some(store) => serve(store, config, probe).await,
-        None => Ok(StatsSnapshot::default()),
-    }
-}
-
-/// What the health endpoints and the drain need.
-struct Probe {
-    client: ServiceBusClient,
-    readiness: Readiness,
+    health: Option<TcpListener>,
     shutdown: CancellationToken,
-}
-
-/// The reference worker: the inventory consumer under each configured consumer name and
-/// entity, hosted by a [`Worker`] that reports on `readiness`.
-async fn serve<S: InventoryStore + OutboxStore + RetentionStore + Ping + Clone + 'static>(
-    store: S,
-    config: &WorkerConfig,
-    probe: Probe,
 ) -> Result<StatsSnapshot, WorkerError> {
-    let Probe {
-        client,
-        readiness,
-        shutdown,
-    } = probe;
-    let mut worker = Worker::new(client, store)
-        .relay(config.relay.clone())
-        .readiness(readiness);
-    if let Some(retention) = config.retention {
-        worker = worker.retention(retention);
+    let mut config = config.clone();
+    // The listener is bound by `run` (or given by a test); none means none.
+    config.health_port = None;
+    let events = config.outbox_destination.clone();
+    // An in-memory database starts empty: its tables are created, not waited for.
+    let memory = matches!(config.store, StoreUrl::SqliteMemory);
+    let mut worker: ConfiguredWorker<S> = Worker::from_config(config).schema_check(move |store| {
+        Box::pin(inventory_tables(store, memory))
+            as Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>>
+    });
+    if let Some(listener) = health {
+        worker = worker.health(listener);
     }
-    if let Some(sessions) = &config.sessions {
-        worker = worker.sessions(sessions.clone());
-    }
-    if let Some(policy) = &config.retry {
-        worker = worker.delayed_retries(policy.clone());
-    }
-    for consumer in &config.consumers {
-        let handler = match &config.outbox_destination {
+    let stats = worker
+        .run(shutdown, |_| match &events {
             Some(destination) => OrderPlacedConsumer::new().with_events(destination),
             None => OrderPlacedConsumer::new(),
-        };
-        worker = worker.consumer(consumer.clone(), handler);
+        })
+        .await?;
+    Ok(stats.total())
+}
+
+/// The reference consumer's tables: missing counts like a schema not migrated yet (retried,
+/// not an exit).
+async fn inventory_tables<S: InventoryStore>(store: &S, create: bool) -> Result<(), StoreError> {
+    if create {
+        store.migrate_inventory().await?;
     }
-    tracing::info!(consumers = config.consumers.len(), store = %config.store, "Worker started.");
-    let stats = worker.run(shutdown).await?.total();
-    tracing::info!(?stats, "Worker stopped.");
-    Ok(stats)
+    if !store.inventory_migrated().await? {
+        return Err(StoreError::of_kind(
+            ErrorKind::Schema,
+            "the reference consumer's tables are missing: run `sb-inbox migrate --inventory`",
+        ));
+    }
+    Ok(())
 }

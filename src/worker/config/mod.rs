@@ -1,4 +1,5 @@
-//! [`WorkerConfig`]: `worker.toml` with `SB_INBOX_*` environment overrides, read section by
+//! [`WorkerConfig`]: a configuration file (`worker.json`; `worker.toml` with the `toml` feature)
+//! with environment overrides (`SB_INBOX_*`, or a prefix of the service's own), read section by
 //! section and validated as a whole, so one run reports every mistake.
 //!
 //! # Layout
@@ -37,6 +38,10 @@ use crate::runtime::{RetryPolicy, RuntimeConfig, SessionConfig};
 use crate::servicebus::TrustRoots;
 use crate::store::StoreUrl;
 use reader::Reader;
+
+/// The prefix of the environment variables that override the file's keys, unless
+/// [`WorkerConfig::load_with_prefix`] names another.
+pub const DEFAULT_ENV_PREFIX: &str = "SB_INBOX_";
 
 /// The validated worker configuration.
 #[derive(Debug, Clone)]
@@ -106,7 +111,9 @@ struct File {
 }
 
 impl File {
-    /// The file at `path`, or an empty one without a path.
+    /// The file at `path`, or an empty one without a path: JSON when its name ends in `.json`
+    /// (serde_json is a dependency anyway), else TOML (the `toml` feature; the `sb-inbox`
+    /// binary has it). One schema for both: the keys and sections are the same.
     fn read(path: Option<&Path>) -> Result<File, ConfigErrors> {
         let Some(path) = path else {
             return Ok(File::default());
@@ -114,8 +121,28 @@ impl File {
         let fail = |problem| ConfigErrors::single("--config", problem);
         let text = std::fs::read_to_string(path)
             .map_err(|e| fail(format!("cannot read {}: {e}", path.display())))?;
-        toml::from_str::<File>(&text)
-            .map_err(|e| fail(format!("{}: {}", path.display(), e.message())))
+        if path
+            .extension()
+            .is_some_and(|ext| ext.eq_ignore_ascii_case("json"))
+        {
+            return serde_json::from_str::<File>(&text)
+                .map_err(|e| fail(format!("{}: {e}", path.display())));
+        }
+        Self::toml(path, &text).map_err(fail)
+    }
+
+    #[cfg(feature = "toml")]
+    fn toml(path: &Path, text: &str) -> Result<File, String> {
+        toml::from_str::<File>(text).map_err(|e| format!("{}: {}", path.display(), e.message()))
+    }
+
+    #[cfg(not(feature = "toml"))]
+    fn toml(path: &Path, _text: &str) -> Result<File, String> {
+        Err(format!(
+            "{}: TOML configuration needs the `toml` cargo feature; write it as JSON (a `.json` \
+             file) or turn the feature on",
+            path.display()
+        ))
     }
 }
 
@@ -140,6 +167,45 @@ impl WorkerConfig {
         path: Option<&Path>,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigErrors> {
+        Self::load_with_prefix(path, DEFAULT_ENV_PREFIX, env)
+    }
+
+    /// As [`WorkerConfig::load`], with the overrides read from variables named `prefix` + the
+    /// key's name instead of `SB_INBOX_` + it (`ORDERS_STORE` for `store` with prefix
+    /// `ORDERS_`), so two services on one host, or a service with its own naming, keep theirs
+    /// apart. Variables that are not keys' overrides (`AZURE_CLIENT_ID`, `HTTPS_PROXY`) keep
+    /// their standard names. Problems still name each key by its `SB_INBOX_` variable (the
+    /// documented name), whichever prefix was read.
+    ///
+    /// # Examples
+    /// ```
+    /// use sb_inbox::worker::WorkerConfig;
+    /// let env = |name: &str| match name {
+    ///     "ORDERS_STORE" => Some("sqlite::memory:".to_owned()),
+    ///     "ORDERS_CONSUMER" => Some("shop.orders".to_owned()),
+    ///     "ORDERS_SERVICEBUS_CONNECTION" => Some(
+    ///         "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=s;UseDevelopmentEmulator=true"
+    ///             .to_owned(),
+    ///     ),
+    ///     "ORDERS_ENTITY" => Some("orders".to_owned()),
+    ///     _ => None,
+    /// };
+    /// let config = WorkerConfig::load_with_prefix(None, "ORDERS_", &env).unwrap();
+    /// assert_eq!(config.consumers[0].name().as_str(), "shop.orders");
+    /// ```
+    ///
+    /// # Errors
+    /// As [`WorkerConfig::load`].
+    pub fn load_with_prefix(
+        path: Option<&Path>,
+        prefix: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigErrors> {
+        let prefixed = |name: &str| match name.strip_prefix(DEFAULT_ENV_PREFIX) {
+            Some(key) => env(&format!("{prefix}{key}")),
+            None => env(name),
+        };
+        let env: &dyn Fn(&str) -> Option<String> = &prefixed;
         let file = File::read(path)?;
         // Sections are read in this order so problems are listed roughly as the file reads.
         let mut r = Reader::new(env);

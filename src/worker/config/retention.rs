@@ -13,8 +13,7 @@ use super::keys::{
 use super::reader::{Reader, to_usize};
 use crate::ports::MAX_RETENTION_BATCH;
 use crate::retention::RetentionConfig;
-use crate::worker::DEFAULT_RESUBMIT_WINDOW;
-use crate::worker::ReplayHorizon;
+use crate::worker::{DEFAULT_RESUBMIT_WINDOW, ReplayHorizon};
 
 /// The `[retention]` section as written, with the entity keys' old places.
 #[derive(Debug, Default, Deserialize)]

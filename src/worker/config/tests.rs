@@ -696,3 +696,68 @@ fn the_websocket_proxy_comes_from_https_proxy_and_no_proxy_and_must_parse() {
     assert!(problems.contains("HTTPS_PROXY"), "{problems}");
     assert!(problems.contains("only http:// proxies"), "{problems}");
 }
+
+/// Writes `text` as `name` in a directory of its own and loads it with `prefix`.
+fn load_named(
+    name: &str,
+    text: &str,
+    prefix: &str,
+    env: &[(&str, &str)],
+) -> Result<WorkerConfig, ConfigErrors> {
+    let dir = std::env::temp_dir().join(format!(
+        "sb-inbox-config-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    let env: HashMap<String, String> = env
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let result =
+        WorkerConfig::load_with_prefix(Some(&path), prefix, &|name| env.get(name).cloned());
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// README's "Use it in your service" configuration is valid JSON configuration, and its
+/// prefix replaces `SB_INBOX_` for the overrides (a `SB_INBOX_*` variable is then ignored).
+#[test]
+fn the_readmes_json_configuration_loads_with_its_prefix() {
+    let readme = include_str!("../../../README.md");
+    let json = readme
+        .split("```json\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("README has a ```json block");
+    let config = load_named(
+        "orders-worker.json",
+        json,
+        "ORDERS_",
+        &[("ORDERS_CONCURRENCY", "3"), ("SB_INBOX_CONCURRENCY", "99")],
+    )
+    .unwrap();
+    assert_eq!(
+        config.consumers[0].name().as_str(),
+        "shop.order-confirmation"
+    );
+    assert_eq!(config.entity, "orders");
+    assert_eq!(config.runtime.concurrency, 3);
+    let retention = config.retention.expect("retention configured");
+    assert_eq!(retention.retention, Duration::from_secs(2_592_000));
+    let horizon = config
+        .horizon
+        .expect("the entity's settings give the horizon");
+    assert!(horizon.check(retention.retention).is_ok());
+}
+
+/// A syntax error in a JSON file is reported against the file, like TOML's.
+#[test]
+fn a_broken_json_file_names_the_file() {
+    let problems = load_named("worker.json", "{\"store\": ", "SB_INBOX_", &[])
+        .unwrap_err()
+        .to_string();
+    assert!(problems.contains("worker.json"), "{problems}");
+}

@@ -220,7 +220,7 @@ impl<T: InventoryTx> Handler<T> for OrderPlacedConsumer {
                 lines: order.lines.clone(),
             };
             let body = serde_json::to_vec(&event).map_err(|e| {
-                HandlerError::rejected(format!("cannot encode {EVENT_CONTRACT}: {e}"))
+                HandlerError::permanent(format!("cannot encode {EVENT_CONTRACT}"), e)
             })?;
             let mut message = OutboxMessage::new(destination.clone(), EVENT_CONTRACT, body);
             message.correlation_id = Some(

@@ -324,10 +324,10 @@ mod tests {
             resubmission(&plain).unwrap().message_id.as_deref(),
             Some("m-2/resubmit-1")
         );
-        let nameless = Message {
-            message_id: None,
-            ..plain
-        };
+        // Field by field, not a struct literal: `Message` is `#[non_exhaustive]` outside the
+        // library crate, where this module is headed.
+        let mut nameless = plain;
+        nameless.message_id = None;
         assert!(
             resubmission(&nameless)
                 .unwrap_err()

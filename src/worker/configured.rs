@@ -1,0 +1,310 @@
+//! [`ConfiguredWorker`]: a [`WorkerConfig`] hosted for the service's own handlers, with what
+//! a production worker needs before and around [`Worker::run`]: the broker client from the
+//! configuration, health endpoints from the start, the store opened with backoff and its schema
+//! checked while `/readyz` says why not yet, then the consumers, the relay, retention (checked
+//! against the replay horizon) and the drain.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::health::{self, Condition, Readiness};
+use super::open::{self, OpenStore};
+use super::{BrokerAddress, ConsumerConfig, Worker, WorkerConfig, WorkerError, WorkerStats};
+#[cfg(feature = "entra")]
+use crate::entra::{EntraCredential, EntraMode};
+use crate::servicebus::ServiceBusClient;
+use crate::{Handler, StoreError};
+
+/// A check of the service's own schema, run after the core migrations are found applied; an
+/// error keeps the worker not ready (and retrying) with the error as the reason.
+type SchemaCheck<S> = Box<
+    dyn Fn(&S) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>> + Send + Sync,
+>;
+
+/// Hosts the consumers a [`WorkerConfig`] lists with the service's own handlers: built by
+/// [`Worker::from_config`].
+///
+/// [`ConfiguredWorker::run`]:
+/// 1. builds the Service Bus client from `servicebus.*` (connection string, or Entra ID with
+///    the `entra` feature), its trust roots and proxy;
+/// 2. serves `/livez`, `/healthz` and `/readyz` from the start: on `health.port` (the built-in
+///    server), on a listener given with [`ConfiguredWorker::health`], and in any case on the
+///    [`Readiness`] given with [`ConfiguredWorker::readiness`], for the service's own router;
+/// 3. opens the store (`store`) and checks that its migrations are applied (plus the service's
+///    own [`ConfiguredWorker::schema_check`]), retrying with backoff while `/readyz` names the
+///    cause: a first deployment or a fail-over at start leaves a live, not-ready process;
+/// 4. runs a [`Worker`] with a handler for each configured consumer, the relay, delayed
+///    retries, session mode and retention as configured; retention is refused unless it
+///    covers the replay horizon, inside [`Worker::run`];
+/// 5. on `shutdown`, drains and returns the counters.
+///
+/// # Examples
+/// ```no_run
+/// # #[allow(dead_code)]
+/// # async fn example<H: sb_inbox::Handler<sb_inbox::PgTx>>(make: impl Fn() -> H) -> Result<(), Box<dyn std::error::Error>> {
+/// use sb_inbox::PgStore;
+/// use sb_inbox::worker::{Readiness, Worker, WorkerConfig};
+///
+/// let config = WorkerConfig::load_with_prefix(
+///     Some("orders-worker.json".as_ref()),
+///     "ORDERS_",
+///     &|name| std::env::var(name).ok(),
+/// )?;
+/// let readiness = Readiness::new(); // mount `readiness.respond(path)` on your router
+/// let shutdown = tokio_util::sync::CancellationToken::new();
+/// let stats = Worker::<PgStore>::from_config(config)
+///     .readiness(readiness.clone())
+///     .run(shutdown, |_consumer| make())
+///     .await?;
+/// println!("{:?}", stats.total());
+/// # Ok(()) }
+/// ```
+pub struct ConfiguredWorker<S> {
+    config: WorkerConfig,
+    readiness: Readiness,
+    health: Option<TcpListener>,
+    schema_check: Option<SchemaCheck<S>>,
+}
+
+impl<S> std::fmt::Debug for ConfiguredWorker<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfiguredWorker")
+            .field("config", &self.config)
+            .field("readiness", &self.readiness)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: OpenStore + 'static> Worker<S> {
+    /// A worker hosting what `config` describes, on a store of type `S` opened from
+    /// `config.store` when it runs: see [`ConfiguredWorker`].
+    pub fn from_config(config: WorkerConfig) -> ConfiguredWorker<S> {
+        ConfiguredWorker {
+            config,
+            readiness: Readiness::new(),
+            health: None,
+            schema_check: None,
+        }
+    }
+}
+
+impl<S: OpenStore + 'static> ConfiguredWorker<S> {
+    /// Reports on `readiness` (shared with the service, which serves it on its own router with
+    /// [`Readiness::respond`]) instead of a readiness of its own.
+    #[must_use]
+    pub fn readiness(mut self, readiness: Readiness) -> Self {
+        self.readiness = readiness;
+        self
+    }
+
+    /// Serves the health endpoints on `listener` instead of binding `health.port` (tests pass
+    /// a listener on an ephemeral port).
+    #[must_use]
+    pub fn health(mut self, listener: TcpListener) -> Self {
+        self.health = Some(listener);
+        self
+    }
+
+    /// Also requires `check` to pass before the worker consumes (the service's own tables are
+    /// migrated, say); until it does, the worker stays not ready and retries, naming its error.
+    #[must_use]
+    pub fn schema_check<F>(mut self, check: F) -> Self
+    where
+        F: for<'a> Fn(&'a S) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.schema_check = Some(Box::new(check));
+        self
+    }
+
+    /// The configuration being hosted.
+    pub fn config(&self) -> &WorkerConfig {
+        &self.config
+    }
+
+    /// Runs until `shutdown`, with `handler(consumer)` as the handler of each configured
+    /// consumer; see [`ConfiguredWorker`] for the steps. A shutdown before the store opened
+    /// ends it with nothing processed.
+    ///
+    /// # Errors
+    /// [`WorkerError`]: the health port cannot be bound, the broker address or trust roots
+    /// cannot be used, the store URL names a store this build lacks, the consumers or the
+    /// retention are refused, or a receiver fails for good. A store that does not answer or is
+    /// not migrated yet is not an error: it is retried.
+    pub async fn run<H, F>(
+        self,
+        shutdown: CancellationToken,
+        mut handler: F,
+    ) -> Result<WorkerStats, WorkerError>
+    where
+        H: Handler<S::Tx>,
+        F: FnMut(&ConsumerConfig) -> H,
+    {
+        let ConfiguredWorker {
+            config,
+            readiness,
+            health,
+            schema_check,
+        } = self;
+        let health = match (health, config.health_port) {
+            (Some(listener), _) => Some(listener),
+            (None, Some(port)) => Some(
+                TcpListener::bind(("0.0.0.0", port))
+                    .await
+                    .map_err(|source| WorkerError::Health { port, source })?,
+            ),
+            (None, None) => None,
+        };
+        config.store.ensure_compiled_in()?;
+        if !S::accepts(&config.store) {
+            return Err(WorkerError::Store(StoreError::configuration(format!(
+                "the store URL names a {} store, and this worker hosts another kind",
+                config.store.feature()
+            ))));
+        }
+        let client = broker_client(&config.broker)?
+            .with_server_busy_wait(config.server_busy_wait)
+            .with_trust(&config.trust)
+            .map_err(WorkerError::Trust)?
+            .with_proxy(&config.proxy);
+        // Served from the start, before the store opens; the Worker adds its probes to it.
+        let store_ready = readiness.condition("store", "opening");
+        let _stop_health = health::serve_while(health, &readiness);
+        let Some(store) = open_store(&config, schema_check.as_ref(), &store_ready, &shutdown).await
+        else {
+            return Ok(WorkerStats::default());
+        };
+        let mut worker = Worker::new(client, store)
+            .relay(config.relay.clone())
+            .readiness(readiness);
+        if let (Some(retention), Some(horizon)) = (config.retention, config.horizon) {
+            worker = worker.retention(retention, horizon);
+        }
+        if let Some(sessions) = &config.sessions {
+            worker = worker.sessions(sessions.clone());
+        }
+        if let Some(policy) = &config.retry {
+            worker = worker.delayed_retries(policy.clone());
+        }
+        for consumer in &config.consumers {
+            worker = worker.consumer(consumer.clone(), handler(consumer));
+        }
+        tracing::info!(consumers = config.consumers.len(), store = %config.store, "Worker started.");
+        let stats = worker.run(shutdown).await?;
+        tracing::info!(stats = ?stats.total(), "Worker stopped.");
+        Ok(stats)
+    }
+}
+
+/// Opens the store and checks its schema until both succeed (see [`open::until_open`]); `None`
+/// when `shutdown` comes first. The condition stays as the last failure said: the worker's
+/// `store` probe replaces it when the worker runs.
+async fn open_store<S: OpenStore>(
+    config: &WorkerConfig,
+    schema_check: Option<&SchemaCheck<S>>,
+    store_ready: &Condition,
+    shutdown: &CancellationToken,
+) -> Option<S> {
+    // Every consumer's handlers at once, plus the relay and retention.
+    let pool = u32::try_from(
+        config
+            .consumers
+            .iter()
+            .map(|c| c.runtime.concurrency)
+            .sum::<usize>(),
+    )
+    .unwrap_or(u32::MAX)
+    .saturating_add(2);
+    let open = || async {
+        let store = S::open(&config.store, pool).await?;
+        open::check_schema(&store).await?;
+        if let Some(check) = schema_check {
+            check(&store).await?;
+        }
+        Ok(store)
+    };
+    open::until_open(open, store_ready, shutdown).await
+}
+
+/// The Service Bus client for `broker`: a connection string's key, or Entra ID tokens for a
+/// namespace (refused when this build lacks the `entra` feature).
+fn broker_client(broker: &BrokerAddress) -> Result<ServiceBusClient, WorkerError> {
+    Ok(match broker {
+        BrokerAddress::Connection(cs) => ServiceBusClient::from_connection_string(cs),
+        #[cfg(feature = "entra")]
+        BrokerAddress::Namespace {
+            host,
+            client_id,
+            transport,
+        } => ServiceBusClient::with_entra_over(
+            host,
+            EntraCredential::new(EntraMode::Default, client_id.clone()),
+            *transport,
+        ),
+        #[cfg(not(feature = "entra"))]
+        BrokerAddress::Namespace { host, .. } => {
+            return Err(WorkerError::Broker(format!(
+                "{host}: a namespace without a connection string takes Entra ID tokens, and this \
+                 build has no `entra` cargo feature"
+            )));
+        }
+    })
+}
+
+#[cfg(all(test, feature = "sqlite", feature = "postgres"))]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::{ErrorKind, SqliteStore, Tx};
+
+    struct Nothing;
+
+    impl<T: Tx> crate::JsonHandler<T> for Nothing {
+        type Message = serde_json::Value;
+
+        async fn handle(
+            &self,
+            _ctx: &crate::Context<'_, serde_json::Value>,
+            _message: &serde_json::Value,
+            _tx: &mut T,
+        ) -> Result<crate::Handled, crate::HandlerError> {
+            Ok(crate::Handled::Processed)
+        }
+    }
+
+    impl crate::JsonContract for serde_json::Value {
+        const NAME: &'static str = "any.thing";
+        const VERSION: u32 = 1;
+    }
+
+    /// A URL of another store is refused at once, not retried as a store that is not up yet.
+    #[tokio::test]
+    async fn a_url_of_another_store_is_refused_before_any_retry() {
+        let env = |name: &str| match name {
+            "SVC_STORE" => Some("postgres://postgres@127.0.0.1:1/none".to_owned()),
+            "SVC_CONSUMER" => Some("svc.things".to_owned()),
+            "SVC_ENTITY" => Some("things".to_owned()),
+            "SVC_SERVICEBUS_CONNECTION" => Some(
+                "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=s;\
+                 UseDevelopmentEmulator=true"
+                    .to_owned(),
+            ),
+            _ => None,
+        };
+        let config = WorkerConfig::load_with_prefix(None, "SVC_", &env).unwrap();
+        let result = Worker::<SqliteStore>::from_config(config)
+            .run(CancellationToken::new(), |_| crate::Json::new(Nothing))
+            .await;
+        match result {
+            Err(WorkerError::Store(error)) => {
+                assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
+            }
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+    }
+}
