@@ -59,7 +59,9 @@ mod server;
 mod sql_filter;
 
 pub use address::{Address, EntityPath};
-pub use broker::{Broker, DispositionStatus, Entity, SendOutcome};
+pub use broker::{
+    Broker, DescribedProperties, DispositionStatus, Entity, EntityDescription, SendOutcome,
+};
 pub use clock::Clock;
 pub use config::{
     Config, ConfigError, DEFAULT_DUPLICATE_DETECTION_WINDOW, DEFAULT_LOCK_DURATION,
