@@ -52,6 +52,7 @@ mod filter;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod http;
 mod message;
 mod queue;
 mod rights;
