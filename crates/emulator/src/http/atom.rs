@@ -384,6 +384,65 @@ fn property_value(value: &Element) -> PropertyValue {
     }
 }
 
+/// `expression` with its `@name` parameters (`Parameters` of a `SqlFilter`, as Python's
+/// `SqlRuleFilter(…, parameters={"@p": 1})` sends them) replaced by literals, longest names
+/// first, since the emulator's SQL subset has no parameters. A parameter name inside a
+/// string literal is replaced too (no real expression does that).
+fn with_parameters(expression: &str, parameters: Option<&Element>) -> String {
+    let mut pairs: Vec<(String, String)> = parameters
+        .map(|p| {
+            p.children
+                .iter()
+                .filter(|c| c.name == "KeyValueOfstringanyType")
+                .filter_map(|kv| {
+                    let key = kv.text_of("Key")?.to_owned();
+                    let literal = match property_value(kv.child("Value")?) {
+                        PropertyValue::Long(n) => n.to_string(),
+                        PropertyValue::Double(f) => f.to_string(),
+                        PropertyValue::Bool(b) => if b { "TRUE" } else { "FALSE" }.to_owned(),
+                        PropertyValue::String(s) => format!("'{}'", s.replace('\'', "''")),
+                        _ => return None,
+                    };
+                    Some((key, literal))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    pairs.sort_by_key(|(k, _)| std::cmp::Reverse(k.len()));
+    let mut out = expression.to_owned();
+    for (key, literal) in pairs {
+        out = out.replace(&key, &literal);
+    }
+    unbound_to_null(&out)
+}
+
+/// Parameters the client did not send become `NULL`, so the rule is stored and matches as
+/// an unknown value would: Python's `update_rule(…, filter=SqlRuleFilter(expr, parameters))`
+/// sends the expression with an empty `Parameters` (its keyword path drops them), and the
+/// service accepts that request (the SDK's `mgmt_rule.py` sample makes it).
+fn unbound_to_null(expression: &str) -> String {
+    let mut out = String::with_capacity(expression.len());
+    let mut chars = expression.chars().peekable();
+    let mut quoted = false;
+    while let Some(c) = chars.next() {
+        if c == '\'' {
+            quoted = !quoted;
+        }
+        if c == '@' && !quoted {
+            while chars
+                .peek()
+                .is_some_and(|n| n.is_ascii_alphanumeric() || *n == '_')
+            {
+                chars.next();
+            }
+            out.push_str("NULL");
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// A rule from a `RuleDescription` (named `name`, the URL's last segment).
 pub(crate) fn rule_from(el: &Element, name: &str) -> Result<Rule, BadDescription> {
     let filter = match el.child("Filter") {
@@ -420,7 +479,11 @@ pub(crate) fn rule_from(el: &Element, name: &str) -> Result<Rule, BadDescription
             Some("TrueFilter") => Filter::True,
             Some("FalseFilter") => Filter::False,
             _ => {
-                let expression = f.text_of("SqlExpression").unwrap_or("1=1");
+                let expression = with_parameters(
+                    f.text_of("SqlExpression").unwrap_or("1=1"),
+                    f.child("Parameters"),
+                );
+                let expression = expression.as_str();
                 match expression.replace(' ', "").as_str() {
                     "1=1" => Filter::True,
                     "1=0" => Filter::False,
@@ -505,6 +568,20 @@ mod tests {
         let sql = parse(br#"<RuleDescription><Filter i:type="SqlFilter"><SqlExpression>color = 'blue'</SqlExpression></Filter></RuleDescription>"#).unwrap();
         assert!(matches!(
             rule_from(&sql, "s").unwrap().filter,
+            Filter::Sql(_)
+        ));
+        let with_params = parse(br#"<RuleDescription><Filter i:type="SqlFilter"><SqlExpression>p1 = @param1 AND p2 = @param2</SqlExpression><Parameters><KeyValueOfstringanyType><Key>@param1</Key><Value i:type="d6p1:string">it's</Value></KeyValueOfstringanyType><KeyValueOfstringanyType><Key>@param2</Key><Value i:type="d6p1:int">2</Value></KeyValueOfstringanyType></Parameters></Filter></RuleDescription>"#).unwrap();
+        let Filter::Sql(sql) = rule_from(&with_params, "p").unwrap().filter else {
+            panic!("a SQL filter")
+        };
+        assert_eq!(sql.expression(), "p1 = 'it''s' AND p2 = 2");
+        assert_eq!(
+            unbound_to_null("a = @p1 AND b = '@x'"),
+            "a = NULL AND b = '@x'"
+        );
+        let unbound = parse(br#"<RuleDescription><Filter i:type="SqlFilter"><SqlExpression>property1 = @param1 AND property2 = @param2</SqlExpression><Parameters/></Filter></RuleDescription>"#).unwrap();
+        assert!(matches!(
+            rule_from(&unbound, "u").unwrap().filter,
             Filter::Sql(_)
         ));
         let broken = parse(br#"<RuleDescription><Filter i:type="SqlFilter"><SqlExpression>color = </SqlExpression></Filter></RuleDescription>"#).unwrap();
