@@ -20,6 +20,7 @@
 //! - [`ServiceBusClient::peek`] / [`PeekedMessage`]: `$management` peek-message, e.g. of a
 //!   dead-letter queue.
 
+pub mod admin;
 mod amqp_message;
 mod auth;
 mod busy;

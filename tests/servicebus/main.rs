@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod admin;
 mod bad_day;
 mod bad_input;
 mod cli;
