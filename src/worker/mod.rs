@@ -13,6 +13,7 @@
 //!   [`Worker`] as `worker.toml` says.
 
 mod config;
+pub mod entity_check;
 mod health;
 mod horizon;
 mod host;
@@ -22,6 +23,7 @@ mod run;
 pub use config::{
     BrokerAddress, ConfigError, ConfigErrors, ENV_VARS, KEYS, Key, MOVED, Moved, WorkerConfig,
 };
+pub use entity_check::{DeclaredEntity, EntityCheckError, EntitySource};
 pub use health::{Condition, PROBE_TIMEOUT, Ping, Readiness, STORE_EVIDENCE, store_ready};
 pub use horizon::{ReplayHorizon, RetentionTooShort};
 pub use host::{ConsumerConfig, Worker, WorkerStats};

@@ -93,6 +93,10 @@ pub async fn run_with(
     let readiness = Readiness::new();
     let store_ready = readiness.condition("store", "opening");
     let _stop_health = health::serve_while(health, &readiness);
+    // The entity's real settings, before anything is received (issue 33).
+    super::entity_check::at_start(config, &readiness)
+        .await
+        .map_err(|e| WorkerError::Config(e.to_string()))?;
     let probe = Probe {
         client,
         readiness,

@@ -11,6 +11,7 @@ mod bad_input;
 mod cli;
 mod client;
 mod emulator_wire;
+mod entity_check;
 mod external;
 mod external_key;
 mod fidelity;

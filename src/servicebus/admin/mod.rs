@@ -175,6 +175,27 @@ impl AdminClient {
         })
     }
 
+    /// A client for namespace `host` (HTTPS on 443) authorised by `tokens` (e.g. Entra ID),
+    /// verifying the certificate with `trust`.
+    ///
+    /// # Errors
+    /// [`AdminError::Trust`] for an unreadable bundle.
+    pub fn for_namespace(
+        host: &str,
+        tokens: Arc<dyn TokenProvider>,
+        trust: &TrustRoots,
+    ) -> Result<Self, AdminError> {
+        Ok(AdminClient {
+            endpoint: Endpoint {
+                tls: true,
+                host: host.to_owned(),
+                port: 443,
+            },
+            tokens,
+            tls: Some(trust.client_config()?),
+        })
+    }
+
     /// Sends requests to `url` instead (`https://host[:port]`, or `http://host:port` for the
     /// emulator's plain `--http-listen`).
     ///
