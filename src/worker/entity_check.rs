@@ -323,6 +323,11 @@ pub async fn at_start(
         EntitySource::Read(p) => {
             tracing::info!(entity = %config.entity, lock_duration = ?p.lock_duration, message_ttl = ?p.default_message_time_to_live, max_delivery_count = ?p.max_delivery_count, requires_session = p.requires_session, horizon_secs = horizon.map(|h| h.span().as_secs()), "Entity settings read from the management API.");
         }
+        // A local emulator's connection string names no management endpoint: `[entity]` is
+        // the expected source there, not a degraded state worth a note on `/readyz`.
+        EntitySource::Declared { reason } if local_emulator(config) => {
+            tracing::info!(entity = %config.entity, %reason, horizon_secs = horizon.map(|h| h.span().as_secs()), "Entity settings from [entity].");
+        }
         EntitySource::Declared { reason } => {
             tracing::warn!(entity = %config.entity, %reason, horizon_secs = horizon.map(|h| h.span().as_secs()), "Entity settings not read; using [entity] as configured.");
             readiness.note(
@@ -332,6 +337,10 @@ pub async fn at_start(
         }
     }
     Ok(horizon)
+}
+
+fn local_emulator(config: &super::WorkerConfig) -> bool {
+    matches!(&config.broker, super::BrokerAddress::Connection(cs) if !cs.use_tls())
 }
 
 /// The management client for the worker's broker address; why there is none for a local

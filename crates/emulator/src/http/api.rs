@@ -416,3 +416,72 @@ fn put_rule(
         rule_entry(base, topic, sub, &rule, created),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Config, QueueConfig};
+
+    fn request(method: &str, target: &str, auth: Option<&str>, body: &str) -> Request {
+        let mut headers = vec![("Host".to_owned(), "localhost:5671".to_owned())];
+        if let Some(auth) = auth {
+            headers.push(("Authorization".to_owned(), auth.to_owned()));
+        }
+        Request {
+            method: method.to_owned(),
+            target: target.to_owned(),
+            headers,
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    const QUEUE: &str = r#"<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><QueueDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"><LockDuration>PT20S</LockDuration></QueueDescription></content></entry>"#;
+
+    #[test]
+    fn the_services_status_codes() {
+        let broker = Broker::new(Config::new("ns").with_queue(QueueConfig::new("q"))).unwrap();
+        let options = EmulatorOptions {
+            accept_jwt: true,
+            ..EmulatorOptions::default()
+        };
+        let jwt = Some("Bearer eyJ");
+        let call = |method: &str, target: &str, auth: Option<&str>, body: &str| {
+            handle(&request(method, target, auth, body), &broker, &options)
+        };
+        // Unauthenticated: 401 with the service's error body.
+        let refused = call("GET", "/q?api-version=2021-05", None, "");
+        assert_eq!(refused.status, 401);
+        assert!(
+            refused.body.starts_with("<Error><Code>401</Code>"),
+            "{}",
+            refused.body
+        );
+        // A missing entity is an empty feed, not a 404.
+        let missing = call("GET", "/nope?api-version=2021-05", jwt, "");
+        assert_eq!(missing.status, 200);
+        assert!(missing.body.starts_with("<feed") && !missing.body.contains("<entry"));
+        // Create 201, again 409; update of a missing one 404; delete 200, again 404.
+        assert_eq!(call("PUT", "/made", jwt, QUEUE).status, 201);
+        assert_eq!(call("PUT", "/made", jwt, QUEUE).status, 409);
+        let mut update = request("PUT", "/other", jwt, QUEUE);
+        update.headers.push(("If-Match".to_owned(), "*".to_owned()));
+        assert_eq!(handle(&update, &broker, &options).status, 404);
+        assert_eq!(
+            broker.entity("made").unwrap().lock_duration(),
+            Some(std::time::Duration::from_secs(20))
+        );
+        assert_eq!(call("DELETE", "/made", jwt, "").status, 200);
+        assert_eq!(call("DELETE", "/made", jwt, "").status, 404);
+        assert_eq!(call("PUT", "/bad", jwt, "<entry>").status, 400);
+        assert_eq!(call("POST", "/q", jwt, "").status, 405);
+        // Paging: three queues by pages of two, the first with a next link.
+        assert_eq!(call("PUT", "/q2", jwt, QUEUE).status, 201);
+        assert_eq!(call("PUT", "/q3", jwt, QUEUE).status, 201);
+        let first = call("GET", "/$Resources/queues?$skip=0&$top=2", jwt, "");
+        assert_eq!(first.body.matches("<entry").count(), 2);
+        assert!(first.body.contains(r#"rel="next""#), "{}", first.body);
+        let last = call("GET", "/$Resources/queues?$skip=2&$top=2", jwt, "");
+        assert_eq!(last.body.matches("<entry").count(), 1);
+        assert!(!last.body.contains(r#"rel="next""#));
+    }
+}
