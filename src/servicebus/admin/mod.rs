@@ -12,7 +12,8 @@
 //!
 //! # Examples
 //! ```no_run
-//! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use sb_inbox::servicebus::ConnectionString;
 //! use sb_inbox::servicebus::admin::AdminClient;
 //! let cs: ConnectionString = "Endpoint=sb://my-ns.servicebus.windows.net/;SharedAccessKeyName=manage;SharedAccessKey=…".parse()?;
