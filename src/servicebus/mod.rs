@@ -23,6 +23,7 @@
 //! - [`ServiceBusClient::peek`] / [`PeekedMessage`]: `$management` peek-message, e.g. of a
 //!   dead-letter queue; [`resubmission`]: the copy of a dead letter to send again.
 
+pub mod admin;
 mod amqp_message;
 mod auth;
 mod busy;

@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::health::{self, Condition, Readiness};
+use super::entity_check;
 use super::open::{self, OpenStore};
 use super::{BrokerAddress, ConsumerConfig, Worker, WorkerConfig, WorkerError, WorkerStats};
 #[cfg(feature = "entra")]
@@ -175,6 +176,11 @@ impl<S: OpenStore + 'static> ConfiguredWorker<S> {
         // Served from the start, before the store opens; the Worker adds its probes to it.
         let store_ready = readiness.condition("store", "opening");
         let _stop_health = health::serve_while(health, &readiness);
+        // The entity's real settings before anything is received (issue 33): a copy in
+        // `[entity]` that disagrees refuses the start; what was read gives the replay horizon.
+        let horizon = entity_check::at_start(&config, &readiness)
+            .await?
+            .or(config.horizon);
         let Some(store) = open_store(&config, schema_check.as_ref(), &store_ready, &shutdown).await
         else {
             return Ok(WorkerStats::default());
@@ -182,7 +188,7 @@ impl<S: OpenStore + 'static> ConfiguredWorker<S> {
         let mut worker = Worker::new(client, store)
             .relay(config.relay.clone())
             .readiness(readiness);
-        if let (Some(retention), Some(horizon)) = (config.retention, config.horizon) {
+        if let (Some(retention), Some(horizon)) = (config.retention, horizon) {
             worker = worker.retention(retention, horizon);
         }
         if let Some(sessions) = &config.sessions {

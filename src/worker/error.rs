@@ -42,6 +42,9 @@ pub enum WorkerError {
     /// The consumers cannot be hosted as given.
     #[error("worker: {0}")]
     Config(#[from] HostingError),
+    /// The consumer's entity disagrees with the configuration, or cannot be checked.
+    #[error("entity check")]
+    Entity(#[from] super::EntityCheckError),
     /// A consumer's task ended abnormally (a panic outside the handler's own catch).
     #[error("consumer {name} ended abnormally")]
     Consumer {

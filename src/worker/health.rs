@@ -119,6 +119,9 @@ struct Inner {
     /// Set conditions: `None` when ready, `Some(reason)` when not.
     conditions: Mutex<BTreeMap<String, Option<String>>>,
     probes: Mutex<BTreeMap<String, ProbeFn>>,
+    /// Facts `/readyz` reports without being unready (e.g. settings taken from the
+    /// configuration because the entity could not be read).
+    notes: Mutex<BTreeMap<String, String>>,
 }
 
 /// The named conditions `/readyz` reports. Cheap to clone; clones share the conditions.
@@ -204,6 +207,11 @@ impl Readiness {
         lock(&self.inner.conditions).insert(name.to_owned(), reason);
     }
 
+    /// Adds a note `/readyz` reports under `notes` without being unready.
+    pub fn note(&self, name: &str, text: impl Into<String>) {
+        lock(&self.inner.notes).insert(name.to_owned(), text.into());
+    }
+
     /// The conditions that do not hold now, with their reasons, by name. Probes run at once,
     /// each within [`PROBE_TIMEOUT`].
     pub async fn not_ready(&self) -> Vec<(String, String)> {
@@ -244,10 +252,19 @@ impl Readiness {
     pub async fn readyz(&self) -> HealthResponse {
         let failing = self.not_ready().await;
         let status = if failing.is_empty() { 200 } else { 503 };
-        let body = serde_json::json!({
-            "ready": failing.is_empty(),
-            "not_ready": failing.into_iter().collect::<BTreeMap<_, _>>(),
-        });
+        let notes = lock(&self.inner.notes).clone();
+        let body = if notes.is_empty() {
+            serde_json::json!({
+                "ready": failing.is_empty(),
+                "not_ready": failing.into_iter().collect::<BTreeMap<_, _>>(),
+            })
+        } else {
+            serde_json::json!({
+                "ready": failing.is_empty(),
+                "not_ready": failing.into_iter().collect::<BTreeMap<_, _>>(),
+                "notes": notes,
+            })
+        };
         HealthResponse {
             status,
             body: body.to_string(),

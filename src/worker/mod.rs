@@ -22,6 +22,7 @@
 
 mod config;
 mod configured;
+pub mod entity_check;
 mod error;
 mod health;
 mod horizon;
@@ -39,5 +40,6 @@ pub use health::{
 };
 pub use horizon::{DEFAULT_RESUBMIT_WINDOW, ReplayHorizon, RetentionTooShort};
 pub use host::BACKGROUND_STOP;
+pub use entity_check::{DeclaredEntity, EntityCheckError, EntitySource};
 pub use host::{ConsumerConfig, Worker, WorkerStats};
 pub use open::OpenStore;

@@ -84,11 +84,108 @@ async fn js_sdk_management_flows_from_fresh_clients() {
     emulator.shutdown().await;
 }
 
+/// Issue 33, must show 1: the SDK's `ServiceBusAdministrationClient` against the emulator's
+/// HTTPS management API on its TLS listener, trusting the generated CA through
+/// `NODE_EXTRA_CA_CERTS` (`sdk/js/admin.mjs`): the flows of the v7 samples
+/// administrationClient, listingEntities, ruleManager and
+/// topicSubscriptionWithRuleOperationsSample. Entities created over HTTPS are used over AMQP at
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_sdk_administration_client_over_https() {
+    if !sdk_installed() {
+        return;
+    }
+    let dir = crate::tls::tls_dir("js-admin");
+    let emulator = crate::tls::tls_emulator(dir.clone()).await;
+    let ca = emulator.tls_ca_file().expect("a generated CA").to_owned();
+    let stdout = node_with(
+        "admin.mjs",
+        &[
+            emulator.tls_connection_string().unwrap(),
+            emulator.connection_string(),
+        ],
+        &[("NODE_EXTRA_CA_CERTS", ca.display().to_string())],
+    )
+    .await;
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        [
+            "administrationClient: ok",
+            "listingEntities: ok",
+            "ruleManager: ok",
+            "topicSubscriptionWithRuleOperations: ok",
+            "js admin: ok"
+        ]
+    );
+    // Everything the flows created they deleted again: only the configured queue is left.
+    let left: Vec<String> = emulator
+        .broker()
+        .entity_paths()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(left, ["q"]);
+    emulator.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The 7.10 beta of the SDK (`sdk/js-beta`, installed by `.ci/setup`).
+const BETA_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/servicebus/sdk/js-beta");
+
+/// Issue 33, must show 2: the SDK 7.10 beta's `deleteMessages` (at most `maxMessageCount`,
+/// oldest first, only before `beforeEnqueueTime`) and `purgeMessages` (batches of 500 until
+/// fewer come back) over `com.microsoft:batch-delete-messages` (`sdk/js-beta/delete.mjs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_sdk_beta_deletes_and_purges_messages() {
+    let installed = Path::new(BETA_DIR)
+        .join("node_modules/@azure/service-bus")
+        .is_dir();
+    if !sb_testkit::require(sb_testkit::JS_SDK, installed) {
+        return;
+    }
+    let emulator = emulator("PT30S").await;
+    let output = tokio::process::Command::new("node")
+        .arg(format!("{BETA_DIR}/delete.mjs"))
+        .arg(emulator.connection_string())
+        .arg("orders")
+        .current_dir(BETA_DIR)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        [
+            "deleteMessages maxMessageCount: ok",
+            "deleteMessages beforeEnqueueTime: ok",
+            "purgeMessages: ok",
+            "js batch delete: ok"
+        ]
+    );
+    let counts = emulator.broker().entity("orders").unwrap().counts();
+    assert_eq!(
+        (counts.active, counts.sent, counts.completed),
+        (0, 607, 607)
+    );
+    emulator.shutdown().await;
+}
+
 /// Runs `sdk/js/<script>` against `emulator`; asserts it exited 0 and returns its stdout.
 async fn node(script: &str, emulator: &sb_emulator::Emulator) -> String {
+    node_with(script, &[emulator.connection_string()], &[]).await
+}
+
+/// Runs `sdk/js/<script> ARGS` with `env` added; asserts it exited 0 and returns its stdout.
+async fn node_with(script: &str, args: &[String], env: &[(&str, String)]) -> String {
     let output = tokio::process::Command::new("node")
         .arg(format!("{DIR}/{script}"))
-        .arg(emulator.connection_string())
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .current_dir(DIR)
         .output()
         .await

@@ -5,11 +5,13 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod admin;
 mod bad_day;
 mod bad_input;
 mod cli;
 mod client;
 mod emulator_wire;
+mod entity_check;
 mod external;
 mod external_key;
 mod fidelity;

@@ -85,8 +85,8 @@ pub use proxy::HttpProxy;
 pub use request::RequestResponse;
 pub use sasl::{SaslClient, SaslIdentity, SaslServer};
 pub use server::{
-    ConnectionEvent, IncomingConnection, LinkAnswer, LinkRequest, Listener, ServerConnection,
-    ServerOptions, serve_io,
+    Accepted, ConnectionEvent, IncomingConnection, LinkAnswer, LinkRequest, Listener,
+    ServerConnection, ServerOptions, serve_io,
 };
 pub use transport::{Address, default_tls_config};
 pub use websocket::{SERVICE_BUS_PATH as WEBSOCKET_PATH, SUBPROTOCOL as WEBSOCKET_SUBPROTOCOL};

@@ -486,10 +486,26 @@ async fn run_worker(path: Option<PathBuf>) -> ExitCode {
     match sb_inbox_cli::run::run(&config, shutdown).await {
         Ok(_) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error}");
+            eprintln!("error: {}", with_causes(&error));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its sources on one line, each cause once: a variant that already shows its
+/// source in its own text does not repeat it.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 async fn wait_for_signal() {

@@ -52,6 +52,7 @@ mod filter;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod http;
 mod message;
 mod queue;
 mod rights;
@@ -59,7 +60,9 @@ mod server;
 mod sql_filter;
 
 pub use address::{Address, EntityPath};
-pub use broker::{Broker, DispositionStatus, Entity, SendOutcome};
+pub use broker::{
+    Broker, DescribedProperties, DispositionStatus, Entity, EntityDescription, SendOutcome,
+};
 pub use clock::Clock;
 pub use config::{
     Config, ConfigError, DEFAULT_DUPLICATE_DETECTION_WINDOW, DEFAULT_LOCK_DURATION,

@@ -67,13 +67,20 @@ struct Args {
     /// Service Bus"); the SDKs then wait 10 s (.NET) or 4 s (Java) before retrying.
     #[arg(long, value_name = "SECS")]
     throttle: Option<u64>,
-    /// Also serve AMQP over TLS (`amqps`) and over secure WebSockets (`wss`, path
-    /// `/$servicebus/websocket`) on ADDR, one port for both (the service uses 5671 and 443).
+    /// Also serve AMQP over TLS (`amqps`), over secure WebSockets (`wss`, path
+    /// `/$servicebus/websocket`) and the HTTPS management API (Atom entries under
+    /// `https://HOST:PORT/<entity>?api-version=2021-05`, what the SDKs'
+    /// `ServiceBusAdministrationClient` calls) on ADDR, one port for all three (the service
+    /// uses 5671 and 443).
     /// The certificate is generated for `localhost` and 127.0.0.1 by a CA written to
     /// `--tls-dir`, or given with `--tls-cert`/`--tls-key`. Its `amqps` and `wss` connection
     /// strings follow the other ones on stdout.
     #[arg(long, value_name = "ADDR")]
     tls_listen: Option<String>,
+    /// Also serve the management API in plain HTTP on ADDR (for tests and TLS-terminating
+    /// fronts; the SDKs themselves only speak HTTPS to it).
+    #[arg(long, value_name = "ADDR")]
+    http_listen: Option<String>,
     /// Folder for the generated CA (`ca.pem`, what clients trust), server certificate and key
     /// (default: `sb-emulator-tls` in the system's temporary folder); printed on start.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["tls_cert", "tls_key"])]
@@ -160,6 +167,7 @@ async fn main() -> ExitCode {
         faults: args.faults,
         fault_seed: args.fault_seed,
         websocket_listen: args.websocket_listen,
+        http_listen: args.http_listen,
         tls_listen: args.tls_listen.map(|addr| sb_emulator::TlsListen {
             addr,
             identity: match (args.tls_cert, args.tls_key) {
@@ -194,6 +202,9 @@ async fn main() -> ExitCode {
     }
     if let Some(wss) = emulator.tls_websocket_connection_string() {
         println!("{wss}");
+    }
+    if let Some(http) = emulator.http_addr() {
+        eprintln!("HTTP management API: http://{http}/");
     }
     if let Some(ca) = emulator.tls_ca_file() {
         eprintln!(

@@ -138,6 +138,12 @@ impl ConnectionString {
         })
     }
 
+    /// The port the `Endpoint` names, if it names one (the emulator's TLS listener serves the
+    /// management API on it; the service serves it on 443).
+    pub fn explicit_port(&self) -> Option<u16> {
+        self.port
+    }
+
     /// `TransportType` (default `Amqp`).
     pub fn transport(&self) -> Transport {
         self.transport

@@ -1,6 +1,8 @@
 //! `[entity]`: what the worker must know of the Service Bus entity it consumes (its message
 //! TTL, lock duration and max delivery count), as configured on the broker. They bound the
-//! replay horizon and the lock margin; the worker cannot read them from the service.
+//! replay horizon and the lock margin. The worker reads the entity at start-up and refuses a
+//! copy that disagrees (`worker::entity_check`); these are used as written only where the
+//! management API cannot be reached.
 //!
 //! They sat under `[retention]` before; that place is still read, with a warning naming the new
 //! key ([`super::keys::MOVED`]).

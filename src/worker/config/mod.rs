@@ -82,6 +82,9 @@ pub struct WorkerConfig {
     /// The replay horizon, when `[entity]` gives the entity's TTL, lock duration and max
     /// delivery count.
     pub horizon: Option<ReplayHorizon>,
+    /// What `[entity]` says of the first consumer's entity, checked at start-up against the
+    /// entity read from the management API ([`crate::worker::entity_check`]).
+    pub declared_entity: crate::worker::DeclaredEntity,
     /// Session mode (`servicebus.sessions = true`), for every consumer.
     pub sessions: Option<SessionConfig>,
 }
@@ -262,6 +265,17 @@ impl WorkerConfig {
             relay,
             retention: retention.retention,
             horizon: retention.horizon,
+            declared_entity: crate::worker::DeclaredEntity {
+                message_ttl: entity_settings
+                    .message_ttl_secs
+                    .map(std::time::Duration::from_secs),
+                lock_duration,
+                max_delivery_count: entity_settings
+                    .max_delivery_count
+                    .and_then(|n| u32::try_from(n).ok()),
+                retry_span,
+                dlq_resubmit_window: retention.dlq_window,
+            },
             sessions,
         })
     }

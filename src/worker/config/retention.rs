@@ -7,8 +7,7 @@ use serde::Deserialize;
 
 use super::entity::EntitySettings;
 use super::keys::{
-    DLQ_RESUBMIT_WINDOW_SECS, LOCK_DURATION_SECS, MAX_DELIVERY_COUNT, MESSAGE_TTL_SECS,
-    RETENTION_BATCH, RETENTION_INTERVAL_SECS, RETENTION_SECS,
+    DLQ_RESUBMIT_WINDOW_SECS, RETENTION_BATCH, RETENTION_INTERVAL_SECS, RETENTION_SECS,
 };
 use super::reader::{Reader, to_usize};
 use crate::ports::MAX_RETENTION_BATCH;
@@ -36,6 +35,9 @@ pub(super) struct RetentionFile {
 pub(super) struct RetentionSection {
     pub(super) retention: Option<RetentionConfig>,
     pub(super) horizon: Option<ReplayHorizon>,
+    /// The DLQ resubmission window (part of the horizon the worker computes at start-up from
+    /// the entity it reads).
+    pub(super) dlq_window: Duration,
 }
 
 impl RetentionSection {
@@ -57,6 +59,7 @@ impl RetentionSection {
         let batch_size = r.number(RETENTION_BATCH, file.batch_size, 1..=max_batch);
         let interval = r.number(RETENTION_INTERVAL_SECS, file.interval_secs, 1..=86_400);
         let horizon = horizon(entity, retry_span, dlq_window);
+        let dlq_resubmit_window = dlq_window.map_or(DEFAULT_RESUBMIT_WINDOW, Duration::from_secs);
         let Some(retention) = retention.map(Duration::from_secs) else {
             let without = format!("{RETENTION_SECS}: nothing is deleted");
             r.refuse_orphans(
@@ -69,20 +72,11 @@ impl RetentionSection {
             return RetentionSection {
                 retention: None,
                 horizon,
+                dlq_window: dlq_resubmit_window,
             };
         };
-        for (key, value) in [
-            (MESSAGE_TTL_SECS, entity.message_ttl_secs),
-            (LOCK_DURATION_SECS, entity.lock_duration_secs),
-            (MAX_DELIVERY_COUNT, entity.max_delivery_count),
-        ] {
-            if value.is_none() {
-                r.fail(
-                    key,
-                    "required when retention is set: the replay horizon is derived from it",
-                );
-            }
-        }
+        // Without all of `[entity]` the horizon comes from the entity the worker reads at
+        // start-up (`worker::entity_check`), which refuses to start when it cannot know it.
         if let Some(Err(error)) = horizon.map(|horizon| horizon.check(retention)) {
             r.fail(RETENTION_SECS, error.to_string());
         }
@@ -90,8 +84,9 @@ impl RetentionSection {
         config.batch_size = batch_size.map_or(config.batch_size, to_usize);
         config.interval = interval.map_or(config.interval, Duration::from_secs);
         RetentionSection {
-            retention: horizon.is_some().then_some(config),
+            retention: Some(config),
             horizon,
+            dlq_window: dlq_resubmit_window,
         }
     }
 }

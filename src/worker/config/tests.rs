@@ -208,9 +208,20 @@ fn unknown_keys_are_refused() {
 
 #[test]
 fn retention_needs_the_horizon_and_must_cover_it() {
+    // Without [entity] the horizon comes from the entity read at start-up (issue 33:
+    // worker::entity_check), so the file alone is accepted and the horizon left open.
     let retention = format!("{GOOD}[retention]\nretention_secs = 3600\n");
-    let errors = load(&retention, &[]).unwrap_err();
-    assert_eq!(errors.0.len(), 3, "{errors}");
+    let config = load(&retention, &[]).unwrap();
+    assert!(config.horizon.is_none());
+    assert_eq!(
+        config.retention.map(|r| r.retention),
+        Some(Duration::from_secs(3600))
+    );
+    assert_eq!(config.declared_entity.message_ttl, None);
+    assert_eq!(
+        config.declared_entity.dlq_resubmit_window,
+        Duration::from_secs(7 * 86_400)
+    );
     let short = format!(
         "{GOOD}[retention]\nretention_secs = 3600\nmessage_ttl_secs = 86400\nlock_duration_secs = 60\nmax_delivery_count = 10\n"
     );

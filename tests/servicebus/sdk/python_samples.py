@@ -1,6 +1,6 @@
 """Runs the official Python SDK's own samples, unmodified, against the emulator.
 
-Usage: python_samples.py CACHE_DIR EMULATOR_PORT SLOTS
+Usage: python_samples.py CACHE_DIR EMULATOR_PORT SLOTS HTTP_PORT
 
 - Downloads the source distribution of the installed `azure-servicebus` version from PyPI into
   CACHE_DIR (once; `pip download --no-binary :all: --no-deps`) and unpacks its `samples/`. The
@@ -14,6 +14,11 @@ Usage: python_samples.py CACHE_DIR EMULATOR_PORT SLOTS
   certifi's CA bundle trusts the test CA. The emulator runs with `--accept-jwt`. Samples that
   read SERVICEBUS_CONNECTION_STR get the emulator's own connection string (plain AMQP on the
   emulator's port, also forwarded inside the namespace).
+- The `ServiceBusAdministrationClient` samples (`mgmt_*`, `topic_subscription_with_rule_operations`)
+  call `https://localhost/…` (port 443): inside the namespace that is a TLS front for the
+  emulator's HTTP management listener (HTTP_PORT, `--http-listen`); the async ones go through
+  aiohttp, which trusts OpenSSL's default bundle, hence `SSL_CERT_FILE` (and `REQUESTS_CA_BUNDLE`
+  for the sync ones) naming the same bundle.
 - Each sample gets its own entities (slot i: queue `sample-q-i`, session queue `sample-sq-i`,
   topic `sample-t-i` with subscription `sample-s` and session subscription `sample-ss`, used by
   the samples that list subscription sessions; tests/servicebus/python.rs declares SLOTS of them)
@@ -48,7 +53,6 @@ KEY = "SAS_KEY_VALUE"
 # Why a sample cannot run against a local emulator, by the text that gives it away. Checked in
 # order; the first match wins.
 NOT_APPLICABLE = [
-    ("ServiceBusAdministrationClient", "uses the HTTP management API (ATOM over HTTPS), which no local emulator serves"),
     ("EnvironmentCredential()", "needs an Entra ID service principal (client secret against login.microsoftonline.com)"),
     ("<custom_endpoint_hostname>", "needs the sample edited: its custom endpoint address is a placeholder"),
     ("http_proxy", "needs an HTTP proxy"),
@@ -149,11 +153,12 @@ class Identity(BaseHTTPRequestHandler):
         pass
 
 
-def serve_fronts(unix_path, port, cert, key, ready):
+def serve_fronts(unix_path, http_unix_path, port, cert, key, ready):
     async def main():
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert, key)
         await asyncio.start_server(forward_to(unix_path), "127.0.0.1", 5671, ssl=context)
+        await asyncio.start_server(forward_to(http_unix_path), "127.0.0.1", 443, ssl=context)
         await asyncio.start_server(forward_to(unix_path), "127.0.0.1", port)
         ready.set()
         await asyncio.Event().wait()
@@ -172,7 +177,7 @@ def run_sample(path, env):
     return ok, time.monotonic() - started, output
 
 
-def inner(samples, unix_path, port, slots, workdir):
+def inner(samples, unix_path, http_unix_path, port, slots, workdir):
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     import certifi
 
@@ -182,7 +187,8 @@ def inner(samples, unix_path, port, slots, workdir):
 
     ready = threading.Event()
     threading.Thread(target=serve_fronts, daemon=True,
-                     args=(unix_path, port, f"{workdir}/cert.pem", f"{workdir}/key.pem", ready)).start()
+                     args=(unix_path, http_unix_path, port, f"{workdir}/cert.pem", f"{workdir}/key.pem",
+                           ready)).start()
     identity = ThreadingHTTPServer(("127.0.0.1", 0), Identity)
     threading.Thread(target=identity.serve_forever, daemon=True).start()
     ready.wait(10)
@@ -194,6 +200,8 @@ def inner(samples, unix_path, port, slots, workdir):
         "IDENTITY_ENDPOINT": f"http://127.0.0.1:{identity.server_address[1]}/msi/token",
         "IDENTITY_HEADER": header,
         "SERVICEBUS_FULLY_QUALIFIED_NAMESPACE": "localhost",
+        "SSL_CERT_FILE": str(bundle),
+        "REQUESTS_CA_BUNDLE": str(bundle),
         "SERVICEBUS_CONNECTION_STR": f"Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName={KEY_NAME};"
                                      f"SharedAccessKey={KEY};UseDevelopmentEmulator=true;",
         "SERVICEBUS_SAS_POLICY": KEY_NAME,
@@ -274,7 +282,7 @@ def bridge(unix_path, port):
     ready.wait(10)
 
 
-def outer(cache, port, slots):
+def outer(cache, port, slots, http_port):
     try:
         import aiohttp  # noqa: F401  (azure-identity's async credentials need it)
         import azure.identity  # noqa: F401  (the samples import it)
@@ -291,14 +299,16 @@ def outer(cache, port, slots):
         make_certificates(workdir)
         unix_path = os.path.join(workdir, "emulator.sock")
         bridge(unix_path, port)
+        http_unix_path = os.path.join(workdir, "management.sock")
+        bridge(http_unix_path, http_port)
         run = subprocess.run(
             ["unshare", "--user", "--map-root-user", "--net", "--mount", sys.executable, __file__, "--inner",
-             str(samples), unix_path, str(port), str(slots), workdir])
+             str(samples), unix_path, http_unix_path, str(port), str(slots), workdir])
         sys.exit(run.returncode)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "--inner":
-        inner(Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
+        inner(Path(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), sys.argv[7])
     else:
-        outer(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+        outer(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))

@@ -226,6 +226,36 @@ impl IncomingConnection {
         self,
         wrap: impl FnOnce(BoxIo) -> BoxIo + Send,
     ) -> Result<ServerConnection> {
+        match self.handshake_or_http_inner(wrap).await? {
+            Accepted::Amqp(conn) => Ok(conn),
+            Accepted::Http(_) => Err(Error::Protocol(
+                "an HTTP request other than the WebSocket upgrade".to_owned(),
+            )),
+        }
+    }
+
+    /// As [`IncomingConnection::handshake_through`], except that on a listener serving AMQP
+    /// and WebSockets ([`Listener::bind_amqp_and_websocket`]) an HTTP request for any path
+    /// but the WebSocket path is handed back unread ([`Accepted::Http`], after TLS), so the
+    /// caller can serve other HTTP on the same port, as Service Bus serves its management API
+    /// beside `amqps` and `wss`.
+    ///
+    /// # Errors
+    /// As [`IncomingConnection::handshake`].
+    pub async fn handshake_or_http(
+        self,
+        wrap: impl FnOnce(BoxIo) -> BoxIo + Send,
+    ) -> Result<Accepted> {
+        let limit = self.opts.handshake_timeout;
+        tokio::time::timeout(limit, self.handshake_or_http_inner(wrap))
+            .await
+            .map_err(|_| Error::Timeout)?
+    }
+
+    async fn handshake_or_http_inner(
+        self,
+        wrap: impl FnOnce(BoxIo) -> BoxIo + Send,
+    ) -> Result<Accepted> {
         let io: BoxIo = match &self.opts.tls {
             Some(cfg) => Box::new(
                 tokio_rustls::TlsAcceptor::from(cfg.clone())
@@ -238,12 +268,33 @@ impl IncomingConnection {
         let io = match &self.serving {
             Serving::Amqp => io,
             Serving::WebSocket(path) => crate::websocket::server(io, path).await?,
-            Serving::Both(path) => match super::sniff::sniff(io).await? {
+            Serving::Both(path) => match super::sniff::sniff(io, path).await? {
                 (super::sniff::Opening::Amqp, io) => io,
-                (super::sniff::Opening::Http, io) => crate::websocket::server(io, path).await?,
+                (super::sniff::Opening::WebSocket, io) => {
+                    crate::websocket::server(io, path).await?
+                }
+                (super::sniff::Opening::Http, io) => return Ok(Accepted::Http(io)),
             },
         };
-        serve_io(wrap(io), self.opts).await
+        Ok(Accepted::Amqp(serve_io(wrap(io), self.opts).await?))
+    }
+}
+
+/// What [`IncomingConnection::handshake_or_http`] found on a connection.
+pub enum Accepted {
+    /// An AMQP connection (directly or over WebSockets), open.
+    Amqp(ServerConnection),
+    /// An HTTP request that is not a WebSocket upgrade: the stream (after TLS) with nothing
+    /// consumed.
+    Http(BoxIo),
+}
+
+impl std::fmt::Debug for Accepted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Accepted::Amqp(conn) => f.debug_tuple("Amqp").field(conn).finish(),
+            Accepted::Http(_) => f.write_str("Http(..)"),
+        }
     }
 }
 

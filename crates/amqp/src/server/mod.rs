@@ -19,4 +19,4 @@ mod sniff;
 
 pub use connection::{ConnectionEvent, ServerConnection};
 pub use link_request::{LinkAnswer, LinkRequest};
-pub use listener::{IncomingConnection, Listener, ServerOptions, serve_io};
+pub use listener::{Accepted, IncomingConnection, Listener, ServerOptions, serve_io};

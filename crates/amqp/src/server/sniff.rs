@@ -14,14 +14,22 @@ use crate::error::Result;
 pub(crate) enum Opening {
     /// The AMQP (or SASL) protocol header.
     Amqp,
-    /// Anything else: an HTTP request (a WebSocket upgrade, later other requests).
+    /// An HTTP request for the WebSocket path (a WebSocket upgrade).
+    WebSocket,
+    /// Any other HTTP request (the management API shares the TLS port with `amqps` and `wss`
+    /// on the service: Microsoft Learn, "Service Bus management REST API").
     Http,
 }
 
-/// Reads the client's first four bytes (all four, or what came before it closed) and returns
-/// the stream with them put back.
-pub(crate) async fn sniff(mut io: BoxIo) -> Result<(Opening, BoxIo)> {
-    let mut head = [0u8; 4];
+/// The longest request line read ahead to find the request's path.
+const MAX_REQUEST_LINE: usize = 8 * 1024;
+
+/// Reads the client's first four bytes (all four, or what came before it closed); unless they
+/// are the AMQP header, reads on to the end of the HTTP request line to tell a WebSocket
+/// upgrade on `websocket_path` from other requests. Returns the stream with what was read put
+/// back.
+pub(crate) async fn sniff(mut io: BoxIo, websocket_path: &str) -> Result<(Opening, BoxIo)> {
+    let mut head = vec![0u8; 4];
     let mut filled = 0;
     while filled < head.len() {
         let n = io.read(&mut head[filled..]).await?;
@@ -30,17 +38,36 @@ pub(crate) async fn sniff(mut io: BoxIo) -> Result<(Opening, BoxIo)> {
         }
         filled += n;
     }
-    let opening = if head[..filled] == *b"AMQP" {
+    head.truncate(filled);
+    let opening = if head == b"AMQP" {
         Opening::Amqp
     } else {
-        Opening::Http
+        let mut chunk = [0u8; 512];
+        while !head.contains(&b'\n') && head.len() < MAX_REQUEST_LINE {
+            let n = io.read(&mut chunk).await?;
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&chunk[..n]);
+        }
+        if request_path(&head).is_some_and(|p| p.eq_ignore_ascii_case(websocket_path)) {
+            Opening::WebSocket
+        } else {
+            Opening::Http
+        }
     };
-    let rewound = Rewound {
-        head: head[..filled].to_vec(),
-        read: 0,
-        io,
-    };
+    let rewound = Rewound { head, read: 0, io };
     Ok((opening, Box::new(rewound)))
+}
+
+/// The path of an HTTP request line (`GET /path?query HTTP/1.1`), without its query, and
+/// without the trailing `/` some clients add.
+fn request_path(head: &[u8]) -> Option<&str> {
+    let line = head.split(|b| *b == b'\n').next()?;
+    let line = std::str::from_utf8(line).ok()?;
+    let target = line.split(' ').nth(1)?;
+    let path = target.split('?').next()?;
+    Some(path.strip_suffix('/').unwrap_or(path))
 }
 
 /// A stream whose first bytes were read ahead: they are read again first.
@@ -96,14 +123,25 @@ mod tests {
             (&b"AMQP\x00\x01\x00\x00"[..], Opening::Amqp),
             (
                 &b"GET /$servicebus/websocket HTTP/1.1\r\n"[..],
+                Opening::WebSocket,
+            ),
+            (
+                &b"GET /$servicebus/websocket/ HTTP/1.1\r\n"[..],
+                Opening::WebSocket,
+            ),
+            (
+                &b"GET /orders?api-version=2021-05 HTTP/1.1\r\nHost: x\r\n\r\n"[..],
                 Opening::Http,
             ),
+            (&b"PUT /q HTTP/1.1\r\n"[..], Opening::Http),
         ] {
             let (client, server) = tokio::io::duplex(64);
             let mut client = client;
             client.write_all(sent).await.unwrap();
             drop(client);
-            let (opening, mut io) = sniff(Box::new(server)).await.unwrap();
+            let (opening, mut io) = sniff(Box::new(server), "/$servicebus/websocket")
+                .await
+                .unwrap();
             assert_eq!(opening, expected);
             let mut all = Vec::new();
             io.read_to_end(&mut all).await.unwrap();

@@ -42,6 +42,9 @@ pub mod operation {
     pub const REMOVE_RULE: &str = "com.microsoft:remove-rule";
     /// List a subscription's rules.
     pub const ENUMERATE_RULES: &str = "com.microsoft:enumerate-rules";
+    /// Delete a batch of messages enqueued before a time (JS `@azure/service-bus` 7.10 beta
+    /// `Constants.operations.deleteMessages`, .NET `ManagementConstants.Operations`).
+    pub const BATCH_DELETE_MESSAGES: &str = "com.microsoft:batch-delete-messages";
 }
 
 /// A `$management` operation, for dispatching on a request (one variant per
@@ -74,11 +77,13 @@ pub enum Operation {
     RemoveRule,
     /// [`operation::ENUMERATE_RULES`]
     EnumerateRules,
+    /// [`operation::BATCH_DELETE_MESSAGES`]
+    BatchDeleteMessages,
 }
 
 impl Operation {
     /// Every operation, in declaration order.
-    pub const ALL: [Operation; 13] = [
+    pub const ALL: [Operation; 14] = [
         Operation::RenewLock,
         Operation::PeekMessage,
         Operation::UpdateDisposition,
@@ -92,6 +97,7 @@ impl Operation {
         Operation::AddRule,
         Operation::RemoveRule,
         Operation::EnumerateRules,
+        Operation::BatchDeleteMessages,
     ];
 
     /// The wire name.
@@ -110,6 +116,7 @@ impl Operation {
             Operation::AddRule => operation::ADD_RULE,
             Operation::RemoveRule => operation::REMOVE_RULE,
             Operation::EnumerateRules => operation::ENUMERATE_RULES,
+            Operation::BatchDeleteMessages => operation::BATCH_DELETE_MESSAGES,
         }
     }
 
@@ -187,6 +194,8 @@ pub mod key {
     pub const FROM_SEQUENCE_NUMBER: &str = "from-sequence-number";
     /// How many messages a peek may return (int).
     pub const MESSAGE_COUNT: &str = "message-count";
+    /// `batch-delete-messages`: delete messages enqueued before this time (timestamp).
+    pub const ENQUEUED_TIME_UTC: &str = "enqueued-time-utc";
     /// A list of message entries (each a map with [`MESSAGE`]).
     pub const MESSAGES: &str = "messages";
     /// One encoded message (binary), in a [`MESSAGES`] entry.

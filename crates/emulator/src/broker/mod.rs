@@ -21,13 +21,17 @@
 //! - `message_queue`: a queue or subscription with its waiting receivers.
 //! - `topic`: a topic, its subscriptions and their rules.
 //! - `entity`: the [`Entity`] handle, one file per group of operations.
+//! - `admin`: creating, updating, deleting, describing and listing entities at run time
+//!   ([`EntityDescription`]), for the HTTP management API.
 
+mod admin;
 mod entity;
 mod message_queue;
 mod namespace;
 mod route;
 mod topic;
 
+pub use admin::{DescribedProperties, EntityDescription};
 pub use entity::{DispositionStatus, Entity};
 pub use route::SendOutcome;
 
@@ -88,8 +92,13 @@ impl Broker {
         let mut nodes = HashMap::new();
         let mut dlq_forwarders = Vec::new();
         for q in config.namespace.queues {
-            let queue = Arc::new(MessageQueue::new(q.name.clone(), q.properties, false));
-            if queue.props.forward_dead_lettered_messages_to.is_some() {
+            let queue = Arc::new(MessageQueue::new(
+                q.name.clone(),
+                q.properties,
+                false,
+                clock.now(),
+            ));
+            if queue.props().forward_dead_lettered_messages_to.is_some() {
                 dlq_forwarders.push(queue.clone());
             }
             nodes.insert(q.name.to_ascii_lowercase(), Node::Queue(queue));
@@ -109,23 +118,29 @@ impl Broker {
                 let created = clock.now();
                 let sub = Subscription {
                     rules: Mutex::new(rules.into_iter().map(|r| (r, created)).collect()),
-                    queue: Arc::new(MessageQueue::new(path, props, true)),
+                    queue: Arc::new(MessageQueue::new(path, props, true, created)),
                 };
-                if sub.queue.props.forward_dead_lettered_messages_to.is_some() {
+                if sub
+                    .queue
+                    .props()
+                    .forward_dead_lettered_messages_to
+                    .is_some()
+                {
                     dlq_forwarders.push(sub.queue.clone());
                 }
                 subscriptions.push((s.name, Arc::new(sub)));
             }
             let topic = Topic {
                 name: t.name.clone(),
-                props: t.properties,
+                times: std::sync::RwLock::new(message_queue::Times::new(clock.now())),
+                props: std::sync::RwLock::new(t.properties),
                 state: Mutex::new(TopicState {
                     next_seq: 1,
                     dup: DupWindow::default(),
                     sent: 0,
                     duplicates: 0,
                 }),
-                subscriptions,
+                subscriptions: std::sync::RwLock::new(subscriptions),
             };
             nodes.insert(t.name.to_ascii_lowercase(), Node::Topic(Arc::new(topic)));
         }
@@ -133,8 +148,8 @@ impl Broker {
             ns: Arc::new(Namespace {
                 name: config.namespace.name,
                 clock,
-                nodes,
-                dlq_forwarders,
+                nodes: std::sync::RwLock::new(nodes),
+                dlq_forwarders: std::sync::RwLock::new(dlq_forwarders),
             }),
         })
     }
@@ -176,10 +191,11 @@ impl Broker {
         };
         let node = self
             .ns
-            .nodes
+            .nodes()
             .get(&path.entity.to_ascii_lowercase())
+            .cloned()
             .ok_or_else(not_found)?;
-        let target = match (node, &path.subscription) {
+        let target = match (&node, &path.subscription) {
             (Node::Queue(q), None) => Target::Queue {
                 queue: q.clone(),
                 dlq: path.dead_letter,
@@ -213,12 +229,12 @@ impl Broker {
     /// Paths of every queue, topic and subscription (without dead-letter queues).
     pub fn entity_paths(&self) -> Vec<EntityPath> {
         let mut out = Vec::new();
-        for node in self.ns.nodes.values() {
+        for node in self.ns.nodes().values() {
             match node {
                 Node::Queue(q) => out.push(EntityPath::entity(&q.path)),
                 Node::Topic(t) => {
                     out.push(EntityPath::entity(&t.name));
-                    for (name, _) in &t.subscriptions {
+                    for (name, _) in &t.subscriptions() {
                         out.push(EntityPath::subscription(&t.name, name));
                     }
                 }

@@ -51,20 +51,21 @@ impl Namespace {
         hops: u8,
     ) -> Result<SendOutcome> {
         let now = self.clock.now();
+        let props = q.props();
         let target = {
             let mut st = q.lock();
             st.tick(now);
-            let dup = q.props.requires_duplicate_detection
+            let dup = props.requires_duplicate_detection
                 && msg.message_id.as_deref().is_some_and(|id| {
                     st.dup
-                        .is_duplicate(id, now, q.props.duplicate_detection_history_time_window)
+                        .is_duplicate(id, now, props.duplicate_detection_history_time_window)
                 });
             if dup {
                 st.counts.duplicates += 1;
                 tracing::debug!(entity = %q.path, message_id = ?msg.message_id, "Duplicate message dropped.");
                 return Ok(SendOutcome::Duplicate);
             }
-            match &q.props.forward_to {
+            match &props.forward_to {
                 // Beyond the hop limit the message stays where it is.
                 Some(target) if hops < MAX_FORWARD_HOPS => {
                     st.counts.forwarded += 1;
@@ -84,19 +85,20 @@ impl Namespace {
                 }
             }
         };
-        let node = self.node(&target)?.clone();
+        let node = self.node(&target)?;
         self.route(&node, msg, hops + 1)
     }
 
     /// Numbers `msg` in the topic and fans it out to every subscription whose rules match.
     fn route_to_topic(&self, t: &Topic, msg: BrokerMessage, hops: u8) -> Result<SendOutcome> {
         let now = self.clock.now();
+        let props = t.props();
         let seq = {
             let mut st = t.lock();
-            let dup = t.props.requires_duplicate_detection
+            let dup = props.requires_duplicate_detection
                 && msg.message_id.as_deref().is_some_and(|id| {
                     st.dup
-                        .is_duplicate(id, now, t.props.duplicate_detection_history_time_window)
+                        .is_duplicate(id, now, props.duplicate_detection_history_time_window)
                 });
             if dup {
                 st.duplicates += 1;
@@ -108,7 +110,7 @@ impl Namespace {
             st.sent += 1;
             seq
         };
-        for (_, sub) in &t.subscriptions {
+        for (_, sub) in &t.subscriptions() {
             if sub.matches(&msg) {
                 self.deliver_to_subscription(t, sub, &msg, seq, now, hops)?;
             }
@@ -132,7 +134,7 @@ impl Namespace {
         let forward = {
             let mut st = sub.queue.lock();
             st.tick(now);
-            match &sub.queue.props.forward_to {
+            match &sub.queue.props().forward_to {
                 Some(target) if hops < MAX_FORWARD_HOPS => {
                     st.counts.forwarded += 1;
                     Some(target.clone())
@@ -142,7 +144,7 @@ impl Namespace {
                         msg.clone(),
                         seq,
                         now,
-                        Some(t.props.default_message_time_to_live),
+                        Some(t.props().default_message_time_to_live),
                     );
                     // Woken below.
                     st.dirty = false;
@@ -152,7 +154,7 @@ impl Namespace {
         };
         match forward {
             Some(target) => {
-                let node = self.node(&target)?.clone();
+                let node = self.node(&target)?;
                 self.route(&node, msg.clone(), hops + 1)?;
             }
             None => sub.queue.notify.notify_waiters(),

@@ -1,6 +1,6 @@
 //! A topic: its sequence numbers and duplicate detection, its subscriptions and their rules.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::SystemTime;
 
 use crate::config::TopicProperties;
@@ -39,9 +39,12 @@ impl Subscription {
 #[derive(Debug)]
 pub(super) struct Topic {
     pub(super) name: String,
-    pub(super) props: TopicProperties,
+    pub(super) times: RwLock<super::message_queue::Times>,
+    /// Replaced by the HTTP management API's updates.
+    pub(super) props: RwLock<TopicProperties>,
     pub(super) state: Mutex<TopicState>,
-    pub(super) subscriptions: Vec<(String, Arc<Subscription>)>,
+    /// Added and removed at run time by the HTTP management API; fan-out takes a snapshot.
+    pub(super) subscriptions: RwLock<Vec<(String, Arc<Subscription>)>>,
 }
 
 impl Topic {
@@ -49,10 +52,27 @@ impl Topic {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(super) fn subscription(&self, name: &str) -> Option<&Arc<Subscription>> {
+    pub(super) fn props(&self) -> TopicProperties {
+        self.props
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// A snapshot of the subscriptions, in creation order.
+    pub(super) fn subscriptions(&self) -> Vec<(String, Arc<Subscription>)> {
         self.subscriptions
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(super) fn subscription(&self, name: &str) -> Option<Arc<Subscription>> {
+        self.subscriptions
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, s)| s)
+            .map(|(_, s)| s.clone())
     }
 }

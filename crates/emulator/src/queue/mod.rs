@@ -17,6 +17,7 @@ mod counts;
 mod delivery;
 mod duplicates;
 mod faults;
+mod purge;
 mod sessions;
 mod settlement;
 mod state;

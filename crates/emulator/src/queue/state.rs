@@ -17,7 +17,7 @@ use crate::message::{
 #[derive(Debug)]
 pub(crate) struct QueueState {
     pub(super) path: String,
-    pub(super) props: EntityProperties,
+    pub(crate) props: EntityProperties,
     /// Subscriptions get sequence numbers from their topic; queues use this counter.
     pub(crate) next_seq: i64,
     pub(super) main: Store,

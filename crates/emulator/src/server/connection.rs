@@ -56,10 +56,15 @@ async fn serve_connection(
     let peer = incoming.peer_addr();
     let latency = shared.options.latency;
     let mut conn = match incoming
-        .handshake_through(|io| super::latency::delayed(io, latency))
+        .handshake_or_http(|io| super::latency::delayed(io, latency))
         .await
     {
-        Ok(conn) => conn,
+        Ok(sb_amqp::Accepted::Amqp(conn)) => conn,
+        // The management API shares the TLS port with amqps and wss, as on the service.
+        Ok(sb_amqp::Accepted::Http(io)) => {
+            crate::http::serve(io, shared.broker.clone(), shared.options.clone()).await;
+            return;
+        }
         Err(error) => {
             tracing::debug!(%peer, %error, "Handshake failed.");
             return;

@@ -28,7 +28,7 @@ mod links;
 pub(crate) mod nodes;
 mod options;
 mod request_log;
-mod sas;
+pub(crate) mod sas;
 mod sessions;
 mod survival;
 mod tls;
@@ -79,6 +79,8 @@ pub struct Emulator {
     /// The TLS listener's address and the generated CA file, when
     /// [`EmulatorOptions::tls_listen`] is set.
     tls: Option<(SocketAddr, Option<std::path::PathBuf>)>,
+    /// The plain HTTP management listener's address ([`EmulatorOptions::http_listen`]).
+    http_addr: Option<SocketAddr>,
     shared: Arc<Shared>,
     shutdown: CancellationToken,
     connections: Arc<Mutex<Vec<CancellationToken>>>,
@@ -158,6 +160,19 @@ impl Emulator {
             }
             None => (None, None),
         };
+        let http_listener = match &options.http_listen {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr.as_str())
+                    .await
+                    .map_err(|e| Error::Server(format!("cannot listen on {addr}: {e}")))?,
+            ),
+            None => None,
+        };
+        let http_addr = http_listener
+            .as_ref()
+            .map(tokio::net::TcpListener::local_addr)
+            .transpose()
+            .map_err(|e| Error::Server(e.to_string()))?;
         let tls_addr = tls_listener
             .as_ref()
             .map(Listener::local_addr)
@@ -202,6 +217,7 @@ impl Emulator {
             addr,
             websocket_addr,
             tls: tls_addr.map(|addr| (addr, tls_ca)),
+            http_addr,
             shared: shared.clone(),
             shutdown: CancellationToken::new(),
             connections: Arc::new(Mutex::new(Vec::new())),
@@ -219,7 +235,15 @@ impl Emulator {
                 emulator.tracker.clone(),
             ));
         }
-        tracing::info!(%addr, websocket = ?websocket_addr, tls = ?tls_addr, "Service Bus emulator listening.");
+        if let Some(listener) = http_listener {
+            emulator.tracker.spawn(http_accept_loop(
+                listener,
+                shared.clone(),
+                emulator.shutdown.clone(),
+                emulator.tracker.clone(),
+            ));
+        }
+        tracing::info!(%addr, websocket = ?websocket_addr, tls = ?tls_addr, http = ?http_addr, "Service Bus emulator listening.");
         Ok(emulator)
     }
 
@@ -252,8 +276,14 @@ impl Emulator {
         })
     }
 
-    /// The TLS listener's address (`amqps` and `wss`), when [`EmulatorOptions::tls_listen`] is
-    /// set.
+    /// The plain HTTP management listener's address, when [`EmulatorOptions::http_listen`]
+    /// is set.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
+    }
+
+    /// The TLS listener's address (`amqps`, `wss` and HTTPS management), when
+    /// [`EmulatorOptions::tls_listen`] is set.
     pub fn tls_addr(&self) -> Option<SocketAddr> {
         self.tls.as_ref().map(|(addr, _)| *addr)
     }
@@ -407,6 +437,33 @@ impl Emulator {
                 "Emulator tasks still running after shutdown."
             );
         }
+    }
+}
+
+/// Accepts plain HTTP management connections until shutdown.
+async fn http_accept_loop(
+    listener: tokio::net::TcpListener,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+) {
+    loop {
+        let accepted = tokio::select! {
+            () = shutdown.cancelled() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let Ok((tcp, _)) = accepted else { continue };
+        let (broker, options, stop) = (
+            shared.broker.clone(),
+            shared.options.clone(),
+            shutdown.clone(),
+        );
+        tracker.spawn(async move {
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = crate::http::serve(Box::new(tcp), broker, options) => {}
+            }
+        });
     }
 }
 

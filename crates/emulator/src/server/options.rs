@@ -64,6 +64,9 @@ pub struct EmulatorOptions {
     /// Also serve AMQP over TLS (`amqps`) and over secure WebSockets (`wss`) on one address,
     /// with a generated or given certificate (`--tls-listen`).
     pub tls_listen: Option<super::TlsListen>,
+    /// Also serve the HTTP management API in plain HTTP on this address (`--http-listen`;
+    /// the TLS listener serves it over HTTPS in any case).
+    pub http_listen: Option<String>,
     /// Keys beside the root key ([`EmulatorOptions::key_name`], all rights), each with its
     /// rights (`SharedAccessPolicies` in `Config.json`).
     pub policies: Vec<SharedAccessPolicy>,
@@ -95,6 +98,7 @@ impl Default for EmulatorOptions {
             fault_seed: None,
             websocket_listen: None,
             tls_listen: None,
+            http_listen: None,
             policies: Vec::new(),
             latency: Duration::ZERO,
             throttle: None,
@@ -204,8 +208,16 @@ impl EmulatorOptions {
         self
     }
 
-    /// Also serves `amqps` and `wss` on `addr`, with `identity`'s certificate
-    /// ([`EmulatorOptions::tls_listen`]).
+    /// Also serves the HTTP management API in plain HTTP on `addr`
+    /// ([`EmulatorOptions::http_listen`]).
+    #[must_use]
+    pub fn with_http_listen(mut self, addr: impl Into<String>) -> Self {
+        self.http_listen = Some(addr.into());
+        self
+    }
+
+    /// Also serves `amqps`, `wss` and the HTTPS management API on `addr`, with `identity`'s
+    /// certificate ([`EmulatorOptions::tls_listen`]).
     #[must_use]
     pub fn with_tls_listen(
         mut self,

@@ -79,15 +79,15 @@ impl Entity {
     /// The maximum message size in bytes (advertise it as `max-message-size` on attach).
     pub fn max_message_size(&self) -> usize {
         match &self.target {
-            Target::Queue { queue, .. } => queue.props.max_message_size,
-            Target::Topic(t) => t.props.max_message_size,
+            Target::Queue { queue, .. } => queue.props().max_message_size,
+            Target::Topic(t) => t.props().max_message_size,
         }
     }
 
     /// The lock duration (topics: `None`).
     pub fn lock_duration(&self) -> Option<Duration> {
         match &self.target {
-            Target::Queue { queue, .. } => Some(queue.props.lock_duration),
+            Target::Queue { queue, .. } => Some(queue.props().lock_duration),
             Target::Topic(_) => None,
         }
     }
@@ -99,7 +99,7 @@ impl Entity {
     /// create a MessageSession for a sub-queue").
     pub fn requires_session(&self) -> bool {
         match &self.target {
-            Target::Queue { queue, dlq: false } => queue.props.requires_session,
+            Target::Queue { queue, dlq: false } => queue.props().requires_session,
             Target::Queue { dlq: true, .. } | Target::Topic(_) => false,
         }
     }
@@ -155,7 +155,7 @@ impl Entity {
 
     fn check_sessionless(&self, operation: &'static str) -> Result<()> {
         match &self.target {
-            Target::Queue { queue, dlq: false } if queue.props.requires_session => Err(self
+            Target::Queue { queue, dlq: false } if queue.props().requires_session => Err(self
                 .not_allowed(
                     operation,
                     "the entity requires sessions; accept a session first",
@@ -166,7 +166,7 @@ impl Entity {
 
     fn check_sessionful(&self, operation: &'static str) -> Result<()> {
         match &self.target {
-            Target::Queue { queue, dlq: false } if queue.props.requires_session => Ok(()),
+            Target::Queue { queue, dlq: false } if queue.props().requires_session => Ok(()),
             _ => Err(self.not_allowed(operation, "the entity does not require sessions")),
         }
     }

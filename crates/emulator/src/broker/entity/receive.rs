@@ -52,6 +52,23 @@ impl Entity {
         })
     }
 
+    /// `com.microsoft:batch-delete-messages`: deletes up to `count` unlocked messages
+    /// enqueued before `older_than` (of `session_id` when given), oldest first; returns how
+    /// many.
+    ///
+    /// # Errors
+    /// [`Error::NotAllowed`] on a topic.
+    pub fn delete_messages(
+        &self,
+        count: usize,
+        older_than: std::time::SystemTime,
+        session_id: Option<&str>,
+    ) -> Result<usize> {
+        self.with_queue("batch-delete-messages", |_, st, dlq, _| {
+            Ok(st.delete_messages(dlq, count, older_than, session_id))
+        })
+    }
+
     /// `com.microsoft:receive-by-sequence-number`: receives deferred messages (locked in
     /// peek-lock mode).
     ///

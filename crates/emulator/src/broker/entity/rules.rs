@@ -32,10 +32,7 @@ impl Entity {
             return Err(not_a_subscription());
         };
         match self.ns.node(&entity)? {
-            Node::Topic(topic) => topic
-                .subscription(&name)
-                .cloned()
-                .ok_or_else(not_a_subscription),
+            Node::Topic(topic) => topic.subscription(&name).ok_or_else(not_a_subscription),
             Node::Queue(_) => Err(not_a_subscription()),
         }
     }

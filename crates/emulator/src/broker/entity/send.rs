@@ -20,7 +20,7 @@ impl Entity {
             return Err(self.not_allowed("send", "send to the topic, not to a subscription"));
         }
         if let Target::Queue { queue, .. } = &self.target
-            && queue.props.requires_session
+            && queue.props().requires_session
             && msg.session_id.is_none()
         {
             return Err(self.not_allowed("send", "the queue requires sessions: set a session id"));
@@ -82,7 +82,7 @@ impl Entity {
     pub fn cancel_scheduled(&self, sequence_numbers: &[i64]) -> Result<()> {
         match &self.target {
             Target::Topic(t) => {
-                for (_, sub) in &t.subscriptions {
+                for (_, sub) in &t.subscriptions() {
                     let mut st = sub.queue.lock();
                     st.tick(self.ns.clock.now());
                     st.cancel_scheduled(sequence_numbers);

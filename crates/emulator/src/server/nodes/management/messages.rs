@@ -178,3 +178,54 @@ fn message_list(messages: &[ReceivedMessage], with_lock: bool) -> Result<Value, 
     }
     Ok(Value::List(list))
 }
+
+/// Reads `batch-delete-messages`: `message-count` (int, at least 1), `enqueued-time-utc`
+/// (timestamp; JS 7.10 beta `ManagementClient._deleteMessages` sends the caller's time or now)
+/// and, on a session receiver, `session-id`.
+pub(super) fn parse_batch_delete(body: &Body<Value>) -> Result<Command, Reply> {
+    let count = match map_get(body, key::MESSAGE_COUNT) {
+        Some(Value::Int(n)) => usize::try_from(*n).ok(),
+        Some(Value::Long(n)) => usize::try_from(*n).ok(),
+        Some(Value::Uint(n)) => usize::try_from(*n).ok(),
+        _ => None,
+    }
+    .filter(|n| *n > 0)
+    .ok_or_else(|| {
+        Reply::new(
+            status::BAD_REQUEST,
+            "message-count must be a number greater than 0",
+            Some(condition::INVALID_FIELD),
+        )
+    })?;
+    let older_than = match map_get(body, key::ENQUEUED_TIME_UTC) {
+        Some(Value::Timestamp(ts)) => codec::to_system(ts),
+        _ => SystemTime::now(),
+    };
+    Ok(Command::BatchDelete {
+        count,
+        older_than,
+        session_id: text(map_get(body, key::SESSION_ID)),
+    })
+}
+
+/// `batch-delete-messages`: `200 {message-count}`, or `204` with `message-not-found` when
+/// nothing was deleted (what JS `_deleteMessages` reads as zero).
+pub(super) fn batch_delete(
+    entity: &Entity,
+    count: usize,
+    older_than: SystemTime,
+    session_id: Option<&str>,
+) -> Reply {
+    match entity.delete_messages(count, older_than, session_id) {
+        Ok(0) => Reply::new(
+            status::NO_CONTENT,
+            "No messages to delete",
+            Some(condition::MESSAGE_NOT_FOUND),
+        ),
+        Ok(deleted) => Reply::ok(Some(map(vec![(
+            key::MESSAGE_COUNT,
+            Value::Int(i32::try_from(deleted).unwrap_or(i32::MAX)),
+        )]))),
+        Err(error) => Reply::error(&error),
+    }
+}

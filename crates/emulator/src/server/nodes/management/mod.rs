@@ -80,6 +80,12 @@ enum Command {
     RemoveRule { name: String },
     /// `enumerate-rules`.
     EnumerateRules { skip: usize, top: usize },
+    /// `batch-delete-messages`.
+    BatchDelete {
+        count: usize,
+        older_than: std::time::SystemTime,
+        session_id: Option<String>,
+    },
 }
 
 impl Command {
@@ -133,6 +139,7 @@ impl Command {
                 let (skip, top) = rules::page(body_value(body));
                 Command::EnumerateRules { skip, top }
             }
+            Operation::BatchDeleteMessages => messages::parse_batch_delete(body)?,
         })
     }
 
@@ -164,6 +171,11 @@ impl Command {
                 Reply::from_result(entity.remove_rule(&name).map(|()| None))
             }
             Command::EnumerateRules { skip, top } => rules::enumerate(entity, skip, top),
+            Command::BatchDelete {
+                count,
+                older_than,
+                session_id,
+            } => messages::batch_delete(entity, count, older_than, session_id.as_deref()),
         }
     }
 }

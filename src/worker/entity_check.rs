@@ -1,0 +1,483 @@
+//! At start-up the worker reads the entity it consumes from the management API
+//! ([`crate::servicebus::admin`]) and checks what depends on it: the settings `[entity]` copies
+//! (TTL, lock duration, max delivery count), the session mode, and that dedupe retention covers
+//! the replay horizon those settings give. Without `[entity]` it uses what it read. Only where
+//! the management API cannot be reached does it fall back to `[entity]`, and says so in the log
+//! and on `/readyz`.
+//!
+//! Why: a copy of the entity's settings that drifts from the portal silently makes retention
+//! unsafe (an inbox row deleted before a redelivery lets the message take effect twice).
+
+use std::time::Duration;
+
+use super::horizon::{ReplayHorizon, RetentionTooShort};
+use crate::servicebus::admin::{AdminClient, AdminError, EntityProperties};
+
+/// What the configuration says of the entity (`[entity]`, each `None` when not given) and the
+/// parts of the replay horizon that do not come from the entity.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeclaredEntity {
+    /// `entity.message_ttl_secs`.
+    pub message_ttl: Option<Duration>,
+    /// `entity.lock_duration_secs`.
+    pub lock_duration: Option<Duration>,
+    /// `entity.max_delivery_count`.
+    pub max_delivery_count: Option<u32>,
+    /// Delayed retries: max retries × max delay.
+    pub retry_span: Duration,
+    /// The DLQ resubmission window.
+    pub dlq_resubmit_window: Duration,
+}
+
+impl DeclaredEntity {
+    /// The horizon `[entity]` alone gives, when it names all three settings.
+    pub fn horizon(&self) -> Option<ReplayHorizon> {
+        Some(ReplayHorizon {
+            message_ttl: self.message_ttl?,
+            lock_duration: self.lock_duration?,
+            max_delivery_count: self.max_delivery_count?,
+            retry_span: self.retry_span,
+            dlq_resubmit_window: self.dlq_resubmit_window,
+        })
+    }
+}
+
+/// Why the worker refuses to start after reading its entity.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EntityCheckError {
+    /// `[entity]` disagrees with the entity.
+    #[error(
+        "{key} = {declared} in [entity], but entity {entity} has {actual}: correct {key} (or \
+         remove it: the worker reads the entity's settings itself)"
+    )]
+    Mismatch {
+        /// The entity path.
+        entity: String,
+        /// The configuration key.
+        key: &'static str,
+        /// What the configuration says.
+        declared: String,
+        /// What the entity has.
+        actual: String,
+    },
+    /// The session mode does not match `RequiresSession`.
+    #[error(
+        "entity {entity} has RequiresSession={requires_session}, but servicebus.sessions = \
+         {configured}: set servicebus.sessions = {requires_session}"
+    )]
+    Sessions {
+        /// The entity path.
+        entity: String,
+        /// The entity's setting.
+        requires_session: bool,
+        /// The worker's session mode.
+        configured: bool,
+    },
+    /// Messages never reach the entity's receivers: it forwards them.
+    #[error("entity {entity} forwards every message to {to} (ForwardTo): consume {to} instead")]
+    Forwarded {
+        /// The entity path.
+        entity: String,
+        /// The forwarding target.
+        to: String,
+    },
+    /// The entity does not exist.
+    #[error("entity {0} does not exist (the management API has no such queue or subscription)")]
+    NotFound(String),
+    /// The entity lacks a setting the horizon needs.
+    #[error("entity {entity} reports no {setting}")]
+    Incomplete {
+        /// The entity path.
+        entity: String,
+        /// The missing setting.
+        setting: &'static str,
+    },
+    /// Retention is shorter than the horizon the entity's settings give.
+    #[error("entity {entity}: {source}")]
+    RetentionTooShort {
+        /// The entity path.
+        entity: String,
+        /// The comparison.
+        #[source]
+        source: RetentionTooShort,
+    },
+    /// Retention is set, the management API is unreachable and `[entity]` does not give all
+    /// three settings: the horizon cannot be known.
+    #[error(
+        "entity {entity}: retention.retention_secs needs the replay horizon, but {reason} and \
+         [entity] does not give message_ttl_secs, lock_duration_secs and max_delivery_count"
+    )]
+    Unverifiable {
+        /// The entity path.
+        entity: String,
+        /// Why the entity could not be read.
+        reason: String,
+    },
+    /// The management API refused the worker's credentials, or failed otherwise (not merely
+    /// unreachable).
+    #[error("reading entity {entity} from the management API failed")]
+    Read {
+        /// The entity path.
+        entity: String,
+        /// Why.
+        #[source]
+        source: AdminError,
+    },
+}
+
+/// What the start-up check settled on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntitySource {
+    /// Read from the management API and checked.
+    Read(EntityProperties),
+    /// The management API was unreachable: `[entity]` is used as written.
+    Declared {
+        /// Why it could not be read.
+        reason: String,
+    },
+}
+
+/// Checks `actual` (read from the management API) against the configuration: every
+/// `[entity]` setting given must match, the session mode must match `RequiresSession`, the
+/// entity must not forward, and `retention` (when set) must cover the horizon. Returns the
+/// horizon the entity's settings give.
+///
+/// # Errors
+/// [`EntityCheckError`] naming the first disagreement.
+pub fn judge(
+    entity: &str,
+    declared: &DeclaredEntity,
+    actual: &EntityProperties,
+    sessions: bool,
+    retention: Option<Duration>,
+) -> Result<ReplayHorizon, EntityCheckError> {
+    let mismatch =
+        |key: &'static str, declared: String, actual: String| EntityCheckError::Mismatch {
+            entity: entity.to_owned(),
+            key,
+            declared,
+            actual,
+        };
+    let incomplete = |setting| EntityCheckError::Incomplete {
+        entity: entity.to_owned(),
+        setting,
+    };
+    if let Some(to) = &actual.forward_to {
+        return Err(EntityCheckError::Forwarded {
+            entity: entity.to_owned(),
+            to: to.clone(),
+        });
+    }
+    if actual.requires_session != sessions {
+        return Err(EntityCheckError::Sessions {
+            entity: entity.to_owned(),
+            requires_session: actual.requires_session,
+            configured: sessions,
+        });
+    }
+    let ttl = actual
+        .default_message_time_to_live
+        .ok_or_else(|| incomplete("DefaultMessageTimeToLive"))?;
+    let lock = actual
+        .lock_duration
+        .ok_or_else(|| incomplete("LockDuration"))?;
+    let max = actual
+        .max_delivery_count
+        .ok_or_else(|| incomplete("MaxDeliveryCount"))?;
+    let secs = |d: Duration| format!("{} s", d.as_secs());
+    if let Some(d) = declared.message_ttl
+        && d.as_secs() != ttl.as_secs()
+    {
+        return Err(mismatch(
+            "entity.message_ttl_secs",
+            d.as_secs().to_string(),
+            format!("DefaultMessageTimeToLive {}", secs(ttl)),
+        ));
+    }
+    if let Some(d) = declared.lock_duration
+        && d.as_secs() != lock.as_secs()
+    {
+        return Err(mismatch(
+            "entity.lock_duration_secs",
+            d.as_secs().to_string(),
+            format!("LockDuration {}", secs(lock)),
+        ));
+    }
+    if let Some(d) = declared.max_delivery_count
+        && d != max
+    {
+        return Err(mismatch(
+            "entity.max_delivery_count",
+            d.to_string(),
+            format!("MaxDeliveryCount {max}"),
+        ));
+    }
+    let horizon = ReplayHorizon {
+        message_ttl: ttl,
+        lock_duration: lock,
+        max_delivery_count: max,
+        retry_span: declared.retry_span,
+        dlq_resubmit_window: declared.dlq_resubmit_window,
+    };
+    if let Some(retention) = retention {
+        horizon
+            .check(retention)
+            .map_err(|source| EntityCheckError::RetentionTooShort {
+                entity: entity.to_owned(),
+                source,
+            })?;
+    }
+    Ok(horizon)
+}
+
+/// Reads `entity` through `admin` and [`judge`]s it; falls back to `[entity]` only when the
+/// management API cannot be reached (or `admin` is `None`: a connection string to a local
+/// emulator has no management endpoint), returning why.
+///
+/// # Errors
+/// [`EntityCheckError`] on a disagreement, a missing entity, refused credentials, or, in the
+/// fallback, retention shorter than the horizon `[entity]` gives.
+pub async fn read_and_judge(
+    admin: Result<&AdminClient, String>,
+    entity: &str,
+    declared: &DeclaredEntity,
+    sessions: bool,
+    retention: Option<Duration>,
+) -> Result<(Option<ReplayHorizon>, EntitySource), EntityCheckError> {
+    let read = match admin {
+        Ok(admin) => admin.entity(entity).await,
+        Err(reason) => return fallback(entity, declared, retention, reason),
+    };
+    match read {
+        Ok(Some(description)) => {
+            let horizon = judge(
+                entity,
+                declared,
+                &description.properties,
+                sessions,
+                retention,
+            )?;
+            Ok((Some(horizon), EntitySource::Read(description.properties)))
+        }
+        Ok(None) => Err(EntityCheckError::NotFound(entity.to_owned())),
+        Err(error) if error.is_unreachable() => {
+            let reason = format!("the management API is unreachable: {error}");
+            fallback(entity, declared, retention, reason)
+        }
+        // Least-privilege deployments receive with a Listen key or the Data Receiver role,
+        // which may not read entity descriptions (that takes the Manage right): a refusal to
+        // read is no reason to refuse to consume, so `[entity]` stands, noted on `/readyz`. Bad
+        // credentials fail the receive link anyway.
+        Err(AdminError::Unauthorized { status, detail }) => {
+            let reason = format!(
+                "the worker's credentials may not read the entity ({status}: {detail}); \
+                 reading it takes the Manage right"
+            );
+            fallback(entity, declared, retention, reason)
+        }
+        Err(source) => Err(EntityCheckError::Read {
+            entity: entity.to_owned(),
+            source,
+        }),
+    }
+}
+
+fn fallback(
+    entity: &str,
+    declared: &DeclaredEntity,
+    retention: Option<Duration>,
+    reason: String,
+) -> Result<(Option<ReplayHorizon>, EntitySource), EntityCheckError> {
+    let horizon = declared.horizon();
+    match (horizon, retention) {
+        (Some(horizon), Some(retention)) => {
+            horizon
+                .check(retention)
+                .map_err(|source| EntityCheckError::RetentionTooShort {
+                    entity: entity.to_owned(),
+                    source,
+                })?;
+        }
+        (None, Some(_)) => {
+            return Err(EntityCheckError::Unverifiable {
+                entity: entity.to_owned(),
+                reason,
+            });
+        }
+        _ => {}
+    }
+    Ok((horizon, EntitySource::Declared { reason }))
+}
+
+/// The start-up check of `sb-inbox run`: reads the first consumer's entity over the
+/// management API with the worker's own credentials and trust roots, and judges it. On a
+/// fallback the reason is logged and noted on `/readyz` (`entity`).
+///
+/// # Errors
+/// As [`read_and_judge`].
+pub async fn at_start(
+    config: &super::WorkerConfig,
+    readiness: &super::Readiness,
+) -> Result<Option<ReplayHorizon>, EntityCheckError> {
+    let admin = admin_client(config);
+    let retention = config.retention.as_ref().map(|r| r.retention);
+    let (horizon, source) = read_and_judge(
+        admin.as_ref().map_err(Clone::clone),
+        &config.entity,
+        &config.declared_entity,
+        config.sessions.is_some(),
+        retention,
+    )
+    .await?;
+    match &source {
+        EntitySource::Read(p) => {
+            tracing::info!(entity = %config.entity, lock_duration = ?p.lock_duration, message_ttl = ?p.default_message_time_to_live, max_delivery_count = ?p.max_delivery_count, requires_session = p.requires_session, horizon_secs = horizon.map(|h| h.span().as_secs()), "Entity settings read from the management API.");
+        }
+        // A local emulator's connection string names no management endpoint: `[entity]` is
+        // the expected source there, not a degraded state worth a note on `/readyz`.
+        EntitySource::Declared { reason } if local_emulator(config) => {
+            tracing::info!(entity = %config.entity, %reason, horizon_secs = horizon.map(|h| h.span().as_secs()), "Entity settings from [entity].");
+        }
+        EntitySource::Declared { reason } => {
+            tracing::warn!(entity = %config.entity, %reason, horizon_secs = horizon.map(|h| h.span().as_secs()), "Entity settings not read; using [entity] as configured.");
+            readiness.note(
+                "entity",
+                format!("settings from [entity], not read from the entity: {reason}"),
+            );
+        }
+    }
+    Ok(horizon)
+}
+
+fn local_emulator(config: &super::WorkerConfig) -> bool {
+    matches!(&config.broker, super::BrokerAddress::Connection(cs) if !cs.use_tls())
+}
+
+/// The management client for the worker's broker address; why there is none for a local
+/// emulator's connection string.
+fn admin_client(config: &super::WorkerConfig) -> Result<AdminClient, String> {
+    match &config.broker {
+        super::BrokerAddress::Connection(cs) if !cs.use_tls() => Err(
+            "a UseDevelopmentEmulator connection string names no management endpoint".to_owned(),
+        ),
+        super::BrokerAddress::Connection(cs) => AdminClient::from_connection_string(cs)
+            .and_then(|a| a.with_trust(&config.trust))
+            .map_err(|e| e.to_string()),
+        #[cfg(feature = "entra")]
+        super::BrokerAddress::Namespace {
+            host, client_id, ..
+        } => {
+            let credential = crate::entra::EntraCredential::new(
+                crate::entra::EntraMode::Default,
+                client_id.clone(),
+            );
+            let tokens = std::sync::Arc::new(crate::servicebus::EntraProvider::new(credential));
+            AdminClient::for_namespace(host, tokens, &config.trust).map_err(|e| e.to_string())
+        }
+        #[cfg(not(feature = "entra"))]
+        super::BrokerAddress::Namespace { host, .. } => Err(format!(
+            "{host}: Entra ID tokens need the `entra` cargo feature"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn actual() -> EntityProperties {
+        EntityProperties {
+            lock_duration: Some(Duration::from_secs(60)),
+            default_message_time_to_live: Some(Duration::from_secs(86_400)),
+            max_delivery_count: Some(10),
+            ..EntityProperties::default()
+        }
+    }
+
+    #[test]
+    fn each_disagreement_names_its_setting_and_agreement_gives_the_horizon() {
+        let none = DeclaredEntity::default();
+        let horizon = judge("q", &none, &actual(), false, None).unwrap();
+        assert_eq!(horizon.span(), Duration::from_secs(86_400 + 600));
+        let table: [(DeclaredEntity, &str); 3] = [
+            (
+                DeclaredEntity {
+                    message_ttl: Some(Duration::from_secs(3600)),
+                    ..none
+                },
+                "entity.message_ttl_secs = 3600 in [entity], but entity q has DefaultMessageTimeToLive 86400 s",
+            ),
+            (
+                DeclaredEntity {
+                    lock_duration: Some(Duration::from_secs(30)),
+                    ..none
+                },
+                "entity.lock_duration_secs = 30 in [entity], but entity q has LockDuration 60 s",
+            ),
+            (
+                DeclaredEntity {
+                    max_delivery_count: Some(5),
+                    ..none
+                },
+                "entity.max_delivery_count = 5 in [entity], but entity q has MaxDeliveryCount 10",
+            ),
+        ];
+        for (declared, message) in table {
+            let error = judge("q", &declared, &actual(), false, None).unwrap_err();
+            assert!(error.to_string().starts_with(message), "{error}");
+        }
+        // Near miss: the same values in [entity] agree.
+        let same = DeclaredEntity {
+            message_ttl: Some(Duration::from_secs(86_400)),
+            lock_duration: Some(Duration::from_secs(60)),
+            max_delivery_count: Some(10),
+            ..none
+        };
+        assert!(judge("q", &same, &actual(), false, None).is_ok());
+    }
+
+    #[test]
+    fn sessions_forwarding_and_retention_are_checked() {
+        let none = DeclaredEntity::default();
+        let sessions = EntityProperties {
+            requires_session: true,
+            ..actual()
+        };
+        let error = judge("q", &none, &sessions, false, None).unwrap_err();
+        assert!(
+            error.to_string().contains("servicebus.sessions = true"),
+            "{error}"
+        );
+        assert!(judge("q", &none, &sessions, true, None).is_ok());
+        let forwarded = EntityProperties {
+            forward_to: Some("elsewhere".into()),
+            ..actual()
+        };
+        assert!(matches!(
+            judge("q", &none, &forwarded, false, None),
+            Err(EntityCheckError::Forwarded { .. })
+        ));
+        let short = judge(
+            "q",
+            &none,
+            &actual(),
+            false,
+            Some(Duration::from_secs(86_400)),
+        );
+        assert!(matches!(
+            short,
+            Err(EntityCheckError::RetentionTooShort { .. })
+        ));
+        assert!(
+            judge(
+                "q",
+                &none,
+                &actual(),
+                false,
+                Some(Duration::from_secs(87_000))
+            )
+            .is_ok()
+        );
+    }
+}

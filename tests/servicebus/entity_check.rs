@@ -1,0 +1,188 @@
+//! Issue 33, must show 3: `sb-inbox run` reads its entity over the management API at start-up
+//! (the emulator's TLS listener, trusted through `servicebus.ca_file`): an `[entity]` copy
+//! that disagrees refuses the start and names the setting; without `[entity]` the worker reads
+//! the entity and computes the replay horizon from it; retention shorter than that horizon is
+//! refused.
+
+use std::io::BufRead as _;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sb_emulator::{EmulatorOptions, EntityProperties, TlsIdentity};
+
+use crate::support::cli;
+use crate::support::emulator::queue;
+use crate::support::stores::sqlite_file_store;
+use crate::worker::{logged_health_address, ready, sigterm_exits_0, strip_ansi};
+
+/// `orders`: lock 45 s, max delivery count 7, TTL 3 h.
+async fn tls_emulator(tag: &str) -> (sb_emulator::Emulator, std::path::PathBuf) {
+    let dir = crate::tls::tls_dir(tag);
+    let emulator = crate::support::emulator::start(
+        vec![queue(
+            "orders",
+            EntityProperties {
+                lock_duration: Duration::from_secs(45),
+                max_delivery_count: 7,
+                default_message_time_to_live: Duration::from_secs(3 * 3600),
+                ..EntityProperties::default()
+            },
+        )],
+        EmulatorOptions::default()
+            .with_tls_listen("127.0.0.1:0", TlsIdentity::Generate(dir.clone())),
+    )
+    .await;
+    (emulator, dir)
+}
+
+/// The replay horizon of `orders` with the default 7-day DLQ window and no delayed retries:
+/// 3 h + 45 s × 7 + 7 d.
+const HORIZON_SECS: u64 = 3 * 3600 + 45 * 7 + 7 * 86_400;
+
+/// `sb-inbox run` over `amqps` to the TLS listener, trusting the generated CA, with `env`;
+/// its stderr lines are collected as they come.
+fn worker(
+    emulator: &sb_emulator::Emulator,
+    store: &str,
+    env: &[(&str, String)],
+) -> (std::process::Child, Arc<Mutex<Vec<String>>>) {
+    let mut child = cli::worker(store, &emulator.tls_connection_string().unwrap())
+        .env(
+            "SB_INBOX_SERVICEBUS_CA_FILE",
+            emulator.tls_ca_file().unwrap(),
+        )
+        .env("SB_INBOX_HEALTH_PORT", "0")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let stderr = child.stderr.take().unwrap();
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            sink.lock().unwrap().push(strip_ansi(&line));
+        }
+    });
+    (child, lines)
+}
+
+/// Waits (bounded) for the process to exit; its status and everything it logged.
+async fn exit(
+    mut child: std::process::Child,
+    lines: &Arc<Mutex<Vec<String>>>,
+) -> (std::process::ExitStatus, String) {
+    let status = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the worker refuses to start and exits");
+    // The reader thread takes the last lines once the pipe closes.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    (status, lines.lock().unwrap().join("\n"))
+}
+
+/// Waits (bounded) for a logged line containing `needle`.
+async fn logged(lines: &Arc<Mutex<Vec<String>>>, needle: &str) -> String {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if let Some(line) = lines.lock().unwrap().iter().find(|l| l.contains(needle)) {
+                return line.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("never logged {needle:?}: {:?}", lines.lock().unwrap()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entity_copy_that_disagrees_refuses_the_start_and_names_the_setting() {
+    let (emulator, dir) = tls_emulator("entity-mismatch").await;
+    let (store_dir, db) = sqlite_file_store("entity-mismatch").await;
+    let store = format!("sqlite://{}", db.display());
+    for (key, value, named) in [
+        (
+            "SB_INBOX_LOCK_DURATION_SECS",
+            "30",
+            "entity.lock_duration_secs = 30 in [entity], but entity orders has LockDuration 45 s",
+        ),
+        (
+            "SB_INBOX_MAX_DELIVERY_COUNT",
+            "10",
+            "entity.max_delivery_count = 10 in [entity], but entity orders has MaxDeliveryCount 7",
+        ),
+        (
+            "SB_INBOX_MESSAGE_TTL_SECS",
+            "86400",
+            "entity.message_ttl_secs = 86400 in [entity], but entity orders has DefaultMessageTimeToLive 10800 s",
+        ),
+    ] {
+        let (child, lines) = worker(&emulator, &store, &[(key, value.to_owned())]);
+        let (status, log) = exit(child, &lines).await;
+        assert!(!status.success(), "{key}: {log}");
+        assert!(log.contains(named), "{key}: {log}");
+    }
+    // The session mode is checked against RequiresSession too.
+    let (child, lines) = worker(
+        &emulator,
+        &store,
+        &[("SB_INBOX_SESSIONS", "true".to_owned())],
+    );
+    let (status, log) = exit(child, &lines).await;
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("RequiresSession=false"), "{log}");
+    // Nothing was received.
+    assert_eq!(emulator.links().len(), 0);
+    emulator.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(store_dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_entity_section_the_worker_reads_the_entity_and_its_horizon_bounds_retention() {
+    let (emulator, dir) = tls_emulator("entity-read").await;
+    let (store_dir, db) = sqlite_file_store("entity-read").await;
+    let store = format!("sqlite://{}", db.display());
+
+    // Retention one second short of the horizon the entity gives: refused, naming both.
+    let short = (HORIZON_SECS - 1).to_string();
+    let (child, lines) = worker(&emulator, &store, &[("SB_INBOX_RETENTION_SECS", short)]);
+    let (status, log) = exit(child, &lines).await;
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains(&format!(
+            "shorter than the replay horizon {HORIZON_SECS} s (message TTL 10800 s, plus lock duration × max delivery count 315 s"
+        )),
+        "{log}"
+    );
+
+    // Retention equal to it: the worker starts, having read the entity.
+    let (child, lines) = worker(
+        &emulator,
+        &store,
+        &[("SB_INBOX_RETENTION_SECS", HORIZON_SECS.to_string())],
+    );
+    let read = logged(&lines, "Entity settings read from the management API").await;
+    assert!(
+        read.contains(&format!("horizon_secs={HORIZON_SECS}")),
+        "{read}"
+    );
+    assert!(read.contains("lock_duration=Some(45s)"), "{read}");
+    let health = logged(&lines, "Health endpoints listening").await;
+    let addr = logged_health_address(&health).unwrap();
+    ready(addr).await;
+    sigterm_exits_0(child).await;
+    emulator.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(store_dir);
+}
