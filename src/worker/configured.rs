@@ -10,8 +10,8 @@ use std::pin::Pin;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::health::{self, Condition, Readiness};
 use super::entity_check;
+use super::health::{self, Condition, Readiness};
 use super::open::{self, OpenStore};
 use super::{BrokerAddress, ConsumerConfig, Worker, WorkerConfig, WorkerError, WorkerStats};
 #[cfg(feature = "entra")]

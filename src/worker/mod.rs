@@ -34,12 +34,12 @@ pub use config::{
     Moved, WorkerConfig,
 };
 pub use configured::ConfiguredWorker;
+pub use entity_check::{DeclaredEntity, EntityCheckError, EntitySource};
 pub use error::{HostingError, WorkerError};
 pub use health::{
     Condition, HealthResponse, PROBE_TIMEOUT, Ping, Readiness, STORE_EVIDENCE, store_ready,
 };
 pub use horizon::{DEFAULT_RESUBMIT_WINDOW, ReplayHorizon, RetentionTooShort};
 pub use host::BACKGROUND_STOP;
-pub use entity_check::{DeclaredEntity, EntityCheckError, EntitySource};
 pub use host::{ConsumerConfig, Worker, WorkerStats};
 pub use open::OpenStore;

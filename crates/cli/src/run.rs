@@ -8,8 +8,6 @@ use std::pin::Pin;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use sb_inbox::worker::OpenStore;
-use sb_inbox::worker::{ConfiguredWorker, Worker, WorkerConfig, WorkerError};
 use crate::inventory::{InventoryStore, OrderPlacedConsumer};
 #[cfg(feature = "mssql")]
 use sb_inbox::store::MssqlStore;
@@ -18,6 +16,8 @@ use sb_inbox::store::PgStore;
 #[cfg(feature = "sqlite")]
 use sb_inbox::store::SqliteStore;
 use sb_inbox::store::StoreUrl;
+use sb_inbox::worker::OpenStore;
+use sb_inbox::worker::{ConfiguredWorker, Worker, WorkerConfig, WorkerError};
 use sb_inbox::{ErrorKind, StatsSnapshot, StoreError};
 
 pub use sb_inbox::worker::BACKGROUND_STOP;
