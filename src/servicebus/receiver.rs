@@ -375,6 +375,10 @@ impl Receiver for ServiceBusReceiver {
         }
         received
     }
+
+    async fn pause(&self) {
+        self.withdraw().await;
+    }
 }
 
 impl ServiceBusReceiver {
@@ -558,6 +562,46 @@ impl ServiceBusReceiver {
             link.pending += missing;
         }
         Ok(())
+    }
+
+    /// Withdraws the link's outstanding credit (AMQP drain) and releases what arrived and was
+    /// not handed out: the runtime paused (the kill switch), and deliveries left on the link
+    /// would sit there locked, unrenewed, until their locks ran out, each costing a delivery
+    /// count ("Prefetch Azure Service Bus messages", learn.microsoft.com/azure/service-bus-messaging/service-bus-prefetch:
+    /// the lock timer starts when the message is prefetched). Released, they go back to the
+    /// entity for whoever reads it next, without one. The credit goes with a `flow` whose
+    /// drain flag has the broker spend or return it (AMQP 1.0 §2.6.7). Bounded like
+    /// [`ServiceBusReceiver::close`]; a link that does not answer is dropped and re-attached by
+    /// the next receive.
+    pub async fn withdraw(&self) {
+        let mut guard = self.inner.link.lock().await;
+        let Some(link) = guard.as_mut() else {
+            return;
+        };
+        if link.pending == 0 && !link.granted {
+            return;
+        }
+        let withdrawing = async {
+            link.receiver.drain().await?;
+            while let Some(delivery) = link.receiver.try_recv()? {
+                link.receiver.release(&delivery).await?;
+            }
+            Ok::<_, sb_amqp::Error>(())
+        };
+        match tokio::time::timeout(CLOSE_TIMEOUT, withdrawing).await {
+            Ok(Ok(())) => {
+                link.pending = 0;
+                link.granted = false;
+                tracing::info!(entity = %self.inner.entity, "Receive credit withdrawn; prefetched deliveries released.");
+            }
+            failed => {
+                // Whatever is left on it, its locks decide; the next receive attaches afresh.
+                link.shared.gone.store(true, Ordering::Release);
+                *guard = None;
+                self.inner.set_current_link(None);
+                tracing::warn!(entity = %self.inner.entity, timed_out = failed.is_err(), "Withdrawing receive credit failed; dropping the link.");
+            }
+        }
     }
 
     /// Received deliveries of the current link not settled yet (0 without a link): what a
