@@ -327,15 +327,17 @@ wrapper_handler!(Revoked, inner, |self, _ctx, _tx| {
 });
 
 /// Issue 27 item 4: once the kill switch trips, the pipelined receiver stops holding credit:
-/// what it prefetched is released and nothing more arrives, so no message of the backlog stays
-/// locked on the paused worker's link. (Before, the link's credit stayed granted and the broker
-/// filled it: those messages stayed locked, unrenewed, until their 30 s locks ran out.)
+/// what it prefetched is released and nothing more arrives, so no message stays locked on the
+/// paused worker's link, also of those sent after the trip. (Before, the link's credit stayed
+/// granted and the broker filled it: those messages stayed locked, unrenewed, until their 30 s
+/// locks ran out.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tripped_kill_switch_withdraws_the_credit_and_releases_what_was_prefetched() {
     use crate::survival::until;
     use sb_inbox::{CircuitPhase, Runtime, RuntimeConfig};
 
-    let emulator = orders_at_a_distance("PT30S", Duration::from_millis(2), 100).await;
+    // Fewer orders than the worker holds: at the trip its link still has credit outstanding.
+    let emulator = orders_at_a_distance("PT30S", Duration::from_millis(2), 6).await;
     let store = pg_store("pipeline_kill_switch", 2).await;
     let mut config = RuntimeConfig::new(ConsumerName::new(sb_inbox::inventory::CONSUMER).unwrap());
     config.concurrency = 4;
@@ -365,6 +367,14 @@ async fn a_tripped_kill_switch_withdraws_the_credit_and_releases_what_was_prefet
         async move { open }
     })
     .await;
+    // More arrive while paused: credit left on the link would take them.
+    let sender = client(&emulator).sender("orders");
+    for i in 6..56 {
+        sender
+            .send(order(&format!("m-{i}"), &format!("o-{i}")))
+            .await
+            .unwrap();
+    }
     let queue = emulator.broker().entity("orders").unwrap();
     until(
         "nothing is locked on the paused worker's link",
@@ -378,7 +388,7 @@ async fn a_tripped_kill_switch_withdraws_the_credit_and_releases_what_was_prefet
     let counts = queue.counts();
     assert_eq!(
         (counts.active, counts.completed, counts.dead_lettered),
-        (100, 0, 0),
+        (56, 0, 0),
         "the backlog waits on the broker: {counts:?}"
     );
     stop.cancel();
