@@ -39,6 +39,15 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// 10-minute idle detach, so a healthy idle link is recycled before the service detaches it.
 pub const DEFAULT_LINK_IDLE_GUARD: Duration = Duration::from_secs(300);
 
+/// Pipelined credit is topped up once this fraction of the capacity is missing. The credit on
+/// the link is what the capacity leaves beside the deliveries in hand (handled, queued, being
+/// settled), and it is what bounds the rate at a distance: rate ≈ link credit ÷ round trip.
+/// Waiting for a quarter to be missing left the link on average an eighth of the capacity
+/// short; the phase trace at a 10 ms round trip (`sb_inbox::pipeline`, concurrency 16,
+/// capacity 64) showed 36 of 64 held, the receive loop waiting on an empty link, and 0.74 of
+/// the local rate. A sixteenth costs one `flow` frame per 4 deliveries at capacity 64.
+const TOP_UP_FRACTION: u32 = 16;
+
 /// A peek-lock receiver implementing the runtime's [`Receiver`] port.
 ///
 /// Credit follows demand: each [`Receiver::receive`] call grants one message, plus up to
@@ -551,12 +560,12 @@ impl ServiceBusReceiver {
     }
 
     /// Pipelined: grants what keeps the link's deliveries plus those in hand at `capacity`, in
-    /// blocks (a quarter of the capacity at least, or whatever is missing once the link ran
-    /// dry) so that a busy runtime does not send one `flow` per delivery.
+    /// blocks ([`TOP_UP_FRACTION`] of the capacity at least, or whatever is missing once the
+    /// link ran dry) so that a busy runtime does not send one `flow` per delivery.
     async fn top_up(&self, link: &mut ReceiveLink, capacity: u32) -> Result<(), sb_amqp::Error> {
         let in_hand = u32::try_from(self.inner.in_hand.load(Ordering::Acquire)).unwrap_or(u32::MAX);
         let missing = capacity.saturating_sub(in_hand.saturating_add(link.pending));
-        let block = (capacity / 4).max(1);
+        let block = (capacity / TOP_UP_FRACTION).max(1);
         if missing >= block || (missing > 0 && link.pending == 0) {
             link.receiver.add_credit(missing).await?;
             link.pending += missing;
