@@ -29,6 +29,14 @@
 //! `--baseline PATH` runs another `sb-inbox` binary (say, main's) through the same rows first
 //! (at the RTTs of `--baseline-rtt`, default 0), so a change is compared within one run.
 //!
+//! Each row also gives the emulator's CPU per message (it shares the cores with the worker and
+//! PostgreSQL). `--steady` adds, per row, p50/p99 enqueue → commit at half the rate just
+//! measured: orders sent at a steady rate to an idle worker (no backlog), enqueue being the
+//! bench's send and commit the inbox row's `processed_at`. `--trace` has the worker log the
+//! runtime's phase trace (`RUST_LOG=sb_inbox::pipeline=debug`: receive wait, slot wait, queued,
+//! transaction, settlement, mean deliveries held and busy) to stderr every 2 s. The load
+//! average is printed before and after.
+//!
 //! 4. **Relay** (`--relay`): for each RTT, [`RELAY_BACKLOG`] outbox rows written in one
 //!    transaction are published by the outbox relay (`RelayConfig::default()`, batch 1000)
 //!    to an in-process emulator that far away, on a queue with duplicate detection: events/s
@@ -92,6 +100,10 @@ struct Options {
     baseline_rtts: Vec<u64>,
     /// Also measure the relay at each RTT (`--relay`).
     relay: bool,
+    /// Also measure enqueue → commit latency at half the measured rate (`--steady`).
+    steady: bool,
+    /// The worker logs the `sb_inbox::pipeline` phase trace to stderr (`--trace`).
+    trace: bool,
     secs: u64,
 }
 
@@ -106,6 +118,8 @@ impl Options {
             prefetch_factor: 1,
             baseline_rtts: vec![0],
             relay: false,
+            steady: false,
+            trace: false,
             secs: 8,
         };
         let mut args = std::env::args().skip(1);
@@ -133,6 +147,8 @@ impl Options {
                         .collect();
                 }
                 "--relay" => options.relay = true,
+                "--steady" => options.steady = true,
+                "--trace" => options.trace = true,
                 "--baseline" => {
                     options.baseline = Some(args.next().expect("--baseline takes a path"));
                 }
@@ -409,36 +425,60 @@ fn cpu_seconds(pid: u32) -> f64 {
 /// collapses (deadlocks) is reported over what it did, not waited for.
 const MEASURE_LIMIT: Duration = Duration::from_secs(60);
 
-/// The worker's messages per second and CPU ms per message over 10 % → 90 % of `count`, and
-/// whether the window was cut at [`MEASURE_LIMIT`] before 90 %.
-async fn worker(
-    binary: &str,
+/// A `sb-inbox run` process of `binary` consuming `QUEUE` of `emulator` into `schema`.
+fn spawn_worker(binary: &str, emulator: &EmulatorProcess, schema: &str, run: &WorkerRun) -> Child {
+    let log = if run.trace {
+        "warn,sb_inbox::pipeline=debug"
+    } else {
+        "warn"
+    };
+    Command::new(binary)
+        .arg("run")
+        .env("SB_INBOX_CONSUMER", sb_inbox_cli::inventory::CONSUMER)
+        .env("SB_INBOX_STORE", schema_url(schema))
+        .env("SB_INBOX_SERVICEBUS_CONNECTION", &emulator.connection)
+        .env("SB_INBOX_ENTITY", QUEUE)
+        .env("SB_INBOX_CONCURRENCY", run.concurrency.to_string())
+        .env("SB_INBOX_PREFETCH", run.prefetch.to_string())
+        .env("SB_INBOX_BATCH_SIZE", run.batch.to_string())
+        .env("SB_INBOX_LOCK_DURATION_SECS", "60")
+        .env("RUST_LOG", log)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// One worker configuration at one distance.
+#[derive(Debug, Clone, Copy)]
+struct WorkerRun {
     workload: Workload,
     concurrency: usize,
     batch: usize,
     rtt_ms: u64,
     prefetch: usize,
-    count: usize,
-) -> (f64, f64, bool) {
-    let emulator = EmulatorProcess::start(rtt_ms);
-    preload(&emulator.connection, workload, count).await;
+    trace: bool,
+}
+
+/// What one worker run measured over 10 % → 90 % of its orders.
+#[derive(Debug, Clone, Copy)]
+struct Measured {
+    rate: f64,
+    worker_cpu_ms: f64,
+    /// The emulator's CPU per message: it shares the machine's cores with the worker and
+    /// PostgreSQL, and its delay line (`--latency`) costs CPU a real broker's distance does not.
+    emulator_cpu_ms: f64,
+    cut: bool,
+}
+
+/// The worker's messages per second and CPU ms per message over 10 % → 90 % of `count`, and
+/// whether the window was cut at [`MEASURE_LIMIT`] before 90 %.
+async fn worker(binary: &str, run: WorkerRun, count: usize) -> Measured {
+    let emulator = EmulatorProcess::start(run.rtt_ms);
+    preload(&emulator.connection, run.workload, count).await;
     let schema = format!("bench_tp_worker_{}", std::process::id());
     let store = fresh_schema(&schema, 2).await;
-    let mut child = Command::new(binary)
-        .arg("run")
-        .env("SB_INBOX_CONSUMER", sb_inbox_cli::inventory::CONSUMER)
-        .env("SB_INBOX_STORE", schema_url(&schema))
-        .env("SB_INBOX_SERVICEBUS_CONNECTION", &emulator.connection)
-        .env("SB_INBOX_ENTITY", QUEUE)
-        .env("SB_INBOX_CONCURRENCY", concurrency.to_string())
-        .env("SB_INBOX_PREFETCH", prefetch.to_string())
-        .env("SB_INBOX_BATCH_SIZE", batch.to_string())
-        .env("SB_INBOX_LOCK_DURATION_SECS", "60")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
+    let mut child = spawn_worker(binary, &emulator, &schema, &run);
+    let (pid, emulator_pid) = (child.id(), emulator.child.id());
     let (low, high) = (count / 10, count * 9 / 10);
     let mut start = None;
     let deadline = Instant::now() + Duration::from_secs(600);
@@ -450,16 +490,22 @@ async fn worker(
             .unwrap()[0]
             .get(0);
         let done = usize::try_from(done).unwrap();
-        let now = (Instant::now(), cpu_seconds(pid), done);
+        let now = (
+            Instant::now(),
+            cpu_seconds(pid),
+            cpu_seconds(emulator_pid),
+            done,
+        );
         match start {
             None if done >= low => start = Some(now),
-            Some((t0, cpu0, done0)) if done >= high || now.0 - t0 >= MEASURE_LIMIT => {
+            Some((t0, cpu0, ecpu0, done0)) if done >= high || now.0 - t0 >= MEASURE_LIMIT => {
                 let messages = (done - done0).max(1) as f64;
-                break (
-                    messages / (now.0 - t0).as_secs_f64(),
-                    (now.1 - cpu0) * 1000.0 / messages,
-                    done < high,
-                );
+                break Measured {
+                    rate: messages / (now.0 - t0).as_secs_f64(),
+                    worker_cpu_ms: (now.1 - cpu0) * 1000.0 / messages,
+                    emulator_cpu_ms: (now.2 - ecpu0) * 1000.0 / messages,
+                    cut: done < high,
+                };
             }
             _ => {}
         }
@@ -471,6 +517,95 @@ async fn worker(
     result
 }
 
+/// Enqueue → commit latency (p50, p99 in ms) of orders arriving at a steady `rate` per second
+/// for `secs`, to a worker that is idle when they start (no backlog). "Commit" is the inbox
+/// row's `processed_at` (PostgreSQL's `now()`: the transaction's start, so the commit's own
+/// round trip is not in it); enqueue is the moment the bench hands the order to its sender.
+/// The first 10 % are left out (warm-up).
+async fn steady(binary: &str, run: WorkerRun, rate: f64, secs: u64) -> (f64, f64) {
+    use std::time::SystemTime;
+    let emulator = EmulatorProcess::start(run.rtt_ms);
+    let schema = format!("bench_tp_steady_{}", std::process::id());
+    let store = fresh_schema(&schema, 2).await;
+    let mut child = spawn_worker(binary, &emulator, &schema, &run);
+    let cs: ConnectionString = emulator.connection.parse().unwrap();
+    let client = ServiceBusClient::from_connection_string(&cs);
+    let sender = client.sender(QUEUE);
+    let count = ((rate * secs as f64) as usize).max(100);
+    let mut rng = StdRng::seed_from_u64(7);
+    // A first order, waited for: the worker is connected and attached before the clock runs.
+    sender
+        .send(order(&mut rng, run.workload, count))
+        .await
+        .unwrap();
+    let committed = |n: i64| {
+        let store = store.clone();
+        async move {
+            let wait = async {
+                loop {
+                    let done: i64 = store
+                        .query("SELECT count(*) FROM sb_inbox", &[])
+                        .await
+                        .unwrap()[0]
+                        .get(0);
+                    if done >= n {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(120), wait)
+                .await
+                .expect("the steady orders were committed");
+        }
+    };
+    committed(1).await;
+    let every = Duration::from_secs_f64(1.0 / rate);
+    let begin = tokio::time::Instant::now();
+    let mut sends = Vec::with_capacity(count);
+    for i in 0..count {
+        tokio::time::sleep_until(begin + every.mul_f64(i as f64)).await;
+        let message = order(&mut rng, run.workload, i);
+        let sender = sender.clone();
+        let at = SystemTime::now();
+        sends.push(tokio::spawn(async move {
+            sender.send(message).await.unwrap();
+            at
+        }));
+    }
+    let mut sent = Vec::with_capacity(count);
+    for send in sends {
+        sent.push(send.await.unwrap());
+    }
+    committed(i64::try_from(count).unwrap() + 1).await;
+    let rows = store
+        .query(
+            "SELECT message_id, extract(epoch FROM processed_at)::float8 FROM sb_inbox",
+            &[],
+        )
+        .await
+        .unwrap();
+    let mut latencies: Vec<f64> = rows
+        .iter()
+        .filter_map(|row| {
+            let id: String = row.get(0);
+            let i: usize = id.strip_prefix("m-")?.parse().ok()?;
+            let at = sent.get(i)?;
+            (i >= count / 10).then(|| {
+                let enqueued = at.duration_since(SystemTime::UNIX_EPOCH).unwrap();
+                let processed: f64 = row.get(1);
+                (processed - enqueued.as_secs_f64()) * 1000.0
+            })
+        })
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+    let _ = child.kill();
+    let _ = child.wait();
+    drop_schema(&schema).await;
+    (at(0.5), at(0.99))
+}
+
 fn main() {
     if std::env::var_os(EMULATOR_CHILD).is_some() {
         emulator_child();
@@ -478,10 +613,11 @@ fn main() {
     }
     let options = Options::parse();
     let rt = tokio::runtime::Runtime::new().unwrap();
+    println!("load: {}", load_average());
     println!(
-        "| workload | concurrency | pgbench tx/s | batch | RTT ms | sb-inbox msg/s | sb-inbox / ceiling | / local (RTT 0) | / min(local, concurrency ÷ RTT) | worker CPU ms/msg |"
+        "| workload | concurrency | pgbench tx/s | batch | RTT ms | sb-inbox msg/s | sb-inbox / ceiling | / local (RTT 0) | / min(local, concurrency ÷ RTT) | worker CPU ms/msg | emulator CPU ms/msg | p50 / p99 ms at half rate |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for workload in &options.workloads {
         for &concurrency in &options.concurrency {
             let ceiling = rt.block_on(pgbench(*workload, concurrency, options.secs));
@@ -491,40 +627,16 @@ fn main() {
                 let scale = if batch > 1 { 3.0 } else { 1.0 };
                 let count = ((ceiling * scale * options.secs as f64) as usize).clamp(500, 60_000);
                 let prefetch = concurrency * batch * options.prefetch_factor;
-                let mut local = None;
-                if let Some(baseline) = &options.baseline {
-                    for &rtt in &options.baseline_rtts {
-                        let (rate, cpu, cut) = rt.block_on(worker(
-                            baseline,
-                            *workload,
-                            concurrency,
-                            batch,
-                            rtt,
-                            prefetch,
-                            count,
-                        ));
-                        println!(
-                            "| {} ({} SKUs), **baseline** | {concurrency} | {ceiling:.0} | {batch} | {rtt} | {rate:.0}{} | {:.2} | | | {cpu:.2} |",
-                            workload.name,
-                            workload.skus,
-                            if cut { " (cut at 60 s)" } else { "" },
-                            rate / ceiling
-                        );
-                    }
-                }
-                for &rtt in &options.rtts {
-                    let (rate, cpu, cut) = rt.block_on(worker(
-                        env!("CARGO_BIN_EXE_sb-inbox"),
-                        *workload,
-                        concurrency,
-                        batch,
-                        rtt,
-                        prefetch,
-                        count,
-                    ));
-                    if rtt == 0 {
-                        local = Some(rate);
-                    }
+                let run = |rtt_ms| WorkerRun {
+                    workload: *workload,
+                    concurrency,
+                    batch,
+                    rtt_ms,
+                    prefetch,
+                    trace: options.trace,
+                };
+                let row = |label: &str, binary: &str, rtt: u64, local: Option<f64>| {
+                    let measured = rt.block_on(worker(binary, run(rtt), count));
                     let (of_local, of_bound) = match local {
                         Some(local) => {
                             let bound = if rtt == 0 {
@@ -533,25 +645,57 @@ fn main() {
                                 local.min(concurrency as f64 * 1000.0 / rtt as f64)
                             };
                             (
-                                format!("{:.2}", rate / local),
-                                format!("{:.2}", rate / bound),
+                                format!("{:.2}", measured.rate / local),
+                                format!("{:.2}", measured.rate / bound),
                             )
                         }
                         None => ("—".to_owned(), "—".to_owned()),
                     };
+                    let latency = if options.steady {
+                        let (p50, p99) = rt.block_on(steady(
+                            binary,
+                            run(rtt),
+                            measured.rate / 2.0,
+                            options.secs,
+                        ));
+                        format!("{p50:.1} / {p99:.1}")
+                    } else {
+                        "—".to_owned()
+                    };
                     println!(
-                        "| {} ({} SKUs) | {concurrency} | {ceiling:.0} | {batch} | {rtt} | {rate:.0}{} | {:.2} | {of_local} | {of_bound} | {cpu:.2} |",
+                        "| {} ({} SKUs){label} | {concurrency} | {ceiling:.0} | {batch} | {rtt} | {:.0}{} | {:.2} | {of_local} | {of_bound} | {:.2} | {:.2} | {latency} |",
                         workload.name,
                         workload.skus,
-                        if cut { " (cut at 60 s)" } else { "" },
-                        rate / ceiling
+                        measured.rate,
+                        if measured.cut { " (cut at 60 s)" } else { "" },
+                        measured.rate / ceiling,
+                        measured.worker_cpu_ms,
+                        measured.emulator_cpu_ms,
                     );
+                    measured.rate
+                };
+                if let Some(baseline) = &options.baseline {
+                    let mut local = None;
+                    for &rtt in &options.baseline_rtts {
+                        let rate = row(", **baseline**", baseline, rtt, local);
+                        if rtt == 0 {
+                            local = Some(rate);
+                        }
+                    }
+                }
+                let mut local = None;
+                for &rtt in &options.rtts {
+                    let rate = row("", env!("CARGO_BIN_EXE_sb-inbox"), rtt, local);
+                    if rtt == 0 {
+                        local = Some(rate);
+                    }
                 }
             }
         }
     }
     if options.relay {
         println!();
+        println!("load: {}", load_average());
         println!(
             "| RTT ms | relay events/s | ÷ RTT 0 | rows on the destination | duplicates dropped |"
         );
@@ -566,4 +710,12 @@ fn main() {
             );
         }
     }
+    println!("load at the end: {}", load_average());
+}
+
+/// `/proc/loadavg`'s three load averages, printed beside the figures (the machine is shared).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|all| all.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_owned())
 }

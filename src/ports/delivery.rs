@@ -153,4 +153,11 @@ pub trait Receiver: Send + Sync + 'static {
     }
     /// Waits for the next delivery; `Ok(None)` once the receiver is closed for good.
     fn receive(&self) -> impl Future<Output = Result<Option<Self::Delivery>, ReceiveError>> + Send;
+    /// Stops holding deliveries ahead of the runtime: withdraws outstanding credit and gives
+    /// back (releases) what arrived and was not handed out, so nothing waits locked for a
+    /// runtime that has paused (the kill switch). The next [`Receiver::receive`] resumes. The
+    /// default does nothing: a receiver that holds nothing ahead has nothing to give back.
+    fn pause(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }

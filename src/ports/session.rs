@@ -26,6 +26,12 @@ pub trait SessionReceiver: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<Self::Delivery>, ReceiveError>> + Send;
     /// Releases the session for other receivers.
     fn close(&self) -> impl Future<Output = ()> + Send;
+    /// Gives back the session's deliveries received ahead of the one just handled, keeping
+    /// the session: after an abandon, the abandoned message must come again before them. The
+    /// default does nothing: a receiver that holds nothing ahead has nothing to give back.
+    fn give_back_ahead(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 /// A session-enabled queue or subscription: hands out sessions no other receiver holds.

@@ -337,6 +337,12 @@ impl Circuit {
         let _ = phase.wait_for(|phase| *phase == CircuitPhase::Open).await;
     }
 
+    /// Whether a delivery could be admitted now (closed, or half-open with the trial not taken
+    /// yet): what [`Circuit::wait_admissible`] waits for.
+    pub(crate) fn is_admissible(&self) -> bool {
+        matches!(self.phase(), CircuitPhase::Closed | CircuitPhase::HalfOpen)
+    }
+
     /// Waits until a delivery could be admitted (closed, or half-open with the trial not taken
     /// yet); `false` once `stop` is cancelled.
     pub(crate) async fn wait_admissible(&self, stop: &CancellationToken) -> bool {

@@ -33,6 +33,7 @@ mod lock_keeper;
 mod observe;
 mod outcome;
 mod panic;
+mod phases;
 mod process;
 mod retry;
 mod session;
@@ -203,6 +204,9 @@ impl RuntimeConfig {
 /// enough for a prefetched burst to fill a batch.
 pub const DEFAULT_BATCH_LINGER: Duration = Duration::from_millis(5);
 
+/// How often the `sb_inbox::pipeline` debug trace reports the phases.
+const PHASE_REPORT_EVERY: Duration = Duration::from_secs(2);
+
 /// The default [`RuntimeConfig::transient_hold_max`].
 pub const DEFAULT_TRANSIENT_HOLD_MAX: Duration = Duration::from_secs(5);
 
@@ -251,6 +255,8 @@ struct Inner<R, S, H> {
     circuit: Circuit,
     /// One keeper for every delivery: it learns the entity's lock duration from them.
     keeper: LockKeeper,
+    /// Where deliveries' time goes (the `sb_inbox::pipeline` debug trace).
+    phases: phases::Phases,
 }
 
 impl<R, S, H> Runtime<R, S, H> {
@@ -280,6 +286,7 @@ impl<R, S, H> Runtime<R, S, H> {
                 config,
                 clock,
                 stats: Arc::new(Stats::default()),
+                phases: phases::Phases::default(),
             }),
         }
     }
@@ -410,6 +417,7 @@ where
             let delivery = Arc::new(delivery);
             // Kept from receipt: a delivery waiting for a handler slot must not expire there.
             let lock = inner.processor().keeper.keep(delivery.clone());
+            let received_at = tokio::time::Instant::now();
             tracker.spawn(async move {
                 let permit = tokio::select! {
                     // Biased: once shutting down, nothing new starts.
@@ -431,6 +439,9 @@ where
                     drop(slot);
                     return;
                 };
+                inner
+                    .phases
+                    .record(phases::Phase::Queued, received_at.elapsed());
                 let report = {
                     let _busy = inner.slots.enter();
                     inner
@@ -458,6 +469,7 @@ impl<R: Receiver, S, H> Inner<R, S, H> {
         backoff: &mut Backoff,
     ) -> Result<Option<(R::Delivery, Slot)>, RuntimeError> {
         loop {
+            let waiting = tokio::time::Instant::now();
             let slot = tokio::select! {
                 () = shutdown.cancelled() => return Ok(None),
                 slot = held.clone().acquire_owned() => match slot {
@@ -465,17 +477,32 @@ impl<R: Receiver, S, H> Inner<R, S, H> {
                     Err(_) => return Ok(None),
                 },
             };
-            // Paused by the kill switch: no receive starts (and no link credit is granted).
+            self.phases
+                .record(phases::Phase::HeldWait, waiting.elapsed());
+            // Paused by the kill switch: the receiver stops holding deliveries ahead (credit
+            // withdrawn, prefetched deliveries released: their locks would otherwise run on a
+            // link nobody reads), and no receive starts until the switch lets one in.
+            if !self.circuit.is_admissible() {
+                self.receiver.pause().await;
+            }
             if !self.circuit.wait_admissible(shutdown).await {
                 return Ok(None);
             }
+            let receiving = tokio::time::Instant::now();
             let received = tokio::select! {
                 () = shutdown.cancelled() => return Ok(None),
+                // Not given up when the switch trips: while it waits, the link holds nothing
+                // (the broker has nothing to send); what arrives is given back below, and the
+                // next turn withdraws the credit.
                 received = self.receiver.receive() => received,
             };
             match received {
                 Ok(Some(delivery)) => {
                     backoff.reset();
+                    self.phases
+                        .record(phases::Phase::ReceiveWait, receiving.elapsed());
+                    let held_now = self.config.held().saturating_sub(held.available_permits());
+                    self.phases.received(held_now, self.slots.in_use());
                     // Tripped while the receive was under way, or the trial already taken.
                     let Some(ticket) = self.circuit.try_admit() else {
                         self.give_back(&delivery).await;
@@ -538,7 +565,8 @@ where
     S: Store,
     H: Handler<S::Tx>,
 {
-    /// Runs the kill switch's store probe until the guard is dropped.
+    /// Runs the kill switch's store probe, and the pipeline trace's reports, until the guard
+    /// is dropped.
     fn probing(self: &Arc<Self>) -> tokio_util::sync::DropGuard
     where
         R: Send + Sync + 'static,
@@ -550,6 +578,13 @@ where
                 .circuit
                 .supervise(&inner.store, &inner.config.consumer, &token)
                 .await;
+        });
+        let (inner, token) = (self.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(PHASE_REPORT_EVERY);
+            while token.run_until_cancelled(every.tick()).await.is_some() {
+                inner.phases.report();
+            }
         });
         stop.drop_guard()
     }
@@ -568,6 +603,7 @@ where
             retry: self.config.delayed_retry.as_ref(),
             clock: self.clock,
             max_processing: self.config.max_processing,
+            phases: &self.phases,
         }
     }
 }

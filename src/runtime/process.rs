@@ -29,6 +29,7 @@ use tracing::Instrument as _;
 use super::circuit::Circuit;
 use super::lock_keeper::KeptLock;
 use super::observe::Observer;
+use super::phases::{Phase, Phases};
 use super::retry::{self, DelayedRetry, ScheduledRetry};
 use super::store_health::StoreHealth;
 use super::{
@@ -78,6 +79,8 @@ pub(crate) struct Processor<'a, S, H> {
     /// Past this the handler is cancelled, its transaction rolled back and the delivery
     /// abandoned.
     pub(crate) max_processing: Duration,
+    /// Where the time goes: the transaction and the settlement are timed here.
+    pub(crate) phases: &'a Phases,
 }
 
 /// How the delivery's transaction ended, for what the settlement says (the abandon's
@@ -223,6 +226,7 @@ where
             }
         };
         let ctx = self.context(&*delivery, &envelope, payload);
+        let started = tokio::time::Instant::now();
         let result = tokio::select! {
             // Biased: a lost lock or a shutdown must win over a handler that is ready to commit.
             biased;
@@ -234,8 +238,13 @@ where
             result = self.observer.transaction(self.transact(&ctx, lock)) => result,
         };
         drop(slot);
-        self.conclude(&*delivery, &envelope.logical_id, result, lock.renewals())
-            .await
+        let ended = tokio::time::Instant::now();
+        self.phases.record(Phase::Transaction, ended - started);
+        let report = self
+            .conclude(&*delivery, &envelope.logical_id, result, lock.renewals())
+            .await;
+        self.phases.record(Phase::Settlement, ended.elapsed());
+        report
     }
 
     /// The envelope check and the body's decoding, before any database work: a failure is

@@ -10,7 +10,10 @@
 //!
 //! Throughput: one session is one handler slot, so a session's rate is bounded by one
 //! transaction after another (plus a settlement round trip each); the runtime's
-//! concurrency is the number of sessions held, never more than one delivery per session.
+//! concurrency is the number of sessions held, never more than one delivery per session
+//! handled at a time. The session's receiver may have the next message on its way meanwhile
+//! (the Service Bus session link keeps two in flight); after an abandon it gives those back,
+//! so the abandoned message comes first again.
 //! Delayed retries are refused: a retry copy is a new message at the end of its session,
 //! after messages sent later, which breaks the order sessions exist for. Transient failures
 //! abandon instead: the broker redelivers the same message first.
@@ -241,6 +244,11 @@ where
                 // Unsettled, the message keeps its lock and blocks the session's order until
                 // the lock runs out: let the session go so its messages come back in order.
                 return Ended::Closed;
+            }
+            if report.outcome.settlement() == super::Settlement::Abandon {
+                // The next message may already be here (the session link pipelines): given
+                // back, so the abandoned one, available again, comes before it.
+                session.give_back_ahead().await;
             }
         }
     }

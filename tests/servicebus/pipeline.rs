@@ -45,24 +45,9 @@ async fn orders_at_a_distance(lock: &str, one_way: Duration, n: usize) -> Emulat
     emulator
 }
 
-/// Waits until the broker has completed `n` messages of `orders` (bounded: a stuck pipeline
-/// fails the test instead of hanging it).
+/// Waits until the broker has completed `n` messages of `orders`.
 async fn completed(emulator: &Emulator, n: u64) {
-    let done = async {
-        while emulator
-            .broker()
-            .entity("orders")
-            .unwrap()
-            .counts()
-            .completed
-            < n
-        {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(60), done)
-        .await
-        .expect("every message completed");
+    completed_in(emulator, "orders", n).await;
 }
 
 fn consumer(concurrency: usize, prefetch: usize) -> ConsumerConfig {
@@ -225,4 +210,202 @@ async fn a_host_clock_ahead_of_the_broker_still_retries_a_busy_settlement() {
     let done = emulator.broker().entity("orders").unwrap().counts();
     assert_eq!((done.completed, done.locked), (1, 0), "{done:?}");
     emulator.shutdown().await;
+}
+
+/// Records every attempt's message id, and fails the first attempt on `fail_once` transiently
+/// (after the inner handler wrote its rows: the rollback must undo them).
+struct FailsOnceOn<H> {
+    inner: H,
+    fail_once: &'static str,
+    failed: std::sync::atomic::AtomicBool,
+    attempts: Arc<Mutex<Vec<String>>>,
+}
+
+wrapper_handler!(FailsOnceOn, inner, |self, ctx, tx| {
+    let id = ctx.message.message_id.clone().unwrap_or_default();
+    self.attempts.lock().unwrap().push(id.clone());
+    let handled = self.inner.handle(ctx, tx).await?;
+    if id == self.fail_once && !self.failed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return Err(sb_inbox::HandlerError::Transient(
+            "the inventory API timed out".into(),
+        ));
+    }
+    Ok(handled)
+});
+
+/// Issue 27 item 3: with the broker 10 ms away, a session link keeps the session's next message
+/// in flight while one is handled (the emulator counts 2 outstanding on the link: one credit
+/// per receive, the old way, showed 1), and the session is still handled one message at a
+/// time, in order: the third message fails once and is abandoned, and it is handled again
+/// before the fourth, which was already on its way (given back, then delivered after it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_link_keeps_the_next_message_in_flight_and_the_session_in_order() {
+    use crate::support::emulator::session_properties;
+    use sb_inbox::servicebus::ServiceBusSessionSource;
+    use sb_inbox::{Runtime, RuntimeConfig, SessionConfig};
+
+    let emulator = start(
+        vec![queue("sq", session_properties("PT30S"))],
+        EmulatorOptions::default().with_latency(Duration::from_millis(10)),
+    )
+    .await;
+    let client = client(&emulator);
+    let sender = client.sender("sq");
+    let ids: Vec<String> = (0..8).map(|i| format!("s-{i}")).collect();
+    for id in &ids {
+        let mut message = order(id, &format!("o-{id}"));
+        message.session_id = Some("S".to_owned());
+        sender.send(message).await.unwrap();
+    }
+    let store = pg_store("pipeline_session", 2).await;
+    let attempts = Arc::new(Mutex::new(Vec::new()));
+    let handler = FailsOnceOn {
+        inner: OrderPlacedConsumer::new(),
+        fail_once: "s-2",
+        failed: std::sync::atomic::AtomicBool::new(false),
+        attempts: attempts.clone(),
+    };
+    let mut config =
+        RuntimeConfig::new(ConsumerName::new(sb_inbox_cli::inventory::CONSUMER).unwrap());
+    // Abandoned at once: the redelivery, not the hold, is under test.
+    config.transient_hold_max = Duration::ZERO;
+    let runtime = Arc::new(Runtime::for_sessions(
+        ServiceBusSessionSource::new(client.clone(), "sq").with_accept_wait(Duration::from_secs(5)),
+        store.clone(),
+        handler,
+        config,
+    ));
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (runtime, stop) = (runtime.clone(), stop.clone());
+        async move {
+            let sessions = SessionConfig::default()
+                .with_max_sessions(1)
+                .with_idle(Duration::from_secs(10));
+            runtime.run_sessions(sessions, stop).await
+        }
+    });
+    completed_in(&emulator, "sq", 8).await;
+    let link = emulator
+        .links()
+        .into_iter()
+        .find(|l| l.role == LinkRole::Receiver && l.entity.eq_ignore_ascii_case("sq"))
+        .expect("the session link is attached");
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    assert_eq!(
+        link.peak_outstanding, 2,
+        "the next message in flight beside the one handled, never more: {link:?}"
+    );
+    let mut expected: Vec<&str> = ids.iter().map(String::as_str).collect();
+    expected.insert(3, "s-2");
+    assert_eq!(
+        *attempts.lock().unwrap(),
+        expected,
+        "one at a time, in order"
+    );
+    let stats = runtime.stats().snapshot();
+    assert_eq!((stats.processed, stats.transient), (8, 1), "{stats:?}");
+    assert_eq!(store.count("inventory_reservation").await.unwrap(), 8);
+    emulator.shutdown().await;
+}
+
+/// Fails every delivery as a store whose grant was revoked does (a systemic, deployment
+/// error): the kill switch trips.
+struct Revoked<H> {
+    inner: H,
+}
+
+wrapper_handler!(Revoked, inner, |self, _ctx, _tx| {
+    let _ = &self.inner; // The store refuses before the inner handler's rows.
+    Err(sb_inbox::HandlerError::Store(sb_inbox::StoreError::new(
+        sb_inbox::ErrorKind::Deployment,
+        Some("42501".into()),
+        None,
+        "permission denied for table inventory_reservation",
+    )))
+});
+
+/// Issue 27 item 4: once the kill switch trips, the pipelined receiver stops holding credit:
+/// what it prefetched is released and nothing more arrives, so no message stays locked on the
+/// paused worker's link, also of those sent after the trip. (Before, the link's credit stayed
+/// granted and the broker filled it: those messages stayed locked, unrenewed, until their 30 s
+/// locks ran out.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tripped_kill_switch_withdraws_the_credit_and_releases_what_was_prefetched() {
+    use crate::survival::until;
+    use sb_inbox::{CircuitPhase, Runtime, RuntimeConfig};
+
+    // Fewer orders than the worker holds: at the trip its link still has credit outstanding.
+    let emulator = orders_at_a_distance("PT30S", Duration::from_millis(2), 6).await;
+    let store = pg_store("pipeline_kill_switch", 2).await;
+    let mut config =
+        RuntimeConfig::new(ConsumerName::new(sb_inbox_cli::inventory::CONSUMER).unwrap());
+    config.concurrency = 4;
+    config.prefetch = 12;
+    config.transient_hold_max = Duration::ZERO;
+    // No probe within the test: the switch stays open.
+    config.circuit.probe_min = Duration::from_secs(600);
+    config.circuit.probe_max = Duration::from_secs(600);
+    let held = u32::try_from(config.held()).unwrap();
+    let receiver = client(&emulator).receiver("orders", 0).with_capacity(held);
+    let runtime = Arc::new(Runtime::new(
+        receiver,
+        store,
+        Revoked {
+            inner: OrderPlacedConsumer::new(),
+        },
+        config,
+    ));
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (runtime, stop) = (runtime.clone(), stop.clone());
+        async move { runtime.run(stop).await }
+    });
+    let circuit = runtime.circuit();
+    until("the kill switch trips", Duration::from_secs(30), || {
+        let open = circuit.phase() == CircuitPhase::Open;
+        async move { open }
+    })
+    .await;
+    // More arrive while paused: credit left on the link would take them.
+    let sender = client(&emulator).sender("orders");
+    for i in 6..56 {
+        sender
+            .send(order(&format!("m-{i}"), &format!("o-{i}")))
+            .await
+            .unwrap();
+    }
+    let queue = emulator.broker().entity("orders").unwrap();
+    until(
+        "nothing is locked on the paused worker's link",
+        Duration::from_secs(10),
+        || {
+            let locked = queue.counts().locked;
+            async move { locked == 0 }
+        },
+    )
+    .await;
+    let counts = queue.counts();
+    assert_eq!(
+        (counts.active, counts.completed, counts.dead_lettered),
+        (56, 0, 0),
+        "the backlog waits on the broker: {counts:?}"
+    );
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    emulator.shutdown().await;
+}
+
+/// Waits until the broker has completed `n` messages of `entity` (bounded: a stuck pipeline
+/// fails the test instead of hanging it).
+async fn completed_in(emulator: &Emulator, entity: &str, n: u64) {
+    let done = async {
+        while emulator.broker().entity(entity).unwrap().counts().completed < n {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), done)
+        .await
+        .expect("every message completed");
 }
