@@ -93,6 +93,12 @@ pub use fe2o3_amqp_types as types;
 pub use rustls;
 pub use serde_amqp as codec;
 
+/// The default connection-wide bound on bytes held in unfinished incoming deliveries
+/// ([`ConnectionOptions::max_unfinished_bytes`], [`ServerOptions::max_unfinished_bytes`]):
+/// 64 MiB, room for many deliveries of the sizes Service Bus takes by default (256 KB Standard,
+/// 1 MB Premium); a connection whose links take larger messages raises it.
+pub const DEFAULT_MAX_UNFINISHED_BYTES: u64 = 64 * 1024 * 1024;
+
 /// Compiles the README's examples as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -12,7 +12,7 @@ use crate::raw_peer::{next, open, transfer};
 use crate::support::{body_bytes, data_message, spawn_server};
 
 #[tokio::test]
-async fn pipelined_client_and_oversize_rejection() {
+async fn pipelined_client_and_oversize_refusal() {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let addr = spawn_server(ServerOptions::default(), move |mut conn| {
         let tx = tx.clone();
@@ -75,7 +75,9 @@ async fn pipelined_client_and_oversize_rejection() {
         desired_capabilities: None,
         properties: None,
     };
-    f.write_frame(&Frame::amqp(0, attach)).await.unwrap();
+    f.write_frame(&Frame::amqp(0, attach.clone()))
+        .await
+        .unwrap();
 
     assert_eq!(f.read_header().await.unwrap().unwrap(), frame::AMQP_HEADER);
     assert!(matches!(next(&mut f).await, Performative::Open(_)));
@@ -92,31 +94,51 @@ async fn pipelined_client_and_oversize_rejection() {
     // Credit is granted relative to our initial delivery count.
     assert_eq!((fl.delivery_count, fl.link_credit), (Some(5), Some(10)));
 
-    // Too big: rejected by the engine with message-size-exceeded, never shown to the app.
+    // Too big: the engine refuses it on the frame that passes the bound and detaches the link
+    // with message-size-exceeded (never shown to the app), as azure-amqp's receiving link does.
     f.write_frame(&transfer(0, vec![0], Bytes::from(vec![0u8; 200])))
         .await
         .unwrap();
-    let Performative::Disposition(d) = next(&mut f).await else {
+    let Performative::Detach(d) = next(&mut f).await else {
         panic!()
     };
-    assert!(d.settled);
-    match d.state {
-        Some(DeliveryState::Rejected(r)) => {
-            let e: sb_amqp::AmqpError = r.error.unwrap().into();
-            assert_eq!(e.condition, condition::MESSAGE_SIZE_EXCEEDED);
-            // Written as an empty map, not dropped: Python's pyamqp indexes the third field.
-            assert_eq!(e.info.map(|i| i.len()), Some(0));
-        }
-        other => panic!("{other:?}"),
-    }
-    // Small: reaches the app, accepted.
-    f.write_frame(&transfer(1, vec![1], data_message(b"ok").payload))
+    assert!(d.closed);
+    let e: sb_amqp::AmqpError = d.error.unwrap().into();
+    assert_eq!(e.condition, condition::MESSAGE_SIZE_EXCEEDED);
+    // Written as an empty map, not dropped: Python's pyamqp indexes the third field.
+    assert_eq!(e.info.map(|i| i.len()), Some(0));
+    // What crossed our detach on the wire is dropped, not assembled.
+    f.write_frame(&transfer(1, vec![1], Bytes::from(vec![0u8; 200])))
         .await
         .unwrap();
+    f.write_frame(&Frame::amqp(
+        0,
+        sb_amqp::performative::Detach {
+            handle: Handle(0),
+            closed: true,
+            error: None,
+        },
+    ))
+    .await
+    .unwrap();
+    // Small, on a new link: reaches the app, accepted.
+    let mut again = attach.clone();
+    again.name = "raw-sender-2".into();
+    again.handle = Handle(1);
+    f.write_frame(&Frame::amqp(0, again)).await.unwrap();
+    assert!(matches!(next(&mut f).await, Performative::Attach(_)));
+    assert!(matches!(next(&mut f).await, Performative::Flow(_)));
+    let mut small = transfer(2, vec![2], data_message(b"ok").payload);
+    if let sb_amqp::FrameBody::Amqp(p, _) = &mut small.body
+        && let Performative::Transfer(t) = p.as_mut()
+    {
+        t.handle = Handle(1);
+    }
+    f.write_frame(&small).await.unwrap();
     let Performative::Disposition(d) = next(&mut f).await else {
         panic!()
     };
-    assert_eq!(d.first, 1);
+    assert_eq!(d.first, 2);
     assert!(matches!(d.state, Some(DeliveryState::Accepted(_))));
     let got = rx.recv().await.unwrap();
     assert_eq!(body_bytes(&got), b"ok");
