@@ -17,6 +17,8 @@
 //!   scheduled enqueue times (the SDKs' sender); [`ServiceBusSenderPort`]: the runtime's
 //!   `Sender` port, any destination, one `ServiceBusSender` each (formerly
 //!   `ServiceBusPublisher`, kept as a deprecated alias).
+//! - `limits`: what a peer can make the client buffer (receive and node links' `max-message-size`,
+//!   the connection-wide bound on unfinished deliveries).
 //! - [`ServiceBusClient::peek`] / [`PeekedMessage`]: `$management` peek-message, e.g. of a
 //!   dead-letter queue.
 
@@ -31,6 +33,7 @@ mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod limits;
 mod lock_clock;
 mod management;
 mod node;

@@ -15,6 +15,7 @@ mod external_key;
 mod fidelity;
 mod holes;
 mod host;
+mod hostile_peer;
 mod js;
 mod links;
 mod pipeline;

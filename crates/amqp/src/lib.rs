@@ -78,7 +78,7 @@ pub use delivery::{
 pub use error::{AmqpError, Error, Result, condition};
 pub use frame::{Frame, FrameBody};
 pub use proxy::HttpProxy;
-pub use request::RequestResponse;
+pub use request::{DEFAULT_MAX_REPLY_SIZE, RequestResponse};
 pub use sasl::{SaslClient, SaslIdentity, SaslServer};
 pub use server::{
     ConnectionEvent, IncomingConnection, LinkAnswer, LinkRequest, Listener, ServerConnection,
