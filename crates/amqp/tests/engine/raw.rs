@@ -143,3 +143,118 @@ async fn pipelined_client_and_oversize_refusal() {
     let got = rx.recv().await.unwrap();
     assert_eq!(body_bytes(&got), b"ok");
 }
+
+/// A sender link named `name` on `handle`, initial delivery count 5 (as the test above).
+fn sender_attach(name: &str, handle: u32) -> Attach {
+    Attach {
+        name: name.into(),
+        handle: Handle(handle),
+        role: Role::Sender,
+        snd_settle_mode: SenderSettleMode::Unsettled,
+        rcv_settle_mode: ReceiverSettleMode::First,
+        source: Some(Box::new(Source::default())),
+        target: Some(Box::new(TargetArchetype::Target(Target {
+            address: Some("q1".into()),
+            ..Default::default()
+        }))),
+        unsettled: None,
+        incomplete_unsettled: false,
+        initial_delivery_count: Some(5),
+        max_message_size: None,
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    }
+}
+
+/// One frame of delivery `id` on `handle`; `more` says whether frames follow.
+fn part(handle: u32, id: u32, more: bool, len: usize) -> Frame {
+    let mut f = transfer(id, vec![id as u8], Bytes::from(vec![0x42; len]));
+    if let sb_amqp::FrameBody::Amqp(p, _) = &mut f.body
+        && let Performative::Transfer(t) = p.as_mut()
+    {
+        t.handle = Handle(handle);
+        t.more = more;
+    }
+    f
+}
+
+/// The connection-wide bound on bytes held in unfinished deliveries: two links each under
+/// their own 80 kB bound hold 60 kB each; the second one's frame passes the connection's
+/// 100 kB, so that link alone is detached with resource-limit-exceeded and its bytes given
+/// back: the first delivery still completes, and a new 90 kB one fits again.
+#[tokio::test]
+async fn unfinished_deliveries_are_bounded_across_links() {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let opts = ServerOptions {
+        max_unfinished_bytes: 100_000,
+        ..ServerOptions::default()
+    };
+    let addr = spawn_server(opts, move |mut conn| {
+        let tx = tx.clone();
+        async move {
+            while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
+                let r = req
+                    .accept_receiver(LinkAnswer::default().credit(10).max_message_size(80_000))
+                    .await
+                    .unwrap();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    while let Ok(d) = r.recv().await {
+                        r.accept(&d).await.unwrap();
+                        tx.send(d.payload.len()).unwrap();
+                    }
+                });
+            }
+        }
+    })
+    .await;
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut f = FramedIo::new(Box::new(tcp), 65536);
+    f.write_header(frame::AMQP_HEADER).await.unwrap();
+    f.write_frame(&Frame::amqp(0, open("raw"))).await.unwrap();
+    let begin = Begin {
+        remote_channel: None,
+        next_outgoing_id: 0,
+        incoming_window: 100,
+        outgoing_window: 100,
+        handle_max: Default::default(),
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    };
+    f.write_frame(&Frame::amqp(0, begin)).await.unwrap();
+    assert_eq!(f.read_header().await.unwrap().unwrap(), frame::AMQP_HEADER);
+    let mut theirs = Vec::new();
+    for (name, handle) in [("a", 0), ("b", 1)] {
+        f.write_frame(&Frame::amqp(0, sender_attach(name, handle)))
+            .await
+            .unwrap();
+        loop {
+            if let Performative::Attach(a) = next(&mut f).await {
+                theirs.push(a.handle.0);
+                break;
+            }
+        }
+    }
+    f.write_frame(&part(0, 0, true, 60_000)).await.unwrap();
+    f.write_frame(&part(1, 1, true, 60_000)).await.unwrap();
+    let d = loop {
+        if let Performative::Detach(d) = next(&mut f).await {
+            break d;
+        }
+    };
+    assert_eq!(
+        d.handle.0, theirs[1],
+        "the link whose frame passed the bound"
+    );
+    let e: sb_amqp::AmqpError = d.error.unwrap().into();
+    assert_eq!(e.condition, condition::RESOURCE_LIMIT_EXCEEDED);
+    // The first delivery was never touched: it completes and reaches the application.
+    f.write_frame(&part(0, 0, false, 10_000)).await.unwrap();
+    assert_eq!(rx.recv().await.unwrap(), 70_000);
+    // Both deliveries' bytes are back: a 90 kB delivery fits the connection again.
+    f.write_frame(&part(0, 2, true, 60_000)).await.unwrap();
+    f.write_frame(&part(0, 2, false, 20_000)).await.unwrap();
+    assert_eq!(rx.recv().await.unwrap(), 80_000);
+}

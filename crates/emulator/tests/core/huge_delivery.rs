@@ -383,12 +383,14 @@ async fn stream_huge_delivery(
         "{address}: advertised bound"
     );
     let RawPeer { mut wr, mut rx } = peer;
+    // The emulator detaches by its own handle for the link, the one its attach carries.
+    let theirs = a.handle.0;
     let sent = Arc::new(AtomicU64::new(0));
     let watcher = {
         let sent = sent.clone();
         tokio::spawn(async move {
             next_matching(&mut rx, "the refusal", |p| match p {
-                Performative::Detach(d) if d.handle.0 == handle => {
+                Performative::Detach(d) if d.handle.0 == theirs => {
                     Some((d, sent.load(Ordering::SeqCst)))
                 }
                 _ => None,
@@ -405,7 +407,8 @@ async fn stream_huge_delivery(
     while written < DELIVERY_BYTES {
         let more = written + CHUNK as u64 <= DELIVERY_BYTES;
         let frame = frame_bytes(0, transfer(handle, frames == 0, more), chunk.clone());
-        if wr.write_all(&frame).await.is_err() {
+        if let Err(e) = wr.write_all(&frame).await {
+            println!("{address}: write failed after {written} bytes: {e}");
             break; // the emulator dropped the connection: what it held is gone with it
         }
         written += CHUNK as u64;
