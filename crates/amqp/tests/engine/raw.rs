@@ -258,3 +258,74 @@ async fn unfinished_deliveries_are_bounded_across_links() {
     f.write_frame(&part(0, 2, false, 20_000)).await.unwrap();
     assert_eq!(rx.recv().await.unwrap(), 80_000);
 }
+
+/// Transfers that arrive before the application answered the attach (before the link's bound
+/// is known) are not held: megabytes pipelined behind the attach are dropped, and the first
+/// delivery the application sees is the one sent after our attach answer, alone.
+#[tokio::test]
+async fn transfers_before_the_attach_is_answered_are_not_held() {
+    let (answer_tx, answer_rx) = tokio::sync::oneshot::channel::<()>();
+    let answer_rx = std::sync::Arc::new(tokio::sync::Mutex::new(Some(answer_rx)));
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let addr = spawn_server(ServerOptions::default(), move |mut conn| {
+        let (tx, answer_rx) = (tx.clone(), answer_rx.clone());
+        async move {
+            while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
+                // Answer only once the client has sent everything it pipelined.
+                if let Some(wait) = answer_rx.lock().await.take() {
+                    wait.await.unwrap();
+                }
+                let r = req
+                    .accept_receiver(LinkAnswer::default().credit(10).max_message_size(100_000))
+                    .await
+                    .unwrap();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    while let Ok(d) = r.recv().await {
+                        tx.send(d.payload.len()).unwrap();
+                    }
+                });
+            }
+        }
+    })
+    .await;
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut f = FramedIo::new(Box::new(tcp), 65536);
+    f.write_header(frame::AMQP_HEADER).await.unwrap();
+    f.write_frame(&Frame::amqp(0, open("raw"))).await.unwrap();
+    let begin = Begin {
+        remote_channel: None,
+        next_outgoing_id: 0,
+        incoming_window: 1000,
+        outgoing_window: 1000,
+        handle_max: Default::default(),
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    };
+    f.write_frame(&Frame::amqp(0, begin.clone())).await.unwrap();
+    f.write_frame(&Frame::amqp(0, sender_attach("early", 0)))
+        .await
+        .unwrap();
+    // 8 MB of one unfinished delivery, far past the 100 kB bound the answer will carry.
+    for _ in 0..128 {
+        f.write_frame(&part(0, 0, true, 64_000)).await.unwrap();
+    }
+    // The driver handles frames in order: once it answers a second session's `begin`, it has
+    // handled (and dropped) every transfer before it. Only then does the application answer.
+    f.write_frame(&Frame::amqp(1, begin)).await.unwrap();
+    assert_eq!(f.read_header().await.unwrap().unwrap(), frame::AMQP_HEADER);
+    let mut begins = 0;
+    while begins < 2 {
+        begins += usize::from(matches!(next(&mut f).await, Performative::Begin(_)));
+    }
+    answer_tx.send(()).unwrap();
+    loop {
+        if let Performative::Attach(_) = next(&mut f).await {
+            break;
+        }
+    }
+    // A new delivery after the answer: only its own 1 000 bytes reach the application.
+    f.write_frame(&part(0, 1, false, 1_000)).await.unwrap();
+    assert_eq!(rx.recv().await.unwrap(), 1_000);
+}
