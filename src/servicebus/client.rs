@@ -524,6 +524,7 @@ impl ServiceBusClient {
             properties: Some(client_properties()),
             tls_config: self.inner.tls.clone(),
             http_proxy: self.inner.proxy.clone(),
+            max_unfinished_bytes: super::limits::MAX_UNFINISHED_BYTES,
             ..ConnectionOptions::default()
         };
         step(

@@ -20,6 +20,8 @@
 //!   scheduled enqueue times (the SDKs' sender); [`ServiceBusSenderPort`]: the runtime's
 //!   `Sender` port, any destination, one `ServiceBusSender` each (formerly
 //!   `ServiceBusPublisher`, kept as a deprecated alias).
+//! - `limits`: what a peer can make the client buffer (receive and node links' `max-message-size`,
+//!   the connection-wide bound on unfinished deliveries).
 //! - [`ServiceBusClient::peek`] / [`PeekedMessage`]: `$management` peek-message, e.g. of a
 //!   dead-letter queue; [`resubmission`]: the copy of a dead letter to send again.
 
@@ -33,6 +35,7 @@ mod delivery;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod limits;
 mod lock_clock;
 mod management;
 mod node;

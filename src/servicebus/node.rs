@@ -16,6 +16,8 @@ use sb_amqp::{AnyMessage, RequestResponse, Session};
 #[derive(Debug)]
 pub(crate) struct Node {
     address: String,
+    /// The `max-message-size` of the reply link (`limits::max_reply_size`).
+    max_reply: u64,
     pair: StdMutex<Option<Arc<RequestResponse>>>,
     /// One attach at a time (azure-amqp `Singleton`): concurrent requests that find no pair
     /// share the one being attached.
@@ -24,8 +26,10 @@ pub(crate) struct Node {
 
 impl Node {
     pub(crate) fn new(address: impl Into<String>) -> Self {
+        let address = address.into();
         Node {
-            address: address.into(),
+            max_reply: super::limits::max_reply_size(&address),
+            address,
             pair: StdMutex::new(None),
             attaching: tokio::sync::Mutex::new(()),
         }
@@ -53,10 +57,12 @@ impl Node {
         if let Some(pair) = self.cached() {
             return Ok(pair);
         }
-        let attached =
-            tokio::time::timeout(timeout, RequestResponse::attach(session, &self.address))
-                .await
-                .map_err(|_| sb_amqp::Error::Timeout)??;
+        let attached = tokio::time::timeout(
+            timeout,
+            RequestResponse::attach_with_max_reply(session, &self.address, self.max_reply),
+        )
+        .await
+        .map_err(|_| sb_amqp::Error::Timeout)??;
         let mut slot = self
             .pair
             .lock()

@@ -204,7 +204,8 @@ impl ServiceBusReceiver {
         let name = unique_name("sb-inbox-receiver");
         let mut options = ReceiverOptions::new(name.clone(), inner.entity.clone())
             .rcv_settle_mode(ReceiverSettleMode::Second)
-            .snd_settle_mode(SenderSettleMode::Unsettled);
+            .snd_settle_mode(SenderSettleMode::Unsettled)
+            .max_message_size(super::limits::MAX_RECEIVED_MESSAGE_SIZE);
         let mut wait = client.timeout();
         if let Some(session) = session {
             options = session.apply(options);

@@ -17,6 +17,7 @@ mod external_key;
 mod fidelity;
 mod holes;
 mod host;
+mod hostile_peer;
 mod js;
 mod links;
 mod pipeline;

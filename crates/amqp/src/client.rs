@@ -35,6 +35,11 @@ pub struct ConnectionOptions {
     pub properties: Option<Fields>,
     /// For `ws`/`wss` only: the HTTP proxy to tunnel through with `CONNECT` (before TLS).
     pub http_proxy: Option<crate::HttpProxy>,
+    /// Bytes all unfinished incoming deliveries of the connection may hold together, across
+    /// its sessions and links; the link whose transfer would pass it is detached with
+    /// `amqp:resource-limit-exceeded` (`0`: unbounded). Default
+    /// [`DEFAULT_MAX_UNFINISHED_BYTES`](crate::DEFAULT_MAX_UNFINISHED_BYTES).
+    pub max_unfinished_bytes: u64,
 }
 
 impl Default for ConnectionOptions {
@@ -49,6 +54,7 @@ impl Default for ConnectionOptions {
             tls_config: None,
             properties: None,
             http_proxy: None,
+            max_unfinished_bytes: crate::DEFAULT_MAX_UNFINISHED_BYTES,
         }
     }
 }
@@ -142,6 +148,7 @@ impl Connection {
                 &open,
                 remote,
                 opts.idle_timeout,
+                opts.max_unfinished_bytes,
                 None,
                 tracing::Span::current(),
             ))

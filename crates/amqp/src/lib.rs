@@ -82,7 +82,7 @@ pub use delivery::{
 pub use error::{AmqpError, Error, Result, condition};
 pub use frame::{Frame, FrameBody};
 pub use proxy::HttpProxy;
-pub use request::RequestResponse;
+pub use request::{DEFAULT_MAX_REPLY_SIZE, RequestResponse};
 pub use sasl::{SaslClient, SaslIdentity, SaslServer};
 pub use server::{
     Accepted, ConnectionEvent, IncomingConnection, LinkAnswer, LinkRequest, Listener,
@@ -99,6 +99,12 @@ pub use rustls;
 /// the lengths it reads: decode untrusted bytes with [`decode_message`] (or check them with
 /// [`validate_encoding`] first).
 pub use serde_amqp as codec;
+
+/// The default connection-wide bound on bytes held in unfinished incoming deliveries
+/// ([`ConnectionOptions::max_unfinished_bytes`], [`ServerOptions::max_unfinished_bytes`]):
+/// 64 MiB, room for many deliveries of the sizes Service Bus takes by default (256 KB Standard,
+/// 1 MB Premium); a connection whose links take larger messages raises it.
+pub const DEFAULT_MAX_UNFINISHED_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Compiles the README's examples as doctests.
 #[cfg(doctest)]

@@ -16,6 +16,10 @@ use crate::core::{ReceiverOptions, Sender, SenderOptions, Session, unique_name};
 use crate::delivery::{AnyMessage, Sendable};
 use crate::error::{Error, Result};
 
+/// The largest reply [`RequestResponse::attach`] takes: 1 MiB, several times what a `$cbs`
+/// or `$management` status reply holds.
+pub const DEFAULT_MAX_REPLY_SIZE: u64 = 1024 * 1024;
+
 type Pending = Arc<Mutex<HashMap<MessageId, oneshot::Sender<AnyMessage>>>>;
 
 /// A sender and a receiver on the same node, correlating replies to requests.
@@ -49,12 +53,26 @@ impl Drop for Guard<'_> {
 }
 
 impl RequestResponse {
-    /// Attaches the link pair to `node`. The receiver's target (our `reply-to`) is a unique
-    /// address derived from the node name.
+    /// Attaches the link pair to `node`, taking replies up to [`DEFAULT_MAX_REPLY_SIZE`]. The
+    /// receiver's target (our `reply-to`) is a unique address derived from the node name.
     ///
     /// # Errors
     /// Attach errors.
     pub async fn attach(session: &Session, node: &str) -> Result<Self> {
+        Self::attach_with_max_reply(session, node, DEFAULT_MAX_REPLY_SIZE).await
+    }
+
+    /// [`RequestResponse::attach`] whose reply link advertises `max_reply_size` as its
+    /// `max-message-size`: a larger reply detaches it with `amqp:link:message-size-exceeded`
+    /// (every later request then fails), so a peer cannot make us buffer more.
+    ///
+    /// # Errors
+    /// Attach errors.
+    pub async fn attach_with_max_reply(
+        session: &Session,
+        node: &str,
+        max_reply_size: u64,
+    ) -> Result<Self> {
         let reply_to = unique_name(&format!("{node}-reply"));
         let sender = session
             .attach_sender(SenderOptions::new(
@@ -66,6 +84,7 @@ impl RequestResponse {
             .attach_receiver(
                 ReceiverOptions::new(unique_name(&format!("{node}-receiver")), node)
                     .target(reply_to.clone())
+                    .max_message_size(max_reply_size)
                     .auto_credit(64),
             )
             .await?;

@@ -64,6 +64,7 @@ pub(crate) fn start(
     local: &Open,
     remote: Open,
     idle: Option<Duration>,
+    max_unfinished_bytes: u64,
     peer_links: Option<mpsc::UnboundedSender<PeerAttach>>,
     span: tracing::Span,
 ) -> Connection {
@@ -78,6 +79,7 @@ pub(crate) fn start(
             .idle_time_out
             .filter(|ms| *ms > 0)
             .map(|ms| Duration::from_millis(u64::from(ms))),
+        max_unfinished_bytes,
     };
     f.set_max_frame_size(local.max_frame_size.0);
     let (r, w) = f.split();

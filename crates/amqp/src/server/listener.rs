@@ -37,6 +37,11 @@ pub struct ServerOptions {
     pub properties: Option<Fields>,
     /// Time allowed for TLS, headers, SASL and `open` before the socket is dropped.
     pub handshake_timeout: Duration,
+    /// Bytes all unfinished incoming deliveries of one connection may hold together, across
+    /// its sessions and links; the link whose transfer would pass it is detached with
+    /// `amqp:resource-limit-exceeded` (`0`: unbounded). Default
+    /// [`DEFAULT_MAX_UNFINISHED_BYTES`](crate::DEFAULT_MAX_UNFINISHED_BYTES).
+    pub max_unfinished_bytes: u64,
 }
 
 impl Default for ServerOptions {
@@ -50,6 +55,7 @@ impl Default for ServerOptions {
             tls: None,
             properties: None,
             handshake_timeout: Duration::from_secs(30),
+            max_unfinished_bytes: crate::DEFAULT_MAX_UNFINISHED_BYTES,
         }
     }
 }
@@ -351,6 +357,7 @@ pub async fn serve_io(io: BoxIo, opts: Arc<ServerOptions>) -> Result<ServerConne
             &open,
             remote,
             opts.idle_timeout,
+            opts.max_unfinished_bytes,
             Some(tx),
             tracing::Span::current(),
         );

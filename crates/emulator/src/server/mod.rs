@@ -127,6 +127,7 @@ impl Emulator {
             max_frame_size: SERVICE_MAX_FRAME_SIZE,
             channel_max: SERVICE_CHANNEL_MAX,
             idle_timeout: Some(SERVICE_IDLE_TIMEOUT),
+            max_unfinished_bytes: max_unfinished_bytes(&broker),
             ..ServerOptions::default()
         };
         let listener = Listener::bind(options.listen.as_str(), server.clone())
@@ -465,6 +466,20 @@ async fn http_accept_loop(
             }
         });
     }
+}
+
+/// The bytes one connection's unfinished deliveries may hold together: the engine's default,
+/// or room for two of the largest deliveries an entity link or its `$management` link takes
+/// when an entity is configured larger (`MaxMessageSizeInKilobytes`).
+fn max_unfinished_bytes(broker: &Broker) -> u64 {
+    let largest = broker
+        .entity_paths()
+        .iter()
+        .filter_map(|path| broker.resolve(path).ok())
+        .map(|entity| nodes::Node::Management(entity.path().to_owned()).max_request_size(broker))
+        .max()
+        .unwrap_or(0);
+    sb_amqp::DEFAULT_MAX_UNFINISHED_BYTES.max(largest.saturating_mul(2))
 }
 
 /// An error as the emulator puts it on the wire: `info` is always present (an empty map when

@@ -11,7 +11,7 @@ use sb_amqp::{Connection, ReceiverOptions, RequestResponse, condition};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// A SAS token as the SDKs sign it: HMAC-SHA256 over `urlencode(audience)\nexpiry`.
-fn sas_token(audience: &str) -> String {
+pub(super) fn sas_token(audience: &str) -> String {
     let encode = |s: &str| {
         percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
     };

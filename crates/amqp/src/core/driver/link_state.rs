@@ -7,6 +7,7 @@ use bytes::{Bytes, BytesMut};
 use fe2o3_amqp_types::definitions::Role;
 use fe2o3_amqp_types::messaging::DeliveryState;
 
+use super::budget::Reservation;
 use crate::core::command::{LinkEvent, LinkSetup, Reply, SendReport, Track};
 use crate::delivery::{LinkFlow, Sendable};
 use crate::error::Error;
@@ -29,7 +30,8 @@ pub(super) struct Partial {
     pub(super) settled: bool,
     pub(super) state: Option<DeliveryState>,
     pub(super) buf: BytesMut,
-    pub(super) oversize: bool,
+    /// What `buf` holds of the connection's budget; given back when the delivery is dropped.
+    pub(super) held: Reservation,
 }
 
 /// One link's state machine.

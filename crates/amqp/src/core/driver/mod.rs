@@ -9,11 +9,13 @@
 //! - `attach`: link lifecycle (`attach`, `detach`) from either side.
 //! - `flow`: credit, windows and drain.
 //! - `transfer`: incoming deliveries and the outgoing pump.
+//! - `budget`: the connection-wide bound on bytes held in unfinished incoming deliveries.
 //! - `disposition`: settlement both ways; the dispositions handles queue in one turn leave as
 //!   ranges of contiguous delivery ids.
 //! - `commands`: dispatch of handle commands to the modules above.
 
 mod attach;
+mod budget;
 mod channels;
 mod commands;
 mod disposition;
@@ -46,6 +48,9 @@ pub(crate) struct Negotiated {
     pub(crate) channel_max: u16,
     pub(crate) local_idle: Option<Duration>,
     pub(crate) remote_idle: Option<Duration>,
+    /// Bytes all unfinished incoming deliveries may hold together (`0`: unbounded); not
+    /// negotiated, our own limit.
+    pub(crate) max_unfinished_bytes: u64,
 }
 
 /// The connection handle, for peer links to keep it alive (weak: the driver must not).
@@ -75,6 +80,8 @@ pub(crate) struct Driver {
     /// Dispositions handles asked for in this turn, written as ranges before anything else.
     queued_dispositions: Vec<DeliveryDisposition>,
     finished: Option<Error>,
+    /// What unfinished incoming deliveries hold, across every session and link.
+    budget: budget::Budget,
 }
 
 /// How long we wait for the peer's `close` after sending ours.
@@ -102,6 +109,7 @@ pub(crate) fn spawn(
         cmd: cmd_tx.clone(),
         terminal: terminal_rx,
     };
+    let budget = budget::Budget::new(neg.max_unfinished_bytes);
     let driver = Driver {
         cmd_rx,
         cmd_weak: cmd_tx.downgrade(),
@@ -122,6 +130,7 @@ pub(crate) fn spawn(
         close_waiters: Vec::new(),
         queued_dispositions: Vec::new(),
         finished: None,
+        budget,
     };
     drop(cmd_tx);
     tokio::spawn(

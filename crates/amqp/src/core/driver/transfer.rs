@@ -1,6 +1,6 @@
-//! Deliveries: incoming transfers assembled into [`Delivery`]s (multi-frame, aborted, above
-//! our `max-message-size`), and the pump that writes queued sends as credit and the session
-//! window allow.
+//! Deliveries: incoming transfers assembled into [`Delivery`]s (multi-frame, aborted, refused
+//! above our `max-message-size` or the connection's bound on unfinished deliveries), and the
+//! pump that writes queued sends as credit and the session window allow.
 
 use std::collections::HashMap;
 
@@ -9,13 +9,14 @@ use fe2o3_amqp_types::definitions::{Fields, Handle, Role};
 use serde_bytes::ByteBuf;
 
 use super::Driver;
+use super::budget::Budget;
 use super::link_state::{InUnsettled, Link, OutUnsettled, Partial, PendingSend};
 use super::session_state::Session;
 use crate::core::command::{LinkEvent, Reply, SendReport, Track};
-use crate::delivery::{Delivery, Outcome, Sendable};
+use crate::delivery::{Delivery, Sendable};
 use crate::error::{AmqpError, Error, condition};
 use crate::frame::{Frame, FrameBody};
-use crate::performative::{Disposition, Flow, Performative, Transfer};
+use crate::performative::{Flow, Performative, Transfer};
 
 impl Driver {
     /// The peer's `transfer`: one frame of a delivery on one of our receiving links.
@@ -34,26 +35,37 @@ impl Driver {
         let Some(l) = s.links.get_mut(&h) else {
             return;
         };
-        let max_incoming = l.max_incoming;
-        let mut oversize_reject = None;
-        match assemble(l, &t, &payload) {
-            Some(p) if p.oversize => {
-                tracing::debug!(
-                    delivery_id = p.delivery_id,
-                    limit = max_incoming,
-                    "Delivery above max-message-size rejected."
-                );
-                if !p.settled {
-                    oversize_reject = Some(p.delivery_id);
-                }
+        if l.detach_sent {
+            // A link we are detaching (say, after refusing an oversized delivery) takes
+            // nothing more: what the peer sent before it saw our detach is dropped, as azure-amqp
+            // does (`ReceivingAmqpLink.OnProcessTransfer`: "any transfer is meaningless").
+            if let Some(f) = flow_out {
+                self.write(local, f);
             }
-            Some(p) => {
+            return;
+        }
+        let mut refusal = None;
+        match assemble(l, &t, &payload, &self.budget) {
+            Assembled::Complete(p) => {
                 if let Some(fr) = deliver(s, h, p) {
                     flow_out = None;
                     self.write(local, fr);
                 }
             }
-            None => {}
+            Assembled::Refused(error) => {
+                tracing::debug!(
+                    link = %l.name,
+                    condition = %error.condition,
+                    "Delivery refused above its bound; detaching the link."
+                );
+                // The handle learns why now, not from the peer's bare detach answer.
+                let _ = l
+                    .setup
+                    .events
+                    .send(LinkEvent::Gone(Error::LinkDetached(Some(error.clone())))); // the handle may be dropped
+                refusal = Some((l.name.clone(), error));
+            }
+            Assembled::More | Assembled::Aborted => {}
         }
         if let Some(l) = self
             .sessions
@@ -71,8 +83,8 @@ impl Driver {
         if let Some(f) = flow_out {
             self.write(local, f);
         }
-        if let Some(id) = oversize_reject {
-            self.write(local, oversize_rejection(id, max_incoming));
+        if let Some((name, error)) = refusal {
+            self.detach(local, h, &name, Some(error), None);
         }
     }
 
@@ -199,48 +211,99 @@ fn spend_incoming_window(s: &mut Session) -> Option<Flow> {
     None
 }
 
-/// Adds one transfer frame to the link's delivery in progress; returns the delivery once its
-/// last frame arrived (`None` while more follow, or when it was aborted).
-fn assemble(l: &mut Link, t: &Transfer, payload: &Bytes) -> Option<Partial> {
-    if l.partial.is_none() {
-        l.delivery_count = l.delivery_count.wrapping_add(1);
-        l.credit = l.credit.saturating_sub(1);
-        l.partial = Some(Partial {
-            delivery_id: t.delivery_id.unwrap_or(0),
-            tag: t
-                .delivery_tag
-                .as_ref()
-                .map(|b| Bytes::copy_from_slice(b))
-                .unwrap_or_default(),
-            format: t.message_format.unwrap_or(0),
-            settled: false,
-            state: None,
-            buf: BytesMut::new(),
-            oversize: false,
-        });
+/// What one transfer frame made of the link's delivery in progress.
+enum Assembled {
+    /// More frames follow.
+    More,
+    /// The last frame arrived.
+    Complete(Partial),
+    /// The peer aborted the delivery; what it sent is dropped.
+    Aborted,
+    /// The delivery passed its link's `max-message-size` or the connection's bound on
+    /// unfinished deliveries: it is dropped (its bytes freed) and the link must be detached with
+    /// this error.
+    Refused(AmqpError),
+}
+
+/// Adds one transfer frame to the link's delivery in progress, refusing it as soon as its size
+/// passes a bound (not when its last frame arrives: a peer could stream without end).
+///
+/// The link error follows the AMQP 1.0 spec (part 2.7.3, `max-message-size`: "any attempt to
+/// deliver a message larger than this results in a message-size-exceeded link-error") and
+/// azure-amqp, which detaches a receiving link with `amqp:link:message-size-exceeded` on the
+/// frame that passes the bound (`src/ReceivingAmqpLink.cs`, `OnProcessTransfer`).
+fn assemble(l: &mut Link, t: &Transfer, payload: &Bytes, budget: &Budget) -> Assembled {
+    if t.aborted {
+        // An aborted delivery's payload means nothing (spec 2.7.5); no bound applies to it.
+        if l.partial.take().is_none() {
+            l.delivery_count = l.delivery_count.wrapping_add(1);
+            l.credit = l.credit.saturating_sub(1);
+        }
+        return Assembled::Aborted;
     }
-    let p = l.partial.as_mut()?;
-    if l.max_incoming > 0 && (p.buf.len() + payload.len()) as u64 > l.max_incoming {
-        p.oversize = true;
-        p.buf = BytesMut::new();
+    let p = match l.partial.as_mut() {
+        Some(p) => p,
+        None => {
+            l.delivery_count = l.delivery_count.wrapping_add(1);
+            l.credit = l.credit.saturating_sub(1);
+            l.partial.insert(Partial {
+                delivery_id: t.delivery_id.unwrap_or(0),
+                tag: t
+                    .delivery_tag
+                    .as_ref()
+                    .map(|b| Bytes::copy_from_slice(b))
+                    .unwrap_or_default(),
+                format: t.message_format.unwrap_or(0),
+                settled: false,
+                state: None,
+                buf: BytesMut::new(),
+                held: budget.reserve(),
+            })
+        }
+    };
+    let size = (p.buf.len() as u64).saturating_add(payload.len() as u64);
+    if l.max_incoming > 0 && size > l.max_incoming {
+        let id = p.delivery_id;
+        l.partial = None;
+        return Assembled::Refused(
+            AmqpError::new(
+                condition::MESSAGE_SIZE_EXCEEDED,
+                Some(format!(
+                    "delivery {id} reached {size} bytes, more than the {} this link takes",
+                    l.max_incoming
+                )),
+            )
+            // `info` written (empty): Python's pyamqp reads the error's third field
+            // unconditionally and fails on a two-field error.
+            .with_info(Fields::default()),
+        );
     }
-    if !p.oversize {
-        p.buf.extend_from_slice(payload);
+    if !p.held.try_grow(payload.len() as u64) {
+        l.partial = None;
+        return Assembled::Refused(
+            AmqpError::new(
+                condition::RESOURCE_LIMIT_EXCEEDED,
+                Some(format!(
+                    "unfinished deliveries on this connection would hold more than {} bytes",
+                    budget.limit()
+                )),
+            )
+            .with_info(Fields::default()),
+        );
     }
+    p.buf.extend_from_slice(payload);
     if t.settled == Some(true) {
         p.settled = true;
     }
     if t.state.is_some() {
         p.state = t.state.clone();
     }
-    if t.aborted {
-        l.partial = None;
-        None
-    } else if !t.more {
-        l.partial.take()
-    } else {
-        None
+    if t.more {
+        return Assembled::More;
     }
+    l.partial
+        .take()
+        .map_or(Assembled::More, Assembled::Complete)
 }
 
 /// Hands a complete delivery to link `h`'s handle; returns the link `flow` to send when the
@@ -272,29 +335,6 @@ fn deliver(s: &mut Session, h: u32, p: Partial) -> Option<Flow> {
     l.credit = n;
     l.publish_flow();
     Some(s.link_flow_frame(h))
-}
-
-/// The settled `rejected{amqp:link:message-size-exceeded}` for a delivery above our limit.
-fn oversize_rejection(id: u32, max_incoming: u64) -> Disposition {
-    Disposition {
-        role: Role::Receiver,
-        first: id,
-        last: None,
-        settled: true,
-        state: Some(
-            // `info` written (empty): Python's pyamqp reads the error's third field
-            // unconditionally and fails on a two-field error.
-            Outcome::Rejected(Some(
-                AmqpError::new(
-                    condition::MESSAGE_SIZE_EXCEEDED,
-                    Some(format!("message larger than {max_incoming} bytes")),
-                )
-                .with_info(Fields::default()),
-            ))
-            .into(),
-        ),
-        batchable: false,
-    }
 }
 
 /// Gives the link's front send a delivery id and tag and spends one credit on it.

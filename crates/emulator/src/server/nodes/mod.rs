@@ -36,7 +36,38 @@ pub(crate) enum Node {
     Management(String),
 }
 
+/// The largest `$cbs` request taken. A put-token request is one token string plus four short
+/// application properties (Python `azure/servicebus/_pyamqp/cbs.py`, `_put_token`: body =
+/// the token; `name`, `operation`, `type`, `expiration`): a SAS token is a few hundred bytes and
+/// an Entra access token (a JWT) a few kilobytes, so 64 KiB leaves room without letting a peer
+/// make us buffer more.
+pub(crate) const CBS_MAX_REQUEST_SIZE: u64 = 64 * 1024;
+
+/// The least `$management` request bound. Requests are small maps (lock tokens, sequence
+/// numbers, a disposition) except `schedule-message`, whose body carries whole encoded messages
+/// (Python `azure/servicebus/_servicebus_sender.py`, `_build_schedule_request`: one
+/// `message: binary` per scheduled message): the bound is this or the entity's own message
+/// bound, whichever is larger.
+pub(crate) const MANAGEMENT_MIN_REQUEST_SIZE: u64 = 1024 * 1024;
+
 impl Node {
+    /// The largest request this node's request link takes (its `max-message-size`); the engine
+    /// detaches a link whose delivery passes it with `amqp:link:message-size-exceeded`.
+    pub(crate) fn max_request_size(&self, broker: &Broker) -> u64 {
+        match self {
+            Node::Cbs => CBS_MAX_REQUEST_SIZE,
+            Node::Management(entity) => broker
+                .entity(entity)
+                .map(|e| {
+                    u64::try_from(e.max_message_size())
+                        .unwrap_or(u64::MAX)
+                        .saturating_add(super::codec::BATCH_ENVELOPE_ALLOWANCE)
+                })
+                .unwrap_or(0)
+                .max(MANAGEMENT_MIN_REQUEST_SIZE),
+        }
+    }
+
     fn key(&self) -> String {
         match self {
             Node::Cbs => format!("node:{}", cbs_names::NODE),
@@ -67,6 +98,7 @@ pub(crate) async fn serve(
         .accept_receiver(
             LinkAnswer::default()
                 .credit(100)
+                .max_message_size(node.max_request_size(&broker))
                 .rcv_settle_mode(ReceiverSettleMode::First),
         )
         .await?;
@@ -284,5 +316,28 @@ fn operation_right(request: &AnyMessage) -> Right {
             Right::Manage
         }
         _ => Right::Listen,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Config;
+
+    #[test]
+    fn node_request_bounds_fit_their_requests() {
+        let json = r#"{"UserConfig":{"Namespaces":[{"Name":"ns","Queues":[
+            {"Name":"small","Properties":{}},
+            {"Name":"large","Properties":{"MaxMessageSizeInKilobytes":4096}}]}]}}"#;
+        let broker = Broker::new(Config::from_json(json).unwrap()).unwrap();
+        let management = |entity: &str| Node::Management(entity.to_owned());
+        assert_eq!(Node::Cbs.max_request_size(&broker), 64 * 1024);
+        // A 256 KB queue's scheduled message fits 1 MiB; a 4 MiB queue's needs its own bound.
+        assert_eq!(management("small").max_request_size(&broker), 1024 * 1024);
+        assert_eq!(
+            management("large").max_request_size(&broker),
+            4096 * 1024 + super::super::codec::BATCH_ENVELOPE_ALLOWANCE
+        );
+        assert_eq!(management("nope").max_request_size(&broker), 1024 * 1024);
     }
 }
