@@ -93,21 +93,23 @@ async fn at_a_distance_the_receive_link_keeps_several_credits_and_never_more_tha
     emulator.shutdown().await;
 }
 
-/// A 1 s lock, a handler taking 0.7 s, concurrency 1 and prefetch 3: deliveries wait up to
-/// 2.1 s behind the handler, twice their lock. Their locks are kept from receipt, so none
+/// A 4 s lock, a handler taking 2.7 s, concurrency 1 and prefetch 3: deliveries wait up to
+/// 8.1 s behind the handler, twice their lock. (A 1 s lock left the renewals 0.5 s of slack, and
+/// a starved test process lost one now and then: a lock genuinely lost, not the bug looked
+/// for. 4 s leaves 2 s.) Their locks are kept from receipt, so none
 /// expires while queued: every order reaches the handler exactly once, on its first delivery
 /// (a lock that ran out while queued would have the broker redeliver it with delivery count 1,
 /// as credit beyond what the runtime holds, waiting unrenewed on the link, would).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_queued_behind_a_slow_handler_are_never_handled_after_their_short_lock_ran_out()
 {
-    let emulator = orders_at_a_distance("PT1S", Duration::from_millis(2), 6).await;
+    let emulator = orders_at_a_distance("PT4S", Duration::from_millis(2), 6).await;
     let store = pg_store("pipeline_short_lock", 2).await;
     let seen = Arc::new(Mutex::new(Vec::new()));
     let handler = DeliveryCounts {
         inner: Slow {
             inner: OrderPlacedConsumer::new(),
-            duration: Duration::from_millis(700),
+            duration: Duration::from_millis(2700),
         },
         seen: seen.clone(),
     };
