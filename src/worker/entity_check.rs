@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use super::horizon::{ReplayHorizon, RetentionTooShort};
-use crate::servicebus::admin::{AdminClient, AdminError, EntityProperties};
+use crate::servicebus::admin::{AdminClient, AdminError, EntityDescription, EntityProperties};
 
 /// What the configuration says of the entity (`[entity]`, each `None` when not given) and the
 /// parts of the replay horizon that do not come from the entity.
@@ -249,6 +249,17 @@ pub async fn read_and_judge(
         Ok(admin) => admin.entity(entity).await,
         Err(reason) => return fallback(entity, declared, retention, reason),
     };
+    judge_read(read, entity, declared, sessions, retention)
+}
+
+/// [`read_and_judge`] once the management API answered (or failed to).
+fn judge_read(
+    read: Result<Option<EntityDescription>, AdminError>,
+    entity: &str,
+    declared: &DeclaredEntity,
+    sessions: bool,
+    retention: Option<Duration>,
+) -> Result<(Option<ReplayHorizon>, EntitySource), EntityCheckError> {
     match read {
         Ok(Some(description)) => {
             let horizon = judge(
@@ -479,5 +490,62 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    /// A Listen key or the Data Receiver role may not read the entity: the worker still starts on
+    /// `[entity]`, saying why; without `[entity]` a retention cannot be checked and is refused.
+    #[test]
+    fn a_refusal_to_read_the_entity_falls_back_to_the_declared_copy() {
+        for status in [401, 403] {
+            let refused = || {
+                Err(AdminError::Unauthorized {
+                    status,
+                    detail: "Manage claim required".to_owned(),
+                })
+            };
+            let declared = DeclaredEntity {
+                message_ttl: Some(Duration::from_secs(86_400)),
+                lock_duration: Some(Duration::from_secs(60)),
+                max_delivery_count: Some(10),
+                ..DeclaredEntity::default()
+            };
+            let (horizon, source) = judge_read(
+                refused(),
+                "q",
+                &declared,
+                false,
+                Some(Duration::from_secs(30 * 86_400)),
+            )
+            .unwrap();
+            assert_eq!(horizon, declared.horizon());
+            let EntitySource::Declared { reason } = source else {
+                panic!("read, not declared: {source:?}");
+            };
+            assert!(reason.contains("Manage"), "{reason}");
+            let unverifiable = judge_read(
+                refused(),
+                "q",
+                &DeclaredEntity::default(),
+                false,
+                Some(Duration::from_secs(86_400)),
+            )
+            .unwrap_err();
+            assert!(
+                matches!(unverifiable, EntityCheckError::Unverifiable { .. }),
+                "{unverifiable:?}"
+            );
+        }
+        let other = judge_read(
+            Err(AdminError::Status {
+                status: 500,
+                detail: "boom".to_owned(),
+            }),
+            "q",
+            &DeclaredEntity::default(),
+            false,
+            None,
+        )
+        .unwrap_err();
+        assert!(matches!(other, EntityCheckError::Read { .. }), "{other:?}");
     }
 }
