@@ -116,7 +116,8 @@ struct Hosted<S> {
 /// every consumer drains (in-flight deliveries finish within their grace, prefetched ones are
 /// released), then the relay and retention finish their batch.
 ///
-/// [`super::run`] (`sb-inbox run`) is the reference worker built on it, from `worker.toml`.
+/// The reference worker (`sb-inbox run`, in the `sb-inbox-cli` crate) is built on it, from
+/// `worker.toml`.
 ///
 /// # Examples
 /// ```no_run
