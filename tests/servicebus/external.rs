@@ -406,7 +406,10 @@ async fn worker_process() {
 /// gives Microsoft's emulator: the entities exist there and the cases hold on a broker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_case_passes_against_sb_emulator_with_the_shipped_config() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(CONFIG);
+    // This binary is a target of sb-inbox-cli: the repository is two levels up.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(CONFIG);
     let config = sb_emulator::Config::from_path(&path).expect("the shipped Config.json loads");
     let broker = sb_emulator::Broker::new(config).unwrap();
     let emulator = sb_emulator::Emulator::start(broker, sb_emulator::EmulatorOptions::default())

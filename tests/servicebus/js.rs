@@ -5,7 +5,8 @@ use std::path::Path;
 
 use crate::support::emulator::emulator;
 
-pub(crate) const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/servicebus/sdk/js");
+// This binary is a target of sb-inbox-cli (crates/cli): the repository is two levels up.
+pub(crate) const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/servicebus/sdk/js");
 
 /// Whether `npm ci` installed the SDK; says `skipped` (fails under CI=true) when not.
 pub(crate) fn sdk_installed() -> bool {
@@ -130,7 +131,10 @@ async fn js_sdk_administration_client_over_https() {
 }
 
 /// The 7.10 beta of the SDK (`sdk/js-beta`, installed by `.ci/setup`).
-const BETA_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/servicebus/sdk/js-beta");
+const BETA_DIR: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/servicebus/sdk/js-beta"
+);
 
 /// Issue 33, must show 2: the SDK 7.10 beta's `deleteMessages` (at most `maxMessageCount`,
 /// oldest first, only before `beforeEnqueueTime`) and `purgeMessages` (batches of 500 until

@@ -29,7 +29,7 @@ async fn run_smoke(args: &[String]) -> String {
 /// Runs `sdk/SCRIPT ARGS`, asserts it succeeded, returns its stdout.
 async fn run_script(script: &str, args: &[String]) -> String {
     let script = format!(
-        "{}/tests/servicebus/sdk/{script}",
+        "{}/../../tests/servicebus/sdk/{script}",
         env!("CARGO_MANIFEST_DIR")
     );
     let output = tokio::process::Command::new(sb_testkit::python())
@@ -59,7 +59,7 @@ fn assert_orders_settled(emulator: &sb_emulator::Emulator) {
 /// Starts an emulator with `sdk/conformance.json`'s entities and runs `sdk/python_conformance.py`
 /// against it: the `cases` named, or all; asserts it succeeded and returns its stdout.
 async fn run_conformance(cases: &[&str]) -> (sb_emulator::Emulator, String) {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/servicebus/sdk");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/servicebus/sdk");
     let config = std::fs::read_to_string(format!("{dir}/conformance.json")).unwrap();
     let broker =
         sb_emulator::Broker::new(sb_emulator::Config::from_json(&config).unwrap()).unwrap();
@@ -241,7 +241,7 @@ async fn python_sdk_samples_run_unmodified() {
     let emulator = sb_emulator::Emulator::start(broker, options).await.unwrap();
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/servicebus/sdk/python_samples.py"
+        "/../../tests/servicebus/sdk/python_samples.py"
     );
     let cache = concat!(env!("CARGO_TARGET_TMPDIR"), "/python-sdk-samples");
     let output = tokio::process::Command::new(sb_testkit::python())
