@@ -175,32 +175,6 @@ impl From<BoxError> for HandlerError {
     }
 }
 
-/// A handler's own SQL on [`crate::PgTx`] is classified like the runtime's: a deadlock is
-/// transient, a check violation permanent, a unique violation of a business-key constraint a
-/// duplicate.
-#[cfg(feature = "postgres")]
-impl From<tokio_postgres::Error> for HandlerError {
-    fn from(error: tokio_postgres::Error) -> Self {
-        HandlerError::Store(crate::store::postgres::classify(error))
-    }
-}
-
-/// See the `tokio_postgres` conversion: the SQLite store's classifier decides.
-#[cfg(feature = "sqlite")]
-impl From<rusqlite::Error> for HandlerError {
-    fn from(error: rusqlite::Error) -> Self {
-        HandlerError::Store(crate::store::sqlite::classify(error))
-    }
-}
-
-/// See the `tokio_postgres` conversion: the SQL Server store's classifier decides.
-#[cfg(feature = "mssql")]
-impl From<tiberius::error::Error> for HandlerError {
-    fn from(error: tiberius::error::Error) -> Self {
-        HandlerError::Store(crate::store::mssql::classify(error))
-    }
-}
-
 /// A body that does not decode as its contract says.
 ///
 /// The description must not echo the payload: use [`DecodeError::json`] for serde_json errors,

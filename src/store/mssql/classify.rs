@@ -245,6 +245,14 @@ fn quoted_after<'a>(message: &'a str, marker: &str, quote: char) -> Option<&'a s
     (!name.is_empty()).then_some(name)
 }
 
+/// A handler's own SQL on [`crate::MssqlTx`] is classified like the runtime's (see the
+/// PostgreSQL conversion).
+impl From<tiberius::error::Error> for crate::runtime::HandlerError {
+    fn from(error: tiberius::error::Error) -> Self {
+        crate::runtime::HandlerError::Store(classify(error))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -72,6 +72,15 @@ pub(crate) fn kind_of(code: &SqlState, constraint: Option<&str>) -> ErrorKind {
     }
 }
 
+/// A handler's own SQL on [`crate::PgTx`] is classified like the runtime's: a deadlock is
+/// transient, a check violation permanent, a unique violation of a business-key constraint a
+/// duplicate. Here, beside the classifier, so the runtime never sees the driver's error.
+impl From<tokio_postgres::Error> for crate::runtime::HandlerError {
+    fn from(error: tokio_postgres::Error) -> Self {
+        crate::runtime::HandlerError::Store(classify(error))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -79,3 +79,11 @@ pub fn classify(error: rusqlite::Error) -> StoreError {
     };
     StoreError::new(kind, Some(code.to_string()), constraint, message).with_source(error)
 }
+
+/// A handler's own SQL on [`crate::SqliteTx`] is classified like the runtime's (see the
+/// PostgreSQL conversion).
+impl From<rusqlite::Error> for crate::runtime::HandlerError {
+    fn from(error: rusqlite::Error) -> Self {
+        crate::runtime::HandlerError::Store(classify(error))
+    }
+}

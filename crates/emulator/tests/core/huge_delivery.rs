@@ -15,9 +15,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use sb_amqp::performative::{Attach, Begin, Detach, Flow, Open, Performative, Transfer};
 use sb_amqp::types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
-use sb_amqp::types::messaging::{
-    ApplicationProperties, Message, Properties, Source, Target, TargetArchetype,
-};
+use sb_amqp::types::messaging::{Message, Properties, Source, Target, TargetArchetype};
 use sb_amqp::types::performatives::{ChannelMax, MaxFrameSize};
 use sb_amqp::types::primitives::SimpleValue;
 use sb_amqp::{Connection, Frame, FrameBody, ReceiverOptions, RequestResponse, Sendable};
@@ -189,16 +187,7 @@ fn put_token_request(
             reply_to: reply_to.map(str::to_owned),
             ..Default::default()
         })
-        .application_properties(
-            ApplicationProperties::builder()
-                .insert("operation", SimpleValue::String("put-token".into()))
-                .insert(
-                    "type",
-                    SimpleValue::String("servicebus.windows.net:sastoken".into()),
-                )
-                .insert("name", SimpleValue::String(audience.into()))
-                .build(),
-        )
+        .application_properties(super::process::put_token_properties(audience))
         .value(super::process::sas_token(audience))
         .build()
 }

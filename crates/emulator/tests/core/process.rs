@@ -10,6 +10,18 @@ use sb_amqp::types::primitives::SimpleValue;
 use sb_amqp::{Connection, ReceiverOptions, RequestResponse, condition};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+/// The application properties of a `$cbs` put-token for `audience` with a SAS token.
+pub(super) fn put_token_properties(audience: &str) -> ApplicationProperties {
+    ApplicationProperties::builder()
+        .insert("operation", SimpleValue::String("put-token".into()))
+        .insert(
+            "type",
+            SimpleValue::String("servicebus.windows.net:sastoken".into()),
+        )
+        .insert("name", SimpleValue::String(audience.into()))
+        .build()
+}
+
 /// A SAS token as the SDKs sign it: HMAC-SHA256 over `urlencode(audience)\nexpiry`.
 pub(super) fn sas_token(audience: &str) -> String {
     let encode = |s: &str| {
@@ -76,16 +88,7 @@ async fn the_idle_flag_detaches_links_and_the_websocket_string_is_printed() {
     let cbs = RequestResponse::attach(&session, "$cbs").await.unwrap();
     let audience = format!("sb://{addr}/orders");
     let request = Message::builder()
-        .application_properties(
-            ApplicationProperties::builder()
-                .insert("operation", SimpleValue::String("put-token".into()))
-                .insert(
-                    "type",
-                    SimpleValue::String("servicebus.windows.net:sastoken".into()),
-                )
-                .insert("name", SimpleValue::String(audience.clone()))
-                .build(),
-        )
+        .application_properties(put_token_properties(&audience))
         .value(sas_token(&audience))
         .build();
     let reply = cbs.request(request).await.unwrap();
