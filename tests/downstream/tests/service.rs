@@ -2,6 +2,8 @@
 //! its build.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::time::Duration;
 
 use sb_emulator::{Broker, Config, Emulator, EmulatorOptions, QueueConfig};
@@ -123,26 +125,7 @@ async fn the_service_hosts_its_handler_from_a_config_file_and_applies_each_order
 /// service: no CLI, no TOML, no gRPC exporter, no Entra ID, no emulator.
 #[test]
 fn the_library_pulls_no_application_dependencies_into_the_service() {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let output = std::process::Command::new(cargo)
-        .args([
-            "tree",
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-            "--offline",
-            "--manifest-path",
-        ])
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
-        .output()
-        .expect("cargo tree runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let tree = String::from_utf8_lossy(&output.stdout);
+    let tree = common::cargo_tree(&[]);
     let crates: Vec<&str> = tree
         .lines()
         .filter_map(|line| line.split_whitespace().next())

@@ -3,6 +3,8 @@
 //! workspace and not this crate: here `serde_amqp` is the crates.io release, unpatched, and the
 //! bound has to come from `sb-amqp`'s own check in front of it.
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -51,20 +53,11 @@ fn six_bytes_claiming_three_gigabytes_are_refused_without_allocating_the_claim()
 /// not a path or a patch (`cargo tree` prints a local source in parentheses).
 #[test]
 fn serde_amqp_is_the_registry_release_with_no_patch_in_between() {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let output = std::process::Command::new(cargo)
-        .args(["tree", "-e", "normal", "--prefix", "none", "--offline"])
-        .args(["-i", "serde_amqp", "--depth", "0", "--manifest-path"])
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
-        .output()
-        .expect("cargo tree runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let tree = String::from_utf8_lossy(&output.stdout);
+    let tree = common::cargo_tree(&["-i", "serde_amqp", "--depth", "0"]);
     let line = tree.lines().next().unwrap_or_default();
     assert!(line.starts_with("serde_amqp v0.18"), "{tree}");
-    assert!(!line.contains('('), "serde_amqp comes from a local path: {tree}");
+    assert!(
+        !line.contains('('),
+        "serde_amqp comes from a local path: {tree}"
+    );
 }
