@@ -3,6 +3,7 @@
 
 use std::future::Future;
 
+use super::envelope::Headers;
 use super::{ConsumerName, Contract, DeadLetterReason, IdempotencyKey, Rejection, envelope};
 use crate::ports::{Message, StoreError, Tx};
 
@@ -221,8 +222,10 @@ pub struct Context<'a, P> {
     pub(crate) logical_id: &'a str,
     /// The consumer this runtime runs as.
     pub consumer: &'a ConsumerName,
-    /// The contract from the subject.
+    /// The contract the envelope names.
     pub contract: &'a Contract,
+    /// The envelope's headers: see [`Context::headers`].
+    pub(crate) headers: &'a Headers,
     /// Earlier deliveries of this message.
     pub delivery_count: u32,
 }
@@ -233,6 +236,13 @@ impl<'a, P> Context<'a, P> {
     /// business keys and derive downstream keys from it, never from the broker's id.
     pub fn logical_id(&self) -> &'a str {
         self.logical_id
+    }
+
+    /// The envelope's headers: the application properties for the subject-versioned envelope,
+    /// the envelope's own headers for MassTransit, NServiceBus or CloudEvents (see
+    /// [`EnvelopeReader`](crate::runtime::EnvelopeReader)).
+    pub fn headers(&self) -> &'a Headers {
+        self.headers
     }
 
     /// The logical message id under its old name.

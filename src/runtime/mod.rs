@@ -56,8 +56,8 @@ pub use clock::Clock;
 pub use consumer::{ConsumerName, ConsumerNameError, MAX_CONSUMER_NAME_LEN};
 pub(crate) use envelope::truncate;
 pub use envelope::{
-    Contract, ContractParseError, DeadLetterReason, LOGICAL_ID_PROPERTY, MAX_DESCRIPTION_LEN,
-    MAX_MESSAGE_ID_LEN, Rejection,
+    Contract, ContractParseError, DeadLetterReason, EnvelopeReader, Headers, LOGICAL_ID_PROPERTY,
+    MAX_DESCRIPTION_LEN, MAX_MESSAGE_ID_LEN, Opened, Rejection, SubjectVersioned,
 };
 // Public for tools that copy messages as the runtime does (the application's dead-letter
 // resubmission, `ops::dlq` in sb-inbox-cli) and for the test kit's `ContextBuilder`.

@@ -249,13 +249,17 @@ where
 
     /// The envelope check and the body's decoding, before any database work: a failure is
     /// permanent, dead-lettered without a transaction.
-    pub(super) fn accept<D: Delivery>(
+    pub(super) fn accept<'d, D: Delivery>(
         &self,
-        delivery: &D,
-    ) -> Result<(envelope::Envelope, H::Payload), Rejection> {
+        delivery: &'d D,
+    ) -> Result<(envelope::Envelope<'d>, H::Payload), Rejection> {
         let message = delivery.message();
-        let envelope = envelope::check(message, self.handler.contracts())?;
-        match self.handler.decode(&envelope.contract, &message.body) {
+        let envelope = envelope::check(
+            message,
+            &envelope::SubjectVersioned,
+            self.handler.contracts(),
+        )?;
+        match self.handler.decode(&envelope.contract, &envelope.body) {
             Ok(payload) => Ok((envelope, payload)),
             Err(error) => Err(Rejection::new(
                 DeadLetterReason::InvalidPayload,
@@ -268,7 +272,7 @@ where
     pub(super) fn context<'c, D: Delivery>(
         &'c self,
         delivery: &'c D,
-        envelope: &'c envelope::Envelope,
+        envelope: &'c envelope::Envelope<'c>,
         payload: H::Payload,
     ) -> Context<'c, H::Payload> {
         Context {
@@ -277,6 +281,7 @@ where
             logical_id: &envelope.logical_id,
             consumer: self.consumer,
             contract: &envelope.contract,
+            headers: &envelope.headers,
             delivery_count: delivery.delivery_count(),
         }
     }

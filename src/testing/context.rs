@@ -122,6 +122,7 @@ impl ContextBuilder {
             logical_id: &self.logical_id,
             consumer: &self.consumer,
             contract: &self.contract,
+            headers: &self.message.application_properties,
             delivery_count: self.delivery_count,
         }
     }

@@ -268,7 +268,12 @@ def auto_lock_renewer_over_prefetched_messages():
             with AutoLockRenewer(max_lock_renewal_duration=30) as renewer:
                 for m in msgs:
                     renewer.register(receiver, m, on_lock_renew_failure=lambda r, e: failures.append((str(r), repr(getattr(e, "inner_exception", e)))))
-                time.sleep(7)  # over two lock durations of c-autorenew
+                # 8 s: past the first lock (5 s) and over half the next, so every message needs a
+                # renewal by the renewer. The 5 s lock (not 3 s) gives the renewer's threads,
+                # which renew at 75 % of the lock's whole seconds (SDK `SHORT_RENEW_SCALING_FACTOR`)
+                # and sweep every 0.5 s, a margin a loaded CI machine does not eat: at 3 s, twelve
+                # renewals serialised on one management link lost a lock under load (CI, stop 37).
+                time.sleep(8)
                 assert failures == [], failures
             # Completing while the renewer runs races it: a renewal that reaches the broker after
             # the completion is answered message-lock-lost (410), as the service answers it.

@@ -1,7 +1,12 @@
 //! The envelope check: the logical id and the contract a message must carry before any
 //! database work, and the dead-letter reasons and rejections when it does not.
 
+use std::borrow::Cow;
 use std::fmt;
+
+mod reader;
+
+pub use reader::{EnvelopeReader, Headers, Opened, SubjectVersioned};
 
 use crate::ports::{Message, PropertyValue, TYPED_MESSAGE_ID_PREFIX};
 
@@ -155,12 +160,14 @@ impl Rejection {
     }
 }
 
-/// A checked envelope: the logical message id (the inbox key) and the contract the handler
-/// relies on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Envelope {
+/// A checked envelope: the logical message id (the inbox key), the contract the handler
+/// relies on, the body it decodes and the envelope's headers.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Envelope<'m> {
     pub(crate) logical_id: String,
     pub(crate) contract: Contract,
+    pub(crate) body: Cow<'m, [u8]>,
+    pub(crate) headers: Cow<'m, Headers>,
 }
 
 /// The logical message id: [`LOGICAL_ID_PROPERTY`] when present, else the broker message id;
@@ -176,6 +183,11 @@ pub fn logical_id(message: &Message) -> Result<&str, Rejection> {
         }
         None => (message.message_id.as_deref(), "message id"),
     };
+    checked_id(id, what)
+}
+
+/// An id checked for presence, length and control characters; `what` names it in the rejection.
+fn checked_id<'a>(id: Option<&'a str>, what: &str) -> Result<&'a str, Rejection> {
     match id {
         None | Some("") => Err(Rejection::new(
             DeadLetterReason::MissingMessageId,
@@ -217,25 +229,30 @@ pub fn derived_message_id(logical_id: &str, suffix: &str) -> String {
     format!("{hex}/{suffix}")
 }
 
-/// Checks the logical message id and the contract against the accepted contracts.
-pub(crate) fn check(message: &Message, accepted: &[Contract]) -> Result<Envelope, Rejection> {
-    let logical_id = logical_id(message)?.to_owned();
-    let subject = match message.subject.as_deref() {
-        None | Some("") => {
-            return Err(Rejection::new(
-                DeadLetterReason::MissingContract,
-                "the message has no subject naming its contract (<name>.v<version>)",
-            ));
-        }
-        Some(subject) => subject,
-    };
-    let contract: Contract = subject.parse().map_err(|e: ContractParseError| {
-        Rejection::new(DeadLetterReason::UnsupportedContract, e.to_string())
-    })?;
+/// Opens `message` with `reader` and checks the logical message id and the contract against
+/// the accepted contracts. The logical id is [`LOGICAL_ID_PROPERTY`] when present (a retry copy,
+/// a resubmitted dead letter), else the envelope's own id, else the broker message id.
+pub(crate) fn check<'m>(
+    message: &'m Message,
+    reader: &dyn EnvelopeReader,
+    accepted: &[Contract],
+) -> Result<Envelope<'m>, Rejection> {
+    let opened = reader.open(message)?;
+    let logical_id = match (
+        &opened.id,
+        message.application_properties.get(LOGICAL_ID_PROPERTY),
+    ) {
+        (Some(id), None) => checked_id(Some(id.as_ref()), "envelope message id")?,
+        _ => logical_id(message)?,
+    }
+    .to_owned();
+    let contract = opened.contract;
     if accepted.contains(&contract) {
         return Ok(Envelope {
             logical_id,
             contract,
+            body: opened.body,
+            headers: opened.headers,
         });
     }
     let supported = accepted
@@ -291,11 +308,8 @@ mod tests {
 
     #[test]
     fn accepts_known_contract() {
-        let envelope = check(
-            &message(Some("m"), Some("orders.order-placed.v1")),
-            &accepted(),
-        )
-        .unwrap();
+        let message = message(Some("m"), Some("orders.order-placed.v1"));
+        let envelope = check(&message, &SubjectVersioned, &accepted()).unwrap();
         assert_eq!(envelope.logical_id, "m");
         assert_eq!(envelope.contract, Contract::new("orders.order-placed", 1));
     }
@@ -334,7 +348,7 @@ mod tests {
             ),
         ];
         for (message, reason) in cases {
-            let rejection = check(&message, &accepted()).unwrap_err();
+            let rejection = check(&message, &SubjectVersioned, &accepted()).unwrap_err();
             assert_eq!(rejection.reason, reason, "{message:?}");
             assert!(rejection.description.len() <= MAX_DESCRIPTION_LEN);
         }
@@ -345,9 +359,19 @@ mod tests {
         let mut copy = message(Some("m-1/retry-1"), Some("orders.order-placed.v1"));
         copy.application_properties
             .insert(LOGICAL_ID_PROPERTY.into(), "m-1".into());
-        assert_eq!(check(&copy, &accepted()).unwrap().logical_id, "m-1");
+        assert_eq!(
+            check(&copy, &SubjectVersioned, &accepted())
+                .unwrap()
+                .logical_id,
+            "m-1"
+        );
         copy.message_id = None;
-        assert_eq!(check(&copy, &accepted()).unwrap().logical_id, "m-1");
+        assert_eq!(
+            check(&copy, &SubjectVersioned, &accepted())
+                .unwrap()
+                .logical_id,
+            "m-1"
+        );
 
         let cases = [
             (
@@ -368,7 +392,7 @@ mod tests {
             let mut bad = message(Some("m-1"), Some("orders.order-placed.v1"));
             bad.application_properties
                 .insert(LOGICAL_ID_PROPERTY.into(), value.clone());
-            let rejection = check(&bad, &accepted()).unwrap_err();
+            let rejection = check(&bad, &SubjectVersioned, &accepted()).unwrap_err();
             assert_eq!(rejection.reason, reason, "{value:?}");
             assert!(
                 rejection.description.contains("logical message id")
@@ -386,7 +410,12 @@ mod tests {
         assert!(cut.ends_with('…'));
         assert_eq!(truncate("short", 10), "short");
         let long_subject = format!("{}.v1", "n".repeat(5000));
-        let rejection = check(&message(Some("m"), Some(&long_subject)), &accepted()).unwrap_err();
+        let rejection = check(
+            &message(Some("m"), Some(&long_subject)),
+            &SubjectVersioned,
+            &accepted(),
+        )
+        .unwrap_err();
         assert!(rejection.description.len() <= MAX_DESCRIPTION_LEN);
     }
 
