@@ -153,6 +153,11 @@ pub mod worker;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+/// Envelope readers: how a delivery yields its contract, its own id, its body and its headers
+/// (ours, MassTransit, NServiceBus, CloudEvents, raw), chosen per consumer with
+/// [`RuntimeConfig::envelope`] or `envelope.kind` in `worker.toml`.
+pub use runtime::envelope;
+
 pub use ports::{
     BacklogSample, Delivery, DuplicateScope, ErrorKind, INBOX_PROPERTY_PREFIX, Message,
     OutboxBacklog, OutboxLease, OutboxMessage, OutboxRow, OutboxStore, PropertyValue, ReceiveError,
