@@ -144,8 +144,7 @@ impl CloudEvents {
                 headers.insert(name.0.clone().into_owned(), value);
             }
         }
-        Ok(Opened::new(contract, body, Cow::Owned(headers))
-            .with_id(cloudevent_id(&source, &id)))
+        Ok(Opened::new(contract, body, Cow::Owned(headers)).with_id(cloudevent_id(&source, &id)))
     }
 
     fn binary<'m>(&self, message: &'m Message) -> Result<Opened<'m>, Rejection> {
@@ -222,10 +221,7 @@ impl CloudEvents {
         if specversion != "1.0" {
             return Err(Rejection::new(
                 DeadLetterReason::InvalidPayload,
-                format!(
-                    "CloudEvents specversion {} is not 1.0",
-                    Quoted(specversion)
-                ),
+                format!("CloudEvents specversion {} is not 1.0", Quoted(specversion)),
             ));
         }
         for (name, value) in [("id", id), ("source", source)] {
@@ -254,7 +250,11 @@ impl EnvelopeReader for CloudEvents {
     fn open<'m>(&self, message: &'m Message) -> Result<Opened<'m>, Rejection> {
         match message.content_type.as_deref().map(media_type) {
             Some(media) if media.eq_ignore_ascii_case(CLOUDEVENTS_JSON) => self.structured(message),
-            Some(media) if media.to_ascii_lowercase().starts_with("application/cloudevents") => {
+            Some(media)
+                if media
+                    .to_ascii_lowercase()
+                    .starts_with("application/cloudevents") =>
+            {
                 Err(Rejection::new(
                     DeadLetterReason::InvalidPayload,
                     format!(
@@ -339,14 +339,26 @@ mod tests {
 
     #[test]
     fn binary_mode_with_either_prefix_is_the_same_event() {
-        let structured_id = reader().open(&structured(STRUCTURED)).unwrap().id.unwrap().into_owned();
+        let structured_id = reader()
+            .open(&structured(STRUCTURED))
+            .unwrap()
+            .id
+            .unwrap()
+            .into_owned();
         for prefix in CLOUDEVENTS_PREFIXES {
             let message = binary(prefix);
             let opened = reader().open(&message).unwrap();
             assert_eq!(opened.contract, Contract::new("orders.order-placed", 1));
-            assert_eq!(opened.id.as_deref(), Some(structured_id.as_str()), "{prefix}");
+            assert_eq!(
+                opened.id.as_deref(),
+                Some(structured_id.as_str()),
+                "{prefix}"
+            );
             assert_eq!(&opened.body[..], br#"{"orderId": "o-1"}"#);
-            assert_eq!(opened.headers.get("time"), Some(&PropertyValue::Long(1_522_949_460_000)));
+            assert_eq!(
+                opened.headers.get("time"),
+                Some(&PropertyValue::Long(1_522_949_460_000))
+            );
             assert_eq!(opened.headers.get("tenant"), Some(&"t-1".into()));
             assert_eq!(
                 opened.headers.get("datacontenttype"),
@@ -383,7 +395,13 @@ mod tests {
             br#"a "quoted" line"#
         );
         let no_data = STRUCTURED.replace(r#""data" : {"orderId": "o-1"}"#, r#""data": null"#);
-        assert!(reader().open(&structured(&no_data)).unwrap().body.is_empty());
+        assert!(
+            reader()
+                .open(&structured(&no_data))
+                .unwrap()
+                .body
+                .is_empty()
+        );
     }
 
     #[test]
@@ -392,21 +410,38 @@ mod tests {
         let secret = "s3cr3t";
         let swap = |from: &str, to: &str| structured(&STRUCTURED.replace(from, to));
         let mut no_attributes = binary("cloudEvents_");
-        no_attributes.application_properties.retain(|k, _| !k.starts_with("cloudEvents"));
+        no_attributes
+            .application_properties
+            .retain(|k, _| !k.starts_with("cloudEvents"));
         let cases = [
             (structured(&format!("{{{secret}")), InvalidPayload),
             (swap(r#""1.0""#, r#""0.3""#), InvalidPayload),
             (swap(r#""id" : "A234-1234-1234","#, ""), MissingMessageId),
-            (swap(r#""source" : "/shop/checkout","#, ""), MissingMessageId),
-            (swap(r#""type" : "com.example.shop.order.placed","#, ""), MissingContract),
-            (swap("com.example.shop.order.placed", "com.example.other"), UnsupportedContract),
-            (swap(r#""A234-1234-1234""#, &format!(r#"{{"x":"{secret}"}}"#)), InvalidPayload),
+            (
+                swap(r#""source" : "/shop/checkout","#, ""),
+                MissingMessageId,
+            ),
+            (
+                swap(r#""type" : "com.example.shop.order.placed","#, ""),
+                MissingContract,
+            ),
+            (
+                swap("com.example.shop.order.placed", "com.example.other"),
+                UnsupportedContract,
+            ),
+            (
+                swap(r#""A234-1234-1234""#, &format!(r#"{{"x":"{secret}"}}"#)),
+                InvalidPayload,
+            ),
             (
                 swap(r#""data" : {"#, r#""data_base64": "AA==", "data" : {"#),
                 InvalidPayload,
             ),
             (
-                swap(r#""data" : {"orderId": "o-1"}"#, &format!(r#""data_base64": "{secret}!""#)),
+                swap(
+                    r#""data" : {"orderId": "o-1"}"#,
+                    &format!(r#""data_base64": "{secret}!""#),
+                ),
                 InvalidPayload,
             ),
             (
@@ -414,7 +449,10 @@ mod tests {
                 InvalidPayload,
             ),
             (no_attributes, MissingContract),
-            (binary("cloudEvents_").with_property("cloudEvents_id", 7_i64), InvalidPayload),
+            (
+                binary("cloudEvents_").with_property("cloudEvents_id", 7_i64),
+                InvalidPayload,
+            ),
         ];
         for (message, reason) in cases {
             let rejection = reader().open(&message).unwrap_err();

@@ -221,10 +221,7 @@ fn bounded_error(what: &str, error: &serde_json::Error) -> Rejection {
     if text.starts_with("more than ") {
         // Our own message from `Bounded::too_many`: a number and a noun, no payload.
         let limit = text.split(" at line").next().unwrap_or(&text);
-        return Rejection::new(
-            DeadLetterReason::InvalidPayload,
-            format!("{what}: {limit}"),
-        );
+        return Rejection::new(DeadLetterReason::InvalidPayload, format!("{what}: {limit}"));
     }
     not_json(what, error)
 }
@@ -238,7 +235,10 @@ mod tests {
     fn members_borrow_and_are_bounded() {
         let body = br#"{"a":"x","b":{"c":[1,2]},"e":"q\"uote"}"#;
         let members = members(body, "envelope").unwrap();
-        assert!(matches!(string(&members, "a", "e").unwrap(), Some(Cow::Borrowed("x"))));
+        assert!(matches!(
+            string(&members, "a", "e").unwrap(),
+            Some(Cow::Borrowed("x"))
+        ));
         assert_eq!(member(&members, "b").unwrap().get(), r#"{"c":[1,2]}"#);
         assert_eq!(string(&members, "e", "e").unwrap().unwrap(), "q\"uote");
         assert_eq!(string(&members, "z", "e").unwrap(), None);
@@ -249,22 +249,44 @@ mod tests {
         let body = format!("{{{}}}", many.trim_end_matches(','));
         let rejection = super::members(body.as_bytes(), "envelope").unwrap_err();
         assert_eq!(rejection.reason, DeadLetterReason::InvalidPayload);
-        assert!(rejection.description.contains("more than"), "{}", rejection.description);
+        assert!(
+            rejection.description.contains("more than"),
+            "{}",
+            rejection.description
+        );
     }
 
     #[test]
     fn refusals_never_quote_the_body() {
-        for body in [&b"{\"a\": secret}"[..], b"[\"secret\"]", b"{\"a\":1} secret", b"\"secret\""] {
+        for body in [
+            &b"{\"a\": secret}"[..],
+            b"[\"secret\"]",
+            b"{\"a\":1} secret",
+            b"\"secret\"",
+        ] {
             let rejection = members(body, "envelope").unwrap_err();
             assert_eq!(rejection.reason, DeadLetterReason::InvalidPayload);
-            assert!(!rejection.description.contains("secret"), "{}", rejection.description);
+            assert!(
+                !rejection.description.contains("secret"),
+                "{}",
+                rejection.description
+            );
         }
         let raw: Box<RawValue> = serde_json::from_str(r#"["a", {"secret": 1}]"#).unwrap();
         let rejection = strings(&raw, 4, "messageType").unwrap_err();
-        assert!(!rejection.description.contains("secret"), "{}", rejection.description);
+        assert!(
+            !rejection.description.contains("secret"),
+            "{}",
+            rejection.description
+        );
         let raw: Box<RawValue> = serde_json::from_str(r#"["a","b","c"]"#).unwrap();
         assert_eq!(strings(&raw, 3, "t").unwrap(), ["a", "b", "c"]);
-        assert!(strings(&raw, 2, "t").unwrap_err().description.contains("more than 2"));
+        assert!(
+            strings(&raw, 2, "t")
+                .unwrap_err()
+                .description
+                .contains("more than 2")
+        );
     }
 
     #[test]

@@ -85,9 +85,10 @@ impl MassTransit {
             None => Vec::new(),
             Some(raw) => json_body::strings(raw, MAX_ENVELOPE_TYPES, "MassTransit messageType")?,
         };
-        let contract = self
-            .types
-            .resolve_first(types.iter().map(|t| (t.as_ref(), None)), "MassTransit messageType")?;
+        let contract = self.types.resolve_first(
+            types.iter().map(|t| (t.as_ref(), None)),
+            "MassTransit messageType",
+        )?;
         let payload = match json_body::member(&members, "message") {
             Some(raw) if raw.get() != "null" => raw,
             _ => {
@@ -224,7 +225,10 @@ mod tests {
     fn reader() -> MassTransit {
         MassTransit::new(
             TypeMap::new()
-                .with("urn:message:Shop.Contracts:OrderPlaced", "orders.order-placed.v1")
+                .with(
+                    "urn:message:Shop.Contracts:OrderPlaced",
+                    "orders.order-placed.v1",
+                )
                 .unwrap(),
         )
         .unwrap()
@@ -239,8 +243,14 @@ mod tests {
         let message = enveloped(ENVELOPE);
         let opened = reader().open(&message).unwrap();
         assert_eq!(opened.contract, Contract::new("orders.order-placed", 1));
-        assert_eq!(opened.id.as_deref(), Some("181c0000-6393-3630-36a4-08daf4e7c6da"));
-        assert!(matches!(opened.body, Cow::Borrowed(_)), "the payload is borrowed");
+        assert_eq!(
+            opened.id.as_deref(),
+            Some("181c0000-6393-3630-36a4-08daf4e7c6da")
+        );
+        assert!(
+            matches!(opened.body, Cow::Borrowed(_)),
+            "the payload is borrowed"
+        );
         assert_eq!(
             &opened.body[..],
             br#"{"orderId": "o-1", "lines": [{"sku": "A", "quantity": 2}]}"#
@@ -271,11 +281,17 @@ mod tests {
     fn a_less_specific_mapped_type_is_used_and_an_envelope_without_id_keeps_the_brokers() {
         let reader = MassTransit::new(
             TypeMap::new()
-                .with("urn:message:Shop.Contracts:IOrderEvent", "orders.order-event.v3")
+                .with(
+                    "urn:message:Shop.Contracts:IOrderEvent",
+                    "orders.order-event.v3",
+                )
                 .unwrap(),
         )
         .unwrap();
-        let body = ENVELOPE.replace(r#""messageId": "181c0000-6393-3630-36a4-08daf4e7c6da","#, "");
+        let body = ENVELOPE.replace(
+            r#""messageId": "181c0000-6393-3630-36a4-08daf4e7c6da","#,
+            "",
+        );
         let message = enveloped(&body);
         let opened = reader.open(&message).unwrap();
         assert_eq!(opened.contract, Contract::new("orders.order-event", 3));
@@ -299,7 +315,9 @@ mod tests {
         assert_eq!(opened.headers.get("ConversationId"), Some(&"c-1".into()));
 
         let mut without_id = message.clone();
-        without_id.application_properties.remove(MT_MESSAGE_ID_PROPERTY);
+        without_id
+            .application_properties
+            .remove(MT_MESSAGE_ID_PROPERTY);
         assert_eq!(reader().open(&without_id).unwrap().id, None);
     }
 
@@ -307,22 +325,46 @@ mod tests {
     fn every_malformed_envelope_is_rejected_with_its_reason() {
         use DeadLetterReason::*;
         let secret = "s3cr3t-payload";
-        let too_many: Vec<String> = (0..=MAX_ENVELOPE_TYPES).map(|i| format!("\"t{i}\"")).collect();
+        let too_many: Vec<String> = (0..=MAX_ENVELOPE_TYPES)
+            .map(|i| format!("\"t{i}\""))
+            .collect();
         let cases: Vec<(Message, DeadLetterReason)> = vec![
             (enveloped(&format!("not json {secret}")), InvalidPayload),
             (enveloped(&format!("[\"{secret}\"]")), InvalidPayload),
             (enveloped(r#"{"message":{}}"#), MissingContract),
-            (enveloped(r#"{"messageType":[],"message":{}}"#), MissingContract),
-            (enveloped(&format!(r#"{{"messageType":"{secret}","message":{{}}}}"#)), InvalidPayload),
-            (enveloped(&format!(r#"{{"messageType":[7, "{secret}"],"message":{{}}}}"#)), InvalidPayload),
             (
-                enveloped(&format!(r#"{{"messageType":[{}],"message":{{}}}}"#, too_many.join(","))),
+                enveloped(r#"{"messageType":[],"message":{}}"#),
+                MissingContract,
+            ),
+            (
+                enveloped(&format!(r#"{{"messageType":"{secret}","message":{{}}}}"#)),
                 InvalidPayload,
             ),
-            (enveloped(r#"{"messageType":["urn:message:Shop:Other"],"message":{}}"#), UnsupportedContract),
-            (enveloped(r#"{"messageType":["urn:message:Shop.Contracts:OrderPlaced"]}"#), InvalidPayload),
             (
-                enveloped(r#"{"messageType":["urn:message:Shop.Contracts:OrderPlaced"],"message":null}"#),
+                enveloped(&format!(
+                    r#"{{"messageType":[7, "{secret}"],"message":{{}}}}"#
+                )),
+                InvalidPayload,
+            ),
+            (
+                enveloped(&format!(
+                    r#"{{"messageType":[{}],"message":{{}}}}"#,
+                    too_many.join(",")
+                )),
+                InvalidPayload,
+            ),
+            (
+                enveloped(r#"{"messageType":["urn:message:Shop:Other"],"message":{}}"#),
+                UnsupportedContract,
+            ),
+            (
+                enveloped(r#"{"messageType":["urn:message:Shop.Contracts:OrderPlaced"]}"#),
+                InvalidPayload,
+            ),
+            (
+                enveloped(
+                    r#"{"messageType":["urn:message:Shop.Contracts:OrderPlaced"],"message":null}"#,
+                ),
                 InvalidPayload,
             ),
             (
@@ -350,7 +392,10 @@ mod tests {
             (
                 Message::new("b", "", "{}")
                     .with_content_type("application/json")
-                    .with_property(MT_MESSAGE_TYPE_PROPERTY, "urn:message:Shop.Contracts:OrderPlaced")
+                    .with_property(
+                        MT_MESSAGE_TYPE_PROPERTY,
+                        "urn:message:Shop.Contracts:OrderPlaced",
+                    )
                     .with_property(MT_MESSAGE_ID_PROPERTY, 7_i64),
                 InvalidMessageId,
             ),
@@ -368,7 +413,12 @@ mod tests {
 
     #[test]
     fn an_unversioned_type_map_entry_is_refused() {
-        let types = TypeMap::new().with("urn:message:A:B", "orders.order-placed").unwrap();
-        assert!(matches!(MassTransit::new(types), Err(TypeMapError::Unversioned { .. })));
+        let types = TypeMap::new()
+            .with("urn:message:A:B", "orders.order-placed")
+            .unwrap();
+        assert!(matches!(
+            MassTransit::new(types),
+            Err(TypeMapError::Unversioned { .. })
+        ));
     }
 }

@@ -284,7 +284,9 @@ pub fn envelope_logical_id(
         return logical_id(message).map(str::to_owned);
     }
     match reader.open(message) {
-        Ok(Opened { id: Some(id), .. }) => checked_id(Some(&id), "envelope message id").map(str::to_owned),
+        Ok(Opened { id: Some(id), .. }) => {
+            checked_id(Some(&id), "envelope message id").map(str::to_owned)
+        }
         _ => logical_id(message).map(str::to_owned),
     }
 }

@@ -135,7 +135,10 @@ mod tests {
         Message::new("native-broker-id", "", r#"{"OrderId":"o-1"}"#)
             .with_content_type("application/json")
             .with_property(ENCLOSED_MESSAGE_TYPES, types)
-            .with_property(NSERVICEBUS_MESSAGE_ID, "5d6f2a4e-0f1b-4c55-9a8e-b0a3011c2d3e")
+            .with_property(
+                NSERVICEBUS_MESSAGE_ID,
+                "5d6f2a4e-0f1b-4c55-9a8e-b0a3011c2d3e",
+            )
             .with_property("NServiceBus.ContentType", "application/json")
             .with_property("NServiceBus.ConversationId", "c-1")
             .with_property("NServiceBus.MessageIntent", "Publish")
@@ -201,7 +204,9 @@ mod tests {
     #[test]
     fn without_its_id_header_the_broker_id_is_the_envelopes() {
         let mut message = native(ORDER_PLACED_V2);
-        message.application_properties.remove(NSERVICEBUS_MESSAGE_ID);
+        message
+            .application_properties
+            .remove(NSERVICEBUS_MESSAGE_ID);
         assert_eq!(reader().open(&message).unwrap().id, None);
     }
 
@@ -209,7 +214,9 @@ mod tests {
     fn every_malformed_message_is_rejected_with_its_reason() {
         use DeadLetterReason::*;
         let mut no_types = native(ORDER_PLACED_V2);
-        no_types.application_properties.remove(ENCLOSED_MESSAGE_TYPES);
+        no_types
+            .application_properties
+            .remove(ENCLOSED_MESSAGE_TYPES);
         let long_list = vec!["Shop.X"; 40].join(";");
         let cases = [
             (no_types, MissingContract),
@@ -225,7 +232,8 @@ mod tests {
                 InvalidPayload,
             ),
             (
-                native(ORDER_PLACED_V2).with_property(NSERVICEBUS_MESSAGE_ID, PropertyValue::Bool(true)),
+                native(ORDER_PLACED_V2)
+                    .with_property(NSERVICEBUS_MESSAGE_ID, PropertyValue::Bool(true)),
                 InvalidMessageId,
             ),
         ];

@@ -217,7 +217,9 @@ impl Raw {
             }
         };
         let Some(version_field) = &self.version else {
-            return self.types.resolve_first([(kind.as_ref(), None)], "the message");
+            return self
+                .types
+                .resolve_first([(kind.as_ref(), None)], "the message");
         };
         let version = match Self::value(version_field, message, body)? {
             None => {
@@ -288,9 +290,10 @@ impl EnvelopeReader for Raw {
             .iter()
             .any(|field| matches!(field, Some(Field::Pointer(_))))
         {
-            Some(serde_json::from_slice::<serde_json::Value>(&message.body).map_err(|e| {
-                super::json_body::not_json("the body", &e)
-            })?)
+            Some(
+                serde_json::from_slice::<serde_json::Value>(&message.body)
+                    .map_err(|e| super::json_body::not_json("the body", &e))?,
+            )
         } else {
             None
         };
@@ -356,7 +359,9 @@ mod tests {
 
     #[test]
     fn contract_and_id_from_pointers_through_the_type_map() {
-        let types = TypeMap::new().with("OrderPlaced", "orders.order-placed.v1").unwrap();
+        let types = TypeMap::new()
+            .with("OrderPlaced", "orders.order-placed.v1")
+            .unwrap();
         let reader = Raw::typed(field("pointer:/meta/type"))
             .with_types(types)
             .unwrap()
@@ -376,7 +381,11 @@ mod tests {
         let reader = Raw::typed(field("property:type"))
             .with_version(field("property:version"))
             .unwrap()
-            .with_types(TypeMap::new().with("Placed", "orders.order-placed").unwrap())
+            .with_types(
+                TypeMap::new()
+                    .with("Placed", "orders.order-placed")
+                    .unwrap(),
+            )
             .unwrap();
         for version in [PropertyValue::Long(2), "2".into(), "v2".into()] {
             let message = Message::new("m", "", "{}")
@@ -398,7 +407,9 @@ mod tests {
 
     #[test]
     fn an_unversioned_entry_needs_a_version_field() {
-        let types = TypeMap::new().with("Placed", "orders.order-placed").unwrap();
+        let types = TypeMap::new()
+            .with("Placed", "orders.order-placed")
+            .unwrap();
         assert!(matches!(
             Raw::typed(field("property:type")).with_types(types),
             Err(RawConfigError::TypeMap(TypeMapError::Unversioned { .. }))
@@ -416,7 +427,10 @@ mod tests {
         let cases = [
             (Message::new("m", "", "{}"), MissingContract),
             (typed("{}").with_property("type", ""), MissingContract),
-            (typed("{}").with_property("type", PropertyValue::Bool(true)), MissingContract),
+            (
+                typed("{}").with_property("type", PropertyValue::Bool(true)),
+                MissingContract,
+            ),
             (typed("{nope s3cr3t"), InvalidPayload),
             (typed(r#"{"id":"x"}"#), MissingContract),
             (typed(r#"{"v":"two"}"#), UnsupportedContractVersion),

@@ -108,7 +108,11 @@ impl TypeMap {
             type_name: truncate(type_name, 256),
             contract: truncate(contract, 256),
         };
-        if contract.is_empty() || contract.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        if contract.is_empty()
+            || contract
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control())
+        {
             return Err(invalid());
         }
         let target = match contract.parse::<Contract>() {
@@ -228,8 +232,14 @@ mod tests {
     fn a_mapped_type_then_a_contract_name_then_nothing() {
         let map = map();
         let v1 = Contract::new("orders.order-placed", 1);
-        assert_eq!(map.resolve("urn:message:Shop:OrderPlaced", None), Some(v1.clone()));
-        assert_eq!(map.resolve("urn:message:Shop:OrderPlaced", Some(7)), Some(v1));
+        assert_eq!(
+            map.resolve("urn:message:Shop:OrderPlaced", None),
+            Some(v1.clone())
+        );
+        assert_eq!(
+            map.resolve("urn:message:Shop:OrderPlaced", Some(7)),
+            Some(v1)
+        );
         assert_eq!(
             map.resolve("billing.charged.v3", None),
             Some(Contract::new("billing.charged", 3))
@@ -250,7 +260,10 @@ mod tests {
 
     #[test]
     fn bad_entries_are_refused() {
-        assert_eq!(TypeMap::new().with("", "a.v1"), Err(TypeMapError::EmptyType));
+        assert_eq!(
+            TypeMap::new().with("", "a.v1"),
+            Err(TypeMapError::EmptyType)
+        );
         for contract in ["", "a b.v1", "a\n"] {
             assert!(matches!(
                 TypeMap::new().with("t", contract),
@@ -264,7 +277,10 @@ mod tests {
         let map = map();
         let contract = map
             .resolve_first(
-                [("urn:message:Shop:Specific", None), ("urn:message:Shop:OrderPlaced", None)],
+                [
+                    ("urn:message:Shop:Specific", None),
+                    ("urn:message:Shop:OrderPlaced", None),
+                ],
                 "messageType",
             )
             .unwrap();
@@ -275,7 +291,11 @@ mod tests {
             .resolve_first([(unknown.as_str(), None)], "messageType")
             .unwrap_err();
         assert_eq!(rejection.reason, DeadLetterReason::UnsupportedContract);
-        assert!(rejection.description.len() < 300, "{}", rejection.description);
+        assert!(
+            rejection.description.len() < 300,
+            "{}",
+            rejection.description
+        );
 
         let rejection = map.resolve_first([], "messageType").unwrap_err();
         assert_eq!(rejection.reason, DeadLetterReason::MissingContract);
