@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use sb_inbox::envelope::cloudevent_id;
 use sb_inbox::{Delivery as _, Message, PropertyValue, Receiver as _};
 use sb_inbox_cli::inventory::InventoryStore;
 
@@ -91,6 +92,19 @@ async fn started(mut child: std::process::Child) -> Running {
     running
 }
 
+/// The inbox keys in the SQLite store at `db`, sorted: the logical ids the worker recorded.
+fn inbox_keys(db: &std::path::Path) -> Vec<String> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let mut statement = conn
+        .prepare("SELECT message_id FROM sb_inbox ORDER BY message_id")
+        .unwrap();
+    statement
+        .query_map([], |row| row.get::<_, String>(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
 /// The dead letters on `orders`, as (broker message id, reason).
 async fn dead_letters(emulator: &sb_emulator::Emulator, expected: usize) -> Vec<(String, String)> {
     let receiver = client(emulator).receiver("orders/$DeadLetterQueue", 0);
@@ -151,8 +165,10 @@ async fn masstransit_messages_take_effect_once_each() {
     );
     child.stop().await;
     let store = sb_inbox::SqliteStore::open(&db).unwrap();
-    // (reservations, inbox rows, reserved units): three orders of two units, once each.
+    // (reservations, inbox rows, reserved units): three orders of two units, once each, keyed
+    // on MassTransit's messageId / MessageId, not the broker ids (b-1…b-5).
     assert_eq!(inventory_totals(&store).await, (3, 3, 6));
+    assert_eq!(inbox_keys(&db), ["mt-1", "mt-2", "mt-3"]);
 }
 
 /// NServiceBus native messages key on `NServiceBus.MessageId`, not the broker's: a copy under a
@@ -189,6 +205,8 @@ async fn nservicebus_messages_key_on_their_own_message_id() {
     assert_eq!((counts.completed, counts.dead_lettered_total), (4, 0));
     let store = sb_inbox::SqliteStore::open(&db).unwrap();
     assert_eq!(inventory_totals(&store).await, (3, 3, 6));
+    // nsb-3 came under nsb-1's broker id (b-1) and is its own message.
+    assert_eq!(inbox_keys(&db), ["nsb-1", "nsb-2", "nsb-3"]);
 }
 
 /// CloudEvents made by the official CloudEvents SDK, structured and binary: the same event
@@ -226,6 +244,13 @@ async fn cloudevents_from_the_official_sdk_take_effect_once_each() {
     assert_eq!((counts.completed, counts.dead_lettered_total), (4, 0));
     let store = sb_inbox::SqliteStore::open(&db).unwrap();
     assert_eq!(inventory_totals(&store).await, (3, 3, 6));
+    let mut expected = vec![
+        cloudevent_id("/shop/checkout", "e-1"),
+        cloudevent_id("/shop/checkout", "e-2"),
+        cloudevent_id("/shop/returns", "e-1"),
+    ];
+    expected.sort();
+    assert_eq!(inbox_keys(&db), expected);
 }
 
 /// One order published by a MassTransit service and by an NServiceBus service, each under its
@@ -295,4 +320,13 @@ async fn one_order_from_two_frameworks_dedupes_by_business_key() {
     // business-key duplicate.
     assert_eq!(inventory_totals(&store).await, (1, 1, 2));
     assert_eq!(store.inventory_counts().await.unwrap().line_units, 2);
+    // The row is MassTransit's (sent and drained first), keyed on its messageId.
+    let keys: Vec<String> = store
+        .query("SELECT message_id FROM sb_inbox", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(keys, ["mt-o-77"]);
 }
