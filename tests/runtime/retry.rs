@@ -345,3 +345,56 @@ async fn a_last_retry_whose_commit_went_through_is_not_dead_lettered() {
     );
     assert_eq!(store.count("sb_inbox").await.unwrap(), 1);
 }
+
+/// Issue 34: a MassTransit message (the JSON envelope, its `messageId` distinct from the broker
+/// id) failing once is retried under a copy keyed on the envelope's id: the copy carries
+/// `messageId` as its logical id, the inbox row is keyed on it, and the message delivered again
+/// under another broker id is a duplicate of its first delivery.
+#[tokio::test(start_paused = true)]
+async fn a_masstransit_retry_copy_keys_on_the_envelopes_message_id() {
+    use sb_inbox::envelope::{MASSTRANSIT_CONTENT_TYPE, MassTransit, TypeMap};
+    let store = sqlite_store("retry_masstransit", 1).await;
+    let clock = Clock::new();
+    let broker = MemoryBroker::with_options(clock, Duration::from_secs(30), 10);
+    let handler = Flaky::new(OrderPlacedConsumer::new(), 1);
+    let mut config = retry_config(&broker, 3);
+    config.envelope = std::sync::Arc::new(
+        MassTransit::new(
+            TypeMap::new()
+                .with(
+                    "urn:message:Shop.Contracts:OrderPlaced",
+                    "orders.order-placed.v1",
+                )
+                .unwrap(),
+        )
+        .unwrap(),
+    );
+    let runtime = Runtime::with_clock(broker.receiver(), store.clone(), handler, config, clock);
+    let order = two_line_order("unused", "o-1").body;
+    let envelope = |broker_id: &str| {
+        let body = format!(
+            r#"{{"messageId":"mt-1","messageType":["urn:message:Shop.Contracts:OrderPlaced"],"message":{}}}"#,
+            String::from_utf8_lossy(&order)
+        );
+        sb_inbox::Message::new(broker_id, "", body).with_content_type(MASSTRANSIT_CONTENT_TYPE)
+    };
+    broker.send(envelope("b-1"));
+    run_until_idle(&runtime, &broker).await;
+    let sent = broker.sent();
+    assert_eq!(sent.len(), 1, "{sent:#?}");
+    let copy = &sent[0].message;
+    assert_eq!(copy.message_id.as_deref(), Some("b-1/retry-1"));
+    assert_eq!(
+        text(copy.application_properties.get(LOGICAL_ID_PROPERTY)),
+        "mt-1"
+    );
+    assert_eq!(inbox_keys(&store).await, ["mt-1"]);
+
+    broker.send(envelope("b-2"));
+    let delivery = broker.try_receive().unwrap();
+    assert_eq!(
+        runtime.process(delivery).await.outcome,
+        Outcome::Duplicate(DuplicateScope::Inbox)
+    );
+    assert_eq!(store.inventory_counts().await.unwrap().reservations, 1);
+}
