@@ -7,8 +7,16 @@ use crate::{bicep, read};
 /// Not always set in Azure: the emulator's connection string (never), the OTLP endpoint (only
 /// without the managed agent, which injects its own), the metrics exporter (only to turn it
 /// off), the export interval and log filter (defaults).
-const NOT_ALWAYS_SET: [&str; 17] = [
+const NOT_ALWAYS_SET: [&str; 23] = [
     "SB_INBOX_SERVICEBUS_CONNECTION",
+    // The envelope: the subject-versioned default unless the producers are MassTransit,
+    // NServiceBus, CloudEvents or raw; set by hand (README "Envelopes").
+    "SB_INBOX_ENVELOPE",
+    "SB_INBOX_ENVELOPE_TYPES",
+    "SB_INBOX_ENVELOPE_CONTRACT",
+    "SB_INBOX_ENVELOPE_CONTRACT_FROM",
+    "SB_INBOX_ENVELOPE_VERSION_FROM",
+    "SB_INBOX_ENVELOPE_ID_FROM",
     // Trust roots beside Mozilla's: only behind an inspecting proxy.
     "SB_INBOX_SERVICEBUS_CA_FILE",
     "SB_INBOX_SERVICEBUS_NATIVE_ROOTS",
