@@ -592,3 +592,49 @@ async fn a_batch_failing_as_a_whole_finds_its_culprits_and_the_rest_commit() {
     let c = broker.counts();
     assert_eq!((c.completed, c.abandoned), (14, 1));
 }
+
+/// Issue 34: a batched consumer reads its envelope too. NServiceBus messages in one batch key on
+/// `NServiceBus.MessageId`: a copy under a new broker id is an inbox duplicate of the first,
+/// another message under the first's broker id is processed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_keys_on_the_consumers_envelope() {
+    use sb_inbox::envelope::{NServiceBus, TypeMap};
+    let store = sqlite_store("rt_batch_envelope", 1).await;
+    let broker = MemoryBroker::new(Clock::new());
+    let mut config = batched(INVENTORY, BATCH);
+    config.envelope = Arc::new(NServiceBus::new(
+        TypeMap::new()
+            .with("Shop.Contracts.OrderPlaced", "orders.order-placed")
+            .unwrap(),
+    ));
+    let runtime = Runtime::new(
+        broker.receiver(),
+        store.clone(),
+        OrderPlacedConsumer::new(),
+        config,
+    );
+    for (broker_id, nsb_id, order) in [
+        ("b-1", "nsb-1", "o-1"),
+        ("b-2", "nsb-1", "o-1"),
+        ("b-1", "nsb-2", "o-2"),
+    ] {
+        let mut message = two_line_order(broker_id, order)
+            .with_property(
+                "NServiceBus.EnclosedMessageTypes",
+                "Shop.Contracts.OrderPlaced, Shop.Contracts, Version=1.0.0.0, Culture=neutral, PublicKeyToken=null",
+            )
+            .with_property("NServiceBus.MessageId", nsb_id);
+        message.subject = None;
+        broker.send(message);
+    }
+    let reports = runtime.process_batch(ready_deliveries(&broker)).await;
+    assert_eq!(
+        outcomes(&reports),
+        [
+            Outcome::Processed,
+            Outcome::Duplicate(DuplicateScope::Inbox),
+            Outcome::Processed
+        ]
+    );
+    assert_eq!(inventory_totals(&store).await, (2, 2, 6));
+}
