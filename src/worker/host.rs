@@ -61,6 +61,20 @@ impl ConsumerConfig {
 
     /// How the consumer reads its deliveries (MassTransit, NServiceBus, CloudEvents, raw;
     /// the subject-versioned envelope by default): see [`crate::envelope`].
+    ///
+    /// # Examples
+    /// ```
+    /// use std::sync::Arc;
+    /// use sb_inbox::ConsumerName;
+    /// use sb_inbox::envelope::{MassTransit, TypeMap};
+    /// use sb_inbox::worker::ConsumerConfig;
+    /// let types = TypeMap::new()
+    ///     .with("urn:message:Shop.Contracts:OrderPlaced", "orders.order-placed.v1")?;
+    /// let consumer = ConsumerConfig::new(ConsumerName::new("shop.inventory")?, "orders")
+    ///     .with_envelope(Arc::new(MassTransit::new(types)?));
+    /// assert_eq!(consumer.runtime.envelope.kind(), "masstransit");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[must_use]
     pub fn with_envelope(
         mut self,

@@ -46,8 +46,9 @@ enum Command {
     /// unless every order took effect exactly once.
     Demo,
     /// Runs the worker (the reference inventory consumer) until SIGTERM or Ctrl-C. One process
-    /// can host several consumers: `[[consumers]]` entries (name, entity, concurrency, prefetch)
-    /// in worker.toml instead of `consumer` and `servicebus.entity`.
+    /// can host several consumers: `[[consumers]]` entries (name, entity, concurrency, prefetch,
+    /// envelope) in worker.toml instead of `consumer` and `servicebus.entity`. `[envelope]`
+    /// (SB_INBOX_ENVELOPE…) reads MassTransit, NServiceBus, CloudEvents or raw messages.
     #[command(after_help = env_help())]
     Run {
         /// worker.toml; every key can be overridden by its environment variable (below).
