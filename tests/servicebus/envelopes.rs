@@ -330,3 +330,39 @@ async fn one_order_from_two_frameworks_dedupes_by_business_key() {
         .collect();
     assert_eq!(keys, ["mt-o-77"]);
 }
+
+/// An envelope `sb-inbox run` cannot build stops the start (exit 2) naming the key, before any
+/// connection: an unknown kind, and a type map entry without the version MassTransit lacks.
+#[test]
+fn a_bad_envelope_stops_the_start_naming_the_key() {
+    for (kind, types, expected) in [
+        (
+            "rebus",
+            "",
+            "envelope.kind (SB_INBOX_ENVELOPE): \"rebus\" is not an envelope kind",
+        ),
+        (
+            "masstransit",
+            "urn:message:Shop.Contracts:OrderPlaced=orders.order-placed",
+            "envelope.types (SB_INBOX_ENVELOPE_TYPES): type \"urn:message:Shop.Contracts:OrderPlaced\" maps to a contract without a version",
+        ),
+    ] {
+        let output = std::process::Command::new(cli::BINARY)
+            .arg("run")
+            .env_clear()
+            .env("SB_INBOX_CONSUMER", "shop.inventory")
+            .env("SB_INBOX_STORE", "sqlite::memory:")
+            .env(
+                "SB_INBOX_SERVICEBUS_CONNECTION",
+                "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=s;UseDevelopmentEmulator=true",
+            )
+            .env("SB_INBOX_ENTITY", "orders")
+            .env("SB_INBOX_ENVELOPE", kind)
+            .env("SB_INBOX_ENVELOPE_TYPES", types)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+    }
+}
