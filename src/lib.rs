@@ -165,6 +165,10 @@ pub use runtime::{
     HandlerError, IdempotencyKey, Json, JsonContract, JsonHandler, LockKeeper, Outcome, Rejection,
     Report, Runtime, RuntimeConfig, RuntimeError, SessionConfig, Settlement, Stats, StatsSnapshot,
 };
+pub use runtime::{
+    CLOUDEVENTS_JSON, CLOUDEVENTS_PROPERTY_PREFIX, CloudEvent, MASSTRANSIT_JSON, MAX_ENVELOPE_LEN,
+    MassTransitEnvelope, PublishError,
+};
 #[cfg(feature = "mssql")]
 pub use store::{MssqlStore, MssqlTx};
 #[cfg(feature = "postgres")]

@@ -59,6 +59,11 @@ pub use envelope::{
     Contract, ContractParseError, DeadLetterReason, EnvelopeReader, Headers, LOGICAL_ID_PROPERTY,
     MAX_DESCRIPTION_LEN, MAX_MESSAGE_ID_LEN, Opened, Rejection, SubjectVersioned,
 };
+// The outbox's envelope writers (issue 34): events .NET consumers read as their own format.
+pub use envelope::{
+    CLOUDEVENTS_JSON, CLOUDEVENTS_PROPERTY_PREFIX, CloudEvent, MASSTRANSIT_JSON, MAX_ENVELOPE_LEN,
+    MassTransitEnvelope, PublishError,
+};
 // Public for tools that copy messages as the runtime does (the application's dead-letter
 // resubmission, `ops::dlq` in sb-inbox-cli) and for the test kit's `ContextBuilder`.
 pub use envelope::{derived_message_id, logical_id};

@@ -4,8 +4,13 @@
 use std::borrow::Cow;
 use std::fmt;
 
+mod publish;
 mod reader;
 
+pub use publish::{
+    CLOUDEVENTS_JSON, CLOUDEVENTS_PROPERTY_PREFIX, CloudEvent, MASSTRANSIT_JSON, MAX_ENVELOPE_LEN,
+    MassTransitEnvelope, PublishError,
+};
 pub use reader::{EnvelopeReader, Headers, Opened, SubjectVersioned};
 
 use crate::ports::{Message, PropertyValue, TYPED_MESSAGE_ID_PREFIX};
