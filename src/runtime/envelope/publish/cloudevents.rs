@@ -383,6 +383,53 @@ mod tests {
         ));
     }
 
+    /// A structured event, member by member, against the JSON event format
+    /// (<https://github.com/cloudevents/spec/blob/v1.0.2/cloudevents/formats/json-format.md>,
+    /// 2 and 3) and the core specification's attribute rules.
+    #[test]
+    fn structured_mode_is_the_json_event_format() {
+        let message = event()
+            .with_subject("o-1")
+            .unwrap()
+            .with_extension("tenant", "t-1")
+            .unwrap()
+            .with_extension("attempt", 2i64)
+            .unwrap()
+            .message(&serde_json::json!({ "orderId": "o-1" }))
+            .unwrap();
+        // The AMQP binding, 3.2.1: content-type is the event format's media type.
+        assert_eq!(message.content_type.as_deref(), Some(CLOUDEVENTS_JSON));
+        // The broker id is the event id: a republished row is recognised by both.
+        assert_eq!(message.message_id, "e-1");
+        assert!(message.application_properties.is_empty());
+        let event: serde_json::Value = serde_json::from_slice(&message.body).unwrap();
+        assert_eq!(
+            event,
+            serde_json::json!({
+                // REQUIRED, String, "1.0" for this version of the specification.
+                "specversion": "1.0",
+                // REQUIRED, String, non-empty.
+                "id": "e-1",
+                // REQUIRED, URI-reference, non-empty.
+                "source": "/shop/orders",
+                // REQUIRED, String, non-empty.
+                "type": "shop.order.confirmed.v1",
+                // OPTIONAL, Timestamp: RFC 3339.
+                "time": "2023-01-12T21:55:53.000000Z",
+                // OPTIONAL, String, non-empty.
+                "subject": "o-1",
+                // OPTIONAL, RFC 2046 media type of `data`.
+                "datacontenttype": "application/json",
+                // Extensions are top-level members; Integer as a JSON number (format, 2.2).
+                "tenant": "t-1",
+                "attempt": 2,
+                // JSON data is stored as the JSON value of `data` (format, 3.1), not
+                // `data_base64`.
+                "data": { "orderId": "o-1" }
+            })
+        );
+    }
+
     #[test]
     fn binary_mode_maps_attributes_to_prefixed_properties() {
         let message = event()

@@ -431,6 +431,148 @@ mod tests {
         serde_json::from_slice(&message.body).unwrap()
     }
 
+    /// MassTransit's documented envelope: the example in "Message Serialization" → "Message
+    /// Envelope" (<https://masstransit.io/documentation/configuration/serialization>), verbatim.
+    const DOCUMENTED_EXAMPLE: &str = r#"{
+        "messageId": "181c0000-6393-3630-36a4-08daf4e7c6da",
+        "requestId": "ef375b18-69ee-4a9e-b5ec-44ee1177a27e",
+        "correlationId": null,
+        "conversationId": null,
+        "initiatorId": null,
+        "sourceAddress": "rabbitmq://localhost/source",
+        "destinationAddress": "rabbitmq://localhost/destination",
+        "responseAddress": "rabbitmq://localhost/response",
+        "faultAddress": "rabbitmq://localhost/fault",
+        "messageType": [
+            "urn:message:Company.Project:SubmitOrder"
+        ],
+        "message": {
+            "orderId": "181c0000-6393-3630-36a4-08daf4e7c6da",
+            "timestamp": "2023-01-12T21:55:53.714Z"
+        },
+        "expirationTime": null,
+        "sentTime": "2023-01-12T21:55:53.715882Z",
+        "headers": {
+            "Application-Header": "SomeValue"
+        },
+        "host": {
+            "machineName": "MyComputer",
+            "processName": "dotnet",
+            "processId": 427,
+            "assembly": "TestProject",
+            "assemblyVersion": "2.11.1.93",
+            "frameworkVersion": "6.0.7",
+            "massTransitVersion": "8.0.10.0",
+            "operatingSystemVersion": "Unix 12.6.2"
+        }
+    }"#;
+
+    /// True for a UUID in the hyphenated form the documentation's example shows.
+    fn hyphenated_uuid(value: &serde_json::Value) -> bool {
+        value
+            .as_str()
+            .is_some_and(|s| s.len() == 36 && Uuid::parse_str(s).is_ok())
+    }
+
+    /// The envelope, field by field, against MassTransit's documentation (the example above and
+    /// its table: type, "Notes", "Set").
+    #[test]
+    fn the_envelope_matches_masstransits_documented_format() {
+        let documented: serde_json::Value = serde_json::from_str(DOCUMENTED_EXAMPLE).unwrap();
+        let consumed = Message::new(
+            "3b241101-e2bb-4255-8caf-4136c566a962",
+            "orders.order-placed.v1",
+            "{}",
+        )
+        .with_correlation_id("7c9e6679-7425-40de-944b-e07fc1f90ae7");
+        let builder = ContextBuilder::new("shop.confirmations", consumed).unwrap();
+        let message = MassTransitEnvelope::new("confirmations", TYPE)
+            .unwrap()
+            .with_message_id("181c0000-6393-3630-36a4-08daf4e7c6da")
+            .unwrap()
+            .caused_by(&builder.build(()))
+            .with_addresses("shop.servicebus.windows.net", Some("orders"))
+            .unwrap()
+            .with_header("Application-Header", "SomeValue")
+            .unwrap()
+            .at(UNIX_EPOCH + Duration::new(1_673_560_553, 715_882_000))
+            .message(&OrderConfirmed {
+                order_id: "o-1".into(),
+            })
+            .unwrap();
+        let written = json(&message);
+
+        // Every member written is one the documented envelope has, with the documented JSON
+        // type where the example shows a value (its ids are null or strings: Guid).
+        let members = written.as_object().unwrap();
+        for (name, value) in members {
+            let example = documented
+                .get(name)
+                .unwrap_or_else(|| panic!("{name} is not a documented envelope member"));
+            if !example.is_null() {
+                assert_eq!(
+                    std::mem::discriminant(value),
+                    std::mem::discriminant(example),
+                    "{name}: {value} is not of the documented type of {example}"
+                );
+            }
+        }
+        // messageId: Guid, "Recommended", set by MassTransit.
+        assert_eq!(written["messageId"], "181c0000-6393-3630-36a4-08daf4e7c6da");
+        // messageType: Urn[], "Required": urn:message:Namespace:TypeName.
+        assert_eq!(written["messageType"], serde_json::json!([TYPE]));
+        // message: the payload object, camelCase as MassTransit's serializer writes it.
+        assert_eq!(written["message"], serde_json::json!({ "orderId": "o-1" }));
+        // conversationId: Guid, optional, set by MassTransit: the consumed message starts it.
+        assert_eq!(
+            written["conversationId"],
+            "3b241101-e2bb-4255-8caf-4136c566a962"
+        );
+        // initiatorId: Guid, optional: the message that caused this one.
+        assert_eq!(written["initiatorId"], "3b241101-e2bb-4255-8caf-4136c566a962");
+        // correlationId: Guid, optional: carried over from the consumed message.
+        assert_eq!(
+            written["correlationId"],
+            "7c9e6679-7425-40de-944b-e07fc1f90ae7"
+        );
+        for id in ["messageId", "conversationId", "initiatorId", "correlationId"] {
+            assert!(hyphenated_uuid(&written[id]), "{id}");
+        }
+        // sourceAddress / destinationAddress: Uri, optional; Azure Service Bus addresses.
+        assert_eq!(
+            written["sourceAddress"],
+            "sb://shop.servicebus.windows.net/orders"
+        );
+        assert_eq!(
+            written["destinationAddress"],
+            "sb://shop.servicebus.windows.net/confirmations"
+        );
+        // sentTime: ISO-8601, optional, set by MassTransit: the example's own instant and form.
+        assert_eq!(written["sentTime"], documented["sentTime"]);
+        // headers: a name → value object.
+        assert_eq!(written["headers"], documented["headers"]);
+        // host: only the documented HostInfo members, with their types.
+        for (name, value) in written["host"].as_object().unwrap() {
+            let example = &documented["host"][name];
+            assert!(!example.is_null(), "host.{name} is not documented");
+            assert_eq!(
+                std::mem::discriminant(value),
+                std::mem::discriminant(example),
+                "host.{name}"
+            );
+        }
+        // requestId, responseAddress, faultAddress ("R": requests only) and expirationTime
+        // ("S": with a time to live) do not apply to a published event: not written.
+        for situational in [
+            "requestId",
+            "responseAddress",
+            "faultAddress",
+            "expirationTime",
+        ] {
+            assert!(members.get(situational).is_none(), "{situational}");
+        }
+    }
+
     #[test]
     fn message_urns_follow_masstransits_format() {
         for good in [
