@@ -68,6 +68,14 @@ pub const PYTHON_WEBSOCKETS: Dependency = Dependency {
     fix: ".ci/setup installs it with pip",
 };
 
+/// The official CloudEvents Python SDK, `cloudevents` 2.x (its AMQP binding,
+/// `cloudevents.core.bindings.amqp`), in [`python`]'s environment.
+pub const PYTHON_CLOUDEVENTS: Dependency = Dependency {
+    key: "python-sdk",
+    what: "Python package cloudevents 2.x with cloudevents.core.bindings.amqp (in SB_INBOX_PYTHON, default python3)",
+    fix: ".ci/setup installs it with pip",
+};
+
 /// Qpid Proton's Python binding, `python-qpid-proton`, in [`python`]'s environment.
 pub const PROTON: Dependency = Dependency {
     key: "proton",

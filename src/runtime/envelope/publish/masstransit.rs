@@ -529,13 +529,21 @@ mod tests {
             "3b241101-e2bb-4255-8caf-4136c566a962"
         );
         // initiatorId: Guid, optional: the message that caused this one.
-        assert_eq!(written["initiatorId"], "3b241101-e2bb-4255-8caf-4136c566a962");
+        assert_eq!(
+            written["initiatorId"],
+            "3b241101-e2bb-4255-8caf-4136c566a962"
+        );
         // correlationId: Guid, optional: carried over from the consumed message.
         assert_eq!(
             written["correlationId"],
             "7c9e6679-7425-40de-944b-e07fc1f90ae7"
         );
-        for id in ["messageId", "conversationId", "initiatorId", "correlationId"] {
+        for id in [
+            "messageId",
+            "conversationId",
+            "initiatorId",
+            "correlationId",
+        ] {
             assert!(hyphenated_uuid(&written[id]), "{id}");
         }
         // sourceAddress / destinationAddress: Uri, optional; Azure Service Bus addresses.
