@@ -153,6 +153,11 @@ pub mod worker;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+/// Envelope readers: how a delivery yields its contract, its own id, its body and its headers
+/// (ours, MassTransit, NServiceBus, CloudEvents, raw), chosen per consumer with
+/// [`RuntimeConfig::envelope`] or `envelope.kind` in `worker.toml`.
+pub use runtime::envelope;
+
 pub use ports::{
     BacklogSample, Delivery, DuplicateScope, ErrorKind, INBOX_PROPERTY_PREFIX, Message,
     OutboxBacklog, OutboxLease, OutboxMessage, OutboxRow, OutboxStore, PropertyValue, ReceiveError,
@@ -164,10 +169,6 @@ pub use runtime::{
     Context, Contract, ContractParseError, DeadLetterReason, DecodeError, Handled, Handler,
     HandlerError, IdempotencyKey, Json, JsonContract, JsonHandler, LockKeeper, Outcome, Rejection,
     Report, Runtime, RuntimeConfig, RuntimeError, SessionConfig, Settlement, Stats, StatsSnapshot,
-};
-pub use runtime::{
-    CLOUDEVENTS_JSON, CLOUDEVENTS_PROPERTY_PREFIX, CloudEvent, MASSTRANSIT_JSON, MAX_ENVELOPE_LEN,
-    MassTransitEnvelope, PublishError,
 };
 #[cfg(feature = "mssql")]
 pub use store::{MssqlStore, MssqlTx};

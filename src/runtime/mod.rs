@@ -25,7 +25,7 @@ mod batch;
 mod circuit;
 mod clock;
 mod consumer;
-mod envelope;
+pub mod envelope;
 mod handler;
 mod idempotency;
 mod json;
@@ -58,11 +58,6 @@ pub(crate) use envelope::truncate;
 pub use envelope::{
     Contract, ContractParseError, DeadLetterReason, EnvelopeReader, Headers, LOGICAL_ID_PROPERTY,
     MAX_DESCRIPTION_LEN, MAX_MESSAGE_ID_LEN, Opened, Rejection, SubjectVersioned,
-};
-// The outbox's envelope writers (issue 34): events .NET consumers read as their own format.
-pub use envelope::{
-    CLOUDEVENTS_JSON, CLOUDEVENTS_PROPERTY_PREFIX, CloudEvent, MASSTRANSIT_JSON, MAX_ENVELOPE_LEN,
-    MassTransitEnvelope, PublishError,
 };
 // Public for tools that copy messages as the runtime does (the application's dead-letter
 // resubmission, `ops::dlq` in sb-inbox-cli) and for the test kit's `ContextBuilder`.
@@ -137,6 +132,9 @@ pub struct RuntimeConfig {
     /// lock (`runtime.transient_hold_max_ms`); zero abandons at once. So a flapping dependency
     /// spends a message's max delivery count over tens of seconds, not milliseconds.
     pub transient_hold_max: Duration,
+    /// How deliveries are read: the contract, the envelope's id, the body and the headers
+    /// (`envelope.kind`); [`SubjectVersioned`] by default. See [`envelope`].
+    pub envelope: Arc<dyn EnvelopeReader>,
 }
 
 impl RuntimeConfig {
@@ -160,6 +158,7 @@ impl RuntimeConfig {
             circuit: CircuitConfig::default(),
             max_panics: 3,
             transient_hold_max: DEFAULT_TRANSIENT_HOLD_MAX,
+            envelope: Arc::new(SubjectVersioned),
         }
     }
 
@@ -609,6 +608,7 @@ where
             clock: self.clock,
             max_processing: self.config.max_processing,
             phases: &self.phases,
+            envelope: &*self.config.envelope,
         }
     }
 }

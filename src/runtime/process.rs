@@ -81,6 +81,8 @@ pub(crate) struct Processor<'a, S, H> {
     pub(crate) max_processing: Duration,
     /// Where the time goes: the transaction and the settlement are timed here.
     pub(crate) phases: &'a Phases,
+    /// How deliveries are read (the consumer's envelope).
+    pub(crate) envelope: &'a dyn envelope::EnvelopeReader,
 }
 
 /// How the delivery's transaction ended, for what the settlement says (the abandon's
@@ -254,11 +256,7 @@ where
         delivery: &'d D,
     ) -> Result<(envelope::Envelope<'d>, H::Payload), Rejection> {
         let message = delivery.message();
-        let envelope = envelope::check(
-            message,
-            &envelope::SubjectVersioned,
-            self.handler.contracts(),
-        )?;
+        let envelope = envelope::check(message, self.envelope, self.handler.contracts())?;
         match self.handler.decode(&envelope.contract, &envelope.body) {
             Ok(payload) => Ok((envelope, payload)),
             Err(error) => Err(Rejection::new(

@@ -59,6 +59,17 @@ impl ConsumerConfig {
         self
     }
 
+    /// How the consumer reads its deliveries (MassTransit, NServiceBus, CloudEvents, raw;
+    /// the subject-versioned envelope by default): see [`crate::envelope`].
+    #[must_use]
+    pub fn with_envelope(
+        mut self,
+        envelope: std::sync::Arc<dyn crate::envelope::EnvelopeReader>,
+    ) -> Self {
+        self.runtime.envelope = envelope;
+        self
+    }
+
     /// The consumer name.
     pub fn name(&self) -> &ConsumerName {
         &self.runtime.consumer
@@ -461,7 +472,7 @@ impl<S: Clone> Shared<'_, S> {
                     Feed::Plain(receiver)
                 }
             };
-            tracing::info!(entity = %config.entity, consumer = %runtime.consumer, delayed_retries = self.retry.map_or(0, RetryPolicy::max_retries), "Consumer started.");
+            tracing::info!(entity = %config.entity, consumer = %runtime.consumer, envelope = runtime.envelope.kind(), delayed_retries = self.retry.map_or(0, RetryPolicy::max_retries), "Consumer started.");
             let name = runtime.consumer.clone();
             let task = start(
                 feed,

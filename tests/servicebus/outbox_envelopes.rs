@@ -16,13 +16,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use sb_inbox::envelope::{
+    CLOUDEVENTS_JSON, CloudEvent, MASSTRANSIT_CONTENT_TYPE, MassTransitEnvelope, PublishError,
+};
 use sb_inbox::ports::Cause;
 use sb_inbox::relay::{MAX_BACKOFF, Relay, RelayConfig};
 use sb_inbox::servicebus::ServiceBusSenderPort;
 use sb_inbox::{
-    CLOUDEVENTS_JSON, Clock, CloudEvent, ConsumerName, Context, Handled, HandlerError, Json,
-    JsonContract, JsonHandler, MASSTRANSIT_JSON, MassTransitEnvelope, Message, OutboxStore,
-    PgStore, PublishError, Runtime, RuntimeConfig, SendFailure, Sender, Tx,
+    Clock, ConsumerName, Context, Handled, HandlerError, Json, JsonContract, JsonHandler, Message,
+    OutboxStore, PgStore, Runtime, RuntimeConfig, SendFailure, Sender, Tx,
 };
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -234,7 +236,7 @@ async fn relayed_envelopes_keep_their_ids_across_a_retry_and_read_in_the_officia
     };
 
     // MassTransit: the transport's AMQP fields and the envelope.
-    let masstransit = kind(MASSTRANSIT_JSON);
+    let masstransit = kind(MASSTRANSIT_CONTENT_TYPE);
     let broker_id = masstransit["message_id"].as_str().unwrap();
     assert!(
         broker_id.len() == 32 && broker_id.chars().all(|c| c.is_ascii_hexdigit()),

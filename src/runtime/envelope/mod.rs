@@ -1,17 +1,39 @@
 //! The envelope check: the logical id and the contract a message must carry before any
 //! database work, and the dead-letter reasons and rejections when it does not.
+//!
+//! # Layout
+//! - `reader`: the port, [`EnvelopeReader`] → [`Opened`], and our own [`SubjectVersioned`].
+//! - One module per foreign envelope: `masstransit` ([`MassTransit`]: the JSON envelope and raw
+//!   JSON), `nservicebus` ([`NServiceBus`]), `cloudevents` ([`CloudEvents`]: structured and
+//!   binary), `raw` ([`Raw`]: fields named by configuration).
+//! - `type_map`: [`TypeMap`], a consumer's table from foreign type names to contracts.
+//! - `publish`: the mirror image for the outbox, [`MassTransitEnvelope`] and [`CloudEvent`]:
+//!   events written in the envelope a .NET consumer reads.
+//! - `json_body`: bounded, borrowing reads of JSON envelopes.
 
 use std::borrow::Cow;
 use std::fmt;
 
+mod cloudevents;
+mod json_body;
+mod masstransit;
+mod nservicebus;
 mod publish;
+mod raw;
 mod reader;
+mod type_map;
 
-pub use publish::{
-    CLOUDEVENTS_JSON, CLOUDEVENTS_PROPERTY_PREFIX, CloudEvent, MASSTRANSIT_JSON, MAX_ENVELOPE_LEN,
-    MassTransitEnvelope, PublishError,
+pub use cloudevents::{CLOUDEVENTS_JSON, CLOUDEVENTS_PREFIXES, CloudEvents, cloudevent_id};
+pub use masstransit::{
+    MASSTRANSIT_CONTENT_TYPE, MT_MESSAGE_ID_PROPERTY, MT_MESSAGE_TYPE_PROPERTY, MassTransit,
 };
-pub use reader::{EnvelopeReader, Headers, Opened, SubjectVersioned};
+pub use nservicebus::{ENCLOSED_MESSAGE_TYPES, NSERVICEBUS_MESSAGE_ID, NServiceBus};
+pub use publish::{CloudEvent, MAX_ENVELOPE_LEN, MassTransitEnvelope, PublishError};
+pub use raw::{Field, FieldParseError, Raw, RawConfigError};
+pub use reader::{
+    EnvelopeReader, Headers, MAX_ENVELOPE_HEADERS, MAX_HEADER_VALUE_LEN, Opened, SubjectVersioned,
+};
+pub use type_map::{MAX_ENVELOPE_TYPES, TypeMap, TypeMapError};
 
 use crate::ports::{Message, PropertyValue, TYPED_MESSAGE_ID_PREFIX};
 
@@ -232,6 +254,45 @@ pub fn derived_message_id(logical_id: &str, suffix: &str) -> String {
         .map(|byte| format!("{byte:02x}"))
         .collect();
     format!("{hex}/{suffix}")
+}
+
+/// The logical message id of `message` read with `reader`, by the rule the runtime keys the
+/// inbox on: [`LOGICAL_ID_PROPERTY`] when present (a retry copy, a resubmitted dead letter),
+/// else the envelope's own id, else the broker message id. A message whose envelope does not
+/// open (it was dead-lettered for it) falls back to [`logical_id`]: it never reached the inbox,
+/// so no key of it is there to match. For tools that copy messages as the runtime does (the
+/// application's dead-letter resubmission).
+///
+/// # Examples
+/// ```
+/// use sb_inbox::envelope::{NServiceBus, TypeMap, envelope_logical_id};
+/// use sb_inbox::Message;
+/// let reader = NServiceBus::new(TypeMap::new().with("Shop.OrderPlaced", "orders.order-placed.v1")?);
+/// let message = Message::new("broker-id", "", "{}")
+///     .with_property("NServiceBus.EnclosedMessageTypes", "Shop.OrderPlaced")
+///     .with_property("NServiceBus.MessageId", "nsb-1");
+/// assert_eq!(envelope_logical_id(&message, &reader)?, "nsb-1");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// The [`Rejection`] of a missing or malformed id.
+pub fn envelope_logical_id(
+    message: &Message,
+    reader: &dyn EnvelopeReader,
+) -> Result<String, Rejection> {
+    if message
+        .application_properties
+        .contains_key(LOGICAL_ID_PROPERTY)
+    {
+        return logical_id(message).map(str::to_owned);
+    }
+    match reader.open(message) {
+        Ok(Opened { id: Some(id), .. }) => {
+            checked_id(Some(&id), "envelope message id").map(str::to_owned)
+        }
+        _ => logical_id(message).map(str::to_owned),
+    }
 }
 
 /// Opens `message` with `reader` and checks the logical message id and the contract against

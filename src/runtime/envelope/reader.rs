@@ -21,6 +21,34 @@ use crate::ports::{Message, PropertyValue};
 /// JSON values that are not strings, integers, floats or booleans are kept as their JSON text.
 pub type Headers = BTreeMap<String, PropertyValue>;
 
+/// The most headers an envelope may carry in its body (MassTransit's `headers`, a CloudEvent's
+/// extension attributes); more is refused, so a hostile body cannot make the reader copy an
+/// unbounded map.
+pub const MAX_ENVELOPE_HEADERS: usize = 128;
+
+/// The longest header value kept from an envelope's body, in bytes; longer values are cut at a
+/// character boundary (ending `…`). Broker application properties are kept as they came.
+pub const MAX_HEADER_VALUE_LEN: usize = 4096;
+
+/// A JSON header value as a [`PropertyValue`]: strings, integers, floats and booleans as
+/// themselves; anything else (objects, arrays, integers beyond `i64`) as its JSON text; `None`
+/// for `null`.
+pub(crate) fn json_property(value: &serde_json::Value) -> Option<PropertyValue> {
+    use serde_json::Value;
+    let bounded = |text: &str| super::truncate(text, MAX_HEADER_VALUE_LEN);
+    Some(match value {
+        Value::Null => return None,
+        Value::Bool(b) => PropertyValue::Bool(*b),
+        Value::String(s) => PropertyValue::String(bounded(s)),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => PropertyValue::Long(i),
+            (None, Some(f)) if !n.is_u64() => PropertyValue::Double(f),
+            _ => PropertyValue::String(n.to_string()),
+        },
+        other => PropertyValue::String(bounded(&other.to_string())),
+    })
+}
+
 /// What an [`EnvelopeReader`] found in a delivery.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]

@@ -1,14 +1,17 @@
 //! The consumers a worker hosts: the top-level `consumer` on `servicebus.entity`, or each
 //! `[[consumers]]` entry, one form or the other.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::envelope::{self, EnvelopeFile};
 use super::keys::CONSUMER;
 use super::reader::Reader;
 use super::runtime::RuntimeSection;
 use crate::runtime::ConsumerName;
+use crate::runtime::envelope::EnvelopeReader;
 use crate::worker::ConsumerConfig;
 use crate::worker::host::is_subscription;
 
@@ -20,6 +23,7 @@ pub(super) struct ConsumerFile {
     entity: Option<String>,
     concurrency: Option<u64>,
     prefetch: Option<u64>,
+    envelope: Option<EnvelopeFile>,
 }
 
 /// One `[[consumers]]` entry read: its name and entity (`None` after a reported problem), and
@@ -30,6 +34,8 @@ pub(super) struct Listed {
     entity: Option<String>,
     concurrency: u64,
     prefetch: u64,
+    /// The entry's own `[consumers.envelope]`, else the top-level `[envelope]`'s.
+    envelope: Option<Arc<dyn EnvelopeReader>>,
 }
 
 /// The top-level `consumer`: required without `[[consumers]]` (`listed`), refused beside them.
@@ -92,11 +98,13 @@ pub(super) fn listed(
         }
         let concurrency = r.file_number(key("concurrency"), entry.concurrency, 1..=1024);
         let prefetch = r.file_number(key("prefetch"), entry.prefetch, 0..=10_000);
+        let envelope = envelope::entry(r, entry.envelope.as_ref(), i);
         listed.push(Listed {
             name,
             entity,
             concurrency: concurrency.unwrap_or(runtime.concurrency),
             prefetch: prefetch.unwrap_or(runtime.prefetch),
+            envelope,
         });
     }
     listed
@@ -112,27 +120,38 @@ pub(super) fn subscription<'a>(listed: &'a [Listed], single: Option<&'a str>) ->
 }
 
 /// The consumers to host: the single one when named with its entity, else every complete
-/// `[[consumers]]` entry; each with the `[runtime]` settings and the entity's lock duration.
+/// `[[consumers]]` entry; each with the `[runtime]` settings, the entity's lock duration and its
+/// envelope (an entry's own, else `top_envelope`, else the subject-versioned default).
 pub(super) fn hosted(
     single: (Option<ConsumerName>, Option<String>),
     listed: Vec<Listed>,
     runtime: &RuntimeSection,
     lock_duration: Option<Duration>,
+    top_envelope: Option<&Arc<dyn EnvelopeReader>>,
 ) -> Vec<ConsumerConfig> {
-    let config = |name, concurrency, prefetch| {
-        runtime.for_consumer(name, concurrency, prefetch, lock_duration)
+    let config = |name, concurrency, prefetch, envelope: Option<Arc<dyn EnvelopeReader>>| {
+        let mut config = runtime.for_consumer(name, concurrency, prefetch, lock_duration);
+        if let Some(envelope) = envelope.or_else(|| top_envelope.cloned()) {
+            config.envelope = envelope;
+        }
+        config
     };
     match single {
         (Some(name), Some(entity)) => vec![ConsumerConfig {
             entity,
-            runtime: config(name, runtime.concurrency, runtime.prefetch),
+            runtime: config(name, runtime.concurrency, runtime.prefetch, None),
         }],
         _ => listed
             .into_iter()
             .filter_map(|entry| {
                 Some(ConsumerConfig {
                     entity: entry.entity?,
-                    runtime: config(entry.name?, entry.concurrency, entry.prefetch),
+                    runtime: config(
+                        entry.name?,
+                        entry.concurrency,
+                        entry.prefetch,
+                        entry.envelope,
+                    ),
                 })
             })
             .collect(),

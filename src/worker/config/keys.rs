@@ -259,8 +259,39 @@ pub(super) const DLQ_RESUBMIT_WINDOW_SECS: Key = Key::new(
     "how long DLQ resubmission stays allowed (default 604800: 7 days; `dlq resubmit` refuses older dead letters)",
 );
 
+pub(super) const ENVELOPE_KIND: Key = Key::new(
+    "SB_INBOX_ENVELOPE",
+    "envelope.kind",
+    "how deliveries are read: subject (default: subject = name.vN), masstransit, nservicebus, cloudevents, raw",
+);
+pub(super) const ENVELOPE_TYPES: Key = Key::new(
+    "SB_INBOX_ENVELOPE_TYPES",
+    "envelope.types",
+    "table: a foreign type name = its contract (name.vN); the variable takes TYPE=CONTRACT pairs separated by ; (unmapped types that are not name.vN: dead-lettered UnsupportedContract)",
+);
+pub(super) const ENVELOPE_CONTRACT: Key = Key::new(
+    "SB_INBOX_ENVELOPE_CONTRACT",
+    "envelope.contract",
+    "raw envelope: every message is this contract (name.vN)",
+);
+pub(super) const ENVELOPE_CONTRACT_FROM: Key = Key::new(
+    "SB_INBOX_ENVELOPE_CONTRACT_FROM",
+    "envelope.contract_from",
+    "raw envelope: the contract (or with version_from, its name) from property:NAME or pointer:/JSON/POINTER",
+);
+pub(super) const ENVELOPE_VERSION_FROM: Key = Key::new(
+    "SB_INBOX_ENVELOPE_VERSION_FROM",
+    "envelope.version_from",
+    "raw envelope: the contract version (2, \"2\" or \"v2\") from property:NAME or pointer:/PATH",
+);
+pub(super) const ENVELOPE_ID_FROM: Key = Key::new(
+    "SB_INBOX_ENVELOPE_ID_FROM",
+    "envelope.id_from",
+    "raw envelope: the message id (the inbox key) from property:NAME or pointer:/PATH (default: the broker message id)",
+);
+
 /// Every key, in `--help` order.
-pub const KEYS: [Key; 43] = [
+pub const KEYS: [Key; 49] = [
     CONSUMER,
     STORE,
     CONNECTION,
@@ -270,6 +301,12 @@ pub const KEYS: [Key; 43] = [
     CA_FILE,
     NATIVE_ROOTS,
     ENTITY,
+    ENVELOPE_KIND,
+    ENVELOPE_TYPES,
+    ENVELOPE_CONTRACT,
+    ENVELOPE_CONTRACT_FROM,
+    ENVELOPE_VERSION_FROM,
+    ENVELOPE_ID_FROM,
     SESSIONS,
     MAX_SESSIONS,
     SESSION_IDLE_SECS,

@@ -10,11 +10,13 @@
 //! - One module per section: `consumers` (`consumer` or `[[consumers]]`), `broker`
 //!   (`[servicebus]`, [`BrokerAddress`]), `runtime` (`[runtime]` and session mode), `retry`,
 //!   `outbox` (the destination and its relay), `entity` (the entity's TTL, lock duration and max
-//!   delivery count) and `retention` (checked against the replay horizon).
+//!   delivery count), `retention` (checked against the replay horizon) and `envelope` (how each
+//!   consumer reads its deliveries).
 
 mod broker;
 mod consumers;
 mod entity;
+mod envelope;
 mod error;
 mod keys;
 mod outbox;
@@ -111,6 +113,8 @@ struct File {
     retention: retention::RetentionFile,
     #[serde(default)]
     consumers: Vec<consumers::ConsumerFile>,
+    #[serde(default)]
+    envelope: envelope::EnvelopeFile,
 }
 
 impl File {
@@ -221,6 +225,7 @@ impl WorkerConfig {
         let proxy = broker::proxy(&mut r);
         let entity = broker::entity(&mut r, &file.servicebus, broker.as_ref(), listed);
         let runtime = runtime::RuntimeSection::read(&mut r, &file.runtime);
+        let envelope = envelope::top_level(&mut r, &file.envelope);
         // Port 0 picks a free port, logged at start-up.
         let health_port = r
             .number(keys::HEALTH_PORT, file.health.port, 0..=65_535)
@@ -244,7 +249,13 @@ impl WorkerConfig {
             retry_span,
         );
         let lock_duration = entity_settings.lock_duration();
-        let consumers = consumers::hosted((consumer, entity), listed, &runtime, lock_duration);
+        let consumers = consumers::hosted(
+            (consumer, entity),
+            listed,
+            &runtime,
+            lock_duration,
+            envelope.as_ref(),
+        );
         let (Some(first), Some(store), Some(broker), false) =
             (consumers.first().cloned(), store, broker, r.has_errors())
         else {

@@ -772,3 +772,179 @@ fn a_broken_json_file_names_the_file() {
         .to_string();
     assert!(problems.contains("worker.json"), "{problems}");
 }
+
+/// A MassTransit envelope of the reference order, for checking which reader a config built.
+fn masstransit_order() -> crate::Message {
+    crate::Message::new(
+        "broker-1",
+        "",
+        r#"{"messageId":"mt-1","messageType":["urn:message:Shop.Contracts:OrderPlaced"],"message":{}}"#,
+    )
+    .with_content_type("application/vnd.masstransit+json")
+}
+
+const MASSTRANSIT: &str = r#"
+[envelope]
+kind = "masstransit"
+[envelope.types]
+"urn:message:Shop.Contracts:OrderPlaced" = "orders.order-placed.v1"
+"#;
+
+#[test]
+fn the_envelope_is_the_subject_by_default_and_set_by_file_or_environment() {
+    let config = load(GOOD, &[]).unwrap();
+    assert_eq!(config.runtime.envelope.kind(), "subject");
+
+    let config = load(&format!("{GOOD}{MASSTRANSIT}"), &[]).unwrap();
+    assert_eq!(config.consumers[0].runtime.envelope.kind(), "masstransit");
+    let order = masstransit_order();
+    let opened = config.runtime.envelope.open(&order).unwrap();
+    assert_eq!(
+        opened.contract,
+        crate::Contract::new("orders.order-placed", 1)
+    );
+    assert_eq!(opened.id.as_deref(), Some("mt-1"));
+
+    let config = load(
+        GOOD,
+        &[
+            ("SB_INBOX_ENVELOPE", "masstransit"),
+            (
+                "SB_INBOX_ENVELOPE_TYPES",
+                "urn:message:Shop.Contracts:OrderPlaced=orders.order-placed.v1; urn:message:X:Y = x.y.v2",
+            ),
+        ],
+    )
+    .unwrap();
+    let opened = config.runtime.envelope.open(&order).unwrap();
+    assert_eq!(
+        opened.contract,
+        crate::Contract::new("orders.order-placed", 1)
+    );
+
+    let raw = "[envelope]\nkind = \"raw\"\ncontract = \"orders.order-placed.v1\"\nid_from = \"pointer:/orderId\"\n";
+    let config = load(&format!("{GOOD}{raw}"), &[]).unwrap();
+    let message = crate::Message::new("b", "", r#"{"orderId":"o-9"}"#);
+    let opened = config.runtime.envelope.open(&message).unwrap();
+    assert_eq!(opened.id.as_deref(), Some("o-9"));
+}
+
+#[test]
+fn each_consumer_has_its_own_envelope_or_the_top_level_one() {
+    let toml = LISTED.replacen(
+        "[[consumers]]\nname = \"shop.payments\"",
+        "[consumers.envelope]\nkind = \"nservicebus\"\n[[consumers]]\nname = \"shop.payments\"",
+        1,
+    );
+    let config = load(&format!("{toml}[envelope]\nkind = \"cloudevents\"\n"), &[]).unwrap();
+    let kinds: Vec<_> = config
+        .consumers
+        .iter()
+        .map(|c| c.runtime.envelope.kind())
+        .collect();
+    assert_eq!(kinds, ["nservicebus", "cloudevents"]);
+    assert_eq!(
+        load(LISTED, &[]).unwrap().consumers[1]
+            .runtime
+            .envelope
+            .kind(),
+        "subject"
+    );
+}
+
+#[test]
+fn bad_envelope_settings_are_refused_naming_the_key() {
+    let fields = |extra: &str, env: &[(&str, &str)]| -> Vec<String> {
+        load(&format!("{GOOD}{extra}"), env)
+            .unwrap_err()
+            .0
+            .into_iter()
+            .map(|e| format!("{}: {}", e.field, e.problem))
+            .collect()
+    };
+    let one = |extra: &str, env: &[(&str, &str)]| {
+        let got = fields(extra, env);
+        assert_eq!(got.len(), 1, "{got:?}");
+        got[0].clone()
+    };
+    let unknown = one("", &[("SB_INBOX_ENVELOPE", "rebus")]);
+    assert!(
+        unknown.starts_with("envelope.kind (SB_INBOX_ENVELOPE): \"rebus\" is not an envelope kind; one of: subject, masstransit"),
+        "{unknown}"
+    );
+    let not_raw = one(
+        "[envelope]\nkind = \"masstransit\"\nid_from = \"property:id\"\n",
+        &[],
+    );
+    assert!(
+        not_raw.starts_with(
+            "envelope.id_from (SB_INBOX_ENVELOPE_ID_FROM): is for envelope.kind = \"raw\""
+        ),
+        "{not_raw}"
+    );
+    let orphan = one("[envelope.types]\n\"a\" = \"b.v1\"\n", &[]);
+    assert!(
+        orphan.starts_with(
+            "envelope.types (SB_INBOX_ENVELOPE_TYPES): has no effect without envelope.kind"
+        ),
+        "{orphan}"
+    );
+    let unversioned = one(
+        "[envelope]\nkind = \"cloudevents\"\n[envelope.types]\n\"com.x\" = \"orders.order-placed\"\n",
+        &[],
+    );
+    assert!(unversioned.contains("without a version"), "{unversioned}");
+    let bad_contract = one(
+        "[envelope]\nkind = \"nservicebus\"\n[envelope.types]\n\"A\" = \"has space.v1\"\n",
+        &[],
+    );
+    assert!(bad_contract.starts_with("envelope.types"), "{bad_contract}");
+    let no_contract = one("[envelope]\nkind = \"raw\"\n", &[]);
+    assert!(
+        no_contract
+            .starts_with("envelope.contract (SB_INBOX_ENVELOPE_CONTRACT): the raw envelope needs"),
+        "{no_contract}"
+    );
+    let bad_field = one(
+        "[envelope]\nkind = \"raw\"\ncontract_from = \"header:x\"\n",
+        &[],
+    );
+    assert!(
+        bad_field.starts_with("envelope.contract_from"),
+        "{bad_field}"
+    );
+    let bad_pairs = one(
+        "",
+        &[
+            ("SB_INBOX_ENVELOPE", "masstransit"),
+            ("SB_INBOX_ENVELOPE_TYPES", "no-equals"),
+        ],
+    );
+    assert!(
+        bad_pairs.starts_with(
+            "envelope.types (SB_INBOX_ENVELOPE_TYPES): \"no-equals\" is not TYPE=CONTRACT"
+        ),
+        "{bad_pairs}"
+    );
+    let subject_types = one(
+        "[envelope]\nkind = \"subject\"\n[envelope.types]\n\"a\" = \"b.v1\"\n",
+        &[],
+    );
+    assert!(
+        subject_types.contains("takes no type map"),
+        "{subject_types}"
+    );
+    // An unknown key in the table is the file's own error, naming the key.
+    let typo = load(&format!("{GOOD}[envelope]\nknd = \"raw\"\n"), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(typo.contains("knd"), "{typo}");
+    // A [[consumers]] entry's problems name the entry.
+    let entry = LISTED.replacen(
+        "[[consumers]]\nname = \"shop.payments\"",
+        "[consumers.envelope]\nkind = \"bogus\"\n[[consumers]]\nname = \"shop.payments\"",
+        1,
+    );
+    let errors = load(&entry, &[]).unwrap_err();
+    assert_eq!(errors.0[0].field, "consumers[0].envelope.kind", "{errors}");
+}

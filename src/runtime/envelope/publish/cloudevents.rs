@@ -21,15 +21,16 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
+use super::super::CLOUDEVENTS_JSON;
 use super::{PublishError, bounded, printable, rfc3339, shown};
 use crate::ports::{OutboxMessage, PropertyValue};
 use crate::runtime::MAX_MESSAGE_ID_LEN;
 
-/// The media type of a structured CloudEvent in the JSON format.
-pub const CLOUDEVENTS_JSON: &str = "application/cloudevents+json";
-
-/// The prefix of a binary CloudEvent's attributes among the AMQP application properties.
-pub const CLOUDEVENTS_PROPERTY_PREFIX: &str = "cloudEvents:";
+/// The prefix written for a binary event's attributes: the binding's own (v1.0.2, 3.1.3.1).
+/// Readers accept `cloudEvents_` too (the binding's later drafts, and the CloudEvents Python SDK
+/// 2.x writes it), so both are in
+/// [`CLOUDEVENTS_PREFIXES`](crate::envelope::CLOUDEVENTS_PREFIXES).
+const WRITTEN_PREFIX: &str = "cloudEvents:";
 
 /// The data's content type: the writers take JSON data.
 const DATA_CONTENT_TYPE: &str = "application/json";
@@ -60,7 +61,7 @@ const CORE_ATTRIBUTES: [&str; 10] = [
 ///
 /// # Examples
 /// ```
-/// use sb_inbox::{CloudEvent, CLOUDEVENTS_JSON};
+/// use sb_inbox::envelope::{CloudEvent, CLOUDEVENTS_JSON};
 ///
 /// let event = CloudEvent::new("payments", "/shop/orders", "shop.order.confirmed.v1")?
 ///     .with_subject("o-1")?;
@@ -260,7 +261,7 @@ impl CloudEvent {
         let (body, content_type, application_properties) = if self.binary {
             let properties = attributes
                 .into_iter()
-                .map(|(name, value)| (format!("{CLOUDEVENTS_PROPERTY_PREFIX}{name}"), value))
+                .map(|(name, value)| (format!("{WRITTEN_PREFIX}{name}"), value))
                 .collect();
             let body = serde_json::to_vec(&data).map_err(PublishError::NotJson)?;
             (body, DATA_CONTENT_TYPE, properties)
@@ -428,6 +429,11 @@ mod tests {
                 "data": { "orderId": "o-1" }
             })
         );
+    }
+
+    #[test]
+    fn the_written_prefix_is_one_readers_accept() {
+        assert!(crate::envelope::CLOUDEVENTS_PREFIXES.contains(&WRITTEN_PREFIX));
     }
 
     #[test]

@@ -23,12 +23,10 @@ use std::time::SystemTime;
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::super::MASSTRANSIT_CONTENT_TYPE;
 use super::{PublishError, bounded, json_object, printable, rfc3339, serialised, shown};
 use crate::ports::{INBOX_PROPERTY_PREFIX, OutboxMessage, PropertyValue};
 use crate::runtime::Context;
-
-/// The content type of MassTransit's JSON envelope.
-pub const MASSTRANSIT_JSON: &str = "application/vnd.masstransit+json";
 
 /// The scheme and namespace prefix of a MassTransit message type.
 const URN_PREFIX: &str = "urn:message:";
@@ -46,7 +44,7 @@ const URN_PREFIX: &str = "urn:message:";
 ///
 /// # Examples
 /// ```
-/// use sb_inbox::{MassTransitEnvelope, MASSTRANSIT_JSON};
+/// use sb_inbox::envelope::{MassTransitEnvelope, MASSTRANSIT_CONTENT_TYPE};
 ///
 /// #[derive(serde::Serialize)]
 /// #[serde(rename_all = "camelCase")]
@@ -55,7 +53,7 @@ const URN_PREFIX: &str = "urn:message:";
 /// let envelope = MassTransitEnvelope::new("confirmations", "urn:message:Shop.Contracts:OrderConfirmed")?
 ///     .with_header("tenant", "t-1")?;
 /// let message = envelope.message(&OrderConfirmed { order_id: "o-1".into() })?;
-/// assert_eq!(message.content_type.as_deref(), Some(MASSTRANSIT_JSON));
+/// assert_eq!(message.content_type.as_deref(), Some(MASSTRANSIT_CONTENT_TYPE));
 /// assert_eq!(message.message_id, envelope.message_id().simple().to_string());
 /// let json: serde_json::Value = serde_json::from_slice(&message.body)?;
 /// assert_eq!(json["message"]["orderId"], "o-1");
@@ -292,7 +290,7 @@ impl MassTransitEnvelope {
             destination: self.destination.clone(),
             subject: None,
             correlation_id: self.correlation_id.map(|id| id.simple().to_string()),
-            content_type: Some(MASSTRANSIT_JSON.to_owned()),
+            content_type: Some(MASSTRANSIT_CONTENT_TYPE.to_owned()),
             application_properties: self.headers.clone(),
             body,
         })
@@ -645,7 +643,10 @@ mod tests {
             message.correlation_id.as_deref(),
             Some("7c9e6679742540de944be07fc1f90ae7")
         );
-        assert_eq!(message.content_type.as_deref(), Some(MASSTRANSIT_JSON));
+        assert_eq!(
+            message.content_type.as_deref(),
+            Some(MASSTRANSIT_CONTENT_TYPE)
+        );
         assert_eq!(message.subject, None);
         assert_eq!(message.destination, "confirmations");
         assert_eq!(

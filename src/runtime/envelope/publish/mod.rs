@@ -24,8 +24,8 @@ mod masstransit;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub use cloudevents::{CLOUDEVENTS_JSON, CLOUDEVENTS_PROPERTY_PREFIX, CloudEvent};
-pub use masstransit::{MASSTRANSIT_JSON, MassTransitEnvelope};
+pub use cloudevents::CloudEvent;
+pub use masstransit::MassTransitEnvelope;
 
 /// The largest envelope body written, in bytes: Service Bus's standard tier caps a message at
 /// 256 KB (Microsoft Learn, "Azure Service Bus quotas": "Message size for a queue, topic, or
