@@ -24,7 +24,7 @@ use sb_inbox::relay::{MAX_BACKOFF, Relay, RelayConfig};
 use sb_inbox::servicebus::ServiceBusSenderPort;
 use sb_inbox::{
     Clock, ConsumerName, Context, Handled, HandlerError, Json, JsonContract, JsonHandler, Message,
-    OutboxStore, PgStore, Runtime, RuntimeConfig, SendFailure, Sender, Tx,
+    OutboxStore, PgStore, Runtime, RuntimeConfig, SendFailure, Sender, Store, Tx,
 };
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -296,5 +296,173 @@ async fn relayed_envelopes_keep_their_ids_across_a_retry_and_read_in_the_officia
         r#"{"orderId":"o-1"}"#,
         "binary mode: the data is the body"
     );
+    emulator.shutdown().await;
+}
+
+/// The contract the .NET side's event maps to in the consumers below.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct OrderConfirmed {
+    order_id: String,
+}
+
+impl JsonContract for OrderConfirmed {
+    const NAME: &'static str = "shop.order-confirmed";
+    const VERSION: u32 = 1;
+}
+
+/// Records what each delivery it processes carried: logical id, order, tenant header.
+#[derive(Clone, Default)]
+struct Records(Arc<std::sync::Mutex<Vec<(String, String, Option<String>)>>>);
+
+impl<T: Tx> JsonHandler<T> for Records {
+    type Message = OrderConfirmed;
+
+    async fn handle(
+        &self,
+        ctx: &Context<'_, OrderConfirmed>,
+        order: &OrderConfirmed,
+        _tx: &mut T,
+    ) -> Result<Handled, HandlerError> {
+        let tenant = match ctx.headers().get("tenant") {
+            Some(sb_inbox::PropertyValue::String(tenant)) => Some(tenant.clone()),
+            _ => None,
+        };
+        self.0
+            .lock()
+            .unwrap()
+            .push((ctx.logical_id().to_owned(), order.order_id.clone(), tenant));
+        Ok(Handled::Processed)
+    }
+}
+
+/// The round trip through the broker: envelopes the outbox wrote, sent twice each by the relay
+/// (the broker's first answer lost), consumed by the runtime with the matching envelope reader:
+/// the handler sees the contract's payload under the envelope's own id once, and the inbox
+/// completes the second copy as a duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relayed_envelopes_are_consumed_once_through_the_envelope_readers() {
+    use sb_inbox::envelope::{CloudEvents, EnvelopeReader, MassTransit, TypeMap, cloudevent_id};
+
+    use crate::support::emulator::{queue, start};
+
+    crate::support::init_tracing();
+    let store: PgStore = pg_store("outbox_envelopes_round_trip", 4).await;
+    let queues = ["mt-events", "ce-structured", "ce-binary"];
+    let emulator = start(
+        queues
+            .iter()
+            .map(|name| queue(name, Default::default()))
+            .collect(),
+        Default::default(),
+    )
+    .await;
+    let client = client(&emulator);
+
+    let order = serde_json::json!({ "orderId": "o-7", "note": "added by a later producer" });
+    let masstransit = MassTransitEnvelope::new("mt-events", MT_TYPE)
+        .and_then(|e| e.with_header("tenant", "t-1"))
+        .unwrap();
+    let event = CloudEvent::new(
+        "ce-structured",
+        CE_SOURCE,
+        "com.example.shop.order.confirmed",
+    )
+    .and_then(|e| e.with_extension("tenant", "t-1"))
+    .unwrap();
+    let binary = CloudEvent::new("ce-binary", CE_SOURCE, "com.example.shop.order.confirmed")
+        .and_then(|e| e.with_extension("tenant", "t-1"))
+        .unwrap()
+        .binary();
+    let mut tx = store.begin().await.unwrap();
+    for message in [
+        masstransit.message(&order).unwrap(),
+        event.message(&order).unwrap(),
+        binary.message(&order).unwrap(),
+    ] {
+        tx.append_outbox(&message).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+
+    let losing = Relay::new(
+        store.clone(),
+        AnswerLost(client.sender_port()),
+        RelayConfig::default().with_batch_size(1),
+    );
+    for _ in 0..3 {
+        losing.relay_once(&CancellationToken::new()).await.unwrap();
+    }
+    let later = Clock::starting_at(SystemTime::now() + MAX_BACKOFF + Duration::from_secs(1));
+    let relay = Relay::with_clock(
+        store.clone(),
+        client.sender_port(),
+        RelayConfig::default(),
+        later,
+    );
+    assert_eq!(
+        relay
+            .relay_once(&CancellationToken::new())
+            .await
+            .unwrap()
+            .published,
+        3
+    );
+
+    let mt_types = TypeMap::new()
+        .with(MT_TYPE, "shop.order-confirmed.v1")
+        .unwrap();
+    let ce_types = TypeMap::new()
+        .with(
+            "com.example.shop.order.confirmed",
+            "shop.order-confirmed.v1",
+        )
+        .unwrap();
+    let readers: [(&str, Arc<dyn EnvelopeReader>, String); 3] = [
+        (
+            "mt-events",
+            Arc::new(MassTransit::new(mt_types).unwrap()),
+            masstransit.message_id().hyphenated().to_string(),
+        ),
+        (
+            "ce-structured",
+            Arc::new(CloudEvents::new(ce_types.clone()).unwrap()),
+            cloudevent_id(CE_SOURCE, event.id()),
+        ),
+        (
+            "ce-binary",
+            Arc::new(CloudEvents::new(ce_types).unwrap()),
+            cloudevent_id(CE_SOURCE, binary.id()),
+        ),
+    ];
+    for (entity, reader, logical_id) in readers {
+        let records = Records::default();
+        let mut config = RuntimeConfig::new(ConsumerName::new(format!("shop.{entity}")).unwrap());
+        config.envelope = reader;
+        let runtime = Arc::new(Runtime::new(
+            client.receiver(entity, 2),
+            store.clone(),
+            Json::new(records.clone()),
+            config,
+        ));
+        let stop = CancellationToken::new();
+        let consuming = tokio::spawn({
+            let (runtime, stop) = (runtime.clone(), stop.clone());
+            async move { runtime.run(stop).await }
+        });
+        crate::worker::queue_drained(&emulator, entity, 2).await;
+        stop.cancel();
+        consuming.await.unwrap().unwrap();
+        let stats = runtime.stats().snapshot();
+        assert_eq!(
+            (stats.processed, stats.duplicate, stats.permanent),
+            (1, 1, 0),
+            "{entity}: {stats:?}"
+        );
+        assert_eq!(
+            *records.0.lock().unwrap(),
+            [(logical_id, "o-7".to_owned(), Some("t-1".to_owned()))],
+            "{entity}"
+        );
+    }
     emulator.shutdown().await;
 }
