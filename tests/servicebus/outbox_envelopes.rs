@@ -311,9 +311,12 @@ impl JsonContract for OrderConfirmed {
     const VERSION: u32 = 1;
 }
 
-/// Records what each delivery it processes carried: logical id, order, tenant header.
+/// What one processed delivery carried: logical id, order id, tenant header.
+type Record = (String, String, Option<String>);
+
+/// Records what each delivery it processes carried.
 #[derive(Clone, Default)]
-struct Records(Arc<std::sync::Mutex<Vec<(String, String, Option<String>)>>>);
+struct Records(Arc<std::sync::Mutex<Vec<Record>>>);
 
 impl<T: Tx> JsonHandler<T> for Records {
     type Message = OrderConfirmed;

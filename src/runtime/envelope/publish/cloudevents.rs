@@ -113,8 +113,9 @@ impl CloudEvent {
         })
     }
 
-    /// This event's `id` instead of a fresh UUID: any string unique within its `source`. It is
-    /// also the AMQP message id.
+    /// This event's `id` instead of a fresh UUID: any string unique within its `source`, such
+    /// as `ctx.idempotency_key("order-confirmed").as_str()`, which a handler that runs again
+    /// derives again. It is also the AMQP message id.
     ///
     /// # Errors
     /// [`PublishError::Empty`] for an empty id, [`PublishError::InvalidValue`] for one longer

@@ -108,8 +108,9 @@ impl MassTransitEnvelope {
         Ok(self)
     }
 
-    /// This message's id instead of a fresh one (an id the handler derived, to write the same
-    /// event again under the same id).
+    /// This message's id instead of a fresh one: an id derived from the consumed message, so a
+    /// handler that runs again (after a rollback, a lost lock) writes the event under the same
+    /// id, e.g. `ctx.idempotency_key("order-confirmed").as_str()` (a UUID).
     ///
     /// # Errors
     /// [`PublishError::NotUuid`]: MassTransit reads `messageId` as a `Guid`.
@@ -660,6 +661,27 @@ mod tests {
             "7c9e6679-7425-40de-944b-e07fc1f90ae7"
         );
         assert_eq!(envelope["headers"]["tenant"], "t-1");
+    }
+
+    #[test]
+    fn an_idempotency_key_is_a_message_id_every_handler_run_repeats() {
+        let received = Message::new("order-placed-o-1", "orders.order-placed.v1", "{}");
+        let builder = ContextBuilder::new("shop.confirmations", received).unwrap();
+        let ctx = builder.build(());
+        let key = ctx.idempotency_key("order-confirmed");
+        let ids: Vec<String> = (0..2)
+            .map(|_| {
+                MassTransitEnvelope::new("q", TYPE)
+                    .unwrap()
+                    .with_message_id(key.as_str())
+                    .unwrap()
+                    .message_json(b"{}")
+                    .unwrap()
+                    .message_id
+            })
+            .collect();
+        assert_eq!(ids[0], ids[1]);
+        assert_eq!(ids[0], key.as_str().replace('-', ""));
     }
 
     #[test]

@@ -63,8 +63,8 @@ pub enum PublishError {
     /// A payload that does not serialise to JSON, or bytes that are not JSON.
     #[error("the payload is not JSON")]
     NotJson(#[source] serde_json::Error),
-    /// A JSON payload that is not an object: MassTransit messages are reference types, and a
-    /// CloudEvents consumer binds `data` to a type.
+    /// A MassTransit payload that is JSON but not an object: MassTransit messages are .NET
+    /// records, classes or interfaces (its documentation, "Messages"), read from a JSON object.
     #[error("the payload is JSON but not an object")]
     NotAnObject,
     /// A required attribute that is empty (CloudEvents `source`, `type`, `id`).
