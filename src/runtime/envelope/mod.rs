@@ -28,7 +28,9 @@ pub use masstransit::{
     MASSTRANSIT_CONTENT_TYPE, MT_MESSAGE_ID_PROPERTY, MT_MESSAGE_TYPE_PROPERTY, MassTransit,
 };
 pub use nservicebus::{ENCLOSED_MESSAGE_TYPES, NSERVICEBUS_MESSAGE_ID, NServiceBus};
-pub use publish::{CloudEvent, MAX_ENVELOPE_LEN, MassTransitEnvelope, PublishError};
+pub use publish::{
+    CloudEvent, MAX_ENVELOPE_LEN, MAX_PROPERTIES_LEN, MassTransitEnvelope, PublishError,
+};
 pub use raw::{Field, FieldParseError, Raw, RawConfigError};
 pub use reader::{
     EnvelopeReader, Headers, MAX_ENVELOPE_HEADERS, MAX_HEADER_VALUE_LEN, Opened, SubjectVersioned,

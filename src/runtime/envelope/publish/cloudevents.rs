@@ -21,8 +21,8 @@ use std::time::SystemTime;
 
 use serde::Serialize;
 
-use super::super::CLOUDEVENTS_JSON;
-use super::{PublishError, bounded, printable, rfc3339, shown};
+use super::super::{CLOUDEVENTS_JSON, MAX_ENVELOPE_HEADERS};
+use super::{PublishError, bounded, bounded_properties, header_value, printable, rfc3339, shown};
 use crate::ports::{OutboxMessage, PropertyValue};
 use crate::runtime::MAX_MESSAGE_ID_LEN;
 
@@ -152,8 +152,9 @@ impl CloudEvent {
     ///
     /// # Errors
     /// [`PublishError::InvalidName`] for a name that is not 1 to 20 lower-case ASCII letters and
-    /// digits, or names a core attribute; [`PublishError::InvalidValue`] for a float or an
-    /// integer outside 32 bits (the specification's Integer).
+    /// digits, or names a core attribute; [`PublishError::InvalidValue`] for a float, an
+    /// integer outside 32 bits (the specification's Integer) or a string longer than 4096
+    /// bytes; [`PublishError::TooMany`] past 118 extensions.
     pub fn with_extension(
         mut self,
         name: &str,
@@ -195,6 +196,15 @@ impl CloudEvent {
                 });
             }
             _ => {}
+        }
+        header_value("extension", &value)?;
+        // Readers count every attribute, the core ones included.
+        let max = MAX_ENVELOPE_HEADERS - CORE_ATTRIBUTES.len();
+        if self.extensions.len() >= max && !self.extensions.contains_key(name) {
+            return Err(PublishError::TooMany {
+                what: "extensions",
+                max,
+            });
         }
         self.extensions.insert(name.to_owned(), value);
         Ok(self)
@@ -282,7 +292,7 @@ impl CloudEvent {
             subject: None,
             correlation_id: None,
             content_type: Some(content_type.to_owned()),
-            application_properties,
+            application_properties: bounded_properties(application_properties)?,
             body: bounded(body)?,
         })
     }
@@ -378,6 +388,17 @@ mod tests {
         assert!(matches!(
             event().with_extension("big", i64::from(i32::MAX) + 1),
             Err(PublishError::InvalidValue { .. })
+        ));
+        assert!(matches!(
+            event().with_extension("long", "x".repeat(4097)),
+            Err(PublishError::InvalidValue { .. })
+        ));
+        let full = (0..118).fold(event(), |e, i| {
+            e.with_extension(&format!("x{i}"), "v").unwrap()
+        });
+        assert!(matches!(
+            full.with_extension("more", "v"),
+            Err(PublishError::TooMany { max: 118, .. })
         ));
         assert!(matches!(
             event().with_extension("ratio", PropertyValue::Double(0.5)),

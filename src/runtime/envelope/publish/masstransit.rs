@@ -23,8 +23,11 @@ use std::time::SystemTime;
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::super::MASSTRANSIT_CONTENT_TYPE;
-use super::{PublishError, bounded, json_object, printable, rfc3339, serialised, shown};
+use super::super::{MASSTRANSIT_CONTENT_TYPE, MAX_ENVELOPE_HEADERS};
+use super::{
+    PublishError, bounded, bounded_properties, header_value, json_object, printable, rfc3339,
+    serialised, shown,
+};
 use crate::ports::{INBOX_PROPERTY_PREFIX, OutboxMessage, PropertyValue};
 use crate::runtime::Context;
 
@@ -207,7 +210,9 @@ impl MassTransitEnvelope {
     ///
     /// # Errors
     /// [`PublishError::InvalidName`] for an empty name, one longer than 256 bytes, with control
-    /// characters, or one the inbox or MassTransit reserve (`sb-inbox-…`, `MT-…`).
+    /// characters, or one the inbox or MassTransit reserve (`sb-inbox-…`, `MT-…`);
+    /// [`PublishError::InvalidValue`] for a string longer than 4096 bytes;
+    /// [`PublishError::TooMany`] past 126 headers.
     pub fn with_header(
         mut self,
         name: &str,
@@ -231,7 +236,17 @@ impl MassTransitEnvelope {
                 why,
             });
         }
-        self.headers.insert(name.to_owned(), value.into());
+        let value = value.into();
+        header_value("header", &value)?;
+        // Two envelope fields (CorrelationId, ConversationId) join the headers on the way in.
+        let max = MAX_ENVELOPE_HEADERS - 2;
+        if self.headers.len() >= max && !self.headers.contains_key(name) {
+            return Err(PublishError::TooMany {
+                what: "headers",
+                max,
+            });
+        }
+        self.headers.insert(name.to_owned(), value);
         Ok(self)
     }
 
@@ -292,7 +307,7 @@ impl MassTransitEnvelope {
             subject: None,
             correlation_id: self.correlation_id.map(|id| id.simple().to_string()),
             content_type: Some(MASSTRANSIT_CONTENT_TYPE.to_owned()),
-            application_properties: self.headers.clone(),
+            application_properties: bounded_properties(self.headers.clone())?,
             body,
         })
     }
@@ -776,12 +791,31 @@ mod tests {
             );
         }
         assert!(matches!(
+            envelope.clone().with_header("long", "x".repeat(4097)),
+            Err(PublishError::InvalidValue { .. })
+        ));
+        let full = (0..126).fold(envelope.clone(), |e, i| {
+            e.with_header(&format!("h{i}"), "x").unwrap()
+        });
+        assert!(full.clone().with_header("h0", "again").is_ok());
+        assert!(matches!(
+            full.with_header("one-more", "x"),
+            Err(PublishError::TooMany { max: 126, .. })
+        ));
+        assert!(matches!(
             envelope.message_json(b"not json"),
             Err(PublishError::NotJson(_))
         ));
         assert!(matches!(
             envelope.message_json(b"[]"),
             Err(PublishError::NotAnObject)
+        ));
+        let heavy = (0..16).fold(envelope.clone(), |e, i| {
+            e.with_header(&format!("h{i}"), "x".repeat(4000)).unwrap()
+        });
+        assert!(matches!(
+            heavy.message_json(b"{}"),
+            Err(PublishError::PropertiesTooLarge { .. })
         ));
         let big = serde_json::json!({ "blob": "x".repeat(super::super::MAX_ENVELOPE_LEN) });
         assert!(matches!(

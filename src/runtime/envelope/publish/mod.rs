@@ -27,6 +27,8 @@ mod round_trip;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::ports::PropertyValue;
+
 pub use cloudevents::CloudEvent;
 pub use masstransit::MassTransitEnvelope;
 
@@ -36,6 +38,12 @@ pub use masstransit::MassTransitEnvelope;
 /// broker on every relay attempt; it is refused here instead, in the handler, where the error
 /// can dead-letter the message that caused it.
 pub const MAX_ENVELOPE_LEN: usize = 256 * 1024;
+
+/// The most bytes of application properties written (names and values): Service Bus's
+/// "cumulative size of all properties can't exceed 64 KB" (Microsoft Learn, "Azure Service Bus
+/// quotas", message property size). The transport adds its own (`traceparent`), so the
+/// writers leave 4 KiB of it.
+pub const MAX_PROPERTIES_LEN: usize = 60 * 1024;
 
 /// The longest header, attribute or type name written, in bytes.
 const MAX_NAME_LEN: usize = 256;
@@ -91,6 +99,23 @@ pub enum PublishError {
         /// The rule it breaks.
         why: &'static str,
     },
+    /// More headers or extensions than a reader keeps
+    /// ([`MAX_ENVELOPE_HEADERS`](crate::envelope::MAX_ENVELOPE_HEADERS) in all): the rest would
+    /// be refused on the way in.
+    #[error("more than {max} {what}")]
+    TooMany {
+        /// What there are too many of.
+        what: &'static str,
+        /// The most allowed.
+        max: usize,
+    },
+    /// The application properties (headers, binary-mode attributes) take more than
+    /// [`MAX_PROPERTIES_LEN`] bytes.
+    #[error("the application properties take {len} bytes; the limit is {MAX_PROPERTIES_LEN}")]
+    PropertiesTooLarge {
+        /// Their size, names and values.
+        len: usize,
+    },
     /// The envelope is larger than [`MAX_ENVELOPE_LEN`].
     #[error("the envelope is {len} bytes; the limit is {MAX_ENVELOPE_LEN}")]
     TooLarge {
@@ -130,6 +155,43 @@ fn bounded(body: Vec<u8>) -> Result<Vec<u8>, PublishError> {
         return Err(PublishError::TooLarge { len: body.len() });
     }
     Ok(body)
+}
+
+/// A header or extension value a reader keeps whole: strings up to
+/// [`MAX_HEADER_VALUE_LEN`](crate::envelope::MAX_HEADER_VALUE_LEN) bytes (readers cut longer
+/// ones, and a cut value is a lost one).
+fn header_value(what: &'static str, value: &PropertyValue) -> Result<(), PublishError> {
+    match value {
+        PropertyValue::String(text) if text.len() > super::MAX_HEADER_VALUE_LEN => {
+            Err(PublishError::InvalidValue {
+                what,
+                value: shown(text),
+                why: "longer than 4096 bytes",
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The properties, refused above [`MAX_PROPERTIES_LEN`] (names and values; numbers 8 bytes).
+fn bounded_properties(
+    properties: std::collections::BTreeMap<String, PropertyValue>,
+) -> Result<std::collections::BTreeMap<String, PropertyValue>, PublishError> {
+    let len = properties
+        .iter()
+        .map(|(name, value)| {
+            name.len()
+                + match value {
+                    PropertyValue::String(text) => text.len(),
+                    PropertyValue::Bool(_) => 1,
+                    _ => 8,
+                }
+        })
+        .sum();
+    if len > MAX_PROPERTIES_LEN {
+        return Err(PublishError::PropertiesTooLarge { len });
+    }
+    Ok(properties)
 }
 
 /// A value that must be printable and at most [`MAX_NAME_LEN`] bytes.
