@@ -174,8 +174,10 @@ impl MassTransitEnvelope {
     /// `destinationAddress` as MassTransit writes Azure Service Bus addresses,
     /// `sb://<namespace>/<destination>`, and `sourceAddress` `sb://<namespace>/<source_entity>`
     /// when given (the entity this service consumes from). Both are optional in MassTransit's
-    /// envelope and its consumers need neither to deserialize; they show up in MassTransit's
-    /// logs and fault messages.
+    /// envelope (the documentation's table: "Optional") and its consumers need neither to
+    /// deserialize (`EnvelopeMessageContext.ConvertToUri` reads a missing one as `null`); they
+    /// show up in MassTransit's logs and fault messages. The relay does not fill them in: it
+    /// never rewrites a body, so every attempt sends the bytes the handler wrote.
     ///
     /// # Errors
     /// [`PublishError::InvalidValue`] for an empty namespace or entity, or one with whitespace,
