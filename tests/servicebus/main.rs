@@ -12,6 +12,7 @@ mod cli;
 mod client;
 mod emulator_wire;
 mod entity_check;
+mod envelopes;
 mod external;
 mod external_key;
 mod fidelity;

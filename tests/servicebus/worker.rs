@@ -208,6 +208,22 @@ pub(crate) async fn sqlite_worker(
     (dir, db, child)
 }
 
+/// As [`sqlite_worker`], with `args` after `run` (`--config FILE`).
+pub(crate) async fn sqlite_worker_with_args(
+    tag: &str,
+    connection: &str,
+    args: &[&str],
+) -> (std::path::PathBuf, std::path::PathBuf, std::process::Child) {
+    let (dir, db) = sqlite_file_store(tag).await;
+    let child = cli::worker(&format!("sqlite://{}", db.display()), connection)
+        .args(args)
+        .env("SB_INBOX_HEALTH_PORT", "0")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    (dir, db, child)
+}
+
 /// Waits (bounded) until the worker's `/readyz` answers 200.
 pub(crate) async fn ready(addr: std::net::SocketAddr) {
     tokio::time::timeout(Duration::from_secs(30), async {

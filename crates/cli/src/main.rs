@@ -142,6 +142,11 @@ enum DlqCommand {
             default_value_t = 604_800
         )]
         window_secs: u64,
+        /// worker.toml whose [envelope] the entity's consumer reads (also SB_INBOX_ENVELOPE,
+        /// SB_INBOX_ENVELOPE_TYPES, …): copies keep the envelope's logical id (a MassTransit
+        /// messageId, an NServiceBus.MessageId), not the broker's.
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
 }
 
@@ -300,8 +305,19 @@ async fn run(command: Command) -> ExitCode {
                 to,
                 wait_secs,
                 window_secs,
+                config,
             } => {
+                let envelope = match WorkerConfig::load_envelope(config.as_deref(), &|name| {
+                    std::env::var(name).ok()
+                }) {
+                    Ok(envelope) => envelope,
+                    Err(errors) => {
+                        eprintln!("{errors}");
+                        return ExitCode::from(2);
+                    }
+                };
                 let mut options = dlq::ResubmitOptions::new(max);
+                options.envelope = envelope;
                 options.message_id = message_id;
                 options.idle = std::time::Duration::from_secs(wait_secs);
                 options.window = std::time::Duration::from_secs(window_secs);

@@ -68,11 +68,11 @@ pub const PYTHON_WEBSOCKETS: Dependency = Dependency {
     fix: ".ci/setup installs it with pip",
 };
 
-/// The official CloudEvents Python SDK, `cloudevents` 2.x (its AMQP binding,
-/// `cloudevents.core.bindings.amqp`), in [`python`]'s environment.
+/// The official CloudEvents SDK, `cloudevents` (2.x, with its AMQP binding), in [`python`]'s
+/// environment.
 pub const PYTHON_CLOUDEVENTS: Dependency = Dependency {
     key: "python-sdk",
-    what: "Python package cloudevents 2.x with cloudevents.core.bindings.amqp (in SB_INBOX_PYTHON, default python3)",
+    what: "Python package cloudevents 2.x (in SB_INBOX_PYTHON, default python3)",
     fix: ".ci/setup installs it with pip",
 };
 

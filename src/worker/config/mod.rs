@@ -292,6 +292,28 @@ impl WorkerConfig {
     }
 }
 
+impl WorkerConfig {
+    /// Only the top-level envelope of the configuration at `path` (if given) with the
+    /// `SB_INBOX_ENVELOPE*` overrides in `env`: what tools that copy a consumer's messages (dead
+    /// letter resubmission) need to key copies as the consumer does, without the rest of the
+    /// worker's settings. The subject-versioned envelope when none is configured.
+    ///
+    /// # Errors
+    /// [`ConfigErrors`] for an unreadable file or an unusable `[envelope]`.
+    pub fn load_envelope(
+        path: Option<&Path>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<std::sync::Arc<dyn crate::envelope::EnvelopeReader>, ConfigErrors> {
+        let file = File::read(path)?;
+        let mut r = Reader::new(env);
+        let reader = envelope::top_level(&mut r, &file.envelope);
+        if r.has_errors() {
+            return Err(ConfigErrors(r.into_errors()));
+        }
+        Ok(reader.unwrap_or_else(|| std::sync::Arc::new(crate::envelope::SubjectVersioned)))
+    }
+}
+
 /// The store URL: required, and one of the stores this build knows.
 fn store(r: &mut Reader<'_>, file: Option<String>) -> Option<StoreUrl> {
     let Some(url) = r.text(keys::STORE, file) else {

@@ -7,11 +7,14 @@
 //! accepted before the dead letter is completed, so a crash in between leaves at most a
 //! duplicate; running again sends a copy with the same broker id.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::OpsError;
+use sb_inbox::envelope::{EnvelopeReader, SubjectVersioned, envelope_logical_id};
 use sb_inbox::runtime::{LOGICAL_ID_PROPERTY, logical_id, original_enqueued_time};
 use sb_inbox::servicebus::PeekedMessage;
 use sb_inbox::{Clock, Delivery, Message, PropertyValue, Receiver, Sender};
@@ -85,6 +88,9 @@ pub struct ResubmitOptions {
     pub window: Duration,
     /// The clock ages are read on (tests pass the broker's).
     pub clock: Clock,
+    /// The envelope the entity's consumer reads: a copy keeps *its* logical id (a MassTransit
+    /// `messageId`, an `NServiceBus.MessageId`), the inbox key of the first delivery.
+    pub envelope: Arc<dyn EnvelopeReader>,
 }
 
 impl ResubmitOptions {
@@ -96,6 +102,7 @@ impl ResubmitOptions {
             idle: Duration::from_secs(5),
             window: DEFAULT_RESUBMIT_WINDOW,
             clock: Clock::new(),
+            envelope: Arc::new(SubjectVersioned),
         }
     }
 }
@@ -180,6 +187,28 @@ pub async fn resubmit<R: Receiver>(
     result.map(|()| report)
 }
 
+/// `message` with its envelope's logical id in [`LOGICAL_ID_PROPERTY`] when that differs from
+/// the broker message id (and none is there yet), so the copy keys on what its first delivery
+/// was keyed on; as it is otherwise.
+fn keyed<'m>(message: &'m Message, envelope: &dyn EnvelopeReader) -> Cow<'m, Message> {
+    if message
+        .application_properties
+        .contains_key(LOGICAL_ID_PROPERTY)
+    {
+        return Cow::Borrowed(message);
+    }
+    match envelope_logical_id(message, envelope) {
+        Ok(id) if message.message_id.as_deref() != Some(id.as_str()) => {
+            let mut keyed = message.clone();
+            keyed
+                .application_properties
+                .insert(LOGICAL_ID_PROPERTY.to_owned(), id.into());
+            Cow::Owned(keyed)
+        }
+        _ => Cow::Borrowed(message),
+    }
+}
+
 async fn resubmit_matching<R: Receiver>(
     receiver: &R,
     sender: &impl Sender,
@@ -201,7 +230,8 @@ async fn resubmit_matching<R: Receiver>(
             Ok(Ok(Some(delivery))) => delivery,
             Ok(Err(error)) => return Err(partial(report, error.to_string())),
         };
-        let message = delivery.message();
+        let message = keyed(delivery.message(), &*options.envelope);
+        let message = message.as_ref();
         let from = message.message_id.clone().unwrap_or_default();
         let matches = options.message_id.as_deref().is_none_or(|wanted| {
             from == wanted || logical_id(message).is_ok_and(|logical| logical == wanted)
@@ -332,6 +362,63 @@ mod tests {
             resubmission(&nameless)
                 .unwrap_err()
                 .contains("no message id")
+        );
+    }
+
+    /// Issue 34: a dead letter from an NServiceBus producer is resubmitted under its
+    /// `NServiceBus.MessageId` (the inbox key of its first delivery), not its broker id; with
+    /// the default envelope the broker id stays the key.
+    #[tokio::test(start_paused = true)]
+    async fn a_resubmission_keys_on_the_envelopes_logical_id() {
+        use sb_inbox::envelope::{NServiceBus, TypeMap};
+        use sb_inbox::testing::MemoryBroker;
+        let dead = || {
+            Message::new("broker-7", "", "{}")
+                .with_property("NServiceBus.EnclosedMessageTypes", "Shop.OrderPlaced")
+                .with_property("NServiceBus.MessageId", "nsb-7")
+        };
+        let clock = Clock::new();
+        let types = TypeMap::new()
+            .with("Shop.OrderPlaced", "orders.order-placed.v1")
+            .unwrap();
+        let mut keys = Vec::new();
+        for envelope in [
+            Arc::new(NServiceBus::new(types)) as Arc<dyn EnvelopeReader>,
+            Arc::new(SubjectVersioned),
+        ] {
+            let dead_letters = MemoryBroker::new(clock);
+            dead_letters.send(dead());
+            let entity = MemoryBroker::new(clock);
+            let mut options = ResubmitOptions::new(10);
+            options.clock = clock;
+            options.envelope = envelope;
+            let report = resubmit(&dead_letters.receiver(), &entity, "orders", &options)
+                .await
+                .unwrap();
+            let sent = entity.sent();
+            let copy = &sent[0].message;
+            keys.push((
+                report.resubmitted[0].logical_id.clone(),
+                copy.message_id.clone().unwrap_or_default(),
+                copy.application_properties
+                    .get(LOGICAL_ID_PROPERTY)
+                    .cloned(),
+            ));
+        }
+        assert_eq!(
+            keys,
+            [
+                (
+                    "nsb-7".to_owned(),
+                    "nsb-7/resubmit-1".to_owned(),
+                    Some("nsb-7".into())
+                ),
+                (
+                    "broker-7".to_owned(),
+                    "broker-7/resubmit-1".to_owned(),
+                    Some("broker-7".into())
+                ),
+            ]
         );
     }
 
