@@ -7,6 +7,8 @@
 //!   JSON), `nservicebus` ([`NServiceBus`]), `cloudevents` ([`CloudEvents`]: structured and
 //!   binary), `raw` ([`Raw`]: fields named by configuration).
 //! - `type_map`: [`TypeMap`], a consumer's table from foreign type names to contracts.
+//! - `publish`: the mirror image for the outbox, [`MassTransitEnvelope`] and [`CloudEvent`]:
+//!   events written in the envelope a .NET consumer reads.
 //! - `json_body`: bounded, borrowing reads of JSON envelopes.
 
 use std::borrow::Cow;
@@ -16,6 +18,7 @@ mod cloudevents;
 mod json_body;
 mod masstransit;
 mod nservicebus;
+mod publish;
 mod raw;
 mod reader;
 mod type_map;
@@ -25,6 +28,9 @@ pub use masstransit::{
     MASSTRANSIT_CONTENT_TYPE, MT_MESSAGE_ID_PROPERTY, MT_MESSAGE_TYPE_PROPERTY, MassTransit,
 };
 pub use nservicebus::{ENCLOSED_MESSAGE_TYPES, NSERVICEBUS_MESSAGE_ID, NServiceBus};
+pub use publish::{
+    CloudEvent, MAX_ENVELOPE_LEN, MAX_PROPERTIES_LEN, MassTransitEnvelope, PublishError,
+};
 pub use raw::{Field, FieldParseError, Raw, RawConfigError};
 pub use reader::{
     EnvelopeReader, Headers, MAX_ENVELOPE_HEADERS, MAX_HEADER_VALUE_LEN, Opened, SubjectVersioned,
