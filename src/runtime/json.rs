@@ -17,7 +17,7 @@ use crate::ports::Tx;
 /// use sb_inbox::{DecodeError, JsonContract};
 ///
 /// #[derive(serde::Deserialize)]
-/// #[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// #[serde(rename_all = "camelCase")]
 /// struct PaymentCaptured {
 ///     payment_id: String,
 ///     amount_cents: i64,
@@ -39,13 +39,26 @@ use crate::ports::Tx;
 /// assert_eq!(ok.map(|p| p.amount_cents), Ok(500));
 /// let bad = sb_inbox::runtime::decode_json::<PaymentCaptured>(br#"{"paymentId":"p-1","amountCents":0}"#);
 /// assert!(bad.is_err());
+/// // Tolerant: a field added by a newer producer is ignored.
+/// let newer = br#"{"paymentId":"p-1","amountCents":500,"currency":"EUR"}"#;
+/// assert!(sb_inbox::runtime::decode_json::<PaymentCaptured>(newer).is_ok());
 /// ```
+///
+/// # Tolerant by default, strict by choice
+/// Fields the type does not know are ignored (serde's default): a producer that adds a field
+/// does not turn every message into `InvalidPayload` at consumers not yet updated. Do not put
+/// `#[serde(deny_unknown_fields)]` on contract types; a contract that must refuse unknown fields
+/// (a command whose every field has to be understood) sets [`JsonContract::STRICT`]: an unknown
+/// field is then `InvalidPayload`, described by its path (`lines[0].discount`), never its value.
 pub trait JsonContract: DeserializeOwned + Send + Sync + 'static {
     /// The contract name: the subject without its `.vN` suffix (`orders.order-placed`).
     const NAME: &'static str;
     /// The contract version accepted; other versions are dead-lettered before any database
     /// work (`UnsupportedContractVersion`).
     const VERSION: u32;
+    /// Refuse bodies with fields this type does not know (`InvalidPayload` naming the first
+    /// one's path). `false`, the default, ignores them: see "Tolerant by default" above.
+    const STRICT: bool = false;
 
     /// Rules beyond the JSON shape (lengths, ranges, non-empty lists). The default accepts
     /// everything that parses.
@@ -70,9 +83,32 @@ pub trait JsonContract: DeserializeOwned + Send + Sync + 'static {
 /// [`DecodeError`] for malformed JSON, a shape that does not match `M`, or a broken rule of
 /// [`JsonContract::validate`].
 pub fn decode_json<M: JsonContract>(body: &[u8]) -> Result<M, DecodeError> {
-    let message: M = serde_json::from_slice(body).map_err(|e| DecodeError::json(&e))?;
+    let message: M = if M::STRICT {
+        strict(body)?
+    } else {
+        serde_json::from_slice(body).map_err(|e| DecodeError::json(&e))?
+    };
     message.validate()?;
     Ok(message)
+}
+
+/// Decodes `body` as `M`, refusing the first field `M` does not know by its path (the path
+/// holds field names and indexes from the body, never values).
+fn strict<M: JsonContract>(body: &[u8]) -> Result<M, DecodeError> {
+    let mut unknown: Option<String> = None;
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let message: M = serde_ignored::deserialize(&mut deserializer, |path| {
+        unknown.get_or_insert_with(|| path.to_string());
+    })
+    .map_err(|e| DecodeError::json(&e))?;
+    deserializer.end().map_err(|e| DecodeError::json(&e))?;
+    match unknown {
+        Some(path) => Err(DecodeError::new(format!(
+            "unknown field {path}: contract {} is strict",
+            M::contract()
+        ))),
+        None => Ok(message),
+    }
 }
 
 /// A handler of one JSON contract: it receives the decoded message; envelope checks, decoding

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use super::keys::CONSUMER;
 use super::reader::Reader;
 use super::runtime::RuntimeSection;
-use crate::runtime::ConsumerName;
+use crate::runtime::{ConsumerName, UnknownContracts};
 use crate::worker::ConsumerConfig;
 use crate::worker::host::is_subscription;
 
@@ -20,6 +20,7 @@ pub(super) struct ConsumerFile {
     entity: Option<String>,
     concurrency: Option<u64>,
     prefetch: Option<u64>,
+    unknown_contracts: Option<String>,
 }
 
 /// One `[[consumers]]` entry read: its name and entity (`None` after a reported problem), and
@@ -30,6 +31,7 @@ pub(super) struct Listed {
     entity: Option<String>,
     concurrency: u64,
     prefetch: u64,
+    unknown_contracts: UnknownContracts,
 }
 
 /// The top-level `consumer`: required without `[[consumers]]` (`listed`), refused beside them.
@@ -92,7 +94,16 @@ pub(super) fn listed(
         }
         let concurrency = r.file_number(key("concurrency"), entry.concurrency, 1..=1024);
         let prefetch = r.file_number(key("prefetch"), entry.prefetch, 0..=10_000);
+        let unknown_contracts = match entry.unknown_contracts.as_deref().map(str::parse::<UnknownContracts>) {
+            Some(Ok(unknown)) => unknown,
+            Some(Err(e)) => {
+                r.fail_at(key("unknown_contracts"), e.to_string());
+                runtime.unknown_contracts
+            }
+            None => runtime.unknown_contracts,
+        };
         listed.push(Listed {
+            unknown_contracts,
             name,
             entity,
             concurrency: concurrency.unwrap_or(runtime.concurrency),
@@ -119,20 +130,26 @@ pub(super) fn hosted(
     runtime: &RuntimeSection,
     lock_duration: Option<Duration>,
 ) -> Vec<ConsumerConfig> {
-    let config = |name, concurrency, prefetch| {
-        runtime.for_consumer(name, concurrency, prefetch, lock_duration)
-    };
+    let config = |name, slots, unknown| runtime.for_consumer(name, slots, unknown, lock_duration);
     match single {
         (Some(name), Some(entity)) => vec![ConsumerConfig {
             entity,
-            runtime: config(name, runtime.concurrency, runtime.prefetch),
+            runtime: config(
+                name,
+                (runtime.concurrency, runtime.prefetch),
+                runtime.unknown_contracts,
+            ),
         }],
         _ => listed
             .into_iter()
             .filter_map(|entry| {
                 Some(ConsumerConfig {
                     entity: entry.entity?,
-                    runtime: config(entry.name?, entry.concurrency, entry.prefetch),
+                    runtime: config(
+                        entry.name?,
+                        (entry.concurrency, entry.prefetch),
+                        entry.unknown_contracts,
+                    ),
                 })
             })
             .collect(),
