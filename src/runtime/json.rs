@@ -49,7 +49,7 @@ use crate::ports::Tx;
 /// does not turn every message into `InvalidPayload` at consumers not yet updated. Do not put
 /// `#[serde(deny_unknown_fields)]` on contract types; a contract that must refuse unknown fields
 /// (a command whose every field has to be understood) sets [`JsonContract::STRICT`]: an unknown
-/// field is then `InvalidPayload`, described by its path (`lines[0].discount`), never its value.
+/// field is then `InvalidPayload`, described by its path (`lines.0.discount`), never its value.
 pub trait JsonContract: DeserializeOwned + Send + Sync + 'static {
     /// The contract name: the subject without its `.vN` suffix (`orders.order-placed`).
     const NAME: &'static str;
@@ -223,7 +223,7 @@ mod tests {
     };
 
     #[derive(Debug, serde::Deserialize)]
-    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    #[serde(rename_all = "camelCase")]
     struct Captured {
         payment_id: String,
         amount_cents: i64,
@@ -281,10 +281,18 @@ mod tests {
             Outcome::Processed
         );
         let invalid = Outcome::Permanent(DeadLetterReason::InvalidPayload);
+        // Tolerant: a field the contract does not know is ignored.
+        assert_eq!(
+            outcome(
+                subject,
+                r#"{"paymentId":"p-1","amountCents":5,"extra":{"a":[1]}}"#
+            )
+            .await,
+            Outcome::Processed
+        );
         for body in [
             "{nope",
             r#"{"paymentId":"p-1"}"#,
-            r#"{"paymentId":"p-1","amountCents":5,"extra":1}"#,
             r#"{"paymentId":"p-1","amountCents":-5}"#,
         ] {
             assert_eq!(outcome(subject, body).await, invalid, "{body}");
@@ -297,5 +305,50 @@ mod tests {
             .await,
             Outcome::Permanent(DeadLetterReason::UnsupportedContractVersion)
         );
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Command {
+        order_id: String,
+        lines: Vec<Line>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Line {
+        sku: String,
+    }
+
+    impl JsonContract for Command {
+        const NAME: &'static str = "orders.place-order";
+        const VERSION: u32 = 1;
+        const STRICT: bool = true;
+    }
+
+    #[test]
+    fn a_strict_contract_refuses_unknown_fields_by_path_never_by_value() {
+        let ok = decode_json::<Command>(br#"{"orderId":"o-1","lines":[{"sku":"A"}]}"#).unwrap();
+        assert_eq!(
+            (ok.order_id.as_str(), ok.lines[0].sku.as_str()),
+            ("o-1", "A")
+        );
+
+        let top = decode_json::<Command>(br#"{"orderId":"o-1","lines":[],"secret":"s3cr3t"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(top.contains("unknown field secret"), "{top}");
+        assert!(!top.contains("s3cr3t"), "{top}");
+
+        let nested = br#"{"orderId":"o-1","lines":[{"sku":"A"},{"sku":"B","discount":"50%"}]}"#;
+        let nested = decode_json::<Command>(nested).unwrap_err().to_string();
+        assert!(
+            nested.contains("unknown field lines.1.discount"),
+            "{nested}"
+        );
+        assert!(!nested.contains("50%"), "{nested}");
+
+        // Strict still reports malformed JSON and trailing garbage as such.
+        assert!(decode_json::<Command>(br#"{"orderId":"o-1","lines":[]} x"#).is_err());
+        assert!(decode_json::<Command>(br#"{"orderId":1,"lines":[]}"#).is_err());
     }
 }

@@ -16,7 +16,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use super::{Context, Contract, ConsumerName, DecodeError, Handled, Handler, HandlerError, Headers};
+use super::{
+    ConsumerName, Context, Contract, DecodeError, Handled, Handler, HandlerError, Headers,
+};
 use crate::ports::{Message, Tx};
 
 /// Wraps a handler in another handler: tower's `Layer`, for [`Handler`]s.
@@ -223,5 +225,181 @@ impl<T: Tx, M: Middleware, H: Handler<T>> Handler<T> for Layered<M, H> {
             inner: Box::pin(self.inner.handle(ctx, tx)),
         };
         self.middleware.call(Meta::of(ctx), next).await
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::testing::MemoryBroker;
+    use crate::{
+        Clock, DeadLetterReason, Json, JsonContract, JsonHandler, Message, Outcome, PropertyValue,
+        Router, Runtime, RuntimeConfig, SqliteStore, SqliteTx,
+    };
+
+    type Log = Arc<Mutex<Vec<String>>>;
+
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Placed {
+        order_id: String,
+    }
+    impl JsonContract for Placed {
+        const NAME: &'static str = "orders.order-placed";
+        const VERSION: u32 = 1;
+    }
+
+    #[derive(serde::Deserialize)]
+    struct Cancelled {}
+    impl JsonContract for Cancelled {
+        const NAME: &'static str = "orders.order-cancelled";
+        const VERSION: u32 = 1;
+    }
+
+    struct PlacedHandler(Log);
+    impl<T: Tx> JsonHandler<T> for PlacedHandler {
+        type Message = Placed;
+        async fn handle(
+            &self,
+            ctx: &Context<'_, Placed>,
+            order: &Placed,
+            tx: &mut T,
+        ) -> Result<Handled, HandlerError> {
+            tx.claim_business_key(ctx.consumer.as_str(), &order.order_id, ctx.logical_id())
+                .await?;
+            self.0.lock().unwrap().push("handler".to_owned());
+            Ok(Handled::Processed)
+        }
+    }
+
+    struct CancelledHandler(Log);
+    impl<T: Tx> JsonHandler<T> for CancelledHandler {
+        type Message = Cancelled;
+        async fn handle(
+            &self,
+            _: &Context<'_, Cancelled>,
+            _: &Cancelled,
+            _: &mut T,
+        ) -> Result<Handled, HandlerError> {
+            self.0.lock().unwrap().push("cancel handler".to_owned());
+            Ok(Handled::Processed)
+        }
+    }
+
+    /// Logs its name on the way in and the result on the way out.
+    struct Trace(&'static str, Log);
+    impl Middleware for Trace {
+        async fn call(&self, meta: Meta<'_>, next: Next<'_>) -> Result<Handled, HandlerError> {
+            self.1
+                .lock()
+                .unwrap()
+                .push(format!("{} in {}", self.0, meta.contract));
+            let result = next.run().await;
+            let seen = match &result {
+                Ok(handled) => format!("{} out {handled:?}", self.0),
+                Err(error) => format!("{} out error permanent={}", self.0, error.is_permanent()),
+            };
+            self.1.lock().unwrap().push(seen);
+            result
+        }
+    }
+
+    /// Refuses a message without a `tenant` header; the handler never runs.
+    struct Tenant(Log);
+    impl Middleware for Tenant {
+        async fn call(&self, meta: Meta<'_>, next: Next<'_>) -> Result<Handled, HandlerError> {
+            match meta.headers.get("tenant") {
+                Some(PropertyValue::String(tenant)) => {
+                    self.0.lock().unwrap().push(format!("tenant {tenant}"));
+                    next.run().await
+                }
+                _ => Err(HandlerError::rejected("the message names no tenant")),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn layers_run_outermost_first_see_the_result_and_can_refuse() {
+        let log = Log::default();
+        let router = Router::<SqliteTx>::builder()
+            .route(Json::new(PlacedHandler(log.clone())).layer(around(Trace("route", log.clone()))))
+            .json(CancelledHandler(log.clone()))
+            .build()
+            .unwrap()
+            .layer(around(Tenant(log.clone())))
+            .layer(around(Trace("outer", log.clone())));
+        let store = SqliteStore::open_in_memory().unwrap();
+        store.migrate().await.unwrap();
+        let broker = MemoryBroker::new(Clock::new());
+        let config = RuntimeConfig::new(crate::ConsumerName::new("orders").unwrap());
+        let runtime = Runtime::new(broker.receiver(), store, router, config);
+        let run = |message: Message| {
+            broker.send(message);
+            let delivery = broker.try_receive().unwrap();
+            let runtime = &runtime;
+            async move { runtime.process(delivery).await.outcome }
+        };
+
+        let placed = Message::new("m-1", "orders.order-placed.v1", r#"{"orderId":"o-1"}"#)
+            .with_property("tenant", "acme");
+        assert_eq!(run(placed).await, Outcome::Processed);
+        assert_eq!(
+            std::mem::take(&mut *log.lock().unwrap()),
+            [
+                "outer in orders.order-placed.v1",
+                "tenant acme",
+                "route in orders.order-placed.v1",
+                "handler",
+                "route out Processed",
+                "outer out Processed",
+            ]
+        );
+
+        // The route's layer wraps that route only.
+        let cancelled =
+            Message::new("m-2", "orders.order-cancelled.v1", "{}").with_property("tenant", "acme");
+        assert_eq!(run(cancelled).await, Outcome::Processed);
+        assert_eq!(
+            std::mem::take(&mut *log.lock().unwrap()),
+            [
+                "outer in orders.order-cancelled.v1",
+                "tenant acme",
+                "cancel handler",
+                "outer out Processed",
+            ]
+        );
+
+        // Refused by the tenant layer: dead-lettered, the handler never ran, the outer layer
+        // saw the refusal.
+        let anonymous = Message::new("m-3", "orders.order-placed.v1", r#"{"orderId":"o-3"}"#);
+        assert_eq!(
+            run(anonymous).await,
+            Outcome::Permanent(DeadLetterReason::HandlerRejected)
+        );
+        assert_eq!(
+            std::mem::take(&mut *log.lock().unwrap()),
+            [
+                "outer in orders.order-placed.v1",
+                "outer out error permanent=true",
+            ]
+        );
+        let dead = broker.dead_letters();
+        assert_eq!(dead.len(), 1);
+        assert_eq!(dead[0].description, "the message names no tenant");
+
+        // A layer's error is the handler's error: a duplicate found inside is still one.
+        let again = Message::new("m-4", "orders.order-placed.v1", r#"{"orderId":"o-1"}"#)
+            .with_property("tenant", "acme");
+        assert_eq!(
+            run(again).await,
+            Outcome::Duplicate(crate::DuplicateScope::BusinessKey)
+        );
+        assert_eq!(
+            log.lock().unwrap().last().map(String::as_str),
+            Some("outer out error permanent=false")
+        );
     }
 }

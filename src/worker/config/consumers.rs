@@ -94,7 +94,11 @@ pub(super) fn listed(
         }
         let concurrency = r.file_number(key("concurrency"), entry.concurrency, 1..=1024);
         let prefetch = r.file_number(key("prefetch"), entry.prefetch, 0..=10_000);
-        let unknown_contracts = match entry.unknown_contracts.as_deref().map(str::parse::<UnknownContracts>) {
+        let unknown_contracts = match entry
+            .unknown_contracts
+            .as_deref()
+            .map(str::parse::<UnknownContracts>)
+        {
             Some(Ok(unknown)) => unknown,
             Some(Err(e)) => {
                 r.fail_at(key("unknown_contracts"), e.to_string());
