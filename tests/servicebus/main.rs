@@ -25,6 +25,7 @@ mod python;
 mod recovery;
 mod relay;
 mod retry;
+mod router;
 mod sessions;
 mod strict;
 mod survival;
