@@ -102,7 +102,8 @@ impl std::fmt::Debug for Next<'_> {
 /// messages without one; a per-contract counter; both around a router, the second around one
 /// route only:
 /// ```
-/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::collections::BTreeMap;
+/// use std::sync::{Mutex, PoisonError};
 /// use tracing::Instrument as _;
 /// use sb_inbox::runtime::{Meta, Middleware, Next, around};
 /// use sb_inbox::{Handled, HandlerError, HandlerExt, PropertyValue, Router, Tx};
@@ -128,15 +129,17 @@ impl std::fmt::Debug for Next<'_> {
 ///     }
 /// }
 ///
+/// /// Handled messages per contract; in a service, an OpenTelemetry counter labelled with the
+/// /// contract (a bounded label: the router's contracts only).
 /// #[derive(Default)]
-/// struct Counted(AtomicU64);
+/// struct Counted(Mutex<BTreeMap<String, u64>>);
 ///
 /// impl Middleware for Counted {
 ///     async fn call(&self, meta: Meta<'_>, next: Next<'_>) -> Result<Handled, HandlerError> {
 ///         let result = next.run().await;
 ///         if result.is_ok() {
-///             // An OpenTelemetry counter labelled with `meta.contract` in a real service.
-///             self.0.fetch_add(1, Ordering::Relaxed);
+///             let mut counts = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+///             *counts.entry(meta.contract.to_string()).or_default() += 1;
 ///         }
 ///         result
 ///     }

@@ -192,6 +192,7 @@ struct Table<T: Tx + 'static> {
 ///
 /// # Examples
 /// ```
+/// # #![allow(dead_code)]
 /// use sb_inbox::{Context, Handled, HandlerError, JsonContract, JsonHandler, Router, Tx};
 ///
 /// #[derive(serde::Deserialize)]
