@@ -278,3 +278,78 @@ async fn router_processes_apply_each_contract_once_and_treat_unknown_contracts_a
     assert_eq!(counts.inbox_rows, 10);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Session mode takes the router unchanged: one session's v1 order (upcast), another team's
+/// event (completed under `UnknownContracts::Complete`) and a v2 order on the emulator's
+/// session queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_consumer_routes_and_completes_unknown_contracts() {
+    use sb_inbox::servicebus::ServiceBusSessionSource;
+    use sb_inbox::{ConsumerName, Runtime, RuntimeConfig, SessionConfig, UnknownContracts};
+
+    let store = crate::support::sqlite_store("router_sessions", 2).await;
+    let emulator = crate::sessions::session_emulator("PT5S", Default::default()).await;
+    let sb = client(&emulator);
+    let sender = sb.sender("sq");
+    let in_session = |mut message: Message| {
+        message.session_id = Some("A".to_owned());
+        message
+    };
+    for message in [
+        placed("a1", "o-a1", 1),
+        Message::new("a2", "billing.invoice-sent.v1", "{}"),
+        placed_v2("a3", "o-a3", 2),
+    ] {
+        sender.send(in_session(message)).await.unwrap();
+    }
+    let config = RuntimeConfig::new(ConsumerName::new(CONSUMER).unwrap())
+        .with_unknown_contracts(UnknownContracts::Complete);
+    let router = sb_inbox_cli::inventory::router(None).unwrap();
+    let runtime = std::sync::Arc::new(Runtime::for_sessions(
+        ServiceBusSessionSource::new(sb.clone(), "sq").with_accept_wait(Duration::from_secs(1)),
+        store.clone(),
+        router,
+        config,
+    ));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn({
+        let (runtime, stop) = (runtime.clone(), stop.clone());
+        async move {
+            let sessions = SessionConfig::default()
+                .with_max_sessions(1)
+                .with_idle(Duration::from_secs(1));
+            runtime.run_sessions(sessions, stop).await
+        }
+    });
+    let stats = runtime.stats();
+    crate::survival::until("the session is handled", Duration::from_secs(30), || {
+        let done = stats.snapshot();
+        async move { done.processed + done.ignored == 3 }
+    })
+    .await;
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    let done = stats.snapshot();
+    assert_eq!(
+        (done.processed, done.ignored, done.permanent),
+        (2, 1, 0),
+        "{done:?}"
+    );
+    let counts = emulator.broker().entity("sq").unwrap().counts();
+    assert_eq!(
+        (counts.completed, counts.dead_lettered),
+        (3, 0),
+        "{counts:?}"
+    );
+    let reserved = store
+        .with_connection(|conn| {
+            let mut statement =
+                conn.prepare("SELECT order_id FROM inventory_reservation ORDER BY order_id")?;
+            let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
+            rows.collect::<Result<Vec<_>, _>>()
+        })
+        .await
+        .unwrap();
+    assert_eq!(reserved, ["o-a1", "o-a3"]);
+    assert_eq!(store.inventory_counts().await.unwrap().inbox_rows, 2);
+}
