@@ -145,7 +145,11 @@ async fn router_processes_apply_each_contract_once_and_treat_unknown_contracts_a
     let entity = emulator.broker().entity("orders").unwrap();
 
     // A redelivery: the order commits, its completion is refused until its lock runs out, and
-    // it comes back (delivery count 2) to meet its inbox row.
+    // it comes back (delivery count 2) to meet its inbox row. "When the lock expires, the
+    // DeliveryCount is incremented and the message is again available for retrieval"
+    // (`ServiceBusReceivedMessage.LockedUntil`, https://learn.microsoft.com/dotnet/api/
+    // azure.messaging.servicebus.servicebusreceivedmessage.lockeduntil); the emulator does the
+    // same.
     entity.refuse_dispositions(u32::MAX).unwrap();
     orders.send(placed("m-r", "o-r", 1)).await.unwrap();
     until_peeked(&sb, "orders", "m-r redelivered", |peeked| {

@@ -350,10 +350,12 @@ impl<T: InventoryTx> JsonHandler<T> for PlaceOrder {
 /// The `orders.order-cancelled.v1` route: releases the order's reservation once.
 ///
 /// A cancellation claims the business key `cancel:<order id>`, so a republished one is a
-/// duplicate. One that arrives before its order (Service Bus does not order a queue's messages
-/// across sessions) finds nothing to release: a transient failure, retried until the order is
-/// there; one whose order never comes ends in the dead-letter queue at the entity's max
-/// delivery count, where an operator sees it.
+/// duplicate. One that arrives before its order finds nothing to release: a transient failure,
+/// retried until the order is there; one whose order never comes ends in the dead-letter queue
+/// at the entity's max delivery count, where an operator sees it. Service Bus guarantees
+/// first-in, first-out only within a session
+/// (<https://learn.microsoft.com/azure/service-bus-messaging/message-sessions>, "First-in,
+/// first out (FIFO) pattern"), and a redelivered order comes after newer messages.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CancelOrder;
 
