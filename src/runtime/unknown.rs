@@ -8,6 +8,11 @@ use std::str::FromStr;
 /// [`RuntimeConfig::unknown_contracts`](super::RuntimeConfig::unknown_contracts), or
 /// `unknown_contracts` in `worker.toml` (`[runtime]` and per `[[consumers]]` entry).
 ///
+/// What counts as unknown is every rejection with reason `UnsupportedContract`: a name no route
+/// lists, a subject that names no `name.vN` at all, and a handler's own
+/// `HandlerError::rejection` with that reason (rolled back first). A message with no contract
+/// (`MissingContract`) is still dead-lettered.
+///
 /// Only an unknown *name* is affected: a known name in a version no handler accepts stays
 /// `UnsupportedContractVersion` (dead-lettered) either way. That message is ours — a producer
 /// shipped a version before its consumer — and completing it would lose it; from the dead-letter
