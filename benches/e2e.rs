@@ -165,6 +165,10 @@ impl InventoryTx for NoInboxTx {
     async fn reserve(&mut self, message_id: &str, order: &OrderPlaced) -> Result<(), StoreError> {
         self.0.reserve(message_id, order).await
     }
+
+    async fn release_reservation(&mut self, order_id: &str) -> Result<bool, StoreError> {
+        self.0.release_reservation(order_id).await
+    }
 }
 
 async fn emulator() -> Emulator {

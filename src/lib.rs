@@ -167,8 +167,9 @@ pub use ports::{
 pub use runtime::{
     BoxError, Circuit, CircuitConfig, CircuitPhase, Clock, ConsumerName, ConsumerNameError,
     Context, Contract, ContractParseError, DeadLetterReason, DecodeError, Handled, Handler,
-    HandlerError, IdempotencyKey, Json, JsonContract, JsonHandler, LockKeeper, Outcome, Rejection,
-    Report, Runtime, RuntimeConfig, RuntimeError, SessionConfig, Settlement, Stats, StatsSnapshot,
+    HandlerError, HandlerExt, IdempotencyKey, Json, JsonContract, JsonHandler, Layer, LockKeeper,
+    Outcome, Rejection, Report, Router, RouterBuilder, RouterError, Runtime, RuntimeConfig,
+    RuntimeError, SessionConfig, Settlement, Stats, StatsSnapshot, UnknownContracts,
 };
 #[cfg(feature = "mssql")]
 pub use store::{MssqlStore, MssqlTx};

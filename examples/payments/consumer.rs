@@ -23,9 +23,10 @@ pub(crate) const MIGRATION: Migration = Migration {
 };
 
 /// `payments.payment-captured.v1`: the payment service captured `capturedCents` in total for
-/// an order; `version` counts the order's payment events.
+/// an order; `version` counts the order's payment events. Fields it does not know are
+/// ignored, so the payment service can add one without dead-lettering its events here.
 #[derive(Debug, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct PaymentCaptured {
     pub(crate) payment_id: String,
     pub(crate) order_id: String,

@@ -222,7 +222,8 @@ pub struct Context<'a, P> {
     pub(crate) logical_id: &'a str,
     /// The consumer this runtime runs as.
     pub consumer: &'a ConsumerName,
-    /// The contract the envelope names.
+    /// The contract the envelope names; behind a [`Router`](crate::Router)'s upcaster, the
+    /// contract the body was upcast to (the message's subject still names the original).
     pub contract: &'a Contract,
     /// The envelope's headers: see [`Context::headers`].
     pub(crate) headers: &'a Headers,
@@ -300,8 +301,10 @@ pub trait Handler<T: Tx>: Send + Sync + 'static {
     /// The decoded body.
     type Payload: Send + Sync;
 
-    /// The contracts this handler accepts; anything else is dead-lettered before any database
-    /// work.
+    /// The contracts this handler accepts (several versions of one name, or, for a
+    /// [`Router`](crate::Router), every route's); anything else is dead-lettered before any
+    /// database work, or completed for an unknown name under
+    /// [`UnknownContracts::Complete`](crate::UnknownContracts::Complete).
     fn contracts(&self) -> &[Contract];
 
     /// Decodes a body of an accepted contract.

@@ -17,7 +17,7 @@ use crate::ports::Tx;
 /// use sb_inbox::{DecodeError, JsonContract};
 ///
 /// #[derive(serde::Deserialize)]
-/// #[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// #[serde(rename_all = "camelCase")]
 /// struct PaymentCaptured {
 ///     payment_id: String,
 ///     amount_cents: i64,
@@ -39,13 +39,26 @@ use crate::ports::Tx;
 /// assert_eq!(ok.map(|p| p.amount_cents), Ok(500));
 /// let bad = sb_inbox::runtime::decode_json::<PaymentCaptured>(br#"{"paymentId":"p-1","amountCents":0}"#);
 /// assert!(bad.is_err());
+/// // Tolerant: a field added by a newer producer is ignored.
+/// let newer = br#"{"paymentId":"p-1","amountCents":500,"currency":"EUR"}"#;
+/// assert!(sb_inbox::runtime::decode_json::<PaymentCaptured>(newer).is_ok());
 /// ```
+///
+/// # Tolerant by default, strict by choice
+/// Fields the type does not know are ignored (serde's default): a producer that adds a field
+/// does not turn every message into `InvalidPayload` at consumers not yet updated. Do not put
+/// `#[serde(deny_unknown_fields)]` on contract types; a contract that must refuse unknown fields
+/// (a command whose every field has to be understood) sets [`JsonContract::STRICT`]: an unknown
+/// field is then `InvalidPayload`, described by its path (`lines.0.discount`), never its value.
 pub trait JsonContract: DeserializeOwned + Send + Sync + 'static {
     /// The contract name: the subject without its `.vN` suffix (`orders.order-placed`).
     const NAME: &'static str;
     /// The contract version accepted; other versions are dead-lettered before any database
     /// work (`UnsupportedContractVersion`).
     const VERSION: u32;
+    /// Refuse bodies with fields this type does not know (`InvalidPayload` naming the first
+    /// one's path). `false`, the default, ignores them: see "Tolerant by default" above.
+    const STRICT: bool = false;
 
     /// Rules beyond the JSON shape (lengths, ranges, non-empty lists). The default accepts
     /// everything that parses.
@@ -70,9 +83,32 @@ pub trait JsonContract: DeserializeOwned + Send + Sync + 'static {
 /// [`DecodeError`] for malformed JSON, a shape that does not match `M`, or a broken rule of
 /// [`JsonContract::validate`].
 pub fn decode_json<M: JsonContract>(body: &[u8]) -> Result<M, DecodeError> {
-    let message: M = serde_json::from_slice(body).map_err(|e| DecodeError::json(&e))?;
+    let message: M = if M::STRICT {
+        strict(body)?
+    } else {
+        serde_json::from_slice(body).map_err(|e| DecodeError::json(&e))?
+    };
     message.validate()?;
     Ok(message)
+}
+
+/// Decodes `body` as `M`, refusing the first field `M` does not know by its path (the path
+/// holds field names and indexes from the body, never values).
+fn strict<M: JsonContract>(body: &[u8]) -> Result<M, DecodeError> {
+    let mut unknown: Option<String> = None;
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let message: M = serde_ignored::deserialize(&mut deserializer, |path| {
+        unknown.get_or_insert_with(|| path.to_string());
+    })
+    .map_err(|e| DecodeError::json(&e))?;
+    deserializer.end().map_err(|e| DecodeError::json(&e))?;
+    match unknown {
+        Some(path) => Err(DecodeError::new(format!(
+            "unknown field {path}: contract {} is strict",
+            M::contract()
+        ))),
+        None => Ok(message),
+    }
 }
 
 /// A handler of one JSON contract: it receives the decoded message; envelope checks, decoding
@@ -187,7 +223,7 @@ mod tests {
     };
 
     #[derive(Debug, serde::Deserialize)]
-    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    #[serde(rename_all = "camelCase")]
     struct Captured {
         payment_id: String,
         amount_cents: i64,
@@ -245,10 +281,18 @@ mod tests {
             Outcome::Processed
         );
         let invalid = Outcome::Permanent(DeadLetterReason::InvalidPayload);
+        // Tolerant: a field the contract does not know is ignored.
+        assert_eq!(
+            outcome(
+                subject,
+                r#"{"paymentId":"p-1","amountCents":5,"extra":{"a":[1]}}"#
+            )
+            .await,
+            Outcome::Processed
+        );
         for body in [
             "{nope",
             r#"{"paymentId":"p-1"}"#,
-            r#"{"paymentId":"p-1","amountCents":5,"extra":1}"#,
             r#"{"paymentId":"p-1","amountCents":-5}"#,
         ] {
             assert_eq!(outcome(subject, body).await, invalid, "{body}");
@@ -261,5 +305,50 @@ mod tests {
             .await,
             Outcome::Permanent(DeadLetterReason::UnsupportedContractVersion)
         );
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Command {
+        order_id: String,
+        lines: Vec<Line>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    struct Line {
+        sku: String,
+    }
+
+    impl JsonContract for Command {
+        const NAME: &'static str = "orders.place-order";
+        const VERSION: u32 = 1;
+        const STRICT: bool = true;
+    }
+
+    #[test]
+    fn a_strict_contract_refuses_unknown_fields_by_path_never_by_value() {
+        let ok = decode_json::<Command>(br#"{"orderId":"o-1","lines":[{"sku":"A"}]}"#).unwrap();
+        assert_eq!(
+            (ok.order_id.as_str(), ok.lines[0].sku.as_str()),
+            ("o-1", "A")
+        );
+
+        let top = decode_json::<Command>(br#"{"orderId":"o-1","lines":[],"secret":"s3cr3t"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(top.contains("unknown field secret"), "{top}");
+        assert!(!top.contains("s3cr3t"), "{top}");
+
+        let nested = br#"{"orderId":"o-1","lines":[{"sku":"A"},{"sku":"B","discount":"50%"}]}"#;
+        let nested = decode_json::<Command>(nested).unwrap_err().to_string();
+        assert!(
+            nested.contains("unknown field lines.1.discount"),
+            "{nested}"
+        );
+        assert!(!nested.contains("50%"), "{nested}");
+
+        // Strict still reports malformed JSON and trailing garbage as such.
+        assert!(decode_json::<Command>(br#"{"orderId":"o-1","lines":[]} x"#).is_err());
+        assert!(decode_json::<Command>(br#"{"orderId":1,"lines":[]}"#).is_err());
     }
 }

@@ -7,6 +7,8 @@
 //! - [`LockKeeper`] renews each lock in parallel with its handler and fences the commit.
 //! - [`Handler`] is what a user implements; [`Outcome`] is what happened. [`JsonHandler`] (with
 //!   [`JsonContract`] on the message type, wrapped in [`Json`]) is the typed way for JSON bodies.
+//! - [`Router`]: several contracts on one consumer, each with its own handler, with upcasters
+//!   between versions; [`Layer`] and [`Middleware`] (`layer`): code around a handler or a router.
 //! - [`IdempotencyKey`]: the key a handler sends to a downstream API, the same on every
 //!   delivery of one logical message.
 //! - `batch` runs up to [`RuntimeConfig::batch_size`] deliveries in one transaction, a
@@ -29,6 +31,7 @@ pub mod envelope;
 mod handler;
 mod idempotency;
 mod json;
+mod layer;
 mod lock_keeper;
 mod observe;
 mod outcome;
@@ -36,11 +39,13 @@ mod panic;
 mod phases;
 mod process;
 mod retry;
+mod router;
 mod session;
 mod slots;
 mod stats;
 mod store_health;
 mod transient_hold;
+mod unknown;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,6 +70,7 @@ pub use envelope::{derived_message_id, logical_id};
 pub use handler::{BoxError, Context, DecodeError, Handled, Handler, HandlerError};
 pub use idempotency::IdempotencyKey;
 pub use json::{Json, JsonContract, JsonHandler, decode_json};
+pub use layer::{Around, HandlerExt, Layer, Layered, Meta, Middleware, Next, around};
 pub use lock_keeper::{KeptLock, LockKeeper};
 pub use outcome::{Outcome, Settlement};
 pub use process::{LAST_ERROR_PROPERTY, Report};
@@ -75,10 +81,12 @@ pub use retry::{
     ORIGINAL_ENQUEUED_TIME_PROPERTY, RETRY_ATTEMPT_PROPERTY, RetryPolicy, ScheduledRetry,
     original_enqueued_time,
 };
+pub use router::{Routed, Router, RouterBuilder, RouterError};
 pub use session::SessionConfig;
 pub use slots::{STUCK_ALLOWANCE, SlotWatch};
 pub use stats::{Stats, StatsSnapshot};
 pub use store_health::{DEPLOYMENT_WINDOW, StoreHealth};
+pub use unknown::{UnknownContracts, UnknownContractsParseError};
 
 use crate::ports::{ReceiveError, Receiver, Store};
 use circuit::Slot;
@@ -135,6 +143,10 @@ pub struct RuntimeConfig {
     /// How deliveries are read: the contract, the envelope's id, the body and the headers
     /// (`envelope.kind`); [`SubjectVersioned`] by default. See [`envelope`].
     pub envelope: Arc<dyn EnvelopeReader>,
+    /// A contract name no handler accepts: dead-lettered `UnsupportedContract` (the default)
+    /// or completed and counted (`runtime.unknown_contracts`, per consumer
+    /// `consumers[].unknown_contracts`); see [`UnknownContracts`].
+    pub unknown_contracts: UnknownContracts,
 }
 
 impl RuntimeConfig {
@@ -142,7 +154,7 @@ impl RuntimeConfig {
     /// of processing (the SDKs' default maximum auto-lock-renewal duration), grace 30 s, no
     /// delayed retries, no batching (batch size 1, linger 5 ms when batching), the kill switch
     /// on ([`CircuitConfig::default`]), dead-lettered after panics on 3 deliveries, transient
-    /// failures held up to 5 s before their abandon.
+    /// failures held up to 5 s before their abandon, unknown contracts dead-lettered.
     pub fn new(consumer: ConsumerName) -> Self {
         RuntimeConfig {
             consumer,
@@ -159,7 +171,15 @@ impl RuntimeConfig {
             max_panics: 3,
             transient_hold_max: DEFAULT_TRANSIENT_HOLD_MAX,
             envelope: Arc::new(SubjectVersioned),
+            unknown_contracts: UnknownContracts::DeadLetter,
         }
+    }
+
+    /// The same, with [`RuntimeConfig::unknown_contracts`] set.
+    #[must_use]
+    pub fn with_unknown_contracts(mut self, unknown: UnknownContracts) -> Self {
+        self.unknown_contracts = unknown;
+        self
     }
 
     /// The most deliveries the runtime holds at once: those handled (`concurrency`, times
@@ -604,6 +624,7 @@ where
             circuit: &self.circuit,
             max_panics: self.config.max_panics,
             transient_hold_max: self.config.transient_hold_max,
+            unknown_contracts: self.config.unknown_contracts,
             retry: self.config.delayed_retry.as_ref(),
             clock: self.clock,
             max_processing: self.config.max_processing,

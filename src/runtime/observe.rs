@@ -38,6 +38,7 @@ pub(crate) struct Observer {
     renewals: Counter<u64>,
     lock_lost: Counter<u64>,
     session_lock_lost: Counter<u64>,
+    unknown_contracts: Counter<u64>,
     settlement_failures: Counter<u64>,
     batch_size: Histogram<u64>,
 }
@@ -107,6 +108,7 @@ impl Observer {
             lock_lost: counter(&meter, metric::LOCK_LOST, "{lock}"),
             session_lock_lost: counter(&meter, metric::SESSION_LOCK_LOST, "{session}"),
             settlement_failures: counter(&meter, metric::SETTLEMENT_FAILURES, "{settlement}"),
+            unknown_contracts: counter(&meter, metric::UNKNOWN_CONTRACTS, "{message}"),
             batch_size: meter
                 .u64_histogram(metric::BATCH_SIZE)
                 .with_unit("{message}")
@@ -264,6 +266,10 @@ impl Observer {
         }
         if outcome == Outcome::LockLost {
             self.lock_lost.add(1, &labels);
+        }
+        if outcome == Outcome::Ignored {
+            // `contract` is `_other` here: the name is another team's, unbounded.
+            self.unknown_contracts.add(1, &labels);
         }
         if let Some(error_type) = settle_error {
             let mut failure_labels = labels;

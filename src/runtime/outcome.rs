@@ -26,6 +26,9 @@ pub enum Outcome {
     /// [`crate::RuntimeConfig::max_panics`] deliveries on it is dead-lettered
     /// [`DeadLetterReason::HandlerPanicked`] instead.
     HandlerPanicked,
+    /// The contract name is one no handler accepts and the consumer completes those
+    /// ([`crate::UnknownContracts::Complete`]): completed, no transaction, nothing recorded.
+    Ignored,
 }
 
 /// The broker action an [`Outcome`] asks for.
@@ -45,7 +48,9 @@ impl Outcome {
     /// The settlement this outcome requires.
     pub fn settlement(self) -> Settlement {
         match self {
-            Outcome::Processed | Outcome::Duplicate(_) | Outcome::Stale => Settlement::Complete,
+            Outcome::Processed | Outcome::Duplicate(_) | Outcome::Stale | Outcome::Ignored => {
+                Settlement::Complete
+            }
             Outcome::Transient | Outcome::HandlerPanicked => Settlement::Abandon,
             Outcome::Permanent(_) => Settlement::DeadLetter,
             Outcome::LockLost => Settlement::None,
@@ -62,6 +67,7 @@ impl Outcome {
             Outcome::Permanent(_) => "permanent",
             Outcome::LockLost => "lock_lost",
             Outcome::HandlerPanicked => "handler_panicked",
+            Outcome::Ignored => "ignored",
         }
     }
 }
@@ -91,6 +97,7 @@ mod tests {
             ),
             (LockLost, Settlement::None),
             (HandlerPanicked, Settlement::Abandon),
+            (Ignored, Settlement::Complete),
         ];
         for (outcome, settlement) in table {
             assert_eq!(outcome.settlement(), settlement, "{outcome}");

@@ -14,7 +14,8 @@
 //!    grace or `max_processing` cancels the handler, and dropping the transaction rolls it back.
 //! 5. **Settle after commit** as the [`Outcome`] says: processed, duplicate or stale → complete;
 //!    transient → abandon, or with [`DelayedRetry`] a scheduled copy then complete; permanent →
-//!    dead-letter; lock lost → nothing (the redelivery decides).
+//!    dead-letter; lock lost → nothing (the redelivery decides). An unknown contract under
+//!    [`UnknownContracts::Complete`] is completed without a transaction (ignored).
 //!
 //! A transaction that ends without a commit says why in an [`Abort`], which maps store and
 //! handler errors to outcomes; `batch` reuses steps 1–3 and 5 with one savepoint per delivery.
@@ -34,7 +35,7 @@ use super::retry::{self, DelayedRetry, ScheduledRetry};
 use super::store_health::StoreHealth;
 use super::{
     Clock, Context, DeadLetterReason, Handled, Handler, HandlerError, LockKeeper, Outcome,
-    Rejection, Settlement, envelope, panic, transient_hold,
+    Rejection, Settlement, UnknownContracts, envelope, panic, transient_hold,
 };
 use crate::ports::{
     Delivery, DuplicateScope, ErrorKind, PropertyValue, SettleError, Store, StoreError, Tx,
@@ -76,6 +77,8 @@ pub(crate) struct Processor<'a, S, H> {
     pub(crate) max_panics: u32,
     /// The longest hold of a transient failure before its abandon.
     pub(crate) transient_hold_max: Duration,
+    /// What an `UnsupportedContract` rejection settles as.
+    pub(crate) unknown_contracts: UnknownContracts,
     /// Past this the handler is cancelled, its transaction rolled back and the delivery
     /// abandoned.
     pub(crate) max_processing: Duration,
@@ -558,6 +561,22 @@ where
         rejection: Rejection,
         renewals: u32,
     ) -> Report {
+        if rejection.reason == DeadLetterReason::UnsupportedContract
+            && self.unknown_contracts == UnknownContracts::Complete
+        {
+            // Another team's event on a shared topic: not ours to keep, nothing to record.
+            tracing::debug!(description = %rejection.description, "Unknown contract; completing.");
+            let settled = delivery.complete().await;
+            if let Err(error) = &settled {
+                tracing::warn!(%error, "Completing an unknown contract failed; the broker will redeliver.");
+            }
+            return Report {
+                outcome: Outcome::Ignored,
+                settled: Some(settled),
+                renewals,
+                retry: None,
+            };
+        }
         tracing::warn!(reason = %rejection.reason, description = %rejection.description, "Dead-lettering.");
         let settled = delivery
             .dead_letter(rejection.reason.as_str(), &rejection.description)

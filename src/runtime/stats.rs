@@ -14,6 +14,7 @@ pub struct Stats {
     permanent: AtomicU64,
     lock_lost: AtomicU64,
     panicked: AtomicU64,
+    ignored: AtomicU64,
     settle_failed: AtomicU64,
     renewals: AtomicU64,
     retried: AtomicU64,
@@ -39,6 +40,9 @@ pub struct StatsSnapshot {
     /// Handler panics caught (abandoned, or dead-lettered `HandlerPanicked` when the panic
     /// came from the last allowed delivery: those count as `permanent`).
     pub panicked: u64,
+    /// Unknown contracts completed without a transaction
+    /// ([`crate::UnknownContracts::Complete`]).
+    pub ignored: u64,
     /// Settlements the broker refused or did not answer.
     pub settle_failed: u64,
     /// Lock renewals.
@@ -61,6 +65,7 @@ impl StatsSnapshot {
             + self.permanent
             + self.lock_lost
             + self.panicked
+            + self.ignored
     }
 }
 
@@ -74,6 +79,7 @@ impl std::ops::AddAssign for StatsSnapshot {
         self.permanent += other.permanent;
         self.lock_lost += other.lock_lost;
         self.panicked += other.panicked;
+        self.ignored += other.ignored;
         self.settle_failed += other.settle_failed;
         self.renewals += other.renewals;
         self.retried += other.retried;
@@ -95,6 +101,7 @@ impl Stats {
             Outcome::Permanent(_) => &self.permanent,
             Outcome::LockLost => &self.lock_lost,
             Outcome::HandlerPanicked => &self.panicked,
+            Outcome::Ignored => &self.ignored,
         };
         counter.fetch_add(1, Ordering::Relaxed);
         if matches!(report.settled, Some(Err(_))) {
@@ -117,6 +124,7 @@ impl Stats {
             permanent: self.permanent.load(Ordering::Relaxed),
             lock_lost: self.lock_lost.load(Ordering::Relaxed),
             panicked: self.panicked.load(Ordering::Relaxed),
+            ignored: self.ignored.load(Ordering::Relaxed),
             settle_failed: self.settle_failed.load(Ordering::Relaxed),
             renewals: self.renewals.load(Ordering::Relaxed),
             retried: self.retried.load(Ordering::Relaxed),

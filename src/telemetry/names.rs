@@ -76,7 +76,8 @@ pub mod attr {
     pub const CONSUMER: &str = "sb_inbox.consumer";
     /// The contract `name.vN` when the handler supports it, else [`super::value::OTHER`].
     pub const CONTRACT: &str = "sb_inbox.contract";
-    /// The outcome: `processed`, `duplicate`, `stale`, `transient`, `permanent`, `lock_lost`.
+    /// The outcome: `processed`, `duplicate`, `stale`, `transient`, `permanent`, `lock_lost`,
+    /// `handler_panicked`, `ignored`.
     pub const OUTCOME: &str = "sb_inbox.outcome";
     /// The settlement the outcome asked for: `complete`, `abandon`, `dead_letter`, `none`.
     pub const SETTLEMENT: &str = "sb_inbox.settlement";
@@ -238,8 +239,12 @@ pub mod metric {
     /// (counter, `s`).
     pub const CIRCUIT_PAUSED: &str = "sb_inbox.circuit.paused";
 
+    /// Messages whose contract name no handler accepts, completed without a transaction
+    /// because the consumer is set to (`unknown_contracts = "complete"`; counter, `{message}`).
+    pub const UNKNOWN_CONTRACTS: &str = "sb_inbox.unknown_contracts";
+
     /// Every metric with its unit.
-    pub const ALL: [(&str, &str); 18] = [
+    pub const ALL: [(&str, &str); 19] = [
         (CONSUMED_MESSAGES, "{message}"),
         (PROCESS_DURATION, "s"),
         (OPERATION_DURATION, "s"),
@@ -258,10 +263,11 @@ pub mod metric {
         (SESSION_LOCK_LOST, "{session}"),
         (CIRCUIT_TRIPS, "{trip}"),
         (CIRCUIT_PAUSED, "s"),
+        (UNKNOWN_CONTRACTS, "{message}"),
     ];
 
     /// Counters (monotonic sums): Prometheus names end in `_total`.
-    pub const COUNTERS: [&str; 11] = [
+    pub const COUNTERS: [&str; 12] = [
         CONSUMED_MESSAGES,
         OUTCOMES,
         DUPLICATES,
@@ -273,6 +279,7 @@ pub mod metric {
         SESSION_LOCK_LOST,
         CIRCUIT_TRIPS,
         CIRCUIT_PAUSED,
+        UNKNOWN_CONTRACTS,
     ];
 
     /// The semantic conventions' bucket boundaries for `messaging.process.duration` and

@@ -7,7 +7,7 @@ use crate::{bicep, read};
 /// Not always set in Azure: the emulator's connection string (never), the OTLP endpoint (only
 /// without the managed agent, which injects its own), the metrics exporter (only to turn it
 /// off), the export interval and log filter (defaults).
-const NOT_ALWAYS_SET: [&str; 23] = [
+const NOT_ALWAYS_SET: [&str; 24] = [
     "SB_INBOX_SERVICEBUS_CONNECTION",
     // The envelope: the subject-versioned default unless the producers are MassTransit,
     // NServiceBus, CloudEvents or raw; set by hand (README "Envelopes").
@@ -30,6 +30,9 @@ const NOT_ALWAYS_SET: [&str; 23] = [
     "SB_INBOX_CIRCUIT_WINDOW_SECS",
     "SB_INBOX_CIRCUIT_PROBE_MIN_MS",
     "SB_INBOX_CIRCUIT_PROBE_MAX_SECS",
+    // Dead-lettering unknown contracts is the default; `complete` only for a subscription that
+    // carries other teams' events.
+    "SB_INBOX_UNKNOWN_CONTRACTS",
     // Defaults to AMQP over TCP; set it by hand where 5671 is blocked.
     "SB_INBOX_SERVICEBUS_TRANSPORT",
     // The SDKs' busy pause is the right default against the service; tests shorten it.

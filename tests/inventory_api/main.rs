@@ -25,4 +25,7 @@ mod layering;
 fn the_consumer_compiles_on_the_public_api() {
     fn is_handler<H: Handler<SqliteTx>>(_: &H) {}
     is_handler(&inventory::OrderPlacedConsumer::new());
+    // `sb-inbox run` hosts the router: it builds, and is a handler, on the public API too.
+    let router = inventory::router::<SqliteTx>(Some("events")).expect("the routes do not overlap");
+    is_handler(&router);
 }

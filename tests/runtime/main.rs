@@ -13,5 +13,6 @@ mod limits;
 mod lock;
 mod relay;
 mod retry;
+mod router;
 mod scenarios;
 mod shutdown;

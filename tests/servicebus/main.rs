@@ -27,6 +27,7 @@ mod python;
 mod recovery;
 mod relay;
 mod retry;
+mod router;
 mod sessions;
 mod strict;
 mod survival;

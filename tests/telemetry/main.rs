@@ -23,7 +23,7 @@ use sb_inbox::telemetry::names::{attr, metric, value};
 use sb_inbox::telemetry::{Telemetry, TelemetryConfig};
 use sb_inbox::{
     ConsumerName, Context, Contract, DeadLetterReason, DecodeError, Handled, Handler, HandlerError,
-    Message, Outcome, Receiver, Runtime, RuntimeConfig,
+    Message, Outcome, Receiver, Runtime, RuntimeConfig, UnknownContracts,
 };
 use sb_inbox_cli::inventory::{CONSUMER, OrderPlacedConsumer};
 
@@ -38,12 +38,13 @@ const PRODUCER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const PRODUCER_SPAN: &str = "00f067aa0ba902b7";
 
 /// `orders` (30 s lock) for processed, duplicate and dead-lettered messages; `locky` (1 s lock)
-/// for a lost lock.
+/// for a lost lock; `shared` for an unknown contract completed (`UnknownContracts::Complete`).
 async fn emulator() -> Emulator {
     start(
         vec![
             queue("orders", properties("PT30S", 5)),
             queue("locky", properties("PT1S", 5)),
+            queue("shared", properties("PT30S", 5)),
         ],
         Default::default(),
     )
@@ -288,8 +289,28 @@ async fn spans_and_metrics_of_processed_duplicate_dead_lettered_and_lock_lost_me
         lock_runtime.process(delivery).await.outcome,
         Outcome::LockLost
     );
+    // Another team's event on a shared entity, completed and counted.
+    client
+        .sender("shared")
+        .send(Message::new("m-other", "billing.invoice-sent.v1", "{}"))
+        .await
+        .unwrap();
+    let shared = client.receiver("shared", 0);
+    let shared_runtime = Runtime::new(
+        shared.clone(),
+        support::sqlite_store("telemetry-shared", 1).await,
+        OrderPlacedConsumer::new(),
+        RuntimeConfig::new(ConsumerName::new(CONSUMER).unwrap())
+            .with_unknown_contracts(UnknownContracts::Complete),
+    );
+    let delivery = shared.receive().await.unwrap().unwrap();
+    assert_eq!(
+        shared_runtime.process(delivery).await.outcome,
+        Outcome::Ignored
+    );
     receiver.close().await;
     locky.close().await;
+    shared.close().await;
 
     flush(&telemetry).await;
     check_spans(&sink);
@@ -583,15 +604,38 @@ fn check_metrics(sink: &Sink) {
     );
     let lost = last_metric(&metrics, metric::LOCK_LOST);
     assert_eq!(total(lost, &[(attr::DESTINATION, "locky")]), 1.0);
+    // The unknown contract: its own counter, and outcome `ignored` with the contract bounded to
+    // `_other` (the name is another team's).
+    let unknown = last_metric(&metrics, metric::UNKNOWN_CONTRACTS);
+    assert_eq!(total(unknown, &[(attr::DESTINATION, "shared")]), 1.0);
+    assert_eq!(total(unknown, &[(attr::DESTINATION, "orders")]), 0.0);
+    let ignored = [
+        (attr::DESTINATION, "shared"),
+        (attr::OUTCOME, "ignored"),
+        (attr::CONTRACT, value::OTHER),
+        (attr::SETTLEMENT, "complete"),
+    ];
+    assert_eq!(total(outcomes, &ignored), 1.0);
     let consumed = last_metric(&metrics, metric::CONSUMED_MESSAGES);
     assert_eq!(total(consumed, &[(attr::DESTINATION, "orders")]), 4.0);
     assert_eq!(total(consumed, &[(attr::DESTINATION, "locky")]), 1.0);
     let process = last_metric(&metrics, metric::PROCESS_DURATION);
     assert_eq!(total(process, &[(attr::DESTINATION, "orders")]), 4.0);
     let operations = last_metric(&metrics, metric::OPERATION_DURATION);
+    // Two on `orders` (the refused one never succeeded), one on `shared`.
     assert_eq!(
         total(operations, &[(attr::OPERATION_NAME, "complete")]),
-        3.0
+        4.0
+    );
+    assert_eq!(
+        total(
+            operations,
+            &[
+                (attr::OPERATION_NAME, "complete"),
+                (attr::DESTINATION, "shared")
+            ]
+        ),
+        1.0
     );
     assert_eq!(
         total(operations, &[(attr::OPERATION_NAME, "dead_letter")]),
@@ -606,8 +650,11 @@ fn check_metrics(sink: &Sink) {
             ]
         ) >= 1.0
     );
-    assert_eq!(total(operations, &[(attr::OPERATION_NAME, "send")]), 5.0);
+    // Five to `orders` and `locky`, one to `shared`.
+    assert_eq!(total(operations, &[(attr::OPERATION_NAME, "send")]), 6.0);
     let transactions = last_metric(&metrics, metric::TRANSACTION_DURATION);
+    // The unknown contract was completed without a transaction.
+    assert_eq!(total(transactions, &[(attr::DESTINATION, "shared")]), 0.0);
     assert_eq!(
         total(transactions, &[(attr::TRANSACTION_RESULT, "commit")]),
         2.0

@@ -45,10 +45,12 @@ enum Command {
     /// SQLite, two worker instances, duplicates, a crash window, poison messages. Exits non-zero
     /// unless every order took effect exactly once.
     Demo,
-    /// Runs the worker (the reference inventory consumer) until SIGTERM or Ctrl-C. One process
-    /// can host several consumers: `[[consumers]]` entries (name, entity, concurrency, prefetch,
-    /// envelope) in worker.toml instead of `consumer` and `servicebus.entity`. `[envelope]`
-    /// (SB_INBOX_ENVELOPE…) reads MassTransit, NServiceBus, CloudEvents or raw messages.
+    /// Runs the worker (the reference inventory consumer: orders.order-placed v1 and v2,
+    /// orders.order-cancelled.v1) until SIGTERM or Ctrl-C. One process can host several
+    /// consumers: `[[consumers]]` entries (name, entity, concurrency, prefetch, envelope,
+    /// unknown_contracts) in worker.toml instead of `consumer` and `servicebus.entity`.
+    /// `[envelope]` (SB_INBOX_ENVELOPE…) reads MassTransit, NServiceBus, CloudEvents or raw
+    /// messages.
     #[command(after_help = env_help())]
     Run {
         /// worker.toml; every key can be overridden by its environment variable (below).

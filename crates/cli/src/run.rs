@@ -1,5 +1,6 @@
-//! [`run`]: the reference worker (`sb-inbox run`): the inventory consumer hosted by a
-//! [`ConfiguredWorker`] as `worker.toml` says, on the store its URL names. Everything else
+//! [`run`]: the reference worker (`sb-inbox run`): the inventory consumer's router
+//! ([`inventory::router`]: orders v1 and v2, cancellations) hosted by a [`ConfiguredWorker`] as
+//! `worker.toml` says, on the store its URL names. Everything else
 //! (health, store opening with backoff, schema check, relay, retention, drain) is the
 //! library's, as for any service's own handlers.
 
@@ -8,7 +9,7 @@ use std::pin::Pin;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::inventory::{InventoryStore, OrderPlacedConsumer};
+use crate::inventory::{self, InventoryStore};
 #[cfg(feature = "mssql")]
 use sb_inbox::store::MssqlStore;
 #[cfg(feature = "postgres")]
@@ -18,7 +19,7 @@ use sb_inbox::store::SqliteStore;
 use sb_inbox::store::StoreUrl;
 use sb_inbox::worker::OpenStore;
 use sb_inbox::worker::{ConfiguredWorker, Worker, WorkerConfig, WorkerError};
-use sb_inbox::{ErrorKind, StatsSnapshot, StoreError};
+use sb_inbox::{ErrorKind, RuntimeError, StatsSnapshot, StoreError};
 
 pub use sb_inbox::worker::BACKGROUND_STOP;
 
@@ -92,7 +93,8 @@ async fn host<S: OpenStore + InventoryStore + 'static>(
     let mut config = config.clone();
     // The listener is bound by `run` (or given by a test); none means none.
     config.health_port = None;
-    let events = config.outbox_destination.clone();
+    let router = inventory::router::<S::Tx>(config.outbox_destination.as_deref())
+        .map_err(|e| RuntimeError::Config(format!("the reference consumer's routes: {e}")))?;
     // An in-memory database starts empty: its tables are created, not waited for.
     let memory = matches!(config.store, StoreUrl::SqliteMemory);
     let mut worker: ConfiguredWorker<S> = Worker::from_config(config).schema_check(move |store| {
@@ -102,12 +104,7 @@ async fn host<S: OpenStore + InventoryStore + 'static>(
     if let Some(listener) = health {
         worker = worker.health(listener);
     }
-    let stats = worker
-        .run(shutdown, |_| match &events {
-            Some(destination) => OrderPlacedConsumer::new().with_events(destination),
-            None => OrderPlacedConsumer::new(),
-        })
-        .await?;
+    let stats = worker.run(shutdown, |_| router.clone()).await?;
     Ok(stats.total())
 }
 

@@ -10,8 +10,8 @@ use super::envelope::{self, EnvelopeFile};
 use super::keys::CONSUMER;
 use super::reader::Reader;
 use super::runtime::RuntimeSection;
-use crate::runtime::ConsumerName;
 use crate::runtime::envelope::EnvelopeReader;
+use crate::runtime::{ConsumerName, UnknownContracts};
 use crate::worker::ConsumerConfig;
 use crate::worker::host::is_subscription;
 
@@ -24,6 +24,7 @@ pub(super) struct ConsumerFile {
     concurrency: Option<u64>,
     prefetch: Option<u64>,
     envelope: Option<EnvelopeFile>,
+    unknown_contracts: Option<String>,
 }
 
 /// One `[[consumers]]` entry read: its name and entity (`None` after a reported problem), and
@@ -36,6 +37,7 @@ pub(super) struct Listed {
     prefetch: u64,
     /// The entry's own `[consumers.envelope]`, else the top-level `[envelope]`'s.
     envelope: Option<Arc<dyn EnvelopeReader>>,
+    unknown_contracts: UnknownContracts,
 }
 
 /// The top-level `consumer`: required without `[[consumers]]` (`listed`), refused beside them.
@@ -99,7 +101,20 @@ pub(super) fn listed(
         let concurrency = r.file_number(key("concurrency"), entry.concurrency, 1..=1024);
         let prefetch = r.file_number(key("prefetch"), entry.prefetch, 0..=10_000);
         let envelope = envelope::entry(r, entry.envelope.as_ref(), i);
+        let unknown_contracts = match entry
+            .unknown_contracts
+            .as_deref()
+            .map(str::parse::<UnknownContracts>)
+        {
+            Some(Ok(unknown)) => unknown,
+            Some(Err(e)) => {
+                r.fail_at(key("unknown_contracts"), e.to_string());
+                runtime.unknown_contracts
+            }
+            None => runtime.unknown_contracts,
+        };
         listed.push(Listed {
+            unknown_contracts,
             name,
             entity,
             concurrency: concurrency.unwrap_or(runtime.concurrency),
@@ -129,8 +144,8 @@ pub(super) fn hosted(
     lock_duration: Option<Duration>,
     top_envelope: Option<&Arc<dyn EnvelopeReader>>,
 ) -> Vec<ConsumerConfig> {
-    let config = |name, concurrency, prefetch, envelope: Option<Arc<dyn EnvelopeReader>>| {
-        let mut config = runtime.for_consumer(name, concurrency, prefetch, lock_duration);
+    let config = |name, slots, unknown, envelope: Option<Arc<dyn EnvelopeReader>>| {
+        let mut config = runtime.for_consumer(name, slots, unknown, lock_duration);
         if let Some(envelope) = envelope.or_else(|| top_envelope.cloned()) {
             config.envelope = envelope;
         }
@@ -139,7 +154,12 @@ pub(super) fn hosted(
     match single {
         (Some(name), Some(entity)) => vec![ConsumerConfig {
             entity,
-            runtime: config(name, runtime.concurrency, runtime.prefetch, None),
+            runtime: config(
+                name,
+                (runtime.concurrency, runtime.prefetch),
+                runtime.unknown_contracts,
+                None,
+            ),
         }],
         _ => listed
             .into_iter()
@@ -148,8 +168,8 @@ pub(super) fn hosted(
                     entity: entry.entity?,
                     runtime: config(
                         entry.name?,
-                        entry.concurrency,
-                        entry.prefetch,
+                        (entry.concurrency, entry.prefetch),
+                        entry.unknown_contracts,
                         entry.envelope,
                     ),
                 })

@@ -138,6 +138,11 @@ pub(super) const MAX_PANICS: Key = Key::new(
     "runtime.max_panics",
     "a handler panic on a delivery numbered this or later dead-letters it HandlerPanicked; earlier ones are abandoned (default 3)",
 );
+pub(super) const UNKNOWN_CONTRACTS: Key = Key::new(
+    "SB_INBOX_UNKNOWN_CONTRACTS",
+    "runtime.unknown_contracts",
+    "a contract name no handler accepts: dead-letter (UnsupportedContract, the default) or complete (counted; for topics carrying other teams' events); consumers[].unknown_contracts per consumer",
+);
 pub(super) const TRANSIENT_HOLD_MAX_MS: Key = Key::new(
     "SB_INBOX_TRANSIENT_HOLD_MAX_MS",
     "runtime.transient_hold_max_ms",
@@ -291,7 +296,7 @@ pub(super) const ENVELOPE_ID_FROM: Key = Key::new(
 );
 
 /// Every key, in `--help` order.
-pub const KEYS: [Key; 49] = [
+pub const KEYS: [Key; 50] = [
     CONSUMER,
     STORE,
     CONNECTION,
@@ -318,6 +323,7 @@ pub const KEYS: [Key; 49] = [
     BATCH_LINGER_MS,
     MAX_PANICS,
     TRANSIENT_HOLD_MAX_MS,
+    UNKNOWN_CONTRACTS,
     CIRCUIT_ENABLED,
     CIRCUIT_CONSECUTIVE_FAILURES,
     CIRCUIT_FAILURE_RATE_PERCENT,

@@ -10,12 +10,12 @@ use super::keys::{
     CIRCUIT_FAILURE_RATE_PERCENT, CIRCUIT_PROBE_MAX_SECS, CIRCUIT_PROBE_MIN_MS,
     CIRCUIT_WINDOW_SECS, CONCURRENCY, LOCK_MARGIN_SECS, MAX_PANICS, MAX_PROCESSING_SECS,
     MAX_SESSIONS, PREFETCH, SESSION_IDLE_SECS, SESSIONS, SHUTDOWN_GRACE_SECS,
-    TRANSIENT_HOLD_MAX_MS,
+    TRANSIENT_HOLD_MAX_MS, UNKNOWN_CONTRACTS,
 };
 use super::reader::{Reader, to_usize};
 use crate::runtime::{
     CircuitConfig, ConsumerName, DEFAULT_BATCH_LINGER, DEFAULT_TRANSIENT_HOLD_MAX, RuntimeConfig,
-    SessionConfig,
+    SessionConfig, UnknownContracts,
 };
 
 /// The `[runtime]` section as written.
@@ -33,6 +33,7 @@ pub(super) struct RuntimeFile {
     session_idle_secs: Option<u64>,
     max_panics: Option<u64>,
     transient_hold_max_ms: Option<u64>,
+    unknown_contracts: Option<String>,
     circuit: Option<CircuitFile>,
 }
 
@@ -61,6 +62,8 @@ pub(super) struct RuntimeSection {
     batch_linger: Duration,
     max_panics: u32,
     transient_hold_max: Duration,
+    /// The default of `[[consumers]]` entries.
+    pub(super) unknown_contracts: UnknownContracts,
     circuit: CircuitConfig,
 }
 
@@ -81,7 +84,18 @@ impl RuntimeSection {
             0..=60_000,
         );
         let circuit = circuit(r, file.circuit.as_ref().unwrap_or(&CircuitFile::default()));
+        let unknown = r.text(UNKNOWN_CONTRACTS, file.unknown_contracts.clone());
+        let unknown_contracts = unknown
+            .and_then(|text| {
+                text.parse()
+                    .map_err(|e: crate::runtime::UnknownContractsParseError| {
+                        r.fail(UNKNOWN_CONTRACTS, e.to_string());
+                    })
+                    .ok()
+            })
+            .unwrap_or_default();
         RuntimeSection {
+            unknown_contracts,
             max_panics: max_panics.map_or(3, |n| u32::try_from(n).unwrap_or(u32::MAX)),
             transient_hold_max: hold.map_or(DEFAULT_TRANSIENT_HOLD_MAX, Duration::from_millis),
             circuit,
@@ -108,15 +122,16 @@ impl RuntimeSection {
         }
     }
 
-    /// The runtime settings of consumer `name` with its own concurrency and prefetch.
+    /// The runtime settings of consumer `name` with its own concurrency, prefetch and
+    /// unknown-contract outcome.
     pub(super) fn for_consumer(
         &self,
         name: ConsumerName,
-        concurrency: u64,
-        prefetch: u64,
+        (concurrency, prefetch): (u64, u64),
+        unknown_contracts: UnknownContracts,
         lock_duration: Option<Duration>,
     ) -> RuntimeConfig {
-        let mut runtime = RuntimeConfig::new(name);
+        let mut runtime = RuntimeConfig::new(name).with_unknown_contracts(unknown_contracts);
         runtime.concurrency = usize::try_from(concurrency).unwrap_or(8);
         runtime.prefetch = usize::try_from(prefetch).unwrap_or(0);
         runtime.lock_margin = Duration::from_secs(self.lock_margin_secs);

@@ -948,3 +948,54 @@ fn bad_envelope_settings_are_refused_naming_the_key() {
     let errors = load(&entry, &[]).unwrap_err();
     assert_eq!(errors.0[0].field, "consumers[0].envelope.kind", "{errors}");
 }
+
+#[test]
+fn unknown_contracts_at_runtime_level_per_consumer_and_from_the_environment() {
+    use crate::runtime::UnknownContracts::{Complete, DeadLetter};
+    let outcomes = |config: &WorkerConfig| -> Vec<_> {
+        config
+            .consumers
+            .iter()
+            .map(|c| c.runtime.unknown_contracts)
+            .collect()
+    };
+    assert_eq!(
+        outcomes(&load(LISTED, &[]).unwrap()),
+        [DeadLetter, DeadLetter]
+    );
+    let file = LISTED.replace(
+        "prefetch = 0\n",
+        "prefetch = 0\nunknown_contracts = \"complete\"\n",
+    );
+    assert_eq!(outcomes(&load(&file, &[]).unwrap()), [DeadLetter, Complete]);
+    let env = [("SB_INBOX_UNKNOWN_CONTRACTS", "complete")];
+    assert_eq!(outcomes(&load(GOOD, &env).unwrap()), [Complete]);
+    let file = format!("{GOOD}unknown_contracts = \"complete\"\n");
+    assert_eq!(
+        load(&file, &[]).unwrap().runtime.unknown_contracts,
+        Complete
+    );
+
+    let file = LISTED.replace(
+        "prefetch = 0\n",
+        "prefetch = 0\nunknown_contracts = \"drop\"\n",
+    );
+    let errors = load(&file, &[("SB_INBOX_UNKNOWN_CONTRACTS", "skip")]).unwrap_err();
+    let fields: Vec<String> = errors.0.iter().map(|e| e.field.clone()).collect();
+    assert!(
+        fields.contains(&"consumers[1].unknown_contracts".to_owned()),
+        "{fields:?}"
+    );
+    assert!(
+        fields
+            .iter()
+            .any(|f| f.contains("SB_INBOX_UNKNOWN_CONTRACTS")),
+        "{fields:?}"
+    );
+    assert!(
+        errors
+            .to_string()
+            .contains("\"dead-letter\" or \"complete\""),
+        "{errors}"
+    );
+}

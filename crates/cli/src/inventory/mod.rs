@@ -8,6 +8,11 @@
 //! the same order under a new message id is recognised as a duplicate too. With an events
 //! destination ([`OrderPlacedConsumer::with_events`]) it also writes `inventory.stock-reserved.v1`
 //! to the outbox in the same transaction; the outbox relay publishes it.
+//!
+//! `sb-inbox run` hosts it as a [`Router`] ([`router`]): `orders.order-placed.v2` (v1 plus the
+//! sales channel) reserves, v1 bodies are upcast to v2 ([`OrderPlacedV2::from`]), and
+//! `orders.order-cancelled.v1` releases the reservation. [`OrderPlacedConsumer`] is the v1
+//! route alone, as the article has it (the runtime tests and benches host it).
 
 mod sql;
 
@@ -16,8 +21,8 @@ use std::future::Future;
 use serde::{Deserialize, Serialize};
 
 use sb_inbox::{
-    Context, Contract, DecodeError, Handled, Handler, HandlerError, JsonContract, OutboxMessage,
-    Store, StoreError, Tx,
+    Context, Contract, DecodeError, Handled, Handler, HandlerError, JsonContract, JsonHandler,
+    OutboxMessage, Router, RouterError, Store, StoreError, Tx,
 };
 
 /// The consumer name.
@@ -25,22 +30,32 @@ pub const CONSUMER: &str = "inventory.order-placed.v1";
 /// The contract consumed.
 pub const CONTRACT: &str = "orders.order-placed.v1";
 
+/// The newer version of the order contract, which the reference worker's router handles.
+pub const CONTRACT_V2: &str = "orders.order-placed.v2";
+/// The cancellation contract the reference worker's router handles.
+pub const CANCELLED_CONTRACT: &str = "orders.order-cancelled.v1";
+
 /// The event written to the outbox for each reservation.
 pub const EVENT_CONTRACT: &str = "inventory.stock-reserved.v1";
 
 /// `inventory.stock-reserved.v1`: the stock of an order is reserved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct StockReserved {
     /// The order.
     pub order_id: String,
     /// What was reserved.
     pub lines: Vec<OrderLine>,
+    /// The order's sales channel, when it came as `orders.order-placed.v2` (an additive field:
+    /// absent for v1 orders hosted by [`OrderPlacedConsumer`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<String>,
 }
 
-/// `orders.order-placed.v1`.
+/// `orders.order-placed.v1`. Fields it does not know are ignored (tolerant reading), so a
+/// producer that adds one does not dead-letter its orders here.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct OrderPlaced {
     /// The order.
     pub order_id: String,
@@ -86,9 +101,65 @@ impl JsonContract for OrderPlaced {
     }
 }
 
+/// The channel an order upcast from v1 is given: v1 did not say.
+pub const UNKNOWN_CHANNEL: &str = "unknown";
+
+/// `orders.order-placed.v2`: v1 plus the sales channel (`web`, `store`, …), required.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderPlacedV2 {
+    /// The order, as in v1.
+    #[serde(flatten)]
+    pub order: OrderPlaced,
+    /// Where it was placed: 1 to 32 characters.
+    pub channel: String,
+}
+
+impl JsonContract for OrderPlacedV2 {
+    const NAME: &'static str = "orders.order-placed";
+    const VERSION: u32 = 2;
+
+    fn validate(&self) -> Result<(), DecodeError> {
+        self.order.validate()?;
+        if self.channel.is_empty() || self.channel.len() > 32 {
+            return Err(DecodeError::new("channel must be 1 to 32 characters"));
+        }
+        Ok(())
+    }
+}
+
+/// The upcaster: a v1 order is a v2 order from an [`UNKNOWN_CHANNEL`].
+impl From<OrderPlaced> for OrderPlacedV2 {
+    fn from(order: OrderPlaced) -> Self {
+        OrderPlacedV2 {
+            order,
+            channel: UNKNOWN_CHANNEL.to_owned(),
+        }
+    }
+}
+
+/// `orders.order-cancelled.v1`: release the order's reservation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrderCancelled {
+    /// The order: 1 to 64 characters.
+    pub order_id: String,
+}
+
+impl JsonContract for OrderCancelled {
+    const NAME: &'static str = "orders.order-cancelled";
+    const VERSION: u32 = 1;
+
+    fn validate(&self) -> Result<(), DecodeError> {
+        if self.order_id.is_empty() || self.order_id.len() > 64 {
+            return Err(DecodeError::new("orderId must be 1 to 64 characters"));
+        }
+        Ok(())
+    }
+}
+
 /// One line of an order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct OrderLine {
     /// Stock keeping unit.
     pub sku: String,
@@ -105,6 +176,14 @@ pub trait InventoryTx: Tx {
         logical_id: &str,
         order: &OrderPlaced,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Releases the reservation of `order_id`: its lines are deleted and their units taken off
+    /// the reserved stock, SKU by SKU in SKU order (as [`OrderPlaced::stock_by_sku`] locks
+    /// them). `false` when the order holds no reservation.
+    fn release_reservation(
+        &mut self,
+        order_id: &str,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
 
 /// What the inventory tables hold, for reports and verification.
@@ -206,31 +285,123 @@ impl<T: InventoryTx> Handler<T> for OrderPlacedConsumer {
         ctx: &Context<'_, OrderPlaced>,
         tx: &mut T,
     ) -> Result<Handled, HandlerError> {
-        let order = &ctx.payload;
+        place(ctx, &ctx.payload, None, self.events.as_deref(), tx).await
+    }
+}
+
+/// The reservation of one order: the business key, the stock, and with `events` the
+/// [`EVENT_CONTRACT`] event in the outbox (a fresh message id, the order's correlation id or
+/// else its logical id).
+async fn place<T: InventoryTx, P>(
+    ctx: &Context<'_, P>,
+    order: &OrderPlaced,
+    channel: Option<&str>,
+    events: Option<&str>,
+    tx: &mut T,
+) -> Result<Handled, HandlerError> {
+    tx.claim_business_key(
+        ctx.consumer.as_str(),
+        &format!("order:{}", order.order_id),
+        ctx.logical_id(),
+    )
+    .await?;
+    tx.reserve(ctx.logical_id(), order).await?;
+    if let Some(destination) = events {
+        let event = StockReserved {
+            order_id: order.order_id.clone(),
+            lines: order.lines.clone(),
+            channel: channel.map(str::to_owned),
+        };
+        let body = serde_json::to_vec(&event)
+            .map_err(|e| HandlerError::permanent(format!("cannot encode {EVENT_CONTRACT}"), e))?;
+        let mut message = OutboxMessage::new(destination, EVENT_CONTRACT, body);
+        message.correlation_id = Some(
+            ctx.message
+                .correlation_id
+                .clone()
+                .unwrap_or_else(|| ctx.logical_id().to_owned()),
+        );
+        tx.append_outbox(&message).await?;
+    }
+    Ok(Handled::Processed)
+}
+
+/// The `orders.order-placed.v2` route: reserves as [`OrderPlacedConsumer`] does, with the
+/// channel on the event. v1 orders reach it through the router's upcaster.
+#[derive(Debug, Clone, Default)]
+pub struct PlaceOrder {
+    events: Option<String>,
+}
+
+impl<T: InventoryTx> JsonHandler<T> for PlaceOrder {
+    type Message = OrderPlacedV2;
+
+    async fn handle(
+        &self,
+        ctx: &Context<'_, OrderPlacedV2>,
+        order: &OrderPlacedV2,
+        tx: &mut T,
+    ) -> Result<Handled, HandlerError> {
+        let channel = Some(order.channel.as_str());
+        place(ctx, &order.order, channel, self.events.as_deref(), tx).await
+    }
+}
+
+/// The `orders.order-cancelled.v1` route: releases the order's reservation once.
+///
+/// A cancellation claims the business key `cancel:<order id>`, so a republished one is a
+/// duplicate. One that arrives before its order finds nothing to release: a transient failure,
+/// retried until the order is there; one whose order never comes ends in the dead-letter queue
+/// at the entity's max delivery count, where an operator sees it. Service Bus guarantees
+/// first-in, first-out only within a session
+/// (<https://learn.microsoft.com/azure/service-bus-messaging/message-sessions>, "First-in,
+/// first out (FIFO) pattern"), and a redelivered order comes after newer messages.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CancelOrder;
+
+impl<T: InventoryTx> JsonHandler<T> for CancelOrder {
+    type Message = OrderCancelled;
+
+    async fn handle(
+        &self,
+        ctx: &Context<'_, OrderCancelled>,
+        cancelled: &OrderCancelled,
+        tx: &mut T,
+    ) -> Result<Handled, HandlerError> {
         tx.claim_business_key(
             ctx.consumer.as_str(),
-            &format!("order:{}", order.order_id),
+            &format!("cancel:{}", cancelled.order_id),
             ctx.logical_id(),
         )
         .await?;
-        tx.reserve(ctx.logical_id(), order).await?;
-        if let Some(destination) = &self.events {
-            let event = StockReserved {
-                order_id: order.order_id.clone(),
-                lines: order.lines.clone(),
-            };
-            let body = serde_json::to_vec(&event).map_err(|e| {
-                HandlerError::permanent(format!("cannot encode {EVENT_CONTRACT}"), e)
-            })?;
-            let mut message = OutboxMessage::new(destination.clone(), EVENT_CONTRACT, body);
-            message.correlation_id = Some(
-                ctx.message
-                    .correlation_id
-                    .clone()
-                    .unwrap_or_else(|| ctx.logical_id().to_owned()),
-            );
-            tx.append_outbox(&message).await?;
+        if !tx.release_reservation(&cancelled.order_id).await? {
+            return Err(HandlerError::transient(
+                "the order has no reservation (yet): the cancellation is retried",
+            ));
         }
         Ok(Handled::Processed)
     }
+}
+
+/// The reference consumer as `sb-inbox run` hosts it, one [`Router`] for every contract of
+/// the `orders` entity:
+///
+/// | contract | route |
+/// |---|---|
+/// | `orders.order-placed.v2` | [`PlaceOrder`]: reserve |
+/// | `orders.order-placed.v1` | upcast to v2 ([`OrderPlacedV2::from`], channel [`UNKNOWN_CHANNEL`]), then [`PlaceOrder`] |
+/// | `orders.order-cancelled.v1` | [`CancelOrder`]: release |
+///
+/// With `events`, each reservation also writes [`EVENT_CONTRACT`] for that destination.
+///
+/// # Errors
+/// [`RouterError`] if the routes overlap (they do not: a test builds it).
+pub fn router<T: InventoryTx + 'static>(events: Option<&str>) -> Result<Router<T>, RouterError> {
+    Router::builder()
+        .json(PlaceOrder {
+            events: events.map(str::to_owned),
+        })
+        .upcast(|v1: OrderPlaced| OrderPlacedV2::from(v1))
+        .json(CancelOrder)
+        .build()
 }

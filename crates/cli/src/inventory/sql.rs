@@ -17,6 +17,16 @@ use sb_inbox::{SqliteStore, SqliteTx};
 
 const NAME: &str = "0002_inventory.sql";
 
+/// Units per SKU of released lines, in SKU order (the order reservations lock stock rows in).
+#[cfg(any(feature = "postgres", feature = "mssql"))]
+fn units_by_sku(lines: impl IntoIterator<Item = (String, i32)>) -> Vec<(String, i64)> {
+    let mut units = std::collections::BTreeMap::new();
+    for (sku, quantity) in lines {
+        *units.entry(sku).or_insert(0) += i64::from(quantity);
+    }
+    units.into_iter().collect()
+}
+
 #[cfg(feature = "postgres")]
 const PG_MIGRATION: Migration = Migration {
     version: MIGRATION_VERSION,
@@ -93,6 +103,37 @@ impl InventoryTx for PgTx {
         statements.extend(upserts.iter().map(|params| (STOCK, &params[..])));
         self.pipeline(&statements).await.map(drop)
     }
+
+    async fn release_reservation(&mut self, order_id: &str) -> Result<bool, StoreError> {
+        let rows = self
+            .query(
+                "SELECT sku, quantity FROM inventory_reservation_line WHERE order_id = $1 FOR UPDATE",
+                &[&order_id],
+            )
+            .await?;
+        let lines = rows
+            .iter()
+            .map(|row| (row.get::<_, String>(0), row.get::<_, i32>(1)));
+        for (sku, units) in units_by_sku(lines) {
+            self.execute(
+                "UPDATE inventory_stock SET reserved = reserved - $2 WHERE sku = $1",
+                &[&sku, &units],
+            )
+            .await?;
+        }
+        self.execute(
+            "DELETE FROM inventory_reservation_line WHERE order_id = $1",
+            &[&order_id],
+        )
+        .await?;
+        let released = self
+            .execute(
+                "DELETE FROM inventory_reservation WHERE order_id = $1",
+                &[&order_id],
+            )
+            .await?;
+        Ok(released > 0)
+    }
 }
 
 #[cfg(feature = "sqlite")]
@@ -116,6 +157,26 @@ impl InventoryTx for SqliteTx {
             )?;
         }
         Ok(())
+    }
+
+    /// One statement per table: SQLite has one writer, so the stock rows need no lock order.
+    async fn release_reservation(&mut self, order_id: &str) -> Result<bool, StoreError> {
+        self.execute(
+            "UPDATE inventory_stock SET reserved = reserved - (
+                 SELECT sum(quantity) FROM inventory_reservation_line l
+                 WHERE l.order_id = ?1 AND l.sku = inventory_stock.sku)
+             WHERE sku IN (SELECT sku FROM inventory_reservation_line WHERE order_id = ?1)",
+            [order_id],
+        )?;
+        self.execute(
+            "DELETE FROM inventory_reservation_line WHERE order_id = ?1",
+            [order_id],
+        )?;
+        let released = self.execute(
+            "DELETE FROM inventory_reservation WHERE order_id = ?1",
+            [order_id],
+        )?;
+        Ok(released > 0)
     }
 }
 
@@ -191,6 +252,47 @@ impl InventoryTx for MssqlTx {
         }
         let sql = mssql_reserve_batch(order.lines.len(), stock.len());
         self.execute(&sql, &params).await.map(drop)
+    }
+
+    async fn release_reservation(&mut self, order_id: &str) -> Result<bool, StoreError> {
+        let rows = self
+            .query(
+                "SELECT sku, quantity FROM inventory_reservation_line WITH (UPDLOCK) WHERE order_id = @P1",
+                &[&order_id],
+            )
+            .await?;
+        let mut lines = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let sku = row
+                .try_get::<&str, _>(0)
+                .map_err(sb_inbox::store::mssql::classify)?
+                .unwrap_or_default()
+                .to_owned();
+            let quantity = row
+                .try_get::<i32, _>(1)
+                .map_err(sb_inbox::store::mssql::classify)?
+                .unwrap_or_default();
+            lines.push((sku, quantity));
+        }
+        for (sku, units) in units_by_sku(lines) {
+            self.execute(
+                "UPDATE inventory_stock SET reserved = reserved - @P2 WHERE sku = @P1",
+                &[&sku.as_str(), &units],
+            )
+            .await?;
+        }
+        self.execute(
+            "DELETE FROM inventory_reservation_line WHERE order_id = @P1",
+            &[&order_id],
+        )
+        .await?;
+        let released = self
+            .execute(
+                "DELETE FROM inventory_reservation WHERE order_id = @P1",
+                &[&order_id],
+            )
+            .await?;
+        Ok(released > 0)
     }
 }
 
