@@ -135,8 +135,10 @@
 #![doc(test(attr(deny(warnings))))]
 
 // The library: what a consumer of the crate builds on.
+/// Microsoft Entra ID tokens: `sb-servicebus`'s, shared by the Service Bus client and the SQL
+/// Server store.
 #[cfg(feature = "entra")]
-pub mod entra;
+pub use sb_servicebus::entra;
 pub mod ports;
 pub mod relay;
 pub mod retention;
