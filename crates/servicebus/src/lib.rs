@@ -133,3 +133,8 @@ pub mod dead_letter_reason {
     /// The AMQP message does not decode: every delivery of it would fail the same way.
     pub const UNDECODABLE_MESSAGE: &str = "UndecodableMessage";
 }
+
+/// The README's Rust code blocks, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
