@@ -112,7 +112,9 @@ mod body {
         }
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Bytes, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Bytes, D::Error> {
         deserializer.deserialize_any(BodyVisitor)
     }
 
@@ -207,7 +209,10 @@ mod serde_tests {
             .with_property("ratio", PropertyValue::Double(1.0))
             .with_property("urgent", PropertyValue::Bool(true));
         let json = serde_json::to_value(&message).unwrap();
-        assert_eq!(json["body"], r#"{"orderId":"o-1"}"#, "a UTF-8 body reads as text");
+        assert_eq!(
+            json["body"], r#"{"orderId":"o-1"}"#,
+            "a UTF-8 body reads as text"
+        );
         assert_eq!(json["application_properties"]["lines"], 2);
         let back: Message = serde_json::from_value(json).unwrap();
         assert_eq!(back, message);

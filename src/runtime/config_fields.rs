@@ -37,8 +37,12 @@ impl TryFrom<RuntimeFields> for RuntimeConfig {
         config.prefetch = fields.prefetch.unwrap_or(config.prefetch);
         config.lock_margin = fields.lock_margin_secs.map_or(config.lock_margin, secs);
         config.lock_duration = fields.lock_duration_secs.map(secs);
-        config.max_processing = fields.max_processing_secs.map_or(config.max_processing, secs);
-        config.shutdown_grace = fields.shutdown_grace_secs.map_or(config.shutdown_grace, secs);
+        config.max_processing = fields
+            .max_processing_secs
+            .map_or(config.max_processing, secs);
+        config.shutdown_grace = fields
+            .shutdown_grace_secs
+            .map_or(config.shutdown_grace, secs);
         config.batch_size = fields.batch_size.unwrap_or(config.batch_size);
         config.batch_linger = fields.batch_linger_ms.map_or(config.batch_linger, ms);
         config.circuit = fields.circuit.unwrap_or(config.circuit);

@@ -42,7 +42,11 @@ async fn run_flaky(
         .unwrap();
     let mut config =
         RuntimeConfig::new(ConsumerName::new(sb_inbox_cli::inventory::CONSUMER).unwrap());
-    config.delayed_retry = Some(DelayedRetry::new(policy, sb_inbox::servicebus::ServiceBusSenderPort::new(client.clone()), "orders"));
+    config.delayed_retry = Some(DelayedRetry::new(
+        policy,
+        sb_inbox::servicebus::ServiceBusSenderPort::new(client.clone()),
+        "orders",
+    ));
     let handler = Flaky::new(OrderPlacedConsumer::new(), failures);
     let receiver = client.receiver("orders", 0);
     let runtime = Runtime::new(receiver.clone(), store.clone(), handler, config);

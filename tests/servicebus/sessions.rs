@@ -245,7 +245,10 @@ async fn the_session_receiver_accepts_renews_keeps_state_and_fences_a_lost_link(
         a.receive(wait).await,
         Err(ReceiveError::Transient(_))
     ));
-    assert!(matches!(a2.complete().await, Err(SettlementError::LockLost)));
+    assert!(matches!(
+        a2.complete().await,
+        Err(SettlementError::LockLost)
+    ));
     assert!(!a.is_attached());
     // A is free again, in order: a2 first (delivery count 1), then a3; the state survived.
     let again = other.accept_session("sq", "A").await.unwrap();
@@ -624,7 +627,10 @@ async fn a_session_accepted_after_its_token_expired_gets_a_fresh_token() {
     // Waits for the service to detach the link (unauthorized) once the 2 s grant ran out.
     let lost = a.receive(Duration::from_secs(30)).await;
     assert!(matches!(lost, Err(ReceiveError::Transient(_))), "{lost:?}");
-    assert!(matches!(a1.complete().await, Err(SettlementError::LockLost)));
+    assert!(matches!(
+        a1.complete().await,
+        Err(SettlementError::LockLost)
+    ));
     let again = client.accept_session("sq", "A").await.unwrap();
     let redelivered = again
         .receive(Duration::from_secs(5))

@@ -87,7 +87,7 @@ pub(crate) fn system_to_timestamp(time: SystemTime) -> Timestamp {
     Timestamp::from_milliseconds(ms)
 }
 
-/// The inbox key of a message id of any AMQP type (see [`TYPED_MESSAGE_ID_PREFIX`]), or why
+/// The text key of a message id of any AMQP type (see [`TYPED_MESSAGE_ID_PREFIX`]), or why
 /// there is none.
 pub(crate) fn message_id_key(id: &MessageId) -> Result<String, (String, Refusal)> {
     match id {

@@ -207,7 +207,7 @@ impl ServiceBusDelivery {
 
 impl Drop for ServiceBusDelivery {
     /// A delivery dropped without a settlement the broker answered (its lock was lost, or the
-    /// runtime gave up on it) is released, best effort: the broker's answer (`released`, or
+    /// holder gave up on it) is released, best effort: the broker's answer (`released`, or
     /// lock-lost once the lock is gone) clears it from the link's unsettled deliveries, which
     /// would otherwise grow for the life of the link. A lock still held is given back without
     /// counting a delivery.

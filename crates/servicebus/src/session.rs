@@ -48,7 +48,7 @@ pub(super) fn session_refusal(error: &sb_amqp::Error) -> Option<ReceiveError> {
     // the `OperationCanceledException` of a session link closed while opening become a
     // `TimeoutException`, which `ServiceBusSessionReceiver.CreateSessionReceiverAsync` reports
     // as `ServiceBusFailureReason.ServiceTimeout`, the reason its session processor answers by
-    // accepting again at once. As an error it would grow the runtime's backoff to 30 s.
+    // accepting again at once. As an error it would grow a caller's backoff to 30 s.
     if matches!(
         error,
         sb_amqp::Error::AttachRefused(None) | sb_amqp::Error::LinkDetached(None)
@@ -222,7 +222,7 @@ impl ServiceBusSessionReceiver {
         request: &SessionRequest,
     ) -> Result<Self, ReceiveError> {
         // Pipelined by one: the session's next message may be on its way while one is handled
-        // (the runtime still takes them one at a time, in order), so a broker far away costs
+        // (a caller still takes them one at a time, in order), so a broker far away costs
         // a round trip per message less.
         let receiver =
             ServiceBusReceiver::new(client.clone(), entity, 0).with_capacity(SESSION_PIPELINE);
@@ -437,7 +437,7 @@ mod tests {
     use super::*;
 
     /// Issue 29 item 8: a pending next-session accept the service closes without an error is
-    /// "no session yet" (the runtime accepts again at once), not a failure that backs off.
+    /// "no session yet" (a session processor accepts again at once), not a failure that backs off.
     #[test]
     fn an_accept_closed_without_an_error_is_no_session_yet() {
         for closed in [

@@ -63,7 +63,10 @@ async fn sends_receives_renews_and_settles_every_way_without_the_inbox() {
     let message = first.message();
     assert_eq!(message.to_message(), sent);
     assert_eq!(message.delivery_count, 0);
-    assert!(message.sequence_number.is_some_and(|n| n > 0), "{message:?}");
+    assert!(
+        message.sequence_number.is_some_and(|n| n > 0),
+        "{message:?}"
+    );
     assert!(message.enqueued_time.is_some(), "{message:?}");
     assert_eq!(message.lock_token, Some(first.lock_token()));
     assert!(!first.lock_token().is_nil());
@@ -133,12 +136,12 @@ async fn a_settled_deliverys_second_settlement_is_the_lock_lost() {
         .expect("the broker accepts");
     let receiver = client.receiver("orders", 0);
     let delivery = next(&receiver).await;
-    delivery.complete().await.expect("the completion is applied");
+    delivery
+        .complete()
+        .await
+        .expect("the completion is applied");
     let again = delivery.complete().await;
-    assert!(
-        matches!(again, Err(ref e) if e.is_lock_lost()),
-        "{again:?}"
-    );
+    assert!(matches!(again, Err(ref e) if e.is_lock_lost()), "{again:?}");
 }
 
 /// `cargo tree` of this crate's normal dependencies: nothing of the inbox, no database driver.
