@@ -225,8 +225,10 @@ mod serde_tests {
 
     #[test]
     fn a_binary_body_round_trips_and_absent_fields_are_empty() {
-        let mut message = Message::default();
-        message.body = Bytes::from_static(&[0xff, 0x00, 0x80]);
+        let message = Message {
+            body: Bytes::from_static(&[0xff, 0x00, 0x80]),
+            ..Message::default()
+        };
         let text = serde_json::to_string(&message).unwrap();
         let back: Message = serde_json::from_str(&text).unwrap();
         assert_eq!(back, message);

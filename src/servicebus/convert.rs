@@ -30,19 +30,19 @@ pub(super) fn property_to_client(value: &PropertyValue) -> client::PropertyValue
 impl From<&client::ServiceBusReceivedMessage> for Message {
     /// What the producer set; the broker's state stays with the delivery.
     fn from(received: &client::ServiceBusReceivedMessage) -> Self {
-        let mut message = Message::default();
-        message.message_id = received.message_id.clone();
-        message.correlation_id = received.correlation_id.clone();
-        message.subject = received.subject.clone();
-        message.content_type = received.content_type.clone();
-        message.session_id = received.session_id.clone();
-        message.application_properties = received
-            .application_properties
-            .iter()
-            .filter_map(|(k, v)| Some((k.clone(), property_from_client(v)?)))
-            .collect();
-        message.body = received.body.clone();
-        message
+        Message {
+            message_id: received.message_id.clone(),
+            correlation_id: received.correlation_id.clone(),
+            subject: received.subject.clone(),
+            content_type: received.content_type.clone(),
+            session_id: received.session_id.clone(),
+            application_properties: received
+                .application_properties
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), property_from_client(v)?)))
+                .collect(),
+            body: received.body.clone(),
+        }
     }
 }
 

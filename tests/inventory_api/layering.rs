@@ -214,7 +214,7 @@ fn naming_within(dir: &Path, crates: &[&str]) -> Vec<String> {
     files
         .iter()
         .flat_map(|file| {
-            let text = std::fs::read_to_string(file).unwrap();
+            let text = std::fs::read_to_string(file).expect("a source file reads");
             naming(&file.display().to_string(), &text, crates)
         })
         .collect()
