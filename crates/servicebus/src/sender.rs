@@ -92,10 +92,21 @@ pub struct SendOptions {
 impl SendOptions {
     /// Options that schedule the message for `at`.
     pub fn scheduled(at: SystemTime) -> Self {
-        SendOptions {
-            time_to_live: None,
-            scheduled_enqueue_time: Some(at),
-        }
+        SendOptions::default().with_scheduled_enqueue_time(at)
+    }
+
+    /// The options with the message's time-to-live.
+    #[must_use]
+    pub fn with_time_to_live(mut self, time_to_live: Duration) -> Self {
+        self.time_to_live = Some(time_to_live);
+        self
+    }
+
+    /// The options keeping the message invisible until `at`.
+    #[must_use]
+    pub fn with_scheduled_enqueue_time(mut self, at: SystemTime) -> Self {
+        self.scheduled_enqueue_time = Some(at);
+        self
     }
 }
 
