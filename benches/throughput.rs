@@ -55,7 +55,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sb_inbox::Message;
-use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
+use sb_inbox::servicebus::{ConnectionString, ServiceBusClient, ServiceBusSenderPort};
 use sb_inbox_cli::inventory::{OrderLine, OrderPlaced};
 
 #[path = "common/pg_schema.rs"]
@@ -395,7 +395,7 @@ async fn relay(rtt_ms: u64) -> (f64, u64, u64) {
     let client = ServiceBusClient::from_connection_string(&cs);
     let relay = Relay::new(
         store.clone(),
-        client.sender_port(),
+        ServiceBusSenderPort::new(client.clone()),
         RelayConfig::default().with_batch_size(1000),
     );
     let stop = tokio_util::sync::CancellationToken::new();

@@ -91,8 +91,10 @@
 //! - [`runtime`]: outcomes, lock keeping, settlement after commit ([`Runtime`]).
 //! - [`store`]: SQL Server / Azure SQL (`MssqlStore`), PostgreSQL (`PgStore`) and SQLite
 //!   (`SqliteStore`), each behind its cargo feature.
-//! - [`servicebus`]: the Service Bus client on our AMQP engine (the runtime's receiver and sender).
-//! - `entra` (feature `entra`): Microsoft Entra ID tokens for Azure SQL and Service Bus.
+//! - [`servicebus`]: the Service Bus client (the `sb-servicebus` crate, re-exported) as the
+//!   runtime's receiver, session source and sender.
+//! - `entra` (feature `entra`): Microsoft Entra ID tokens for Azure SQL and Service Bus
+//!   (`sb-servicebus`'s).
 //! - [`relay`]: the outbox relay (claim with a lease, publish under the stable message id,
 //!   mark dispatched).
 //! - [`retention`]: batched deletes of inbox and dispatched outbox rows past the retention.
@@ -122,7 +124,7 @@
 //! | `postgres` | `PgStore` (tokio-postgres, bb8, rustls) |
 //! | `sqlite` | `SqliteStore` (rusqlite, SQLite bundled) |
 //! | `mssql` | `MssqlStore` (tiberius, bb8); turns on `entra` for Azure SQL logins |
-//! | `entra` | `entra`: Entra ID tokens (azure_identity, reqwest), `ServiceBusClient::with_entra` |
+//! | `entra` | `entra`: Entra ID tokens (sb-servicebus's `entra`: azure_identity, reqwest), `ServiceBusClient::with_entra` |
 //! | `toml` | `worker.toml` files for [`worker::WorkerConfig`] (JSON files need no feature) |
 //! | `serde` | `serde::Deserialize` on the public configuration types |
 //! | `logs` | `telemetry::init`: the log subscriber and the OpenTelemetry SDK providers (tracing-subscriber, opentelemetry_sdk) |
@@ -135,8 +137,10 @@
 #![doc(test(attr(deny(warnings))))]
 
 // The library: what a consumer of the crate builds on.
+/// Microsoft Entra ID tokens: `sb-servicebus`'s, shared by the Service Bus client and the SQL
+/// Server store.
 #[cfg(feature = "entra")]
-pub mod entra;
+pub use sb_servicebus::entra;
 pub mod ports;
 pub mod relay;
 pub mod retention;

@@ -19,8 +19,16 @@ pub const TYPED_MESSAGE_ID_PREFIX: &str = "amqp:";
 pub const INBOX_PROPERTY_PREFIX: &str = "sb-inbox-";
 
 /// An application property value: the subset of AMQP simple types Service Bus carries.
+///
+/// With the `serde` feature it is (de)serialised as the plain value (`"text"`, `7`, `0.5`,
+/// `true`): an integer reads as `Long`, a number with a fraction or exponent as `Double`.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(untagged)
+)]
 pub enum PropertyValue {
     /// A string.
     String(String),
@@ -58,8 +66,17 @@ impl From<i64> for PropertyValue {
 /// let message = Message::new("m-1", "orders.order-placed.v1", br#"{"orderId":"o-1","lines":[]}"#.to_vec());
 /// assert_eq!(message.message_id.as_deref(), Some("m-1"));
 /// ```
+///
+/// With the `serde` feature it is (de)serialised with its field names; absent fields are
+/// `None` or empty, and the body is a string when it is UTF-8 (else an array of bytes; both
+/// read back as bytes).
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(default, deny_unknown_fields)
+)]
 pub struct Message {
     /// The producer-assigned message id: the inbox key. `None` when the broker delivered none.
     pub message_id: Option<String>,
@@ -75,7 +92,57 @@ pub struct Message {
     /// Application properties.
     pub application_properties: BTreeMap<String, PropertyValue>,
     /// The body bytes.
+    #[cfg_attr(feature = "serde", serde(with = "body"))]
     pub body: Bytes,
+}
+
+/// The body as a string when it is UTF-8 (readable JSON bodies), else as bytes.
+#[cfg(feature = "serde")]
+mod body {
+    use std::fmt;
+
+    use bytes::Bytes;
+    use serde::de::{self, SeqAccess, Visitor};
+    use serde::{Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(body: &Bytes, serializer: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(body) {
+            Ok(text) => serializer.serialize_str(text),
+            Err(_) => serializer.serialize_bytes(body),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Bytes, D::Error> {
+        deserializer.deserialize_any(BodyVisitor)
+    }
+
+    struct BodyVisitor;
+
+    impl<'de> Visitor<'de> for BodyVisitor {
+        type Value = Bytes;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string or an array of bytes")
+        }
+
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<Bytes, E> {
+            Ok(Bytes::copy_from_slice(text.as_bytes()))
+        }
+
+        fn visit_bytes<E: de::Error>(self, bytes: &[u8]) -> Result<Bytes, E> {
+            Ok(Bytes::copy_from_slice(bytes))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Bytes, A::Error> {
+            let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+            while let Some(byte) = seq.next_element::<u8>()? {
+                bytes.push(byte);
+            }
+            Ok(Bytes::from(bytes))
+        }
+    }
 }
 
 impl Message {
@@ -125,5 +192,50 @@ impl Message {
             body: body.into(),
             ..Message::default()
         }
+    }
+}
+
+#[cfg(all(test, feature = "serde"))]
+mod serde_tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_through_json_with_every_property_kind() {
+        let message = Message::new("m-1", "orders.order-placed.v1", r#"{"orderId":"o-1"}"#)
+            .with_correlation_id("c-1")
+            .with_session_id("s-1")
+            .with_property("tenant", "contoso")
+            .with_property("lines", 2_i64)
+            .with_property("ratio", PropertyValue::Double(1.0))
+            .with_property("urgent", PropertyValue::Bool(true));
+        let json = serde_json::to_value(&message).unwrap();
+        assert_eq!(
+            json["body"], r#"{"orderId":"o-1"}"#,
+            "a UTF-8 body reads as text"
+        );
+        assert_eq!(json["application_properties"]["lines"], 2);
+        let back: Message = serde_json::from_value(json).unwrap();
+        assert_eq!(back, message);
+        // A double stays a double, an integer an integer.
+        assert_eq!(
+            back.application_properties.get("ratio"),
+            Some(&PropertyValue::Double(1.0))
+        );
+    }
+
+    #[test]
+    fn a_binary_body_round_trips_and_absent_fields_are_empty() {
+        let message = Message {
+            body: Bytes::from_static(&[0xff, 0x00, 0x80]),
+            ..Message::default()
+        };
+        let text = serde_json::to_string(&message).unwrap();
+        let back: Message = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, message);
+        let sparse: Message = serde_json::from_str(r#"{"message_id":"m-2"}"#).unwrap();
+        assert_eq!(sparse.message_id.as_deref(), Some("m-2"));
+        assert!(sparse.body.is_empty() && sparse.subject.is_none());
+        let typo = serde_json::from_str::<Message>(r#"{"mesage_id":"m-2"}"#);
+        assert!(typo.is_err(), "an unknown field is refused: {typo:?}");
     }
 }

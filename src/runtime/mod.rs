@@ -26,6 +26,8 @@ mod backoff;
 mod batch;
 mod circuit;
 mod clock;
+#[cfg(feature = "serde")]
+mod config_fields;
 mod consumer;
 pub mod envelope;
 mod handler;
@@ -93,8 +95,20 @@ use circuit::Slot;
 
 /// How a [`Runtime`] runs: [`RuntimeConfig::new`], then set the fields (new settings are
 /// added without breaking callers).
+///
+/// With the `serde` feature it deserialises from the keys and units of the worker's
+/// `[runtime]` section (`consumer`, `concurrency`, `prefetch`, `lock_margin_secs`,
+/// `lock_duration_secs`, `max_processing_secs`, `shutdown_grace_secs`, `batch_size`,
+/// `batch_linger_ms`, `circuit`, `max_panics`, `transient_hold_max_ms`), absent keys taking
+/// the defaults, and is checked by [`RuntimeConfig::validate`]; delayed retries are set in
+/// code.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(try_from = "config_fields::RuntimeFields")
+)]
 pub struct RuntimeConfig {
     /// The consumer name: half of the inbox key.
     pub consumer: ConsumerName,

@@ -41,3 +41,33 @@ pub fn resubmission(message: &Message) -> Result<Message, String> {
     properties.insert(RESUBMISSION_PROPERTY.to_owned(), PropertyValue::Long(count));
     Ok(copy)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ports::TYPED_MESSAGE_ID_PREFIX;
+
+    /// A delayed-retry copy and a resubmitted dead letter of a message whose id is of another
+    /// AMQP type (the client reads it as `amqp:ulong:42` etc.) are sent with a string id: it
+    /// must not carry the typed prefix (the client dead-letters those as `InvalidMessageId`,
+    /// and the original is completed already), and the logical id they carry is the typed
+    /// text, so the inbox still sees one message.
+    #[test]
+    fn copies_of_typed_ids_carry_no_typed_prefix_and_keep_the_typed_key() {
+        for key in [
+            "amqp:ulong:42",
+            "amqp:uuid:00112233-4455-6677-8899-aabbccddeeff",
+            "amqp:binary:3432",
+        ] {
+            let original = Message::new(key, "orders.order-placed.v1", "{}");
+            let first = crate::runtime::retry_copy(&original, key, 1, "e", None);
+            let second = crate::runtime::retry_copy(&first, key, 2, "e", None);
+            let resubmitted = resubmission(&original).unwrap();
+            for copy in [first, second, resubmitted] {
+                let id = copy.message_id.as_deref().unwrap();
+                assert!(!id.starts_with(TYPED_MESSAGE_ID_PREFIX), "{key}: {id}");
+                assert_eq!(logical_id(&copy).unwrap(), key);
+            }
+        }
+    }
+}

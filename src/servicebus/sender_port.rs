@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::SystemTime;
 
-use super::{SendOptions, ServiceBusClient, ServiceBusSender};
+use super::{SendOptions, ServiceBusClient, ServiceBusMessage, ServiceBusSender};
 use crate::ports::Cause;
 use crate::{Message, SendFailure, Sender};
 
@@ -17,7 +17,8 @@ pub struct ServiceBusSenderPort {
 }
 
 impl ServiceBusSenderPort {
-    pub(crate) fn new(client: ServiceBusClient) -> Self {
+    /// The port on `client` (formerly `ServiceBusClient::sender_port`).
+    pub fn new(client: ServiceBusClient) -> Self {
         ServiceBusSenderPort {
             client,
             senders: Arc::default(),
@@ -43,12 +44,12 @@ impl Sender for ServiceBusSenderPort {
         message: Message,
         scheduled_enqueue_time: Option<SystemTime>,
     ) -> Result<(), SendFailure> {
-        let options = SendOptions {
-            time_to_live: None,
-            scheduled_enqueue_time,
+        let options = match scheduled_enqueue_time {
+            Some(at) => SendOptions::scheduled(at),
+            None => SendOptions::default(),
         };
         self.sender(destination)
-            .send_with(message, &options)
+            .send_with(ServiceBusMessage::from(message), &options)
             .await
             .map_err(|failed| {
                 if failed.error.is_transient() {

@@ -1,367 +1,14 @@
-//! Session receivers: a receive link bound to one message session, its session lock and state.
-//!
-//! On the wire (Python `azure-servicebus` `_pyamqp_transport.py` `create_source` / `on_attach`,
-//! JS `@azure/service-bus` `src/session/messageSession.ts`): the attach's source filter
-//! `com.microsoft:session-filter` names the session, or is `null` for the next available one;
-//! the reply's source filter carries the accepted session id and its link property
-//! `com.microsoft:locked-until-utc` the session lock's expiry in .NET ticks. The lock is renewed
-//! with `com.microsoft:renew-session-lock` on `$management`; the session's deliveries are
-//! settled on their link only (.NET `AmqpReceiver`), and their locks are the session lock.
+//! The runtime's session ports on the client's session receiver and source.
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex as StdMutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
-use sb_amqp::ReceiverOptions;
-use sb_amqp::codec::Value;
-use sb_amqp::types::definitions::Fields;
-use sb_amqp::types::messaging::FilterSet;
-use sb_amqp::types::primitives::{Binary, Symbol};
+use sb_servicebus::{ServiceBusSessionReceiver, ServiceBusSessionSource};
 
-use sb_amqp::servicebus::management::{Operation, key};
-use sb_amqp::servicebus::{condition, link};
+use super::ServiceBusDelivery;
+use super::convert::{receive_error, settle_error, source};
+use crate::ports::{ReceiveError, SessionReceiver, SessionSource, SettleError, Source};
 
-use super::ServiceBusError;
-use super::amqp_message::timestamp_to_system;
-use super::delivery::ServiceBusDelivery;
-use super::management::{self, Request};
-use super::receiver::{ReceiverInner, ServiceBusReceiver};
-use super::settlement::settle_error;
-use crate::ports::Cause;
-use crate::{ReceiveError, SettleError, Source};
-
-/// A session receiver's receive after its link was lost.
-pub(super) const SESSION_LINK_GONE: &str =
-    "the session's link is gone, and the session lock with it";
-
-/// Deliveries a session link keeps in flight: the one handled plus the next (issue 27). More
-/// would only wait: a session's messages are handled one at a time.
-const SESSION_PIPELINE: u32 = 2;
-
-/// The attach of a next available session timed out: no session became available.
-pub(super) const NO_SESSION: &str = "no session became available";
-
-/// A refused session attach the session receiver classifies itself: no session available in
-/// time, or the session held by another receiver (both worth trying again later).
-pub(super) fn session_refusal(error: &sb_amqp::Error) -> Option<ReceiveError> {
-    // A pending accept the service ends without an error is no session either: .NET's
-    // `AmqpReceiver.OpenReceiverLinkAsync` (azure-sdk-for-net `src/Amqp/AmqpReceiver.cs`) lets
-    // the `OperationCanceledException` of a session link closed while opening become a
-    // `TimeoutException`, which `ServiceBusSessionReceiver.CreateSessionReceiverAsync` reports
-    // as `ServiceBusFailureReason.ServiceTimeout`, the reason its session processor answers by
-    // accepting again at once. As an error it would grow the runtime's backoff to 30 s.
-    if matches!(
-        error,
-        sb_amqp::Error::AttachRefused(None) | sb_amqp::Error::LinkDetached(None)
-    ) {
-        return Some(ReceiveError::Transient(NO_SESSION.into()));
-    }
-    match error.condition() {
-        // The attach's operation timeout ran out: the service answers with the same symbol.
-        Some(condition::TIMEOUT) => Some(ReceiveError::Transient(NO_SESSION.into())),
-        Some(condition::SESSION_CANNOT_BE_LOCKED) => Some(ReceiveError::transient(Cause::new(
-            ServiceBusError::from_amqp(error),
-        ))),
-        _ => None,
-    }
-}
-
-/// Whether a session attach failed only because no session became available.
-fn is_no_session(error: &ReceiveError) -> bool {
-    matches!(error, ReceiveError::Transient(why) if why.to_string() == NO_SESSION)
-}
-
-/// What a session attach asks for.
-#[derive(Debug)]
-pub(super) struct SessionRequest {
-    /// `None`: the next available session.
-    session_id: Option<String>,
-    /// How long the service may wait for a next available session.
-    pub(super) wait: Duration,
-}
-
-impl SessionRequest {
-    pub(super) fn apply(&self, options: ReceiverOptions) -> ReceiverOptions {
-        let mut filter = FilterSet::default();
-        filter.insert(
-            Symbol::from(link::SESSION_FILTER),
-            self.session_id.clone().map_or(Value::Null, Value::String),
-        );
-        let mut properties = Fields::default();
-        let ms = u32::try_from(self.wait.as_millis()).unwrap_or(u32::MAX);
-        properties.insert(Symbol::from(link::OPERATION_TIMEOUT), Value::Uint(ms));
-        let mut options = options.filter(filter);
-        options.properties = Some(properties);
-        options
-    }
-}
-
-/// A session lock as the client knows it.
-#[derive(Debug)]
-pub(super) struct SessionLock {
-    id: String,
-    locked_until: StdMutex<SystemTime>,
-}
-
-impl SessionLock {
-    /// The session's id.
-    pub(super) fn id(&self) -> &str {
-        &self.id
-    }
-
-    pub(super) fn locked_until(&self) -> SystemTime {
-        *self
-            .locked_until
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// `com.microsoft:renew-session-lock`; a lost session link means a lost lock.
-    pub(super) async fn renew(&self, receiver: &ReceiverInner) -> Result<SystemTime, SettleError> {
-        let request = Request::session(Operation::RenewSessionLock, &self.id);
-        let reply = session_management(receiver, request).await?;
-        let until = match management::session_reply(&reply, key::EXPIRATION)? {
-            Some(Value::Timestamp(ts)) => timestamp_to_system(&ts),
-            _ => {
-                return Err(SettleError::Transient(
-                    "renew-session-lock reply has no expiration".into(),
-                ));
-            }
-        };
-        *self
-            .locked_until
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = until;
-        Ok(until)
-    }
-}
-
-/// A `$management` session operation on the receiver's entity.
-async fn session_management(
-    receiver: &ReceiverInner,
-    request: Request,
-) -> Result<sb_amqp::AnyMessage, SettleError> {
-    receiver
-        .client
-        .management(&receiver.entity, request)
-        .await
-        .map_err(settle_error)
-}
-
-/// A receiver holding one message session: its deliveries come in the session's order and
-/// their locks are the session lock.
-///
-/// Made by [`super::ServiceBusClient::accept_next_session`] or
-/// [`super::ServiceBusClient::accept_session`]. A detached link is not re-attached: the
-/// session lock ended with it, so its receives fail and its deliveries' settlements report the
-/// lock lost (the commit of whatever was handled is fenced); accept a session again.
-/// [`ServiceBusSessionReceiver::close`] releases the session for other receivers.
-#[derive(Debug, Clone)]
-pub struct ServiceBusSessionReceiver {
-    receiver: ServiceBusReceiver,
-    lock: Arc<SessionLock>,
-}
-
-impl super::ServiceBusClient {
-    /// Accepts the next available session of `entity` (one with messages whose session no
-    /// other receiver holds), waiting up to `wait`; `Ok(None)` when none became available.
-    ///
-    /// # Errors
-    /// [`ReceiveError::Transient`] for connection failures; [`ReceiveError::Permanent`] for an
-    /// entity that does not require sessions, or refused rights.
-    pub async fn accept_next_session(
-        &self,
-        entity: &str,
-        wait: Duration,
-    ) -> Result<Option<ServiceBusSessionReceiver>, ReceiveError> {
-        let request = SessionRequest {
-            session_id: None,
-            wait,
-        };
-        match ServiceBusSessionReceiver::accept(self, entity, &request).await {
-            Err(error) if is_no_session(&error) => Ok(None),
-            accepted => accepted.map(Some),
-        }
-    }
-
-    /// Accepts the session `session_id` of `entity` (even one without messages yet).
-    ///
-    /// # Errors
-    /// [`ReceiveError::Transient`] while another receiver holds the session
-    /// (`com.microsoft:session-cannot-be-locked`) or the connection fails;
-    /// [`ReceiveError::Permanent`] for an entity that does not require sessions.
-    pub async fn accept_session(
-        &self,
-        entity: &str,
-        session_id: &str,
-    ) -> Result<ServiceBusSessionReceiver, ReceiveError> {
-        let request = SessionRequest {
-            session_id: Some(session_id.to_owned()),
-            wait: Duration::ZERO,
-        };
-        ServiceBusSessionReceiver::accept(self, entity, &request).await
-    }
-}
-
-/// .NET ticks as a time (Python `_pyamqp_transport.py` `on_attach`).
-fn from_ticks(ticks: i64) -> SystemTime {
-    let hundred_ns = u64::try_from(ticks.saturating_sub(link::TICKS_AT_UNIX_EPOCH)).unwrap_or(0);
-    UNIX_EPOCH + Duration::from_nanos(hundred_ns.saturating_mul(100))
-}
-
-impl ServiceBusSessionReceiver {
-    async fn accept(
-        client: &super::ServiceBusClient,
-        entity: &str,
-        request: &SessionRequest,
-    ) -> Result<Self, ReceiveError> {
-        // Pipelined by one: the session's next message may be on its way while one is handled
-        // (the runtime still takes them one at a time, in order), so a broker far away costs
-        // a round trip per message less.
-        let receiver =
-            ServiceBusReceiver::new(client.clone(), entity, 0).with_capacity(SESSION_PIPELINE);
-        let link = match receiver.attach_with(Some(request)).await {
-            // Refused as unauthorized (the service's view of the token expired, e.g. after it
-            // detached the previous session link for that): once more with a fresh token. A
-            // receiver of its own per session would otherwise forget that it must refresh.
-            Err(ReceiveError::Transient(_))
-                if receiver.inner().reauthorize.load(Ordering::Acquire) =>
-            {
-                receiver.attach_with(Some(request)).await?
-            }
-            attached => attached?,
-        };
-        let remote = link.receiver.remote_attach();
-        let id = remote
-            .source
-            .as_ref()
-            .and_then(|s| s.filter.as_ref())
-            .and_then(|f| f.iter().find(|(k, _)| k.0 == link::SESSION_FILTER))
-            .and_then(|(_, v)| match v {
-                Value::String(s) => Some(s.clone()),
-                Value::Symbol(s) => Some(s.0.clone()),
-                _ => None,
-            })
-            .or_else(|| request.session_id.clone());
-        let Some(id) = id else {
-            // The service always names the session it locked; without it nothing can be
-            // renewed or settled safely.
-            let _ = link.receiver.detach().await;
-            return Err(ReceiveError::Transient(
-                "the session attach reply names no session".into(),
-            ));
-        };
-        let locked_until = remote
-            .properties
-            .as_ref()
-            .and_then(|p| p.iter().find(|(k, _)| k.0 == link::LOCKED_UNTIL_UTC))
-            .and_then(|(_, v)| match v {
-                Value::Long(t) => Some(from_ticks(*t)),
-                Value::Timestamp(ts) => Some(timestamp_to_system(ts)),
-                _ => None,
-            })
-            // Unknown: the renewal margin then renews at once.
-            .unwrap_or_else(SystemTime::now);
-        let lock = Arc::new(SessionLock {
-            id,
-            locked_until: StdMutex::new(locked_until),
-        });
-        let inner = receiver.inner().clone();
-        let _ = inner.session.set(lock.clone());
-        inner.set_current_link(Some(&link.shared.name));
-        *inner.link.lock().await = Some(link);
-        Ok(ServiceBusSessionReceiver { receiver, lock })
-    }
-
-    /// The accepted session's id.
-    pub fn session_id(&self) -> &str {
-        &self.lock.id
-    }
-
-    /// When the session lock runs out unless renewed, as last reported by the service.
-    pub fn locked_until(&self) -> SystemTime {
-        self.lock.locked_until()
-    }
-
-    /// Where the deliveries come from (telemetry).
-    pub fn source(&self) -> Source {
-        crate::Receiver::source(&self.receiver)
-    }
-
-    /// True while the session link is attached: false once the session is lost or closed.
-    pub fn is_attached(&self) -> bool {
-        self.receiver.is_attached()
-    }
-
-    /// Renews the session lock (`com.microsoft:renew-session-lock`); returns the new expiry.
-    ///
-    /// # Errors
-    /// [`SettleError::LockLost`] once the session lock expired or the session was released.
-    pub async fn renew_session_lock(&self) -> Result<SystemTime, SettleError> {
-        self.lock.renew(self.receiver.inner()).await
-    }
-
-    /// The session state (`com.microsoft:get-session-state`); `None` when none was set.
-    ///
-    /// # Errors
-    /// [`SettleError::LockLost`] without the session lock.
-    pub async fn state(&self) -> Result<Option<Vec<u8>>, SettleError> {
-        let reply = self
-            .management(self.request(Operation::GetSessionState))
-            .await?;
-        Ok(
-            match management::session_reply(&reply, key::SESSION_STATE)? {
-                Some(Value::Binary(b)) => Some(b.to_vec()),
-                _ => None,
-            },
-        )
-    }
-
-    /// Sets the session state (`com.microsoft:set-session-state`); `None` clears it.
-    ///
-    /// # Errors
-    /// [`SettleError::LockLost`] without the session lock.
-    pub async fn set_state(&self, state: Option<&[u8]>) -> Result<(), SettleError> {
-        let value = state.map_or(Value::Null, |b| Value::Binary(Binary::from(b.to_vec())));
-        let request = self
-            .request(Operation::SetSessionState)
-            .entry(key::SESSION_STATE, value);
-        let reply = self.management(request).await?;
-        management::session_reply(&reply, key::SESSION_STATE).map(drop)
-    }
-
-    /// `operation` on this session.
-    fn request(&self, operation: Operation) -> Request {
-        Request::session(operation, &self.lock.id)
-    }
-
-    async fn management(&self, request: Request) -> Result<sb_amqp::AnyMessage, SettleError> {
-        session_management(self.receiver.inner(), request).await
-    }
-
-    /// The session's next delivery, waiting at most `wait`; `Ok(None)` when the session
-    /// stayed quiet that long.
-    ///
-    /// # Errors
-    /// [`ReceiveError::Transient`] once the session link is gone (the session lock with it).
-    pub async fn receive(
-        &self,
-        wait: Duration,
-    ) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
-        match tokio::time::timeout(wait, crate::Receiver::receive(&self.receiver)).await {
-            Ok(received) => received,
-            Err(_) => Ok(None),
-        }
-    }
-
-    /// Releases the session for other receivers: gives back what was received but not
-    /// handed out, then detaches.
-    pub async fn close(&self) {
-        self.receiver.close().await;
-    }
-}
-
-impl crate::ports::SessionReceiver for ServiceBusSessionReceiver {
+impl SessionReceiver for ServiceBusSessionReceiver {
     type Delivery = ServiceBusDelivery;
 
     fn session_id(&self) -> &str {
@@ -373,11 +20,14 @@ impl crate::ports::SessionReceiver for ServiceBusSessionReceiver {
     }
 
     async fn renew(&self) -> Result<SystemTime, SettleError> {
-        self.renew_session_lock().await
+        self.renew_session_lock().await.map_err(settle_error)
     }
 
     async fn receive(&self, wait: Duration) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
-        ServiceBusSessionReceiver::receive(self, wait).await
+        ServiceBusSessionReceiver::receive(self, wait)
+            .await
+            .map(|received| received.map(ServiceBusDelivery::new))
+            .map_err(receive_error)
     }
 
     async fn close(&self) {
@@ -385,84 +35,21 @@ impl crate::ports::SessionReceiver for ServiceBusSessionReceiver {
     }
 
     async fn give_back_ahead(&self) {
-        self.receiver.withdraw().await;
+        ServiceBusSessionReceiver::give_back_ahead(self).await;
     }
 }
 
-/// The sessions of one session-enabled queue or subscription, for [`crate::Runtime::for_sessions`].
-#[derive(Debug, Clone)]
-pub struct ServiceBusSessionSource {
-    client: super::ServiceBusClient,
-    entity: String,
-    wait: Duration,
-    source: Source,
-}
-
-impl ServiceBusSessionSource {
-    /// How long an accept waits for a session by default: 60 s, .NET's
-    /// `ServiceBusRetryOptions.TryTimeout` default, which its session processor passes as the
-    /// accept's operation timeout (azure-sdk-for-net `src/Primitives/ServiceBusRetryOptions.cs`,
-    /// `src/Processor/SessionReceiverManager.cs`). Shorter waits churn links on idle entities:
-    /// each expired accept is a detached link and a new attach.
-    pub const ACCEPT_WAIT: Duration = Duration::from_secs(60);
-
-    /// Sessions of `entity`; each accept waits up to [`Self::ACCEPT_WAIT`] for a session to
-    /// become available.
-    pub fn new(client: super::ServiceBusClient, entity: &str) -> Self {
-        let source = crate::Receiver::source(&client.receiver(entity, 0));
-        ServiceBusSessionSource {
-            client,
-            entity: entity.to_owned(),
-            wait: Self::ACCEPT_WAIT,
-            source,
-        }
-    }
-
-    /// Each accept waits up to `wait` for a session to become available.
-    #[must_use]
-    pub fn with_accept_wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
-        self
-    }
-}
-
-impl crate::ports::SessionSource for ServiceBusSessionSource {
+/// For [`crate::Runtime::for_sessions`].
+impl SessionSource for ServiceBusSessionSource {
     type Session = ServiceBusSessionReceiver;
 
     fn source(&self) -> Source {
-        self.source.clone()
+        source(self.names())
     }
 
     async fn accept_next(&self) -> Result<Option<ServiceBusSessionReceiver>, ReceiveError> {
-        self.client
-            .accept_next_session(&self.entity, self.wait)
+        ServiceBusSessionSource::accept_next(self)
             .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Issue 29 item 8: a pending next-session accept the service closes without an error is
-    /// "no session yet" (the runtime accepts again at once), not a failure that backs off.
-    #[test]
-    fn an_accept_closed_without_an_error_is_no_session_yet() {
-        for closed in [
-            sb_amqp::Error::AttachRefused(None),
-            sb_amqp::Error::LinkDetached(None),
-        ] {
-            let refusal = session_refusal(&closed);
-            assert!(
-                refusal.as_ref().is_some_and(is_no_session),
-                "{closed}: {refusal:?}"
-            );
-        }
-        // An error the service names still counts as a failure of its own.
-        let busy = sb_amqp::Error::AttachRefused(Some(sb_amqp::AmqpError::new(
-            condition::SERVER_BUSY,
-            None,
-        )));
-        assert!(session_refusal(&busy).is_none());
+            .map_err(receive_error)
     }
 }

@@ -249,9 +249,12 @@ impl Telemetry {
     }
 }
 
-/// The targets whose spans are exported: ours, not the AMQP engine's or the emulator's.
+/// The targets whose spans are exported: ours and the Service Bus client's (its receive,
+/// settle and send spans), not the AMQP engine's or the emulator's.
 fn exported_targets() -> tracing_subscriber::filter::Targets {
-    tracing_subscriber::filter::Targets::new().with_target("sb_inbox", tracing::Level::INFO)
+    tracing_subscriber::filter::Targets::new()
+        .with_target("sb_inbox", tracing::Level::INFO)
+        .with_target("sb_servicebus", tracing::Level::INFO)
 }
 
 /// Installs the global tracing subscriber (log lines on stderr, filtered by

@@ -4,8 +4,8 @@
 //! - [`names`]: every span, attribute and metric name (a leaf any layer may import; the
 //!   dashboards are checked against it).
 //! - [`propagation`]: the producer's trace context in application properties (`traceparent`,
-//!   falling back to `Diagnostic-Id`) and stamping outgoing messages; `trace_context`: the W3C
-//!   format itself, on the `opentelemetry` API (no SDK needed).
+//!   falling back to `Diagnostic-Id`) and stamping outgoing messages; the W3C format
+//!   itself is `sb_servicebus::trace_context` (on the `opentelemetry` API, no SDK needed).
 //! - [`cardinality`]: bounded label values for message-supplied labels.
 //! - [`hooks`]: observable instruments fed by closures (outbox backlog and age, retention).
 //! - `init` (feature `logs`): the binary's set-up: text or JSON logs, and with
@@ -20,7 +20,6 @@ mod export;
 pub mod hooks;
 pub mod names;
 pub mod propagation;
-mod trace_context;
 
 #[cfg(feature = "logs")]
 pub use export::{

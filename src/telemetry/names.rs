@@ -1,4 +1,5 @@
-//! Every span, attribute and metric name the worker emits, in one place.
+//! Every span, attribute and metric name the worker emits, in one place. Those the Service
+//! Bus client emits are its own (`sb_servicebus::names`), named here again for the worker's.
 //!
 //! A leaf module: any layer may import it, and `tests/infra` checks that every name the
 //! dashboards and alert rules in `infra/` query is one of these. The messaging names follow the
@@ -11,66 +12,67 @@
 //! `sb_inbox.outcomes` as `sb_inbox_outcomes_total`. [`prometheus_name`] implements that mapping.
 
 /// `messaging.system` of everything this worker emits.
-pub const SYSTEM: &str = "servicebus";
+pub const SYSTEM: &str = sb_servicebus::names::SYSTEM;
 
 /// Span names are `{operation} {entity}`; these are the operation parts.
 pub mod span {
+    use sb_servicebus::names::span as client;
+
     /// Client span of one receive call.
-    pub const RECEIVE: &str = "receive";
+    pub const RECEIVE: &str = client::RECEIVE;
     /// Consumer span of handling one delivery, from the start of handling to settlement.
     pub const PROCESS: &str = "process";
     /// Client span of completing a delivery.
-    pub const COMPLETE: &str = "complete";
+    pub const COMPLETE: &str = client::COMPLETE;
     /// Client span of abandoning a delivery.
-    pub const ABANDON: &str = "abandon";
+    pub const ABANDON: &str = client::ABANDON;
     /// Client span of dead-lettering a delivery.
-    pub const DEAD_LETTER: &str = "dead_letter";
+    pub const DEAD_LETTER: &str = client::DEAD_LETTER;
     /// Client span of releasing a delivery never started (not a delivery attempt).
-    pub const RELEASE: &str = "release";
+    pub const RELEASE: &str = client::RELEASE;
     /// Client span of one lock renewal.
-    pub const RENEW_LOCK: &str = "renew_lock";
+    pub const RENEW_LOCK: &str = client::RENEW_LOCK;
     /// Producer span of one send.
-    pub const SEND: &str = "send";
+    pub const SEND: &str = client::SEND;
     /// Internal span of the inbox transaction (inbox row, handler, commit or rollback); its name
     /// has no entity.
     pub const STORE_TRANSACTION: &str = "sb_inbox.transaction";
 
-    /// `{operation} {entity}`.
-    pub fn name(operation: &str, entity: &str) -> String {
-        format!("{operation} {entity}")
-    }
+    pub use client::name;
 }
 
 /// Attribute names (span attributes and metric labels).
 pub mod attr {
+    use sb_servicebus::names::attr as client;
+
     /// `servicebus`.
-    pub const MESSAGING_SYSTEM: &str = "messaging.system";
+    pub const MESSAGING_SYSTEM: &str = client::MESSAGING_SYSTEM;
     /// `create`, `send`, `receive`, `process` or `settle`.
-    pub const OPERATION_TYPE: &str = "messaging.operation.type";
+    pub const OPERATION_TYPE: &str = client::OPERATION_TYPE;
     /// The Service Bus operation: `receive`, `process`, `complete`, `abandon`, `dead_letter`,
     /// `renew_lock`, `send`.
-    pub const OPERATION_NAME: &str = "messaging.operation.name";
+    pub const OPERATION_NAME: &str = client::OPERATION_NAME;
     /// Queue or topic name.
-    pub const DESTINATION: &str = "messaging.destination.name";
+    pub const DESTINATION: &str = client::DESTINATION;
     /// Subscription name (topic subscriptions only).
-    pub const SUBSCRIPTION: &str = "messaging.destination.subscription.name";
+    pub const SUBSCRIPTION: &str = client::SUBSCRIPTION;
     /// The message id. Spans only: never a metric label.
-    pub const MESSAGE_ID: &str = "messaging.message.id";
+    pub const MESSAGE_ID: &str = client::MESSAGE_ID;
     /// The correlation id. Spans only.
-    pub const CONVERSATION_ID: &str = "messaging.message.conversation_id";
+    pub const CONVERSATION_ID: &str = client::CONVERSATION_ID;
     /// Deliveries attempted, this one included (the broker's count + 1, as the Azure SDKs
     /// report it).
-    pub const DELIVERY_COUNT: &str = "messaging.servicebus.message.delivery_count";
+    pub const DELIVERY_COUNT: &str = client::DELIVERY_COUNT;
     /// When the broker accepted the message, UTC epoch seconds. Spans only.
-    pub const ENQUEUED_TIME: &str = "messaging.servicebus.message.enqueued_time";
+    pub const ENQUEUED_TIME: &str = client::ENQUEUED_TIME;
     /// `complete`, `abandon` or `dead_letter`.
-    pub const DISPOSITION_STATUS: &str = "messaging.servicebus.disposition_status";
+    pub const DISPOSITION_STATUS: &str = client::DISPOSITION_STATUS;
     /// The namespace host.
-    pub const SERVER_ADDRESS: &str = "server.address";
+    pub const SERVER_ADDRESS: &str = client::SERVER_ADDRESS;
     /// A bounded error class: see [`super::error`].
-    pub const ERROR_TYPE: &str = "error.type";
+    pub const ERROR_TYPE: &str = client::ERROR_TYPE;
     /// Messages in one receive call.
-    pub const BATCH_MESSAGE_COUNT: &str = "messaging.batch.message_count";
+    pub const BATCH_MESSAGE_COUNT: &str = client::BATCH_MESSAGE_COUNT;
 
     /// The stable consumer name.
     pub const CONSUMER: &str = "sb_inbox.consumer";
@@ -97,7 +99,7 @@ pub mod attr {
     pub const RENEWAL_RESULT: &str = "sb_inbox.renewal.result";
 
     /// The message's session id (session mode). Spans only: never a metric label.
-    pub const SESSION_ID: &str = "messaging.servicebus.message.session_id";
+    pub const SESSION_ID: &str = client::SESSION_ID;
 
     /// Attributes that carry per-message values: allowed on spans, never on metrics.
     pub const PER_MESSAGE: [&str; 5] = [
@@ -140,14 +142,16 @@ pub mod attr {
 
 /// Values of the attributes above that are not free text.
 pub mod value {
+    use sb_servicebus::names::value as client;
+
     /// `messaging.operation.type` of a receive.
-    pub const TYPE_RECEIVE: &str = "receive";
+    pub const TYPE_RECEIVE: &str = client::TYPE_RECEIVE;
     /// `messaging.operation.type` of processing.
-    pub const TYPE_PROCESS: &str = "process";
+    pub const TYPE_PROCESS: &str = client::TYPE_PROCESS;
     /// `messaging.operation.type` of a settlement or a lock renewal.
-    pub const TYPE_SETTLE: &str = "settle";
+    pub const TYPE_SETTLE: &str = client::TYPE_SETTLE;
     /// `messaging.operation.type` of a send.
-    pub const TYPE_SEND: &str = "send";
+    pub const TYPE_SEND: &str = client::TYPE_SEND;
     /// A success in `*.result` attributes.
     pub const OK: &str = "ok";
     /// A label value past the cardinality bound, or not from the allowed set.
@@ -162,32 +166,36 @@ pub mod value {
 
 /// `error.type` values.
 pub mod error {
+    use sb_servicebus::names::error as client;
+
     /// The lock expired or the broker no longer knows it.
-    pub const LOCK_LOST: &str = "MessageLockLost";
+    pub const LOCK_LOST: &str = client::LOCK_LOST;
     /// Timeout, throttling or a broken connection.
-    pub const TRANSIENT: &str = "ServiceCommunicationProblem";
+    pub const TRANSIENT: &str = client::TRANSIENT;
     /// The broker refused the operation.
-    pub const REFUSED: &str = "Refused";
+    pub const REFUSED: &str = client::REFUSED;
     /// A transient failure of the handler or the store.
     pub const TRANSIENT_FAILURE: &str = "TransientFailure";
     /// The entity does not exist.
-    pub const NOT_FOUND: &str = "MessagingEntityNotFound";
+    pub const NOT_FOUND: &str = client::NOT_FOUND;
     /// The message is larger than the entity allows.
-    pub const SIZE_EXCEEDED: &str = "MessageSizeExceeded";
+    pub const SIZE_EXCEEDED: &str = client::SIZE_EXCEEDED;
     /// The namespace is throttling.
-    pub const SERVER_BUSY: &str = "ServiceBusy";
+    pub const SERVER_BUSY: &str = client::SERVER_BUSY;
     /// The handler panicked (caught; the delivery abandoned or dead-lettered).
     pub const HANDLER_PANICKED: &str = "HandlerPanicked";
 }
 
 /// Application properties read from and written to messages.
 pub mod property {
+    use sb_servicebus::names::property as client;
+
     /// W3C trace context of the producer.
-    pub const TRACEPARENT: &str = "traceparent";
+    pub const TRACEPARENT: &str = client::TRACEPARENT;
     /// W3C trace state of the producer.
-    pub const TRACESTATE: &str = "tracestate";
+    pub const TRACESTATE: &str = client::TRACESTATE;
     /// The Azure SDKs' copy of `traceparent`, read when `traceparent` is absent.
-    pub const DIAGNOSTIC_ID: &str = "Diagnostic-Id";
+    pub const DIAGNOSTIC_ID: &str = client::DIAGNOSTIC_ID;
     /// The id of the message whose handling produced this one.
     pub const CAUSATION_ID: &str = "causation-id";
     /// The producing service, for the duplicate rate by producer.
@@ -196,12 +204,14 @@ pub mod property {
 
 /// Metric names, each with its unit below.
 pub mod metric {
+    use sb_servicebus::names::metric as client;
+
     /// Messages delivered to the application (counter, `{message}`).
-    pub const CONSUMED_MESSAGES: &str = "messaging.client.consumed.messages";
+    pub const CONSUMED_MESSAGES: &str = client::CONSUMED_MESSAGES;
     /// Handling one delivery, start of handling to settlement (histogram, `s`).
     pub const PROCESS_DURATION: &str = "messaging.process.duration";
     /// One client operation: receive, settle, renew, send (histogram, `s`).
-    pub const OPERATION_DURATION: &str = "messaging.client.operation.duration";
+    pub const OPERATION_DURATION: &str = client::OPERATION_DURATION;
     /// Deliveries by consumer, contract and outcome (counter, `{message}`).
     pub const OUTCOMES: &str = "sb_inbox.outcomes";
     /// Duplicates by consumer, contract, producer and scope (counter, `{message}`).
@@ -284,9 +294,7 @@ pub mod metric {
 
     /// The semantic conventions' bucket boundaries for `messaging.process.duration` and
     /// `messaging.client.operation.duration`, in seconds.
-    pub const DURATION_BUCKETS: [f64; 14] = [
-        0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-    ];
+    pub const DURATION_BUCKETS: [f64; 14] = client::DURATION_BUCKETS;
 
     /// Buckets of [`BATCH_SIZE`]: powers of two up to the largest batch size, 1000.
     pub const BATCH_SIZE_BUCKETS: [f64; 11] = [

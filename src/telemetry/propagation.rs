@@ -12,8 +12,8 @@ use opentelemetry::trace::{SpanContext, TraceContextExt};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::names::property::{DIAGNOSTIC_ID, TRACEPARENT};
-use super::trace_context::TraceContext;
 use crate::ports::{Message, PropertyValue};
+use sb_servicebus::trace_context::TraceContext;
 
 /// Reads one property as the W3C propagator asks for `traceparent` / `tracestate`, with
 /// `Diagnostic-Id` standing in for a missing `traceparent`.

@@ -14,7 +14,9 @@ use super::horizon::ReplayHorizon;
 use crate::relay::{Relay, RelayConfig};
 use crate::retention::{RetentionConfig, RetentionTask};
 use crate::runtime::{DelayedRetry, RetryPolicy, SessionConfig};
-use crate::servicebus::{ServiceBusClient, ServiceBusReceiver, ServiceBusSessionSource};
+use crate::servicebus::{
+    ServiceBusClient, ServiceBusReceiver, ServiceBusSenderPort, ServiceBusSessionSource,
+};
 use crate::telemetry;
 use crate::{
     ConsumerName, Handler, OutboxStore, RetentionStore, Runtime, RuntimeConfig, RuntimeError,
@@ -403,7 +405,11 @@ impl Background {
         S: OutboxStore + RetentionStore + Clone,
     {
         let stop_background = CancellationToken::new();
-        let relay = Relay::new(store.clone(), client.sender_port(), relay);
+        let relay = Relay::new(
+            store.clone(),
+            ServiceBusSenderPort::new(client.clone()),
+            relay,
+        );
         // They read the relay's last backlog sample and live as long as the worker.
         let relay_stats = relay.stats();
         let _outbox_gauges = telemetry::hooks::observe_outbox(names, move || {
@@ -464,7 +470,7 @@ impl<S: Clone> Shared<'_, S> {
             if let Some(policy) = self.retry {
                 runtime.delayed_retry = Some(DelayedRetry::new(
                     policy.clone(),
-                    self.client.sender_port(),
+                    ServiceBusSenderPort::new(self.client.clone()),
                     config.entity.clone(),
                 ));
             }

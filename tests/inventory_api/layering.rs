@@ -167,3 +167,104 @@ fn the_check_sees_a_path_outside_the_api() {
     assert!(outside("t", "use sb_inbox::store::Migration;", &api).is_empty());
     assert!(outside("t", "use my_sb_inbox::ops;", &api).is_empty());
 }
+
+/// Every `.rs` file under `dir`, at any depth.
+fn sources_within(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// Each code line of `text` (comments ignored) naming a path of any crate in `crates`, as
+/// `label:line: text`: `sb_inbox::…`, `use sb_inbox;`, `sb_inbox as x` all count.
+fn naming(label: &str, text: &str, crates: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or_default();
+        let named = crates.iter().any(|krate| {
+            code.match_indices(krate).any(|(at, _)| {
+                let before = code[..at].chars().next_back();
+                let after = code[at + krate.len()..].chars().next();
+                let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+                !word(before) && !word(after)
+            })
+        });
+        if named {
+            found.push(format!("{label}:{}: {}", n + 1, line.trim()));
+        }
+    }
+    found
+}
+
+/// Lines of `dir`'s Rust files naming any of `crates`.
+fn naming_within(dir: &Path, crates: &[&str]) -> Vec<String> {
+    let files = sources_within(dir);
+    assert!(!files.is_empty(), "no sources under {}", dir.display());
+    files
+        .iter()
+        .flat_map(|file| {
+            let text = std::fs::read_to_string(file).expect("a source file reads");
+            naming(&file.display().to_string(), &text, crates)
+        })
+        .collect()
+}
+
+/// The Service Bus client crate is usable without the inbox (issue 32): none of its code names
+/// `sb_inbox`, and its manifest depends on no `sb-inbox` crate, dev-dependencies included.
+#[test]
+fn the_service_bus_client_names_nothing_of_the_inbox() {
+    let client = root().join("crates/servicebus");
+    let found = naming_within(&client, &["sb_inbox", "sb_inbox_cli"]);
+    assert!(
+        found.is_empty(),
+        "sb-servicebus names the inbox:\n{}",
+        found.join("\n")
+    );
+    let manifest = std::fs::read_to_string(client.join("Cargo.toml")).unwrap();
+    let depends: Vec<&str> = manifest
+        .lines()
+        .filter(|line| {
+            let line = line.trim_start();
+            !line.starts_with('#') && line.starts_with("sb-inbox")
+        })
+        .collect();
+    assert!(depends.is_empty(), "sb-servicebus depends on {depends:?}");
+}
+
+/// The runtime and the ports never see AMQP or the client: they speak the ports' types, and
+/// `src/servicebus` (the adapter) is where the client meets them.
+#[test]
+fn the_runtime_and_the_ports_name_neither_amqp_nor_the_client() {
+    for layer in ["src/runtime", "src/ports"] {
+        let found = naming_within(&root().join(layer), &["sb_amqp", "sb_servicebus"]);
+        assert!(
+            found.is_empty(),
+            "{layer} names AMQP or the client:\n{}",
+            found.join("\n")
+        );
+    }
+}
+
+#[test]
+fn the_crate_check_sees_a_crate_named_in_code_only() {
+    // Built at run time, so this file itself names no such path.
+    let inbox = format!("sb_{}", "inbox");
+    let text = format!(
+        "use {inbox}::Message;\nlet x = 1; // {inbox}::Message\nuse my_{inbox}::Message;\nextern crate {inbox} as inbox;\n"
+    );
+    let found = naming("t", &text, &[inbox.as_str()]);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found[0].starts_with("t:1:"), "{found:?}");
+    assert!(found[1].starts_with("t:4:"), "{found:?}");
+}

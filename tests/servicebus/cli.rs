@@ -252,7 +252,7 @@ async fn dlq_peek_and_resubmit_recognise_a_processed_message_as_a_duplicate() {
     let emulator = strict_emulator().await;
     let cs = emulator.connection_string();
     let client = client(&emulator);
-    let publisher = client.sender_port();
+    let publisher = sb_inbox::servicebus::ServiceBusSenderPort::new(client.clone());
     for (id, order_id) in [("m-1", "o-1"), ("m-2", "o-2")] {
         publisher
             .send("orders", order(id, order_id), None)
@@ -458,8 +458,7 @@ async fn dlq_peek_and_resubmit_work_on_a_session_queue() {
     let client = client(&emulator);
     let mut message = order("s-1", "o-1");
     message.session_id = Some("customer-7".into());
-    client
-        .sender_port()
+    sb_inbox::servicebus::ServiceBusSenderPort::new(client.clone())
         .send("orders", message, None)
         .await
         .unwrap();
@@ -469,7 +468,8 @@ async fn dlq_peek_and_resubmit_work_on_a_session_queue() {
         .await
         .unwrap()
         .unwrap();
-    sb_inbox::Delivery::dead_letter(&delivery, "Poison", "cannot handle it")
+    delivery
+        .dead_letter("Poison", "cannot handle it")
         .await
         .unwrap();
     session.close().await;
@@ -489,10 +489,10 @@ async fn dlq_peek_and_resubmit_work_on_a_session_queue() {
         .await
         .unwrap()
         .unwrap();
-    let message = sb_inbox::Delivery::message(&copy);
+    let message = copy.message();
     assert_eq!(message.message_id.as_deref(), Some("s-1/resubmit-1"));
     assert_eq!(message.session_id.as_deref(), Some("customer-7"));
-    sb_inbox::Delivery::complete(&copy).await.unwrap();
+    copy.complete().await.unwrap();
     session.close().await;
 }
 
@@ -504,8 +504,7 @@ async fn dlq_resubmit_counts_its_idle_window_from_the_attached_link() {
     // Locks outlast the slow attach of the copy's sender.
     let emulator = crate::support::emulator::emulator("PT30S").await;
     let client = client(&emulator);
-    client
-        .sender_port()
+    sb_inbox::servicebus::ServiceBusSenderPort::new(client.clone())
         .send("orders", order("d-1", "o-1"), None)
         .await
         .unwrap();

@@ -81,7 +81,7 @@ async fn abandon_redelivers_with_the_properties_and_a_higher_count() {
 #[tokio::test]
 async fn publisher_schedules_with_the_enqueue_time() {
     let emulator = emulator("PT30S").await;
-    let publisher = client(&emulator).sender_port();
+    let publisher = sb_inbox::servicebus::ServiceBusSenderPort::new(client(&emulator).clone());
     let later = SystemTime::now() + Duration::from_secs(3600);
     publisher
         .send("orders", order("m-later"), Some(later))
@@ -346,7 +346,7 @@ async fn peek_pages_in_sequence_order_without_locking() {
         assert_eq!(p.message.message_id, Some(format!("m-{i}")));
         assert_eq!(
             p.message.application_properties.get("n"),
-            Some(&PropertyValue::Long(i))
+            Some(&sb_servicebus::PropertyValue::Long(i))
         );
         assert_eq!(p.message.body, order(&format!("m-{i}")).body);
         assert_eq!(p.delivery_count, 0);

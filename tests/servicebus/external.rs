@@ -161,7 +161,7 @@ async fn scheduled_messages_wait_and_unknown_queues_are_permanent(connection: &s
     const QUEUE: &str = "ext.schedule";
     let client = client_for(connection);
     let receiver = drain(&client, QUEUE).await;
-    let publisher = client.sender_port();
+    let publisher = sb_inbox::servicebus::ServiceBusSenderPort::new(client.clone());
     let (later, now) = (unique("later"), unique("now"));
     let at = SystemTime::now() + Duration::from_secs(5);
     publisher

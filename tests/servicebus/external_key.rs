@@ -232,7 +232,11 @@ async fn the_key_is_the_same_on_a_retry_copy_and_a_resubmitted_dead_letter() {
         .with_jitter(0.0, JitterSource::fixed(0.0))
         .unwrap();
     let mut config = config();
-    config.delayed_retry = Some(DelayedRetry::new(policy, client.sender_port(), "orders"));
+    config.delayed_retry = Some(DelayedRetry::new(
+        policy,
+        sb_inbox::servicebus::ServiceBusSenderPort::new(client.clone()),
+        "orders",
+    ));
     let handler = RecordKeys {
         inner: Flaky::new(shipping_consumer(&api.url()), 2),
         seen: Mutex::default(),
@@ -249,7 +253,7 @@ async fn the_key_is_the_same_on_a_retry_copy_and_a_resubmitted_dead_letter() {
         let dlq = client.receiver(&dead_letter_queue("orders"), 0);
         let report = resubmit(
             &dlq,
-            &client.sender_port(),
+            &sb_inbox::servicebus::ServiceBusSenderPort::new(client.clone()),
             "orders",
             &ResubmitOptions::new(1),
         )

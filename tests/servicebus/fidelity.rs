@@ -231,7 +231,7 @@ async fn item12_a_busy_session_disposition_is_retried_not_lock_lost() {
         .await
         .unwrap()
         .unwrap();
-    let settled: Result<(), SettleError> = first.complete().await;
+    let settled: Result<(), sb_servicebus::SettlementError> = first.complete().await;
     settled.unwrap();
     assert!(session.is_attached(), "the session link lives on");
     let second = session

@@ -60,7 +60,11 @@ async fn a_resubmitted_dead_letter_that_fails_again_is_retried_and_processed_onc
         .with_jitter(0.0, JitterSource::fixed(0.0))
         .unwrap();
     let mut config = inventory_config();
-    config.delayed_retry = Some(DelayedRetry::new(policy, client.sender_port(), "orders"));
+    config.delayed_retry = Some(DelayedRetry::new(
+        policy,
+        sb_inbox::servicebus::ServiceBusSenderPort::new(client.clone()),
+        "orders",
+    ));
     let receiver = client.receiver("orders", 0);
     let runtime = Runtime::new(
         receiver.clone(),
@@ -79,9 +83,14 @@ async fn a_resubmitted_dead_letter_that_fails_again_is_retried_and_processed_onc
         let dlq_receiver = client.receiver("orders/$DeadLetterQueue", 0);
         let mut options = dlq::ResubmitOptions::new(1);
         options.idle = Duration::from_secs(2);
-        let report = dlq::resubmit(&dlq_receiver, &client.sender_port(), "orders", &options)
-            .await
-            .unwrap();
+        let report = dlq::resubmit(
+            &dlq_receiver,
+            &sb_inbox::servicebus::ServiceBusSenderPort::new(client.clone()),
+            "orders",
+            &options,
+        )
+        .await
+        .unwrap();
         dlq_receiver.close().await;
         assert_eq!(report.resubmitted.len(), 1, "{report:?}");
         until("the resubmitted message's retry is processed", || {

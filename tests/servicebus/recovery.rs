@@ -181,7 +181,7 @@ async fn the_receiver_reports_detached_until_it_re_attaches() {
 async fn a_detached_publisher_does_not_fence_the_receivers_deliveries() {
     let emulator = emulator("PT30S").await;
     let client = client(&emulator);
-    let publisher = client.sender_port();
+    let publisher = sb_inbox::servicebus::ServiceBusSenderPort::new(client.clone());
     publisher
         .send("orders", order("m-1", "o-1"), None)
         .await
@@ -260,7 +260,7 @@ async fn expired_tokens_are_replaced_and_the_links_re_attached() {
         let shutdown = shutdown.clone();
         async move { sb_inbox_cli::run::run(&config, shutdown).await }
     });
-    let publisher = client(&emulator).sender_port();
+    let publisher = sb_inbox::servicebus::ServiceBusSenderPort::new(client(&emulator).clone());
     let mut first = receiver_link_other_than(&emulator, &[]).await;
     for n in 0..3u64 {
         // Each round waits for the token to run out and the link to be replaced.

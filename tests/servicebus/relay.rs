@@ -127,7 +127,7 @@ async fn killed_and_concurrent_relays_deliver_every_row_once_downstream() {
     let victim = Relay::new(
         producer.clone(),
         KillAfterAccept {
-            inner: client.sender_port(),
+            inner: sb_inbox::servicebus::ServiceBusSenderPort::new(client.clone()),
             after: 3,
             accepted: AtomicUsize::new(0),
             killed: killed.clone(),
@@ -169,7 +169,7 @@ async fn killed_and_concurrent_relays_deliver_every_row_once_downstream() {
             Relay::with_clock(
                 producer.clone(),
                 TogetherFirst {
-                    inner: client.sender_port(),
+                    inner: sb_inbox::servicebus::ServiceBusSenderPort::new(client.clone()),
                     barrier: barrier.clone(),
                     started: AtomicBool::new(false),
                 },

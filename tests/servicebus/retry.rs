@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use sb_inbox::runtime::{DelayedRetry, JitterSource, LOGICAL_ID_PROPERTY, RetryPolicy};
-use sb_inbox::{ConsumerName, PgStore, PropertyValue, Runtime, RuntimeConfig};
+use sb_inbox::{ConsumerName, PgStore, Runtime, RuntimeConfig};
 use sb_inbox_cli::inventory::{InventoryStore, OrderPlacedConsumer};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -42,7 +42,11 @@ async fn run_flaky(
         .unwrap();
     let mut config =
         RuntimeConfig::new(ConsumerName::new(sb_inbox_cli::inventory::CONSUMER).unwrap());
-    config.delayed_retry = Some(DelayedRetry::new(policy, client.sender_port(), "orders"));
+    config.delayed_retry = Some(DelayedRetry::new(
+        policy,
+        sb_inbox::servicebus::ServiceBusSenderPort::new(client.clone()),
+        "orders",
+    ));
     let handler = Flaky::new(OrderPlacedConsumer::new(), failures);
     let receiver = client.receiver("orders", 0);
     let runtime = Runtime::new(receiver.clone(), store.clone(), handler, config);
@@ -136,7 +140,7 @@ async fn exhausted_retries_are_dead_lettered_retries_exhausted() {
             .message
             .application_properties
             .get(LOGICAL_ID_PROPERTY),
-        Some(&PropertyValue::String("m-1".into()))
+        Some(&sb_servicebus::PropertyValue::String("m-1".into()))
     );
     assert_eq!(effects(&store).await, (0, 0, 0));
 }

@@ -133,7 +133,7 @@ where
 /// Sends `message`, trying again while the failure is transient (a detached link or a dropped
 /// connection may lose the outcome: a copy is then a duplicate, which the inbox recognises).
 pub(crate) async fn send(sender: &ServiceBusSender, message: Message) {
-    let mut message = message;
+    let mut message = sb_servicebus::ServiceBusMessage::from(message);
     for _ in 0..50 {
         match sender.send(message).await {
             Ok(()) => return,

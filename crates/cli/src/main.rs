@@ -15,7 +15,7 @@ use sb_inbox::PgStore;
 use sb_inbox::SqliteStore;
 #[cfg(feature = "entra")]
 use sb_inbox::entra::{EntraCredential, EntraMode};
-use sb_inbox::servicebus::{ConnectionString, ServiceBusClient, Transport};
+use sb_inbox::servicebus::{ConnectionString, ServiceBusClient, ServiceBusSenderPort, Transport};
 use sb_inbox::store::StoreUrl;
 use sb_inbox::telemetry::{LogFormat, OTEL_ENV_VARS, TelemetryConfig};
 use sb_inbox::worker::{ENV_VARS, MOVED, WorkerConfig};
@@ -352,7 +352,12 @@ async fn send(
     };
     let messages = ops::send::with_duplicates(&orders, duplicates, seed)?;
     let client = broker.client()?;
-    let published = ops::send::publish(&client.sender_port(), &broker.entity, messages).await;
+    let published = ops::send::publish(
+        &ServiceBusSenderPort::new(client.clone()),
+        &broker.entity,
+        messages,
+    )
+    .await;
     let published = published.map_err(|error| match error {
         OpsError::Partial { done, total, error } => anyhow::anyhow!(
             "sending to {} failed after {done} of {total} message(s) were accepted: {error}",
@@ -395,7 +400,15 @@ async fn dlq_resubmit(
     // attaching, seconds against a real namespace, must not use it up and report nothing
     // resubmitted.
     let result = match receiver.attach_now().await {
-        Ok(()) => dlq::resubmit(&receiver, &client.sender_port(), &destination, options).await,
+        Ok(()) => {
+            dlq::resubmit(
+                &receiver,
+                &ServiceBusSenderPort::new(client.clone()),
+                &destination,
+                options,
+            )
+            .await
+        }
         Err(error) => Err(OpsError::Partial {
             done: 0,
             total: options.max,

@@ -34,6 +34,13 @@ pub enum ServiceBusError {
     /// Acquiring a token failed.
     #[error("token acquisition failed: {0}")]
     Token(String),
+    /// The service did not answer in time; the operation's outcome is unknown. Transient.
+    #[error("{0}")]
+    Timeout(String),
+    /// A link the operation needs is gone (a session link, and the session lock with it), or
+    /// the service's answer lacks what the operation needs. Transient.
+    #[error("{0}")]
+    Link(String),
 }
 
 /// What a link or connection failure calls for.
@@ -136,7 +143,10 @@ impl ServiceBusError {
     /// True when retrying later may succeed.
     pub fn is_transient(&self) -> bool {
         match self {
-            ServiceBusError::Connection(_) | ServiceBusError::Token(_) => true,
+            ServiceBusError::Connection(_)
+            | ServiceBusError::Token(_)
+            | ServiceBusError::Timeout(_)
+            | ServiceBusError::Link(_) => true,
             ServiceBusError::Broker { condition, .. } => !is_fatal_condition(condition),
             _ => false,
         }

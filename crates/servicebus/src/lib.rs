@@ -1,30 +1,140 @@
-//! sb-servicebus: the Azure Service Bus client on the `sb-amqp` engine, as it leaves the
-//! `sb-inbox` crate (issue 32).
+//! sb-servicebus: an Azure Service Bus client on the `sb-amqp` engine, usable on its own.
 //!
-//! This first part holds what the connection needs and nothing of the inbox: it depends on
-//! `sb-amqp` only. The client itself (`ServiceBusClient`, receiver, sender, `$cbs` and
-//! `$management` nodes) still lives in `sb-inbox`'s `servicebus` module, which re-exports
-//! everything here under its old paths (`sb_inbox::servicebus::ConnectionString` etc.).
+//! Peek-lock receive with every settlement awaited (complete, abandon, dead-letter, release:
+//! `Ok` means the broker applied it, an error keeps the broker's condition), lock renewal,
+//! message sessions, sends that await `accepted`, `$management` peeks, the HTTPS management
+//! API, SAS and Microsoft Entra ID tokens, AMQP over WebSockets through a proxy, and
+//! OpenTelemetry spans and metrics named per the messaging semantic conventions. It depends on
+//! nothing of `sb-inbox`, which builds its Idempotent Consumer runtime on it.
+//!
+//! # Examples
+//! Send, receive and settle (against a namespace or the emulator):
+//! ```no_run
+//! use sb_servicebus::{ServiceBusClient, ServiceBusMessage};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let cs = "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true";
+//! let client = ServiceBusClient::from_connection_string(&cs.parse()?);
+//! let message = ServiceBusMessage::new(r#"{"orderId":"o-1"}"#)
+//!     .with_message_id("m-1")
+//!     .with_subject("orders.order-placed.v1");
+//! client.sender("orders").send(message).await?;
+//!
+//! let receiver = client.receiver("orders", 0);
+//! if let Some(delivery) = receiver.receive_message().await? {
+//!     println!("{:?} delivered {} times before", delivery.message().message_id, delivery.delivery_count());
+//!     match delivery.message().subject.as_deref() {
+//!         Some("orders.order-placed.v1") => delivery.complete().await?,
+//!         _ => delivery.dead_letter("UnknownSubject", "no handler for this subject").await?,
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Layout
 //! - [`ConnectionString`]: `Endpoint=sb://…;SharedAccessKeyName=…;…`, printable without
-//!   secrets; [`Credential`], [`Transport`].
-//! - [`sign_sas`] / [`SasToken`]: shared access signatures, as the SDKs sign them.
-//! - [`TrustRoots`]: the certificate authorities the TLS connection trusts.
-//! - [`ProxyConfig`]: AMQP over WebSockets through an HTTP proxy.
-//! - [`ServiceBusError`] and [`error`]: failures, and how a client recovers from each AMQP
-//!   failure ([`error::recovery`]) as the official SDKs classify them.
+//!   secrets; [`Credential`], [`Transport`]. [`sign_sas`] / [`SasToken`]: shared access
+//!   signatures, as the SDKs sign them. [`TrustRoots`]: the certificate authorities the TLS
+//!   connection trusts. [`ProxyConfig`]: AMQP over WebSockets through an HTTP proxy.
+//! - [`TokenProvider`]: tokens per audience ([`SasProvider`]; [`EntraProvider`] with feature
+//!   `entra`, over [`entra::EntraCredential`]), put on `$cbs` before each link and refreshed
+//!   before expiry.
+//! - [`ServiceBusClient`]: one connection, re-established only after connection-level
+//!   failures; a link the service detaches is re-attached on it ([`error::recovery`]
+//!   classifies failures as the SDKs do); [`RetryOptions`] say how sends and settlements
+//!   retry.
+//! - [`ServiceBusReceiver`] / [`ServiceBusDelivery`]: peek-lock receive, renew-lock on
+//!   `$management`, settlement on the link or by lock token, awaiting the broker's outcome
+//!   ([`SettlementError`], [`ReceiveError`]).
+//! - [`ServiceBusSessionReceiver`] / [`ServiceBusSessionSource`]: message sessions.
+//! - [`ServiceBusSender`]: sends to one entity that await `accepted`, typed rejections
+//!   ([`SendError`]) and scheduled enqueue times ([`SendOptions`]).
+//! - [`ServiceBusMessage`] (to send), [`ServiceBusReceivedMessage`] (as received, with the
+//!   broker's state), [`PropertyValue`].
+//! - [`ServiceBusClient::peek`] / [`PeekedMessage`]: `$management` peek-message, e.g. of a
+//!   dead-letter queue. [`admin`]: the HTTPS management API (entity settings).
+//! - [`names`]: every span, attribute and metric name the client emits;
+//!   [`trace_context`]: the W3C Trace Context propagator it reads and writes producers'
+//!   context with.
+//!
+//! # Features
+//! - `entra`: Microsoft Entra ID tokens ([`entra`], [`EntraProvider`],
+//!   [`ServiceBusClient::with_entra`]) through `azure_identity` over reqwest.
+//! - `fuzzing`: entry points for cargo-fuzz targets (not public API).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+pub mod admin;
+mod amqp_message;
+mod auth;
+mod busy;
+mod cbs;
+mod client;
 mod connection_string;
+mod delivery;
+#[cfg(feature = "entra")]
+pub mod entra;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
+mod limits;
+mod lock_clock;
+mod management;
+mod message;
+pub mod names;
+mod node;
+mod peek;
+mod propagation;
 mod proxy;
+mod receive_error;
+mod receiver;
+mod retry;
 mod sas;
+mod sender;
+mod session;
+mod settlement;
+mod settlement_error;
+mod telemetry;
+pub mod trace_context;
 mod trust;
 
+#[cfg(feature = "entra")]
+pub use auth::EntraProvider;
+pub use auth::{
+    AccessToken, SERVICE_BUS_SCOPE, SasProvider, TokenFuture, TokenProvider, TokenType,
+};
+pub use client::{DEFAULT_SERVER_BUSY_WAIT, DEFAULT_TIMEOUT, ServiceBusClient};
 pub use connection_string::{ConnectionString, ConnectionStringError, Credential, Transport};
+pub use delivery::ServiceBusDelivery;
 pub use error::ServiceBusError;
+pub use message::{
+    PropertyValue, ServiceBusMessage, ServiceBusReceivedMessage, TYPED_MESSAGE_ID_PREFIX,
+};
+pub use peek::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, PeekedMessage};
 pub use proxy::{ProxyConfig, ProxyError};
+pub use receive_error::ReceiveError;
+pub use receiver::{DEFAULT_LINK_IDLE_GUARD, ServiceBusReceiver};
+pub use retry::RetryOptions;
 pub use sas::{SasToken, sign_sas};
 pub use sb_amqp::HttpProxy;
+pub use sender::{SendError, SendErrorKind, SendOptions, ServiceBusSender};
+pub use session::{ServiceBusSessionReceiver, ServiceBusSessionSource};
+pub use settlement_error::SettlementError;
+pub use telemetry::EntityNames;
 pub use trust::{TrustError, TrustRoots};
+
+/// The dead-letter reasons the receiver writes itself, for deliveries it cannot hand out.
+pub mod dead_letter_reason {
+    /// A string message id starting with
+    /// [`TYPED_MESSAGE_ID_PREFIX`](crate::TYPED_MESSAGE_ID_PREFIX): it could pose as an id of
+    /// another AMQP type.
+    pub const INVALID_MESSAGE_ID: &str = "InvalidMessageId";
+    /// The AMQP message does not decode: every delivery of it would fail the same way.
+    pub const UNDECODABLE_MESSAGE: &str = "UndecodableMessage";
+}
+
+/// The README's Rust code blocks, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -48,7 +48,7 @@ pub fn resubmit_destination(entity: &str, to: Option<&str>) -> Result<String, Op
 /// One line per peeked dead letter: sequence number, message id, logical id, subject,
 /// delivery count, reason and description. Never the body.
 pub fn describe(peeked: &PeekedMessage) -> String {
-    let message = &peeked.message;
+    let message = &Message::from(&peeked.message);
     let text = |value: Option<&str>| format!("{:?}", value.unwrap_or(""));
     let logical = match message.application_properties.get(LOGICAL_ID_PROPERTY) {
         Some(PropertyValue::String(id)) => Some(id.as_str()),

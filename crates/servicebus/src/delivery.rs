@@ -1,5 +1,5 @@
-//! [`ServiceBusDelivery`]: one peek-locked message, the runtime's [`Delivery`] port: its lock
-//! (renewed on `$management`, or the session lock), its settlement, and its release on drop.
+//! [`ServiceBusDelivery`]: one peek-locked message: its lock (renewed on `$management`, or the
+//! session lock), its settlement, and its release on drop.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,10 +16,15 @@ use super::receiver::{LinkShared, ReceiverInner};
 use super::session::SessionLock;
 use super::settlement::{Attempt, dead_letter_outcome, fields, settle_error};
 use super::telemetry::Kind;
-use crate::telemetry::names::span;
-use crate::{Delivery, Message, PropertyValue, SettleError};
+use crate::names::span;
+use crate::{PropertyValue, ServiceBusReceivedMessage, SettlementError};
 
-/// A peek-locked Service Bus delivery.
+/// A peek-locked Service Bus delivery (.NET `ServiceBusReceivedMessage` in peek-lock mode, with
+/// the receiver's settlement methods on it).
+///
+/// Every settlement awaits the broker's answer: `Ok` means the broker applied it. Dropped
+/// without a settlement, the delivery is released (no delivery counted) on a best-effort
+/// basis.
 #[derive(Debug)]
 pub struct ServiceBusDelivery {
     /// Keeps the receive link attached while the delivery waits for its settlement, even if
@@ -39,10 +44,10 @@ pub struct ServiceBusDelivery {
 impl ServiceBusDelivery {
     /// The broker's sequence number.
     pub fn sequence_number(&self) -> Option<i64> {
-        self.received.sequence_number
+        self.received.message.sequence_number
     }
 
-    async fn renew_now(&self) -> Result<SystemTime, SettleError> {
+    async fn renew_now(&self) -> Result<SystemTime, SettlementError> {
         if let Some(session) = &self.session {
             // A session message has no lock of its own to renew (.NET refuses renew-lock on a
             // session receiver): renewing the session lock keeps it.
@@ -75,20 +80,24 @@ fn amqp_value(value: &PropertyValue) -> Value {
     }
 }
 
-impl Delivery for ServiceBusDelivery {
-    fn message(&self) -> &Message {
+impl ServiceBusDelivery {
+    /// The message, with the broker's state as it was delivered.
+    pub fn message(&self) -> &ServiceBusReceivedMessage {
         &self.received.message
     }
 
-    fn delivery_count(&self) -> u32 {
-        self.received.delivery_count
+    /// Deliveries of this message before this one (0 on the first).
+    pub fn delivery_count(&self) -> u32 {
+        self.received.message.delivery_count
     }
 
-    fn lock_token(&self) -> uuid::Uuid {
+    /// The lock token: what settles the message by token once its link is gone.
+    pub fn lock_token(&self) -> uuid::Uuid {
         self.lock_token
     }
 
-    fn locked_until(&self) -> SystemTime {
+    /// When the lock runs out, as the broker last said (a session message: the session lock).
+    pub fn locked_until(&self) -> SystemTime {
         if let Some(session) = &self.session {
             return session.locked_until();
         }
@@ -98,26 +107,42 @@ impl Delivery for ServiceBusDelivery {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn enqueued_time(&self) -> Option<SystemTime> {
-        self.received.enqueued_time
+    /// When the broker accepted the message.
+    pub fn enqueued_time(&self) -> Option<SystemTime> {
+        self.received.message.enqueued_time
     }
 
-    async fn renew_lock(&self) -> Result<SystemTime, SettleError> {
+    /// Renews the lock (`com.microsoft:renew-lock` on `$management`; a session message renews
+    /// the session lock); returns the new expiry.
+    ///
+    /// # Errors
+    /// [`SettlementError::LockLost`] once the lock is gone; transient failures.
+    pub async fn renew_lock(&self) -> Result<SystemTime, SettlementError> {
         let operation = self.receiver.telemetry.start(span::RENEW_LOCK, Kind::Renew);
         let renewed = self.renew_now().instrument(operation.span.clone()).await;
-        operation.end(renewed.as_ref().err().map(SettleError::error_type));
+        operation.end(renewed.as_ref().err().map(SettlementError::error_type));
         renewed
     }
 
-    async fn complete(&self) -> Result<(), SettleError> {
+    /// Completes (removes) the message.
+    ///
+    /// # Errors
+    /// [`SettlementError`]: the lock lost, a refusal with the broker's condition, or a
+    /// transient failure after the retries the lock left room for.
+    pub async fn complete(&self) -> Result<(), SettlementError> {
         self.settle(span::COMPLETE, Outcome::Accepted, Disposition::Complete)
             .await
     }
 
-    async fn abandon(
+    /// Abandons the message: it becomes available again with its delivery count raised, and
+    /// `properties` are merged into its application properties.
+    ///
+    /// # Errors
+    /// As [`ServiceBusDelivery::complete`].
+    pub async fn abandon(
         &self,
         properties: BTreeMap<String, PropertyValue>,
-    ) -> Result<(), SettleError> {
+    ) -> Result<(), SettlementError> {
         let annotations = fields(properties.iter().map(|(k, v)| (k.clone(), amqp_value(v))));
         self.settle(
             span::ABANDON,
@@ -131,7 +156,13 @@ impl Delivery for ServiceBusDelivery {
         .await
     }
 
-    async fn release(&self) -> Result<(), SettleError> {
+    /// Gives the message back without counting a delivery (AMQP `released`; Service Bus does
+    /// not raise the delivery count on it, <https://github.com/Azure/amqpnetlite/issues/342>).
+    /// Only on the delivery's own link: without it the lock simply runs out.
+    ///
+    /// # Errors
+    /// As [`ServiceBusDelivery::complete`].
+    pub async fn release(&self) -> Result<(), SettlementError> {
         let operation = self.receiver.telemetry.start(span::RELEASE, Kind::Settle);
         // `released` exists only on the link: no `$management` disposition gives a lock back
         // without counting a delivery, so without the link the lock simply runs out.
@@ -144,15 +175,24 @@ impl Delivery for ServiceBusDelivery {
                 .await
             {
                 Attempt::Done | Attempt::LinkGone => Ok(()),
-                Attempt::Retry(why) | Attempt::Busy(why) => Err(SettleError::Transient(why)),
+                Attempt::Retry(why) | Attempt::Busy(why) => Err(SettlementError::Transient(why)),
                 Attempt::Failed(error) => Err(error),
             }
         };
-        operation.end(released.as_ref().err().map(SettleError::error_type));
+        operation.end(released.as_ref().err().map(SettlementError::error_type));
         released
     }
 
-    async fn dead_letter(&self, reason: &str, description: &str) -> Result<(), SettleError> {
+    /// Moves the message to the dead-letter sub-queue with `reason` and `description` (the
+    /// `DeadLetterReason` and `DeadLetterErrorDescription` properties Service Bus writes).
+    ///
+    /// # Errors
+    /// As [`ServiceBusDelivery::complete`].
+    pub async fn dead_letter(
+        &self,
+        reason: &str,
+        description: &str,
+    ) -> Result<(), SettlementError> {
         self.settle(
             span::DEAD_LETTER,
             dead_letter_outcome(reason, description),
@@ -167,7 +207,7 @@ impl Delivery for ServiceBusDelivery {
 
 impl Drop for ServiceBusDelivery {
     /// A delivery dropped without a settlement the broker answered (its lock was lost, or the
-    /// runtime gave up on it) is released, best effort: the broker's answer (`released`, or
+    /// holder gave up on it) is released, best effort: the broker's answer (`released`, or
     /// lock-lost once the lock is gone) clears it from the link's unsettled deliveries, which
     /// would otherwise grow for the life of the link. A lock still held is given back without
     /// counting a delivery.

@@ -10,13 +10,26 @@ use tokio::time::Instant;
 use tracing::Span;
 use tracing::field::Empty;
 
-use crate::ports::Source;
-use crate::telemetry::names::{SYSTEM, attr, metric, span, value};
+use crate::names::{SYSTEM, attr, metric, span, value};
+
+/// Where an entity's deliveries come from, as telemetry names it: the queue or topic, the
+/// subscription of a topic, and the namespace host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EntityNames {
+    /// `messaging.destination.name`: the queue or topic.
+    pub destination: String,
+    /// `messaging.destination.subscription.name`: the subscription (and any sub-queue) of a
+    /// topic subscription.
+    pub subscription: Option<String>,
+    /// `server.address`: the namespace host.
+    pub server_address: String,
+}
 
 /// Instruments and labels of one entity (queue, topic or subscription).
 #[derive(Debug)]
 pub(crate) struct EntityTelemetry {
-    source: Source,
+    source: EntityNames,
     base: Vec<KeyValue>,
     duration: Histogram<f64>,
     consumed: Counter<u64>,
@@ -56,9 +69,11 @@ impl EntityTelemetry {
     /// Binds the instruments to the global meter provider present now.
     pub(crate) fn new(entity: &str, host: &str) -> Self {
         let (destination, subscription) = split(entity);
-        let mut source = Source::new(SYSTEM, destination);
-        source.subscription = subscription;
-        source.server_address = Some(host.to_owned());
+        let source = EntityNames {
+            destination,
+            subscription,
+            server_address: host.to_owned(),
+        };
         let mut base = vec![
             KeyValue::new(attr::MESSAGING_SYSTEM, SYSTEM),
             KeyValue::new(attr::DESTINATION, source.destination.clone()),
@@ -67,7 +82,7 @@ impl EntityTelemetry {
         if let Some(subscription) = &source.subscription {
             base.push(KeyValue::new(attr::SUBSCRIPTION, subscription.clone()));
         }
-        let meter = opentelemetry::global::meter("sb-inbox");
+        let meter = opentelemetry::global::meter("sb-servicebus");
         EntityTelemetry {
             duration: meter
                 .f64_histogram(metric::OPERATION_DURATION)
@@ -83,9 +98,9 @@ impl EntityTelemetry {
         }
     }
 
-    /// The entity as the runtime's telemetry names it.
-    pub(crate) fn source(&self) -> Source {
-        self.source.clone()
+    /// The entity as telemetry names it.
+    pub(crate) fn names(&self) -> &EntityNames {
+        &self.source
     }
 
     /// Starts `name` (an operation from [`span`]) with its client (or producer) span.
@@ -107,7 +122,7 @@ impl EntityTelemetry {
             { attr::OPERATION_NAME } = name,
             { attr::DESTINATION } = %self.source.destination,
             { attr::SUBSCRIPTION } = self.source.subscription.as_deref(),
-            { attr::SERVER_ADDRESS } = self.source.server_address.as_deref(),
+            { attr::SERVER_ADDRESS } = %self.source.server_address,
             { attr::DISPOSITION_STATUS } = disposition,
             { attr::BATCH_MESSAGE_COUNT } = Empty,
             { attr::MESSAGE_ID } = Empty,

@@ -9,7 +9,7 @@
 //! time (`locked_until − span`); the smallest `host now − grant` seen is the host's offset
 //! from the broker plus the shortest wait between a grant and its take. A delivery whose wait
 //! beyond that shortest wait reaches the lock duration ran out. Until a span is learned, and
-//! for the first delivery, nothing is judged run out: the runtime's lock keeper decides.
+//! for the first delivery, nothing is judged run out: whoever renews the locks decides.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -22,7 +22,7 @@ use sb_amqp::types::primitives::SimpleValue;
 use super::amqp_message::{Received, from_amqp, timestamp_to_system, to_amqp_uuid};
 use super::cbs::{int_property, text_property};
 use super::{PeekedMessage, ServiceBusError};
-use crate::SettleError;
+use crate::SettlementError;
 
 /// How long the service may take over an operation (`com.microsoft:server-timeout`).
 const SERVER_TIMEOUT_MS: u32 = 30_000;
@@ -286,16 +286,13 @@ fn peeked(entry: &Value) -> Result<PeekedMessage, ServiceBusError> {
         })
         .ok_or_else(|| malformed("an entry has no message"))?;
     let message = sb_amqp::decode_message(encoded).map_err(|e| malformed(&e.to_string()))?;
-    let Received {
-        message,
-        delivery_count,
-        sequence_number,
-        ..
-    } = from_amqp(&message, &[]);
+    let Received { message, .. } = from_amqp(&message, &[]);
     Ok(PeekedMessage {
+        delivery_count: message.delivery_count,
+        sequence_number: message
+            .sequence_number
+            .ok_or_else(|| malformed("no sequence number"))?,
         message,
-        delivery_count,
-        sequence_number: sequence_number.ok_or_else(|| malformed("no sequence number"))?,
     })
 }
 
@@ -332,30 +329,34 @@ pub(crate) fn is_busy(reply: &AnyMessage) -> bool {
         || reply.condition.as_deref() == Some(condition::SERVER_BUSY)
 }
 
-pub(crate) fn disposition_reply(reply: &AnyMessage) -> Result<(), SettleError> {
+pub(crate) fn disposition_reply(reply: &AnyMessage) -> Result<(), SettlementError> {
     lock_reply(&Reply::read(reply))
 }
 
 /// The lock-related part of a renew or update-disposition reply: `Ok(())` for 200.
-fn lock_reply(reply: &Reply<'_>) -> Result<(), SettleError> {
+fn lock_reply(reply: &Reply<'_>) -> Result<(), SettlementError> {
     if reply.is(code::GONE)
         || matches!(
             reply.condition.as_deref(),
             Some(condition::MESSAGE_LOCK_LOST | condition::SESSION_LOCK_LOST)
         )
     {
-        return Err(SettleError::LockLost);
+        return Err(SettlementError::LockLost);
     }
     if reply.is(code::OK) {
         return Ok(());
     }
     let (status, description) = (reply.status, reply.description());
     if reply.is_transient() {
-        return Err(SettleError::transient(format!(
-            "$management answered {status}: {description}"
-        )));
+        return Err(SettlementError::Transient(ServiceBusError::Broker {
+            condition: reply
+                .condition
+                .clone()
+                .unwrap_or_else(|| status.to_string()),
+            description: format!("$management answered {status}: {description}"),
+        }));
     }
-    Err(SettleError::Permanent {
+    Err(SettlementError::Permanent {
         condition: reply
             .condition
             .clone()
@@ -366,20 +367,23 @@ fn lock_reply(reply: &Reply<'_>) -> Result<(), SettleError> {
 
 /// The body entry `key` of a session operation's reply (after its status was checked):
 /// `Ok(None)` when absent.
-pub(crate) fn session_reply(reply: &AnyMessage, key: &str) -> Result<Option<Value>, SettleError> {
+pub(crate) fn session_reply(
+    reply: &AnyMessage,
+    key: &str,
+) -> Result<Option<Value>, SettlementError> {
     let reply = Reply::read(reply);
     lock_reply(&reply)?;
     Ok(reply.entry(key).cloned())
 }
 
 /// Reads a `renew-lock` reply: the new expiry.
-pub(crate) fn renew_reply(reply: &AnyMessage) -> Result<SystemTime, SettleError> {
+pub(crate) fn renew_reply(reply: &AnyMessage) -> Result<SystemTime, SettlementError> {
     let reply = Reply::read(reply);
     lock_reply(&reply)?;
     if !reply.has_map_body() {
-        return Err(SettleError::Transient(
+        return Err(SettlementError::Transient(ServiceBusError::Link(
             "renew-lock reply has no map body".into(),
-        ));
+        )));
     }
     let first = match reply.entry(key::EXPIRATIONS) {
         Some(Value::Array(Array(expirations))) => expirations.first(),
@@ -388,9 +392,9 @@ pub(crate) fn renew_reply(reply: &AnyMessage) -> Result<SystemTime, SettleError>
     if let Some(Value::Timestamp(ts)) = first {
         return Ok(timestamp_to_system(ts));
     }
-    Err(SettleError::Transient(
+    Err(SettlementError::Transient(ServiceBusError::Link(
         "renew-lock reply has no expiration".into(),
-    ))
+    )))
 }
 
 #[cfg(test)]
@@ -429,22 +433,22 @@ mod tests {
         for status in [408, 500, 503] {
             assert!(matches!(
                 disposition_reply(&reply(status, None)),
-                Err(SettleError::Transient(_))
+                Err(SettlementError::Transient(_))
             ));
             assert!(peek_page(&reply(status, None)).unwrap_err().is_transient());
         }
         assert!(matches!(
             disposition_reply(&reply(400, Some(sb_amqp::condition::SERVER_BUSY))),
-            Err(SettleError::Transient(_))
+            Err(SettlementError::Transient(_))
         ));
-        assert_eq!(
+        assert!(matches!(
             disposition_reply(&reply(410, Some(sb_amqp::condition::MESSAGE_LOCK_LOST))),
-            Err(SettleError::LockLost)
-        );
+            Err(SettlementError::LockLost)
+        ));
         assert!(matches!(
             disposition_reply(&reply(400, Some("amqp:invalid-field"))),
-            Err(SettleError::Permanent { .. })
+            Err(SettlementError::Permanent { .. })
         ));
-        assert_eq!(disposition_reply(&reply(200, None)), Ok(()));
+        assert!(disposition_reply(&reply(200, None)).is_ok());
     }
 }

@@ -1,4 +1,5 @@
-//! Mapping between [`crate::Message`] and AMQP messages as Service Bus writes them.
+//! Mapping between the client's messages ([`crate::ServiceBusMessage`],
+//! [`crate::ServiceBusReceivedMessage`]) and AMQP messages as Service Bus writes them.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -16,31 +17,43 @@ use sb_amqp::{AnyMessage, codec::Value};
 use sb_amqp::servicebus::annotation;
 
 use super::SendOptions;
-use crate::runtime::DeadLetterReason;
-use crate::{Message, PropertyValue};
+use crate::dead_letter_reason;
+use crate::{PropertyValue, ServiceBusMessage, ServiceBusReceivedMessage, TYPED_MESSAGE_ID_PREFIX};
 
-/// What a received Service Bus message adds to the bare message.
+/// A received message, and whether the client can hand it out at all.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Received {
-    pub(crate) message: Message,
-    pub(crate) delivery_count: u32,
-    pub(crate) lock_token: Option<uuid::Uuid>,
-    pub(crate) locked_until: Option<SystemTime>,
-    pub(crate) sequence_number: Option<i64>,
-    pub(crate) enqueued_time: Option<SystemTime>,
-    /// Why the runtime cannot take this message, when the reason is visible only at the AMQP
-    /// level (the receiver dead-letters it).
+    pub(crate) message: ServiceBusReceivedMessage,
+    /// Why no caller can take this message, when the reason is visible only at the AMQP level
+    /// (the receiver dead-letters it).
     pub(crate) refusal: Option<Refusal>,
 }
 
 /// A dead-letter reason and description the receiver settles with itself.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Refusal {
-    pub(crate) reason: DeadLetterReason,
+    pub(crate) reason: &'static str,
     pub(crate) description: String,
 }
 
-pub use crate::ports::TYPED_MESSAGE_ID_PREFIX;
+/// The longest dead-letter description the client writes itself: Service Bus keeps
+/// descriptions up to 4 KB in total with the reason ("Overview of Service Bus dead-letter
+/// queues", learn.microsoft.com/azure/service-bus-messaging/service-bus-dead-letter-queues);
+/// 1 KB leaves room for the reason and the other properties.
+pub(crate) const MAX_DESCRIPTION_LEN: usize = 1024;
+
+/// `text` cut to at most `max` bytes on a character boundary, marked with an ellipsis.
+pub(crate) fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    const MARK: &str = "…";
+    let mut end = max.saturating_sub(MARK.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{MARK}", &text[..end])
+}
 
 /// Converts the lock token of a delivery tag: .NET's `Guid.ToByteArray` order (the first three
 /// groups little-endian), as Service Bus writes it.
@@ -74,14 +87,14 @@ pub(crate) fn system_to_timestamp(time: SystemTime) -> Timestamp {
     Timestamp::from_milliseconds(ms)
 }
 
-/// The inbox key of a message id of any AMQP type (see [`TYPED_MESSAGE_ID_PREFIX`]), or why
+/// The text key of a message id of any AMQP type (see [`TYPED_MESSAGE_ID_PREFIX`]), or why
 /// there is none.
 pub(crate) fn message_id_key(id: &MessageId) -> Result<String, (String, Refusal)> {
     match id {
         MessageId::String(s) if s.starts_with(TYPED_MESSAGE_ID_PREFIX) => Err((
             s.clone(),
             Refusal {
-                reason: DeadLetterReason::InvalidMessageId,
+                reason: dead_letter_reason::INVALID_MESSAGE_ID,
                 description: format!(
                     "string message ids starting with {TYPED_MESSAGE_ID_PREFIX:?} are reserved for \
                      ids of other AMQP types (ulong, uuid, binary)"
@@ -206,7 +219,7 @@ pub(crate) fn from_amqp(message: &AnyMessage, tag: &[u8]) -> Received {
     };
     Received {
         refusal,
-        message: Message {
+        message: ServiceBusReceivedMessage {
             message_id,
             correlation_id: properties
                 .and_then(|p| p.correlation_id.as_ref())
@@ -218,18 +231,18 @@ pub(crate) fn from_amqp(message: &AnyMessage, tag: &[u8]) -> Received {
                 .map(|s| s.0.clone()),
             application_properties,
             body: body_bytes(&message.body),
+            delivery_count: message.header.as_ref().map_or(0, |h| h.delivery_count),
+            lock_token,
+            locked_until,
+            sequence_number,
+            enqueued_time,
         },
-        delivery_count: message.header.as_ref().map_or(0, |h| h.delivery_count),
-        lock_token,
-        locked_until,
-        sequence_number,
-        enqueued_time,
     }
 }
 
 /// Builds the AMQP message for a send: properties, application properties and one data
 /// section, with the options' TTL and scheduled enqueue time.
-pub(crate) fn to_amqp(message: &Message, options: &SendOptions) -> AmqpMessage<Data> {
+pub(crate) fn to_amqp(message: &ServiceBusMessage, options: &SendOptions) -> AmqpMessage<Data> {
     let properties = Properties {
         message_id: message.message_id.clone().map(MessageId::String),
         correlation_id: message.correlation_id.clone().map(MessageId::String),
@@ -272,6 +285,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn descriptions_are_cut_on_a_character_boundary() {
+        assert_eq!(truncate("short", 10), "short");
+        let cut = truncate(&"é".repeat(10), 8);
+        assert!(cut.len() <= 8 && cut.ends_with('…'), "{cut}");
+    }
+
+    #[test]
     fn lock_token_uses_dotnet_guid_byte_order() {
         let token = uuid::Uuid::parse_str("00112233-4455-6677-8899-aabbccddeeff").unwrap();
         let tag = token.to_bytes_le();
@@ -282,14 +302,13 @@ mod tests {
 
     #[test]
     fn round_trip_through_the_wire_encoding() {
-        let mut message = Message::new("m-1", "orders.order-placed.v1", r#"{"a":1}"#);
-        message.correlation_id = Some("c-1".into());
-        message
-            .application_properties
-            .insert("tenant".into(), "t".into());
-        message
-            .application_properties
-            .insert("n".into(), PropertyValue::Long(7));
+        let message = ServiceBusMessage::new(r#"{"a":1}"#)
+            .with_message_id("m-1")
+            .with_subject("orders.order-placed.v1")
+            .with_content_type("application/json")
+            .with_correlation_id("c-1")
+            .with_property("tenant", "t")
+            .with_property("n", PropertyValue::Long(7));
         let at = UNIX_EPOCH + Duration::from_millis(1_800_000_000_123);
         let options = SendOptions {
             time_to_live: Some(Duration::from_secs(5)),
@@ -298,8 +317,8 @@ mod tests {
         let encoded = sb_amqp::encode_message(&to_amqp(&message, &options)).unwrap();
         let decoded = sb_amqp::decode_message(&encoded).unwrap();
         let received = from_amqp(&decoded, &[]);
-        assert_eq!(received.message, message);
-        assert_eq!(received.delivery_count, 0);
+        assert_eq!(received.message.to_message(), message);
+        assert_eq!(received.message.delivery_count, 0);
         let annotations = decoded.message_annotations.clone().unwrap();
         let scheduled = annotations
             .0
@@ -344,44 +363,8 @@ mod tests {
             message_id_key(&MessageId::String("amqp:ulong:42".into())).unwrap_err();
         assert_eq!(
             (text.as_str(), refusal.reason),
-            ("amqp:ulong:42", DeadLetterReason::InvalidMessageId)
+            ("amqp:ulong:42", dead_letter_reason::INVALID_MESSAGE_ID)
         );
-    }
-
-    /// What the receiver makes of `message` once sent: its inbox key and any refusal.
-    fn sent_and_received(message: &Message) -> Received {
-        let encoded = sb_amqp::encode_message(&to_amqp(message, &SendOptions::default())).unwrap();
-        from_amqp(&sb_amqp::decode_message(&encoded).unwrap(), &[])
-    }
-
-    /// A delayed-retry copy and a resubmitted dead letter of a message with a ulong, uuid or
-    /// binary id are sent with a string id: it must not carry the typed key's `amqp:` prefix
-    /// (the receiver refuses those, `InvalidMessageId`, and the original is already completed),
-    /// and the logical id they carry is the typed key, so the inbox still sees one message.
-    #[test]
-    fn copies_of_typed_ids_are_accepted_and_keep_the_typed_key() {
-        let uuid = uuid::Uuid::parse_str("00112233-4455-6677-8899-aabbccddeeff").unwrap();
-        for id in [
-            MessageId::Ulong(42),
-            MessageId::Uuid(to_amqp_uuid(uuid)),
-            MessageId::Binary(Binary::from(vec![0x34, 0x32])),
-        ] {
-            let key = message_id_key(&id).unwrap();
-            let mut original = Message::new(&key, "orders.order-placed.v1", "{}");
-            original.message_id = Some(key.clone());
-            let first = crate::runtime::retry_copy(&original, &key, 1, "e", None);
-            let second = crate::runtime::retry_copy(&first, &key, 2, "e", None);
-            let resubmitted = crate::servicebus::resubmission(&original).unwrap();
-            for copy in [first, second, resubmitted] {
-                let received = sent_and_received(&copy);
-                assert_eq!(received.refusal, None, "{id:?}: {:?}", copy.message_id);
-                assert_eq!(
-                    crate::runtime::logical_id(&received.message).unwrap(),
-                    key,
-                    "{id:?}"
-                );
-            }
-        }
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub(super) async fn send(
             source,
         })?;
     let mut head = format!(
-        "{method} {target} HTTP/1.1\r\nHost: {}:{}\r\nConnection: close\r\nUser-Agent: sb-inbox\r\n",
+        "{method} {target} HTTP/1.1\r\nHost: {}:{}\r\nConnection: close\r\nUser-Agent: sb-servicebus\r\n",
         endpoint.host, endpoint.port
     );
     for (name, value) in headers {

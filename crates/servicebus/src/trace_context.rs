@@ -17,14 +17,12 @@ use opentelemetry::propagation::text_map_propagator::FieldIter;
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 
-use super::names::property::TRACEPARENT;
+use crate::names::property::{TRACEPARENT, TRACESTATE};
 
-/// The `tracestate` property (vendor-specific trace data beside `traceparent`).
-const TRACESTATE: &str = "tracestate";
-
-/// Reads and writes W3C `traceparent` / `tracestate`.
+/// Reads and writes W3C `traceparent` / `tracestate`: an `opentelemetry`
+/// [`TextMapPropagator`].
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct TraceContext;
+pub struct TraceContext;
 
 /// `n` lowercase hex digits, as §3.2.2 requires for every field.
 fn lower_hex(text: &str, n: usize) -> bool {

@@ -13,19 +13,12 @@ use super::amqp_message::to_amqp;
 use super::error::{Recovery, is_busy_condition, recovery};
 use super::telemetry::{EntityTelemetry, Kind};
 use super::{ServiceBusClient, ServiceBusError};
-use crate::Message;
-#[cfg(doc)]
-use crate::Sender;
-use crate::runtime::Backoff;
-use crate::telemetry::names::{attr, error, span};
-use crate::telemetry::propagation::stamp;
+use crate::ServiceBusMessage;
+use crate::names::{attr, error, span};
+use crate::propagation::stamp;
 
 /// How long a send waits for the broker's outcome (Service Bus's own server timeout is 30 s).
 const SEND_TIMEOUT: Duration = Duration::from_secs(30);
-/// Attempts of one send when the service detaches its link.
-const SEND_ATTEMPTS: u32 = 3;
-/// First and largest pause before re-attaching a detached send link.
-const RETRY_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
 
 /// Why a send failed. The message is handed back.
 #[derive(Debug, thiserror::Error)]
@@ -36,7 +29,7 @@ pub struct SendError {
     /// What went wrong.
     pub error: SendErrorKind,
     /// The message, to retry or record.
-    pub message: Box<Message>,
+    pub message: Box<ServiceBusMessage>,
 }
 
 /// The kinds of send failures.
@@ -99,17 +92,27 @@ pub struct SendOptions {
 impl SendOptions {
     /// Options that schedule the message for `at`.
     pub fn scheduled(at: SystemTime) -> Self {
-        SendOptions {
-            time_to_live: None,
-            scheduled_enqueue_time: Some(at),
-        }
+        SendOptions::default().with_scheduled_enqueue_time(at)
+    }
+
+    /// The options with the message's time-to-live.
+    #[must_use]
+    pub fn with_time_to_live(mut self, time_to_live: Duration) -> Self {
+        self.time_to_live = Some(time_to_live);
+        self
+    }
+
+    /// The options keeping the message invisible until `at`.
+    #[must_use]
+    pub fn with_scheduled_enqueue_time(mut self, at: SystemTime) -> Self {
+        self.scheduled_enqueue_time = Some(at);
+        self
     }
 }
 
 /// A sender bound to one entity that awaits the broker's `accepted` for every message (the
-/// SDKs' `ServiceBusSender`). It is not the runtime's [`Sender`] port: that is
-/// [`ServiceBusSenderPort`](super::ServiceBusSenderPort), which sends to any entity through one
-/// of these per destination.
+/// SDKs' `ServiceBusSender`). A send the service's detach interrupted is tried again on a
+/// re-attached link, as the client's [`RetryOptions`](crate::RetryOptions) say.
 #[derive(Debug, Clone)]
 pub struct ServiceBusSender {
     inner: Arc<SenderInner>,
@@ -141,7 +144,7 @@ impl ServiceBusSender {
     ///
     /// # Errors
     /// [`SendError`] with the message handed back.
-    pub async fn send(&self, message: Message) -> Result<(), SendError> {
+    pub async fn send(&self, message: impl Into<ServiceBusMessage>) -> Result<(), SendError> {
         self.send_with(message, &SendOptions::default()).await
     }
 
@@ -154,14 +157,15 @@ impl ServiceBusSender {
     /// [`SendError`] with the message handed back.
     pub async fn send_with(
         &self,
-        mut message: Message,
+        message: impl Into<ServiceBusMessage>,
         options: &SendOptions,
     ) -> Result<(), SendError> {
+        let mut message = message.into();
         let operation = self.inner.telemetry.start(span::SEND, Kind::Send);
         if let Some(id) = &message.message_id {
             operation.span.record(attr::MESSAGE_ID, id.as_str());
         }
-        stamp(&mut message, &operation.span);
+        stamp(&mut message.application_properties, &operation.span);
         let sent = self
             .send_now(message, options)
             .instrument(operation.span.clone())
@@ -170,8 +174,12 @@ impl ServiceBusSender {
         sent
     }
 
-    async fn send_now(&self, message: Message, options: &SendOptions) -> Result<(), SendError> {
-        let fail = |error: SendErrorKind, message: Message| SendError {
+    async fn send_now(
+        &self,
+        message: ServiceBusMessage,
+        options: &SendOptions,
+    ) -> Result<(), SendError> {
+        let fail = |error: SendErrorKind, message: ServiceBusMessage| SendError {
             entity: self.inner.entity.clone(),
             error,
             message: Box::new(message),
@@ -193,9 +201,10 @@ impl ServiceBusSender {
         // `azservicebus/sender.go` `links.Retry`). A send whose outcome was lost may thus be
         // enqueued twice; message ids let consumers recognise the copy.
         let mut fresh = false;
-        let mut backoff = Backoff::new(RETRY_BACKOFF.0, RETRY_BACKOFF.1);
-        let mut attempt = 1;
         let client = &self.inner.client;
+        let mut backoff = client.retry().backoff();
+        let attempts = client.retry().tries();
+        let mut attempt = 1;
         loop {
             // After a busy answer every operation of the client waits (.NET
             // `ServiceBusRetryPolicy`'s client-wide server-busy state).
@@ -214,7 +223,7 @@ impl ServiceBusSender {
                     }
                     // The connection or session went under us (a drop, an ended session):
                     // the next attempt sets up anew.
-                    Err(error) if error.is_transient() && attempt < SEND_ATTEMPTS => {
+                    Err(error) if error.is_transient() && attempt < attempts => {
                         attempt += 1;
                         let delay = backoff.next_delay();
                         tracing::warn!(entity = %self.inner.entity, %error, ?delay, "Send link attach failed; retrying.");
@@ -274,7 +283,7 @@ impl ServiceBusSender {
                 Recovery::Reauthorize => !std::mem::replace(&mut fresh, true),
                 Recovery::Fatal => false,
             };
-            if !retry || attempt >= SEND_ATTEMPTS {
+            if !retry || attempt >= attempts {
                 return Err(fail(kind_of(&ServiceBusError::from_amqp(&error)), message));
             }
             attempt += 1;
@@ -288,7 +297,10 @@ impl ServiceBusSender {
         let client = &self.inner.client;
         let conn = client.connection().await?;
         client.authorize(&conn, &self.inner.entity, fresh).await?;
-        let options = SenderOptions::new(unique_name("sb-inbox-sender"), self.inner.entity.clone());
+        let options = SenderOptions::new(
+            unique_name("sb-servicebus-sender"),
+            self.inner.entity.clone(),
+        );
         tokio::time::timeout(client.timeout(), conn.session.attach_sender(options))
             .await
             .map_err(|_| {

@@ -14,8 +14,8 @@
 //! ```no_run
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use sb_inbox::servicebus::ConnectionString;
-//! use sb_inbox::servicebus::admin::AdminClient;
+//! use sb_servicebus::ConnectionString;
+//! use sb_servicebus::admin::AdminClient;
 //! let cs: ConnectionString = "Endpoint=sb://my-ns.servicebus.windows.net/;SharedAccessKeyName=manage;SharedAccessKey=…".parse()?;
 //! let admin = AdminClient::from_connection_string(&cs)?;
 //! if let Some(orders) = admin.entity("orders").await? {

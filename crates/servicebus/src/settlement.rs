@@ -3,7 +3,7 @@
 //! message on its link only.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use sb_amqp::codec::Value;
 use sb_amqp::codec::primitives::OrderedMap;
@@ -19,14 +19,8 @@ use super::delivery::ServiceBusDelivery;
 use super::error::is_busy_condition;
 use super::management::{self, Disposition, Request};
 use super::telemetry::Kind;
-use crate::ports::Cause;
-use crate::runtime::Backoff;
-use crate::{Delivery, SettleError};
-
-/// First and largest pause between settlement attempts that timed out or found no answer:
-/// .NET `ServiceBusRetryOptions` (`Delay` 0.8 s, exponential, `MaxDelay` 60 s). A busy answer
-/// waits the client-wide busy pause instead (`busy`).
-const SETTLE_BACKOFF: (Duration, Duration) = (Duration::from_millis(800), Duration::from_secs(60));
+use crate::SettlementError;
+use crate::retry::Backoff;
 
 /// The disposition that dead-letters with a reason and a description.
 pub(super) fn dead_letter_outcome(reason: &str, description: &str) -> Outcome {
@@ -51,10 +45,10 @@ pub(super) enum Attempt {
     /// The delivery's link is gone: settle by lock token instead.
     LinkGone,
     /// Timed out, or no answer: worth another try while the lock lasts.
-    Retry(Cause),
+    Retry(ServiceBusError),
     /// The service answered busy: another try after the client-wide busy pause.
-    Busy(Cause),
-    Failed(SettleError),
+    Busy(ServiceBusError),
+    Failed(SettlementError),
 }
 
 impl ServiceBusDelivery {
@@ -64,13 +58,13 @@ impl ServiceBusDelivery {
         name: &'static str,
         outcome: Outcome,
         disposition: Disposition,
-    ) -> Result<(), SettleError> {
+    ) -> Result<(), SettlementError> {
         let operation = self.receiver.telemetry.start(name, Kind::Settle);
         let settled = self
             .settle_now(outcome, disposition)
             .instrument(operation.span.clone())
             .await;
-        operation.end(settled.as_ref().err().map(SettleError::error_type));
+        operation.end(settled.as_ref().err().map(SettlementError::error_type));
         settled
     }
 
@@ -82,7 +76,7 @@ impl ServiceBusDelivery {
         &self,
         outcome: Outcome,
         disposition: Disposition,
-    ) -> Result<(), SettleError> {
+    ) -> Result<(), SettlementError> {
         // The service answered busy lately: the first try waits too (.NET checks the
         // client-wide busy state before every operation, and fails at once as busy when the
         // pause outlasts the operation's time, as here the lock's).
@@ -90,9 +84,10 @@ impl ServiceBusDelivery {
         if !busy.is_zero() {
             if self.receiver.lock_clock.broker_now(SystemTime::now()) + busy >= self.locked_until()
             {
-                return Err(SettleError::transient(
-                    "the service is busy for longer than the lock lasts",
-                ));
+                return Err(SettlementError::Transient(ServiceBusError::Broker {
+                    condition: condition::SERVER_BUSY.to_owned(),
+                    description: "the service is busy for longer than the lock lasts".into(),
+                }));
             }
             tokio::time::sleep(busy).await;
         }
@@ -100,7 +95,7 @@ impl ServiceBusDelivery {
             return self.settle_in_session(outcome, &disposition).await;
         }
         let mut on_link = !self.link.gone.load(Ordering::Acquire);
-        let mut backoff = Backoff::new(SETTLE_BACKOFF.0, SETTLE_BACKOFF.1);
+        let mut backoff = self.receiver.client.retry().backoff();
         // The lock as it stands now: renewals meanwhile must not keep a busy service retried.
         let deadline = self.locked_until();
         loop {
@@ -132,17 +127,17 @@ impl ServiceBusDelivery {
     async fn pause_before_retry(
         &self,
         busy: bool,
-        why: Cause,
+        why: ServiceBusError,
         backoff: &mut Backoff,
         deadline: SystemTime,
-    ) -> Result<(), SettleError> {
+    ) -> Result<(), SettlementError> {
         let busy_state = self.receiver.client.busy();
         if busy {
             busy_state.set();
         }
         let delay = backoff.next_delay().max(busy_state.remaining());
         if self.receiver.lock_clock.broker_now(SystemTime::now()) + delay >= deadline {
-            return Err(SettleError::Transient(why));
+            return Err(SettlementError::Transient(why));
         }
         tracing::debug!(lock_token = %self.lock_token, %why, ?delay, busy, "Settlement not done; retrying.");
         tokio::time::sleep(delay).await;
@@ -159,8 +154,8 @@ impl ServiceBusDelivery {
         &self,
         outcome: Outcome,
         disposition: &Disposition,
-    ) -> Result<(), SettleError> {
-        let mut backoff = Backoff::new(SETTLE_BACKOFF.0, SETTLE_BACKOFF.1);
+    ) -> Result<(), SettlementError> {
+        let mut backoff = self.receiver.client.retry().backoff();
         let deadline = self.locked_until();
         let mut on_link = true;
         loop {
@@ -173,7 +168,7 @@ impl ServiceBusDelivery {
             match attempt {
                 Attempt::Done => return Ok(()),
                 Attempt::Failed(error) => return Err(error),
-                Attempt::LinkGone => return Err(SettleError::LockLost),
+                Attempt::LinkGone => return Err(SettlementError::LockLost),
                 Attempt::Retry(why) => {
                     self.pause_before_retry(false, why, &mut backoff, deadline)
                         .await?;
@@ -192,8 +187,8 @@ impl ServiceBusDelivery {
             tokio::time::timeout(timeout, self.link.settler.settle(self.delivery_id, outcome))
                 .await
         else {
-            return Attempt::Retry(Cause::text(
-                "the broker did not answer the settlement in time",
+            return Attempt::Retry(ServiceBusError::Timeout(
+                "the broker did not answer the settlement in time".into(),
             ));
         };
         if settled.is_ok() || settled.as_ref().is_err_and(sb_amqp::Error::is_lock_lost) {
@@ -203,17 +198,22 @@ impl ServiceBusDelivery {
             Ok(Some(Outcome::Rejected(Some(error))))
                 if error.is_lock_lost() || error.condition == condition::SESSION_LOCK_LOST =>
             {
-                Attempt::Failed(SettleError::LockLost)
+                Attempt::Failed(SettlementError::LockLost)
             }
             Ok(Some(Outcome::Rejected(Some(error)))) if is_busy_condition(&error.condition) => {
-                Attempt::Busy(Cause::text(error.to_string()))
+                Attempt::Busy(ServiceBusError::Broker {
+                    condition: error.condition,
+                    description: error.description.unwrap_or_default(),
+                })
             }
-            Ok(Some(Outcome::Rejected(Some(error)))) => Attempt::Failed(SettleError::Permanent {
-                condition: error.condition,
-                description: error.description.unwrap_or_default(),
-            }),
+            Ok(Some(Outcome::Rejected(Some(error)))) => {
+                Attempt::Failed(SettlementError::Permanent {
+                    condition: error.condition,
+                    description: error.description.unwrap_or_default(),
+                })
+            }
             Ok(_) => Attempt::Done,
-            Err(error) if error.is_lock_lost() => Attempt::Failed(SettleError::LockLost),
+            Err(error) if error.is_lock_lost() => Attempt::Failed(SettlementError::LockLost),
             // Detached, or the delivery was dropped with its link: its lock may live on.
             Err(_) => {
                 self.link.gone.store(true, Ordering::Release);
@@ -238,30 +238,33 @@ impl ServiceBusDelivery {
         if let Ok(reply) = &replied
             && management::is_busy(reply)
         {
-            return Attempt::Busy(Cause::text("$management answered update-disposition busy"));
+            return Attempt::Busy(ServiceBusError::Broker {
+                condition: condition::SERVER_BUSY.to_owned(),
+                description: "$management answered update-disposition busy".into(),
+            });
         }
         match replied
             .map_err(settle_error)
             .and_then(|r| management::disposition_reply(&r))
         {
             Ok(()) => Attempt::Done,
-            Err(SettleError::Transient(why)) => Attempt::Retry(why),
+            Err(SettlementError::Transient(why)) => Attempt::Retry(why),
             Err(error) => Attempt::Failed(error),
         }
     }
 }
 
 /// A `$management` request failure as a settlement error, keeping the broker's condition.
-pub(super) fn settle_error(error: ServiceBusError) -> SettleError {
+pub(super) fn settle_error(error: ServiceBusError) -> SettlementError {
     if error.is_transient() {
-        SettleError::transient(Cause::new(error))
+        SettlementError::Transient(error)
     } else {
         let condition = match &error {
             ServiceBusError::Broker { condition, .. } => condition.clone(),
             ServiceBusError::NotFound(_) => condition::NOT_FOUND.to_owned(),
             _ => condition::UNAUTHORIZED_ACCESS.to_owned(),
         };
-        SettleError::Permanent {
+        SettlementError::Permanent {
             condition,
             description: error.to_string(),
         }

@@ -175,13 +175,13 @@ fn is_internal_error(error: &sb_amqp::Error) -> bool {
 ///
 /// # Examples
 /// ```
-/// use sb_inbox::servicebus::ServiceBusClient;
+/// use sb_servicebus::ServiceBusClient;
 /// let cs = "Endpoint=sb://127.0.0.1:5699;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true";
 /// let client = ServiceBusClient::from_connection_string(&cs.parse()?);
 /// // Links attach on first use.
 /// let receiver = client.receiver("orders", 0);
 /// assert_eq!(receiver.entity(), "orders");
-/// # Ok::<(), sb_inbox::servicebus::ConnectionStringError>(())
+/// # Ok::<(), sb_servicebus::ConnectionStringError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct ServiceBusClient {
@@ -204,6 +204,7 @@ struct ClientInner {
     opening: tokio::sync::Mutex<()>,
     /// Client-wide server-busy state (.NET `ServiceBusRetryPolicy`).
     busy: super::busy::BusyState,
+    retry: super::RetryOptions,
     closed: CancellationToken,
 }
 
@@ -260,9 +261,11 @@ impl ServiceBusClient {
             DEFAULT_SERVER_BUSY_WAIT,
             None,
             None,
+            super::RetryOptions::default(),
         )
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn build(
         url: String,
         host: String,
@@ -271,6 +274,7 @@ impl ServiceBusClient {
         busy_wait: Duration,
         tls: Option<Arc<rustls::ClientConfig>>,
         proxy: Option<sb_amqp::HttpProxy>,
+        retry: super::RetryOptions,
     ) -> Self {
         ServiceBusClient {
             inner: Arc::new(ClientInner {
@@ -283,6 +287,7 @@ impl ServiceBusClient {
                 current: StdMutex::new(None),
                 opening: tokio::sync::Mutex::new(()),
                 busy: super::busy::BusyState::new(busy_wait),
+                retry,
                 closed: CancellationToken::new(),
             }),
         }
@@ -301,6 +306,7 @@ impl ServiceBusClient {
             self.inner.busy.wait(),
             self.inner.tls.clone(),
             self.inner.proxy.clone(),
+            self.inner.retry,
         )
     }
 
@@ -317,6 +323,7 @@ impl ServiceBusClient {
             wait,
             self.inner.tls.clone(),
             self.inner.proxy.clone(),
+            self.inner.retry,
         )
     }
 
@@ -334,13 +341,14 @@ impl ServiceBusClient {
             self.inner.busy.wait(),
             Some(roots.client_config()?),
             self.inner.proxy.clone(),
+            self.inner.retry,
         ))
     }
 
     /// The same client opening AMQP over WebSockets through the HTTP proxy `proxy` chooses
     /// for the namespace's host (a `CONNECT` tunnel, then TLS end to end; plain AMQP never
-    /// uses it). Without this call no proxy is used; the worker passes
-    /// [`super::ProxyConfig::from_env`]. Call before first use.
+    /// uses it). Without this call no proxy is used; pass [`super::ProxyConfig::from_env`] to
+    /// follow `HTTPS_PROXY` / `NO_PROXY`. Call before first use.
     #[must_use]
     pub fn with_proxy(self, proxy: &super::ProxyConfig) -> Self {
         Self::build(
@@ -351,7 +359,30 @@ impl ServiceBusClient {
             self.inner.busy.wait(),
             self.inner.tls.clone(),
             proxy.proxy_for(&self.inner.host).cloned(),
+            self.inner.retry,
         )
+    }
+
+    /// The same client retrying sends and settlements as `retry` says
+    /// ([`RetryOptions::default`](super::RetryOptions::default) unless set). Call before first
+    /// use.
+    #[must_use]
+    pub fn with_retry(self, retry: super::RetryOptions) -> Self {
+        Self::build(
+            self.inner.url.clone(),
+            self.inner.host.clone(),
+            self.inner.tokens.clone(),
+            self.inner.timeout,
+            self.inner.busy.wait(),
+            self.inner.tls.clone(),
+            self.inner.proxy.clone(),
+            retry,
+        )
+    }
+
+    /// How the client retries.
+    pub fn retry(&self) -> &super::RetryOptions {
+        &self.inner.retry
     }
 
     /// The client-wide server-busy state.
@@ -366,8 +397,8 @@ impl ServiceBusClient {
 
     /// A peek-lock receiver on `entity` (a queue, `TOPIC/Subscriptions/SUB`, or either's
     /// `/$DeadLetterQueue`), holding at most `prefetch` deliveries beyond those asked for.
-    /// Deliveries waiting on the link are not renewed: under a [`crate::Runtime`] pass 0 and set
-    /// [`crate::RuntimeConfig::prefetch`], which keeps the locks of what it holds from receipt.
+    /// Deliveries waiting on the link are not renewed: a caller that renews the locks of what
+    /// it holds passes 0 and pipelines with [`super::ServiceBusReceiver::with_capacity`].
     pub fn receiver(&self, entity: &str, prefetch: u32) -> super::ServiceBusReceiver {
         super::ServiceBusReceiver::new(self.clone(), entity, prefetch)
     }
@@ -375,17 +406,6 @@ impl ServiceBusClient {
     /// A sender to `entity`.
     pub fn sender(&self, entity: &str) -> super::ServiceBusSender {
         super::ServiceBusSender::new(self.clone(), entity)
-    }
-
-    /// The runtime's `Sender` port: sends to any queue or topic of the namespace.
-    pub fn sender_port(&self) -> super::ServiceBusSenderPort {
-        super::ServiceBusSenderPort::new(self.clone())
-    }
-
-    /// The former name of [`ServiceBusClient::sender_port`], kept for one release.
-    #[deprecated(since = "0.1.0", note = "renamed `sender_port`")]
-    pub fn publisher(&self) -> super::ServiceBusSenderPort {
-        self.sender_port()
     }
 
     /// Peeks up to `max` messages of `entity` (a queue, `TOPIC/Subscriptions/SUB`, or either's
@@ -421,7 +441,7 @@ impl ServiceBusClient {
     }
 
     /// The namespace host (telemetry's `server.address`).
-    pub(crate) fn host(&self) -> &str {
+    pub fn host(&self) -> &str {
         &self.inner.host
     }
 
@@ -519,7 +539,7 @@ impl ServiceBusClient {
     async fn connect(&self) -> Result<Connection, ServiceBusError> {
         let timeout = self.inner.timeout;
         let options = ConnectionOptions {
-            container_id: unique_name("sb-inbox"),
+            container_id: unique_name("sb-servicebus"),
             idle_timeout: Some(IDLE_TIMEOUT),
             properties: Some(client_properties()),
             tls_config: self.inner.tls.clone(),
@@ -713,13 +733,13 @@ pub(crate) fn client_properties() -> Fields {
     let platform = format!("Rust; {} {}", std::env::consts::OS, std::env::consts::ARCH);
     let mut fields = OrderedMap::new();
     for (key, value) in [
-        (open_property::PRODUCT, "sb-inbox".to_owned()),
+        (open_property::PRODUCT, "sb-servicebus".to_owned()),
         (open_property::VERSION, version.to_owned()),
         (open_property::PLATFORM, platform.clone()),
         (open_property::FRAMEWORK, "Rust".to_owned()),
         (
             open_property::USER_AGENT,
-            format!("sb-inbox/{version} ({platform})"),
+            format!("sb-servicebus/{version} ({platform})"),
         ),
     ] {
         fields.insert(Symbol::from(key), Value::String(value));
@@ -756,7 +776,7 @@ mod tests {
         }
         assert_eq!(
             properties.get(&Symbol::from("product")),
-            Some(&Value::String("sb-inbox".into()))
+            Some(&Value::String("sb-servicebus".into()))
         );
     }
 }

@@ -1,6 +1,6 @@
 //! Messages read with `com.microsoft:peek-message`: their state, no lock.
 
-use crate::{Message, PropertyValue};
+use crate::ServiceBusReceivedMessage;
 
 use sb_amqp::servicebus::dead_letter;
 
@@ -13,8 +13,8 @@ pub const DEAD_LETTER_ERROR_DESCRIPTION: &str = dead_letter::ERROR_DESCRIPTION;
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct PeekedMessage {
-    /// The message.
-    pub message: Message,
+    /// The message (no lock: its lock token and expiry are `None`).
+    pub message: ServiceBusReceivedMessage,
     /// The broker's sequence number.
     pub sequence_number: i64,
     /// Deliveries so far.
@@ -24,18 +24,11 @@ pub struct PeekedMessage {
 impl PeekedMessage {
     /// `DeadLetterReason`, for a dead-lettered message.
     pub fn dead_letter_reason(&self) -> Option<&str> {
-        self.text(DEAD_LETTER_REASON)
+        self.message.dead_letter_reason()
     }
 
     /// `DeadLetterErrorDescription`, for a dead-lettered message.
     pub fn dead_letter_description(&self) -> Option<&str> {
-        self.text(DEAD_LETTER_ERROR_DESCRIPTION)
-    }
-
-    fn text(&self, name: &str) -> Option<&str> {
-        match self.message.application_properties.get(name) {
-            Some(PropertyValue::String(text)) => Some(text),
-            _ => None,
-        }
+        self.message.dead_letter_description()
     }
 }

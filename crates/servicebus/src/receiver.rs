@@ -1,0 +1,632 @@
+//! [`ServiceBusReceiver`]: a peek-lock receive link, re-attached after the service detaches
+//! it; deliveries it cannot hand out it dead-letters itself.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::{Duration, SystemTime};
+
+use sb_amqp::types::definitions::{ReceiverSettleMode, SenderSettleMode};
+use sb_amqp::{Outcome, ReceiverOptions, Settler, unique_name};
+use tokio::sync::Mutex;
+
+use tracing::Instrument as _;
+use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+use super::amqp_message::{MAX_DESCRIPTION_LEN, Received, Refusal, from_amqp, truncate};
+use super::client::management_node;
+use super::delivery::ServiceBusDelivery;
+use super::error::{Recovery, recovery};
+use super::lock_clock::LockClock;
+use super::session::{SESSION_LINK_GONE, SessionLock, SessionRequest, session_refusal};
+use super::settlement::dead_letter_outcome;
+use super::telemetry::{EntityNames, EntityTelemetry, Kind};
+use super::{ServiceBusClient, ServiceBusError};
+use crate::names::{error, span};
+use crate::propagation::producer_context;
+use crate::{ReceiveError, dead_letter_reason};
+
+/// How long [`ServiceBusReceiver::close`] waits for the broker.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A receive link that delivered nothing for this long is replaced by a fresh one: the
+/// service can lose a link without a detach, and a link waiting on credit it already has
+/// shows nothing wrong. Go `azservicebus` does the same after 5 minutes
+/// (Azure/azure-sdk-for-go#19465, "Idle timer": "if we don't receive anything for that time
+/// we'll just restart the link, which is a pretty cheap operation"); below the service's own
+/// 10-minute idle detach, so a healthy idle link is recycled before the service detaches it.
+pub const DEFAULT_LINK_IDLE_GUARD: Duration = Duration::from_secs(300);
+
+/// Pipelined credit is topped up once this fraction of the capacity is missing. The credit on
+/// the link is what the capacity leaves beside the deliveries in hand (handled, queued, being
+/// settled), and it is what bounds the rate at a distance: rate ≈ link credit ÷ round trip.
+/// Waiting for a quarter to be missing left the link on average an eighth of the capacity
+/// short; the phase trace at a 10 ms round trip (`sb_inbox::pipeline`, concurrency 16,
+/// capacity 64) showed 36 of 64 held, the receive loop waiting on an empty link, and 0.74 of
+/// the local rate. A sixteenth costs one `flow` frame per 4 deliveries at capacity 64.
+const TOP_UP_FRACTION: u32 = 16;
+
+/// A peek-lock receiver (the SDKs' `ServiceBusReceiver` in peek-lock mode).
+///
+/// Credit follows demand: each [`ServiceBusReceiver::receive_message`] call grants one
+/// message, plus up to `prefetch` more (not renewed while they wait on the link). [`ServiceBusReceiver::with_capacity`] pipelines instead: credit is
+/// kept so that deliveries in flight on the link plus those handed out and not yet settled
+/// reach the capacity, so the broker's distance costs one round trip per capacity's worth of
+/// deliveries rather than one per delivery. A delivery it cannot hand out (undecodable, an unusable
+/// message id) it dead-letters itself and skips. When the service detaches the link (idle,
+/// busy, token expired, …) the receive reports a transient error and the next receive
+/// re-attaches on the same connection; deliveries of the lost link are settled through
+/// `$management` by their lock tokens, so their locks, not the link, decide.
+#[derive(Debug, Clone)]
+pub struct ServiceBusReceiver {
+    inner: Arc<ReceiverInner>,
+}
+
+#[derive(Debug)]
+pub(super) struct ReceiverInner {
+    pub(super) client: ServiceBusClient,
+    pub(super) entity: String,
+    prefetch: u32,
+    /// With pipelining ([`ServiceBusReceiver::with_capacity`]), the most deliveries on the link
+    /// (credit granted, transfers queued) plus handed out and not dropped yet; 0: one credit per
+    /// receive.
+    capacity: AtomicU32,
+    /// Deliveries handed out and not dropped yet (whatever their link): what the caller holds.
+    pub(super) in_hand: AtomicUsize,
+    pub(super) link: Mutex<Option<ReceiveLink>>,
+    /// True while a link is attached: what readiness reports.
+    pub(super) attached: AtomicBool,
+    /// The service detached the link as unauthorized: the next attach puts a fresh token, and
+    /// a refusal right after it is fatal.
+    pub(super) reauthorize: AtomicBool,
+    pub(super) telemetry: EntityTelemetry,
+    /// Set for a session receiver: its one link, once lost, is not re-attached (the session
+    /// lock went with it), and its deliveries are settled on that link only.
+    pub(super) session: std::sync::OnceLock<Arc<SessionLock>>,
+    /// The name of the link attached now: what `$management` requests name as their
+    /// associated link (read without waiting on a receive that holds `link`).
+    current_link: StdMutex<Option<String>>,
+    /// [`DEFAULT_LINK_IDLE_GUARD`] unless set, in milliseconds.
+    idle_guard_ms: AtomicU64,
+    /// The broker's clock as its deliveries tell it: whether a delivery's lock ran out on the
+    /// link, and what settlement deadlines compare with.
+    pub(super) lock_clock: LockClock,
+}
+
+#[derive(Debug)]
+pub(super) struct ReceiveLink {
+    pub(super) receiver: sb_amqp::Receiver,
+    /// The connection it lives on, told of the link's failures (`ConnectionScope::observe`).
+    conn: std::sync::Weak<super::client::ConnectionScope>,
+    pub(super) shared: Arc<LinkShared>,
+    pub(super) granted: bool,
+    /// Pipelined: credit granted on this link not yet turned into a delivery taken from it
+    /// (the link's credit plus its queued transfers).
+    pub(super) pending: u32,
+}
+
+/// What deliveries of one link share.
+#[derive(Debug)]
+pub(super) struct LinkShared {
+    pub(super) settler: Settler,
+    pub(super) name: String,
+    /// Set once the link failed: its deliveries settle through `$management`.
+    pub(super) gone: AtomicBool,
+}
+
+impl ServiceBusReceiver {
+    pub(crate) fn new(client: ServiceBusClient, entity: &str, prefetch: u32) -> Self {
+        ServiceBusReceiver {
+            inner: Arc::new(ReceiverInner {
+                telemetry: EntityTelemetry::new(entity, client.host()),
+                client,
+                entity: entity.to_owned(),
+                prefetch,
+                capacity: AtomicU32::new(0),
+                in_hand: AtomicUsize::new(0),
+                link: Mutex::new(None),
+                attached: AtomicBool::new(false),
+                reauthorize: AtomicBool::new(false),
+                session: std::sync::OnceLock::new(),
+                current_link: StdMutex::new(None),
+                idle_guard_ms: AtomicU64::new(millis(DEFAULT_LINK_IDLE_GUARD)),
+                lock_clock: LockClock::default(),
+            }),
+        }
+    }
+
+    /// Pipelines the receive link: keeps credit so that the deliveries on the link (granted,
+    /// in transit, queued) plus those handed out and not yet dropped reach `capacity`, topping
+    /// it up as deliveries are taken and settled, and never beyond. A caller that renews the
+    /// locks of what it holds passes the most it holds: every delivery then has a slot
+    /// waiting for it, and its lock is kept from receipt. The AMQP spec lets a receiver keep
+    /// several credits outstanding (AMQP 1.0 §2.6.7 flow control); the SDKs' prefetch does the
+    /// same (.NET `ServiceBusReceiverOptions.PrefetchCount`, Python `prefetch_count`).
+    #[must_use]
+    pub fn with_capacity(self, capacity: u32) -> Self {
+        self.inner.capacity.store(capacity, Ordering::Release);
+        self
+    }
+
+    /// Replaces a receive link that delivered nothing for `guard` (default
+    /// [`DEFAULT_LINK_IDLE_GUARD`]) by a fresh one; `Duration::ZERO` never does. Session
+    /// receivers are not guarded: their link holds the session lock and ends with it.
+    #[must_use]
+    pub fn with_link_idle_guard(self, guard: Duration) -> Self {
+        self.inner
+            .idle_guard_ms
+            .store(millis(guard), Ordering::Relaxed);
+        self
+    }
+
+    pub(super) fn inner(&self) -> &Arc<ReceiverInner> {
+        &self.inner
+    }
+
+    /// The entity this receiver reads.
+    pub fn entity(&self) -> &str {
+        &self.inner.entity
+    }
+
+    /// True while the receive link is attached (false before the first receive and while it
+    /// re-attaches after a failure).
+    pub fn is_attached(&self) -> bool {
+        self.inner.attached.load(Ordering::Acquire)
+    }
+
+    async fn attach(&self) -> Result<ReceiveLink, ReceiveError> {
+        self.attach_with(None).await
+    }
+
+    /// Attaches a receive link; `session` asks for a message session (see
+    /// [`SessionRequest`]), whose accepted id and lock the link's attach reply carries.
+    pub(super) async fn attach_with(
+        &self,
+        session: Option<&SessionRequest>,
+    ) -> Result<ReceiveLink, ReceiveError> {
+        let inner = &self.inner;
+        let client = &inner.client;
+        let fresh = inner.reauthorize.load(Ordering::Acquire);
+        client.busy().wait_out().await;
+        let conn = client.connection().await.map_err(transient)?;
+        client
+            .authorize(&conn, &inner.entity, fresh)
+            .await
+            .map_err(|e| self.refused(e))?;
+        // Renewals need the node's token too (the service checks it on the management link).
+        client
+            .authorize(&conn, &management_node(&inner.entity), fresh)
+            .await
+            .map_err(|e| self.refused(e))?;
+        let name = unique_name("sb-servicebus-receiver");
+        let mut options = ReceiverOptions::new(name.clone(), inner.entity.clone())
+            .rcv_settle_mode(ReceiverSettleMode::Second)
+            .snd_settle_mode(SenderSettleMode::Unsettled)
+            .max_message_size(super::limits::MAX_RECEIVED_MESSAGE_SIZE);
+        let mut wait = client.timeout();
+        if let Some(session) = session {
+            options = session.apply(options);
+            wait += session.wait;
+        }
+        let receiver = tokio::time::timeout(wait, conn.session.attach_receiver(options))
+            .await
+            .map_err(|_| {
+                ReceiveError::Transient(ServiceBusError::Timeout(
+                    "the service did not answer the attach in time".into(),
+                ))
+            })?
+            .map_err(|e| {
+                conn.observe(&e);
+                match session {
+                    Some(_) => session_refusal(&e).unwrap_or_else(|| self.failed(&e, fresh)),
+                    None => self.failed(&e, fresh),
+                }
+            })?;
+        conn.observe_success();
+        if inner.prefetch > 0 && inner.capacity.load(Ordering::Acquire) == 0 {
+            receiver
+                .add_credit(inner.prefetch)
+                .await
+                .map_err(|e| self.failed(&e, fresh))?;
+        }
+        inner.reauthorize.store(false, Ordering::Release);
+        Ok(ReceiveLink {
+            shared: Arc::new(LinkShared {
+                settler: receiver.settler(),
+                name,
+                gone: AtomicBool::new(false),
+            }),
+            receiver,
+            conn: Arc::downgrade(&conn),
+            granted: false,
+            pending: 0,
+        })
+    }
+
+    /// Classifies a link or connection failure; an unauthorized one arms a re-attach with a
+    /// fresh token, unless that was this attempt already.
+    fn failed(&self, error: &sb_amqp::Error, fresh: bool) -> ReceiveError {
+        if error
+            .condition()
+            .is_some_and(super::error::is_busy_condition)
+        {
+            self.inner.client.busy().set();
+        }
+        let cause = ServiceBusError::from_amqp(error);
+        match recovery(error) {
+            Recovery::Link | Recovery::Connection => ReceiveError::Transient(cause),
+            Recovery::Reauthorize if !fresh => {
+                self.inner.reauthorize.store(true, Ordering::Release);
+                ReceiveError::Transient(cause)
+            }
+            Recovery::Reauthorize | Recovery::Fatal => ReceiveError::Permanent(cause),
+        }
+    }
+
+    /// A `$cbs` failure. A refused put-token is fatal: the provider made that token just now;
+    /// a busy `$cbs` holds the client as any busy answer does.
+    fn refused(&self, error: ServiceBusError) -> ReceiveError {
+        if let ServiceBusError::Broker { condition, .. } = &error
+            && super::error::is_busy_condition(condition)
+        {
+            self.inner.client.busy().set();
+        }
+        if error.is_transient() {
+            ReceiveError::Transient(error)
+        } else {
+            ReceiveError::Permanent(error)
+        }
+    }
+
+    /// Connects, authorizes and attaches the receive link now, as the first receive would:
+    /// a bounded wait for messages that follows counts only the broker's silence, not the
+    /// connection's setup (which against a real namespace can take seconds).
+    ///
+    /// # Errors
+    /// As [`ServiceBusReceiver::receive_message`]: transient for connection failures,
+    /// permanent for an unknown entity or refused rights.
+    pub async fn attach_now(&self) -> Result<(), ReceiveError> {
+        let mut guard = self.inner.link.lock().await;
+        self.attach_into(&mut guard).await
+    }
+
+    /// Attaches a link into `slot` unless one is there.
+    async fn attach_into(&self, slot: &mut Option<ReceiveLink>) -> Result<(), ReceiveError> {
+        if slot.is_none() {
+            let link = self.attach().await?;
+            self.inner.set_current_link(Some(&link.shared.name));
+            *slot = Some(link);
+        }
+        Ok(())
+    }
+
+    /// Returns every delivery received but not handed out to the broker (released: no delivery
+    /// count), then detaches. Call on shutdown.
+    pub async fn close(&self) {
+        let Some(link) = self.inner.link.lock().await.take() else {
+            return;
+        };
+        self.inner.set_current_link(None);
+        // Shutdown must not hang on a broker that does not answer: after the bound, the locks
+        // of anything prefetched simply run out.
+        let closing = async {
+            if link.receiver.drain().await.is_ok() {
+                while let Ok(Some(delivery)) = link.receiver.try_recv() {
+                    // Best effort: the lock runs out anyway if the release is lost.
+                    let _ = link.receiver.release(&delivery).await;
+                }
+            }
+            let _ = link.receiver.detach().await;
+        };
+        if tokio::time::timeout(CLOSE_TIMEOUT, closing).await.is_err() {
+            tracing::warn!(entity = %self.inner.entity, "Receiver close timed out; dropping the link.");
+        }
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl ReceiverInner {
+    /// The name of the receive link attached now, if any.
+    pub(super) fn current_link(&self) -> Option<String> {
+        self.current_link
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records the link attached now (`None`: none).
+    pub(super) fn set_current_link(&self, name: Option<&str>) {
+        *self
+            .current_link
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = name.map(str::to_owned);
+        self.attached.store(name.is_some(), Ordering::Release);
+    }
+
+    /// How long a non-session link may deliver nothing before it is replaced.
+    fn idle_guard(&self) -> Option<Duration> {
+        if self.session.get().is_some() {
+            return None;
+        }
+        match self.idle_guard_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+}
+
+fn transient(error: ServiceBusError) -> ReceiveError {
+    ReceiveError::Transient(error)
+}
+
+impl ServiceBusReceiver {
+    /// The entity as telemetry names it (destination, subscription, namespace host).
+    pub fn names(&self) -> &EntityNames {
+        self.inner.telemetry.names()
+    }
+
+    /// Waits for the next delivery, under a `receive {entity}` client span linked to the
+    /// message's producer (its `traceparent` or `Diagnostic-Id`). A link idle past the guard
+    /// is replaced meanwhile; deliveries no caller can take are dead-lettered and skipped.
+    ///
+    /// # Errors
+    /// [`ReceiveError::Transient`] when the link or connection failed (the next receive
+    /// re-attaches); [`ReceiveError::Permanent`] for an unknown entity or refused rights.
+    pub async fn receive_message(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
+        let operation = self.inner.telemetry.start(span::RECEIVE, Kind::Receive);
+        let received = self.next().instrument(operation.span.clone()).await;
+        match &received {
+            Ok(Some(delivery)) => {
+                if let Some(producer) = producer_context(&delivery.message().application_properties)
+                {
+                    operation.span.add_link(producer);
+                }
+                operation.received();
+            }
+            Ok(None) => operation.end(None),
+            Err(ReceiveError::Transient(_)) => operation.end(Some(error::TRANSIENT)),
+            Err(_) => operation.end(Some(error::REFUSED)),
+        }
+        received
+    }
+
+    /// The next delivery a caller can take; those it cannot (undecodable, an unusable
+    /// message id) are dead-lettered here and skipped.
+    pub(super) async fn next(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
+        loop {
+            if let Some(delivery) = self.next_or_refused().await? {
+                return Ok(Some(delivery));
+            }
+        }
+    }
+
+    /// The next delivery, or `None` after dead-lettering one no caller can take or
+    /// replacing a link idle past the guard.
+    async fn next_or_refused(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
+        let mut guard = self.inner.link.lock().await;
+        if guard.is_none() && self.inner.session.get().is_some() {
+            return Err(ReceiveError::Transient(ServiceBusError::Link(
+                SESSION_LINK_GONE.to_owned(),
+            )));
+        }
+        self.attach_into(&mut guard).await?;
+        let Some(link) = guard.as_mut() else {
+            return Err(ReceiveError::Transient(ServiceBusError::Link(
+                "no receive link".to_owned(),
+            )));
+        };
+        let capacity = self.inner.capacity.load(Ordering::Acquire);
+        let idle_guard = self.inner.idle_guard();
+        let result = async {
+            if capacity > 0 {
+                self.top_up(link, capacity).await?;
+            } else if !link.granted {
+                // One credit per outstanding receive; a receive cancelled after granting leaves
+                // its credit for the next call instead of granting again.
+                link.receiver.add_credit(1).await?;
+                link.granted = true;
+            }
+            let delivery = match idle_guard {
+                Some(idle) => match tokio::time::timeout(idle, link.receiver.recv()).await {
+                    Ok(delivery) => delivery?,
+                    Err(_) => return Ok(None),
+                },
+                None => link.receiver.recv().await?,
+            };
+            if capacity > 0 {
+                link.pending = link.pending.saturating_sub(1);
+            } else {
+                link.granted = false;
+            }
+            Ok::<_, sb_amqp::Error>(Some(delivery))
+        }
+        .await;
+        let delivery = match result {
+            Ok(Some(delivery)) => delivery,
+            Ok(None) => {
+                // Idle past the guard: the link may be lost without a detach. Detaching
+                // costs little (credit is granted again on the fresh link); what it delivered
+                // meanwhile stays settleable by lock token.
+                link.shared.gone.store(true, Ordering::Release);
+                let stale = guard.take();
+                self.inner.set_current_link(None);
+                drop(guard);
+                tracing::info!(entity = %self.inner.entity, idle = ?idle_guard, "Receive link idle past the guard; replacing it.");
+                if let Some(stale) = stale {
+                    // Bounded: a lost link may never answer the detach.
+                    let detach = stale.receiver.detach();
+                    if tokio::time::timeout(CLOSE_TIMEOUT, detach).await.is_err() {
+                        tracing::debug!(entity = %self.inner.entity, "Idle link's detach unanswered; dropped.");
+                    }
+                }
+                // Not an error for the caller: the caller's receive goes on, on a fresh link.
+                return Ok(None);
+            }
+            Err(error) => {
+                // Only this link is gone (the connection too for a connection-level error):
+                // the next receive, after the caller's backoff, attaches anew.
+                link.shared.gone.store(true, Ordering::Release);
+                if let Some(conn) = link.conn.upgrade() {
+                    conn.observe(&error);
+                }
+                *guard = None;
+                self.inner.set_current_link(None);
+                tracing::warn!(entity = %self.inner.entity, %error, "Receive link failed; re-attaching.");
+                return Err(self.failed(&error, false));
+            }
+        };
+        let refusal = match delivery.message() {
+            Ok(message) => {
+                let received = from_amqp(&message, &delivery.delivery_tag);
+                let now = SystemTime::now();
+                if let Some(until) = received.message.locked_until {
+                    // Every delivery teaches the broker's clock: what the check below and
+                    // settlement deadlines read.
+                    self.inner
+                        .lock_clock
+                        .learn(until, received.message.enqueued_time, now);
+                }
+                if capacity > 0
+                    && self.inner.session.get().is_none()
+                    && received.refusal.is_none()
+                    && received
+                        .message
+                        .locked_until
+                        .is_some_and(|until| self.inner.lock_clock.ran_out(until, now))
+                {
+                    // It waited on the link past its lock (nothing renews a lock before the
+                    // delivery is handed out): the broker has made it available again, so it
+                    // must not be processed here; released to clear it from the link.
+                    tracing::warn!(entity = %self.inner.entity, "Releasing a delivery whose lock ran out while it was queued on the link.");
+                    // Best effort: the broker answers lock-lost or released; either clears it.
+                    let _ = tokio::time::timeout(
+                        self.inner.client.timeout(),
+                        link.shared
+                            .settler
+                            .settle(delivery.delivery_id, Outcome::Released),
+                    )
+                    .await;
+                    return Ok(None);
+                }
+                match received.refusal.clone() {
+                    None => return Ok(Some(self.delivery(link, delivery.delivery_id, received))),
+                    Some(refusal) => refusal,
+                }
+            }
+            // Redelivering it cannot help: every delivery of it would fail the same way.
+            Err(error) => Refusal {
+                reason: dead_letter_reason::UNDECODABLE_MESSAGE,
+                description: truncate(
+                    &format!("the AMQP message does not decode: {error}"),
+                    MAX_DESCRIPTION_LEN,
+                ),
+            },
+        };
+        tracing::warn!(entity = %self.inner.entity, reason = %refusal.reason, description = %refusal.description, "Dead-lettering a delivery the client cannot take.");
+        let outcome = dead_letter_outcome(refusal.reason, &refusal.description);
+        match tokio::time::timeout(
+            self.inner.client.timeout(),
+            link.shared.settler.settle(delivery.delivery_id, outcome),
+        )
+        .await
+        {
+            Ok(Ok(Some(Outcome::Rejected(Some(error))))) => {
+                tracing::warn!(condition = %error.condition, "The broker refused the dead-lettering.");
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "Dead-lettering failed."),
+            Err(_) => tracing::warn!("The broker did not answer the dead-lettering in time."),
+        }
+        Ok(None)
+    }
+
+    fn delivery(
+        &self,
+        link: &ReceiveLink,
+        delivery_id: u32,
+        received: Received,
+    ) -> ServiceBusDelivery {
+        self.inner.in_hand.fetch_add(1, Ordering::AcqRel);
+        let lock_token = received.message.lock_token.unwrap_or_else(uuid::Uuid::nil);
+        let locked_until = received
+            .message
+            .locked_until
+            .unwrap_or_else(|| SystemTime::now() + Duration::from_secs(30));
+        ServiceBusDelivery {
+            session: self.inner.session.get().cloned(),
+            receiver: self.inner.clone(),
+            link: link.shared.clone(),
+            delivery_id,
+            lock_token,
+            locked_until: StdMutex::new(locked_until),
+            settled: AtomicBool::new(false),
+            received,
+        }
+    }
+
+    /// Pipelined: grants what keeps the link's deliveries plus those in hand at `capacity`, in
+    /// blocks ([`TOP_UP_FRACTION`] of the capacity at least, or whatever is missing once the
+    /// link ran dry) so that a busy caller does not send one `flow` per delivery.
+    async fn top_up(&self, link: &mut ReceiveLink, capacity: u32) -> Result<(), sb_amqp::Error> {
+        let in_hand = u32::try_from(self.inner.in_hand.load(Ordering::Acquire)).unwrap_or(u32::MAX);
+        let missing = capacity.saturating_sub(in_hand.saturating_add(link.pending));
+        let block = (capacity / TOP_UP_FRACTION).max(1);
+        if missing >= block || (missing > 0 && link.pending == 0) {
+            link.receiver.add_credit(missing).await?;
+            link.pending += missing;
+        }
+        Ok(())
+    }
+
+    /// Withdraws the link's outstanding credit (AMQP drain) and releases what arrived and was
+    /// not handed out: for a caller that pauses (a kill switch); deliveries left on the link
+    /// would sit there locked, unrenewed, until their locks ran out, each costing a delivery
+    /// count ("Prefetch Azure Service Bus messages", learn.microsoft.com/azure/service-bus-messaging/service-bus-prefetch:
+    /// the lock timer starts when the message is prefetched). Released, they go back to the
+    /// entity for whoever reads it next, without one. The credit goes with a `flow` whose
+    /// drain flag has the broker spend or return it (AMQP 1.0 §2.6.7). Bounded like
+    /// [`ServiceBusReceiver::close`]; a link that does not answer is dropped and re-attached by
+    /// the next receive.
+    pub async fn withdraw(&self) {
+        let mut guard = self.inner.link.lock().await;
+        let Some(link) = guard.as_mut() else {
+            return;
+        };
+        if link.pending == 0 && !link.granted {
+            return;
+        }
+        let withdrawing = async {
+            link.receiver.drain().await?;
+            while let Some(delivery) = link.receiver.try_recv()? {
+                link.receiver.release(&delivery).await?;
+            }
+            Ok::<_, sb_amqp::Error>(())
+        };
+        match tokio::time::timeout(CLOSE_TIMEOUT, withdrawing).await {
+            Ok(Ok(())) => {
+                link.pending = 0;
+                link.granted = false;
+                tracing::info!(entity = %self.inner.entity, "Receive credit withdrawn; prefetched deliveries released.");
+            }
+            failed => {
+                // Whatever is left on it, its locks decide; the next receive attaches afresh.
+                link.shared.gone.store(true, Ordering::Release);
+                *guard = None;
+                self.inner.set_current_link(None);
+                tracing::warn!(entity = %self.inner.entity, timed_out = failed.is_err(), "Withdrawing receive credit failed; dropping the link.");
+            }
+        }
+    }
+
+    /// Received deliveries of the current link not settled yet (0 without a link): what a
+    /// settlement or a drop has not cleared yet.
+    pub async fn unsettled(&self) -> usize {
+        let guard = self.inner.link.lock().await;
+        match guard.as_ref() {
+            Some(link) => link.shared.settler.unsettled().await.unwrap_or(0),
+            None => 0,
+        }
+    }
+}
