@@ -194,7 +194,7 @@ async fn relayed_envelopes_keep_their_ids_across_a_retry_and_read_in_the_officia
     //    clock is past every backoff sends them again.
     let losing = Relay::new(
         store.clone(),
-        AnswerLost(client.sender_port()),
+        AnswerLost(ServiceBusSenderPort::new(client.clone())),
         RelayConfig::default().with_batch_size(1),
     );
     for _ in 0..3 {
@@ -204,7 +204,7 @@ async fn relayed_envelopes_keep_their_ids_across_a_retry_and_read_in_the_officia
     let later = Clock::starting_at(SystemTime::now() + MAX_BACKOFF + Duration::from_secs(1));
     let relay = Relay::with_clock(
         store.clone(),
-        client.sender_port(),
+        ServiceBusSenderPort::new(client.clone()),
         RelayConfig::default(),
         later,
     );
@@ -389,7 +389,7 @@ async fn relayed_envelopes_are_consumed_once_through_the_envelope_readers() {
 
     let losing = Relay::new(
         store.clone(),
-        AnswerLost(client.sender_port()),
+        AnswerLost(ServiceBusSenderPort::new(client.clone())),
         RelayConfig::default().with_batch_size(1),
     );
     for _ in 0..3 {
@@ -398,7 +398,7 @@ async fn relayed_envelopes_are_consumed_once_through_the_envelope_readers() {
     let later = Clock::starting_at(SystemTime::now() + MAX_BACKOFF + Duration::from_secs(1));
     let relay = Relay::with_clock(
         store.clone(),
-        client.sender_port(),
+        ServiceBusSenderPort::new(client.clone()),
         RelayConfig::default(),
         later,
     );
