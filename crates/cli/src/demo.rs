@@ -4,7 +4,9 @@
 //! The stream holds distinct orders, exact redeliveries (the same message id published again),
 //! concurrent copies, a republished order under a new message id (a business-key duplicate),
 //! settlements answered `server-busy` after commit (retried by lock token, as the service's
-//! busy answers must be), poison messages and an unsupported contract version.
+//! busy answers must be), poison messages and an unsupported contract version. The workers host
+//! the same router as `sb-inbox run` (`inventory::router`: order-placed v1 upcast to v2, v2,
+//! order-cancelled v1), so v1 orders go through the upcaster and v3 is dead-lettered.
 //! The demo succeeds only if the database holds exactly one reservation per distinct order.
 
 use std::collections::BTreeMap;
@@ -14,12 +16,12 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::inventory::{
-    InventoryCounts, InventoryStore, OrderLine, OrderPlaced, OrderPlacedConsumer,
-};
+use crate::inventory::{InventoryCounts, InventoryStore, OrderLine, OrderPlaced};
 use crate::ops::send::OrderMessage;
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient, ServiceBusReceiver};
-use sb_inbox::{ConsumerName, Message, Runtime, RuntimeConfig, SqliteStore, StatsSnapshot};
+use sb_inbox::{
+    ConsumerName, Message, Router, Runtime, RuntimeConfig, SqliteStore, SqliteTx, StatsSnapshot,
+};
 
 const QUEUE: &str = "orders";
 const CONFIG: &str = r#"{"UserConfig":{"Namespaces":[{"Name":"sbemulatorns","Queues":[
@@ -41,7 +43,7 @@ pub struct DemoPlan {
     pub refused_settlements: u32,
     /// Messages whose body is not JSON.
     pub poison: usize,
-    /// Messages of `orders.order-placed.v2`.
+    /// Messages of `orders.order-placed.v3`, a version no route accepts.
     pub unsupported: usize,
 }
 
@@ -103,6 +105,9 @@ pub enum DemoError {
     /// A worker failed.
     #[error("worker: {0}")]
     Runtime(#[from] sb_inbox::RuntimeError),
+    /// The reference consumer's router did not build.
+    #[error("router: {0}")]
+    Router(#[from] sb_inbox::RouterError),
     /// The queue did not drain in time.
     #[error("the queue did not drain within {0:?}")]
     Timeout(Duration),
@@ -160,8 +165,8 @@ fn stream(plan: &DemoPlan, report: &mut DemoReport) -> Result<Vec<Message>, Demo
     }
     for i in 0..plan.unsupported {
         send.push(Message::new(
-            format!("m-v2-{i}"),
-            "orders.order-placed.v2",
+            format!("m-v3-{i}"),
+            "orders.order-placed.v3",
             r#"{"orderId":"x","lines":[]}"#,
         ));
     }
@@ -182,7 +187,7 @@ async fn start_emulator() -> Result<(sb_emulator::Emulator, ConnectionString), D
     Ok((emulator, cs))
 }
 
-type DemoRuntime = Runtime<ServiceBusReceiver, SqliteStore, OrderPlacedConsumer>;
+type DemoRuntime = Runtime<ServiceBusReceiver, SqliteStore, Router<SqliteTx>>;
 type DemoWorker = (
     Arc<DemoRuntime>,
     tokio::task::JoinHandle<Result<(), sb_inbox::RuntimeError>>,
@@ -195,6 +200,7 @@ fn start_workers(
     shutdown: &CancellationToken,
 ) -> Result<Vec<DemoWorker>, DemoError> {
     let mut workers = Vec::new();
+    let router = crate::inventory::router(None)?;
     for store in stores {
         // The demo's emulator answers some settlements busy on purpose: a short pause keeps
         // the demo quick (the service's throttling calls for the default's 10 s).
@@ -211,7 +217,7 @@ fn start_workers(
         let runtime = Arc::new(Runtime::new(
             receiver.clone(),
             store,
-            OrderPlacedConsumer::new(),
+            router.clone(),
             config,
         ));
         let token = shutdown.child_token();
