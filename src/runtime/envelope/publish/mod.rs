@@ -88,7 +88,7 @@ pub enum PublishError {
         /// The rule it breaks.
         why: &'static str,
     },
-    /// A value with control characters or longer than [`MAX_NAME_LEN`] where a name or an
+    /// A value with control characters or longer than 256 bytes where a name or an
     /// address is expected.
     #[error("{what} {value:?} is not valid: {why}")]
     InvalidValue {
