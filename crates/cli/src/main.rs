@@ -4,6 +4,7 @@
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -15,7 +16,10 @@ use sb_inbox::PgStore;
 use sb_inbox::SqliteStore;
 #[cfg(feature = "entra")]
 use sb_inbox::entra::{EntraCredential, EntraMode};
-use sb_inbox::servicebus::{ConnectionString, ServiceBusClient, ServiceBusSenderPort, Transport};
+use sb_inbox::servicebus::{
+    ConnectionString, DEFAULT_SERVER_BUSY_WAIT, ProxyConfig, ServiceBusClient,
+    ServiceBusSenderPort, Transport, TrustRoots,
+};
 use sb_inbox::store::StoreUrl;
 use sb_inbox::telemetry::{LogFormat, OTEL_ENV_VARS, TelemetryConfig};
 use sb_inbox::worker::{ENV_VARS, MOVED, WorkerConfig};
@@ -171,10 +175,83 @@ struct BrokerArgs {
     /// that block 5671); default: the connection string's TransportType, else amqp.
     #[arg(long, env = "SB_INBOX_SERVICEBUS_TRANSPORT")]
     transport: Option<Transport>,
+    /// PEM bundle of extra CAs trusted for amqps/wss (an inspecting proxy's, a test
+    /// emulator's), as the worker's servicebus.ca_file; default: SSL_CERT_FILE.
+    #[arg(long, env = "SB_INBOX_SERVICEBUS_CA_FILE")]
+    ca_file: Option<PathBuf>,
+    /// true: also trust the operating system's certificate store (default: Mozilla's roots
+    /// only), as the worker's servicebus.native_roots.
+    #[arg(
+        long,
+        env = "SB_INBOX_SERVICEBUS_NATIVE_ROOTS",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_parser = parse_flag
+    )]
+    native_roots: Option<bool>,
+    /// After the service answers busy, every operation waits this long (0 to 600000; default
+    /// 10000), as the worker's servicebus.server_busy_wait_ms. AMQP over WebSockets goes
+    /// through the HTTP proxy HTTPS_PROXY names, unless NO_PROXY lists the host, as the worker.
+    #[arg(
+        long,
+        env = "SB_INBOX_SERVICEBUS_SERVER_BUSY_WAIT_MS",
+        value_parser = clap::value_parser!(u64).range(0..=600_000)
+    )]
+    server_busy_wait_ms: Option<u64>,
+}
+
+/// `true`/`1`/`yes` or `false`/`0`/`no`, the words the worker's configuration takes for a flag.
+fn parse_flag(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" => Ok(false),
+        _ => Err(format!("{text:?} is not true or false")),
+    }
 }
 
 impl BrokerArgs {
+    /// The client as the worker builds it (`ConfiguredWorker`): the address, then the
+    /// server-busy wait, the trust roots and the WebSocket proxy from the same settings, so one
+    /// environment serves the worker and the operator commands.
     fn client(&self) -> anyhow::Result<ServiceBusClient> {
+        let busy_wait = self
+            .server_busy_wait_ms
+            .map_or(DEFAULT_SERVER_BUSY_WAIT, Duration::from_millis);
+        // The variables curl and the official SDKs' HTTP stacks read, as the worker does.
+        let proxy = ProxyConfig::from_env_vars(|name| std::env::var(name).ok())
+            .context("invalid HTTPS_PROXY / NO_PROXY")?;
+        let client = self
+            .address()?
+            .with_server_busy_wait(busy_wait)
+            .with_trust(&self.trust_roots())
+            .context(
+                "invalid --ca-file (SB_INBOX_SERVICEBUS_CA_FILE, else SSL_CERT_FILE) or \
+                 --native-roots (SB_INBOX_SERVICEBUS_NATIVE_ROOTS)",
+            )?
+            .with_proxy(&proxy);
+        Ok(client)
+    }
+
+    /// Mozilla's roots, plus `--ca-file` (else `SSL_CERT_FILE`, as the worker) and the OS store
+    /// with `--native-roots`.
+    fn trust_roots(&self) -> TrustRoots {
+        let mut roots = TrustRoots::new();
+        let ca_file = self.ca_file.clone().or_else(|| {
+            std::env::var_os("SSL_CERT_FILE")
+                .filter(|path| !path.is_empty())
+                .map(PathBuf::from)
+        });
+        if let Some(path) = ca_file {
+            roots = roots.with_ca_file(path);
+        }
+        if self.native_roots == Some(true) {
+            roots = roots.with_native_roots();
+        }
+        roots
+    }
+
+    /// The client for `--connection` or `--namespace`, before the settings every client takes.
+    fn address(&self) -> anyhow::Result<ServiceBusClient> {
         match (&self.connection, &self.namespace) {
             (Some(connection), None) => {
                 let mut cs: ConnectionString = connection
