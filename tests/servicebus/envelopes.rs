@@ -49,11 +49,11 @@ async fn send(connection: &str, queue: &str, scenario: &str, order: Option<&str>
 
 /// A worker process, killed if the test ends before stopping it (a failed assertion), so that
 /// no process outlives its test.
-struct Running(Option<std::process::Child>);
+pub(crate) struct Running(Option<std::process::Child>);
 
 impl Running {
     /// SIGTERM; asserts it exits 0.
-    async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         if let Some(child) = self.0.take() {
             sigterm_exits_0(child).await;
         }
@@ -82,7 +82,7 @@ async fn worker(
 }
 
 /// `child` once its `/readyz` answers.
-async fn started(mut child: std::process::Child) -> Running {
+pub(crate) async fn started(mut child: std::process::Child) -> Running {
     let stderr = child.stderr.take().unwrap();
     let running = Running(Some(child));
     let addr = tokio::task::spawn_blocking(move || health_address(stderr))
@@ -93,7 +93,7 @@ async fn started(mut child: std::process::Child) -> Running {
 }
 
 /// The inbox keys in the SQLite store at `db`, sorted: the logical ids the worker recorded.
-fn inbox_keys(db: &std::path::Path) -> Vec<String> {
+pub(crate) fn inbox_keys(db: &std::path::Path) -> Vec<String> {
     let conn = rusqlite::Connection::open(db).unwrap();
     let mut statement = conn
         .prepare("SELECT message_id FROM sb_inbox ORDER BY message_id")

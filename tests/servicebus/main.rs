@@ -21,6 +21,7 @@ mod host;
 mod hostile_peer;
 mod js;
 mod links;
+mod ops;
 mod outbox_envelopes;
 mod pipeline;
 mod python;
