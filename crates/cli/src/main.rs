@@ -151,7 +151,8 @@ enum DlqCommand {
         window_secs: u64,
         /// worker.toml whose [envelope] the entity's consumer reads (also SB_INBOX_ENVELOPE,
         /// SB_INBOX_ENVELOPE_TYPES, …): copies keep the envelope's logical id (a MassTransit
-        /// messageId, an NServiceBus.MessageId), not the broker's.
+        /// messageId, an NServiceBus.MessageId), not the broker's. Without it an envelope's
+        /// copy is keyed on its broker id, which the inbox does not know.
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -172,7 +173,9 @@ struct BrokerArgs {
     #[arg(long, env = "SB_INBOX_SERVICEBUS_NAMESPACE")]
     namespace: Option<String>,
     /// amqp (TCP, port 5671) or websockets (wss://HOST:443/$servicebus/websocket, for networks
-    /// that block 5671); default: the connection string's TransportType, else amqp.
+    /// that block 5671); default: the connection string's TransportType, else amqp. WebSockets
+    /// go through the HTTP proxy HTTPS_PROXY names unless NO_PROXY lists the host, as the
+    /// worker's.
     #[arg(long, env = "SB_INBOX_SERVICEBUS_TRANSPORT")]
     transport: Option<Transport>,
     /// PEM bundle of extra CAs trusted for amqps/wss (an inspecting proxy's, a test
@@ -190,8 +193,7 @@ struct BrokerArgs {
     )]
     native_roots: Option<bool>,
     /// After the service answers busy, every operation waits this long (0 to 600000; default
-    /// 10000), as the worker's servicebus.server_busy_wait_ms. AMQP over WebSockets goes
-    /// through the HTTP proxy HTTPS_PROXY names, unless NO_PROXY lists the host, as the worker.
+    /// 10000), as the worker's servicebus.server_busy_wait_ms.
     #[arg(
         long,
         env = "SB_INBOX_SERVICEBUS_SERVER_BUSY_WAIT_MS",
