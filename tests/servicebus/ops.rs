@@ -57,7 +57,7 @@ fn file(test: &str, name: &str, text: &str) -> PathBuf {
 
 /// `send` and `dlq peek|resubmit` against the emulator's TLS listener (its certificate signed by
 /// a CA it generates): with the CA in `SB_INBOX_SERVICEBUS_CA_FILE` (the worker's
-/// `servicebus.ca_file`) or `--ca-file` they succeed; without it they fail naming the unknown
+/// `servicebus.ca_file`), `--ca-file` or `SSL_CERT_FILE` they succeed; without it they fail naming the unknown
 /// issuer; a bad bundle or busy wait is refused naming its setting, and nothing is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_and_dlq_trust_the_ca_bundle_the_worker_is_given() {
@@ -134,13 +134,19 @@ async fn send_and_dlq_trust_the_ca_bundle_the_worker_is_given() {
         "{}",
         stderr(&refused)
     );
-    let output = run(&tls, &[&peek[..], &["--ca-file", ca]].concat(), &[]).await;
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert!(
-        stdout(&output).ends_with("1 dead letter(s) in q/$DeadLetterQueue\n"),
-        "{}",
-        stdout(&output)
-    );
+    // `--ca-file`, and `SSL_CERT_FILE` when no bundle is named, as the worker reads them.
+    for (args, env) in [
+        ([&peek[..], &["--ca-file", ca]].concat(), None),
+        (peek.to_vec(), Some(("SSL_CERT_FILE", ca))),
+    ] {
+        let output = run(&tls, &args, env.as_slice()).await;
+        assert!(output.status.success(), "{env:?}: {}", stderr(&output));
+        assert!(
+            stdout(&output).ends_with("1 dead letter(s) in q/$DeadLetterQueue\n"),
+            "{}",
+            stdout(&output)
+        );
+    }
     let resubmit = ["dlq", "resubmit", "--entity", "q", "--wait-secs", "1"];
     let output = run(&tls, &resubmit, &[("SB_INBOX_SERVICEBUS_CA_FILE", ca)]).await;
     assert!(output.status.success(), "{}", stderr(&output));
