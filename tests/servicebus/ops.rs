@@ -57,8 +57,9 @@ fn file(test: &str, name: &str, text: &str) -> PathBuf {
 
 /// `send` and `dlq peek|resubmit` against the emulator's TLS listener (its certificate signed by
 /// a CA it generates): with the CA in `SB_INBOX_SERVICEBUS_CA_FILE` (the worker's
-/// `servicebus.ca_file`), `--ca-file` or `SSL_CERT_FILE` they succeed; without it they fail naming the unknown
-/// issuer; a bad bundle or busy wait is refused naming its setting, and nothing is sent.
+/// `servicebus.ca_file`), `--ca-file` or `SSL_CERT_FILE` they succeed; without it they fail
+/// naming the unknown issuer; a bad bundle, busy wait or native-roots flag is refused naming
+/// its setting, and nothing is sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_and_dlq_trust_the_ca_bundle_the_worker_is_given() {
     let dir = tls_dir("ops-cli");
