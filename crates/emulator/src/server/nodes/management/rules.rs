@@ -310,6 +310,26 @@ mod tests {
             Err(Error::InvalidRule { .. })
         ));
         assert!(matches!(parse_rule(None), Err(Error::InvalidRule { .. })));
+        let bad_action = map(vec![
+            ("rule-name", Value::String("r".into())),
+            (
+                "rule-description",
+                map(vec![
+                    (
+                        "sql-filter",
+                        map(vec![("expression", Value::String("1=1".into()))]),
+                    ),
+                    (
+                        "sql-rule-action",
+                        map(vec![("expression", Value::String("SET a = 1 + 1".into()))]),
+                    ),
+                ]),
+            ),
+        ]);
+        assert!(matches!(
+            parse_rule(Some(&bad_action)),
+            Err(Error::InvalidRule { reason, .. }) if reason.contains("SQL rule action")
+        ));
     }
 
     #[test]
