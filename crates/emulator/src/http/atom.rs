@@ -594,6 +594,9 @@ mod tests {
         let broken = parse(br#"<RuleDescription><Filter i:type="SqlFilter"><SqlExpression>color = </SqlExpression></Filter></RuleDescription>"#).unwrap();
         assert!(rule_from(&broken, "s").is_err());
         let bad_action = parse(br#"<RuleDescription><Filter i:type="TrueFilter"><SqlExpression>1=1</SqlExpression></Filter><Action i:type="SqlRuleAction"><SqlExpression>SET a = 1 + 1</SqlExpression></Action></RuleDescription>"#).unwrap();
-        assert!(rule_from(&bad_action, "a").is_err(), "a bad action is a 400");
+        assert!(
+            rule_from(&bad_action, "a").is_err(),
+            "a bad action is a 400"
+        );
     }
 }

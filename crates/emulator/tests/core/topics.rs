@@ -328,7 +328,11 @@ async fn rule_actions_change_only_their_subscriptions_copy() {
     let p = &tagged.application_properties;
     assert_eq!(p.get("stage"), Some(&PropertyValue::Long(2)));
     assert!(!p.contains_key("secret"), "REMOVE applied");
-    assert_eq!(p.get("quantity"), Some(&PropertyValue::Long(3)), "others kept");
+    assert_eq!(
+        p.get("quantity"),
+        Some(&PropertyValue::Long(3)),
+        "others kept"
+    );
 
     let plain = recv(&sub("plain")).await.message;
     assert_eq!(plain.subject.as_deref(), Some("created"));
@@ -357,7 +361,12 @@ async fn rule_actions_change_only_their_subscriptions_copy() {
     t.send(order("2", "created", "us", 5)).unwrap();
     let first = recv(&plain_sub).await;
     let second = recv(&plain_sub).await;
-    assert!(plain_sub.try_receive(ReceiveMode::PeekLock).unwrap().is_none());
+    assert!(
+        plain_sub
+            .try_receive(ReceiveMode::PeekLock)
+            .unwrap()
+            .is_none()
+    );
     assert_eq!(first.message.message_id.as_deref(), Some("2"));
     assert!(!first.message.application_properties.contains_key("marked"));
     assert_eq!(second.message.message_id.as_deref(), Some("2"));
