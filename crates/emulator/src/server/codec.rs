@@ -288,17 +288,36 @@ pub(crate) fn delivered(received: &ReceivedMessage) -> Result<Bytes, CodecError>
     if properties.message_id.is_none() {
         properties.message_id = received.message.message_id.clone().map(MessageId::String);
     }
-    if !received.message.application_properties.is_empty() {
-        let mut map = OrderedMap::new();
-        for (key, value) in &received.message.application_properties {
-            map.insert(key.clone(), simple(value));
-        }
-        message.application_properties = Some(ApplicationProperties(map));
-    }
+    system_properties(properties, &received.message);
+    message.application_properties = (!received.message.application_properties.is_empty())
+        .then(|| {
+            let mut map = OrderedMap::new();
+            for (key, value) in &received.message.application_properties {
+                map.insert(key.clone(), simple(value));
+            }
+            ApplicationProperties(map)
+        });
     let body = encode_message(&message)?;
     let mut out = header_section(&header, received.delivery_count);
     out.extend_from_slice(&body);
     Ok(Bytes::from(out))
+}
+
+/// Writes the system properties a subscription rule's action may have changed (`SET
+/// sys.Label = …`) from the broker's message. One the action left alone keeps the sender's
+/// encoding: a correlation-id sent as a uuid stays a uuid.
+fn system_properties(properties: &mut Properties, m: &BrokerMessage) {
+    if properties.correlation_id.as_ref().map(id_text) != m.correlation_id {
+        properties.correlation_id = m.correlation_id.clone().map(MessageId::String);
+    }
+    if properties.content_type.as_ref().map(|s| s.0.as_str()) != m.content_type.as_deref() {
+        properties.content_type = m.content_type.as_deref().map(Symbol::from);
+    }
+    properties.subject.clone_from(&m.subject);
+    properties.to.clone_from(&m.to);
+    properties.reply_to.clone_from(&m.reply_to);
+    properties.group_id.clone_from(&m.session_id);
+    properties.reply_to_group_id.clone_from(&m.reply_to_session_id);
 }
 
 /// Encodes the header section with every field written: the codec drops trailing default
