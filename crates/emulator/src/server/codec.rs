@@ -289,8 +289,8 @@ pub(crate) fn delivered(received: &ReceivedMessage) -> Result<Bytes, CodecError>
         properties.message_id = received.message.message_id.clone().map(MessageId::String);
     }
     system_properties(properties, &received.message);
-    message.application_properties = (!received.message.application_properties.is_empty())
-        .then(|| {
+    message.application_properties =
+        (!received.message.application_properties.is_empty()).then(|| {
             let mut map = OrderedMap::new();
             for (key, value) in &received.message.application_properties {
                 map.insert(key.clone(), simple(value));
@@ -317,7 +317,9 @@ fn system_properties(properties: &mut Properties, m: &BrokerMessage) {
     properties.to.clone_from(&m.to);
     properties.reply_to.clone_from(&m.reply_to);
     properties.group_id.clone_from(&m.session_id);
-    properties.reply_to_group_id.clone_from(&m.reply_to_session_id);
+    properties
+        .reply_to_group_id
+        .clone_from(&m.reply_to_session_id);
 }
 
 /// Encodes the header section with every field written: the codec drops trailing default
