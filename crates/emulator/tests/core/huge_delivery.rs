@@ -490,8 +490,10 @@ async fn a_queue_created_at_run_time_takes_its_large_messages() {
     )
     .await
     .unwrap();
-    let mut props = sb_emulator::EntityProperties::default();
-    props.max_message_size = ENTITY_MAX;
+    let props = sb_emulator::EntityProperties {
+        max_message_size: ENTITY_MAX,
+        ..Default::default()
+    };
     emulator
         .broker()
         .create_queue(sb_emulator::QueueConfig::new("big").with_properties(props))
