@@ -387,4 +387,45 @@ mod tests {
         assert_eq!(message.header.unwrap().delivery_count, 3);
         assert_eq!(bytes.len(), 6 + 1 + 2 + 5 + 1 + 5);
     }
+    /// What a rule action changed reaches the wire; what it left keeps the sender's encoding.
+    #[test]
+    fn a_delivery_carries_what_a_rule_action_changed() {
+        let id = uuid::Uuid::from_u128(7);
+        let mut props = OrderedMap::new();
+        props.insert("x".to_owned(), SimpleValue::Long(1));
+        let sent = AnyMessage {
+            header: None,
+            delivery_annotations: None,
+            message_annotations: None,
+            properties: Some(Properties {
+                subject: Some("a".into()),
+                correlation_id: Some(MessageId::Uuid(to_uuid(id))),
+                ..Properties::default()
+            }),
+            application_properties: Some(ApplicationProperties(props)),
+            body: Body::Value(sb_amqp::types::messaging::AmqpValue(Value::Null)),
+            footer: None,
+        };
+        let mut message = broker_message(Bytes::from(encode_message(&sent).unwrap())).unwrap();
+        crate::SqlRuleAction::parse("SET sys.Label = 'b'; SET sys.To = 'q'; REMOVE x")
+            .unwrap()
+            .apply(&mut message);
+        let received = ReceivedMessage {
+            message,
+            sequence_number: 1,
+            enqueued_time: UNIX_EPOCH,
+            delivery_count: 0,
+            lock_token: None,
+            locked_until: None,
+            state: MessageState::Active,
+            expires_at: None,
+            dead_letter_source: None,
+        };
+        let out = decode_message(&delivered(&received).unwrap()).unwrap();
+        let p = out.properties.unwrap();
+        assert_eq!(p.subject.as_deref(), Some("b"));
+        assert_eq!(p.to.as_deref(), Some("q"));
+        assert_eq!(p.correlation_id, Some(MessageId::Uuid(to_uuid(id))));
+        assert!(out.application_properties.is_none(), "x removed");
+    }
 }
