@@ -406,7 +406,7 @@ mod tests {
             body: Body::Value(sb_amqp::types::messaging::AmqpValue(Value::Null)),
             footer: None,
         };
-        let mut message = broker_message(Bytes::from(encode_message(&sent).unwrap())).unwrap();
+        let mut message = broker_message(encode_message(&sent).unwrap()).unwrap();
         crate::SqlRuleAction::parse("SET sys.Label = 'b'; SET sys.To = 'q'; REMOVE x")
             .unwrap()
             .apply(&mut message);
