@@ -86,7 +86,7 @@ pub use request::{DEFAULT_MAX_REPLY_SIZE, RequestResponse};
 pub use sasl::{SaslClient, SaslIdentity, SaslServer};
 pub use server::{
     Accepted, ConnectionEvent, IncomingConnection, LinkAnswer, LinkRequest, Listener,
-    ServerConnection, ServerOptions, serve_io,
+    ServerConnection, ServerOptions, UnfinishedBytesBound, serve_io,
 };
 pub use transport::{Address, default_tls_config};
 pub use websocket::{SERVICE_BUS_PATH as WEBSOCKET_PATH, SUBPROTOCOL as WEBSOCKET_SUBPROTOCOL};

@@ -1,7 +1,7 @@
 //! Subscription rules: correlation filters, SQL filters and the `$Default` rule.
 
 use crate::message::{BrokerMessage, Properties, PropertyValue};
-use crate::sql_filter::SqlFilter;
+use crate::sql_filter::{SqlFilter, SqlRuleAction};
 
 /// A subscription filter.
 #[derive(Debug, Clone)]
@@ -84,15 +84,16 @@ fn values_equal(a: &PropertyValue, b: &PropertyValue) -> bool {
     }
 }
 
-/// A named subscription rule. The action (`SET …`) is kept for reference but not applied.
+/// A named subscription rule: a filter and an optional action applied to the subscription's
+/// copy of each message the filter selects.
 #[derive(Debug, Clone)]
 pub struct Rule {
     /// The rule name (`$Default` for the implicit rule).
     pub name: String,
     /// The filter.
     pub filter: Filter,
-    /// The rule action's SQL text, if any (not applied by this emulator).
-    pub action: Option<String>,
+    /// The rule action, if any.
+    pub action: Option<SqlRuleAction>,
 }
 
 impl Rule {

@@ -16,7 +16,8 @@
 //! - `queue`: the storage of one queue or subscription behind the handle: subqueues, locks,
 //!   timers, sessions ([`SessionLock`]), [`Settlement`], [`EntityCounts`].
 //! - Messages: [`BrokerMessage`], [`ReceivedMessage`], [`PropertyValue`].
-//! - Filters: [`Filter`], [`CorrelationFilter`], [`SqlFilter`] (a documented subset), [`Rule`].
+//! - Filters: [`Filter`], [`CorrelationFilter`], [`SqlFilter`] (a documented subset), [`Rule`]
+//!   with its [`SqlRuleAction`].
 //! - `server`: the AMQP side ([`Emulator`], [`EmulatorOptions`]): links, `$cbs`,
 //!   `$management`, faults.
 //! - Errors: [`Error`] with [`Error::condition`] giving the AMQP error condition.
@@ -85,4 +86,4 @@ pub use server::{
     SERVICE_MAX_FRAME_SIZE, SettlementAttempt, TLS_CA_FILE, TLS_CERT_FILE, TLS_KEY_FILE,
     TlsIdentity, TlsListen, start_from_json,
 };
-pub use sql_filter::{SqlError, SqlFilter};
+pub use sql_filter::{SqlError, SqlFilter, SqlRuleAction};

@@ -382,7 +382,7 @@ def topic_filters():
             sender.send_messages(ServiceBusMessage("blue", application_properties={"color": "blue"}))
             sender.send_messages(ServiceBusMessage("plain"))
 
-        def take(sub, count):
+        def take(sub, count, keep=False):
             out = []
             with c.get_subscription_receiver("t-filter", sub) as receiver:
                 deadline = time.monotonic() + 5
@@ -391,11 +391,23 @@ def topic_filters():
                 for m in out:
                     receiver.complete_message(m)
                 assert receiver.receive_messages(max_message_count=1, max_wait_time=1) == []
-            return [str(m) for m in out]
+            return out if keep else [str(m) for m in out]
+
+        def props(m):
+            text = lambda v: v.decode() if isinstance(v, bytes) else v
+            return {text(k): text(v) for k, v in (m.application_properties or {}).items()}
 
         assert take("s-correlation", 1) == ["red"]
         assert take("s-sql", 1) == ["blue"]
-        assert take("s-all", 3) == ["red", "blue", "plain"]
+        everything = take("s-all", 3, keep=True)
+        assert [str(m) for m in everything] == ["red", "blue", "plain"]
+        # The rule action of s-action (conformance.json) changes its copy only.
+        assert props(everything[1]) == {"color": "blue"}, props(everything[1])
+        assert everything[1].subject is None
+        [tagged] = take("s-action", 1, keep=True)
+        assert str(tagged) == "blue"
+        assert tagged.subject == "tagged", tagged.subject
+        assert props(tagged) == {"stage": 2}, props(tagged)
 
 
 @case

@@ -42,6 +42,33 @@ pub struct ServerOptions {
     /// `amqp:resource-limit-exceeded` (`0`: unbounded). Default
     /// [`DEFAULT_MAX_UNFINISHED_BYTES`](crate::DEFAULT_MAX_UNFINISHED_BYTES).
     pub max_unfinished_bytes: u64,
+    /// When set, gives each connection's bound as it opens, in place of
+    /// `max_unfinished_bytes`: for a server whose limit follows state that changes while it
+    /// runs (an emulator whose entities, and their message sizes, are created at run time).
+    pub max_unfinished_bytes_at_open: Option<UnfinishedBytesBound>,
+}
+
+/// A function giving a connection's unfinished-bytes bound when the connection opens
+/// ([`ServerOptions::max_unfinished_bytes_at_open`]).
+#[derive(Clone)]
+pub struct UnfinishedBytesBound(Arc<dyn Fn() -> u64 + Send + Sync>);
+
+impl UnfinishedBytesBound {
+    /// A bound computed by `f` for each connection.
+    pub fn new(f: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+
+    /// The bound for a connection opening now.
+    pub fn get(&self) -> u64 {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for UnfinishedBytesBound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UnfinishedBytesBound(..)")
+    }
 }
 
 impl Default for ServerOptions {
@@ -56,6 +83,7 @@ impl Default for ServerOptions {
             properties: None,
             handshake_timeout: Duration::from_secs(30),
             max_unfinished_bytes: crate::DEFAULT_MAX_UNFINISHED_BYTES,
+            max_unfinished_bytes_at_open: None,
         }
     }
 }
@@ -357,7 +385,9 @@ pub async fn serve_io(io: BoxIo, opts: Arc<ServerOptions>) -> Result<ServerConne
             &open,
             remote,
             opts.idle_timeout,
-            opts.max_unfinished_bytes,
+            opts.max_unfinished_bytes_at_open
+                .as_ref()
+                .map_or(opts.max_unfinished_bytes, UnfinishedBytesBound::get),
             Some(tx),
             tracing::Span::current(),
         );

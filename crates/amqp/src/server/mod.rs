@@ -19,4 +19,6 @@ mod sniff;
 
 pub use connection::{ConnectionEvent, ServerConnection};
 pub use link_request::{LinkAnswer, LinkRequest};
-pub use listener::{Accepted, IncomingConnection, Listener, ServerOptions, serve_io};
+pub use listener::{
+    Accepted, IncomingConnection, Listener, ServerOptions, UnfinishedBytesBound, serve_io,
+};

@@ -90,9 +90,28 @@ impl Namespace {
     }
 
     /// Numbers `msg` in the topic and fans it out to every subscription whose rules match.
+    ///
+    /// A subscription may take several copies (one per matching rule with an action); the
+    /// extra copies take the sequence numbers after the message's, so every copy in a
+    /// subscription has its own.
     fn route_to_topic(&self, t: &Topic, msg: BrokerMessage, hops: u8) -> Result<SendOutcome> {
         let now = self.clock.now();
         let props = t.props();
+        // Rules are read before the topic lock is taken (never both at once).
+        let fan_out: Vec<_> = t
+            .subscriptions()
+            .into_iter()
+            .map(|(_, sub)| {
+                let copies = sub.copies(&msg);
+                (sub, copies)
+            })
+            .collect();
+        let numbers = fan_out
+            .iter()
+            .map(|(_, copies)| copies.len())
+            .max()
+            .unwrap_or(0)
+            .max(1);
         let seq = {
             let mut st = t.lock();
             let dup = props.requires_duplicate_detection
@@ -106,13 +125,13 @@ impl Namespace {
                 return Ok(SendOutcome::Duplicate);
             }
             let seq = st.next_seq;
-            st.next_seq += 1;
+            st.next_seq += i64::try_from(numbers).unwrap_or(i64::MAX);
             st.sent += 1;
             seq
         };
-        for (_, sub) in &t.subscriptions() {
-            if sub.matches(&msg) {
-                self.deliver_to_subscription(t, sub, &msg, seq, now, hops)?;
+        for (sub, copies) in &fan_out {
+            for (k, copy) in (0_i64..).zip(copies) {
+                self.deliver_to_subscription(t, sub, copy, seq + k, now, hops)?;
             }
         }
         Ok(SendOutcome::Accepted {

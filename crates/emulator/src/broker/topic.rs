@@ -31,8 +31,33 @@ impl Subscription {
         self.rules.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(super) fn matches(&self, msg: &BrokerMessage) -> bool {
-        self.rules().iter().any(|(r, _)| r.filter.matches(msg))
+    /// The copies of `msg` this subscription receives: one for all matching rules without an
+    /// action together, and one per matching rule with an action, that action applied to it
+    /// (Microsoft, "Topic filters and actions":
+    /// <https://learn.microsoft.com/azure/service-bus-messaging/topic-filters>: "All rules
+    /// without actions are combined using an OR condition and result in a single message on
+    /// the subscription"; "Each rule with an action produces a copy of the message").
+    pub(super) fn copies(&self, msg: &BrokerMessage) -> Vec<BrokerMessage> {
+        let rules = self.rules();
+        let mut plain = false;
+        let mut annotated = Vec::new();
+        for (rule, _) in rules.iter().filter(|(r, _)| r.filter.matches(msg)) {
+            match &rule.action {
+                None => plain = true,
+                Some(action) => {
+                    let mut copy = msg.clone();
+                    action.apply(&mut copy);
+                    annotated.push(copy);
+                }
+            }
+        }
+        drop(rules);
+        let mut copies = Vec::with_capacity(annotated.len() + 1);
+        if plain {
+            copies.push(msg.clone());
+        }
+        copies.extend(annotated);
+        copies
     }
 }
 

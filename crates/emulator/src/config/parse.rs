@@ -14,7 +14,7 @@ use super::{
 use crate::filter::{CorrelationFilter, Filter, Rule};
 use crate::message::PropertyValue;
 use crate::rights::{Right, Rights, SharedAccessPolicy};
-use crate::sql_filter::SqlFilter;
+use crate::sql_filter::{SqlFilter, SqlRuleAction};
 
 /// The configuration a `Config.json` document describes (not validated yet).
 pub(super) fn config(value: &Value) -> Result<Config, ConfigError> {
@@ -299,11 +299,18 @@ fn parse_rule(r: Obj<'_>) -> Result<Rule, ConfigError> {
         None => None,
         Some(a) => {
             a.allow(&["SqlExpression"])?;
-            let text = a.string("SqlExpression")?.map(str::to_owned);
-            if let Some(text) = &text {
-                tracing::warn!(rule = %name, action = %text, "Rule actions are not applied by this emulator.");
+            match a.string("SqlExpression")? {
+                None => None,
+                Some(text) => match SqlRuleAction::parse(text) {
+                    Ok(action) => Some(action),
+                    Err(e) => {
+                        return invalid(
+                            a.child("SqlExpression"),
+                            format!("invalid SQL rule action {text:?}: {e}"),
+                        );
+                    }
+                },
             }
-            text
         }
     };
     Ok(Rule {

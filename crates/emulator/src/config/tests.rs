@@ -144,7 +144,13 @@ fn parses_the_sample() {
     assert_eq!(s2.properties.lock_duration, Duration::from_secs(1));
     assert_eq!(s2.properties.max_delivery_count, 1);
     assert!(matches!(s2.rules[0].filter, Filter::Sql(_)));
-    assert_eq!(s2.rules[0].action.as_deref(), Some("SET sys.To = 'Entity'"));
+    assert_eq!(
+        s2.rules[0]
+            .action
+            .as_ref()
+            .map(crate::SqlRuleAction::expression),
+        Some("SET sys.To = 'Entity'")
+    );
     assert!(t.subscriptions[2].rules.is_empty());
 }
 

@@ -20,7 +20,7 @@ use crate::config::{EntityProperties, TopicProperties};
 use crate::duration::{format_iso8601_duration, parse_iso8601_duration};
 use crate::filter::{CorrelationFilter, Filter, Rule};
 use crate::message::{Properties, PropertyValue};
-use crate::sql_filter::SqlFilter;
+use crate::sql_filter::{SqlFilter, SqlRuleAction};
 
 use super::xml::{Element, escape};
 
@@ -232,7 +232,7 @@ pub(crate) fn rule(rule: &Rule, created: SystemTime) -> String {
     let action = match &rule.action {
         Some(sql) => format!(
             r#"<Action i:type="SqlRuleAction"><SqlExpression>{}</SqlExpression><CompatibilityLevel>20</CompatibilityLevel></Action>"#,
-            escape(sql)
+            escape(sql.expression())
         ),
         None => r#"<Action i:type="EmptyRuleAction"/>"#.to_owned(),
     };
@@ -495,10 +495,14 @@ pub(crate) fn rule_from(el: &Element, name: &str) -> Result<Rule, BadDescription
             }
         },
     };
+    // A bad action is refused with the rule, as the service answers 400 for it.
     let action = el
         .child("Action")
         .and_then(|a| a.text_of("SqlExpression"))
-        .map(str::to_owned);
+        .map(|text| {
+            SqlRuleAction::parse(text).map_err(|e| bad(format!("SqlRuleAction {text:?}: {e}")))
+        })
+        .transpose()?;
     Ok(Rule {
         name: name.to_owned(),
         filter,
@@ -561,7 +565,10 @@ mod tests {
             c.properties.get("n"),
             Some(PropertyValue::Long(5))
         ));
-        assert_eq!(rule.action.as_deref(), Some("SET x = 1"));
+        assert_eq!(
+            rule.action.as_ref().map(SqlRuleAction::expression),
+            Some("SET x = 1")
+        );
         // And renders back with the value's type after a five-character prefix.
         let xml = super::rule(&rule, UNIX_EPOCH);
         assert!(xml.contains(r#"<Value i:type="d6p1:int""#), "{xml}");
@@ -586,5 +593,10 @@ mod tests {
         ));
         let broken = parse(br#"<RuleDescription><Filter i:type="SqlFilter"><SqlExpression>color = </SqlExpression></Filter></RuleDescription>"#).unwrap();
         assert!(rule_from(&broken, "s").is_err());
+        let bad_action = parse(br#"<RuleDescription><Filter i:type="TrueFilter"><SqlExpression>1=1</SqlExpression></Filter><Action i:type="SqlRuleAction"><SqlExpression>SET a = 1 + 1</SqlExpression></Action></RuleDescription>"#).unwrap();
+        assert!(
+            rule_from(&bad_action, "a").is_err(),
+            "a bad action is a 400"
+        );
     }
 }

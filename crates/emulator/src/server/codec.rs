@@ -288,17 +288,38 @@ pub(crate) fn delivered(received: &ReceivedMessage) -> Result<Bytes, CodecError>
     if properties.message_id.is_none() {
         properties.message_id = received.message.message_id.clone().map(MessageId::String);
     }
-    if !received.message.application_properties.is_empty() {
-        let mut map = OrderedMap::new();
-        for (key, value) in &received.message.application_properties {
-            map.insert(key.clone(), simple(value));
-        }
-        message.application_properties = Some(ApplicationProperties(map));
-    }
+    system_properties(properties, &received.message);
+    message.application_properties =
+        (!received.message.application_properties.is_empty()).then(|| {
+            let mut map = OrderedMap::new();
+            for (key, value) in &received.message.application_properties {
+                map.insert(key.clone(), simple(value));
+            }
+            ApplicationProperties(map)
+        });
     let body = encode_message(&message)?;
     let mut out = header_section(&header, received.delivery_count);
     out.extend_from_slice(&body);
     Ok(Bytes::from(out))
+}
+
+/// Writes the system properties a subscription rule's action may have changed (`SET
+/// sys.Label = …`) from the broker's message. One the action left alone keeps the sender's
+/// encoding: a correlation-id sent as a uuid stays a uuid.
+fn system_properties(properties: &mut Properties, m: &BrokerMessage) {
+    if properties.correlation_id.as_ref().map(id_text) != m.correlation_id {
+        properties.correlation_id = m.correlation_id.clone().map(MessageId::String);
+    }
+    if properties.content_type.as_ref().map(|s| s.0.as_str()) != m.content_type.as_deref() {
+        properties.content_type = m.content_type.as_deref().map(Symbol::from);
+    }
+    properties.subject.clone_from(&m.subject);
+    properties.to.clone_from(&m.to);
+    properties.reply_to.clone_from(&m.reply_to);
+    properties.group_id.clone_from(&m.session_id);
+    properties
+        .reply_to_group_id
+        .clone_from(&m.reply_to_session_id);
 }
 
 /// Encodes the header section with every field written: the codec drops trailing default
@@ -365,5 +386,46 @@ mod tests {
             decode_message(&[bytes.as_slice(), &[0x00, 0x53, 0x77, 0x40]].concat()).unwrap();
         assert_eq!(message.header.unwrap().delivery_count, 3);
         assert_eq!(bytes.len(), 6 + 1 + 2 + 5 + 1 + 5);
+    }
+    /// What a rule action changed reaches the wire; what it left keeps the sender's encoding.
+    #[test]
+    fn a_delivery_carries_what_a_rule_action_changed() {
+        let id = uuid::Uuid::from_u128(7);
+        let mut props = OrderedMap::new();
+        props.insert("x".to_owned(), SimpleValue::Long(1));
+        let sent = AnyMessage {
+            header: None,
+            delivery_annotations: None,
+            message_annotations: None,
+            properties: Some(Properties {
+                subject: Some("a".into()),
+                correlation_id: Some(MessageId::Uuid(to_uuid(id))),
+                ..Properties::default()
+            }),
+            application_properties: Some(ApplicationProperties(props)),
+            body: Body::Value(sb_amqp::types::messaging::AmqpValue(Value::Null)),
+            footer: None,
+        };
+        let mut message = broker_message(encode_message(&sent).unwrap()).unwrap();
+        crate::SqlRuleAction::parse("SET sys.Label = 'b'; SET sys.To = 'q'; REMOVE x")
+            .unwrap()
+            .apply(&mut message);
+        let received = ReceivedMessage {
+            message,
+            sequence_number: 1,
+            enqueued_time: UNIX_EPOCH,
+            delivery_count: 0,
+            lock_token: None,
+            locked_until: None,
+            state: MessageState::Active,
+            expires_at: None,
+            dead_letter_source: None,
+        };
+        let out = decode_message(&delivered(&received).unwrap()).unwrap();
+        let p = out.properties.unwrap();
+        assert_eq!(p.subject.as_deref(), Some("b"));
+        assert_eq!(p.to.as_deref(), Some("q"));
+        assert_eq!(p.correlation_id, Some(MessageId::Uuid(to_uuid(id))));
+        assert!(out.application_properties.is_none(), "x removed");
     }
 }

@@ -127,7 +127,10 @@ impl Emulator {
             max_frame_size: SERVICE_MAX_FRAME_SIZE,
             channel_max: SERVICE_CHANNEL_MAX,
             idle_timeout: Some(SERVICE_IDLE_TIMEOUT),
-            max_unfinished_bytes: max_unfinished_bytes(&broker),
+            max_unfinished_bytes_at_open: Some({
+                let broker = broker.clone();
+                sb_amqp::UnfinishedBytesBound::new(move || max_unfinished_bytes(&broker))
+            }),
             ..ServerOptions::default()
         };
         let listener = Listener::bind(options.listen.as_str(), server.clone())
@@ -470,7 +473,9 @@ async fn http_accept_loop(
 
 /// The bytes one connection's unfinished deliveries may hold together: the engine's default,
 /// or room for two of the largest deliveries an entity link or its `$management` link takes
-/// when an entity is configured larger (`MaxMessageSizeInKilobytes`).
+/// when an entity is larger (`MaxMessageSizeInKilobytes`). Computed as each connection opens,
+/// from the entities then present: one created at run time (HTTP or `$management`) with a
+/// larger size takes its messages on connections opened after it.
 fn max_unfinished_bytes(broker: &Broker) -> u64 {
     let largest = broker
         .entity_paths()

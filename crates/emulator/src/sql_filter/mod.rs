@@ -26,13 +26,17 @@
 //! - `ast`: the parsed expression.
 //! - `parse`: the tokens into an expression.
 //! - `eval`: the expression against a message.
+//! - `action`: [`SqlRuleAction`], a rule action's `SET`/`REMOVE` statements over the same
+//!   operands.
 
+mod action;
 mod ast;
 mod eval;
 mod lex;
 mod parse;
 
 use crate::message::BrokerMessage;
+pub use action::SqlRuleAction;
 use ast::Expr;
 use lex::{Tok, lex};
 use parse::Parser;

@@ -24,7 +24,7 @@ impl Parser {
         &self.tokens[(self.pos + n).min(self.tokens.len() - 1)].kind
     }
 
-    fn next(&mut self) -> Token {
+    pub(super) fn next(&mut self) -> Token {
         let t = self.peek().clone();
         if t.kind != Tok::Eof {
             self.pos += 1;
@@ -32,7 +32,7 @@ impl Parser {
         t
     }
 
-    fn expect(&mut self, kind: Tok, what: &str) -> Result<(), SqlError> {
+    pub(super) fn expect(&mut self, kind: Tok, what: &str) -> Result<(), SqlError> {
         let t = self.next();
         if t.kind == kind {
             Ok(())
@@ -201,7 +201,7 @@ impl Parser {
         })
     }
 
-    fn operand(&mut self) -> Result<Operand, SqlError> {
+    pub(super) fn operand(&mut self) -> Result<Operand, SqlError> {
         if let Tok::Ident(name) = &self.peek().kind {
             let name = name.clone();
             let offset = self.peek().offset;

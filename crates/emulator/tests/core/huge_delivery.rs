@@ -473,3 +473,65 @@ async fn a_1_gb_delivery_is_refused_at_each_links_bound_and_the_emulator_stays_s
     }
     drop(child);
 }
+
+/// A queue created while the emulator runs (the path the HTTP management API's PUT takes) with
+/// a `MaxMessageSizeInKilobytes` above half the engine's default connection bound takes a
+/// message over that default on a connection opened after it: the per-connection bound is
+/// computed as the connection opens, from the entities then present. (Service Bus Premium takes
+/// messages up to 100 MB: https://learn.microsoft.com/azure/service-bus-messaging/service-bus-quotas.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_created_at_run_time_takes_its_large_messages() {
+    const ENTITY_MAX: usize = 80 << 20;
+    // Over the 64 MiB default bound, so the bound computed at start would refuse it.
+    const BODY: usize = (sb_amqp::DEFAULT_MAX_UNFINISHED_BYTES as usize) + (2 << 20);
+    let emulator = sb_emulator::Emulator::start(
+        sb_emulator::Broker::new(sb_emulator::Config::new("ns")).unwrap(),
+        sb_emulator::EmulatorOptions::default(),
+    )
+    .await
+    .unwrap();
+    let props = sb_emulator::EntityProperties {
+        max_message_size: ENTITY_MAX,
+        ..Default::default()
+    };
+    emulator
+        .broker()
+        .create_queue(sb_emulator::QueueConfig::new("big").with_properties(props))
+        .unwrap();
+    let addr = emulator.local_addr().to_string();
+    let conn = Connection::open(&format!("amqp://{addr}")).await.unwrap();
+    let session = conn.begin().await.unwrap();
+    let cbs = RequestResponse::attach(&session, "$cbs").await.unwrap();
+    let audience = format!("sb://{addr}/big");
+    let request = Message::builder()
+        .application_properties(super::process::put_token_properties(&audience))
+        .value(super::process::sas_token(&audience))
+        .build();
+    cbs.request(request).await.unwrap();
+    let sender = session
+        .attach_sender(SenderOptions::new("big-sender", "big"))
+        .await
+        .unwrap();
+    let msg = Message::builder()
+        .data(sb_amqp::types::messaging::Data(vec![0x5a; BODY].into()))
+        .build();
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(120),
+        sender.send(Sendable::message(&msg).unwrap()),
+    )
+    .await
+    .expect("settled within the bound");
+    outcome.expect("the message is accepted");
+    let stored = emulator
+        .broker()
+        .entity("big")
+        .unwrap()
+        .try_receive(sb_emulator::ReceiveMode::ReceiveAndDelete)
+        .unwrap()
+        .expect("stored");
+    assert!(
+        stored.message.payload.len() > BODY,
+        "the whole body is stored"
+    );
+    conn.close().await.unwrap();
+}

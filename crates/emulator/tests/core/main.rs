@@ -25,7 +25,8 @@ use std::time::Duration;
 use sb_emulator::{
     Broker, BrokerMessage, Config, CorrelationFilter, DispositionStatus, Entity, EntityProperties,
     Error, Filter, MessageState, Properties, PropertyValue, QueueConfig, ReceiveMode, Rule,
-    SendOutcome, Settlement, SqlFilter, SubscriptionConfig, TopicConfig, TopicProperties,
+    SendOutcome, Settlement, SqlFilter, SqlRuleAction, SubscriptionConfig, TopicConfig,
+    TopicProperties,
 };
 use tokio::time::advance;
 

@@ -22,7 +22,7 @@ use sb_amqp::servicebus::rule::{correlation, descriptor, key};
 use crate::server::codec::{key_text, property_to_value, to_timestamp, value_property};
 use crate::server::nodes::Reply;
 use crate::server::nodes::body::{count, text};
-use crate::{CorrelationFilter, Entity, Error, Filter, Rule, SqlFilter};
+use crate::{CorrelationFilter, Entity, Error, Filter, Rule, SqlFilter, SqlRuleAction};
 
 fn entries(value: Option<&Value>) -> Vec<(&str, &Value)> {
     match value {
@@ -79,14 +79,17 @@ pub(super) fn parse_rule(body: Option<&Value>) -> Result<Rule, Error> {
     };
     let action = match get(description, key::SQL_RULE_ACTION) {
         None => None,
-        Some(action) => Some(
-            text(get(Some(action), key::EXPRESSION))
-                .ok_or_else(|| invalid(&name, "sql-rule-action needs an expression"))?,
-        ),
+        Some(action) => {
+            let expression = text(get(Some(action), key::EXPRESSION))
+                .ok_or_else(|| invalid(&name, "sql-rule-action needs an expression"))?;
+            // The service refuses an action it cannot parse when the rule is added, as it does
+            // a bad filter; one outside the emulator's subset is refused the same way.
+            Some(
+                SqlRuleAction::parse(&expression)
+                    .map_err(|e| invalid(&name, format!("SQL rule action {expression:?}: {e}")))?,
+            )
+        }
     };
-    if let Some(action) = &action {
-        tracing::warn!(rule = %name, %action, "Rule actions are kept but not applied by this emulator.");
-    }
     Ok(Rule {
         name,
         filter,
@@ -170,9 +173,9 @@ fn description(rule: &Rule, created: SystemTime) -> Value {
         Filter::Correlation(c) => correlation_description(c),
     };
     let action = match &rule.action {
-        Some(expression) => described(
+        Some(action) => described(
             descriptor::SQL_RULE_ACTION,
-            vec![Value::String(expression.clone())],
+            vec![Value::String(action.expression().into())],
         ),
         None => described(descriptor::EMPTY_RULE_ACTION, Vec::new()),
     };
@@ -241,7 +244,10 @@ mod tests {
         let rule = parse_rule(Some(&sql)).unwrap();
         assert_eq!(rule.name, "big");
         assert!(matches!(&rule.filter, Filter::Sql(f) if f.expression() == "quantity > 10"));
-        assert_eq!(rule.action.as_deref(), Some("SET x = 1"));
+        assert_eq!(
+            rule.action.as_ref().map(SqlRuleAction::expression),
+            Some("SET x = 1")
+        );
 
         // JS writes every correlation key, unset ones as null.
         let mut fields: Vec<(&str, Value)> = [
@@ -304,6 +310,26 @@ mod tests {
             Err(Error::InvalidRule { .. })
         ));
         assert!(matches!(parse_rule(None), Err(Error::InvalidRule { .. })));
+        let bad_action = map(vec![
+            ("rule-name", Value::String("r".into())),
+            (
+                "rule-description",
+                map(vec![
+                    (
+                        "sql-filter",
+                        map(vec![("expression", Value::String("1=1".into()))]),
+                    ),
+                    (
+                        "sql-rule-action",
+                        map(vec![("expression", Value::String("SET a = 1 + 1".into()))]),
+                    ),
+                ]),
+            ),
+        ]);
+        assert!(matches!(
+            parse_rule(Some(&bad_action)),
+            Err(Error::InvalidRule { reason, .. }) if reason.contains("SQL rule action")
+        ));
     }
 
     #[test]
