@@ -93,20 +93,20 @@ fn the_first_deployment_waits_for_no_ready_replica() {
 }
 
 /// A directory of stand-ins for `az` and `sqlcmd` that append each call to `calls.log`.
-struct FakeTools {
+pub(crate) struct FakeTools {
     dir: PathBuf,
 }
 
 impl FakeTools {
     /// `job_status` is what `az containerapp job execution show` answers after one `Running`.
-    fn new(name: &str, job_status: &str) -> Self {
+    pub(crate) fn new(name: &str, job_status: &str) -> Self {
         Self::with(name, job_status, "azureServices", 0)
     }
 
     /// As [`FakeTools::new`], the deployment's `databaseNetwork` output `network`, and
     /// `sqlcmd` failing its first `sqlcmd_failures` calls (the firewall rule not active yet, a
     /// paused database resuming).
-    fn with(name: &str, job_status: &str, network: &str, sqlcmd_failures: u32) -> Self {
+    pub(crate) fn with(name: &str, job_status: &str, network: &str, sqlcmd_failures: u32) -> Self {
         let dir =
             std::env::temp_dir().join(format!("sb-inbox-infra-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -151,7 +151,7 @@ if [ "$n" -le {sqlcmd_failures} ]; then echo "Msg 40615: Cannot open server" >&2
 
     /// Runs `infra/setup-database.sh` with the stand-ins first on PATH: its exit code and the
     /// calls in order.
-    fn run_setup(&self) -> (Option<i32>, Vec<String>) {
+    pub(crate) fn run_setup(&self) -> (Option<i32>, Vec<String>) {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let path = format!(
             "{}:{}",
@@ -181,7 +181,7 @@ impl Drop for FakeTools {
     }
 }
 
-fn position(calls: &[String], what: &[&str]) -> usize {
+pub(crate) fn position(calls: &[String], what: &[&str]) -> usize {
     calls
         .iter()
         .position(|c| what.iter().all(|w| c.contains(w)))

@@ -177,14 +177,14 @@ pub(crate) fn names_with(overrides: &[(&str, Value)]) -> Vec<String> {
 }
 
 /// The worker app resource as the deployment creates it, with `overrides` of the parameters.
-fn worker_app(overrides: &BTreeMap<String, Value>) -> Value {
+pub(crate) fn worker_app(overrides: &BTreeMap<String, Value>) -> Value {
     let deployment = deployment();
     let main = Scope::main_with(&deployment, overrides.clone());
     main.module(&deployment, "modules/containerapp.bicep")
         .resource("app")
 }
 
-fn with(values: &[(&str, Value)]) -> BTreeMap<String, Value> {
+pub(crate) fn with(values: &[(&str, Value)]) -> BTreeMap<String, Value> {
     values
         .iter()
         .map(|(k, v)| ((*k).to_owned(), v.clone()))
@@ -552,7 +552,7 @@ pub(crate) fn worker_env(overrides: &BTreeMap<String, Value>) -> BTreeMap<String
 }
 
 /// Interpolated unknowns (the store's host, database and User Id) as ASCII stand-ins.
-fn stand_in_unknowns(mut value: String) -> String {
+pub(crate) fn stand_in_unknowns(mut value: String) -> String {
     while let (Some(open), Some(close)) = (value.find('⟨'), value.find('⟩')) {
         let expression = &value[open..close];
         let stand_in = if expression.contains("Fqdn") {

@@ -334,11 +334,11 @@ impl<'d> Scope<'d> {
         let names: Vec<String> = if variables.kind() == "identifier" {
             vec![text(*variables, self.source).to_owned()]
         } else {
+            // `(item, index)`: the grammar names the two loop_variable / loop_enumerator.
             let mut cursor = variables.walk();
             variables
                 .named_children(&mut cursor)
-                .filter(|n| n.kind() == "identifier")
-                .map(|n| text(n, self.source).to_owned())
+                .map(|n| text(n, self.source).trim().to_owned())
                 .collect()
         };
         let collection = self.eval(*parts.get(1)?);
@@ -359,6 +359,19 @@ impl<'d> Scope<'d> {
                 })
                 .collect(),
         )
+    }
+
+    /// The value of output `name` of this file.
+    pub(crate) fn output(&self, name: &str) -> Value {
+        let root = self.tree.root_node();
+        declarations(root)
+            .into_iter()
+            .find(|d| d.kind() == "output_declaration" && identifier(*d, self.source) == name)
+            .and_then(|d| {
+                let mut cursor = d.walk();
+                d.named_children(&mut cursor).last()
+            })
+            .map_or_else(|| panic!("no output {name}"), |n| self.eval(n))
     }
 
     /// The resource named `symbol` in this file.
@@ -640,7 +653,9 @@ impl<'d> Scope<'d> {
             "toLower" => {
                 str_arg(0).map_or_else(|| self.unknown(node), |s| Value::Str(s.to_lowercase()))
             }
-            "trim" => str_arg(0).map_or_else(|| self.unknown(node), |s| Value::Str(s.trim().to_owned())),
+            "trim" => {
+                str_arg(0).map_or_else(|| self.unknown(node), |s| Value::Str(s.trim().to_owned()))
+            }
             "startsWith" => match (str_arg(0), str_arg(1)) {
                 (Some(s), Some(prefix)) => {
                     Value::Bool(s.to_lowercase().starts_with(&prefix.to_lowercase()))
@@ -707,17 +722,17 @@ impl<'d> Scope<'d> {
             "environment" => Value::Object(BTreeMap::from([
                 ("name".to_owned(), Value::Str("AzureCloud".to_owned())),
                 (
-                "suffixes".to_owned(),
-                Value::Object(BTreeMap::from([
-                    (
-                        "acrLoginServer".to_owned(),
-                        Value::Str(".azurecr.io".to_owned()),
-                    ),
-                    (
-                        "sqlServerHostname".to_owned(),
-                        Value::Str(".database.windows.net".to_owned()),
-                    ),
-                ])),
+                    "suffixes".to_owned(),
+                    Value::Object(BTreeMap::from([
+                        (
+                            "acrLoginServer".to_owned(),
+                            Value::Str(".azurecr.io".to_owned()),
+                        ),
+                        (
+                            "sqlServerHostname".to_owned(),
+                            Value::Str(".database.windows.net".to_owned()),
+                        ),
+                    ])),
                 ),
             ])),
             // resourceId('NS/type/child', name, childName) in this resource group.

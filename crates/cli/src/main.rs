@@ -16,6 +16,7 @@ use sb_inbox::PgStore;
 use sb_inbox::SqliteStore;
 #[cfg(feature = "entra")]
 use sb_inbox::entra::{EntraCredential, EntraMode};
+use sb_inbox::runtime::Backoff;
 use sb_inbox::servicebus::{
     ConnectionString, DEFAULT_SERVER_BUSY_WAIT, ProxyConfig, ServiceBusClient,
     ServiceBusSenderPort, Transport, TrustRoots,
@@ -24,7 +25,6 @@ use sb_inbox::store::StoreUrl;
 use sb_inbox::telemetry::{LogFormat, OTEL_ENV_VARS, TelemetryConfig};
 use sb_inbox::worker::{ENV_VARS, MOVED, WorkerConfig};
 use sb_inbox_cli::inventory::InventoryStore;
-use sb_inbox::runtime::Backoff;
 use sb_inbox_cli::ops::{self, OpsError, dlq};
 use sb_inbox_cli::retry;
 use tokio_util::sync::CancellationToken;
@@ -547,7 +547,9 @@ async fn migrate_once(url: &StoreUrl, inventory: bool) -> Result<usize, sb_inbox
         #[cfg(feature = "sqlite")]
         StoreUrl::SqliteMemory => migrate_store(SqliteStore::open_in_memory()?, inventory).await,
         // The parse refuses a store this build lacks (naming its cargo feature).
-        _ => Err(sb_inbox::StoreError::configuration(format!("unsupported store {url}"))),
+        _ => Err(sb_inbox::StoreError::configuration(format!(
+            "unsupported store {url}"
+        ))),
     }
 }
 

@@ -62,7 +62,10 @@ mod tests {
     use super::*;
 
     fn unavailable() -> StoreError {
-        StoreError::of_kind(ErrorKind::Unavailable, "40613: database not currently available")
+        StoreError::of_kind(
+            ErrorKind::Unavailable,
+            "40613: database not currently available",
+        )
     }
 
     #[tokio::test(start_paused = true)]
@@ -84,7 +87,11 @@ mod tests {
         assert_eq!(result.unwrap(), 3);
         assert_eq!(waits.get(), 2);
         // It waited (virtual time): at least half the first step, then half the second.
-        assert!(started.elapsed() >= Duration::from_millis(1500), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() >= Duration::from_millis(1500),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[tokio::test(start_paused = true)]
