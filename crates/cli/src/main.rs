@@ -65,7 +65,8 @@ enum Command {
     },
     /// Applies the store's core schema migrations (sql/<provider>/: inbox, business keys,
     /// aggregate versions, outbox), each once; with --inventory also the reference consumer's
-    /// tables (inventory_*), which `sb-inbox run` needs.
+    /// tables (inventory_*), which `sb-inbox run` needs. A database that is unavailable (resuming,
+    /// failing over, throttling) or a broken connection is retried for about five minutes.
     Migrate {
         /// Also apply the reference inventory consumer's migration (sql/<provider>/0002_inventory.sql).
         #[arg(long)]
