@@ -66,7 +66,7 @@ enum Command {
     /// Applies the store's core schema migrations (sql/<provider>/: inbox, business keys,
     /// aggregate versions, outbox), each once; with --inventory also the reference consumer's
     /// tables (inventory_*), which `sb-inbox run` needs. A database that is unavailable (resuming,
-    /// failing over, throttling) or a broken connection is retried for about five minutes.
+    /// failing over, throttling) is waited for, about five minutes at most.
     Migrate {
         /// Also apply the reference inventory consumer's migration (sql/<provider>/0002_inventory.sql).
         #[arg(long)]
@@ -519,8 +519,8 @@ async fn dlq_resubmit(
 async fn migrate(store: &str, inventory: bool) -> anyhow::Result<()> {
     let url: StoreUrl = store.parse()?;
     // A database that is resuming (serverless auto-pause, 40613), failing over or throttling is
-    // waited for, as the worker's store open does; migrations are idempotent, so a retry after a
-    // broken connection re-applies only what is missing.
+    // waited for, as the worker's store open does; migrations are idempotent, so a retry
+    // re-applies only what is missing.
     let backoff = Backoff::new(retry::FIRST_DELAY, retry::MAX_DELAY);
     let applied = retry::until_available(
         retry::MIGRATE_ATTEMPTS,

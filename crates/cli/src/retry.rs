@@ -1,9 +1,11 @@
 //! `sb-inbox migrate` waits out a database that is not there yet, as the worker's store open
 //! does (`sb_inbox::worker`'s `open::until_open`: [`Backoff`] from 1 s doubling to 30 s), but
 //! bounded: a job must end. Only errors the store classifies as the database being unavailable
-//! (fail-over, a serverless database resuming from auto-pause, error 40613; throttling) or the
-//! connection breaking are retried; a wrong credential, a missing grant or a broken migration
-//! fails at once.
+//! ([`ErrorKind::Unavailable`]: fail-over, a serverless database resuming from auto-pause, error
+//! 40613; throttling) are retried. A refused or broken connection (a wrong host or port, a
+//! firewall) and a wrong credential, a missing grant or a broken migration fail at once: waiting
+//! does not change them, and the migrate job's own retries (`replicaRetryLimit`) cover a
+//! connection lost mid-run.
 
 use std::future::Future;
 use std::time::Duration;
@@ -19,9 +21,9 @@ pub const MAX_DELAY: Duration = Duration::from_secs(30);
 /// [`MAX_DELAY`], longer than a serverless database takes to resume.
 pub const MIGRATE_ATTEMPTS: u32 = 14;
 
-/// Whether `error` may pass by waiting: the database unavailable or the connection gone.
+/// Whether `error` may pass by waiting: the database is unavailable.
 pub fn is_retryable(error: &StoreError) -> bool {
-    matches!(error.kind(), ErrorKind::Unavailable | ErrorKind::Connection)
+    error.kind() == ErrorKind::Unavailable
 }
 
 /// Calls `attempt` until it succeeds, fails with an error [`is_retryable`] refuses, or has
@@ -102,18 +104,19 @@ mod tests {
             Backoff::seeded(FIRST_DELAY, MAX_DELAY, 1),
             || {
                 calls.set(calls.get() + 1);
-                async { Err(StoreError::connection("connection reset")) }
+                async { Err(unavailable()) }
             },
             |_, _| {},
         )
         .await;
-        assert_eq!(result.unwrap_err().kind(), ErrorKind::Connection);
+        assert_eq!(result.unwrap_err().kind(), ErrorKind::Unavailable);
         assert_eq!(calls.get(), 4);
     }
 
     #[tokio::test(start_paused = true)]
     async fn does_not_retry_what_waiting_cannot_fix() {
         for error in [
+            StoreError::connection("connection refused"),
             StoreError::configuration("bad store URL"),
             StoreError::of_kind(ErrorKind::Schema, "syntax"),
             StoreError::of_kind(ErrorKind::Deployment, "permission denied"),
