@@ -16,10 +16,10 @@ param namePrefix string
 @description('Azure region.')
 param location string = resourceGroup().location
 
-@description('Worker container image by immutable tag or digest, e.g. myregistry.azurecr.io/sb-inbox:1.2.3 or …@sha256:… (the release workflow prints both). Never :latest: replicas would run different builds.')
+@description('Worker container image by immutable tag or digest, e.g. myregistry.azurecr.io/sb-inbox:v1.2.3 (the release workflow tags with the git tag, v included) or …@sha256:… (the release workflow prints both). Never :latest: replicas would run different builds.')
 param image string
 
-@description('Login server of a registry other than the Azure Container Registry of acrResourceId (pulled with the worker and migrate identities), or empty: a public image, or the login server derived from acrResourceId. Both set and naming different registries fails the deployment.')
+@description('Login server of another Azure Container Registry whose pull role (AcrPull, or Container Registry Repository Reader in ABAC mode) is granted elsewhere, pulled with the worker and migrate identities; or empty: a public image, or the login server of acrResourceId. Container Apps authenticates registries[].identity to Azure Container Registry only: GHCR or Docker Hub here cannot be pulled (make the image public instead). Both set and naming different registries fails the deployment.')
 param registryServer string = ''
 
 @description('Resource id of the Azure Container Registry holding the image: the worker and migrate identities get AcrPull on it before the app and job are created, and they pull from its login server. Empty when the registry is public or access is granted elsewhere.')
@@ -77,6 +77,11 @@ param outboxEntityKind string = 'topic'
 
 @description('Outbox destination name.')
 param outboxEntityName string = 'inventory-events'
+
+@description('Subscriptions created on the outbox topic (outboxEntityKind topic). Service Bus accepts a send to a topic without subscriptions and discards the message: with none, the relay marks rows dispatched and the events are lost. The default keeps the smoke test\'s events readable (docs/deploy.md, "Smoke test"); list your real consumers\' subscriptions instead.')
+param outboxSubscriptions array = [
+  'audit'
+]
 
 @description('Peek-lock duration in seconds.')
 @minValue(5)
@@ -185,10 +190,12 @@ param retryMaxRetries int = 0
 
 @description('Seconds the first delayed retry waits; each next one waits twice as long.')
 @minValue(1)
+@maxValue(604800)
 param retryBaseDelaySecs int = 10
 
-@description('Longest delayed-retry wait in seconds.')
+@description('Longest delayed-retry wait in seconds; at least retryBaseDelaySecs.')
 @minValue(1)
+@maxValue(604800)
 param retryMaxDelaySecs int = 600
 
 @description('Each delayed-retry wait is shortened by up to this percentage, so failures of one burst do not come back as one burst.')
@@ -243,6 +250,15 @@ param sqlDatabaseName string = 'sbinbox'
 ])
 param databaseNetwork string = 'azureServices'
 
+@description('databaseNetwork private: the subnet for the machine that runs database setup inside the VNet (docs/deploy.md, "The private path from an empty subscription"), declared in the template so its redeployments keep it; empty = none. The template owns the VNet\'s subnets: a subnet added by hand is removed by the next deployment.')
+param managementSubnetPrefix string = '10.20.3.0/27'
+
+@description('databaseNetwork private: resource ids of other VNets (a hub, or a peered VNet with a jump box or VPN gateway) linked to the privatelink zone so machines there resolve the server to its private endpoint.')
+param dnsZoneLinkVnetIds array = []
+
+@description('databaseNetwork private: resource id of an existing privatelink.database.windows.net zone (a landing zone\'s central zone, linked to the hub); empty = a zone in this resource group linked to the VNet.')
+param existingSqlDnsZoneId string = ''
+
 @description('Microsoft Defender for SQL: advanced threat protection and the SQL vulnerability assessment (express configuration, results in Defender for Cloud); billed per server.')
 param sqlDefender bool = true
 
@@ -256,13 +272,25 @@ param sqlDatabaseSku object = {
 
 // ---- Telemetry and alerts ----
 
-@description('OTLP endpoint the worker exports to directly; empty = the Container Apps managed OpenTelemetry agent (traces and logs to Application Insights).')
+@description('OTLP endpoint the worker exports to directly (http://HOST:4317; the worker refuses https); empty = the OpenTelemetry Collector app of this deployment (metricsCollector), else the Container Apps managed OpenTelemetry agent (traces and logs to Application Insights, no metrics).')
 param otlpEndpoint string = ''
+
+@description('Deploy an OpenTelemetry Collector app (<prefix>-otel) in the environment with the Azure Monitor exporter: the worker exports traces and metrics to it, and it sends them to this Application Insights, so the workbook\'s worker panels and the worker-metric alerts see data with the defaults. False = the managed agent (no metrics) unless otlpEndpoint is set.')
+param metricsCollector bool = true
+
+@description('Image of the collector app: the OpenTelemetry Collector contrib distribution (it carries the azuremonitor exporter), by version tag or digest.')
+param collectorImage string = 'otel/opentelemetry-collector-contrib:0.115.1'
 
 @description('With the managed agent: OTLP endpoint (e.g. a collector with the Azure Monitor exporter) that receives metrics; empty = no metrics destination.')
 param agentMetricsOtlpEndpoint string = ''
 
-@description('True when the worker\'s metrics reach this Application Insights (e.g. a collector with the Azure Monitor exporter behind otlpEndpoint or agentMetricsOtlpEndpoint). The Container Apps agent does not send metrics to Application Insights, so the alerts on worker metrics are only created when this is set.')
+@description('With agentMetricsOtlpEndpoint: the agent sends to it without TLS (a plain-HTTP collector in the environment). False = TLS, and then the endpoint usually needs agentMetricsOtlpHeaders.')
+param agentMetricsOtlpInsecure bool = false
+
+@description('With agentMetricsOtlpEndpoint: headers the agent sends, as [{ key: \'...\', value: \'...\' }].')
+param agentMetricsOtlpHeaders array = []
+
+@description('True when the worker\'s metrics reach this Application Insights through a collector of your own behind otlpEndpoint or agentMetricsOtlpEndpoint. The collector app (metricsCollector, the default) counts as true by itself. The Container Apps agent does not send metrics to Application Insights, so without either the alerts on worker metrics are not created.')
 param workerMetricsInAppInsights bool = false
 
 @description('OTLP metric temporality the worker exports: delta for Azure Monitor (it sums deltas), cumulative for Prometheus.')
@@ -327,6 +355,35 @@ var prefix = toLower(namePrefix)
 
 var privateNetwork = databaseNetwork == 'private'
 
+// The worker's own configuration check (src/worker/config: runtime.rs sessions(), retry.rs,
+// runtime.rs check_margin, horizon.rs) and its telemetry start (src/telemetry/export.rs, no TLS
+// exporter) refuse these combinations: the deployment would "succeed" and the worker exit
+// non-zero in a crash loop. fail() stops the deployment first, naming the reason
+// (https://learn.microsoft.com/azure/azure-resource-manager/bicep/bicep-functions-flow-control).
+// tests/infra/round4.rs (m7) checks that each is exactly what the worker refuses.
+var refusedSettings = sessions && retryMaxRetries > 0
+  ? 'sessions with retryMaxRetries > 0: delayed retries cannot keep a session\'s order; set retryMaxRetries 0.'
+  : sessions && batchSize > 1
+      ? 'sessions with batchSize > 1: session mode handles each message in its own transaction; set batchSize 1.'
+      : entityKind == 'topic' && retryMaxRetries > 0
+          ? 'entityKind topic with retryMaxRetries > 0: a delayed-retry copy sent to the topic would reach every subscription; forward the subscription to a queue and consume the queue, or set retryMaxRetries 0.'
+          : retryMaxRetries > 0 && retryMaxDelaySecs < retryBaseDelaySecs
+              ? 'retryMaxDelaySecs is shorter than retryBaseDelaySecs.'
+              : lockMarginSecs >= lockDurationSecs
+                  ? 'lockMarginSecs must be shorter than lockDurationSecs: the lock would be renewed too late.'
+                  : retentionSecs < replayHorizonSecs
+                      ? 'retentionSecs ${retentionSecs} is shorter than the replay horizon ${replayHorizonSecs} s: a replayed message would be processed twice.'
+                      : startsWith(toLower(trim(otlpEndpoint)), 'https:')
+                          ? 'otlpEndpoint is https: the worker exports OTLP/gRPC over plain HTTP/2 only (http://HOST:4317).'
+                          : ''
+var checkedConsumerName = empty(refusedSettings)
+  ? consumerName
+  : fail('The worker would refuse these parameters: ${refusedSettings}')
+
+// The collector app: the worker's OTLP endpoint unless otlpEndpoint names another one.
+var collector = metricsCollector && empty(otlpEndpoint)
+var workerMetricsReachAppInsights = workerMetricsInAppInsights || collector
+
 module identities 'modules/identity.bicep' = {
   name: 'identities'
   params: {
@@ -342,6 +399,10 @@ module monitoring 'modules/monitoring.bicep' = {
     location: location
     namePrefix: prefix
     workbook: loadTextContent('dashboards/sb-inbox.workbook.json')
+    // The platform-metric panels' resources, named as the modules create them (resourceId: the
+    // monitoring module is deployed before them).
+    serviceBusNamespaceId: resourceId('Microsoft.ServiceBus/namespaces', '${prefix}-bus-${uniqueSuffix}')
+    containerAppId: resourceId('Microsoft.App/containerApps', '${prefix}-worker')
     tags: tags
   }
 }
@@ -363,6 +424,7 @@ module serviceBus 'modules/servicebus.bicep' = {
     duplicateDetectionWindowSecs: duplicateDetectionWindowSecs
     outboxEntityKind: outboxEntityKind
     outboxEntityName: outboxEntityName
+    outboxSubscriptions: outboxSubscriptions
     workerPrincipalId: identities.outputs.workerPrincipalId
     scalerPrincipalId: identities.outputs.scalerPrincipalId
     delayedRetries: retryMaxRetries > 0
@@ -396,6 +458,9 @@ module network 'modules/network.bicep' = if (privateNetwork) {
     location: location
     namePrefix: prefix
     sqlServerId: sql.outputs.serverId
+    managementSubnetPrefix: managementSubnetPrefix
+    dnsZoneLinkVnetIds: dnsZoneLinkVnetIds
+    existingSqlDnsZoneId: existingSqlDnsZoneId
     tags: tags
   }
 }
@@ -409,20 +474,24 @@ var appsSubnetId = privateNetwork ? resourceId('Microsoft.Network/virtualNetwork
 // The scope is computed even when the module is skipped: an empty id falls back to this group.
 var acrParts = split(empty(acrResourceId) ? '${resourceGroup().id}/providers/Microsoft.ContainerRegistry/registries/none' : acrResourceId, '/')
 
-// The server the identities pull from: the ACR's login server (its name, lowercased, plus the
-// cloud's suffix, environment().suffixes.acrLoginServer) or registryServer for another registry.
-// Both given and naming different registries, the identities would hold AcrPull on one and pull
-// from the other: fail() stops the deployment with the reason before anything is created
-// (https://learn.microsoft.com/azure/azure-resource-manager/bicep/bicep-functions-flow-control).
-var acrLoginServer = toLower('${last(acrParts)}${environment().suffixes.acrLoginServer}')
+// The server the identities pull from: the ACR's own loginServer, as registry.bicep reads it (a
+// registry with an auto-generated domain name label, autoGeneratedDomainNameLabelScope, has
+// another host than NAME.azurecr.io), or registryServer for another registry. Both given and
+// naming different registries, the identities would hold the pull role on one and pull from the
+// other: fail() stops the deployment with the reason. The registry's login server starts with
+// its name (NAME. or, with a domain name label, NAME-HASH.), so the cross-check compares that.
+// https://learn.microsoft.com/azure/azure-resource-manager/bicep/bicep-functions-flow-control
+var acrName = toLower(last(acrParts))
 var pullServer = empty(acrResourceId)
   ? registryServer
-  : (empty(registryServer) || toLower(registryServer) == acrLoginServer
-      ? acrLoginServer
-      : fail('registryServer \'${registryServer}\' is not the login server of acrResourceId (${acrLoginServer}): leave registryServer empty or make them name one registry.'))
+  : (empty(registryServer) || toLower(split(registryServer, '.')[0]) == acrName || startsWith(toLower(registryServer), '${acrName}-')
+      ? registryAccess!.outputs.loginServer
+      : fail('registryServer \'${registryServer}\' is not the login server of acrResourceId (registry ${acrName}): leave registryServer empty or make them name one registry.'))
 
+// Deployed into the registry's resource group: a fixed name would collide when two environments
+// sharing one registry deploy at once (deployment names are unique per resource group).
 module registryAccess 'modules/registry.bicep' = if (!empty(acrResourceId)) {
-  name: 'registry-access'
+  name: 'registry-access-${uniqueSuffix}'
   scope: resourceGroup(acrParts[2], acrParts[4])
   params: {
     registryName: last(acrParts)
@@ -445,7 +514,11 @@ module app 'modules/containerapp.bicep' = {
     appInsightsId: monitoring.outputs.appInsightsId
     infrastructureSubnetId: appsSubnetId
     otlpEndpoint: otlpEndpoint
+    metricsCollector: collector
+    collectorImage: collectorImage
     agentMetricsOtlpEndpoint: agentMetricsOtlpEndpoint
+    agentMetricsOtlpInsecure: agentMetricsOtlpInsecure
+    agentMetricsOtlpHeaders: agentMetricsOtlpHeaders
     workerIdentityId: identities.outputs.workerId
     workerClientId: identities.outputs.workerClientId
     scalerIdentityId: identities.outputs.scalerId
@@ -462,7 +535,7 @@ module app 'modules/containerapp.bicep' = {
     sqlDatabaseName: sql.outputs.databaseName
     metricsTemporality: metricsTemporality
     worker: {
-      consumer: consumerName
+      consumer: checkedConsumerName
       concurrency: concurrency
       prefetch: prefetch
       lockMarginSecs: lockMarginSecs
@@ -510,7 +583,7 @@ module alerts 'modules/alerts.bicep' = {
     containerAppId: app.outputs.appId
     sqlDatabaseId: sql.outputs.databaseId
     workspaceId: monitoring.outputs.workspaceId
-    workerMetrics: workerMetricsInAppInsights
+    workerMetrics: workerMetricsReachAppInsights
     backlogThreshold: backlogAlertThreshold
     outboxAgeSecs: outboxAgeAlertSecs
     sqlWorkersPercent: sqlWorkersAlertPercent
@@ -555,11 +628,23 @@ output workerIdentityName string = identities.outputs.workerName
 @description('Worker identity client id (AZURE_CLIENT_ID).')
 output workerIdentityClientId string = identities.outputs.workerClientId
 
-@description('Worker identity principal (object) id: CREATE USER … WITH OBJECT_ID in automation.')
+@description('Worker identity principal (object) id.')
 output workerPrincipalId string = identities.outputs.workerPrincipalId
 
 @description('Migration identity principal (object) id.')
 output migratePrincipalId string = identities.outputs.migratePrincipalId
+
+@description('Migration identity client (application) id: CREATE USER … WITH SID, TYPE = E takes it.')
+output migrateIdentityClientId string = identities.outputs.migrateClientId
+
+@description('How the environment reaches the database (azureServices or private): infra/setup-database.sh reads it.')
+output databaseNetwork string = databaseNetwork
+
+@description('The VNet (databaseNetwork private), or empty.')
+output vnetName string = privateNetwork ? '${prefix}-vnet' : ''
+
+@description('Subscriptions of the outbox topic (where the outbox events can be read).')
+output outboxSubscriptions array = outboxEntityKind == 'topic' ? outboxSubscriptions : []
 
 @description('Migration identity name: the database user allowed DDL.')
 output migrateIdentityName string = identities.outputs.migrateName

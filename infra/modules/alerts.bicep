@@ -134,8 +134,10 @@ resource lockLost 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview' = 
     scopes: [
       appInsightsId
     ]
+    // Rows arrive 1-4 minutes late (a minute's export interval plus Application Insights
+    // ingestion): a 15-minute window at a 5-minute frequency sees each row in some evaluation.
     evaluationFrequency: 'PT5M'
-    windowSize: 'PT5M'
+    windowSize: 'PT15M'
     criteria: {
       allOf: [
         {
@@ -234,12 +236,19 @@ resource oldMessages 'Microsoft.Insights/scheduledQueryRules@2023-03-15-preview'
   }
 }
 
-output alertNames array = [
-  dlqGrowth.name
-  lockLost.name
-  slowProcessing.name
-  oldMessages.name
-]
+// Only the rules this deployment creates: the worker-metric rules exist with workerMetrics only.
+output alertNames array = concat(
+  [
+    dlqGrowth.name
+  ],
+  workerMetrics
+    ? [
+        '${namePrefix}-lock-lost'
+        '${namePrefix}-process-duration'
+        '${namePrefix}-message-age'
+      ]
+    : []
+)
 
 // Active messages that stay above the threshold for 15 minutes: no replica consumes (crash loop,
 // lost credentials, scaler broken) or it cannot keep up at maxReplicas.

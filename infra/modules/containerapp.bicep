@@ -8,10 +8,10 @@ param location string
 @description('Prefix of every resource name.')
 param namePrefix string
 
-@description('Container image of the worker, e.g. myregistry.azurecr.io/sb-inbox:1.2.3.')
+@description('Container image of the worker, e.g. myregistry.azurecr.io/sb-inbox:v1.2.3.')
 param image string
 
-@description('Registry server to pull from with the worker identity (AcrPull), or empty for a public image.')
+@description('Azure Container Registry login server to pull from with the worker and migrate identities (AcrPull, or Container Registry Repository Reader in ABAC mode), or empty for a public image.')
 param registryServer string = ''
 
 @description('Arguments after the sb-inbox entrypoint for the worker.')
@@ -26,11 +26,23 @@ param appInsightsId string
 @description('Subnet the environment runs in (delegated to Microsoft.App/environments), or empty for no VNet.')
 param infrastructureSubnetId string = ''
 
-@description('OTLP endpoint the worker exports to directly; empty = use the managed agent.')
+@description('OTLP endpoint the worker exports to directly; empty = the collector app (metricsCollector) or the managed agent.')
 param otlpEndpoint string
+
+@description('Deploy the OpenTelemetry Collector app (<prefix>-otel) and point the worker at it (only with otlpEndpoint empty).')
+param metricsCollector bool = false
+
+@description('Image of the collector app (OpenTelemetry Collector contrib, with the azuremonitor exporter).')
+param collectorImage string = 'otel/opentelemetry-collector-contrib:0.115.1'
 
 @description('With the managed agent: OTLP endpoint for metrics (Application Insights takes no metrics from the agent); empty = no metrics destination.')
 param agentMetricsOtlpEndpoint string
+
+@description('The agent sends to agentMetricsOtlpEndpoint without TLS (the OTLP destination\'s insecure flag).')
+param agentMetricsOtlpInsecure bool = false
+
+@description('Headers the agent sends to agentMetricsOtlpEndpoint ([{ key, value }]); with insecure false the CLI reference requires them.')
+param agentMetricsOtlpHeaders array = []
 
 @description('Resource id of the worker identity.')
 param workerIdentityId string
@@ -115,7 +127,12 @@ var drainSecs = worker.shutdownGraceSecs
 var flushSecs = worker.telemetryFlushSecs
 var terminationGraceSecs = drainSecs + backgroundStopSecs + flushSecs
 
-var useAgent = empty(otlpEndpoint)
+// The collector app is reached by its name inside the environment, through its internal ingress
+// (HTTP/2 without TLS, port 80; https://learn.microsoft.com/azure/container-apps/connect-apps).
+var collectorName = '${namePrefix}-otel'
+var collectorEndpoint = 'http://${collectorName}:80'
+var exportEndpoint = empty(otlpEndpoint) && metricsCollector ? collectorEndpoint : otlpEndpoint
+var useAgent = empty(exportEndpoint)
 var agentMetrics = useAgent && !empty(agentMetricsOtlpEndpoint)
 // The managed agent has no metrics destination unless agentMetricsOtlpEndpoint is set (its
 // Application Insights destination takes traces and logs only), and refuses the metric exports
@@ -167,8 +184,11 @@ resource environment 'Microsoft.App/managedEnvironments@2024-10-02-preview' = {
                   {
                     name: 'metrics'
                     endpoint: agentMetricsOtlpEndpoint
-                    insecure: false
-                    headers: []
+                    // OtlpConfiguration (Microsoft.App 2024-10-02-preview): a plain-HTTP collector
+                    // needs insecure; with TLS the CLI reference requires headers
+                    // (MicrosoftDocs/azure-docs articles/container-apps/opentelemetry-agents.md).
+                    insecure: agentMetricsOtlpInsecure
+                    headers: agentMetricsOtlpHeaders
                   }
                 ]
               }
@@ -208,6 +228,16 @@ resource environmentLogs 'Microsoft.Insights/diagnosticSettings@2021-05-01-previ
     ]
   }
 }
+
+// The namespace FQDN without its name: servicebus.windows.net in the public cloud.
+var serviceBusSuffix = substring(serviceBusNamespaceFqdn, indexOf(serviceBusNamespaceFqdn, '.') + 1)
+// KEDA's names of the clouds ARM calls AzureCloud, AzureChinaCloud, AzureUSGovernment.
+var kedaClouds = {
+  AzureCloud: 'AzurePublicCloud'
+  AzureChinaCloud: 'AzureChinaCloud'
+  AzureUSGovernment: 'AzureUSGovernmentCloud'
+}
+var kedaCloud = kedaClouds[?environment().name] ?? 'Private'
 
 var scaleEntity = entityKind == 'queue'
   ? {
@@ -274,7 +304,7 @@ var sessionEnv = worker.sessions
 
 // With the managed agent, Container Apps injects OTEL_EXPORTER_OTLP_ENDPOINT itself.
 var otlpEnv = concat(
-  useAgent ? [] : [{ name: 'OTEL_EXPORTER_OTLP_ENDPOINT', value: otlpEndpoint }],
+  useAgent ? [] : [{ name: 'OTEL_EXPORTER_OTLP_ENDPOINT', value: exportEndpoint }],
   metricsExported ? [] : [{ name: 'OTEL_METRICS_EXPORTER', value: 'none' }]
 )
 
@@ -373,7 +403,17 @@ resource app 'Microsoft.App/containerApps@2024-10-02-preview' = {
                 {
                   namespace: serviceBusNamespaceName
                   messageCount: string(scaleMessageCount)
+                  // KEDA's azure-servicebus scaler defaults to AzurePublicCloud; elsewhere it needs
+                  // the cloud, or "Private" with the namespace suffix
+                  // (https://keda.sh/docs/latest/scalers/azure-service-bus/, metadata cloud and
+                  // endpointSuffix).
+                  cloud: kedaCloud
                 },
+                kedaCloud == 'Private'
+                  ? {
+                      endpointSuffix: serviceBusSuffix
+                    }
+                  : {},
                 scaleEntity
               )
               // KEDA authenticates with this identity (Data Owner on the consumed entity).
@@ -403,7 +443,9 @@ resource migrateJob 'Microsoft.App/jobs@2024-10-02-preview' = {
     configuration: {
       triggerType: 'Manual'
       replicaTimeout: 1800
-      replicaRetryLimit: 0
+      // A transient failure (database resuming from auto-pause, 40613; a fail-over) gets two
+      // more tries; sb-inbox migrate also retries unavailable errors itself, and is idempotent.
+      replicaRetryLimit: 2
       manualTriggerConfig: {
         parallelism: 1
         replicaCompletionCount: 1
@@ -426,10 +468,14 @@ resource migrateJob 'Microsoft.App/jobs@2024-10-02-preview' = {
             'migrate'
             '--inventory'
           ]
-          env: [
+          // The same telemetry variables as the worker: with the agent and no metrics
+          // destination, OTEL_METRICS_EXPORTER=none keeps the job from exporting metrics nobody
+          // takes (and waiting up to the exporter timeout at exit).
+          env: concat([
             { name: 'SB_INBOX_STORE', value: migrateStore }
             { name: 'AZURE_CLIENT_ID', value: migrateClientId }
-          ]
+            { name: 'OTEL_SERVICE_NAME', value: 'sb-inbox-migrate' }
+          ], otlpEnv)
           resources: {
             cpu: json('0.25')
             memory: '0.5Gi'
@@ -440,7 +486,105 @@ resource migrateJob 'Microsoft.App/jobs@2024-10-02-preview' = {
   }
 }
 
+// The OpenTelemetry Collector: OTLP/gRPC in (from the worker, plain HTTP/2 inside the
+// environment), the azuremonitor exporter out to Application Insights (customMetrics, requests,
+// dependencies, traces), so the worker's metrics reach Azure Monitor with the defaults: the
+// managed agent's Application Insights destination takes no metrics ("Azure App Insights: Logs
+// Yes, Metrics No, Traces Yes", MicrosoftDocs/azure-docs
+// articles/container-apps/opentelemetry-agents.md). The configuration is read from an
+// environment variable (--config=env:NAME, the collector's env config provider,
+// https://opentelemetry.io/docs/collector/configuration/); the connection string is an
+// identifier, not a secret (Application Insights docs), and the collector reads it from its env.
+var collectorConfig = '''
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 0.0.0.0:4317
+processors:
+  batch: {}
+exporters:
+  azuremonitor:
+    connection_string: ${env:APPLICATIONINSIGHTS_CONNECTION_STRING}
+extensions:
+  health_check:
+    endpoint: 0.0.0.0:13133
+service:
+  extensions: [health_check]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [azuremonitor]
+    metrics:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [azuremonitor]
+    logs:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [azuremonitor]
+'''
+
+resource collectorApp 'Microsoft.App/containerApps@2024-10-02-preview' = if (metricsCollector && empty(otlpEndpoint)) {
+  name: collectorName
+  location: location
+  tags: tags
+  properties: {
+    environmentId: environment.id
+    workloadProfileName: 'Consumption'
+    configuration: {
+      activeRevisionsMode: 'Single'
+      // Reachable inside the environment only, as http://<prefix>-otel (HTTP/2 for gRPC).
+      ingress: {
+        external: false
+        targetPort: 4317
+        transport: 'http2'
+        allowInsecure: true
+      }
+    }
+    template: {
+      containers: [
+        {
+          name: 'otel-collector'
+          image: collectorImage
+          args: [
+            '--config=env:COLLECTOR_CONFIG'
+          ]
+          env: [
+            { name: 'COLLECTOR_CONFIG', value: collectorConfig }
+            { name: 'APPLICATIONINSIGHTS_CONNECTION_STRING', value: appInsights.properties.ConnectionString }
+          ]
+          resources: {
+            cpu: json('0.25')
+            memory: '0.5Gi'
+          }
+          probes: [
+            {
+              type: 'Liveness'
+              httpGet: {
+                path: '/'
+                port: 13133
+              }
+              periodSeconds: 10
+              timeoutSeconds: 3
+              failureThreshold: 3
+            }
+          ]
+        }
+      ]
+      // One replica: the worker's exports must always find it (scale to zero would drop them).
+      scale: {
+        minReplicas: 1
+        maxReplicas: 1
+      }
+    }
+  }
+}
+
 output appName string = app.name
 output appId string = app.id
 output environmentName string = environment.name
 output migrateJobName string = migrateJob.name
+@description('Where the worker exports OTLP: the collector app, otlpEndpoint, or empty (the managed agent injects its own).')
+output otlpExportEndpoint string = exportEndpoint

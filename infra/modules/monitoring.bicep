@@ -15,6 +15,12 @@ param logRetentionDays int = 30
 @description('Serialized Azure Monitor workbook (infra/dashboards/sb-inbox.workbook.json).')
 param workbook string
 
+@description('Service Bus namespace resource id: the workbook\'s platform-metric panels (active and dead-lettered messages).')
+param serviceBusNamespaceId string
+
+@description('Worker container app resource id: the workbook\'s platform-metric panels (replicas, restarts).')
+param containerAppId string
+
 @description('Tags for every resource.')
 param tags object = {}
 
@@ -56,7 +62,9 @@ resource dashboard 'Microsoft.Insights/workbooks@2023-06-01' = {
   properties: {
     displayName: '${namePrefix} sb-inbox'
     category: 'workbook'
-    serializedData: workbook
+    // The platform-metric panels name their resources by placeholder: the workbook file stays
+    // one JSON document for every deployment.
+    serializedData: replace(replace(replace(workbook, '__SERVICEBUS_NAMESPACE_ID__', serviceBusNamespaceId), '__CONTAINER_APP_ID__', containerAppId), '__APP_INSIGHTS_ID__', appInsights.id)
     sourceId: appInsights.id
   }
 }

@@ -77,6 +77,9 @@ param outboxEntityKind string
 @description('Name of the outbox destination queue or topic.')
 param outboxEntityName string
 
+@description('Subscriptions to create on the outbox topic (outboxEntityKind topic).')
+param outboxSubscriptions array = []
+
 @description('Principal id of the worker identity.')
 param workerPrincipalId string
 
@@ -174,6 +177,23 @@ resource outboxTopic 'Microsoft.ServiceBus/namespaces/topics@2024-01-01' = if (!
     duplicateDetectionHistoryTimeWindow: 'PT${duplicateDetectionWindowSecs}S'
   }
 }
+
+// A topic without subscriptions accepts sends and discards them (the message goes nowhere): the
+// relay would mark its rows dispatched and the events would be lost. Each listed subscription
+// keeps a copy until its consumer reads it.
+// https://learn.microsoft.com/azure/service-bus-messaging/service-bus-queues-topics-subscriptions#topics-and-subscriptions
+resource outboxTopicSubscriptions 'Microsoft.ServiceBus/namespaces/topics/subscriptions@2024-01-01' = [
+  for name in outboxSubscriptions: if (!outboxIsQueue) {
+    parent: outboxTopic
+    name: name
+    properties: {
+      lockDuration: 'PT1M'
+      defaultMessageTimeToLive: 'PT${messageTtlSecs}S'
+      deadLetteringOnMessageExpiration: true
+      maxDeliveryCount: maxDeliveryCount
+    }
+  }
+]
 
 // Worker: receive and settle on the consumed entity only.
 resource receiverOnQueue 'Microsoft.Authorization/roleAssignments@2022-04-01' = if (isQueue) {

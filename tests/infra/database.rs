@@ -93,13 +93,20 @@ fn the_first_deployment_waits_for_no_ready_replica() {
 }
 
 /// A directory of stand-ins for `az` and `sqlcmd` that append each call to `calls.log`.
-struct FakeTools {
+pub(crate) struct FakeTools {
     dir: PathBuf,
 }
 
 impl FakeTools {
     /// `job_status` is what `az containerapp job execution show` answers after one `Running`.
-    fn new(name: &str, job_status: &str) -> Self {
+    pub(crate) fn new(name: &str, job_status: &str) -> Self {
+        Self::with(name, job_status, "azureServices", 0)
+    }
+
+    /// As [`FakeTools::new`], the deployment's `databaseNetwork` output `network`, and
+    /// `sqlcmd` failing its first `sqlcmd_failures` calls (the firewall rule not active yet, a
+    /// paused database resuming).
+    pub(crate) fn with(name: &str, job_status: &str, network: &str, sqlcmd_failures: u32) -> Self {
         let dir =
             std::env::temp_dir().join(format!("sb-inbox-infra-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -112,9 +119,10 @@ case "$*" in
   *"deployment group show"*sqlDatabaseName*) echo sbinbox ;;
   *"deployment group show"*migrateJobName*) echo sbinbox-dev-migrate ;;
   *"deployment group show"*workerIdentityName*) echo sbinbox-dev-worker ;;
-  *"deployment group show"*workerPrincipalId*) echo 11111111-1111-1111-1111-111111111111 ;;
+  *"deployment group show"*workerIdentityClientId*) echo 11111111-1111-1111-1111-111111111111 ;;
+  *"deployment group show"*databaseNetwork*) echo "{network}" ;;
   *"deployment group show"*migrateIdentityName*) echo sbinbox-dev-migrate ;;
-  *"deployment group show"*migratePrincipalId*) echo 22222222-2222-2222-2222-222222222222 ;;
+  *"deployment group show"*migrateIdentityClientId*) echo 22222222-2222-2222-2222-222222222222 ;;
   *"deployment group show"*) echo "unexpected output query: $*" >&2; exit 3 ;;
   *"containerapp job start"*) echo sbinbox-dev-migrate-x1y2z3 ;;
   *"containerapp job execution show"*)
@@ -125,8 +133,13 @@ esac
             dir = dir.display(),
         );
         let sqlcmd = format!(
-            "#!/usr/bin/env bash\necho \"sqlcmd $*\" >> \"{}\"\n",
-            dir.join("calls.log").display()
+            r#"#!/usr/bin/env bash
+echo "sqlcmd $*" >> "{log}"
+n=$(cat "{dir}/sqlcmd-calls" 2>/dev/null || echo 0); n=$((n + 1)); echo "$n" > "{dir}/sqlcmd-calls"
+if [ "$n" -le {sqlcmd_failures} ]; then echo "Msg 40615: Cannot open server" >&2; exit 1; fi
+"#,
+            log = dir.join("calls.log").display(),
+            dir = dir.display(),
         );
         for (tool, text) in [("az", az), ("sqlcmd", sqlcmd)] {
             let path = dir.join(tool);
@@ -138,7 +151,7 @@ esac
 
     /// Runs `infra/setup-database.sh` with the stand-ins first on PATH: its exit code and the
     /// calls in order.
-    fn run_setup(&self) -> (Option<i32>, Vec<String>) {
+    pub(crate) fn run_setup(&self) -> (Option<i32>, Vec<String>) {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let path = format!(
             "{}:{}",
@@ -152,6 +165,7 @@ esac
             .current_dir(root)
             .env("PATH", path)
             .env("SETUP_DATABASE_POLL_SECS", "0")
+            .env("SETUP_DATABASE_RETRY_SECS", "0")
             .output()
             .unwrap();
         let calls = std::fs::read_to_string(self.dir.join("calls.log")).unwrap_or_default();
@@ -167,18 +181,18 @@ impl Drop for FakeTools {
     }
 }
 
-fn position(calls: &[String], what: &[&str]) -> usize {
+pub(crate) fn position(calls: &[String], what: &[&str]) -> usize {
     calls
         .iter()
         .position(|c| what.iter().all(|w| c.contains(w)))
         .unwrap_or_else(|| panic!("no call with {what:?} in:\n{}", calls.join("\n")))
 }
 
-/// Steps 2-4 in order: users by object id (firewall open meanwhile), the migrate job until it
+/// Steps 2-4 in order: users by client id (firewall open meanwhile), the migrate job until it
 /// succeeded, then the redeployment with databaseReady=true; the firewall rule removed at the
 /// end.
 #[test]
-fn the_setup_script_creates_users_by_object_id_then_migrates_then_scales() {
+fn the_setup_script_creates_users_by_client_id_then_migrates_then_scales() {
     let tools = FakeTools::new("setup-ok", "Succeeded");
     let (code, calls) = tools.run_setup();
     assert_eq!(code, Some(0), "{}", calls.join("\n"));
@@ -194,7 +208,7 @@ fn the_setup_script_creates_users_by_object_id_then_migrates_then_scales() {
         &[
             "sqlcmd",
             "IdentityName=sbinbox-dev-worker",
-            "ObjectId=11111111-1111-1111-1111-111111111111",
+            "ClientId=11111111-1111-1111-1111-111111111111",
             "Role=worker",
             "create_managed_identity_user.sql",
         ],
@@ -204,7 +218,7 @@ fn the_setup_script_creates_users_by_object_id_then_migrates_then_scales() {
         &[
             "sqlcmd",
             "IdentityName=sbinbox-dev-migrate",
-            "ObjectId=22222222-2222-2222-2222-222222222222",
+            "ClientId=22222222-2222-2222-2222-222222222222",
             "Role=migrate",
         ],
     );
@@ -241,8 +255,8 @@ fn the_setup_script_creates_users_by_object_id_then_migrates_then_scales() {
     assert_eq!(polls, 2, "{calls:#?}");
     let sql = read("sql/mssql/create_managed_identity_user.sql");
     assert!(
-        sql.contains("FROM EXTERNAL PROVIDER WITH OBJECT_ID = '$(ObjectId)'"),
-        "the script creates the user by object id"
+        sql.contains("WITH SID = ' + @sid + N', TYPE = E"),
+        "the script creates the user by client id, without a Graph lookup"
     );
 }
 
@@ -270,7 +284,7 @@ fn the_docs_give_the_first_deployment_steps_in_order() {
             .unwrap_or_else(|| panic!("docs/deploy.md lacks {needle:?}"))
     };
     let deploy = at("az deployment group create -g RG -n main -f infra/main.bicep");
-    let users = at("ObjectId=\"$WORKER_OBJECT_ID\"");
+    let users = at("ClientId=\"$WORKER_CLIENT_ID\"");
     let migrate = at("az containerapp job start -g RG -n");
     let ready = at("-p databaseReady=true");
     let script = at("infra/setup-database.sh -g RG -p infra/main.bicepparam");

@@ -5,6 +5,7 @@
 //! (module outputs, resource properties) stays a symbolic [`Value::Unknown`] naming its
 //! expression, so tests can still compare where two settings come from.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -100,6 +101,8 @@ pub(crate) struct Scope<'d> {
     source: &'d str,
     tree: Tree,
     params: BTreeMap<String, Value>,
+    /// Loop variables of the `[for … in …: …]` being evaluated.
+    locals: RefCell<BTreeMap<String, Value>>,
 }
 
 /// One `resource` declaration, evaluated.
@@ -158,13 +161,19 @@ fn value_node(decl: Node<'_>) -> Option<Node<'_>> {
     let mut cursor = decl.walk();
     let last = decl.named_children(&mut cursor).last()?;
     match last.kind() {
-        "if_statement" | "for_statement" => {
-            let mut inner = last.walk();
-            last.named_children(&mut inner)
-                .filter(|c| c.kind() == "object")
-                .last()
-        }
+        "if_statement" | "for_statement" => body_object(last),
         _ => Some(last),
+    }
+}
+
+/// The object of `if (…) {…}` or `[for … : {…}]`, also `[for … : if (…) {…}]`.
+fn body_object(node: Node<'_>) -> Option<Node<'_>> {
+    let mut inner = node.walk();
+    let last = node.named_children(&mut inner).last()?;
+    match last.kind() {
+        "object" => Some(last),
+        "if_statement" => body_object(last),
+        _ => None,
     }
 }
 
@@ -176,6 +185,7 @@ impl<'d> Scope<'d> {
             source,
             tree,
             params: BTreeMap::new(),
+            locals: RefCell::new(BTreeMap::new()),
         };
         let root = scope.tree.root_node();
         let mut params = values;
@@ -271,32 +281,97 @@ impl<'d> Scope<'d> {
         })
     }
 
-    /// Every resource declaration of this file, evaluated.
+    /// Every resource declaration of this file, evaluated; a `[for …]` declaration once per
+    /// item of its collection (none for an empty one).
     pub(crate) fn resources(&self, file: &Path) -> Vec<Resource> {
         let root = self.tree.root_node();
-        declarations(root)
+        let mut out = Vec::new();
+        for decl in declarations(root)
             .into_iter()
             .filter(|d| d.kind() == "resource_declaration")
-            .map(|decl| {
-                let mut cursor = decl.walk();
-                let kind = decl
-                    .named_children(&mut cursor)
-                    .find(|c| c.kind() == "string")
-                    .map(|n| unquote(text(n, self.source)))
-                    .unwrap_or_default();
-                let kind = kind.split('@').next().unwrap_or_default().to_owned();
-                let mut cursor = decl.walk();
-                let existing = decl.children(&mut cursor).any(|c| c.kind() == "existing");
-                Resource {
+        {
+            let mut cursor = decl.walk();
+            let kind = decl
+                .named_children(&mut cursor)
+                .find(|c| c.kind() == "string")
+                .map(|n| unquote(text(n, self.source)))
+                .unwrap_or_default();
+            let kind = kind.split('@').next().unwrap_or_default().to_owned();
+            let mut cursor = decl.walk();
+            let existing = decl.children(&mut cursor).any(|c| c.kind() == "existing");
+            let symbol = identifier(decl, self.source).to_owned();
+            let each = |locals: BTreeMap<String, Value>| {
+                *self.locals.borrow_mut() = locals;
+                let resource = Resource {
                     file: file.to_path_buf(),
-                    symbol: identifier(decl, self.source).to_owned(),
-                    kind,
+                    symbol: symbol.clone(),
+                    kind: kind.clone(),
                     existing,
                     condition: self.condition(decl),
                     body: value_node(decl).map_or(Value::Null, |n| self.eval(n)),
-                }
+                };
+                self.locals.borrow_mut().clear();
+                resource
+            };
+            match self.loop_items(decl) {
+                Some(items) => out.extend(items.into_iter().map(each)),
+                None => out.push(each(BTreeMap::new())),
+            }
+        }
+        out
+    }
+
+    /// For `[for x in c: …]` / `[for (x, i) in c: …]`: the loop variables of each item of `c`.
+    fn loop_items(&self, decl: Node<'_>) -> Option<Vec<BTreeMap<String, Value>>> {
+        let mut cursor = decl.walk();
+        let last = decl.named_children(&mut cursor).last()?;
+        if last.kind() != "for_statement" {
+            return None;
+        }
+        let mut cursor = last.walk();
+        let parts: Vec<Node<'_>> = last.named_children(&mut cursor).collect();
+        let variables = parts.first()?;
+        let names: Vec<String> = if variables.kind() == "identifier" {
+            vec![text(*variables, self.source).to_owned()]
+        } else {
+            // `(item, index)`: the grammar names the two loop_variable / loop_enumerator.
+            let mut cursor = variables.walk();
+            variables
+                .named_children(&mut cursor)
+                .map(|n| text(n, self.source).trim().to_owned())
+                .collect()
+        };
+        let collection = self.eval(*parts.get(1)?);
+        Some(
+            collection
+                .items()
+                .iter()
+                .enumerate()
+                .map(|(i, item)| {
+                    let mut locals = BTreeMap::new();
+                    if let Some(name) = names.first() {
+                        locals.insert(name.clone(), item.clone());
+                    }
+                    if let Some(index) = names.get(1) {
+                        locals.insert(index.clone(), Value::Int(i64::try_from(i).unwrap_or(0)));
+                    }
+                    locals
+                })
+                .collect(),
+        )
+    }
+
+    /// The value of output `name` of this file.
+    pub(crate) fn output(&self, name: &str) -> Value {
+        let root = self.tree.root_node();
+        declarations(root)
+            .into_iter()
+            .find(|d| d.kind() == "output_declaration" && identifier(*d, self.source) == name)
+            .and_then(|d| {
+                let mut cursor = d.walk();
+                d.named_children(&mut cursor).last()
             })
-            .collect()
+            .map_or_else(|| panic!("no output {name}"), |n| self.eval(n))
     }
 
     /// The resource named `symbol` in this file.
@@ -315,9 +390,16 @@ impl<'d> Scope<'d> {
     /// The value of a declaration's `if (…)`, `Bool(true)` without one.
     fn condition(&self, decl: Node<'_>) -> Value {
         let mut cursor = decl.walk();
-        let Some(last) = decl.named_children(&mut cursor).last() else {
+        let Some(mut last) = decl.named_children(&mut cursor).last() else {
             return Value::Bool(true);
         };
+        if last.kind() == "for_statement" {
+            let mut inner = last.walk();
+            match last.named_children(&mut inner).last() {
+                Some(body) => last = body,
+                None => return Value::Bool(true),
+            }
+        }
         if last.kind() != "if_statement" {
             return Value::Bool(true);
         }
@@ -388,6 +470,9 @@ impl<'d> Scope<'d> {
             ),
             "identifier" => {
                 let name = text(node, src);
+                if let Some(value) = self.locals.borrow().get(name) {
+                    return value.clone();
+                }
                 if let Some(value) = self.params.get(name) {
                     return value.clone();
                 }
@@ -445,6 +530,12 @@ impl<'d> Scope<'d> {
                         .ok()
                         .and_then(|i| items.get(i).cloned())
                         .unwrap_or_else(|| self.unknown(node)),
+                    // `o[k]`, and `o[?k]` (null when absent; `??` then gives the fallback).
+                    (Some(Value::Object(map)), Some(Value::Str(k))) => match map.get(&k) {
+                        Some(value) => value.clone(),
+                        None if text(node, src).contains("[?") => Value::Null,
+                        None => self.unknown(node),
+                    },
                     _ => self.unknown(node),
                 }
             }
@@ -562,6 +653,15 @@ impl<'d> Scope<'d> {
             "toLower" => {
                 str_arg(0).map_or_else(|| self.unknown(node), |s| Value::Str(s.to_lowercase()))
             }
+            "trim" => {
+                str_arg(0).map_or_else(|| self.unknown(node), |s| Value::Str(s.trim().to_owned()))
+            }
+            "startsWith" => match (str_arg(0), str_arg(1)) {
+                (Some(s), Some(prefix)) => {
+                    Value::Bool(s.to_lowercase().starts_with(&prefix.to_lowercase()))
+                }
+                _ => self.unknown(node),
+            },
             "toUpper" => {
                 str_arg(0).map_or_else(|| self.unknown(node), |s| Value::Str(s.to_uppercase()))
             }
@@ -619,19 +719,22 @@ impl<'d> Scope<'d> {
                 _ => self.unknown(node),
             },
             // The public cloud's values (AzureCloud).
-            "environment" => Value::Object(BTreeMap::from([(
-                "suffixes".to_owned(),
-                Value::Object(BTreeMap::from([
-                    (
-                        "acrLoginServer".to_owned(),
-                        Value::Str(".azurecr.io".to_owned()),
-                    ),
-                    (
-                        "sqlServerHostname".to_owned(),
-                        Value::Str(".database.windows.net".to_owned()),
-                    ),
-                ])),
-            )])),
+            "environment" => Value::Object(BTreeMap::from([
+                ("name".to_owned(), Value::Str("AzureCloud".to_owned())),
+                (
+                    "suffixes".to_owned(),
+                    Value::Object(BTreeMap::from([
+                        (
+                            "acrLoginServer".to_owned(),
+                            Value::Str(".azurecr.io".to_owned()),
+                        ),
+                        (
+                            "sqlServerHostname".to_owned(),
+                            Value::Str(".database.windows.net".to_owned()),
+                        ),
+                    ])),
+                ),
+            ])),
             // resourceId('NS/type/child', name, childName) in this resource group.
             "resourceId" if args.iter().all(|a| a.as_str().is_some()) && args.len() >= 2 => {
                 let strings: Vec<&str> = args.iter().filter_map(Value::as_str).collect();

@@ -18,6 +18,7 @@ mod dashboards;
 mod database;
 mod deployment;
 mod eval;
+mod round4;
 mod wiring;
 mod workflows;
 

@@ -126,8 +126,21 @@ fn metrics_are_exported_only_where_they_have_a_destination() {
         sb_inbox::telemetry::TelemetryConfig::from_env(&|name: &str| env.get(name).cloned())
             .unwrap()
     };
+    // The default: the collector app takes traces and metrics (M4).
+    let default = telemetry(&[]);
+    assert!(default.export_metrics, "the collector app takes metrics");
+    assert_eq!(
+        default.endpoint.as_deref(),
+        Some("http://sbinbox-dev-otel:80")
+    );
+    let agent_only = {
+        let overrides = BTreeMap::from([("metricsCollector".to_owned(), Value::Bool(false))]);
+        let env = crate::deployment::worker_env(&overrides);
+        sb_inbox::telemetry::TelemetryConfig::from_env(&|name: &str| env.get(name).cloned())
+            .unwrap()
+    };
     assert!(
-        !telemetry(&[]).export_metrics,
+        !agent_only.export_metrics,
         "managed agent, no metrics destination: metrics must not be exported"
     );
     assert!(

@@ -10,10 +10,12 @@
 //!   `sb_inbox::worker::Worker` as `worker.toml` says, the store opened with retries.
 //! - [`demo`] (feature `sqlite`): `sb-inbox demo`, the article's scenario in process.
 //! - [`ops`]: operator commands (publish orders, dead-letter peek and resubmit).
+//! - [`retry`]: `sb-inbox migrate`'s bounded wait for a database that is not available yet.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 #[cfg(feature = "sqlite")]
 pub mod demo;
 pub mod inventory;
 pub mod ops;
+pub mod retry;
 pub mod run;

@@ -16,6 +16,7 @@ use sb_inbox::PgStore;
 use sb_inbox::SqliteStore;
 #[cfg(feature = "entra")]
 use sb_inbox::entra::{EntraCredential, EntraMode};
+use sb_inbox::runtime::Backoff;
 use sb_inbox::servicebus::{
     ConnectionString, DEFAULT_SERVER_BUSY_WAIT, ProxyConfig, ServiceBusClient,
     ServiceBusSenderPort, Transport, TrustRoots,
@@ -25,6 +26,7 @@ use sb_inbox::telemetry::{LogFormat, OTEL_ENV_VARS, TelemetryConfig};
 use sb_inbox::worker::{ENV_VARS, MOVED, WorkerConfig};
 use sb_inbox_cli::inventory::InventoryStore;
 use sb_inbox_cli::ops::{self, OpsError, dlq};
+use sb_inbox_cli::retry;
 use tokio_util::sync::CancellationToken;
 
 /// sb-inbox: the Idempotent Consumer for Azure Service Bus.
@@ -63,7 +65,8 @@ enum Command {
     },
     /// Applies the store's core schema migrations (sql/<provider>/: inbox, business keys,
     /// aggregate versions, outbox), each once; with --inventory also the reference consumer's
-    /// tables (inventory_*), which `sb-inbox run` needs.
+    /// tables (inventory_*), which `sb-inbox run` needs. A database that is unavailable (resuming,
+    /// failing over, throttling) is waited for, about five minutes at most.
     Migrate {
         /// Also apply the reference inventory consumer's migration (sql/<provider>/0002_inventory.sql).
         #[arg(long)]
@@ -515,26 +518,40 @@ async fn dlq_resubmit(
 
 async fn migrate(store: &str, inventory: bool) -> anyhow::Result<()> {
     let url: StoreUrl = store.parse()?;
-    let applied = match &url {
+    // A database that is resuming (serverless auto-pause, 40613), failing over or throttling is
+    // waited for, as the worker's store open does; migrations are idempotent, so a retry
+    // re-applies only what is missing.
+    let backoff = Backoff::new(retry::FIRST_DELAY, retry::MAX_DELAY);
+    let applied = retry::until_available(
+        retry::MIGRATE_ATTEMPTS,
+        backoff,
+        || migrate_once(&url, inventory),
+        |error, delay| {
+            tracing::warn!(%error, retry_in = ?delay, "The database is not available yet; migrate retries.");
+        },
+    )
+    .await
+    .with_context(|| format!("migrating {url}"))?;
+    println!("{applied} migration(s) applied to {url}");
+    Ok(())
+}
+
+/// One attempt: connect, then apply what is missing.
+async fn migrate_once(url: &StoreUrl, inventory: bool) -> Result<usize, sb_inbox::StoreError> {
+    match url {
         #[cfg(feature = "postgres")]
         StoreUrl::Postgres(raw) => migrate_store(PgStore::connect(raw, 1).await?, inventory).await,
         #[cfg(feature = "mssql")]
-        StoreUrl::Mssql(raw) => {
-            let store = MssqlStore::connect(raw, 1)
-                .await
-                .with_context(|| format!("connecting to {url}"))?;
-            migrate_store(store, inventory).await
-        }
+        StoreUrl::Mssql(raw) => migrate_store(MssqlStore::connect(raw, 1).await?, inventory).await,
         #[cfg(feature = "sqlite")]
         StoreUrl::Sqlite(path) => migrate_store(SqliteStore::open(path)?, inventory).await,
         #[cfg(feature = "sqlite")]
         StoreUrl::SqliteMemory => migrate_store(SqliteStore::open_in_memory()?, inventory).await,
         // The parse refuses a store this build lacks (naming its cargo feature).
-        _ => anyhow::bail!("unsupported store {url}"),
+        _ => Err(sb_inbox::StoreError::configuration(format!(
+            "unsupported store {url}"
+        ))),
     }
-    .with_context(|| format!("migrating {url}"))?;
-    println!("{applied} migration(s) applied to {url}");
-    Ok(())
 }
 
 /// The core migrations, then the reference consumer's when asked for.
