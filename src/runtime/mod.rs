@@ -83,7 +83,7 @@ pub use retry::{
     ORIGINAL_ENQUEUED_TIME_PROPERTY, RETRY_ATTEMPT_PROPERTY, RetryPolicy, ScheduledRetry,
     original_enqueued_time,
 };
-pub use router::{Routed, Router, RouterBuilder, RouterError};
+pub use router::{Routed, Router, RouterBuilder, RouterError, UpcastError};
 pub use session::SessionConfig;
 pub use slots::{STUCK_ALLOWANCE, SlotWatch};
 pub use stats::{Stats, StatsSnapshot};
