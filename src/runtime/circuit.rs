@@ -220,8 +220,8 @@ impl Circuit {
     /// ([`ErrorKind::TimedOut`]): counted against the store like a systemic failure, so a run
     /// of them (a migration's table lock, an overloaded server) trips the switch and a trial
     /// that meets one opens it again. A single one among commits does not trip it.
-    pub(crate) fn timed_out(&self, why: &str) {
-        self.failure(&StoreError::of_kind(ErrorKind::TimedOut, why));
+    pub(crate) fn timed_out(&self, redacted: &str) {
+        self.failed(redacted);
     }
 
     /// A transaction committed, or the store answered with an error tied to the message.
@@ -235,6 +235,11 @@ impl Circuit {
     }
 
     fn failure(&self, error: &StoreError) {
+        self.failed(&error.redacted());
+    }
+
+    /// A failure counted against the store; `redacted` says what it was (no values).
+    fn failed(&self, redacted: &str) {
         let config = &self.shared.config;
         let mut state = self.state();
         state.consecutive = state.consecutive.saturating_add(1);
@@ -253,7 +258,7 @@ impl Circuit {
                 None => return,
             },
         };
-        let why = format!("{why}; last: {}", error.redacted());
+        let why = format!("{why}; last: {redacted}");
         if state.paused.is_none() {
             state.trips += 1;
             state.paused = Some((Instant::now(), why.clone()));
