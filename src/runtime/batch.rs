@@ -377,7 +377,7 @@ where
                     &*delivery,
                     logical_id.as_deref().unwrap_or_default(),
                     verdict,
-                    lock.renewals(),
+                    &lock,
                 )
                 .instrument(processing.span.clone())
                 .await;

@@ -230,7 +230,7 @@ where
             Ok(accepted) => accepted,
             Err(refused) => {
                 drop(slot);
-                return self.conclude(&*delivery, "", Err(refused), 0).await;
+                return self.conclude(&*delivery, "", Err(refused), lock).await;
             }
         };
         let ctx = self.context(&*delivery, &envelope, payload);
@@ -249,7 +249,7 @@ where
         let ended = tokio::time::Instant::now();
         self.phases.record(Phase::Transaction, ended - started);
         let report = self
-            .conclude(&*delivery, &envelope.logical_id, result, lock.renewals())
+            .conclude(&*delivery, &envelope.logical_id, result, lock)
             .await;
         self.phases.record(Phase::Settlement, ended.elapsed());
         report
@@ -316,8 +316,9 @@ where
         delivery: &D,
         logical_id: &str,
         result: Result<Outcome, Abort>,
-        renewals: u32,
+        lock: &KeptLock,
     ) -> Report {
+        let renewals = lock.renewals();
         let (outcome, ending) = match result {
             Ok(outcome) => (outcome, Ending::Committed),
             Err(Abort::SettleAs(outcome, why)) => (outcome, Ending::RolledBack(why)),
@@ -334,7 +335,7 @@ where
                 return self.dead_letter(delivery, rejection, renewals).await;
             }
         };
-        self.settle(delivery, logical_id, outcome, ending, renewals)
+        self.settle(delivery, logical_id, outcome, ending, lock)
             .await
     }
 
@@ -427,8 +428,9 @@ where
         logical_id: &str,
         outcome: Outcome,
         ending: Ending,
-        renewals: u32,
+        lock: &KeptLock,
     ) -> Report {
+        let renewals = lock.renewals();
         let settled = match outcome.settlement() {
             Settlement::Complete => Some(delivery.complete().await),
             Settlement::Abandon => match ending {
@@ -436,7 +438,7 @@ where
                 // same message (a retry copy would start its delivery count again, and a
                 // release not count it), so `max_panics` always ends it.
                 Ending::RolledBack(why) if outcome == Outcome::HandlerPanicked => {
-                    transient_hold::hold(delivery, self.clock, self.transient_hold_max).await;
+                    transient_hold::hold(delivery, lock.left(), self.transient_hold_max).await;
                     Some(delivery.abandon(last_error(why)).await)
                 }
                 // While the kill switch is open the failure is the store's, not the message's:
@@ -447,9 +449,9 @@ where
                             .retry_later(delivery, retry, logical_id, why, renewals)
                             .await;
                     }
-                    Some(self.give_back(delivery, why).await)
+                    Some(self.give_back(delivery, why, lock.left()).await)
                 }
-                Ending::RolledBack(why) => Some(self.give_back(delivery, why).await),
+                Ending::RolledBack(why) => Some(self.give_back(delivery, why, lock.left()).await),
                 Ending::Shutdown => Some(self.give_back_now(delivery, "shutdown".into()).await),
                 Ending::Committed => Some(delivery.abandon(BTreeMap::new()).await),
             },
@@ -478,12 +480,17 @@ where
     }
 
     /// Gives a transiently failed delivery back: released while the kill switch is open, else
-    /// abandoned after its hold (`transient_hold::give_back`).
-    async fn give_back<D: Delivery>(&self, delivery: &D, why: String) -> Result<(), SettleError> {
+    /// abandoned after its hold (`transient_hold::give_back`), at most half of `lock_left`.
+    async fn give_back<D: Delivery>(
+        &self,
+        delivery: &D,
+        why: String,
+        lock_left: Duration,
+    ) -> Result<(), SettleError> {
         transient_hold::give_back(
             delivery,
             self.circuit,
-            self.clock,
+            lock_left,
             self.transient_hold_max,
             last_error(why),
         )

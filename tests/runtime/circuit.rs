@@ -588,3 +588,30 @@ async fn a_trial_that_never_reached_the_store_does_not_close_the_switch() {
     assert_eq!(dead.len(), 1, "{dead:#?}");
     assert_eq!(dead[0].reason, "UnsupportedContract");
 }
+
+/// Issue 40, minor 4: the transient hold reckons the lock on the keeper's monotonic clock. A
+/// host 60 s ahead of the broker sees every fresh 30 s lock as expired on its wall clock; the
+/// hold is still spent (before, it was zero there, and a flapping dependency spent a message's
+/// ten deliveries at once).
+#[tokio::test(start_paused = true)]
+async fn the_transient_hold_does_not_read_the_hosts_wall_clock() {
+    let broker_clock = Clock::starting_at(std::time::SystemTime::now() - Duration::from_secs(60));
+    let broker = MemoryBroker::with_options(broker_clock, Duration::from_secs(30), MAX_DELIVERIES);
+    broker.send(two_line_order("m-1", "o-1"));
+    let store = sqlite_store("circuit", 1).await;
+    let mut config = config("circuit");
+    config.transient_hold_max = Duration::from_secs(5);
+    let runtime = Runtime::with_clock(
+        broker.receiver(),
+        store,
+        Down { inner: Noop::new() },
+        config,
+        Clock::new(),
+    );
+    let started = Instant::now();
+    run_until_idle(&runtime, &broker).await.unwrap();
+    let dead = broker.dead_letters();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].reason, "MaxDeliveryCountExceeded");
+    assert!(started.elapsed() >= Duration::from_secs(16), "{:?}", started.elapsed());
+}

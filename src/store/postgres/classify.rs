@@ -57,7 +57,13 @@ pub(crate) fn kind_of(code: &SqlState, constraint: Option<&str>) -> ErrorKind {
         | SqlState::UNDEFINED_COLUMN
         | SqlState::UNDEFINED_FUNCTION
         | SqlState::UNDEFINED_OBJECT
-        | SqlState::INVALID_SCHEMA_NAME => ErrorKind::Deployment,
+        | SqlState::INVALID_SCHEMA_NAME
+        // Code rolled out before the migration it needs: an `ON CONFLICT` whose unique index
+        // is not there yet (42P10), a column whose type the migration changes (42804). Every
+        // message meets them alike until `migrate` runs, so they are the deployment's (the
+        // kill switch pauses), not each message's (dead-lettered one by one).
+        | SqlState::INVALID_COLUMN_REFERENCE
+        | SqlState::DATATYPE_MISMATCH => ErrorKind::Deployment,
         SqlState::ADMIN_SHUTDOWN
         | SqlState::CRASH_SHUTDOWN
         | SqlState::CANNOT_CONNECT_NOW
@@ -160,6 +166,8 @@ mod tests {
             ("42501", ErrorKind::Deployment),
             ("42883", ErrorKind::Deployment),
             ("3F000", ErrorKind::Deployment),
+            ("42P10", ErrorKind::Deployment),
+            ("42804", ErrorKind::Deployment),
             ("42601", ErrorKind::Schema),
             ("XX000", ErrorKind::Unknown),
         ];
