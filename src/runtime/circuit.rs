@@ -409,7 +409,11 @@ impl Circuit {
                 }
                 CircuitPhase::Open => {
                     let delay = backoff.next_delay();
-                    if stop.run_until_cancelled(tokio::time::sleep(delay)).await.is_none() {
+                    if stop
+                        .run_until_cancelled(tokio::time::sleep(delay))
+                        .await
+                        .is_none()
+                    {
                         return;
                     }
                     self.probe_open(store, consumer, delay).await;
@@ -417,7 +421,8 @@ impl Circuit {
                 CircuitPhase::HalfOpen | CircuitPhase::Trial => {
                     let delay = backoff.next_delay();
                     // Until the trial decides (closed or open again), or the next probe is due.
-                    let decided = phase.wait_for(|p| matches!(p, CircuitPhase::Closed | CircuitPhase::Open));
+                    let decided =
+                        phase.wait_for(|p| matches!(p, CircuitPhase::Closed | CircuitPhase::Open));
                     tokio::select! {
                         () = stop.cancelled() => return,
                         _ = decided => continue,
@@ -471,7 +476,9 @@ impl Circuit {
         });
         match passed {
             Ok(()) if moved => {
-                tracing::info!("No trial delivery arrived and the store probe passed again; resuming.");
+                tracing::info!(
+                    "No trial delivery arrived and the store probe passed again; resuming."
+                );
                 self.close(&mut state);
             }
             Err(error) if moved => {

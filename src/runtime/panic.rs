@@ -109,7 +109,10 @@ mod tests {
         let Err(Panicked(text)) = caught else {
             panic!("the closure unwinds")
         };
-        assert!(text.starts_with("decoding panicked: index out of bounds"), "{text}");
+        assert!(
+            text.starts_with("decoding panicked: index out of bounds"),
+            "{text}"
+        );
         assert_eq!(catch_decoding(|| 7), Ok(7));
     }
 }

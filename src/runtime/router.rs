@@ -656,8 +656,8 @@ mod tests {
                 Ok(PlacedV2 {
                     order_id: v1.order_id,
                     channel: "legacy".to_owned(),
+                })
             })
-        })
             .json(Cancel(seen.clone()))
             .route(Payments::new(seen.clone()))
             .build()
@@ -907,8 +907,8 @@ mod tests {
                 Ok(PlacedV2 {
                     order_id: v1.order_id,
                     channel: "x".into(),
+                })
             })
-        })
             .build()
             .unwrap_err();
         assert_eq!(
@@ -922,8 +922,8 @@ mod tests {
                 Ok(PlacedV2 {
                     order_id: v1.order_id,
                     channel: "x".into(),
+                })
             })
-        })
             .build()
             .unwrap_err();
         assert!(
@@ -973,8 +973,8 @@ mod tests {
                 Ok(PlacedV2 {
                     order_id: v1.order_id,
                     channel: "legacy".into(),
+                })
             })
-        })
             .build()
             .unwrap()
     }

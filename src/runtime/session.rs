@@ -171,7 +171,11 @@ where
                 Err(super::panic::Panicked(why)) => {
                     let delay = backoff.next_delay();
                     tracing::error!(error = %why, ?delay, "A session slot panicked; its session is given up and the slot goes on.");
-                    if stop.run_until_cancelled(tokio::time::sleep(delay)).await.is_none() {
+                    if stop
+                        .run_until_cancelled(tokio::time::sleep(delay))
+                        .await
+                        .is_none()
+                    {
                         return Ok(());
                     }
                 }

@@ -397,10 +397,15 @@ async fn failing_runtime(
 #[tokio::test(start_paused = true)]
 async fn delayed_retries_are_not_spent_while_the_switch_is_open() {
     let broker = broker_with(1);
-    let policy = sb_inbox::runtime::RetryPolicy::new(5, Duration::from_secs(1), Duration::from_secs(10))
-        .unwrap();
+    let policy =
+        sb_inbox::runtime::RetryPolicy::new(5, Duration::from_secs(1), Duration::from_secs(10))
+            .unwrap();
     let mut config = config("circuit");
-    config.delayed_retry = Some(sb_inbox::runtime::DelayedRetry::new(policy, broker.clone(), "q"));
+    config.delayed_retry = Some(sb_inbox::runtime::DelayedRetry::new(
+        policy,
+        broker.clone(),
+        "q",
+    ));
     let (down, runtime) = failing_runtime(&broker, revoked_grant_error(), config).await;
     let (result, ()) = tokio::join!(run_until_idle(&runtime, &broker), async {
         tokio::time::sleep(Duration::from_secs(600)).await;
@@ -431,10 +436,15 @@ fn revoked_grant_error() -> StoreError {
 async fn a_panic_under_delayed_retries_still_counts_towards_max_panics() {
     let broker = broker_with(1);
     let store = sqlite_store("circuit", 1).await;
-    let policy = sb_inbox::runtime::RetryPolicy::new(5, Duration::from_secs(1), Duration::from_secs(10))
-        .unwrap();
+    let policy =
+        sb_inbox::runtime::RetryPolicy::new(5, Duration::from_secs(1), Duration::from_secs(10))
+            .unwrap();
     let mut config = config("circuit");
-    config.delayed_retry = Some(sb_inbox::runtime::DelayedRetry::new(policy, broker.clone(), "q"));
+    config.delayed_retry = Some(sb_inbox::runtime::DelayedRetry::new(
+        policy,
+        broker.clone(),
+        "q",
+    ));
     let handler = PanicsOn {
         inner: Noop::new(),
         poison: "m-0",
@@ -498,12 +508,16 @@ wrapper_handler!(InTurn, inner, |self, ctx, tx| {
 #[tokio::test(start_paused = true)]
 async fn contention_and_unknown_errors_do_not_reset_the_failures_in_a_row() {
     let broker = broker_with(10);
-    let deadlock = StoreError::new(ErrorKind::Contention, Some("40P01".into()), None, "deadlock");
+    let deadlock = StoreError::new(
+        ErrorKind::Contention,
+        Some("40P01".into()),
+        None,
+        "deadlock",
+    );
     let unknown = StoreError::new(ErrorKind::Unknown, Some("XX000".into()), None, "internal");
     let revoked = revoked_grant_error();
     let errors = [
-        &revoked, &deadlock, &revoked, &unknown, &revoked, &deadlock, &revoked, &unknown,
-        &revoked,
+        &revoked, &deadlock, &revoked, &unknown, &revoked, &deadlock, &revoked, &unknown, &revoked,
     ];
     let handler = InTurn {
         inner: Noop::new(),
@@ -572,7 +586,11 @@ async fn a_switch_tripped_by_process_calls_is_probed() {
 #[tokio::test(start_paused = true)]
 async fn a_trial_that_never_reached_the_store_does_not_close_the_switch() {
     let broker = broker_with(0);
-    broker.send(sb_inbox::Message::new("m-x", "billing.invoice-sent.v1", "{}"));
+    broker.send(sb_inbox::Message::new(
+        "m-x",
+        "billing.invoice-sent.v1",
+        "{}",
+    ));
     broker.send(two_line_order("m-1", "o-1"));
     let (down, runtime) = failing_runtime(&broker, revoked_grant_error(), config("circuit")).await;
     trip(&runtime).await;
@@ -613,5 +631,9 @@ async fn the_transient_hold_does_not_read_the_hosts_wall_clock() {
     let dead = broker.dead_letters();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].reason, "MaxDeliveryCountExceeded");
-    assert!(started.elapsed() >= Duration::from_secs(16), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_secs(16),
+        "{:?}",
+        started.elapsed()
+    );
 }

@@ -52,10 +52,7 @@ fn panicking_router() -> Router<SqliteTx> {
                 let channels: Vec<String> = Vec::new();
                 // The legacy channel table has no row for this order.
                 let channel = channels[std::hint::black_box(0)].clone();
-                return Ok(OrderPlacedV2 {
-                    order: v1,
-                    channel,
-                });
+                return Ok(OrderPlacedV2 { order: v1, channel });
             }
             Ok(OrderPlacedV2::from(v1))
         })
@@ -140,7 +137,11 @@ async fn a_panicking_upcaster_is_counted_and_dead_lettered_after_max_panics() {
             (199, 2),
             "batch {batch}: {stats:?}"
         );
-        assert_eq!(broker.counts().released, 0, "batch {batch}: never uncounted");
+        assert_eq!(
+            broker.counts().released,
+            0,
+            "batch {batch}: never uncounted"
+        );
         assert_eq!(runtime.slots().stuck(), 0);
     }
 }
@@ -194,6 +195,8 @@ impl EnvelopeReader for PanickingReader {
         "subject"
     }
 
+    // The panic is the point: a reader with a bug the runtime must survive.
+    #[allow(clippy::panic_in_result_fn)]
     fn open<'m>(&self, message: &'m sb_inbox::Message) -> Result<Opened<'m>, Rejection> {
         if message.message_id.as_deref() == Some("m-5") {
             panic!("reader bug");
@@ -207,7 +210,12 @@ async fn a_panicking_envelope_reader_is_counted_too() {
     let broker = broker_with(20);
     let mut config = config("panics");
     config.envelope = std::sync::Arc::new(PanickingReader);
-    let runtime = runtime_with(&broker, sb_inbox_cli::inventory::router(None).unwrap(), config).await;
+    let runtime = runtime_with(
+        &broker,
+        sb_inbox_cli::inventory::router(None).unwrap(),
+        config,
+    )
+    .await;
     drain(&runtime, &broker).await.unwrap();
     let dead = broker.dead_letters();
     assert_eq!(dead.len(), 1, "{dead:#?}");

@@ -453,7 +453,10 @@ async fn emulator_with_few_orders(count: usize) -> sb_emulator::Emulator {
     for i in 0..count {
         let sku = format!("S{i}");
         let message = order_with_lines(&format!("m-{i}"), &format!("o-{i}"), &[(&sku, 1)]);
-        sender.send(message).await.expect("the emulator takes the order");
+        sender
+            .send(message)
+            .await
+            .expect("the emulator takes the order");
     }
     emulator
 }
@@ -473,9 +476,7 @@ async fn all_reserved_once(
         Duration::from_secs(300),
         "every order is reserved (or one is dead-lettered)",
         &worker,
-        || async {
-            orders.counts().dead_lettered_total > 0 || reserved(&store).await >= count
-        },
+        || async { orders.counts().dead_lettered_total > 0 || reserved(&store).await >= count },
     )
     .await;
     let log = worker.log();
@@ -486,7 +487,10 @@ async fn all_reserved_once(
         .await
         .unwrap();
     let reasons: Vec<_> = dead.iter().map(|d| d.dead_letter_reason()).collect();
-    assert_eq!(counts.dead_lettered_total, 0, "{counts:?} {reasons:?}\n{log}");
+    assert_eq!(
+        counts.dead_lettered_total, 0,
+        "{counts:?} {reasons:?}\n{log}"
+    );
     let stock = store.inventory_counts().await.unwrap();
     assert_eq!((stock.reservations, stock.inbox_rows), (count, count));
     assert_eq!(stock.reserved_units, stock.line_units, "no effect repeated");
@@ -515,7 +519,9 @@ async fn delayed_retries_under_a_revoked_grant_dead_letter_nothing() {
     let admin = admin_session(&admin_url).await;
     let (role, url) = worker_role(&admin, &schema).await;
     admin
-        .batch_execute(&format!("REVOKE INSERT ON inventory_reservation FROM {role}"))
+        .batch_execute(&format!(
+            "REVOKE INSERT ON inventory_reservation FROM {role}"
+        ))
         .await
         .unwrap();
     let emulator = emulator_with_few_orders(COUNT).await;
@@ -637,10 +643,7 @@ async fn in_session_mode_a_panicking_upcaster_is_dead_lettered_and_the_slot_surv
             if v1.order_id == "o-5" {
                 let channels: Vec<String> = Vec::new();
                 let channel = channels[std::hint::black_box(0)].clone();
-                return Ok(OrderPlacedV2 {
-                    order: v1,
-                    channel,
-                });
+                return Ok(OrderPlacedV2 { order: v1, channel });
             }
             Ok(OrderPlacedV2::from(v1))
         })
