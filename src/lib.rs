@@ -173,7 +173,7 @@ pub use runtime::{
     Context, Contract, ContractParseError, DeadLetterReason, DecodeError, Handled, Handler,
     HandlerError, HandlerExt, IdempotencyKey, Json, JsonContract, JsonHandler, Layer, LockKeeper,
     Outcome, Rejection, Report, Router, RouterBuilder, RouterError, Runtime, RuntimeConfig,
-    RuntimeError, SessionConfig, Settlement, Stats, StatsSnapshot, UnknownContracts,
+    RuntimeError, SessionConfig, Settlement, Stats, StatsSnapshot, UnknownContracts, UpcastError,
 };
 #[cfg(feature = "mssql")]
 pub use store::{MssqlStore, MssqlTx};

@@ -46,9 +46,17 @@ pub enum ErrorKind {
     /// before `migrate`), a missing grant, a read-only database. Not the message's fault:
     /// transient, and the runtime reports the store unhealthy while it persists.
     Deployment,
-    /// Serialization failure, deadlock, lock timeout, busy database. Transient.
+    /// Serialization failure or deadlock: two transactions met over the same rows. Tied to the
+    /// message's moment, not the store's health. Transient.
     Contention,
-    /// Server shutting down, failover, throttling, too many connections. Transient.
+    /// A statement or a lock wait ran past the bound the database enforces (PostgreSQL's
+    /// `lock_timeout` and `statement_timeout`, SQL Server's `LOCK_TIMEOUT`, SQLite's busy
+    /// timeout). One alone is contention; many in a row are an outage every message meets
+    /// alike (a migration's table lock, an overloaded server), so the kill switch counts them
+    /// against the store. Transient.
+    TimedOut,
+    /// Server shutting down, failover, throttling, too many connections, or out of a resource
+    /// (disk, transaction log, memory). Transient.
     Unavailable,
     /// The connection broke or timed out. Transient; the connection is discarded.
     Connection,
@@ -63,6 +71,7 @@ impl ErrorKind {
         matches!(
             self,
             ErrorKind::Contention
+                | ErrorKind::TimedOut
                 | ErrorKind::Deployment
                 | ErrorKind::Unavailable
                 | ErrorKind::Connection
@@ -102,6 +111,7 @@ impl ErrorKind {
             ErrorKind::Configuration => "configuration",
             ErrorKind::Deployment => "deployment",
             ErrorKind::Contention => "contention",
+            ErrorKind::TimedOut => "timed_out",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Connection => "connection",
             ErrorKind::Unknown => "unknown",
@@ -393,7 +403,7 @@ pub trait Tx: Send {
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Bounds how long each later statement of this transaction waits for a row lock that
     /// another transaction holds: past `limit` the statement fails with
-    /// [`ErrorKind::Contention`] instead of waiting on. Batched transactions bound every
+    /// [`ErrorKind::TimedOut`] instead of waiting on. Batched transactions bound every
     /// delivery after their first, so two batches that each hold rows the other needs give way
     /// within `limit` instead of waiting for the database's deadlock detection (PostgreSQL's
     /// `deadlock_timeout` is 1 s). Stores without row locks wait for nothing and do nothing.

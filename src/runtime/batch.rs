@@ -324,7 +324,8 @@ where
             lock.follow(&processing.span);
             let (logical_id, state) = match step.accept(&*delivery) {
                 Ok((envelope, _)) => (Some(envelope.logical_id), State::Pending),
-                Err(rejection) => (None, State::Decided(Err(Abort::DeadLetter(rejection)))),
+                // Refused or panicked: decided alone, the others go on.
+                Err(refused) => (None, State::Decided(Err(refused))),
             };
             Member {
                 delivery,
@@ -376,7 +377,7 @@ where
                     &*delivery,
                     logical_id.as_deref().unwrap_or_default(),
                     verdict,
-                    lock.renewals(),
+                    &lock,
                 )
                 .instrument(processing.span.clone())
                 .await;
@@ -521,7 +522,7 @@ where
                     .instrument(member.processing.span.clone())
                     .await
             }
-            Err(rejection) => Err(Abort::DeadLetter(rejection)),
+            Err(refused) => Err(refused),
         };
         let undone = match result {
             Ok(handled) => {
@@ -573,7 +574,7 @@ async fn undo<T: Tx, D: Delivery>(
     match tx.rollback_to(savepoint).await {
         Ok(()) => {
             member.state = match abort {
-                Abort::Contended(_) if bounded => {
+                Abort::Contended(..) if bounded => {
                     tracing::debug!(lock_token = %member.delivery.lock_token(), "A batched delivery gave way to another transaction's lock; it runs again in the next transaction.");
                     State::GaveWay
                 }

@@ -3,10 +3,14 @@
 //!
 //! # Algorithm
 //! 1. **Closed** (normal). Every store answer is evidence: a commit, or any refusal tied to
-//!    the message (a duplicate, a constraint, contention) counts as the store working; an
-//!    error of a *systemic* kind ([`ErrorKind::is_systemic`]: unavailable, connection,
-//!    deployment — each store classifies its provider's codes into those kinds in its
-//!    `classify.rs`) counts against it. [`CircuitConfig::consecutive`] systemic failures in a
+//!    the message (a duplicate, a constraint) counts as the store working; an error of a
+//!    *systemic* kind ([`ErrorKind::is_systemic`]: unavailable, including a full disk, log or
+//!    memory; connection; deployment — each store classifies its provider's codes into those
+//!    kinds in its `classify.rs`) counts against it, and so does a delivery that ended with a
+//!    statement or lock wait past the database's bound ([`ErrorKind::TimedOut`]: one among
+//!    commits trips nothing, a run of them is a migration's table lock or an overloaded
+//!    server). Contention (deadlocks, serialization failures) and unknown errors count
+//!    neither way: they do not reset the failures in a row. [`CircuitConfig::consecutive`] systemic failures in a
 //!    row, or more than [`CircuitConfig::failure_rate_percent`] of at least
 //!    [`MIN_SAMPLES`] answers within [`CircuitConfig::window`], trip the switch.
 //! 2. **Open** (paused). No new receive is started; deliveries received but not started are
@@ -18,8 +22,11 @@
 //!    `SELECT 1` answers on a read-only replica or without grants).
 //! 3. **Half-open**. The probe passed: exactly one delivery (the trial) is let in. The probe
 //!    covers only the inbox table, so the trial is what finds a grant missing on a business
-//!    table: a systemic failure opens the switch again (the probe backoff keeps doubling); any
-//!    other ending closes it.
+//!    table: a systemic failure (or a timeout) opens the switch again (the probe backoff keeps
+//!    doubling); any other store answer closes it. A trial that got no store answer (refused
+//!    before its transaction, an ignored contract, a lock lost while it waited) proves nothing:
+//!    the next delivery is the trial. While no trial comes (an idle entity), the next passing
+//!    probe closes the switch.
 //!
 //! An outage costs the deliveries that failed before the trip one counted attempt each,
 //! instead of every queued message's whole max delivery count: the failure mode MassTransit's
@@ -195,14 +202,26 @@ impl Circuit {
         ))
     }
 
-    /// A store error seen by a delivery's transaction: systemic kinds count against the store,
-    /// any other is an answer of a working store.
+    /// A store error seen by a delivery's transaction: systemic kinds count against the store;
+    /// contention (a deadlock, a serialization failure) and unknown errors say nothing either
+    /// way, so they neither count nor reset the count of failures in a row; a timeout is
+    /// counted when the delivery ends with it ([`Circuit::timed_out`], since a batch's bounded
+    /// lock wait meets one by design); any other error (a duplicate, a constraint) is an answer
+    /// of a working store.
     pub(crate) fn store_error(&self, error: &StoreError) {
-        if error.kind().is_systemic() {
-            self.failure(error);
-        } else {
-            self.answered();
+        match error.kind() {
+            kind if kind.is_systemic() => self.failure(error),
+            ErrorKind::Contention | ErrorKind::Unknown | ErrorKind::TimedOut => {}
+            _ => self.answered(),
         }
+    }
+
+    /// A delivery's attempt ended with a statement or lock wait past the database's bound
+    /// ([`ErrorKind::TimedOut`]): counted against the store like a systemic failure, so a run
+    /// of them (a migration's table lock, an overloaded server) trips the switch and a trial
+    /// that meets one opens it again. A single one among commits does not trip it.
+    pub(crate) fn timed_out(&self, redacted: &str) {
+        self.failed(redacted);
     }
 
     /// A transaction committed, or the store answered with an error tied to the message.
@@ -216,6 +235,11 @@ impl Circuit {
     }
 
     fn failure(&self, error: &StoreError) {
+        self.failed(&error.redacted());
+    }
+
+    /// A failure counted against the store; `redacted` says what it was (no values).
+    fn failed(&self, redacted: &str) {
         let config = &self.shared.config;
         let mut state = self.state();
         state.consecutive = state.consecutive.saturating_add(1);
@@ -234,7 +258,7 @@ impl Circuit {
                 None => return,
             },
         };
-        let why = format!("{why}; last: {}", error.redacted());
+        let why = format!("{why}; last: {redacted}");
         if state.paused.is_none() {
             state.trips += 1;
             state.paused = Some((Instant::now(), why.clone()));
@@ -360,7 +384,10 @@ impl Circuit {
     }
 
     /// Probes `store` with backoff whenever the switch is open, until `stop`: a pass lets one
-    /// trial delivery in.
+    /// trial delivery in. Half-open with no trial taken by the next probe (nothing arrived: an
+    /// idle entity), a passing probe closes the switch, so readiness does not stay paused
+    /// after the outage ended; the failures in a row are kept, so a first delivery that fails
+    /// the same way trips it again at once.
     pub(crate) async fn supervise<S: Store>(
         &self,
         store: &S,
@@ -372,39 +399,92 @@ impl Circuit {
         let mut phase = self.shared.phase.subscribe();
         loop {
             let current = *phase.borrow_and_update();
-            if current == CircuitPhase::Closed {
-                backoff.reset();
-            }
-            if current == CircuitPhase::Open {
-                let delay = backoff.next_delay();
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    () = tokio::time::sleep(delay) => {}
-                }
-                match probe(store, consumer).await {
-                    Ok(()) => {
-                        tracing::info!(
-                            ?delay,
-                            "Store probe passed; letting one trial delivery in."
-                        );
-                        self.shared.phase.send_if_modified(|phase| {
-                            let open = *phase == CircuitPhase::Open;
-                            if open {
-                                *phase = CircuitPhase::HalfOpen;
-                            }
-                            open
-                        });
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, next_in = ?delay, "Store probe failed; still paused.");
+            match current {
+                CircuitPhase::Closed => {
+                    backoff.reset();
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        changed = phase.changed() => if changed.is_err() { return },
                     }
                 }
-                continue;
+                CircuitPhase::Open => {
+                    let delay = backoff.next_delay();
+                    if stop
+                        .run_until_cancelled(tokio::time::sleep(delay))
+                        .await
+                        .is_none()
+                    {
+                        return;
+                    }
+                    self.probe_open(store, consumer, delay).await;
+                }
+                CircuitPhase::HalfOpen | CircuitPhase::Trial => {
+                    let delay = backoff.next_delay();
+                    // Until the trial decides (closed or open again), or the next probe is due.
+                    let decided =
+                        phase.wait_for(|p| matches!(p, CircuitPhase::Closed | CircuitPhase::Open));
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        _ = decided => continue,
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                    if self.phase() == CircuitPhase::HalfOpen {
+                        self.probe_idle(store, consumer).await;
+                    }
+                }
             }
-            tokio::select! {
-                () = stop.cancelled() => return,
-                changed = phase.changed() => if changed.is_err() { return },
+        }
+    }
+
+    /// The probe of an open switch: a pass makes it half-open (one trial delivery).
+    async fn probe_open<S: Store>(&self, store: &S, consumer: &ConsumerName, delay: Duration) {
+        match probe(store, consumer).await {
+            Ok(()) => {
+                tracing::info!(?delay, "Store probe passed; letting one trial delivery in.");
+                self.shared.phase.send_if_modified(|phase| {
+                    let open = *phase == CircuitPhase::Open;
+                    if open {
+                        *phase = CircuitPhase::HalfOpen;
+                    }
+                    open
+                });
             }
+            Err(error) => {
+                tracing::warn!(%error, next_in = ?delay, "Store probe failed; still paused.");
+            }
+        }
+    }
+
+    /// The probe of a half-open switch whose trial never came (an idle entity): a pass closes
+    /// it, a failure opens it again.
+    async fn probe_idle<S: Store>(&self, store: &S, consumer: &ConsumerName) {
+        let passed = probe(store, consumer).await;
+        // Under the state lock, as every answer is counted; the phase moves only if no trial
+        // was taken meanwhile (a trial decides then).
+        let mut state = self.state();
+        let to = if passed.is_ok() {
+            CircuitPhase::Closed
+        } else {
+            CircuitPhase::Open
+        };
+        let moved = self.shared.phase.send_if_modified(|phase| {
+            let idle = *phase == CircuitPhase::HalfOpen;
+            if idle {
+                *phase = to;
+            }
+            idle
+        });
+        match passed {
+            Ok(()) if moved => {
+                tracing::info!(
+                    "No trial delivery arrived and the store probe passed again; resuming."
+                );
+                self.close(&mut state);
+            }
+            Err(error) if moved => {
+                tracing::warn!(%error, "Store probe failed while waiting for a trial; pausing again.");
+            }
+            _ => {}
         }
     }
 }
@@ -421,8 +501,9 @@ async fn probe<S: Store>(store: &S, consumer: &ConsumerName) -> Result<(), Store
     }
 }
 
-/// Leave to start one delivery; the trial's ticket, dropped when that delivery ends, closes a
-/// switch no store answer has decided (a delivery that never reached the store).
+/// Leave to start one delivery; the trial's ticket, dropped when that delivery ends, lets the
+/// next delivery be the trial when no store answer decided this one (it never reached the
+/// store).
 #[derive(Debug)]
 pub(crate) struct Ticket {
     circuit: Option<Circuit>,
@@ -436,12 +517,18 @@ impl Ticket {
 }
 
 impl Drop for Ticket {
+    /// A trial that ends with the phase still `Trial` got no store answer either way (an
+    /// envelope refusal, an ignored contract, a lock lost while it waited, a handler failure
+    /// before any statement): it proved nothing, so the next delivery is the trial.
     fn drop(&mut self) {
-        if let Some(circuit) = self.circuit.take()
-            && circuit.phase() == CircuitPhase::Trial
-        {
-            let mut state = circuit.state();
-            circuit.close(&mut state);
+        if let Some(circuit) = self.circuit.take() {
+            circuit.shared.phase.send_if_modified(|phase| {
+                let undecided = *phase == CircuitPhase::Trial;
+                if undecided {
+                    *phase = CircuitPhase::HalfOpen;
+                }
+                undecided
+            });
         }
     }
 }

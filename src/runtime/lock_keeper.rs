@@ -214,6 +214,15 @@ impl KeptLock {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = span.clone();
     }
 
+    /// How long the lock has left, on the monotonic clock: the broker's lock duration as
+    /// learned at receipt and from each renewal, never the host's wall clock against the
+    /// broker's timestamp.
+    pub(crate) fn left(&self) -> Duration {
+        self.state
+            .expiry()
+            .saturating_duration_since(Instant::now())
+    }
+
     /// Successful renewals so far.
     pub fn renewals(&self) -> u32 {
         self.state.renewals.load(Ordering::Acquire)

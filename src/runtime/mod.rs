@@ -83,7 +83,7 @@ pub use retry::{
     ORIGINAL_ENQUEUED_TIME_PROPERTY, RETRY_ATTEMPT_PROPERTY, RetryPolicy, ScheduledRetry,
     original_enqueued_time,
 };
-pub use router::{Routed, Router, RouterBuilder, RouterError};
+pub use router::{Routed, Router, RouterBuilder, RouterError, UpcastError};
 pub use session::SessionConfig;
 pub use slots::{STUCK_ALLOWANCE, SlotWatch};
 pub use stats::{Stats, StatsSnapshot};
@@ -277,6 +277,10 @@ pub enum RuntimeError {
 #[derive(Debug)]
 pub struct Runtime<R, S, H> {
     inner: Arc<Inner<R, S, H>>,
+    /// The kill switch's probe for [`Runtime::process`] and [`Runtime::process_batch`], started
+    /// by the first call and stopped when the runtime is dropped: a switch they trip must be
+    /// probed too, or it stays open for good.
+    probing: std::sync::OnceLock<tokio_util::sync::DropGuard>,
 }
 
 #[derive(Debug)]
@@ -326,6 +330,7 @@ impl<R, S, H> Runtime<R, S, H> {
                 stats: Arc::new(Stats::default()),
                 phases: phases::Phases::default(),
             }),
+            probing: std::sync::OnceLock::new(),
         }
     }
 
@@ -388,6 +393,7 @@ where
 
     /// Handles one delivery now, outside the receive loop, and records it in [`Runtime::stats`].
     pub async fn process<D: crate::ports::Delivery>(&self, delivery: D) -> Report {
+        self.probing.get_or_init(|| self.inner.probing());
         let processor = self.inner.processor();
         let delivery = Arc::new(delivery);
         let lock = processor.keeper.keep(delivery.clone());
@@ -405,6 +411,7 @@ where
         &self,
         deliveries: Vec<D>,
     ) -> Vec<Report> {
+        self.probing.get_or_init(|| self.inner.probing());
         let processor = self.inner.processor();
         let members = deliveries
             .into_iter()

@@ -1,7 +1,11 @@
-//! A handler's panic caught as an outcome: without it the task's unwinding drops the delivery
-//! (released, which the broker does not count as an attempt), so a message that always panics
-//! loops forever and is never dead-lettered, and in session mode each panic ends a session slot
-//! for good.
+//! The one panic boundary around everything the runtime calls that users write: the envelope
+//! reader, decoding (a router's upcasters, `JsonContract::validate`, custom `Deserialize`
+//! impls), and the handler with its middleware. A caught panic is an outcome
+//! ([`crate::Outcome::HandlerPanicked`], counted against `max_panics`), in plain, batched and
+//! session mode alike. Without it the task's unwinding drops the delivery (released, which the
+//! broker does not count as an attempt), so a message that always panics loops forever and is
+//! never dead-lettered, a batch goes down with all its members, and in session mode each panic
+//! ends a session slot for good.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -29,20 +33,28 @@ pub(super) async fn catch<F: Future>(work: F) -> Result<F::Output, Panicked> {
         match std::panic::catch_unwind(AssertUnwindSafe(|| work.as_mut().poll(cx))) {
             Ok(Poll::Ready(output)) => Poll::Ready(Ok(output)),
             Ok(Poll::Pending) => Poll::Pending,
-            Err(payload) => Poll::Ready(Err(Panicked(message(payload.as_ref())))),
+            Err(payload) => Poll::Ready(Err(Panicked(message("handler", payload.as_ref())))),
         }
     })
     .await
 }
 
-fn message(payload: &(dyn std::any::Any + Send)) -> String {
+/// Runs `work` (the envelope reader and the body's decoding: user code before any
+/// transaction), turning a panic into [`Panicked`]. Nothing `work` touched is used again after
+/// a panic but the delivery, which it only reads.
+pub(super) fn catch_decoding<T>(work: impl FnOnce() -> T) -> Result<T, Panicked> {
+    std::panic::catch_unwind(AssertUnwindSafe(work))
+        .map_err(|payload| Panicked(message("decoding", payload.as_ref())))
+}
+
+fn message(what: &str, payload: &(dyn std::any::Any + Send)) -> String {
     let text = payload
         .downcast_ref::<&str>()
         .map(|s| (*s).to_owned())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a panic without a message".to_owned());
     format!(
-        "handler panicked: {}",
+        "{what} panicked: {}",
         envelope::truncate(&text, MAX_MESSAGE_LEN)
     )
 }
@@ -86,5 +98,21 @@ mod tests {
             panic!("the future unwinds")
         };
         assert_eq!(text, "handler panicked: a panic without a message");
+    }
+
+    #[test]
+    fn a_panic_while_decoding_is_caught_with_its_message() {
+        let caught = catch_decoding(|| -> u8 {
+            let lines: Vec<u8> = Vec::new();
+            lines[std::hint::black_box(0)]
+        });
+        let Err(Panicked(text)) = caught else {
+            panic!("the closure unwinds")
+        };
+        assert!(
+            text.starts_with("decoding panicked: index out of bounds"),
+            "{text}"
+        );
+        assert_eq!(catch_decoding(|| 7), Ok(7));
     }
 }

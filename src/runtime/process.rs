@@ -27,7 +27,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
-use super::circuit::Circuit;
+use super::circuit::{Circuit, CircuitPhase};
 use super::lock_keeper::KeptLock;
 use super::observe::Observer;
 use super::phases::{Phase, Phases};
@@ -107,8 +107,10 @@ pub(super) enum Abort {
     SettleAs(Outcome, String),
     /// Rolled back because another transaction held what this one needed (a lock wait past its
     /// bound, a deadlock, a serialization failure): settles as a transient failure; a batch
-    /// runs the delivery again in its next transaction instead.
-    Contended(String),
+    /// runs the delivery again in its next transaction instead. `true` when a statement or lock
+    /// wait ran past the database's bound ([`ErrorKind::TimedOut`]): the kill switch counts it
+    /// when the delivery settles with it.
+    Contended(String, bool),
     /// Rolled back; the delivery is dead-lettered with this rejection.
     DeadLetter(Rejection),
     /// Rolled back by a shutdown past its grace; the delivery is abandoned.
@@ -138,7 +140,8 @@ impl From<StoreError> for Abort {
                 Abort::SettleAs(Outcome::Duplicate(scope), error.redacted())
             }
             // Logged when settled: a batch that gives way and runs it again expects it.
-            ErrorKind::Contention => Abort::Contended(error.redacted()),
+            ErrorKind::Contention => Abort::Contended(error.redacted(), false),
+            ErrorKind::TimedOut => Abort::Contended(error.redacted(), true),
             // Logged by `StoreHealth`, once per window.
             ErrorKind::Deployment => Abort::SettleAs(Outcome::Transient, error.redacted()),
             kind if kind.is_transient() => {
@@ -225,9 +228,9 @@ where
     ) -> Report {
         let (envelope, payload) = match self.accept(&*delivery) {
             Ok(accepted) => accepted,
-            Err(rejection) => {
+            Err(refused) => {
                 drop(slot);
-                return self.dead_letter(&*delivery, rejection, 0).await;
+                return self.conclude(&*delivery, "", Err(refused), lock).await;
             }
         };
         let ctx = self.context(&*delivery, &envelope, payload);
@@ -246,26 +249,34 @@ where
         let ended = tokio::time::Instant::now();
         self.phases.record(Phase::Transaction, ended - started);
         let report = self
-            .conclude(&*delivery, &envelope.logical_id, result, lock.renewals())
+            .conclude(&*delivery, &envelope.logical_id, result, lock)
             .await;
         self.phases.record(Phase::Settlement, ended.elapsed());
         report
     }
 
     /// The envelope check and the body's decoding, before any database work: a failure is
-    /// permanent, dead-lettered without a transaction.
+    /// permanent, dead-lettered without a transaction. Both run user code (an envelope reader,
+    /// upcasters, validation), so a panic in them is caught here and counted like a handler's
+    /// ([`Processor::panicked`]).
     pub(super) fn accept<'d, D: Delivery>(
         &self,
         delivery: &'d D,
-    ) -> Result<(envelope::Envelope<'d>, H::Payload), Rejection> {
+    ) -> Result<(envelope::Envelope<'d>, H::Payload), Abort> {
         let message = delivery.message();
-        let envelope = envelope::check(message, self.envelope, self.handler.contracts())?;
-        match self.handler.decode(&envelope.contract, &envelope.body) {
-            Ok(payload) => Ok((envelope, payload)),
-            Err(error) => Err(Rejection::new(
-                DeadLetterReason::InvalidPayload,
-                error.to_string(),
-            )),
+        let decoded = panic::catch_decoding(|| {
+            let envelope = envelope::check(message, self.envelope, self.handler.contracts())?;
+            match self.handler.decode(&envelope.contract, &envelope.body) {
+                Ok(payload) => Ok((envelope, payload)),
+                Err(error) => Err(Rejection::new(
+                    DeadLetterReason::InvalidPayload,
+                    error.to_string(),
+                )),
+            }
+        });
+        match decoded {
+            Ok(accepted) => accepted.map_err(Abort::DeadLetter),
+            Err(panicked) => Err(self.panicked(delivery.delivery_count(), panicked)),
         }
     }
 
@@ -305,13 +316,18 @@ where
         delivery: &D,
         logical_id: &str,
         result: Result<Outcome, Abort>,
-        renewals: u32,
+        lock: &KeptLock,
     ) -> Report {
+        let renewals = lock.renewals();
         let (outcome, ending) = match result {
             Ok(outcome) => (outcome, Ending::Committed),
             Err(Abort::SettleAs(outcome, why)) => (outcome, Ending::RolledBack(why)),
-            Err(Abort::Contended(why)) => {
+            Err(Abort::Contended(why, timed_out)) => {
                 tracing::warn!(error = %why, "Transient store failure: contention.");
+                if timed_out {
+                    // Counted before the settlement, which releases it if this trips the switch.
+                    self.circuit.timed_out(&why);
+                }
                 (Outcome::Transient, Ending::RolledBack(why))
             }
             Err(Abort::Shutdown) => (Outcome::Transient, Ending::Shutdown),
@@ -319,7 +335,7 @@ where
                 return self.dead_letter(delivery, rejection, renewals).await;
             }
         };
-        self.settle(delivery, logical_id, outcome, ending, renewals)
+        self.settle(delivery, logical_id, outcome, ending, lock)
             .await
     }
 
@@ -367,7 +383,7 @@ where
         )?;
         let handled = panic::catch(self.handler.handle(ctx, tx))
             .await
-            .map_err(|panicked| self.panicked(ctx, panicked))?
+            .map_err(|panicked| self.panicked(ctx.delivery_count, panicked))?
             .inspect_err(|error| match error {
                 HandlerError::Store(error) => self.note(error),
                 // Recorded as an error value so a subscriber can print the source chain, which
@@ -380,11 +396,12 @@ where
         Ok(handled)
     }
 
-    /// A caught handler panic: abandoned, or dead-lettered from [`Processor::max_panics`] on.
-    fn panicked(&self, ctx: &Context<'_, H::Payload>, panicked: panic::Panicked) -> Abort {
+    /// A caught panic of user code (the handler, or decoding before it) on a delivery numbered
+    /// `delivery_count` (zero-based): abandoned (counted, never released or retried later), or
+    /// dead-lettered from [`Processor::max_panics`] on.
+    fn panicked(&self, delivery_count: u32, panicked: panic::Panicked) -> Abort {
         let panic::Panicked(why) = panicked;
-        let delivery_count = ctx.delivery_count;
-        tracing::error!(delivery_count, max_panics = self.max_panics, error = %why, "Handler panicked; rolled back.");
+        tracing::error!(delivery_count, max_panics = self.max_panics, error = %why, "User code panicked; rolled back.");
         // Zero-based: the count of deliveries before this one.
         if delivery_count.saturating_add(1) >= self.max_panics {
             Abort::DeadLetter(Rejection::new(DeadLetterReason::HandlerPanicked, why))
@@ -411,30 +428,32 @@ where
         logical_id: &str,
         outcome: Outcome,
         ending: Ending,
-        renewals: u32,
+        lock: &KeptLock,
     ) -> Report {
+        let renewals = lock.renewals();
         let settled = match outcome.settlement() {
             Settlement::Complete => Some(delivery.complete().await),
-            Settlement::Abandon => match (self.retry, ending) {
-                (Some(retry), Ending::RolledBack(why)) => {
-                    return self
-                        .retry_later(delivery, retry, logical_id, why, renewals)
-                        .await;
+            Settlement::Abandon => match ending {
+                // A panic is the message's, never the store's: counted by an abandon on the
+                // same message (a retry copy would start its delivery count again, and a
+                // release not count it), so `max_panics` always ends it.
+                Ending::RolledBack(why) if outcome == Outcome::HandlerPanicked => {
+                    transient_hold::hold(delivery, lock.left(), self.transient_hold_max).await;
+                    Some(delivery.abandon(last_error(why)).await)
                 }
-                (_, Ending::RolledBack(why)) => Some(
-                    transient_hold::give_back(
-                        delivery,
-                        self.circuit,
-                        self.clock,
-                        self.transient_hold_max,
-                        last_error(why),
-                    )
-                    .await,
-                ),
-                (_, Ending::Shutdown) => {
-                    Some(delivery.abandon(last_error("shutdown".into())).await)
+                // While the kill switch is open the failure is the store's, not the message's:
+                // released (uncounted) below, never a delayed retry spent on it.
+                Ending::RolledBack(why) if self.circuit.phase() != CircuitPhase::Open => {
+                    if let Some(retry) = self.retry {
+                        return self
+                            .retry_later(delivery, retry, logical_id, why, renewals)
+                            .await;
+                    }
+                    Some(self.give_back(delivery, why, lock.left()).await)
                 }
-                (_, Ending::Committed) => Some(delivery.abandon(BTreeMap::new()).await),
+                Ending::RolledBack(why) => Some(self.give_back(delivery, why, lock.left()).await),
+                Ending::Shutdown => Some(self.give_back_now(delivery, "shutdown".into()).await),
+                Ending::Committed => Some(delivery.abandon(BTreeMap::new()).await),
             },
             Settlement::None => None,
             Settlement::DeadLetter => {
@@ -458,6 +477,37 @@ where
             renewals,
             retry: None,
         }
+    }
+
+    /// Gives a transiently failed delivery back: released while the kill switch is open, else
+    /// abandoned after its hold (`transient_hold::give_back`), at most half of `lock_left`.
+    async fn give_back<D: Delivery>(
+        &self,
+        delivery: &D,
+        why: String,
+        lock_left: Duration,
+    ) -> Result<(), SettleError> {
+        transient_hold::give_back(
+            delivery,
+            self.circuit,
+            lock_left,
+            self.transient_hold_max,
+            last_error(why),
+        )
+        .await
+    }
+
+    /// Gives a delivery back without a hold: released while the kill switch is open (the
+    /// attempt was not the message's), else abandoned.
+    async fn give_back_now<D: Delivery>(
+        &self,
+        delivery: &D,
+        why: String,
+    ) -> Result<(), SettleError> {
+        if self.circuit.phase() == CircuitPhase::Open {
+            return delivery.release().await;
+        }
+        delivery.abandon(last_error(why)).await
     }
 
     /// A transient failure under delayed retries: dead-letter once the retries are spent; else
@@ -527,7 +577,7 @@ where
             }
             Err(error) => {
                 tracing::warn!(logical_id, %error, "Scheduling a delayed retry failed; abandoning instead.");
-                let settled = delivery.abandon(last_error(why)).await;
+                let settled = self.give_back_now(delivery, why).await;
                 if let Err(error) = &settled {
                     tracing::warn!(%error, "Abandon failed; the broker will redeliver.");
                 }

@@ -65,6 +65,36 @@ pub enum RouterError {
     Empty,
 }
 
+/// Why an upcaster refused to turn an old contract version into the new one: the value has no
+/// faithful counterpart in the new version (a field the new one requires and the old one cannot
+/// supply, a value the new one forbids). The message is dead-lettered `InvalidPayload` at
+/// once, with a description naming both contracts and this reason; redelivery could not
+/// change the answer.
+///
+/// The reason must not quote the payload (it is written into the dead letter's description).
+///
+/// # Examples
+/// ```
+/// use sb_inbox::UpcastError;
+/// let refused = UpcastError::new("v1 total is negative: v2 has no refunds");
+/// assert_eq!(refused.to_string(), "v1 total is negative: v2 has no refunds");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UpcastError(String);
+
+impl UpcastError {
+    /// A refusal with this reason (bounded; never quote the payload).
+    pub fn new(reason: impl AsRef<str>) -> Self {
+        UpcastError(super::envelope::truncate(reason.as_ref(), 512))
+    }
+
+    /// The reason.
+    pub fn reason(&self) -> &str {
+        &self.0
+    }
+}
+
 /// A route's handler with its payload type erased.
 trait Route<T: Tx + 'static>: Send + Sync + 'static {
     fn contracts(&self) -> &[Contract];
@@ -242,7 +272,8 @@ struct Table<T: Tx + 'static> {
 /// let router = Router::<sb_inbox::testing::RecordingTx>::builder()
 ///     .json(Placed)
 ///     // v1 bodies decode as v1, become v2, and reach `Placed`.
-///     .upcast(|v1: OrderPlacedV1| OrderPlacedV2 { order_id: v1.order_id, channel: "web".into() })
+///     // An upcaster may refuse a value v2 cannot express (`UpcastError`): dead-lettered at once.
+///     .upcast(|v1: OrderPlacedV1| Ok(OrderPlacedV2 { order_id: v1.order_id, channel: "web".into() }))
 ///     .json(Cancelled)
 ///     .build()?;
 /// # let _ = router;
@@ -328,6 +359,12 @@ impl<T: Tx + 'static> RouterBuilder<T> {
     /// [`Context::contract`] (the message's own subject still names `Old`). A body that does
     /// not decode as `Old` is `InvalidPayload`, as for any route.
     ///
+    /// `upcast` may refuse a value with no faithful counterpart in `New` ([`UpcastError`]):
+    /// the message is dead-lettered `InvalidPayload` at once, the description naming both
+    /// contracts and the reason. (An upcaster that panics instead is caught and counted like a
+    /// handler's panic: abandoned, then dead-lettered `HandlerPanicked` after
+    /// [`RuntimeConfig::max_panics`](crate::RuntimeConfig::max_panics) deliveries.)
+    ///
     /// The route of `New` must be a [`JsonHandler`] of `New` (or any handler whose payload is
     /// `New`); [`RouterBuilder::build`] refuses an upcaster without one.
     #[must_use]
@@ -335,14 +372,17 @@ impl<T: Tx + 'static> RouterBuilder<T> {
     where
         Old: JsonContract,
         New: JsonContract,
-        F: Fn(Old) -> New + Send + Sync + 'static,
+        F: Fn(Old) -> Result<New, UpcastError> + Send + Sync + 'static,
     {
+        let (from, to) = (Old::contract(), New::contract());
+        let refused = format!("upcast from {from} to {to} refused");
         self.upcasts.push(PendingUpcast {
-            from: Old::contract(),
-            to: New::contract(),
+            from,
+            to,
             produces: TypeId::of::<New>(),
             upcaster: Box::new(move |body| {
-                let new = upcast(decode_json::<Old>(body)?);
+                let new = upcast(decode_json::<Old>(body)?)
+                    .map_err(|error| DecodeError::new(format!("{refused}: {error}")))?;
                 new.validate()?;
                 Ok(Box::new(new))
             }),
@@ -612,9 +652,11 @@ mod tests {
     fn router(seen: &Seen) -> Router<SqliteTx> {
         Router::builder()
             .json(Placed(seen.clone()))
-            .upcast(|v1: PlacedV1| PlacedV2 {
-                order_id: v1.order_id,
-                channel: "legacy".to_owned(),
+            .upcast(|v1: PlacedV1| {
+                Ok(PlacedV2 {
+                    order_id: v1.order_id,
+                    channel: "legacy".to_owned(),
+                })
             })
             .json(Cancel(seen.clone()))
             .route(Payments::new(seen.clone()))
@@ -861,9 +903,11 @@ mod tests {
         let shadowed = Router::<SqliteTx>::builder()
             .json(Placed(seen.clone()))
             .route(Json::new(V1Handler))
-            .upcast(|v1: PlacedV1| PlacedV2 {
-                order_id: v1.order_id,
-                channel: "x".into(),
+            .upcast(|v1: PlacedV1| {
+                Ok(PlacedV2 {
+                    order_id: v1.order_id,
+                    channel: "x".into(),
+                })
             })
             .build()
             .unwrap_err();
@@ -874,9 +918,11 @@ mod tests {
 
         let dangling = Router::<SqliteTx>::builder()
             .json(Cancel(seen.clone()))
-            .upcast(|v1: PlacedV1| PlacedV2 {
-                order_id: v1.order_id,
-                channel: "x".into(),
+            .upcast(|v1: PlacedV1| {
+                Ok(PlacedV2 {
+                    order_id: v1.order_id,
+                    channel: "x".into(),
+                })
             })
             .build()
             .unwrap_err();
@@ -888,8 +934,10 @@ mod tests {
         // The route of v2 takes another type than the upcaster produces.
         let mismatch = Router::<SqliteTx>::builder()
             .json(Placed(seen.clone()))
-            .upcast(|c: Cancelled| OtherV2 {
-                order_id: c.order_id,
+            .upcast(|c: Cancelled| {
+                Ok(OtherV2 {
+                    order_id: c.order_id,
+                })
             })
             .build()
             .unwrap_err();
@@ -921,9 +969,11 @@ mod tests {
     fn router_for_recording(seen: &Seen) -> Router<crate::testing::RecordingTx> {
         Router::builder()
             .json(Placed(seen.clone()))
-            .upcast(|v1: PlacedV1| PlacedV2 {
-                order_id: v1.order_id,
-                channel: "legacy".into(),
+            .upcast(|v1: PlacedV1| {
+                Ok(PlacedV2 {
+                    order_id: v1.order_id,
+                    channel: "legacy".into(),
+                })
             })
             .build()
             .unwrap()

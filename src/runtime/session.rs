@@ -129,7 +129,7 @@ where
             let (inner, sessions) = (self.inner.clone(), sessions.clone());
             let (stop, abort, failure) = (stop.clone(), abort.clone(), failure.clone());
             tracker.spawn(async move {
-                if let Err(error) = inner.take_sessions(&sessions, &stop, &abort).await {
+                if let Err(error) = inner.slot(&sessions, &stop, &abort).await {
                     *failure
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(error);
@@ -153,6 +153,36 @@ where
     S: Store,
     H: Handler<S::Tx>,
 {
+    /// One session slot for the runtime's life. User code's panics are caught where it runs
+    /// (`panic`); one that escapes anyway (a port's own code) ends the session it was in, not
+    /// the slot: without this the slot would be gone for good, and after `max_sessions` such
+    /// panics the worker would handle nothing while its process stayed up.
+    async fn slot(
+        &self,
+        config: &SessionConfig,
+        stop: &CancellationToken,
+        abort: &CancellationToken,
+    ) -> Result<(), RuntimeError> {
+        // Paced, so that a port that panics at once every time does not spin.
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
+        loop {
+            match super::panic::catch(self.take_sessions(config, stop, abort)).await {
+                Ok(ended) => return ended,
+                Err(super::panic::Panicked(why)) => {
+                    let delay = backoff.next_delay();
+                    tracing::error!(error = %why, ?delay, "A session slot panicked; its session is given up and the slot goes on.");
+                    if stop
+                        .run_until_cancelled(tokio::time::sleep(delay))
+                        .await
+                        .is_none()
+                    {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
     /// One session slot: accept a session, handle it until it is quiet or lost, repeat.
     async fn take_sessions(
         &self,

@@ -16,7 +16,6 @@ use rand::Rng;
 
 use std::collections::BTreeMap;
 
-use super::Clock;
 use super::backoff::{equal_jitter, exponential_step};
 use super::circuit::{Circuit, CircuitPhase};
 use crate::ports::{Delivery, PropertyValue, SettleError};
@@ -49,7 +48,7 @@ pub(super) fn delay(
 pub(super) async fn give_back<D: Delivery>(
     delivery: &D,
     circuit: &Circuit,
-    clock: Clock,
+    lock_left: Duration,
     max: Duration,
     properties: BTreeMap<String, PropertyValue>,
 ) -> Result<(), SettleError> {
@@ -57,16 +56,15 @@ pub(super) async fn give_back<D: Delivery>(
         tracing::debug!("Kill switch open: releasing the failed delivery uncounted.");
         return delivery.release().await;
     }
-    hold(delivery, clock, max).await;
+    hold(delivery, lock_left, max).await;
     delivery.abandon(properties).await
 }
 
-/// Holds `delivery` (its lock kept by the caller's lock keeper) for [`delay`].
-pub(super) async fn hold<D: Delivery>(delivery: &D, clock: Clock, max: Duration) {
-    let lock_left = delivery
-        .locked_until()
-        .duration_since(clock.now())
-        .unwrap_or(Duration::ZERO);
+/// Holds `delivery` (its lock kept by the caller's lock keeper) for [`delay`]. `lock_left` is
+/// the keeper's reckoning on the monotonic clock, not `locked_until − now` on the host's wall
+/// clock: a host ahead of the broker by a lock duration would see every lock expired and hold
+/// nothing, one behind would hold past the real lock.
+pub(super) async fn hold<D: Delivery>(delivery: &D, lock_left: Duration, max: Duration) {
     // The port's count is of deliveries before this one.
     let number = delivery.delivery_count().saturating_add(1);
     let wait = delay(number, max, lock_left, &mut rand::rng());

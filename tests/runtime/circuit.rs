@@ -341,3 +341,299 @@ async fn a_transient_failure_is_held_before_its_abandon() {
     assert!(spans[0] < Duration::from_millis(100), "{spans:?}");
     assert!(spans[1] >= Duration::from_secs(16), "{spans:?}");
 }
+
+/// Fails every message with `error` while `down` is set; otherwise runs the inner handler.
+#[derive(Debug)]
+struct FailsWith<H> {
+    inner: H,
+    down: Arc<AtomicBool>,
+    error: StoreError,
+}
+
+wrapper_handler!(FailsWith, inner, |self, ctx, tx| {
+    if self.down.load(Ordering::SeqCst) {
+        return Err(HandlerError::Store(self.error.clone()));
+    }
+    self.inner.handle(ctx, tx).await
+});
+
+/// The error PostgreSQL gives a statement that waited past `lock_timeout` for a migration's
+/// `ACCESS EXCLUSIVE` lock, classified as the store classifies it.
+fn lock_timeout() -> StoreError {
+    StoreError::new(
+        ErrorKind::TimedOut,
+        Some("55P03".into()),
+        None,
+        "canceling statement due to lock timeout",
+    )
+}
+
+/// A runtime over `broker` whose handler fails with `error` while the returned flag is set (as
+/// it is to begin with), no transient hold.
+async fn failing_runtime(
+    broker: &MemoryBroker,
+    error: StoreError,
+    mut config: RuntimeConfig,
+) -> (
+    Arc<AtomicBool>,
+    Runtime<MemoryReceiver, SqliteStore, FailsWith<Noop>>,
+) {
+    let store = sqlite_store("circuit", 1).await;
+    let down = Arc::new(AtomicBool::new(true));
+    let handler = FailsWith {
+        inner: Noop::new(),
+        down: down.clone(),
+        error,
+    };
+    config.transient_hold_max = Duration::ZERO;
+    let runtime = Runtime::with_clock(broker.receiver(), store, handler, config, Clock::new());
+    (down, runtime)
+}
+
+/// Issue 40, M1: with delayed retries on (5 retries, 1 s to 10 s), a 600 s outage on a quiet
+/// queue. Each trial the probe lets in fails while the switch is open: released, its retry not
+/// spent. Before, every trial scheduled a copy, and the message was dead-lettered
+/// `RetriesExhausted` within minutes.
+#[tokio::test(start_paused = true)]
+async fn delayed_retries_are_not_spent_while_the_switch_is_open() {
+    let broker = broker_with(1);
+    let policy =
+        sb_inbox::runtime::RetryPolicy::new(5, Duration::from_secs(1), Duration::from_secs(10))
+            .unwrap();
+    let mut config = config("circuit");
+    config.delayed_retry = Some(sb_inbox::runtime::DelayedRetry::new(
+        policy,
+        broker.clone(),
+        "q",
+    ));
+    let (down, runtime) = failing_runtime(&broker, revoked_grant_error(), config).await;
+    let (result, ()) = tokio::join!(run_until_idle(&runtime, &broker), async {
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        down.store(false, Ordering::SeqCst);
+    });
+    result.unwrap();
+    assert_eq!(broker.dead_letters(), []);
+    assert_eq!(runtime.stats().snapshot().processed, 1);
+    let counts = broker.counts();
+    assert!(counts.released >= 15, "{counts:?}");
+    // The message itself, then at most one copy per failure before the trip (four).
+    assert!(counts.sent <= 5, "{counts:?}");
+}
+
+fn revoked_grant_error() -> StoreError {
+    StoreError::new(
+        ErrorKind::Deployment,
+        Some("42501".into()),
+        None,
+        "permission denied for table inventory_reservation",
+    )
+}
+
+/// Issue 40, minor 10: a handler that panics on every delivery under delayed retries is
+/// abandoned (counted on the same message), never retried as a copy whose delivery count starts
+/// again: dead-lettered `HandlerPanicked` after `max_panics`, not `RetriesExhausted`.
+#[tokio::test(start_paused = true)]
+async fn a_panic_under_delayed_retries_still_counts_towards_max_panics() {
+    let broker = broker_with(1);
+    let store = sqlite_store("circuit", 1).await;
+    let policy =
+        sb_inbox::runtime::RetryPolicy::new(5, Duration::from_secs(1), Duration::from_secs(10))
+            .unwrap();
+    let mut config = config("circuit");
+    config.delayed_retry = Some(sb_inbox::runtime::DelayedRetry::new(
+        policy,
+        broker.clone(),
+        "q",
+    ));
+    let handler = PanicsOn {
+        inner: Noop::new(),
+        poison: "m-0",
+    };
+    let runtime = Runtime::with_clock(broker.receiver(), store, handler, config, Clock::new());
+    tokio::time::timeout(Duration::from_secs(600), run_until_idle(&runtime, &broker))
+        .await
+        .unwrap()
+        .unwrap();
+    let dead = broker.dead_letters();
+    assert_eq!(dead.len(), 1, "{dead:#?}");
+    assert_eq!(dead[0].reason, "HandlerPanicked");
+    assert_eq!(dead[0].delivery_count, 2, "on its third delivery");
+    assert_eq!(broker.counts().sent, 1, "the message, and no retry copy");
+    assert_eq!(runtime.stats().snapshot().panicked, 2);
+}
+
+/// Issue 40, M2: a migration holds a table lock for 10 minutes, and every transaction waits out
+/// its `lock_timeout` (55P03). A run of timeouts trips the switch; the backlog is released, not
+/// abandoned until the broker dead-letters it. Before, each timeout counted as a working store
+/// (contention): the switch never tripped, and 300 orders at max delivery count 10 were
+/// dead-lettered `MaxDeliveryCountExceeded`.
+#[tokio::test(start_paused = true)]
+async fn a_run_of_lock_timeouts_trips_the_switch_instead_of_dead_lettering_the_backlog() {
+    let broker = broker_with(300);
+    let (down, runtime) = failing_runtime(&broker, lock_timeout(), config("circuit")).await;
+    let circuit = runtime.circuit();
+    let (result, paused_why) = tokio::join!(run_until_idle(&runtime, &broker), async {
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        let paused_why = circuit.problem();
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        down.store(false, Ordering::SeqCst);
+        paused_why
+    });
+    result.unwrap();
+    assert_eq!(broker.dead_letters().len(), 0);
+    assert_eq!(runtime.stats().snapshot().processed, 300);
+    assert!(circuit.trips().0 >= 1);
+    let why = paused_why.expect("paused mid-outage");
+    assert!(why.contains("timed_out (code 55P03)"), "{why}");
+}
+
+/// Fails each delivery with the next error of `errors`.
+#[derive(Debug)]
+struct InTurn<H> {
+    inner: H,
+    errors: std::sync::Mutex<std::collections::VecDeque<StoreError>>,
+}
+
+wrapper_handler!(InTurn, inner, |self, ctx, tx| {
+    let next = self.errors.lock().unwrap().pop_front();
+    match next {
+        Some(error) => Err(HandlerError::Store(error)),
+        None => self.inner.handle(ctx, tx).await,
+    }
+});
+
+/// Issue 40, M2: contention and unknown errors say nothing about the store: they neither trip
+/// the switch nor reset the systemic failures in a row, so a systemic outage interleaved with
+/// deadlocks and internal errors still trips it at the fifth systemic failure.
+#[tokio::test(start_paused = true)]
+async fn contention_and_unknown_errors_do_not_reset_the_failures_in_a_row() {
+    let broker = broker_with(10);
+    let deadlock = StoreError::new(
+        ErrorKind::Contention,
+        Some("40P01".into()),
+        None,
+        "deadlock",
+    );
+    let unknown = StoreError::new(ErrorKind::Unknown, Some("XX000".into()), None, "internal");
+    let revoked = revoked_grant_error();
+    let errors = [
+        &revoked, &deadlock, &revoked, &unknown, &revoked, &deadlock, &revoked, &unknown, &revoked,
+    ];
+    let handler = InTurn {
+        inner: Noop::new(),
+        errors: std::sync::Mutex::new(errors.into_iter().cloned().collect()),
+    };
+    let store = sqlite_store("circuit", 1).await;
+    let mut config = config("circuit");
+    config.transient_hold_max = Duration::ZERO;
+    let runtime = Runtime::with_clock(broker.receiver(), store, handler, config, Clock::new());
+    let circuit = runtime.circuit();
+    for _ in 0..8 {
+        runtime.process(broker.try_receive().unwrap()).await;
+        assert_eq!(circuit.phase(), CircuitPhase::Closed);
+    }
+    runtime.process(broker.try_receive().unwrap()).await;
+    assert_eq!(circuit.phase(), CircuitPhase::Open);
+    assert_eq!(circuit.trips().0, 1);
+}
+
+/// Trips `runtime`'s switch with five revoked-grant failures of deliveries from a broker of
+/// their own (so `runtime`'s broker keeps only what the test put there).
+async fn trip<H: Handler<SqliteTx>>(runtime: &Runtime<MemoryReceiver, SqliteStore, H>) {
+    let elsewhere = broker_with(5);
+    for _ in 0..5 {
+        runtime.process(elsewhere.try_receive().unwrap()).await;
+    }
+    assert_eq!(runtime.circuit().phase(), CircuitPhase::Open);
+}
+
+/// Issue 40, minor 1: after the outage ends on an idle entity (no message to be the trial) the
+/// switch closes once a probe passes again, so `/readyz` does not stay "paused". Before, it
+/// stayed half-open until a message arrived.
+#[tokio::test(start_paused = true)]
+async fn half_open_ends_on_an_idle_entity() {
+    let broker = broker_with(0);
+    let (down, runtime) = failing_runtime(&broker, revoked_grant_error(), config("circuit")).await;
+    trip(&runtime).await;
+    down.store(false, Ordering::SeqCst);
+    let circuit = runtime.circuit();
+    let shutdown = CancellationToken::new();
+    let (result, ()) = tokio::join!(runtime.run(shutdown.clone()), async {
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        shutdown.cancel();
+    });
+    result.unwrap();
+    assert_eq!(circuit.phase(), CircuitPhase::Closed);
+    assert_eq!(circuit.problem(), None);
+}
+
+/// Issue 40, minor 6: a switch tripped through `Runtime::process` is probed too. Before, only
+/// `run` probed, so it stayed open for good and every later failure was released uncounted.
+#[tokio::test(start_paused = true)]
+async fn a_switch_tripped_by_process_calls_is_probed() {
+    let broker = broker_with(0);
+    let (down, runtime) = failing_runtime(&broker, revoked_grant_error(), config("circuit")).await;
+    trip(&runtime).await;
+    down.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert_ne!(runtime.circuit().phase(), CircuitPhase::Open);
+}
+
+/// Issue 40, minor 2: a trial that never reaches the store (a contract nobody here takes,
+/// dead-lettered before any transaction) proves nothing: the next delivery is the trial, and
+/// its failure keeps the same pause. Before, the refused trial closed the switch, the next
+/// delivery's failure tripped it again (a second trip), and each probe let a burst in.
+#[tokio::test(start_paused = true)]
+async fn a_trial_that_never_reached_the_store_does_not_close_the_switch() {
+    let broker = broker_with(0);
+    broker.send(sb_inbox::Message::new(
+        "m-x",
+        "billing.invoice-sent.v1",
+        "{}",
+    ));
+    broker.send(two_line_order("m-1", "o-1"));
+    let (down, runtime) = failing_runtime(&broker, revoked_grant_error(), config("circuit")).await;
+    trip(&runtime).await;
+    let circuit = runtime.circuit();
+    let (result, ()) = tokio::join!(run_until_idle(&runtime, &broker), async {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        down.store(false, Ordering::SeqCst);
+    });
+    result.unwrap();
+    assert_eq!(circuit.trips().0, 1, "one pause, however many trials");
+    assert_eq!(runtime.stats().snapshot().processed, 1);
+    let dead = broker.dead_letters();
+    assert_eq!(dead.len(), 1, "{dead:#?}");
+    assert_eq!(dead[0].reason, "UnsupportedContract");
+}
+
+/// Issue 40, minor 4: the transient hold reckons the lock on the keeper's monotonic clock. A
+/// host 60 s ahead of the broker sees every fresh 30 s lock as expired on its wall clock; the
+/// hold is still spent (before, it was zero there, and a flapping dependency spent a message's
+/// ten deliveries at once).
+#[tokio::test(start_paused = true)]
+async fn the_transient_hold_does_not_read_the_hosts_wall_clock() {
+    let broker_clock = Clock::starting_at(std::time::SystemTime::now() - Duration::from_secs(60));
+    let broker = MemoryBroker::with_options(broker_clock, Duration::from_secs(30), MAX_DELIVERIES);
+    broker.send(two_line_order("m-1", "o-1"));
+    let store = sqlite_store("circuit", 1).await;
+    let mut config = config("circuit");
+    config.transient_hold_max = Duration::from_secs(5);
+    let runtime = Runtime::with_clock(
+        broker.receiver(),
+        store,
+        Down { inner: Noop::new() },
+        config,
+        Clock::new(),
+    );
+    let started = Instant::now();
+    run_until_idle(&runtime, &broker).await.unwrap();
+    let dead = broker.dead_letters();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].reason, "MaxDeliveryCountExceeded");
+    assert!(
+        started.elapsed() >= Duration::from_secs(16),
+        "{:?}",
+        started.elapsed()
+    );
+}

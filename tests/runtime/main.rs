@@ -11,6 +11,7 @@ mod cli;
 mod holes;
 mod limits;
 mod lock;
+mod panics;
 mod relay;
 mod retry;
 mod router;

@@ -437,3 +437,266 @@ async fn in_session_mode_a_panicking_message_is_dead_lettered_and_the_slot_survi
     let counts = store.inventory_counts().await.unwrap();
     assert_eq!((counts.reservations, counts.inbox_rows), (3, 3));
 }
+
+/// The emulator with `orders` (lock 30 s, max delivery count 10) holding `count` orders on
+/// `count` SKUs, and `outbox`.
+async fn emulator_with_few_orders(count: usize) -> sb_emulator::Emulator {
+    let emulator = start(
+        vec![
+            queue("orders", properties("PT30S", MAX_DELIVERY_COUNT)),
+            queue("outbox", sb_emulator::EntityProperties::default()),
+        ],
+        sb_emulator::EmulatorOptions::default(),
+    )
+    .await;
+    let sender = client(&emulator).sender("orders");
+    for i in 0..count {
+        let sku = format!("S{i}");
+        let message = order_with_lines(&format!("m-{i}"), &format!("o-{i}"), &[(&sku, 1)]);
+        sender
+            .send(message)
+            .await
+            .expect("the emulator takes the order");
+    }
+    emulator
+}
+
+/// Waits (up to 300 s) until `count` orders are reserved, or one is dead-lettered; then checks
+/// that none was and that each order was reserved once.
+async fn all_reserved_once(
+    emulator: &sb_emulator::Emulator,
+    store_url: &str,
+    worker: WorkerProcess,
+    count: usize,
+) {
+    let store = PgStore::connect(store_url, 1).await.unwrap();
+    let orders = emulator.broker().entity("orders").unwrap();
+    let count = i64::try_from(count).unwrap();
+    within(
+        Duration::from_secs(300),
+        "every order is reserved (or one is dead-lettered)",
+        &worker,
+        || async { orders.counts().dead_lettered_total > 0 || reserved(&store).await >= count },
+    )
+    .await;
+    let log = worker.log();
+    let stats = worker.terminate().await;
+    let counts = orders.counts();
+    let dead = client(emulator)
+        .peek("orders/$DeadLetterQueue", 0, 10)
+        .await
+        .unwrap();
+    let reasons: Vec<_> = dead.iter().map(|d| d.dead_letter_reason()).collect();
+    assert_eq!(
+        counts.dead_lettered_total, 0,
+        "{counts:?} {reasons:?}\n{log}"
+    );
+    let stock = store.inventory_counts().await.unwrap();
+    assert_eq!((stock.reservations, stock.inbox_rows), (count, count));
+    assert_eq!(stock.reserved_units, stock.line_units, "no effect repeated");
+    assert!(
+        log.contains("pausing deliveries (kill switch tripped)."),
+        "the trip is logged:\n{log}"
+    );
+    assert_eq!(stats.get("permanent"), 0);
+}
+
+/// Issue 40, M1, with a real process: `sb-inbox run` with delayed retries on
+/// (`SB_INBOX_RETRY_MAX_RETRIES=3`) on a quiet queue (5 orders) whose INSERT grant is revoked
+/// for 30 s. The issue's run used 120 s with the default probe backoff (1 s doubling to 30 s);
+/// here probes come every 100 ms to 1 s and retries after 1 s, so the same number of trials
+/// (each a delivery of one of the five, ten times and more over the outage) fits in 30 s. Each
+/// trial fails while the switch is open and is released, its retry not spent: 0 dead-lettered,
+/// each order reserved once. Before, every trial scheduled a copy (`attempt + 1`) and the
+/// orders were dead-lettered `RetriesExhausted` within the outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayed_retries_under_a_revoked_grant_dead_letter_nothing() {
+    const COUNT: usize = 5;
+    let test = "bad_day_retry_revoked";
+    let _store = pg_store(test, 1).await;
+    let schema = schema_for(test);
+    let admin_url = with_search_path(&pg_url(), &schema);
+    let admin = admin_session(&admin_url).await;
+    let (role, url) = worker_role(&admin, &schema).await;
+    admin
+        .batch_execute(&format!(
+            "REVOKE INSERT ON inventory_reservation FROM {role}"
+        ))
+        .await
+        .unwrap();
+    let emulator = emulator_with_few_orders(COUNT).await;
+    let settings = [
+        ("SB_INBOX_HEALTH_PORT", "0"),
+        ("SB_INBOX_RETRY_MAX_RETRIES", "3"),
+        ("SB_INBOX_RETRY_BASE_DELAY_SECS", "1"),
+        ("SB_INBOX_RETRY_MAX_DELAY_SECS", "2"),
+        ("SB_INBOX_CIRCUIT_PROBE_MIN_MS", "100"),
+        ("SB_INBOX_CIRCUIT_PROBE_MAX_SECS", "1"),
+    ];
+    let worker = WorkerProcess::spawn_with(&emulator, &url, 2, &settings);
+    let health = worker.health_address().await;
+    let revoked = Instant::now();
+    let during = paused_readyz(&worker, health).await;
+    assert!(during.starts_with("HTTP/1.1 503"), "{during}");
+    tokio::time::sleep(Duration::from_secs(30).saturating_sub(revoked.elapsed())).await;
+    admin
+        .batch_execute(&format!("GRANT INSERT ON inventory_reservation TO {role}"))
+        .await
+        .unwrap();
+    all_reserved_once(&emulator, &admin_url, worker, COUNT).await;
+    admin
+        .batch_execute(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await
+        .unwrap();
+}
+
+/// Issue 40, M2, the migration reproduction with a real process: a transaction holds
+/// `ACCESS EXCLUSIVE` on `inventory_reservation` (a migration) for 40 s while the worker's URL
+/// sets `lock_timeout` to 1 s, with 100 orders queued at max delivery count 10. The issue's
+/// run used 150 s, a 5 s `lock_timeout` and 300 orders; with 1 s and a 500 ms transient hold
+/// an attempt takes about 1.5 s instead of about 8 s, so ten attempts, which dead-lettered
+/// messages then, fit in this outage the same way. A run of lock timeouts trips the switch:
+/// 0 dead-lettered, every order reserved once. Before, each timeout counted as a working store
+/// (contention), the switch never tripped and the in-flight orders were dead-lettered
+/// `MaxDeliveryCountExceeded`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migrations_table_lock_dead_letters_nothing() {
+    const COUNT: usize = 100;
+    let test = "bad_day_table_lock";
+    let store = pg_store(test, 1).await;
+    let schema = schema_for(test);
+    let admin_url = with_search_path(&pg_url(), &schema);
+    let admin = admin_session(&admin_url).await;
+    // The URL's own lock_timeout wins over the worker's default (30 s).
+    let url = format!("{admin_url}%20-clock_timeout%3D1s");
+    admin
+        .batch_execute("BEGIN; LOCK TABLE inventory_reservation IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let locked = Instant::now();
+    let emulator = emulator_with_few_orders(COUNT).await;
+    let settings = [
+        ("SB_INBOX_HEALTH_PORT", "0"),
+        ("SB_INBOX_TRANSIENT_HOLD_MAX_MS", "500"),
+    ];
+    let worker = WorkerProcess::spawn_with(&emulator, &url, 8, &settings);
+    let health = worker.health_address().await;
+    let during = paused_readyz(&worker, health).await;
+    assert!(during.contains("code 55P03"), "{during}");
+    tokio::time::sleep(Duration::from_secs(40).saturating_sub(locked.elapsed())).await;
+    admin.batch_execute("COMMIT").await.unwrap();
+    drop(store);
+    all_reserved_once(&emulator, &admin_url, worker, COUNT).await;
+}
+
+/// Takes v2 orders; the inbox row the runtime inserts is all it leaves.
+#[derive(Debug)]
+struct PlaceV2;
+
+impl sb_inbox::JsonHandler<sb_inbox::SqliteTx> for PlaceV2 {
+    type Message = sb_inbox_cli::inventory::OrderPlacedV2;
+
+    async fn handle(
+        &self,
+        _: &sb_inbox::Context<'_, sb_inbox_cli::inventory::OrderPlacedV2>,
+        _: &sb_inbox_cli::inventory::OrderPlacedV2,
+        _: &mut sb_inbox::SqliteTx,
+    ) -> Result<sb_inbox::Handled, sb_inbox::HandlerError> {
+        Ok(sb_inbox::Handled::Processed)
+    }
+}
+
+/// Issue 40, C1, in session mode over the emulator: 200 v1 orders in 4 sessions, one session
+/// slot, and a router whose v1→v2 upcaster panics on one order (an index out of bounds, as an
+/// `unwrap` in an upcaster would). The panic is caught and counted: the order is abandoned
+/// twice and dead-lettered `HandlerPanicked` on its third delivery (`max_panics` 3); the 199
+/// others are processed by the same slot, which is alive at the end (it takes one more
+/// session). Before, the panic unwound out of the slot's task: the only slot was gone and
+/// nothing else was processed. (In-process rather than `sb-inbox run`: the reference upcaster
+/// has no input it would panic on, and no production switch should add one.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_session_mode_a_panicking_upcaster_is_dead_lettered_and_the_slot_survives() {
+    use sb_inbox::servicebus::ServiceBusSessionSource;
+    use sb_inbox::{ConsumerName, Router, Runtime, RuntimeConfig, SessionConfig};
+    use sb_inbox_cli::inventory::{OrderPlaced, OrderPlacedV2};
+
+    let mut sessions = properties("PT30S", MAX_DELIVERY_COUNT);
+    sessions.requires_session = true;
+    let emulator = start(
+        vec![queue("sq", sessions)],
+        sb_emulator::EmulatorOptions::default(),
+    )
+    .await;
+    let client = client(&emulator);
+    let sender = client.sender("sq");
+    let send = async |i: usize, session: &str| {
+        let mut message = order_with_lines(&format!("m-{i}"), &format!("o-{i}"), &[("A", 1)]);
+        message.session_id = Some(session.to_owned());
+        sender.send(message).await.unwrap();
+    };
+    for i in 0..200 {
+        send(i, &format!("s-{}", i % 4)).await;
+    }
+    let router = Router::builder()
+        .json(PlaceV2)
+        .upcast(|v1: OrderPlaced| {
+            if v1.order_id == "o-5" {
+                let channels: Vec<String> = Vec::new();
+                let channel = channels[std::hint::black_box(0)].clone();
+                return Ok(OrderPlacedV2 { order: v1, channel });
+            }
+            Ok(OrderPlacedV2::from(v1))
+        })
+        .build()
+        .unwrap();
+    let store = crate::support::sqlite_store("bad_day_session_upcast_panic", 1).await;
+    let config = RuntimeConfig::new(ConsumerName::new("sessions.upcast").unwrap());
+    let runtime = std::sync::Arc::new(Runtime::for_sessions(
+        ServiceBusSessionSource::new(client.clone(), "sq").with_accept_wait(Duration::from_secs(1)),
+        store.clone(),
+        router,
+        config,
+    ));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn({
+        let (runtime, stop) = (runtime.clone(), stop.clone());
+        async move {
+            let one_slot = SessionConfig::default()
+                .with_max_sessions(1)
+                .with_idle(Duration::from_millis(300));
+            runtime.run_sessions(one_slot, stop).await
+        }
+    });
+    let sq = emulator.broker().entity("sq").unwrap();
+    let until = async |completed: u64| {
+        tokio::time::timeout(Duration::from_secs(120), async {
+            loop {
+                let c = sq.counts();
+                if c.completed == completed && c.dead_lettered_total == 1 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .is_ok()
+    };
+    let drained = until(199).await;
+    // The slot is alive: it takes a session that appears only now.
+    send(200, "s-late").await;
+    let alive = until(200).await;
+    stop.cancel();
+    let result = running.await;
+    assert!(drained && alive, "the slot survived: {:?}", sq.counts());
+    result.unwrap().unwrap();
+    let stats = runtime.stats().snapshot();
+    assert_eq!(
+        (stats.processed, stats.panicked, stats.permanent),
+        (200, 2, 1),
+        "{stats:?}"
+    );
+    let dead = client.peek("sq/$DeadLetterQueue", 0, 10).await.unwrap();
+    assert_eq!(dead.len(), 1, "{dead:#?}");
+    assert_eq!(dead[0].message.message_id.as_deref(), Some("m-5"));
+    assert_eq!(dead[0].dead_letter_reason(), Some("HandlerPanicked"));
+}

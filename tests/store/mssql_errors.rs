@@ -163,7 +163,7 @@ async fn mssql_lock_timeout_is_transient() {
     .await;
     assert_eq!(
         (error.code(), error.kind()),
-        (Some("1222"), ErrorKind::Contention),
+        (Some("1222"), ErrorKind::TimedOut),
         "{error}"
     );
     holder.rollback().await.unwrap();
@@ -197,7 +197,7 @@ async fn mssql_bounded_lock_waits_last_for_the_transaction() {
         .unwrap_err();
     assert_eq!(
         (error.code(), error.kind()),
-        (Some("1222"), ErrorKind::Contention),
+        (Some("1222"), ErrorKind::TimedOut),
         "{error}"
     );
     tx.rollback().await.unwrap();

@@ -234,7 +234,7 @@ async fn lock_and_statement_timeouts_are_transient() {
     .await;
     assert_eq!(
         (error.code(), error.kind()),
-        (Some("55P03"), ErrorKind::Contention)
+        (Some("55P03"), ErrorKind::TimedOut)
     );
     waiter.rollback().await.unwrap();
     holder.rollback().await.unwrap();
@@ -246,7 +246,7 @@ async fn lock_and_statement_timeouts_are_transient() {
     let error = fails(&mut tx, "SELECT pg_sleep(5)").await;
     assert_eq!(
         (error.code(), error.kind()),
-        (Some("57014"), ErrorKind::Contention)
+        (Some("57014"), ErrorKind::TimedOut)
     );
 }
 
@@ -338,7 +338,7 @@ async fn sessions_have_statement_and_lock_timeouts() {
     let error = fails(&mut waiter, "SELECT count(*) FROM inventory_stock").await;
     assert_eq!(
         (error.code(), error.kind()),
-        (Some("55P03"), ErrorKind::Contention),
+        (Some("55P03"), ErrorKind::TimedOut),
         "{error}"
     );
     assert!(error.kind().is_transient());
@@ -347,7 +347,7 @@ async fn sessions_have_statement_and_lock_timeouts() {
 }
 
 /// Bounded lock waits last for their transaction only (`set_config(…, true)` is `SET LOCAL`):
-/// a statement past the bound fails as contention (55P03), and the pooled connection's next
+/// a statement past the bound fails as a timeout (55P03), and the pooled connection's next
 /// transaction waits as the session is configured (30 s).
 #[tokio::test]
 async fn bounded_lock_waits_fail_as_contention_and_end_with_the_transaction() {
@@ -370,7 +370,7 @@ async fn bounded_lock_waits_fail_as_contention_and_end_with_the_transaction() {
     let error = tx.insert_inbox("c", "held").await.unwrap_err();
     assert_eq!(
         (error.kind(), error.code()),
-        (ErrorKind::Contention, Some("55P03")),
+        (ErrorKind::TimedOut, Some("55P03")),
         "{error}"
     );
     tx.rollback().await.unwrap();

@@ -92,7 +92,7 @@ async fn busy_database_is_transient() {
     let other = rusqlite::Connection::open(&path).unwrap();
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
     let error = store.begin().await.expect_err("the file is write-locked");
-    assert_eq!(error.kind(), ErrorKind::Contention, "{error}");
+    assert_eq!(error.kind(), ErrorKind::TimedOut, "{error}");
     assert_eq!(error.code(), Some("5"));
     other.execute_batch("ROLLBACK").unwrap();
     let second = store;

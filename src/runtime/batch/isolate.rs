@@ -45,8 +45,8 @@ pub(super) async fn one_by_one<S, H, D>(
         // Accepted when the batch formed (a refused one is decided already).
         let (envelope, payload) = match step.accept(&*member.delivery) {
             Ok(accepted) => accepted,
-            Err(rejection) => {
-                member.state = State::Decided(Err(Abort::DeadLetter(rejection)));
+            Err(refused) => {
+                member.state = State::Decided(Err(refused));
                 continue;
             }
         };

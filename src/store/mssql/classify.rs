@@ -70,7 +70,9 @@
 //! switch: `Deployment` (207, 208, 229, 230, 262), `Unavailable` (3906, throttling 40501,
 //! 10928, 10929, failover 40613, 40197, 49918–49920, 4060, …) and `Connection` (233, 10053,
 //! 10054, …, severity 20 and above). Contention (1205, 1222, 3960, …) and the permanent
-//! numbers are tied to the message and never trip it. [`crate::store::mssql::TX_ENDED`] from the transaction's
+//! numbers are tied to the message and never trip it. Resource exhaustion (9002 log full, 1105
+//! filegroup full, 701 out of memory) is `Unavailable`; 1222 (lock timeout) is
+//! [`ErrorKind::TimedOut`], which the kill switch counts only as a run. [`crate::store::mssql::TX_ENDED`] from the transaction's
 //! statement guard is [`ErrorKind::Unknown`] (transient).
 //! | ≥ 50000 (user `RAISERROR`/`THROW`) | `CheckViolation`: a rule the database enforces on the data |
 //!
@@ -122,6 +124,14 @@ const CONSTRAINT_CONFLICT: u32 = 547;
 const USER_DEFINED: u32 = 50000;
 /// The database is read-only (a failover or a readable secondary).
 const READ_ONLY: u32 = 3906;
+/// The transaction log is full.
+const RESOURCE_EXHAUSTED_LOG: u32 = 9002;
+/// A filegroup (the data files) is full.
+const RESOURCE_EXHAUSTED_FILEGROUP: u32 = 1105;
+/// The server is out of memory.
+const RESOURCE_EXHAUSTED_MEMORY: u32 = 701;
+/// A lock wait ran past the session's `LOCK_TIMEOUT`.
+const LOCK_TIMEOUT: u32 = 1222;
 /// From this severity on the server closes the connection after the error.
 const FATAL_SEVERITY: u8 = 20;
 
@@ -217,6 +227,17 @@ pub(crate) fn server_kind(code: u32, severity: u8, message: &str) -> (ErrorKind,
         // transient lists (the client cannot tell a replica it chose from one it was moved
         // to), but it fails every message alike until the primary is back.
         READ_ONLY => (ErrorKind::Unavailable, None),
+        // Out of a resource the whole database shares: 9002 "The transaction log for database
+        // is full", 1105 "Could not allocate space … because the filegroup is full", 701
+        // "There is insufficient system memory". In none of Microsoft's transient lists (a
+        // retry within the same operation does not help), but every message meets them alike
+        // until an operator acts: the kill switch's business, not a dead letter per message.
+        RESOURCE_EXHAUSTED_LOG | RESOURCE_EXHAUSTED_FILEGROUP | RESOURCE_EXHAUSTED_MEMORY => {
+            (ErrorKind::Unavailable, None)
+        }
+        // "Lock request time out period exceeded" (`SET LOCK_TIMEOUT`): contention once, an
+        // outage when every transaction meets it (a migration's schema lock).
+        LOCK_TIMEOUT => (ErrorKind::TimedOut, None),
         2714 | 102 | 156 => (ErrorKind::Schema, None),
         _ if TRANSIENT.binary_search(&code).is_ok() => (transient_kind(code), None),
         _ if code >= USER_DEFINED => (ErrorKind::CheckViolation, None),
@@ -418,7 +439,7 @@ mod tests {
     fn systemic_numbers_and_near_misses() {
         let systemic = [
             207, 208, 229, 230, 262, 3906, 40501, 40613, 40197, 49918, 49919, 49920, 10928, 10929,
-            4060, 233, 10054,
+            4060, 233, 10054, 9002, 1105, 701,
         ];
         for code in systemic {
             assert!(
@@ -443,6 +464,12 @@ mod tests {
             );
         }
         assert_eq!(kind(3906, "x"), ErrorKind::Unavailable);
+        // Log full, filegroup full, out of memory: the database's, for every message alike.
+        for code in [9002, 1105, 701] {
+            assert_eq!(kind(code, "x"), ErrorKind::Unavailable, "{code}");
+        }
+        // A lock timeout alone is not systemic; the kill switch counts a run of them.
+        assert_eq!(kind(1222, "x"), ErrorKind::TimedOut);
     }
 
     #[test]
@@ -473,7 +500,7 @@ mod tests {
         // The numbers named in issue 6, each with its kind.
         let named = [
             (1205, ErrorKind::Contention),
-            (1222, ErrorKind::Contention),
+            (1222, ErrorKind::TimedOut),
             (1204, ErrorKind::Contention),
             (617, ErrorKind::Contention),
             (669, ErrorKind::Contention),

@@ -6,7 +6,7 @@
 //! `keepalives_idle=…`):
 //! - `statement_timeout` 60 s and `lock_timeout` 30 s, sent with `SET` on each new connection
 //!   (not as startup options, which PgBouncer refuses). Both fail with transient errors
-//!   (57014, 55P03: [`crate::ErrorKind::Contention`]).
+//!   (57014, 55P03: [`crate::ErrorKind::TimedOut`]).
 //! - TCP keepalive after 30 s idle, every 10 s, 3 probes: a dead peer is noticed within a
 //!   minute.
 

@@ -44,17 +44,26 @@ pub(crate) fn kind_of(code: &SqlState, constraint: Option<&str>) -> ErrorKind {
         SqlState::CHECK_VIOLATION | SqlState::EXCLUSION_VIOLATION => ErrorKind::CheckViolation,
         SqlState::NOT_NULL_VIOLATION => ErrorKind::NotNullViolation,
         SqlState::STRING_DATA_RIGHT_TRUNCATION => ErrorKind::Truncation,
-        SqlState::T_R_SERIALIZATION_FAILURE
-        | SqlState::T_R_DEADLOCK_DETECTED
-        | SqlState::LOCK_NOT_AVAILABLE
-        | SqlState::QUERY_CANCELED => ErrorKind::Contention,
+        SqlState::T_R_SERIALIZATION_FAILURE | SqlState::T_R_DEADLOCK_DETECTED => {
+            ErrorKind::Contention
+        }
+        // `lock_timeout` (a migration's `ACCESS EXCLUSIVE` lock) and `statement_timeout`
+        // (an overloaded server): one is contention, a run of them an outage (the kill switch
+        // tells them apart).
+        SqlState::LOCK_NOT_AVAILABLE | SqlState::QUERY_CANCELED => ErrorKind::TimedOut,
         // The deployment, not the message: code rolled out before `migrate`, a missing grant.
         SqlState::INSUFFICIENT_PRIVILEGE
         | SqlState::UNDEFINED_TABLE
         | SqlState::UNDEFINED_COLUMN
         | SqlState::UNDEFINED_FUNCTION
         | SqlState::UNDEFINED_OBJECT
-        | SqlState::INVALID_SCHEMA_NAME => ErrorKind::Deployment,
+        | SqlState::INVALID_SCHEMA_NAME
+        // Code rolled out before the migration it needs: an `ON CONFLICT` whose unique index
+        // is not there yet (42P10), a column whose type the migration changes (42804). Every
+        // message meets them alike until `migrate` runs, so they are the deployment's (the
+        // kill switch pauses), not each message's (dead-lettered one by one).
+        | SqlState::INVALID_COLUMN_REFERENCE
+        | SqlState::DATATYPE_MISMATCH => ErrorKind::Deployment,
         SqlState::ADMIN_SHUTDOWN
         | SqlState::CRASH_SHUTDOWN
         | SqlState::CANNOT_CONNECT_NOW
@@ -62,9 +71,13 @@ pub(crate) fn kind_of(code: &SqlState, constraint: Option<&str>) -> ErrorKind {
         | SqlState::READ_ONLY_SQL_TRANSACTION => ErrorKind::Unavailable,
         // Class 22: data exceptions (bad text representation, numeric out of range, …).
         _ if text.starts_with("22") => ErrorKind::Conversion,
-        // Class 08: connection exceptions; class 53: insufficient resources; 40: rollbacks.
+        // Class 08: connection exceptions; 40: rollbacks.
         _ if text.starts_with("08") => ErrorKind::Connection,
-        _ if text.starts_with("53") || text.starts_with("40") => ErrorKind::Contention,
+        _ if text.starts_with("40") => ErrorKind::Contention,
+        // Class 53, insufficient resources (53100 disk full, 53200 out of memory, 53400
+        // configuration limit exceeded), and class 58, system errors outside PostgreSQL
+        // (58030 I/O error): the server's, and every message meets them alike.
+        _ if text.starts_with("53") || text.starts_with("58") => ErrorKind::Unavailable,
         // Class 42 otherwise: syntax and other statement errors; 23: other integrity violations.
         _ if text.starts_with("42") => ErrorKind::Schema,
         _ if text.starts_with("23") => ErrorKind::CheckViolation,
@@ -94,11 +107,19 @@ mod tests {
     fn systemic_codes_and_near_misses() {
         let systemic = [
             "42501", "42P01", "42703", "3F000", "25006", "57P01", "57P02", "57P03", "53300",
-            "08006", "08001",
+            "53100", "53200", "53400", "58030", "08006", "08001",
         ];
         for code in systemic {
             let kind = kind_of(&SqlState::from_code(code), None);
             assert!(kind.is_systemic(), "{code} -> {kind}");
+        }
+        // Timeouts are not systemic one by one: the kill switch counts a run of them.
+        for code in ["55P03", "57014"] {
+            assert_eq!(
+                kind_of(&SqlState::from_code(code), None),
+                ErrorKind::TimedOut,
+                "{code}"
+            );
         }
         let near_misses = [
             "40001", "40P01", "55P03", "57014", "23505", "23503", "22P02", "42601", "XX000",
@@ -134,8 +155,9 @@ mod tests {
             ("22003", ErrorKind::Conversion),
             ("40001", ErrorKind::Contention),
             ("40P01", ErrorKind::Contention),
-            ("55P03", ErrorKind::Contention),
-            ("57014", ErrorKind::Contention),
+            ("55P03", ErrorKind::TimedOut),
+            ("57014", ErrorKind::TimedOut),
+            ("53100", ErrorKind::Unavailable),
             ("57P01", ErrorKind::Unavailable),
             ("53300", ErrorKind::Unavailable),
             ("08006", ErrorKind::Connection),
@@ -144,6 +166,8 @@ mod tests {
             ("42501", ErrorKind::Deployment),
             ("42883", ErrorKind::Deployment),
             ("3F000", ErrorKind::Deployment),
+            ("42P10", ErrorKind::Deployment),
+            ("42804", ErrorKind::Deployment),
             ("42601", ErrorKind::Schema),
             ("XX000", ErrorKind::Unknown),
         ];

@@ -59,8 +59,10 @@ pub fn classify(error: rusqlite::Error) -> StoreError {
         ffi::SQLITE_TOOBIG => (ErrorKind::Truncation, None),
         ffi::SQLITE_MISMATCH | ffi::SQLITE_CONSTRAINT_DATATYPE => (ErrorKind::Conversion, None),
         _ => match failure.code {
+            // The busy timeout ran out waiting for another connection's lock: contention once,
+            // an outage when every transaction meets it (the kill switch counts a run).
             rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked => {
-                (ErrorKind::Contention, None)
+                (ErrorKind::TimedOut, None)
             }
             rusqlite::ErrorCode::SystemIoFailure
             | rusqlite::ErrorCode::CannotOpen

@@ -401,7 +401,7 @@ pub fn router<T: InventoryTx + 'static>(events: Option<&str>) -> Result<Router<T
         .json(PlaceOrder {
             events: events.map(str::to_owned),
         })
-        .upcast(|v1: OrderPlaced| OrderPlacedV2::from(v1))
+        .upcast(|v1: OrderPlaced| Ok(OrderPlacedV2::from(v1)))
         .json(CancelOrder)
         .build()
 }
