@@ -77,6 +77,8 @@ pub(crate) struct Processor<'a, S, H> {
     pub(crate) max_panics: u32,
     /// The longest hold of a transient failure before its abandon.
     pub(crate) transient_hold_max: Duration,
+    /// The runtime's jitter ([`super::RuntimeConfig::jitter`]): transient holds draw from it.
+    pub(crate) jitter: &'a super::JitterSource,
     /// What an `UnsupportedContract` rejection settles as.
     pub(crate) unknown_contracts: UnknownContracts,
     /// Past this the handler is cancelled, its transaction rolled back and the delivery
@@ -427,6 +429,7 @@ where
                         self.circuit,
                         self.clock,
                         self.transient_hold_max,
+                        self.jitter,
                         last_error(why),
                     )
                     .await,

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use rand::Rng;
+use rand::{Rng, SeedableRng as _};
 
 use std::collections::BTreeMap;
 
@@ -51,25 +51,32 @@ pub(super) async fn give_back<D: Delivery>(
     circuit: &Circuit,
     clock: Clock,
     max: Duration,
+    jitter: &super::JitterSource,
     properties: BTreeMap<String, PropertyValue>,
 ) -> Result<(), SettleError> {
     if circuit.phase() == CircuitPhase::Open {
         tracing::debug!("Kill switch open: releasing the failed delivery uncounted.");
         return delivery.release().await;
     }
-    hold(delivery, clock, max).await;
+    hold(delivery, clock, max, jitter).await;
     delivery.abandon(properties).await
 }
 
 /// Holds `delivery` (its lock kept by the caller's lock keeper) for [`delay`].
-pub(super) async fn hold<D: Delivery>(delivery: &D, clock: Clock, max: Duration) {
+pub(super) async fn hold<D: Delivery>(
+    delivery: &D,
+    clock: Clock,
+    max: Duration,
+    jitter: &super::JitterSource,
+) {
     let lock_left = delivery
         .locked_until()
         .duration_since(clock.now())
         .unwrap_or(Duration::ZERO);
     // The port's count is of deliveries before this one.
     let number = delivery.delivery_count().saturating_add(1);
-    let wait = delay(number, max, lock_left, &mut rand::rng());
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(jitter.draw_seed());
+    let wait = delay(number, max, lock_left, &mut rng);
     if !wait.is_zero() {
         tracing::debug!(?wait, "Holding a transient failure before its abandon.");
         tokio::time::sleep(wait).await;
