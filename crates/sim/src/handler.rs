@@ -82,26 +82,70 @@ impl Drop for Running {
     }
 }
 
+/// `sim.order.v1`.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Order {
+    /// The logical id it carries.
+    pub id: String,
+}
+
+impl sb_inbox::JsonContract for Order {
+    const NAME: &'static str = CONTRACT;
+    const VERSION: u32 = 1;
+}
+
+/// `sim.order.v0`, upcast to [`Order`].
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct OrderV0 {
+    /// The logical id it carries.
+    pub id: String,
+    /// The plan's upcaster panic.
+    #[serde(default)]
+    pub explode: bool,
+}
+
+impl sb_inbox::JsonContract for OrderV0 {
+    const NAME: &'static str = CONTRACT;
+    const VERSION: u32 = 0;
+}
+
+/// The consumer: a router with [`SimHandler`] for `v1` and an upcaster from `v0` that panics
+/// where the plan says.
+///
+/// # Errors
+/// The router's refusal (not expected).
+// The panic is the plan's: the upcaster's, inside the closure.
+#[allow(clippy::panic_in_result_fn)]
+pub fn router(
+    handler: SimHandler,
+    trace: Trace,
+) -> Result<sb_inbox::Router<FaultyTx>, sb_inbox::RouterError> {
+    sb_inbox::Router::builder()
+        .route(handler)
+        .upcast::<OrderV0, Order, _>(move |old| {
+            if old.explode {
+                trace.push(format!("{} upcast panic", old.id));
+                panic!("simulated handler panic in the upcaster of {}", old.id);
+            }
+            Order { id: old.id }
+        })
+        .build()
+}
+
 impl Handler<FaultyTx> for SimHandler {
-    type Payload = String;
+    type Payload = Order;
 
     fn contracts(&self) -> &[Contract] {
         &self.contracts
     }
 
-    fn decode(&self, _: &Contract, body: &[u8]) -> Result<String, DecodeError> {
-        let value: serde_json::Value =
-            serde_json::from_slice(body).map_err(|e| DecodeError::json(&e))?;
-        value
-            .get("id")
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_owned)
-            .ok_or_else(|| DecodeError::new("no id"))
+    fn decode(&self, _: &Contract, body: &[u8]) -> Result<Order, DecodeError> {
+        serde_json::from_slice(body).map_err(|e| DecodeError::json(&e))
     }
 
     async fn handle(
         &self,
-        ctx: &Context<'_, String>,
+        ctx: &Context<'_, Order>,
         tx: &mut FaultyTx,
     ) -> Result<Handled, HandlerError> {
         let id = ctx.logical_id().to_owned();

@@ -123,6 +123,10 @@ pub struct Plan {
     pub poison: Vec<usize>,
     /// Indices whose handler always panics (dead-lettered `HandlerPanicked`).
     pub panicky: Vec<usize>,
+    /// Indices sent as the old contract version `v0`, upcast to `v1` by the router.
+    pub old_version: Vec<usize>,
+    /// Indices (among `old_version`) whose upcaster panics (dead-lettered `HandlerPanicked`).
+    pub upcast_panicky: Vec<usize>,
     /// When the producer sends each message (virtual time from the start).
     pub send_over: Duration,
     /// Faults are applied only before this instant.
@@ -161,6 +165,16 @@ impl Plan {
         } else {
             Vec::new()
         };
+        let old_version = pick(&mut rng, 0.05);
+        let upcast_panicky: Vec<usize> = if mix.handler {
+            old_version
+                .iter()
+                .copied()
+                .filter(|_| rng.random_bool(0.2))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let faults_until = Duration::from_secs(rng.random_range(20..=60));
         let faults = schedule(&mut rng, mix, faults_until);
         let handler = if mix.handler {
@@ -184,6 +198,8 @@ impl Plan {
             duplicates,
             poison,
             panicky,
+            old_version,
+            upcast_panicky,
             send_over: Duration::from_secs(rng.random_range(5..=40)),
             faults_until,
             faults,

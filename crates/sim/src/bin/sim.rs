@@ -1,5 +1,6 @@
 //! `sim --seeds N [--from S]` runs N seeds; `sim --seed S` replays one and prints its trace.
-//! `SIM_FAULTS=net,broker,store,handler,clock` picks the fault kinds (all by default).
+//! `SIM_FAULTS=net,broker,store,handler,clock` picks the fault kinds (all by default);
+//! `--first` stops at the first failing seed.
 
 use std::time::Instant;
 
@@ -45,6 +46,18 @@ fn main() {
             failures += 1;
             first.get_or_insert(seed);
             eprintln!("{}", report.explain(&mix_name));
+            if args.iter().any(|a| a == "--first") {
+                println!(
+                    "first failure at seed {seed} ({} seeds in)",
+                    seed - from + 1
+                );
+                std::process::exit(1);
+            }
+            if report.violations.iter().any(|v| v.starts_with("hang:")) {
+                // Its thread still spins and would slow every later seed.
+                eprintln!("stopping after a hang at seed {seed}");
+                std::process::exit(2);
+            }
         }
     }
     let wall = started.elapsed().as_secs_f64();
