@@ -394,8 +394,9 @@ mod tests {
             renewals: std::sync::atomic::AtomicU32::new(0),
         };
         let margin = Duration::from_secs(10);
+        let jitter = crate::runtime::JitterSource::seeded(1);
         let kept = tokio::select! {
-            () = keep_session(&session, margin, session.host, &super::JitterSource::seeded(1)) => false,
+            () = keep_session(&session, margin, session.host, &jitter) => false,
             () = tokio::time::sleep(Duration::from_secs(300)) => true,
         };
         assert!(kept, "the session was given up");

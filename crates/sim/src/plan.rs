@@ -175,7 +175,7 @@ impl Plan {
         } else {
             Vec::new()
         };
-        let faults_until = Duration::from_secs(rng.random_range(20..=60));
+        let faults_until = Duration::from_secs(rng.random_range(20..=90));
         let faults = schedule(&mut rng, mix, faults_until);
         let handler = if mix.handler {
             HandlerFaults {
@@ -249,7 +249,8 @@ fn schedule(rng: &mut SmallRng, mix: Mix, until: Duration) -> Vec<(Duration, Fau
             6 => Fault::Throttle(ms(rng, 100, 15_000)),
             7 => Fault::RefuseRenewals(rng.random_range(1..=5)),
             8 => Fault::RefuseDispositions(rng.random_range(1..=5)),
-            9 => Fault::StoreOutage(ms(rng, 100, 30_000)),
+            // Long enough for the kill switch to open and probe several times.
+            9 => Fault::StoreOutage(ms(rng, 1_000, 60_000)),
             10 => Fault::FailCommits(rng.random_range(1..=5)),
             11 => Fault::AmbiguousCommit,
             12 => Fault::ClockStep(rng.random_range(-120..=120)),
