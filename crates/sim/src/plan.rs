@@ -89,6 +89,8 @@ pub enum Fault {
     RefuseDispositions(u32),
     /// Every transaction fails to begin (unavailable) for this long.
     StoreOutage(Duration),
+    /// Outages in a row: each (outage, gap before the next), a database that flaps.
+    StoreFlap(Vec<(Duration, Duration)>),
     /// The next N commits fail (nothing committed).
     FailCommits(u32),
     /// The next commit commits, then reports a broken connection.
@@ -143,6 +145,8 @@ pub struct Plan {
     pub batch_size: usize,
     /// Delayed retries instead of abandons.
     pub delayed_retry: bool,
+    /// Their retries before `RetriesExhausted`.
+    pub retries: u32,
 }
 
 /// The queue's lock duration (short, so that lock loss happens within a run).
@@ -212,6 +216,7 @@ impl Plan {
                 1
             },
             delayed_retry: rng.random_bool(0.25),
+            retries: rng.random_range(1..=3),
         }
     }
 }
@@ -222,7 +227,7 @@ fn schedule(rng: &mut SmallRng, mix: Mix, until: Duration) -> Vec<(Duration, Fau
     let kinds: Vec<u8> = [
         (mix.net, [0u8, 1, 2, 3].as_slice()),
         (mix.broker, &[4, 5, 6, 7, 8, 13]),
-        (mix.store, &[9, 10, 11]),
+        (mix.store, &[9, 10, 11, 14, 14]),
         (mix.clock, &[12]),
     ]
     .iter()
@@ -254,6 +259,11 @@ fn schedule(rng: &mut SmallRng, mix: Mix, until: Duration) -> Vec<(Duration, Fau
             10 => Fault::FailCommits(rng.random_range(1..=5)),
             11 => Fault::AmbiguousCommit,
             12 => Fault::ClockStep(rng.random_range(-120..=120)),
+            14 => Fault::StoreFlap(
+                (0..rng.random_range(2..=8))
+                    .map(|_| (ms(rng, 500, 8_000), ms(rng, 200, 4_000)))
+                    .collect(),
+            ),
             _ => Fault::DetachEntity("orders"),
         };
         // Faults stop in time: a partition ends before `until` as well.
@@ -261,6 +271,18 @@ fn schedule(rng: &mut SmallRng, mix: Mix, until: Duration) -> Vec<(Duration, Fau
             Fault::Partition(d) => Fault::Partition(d.min(until.saturating_sub(at))),
             Fault::StoreOutage(d) => Fault::StoreOutage(d.min(until.saturating_sub(at))),
             Fault::Throttle(d) => Fault::Throttle(d.min(until.saturating_sub(at))),
+            Fault::StoreFlap(steps) => {
+                let mut left = until.saturating_sub(at);
+                let mut kept = Vec::new();
+                for (outage, gap) in steps {
+                    if outage + gap > left {
+                        break;
+                    }
+                    left -= outage + gap;
+                    kept.push((outage, gap));
+                }
+                Fault::StoreFlap(kept)
+            }
             other => other,
         };
         faults.push((at, fault));

@@ -368,7 +368,10 @@ fn skipped(fault: &Fault) -> bool {
         | Fault::Throttle(_)
         | Fault::RefuseRenewals(_)
         | Fault::RefuseDispositions(_) => "broker",
-        Fault::StoreOutage(_) | Fault::FailCommits(_) | Fault::AmbiguousCommit => "store",
+        Fault::StoreOutage(_)
+        | Fault::StoreFlap(_)
+        | Fault::FailCommits(_)
+        | Fault::AmbiguousCommit => "store",
         Fault::ClockStep(_) => "clock",
     };
     skip.split(',').any(|k| k.trim() == kind)
@@ -411,6 +414,16 @@ async fn apply(world: &World, fault: &Fault) -> String {
         }
         Fault::StoreOutage(d) => {
             world.store.faults.outage(*d);
+            String::new()
+        }
+        Fault::StoreFlap(steps) => {
+            let (faults, steps) = (world.store.faults.clone(), steps.clone());
+            tokio::spawn(async move {
+                for (outage, gap) in steps {
+                    faults.outage(outage);
+                    tokio::time::sleep(outage + gap).await;
+                }
+            });
             String::new()
         }
         Fault::FailCommits(n) => {
@@ -545,8 +558,12 @@ fn runtime(
     config.max_panics = MAX_PANICS;
     config.jitter = JitterSource::seeded(plan.seed ^ 0x1177e7);
     if plan.delayed_retry {
-        let policy = RetryPolicy::new(3, Duration::from_secs(1), Duration::from_secs(10))?
-            .with_jitter(0.2, JitterSource::seeded(plan.seed ^ 0x7e7))?;
+        let policy = RetryPolicy::new(
+            plan.retries,
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+        )?
+        .with_jitter(0.2, JitterSource::seeded(plan.seed ^ 0x7e7))?;
         config.delayed_retry = Some(DelayedRetry::new(
             policy,
             ServiceBusSenderPort::new(client.clone()),

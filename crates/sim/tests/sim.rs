@@ -45,7 +45,7 @@ fn seeds_pass_under_network_and_store_faults() {
     let seeds: u64 = std::env::var("SIM_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(2);
+        .unwrap_or(1);
     let mut failed = Vec::new();
     for seed in 1000..1000 + seeds {
         let report = run(seed, "net,store");
