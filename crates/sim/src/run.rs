@@ -205,6 +205,8 @@ struct World {
     store: FaultyStore,
     clock_step_ms: Arc<AtomicI64>,
     start: Instant,
+    /// The wall-clock time at `start`, in whole seconds: every clock of the run starts here.
+    anchor: SystemTime,
 }
 
 async fn simulate(plan: Arc<Plan>, progress: Arc<Progress>) -> Report {
@@ -260,6 +262,7 @@ async fn world(plan: Arc<Plan>) -> Result<World, Box<dyn std::error::Error>> {
         },
         clock_step_ms: Arc::default(),
         start: Instant::now(),
+        anchor,
         plan,
     })
 }
@@ -281,9 +284,7 @@ impl World {
             emulator.serve_stream(server_end, host);
             async move { Ok(client_end) }
         });
-        let (start, step) = (self.start, self.clock_step_ms.clone());
-        let anchor = SystemTime::now();
-        let anchor = UNIX_EPOCH + Duration::from_secs(anchor.duration_since(UNIX_EPOCH)?.as_secs());
+        let (start, step, anchor) = (self.start, self.clock_step_ms.clone(), self.anchor);
         let wall = WallClock::new(move || {
             let t = anchor + start.elapsed();
             let step = step.load(Ordering::Acquire);
@@ -463,7 +464,7 @@ async fn drive(world: World, progress: Arc<Progress>) -> Report {
         world.store.inner.clone(),
         ServiceBusSenderPort::new(client.clone()),
         RelayConfig::default().with_poll_interval(Duration::from_millis(500)),
-        sb_inbox::Clock::new(),
+        sb_inbox::Clock::starting_at(world.anchor),
     ));
     let relaying = tokio::spawn({
         let (relay, shutdown) = (relay.clone(), shutdown.clone());
@@ -577,7 +578,7 @@ fn runtime(
         world.store.clone(),
         handler::router(handler, world.trace.clone())?,
         config,
-        sb_inbox::Clock::new(),
+        sb_inbox::Clock::starting_at(world.anchor),
     ))
 }
 
@@ -669,6 +670,9 @@ async fn check(
         let n = effects.get(&id).copied().unwrap_or(0);
         let reasons = dead.remove(&id).unwrap_or_default();
         let (_, panics, transients) = seen.attempts.get(&id).copied().unwrap_or_default();
+        // A commit made to fail (a deadlock victim, a broken connection) is the message's own
+        // transient failure, not a systemic one: retrying it may exhaust its retries.
+        let transients = transients + world.store.faults.failed_commits(&id);
         if n > 1 {
             violations.push(format!("{id}: {n} business effects"));
         }

@@ -23,6 +23,9 @@ struct FaultState {
     ambiguous_commits: u32,
     /// Commits that failed or were ambiguous, for the trace.
     injected: u64,
+    /// Per logical id: commits of a transaction holding its effect that were made to fail
+    /// (or were ambiguous): a transient failure it may legitimately retry and exhaust.
+    failed: std::collections::BTreeMap<String, u32>,
 }
 
 impl StoreFaults {
@@ -59,6 +62,18 @@ impl StoreFaults {
     /// Faults injected into commits so far.
     pub fn injected(&self) -> u64 {
         self.state().injected
+    }
+
+    /// Commits made to fail (or ambiguous) that held `id`'s effect.
+    pub fn failed_commits(&self, id: &str) -> u32 {
+        self.state().failed.get(id).copied().unwrap_or(0)
+    }
+
+    fn record_failed(&self, ids: &[String]) {
+        let mut s = self.state();
+        for id in ids {
+            *s.failed.entry(id.clone()).or_default() += 1;
+        }
     }
 
     fn commit_fault(&self) -> Option<bool> {
@@ -99,6 +114,7 @@ impl Store for FaultyStore {
         Ok(FaultyTx {
             inner: self.inner.begin().await?,
             faults: self.faults.clone(),
+            ids: Vec::new(),
         })
     }
 }
@@ -108,12 +124,19 @@ impl Store for FaultyStore {
 pub struct FaultyTx {
     inner: SqliteTx,
     faults: Arc<StoreFaults>,
+    /// The logical ids whose effects this transaction holds.
+    ids: Vec<String>,
 }
 
 impl FaultyTx {
     /// The SQLite transaction, for the handler's own statements.
     pub fn sqlite(&mut self) -> &mut SqliteTx {
         &mut self.inner
+    }
+
+    /// Notes that this transaction holds `id`'s effect.
+    pub fn holds(&mut self, id: &str) {
+        self.ids.push(id.to_owned());
     }
 }
 
@@ -165,7 +188,11 @@ impl Tx for FaultyTx {
     }
 
     async fn commit(self) -> Result<(), StoreError> {
-        match self.faults.commit_fault() {
+        let fault = self.faults.commit_fault();
+        if fault.is_some() {
+            self.faults.record_failed(&self.ids);
+        }
+        match fault {
             None => self.inner.commit().await,
             Some(false) => {
                 self.inner.rollback().await?;
