@@ -48,6 +48,11 @@ impl Backoff {
         Self::with_rng(base, max, SmallRng::from_os_rng())
     }
 
+    /// As [`Backoff::new`], seeded from `jitter` (the runtime's [`super::RuntimeConfig::jitter`]).
+    pub(crate) fn from_jitter(base: Duration, max: Duration, jitter: &super::JitterSource) -> Self {
+        Self::seeded(base, max, jitter.draw_seed())
+    }
+
     /// As [`Backoff::new`] with a fixed seed, for reproducible delays.
     pub fn seeded(base: Duration, max: Duration, seed: u64) -> Self {
         Self::with_rng(base, max, SmallRng::seed_from_u64(seed))

@@ -111,7 +111,11 @@ where
         shutdown.clone(),
         abort.clone(),
     ));
-    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
+    let mut backoff = Backoff::from_jitter(
+        Duration::from_millis(100),
+        Duration::from_secs(30),
+        &inner.config.jitter,
+    );
     let result = loop {
         let (delivery, slot) = match inner.next_delivery(&held, &shutdown, &mut backoff).await {
             Ok(Some(next)) => next,

@@ -392,10 +392,11 @@ impl Circuit {
         &self,
         store: &S,
         consumer: &ConsumerName,
+        jitter: &super::JitterSource,
         stop: &CancellationToken,
     ) {
         let config = &self.shared.config;
-        let mut backoff = Backoff::new(config.probe_min, config.probe_max);
+        let mut backoff = Backoff::from_jitter(config.probe_min, config.probe_max, jitter);
         let mut phase = self.shared.phase.subscribe();
         loop {
             let current = *phase.borrow_and_update();

@@ -157,6 +157,11 @@ pub struct RuntimeConfig {
     /// How deliveries are read: the contract, the envelope's id, the body and the headers
     /// (`envelope.kind`); [`SubjectVersioned`] by default. See [`envelope`].
     pub envelope: Arc<dyn EnvelopeReader>,
+    /// Where the runtime's own jitter comes from (receive and probe backoff, transient holds):
+    /// [`JitterSource::random`] by default; tests and simulations pass
+    /// [`JitterSource::seeded`] to replay a run. Delayed retries draw from their
+    /// [`RetryPolicy`]'s source.
+    pub jitter: JitterSource,
     /// A contract name no handler accepts: dead-lettered `UnsupportedContract` (the default)
     /// or completed and counted (`runtime.unknown_contracts`, per consumer
     /// `consumers[].unknown_contracts`); see [`UnknownContracts`].
@@ -185,6 +190,7 @@ impl RuntimeConfig {
             max_panics: 3,
             transient_hold_max: DEFAULT_TRANSIENT_HOLD_MAX,
             envelope: Arc::new(SubjectVersioned),
+            jitter: JitterSource::random(),
             unknown_contracts: UnknownContracts::DeadLetter,
         }
     }
@@ -445,7 +451,11 @@ where
         let tracker = TaskTracker::new();
         let abort = CancellationToken::new();
         // Jittered, so that workers cut off by one outage do not all reconnect at once.
-        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
+        let mut backoff = Backoff::from_jitter(
+            Duration::from_millis(100),
+            Duration::from_secs(30),
+            &config.jitter,
+        );
         let result = loop {
             let (delivery, slot) = match self
                 .inner
@@ -621,7 +631,12 @@ where
         tokio::spawn(async move {
             inner
                 .circuit
-                .supervise(&inner.store, &inner.config.consumer, &token)
+                .supervise(
+                    &inner.store,
+                    &inner.config.consumer,
+                    &inner.config.jitter,
+                    &token,
+                )
                 .await;
         });
         let (inner, token) = (self.clone(), stop.clone());
@@ -645,6 +660,7 @@ where
             circuit: &self.circuit,
             max_panics: self.config.max_panics,
             transient_hold_max: self.config.transient_hold_max,
+            jitter: &self.config.jitter,
             unknown_contracts: self.config.unknown_contracts,
             retry: self.config.delayed_retry.as_ref(),
             clock: self.clock,

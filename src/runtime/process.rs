@@ -77,6 +77,8 @@ pub(crate) struct Processor<'a, S, H> {
     pub(crate) max_panics: u32,
     /// The longest hold of a transient failure before its abandon.
     pub(crate) transient_hold_max: Duration,
+    /// The runtime's jitter ([`super::RuntimeConfig::jitter`]): transient holds draw from it.
+    pub(crate) jitter: &'a super::JitterSource,
     /// What an `UnsupportedContract` rejection settles as.
     pub(crate) unknown_contracts: UnknownContracts,
     /// Past this the handler is cancelled, its transaction rolled back and the delivery
@@ -438,7 +440,8 @@ where
                 // same message (a retry copy would start its delivery count again, and a
                 // release not count it), so `max_panics` always ends it.
                 Ending::RolledBack(why) if outcome == Outcome::HandlerPanicked => {
-                    transient_hold::hold(delivery, lock.left(), self.transient_hold_max).await;
+                    transient_hold::hold(delivery, lock.left(), self.transient_hold_max, self.jitter)
+                        .await;
                     Some(delivery.abandon(last_error(why)).await)
                 }
                 // While the kill switch is open the failure is the store's, not the message's:
@@ -492,6 +495,7 @@ where
             self.circuit,
             lock_left,
             self.transient_hold_max,
+            self.jitter,
             last_error(why),
         )
         .await

@@ -66,6 +66,24 @@ impl JitterSource {
         JitterSource(Arc::new(move || value))
     }
 
+    /// Numbers from a generator seeded with `seed`: the same sequence on every run, for
+    /// reproducible tests and simulations.
+    pub fn seeded(seed: u64) -> Self {
+        use rand::{Rng as _, SeedableRng as _};
+        let rng = std::sync::Mutex::new(rand::rngs::SmallRng::seed_from_u64(seed));
+        JitterSource(Arc::new(move || {
+            rng.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .random::<f64>()
+        }))
+    }
+
+    /// A seed drawn from this source, for a generator of its own.
+    pub(crate) fn draw_seed(&self) -> u64 {
+        // 53 bits: what an f64 in [0, 1) carries.
+        (self.sample() * (1u64 << 53) as f64) as u64
+    }
+
     /// Numbers from `source`; values outside `[0, 1]` are clamped.
     pub fn from_fn(source: impl Fn() -> f64 + Send + Sync + 'static) -> Self {
         JitterSource(Arc::new(source))

@@ -190,7 +190,11 @@ where
         stop: &CancellationToken,
         abort: &CancellationToken,
     ) -> Result<(), RuntimeError> {
-        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
+        let mut backoff = Backoff::from_jitter(
+            Duration::from_millis(100),
+            Duration::from_secs(30),
+            &self.config.jitter,
+        );
         loop {
             // Paused by the kill switch: no session is taken.
             if !self.circuit.wait_admissible(stop).await {
@@ -238,7 +242,7 @@ where
         loop {
             let received = tokio::select! {
                 () = stop.cancelled() => return Ended::Closed,
-                () = keep_session(session, margin, self.clock) => return Ended::LockLost,
+                () = keep_session(session, margin, self.clock, &self.config.jitter) => return Ended::LockLost,
                 received = session.receive(config.idle) => received,
             };
             let delivery = match received {
@@ -295,8 +299,14 @@ where
 /// host 60 s ahead saw every fresh 60 s lock as expired and gave the session up on its first
 /// idle wait): the lock then counts as lasting `margin`, renewed every `margin / 2`, and only
 /// the broker's answer ends it.
-async fn keep_session<T: SessionReceiver>(session: &T, margin: Duration, clock: Clock) {
-    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+async fn keep_session<T: SessionReceiver>(
+    session: &T,
+    margin: Duration,
+    clock: Clock,
+    jitter: &super::JitterSource,
+) {
+    let mut backoff =
+        Backoff::from_jitter(Duration::from_millis(200), Duration::from_secs(5), jitter);
     let mut granted = Instant::now();
     let mut remaining = plausible_remaining(session.locked_until(), clock.now(), margin);
     loop {
@@ -414,8 +424,9 @@ mod tests {
             renewals: std::sync::atomic::AtomicU32::new(0),
         };
         let margin = Duration::from_secs(10);
+        let jitter = crate::runtime::JitterSource::seeded(1);
         let kept = tokio::select! {
-            () = keep_session(&session, margin, session.host) => false,
+            () = keep_session(&session, margin, session.host, &jitter) => false,
             () = tokio::time::sleep(Duration::from_secs(300)) => true,
         };
         assert!(kept, "the session was given up");

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use rand::Rng;
+use rand::{Rng, SeedableRng as _};
 
 use std::collections::BTreeMap;
 
@@ -50,13 +50,14 @@ pub(super) async fn give_back<D: Delivery>(
     circuit: &Circuit,
     lock_left: Duration,
     max: Duration,
+    jitter: &super::JitterSource,
     properties: BTreeMap<String, PropertyValue>,
 ) -> Result<(), SettleError> {
     if circuit.phase() == CircuitPhase::Open {
         tracing::debug!("Kill switch open: releasing the failed delivery uncounted.");
         return delivery.release().await;
     }
-    hold(delivery, lock_left, max).await;
+    hold(delivery, lock_left, max, jitter).await;
     delivery.abandon(properties).await
 }
 
@@ -64,10 +65,16 @@ pub(super) async fn give_back<D: Delivery>(
 /// the keeper's reckoning on the monotonic clock, not `locked_until − now` on the host's wall
 /// clock: a host ahead of the broker by a lock duration would see every lock expired and hold
 /// nothing, one behind would hold past the real lock.
-pub(super) async fn hold<D: Delivery>(delivery: &D, lock_left: Duration, max: Duration) {
+pub(super) async fn hold<D: Delivery>(
+    delivery: &D,
+    lock_left: Duration,
+    max: Duration,
+    jitter: &super::JitterSource,
+) {
     // The port's count is of deliveries before this one.
     let number = delivery.delivery_count().saturating_add(1);
-    let wait = delay(number, max, lock_left, &mut rand::rng());
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(jitter.draw_seed());
+    let wait = delay(number, max, lock_left, &mut rng);
     if !wait.is_zero() {
         tracing::debug!(?wait, "Holding a transient failure before its abandon.");
         tokio::time::sleep(wait).await;

@@ -205,6 +205,10 @@ struct ClientInner {
     /// Client-wide server-busy state (.NET `ServiceBusRetryPolicy`).
     busy: super::busy::BusyState,
     retry: super::RetryOptions,
+    /// Opens the byte stream instead of TCP/TLS when set ([`ServiceBusClient::with_connector`]).
+    connector: Option<super::Connector>,
+    /// The host clock lock arithmetic reads ([`ServiceBusClient::with_clock`]).
+    clock: super::WallClock,
     closed: CancellationToken,
 }
 
@@ -262,6 +266,7 @@ impl ServiceBusClient {
             None,
             None,
             super::RetryOptions::default(),
+            (None, super::WallClock::system()),
         )
     }
 
@@ -275,7 +280,9 @@ impl ServiceBusClient {
         tls: Option<Arc<rustls::ClientConfig>>,
         proxy: Option<sb_amqp::HttpProxy>,
         retry: super::RetryOptions,
+        seam: (Option<super::Connector>, super::WallClock),
     ) -> Self {
+        let (connector, clock) = seam;
         ServiceBusClient {
             inner: Arc::new(ClientInner {
                 url,
@@ -288,6 +295,8 @@ impl ServiceBusClient {
                 opening: tokio::sync::Mutex::new(()),
                 busy: super::busy::BusyState::new(busy_wait),
                 retry,
+                connector,
+                clock,
                 closed: CancellationToken::new(),
             }),
         }
@@ -307,6 +316,7 @@ impl ServiceBusClient {
             self.inner.tls.clone(),
             self.inner.proxy.clone(),
             self.inner.retry,
+            self.seam(),
         )
     }
 
@@ -324,6 +334,7 @@ impl ServiceBusClient {
             self.inner.tls.clone(),
             self.inner.proxy.clone(),
             self.inner.retry,
+            self.seam(),
         )
     }
 
@@ -342,6 +353,7 @@ impl ServiceBusClient {
             Some(roots.client_config()?),
             self.inner.proxy.clone(),
             self.inner.retry,
+            self.seam(),
         ))
     }
 
@@ -360,6 +372,7 @@ impl ServiceBusClient {
             self.inner.tls.clone(),
             proxy.proxy_for(&self.inner.host).cloned(),
             self.inner.retry,
+            self.seam(),
         )
     }
 
@@ -377,12 +390,56 @@ impl ServiceBusClient {
             self.inner.tls.clone(),
             self.inner.proxy.clone(),
             retry,
+            self.seam(),
         )
     }
 
     /// How the client retries.
     pub fn retry(&self) -> &super::RetryOptions {
         &self.inner.retry
+    }
+
+    /// The same client opening its connections through `connector` instead of TCP (and TLS,
+    /// WebSockets, the proxy): an in-memory or simulated network. The connection string's
+    /// host, SASL mechanism and credentials are used as over TCP. Call before first use.
+    #[must_use]
+    pub fn with_connector(self, connector: super::Connector) -> Self {
+        let mut seam = self.seam();
+        seam.0 = Some(connector);
+        self.rebuilt(seam)
+    }
+
+    /// The same client reading the host's time from `clock` where it compares lock ends
+    /// (settlement deadlines, locks that ran out on the link) and schedules token refreshes;
+    /// the system clock unless set. Call before first use.
+    #[must_use]
+    pub fn with_clock(self, clock: super::WallClock) -> Self {
+        let mut seam = self.seam();
+        seam.1 = clock;
+        self.rebuilt(seam)
+    }
+
+    /// The host's time, from [`ServiceBusClient::with_clock`]'s clock.
+    pub(crate) fn now(&self) -> SystemTime {
+        self.inner.clock.now()
+    }
+
+    fn seam(&self) -> (Option<super::Connector>, super::WallClock) {
+        (self.inner.connector.clone(), self.inner.clock.clone())
+    }
+
+    fn rebuilt(&self, seam: (Option<super::Connector>, super::WallClock)) -> Self {
+        Self::build(
+            self.inner.url.clone(),
+            self.inner.host.clone(),
+            self.inner.tokens.clone(),
+            self.inner.timeout,
+            self.inner.busy.wait(),
+            self.inner.tls.clone(),
+            self.inner.proxy.clone(),
+            self.inner.retry,
+            seam,
+        )
     }
 
     /// The client-wide server-busy state.
@@ -547,11 +604,27 @@ impl ServiceBusClient {
             max_unfinished_bytes: super::limits::MAX_UNFINISHED_BYTES,
             ..ConnectionOptions::default()
         };
-        step(
-            timeout,
-            "connect",
-            Connection::open_with(&self.inner.url, options),
-        )
+        let Some(connector) = &self.inner.connector else {
+            return step(
+                timeout,
+                "connect",
+                Connection::open_with(&self.inner.url, options),
+            )
+            .await;
+        };
+        // As `open_with` derives them from the URL, without its transport.
+        let address =
+            sb_amqp::Address::parse(&self.inner.url).map_err(|e| ServiceBusError::from_amqp(&e))?;
+        let options = ConnectionOptions {
+            sasl: Some(address.sasl.clone()),
+            hostname: Some(address.host.clone()),
+            ..options
+        };
+        let host = address.host.clone();
+        step(timeout, "connect", async move {
+            let io = connector.connect(&host).await?;
+            Connection::open_io(io, options).await
+        })
         .await
     }
 
@@ -599,17 +672,16 @@ impl ServiceBusClient {
     /// Refreshes the token for `audience` on `conn` until the connection fails or is dropped,
     /// or the client goes away. The task holds neither.
     fn spawn_refresh(&self, conn: &Arc<ConnectionScope>, audience: String, expires_at: SystemTime) {
-        let (tokens, weak, timeout) = (
+        let (tokens, weak, timeout, clock) = (
             self.inner.tokens.clone(),
             Arc::downgrade(conn),
             self.inner.timeout,
+            self.inner.clock.clone(),
         );
         let stop = conn.stop.clone();
         tokio::spawn(stop.run_until_cancelled_owned(async move {
-            let remaining = |at: SystemTime| {
-                at.duration_since(SystemTime::now())
-                    .unwrap_or(Duration::ZERO)
-            };
+            let remaining =
+                |at: SystemTime| at.duration_since(clock.now()).unwrap_or(Duration::ZERO);
             let mut delay = refresh_delay(remaining(expires_at));
             loop {
                 tokio::time::sleep(delay).await;

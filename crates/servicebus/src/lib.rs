@@ -71,6 +71,7 @@ mod busy;
 mod cbs;
 mod client;
 mod connection_string;
+mod connector;
 mod delivery;
 #[cfg(feature = "entra")]
 pub mod entra;
@@ -106,6 +107,7 @@ pub use auth::{
 };
 pub use client::{DEFAULT_SERVER_BUSY_WAIT, DEFAULT_TIMEOUT, ServiceBusClient};
 pub use connection_string::{ConnectionString, ConnectionStringError, Credential, Transport};
+pub use connector::{ConnectFuture, Connector, WallClock};
 pub use delivery::ServiceBusDelivery;
 pub use error::ServiceBusError;
 pub use message::{

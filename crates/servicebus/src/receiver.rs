@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use sb_amqp::types::definitions::{ReceiverSettleMode, SenderSettleMode};
 use sb_amqp::{Outcome, ReceiverOptions, Settler, unique_name};
@@ -480,7 +480,7 @@ impl ServiceBusReceiver {
         let refusal = match delivery.message() {
             Ok(message) => {
                 let received = from_amqp(&message, &delivery.delivery_tag);
-                let now = SystemTime::now();
+                let now = self.inner.client.now();
                 if let Some(until) = received.message.locked_until {
                     // Every delivery teaches the broker's clock: what the check below and
                     // settlement deadlines read.
@@ -553,7 +553,7 @@ impl ServiceBusReceiver {
         let locked_until = received
             .message
             .locked_until
-            .unwrap_or_else(|| SystemTime::now() + Duration::from_secs(30));
+            .unwrap_or_else(|| self.inner.client.now() + Duration::from_secs(30));
         ServiceBusDelivery {
             session: self.inner.session.get().cloned(),
             receiver: self.inner.clone(),

@@ -33,6 +33,8 @@ pub struct RetryOptions {
     tries: u32,
     delay: Duration,
     max_delay: Duration,
+    /// `Some`: the jitter of every retry sequence comes from a generator seeded with it.
+    jitter_seed: Option<u64>,
 }
 
 impl Default for RetryOptions {
@@ -43,6 +45,7 @@ impl Default for RetryOptions {
             tries: 3,
             delay: Duration::from_millis(800),
             max_delay: Duration::from_secs(60),
+            jitter_seed: None,
         }
     }
 }
@@ -69,6 +72,16 @@ impl RetryOptions {
         self
     }
 
+    /// The same options drawing the jitter of each operation's pauses from a generator seeded
+    /// with `seed` (so every operation pauses alike), instead of one seeded by the OS: for
+    /// reproducible tests and simulations. Not for production, where clients that failed
+    /// together must not retry together.
+    #[must_use]
+    pub fn with_jitter_seed(mut self, seed: u64) -> Self {
+        self.jitter_seed = Some(seed);
+        self
+    }
+
     /// Attempts of a send in all, the first included.
     pub fn tries(&self) -> u32 {
         self.tries
@@ -90,7 +103,9 @@ impl RetryOptions {
             base: self.delay,
             max: self.max_delay.max(self.delay),
             attempt: 1,
-            rng: SmallRng::from_os_rng(),
+            rng: self
+                .jitter_seed
+                .map_or_else(SmallRng::from_os_rng, SmallRng::seed_from_u64),
         }
     }
 }

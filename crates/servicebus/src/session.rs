@@ -267,7 +267,7 @@ impl ServiceBusSessionReceiver {
                 _ => None,
             })
             // Unknown: the renewal margin then renews at once.
-            .unwrap_or_else(SystemTime::now);
+            .unwrap_or_else(|| client.now());
         let lock = Arc::new(SessionLock {
             id,
             locked_until: StdMutex::new(locked_until),

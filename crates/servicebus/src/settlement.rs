@@ -82,7 +82,12 @@ impl ServiceBusDelivery {
         // pause outlasts the operation's time, as here the lock's).
         let busy = self.receiver.client.busy().remaining();
         if !busy.is_zero() {
-            if self.receiver.lock_clock.broker_now(SystemTime::now()) + busy >= self.locked_until()
+            if self
+                .receiver
+                .lock_clock
+                .broker_now(self.receiver.client.now())
+                + busy
+                >= self.locked_until()
             {
                 return Err(SettlementError::Transient(ServiceBusError::Broker {
                     condition: condition::SERVER_BUSY.to_owned(),
@@ -136,7 +141,13 @@ impl ServiceBusDelivery {
             busy_state.set();
         }
         let delay = backoff.next_delay().max(busy_state.remaining());
-        if self.receiver.lock_clock.broker_now(SystemTime::now()) + delay >= deadline {
+        if self
+            .receiver
+            .lock_clock
+            .broker_now(self.receiver.client.now())
+            + delay
+            >= deadline
+        {
             return Err(SettlementError::Transient(why));
         }
         tracing::debug!(lock_token = %self.lock_token, %why, ?delay, busy, "Settlement not done; retrying.");

@@ -55,7 +55,7 @@ async fn serve_connection(
 ) {
     let peer = incoming.peer_addr();
     let latency = shared.options.latency;
-    let mut conn = match incoming
+    let conn = match incoming
         .handshake_or_http(|io| super::latency::delayed(io, latency))
         .await
     {
@@ -70,6 +70,43 @@ async fn serve_connection(
             return;
         }
     };
+    serve_open(conn, &peer.to_string(), shared, stop, tracker).await;
+}
+
+/// Serves one AMQP connection given as a byte stream ([`super::Emulator::serve_stream`]):
+/// the server handshake (bounded by the handshake timeout), then as any accepted connection.
+pub(super) async fn serve_stream(
+    io: sb_amqp::BoxIo,
+    peer: String,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    tracker: TaskTracker,
+) {
+    let io = super::latency::delayed(io, shared.options.latency);
+    let limit = shared.server.handshake_timeout;
+    let conn = match tokio::time::timeout(limit, sb_amqp::serve_io(io, shared.server.clone())).await
+    {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(error)) => {
+            tracing::debug!(%peer, %error, "Handshake failed.");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "Handshake timed out.");
+            return;
+        }
+    };
+    serve_open(conn, &peer, shared, stop, tracker).await;
+}
+
+/// Serves an open connection until it ends or `stop`: each link in a task of its own.
+async fn serve_open(
+    mut conn: sb_amqp::ServerConnection,
+    peer: &str,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    tracker: TaskTracker,
+) {
     let state = Arc::new(
         ConnState::new(shared.broker.clock(), shared.options.max_token_lifetime)
             .with_service(shared.survival.clone(), shared.faults.clone())

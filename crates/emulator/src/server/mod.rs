@@ -99,9 +99,45 @@ struct Shared {
     requests: Arc<RequestLog>,
     /// How late entity attaches are answered, in milliseconds (changeable while running).
     attach_delay_ms: std::sync::atomic::AtomicU64,
+    /// The AMQP server side's options, for connections served from a stream
+    /// ([`Emulator::serve_stream`]).
+    server: Arc<ServerOptions>,
 }
 
 impl Shared {
+    /// What every connection of an emulator serving `broker` shares.
+    fn new(broker: Broker, options: EmulatorOptions, server: ServerOptions) -> Arc<Shared> {
+        let seed = options.fault_seed.unwrap_or_else(|| {
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        });
+        if !options.faults.is_empty() {
+            let faults: Vec<String> = options
+                .faults
+                .iter()
+                .map(|f| format!("{}={}", f.fault, f.probability))
+                .collect();
+            tracing::info!(
+                ?faults,
+                seed,
+                "Fault injection on (replay with --fault-seed)."
+            );
+        }
+        let shared = Arc::new(Shared {
+            server: Arc::new(server),
+            broker,
+            faults: Arc::new(Faults::new(&options.faults, seed)),
+            survival: Arc::new(Survival::new(options.throttle)),
+            attach_delay_ms: Default::default(),
+            requests: Arc::default(),
+            options: Arc::new(options),
+            registry: Arc::new(Registry::default()),
+        });
+        shared.set_attach_delay(shared.options.attach_delay);
+        shared
+    }
+
     fn set_attach_delay(&self, delay: std::time::Duration) {
         let ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
         self.attach_delay_ms
@@ -122,17 +158,7 @@ impl Emulator {
     /// # Errors
     /// [`Error::Server`] when the address cannot be bound.
     pub async fn start(broker: Broker, options: EmulatorOptions) -> Result<Emulator, Error> {
-        let server = ServerOptions {
-            container_id: format!("sb-emulator-{}", broker.namespace()),
-            max_frame_size: SERVICE_MAX_FRAME_SIZE,
-            channel_max: SERVICE_CHANNEL_MAX,
-            idle_timeout: Some(SERVICE_IDLE_TIMEOUT),
-            max_unfinished_bytes_at_open: Some({
-                let broker = broker.clone();
-                sb_amqp::UnfinishedBytesBound::new(move || max_unfinished_bytes(&broker))
-            }),
-            ..ServerOptions::default()
-        };
+        let server = server_options(&broker);
         let listener = Listener::bind(options.listen.as_str(), server.clone())
             .await
             .map_err(|e| Error::Server(format!("cannot listen on {}: {e}", options.listen)))?;
@@ -190,33 +216,7 @@ impl Emulator {
             .map(Listener::local_addr)
             .transpose()
             .map_err(|e| Error::Server(e.to_string()))?;
-        let seed = options.fault_seed.unwrap_or_else(|| {
-            SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64)
-        });
-        if !options.faults.is_empty() {
-            let faults: Vec<String> = options
-                .faults
-                .iter()
-                .map(|f| format!("{}={}", f.fault, f.probability))
-                .collect();
-            tracing::info!(
-                ?faults,
-                seed,
-                "Fault injection on (replay with --fault-seed)."
-            );
-        }
-        let shared = Arc::new(Shared {
-            broker,
-            faults: Arc::new(Faults::new(&options.faults, seed)),
-            survival: Arc::new(Survival::new(options.throttle)),
-            attach_delay_ms: Default::default(),
-            requests: Arc::default(),
-            options: Arc::new(options),
-            registry: Arc::new(Registry::default()),
-        });
-        shared.set_attach_delay(shared.options.attach_delay);
+        let shared = Shared::new(broker, options, server);
         let emulator = Emulator {
             addr,
             websocket_addr,
@@ -249,6 +249,54 @@ impl Emulator {
         }
         tracing::info!(%addr, websocket = ?websocket_addr, tls = ?tls_addr, http = ?http_addr, "Service Bus emulator listening.");
         Ok(emulator)
+    }
+
+    /// An emulator serving `broker` that listens on nothing: its connections are byte streams
+    /// handed to [`Emulator::serve_stream`] (an in-memory or simulated network). The listen
+    /// addresses of `options` are not bound; [`Emulator::local_addr`] is `0.0.0.0:0`.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), sb_emulator::Error> {
+    /// let config = sb_emulator::Config::from_json(r#"{"UserConfig":{"Namespaces":[{"Name":"ns","Queues":[{"Name":"q"}],"Topics":[]}],"Logging":{"Type":"File"}}}"#)?;
+    /// let emulator = sb_emulator::Emulator::without_listener(sb_emulator::Broker::new(config)?, Default::default());
+    /// let (client_end, server_end) = tokio::io::duplex(64 * 1024);
+    /// emulator.serve_stream(Box::new(server_end), "in-memory");
+    /// # drop(client_end);
+    /// emulator.shutdown().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn without_listener(broker: Broker, options: EmulatorOptions) -> Emulator {
+        let server = server_options(&broker);
+        Emulator {
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            websocket_addr: None,
+            tls: None,
+            http_addr: None,
+            shared: Shared::new(broker, options, server),
+            shutdown: CancellationToken::new(),
+            connections: Arc::new(Mutex::new(Vec::new())),
+            tracker: TaskTracker::new(),
+        }
+    }
+
+    /// Serves one client connection whose bytes are `io` (any stream: one end of
+    /// [`tokio::io::duplex`], a simulated link), in a task of its own, exactly as a connection
+    /// accepted on the AMQP listener: handshake, links, faults, [`Emulator::drop_all_connections`].
+    /// `peer` names the client in logs.
+    pub fn serve_stream(&self, io: sb_amqp::BoxIo, peer: &str) {
+        let token = self.shutdown.child_token();
+        if let Ok(mut list) = self.connections.lock() {
+            list.retain(|t| !t.is_cancelled());
+            list.push(token.clone());
+        }
+        self.tracker.spawn(connection::serve_stream(
+            io,
+            peer.to_owned(),
+            self.shared.clone(),
+            token,
+            self.tracker.clone(),
+        ));
     }
 
     /// The bound address.
@@ -441,6 +489,21 @@ impl Emulator {
                 "Emulator tasks still running after shutdown."
             );
         }
+    }
+}
+
+/// The AMQP server options of an emulator serving `broker`: the service's limits.
+fn server_options(broker: &Broker) -> ServerOptions {
+    ServerOptions {
+        container_id: format!("sb-emulator-{}", broker.namespace()),
+        max_frame_size: SERVICE_MAX_FRAME_SIZE,
+        channel_max: SERVICE_CHANNEL_MAX,
+        idle_timeout: Some(SERVICE_IDLE_TIMEOUT),
+        max_unfinished_bytes_at_open: Some({
+            let broker = broker.clone();
+            sb_amqp::UnfinishedBytesBound::new(move || max_unfinished_bytes(&broker))
+        }),
+        ..ServerOptions::default()
     }
 }
 

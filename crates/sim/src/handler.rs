@@ -1,0 +1,195 @@
+//! The simulated business handler: one effect row per committed attempt (no unique constraint,
+//! so a second effect of one message shows), one outbox row to the message's own destination,
+//! and the planned panics, transient errors and slowness.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use sb_inbox::{Context, Contract, DecodeError, Handled, Handler, HandlerError, OutboxMessage};
+
+use crate::Trace;
+use crate::plan::{Plan, draw};
+use crate::store::FaultyTx;
+
+/// The contract of the messages the producer sends.
+pub const CONTRACT: &str = "sim.order";
+/// The contract of the outgoing messages.
+pub const OUT_SUBJECT: &str = "sim.shipped.v1";
+
+/// The destination of message `id`'s outgoing message.
+pub fn destination(seed: u64, id: &str) -> &'static str {
+    if draw(seed, id, 0, 5) < 0.5 {
+        "out-a"
+    } else {
+        "out-b"
+    }
+}
+
+/// The outgoing message id of message `id`.
+pub fn out_id(id: &str) -> String {
+    format!("{id}:out")
+}
+
+/// What the handler saw, for the model: attempts, injected faults, concurrency.
+#[derive(Debug, Default)]
+pub struct Seen {
+    /// Per logical id: (attempts, panics, transient errors).
+    pub attempts: BTreeMap<String, (u32, u32, u32)>,
+    /// Handlers running now, and the most at once.
+    pub running: usize,
+    /// The most handlers at once.
+    pub max_running: usize,
+}
+
+/// The handler.
+#[derive(Debug, Clone)]
+pub struct SimHandler {
+    contracts: Vec<Contract>,
+    plan: Arc<Plan>,
+    trace: Trace,
+    /// What it saw.
+    pub seen: Arc<Mutex<Seen>>,
+}
+
+impl SimHandler {
+    /// A handler following `plan`.
+    pub fn new(plan: Arc<Plan>, trace: Trace) -> Self {
+        SimHandler {
+            contracts: vec![Contract::new(CONTRACT, 1)],
+            plan,
+            trace,
+            seen: Arc::default(),
+        }
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Leaves the running count however the attempt ends (panic and cancellation included).
+struct Running(Arc<Mutex<Seen>>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut seen = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        seen.running = seen.running.saturating_sub(1);
+    }
+}
+
+/// `sim.order.v1`.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct Order {
+    /// The logical id it carries.
+    pub id: String,
+}
+
+impl sb_inbox::JsonContract for Order {
+    const NAME: &'static str = CONTRACT;
+    const VERSION: u32 = 1;
+}
+
+/// `sim.order.v0`, upcast to [`Order`].
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct OrderV0 {
+    /// The logical id it carries.
+    pub id: String,
+    /// The plan's upcaster panic.
+    #[serde(default)]
+    pub explode: bool,
+}
+
+impl sb_inbox::JsonContract for OrderV0 {
+    const NAME: &'static str = CONTRACT;
+    const VERSION: u32 = 0;
+}
+
+/// The consumer: a router with [`SimHandler`] for `v1` and an upcaster from `v0` that panics
+/// where the plan says.
+///
+/// # Errors
+/// The router's refusal (not expected).
+// The panic is the plan's: the upcaster's, inside the closure.
+#[allow(clippy::panic_in_result_fn)]
+pub fn router(
+    handler: SimHandler,
+    trace: Trace,
+) -> Result<sb_inbox::Router<FaultyTx>, sb_inbox::RouterError> {
+    sb_inbox::Router::builder()
+        .route(handler)
+        .upcast::<OrderV0, Order, _>(move |old| {
+            if old.explode {
+                trace.push(format!("{} upcast panic", old.id));
+                panic!("simulated handler panic in the upcaster of {}", old.id);
+            }
+            Ok(Order { id: old.id })
+        })
+        .build()
+}
+
+impl Handler<FaultyTx> for SimHandler {
+    type Payload = Order;
+
+    fn contracts(&self) -> &[Contract] {
+        &self.contracts
+    }
+
+    fn decode(&self, _: &Contract, body: &[u8]) -> Result<Order, DecodeError> {
+        serde_json::from_slice(body).map_err(|e| DecodeError::json(&e))
+    }
+
+    async fn handle(
+        &self,
+        ctx: &Context<'_, Order>,
+        tx: &mut FaultyTx,
+    ) -> Result<Handled, HandlerError> {
+        let id = ctx.logical_id().to_owned();
+        let attempt = ctx.delivery_count;
+        let seed = self.plan.seed;
+        let index: Option<usize> = id.strip_prefix("m-").and_then(|n| n.parse().ok());
+        let panicky = index.is_some_and(|i| self.plan.panicky.contains(&i));
+        let faults = self.plan.handler;
+        let _running = {
+            let mut seen = self.seen();
+            seen.running += 1;
+            seen.max_running = seen.max_running.max(seen.running);
+            seen.attempts.entry(id.clone()).or_default().0 += 1;
+            Running(self.seen.clone())
+        };
+        if panicky || draw(seed, &id, attempt, 1) < faults.panic {
+            let mut seen = self.seen();
+            seen.attempts.entry(id.clone()).or_default().1 += 1;
+            drop(seen);
+            self.trace.push(format!("{id} #{attempt} panic"));
+            panic!("simulated handler panic on {id}");
+        }
+        if draw(seed, &id, attempt, 2) < faults.transient {
+            let mut seen = self.seen();
+            seen.attempts.entry(id.clone()).or_default().2 += 1;
+            drop(seen);
+            self.trace.push(format!("{id} #{attempt} transient"));
+            return Err(HandlerError::transient("simulated transient failure"));
+        }
+        if draw(seed, &id, attempt, 3) < faults.slow {
+            let pause = faults.slow_max.mul_f64(draw(seed, &id, attempt, 4));
+            tokio::time::sleep(pause).await;
+        }
+        tx.sqlite()
+            .execute(
+                "INSERT INTO sim_effects (id, attempt) VALUES (?1, ?2)",
+                (id.as_str(), attempt),
+            )
+            .map_err(HandlerError::from)?;
+        let mut out =
+            OutboxMessage::new(destination(seed, &id), OUT_SUBJECT, id.as_bytes().to_vec());
+        out.message_id = out_id(&id);
+        sb_inbox::Tx::append_outbox(tx, &out).await?;
+        self.trace.push(format!("{id} #{attempt} handled"));
+        Ok(Handled::Processed)
+    }
+}

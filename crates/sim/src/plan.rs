@@ -1,0 +1,302 @@
+//! What one seed decides before the run starts: the workload, the configuration and the fault
+//! schedule. Everything the run does later draws from streams derived from the same seed.
+
+use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::{Rng as _, SeedableRng as _};
+
+/// Which kinds of faults a run draws from (`SIM_FAULTS=net,broker,...`; all by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mix {
+    /// Connection cuts, partitions, delay changes.
+    pub net: bool,
+    /// Forced detaches, ended sessions, throttling, refused renewals and settlements.
+    pub broker: bool,
+    /// Store outages, failed and ambiguous commits.
+    pub store: bool,
+    /// Handler panics, transient errors, slowness.
+    pub handler: bool,
+    /// Host clock steps (the client's lock arithmetic).
+    pub clock: bool,
+}
+
+impl Mix {
+    /// Every kind.
+    pub const ALL: Mix = Mix {
+        net: true,
+        broker: true,
+        store: true,
+        handler: true,
+        clock: true,
+    };
+
+    /// Parses `net,broker,store,handler,clock` (any subset; `all`).
+    ///
+    /// # Errors
+    /// The unknown name.
+    pub fn parse(text: &str) -> Result<Mix, String> {
+        let mut mix = Mix {
+            net: false,
+            broker: false,
+            store: false,
+            handler: false,
+            clock: false,
+        };
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part {
+                "all" => mix = Mix::ALL,
+                "net" => mix.net = true,
+                "broker" => mix.broker = true,
+                "store" => mix.store = true,
+                "handler" => mix.handler = true,
+                "clock" => mix.clock = true,
+                other => return Err(format!("unknown fault kind {other:?}")),
+            }
+        }
+        Ok(mix)
+    }
+
+    /// The mix named by `SIM_FAULTS`, else all.
+    pub fn from_env() -> Mix {
+        std::env::var("SIM_FAULTS")
+            .ok()
+            .and_then(|v| Mix::parse(&v).ok())
+            .unwrap_or(Mix::ALL)
+    }
+}
+
+/// One fault, applied at its time.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fault {
+    /// Every live connection is cut.
+    CutAll,
+    /// One live connection (seeded pick) is cut.
+    CutOne,
+    /// Nothing is delivered for this long (bytes are held, not lost).
+    Partition(Duration),
+    /// The one-way delay range changes.
+    Delay(Duration, Duration),
+    /// The emulator detaches every link of the entity (`amqp:link:detach-forced`).
+    DetachEntity(&'static str),
+    /// The emulator ends every session with links.
+    EndSessions,
+    /// The namespace answers busy for this long.
+    Throttle(Duration),
+    /// The next N renewals on `orders` are refused (locks lost).
+    RefuseRenewals(u32),
+    /// The next N settlements on `orders` are refused.
+    RefuseDispositions(u32),
+    /// Every transaction fails to begin (unavailable) for this long.
+    StoreOutage(Duration),
+    /// Outages in a row: each (outage, gap before the next), a database that flaps.
+    StoreFlap(Vec<(Duration, Duration)>),
+    /// The next N commits fail (nothing committed).
+    FailCommits(u32),
+    /// The next commit commits, then reports a broken connection.
+    AmbiguousCommit,
+    /// The client host's clock steps by this many seconds (negative: back).
+    ClockStep(i64),
+}
+
+/// What the handler does to one message, beyond its business effect.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HandlerFaults {
+    /// Chance of a panic per attempt.
+    pub panic: f64,
+    /// Chance of a transient error per attempt.
+    pub transient: f64,
+    /// Chance of a slow attempt per attempt, and its longest pause.
+    pub slow: f64,
+    /// The longest slow pause.
+    pub slow_max: Duration,
+}
+
+/// Everything a seed decides up front.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The seed.
+    pub seed: u64,
+    /// Distinct logical messages sent.
+    pub messages: usize,
+    /// Indices sent twice under the same message id.
+    pub duplicates: Vec<usize>,
+    /// Indices whose body does not decode (dead-lettered `InvalidPayload`).
+    pub poison: Vec<usize>,
+    /// Indices whose handler always panics (dead-lettered `HandlerPanicked`).
+    pub panicky: Vec<usize>,
+    /// Indices sent as the old contract version `v0`, upcast to `v1` by the router.
+    pub old_version: Vec<usize>,
+    /// Indices (among `old_version`) whose upcaster panics (dead-lettered `HandlerPanicked`).
+    pub upcast_panicky: Vec<usize>,
+    /// When the producer sends each message (virtual time from the start).
+    pub send_over: Duration,
+    /// Faults are applied only before this instant.
+    pub faults_until: Duration,
+    /// The fault schedule, in time order.
+    pub faults: Vec<(Duration, Fault)>,
+    /// Per-attempt handler faults.
+    pub handler: HandlerFaults,
+    /// Runtime settings.
+    pub concurrency: usize,
+    /// Runtime prefetch.
+    pub prefetch: usize,
+    /// Deliveries per transaction.
+    pub batch_size: usize,
+    /// Delayed retries instead of abandons.
+    pub delayed_retry: bool,
+    /// Their retries before `RetriesExhausted`.
+    pub retries: u32,
+}
+
+/// The queue's lock duration (short, so that lock loss happens within a run).
+pub const LOCK_DURATION: Duration = Duration::from_secs(10);
+/// The queue's max delivery count: high, so that only the runtime's own rules dead-letter.
+pub const MAX_DELIVERY_COUNT: u32 = 1000;
+
+impl Plan {
+    /// The plan of `seed` drawing faults from `mix`.
+    pub fn new(seed: u64, mix: Mix) -> Plan {
+        let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed_9a1a);
+        let messages = rng.random_range(200..=260);
+        let pick = |rng: &mut SmallRng, p: f64| -> Vec<usize> {
+            (0..messages).filter(|_| rng.random_bool(p)).collect()
+        };
+        let duplicates = pick(&mut rng, 0.05);
+        let poison = pick(&mut rng, 0.02);
+        let panicky = if mix.handler {
+            pick(&mut rng, 0.01)
+        } else {
+            Vec::new()
+        };
+        let old_version = pick(&mut rng, 0.05);
+        let upcast_panicky: Vec<usize> = if mix.handler {
+            old_version
+                .iter()
+                .copied()
+                .filter(|_| rng.random_bool(0.2))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let faults_until = Duration::from_secs(rng.random_range(20..=90));
+        let faults = schedule(&mut rng, mix, faults_until);
+        let handler = if mix.handler {
+            HandlerFaults {
+                panic: rng.random_range(0.0..0.05),
+                transient: rng.random_range(0.0..0.1),
+                slow: rng.random_range(0.0..0.1),
+                slow_max: Duration::from_millis(rng.random_range(100..=25_000)),
+            }
+        } else {
+            HandlerFaults {
+                panic: 0.0,
+                transient: 0.0,
+                slow: 0.0,
+                slow_max: Duration::ZERO,
+            }
+        };
+        Plan {
+            seed,
+            messages,
+            duplicates,
+            poison,
+            panicky,
+            old_version,
+            upcast_panicky,
+            send_over: Duration::from_secs(rng.random_range(5..=40)),
+            faults_until,
+            faults,
+            handler,
+            concurrency: rng.random_range(1..=8),
+            prefetch: rng.random_range(0..=4),
+            batch_size: if rng.random_bool(0.25) {
+                rng.random_range(2..=8)
+            } else {
+                1
+            },
+            delayed_retry: rng.random_bool(0.25),
+            retries: rng.random_range(1..=3),
+        }
+    }
+}
+
+fn schedule(rng: &mut SmallRng, mix: Mix, until: Duration) -> Vec<(Duration, Fault)> {
+    let count = rng.random_range(0..=12);
+    let mut faults = Vec::new();
+    let kinds: Vec<u8> = [
+        (mix.net, [0u8, 1, 2, 3].as_slice()),
+        (mix.broker, &[4, 5, 6, 7, 8, 13]),
+        (mix.store, &[9, 10, 11, 14, 14]),
+        (mix.clock, &[12]),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .flat_map(|(_, k)| k.iter().copied())
+    .collect();
+    if kinds.is_empty() {
+        return faults;
+    }
+    let ms =
+        |rng: &mut SmallRng, lo: u64, hi: u64| Duration::from_millis(rng.random_range(lo..=hi));
+    for _ in 0..count {
+        let at = Duration::from_millis(rng.random_range(0..until.as_millis() as u64));
+        let fault = match kinds[rng.random_range(0..kinds.len())] {
+            0 => Fault::CutAll,
+            1 => Fault::CutOne,
+            2 => Fault::Partition(ms(rng, 100, 30_000)),
+            3 => {
+                let lo = ms(rng, 0, 50);
+                Fault::Delay(lo, lo + ms(rng, 0, 500))
+            }
+            4 => Fault::DetachEntity(["orders", "out-a", "out-b"][rng.random_range(0..3)]),
+            5 => Fault::EndSessions,
+            6 => Fault::Throttle(ms(rng, 100, 15_000)),
+            7 => Fault::RefuseRenewals(rng.random_range(1..=5)),
+            8 => Fault::RefuseDispositions(rng.random_range(1..=5)),
+            // Long enough for the kill switch to open and probe several times.
+            9 => Fault::StoreOutage(ms(rng, 1_000, 60_000)),
+            10 => Fault::FailCommits(rng.random_range(1..=5)),
+            11 => Fault::AmbiguousCommit,
+            12 => Fault::ClockStep(rng.random_range(-120..=120)),
+            14 => Fault::StoreFlap(
+                (0..rng.random_range(2..=8))
+                    .map(|_| (ms(rng, 500, 8_000), ms(rng, 200, 4_000)))
+                    .collect(),
+            ),
+            _ => Fault::DetachEntity("orders"),
+        };
+        // Faults stop in time: a partition ends before `until` as well.
+        let fault = match fault {
+            Fault::Partition(d) => Fault::Partition(d.min(until.saturating_sub(at))),
+            Fault::StoreOutage(d) => Fault::StoreOutage(d.min(until.saturating_sub(at))),
+            Fault::Throttle(d) => Fault::Throttle(d.min(until.saturating_sub(at))),
+            Fault::StoreFlap(steps) => {
+                let mut left = until.saturating_sub(at);
+                let mut kept = Vec::new();
+                for (outage, gap) in steps {
+                    if outage + gap > left {
+                        break;
+                    }
+                    left -= outage + gap;
+                    kept.push((outage, gap));
+                }
+                Fault::StoreFlap(kept)
+            }
+            other => other,
+        };
+        faults.push((at, fault));
+    }
+    faults.sort_by_key(|(at, _)| *at);
+    faults
+}
+
+/// A number in `[0, 1)` decided by `(seed, key, attempt)` alone, whatever ran before: the
+/// handler's fault draws do not depend on the order deliveries arrive in.
+pub fn draw(seed: u64, key: &str, attempt: u32, salt: u64) -> f64 {
+    use std::hash::{Hash as _, Hasher as _};
+    // SipHash with fixed keys: the same on every run and platform.
+    let mut h = std::hash::DefaultHasher::new();
+    (seed, key, attempt, salt).hash(&mut h);
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}

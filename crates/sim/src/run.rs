@@ -1,0 +1,752 @@
+//! One run: build the world from the plan, let it run under faults, wait for the backlog to
+//! drain, then check the invariants against what the broker and the database hold.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sb_emulator::{Broker, Config, Emulator, EmulatorOptions, PropertyValue as EmuValue};
+use sb_inbox::relay::{Relay, RelayConfig};
+use sb_inbox::runtime::{DelayedRetry, JitterSource, RetryPolicy};
+use sb_inbox::servicebus::{
+    ConnectionString, RetryOptions, ServiceBusClient, ServiceBusMessage, ServiceBusSenderPort,
+};
+use sb_inbox::{ConsumerName, Message, Runtime, RuntimeConfig, SqliteStore};
+use sb_servicebus::{Connector, WallClock};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::Trace;
+use crate::handler::{self, SimHandler};
+use crate::net::Net;
+use crate::plan::{self, Fault, Mix, Plan};
+use crate::store::FaultyStore;
+
+/// After the faults stop, the backlog must drain within this much virtual time.
+pub const DRAIN_BOUND: Duration = Duration::from_secs(300);
+/// Every run simulates at least this much virtual time.
+pub const MIN_VIRTUAL: Duration = Duration::from_secs(60);
+/// The consumer name.
+const CONSUMER: &str = "sim.consumer";
+/// Deliveries a handler may panic on before the runtime dead-letters (`max_panics`).
+const MAX_PANICS: u32 = 3;
+
+/// What one run found.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The seed.
+    pub seed: u64,
+    /// The hash of the event trace.
+    pub trace_hash: u64,
+    /// The event trace.
+    pub trace: Vec<String>,
+    /// Invariants broken (empty: the run passed).
+    pub violations: Vec<String>,
+    /// Virtual time simulated.
+    pub virtual_time: Duration,
+    /// Distinct logical messages sent.
+    pub messages: usize,
+    /// Faults applied.
+    pub faults: usize,
+}
+
+impl Report {
+    /// True when every invariant held.
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// The violations, the last trace lines and the replay command.
+    pub fn explain(&self, mix: &str) -> String {
+        let tail: Vec<&String> = self.trace.iter().rev().take(40).collect();
+        let mut out = format!(
+            "seed {} failed ({} messages, {:.0} s virtual):\n",
+            self.seed,
+            self.messages,
+            self.virtual_time.as_secs_f64()
+        );
+        for v in &self.violations {
+            out.push_str(&format!("  violation: {v}\n"));
+        }
+        out.push_str("  last events:\n");
+        for line in tail.into_iter().rev() {
+            out.push_str(&format!("    {line}\n"));
+        }
+        out.push_str(&format!(
+            "  replay: SIM_SEED={} SIM_FAULTS={mix} cargo run --release -p sim -- --seed {}\n",
+            self.seed, self.seed
+        ));
+        out
+    }
+}
+
+/// Runs seed `seed` with faults from `mix`, on a fresh current-thread runtime with paused time.
+///
+/// # Panics
+/// When the runtime cannot be built (out of resources).
+pub fn run(seed: u64, mix: Mix) -> Report {
+    quiet_simulated_panics();
+    let plan = Arc::new(Plan::new(seed, mix));
+    let progress = Arc::new(Progress::default());
+    let (done, result) = std::sync::mpsc::channel();
+    let (thread_plan, thread_progress) = (plan.clone(), progress.clone());
+    // On a thread of its own, so that a run spinning at one virtual instant (a busy loop: no
+    // timer ever lets the paused clock advance) is reported instead of hanging the caller.
+    let spawned = std::thread::Builder::new()
+        .name(format!("sim-{seed}"))
+        .spawn(move || {
+            let _ = done.send(run_here(thread_plan, thread_progress));
+        });
+    let hang = |why: String| Report {
+        seed,
+        trace_hash: 0,
+        trace: progress.trace(),
+        violations: vec![why],
+        virtual_time: Duration::from_millis(progress.at.load(Ordering::Acquire)),
+        messages: plan.messages,
+        faults: plan.faults.len(),
+    };
+    if let Err(error) = spawned {
+        return hang(format!("cannot start the run's thread: {error}"));
+    }
+    match result.recv_timeout(wall_limit()) {
+        Ok(report) => report,
+        Err(_) => hang(format!(
+            "hang: no result after {:?} of wall time; virtual time stuck near {} ms (a busy loop at one instant, or far too many events); the run's thread still spins: exit the process",
+            wall_limit(),
+            progress.at.load(Ordering::Acquire)
+        )),
+    }
+}
+
+/// How long one run may take on the wall clock (`SIM_WALL_LIMIT_SECS`, 120 s by default).
+fn wall_limit() -> Duration {
+    Duration::from_secs(
+        std::env::var("SIM_WALL_LIMIT_SECS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(120),
+    )
+}
+
+/// How far a run got, readable from outside its thread.
+#[derive(Debug, Default)]
+struct Progress {
+    /// Virtual milliseconds since the start, updated every virtual second.
+    at: std::sync::atomic::AtomicU64,
+    trace: std::sync::Mutex<Option<Trace>>,
+}
+
+impl Progress {
+    fn trace(&self) -> Vec<String> {
+        self.trace
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .map(Trace::snapshot)
+            .unwrap_or_default()
+    }
+}
+
+fn run_here(plan: Arc<Plan>, progress: Arc<Progress>) -> Report {
+    #[cfg(tokio_unstable)]
+    let seed = plan.seed;
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_time().start_paused(true);
+    // tokio's own choices (`select!` branch order) are seeded only under `tokio_unstable`.
+    #[cfg(tokio_unstable)]
+    let _ = builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()));
+    #[allow(clippy::expect_used)]
+    let runtime = builder.build().expect("a current-thread runtime");
+    runtime.block_on(simulate(plan, progress))
+}
+
+/// Keeps the planned handler panics off stderr; other panics still print.
+fn quiet_simulated_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let simulated = info
+                .payload()
+                .downcast_ref::<String>()
+                .is_some_and(|m| m.starts_with("simulated handler panic"));
+            if !simulated {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// The namespace: the consumed queue and the two outbox destinations.
+fn config_json() -> String {
+    let lock = sb_emulator::format_iso8601_duration(plan::LOCK_DURATION);
+    let q = |name: &str| {
+        format!(
+            r#"{{"Name":"{name}","Properties":{{"LockDuration":"{lock}","MaxDeliveryCount":{}}}}}"#,
+            plan::MAX_DELIVERY_COUNT
+        )
+    };
+    format!(
+        r#"{{"UserConfig":{{"Namespaces":[{{"Name":"sim","Queues":[{},{},{}],"Topics":[]}}],"Logging":{{"Type":"File"}}}}}}"#,
+        q("orders"),
+        q("out-a"),
+        q("out-b")
+    )
+}
+
+/// Everything one run shares.
+struct World {
+    plan: Arc<Plan>,
+    trace: Trace,
+    net: Net,
+    emulator: Arc<Emulator>,
+    store: FaultyStore,
+    clock_step_ms: Arc<AtomicI64>,
+    start: Instant,
+    /// The wall-clock time at `start`, in whole seconds: every clock of the run starts here.
+    anchor: SystemTime,
+}
+
+async fn simulate(plan: Arc<Plan>, progress: Arc<Progress>) -> Report {
+    match world(plan.clone()).await {
+        Ok(world) => {
+            *progress
+                .trace
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(world.trace.clone());
+            drive(world, progress).await
+        }
+        Err(error) => Report {
+            seed: plan.seed,
+            trace_hash: 0,
+            trace: Vec::new(),
+            violations: vec![format!("setup failed: {error}")],
+            virtual_time: Duration::ZERO,
+            messages: plan.messages,
+            faults: 0,
+        },
+    }
+}
+
+async fn world(plan: Arc<Plan>) -> Result<World, Box<dyn std::error::Error>> {
+    // Whole seconds: every instant of the run is then a whole number of milliseconds from it.
+    let anchor =
+        UNIX_EPOCH + Duration::from_secs(SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs());
+    let broker = Broker::with_clock(
+        Config::from_json(&config_json())?,
+        sb_emulator::Clock::anchored_at(anchor),
+    )?;
+    let emulator = Emulator::without_listener(
+        broker,
+        EmulatorOptions {
+            fault_seed: Some(plan.seed),
+            ..EmulatorOptions::default()
+        },
+    );
+    let store = SqliteStore::open_in_memory()?;
+    store.migrate().await?;
+    store
+        .with_connection(|c| {
+            c.execute_batch("CREATE TABLE sim_effects (id TEXT NOT NULL, attempt INTEGER NOT NULL)")
+        })
+        .await?;
+    Ok(World {
+        trace: Trace::new(),
+        net: Net::new(plan.seed ^ 0x0e7),
+        emulator: Arc::new(emulator),
+        store: FaultyStore {
+            inner: store,
+            faults: Arc::default(),
+        },
+        clock_step_ms: Arc::default(),
+        start: Instant::now(),
+        anchor,
+        plan,
+    })
+}
+
+impl World {
+    /// A client whose connections run over the simulated network to the emulator, reading
+    /// the (steppable) simulated host clock.
+    fn client(&self, salt: u64) -> Result<ServiceBusClient, Box<dyn std::error::Error>> {
+        let cs: ConnectionString = format!(
+            "Endpoint=sb://sim.servicebus.local;SharedAccessKeyName={};SharedAccessKey={};UseDevelopmentEmulator=true",
+            sb_emulator::KEY_NAME,
+            sb_emulator::KEY
+        )
+        .parse()?;
+        let (net, emulator, trace) = (self.net.clone(), self.emulator.clone(), self.trace.clone());
+        let connector = Connector::new(move |host: &str| {
+            let (client_end, server_end) = net.connect();
+            trace.push(format!("client {salt} connects"));
+            emulator.serve_stream(server_end, host);
+            async move { Ok(client_end) }
+        });
+        let (start, step, anchor) = (self.start, self.clock_step_ms.clone(), self.anchor);
+        let wall = WallClock::new(move || {
+            let t = anchor + start.elapsed();
+            let step = step.load(Ordering::Acquire);
+            let by = Duration::from_millis(step.unsigned_abs());
+            if step >= 0 {
+                t + by
+            } else {
+                t.checked_sub(by).unwrap_or(t)
+            }
+        });
+        Ok(ServiceBusClient::from_connection_string(&cs)
+            .with_connector(connector)
+            .with_clock(wall)
+            .with_retry(RetryOptions::default().with_jitter_seed(self.plan.seed ^ salt)))
+    }
+}
+
+/// The body of message `i`.
+fn body(plan: &Plan, i: usize) -> (u32, String) {
+    if plan.poison.contains(&i) {
+        (1, "{nope".to_owned())
+    } else if plan.old_version.contains(&i) {
+        let explode = plan.upcast_panicky.contains(&i);
+        (0, format!(r#"{{"id":"m-{i}","explode":{explode}}}"#))
+    } else {
+        (1, format!(r#"{{"id":"m-{i}"}}"#))
+    }
+}
+
+async fn produce(world: Arc<World>, client: ServiceBusClient) {
+    let plan = &world.plan;
+    let sender = client.sender("orders");
+    let step = plan.send_over / u32::try_from(plan.messages.max(1)).unwrap_or(u32::MAX);
+    for i in 0..plan.messages {
+        tokio::time::sleep_until(world.start + step * u32::try_from(i).unwrap_or(0)).await;
+        let copies = if plan.duplicates.contains(&i) { 2 } else { 1 };
+        for _ in 0..copies {
+            let (version, body) = body(plan, i);
+            let message = Message::new(
+                format!("m-{i}"),
+                format!("{}.v{version}", handler::CONTRACT),
+                body,
+            );
+            // Until the broker took it: every message is surely enqueued (maybe twice).
+            let mut tries = 0u32;
+            loop {
+                tries += 1;
+                match sender.send(ServiceBusMessage::from(message.clone())).await {
+                    Ok(()) => break,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+                }
+            }
+            world.trace.push(format!("sent m-{i} after {tries} tries"));
+        }
+    }
+    world.trace.push("producer done");
+}
+
+async fn inject(world: Arc<World>) {
+    for (at, fault) in world.plan.faults.clone() {
+        tokio::time::sleep_until(world.start + at).await;
+        let what = apply(&world, &fault).await;
+        world.trace.push(format!("fault {fault:?}: {what}"));
+    }
+    tokio::time::sleep_until(world.start + world.plan.faults_until).await;
+    world
+        .net
+        .set_delay(Duration::from_micros(200), Duration::from_millis(2));
+    world.trace.push("faults stop");
+}
+
+/// The fault kinds `SIM_SKIP` names (`net,broker,store,clock`) are scheduled as usual but
+/// not applied: the same seed with one kind left out, to tell which kind a failure needs.
+fn skipped(fault: &Fault) -> bool {
+    let Ok(skip) = std::env::var("SIM_SKIP") else {
+        return false;
+    };
+    let kind = match fault {
+        Fault::CutAll | Fault::CutOne | Fault::Partition(_) | Fault::Delay(..) => "net",
+        Fault::DetachEntity(_)
+        | Fault::EndSessions
+        | Fault::Throttle(_)
+        | Fault::RefuseRenewals(_)
+        | Fault::RefuseDispositions(_) => "broker",
+        Fault::StoreOutage(_)
+        | Fault::StoreFlap(_)
+        | Fault::FailCommits(_)
+        | Fault::AmbiguousCommit => "store",
+        Fault::ClockStep(_) => "clock",
+    };
+    skip.split(',').any(|k| k.trim() == kind)
+}
+
+async fn apply(world: &World, fault: &Fault) -> String {
+    use sb_amqp::{AmqpError, condition};
+    if skipped(fault) {
+        return "skipped (SIM_SKIP)".to_owned();
+    }
+    let entity = |name: &str| world.emulator.broker().entity(name);
+    match fault {
+        Fault::CutAll => format!("{} cut", world.net.cut_all()),
+        Fault::CutOne => format!("{}", world.net.cut_one()),
+        Fault::Partition(d) => {
+            world.net.partition(*d);
+            String::new()
+        }
+        Fault::Delay(lo, hi) => {
+            world.net.set_delay(*lo, *hi);
+            String::new()
+        }
+        Fault::DetachEntity(name) => {
+            let error = AmqpError::new(condition::DETACH_FORCED, Some("simulated".to_owned()));
+            format!(
+                "{} detached",
+                world.emulator.force_detach_entity(name, error)
+            )
+        }
+        Fault::EndSessions => format!("{} ended", world.emulator.end_sessions().await),
+        Fault::Throttle(d) => {
+            world.emulator.throttle(*d);
+            String::new()
+        }
+        Fault::RefuseRenewals(n) => {
+            format!("{:?}", entity("orders").map(|e| e.refuse_renewals(*n)))
+        }
+        Fault::RefuseDispositions(n) => {
+            format!("{:?}", entity("orders").map(|e| e.refuse_dispositions(*n)))
+        }
+        Fault::StoreOutage(d) => {
+            world.store.faults.outage(*d);
+            String::new()
+        }
+        Fault::StoreFlap(steps) => {
+            let (faults, steps) = (world.store.faults.clone(), steps.clone());
+            tokio::spawn(async move {
+                for (outage, gap) in steps {
+                    faults.outage(outage);
+                    tokio::time::sleep(outage + gap).await;
+                }
+            });
+            String::new()
+        }
+        Fault::FailCommits(n) => {
+            world.store.faults.fail_commits(*n);
+            String::new()
+        }
+        Fault::AmbiguousCommit => {
+            world.store.faults.ambiguous_commit();
+            String::new()
+        }
+        Fault::ClockStep(secs) => {
+            world.clock_step_ms.fetch_add(secs * 1000, Ordering::AcqRel);
+            String::new()
+        }
+    }
+}
+
+async fn drive(world: World, progress: Arc<Progress>) -> Report {
+    let world = Arc::new(world);
+    let plan = world.plan.clone();
+    let handler = SimHandler::new(plan.clone(), world.trace.clone());
+    let seen = handler.seen.clone();
+    let (client, producer) = match (world.client(1), world.client(2)) {
+        (Ok(c), Ok(p)) => (c, p),
+        (Err(e), _) | (_, Err(e)) => return failed(&plan, format!("client: {e}")),
+    };
+    let runtime = match runtime(&world, &client, handler) {
+        Ok(r) => r,
+        Err(e) => return failed(&plan, format!("runtime: {e}")),
+    };
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { runtime.run(shutdown).await }
+    });
+    let relay = Arc::new(Relay::with_clock(
+        world.store.inner.clone(),
+        ServiceBusSenderPort::new(client.clone()),
+        RelayConfig::default().with_poll_interval(Duration::from_millis(500)),
+        sb_inbox::Clock::starting_at(world.anchor),
+    ));
+    let relaying = tokio::spawn({
+        let (relay, shutdown) = (relay.clone(), shutdown.clone());
+        async move { relay.run(shutdown).await }
+    });
+    let producing = tokio::spawn(produce(world.clone(), producer));
+    let injecting = tokio::spawn(inject(world.clone()));
+    let deadline = world.start + plan.faults_until.max(plan.send_over) + DRAIN_BOUND;
+    let drained = loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = Instant::now();
+        let at = u64::try_from((now - world.start).as_millis()).unwrap_or(u64::MAX);
+        progress.at.store(at, Ordering::Release);
+        let done =
+            producing.is_finished() && injecting.is_finished() && drained(&world, &relay).await;
+        if done && now >= world.start + MIN_VIRTUAL {
+            break true;
+        }
+        if now >= deadline {
+            break false;
+        }
+    };
+    world.trace.push(format!("drained: {drained}"));
+    shutdown.cancel();
+    producing.abort();
+    injecting.abort();
+    let stopped = tokio::time::timeout(Duration::from_secs(120), async {
+        let _ = running.await;
+        let _ = relaying.await;
+    })
+    .await;
+    if stopped.is_err() {
+        world
+            .trace
+            .push("runtime or relay did not stop within 120 s");
+    }
+    for name in ["orders", "out-a", "out-b"] {
+        if let Ok(e) = world.emulator.broker().entity(name) {
+            let c = e.counts();
+            world.trace.push(format!(
+                "census {name}: sent {} completed {} active {} locked {} scheduled {} dead-lettered {}",
+                c.sent, c.completed, c.active, c.locked, c.scheduled, c.dead_lettered_total
+            ));
+        }
+    }
+    let virtual_time = world.start.elapsed();
+    let mut violations = check(&world, &seen, drained).await;
+    if stopped.is_err() {
+        violations.push("shutdown: the runtime or relay did not stop within 120 s".to_owned());
+    }
+    Report {
+        seed: plan.seed,
+        trace_hash: world.trace.hash(),
+        trace: world.trace.snapshot(),
+        violations,
+        virtual_time,
+        messages: plan.messages,
+        faults: plan.faults.len(),
+    }
+}
+
+fn failed(plan: &Plan, why: String) -> Report {
+    Report {
+        seed: plan.seed,
+        trace_hash: 0,
+        trace: Vec::new(),
+        violations: vec![why],
+        virtual_time: Duration::ZERO,
+        messages: plan.messages,
+        faults: 0,
+    }
+}
+
+type SimRuntime = Runtime<
+    sb_inbox::servicebus::ServiceBusReceiver,
+    FaultyStore,
+    sb_inbox::Router<crate::store::FaultyTx>,
+>;
+
+fn runtime(
+    world: &World,
+    client: &ServiceBusClient,
+    handler: SimHandler,
+) -> Result<SimRuntime, Box<dyn std::error::Error>> {
+    let plan = &world.plan;
+    let mut config = RuntimeConfig::new(ConsumerName::new(CONSUMER)?);
+    config.concurrency = plan.concurrency;
+    config.prefetch = plan.prefetch;
+    config.batch_size = plan.batch_size;
+    config.lock_margin = Duration::from_secs(3);
+    config.lock_duration = Some(plan::LOCK_DURATION);
+    config.max_panics = MAX_PANICS;
+    config.jitter = JitterSource::seeded(plan.seed ^ 0x1177e7);
+    if plan.delayed_retry {
+        let policy = RetryPolicy::new(
+            plan.retries,
+            Duration::from_secs(1),
+            Duration::from_secs(10),
+        )?
+        .with_jitter(0.2, JitterSource::seeded(plan.seed ^ 0x7e7))?;
+        config.delayed_retry = Some(DelayedRetry::new(
+            policy,
+            ServiceBusSenderPort::new(client.clone()),
+            "orders",
+        ));
+    }
+    let held = u32::try_from(config.held()).unwrap_or(u32::MAX);
+    let receiver = client.receiver("orders", 0).with_capacity(held);
+    Ok(Runtime::with_clock(
+        receiver,
+        world.store.clone(),
+        handler::router(handler, world.trace.clone())?,
+        config,
+        sb_inbox::Clock::starting_at(world.anchor),
+    ))
+}
+
+/// The logical id of a broker message: the runtime's property on retry copies, else its id.
+fn logical_id(m: &sb_emulator::ReceivedMessage) -> String {
+    match m
+        .message
+        .application_properties
+        .get(sb_inbox::runtime::LOGICAL_ID_PROPERTY)
+    {
+        Some(EmuValue::String(id)) => id.clone(),
+        _ => m.message.message_id.clone().unwrap_or_default(),
+    }
+}
+
+fn peek_all(world: &World, entity: &str) -> Vec<sb_emulator::ReceivedMessage> {
+    world
+        .emulator
+        .broker()
+        .entity(entity)
+        .and_then(|e| e.peek(0, 100_000))
+        .unwrap_or_default()
+}
+
+/// Effects committed per logical id.
+async fn effects(world: &World) -> BTreeMap<String, u32> {
+    world
+        .store
+        .inner
+        .with_connection(|c| {
+            let mut stmt = c.prepare("SELECT id, count(*) FROM sim_effects GROUP BY id")?;
+            let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, u32>(1)?)))?;
+            rows.collect::<rusqlite::Result<BTreeMap<_, _>>>()
+        })
+        .await
+        .unwrap_or_default()
+}
+
+async fn drained<S: sb_inbox::OutboxStore, P: sb_inbox::Sender>(
+    world: &World,
+    relay: &Relay<S, P>,
+) -> bool {
+    let Ok(orders) = world.emulator.broker().entity("orders") else {
+        return false;
+    };
+    let c = orders.counts();
+    if c.active + c.locked + c.scheduled > 0 {
+        return false;
+    }
+    if !relay.backlog().await.is_ok_and(|b| b.pending == 0) {
+        return false;
+    }
+    let effects = effects(world).await;
+    let dead: BTreeSet<String> = peek_all(world, "orders/$DeadLetterQueue")
+        .iter()
+        .map(logical_id)
+        .collect();
+    (0..world.plan.messages)
+        .map(|i| format!("m-{i}"))
+        .all(|id| effects.contains_key(&id) || dead.contains(&id))
+}
+
+/// The invariants, judged from the broker's and the database's final state and what the
+/// handler saw.
+async fn check(
+    world: &World,
+    seen: &std::sync::Mutex<handler::Seen>,
+    drained: bool,
+) -> Vec<String> {
+    let plan = &world.plan;
+    let effects = effects(world).await;
+    let seen = seen
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut violations = Vec::new();
+    let mut dead: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for m in peek_all(world, "orders/$DeadLetterQueue") {
+        let reason = m.dead_letter_reason().unwrap_or("?").to_owned();
+        dead.entry(logical_id(&m)).or_default().push(reason);
+    }
+    if !drained {
+        let c = world.emulator.broker().entity("orders").map(|e| e.counts());
+        violations.push(format!(
+            "liveness: the backlog did not drain within {DRAIN_BOUND:?} after the faults stopped ({c:?})"
+        ));
+    }
+    for i in 0..plan.messages {
+        let id = format!("m-{i}");
+        let n = effects.get(&id).copied().unwrap_or(0);
+        let reasons = dead.remove(&id).unwrap_or_default();
+        let (_, panics, transients) = seen.attempts.get(&id).copied().unwrap_or_default();
+        // A commit made to fail (a deadlock victim, a broken connection) is the message's own
+        // transient failure, not a systemic one: retrying it may exhaust its retries.
+        let transients = transients + world.store.faults.failed_commits(&id);
+        if n > 1 {
+            violations.push(format!("{id}: {n} business effects"));
+        }
+        if n > 0 && !reasons.is_empty() {
+            violations.push(format!("{id}: processed and dead-lettered ({reasons:?})"));
+        }
+        // Several dead letters of one message are its several broker copies (planned
+        // duplicates, a send retried after its answer was lost, delayed-retry copies): each
+        // is judged by its reason below.
+        if drained && n == 0 && reasons.is_empty() {
+            violations.push(format!("{id}: lost (neither processed nor dead-lettered)"));
+        }
+        for reason in &reasons {
+            let allowed = match reason.as_str() {
+                "InvalidPayload" => plan.poison.contains(&i),
+                // Dead-lettered on the delivery numbered `MAX_PANICS` or later that panicked.
+                "HandlerPanicked" => {
+                    (panics >= 1 || plan.upcast_panicky.contains(&i)) && !plan.poison.contains(&i)
+                }
+                // Under delayed retries a panic is retried as a transient failure is.
+                "RetriesExhausted" => transients + panics > 0 || plan.upcast_panicky.contains(&i),
+                _ => false,
+            };
+            if !allowed {
+                violations.push(format!(
+                    "{id}: dead-lettered {reason} (panics {panics}, transient errors {transients}, poison {})",
+                    plan.poison.contains(&i)
+                ));
+            }
+        }
+        if plan.poison.contains(&i) && n > 0 {
+            violations.push(format!("{id}: poison processed"));
+        }
+    }
+    for (id, reasons) in dead {
+        violations.push(format!(
+            "{id}: unknown message dead-lettered on orders ({reasons:?}): misrouted"
+        ));
+    }
+    violations.extend(check_outbox(world, &effects, drained));
+    if seen.max_running > plan.concurrency {
+        violations.push(format!(
+            "window: {} handlers at once, concurrency {}",
+            seen.max_running, plan.concurrency
+        ));
+    }
+    violations
+}
+
+/// Every committed outbox row reaches its own destination, and nothing else arrives there.
+fn check_outbox(world: &World, effects: &BTreeMap<String, u32>, drained: bool) -> Vec<String> {
+    let seed = world.plan.seed;
+    let mut violations = Vec::new();
+    let mut arrived: BTreeSet<String> = BTreeSet::new();
+    for dest in ["out-a", "out-b"] {
+        for m in peek_all(world, dest) {
+            let id = m.message.message_id.clone().unwrap_or_default();
+            match id.strip_suffix(":out") {
+                Some(source) if handler::destination(seed, source) == dest => {
+                    arrived.insert(source.to_owned());
+                }
+                _ => violations.push(format!("{dest}: misrouted message {id:?}")),
+            }
+        }
+    }
+    if drained {
+        for id in effects.keys() {
+            if !arrived.contains(id) {
+                violations.push(format!(
+                    "{id}: outbox row never reached {}",
+                    handler::destination(seed, id)
+                ));
+            }
+        }
+    }
+    violations
+}

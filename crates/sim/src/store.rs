@@ -1,0 +1,217 @@
+//! The store: SQLite in memory (driven on the run's one thread, so deterministically), wrapped
+//! to fail as the plan says: outages (every `begin` fails, unavailable), failed commits
+//! (nothing committed) and ambiguous commits (committed, then the connection "broke").
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sb_inbox::{
+    ErrorKind, OutboxMessage, Savepoint, SqliteStore, SqliteTx, Store, StoreError, Tx, VersionCheck,
+};
+use tokio::time::Instant;
+
+/// The store faults in force.
+#[derive(Debug, Default)]
+pub struct StoreFaults {
+    state: Mutex<FaultState>,
+}
+
+#[derive(Debug, Default)]
+struct FaultState {
+    outage_until: Option<Instant>,
+    fail_commits: u32,
+    ambiguous_commits: u32,
+    /// Commits that failed or were ambiguous, for the trace.
+    injected: u64,
+    /// Per logical id: commits of a transaction holding its effect that were made to fail
+    /// (or were ambiguous): a transient failure it may legitimately retry and exhaust.
+    failed: std::collections::BTreeMap<String, u32>,
+}
+
+impl StoreFaults {
+    fn state(&self) -> std::sync::MutexGuard<'_, FaultState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Every `begin` fails for `duration`.
+    pub fn outage(&self, duration: Duration) {
+        let until = Instant::now() + duration;
+        let mut s = self.state();
+        s.outage_until = Some(s.outage_until.map_or(until, |u| u.max(until)));
+    }
+
+    /// The next `n` commits fail.
+    pub fn fail_commits(&self, n: u32) {
+        self.state().fail_commits += n;
+    }
+
+    /// The next commit commits and then reports failure.
+    pub fn ambiguous_commit(&self) {
+        self.state().ambiguous_commits += 1;
+    }
+
+    /// True while an outage lasts.
+    pub fn in_outage(&self) -> bool {
+        self.state()
+            .outage_until
+            .is_some_and(|u| u > Instant::now())
+    }
+
+    /// Faults injected into commits so far.
+    pub fn injected(&self) -> u64 {
+        self.state().injected
+    }
+
+    /// Commits made to fail (or ambiguous) that held `id`'s effect.
+    pub fn failed_commits(&self, id: &str) -> u32 {
+        self.state().failed.get(id).copied().unwrap_or(0)
+    }
+
+    fn record_failed(&self, ids: &[String]) {
+        let mut s = self.state();
+        for id in ids {
+            *s.failed.entry(id.clone()).or_default() += 1;
+        }
+    }
+
+    fn commit_fault(&self) -> Option<bool> {
+        let mut s = self.state();
+        if s.fail_commits > 0 {
+            s.fail_commits -= 1;
+            s.injected += 1;
+            return Some(false);
+        }
+        if s.ambiguous_commits > 0 {
+            s.ambiguous_commits -= 1;
+            s.injected += 1;
+            return Some(true);
+        }
+        None
+    }
+}
+
+/// [`SqliteStore`] with [`StoreFaults`].
+#[derive(Debug, Clone)]
+pub struct FaultyStore {
+    /// The store underneath (the relay and the checks use it directly).
+    pub inner: SqliteStore,
+    /// Its faults.
+    pub faults: Arc<StoreFaults>,
+}
+
+impl Store for FaultyStore {
+    type Tx = FaultyTx;
+
+    async fn begin(&self) -> Result<FaultyTx, StoreError> {
+        if self.faults.in_outage() {
+            return Err(StoreError::of_kind(
+                ErrorKind::Unavailable,
+                "simulated outage: the database is unavailable",
+            ));
+        }
+        Ok(FaultyTx {
+            inner: self.inner.begin().await?,
+            faults: self.faults.clone(),
+            ids: Vec::new(),
+        })
+    }
+}
+
+/// A [`SqliteTx`] whose commit may fail as planned.
+#[derive(Debug)]
+pub struct FaultyTx {
+    inner: SqliteTx,
+    faults: Arc<StoreFaults>,
+    /// The logical ids whose effects this transaction holds.
+    ids: Vec<String>,
+}
+
+impl FaultyTx {
+    /// The SQLite transaction, for the handler's own statements.
+    pub fn sqlite(&mut self) -> &mut SqliteTx {
+        &mut self.inner
+    }
+
+    /// Notes that this transaction holds `id`'s effect.
+    pub fn holds(&mut self, id: &str) {
+        self.ids.push(id.to_owned());
+    }
+}
+
+impl Tx for FaultyTx {
+    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
+        self.inner.insert_inbox(consumer, logical_id).await
+    }
+
+    async fn claim_business_key(
+        &mut self,
+        consumer: &str,
+        key: &str,
+        logical_id: &str,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .claim_business_key(consumer, key, logical_id)
+            .await
+    }
+
+    async fn advance_version(
+        &mut self,
+        consumer: &str,
+        aggregate: &str,
+        version: i64,
+    ) -> Result<VersionCheck, StoreError> {
+        self.inner
+            .advance_version(consumer, aggregate, version)
+            .await
+    }
+
+    async fn append_outbox(&mut self, message: &OutboxMessage) -> Result<(), StoreError> {
+        self.inner.append_outbox(message).await
+    }
+
+    async fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
+        self.inner.savepoint().await
+    }
+
+    async fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        self.inner.rollback_to(savepoint).await
+    }
+
+    async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        self.inner.release(savepoint).await
+    }
+
+    async fn bound_lock_waits(&mut self, limit: Duration) -> Result<(), StoreError> {
+        self.inner.bound_lock_waits(limit).await
+    }
+
+    async fn commit(self) -> Result<(), StoreError> {
+        let fault = self.faults.commit_fault();
+        if fault.is_some() {
+            self.faults.record_failed(&self.ids);
+        }
+        match fault {
+            None => self.inner.commit().await,
+            Some(false) => {
+                self.inner.rollback().await?;
+                Err(StoreError::of_kind(
+                    ErrorKind::Contention,
+                    "simulated commit failure: deadlock victim",
+                ))
+            }
+            Some(true) => {
+                self.inner.commit().await?;
+                Err(StoreError::of_kind(
+                    ErrorKind::Connection,
+                    "simulated ambiguous commit: the connection broke after COMMIT",
+                ))
+            }
+        }
+    }
+
+    async fn rollback(self) -> Result<(), StoreError> {
+        self.inner.rollback().await
+    }
+}
