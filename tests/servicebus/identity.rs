@@ -1,0 +1,147 @@
+//! Issue 39, F1/F2/F8: a link the service detached (idle for 10 minutes, Azure/azure-sdk-for-java#25787)
+//! or a session it ended leaves handles behind; whatever attaches next takes their handle
+//! numbers or channel. A message sent through the client's cached sender lands in its own
+//! queue, never another's; a settlement through an old delivery never settles another
+//! receiver's; and the cached sender is replaced before its next send, not after a failed one.
+
+use std::time::Duration;
+
+use sb_amqp::{AmqpError, condition};
+use sb_emulator::{Emulator, EmulatorOptions, EntityProperties, LinkRole};
+use sb_inbox::servicebus::{RetryOptions, ServiceBusClient};
+use sb_inbox::{Delivery, Receiver};
+
+use crate::support::emulator::{client, properties, queue, start};
+use crate::support::orders::order;
+
+/// Queues `qa`, `qb`, `qc` (and `orders`), lock 30 s.
+async fn emulator() -> Emulator {
+    let queues = ["qa", "qb", "qc", "orders"]
+        .into_iter()
+        .map(|q| queue(q, properties("PT30S", 5)))
+        .chain([queue("outbox", EntityProperties::default())])
+        .collect();
+    start(queues, EmulatorOptions::default()).await
+}
+
+/// A client that tries every operation once: a send that needed a failed attempt first fails.
+fn one_try_client(emulator: &Emulator) -> ServiceBusClient {
+    client(emulator).with_retry(RetryOptions::default().with_tries(1))
+}
+
+fn link_ids(emulator: &Emulator, entity: &str, role: LinkRole) -> Vec<u64> {
+    emulator
+        .links()
+        .into_iter()
+        .filter(|l| l.entity.eq_ignore_ascii_case(entity) && l.role == role)
+        .map(|l| l.id)
+        .collect()
+}
+
+/// Force-detaches `entity`'s only sender link, as the service does to an idle one, and waits
+/// (bounded) until the client answered the detach: the emulator lists a link until then.
+async fn idle_detach_sender(emulator: &Emulator, entity: &str) {
+    let ids = link_ids(emulator, entity, LinkRole::Sender);
+    assert_eq!(ids.len(), 1, "one sender link on {entity}");
+    let error = AmqpError::new(
+        condition::DETACH_FORCED,
+        Some("Idle timeout: 00:10:00 (forced by the test)".to_owned()),
+    );
+    assert!(emulator.force_detach_link(ids[0], error));
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while emulator.links().iter().any(|l| l.id == ids[0]) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the client answers the detach");
+}
+
+fn active(emulator: &Emulator, entity: &str) -> usize {
+    emulator.broker().entity(entity).unwrap().counts().active
+}
+
+/// F1 test 2 and F8: `qa`'s idle sender link is detached, `qc`'s sender attaches (on `qa`'s
+/// old handle number), then a message goes through `qa`'s cached sender: it lands in `qa`, on
+/// the first try (the client allows one), through a new link.
+#[tokio::test]
+async fn a_cached_sender_after_an_idle_detach_sends_to_its_own_queue_on_the_first_try() {
+    let emulator = emulator().await;
+    let client = one_try_client(&emulator);
+    let (qa, qb) = (client.sender("qa"), client.sender("qb"));
+    qa.send(order("a-1", "o-1")).await.unwrap();
+    qb.send(order("b-1", "o-2")).await.unwrap();
+    idle_detach_sender(&emulator, "qa").await;
+    client.sender("qc").send(order("c-1", "o-3")).await.unwrap();
+    qa.send(order("a-2", "o-4")).await.unwrap();
+    assert_eq!(
+        active(&emulator, "qa"),
+        2,
+        "both of qa's messages are in qa"
+    );
+    assert_eq!(active(&emulator, "qc"), 1, "qc holds only its own");
+    assert_eq!(active(&emulator, "qb"), 1);
+    assert_eq!(link_ids(&emulator, "qa", LinkRole::Sender).len(), 1);
+}
+
+/// F1 test 3: the link that takes the detached sender's number is the request link of a
+/// `$management` pair (a lock renewal attaches it); the next send still lands in its queue.
+#[tokio::test]
+async fn a_cached_sender_never_sends_on_a_management_link_that_took_its_number() {
+    let emulator = emulator().await;
+    let client = client(&emulator);
+    client
+        .sender("orders")
+        .send(order("m-1", "o-1"))
+        .await
+        .unwrap();
+    let receiver = client.receiver("orders", 0);
+    let delivery = receiver.receive().await.unwrap().unwrap();
+    let qa = client.sender("qa");
+    qa.send(order("a-1", "o-2")).await.unwrap();
+    idle_detach_sender(&emulator, "qa").await;
+    delivery.renew_lock().await.unwrap();
+    qa.send(order("a-2", "o-3")).await.unwrap();
+    assert_eq!(
+        active(&emulator, "qa"),
+        2,
+        "both of qa's messages are in qa"
+    );
+    delivery.complete().await.unwrap();
+    let orders = emulator.broker().entity("orders").unwrap().counts();
+    assert_eq!((orders.completed, orders.active, orders.locked), (1, 0, 0));
+}
+
+/// F2: two receivers on one client; the service ends the session while `qa`'s delivery is
+/// held; `qb`'s receiver goes on on a new session (same channel, its delivery the same id).
+/// Completing the old `qa` delivery never settles `qb`'s.
+#[tokio::test]
+async fn an_old_delivery_never_settles_a_delivery_of_the_session_that_took_its_channel() {
+    let emulator = emulator().await;
+    let client = client(&emulator);
+    client.sender("qa").send(order("a-1", "o-1")).await.unwrap();
+    client.sender("qb").send(order("b-1", "o-2")).await.unwrap();
+    let a = client.receiver("qa", 0);
+    let b = client.receiver("qb", 0);
+    let held = a.receive().await.unwrap().unwrap();
+    assert!(emulator.end_sessions().await > 0);
+    // `b` attaches on the new session: the same put-tokens, then the same delivery id.
+    let theirs = loop {
+        match b.receive().await {
+            Ok(Some(delivery)) => break delivery,
+            Ok(None) | Err(_) => continue,
+        }
+    };
+    assert_eq!(theirs.message().message_id.as_deref(), Some("b-1"));
+    // Settled by its own lock token, or lost with its link: either way not `b`'s.
+    let _ = held.complete().await;
+    let qb = emulator.broker().entity("qb").unwrap().counts();
+    assert_eq!(
+        (qb.completed, qb.locked),
+        (0, 1),
+        "b's delivery is untouched"
+    );
+    theirs.complete().await.unwrap();
+    let qb = emulator.broker().entity("qb").unwrap().counts();
+    assert_eq!((qb.completed, qb.locked), (1, 0));
+}
