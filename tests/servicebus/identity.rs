@@ -140,10 +140,85 @@ async fn an_old_delivery_never_settles_a_delivery_of_the_session_that_took_its_c
     // Settled by its own lock token, or lost with its link: either way not one of `b`'s.
     let _ = held.complete().await;
     let counts = emulator.broker().entity("qb").unwrap().counts();
-    assert_eq!((counts.completed, counts.locked), (0, HELD), "b's deliveries are untouched");
+    assert_eq!(
+        (counts.completed, counts.locked),
+        (0, HELD),
+        "b's deliveries are untouched"
+    );
     for delivery in theirs {
         delivery.complete().await.unwrap();
     }
     let counts = emulator.broker().entity("qb").unwrap().counts();
     assert_eq!((counts.completed, counts.locked), (HELD as u64, 0));
+}
+
+/// The issue's reproduction with an `sb-emulator` process that force-detaches links idle for
+/// 1 s (the service: 10 minutes, Azure/azure-sdk-for-java#25787): the worker's sender port
+/// (what the outbox relay and the delayed-retry sender send through) sends to `qa` and `qb`;
+/// `qa` idles while `qb` keeps sending until the emulator detaches `qa`'s link; `qc` attaches
+/// (on `qa`'s old handle number), then `qa` gets a plain send and a scheduled one (a delayed
+/// retry's copy). Every message lands in its own queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_idle_detach_every_message_of_the_sender_port_lands_in_its_own_queue() {
+    use std::time::SystemTime;
+
+    use sb_inbox::Sender as _;
+    use sb_inbox::servicebus::ServiceBusSenderPort;
+
+    use crate::survival::{EmulatorProcess, peeked_ids, until};
+
+    let queues = r#"{"Name":"qa","Properties":{}},{"Name":"qb","Properties":{}},
+        {"Name":"qc","Properties":{}}"#;
+    let Some(emulator) =
+        EmulatorProcess::spawn_with_queues("identity_idle", queues, &["--link-idle-timeout", "1"])
+    else {
+        return;
+    };
+    let client = emulator.client();
+    let port = ServiceBusSenderPort::new(client.clone());
+    port.send("qa", order("a-1", "o-1"), None).await.unwrap();
+    let mut to_qb = 0;
+    until(
+        "the emulator detached qa's idle sender link",
+        Duration::from_secs(30),
+        || {
+            to_qb += 1;
+            let message = order(&format!("b-{to_qb}"), "o-2");
+            let port = &port;
+            let log = emulator.log();
+            async move {
+                port.send("qb", message, None).await.unwrap();
+                log.lines()
+                    .any(|l| l.contains("Link idle; force detaching.") && l.contains("qa"))
+            }
+        },
+    )
+    .await;
+    // A round trip on the connection after the detach: the client has read it.
+    to_qb += 1;
+    port.send("qb", order(&format!("b-{to_qb}"), "o-2"), None)
+        .await
+        .unwrap();
+    port.send("qc", order("c-1", "o-3"), None).await.unwrap();
+    port.send("qa", order("a-2", "o-4"), None).await.unwrap();
+    let soon = SystemTime::now() + Duration::from_millis(500);
+    port.send("qa", order("a-3", "o-5"), Some(soon))
+        .await
+        .unwrap();
+    until(
+        "qa holds its three messages",
+        Duration::from_secs(30),
+        || {
+            let client = &client;
+            async move { peeked_ids(client, "qa").await.len() >= 3 }
+        },
+    )
+    .await;
+    let mut qa = peeked_ids(&client, "qa").await;
+    qa.sort();
+    assert_eq!(qa, ["a-1", "a-2", "a-3"]);
+    assert_eq!(peeked_ids(&client, "qc").await, ["c-1"]);
+    let qb = peeked_ids(&client, "qb").await;
+    assert_eq!(qb.len(), to_qb);
+    assert!(qb.iter().all(|id| id.starts_with("b-")), "{qb:?}");
 }
