@@ -135,7 +135,11 @@ async fn a_pair_whose_request_link_is_detached_reports_itself_failed() {
                     tx.send(r).unwrap();
                 } else {
                     let s = req.accept_sender(LinkAnswer::default()).await.unwrap();
-                    tokio::spawn(async move { s.wait_credit().await });
+                    // The reply link stays attached.
+                    tokio::spawn(async move {
+                        let _reply_link = s;
+                        std::future::pending::<()>().await
+                    });
                 }
             }
         }
