@@ -122,10 +122,9 @@ impl Driver {
                 }
             }
             Role::Sender => {
-                if !s
-                    .unsettled_out
+                if s.unsettled_out
                     .get(&delivery_id)
-                    .is_some_and(|u| u.key == key)
+                    .is_none_or(|u| u.key != key)
                 {
                     let _ = reply.send(Err(Error::IllegalState("unknown or settled delivery"))); // same
                     return;
