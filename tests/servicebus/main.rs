@@ -19,6 +19,7 @@ mod fidelity;
 mod holes;
 mod host;
 mod hostile_peer;
+mod identity;
 mod js;
 mod links;
 mod ops;

@@ -101,6 +101,11 @@ impl EmulatorProcess {
         })
     }
 
+    /// What the emulator logged so far (`RUST_LOG=info`).
+    pub(crate) fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("emulator.log")).unwrap_or_default()
+    }
+
     /// A client for the test's own sends and peeks. Its busy pause is short: the injected
     /// faults detach links with server-busy at random, and these tests are about exactly-once
     /// under them, not about the pause (`fidelity` is).
@@ -176,7 +181,7 @@ async fn units_per_sku(schema: &str) -> BTreeMap<String, i64> {
 }
 
 /// Message ids on `entity`, peeked.
-async fn peeked_ids(client: &ServiceBusClient, entity: &str) -> Vec<String> {
+pub(crate) async fn peeked_ids(client: &ServiceBusClient, entity: &str) -> Vec<String> {
     client
         .peek(entity, 0, 10_000)
         .await

@@ -139,10 +139,12 @@ impl RequestResponse {
         })
     }
 
-    /// Why the pair stopped working (its receiver was detached, or the connection is gone);
+    /// Why the pair stopped working (either link was detached, or the connection is gone);
     /// `None` while it works. A failed pair stays failed: attach a new one.
     pub fn error(&self) -> Option<Error> {
-        self.failure.lock().ok().and_then(|f| f.clone())
+        let failed = self.failure.lock().ok().and_then(|f| f.clone());
+        // The request link may go on its own (a forced detach) while replies still flow.
+        failed.or_else(|| (!self.sender.is_attached()).then_some(Error::LinkDetached(None)))
     }
 
     /// The `reply-to` address put on requests.
@@ -165,7 +167,7 @@ impl RequestResponse {
             .get_or_insert_with(|| MessageId::Ulong(self.next_id.fetch_add(1, Ordering::Relaxed)))
             .clone();
         props.reply_to = Some(self.reply_to.clone());
-        if let Some(e) = self.failure.lock().ok().and_then(|f| f.clone()) {
+        if let Some(e) = self.error() {
             return Err(e);
         }
         let (tx, rx) = oneshot::channel();

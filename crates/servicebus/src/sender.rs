@@ -210,6 +210,14 @@ impl ServiceBusSender {
             // `ServiceBusRetryPolicy`'s client-wide server-busy state).
             client.busy().wait_out().await;
             let mut guard = self.inner.link.lock().await;
+            // A link the service detached meanwhile (idle for 10 minutes, say) is replaced
+            // before this send, not after a failed one and a pause: azure-amqp reuses a cached
+            // link only while it is open (`FaultTolerantAmqpObject.TryGetOpenedObject`), pyamqp
+            // checks the link's state before every transfer (`SenderLink._check_if_closed`).
+            if guard.as_ref().is_some_and(|link| !link.is_attached()) {
+                tracing::debug!(entity = %self.inner.entity, "Send link detached meanwhile; attaching a new one.");
+                *guard = None;
+            }
             if guard.is_none() {
                 match self.attach(fresh).await {
                     Ok(link) => *guard = Some(Arc::new(link)),

@@ -2,7 +2,7 @@
 //! handle sends, the [`LinkEvent`]s a link handle receives, and [`ConnCtx`], the sending end
 //! every handle holds.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use fe2o3_amqp_types::definitions::Role;
 use fe2o3_amqp_types::messaging::DeliveryState;
@@ -11,6 +11,43 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::delivery::{Delivery, IncomingDisposition, LinkFlow, Sendable};
 use crate::error::{AmqpError, Error, Result};
 use crate::performative::Attach;
+
+/// Keys given to sessions and links; never reused in the process.
+static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
+
+/// A new key for a session or link. Channel and handle numbers are reused as soon as their
+/// session or link is gone (the lowest free one is taken, as azure-amqp's `HandleTable` does);
+/// a handle that outlives its link must never act on the link that took its number, so every
+/// command names the key of the session or link it was made for and the driver refuses it once
+/// that one is gone.
+pub(crate) fn next_key() -> u64 {
+    NEXT_KEY.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A session as the handles name it: its channel and its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SessionRef {
+    pub(crate) channel: u16,
+    pub(crate) key: u64,
+}
+
+/// A link as the handles name it: its session (channel and key), its handle and its own key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LinkRef {
+    pub(crate) channel: u16,
+    pub(crate) session: u64,
+    pub(crate) handle: u32,
+    pub(crate) key: u64,
+}
+
+impl LinkRef {
+    pub(crate) fn session(&self) -> SessionRef {
+        SessionRef {
+            channel: self.channel,
+            key: self.session,
+        }
+    }
+}
 
 /// Result of a send as reported by the driver.
 #[derive(Debug)]
@@ -36,7 +73,10 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T>>;
 /// queues it as is until the turn's dispositions are written.
 #[derive(Debug)]
 pub(crate) struct DeliveryDisposition {
-    pub(crate) channel: u16,
+    /// The link the delivery came on (or went out on): the disposition is refused once that
+    /// link is gone, even when another link took its number or another session its channel
+    /// and a delivery of its own has the same id.
+    pub(crate) link: LinkRef,
     /// The role of the link that disposes (receivers settle deliveries, senders answer the
     /// peer's unsettled dispositions).
     pub(crate) role: Role,
@@ -74,6 +114,7 @@ pub(crate) enum CreditOp {
 #[derive(Debug)]
 pub(crate) enum Command {
     Begin {
+        key: u64,
         incoming_window: u32,
         outgoing_window: u32,
         /// Set by the driver once the session ended (the handle's `Session::is_ended`).
@@ -82,17 +123,22 @@ pub(crate) enum Command {
     },
     End {
         channel: u16,
+        /// The session's key; `None` ends whatever session has the channel (a server ending
+        /// a peer's session by its channel number).
+        key: Option<u64>,
         error: Option<AmqpError>,
         reply: Option<Reply<()>>,
     },
     Attach {
-        channel: u16,
+        session: SessionRef,
+        key: u64,
         attach: Box<Attach>,
         setup: LinkSetup,
         reply: Reply<(u32, Box<Attach>)>,
     },
     AnswerAttach {
-        channel: u16,
+        session: SessionRef,
+        key: u64,
         remote_handle: u32,
         attach: Box<Attach>,
         setup: Option<LinkSetup>,
@@ -100,31 +146,27 @@ pub(crate) enum Command {
         reply: Reply<u32>,
     },
     Detach {
-        channel: u16,
-        handle: u32,
-        /// The link's name: a handle is reused once its link is gone, and a late detach (a
-        /// link dropped after the peer detached it) must not end the link that has it now.
-        name: String,
+        /// A handle is reused once its link is gone, and a late detach (a link dropped after
+        /// the peer detached it) must not end the link that has it now: the key tells them
+        /// apart.
+        link: LinkRef,
         error: Option<AmqpError>,
         reply: Option<Reply<()>>,
     },
     Send {
-        channel: u16,
-        handle: u32,
+        link: LinkRef,
         send: Sendable,
         track: Track,
         reply: Reply<SendReport>,
     },
     Credit {
-        channel: u16,
-        handle: u32,
+        link: LinkRef,
         op: CreditOp,
         drain: bool,
         reply: Reply<()>,
     },
     AnswerDrain {
-        channel: u16,
-        handle: u32,
+        link: LinkRef,
     },
     Dispose {
         disposition: DeliveryDisposition,
@@ -136,7 +178,7 @@ pub(crate) enum Command {
     },
     /// How many incoming deliveries of the session wait for their settlement.
     Unsettled {
-        channel: u16,
+        session: SessionRef,
         reply: Reply<usize>,
     },
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::command::{Command, ConnCtx, Stats};
+use super::command::{Command, ConnCtx, SessionRef, Stats, next_key};
 use super::session::{Session, SessionOptions};
 use crate::error::{AmqpError, Error, Result};
 use crate::performative::Open;
@@ -56,17 +56,23 @@ impl Connection {
     /// Connection errors.
     pub async fn begin_with(&self, opts: SessionOptions) -> Result<Session> {
         let ended = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let key = next_key();
         let channel = self
             .inner
             .ctx
             .call(|reply| Command::Begin {
+                key,
                 incoming_window: opts.incoming_window,
                 outgoing_window: opts.outgoing_window,
                 ended: ended.clone(),
                 reply,
             })
             .await?;
-        Ok(Session::new(self.inner.clone(), channel, ended))
+        Ok(Session::new(
+            self.inner.clone(),
+            SessionRef { channel, key },
+            ended,
+        ))
     }
 
     /// Ends the session on local `channel` with `error` (a peer's session, e.g. one a server
@@ -80,6 +86,7 @@ impl Connection {
             .ctx
             .call(|reply| Command::End {
                 channel,
+                key: None,
                 error,
                 reply: Some(reply),
             })

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::command::Command;
+use super::command::{Command, LinkRef, SessionRef, next_key};
 use super::connection::{ConnInner, Connection};
 use super::link::{
     LinkCore, LinkParts, LinkPipes, Receiver, ReceiverOptions, Sender, SenderOptions,
@@ -35,21 +35,22 @@ impl Default for SessionOptions {
 #[derive(Debug)]
 pub(crate) struct SessionInner {
     conn: Arc<ConnInner>,
-    channel: u16,
+    at: SessionRef,
     /// Set by the driver once the session ended, by either side or with the connection.
     ended: Arc<AtomicBool>,
 }
 
 impl Drop for SessionInner {
     fn drop(&mut self) {
-        // An ended session's channel may already carry a new session: ending it by number
-        // would end that one.
+        // An ended session's channel may already carry a new session (the driver also checks
+        // the key, so a race with the peer's `end` cannot end that one).
         if self.ended.load(Ordering::Acquire) {
             return;
         }
         // The driver may already be gone; then the session is gone too.
         let _ = self.conn.ctx.cmd.send(Command::End {
-            channel: self.channel,
+            channel: self.at.channel,
+            key: Some(self.at.key),
             error: None,
             reply: None,
         });
@@ -64,13 +65,9 @@ pub struct Session {
 }
 
 impl Session {
-    pub(crate) fn new(conn: Arc<ConnInner>, channel: u16, ended: Arc<AtomicBool>) -> Self {
+    pub(crate) fn new(conn: Arc<ConnInner>, at: SessionRef, ended: Arc<AtomicBool>) -> Self {
         Self {
-            inner: Arc::new(SessionInner {
-                conn,
-                channel,
-                ended,
-            }),
+            inner: Arc::new(SessionInner { conn, at, ended }),
         }
     }
 
@@ -83,7 +80,7 @@ impl Session {
 
     /// The local channel number.
     pub fn channel(&self) -> u16 {
-        self.inner.channel
+        self.inner.at.channel
     }
 
     /// The connection this session belongs to.
@@ -101,17 +98,25 @@ impl Session {
     ) -> Result<LinkParts> {
         let (setup, pipes) = LinkPipes::open(auto_credit, auto_drain);
         let ctx = self.inner.conn.ctx.clone();
-        let channel = self.inner.channel;
+        let session = self.inner.at;
+        let key = next_key();
         let name = attach.name.clone();
         let (handle, remote) = ctx
             .call(|reply| Command::Attach {
-                channel,
+                session,
+                key,
                 attach: Box::new(attach.clone()),
                 setup,
                 reply,
             })
             .await?;
-        let core = LinkCore::new(ctx, channel, handle, name, Some(self.inner.clone()), None);
+        let link = LinkRef {
+            channel: session.channel,
+            session: session.key,
+            handle,
+            key,
+        };
+        let core = LinkCore::new(ctx, link, name, Some(self.inner.clone()), None);
         Ok(pipes.into_parts(core, attach, remote))
     }
 
@@ -129,7 +134,7 @@ impl Session {
     ///
     /// # Errors
     /// [`Error::AttachRefused`] with the peer's condition, or session/connection errors.
-    #[tracing::instrument(level = "debug", skip_all, fields(link = %opts.name, channel = self.inner.channel))]
+    #[tracing::instrument(level = "debug", skip_all, fields(link = %opts.name, channel = self.inner.at.channel))]
     pub async fn attach_sender(&self, opts: SenderOptions) -> Result<Sender> {
         let auto_drain = opts.auto_drain;
         let p = self.attach(opts.into_attach(), None, auto_drain).await?;
@@ -140,7 +145,7 @@ impl Session {
     ///
     /// # Errors
     /// [`Error::AttachRefused`] with the peer's condition, or session/connection errors.
-    #[tracing::instrument(level = "debug", skip_all, fields(link = %opts.name, channel = self.inner.channel))]
+    #[tracing::instrument(level = "debug", skip_all, fields(link = %opts.name, channel = self.inner.at.channel))]
     pub async fn attach_receiver(&self, opts: ReceiverOptions) -> Result<Receiver> {
         let auto = opts.auto_credit;
         let initial = opts.credit;
@@ -162,12 +167,13 @@ impl Session {
             // Its channel may carry a new session by now.
             return Ok(());
         }
-        let channel = self.inner.channel;
+        let at = self.inner.at;
         self.inner
             .conn
             .ctx
             .call(|reply| Command::End {
-                channel,
+                channel: at.channel,
+                key: Some(at.key),
                 error: None,
                 reply: Some(reply),
             })

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod e2e;
+mod model;
 mod proton;
 mod rabbitmq;
 mod raw;

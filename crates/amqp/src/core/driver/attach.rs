@@ -6,7 +6,7 @@ use fe2o3_amqp_types::definitions::{Handle, Role};
 use super::Driver;
 use super::flow::apply_link_flow;
 use super::link_state::{PendingRemote, new_link};
-use crate::core::command::{ConnCtx, LinkSetup, Reply};
+use crate::core::command::{ConnCtx, LinkRef, LinkSetup, Reply, SessionRef};
 use crate::core::link::PeerAttach;
 use crate::error::{AmqpError, Error, condition};
 use crate::performative::{Attach, Detach};
@@ -44,14 +44,22 @@ impl Driver {
             } else if let Some(w) = l.attach_waiter.take()
                 && w.send(Ok((h, Box::new(a)))).is_err()
             {
-                abandoned = Some(l.name.clone());
+                abandoned = Some(LinkRef {
+                    channel: local,
+                    session: s.key,
+                    handle: h,
+                    key: l.key,
+                });
             }
-            if let Some(name) = abandoned {
+            if let Some(link) = abandoned {
                 // The caller stopped waiting (its attach timed out) before the answer came:
                 // nobody holds this link, so detach it now rather than leave what the peer
                 // holds for it (a session lock, credit, prefetched locks) to no one.
-                tracing::debug!(link = %name, "Late attach answer; detaching the abandoned link.");
-                self.detach(local, h, &name, None, None);
+                tracing::debug!(
+                    handle = h,
+                    "Late attach answer; detaching the abandoned link."
+                );
+                self.detach(link, None, None);
             }
             return;
         }
@@ -79,8 +87,12 @@ impl Driver {
                     terminal: self.terminal.subscribe(),
                 };
                 let conn = self.self_ref.get().and_then(std::sync::Weak::upgrade);
+                let session = SessionRef {
+                    channel: local,
+                    key: s.key,
+                };
                 // Unsent, the request is dropped, which refuses the link.
-                if events.send(PeerAttach::new(ctx, conn, local, a)).is_err() {
+                if events.send(PeerAttach::new(ctx, conn, session, a)).is_err() {
                     tracing::debug!("Link request dropped: nobody listens for events.");
                 }
             }
@@ -152,7 +164,7 @@ impl Driver {
             let ids: Vec<u32> = s
                 .unsettled_out
                 .iter()
-                .filter(|(_, u)| u.handle == h)
+                .filter(|(_, u)| u.key == l.key)
                 .map(|(i, _)| *i)
                 .collect();
             for id in ids {
@@ -163,7 +175,7 @@ impl Driver {
             let ids: Vec<u32> = s
                 .unsettled_in
                 .iter()
-                .filter(|(_, u)| u.handle == h)
+                .filter(|(_, u)| u.key == l.key)
                 .map(|(i, _)| *i)
                 .collect();
             for id in ids {
@@ -175,15 +187,17 @@ impl Driver {
         l.fail(&err);
     }
 
-    /// Attaches a link we open; `reply` gets the peer's attach.
+    /// Attaches a link we open, keyed `key`, on `session`; `reply` gets the peer's attach.
     pub(super) fn attach(
         &mut self,
-        channel: u16,
+        session: SessionRef,
+        key: u64,
         mut attach: Box<Attach>,
         setup: LinkSetup,
         reply: Reply<(u32, Box<Attach>)>,
     ) {
-        let Some(s) = self.sessions.get_mut(&channel) else {
+        let channel = session.channel;
+        let Some(s) = self.session_at(session) else {
             let _ = reply.send(Err(Error::SessionEnded(None))); // caller may be gone
             return;
         };
@@ -193,22 +207,24 @@ impl Driver {
         }
         let h = s.free_handle();
         attach.handle = Handle(h);
-        let link = new_link(&attach, setup, Some(reply));
+        let link = new_link(&attach, key, setup, Some(reply));
         s.links.insert(h, link);
         self.write(channel, *attach);
     }
 
-    /// Answers a peer's attach: accepts it with `setup`, or refuses it with `reject`.
+    /// Answers a peer's attach on `session`: accepts it with the link's setup (the link keyed
+    /// `key`), or refuses it with the error.
     pub(super) fn answer_attach(
         &mut self,
-        channel: u16,
+        session: SessionRef,
+        key: u64,
         remote_handle: u32,
         mut attach: Box<Attach>,
-        setup: Option<LinkSetup>,
-        reject: Option<AmqpError>,
+        answer: Result<LinkSetup, Option<AmqpError>>,
         reply: Reply<u32>,
     ) {
-        let Some(s) = self.sessions.get_mut(&channel) else {
+        let channel = session.channel;
+        let Some(s) = self.session_at(session) else {
             let _ = reply.send(Err(Error::SessionEnded(None))); // caller may be gone
             return;
         };
@@ -218,9 +234,9 @@ impl Driver {
         };
         let h = s.free_handle();
         attach.handle = Handle(h);
-        match (reject, setup) {
-            (None, Some(setup)) => {
-                let mut link = new_link(&attach, setup, None);
+        match answer {
+            Ok(setup) => {
+                let mut link = new_link(&attach, key, setup, None);
                 link.remote_handle = Some(remote_handle);
                 link.max_message_size = pending.max_message_size.unwrap_or(0);
                 if link.role == Role::Receiver {
@@ -248,7 +264,7 @@ impl Driver {
                 self.maybe_answer_drain(channel, h);
                 let _ = reply.send(Ok(h)); // caller gone: its handle drop detaches
             }
-            (err, _) => {
+            Err(err) => {
                 if attach.role == Role::Sender {
                     attach.source = None;
                 } else {
@@ -270,20 +286,21 @@ impl Driver {
         }
     }
 
-    /// Detaches a link (once); `reply` waits for the peer's `detach`.
+    /// Detaches a link (once); `reply` waits for the peer's `detach`. A link already gone is
+    /// left so: its handle number may belong to another link by now.
     pub(super) fn detach(
         &mut self,
-        channel: u16,
-        handle: u32,
-        name: &str,
+        link: LinkRef,
         error: Option<AmqpError>,
         reply: Option<Reply<()>>,
     ) {
+        let (channel, handle) = (link.channel, link.handle);
         let Some(l) = self
             .sessions
             .get_mut(&channel)
+            .filter(|s| s.key == link.session)
             .and_then(|s| s.links.get_mut(&handle))
-            .filter(|l| l.name == name)
+            .filter(|l| l.key == link.key)
         else {
             if let Some(r) = reply {
                 let _ = r.send(Ok(())); // already gone

@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use super::Driver;
 use super::session_state::Session;
-use crate::core::command::Reply;
+use crate::core::command::{Reply, next_key};
 use crate::error::{AmqpError, Error, Result, condition};
 use crate::frame::{Frame, FrameBody};
 use crate::performative::{Begin, End, Performative};
@@ -99,7 +99,7 @@ impl Driver {
                     )));
                     return;
                 };
-                let s = Session::new(2048, 2048);
+                let s = Session::new(next_key(), 2048, 2048);
                 self.write(
                     local,
                     Begin {
@@ -148,6 +148,7 @@ impl Driver {
     /// Begins a session on the lowest free channel.
     pub(super) fn begin_session(
         &mut self,
+        key: u64,
         incoming_window: u32,
         outgoing_window: u32,
         ended: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -162,7 +163,7 @@ impl Driver {
             let _ = reply.send(Err(Error::IllegalState("no free channel"))); // same
             return;
         };
-        let mut s = Session::new(incoming_window, outgoing_window);
+        let mut s = Session::new(key, incoming_window, outgoing_window);
         s.begin_waiter = Some(reply);
         s.ended = Some(ended);
         self.write(
@@ -181,14 +182,20 @@ impl Driver {
         self.sessions.insert(local, s);
     }
 
-    /// Ends a session (once); `reply` waits for the peer's `end`.
+    /// Ends a session (once); `reply` waits for the peer's `end`. With a `key`, only the
+    /// session of that key: a later session on the channel is left alone.
     pub(super) fn end_session(
         &mut self,
         channel: u16,
+        key: Option<u64>,
         error: Option<AmqpError>,
         reply: Option<Reply<()>>,
     ) {
-        let Some(s) = self.sessions.get_mut(&channel) else {
+        let Some(s) = self
+            .sessions
+            .get_mut(&channel)
+            .filter(|s| key.is_none_or(|k| s.key == k))
+        else {
             if let Some(r) = reply {
                 let _ = r.send(Ok(())); // already ended
             }

@@ -1,61 +1,87 @@
-//! Dispatch of the handles' [`Command`]s to the driver modules that carry them out.
+//! Dispatch of the handles' [`Command`]s to the driver modules that carry them out, and the
+//! identity check every handle's command passes first.
 
 use super::Driver;
-use crate::core::command::Command;
+use super::session_state::Session;
+use crate::core::command::{Command, LinkRef, SessionRef};
+use crate::error::Error;
 
 impl Driver {
     pub(super) fn on_command(&mut self, c: Command) {
         match c {
             Command::Begin {
+                key,
                 incoming_window,
                 outgoing_window,
                 ended,
                 reply,
-            } => self.begin_session(incoming_window, outgoing_window, ended, reply),
+            } => self.begin_session(key, incoming_window, outgoing_window, ended, reply),
             Command::End {
                 channel,
+                key,
                 error,
                 reply,
-            } => self.end_session(channel, error, reply),
+            } => self.end_session(channel, key, error, reply),
             Command::Attach {
-                channel,
+                session,
+                key,
                 attach,
                 setup,
                 reply,
-            } => self.attach(channel, attach, setup, reply),
+            } => self.attach(session, key, attach, setup, reply),
             Command::AnswerAttach {
-                channel,
+                session,
+                key,
                 remote_handle,
                 attach,
                 setup,
                 reject,
                 reply,
-            } => self.answer_attach(channel, remote_handle, attach, setup, reject, reply),
-            Command::Detach {
-                channel,
-                handle,
-                name,
-                error,
-                reply,
-            } => self.detach(channel, handle, &name, error, reply),
+            } => {
+                let answer = match (reject, setup) {
+                    (None, Some(setup)) => Ok(setup),
+                    (reject, _) => Err(reject),
+                };
+                self.answer_attach(session, key, remote_handle, attach, answer, reply);
+            }
+            Command::Detach { link, error, reply } => self.detach(link, error, reply),
             Command::Send {
-                channel,
-                handle,
+                link,
                 send,
                 track,
                 reply,
-            } => self.send(channel, handle, send, track, reply),
+            } => self.send(link, send, track, reply),
             Command::Credit {
-                channel,
-                handle,
+                link,
                 op,
                 drain,
                 reply,
-            } => self.set_credit(channel, handle, op, drain, reply),
-            Command::AnswerDrain { channel, handle } => self.answer_drain(channel, handle),
+            } => self.set_credit(link, op, drain, reply),
+            Command::AnswerDrain { link } => self.answer_drain(link),
             Command::Dispose { disposition, reply } => self.dispose(disposition, reply),
-            Command::Unsettled { channel, reply } => self.unsettled(channel, reply),
+            Command::Unsettled { session, reply } => self.unsettled(session, reply),
             Command::Close { error, reply } => self.close(error, reply),
+        }
+    }
+
+    /// The session `at` names, while it has its channel: a channel is reused as soon as its
+    /// session ended, and a handle of the ended session must not act on the new one.
+    pub(super) fn session_at(&mut self, at: SessionRef) -> Option<&mut Session> {
+        self.sessions
+            .get_mut(&at.channel)
+            .filter(|s| s.key == at.key)
+    }
+
+    /// Whether the link `at` names is still in the driver's state; if not, why: its session
+    /// ended ([`Error::SessionEnded`]) or the link is gone ([`Error::LinkDetached`]), whatever
+    /// session or link took its channel or handle number since.
+    pub(super) fn link_gone(&self, at: LinkRef) -> Option<Error> {
+        match self.sessions.get(&at.channel) {
+            Some(s) if s.key == at.session => match s.links.get(&at.handle) {
+                Some(l) if l.key == at.key => None,
+                _ => Some(Error::LinkDetached(None)),
+            },
+            _ => Some(Error::SessionEnded(None)),
         }
     }
 }

@@ -5,7 +5,7 @@ use fe2o3_amqp_types::definitions::Role;
 use fe2o3_amqp_types::messaging::DeliveryState;
 
 use super::{Driver, wrapping_diff};
-use crate::core::command::{DeliveryDisposition, LinkEvent, Reply, SendReport};
+use crate::core::command::{DeliveryDisposition, LinkEvent, Reply, SendReport, SessionRef};
 use crate::delivery::IncomingDisposition;
 use crate::error::Error;
 use crate::performative::Disposition;
@@ -91,16 +91,26 @@ impl Driver {
     }
 
     /// Settles (or disposes unsettled) one delivery; a receiver's unsettled disposition waits
-    /// for the peer's settlement.
+    /// for the peer's settlement. Refused once the delivery's link is gone: delivery ids
+    /// restart in a new session on the same channel, and another link's delivery with the same
+    /// id must not take this outcome.
     pub(super) fn dispose(&mut self, d: DeliveryDisposition, reply: Reply<Option<DeliveryState>>) {
         let delivery_id = d.delivery_id;
-        let Some(s) = self.sessions.get_mut(&d.channel) else {
-            let _ = reply.send(Err(Error::SessionEnded(None))); // caller may be gone
+        if let Some(gone) = self.link_gone(d.link) {
+            let _ = reply.send(Err(gone)); // caller may be gone
+            return;
+        }
+        let Some(s) = self.sessions.get_mut(&d.link.channel) else {
             return;
         };
+        let key = d.link.key;
         match d.role {
             Role::Receiver => {
-                let Some(u) = s.unsettled_in.get_mut(&delivery_id) else {
+                let Some(u) = s
+                    .unsettled_in
+                    .get_mut(&delivery_id)
+                    .filter(|u| u.key == key)
+                else {
                     let _ = reply.send(Err(Error::IllegalState("unknown or settled delivery"))); // same
                     return;
                 };
@@ -112,10 +122,14 @@ impl Driver {
                 }
             }
             Role::Sender => {
-                if s.unsettled_out.remove(&delivery_id).is_none() {
+                if s.unsettled_out
+                    .get(&delivery_id)
+                    .is_none_or(|u| u.key != key)
+                {
                     let _ = reply.send(Err(Error::IllegalState("unknown or settled delivery"))); // same
                     return;
                 }
+                s.unsettled_out.remove(&delivery_id);
                 let _ = reply.send(Ok(None)); // same
             }
         }
@@ -138,11 +152,8 @@ impl Driver {
     }
 
     /// How many received deliveries of the session wait for their settlement.
-    pub(super) fn unsettled(&mut self, channel: u16, reply: Reply<usize>) {
-        let count = self
-            .sessions
-            .get(&channel)
-            .map_or(0, |s| s.unsettled_in.len());
+    pub(super) fn unsettled(&mut self, session: SessionRef, reply: Reply<usize>) {
+        let count = self.session_at(session).map_or(0, |s| s.unsettled_in.len());
         let _ = reply.send(Ok(count)); // the caller may have given up
     }
 }
@@ -154,7 +165,7 @@ fn coalesce(queued: Vec<DeliveryDisposition>) -> Vec<(u16, Disposition)> {
     let mut groups: Vec<(DeliveryDisposition, Vec<u32>)> = Vec::new();
     for q in queued {
         let same = groups.iter_mut().find(|(g, _)| {
-            g.channel == q.channel
+            g.link.channel == q.link.channel
                 && g.role == q.role
                 && g.settled == q.settled
                 && g.state == q.state
@@ -178,11 +189,11 @@ fn coalesce(queued: Vec<DeliveryDisposition>) -> Vec<(u16, Disposition)> {
                 last = id;
                 continue;
             }
-            out.push((g.channel, range(&g, first, last)));
+            out.push((g.link.channel, range(&g, first, last)));
             first = id;
             last = id;
         }
-        out.push((g.channel, range(&g, first, last)));
+        out.push((g.link.channel, range(&g, first, last)));
     }
     out
 }
@@ -206,7 +217,12 @@ mod tests {
 
     fn q(channel: u16, id: u32, state: DeliveryState) -> DeliveryDisposition {
         DeliveryDisposition {
-            channel,
+            link: crate::core::command::LinkRef {
+                channel,
+                session: 1,
+                handle: 0,
+                key: 1,
+            },
             role: Role::Receiver,
             delivery_id: id,
             settled: true,

@@ -4,7 +4,7 @@ use fe2o3_amqp_types::definitions::Role;
 
 use super::link_state::Link;
 use super::{Driver, wrapping_diff};
-use crate::core::command::{CreditOp, Reply};
+use crate::core::command::{CreditOp, LinkRef, Reply};
 use crate::error::Error;
 use crate::performative::Flow;
 
@@ -80,20 +80,23 @@ impl Driver {
     }
 
     /// Sets or adds credit on a receiving link, optionally asking for a drain.
+    /// A link that is gone refuses it, whatever link took its handle since.
     pub(super) fn set_credit(
         &mut self,
-        channel: u16,
-        handle: u32,
+        link: LinkRef,
         op: CreditOp,
         drain: bool,
         reply: Reply<()>,
     ) {
+        if let Some(gone) = self.link_gone(link) {
+            let _ = reply.send(Err(gone)); // caller may be gone
+            return;
+        }
+        let (channel, handle) = (link.channel, link.handle);
         let Some(s) = self.sessions.get_mut(&channel) else {
-            let _ = reply.send(Err(Error::SessionEnded(None))); // caller may be gone
             return;
         };
         let Some(l) = s.links.get_mut(&handle) else {
-            let _ = reply.send(Err(Error::LinkDetached(None))); // same
             return;
         };
         if l.role != Role::Receiver {
@@ -117,7 +120,11 @@ impl Driver {
     }
 
     /// Answers a drain now, even on a link that leaves drains to the application.
-    pub(super) fn answer_drain(&mut self, channel: u16, handle: u32) {
+    pub(super) fn answer_drain(&mut self, link: LinkRef) {
+        if self.link_gone(link).is_some() {
+            return;
+        }
+        let (channel, handle) = (link.channel, link.handle);
         if let Some(l) = self
             .sessions
             .get_mut(&channel)

@@ -36,6 +36,8 @@ pub(super) struct Partial {
 
 /// One link's state machine.
 pub(super) struct Link {
+    /// Tells this link from an earlier one with the same handle (see `next_key`).
+    pub(super) key: u64,
     pub(super) name: String,
     pub(super) role: Role,
     pub(super) remote_handle: Option<u32>,
@@ -87,13 +89,16 @@ impl Link {
 /// A delivery we sent that the peer has not settled.
 pub(super) struct OutUnsettled {
     pub(super) handle: u32,
+    /// The key of the link it went out on.
+    pub(super) key: u64,
     pub(super) tag: Bytes,
     pub(super) waiter: Option<Reply<SendReport>>,
 }
 
 /// A delivery we received and have not settled; `waiter` waits for the peer's settlement.
 pub(super) struct InUnsettled {
-    pub(super) handle: u32,
+    /// The key of the link it came on.
+    pub(super) key: u64,
     pub(super) waiter: Option<Reply<Option<DeliveryState>>>,
 }
 
@@ -106,10 +111,12 @@ pub(super) struct PendingRemote {
 
 pub(super) fn new_link(
     a: &Attach,
+    key: u64,
     setup: LinkSetup,
     waiter: Option<Reply<(u32, Box<Attach>)>>,
 ) -> Link {
     Link {
+        key,
         name: a.name.clone(),
         role: a.role.clone(),
         remote_handle: None,

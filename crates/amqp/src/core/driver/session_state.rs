@@ -12,6 +12,8 @@ use crate::performative::Flow;
 
 /// One session's state machine.
 pub(super) struct Session {
+    /// Tells this session from an earlier one on the same channel (see `next_key`).
+    pub(super) key: u64,
     pub(super) remote_channel: Option<u16>,
     pub(super) next_outgoing_id: u32,
     pub(super) initial_outgoing_id: u32,
@@ -34,8 +36,9 @@ pub(super) struct Session {
 }
 
 impl Session {
-    pub(super) fn new(incoming_window: u32, outgoing_window: u32) -> Self {
+    pub(super) fn new(key: u64, incoming_window: u32, outgoing_window: u32) -> Self {
         Self {
+            key,
             remote_channel: None,
             next_outgoing_id: 0,
             initial_outgoing_id: 0,

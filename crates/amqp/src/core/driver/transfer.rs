@@ -12,7 +12,7 @@ use super::Driver;
 use super::budget::Budget;
 use super::link_state::{InUnsettled, Link, OutUnsettled, Partial, PendingSend};
 use super::session_state::Session;
-use crate::core::command::{LinkEvent, Reply, SendReport, Track};
+use crate::core::command::{LinkEvent, LinkRef, Reply, SendReport, Track};
 use crate::delivery::{Delivery, Sendable};
 use crate::error::{AmqpError, Error, condition};
 use crate::frame::{Frame, FrameBody};
@@ -63,7 +63,15 @@ impl Driver {
                     .setup
                     .events
                     .send(LinkEvent::Gone(Error::LinkDetached(Some(error.clone())))); // the handle may be dropped
-                refusal = Some((l.name.clone(), error));
+                refusal = Some((
+                    LinkRef {
+                        channel: local,
+                        session: s.key,
+                        handle: h,
+                        key: l.key,
+                    },
+                    error,
+                ));
             }
             Assembled::More | Assembled::Aborted => {}
         }
@@ -83,25 +91,31 @@ impl Driver {
         if let Some(f) = flow_out {
             self.write(local, f);
         }
-        if let Some((name, error)) = refusal {
-            self.detach(local, h, &name, Some(error), None);
+        if let Some((link, error)) = refusal {
+            self.detach(link, Some(error), None);
         }
     }
 
-    /// Queues a send on a sending link and pumps it.
+    /// Queues a send on a sending link and pumps it. A link that is gone refuses it with
+    /// `LinkDetached`, whatever link took its handle since: the transfer must never go out on
+    /// another link (azure-amqp `SendingAmqpLink.BeginSendMessage` checks its own link object,
+    /// `ThrowIfClosed`).
     pub(super) fn send(
         &mut self,
-        channel: u16,
-        handle: u32,
+        link: LinkRef,
         send: Sendable,
         track: Track,
         reply: Reply<SendReport>,
     ) {
+        let (channel, handle) = (link.channel, link.handle);
         let Some(l) = self
             .sessions
             .get_mut(&channel)
+            .filter(|s| s.key == link.session)
             .and_then(|s| s.links.get_mut(&handle))
+            .filter(|l| l.key == link.key)
         else {
+            // Not `SessionEnded`: the client would take it for its current session's end.
             let _ = reply.send(Err(Error::LinkDetached(None))); // caller may be gone
             return;
         };
@@ -179,7 +193,8 @@ impl Driver {
             s.next_outgoing_id = s.next_outgoing_id.wrapping_add(1);
             s.remote_incoming_window -= 1;
             if done && let Some(p) = l.pending.pop_front() {
-                finish_send(&mut s.unsettled_out, p, h, id, tag);
+                let key = l.key;
+                finish_send(&mut s.unsettled_out, p, (h, key), id, tag);
             }
         }
         if let Some(l) = s.links.get(&h) {
@@ -317,16 +332,16 @@ fn deliver(s: &mut Session, h: u32, p: Partial) -> Option<Flow> {
         state: p.state,
         payload: p.buf.freeze(),
     };
+    let l = s.links.get_mut(&h)?;
     if !d.settled {
         s.unsettled_in.insert(
             d.delivery_id,
             InUnsettled {
-                handle: h,
+                key: l.key,
                 waiter: None,
             },
         );
     }
-    let l = s.links.get_mut(&h)?;
     let _ = l.setup.events.send(LinkEvent::Delivery(d)); // handle dropped: detach pending
     let n = l.setup.auto_credit?;
     if l.credit > n / 2 {
@@ -388,7 +403,7 @@ fn frame_overhead(t: &Transfer, max_frame: usize) -> usize {
 fn finish_send(
     unsettled_out: &mut HashMap<u32, OutUnsettled>,
     p: PendingSend,
-    h: u32,
+    (h, key): (u32, u64),
     id: u32,
     tag: Bytes,
 ) {
@@ -413,6 +428,7 @@ fn finish_send(
         id,
         OutUnsettled {
             handle: h,
+            key,
             tag,
             waiter,
         },

@@ -27,7 +27,7 @@ pub(crate) use peer::PeerAttach;
 pub use receiver::{Receiver, Settler};
 pub use sender::Sender;
 
-use super::command::{Command, ConnCtx, LinkEvent, LinkSetup};
+use super::command::{Command, ConnCtx, LinkEvent, LinkRef, LinkSetup};
 use super::connection::ConnInner;
 use super::session::SessionInner;
 use crate::delivery::LinkFlow;
@@ -160,7 +160,7 @@ impl LinkPipes {
         )
     }
 
-    /// The handle's parts once the driver numbered the link (`core.handle`); `local` is the
+    /// The handle's parts once the driver numbered the link (`core.at.handle`); `local` is the
     /// attach we sent, renumbered to that handle.
     pub(crate) fn into_parts(
         self,
@@ -168,7 +168,7 @@ impl LinkPipes {
         mut local: Attach,
         remote: Box<Attach>,
     ) -> LinkParts {
-        local.handle = Handle(core.handle);
+        local.handle = Handle(core.at.handle);
         LinkParts {
             core,
             events: self.events,
@@ -184,8 +184,9 @@ impl LinkPipes {
 #[derive(Debug)]
 pub(crate) struct LinkCore {
     pub(crate) ctx: ConnCtx,
-    pub(crate) channel: u16,
-    pub(crate) handle: u32,
+    /// Channel, handle and key: the driver refuses commands for a link that is gone, whatever
+    /// link took its handle number since.
+    pub(crate) at: LinkRef,
     pub(crate) name: String,
     pub(crate) detached: bool,
     pub(crate) _session: Option<Arc<SessionInner>>,
@@ -197,9 +198,7 @@ impl Drop for LinkCore {
         if !self.detached {
             // The driver may already be gone; then the link is gone too.
             let _ = self.ctx.cmd.send(Command::Detach {
-                channel: self.channel,
-                handle: self.handle,
-                name: std::mem::take(&mut self.name),
+                link: self.at,
                 error: None,
                 reply: None,
             });
@@ -208,20 +207,18 @@ impl Drop for LinkCore {
 }
 
 impl LinkCore {
-    /// The driver's link `handle` on `channel`, keeping its `session` (links we attach) or
-    /// its `conn` (links the peer attached) alive.
+    /// The driver's link `at`, keeping its `session` (links we attach) or its `conn` (links
+    /// the peer attached) alive.
     pub(crate) fn new(
         ctx: ConnCtx,
-        channel: u16,
-        handle: u32,
+        at: LinkRef,
         name: String,
         session: Option<Arc<SessionInner>>,
         conn: Option<Arc<ConnInner>>,
     ) -> Self {
         Self {
             ctx,
-            channel,
-            handle,
+            at,
             name,
             detached: false,
             _session: session,
@@ -231,12 +228,10 @@ impl LinkCore {
 
     pub(crate) async fn detach(&mut self, error: Option<AmqpError>) -> Result<()> {
         self.detached = true;
-        let (channel, handle, name) = (self.channel, self.handle, self.name.clone());
+        let link = self.at;
         self.ctx
             .call(|reply| Command::Detach {
-                channel,
-                handle,
-                name,
+                link,
                 error,
                 reply: Some(reply),
             })

@@ -7,7 +7,7 @@ use fe2o3_amqp_types::definitions::{Handle, Role};
 use tokio::sync::oneshot;
 
 use super::{LinkCore, LinkParts, LinkPipes};
-use crate::core::command::{Command, ConnCtx, Reply};
+use crate::core::command::{Command, ConnCtx, LinkRef, Reply, SessionRef, next_key};
 use crate::core::connection::ConnInner;
 use crate::error::{AmqpError, Result, condition};
 use crate::performative::Attach;
@@ -18,7 +18,7 @@ pub(crate) struct PeerAttach {
     ctx: ConnCtx,
     /// Keeps the connection open while the link lives.
     conn: Option<Arc<ConnInner>>,
-    channel: u16,
+    session: SessionRef,
     remote: Box<Attach>,
     answered: bool,
 }
@@ -27,13 +27,13 @@ impl PeerAttach {
     pub(crate) fn new(
         ctx: ConnCtx,
         conn: Option<Arc<ConnInner>>,
-        channel: u16,
+        session: SessionRef,
         remote: Attach,
     ) -> Self {
         Self {
             ctx,
             conn,
-            channel,
+            session,
             remote: Box::new(remote),
             answered: false,
         }
@@ -46,7 +46,7 @@ impl PeerAttach {
 
     /// Our local channel.
     pub(crate) fn channel(&self) -> u16 {
-        self.channel
+        self.session.channel
     }
 
     /// The role we take: the opposite of the peer's.
@@ -69,12 +69,14 @@ impl PeerAttach {
         self.answered = true;
         let (mut setup, pipes) = LinkPipes::open(auto_credit, auto_drain);
         setup.max_incoming = max_incoming;
-        let channel = self.channel;
+        let session = self.session;
+        let key = next_key();
         let remote_handle = self.remote.handle.0;
         let handle = self
             .ctx
             .call(|reply| Command::AnswerAttach {
-                channel,
+                session,
+                key,
                 remote_handle,
                 attach: Box::new(attach.clone()),
                 setup: Some(setup),
@@ -83,14 +85,13 @@ impl PeerAttach {
             })
             .await?;
         let name = self.remote.name.clone();
-        let core = LinkCore::new(
-            self.ctx.clone(),
-            channel,
+        let at = LinkRef {
+            channel: session.channel,
+            session: session.key,
             handle,
-            name,
-            None,
-            self.conn.clone(),
-        );
+            key,
+        };
+        let core = LinkCore::new(self.ctx.clone(), at, name, None, self.conn.clone());
         Ok(pipes.into_parts(core, attach, self.remote.clone()))
     }
 
@@ -104,7 +105,9 @@ impl PeerAttach {
 
     fn refuse_command(&self, attach: Attach, error: AmqpError, reply: Reply<u32>) -> Command {
         Command::AnswerAttach {
-            channel: self.channel,
+            session: self.session,
+            // A refused link gets no state in the driver, so its key names nothing.
+            key: next_key(),
             remote_handle: self.remote.handle.0,
             attach: Box::new(attach),
             setup: None,

@@ -4,7 +4,7 @@
 use fe2o3_amqp_types::definitions::{ReceiverSettleMode, Role};
 
 use super::{LinkCore, LinkEvents, LinkStatus, address_of_source, link_handle};
-use crate::core::command::{Command, ConnCtx, CreditOp, DeliveryDisposition, LinkEvent};
+use crate::core::command::{Command, ConnCtx, CreditOp, DeliveryDisposition, LinkEvent, LinkRef};
 use crate::delivery::{Delivery, LinkFlow, Outcome};
 #[cfg(doc)]
 use crate::error::Error;
@@ -27,12 +27,11 @@ impl Receiver {
     }
 
     async fn credit(&self, op: CreditOp, drain: bool) -> Result<()> {
-        let (channel, handle) = (self.core.channel, self.core.handle);
+        let link = self.core.at;
         self.core
             .ctx
             .call(|reply| Command::Credit {
-                channel,
-                handle,
+                link,
                 op,
                 drain,
                 reply,
@@ -153,10 +152,14 @@ link_handle!(Receiver);
 
 /// Settles deliveries of one [`Receiver`] from any task, while another task waits in
 /// [`Receiver::recv`]. Cheap to clone.
+///
+/// Once its link is gone (detached, its session ended, the connection lost) every settlement
+/// fails with [`Error::LinkDetached`] or [`Error::SessionEnded`], even if a new link took the
+/// link's handle number or a new session its channel and holds a delivery with the same id.
 #[derive(Debug, Clone)]
 pub struct Settler {
     ctx: ConnCtx,
-    channel: u16,
+    link: LinkRef,
     settle_first: bool,
 }
 
@@ -165,7 +168,7 @@ impl Receiver {
     pub fn settler(&self) -> Settler {
         Settler {
             ctx: self.core.ctx.clone(),
-            channel: self.core.channel,
+            link: self.core.at,
             settle_first: self.local.rcv_settle_mode == ReceiverSettleMode::First,
         }
     }
@@ -176,14 +179,15 @@ impl Settler {
     /// the peer's settled reply and returns the peer's outcome.
     ///
     /// # Errors
-    /// [`Error::LinkDetached`] and connection errors.
+    /// [`Error::LinkDetached`] or [`Error::SessionEnded`] once the link is gone; connection
+    /// errors; [`Error::IllegalState`] for a delivery of the link already settled.
     pub async fn settle(&self, delivery_id: u32, outcome: Outcome) -> Result<Option<Outcome>> {
-        let (channel, settled) = (self.channel, self.settle_first);
+        let (link, settled) = (self.link, self.settle_first);
         let state = self
             .ctx
             .call(|reply| Command::Dispose {
                 disposition: DeliveryDisposition {
-                    channel,
+                    link,
                     role: Role::Receiver,
                     delivery_id,
                     settled,
@@ -201,9 +205,9 @@ impl Settler {
     /// # Errors
     /// The connection's error if it ended.
     pub async fn unsettled(&self) -> Result<usize> {
-        let channel = self.channel;
+        let session = self.link.session();
         self.ctx
-            .call(|reply| Command::Unsettled { channel, reply })
+            .call(|reply| Command::Unsettled { session, reply })
             .await
     }
 }

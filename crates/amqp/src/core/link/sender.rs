@@ -26,12 +26,11 @@ impl Sender {
     }
 
     async fn send_tracked(&self, send: Sendable, track: Track) -> Result<SendReport> {
-        let (channel, handle) = (self.core.channel, self.core.handle);
+        let link = self.core.at;
         self.core
             .ctx
             .call(|reply| Command::Send {
-                channel,
-                handle,
+                link,
                 send,
                 track,
                 reply,
@@ -91,12 +90,12 @@ impl Sender {
     /// # Errors
     /// [`Error::IllegalState`] for an unknown or already settled delivery.
     pub async fn settle(&self, delivery_id: u32, outcome: Outcome) -> Result<()> {
-        let channel = self.core.channel;
+        let link = self.core.at;
         self.core
             .ctx
             .call(|reply| Command::Dispose {
                 disposition: DeliveryDisposition {
-                    channel,
+                    link,
                     role: Role::Sender,
                     delivery_id,
                     settled: true,
@@ -134,10 +133,9 @@ impl Sender {
     /// # Errors
     /// The connection's error if it ended.
     pub fn answer_drain(&self) -> Result<()> {
-        self.core.ctx.send(Command::AnswerDrain {
-            channel: self.core.channel,
-            handle: self.core.handle,
-        })
+        self.core
+            .ctx
+            .send(Command::AnswerDrain { link: self.core.at })
     }
 }
 

@@ -440,3 +440,49 @@ async fn receiver_shared_between_tasks() {
     }
     assert!(r.try_recv().unwrap().is_none());
 }
+
+/// Issue 39, F1: the server detaches `s1` (`detach-forced`, as Service Bus does to a link idle
+/// for 10 minutes); `s2` then takes its handle number. A send through the stale `s1` handle is
+/// refused with `LinkDetached` and `s2`'s peer receives nothing.
+#[tokio::test]
+async fn a_stale_sender_never_sends_on_the_link_that_took_its_handle() {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let addr = spawn_server(ServerOptions::default(), move |mut conn| {
+        let tx = tx.clone();
+        async move {
+            while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
+                let name = req.name().to_string();
+                let r = req
+                    .accept_receiver(LinkAnswer::default().credit(10))
+                    .await
+                    .unwrap();
+                tx.send((name, r)).unwrap();
+            }
+        }
+    })
+    .await;
+    let conn = connect(addr).await;
+    let s = conn.begin().await.unwrap();
+    let s1 = open_sender(&s, "s1", "q1").await;
+    let (_, server_s1) = rx.recv().await.unwrap();
+    server_s1
+        .detach_with_error(AmqpError::new(condition::DETACH_FORCED, None))
+        .await
+        .unwrap();
+    assert!(!s1.is_attached());
+    let s2 = open_sender(&s, "s2", "q2").await;
+    let (name, server_s2) = rx.recv().await.unwrap();
+    assert_eq!(name, "s2");
+    assert_eq!(
+        s2.local_attach().handle,
+        s1.local_attach().handle,
+        "s2 took s1's handle number"
+    );
+    let e = s1.send_settled(data_message(b"for q1")).await.unwrap_err();
+    assert!(matches!(e, Error::LinkDetached(_)), "{e:?}");
+    // A send on s2 arrives, and it is the first thing s2's peer receives.
+    s2.send_settled(data_message(b"for q2")).await.unwrap();
+    let d = server_s2.recv().await.unwrap();
+    assert_eq!(body_bytes(&d), b"for q2");
+    assert!(server_s2.try_recv().unwrap().is_none());
+}

@@ -6,7 +6,7 @@ use std::time::Duration;
 use sb_amqp::types::definitions::ReceiverSettleMode;
 use sb_amqp::{
     AmqpError, Connection, ConnectionEvent, ConnectionOptions, Error, LinkAnswer, ReceiverOptions,
-    SaslClient, ServerOptions, condition,
+    SaslClient, Sendable, ServerOptions, condition,
 };
 use tokio::sync::mpsc;
 
@@ -263,4 +263,114 @@ async fn a_session_the_server_ends_is_reported_and_its_channel_reused_safely() {
         !new.is_ended(),
         "dropping the old handle left the new session alone"
     );
+}
+
+/// What the server hands the F2 test: its connection, and each link's server end with its
+/// server-side channel.
+enum ServerEnd {
+    Conn(Connection),
+    Sender(u16, sb_amqp::Sender),
+    Receiver(u16, sb_amqp::Receiver),
+}
+
+async fn next_server_sender(rx: &mut mpsc::UnboundedReceiver<ServerEnd>) -> (u16, sb_amqp::Sender) {
+    match rx.recv().await {
+        Some(ServerEnd::Sender(ch, s)) => (ch, s),
+        _ => panic!("expected a server sender"),
+    }
+}
+
+async fn next_server_receiver(
+    rx: &mut mpsc::UnboundedReceiver<ServerEnd>,
+) -> (u16, sb_amqp::Receiver) {
+    match rx.recv().await {
+        Some(ServerEnd::Receiver(ch, r)) => (ch, r),
+        _ => panic!("expected a server receiver"),
+    }
+}
+
+/// Issue 39, F2: the server ends a session with several links in use and a new session takes
+/// its channel, its links the same handle numbers and its deliveries the same ids. The old
+/// session's sender and settler are refused; nothing reaches the new session's links.
+#[tokio::test]
+async fn handles_of_an_ended_session_never_act_on_the_session_that_took_its_channel() {
+    use futures_util::FutureExt;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let addr = spawn_server(ServerOptions::default(), move |mut conn| {
+        let tx = tx.clone();
+        async move {
+            tx.send(ServerEnd::Conn(conn.connection().clone())).unwrap();
+            while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
+                let ch = req.channel();
+                let end = if req.is_peer_sender() {
+                    let answer = LinkAnswer::default().credit(10);
+                    ServerEnd::Receiver(ch, req.accept_receiver(answer).await.unwrap())
+                } else {
+                    ServerEnd::Sender(ch, req.accept_sender(LinkAnswer::default()).await.unwrap())
+                };
+                tx.send(end).unwrap();
+            }
+        }
+    })
+    .await;
+    let client = connect(addr).await;
+    let Some(ServerEnd::Conn(server)) = rx.recv().await else {
+        panic!("no server connection");
+    };
+    let old = client.begin().await.unwrap();
+    let r1 = open_receiver(&old, "r1", "q1").await;
+    let (server_channel, server_r1) = next_server_sender(&mut rx).await;
+    r1.set_credit(1).await.unwrap();
+    server_r1
+        .send_no_wait(Sendable::raw(&b"old"[..]).tag(&b"old"[..]))
+        .await
+        .unwrap();
+    let d1 = r1.recv().await.unwrap();
+    let settler1 = r1.settler();
+    let s1 = open_sender(&old, "s1", "q1").await;
+    let _server_s1 = next_server_receiver(&mut rx).await;
+    let error = AmqpError::new(condition::INTERNAL_ERROR, None);
+    server
+        .end_session(server_channel, Some(error))
+        .await
+        .unwrap();
+    assert!(matches!(r1.recv().await, Err(Error::SessionEnded(_))));
+    let new = client.begin().await.unwrap();
+    assert_eq!(new.channel(), old.channel(), "the channel is reused");
+    let r2 = open_receiver(&new, "r2", "q2").await;
+    assert_eq!(r2.local_attach().handle, r1.local_attach().handle);
+    let (_, server_r2) = next_server_sender(&mut rx).await;
+    r2.set_credit(1).await.unwrap();
+    server_r2
+        .send_no_wait(Sendable::raw(&b"new"[..]).tag(&b"new"[..]))
+        .await
+        .unwrap();
+    let d2 = r2.recv().await.unwrap();
+    assert_eq!(d2.delivery_id, d1.delivery_id, "delivery ids restart");
+    let s2 = open_sender(&new, "s2", "q2").await;
+    assert_eq!(s2.local_attach().handle, s1.local_attach().handle);
+    let (_, server_s2) = next_server_receiver(&mut rx).await;
+
+    let e = settler1
+        .settle(d1.delivery_id, sb_amqp::Outcome::Accepted)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::SessionEnded(_)), "{e:?}");
+    let e = s1.send_settled(data_message(b"for q1")).await.unwrap_err();
+    assert!(
+        matches!(e, Error::SessionEnded(_) | Error::LinkDetached(_)),
+        "{e:?}"
+    );
+    // The new links work, and s2's send is a round trip behind anything the stale handles
+    // could have written: nothing of theirs arrived.
+    s2.send_settled(data_message(b"for q2")).await.unwrap();
+    assert_eq!(body_bytes(&server_s2.recv().await.unwrap()), b"for q2");
+    assert!(server_s2.try_recv().unwrap().is_none());
+    assert!(
+        server_r2.next_disposition().now_or_never().is_none(),
+        "the new session's delivery is still unsettled"
+    );
+    r2.accept(&d2).await.unwrap();
+    let d = server_r2.next_disposition().await.unwrap();
+    assert_eq!(&d.delivery_tag[..], b"new");
 }

@@ -118,3 +118,48 @@ async fn request_response_correlates_and_survives_cancellation() {
         Some(MessageId::Ulong(_))
     ));
 }
+
+/// Issue 39, F8: the service detaches only the request link of a pair (its reply link lives
+/// on): the pair reports itself failed, so its owner attaches a new one instead of sending on
+/// a link that is gone.
+#[tokio::test]
+async fn a_pair_whose_request_link_is_detached_reports_itself_failed() {
+    use sb_amqp::{AmqpError, Error, condition};
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let addr = spawn_server(ServerOptions::default(), move |mut conn| {
+        let tx = tx.clone();
+        async move {
+            while let Some(ConnectionEvent::Link(req)) = conn.next_event().await {
+                if req.is_peer_sender() {
+                    let r = req.accept_receiver(LinkAnswer::default()).await.unwrap();
+                    tx.send(r).unwrap();
+                } else {
+                    let s = req.accept_sender(LinkAnswer::default()).await.unwrap();
+                    // The reply link stays attached.
+                    tokio::spawn(async move {
+                        let _reply_link = s;
+                        std::future::pending::<()>().await
+                    });
+                }
+            }
+        }
+    })
+    .await;
+    let conn = connect(addr).await;
+    let session = conn.begin().await.unwrap();
+    let rr = RequestResponse::attach(&session, "$management")
+        .await
+        .unwrap();
+    assert!(rr.error().is_none());
+    let request_link = rx.recv().await.unwrap();
+    request_link
+        .detach_with_error(AmqpError::new(condition::DETACH_FORCED, None))
+        .await
+        .unwrap();
+    assert!(matches!(rr.error(), Some(Error::LinkDetached(_))));
+    let e = rr
+        .request(Message::builder().value("ping").build())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::LinkDetached(_)), "{e:?}");
+}
