@@ -94,6 +94,17 @@ pub struct Message {
     /// The body bytes.
     #[cfg_attr(feature = "serde", serde(with = "body"))]
     pub body: Bytes,
+    /// The Service Bus partition key (`x-opt-partition-key`): the partition of a partitioned
+    /// entity. With a session id it must equal it.
+    pub partition_key: Option<String>,
+    /// How long the message lives on the entity (the header's `ttl`); the entity's default
+    /// when `None` (Service Bus keeps the smaller of the two).
+    pub time_to_live: Option<std::time::Duration>,
+    /// The AMQP `to` address (Service Bus `To`): for the application, the broker does not
+    /// route on it.
+    pub to: Option<String>,
+    /// The AMQP `reply-to` address (Service Bus `ReplyTo`): where a reply should go.
+    pub reply_to: Option<String>,
 }
 
 /// The body as a string when it is UTF-8 (readable JSON bodies), else as bytes.
@@ -157,6 +168,34 @@ impl Message {
     #[must_use]
     pub fn with_correlation_id(mut self, correlation_id: impl Into<String>) -> Self {
         self.correlation_id = Some(correlation_id.into());
+        self
+    }
+
+    /// The message with `partition_key` (Service Bus `PartitionKey`).
+    #[must_use]
+    pub fn with_partition_key(mut self, partition_key: impl Into<String>) -> Self {
+        self.partition_key = Some(partition_key.into());
+        self
+    }
+
+    /// The message with a time-to-live (Service Bus `TimeToLive`).
+    #[must_use]
+    pub fn with_time_to_live(mut self, time_to_live: std::time::Duration) -> Self {
+        self.time_to_live = Some(time_to_live);
+        self
+    }
+
+    /// The message with the `to` address (Service Bus `To`).
+    #[must_use]
+    pub fn with_to(mut self, to: impl Into<String>) -> Self {
+        self.to = Some(to.into());
+        self
+    }
+
+    /// The message with the `reply-to` address (Service Bus `ReplyTo`).
+    #[must_use]
+    pub fn with_reply_to(mut self, reply_to: impl Into<String>) -> Self {
+        self.reply_to = Some(reply_to.into());
         self
     }
 

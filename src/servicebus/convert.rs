@@ -42,6 +42,10 @@ impl From<&client::ServiceBusReceivedMessage> for Message {
                 .filter_map(|(k, v)| Some((k.clone(), property_from_client(v)?)))
                 .collect(),
             body: received.body.clone(),
+            partition_key: received.partition_key.clone(),
+            time_to_live: received.time_to_live,
+            to: received.to.clone(),
+            reply_to: received.reply_to.clone(),
         }
     }
 }
@@ -54,6 +58,10 @@ impl From<Message> for client::ServiceBusMessage {
         sent.subject = message.subject;
         sent.content_type = message.content_type;
         sent.session_id = message.session_id;
+        sent.partition_key = message.partition_key;
+        sent.time_to_live = message.time_to_live;
+        sent.to = message.to;
+        sent.reply_to = message.reply_to;
         sent.application_properties = message
             .application_properties
             .iter()

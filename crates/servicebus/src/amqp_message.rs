@@ -236,19 +236,44 @@ pub(crate) fn from_amqp(message: &AnyMessage, tag: &[u8]) -> Received {
             locked_until,
             sequence_number,
             enqueued_time,
+            partition_key: match message_annotation(annotation::PARTITION_KEY) {
+                Some(Value::String(key)) => Some(key.clone()),
+                _ => None,
+            },
+            time_to_live: message
+                .header
+                .as_ref()
+                .and_then(|h| h.ttl)
+                .map(|ms| Duration::from_millis(u64::from(ms))),
+            to: properties.and_then(|p| p.to.clone()),
+            reply_to: properties.and_then(|p| p.reply_to.clone()),
         },
     }
 }
 
 /// Builds the AMQP message for a send: properties, application properties and one data
-/// section, with the options' TTL and scheduled enqueue time.
+/// section, with the TTL (the options', else the message's), the scheduled enqueue time and the
+/// partition key. As .NET's `AmqpMessageConverter.SBMessageToAmqpMessage`
+/// (Azure/azure-sdk-for-net, `sdk/servicebus/Azure.Messaging.ServiceBus/src/Amqp/
+/// AmqpMessageConverter.cs`): `to`, `reply-to` and `group-id` in the properties; a TTL in the
+/// header's `ttl` with `creation-time` now and `absolute-expiry-time` = creation + TTL; the
+/// scheduled time and the partition key as the message annotations
+/// `x-opt-scheduled-enqueue-time` and `x-opt-partition-key`.
 pub(crate) fn to_amqp(message: &ServiceBusMessage, options: &SendOptions) -> AmqpMessage<Data> {
+    let time_to_live = options.time_to_live.or(message.time_to_live);
+    let created = time_to_live.map(|_| SystemTime::now());
     let properties = Properties {
         message_id: message.message_id.clone().map(MessageId::String),
         correlation_id: message.correlation_id.clone().map(MessageId::String),
         subject: message.subject.clone(),
         content_type: message.content_type.clone().map(Symbol::from),
         group_id: message.session_id.clone(),
+        to: message.to.clone(),
+        reply_to: message.reply_to.clone(),
+        creation_time: created.map(system_to_timestamp),
+        absolute_expiry_time: created
+            .zip(time_to_live)
+            .map(|(at, ttl)| expiry_timestamp(at, ttl)),
         ..Properties::default()
     };
     let application_properties = (!message.application_properties.is_empty()).then(|| {
@@ -258,26 +283,39 @@ pub(crate) fn to_amqp(message: &ServiceBusMessage, options: &SendOptions) -> Amq
         }
         builder.build()
     });
-    let header = options.time_to_live.map(|ttl| Header {
+    let header = time_to_live.map(|ttl| Header {
         ttl: Some(u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX)),
         ..Header::default()
     });
+    let mut annotations = OrderedMap::new();
+    if let Some(at) = options.scheduled_enqueue_time {
+        annotations.insert(
+            OwnedKey::Symbol(Symbol::from(annotation::SCHEDULED_ENQUEUE_TIME)),
+            Value::Timestamp(system_to_timestamp(at)),
+        );
+    }
+    if let Some(key) = &message.partition_key {
+        annotations.insert(
+            OwnedKey::Symbol(Symbol::from(annotation::PARTITION_KEY)),
+            Value::String(key.clone()),
+        );
+    }
     AmqpMessage {
         header,
         delivery_annotations: None,
-        message_annotations: options.scheduled_enqueue_time.map(|at| {
-            let mut map = OrderedMap::new();
-            map.insert(
-                OwnedKey::Symbol(Symbol::from(annotation::SCHEDULED_ENQUEUE_TIME)),
-                Value::Timestamp(system_to_timestamp(at)),
-            );
-            MessageAnnotations(map)
-        }),
+        message_annotations: (!annotations.is_empty()).then_some(MessageAnnotations(annotations)),
         properties: Some(properties),
         application_properties,
         body: Data(Binary::from(message.body.to_vec())),
         footer: None,
     }
+}
+
+/// `at + ttl` as an AMQP timestamp, capped at the largest one (.NET caps at
+/// `AmqpConstants.MaxAbsoluteExpiryTime` the same way).
+fn expiry_timestamp(at: SystemTime, ttl: Duration) -> Timestamp {
+    at.checked_add(ttl)
+        .map_or(Timestamp::from_milliseconds(i64::MAX), system_to_timestamp)
 }
 
 #[cfg(test)]
