@@ -43,12 +43,20 @@ macro_rules! millis {
     };
 }
 
+/// A session row waits while an earlier row of its session is leased or backing off, as on
+/// PostgreSQL (`src/store/postgres/outbox.rs`); rows a consumer is still writing are read past.
 const CLAIM: &str = concat!(
     "WITH due AS (
-        SELECT TOP (@P4) * FROM sb_outbox WITH (UPDLOCK, ROWLOCK, READPAST)
+        SELECT TOP (@P4) * FROM sb_outbox AS r WITH (UPDLOCK, ROWLOCK, READPAST)
          WHERE dispatched_at IS NULL AND (lease_until IS NULL OR lease_until <= ",
     at!("@P3"),
     ")
+           AND (session_id IS NULL OR NOT EXISTS (
+                SELECT 1 FROM sb_outbox AS e WITH (READPAST)
+                 WHERE e.destination = r.destination AND e.session_id = r.session_id
+                   AND e.id < r.id AND e.dispatched_at IS NULL AND e.lease_until > ",
+    at!("@P3"),
+    "))
          ORDER BY id)
      UPDATE due SET lease_until = ",
     at!("@P1"),

@@ -16,10 +16,17 @@ use crate::store::{
     unreadable,
 };
 
+/// A session row is skipped while an earlier row of its (destination, session id) waits: leased
+/// by a relay (in flight) or backing off after a failure (its `lease_until` is its due time).
+/// The session's rows thus go out in id order across relays, passes and restarts.
 const CLAIM: &str = "UPDATE sb_outbox AS o
     SET lease_until = $1, lease_token = $2, attempts = o.attempts + 1
-   FROM (SELECT id FROM sb_outbox
+   FROM (SELECT id FROM sb_outbox AS r
           WHERE dispatched_at IS NULL AND (lease_until IS NULL OR lease_until <= $3)
+            AND (session_id IS NULL OR NOT EXISTS (
+                 SELECT 1 FROM sb_outbox AS e
+                  WHERE e.destination = r.destination AND e.session_id = r.session_id
+                    AND e.id < r.id AND e.dispatched_at IS NULL AND e.lease_until > $3))
           ORDER BY id
           LIMIT $4
           FOR UPDATE SKIP LOCKED) AS due

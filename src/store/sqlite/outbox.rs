@@ -17,14 +17,22 @@ use crate::store::{
     properties_from_json, time_to_live, unix_millis, unreadable,
 };
 
+/// A session row waits while an earlier row of its session is leased or backing off, as on
+/// PostgreSQL (`src/store/postgres/outbox.rs`).
 const CLAIM: &str = "UPDATE sb_outbox
     SET lease_until = strftime('%Y-%m-%dT%H:%M:%fZ', ?1 / 1000.0, 'unixepoch'),
         lease_token = ?2,
         attempts = attempts + 1
-  WHERE id IN (SELECT id FROM sb_outbox
+  WHERE id IN (SELECT id FROM sb_outbox AS r
                 WHERE dispatched_at IS NULL
                   AND (lease_until IS NULL
                        OR lease_until <= strftime('%Y-%m-%dT%H:%M:%fZ', ?3 / 1000.0, 'unixepoch'))
+                  AND (session_id IS NULL OR NOT EXISTS (
+                       SELECT 1 FROM sb_outbox AS e
+                        WHERE e.destination = r.destination AND e.session_id = r.session_id
+                          AND e.id < r.id AND e.dispatched_at IS NULL
+                          AND e.lease_until
+                              > strftime('%Y-%m-%dT%H:%M:%fZ', ?3 / 1000.0, 'unixepoch')))
                 ORDER BY id
                 LIMIT ?4)
   RETURNING id, message_id, destination, subject, correlation_id, content_type,
