@@ -361,7 +361,11 @@ mod tests {
                 "{prefix}"
             );
             assert_eq!(opened.contract, Contract::new("orders.order-placed", 1));
-            assert_eq!(opened.headers.get("id"), Some(&"e-1".into()), "attributes win");
+            assert_eq!(
+                opened.headers.get("id"),
+                Some(&"e-1".into()),
+                "attributes win"
+            );
             let other = reader().open(&second).unwrap();
             assert_ne!(opened.id, other.id, "{prefix}: distinct events");
 
@@ -504,4 +508,3 @@ fn binary_attributes(message: &Message) -> Result<(Headers, Headers), Rejection>
     }
     Ok((attributes, plain))
 }
-
