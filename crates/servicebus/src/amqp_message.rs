@@ -133,7 +133,13 @@ fn property_value(value: &SimpleValue) -> Option<PropertyValue> {
         SimpleValue::Ubyte(n) => PropertyValue::Long(i64::from(*n)),
         SimpleValue::Ushort(n) => PropertyValue::Long(i64::from(*n)),
         SimpleValue::Uint(n) => PropertyValue::Long(i64::from(*n)),
-        SimpleValue::Ulong(n) => PropertyValue::Long(i64::try_from(*n).unwrap_or(i64::MAX)),
+        // Above i64::MAX a ulong has no Long: its decimal text keeps distinct values distinct
+        // (clamped to i64::MAX, distinct ids read alike and all but one were dropped as
+        // duplicates).
+        SimpleValue::Ulong(n) => match i64::try_from(*n) {
+            Ok(n) => PropertyValue::Long(n),
+            Err(_) => PropertyValue::String(n.to_string()),
+        },
         SimpleValue::Byte(n) => PropertyValue::Long(i64::from(*n)),
         SimpleValue::Short(n) => PropertyValue::Long(i64::from(*n)),
         SimpleValue::Int(n) => PropertyValue::Long(i64::from(*n)),
@@ -355,7 +361,11 @@ mod tests {
         let encoded = sb_amqp::encode_message(&to_amqp(&message, &options)).unwrap();
         let decoded = sb_amqp::decode_message(&encoded).unwrap();
         let received = from_amqp(&decoded, &[]);
-        assert_eq!(received.message.to_message(), message);
+        // The options' TTL reads back as the message's.
+        assert_eq!(
+            received.message.to_message(),
+            message.with_time_to_live(Duration::from_secs(5))
+        );
         assert_eq!(received.message.delivery_count, 0);
         let annotations = decoded.message_annotations.clone().unwrap();
         let scheduled = annotations
@@ -403,6 +413,50 @@ mod tests {
             (text.as_str(), refusal.reason),
             ("amqp:ulong:42", dead_letter_reason::INVALID_MESSAGE_ID)
         );
+    }
+
+    /// Issue 40, minor 8: ulongs past `i64::MAX` read as their decimal text, so two of them
+    /// stay two values (a raw reader keys on them); smaller ones stay `Long`.
+    #[test]
+    fn large_ulong_properties_keep_their_value() {
+        let big = 1_u64 << 63;
+        let read = |n: u64| property_value(&SimpleValue::Ulong(n));
+        assert_eq!(read(big), Some(PropertyValue::String(big.to_string())));
+        assert_eq!(
+            read(u64::MAX),
+            Some(PropertyValue::String("18446744073709551615".into()))
+        );
+        assert_ne!(read(big), read(big + 1));
+        assert_eq!(read(7), Some(PropertyValue::Long(7)));
+    }
+
+    /// Issue 40 (outbox publishing): the partition key, `to`, `reply-to` and a TTL go out as
+    /// .NET's `AmqpMessageConverter` writes them (annotation `x-opt-partition-key`; properties
+    /// `to`, `reply-to`, `creation-time`, `absolute-expiry-time` = creation + TTL; header `ttl`)
+    /// and read back.
+    #[test]
+    fn publishing_fields_go_out_as_the_sdk_writes_them() {
+        let message = ServiceBusMessage::new("{}")
+            .with_message_id("m-1")
+            .with_session_id("s-1")
+            .with_partition_key("s-1")
+            .with_to("audit")
+            .with_reply_to("replies")
+            .with_time_to_live(Duration::from_secs(90));
+        let encoded = sb_amqp::encode_message(&to_amqp(&message, &SendOptions::default())).unwrap();
+        let decoded = sb_amqp::decode_message(&encoded).unwrap();
+        let properties = decoded.properties.clone().unwrap();
+        let created = properties.creation_time.unwrap().milliseconds();
+        let expires = properties.absolute_expiry_time.unwrap().milliseconds();
+        assert_eq!(expires - created, 90_000);
+        assert_eq!(decoded.header.clone().unwrap().ttl, Some(90_000));
+        let key = symbol_entry(
+            decoded.message_annotations.as_ref().map(|a| &a.0),
+            annotation::PARTITION_KEY,
+        );
+        assert_eq!(key, Some(&Value::String("s-1".into())));
+        let received = from_amqp(&decoded, &[]).message;
+        assert_eq!(received.to_message(), message);
     }
 
     #[test]

@@ -22,8 +22,8 @@ use sb_amqp::servicebus::dead_letter;
 pub const TYPED_MESSAGE_ID_PREFIX: &str = "amqp:";
 
 /// An application property value: the subset of AMQP simple types Service Bus carries (any
-/// integer read as `Long`, any float as `Double`, a uuid as its text, a timestamp as its
-/// milliseconds since the epoch).
+/// integer read as `Long`, but a ulong above `i64::MAX` as its decimal text, any float as
+/// `Double`, a uuid as its text, a timestamp as its milliseconds since the epoch).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum PropertyValue {
