@@ -218,6 +218,19 @@ impl Message {
         self
     }
 
+    /// The message without the inbox's own application properties
+    /// ([`INBOX_PROPERTY_PREFIX`]: the logical id, the retry count, …), for a handler that
+    /// forwards a message it received through the [`Sender`](crate::Sender) port: they
+    /// describe this hop, and copied through, the next consumer would key its inbox on this
+    /// message's logical id (the relay strips them from outbox rows the same way). The port
+    /// itself leaves them: delayed retries and resubmissions send through it and need them.
+    #[must_use]
+    pub fn forwardable(mut self) -> Self {
+        self.application_properties
+            .retain(|name, _| !name.starts_with(INBOX_PROPERTY_PREFIX));
+        self
+    }
+
     /// A message with an id, a subject (contract) and a body.
     pub fn new(
         message_id: impl Into<String>,
@@ -231,6 +244,28 @@ impl Message {
             body: body.into(),
             ..Message::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 40, minor 16: a forwarded message drops the inbox's properties and keeps the
+    /// producer's.
+    #[test]
+    fn a_forwardable_message_has_no_inbox_properties() {
+        let message = Message::new("m-1", "orders.order-placed.v1", "{}")
+            .with_property("sb-inbox-logical-id", "m-0")
+            .with_property("sb-inbox-retry-attempt", 2_i64)
+            .with_property("tenant", "contoso")
+            .forwardable();
+        let names: Vec<&str> = message
+            .application_properties
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(names, ["tenant"]);
     }
 }
 

@@ -247,8 +247,13 @@ impl<'a> Plan<'a> {
         }
     }
 
-    /// The outcome, the windows and the keys still held, for the relay to keep.
+    /// The outcome, the windows and the keys still held, for the relay to keep. Only the
+    /// windows of destinations this pass sent to are kept (one absent starts at 1 again), so
+    /// the map holds no more than a pass's destinations however many were ever used.
     pub(super) fn finish(self) -> (Outcome, HashMap<String, usize>, HashMap<Key, SystemTime>) {
-        (self.outcome, self.windows, self.held)
+        let mut windows = self.windows;
+        windows
+            .retain(|destination, window| *window > 1 && self.in_flight.contains_key(destination));
+        (self.outcome, windows, self.held)
     }
 }

@@ -26,7 +26,7 @@ mod sender_port;
 mod session;
 
 pub use receiver::ServiceBusDelivery;
-pub use resubmit::{RESUBMISSION_PROPERTY, resubmission};
+pub use resubmit::{RESUBMISSION_PROPERTY, resubmission, resubmission_of};
 #[cfg(feature = "entra")]
 pub use sb_servicebus::EntraProvider;
 #[cfg(feature = "fuzzing")]
