@@ -73,19 +73,19 @@ impl OutboxRow {
     /// scheduled enqueue time is not part of it: the relay hands it to the sender beside it.
     pub fn to_message(&self) -> Message {
         let message = &self.message;
-        let mut out = Message::default();
-        out.message_id = Some(message.message_id.clone());
-        out.correlation_id.clone_from(&message.correlation_id);
-        out.subject.clone_from(&message.subject);
-        out.session_id.clone_from(&message.session_id);
-        out.partition_key.clone_from(&message.partition_key);
-        out.time_to_live = message.time_to_live;
-        out.to.clone_from(&message.to);
-        out.reply_to.clone_from(&message.reply_to);
-        out.content_type.clone_from(&message.content_type);
-        out.application_properties = without_inbox_properties(&message.application_properties);
-        out.body = message.body.clone().into();
-        out
+        Message {
+            message_id: Some(message.message_id.clone()),
+            correlation_id: message.correlation_id.clone(),
+            subject: message.subject.clone(),
+            content_type: message.content_type.clone(),
+            session_id: message.session_id.clone(),
+            application_properties: without_inbox_properties(&message.application_properties),
+            body: message.body.clone().into(),
+            partition_key: message.partition_key.clone(),
+            time_to_live: message.time_to_live,
+            to: message.to.clone(),
+            reply_to: message.reply_to.clone(),
+        }
     }
 }
 

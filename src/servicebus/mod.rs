@@ -43,4 +43,4 @@ pub use sb_servicebus::{
     TrustError, TrustRoots, admin, error, sign_sas,
 };
 #[allow(deprecated)]
-pub use sender_port::{ServiceBusPublisher, ServiceBusSenderPort};
+pub use sender_port::{SENDER_IDLE, ServiceBusPublisher, ServiceBusSenderPort};

@@ -408,7 +408,7 @@ impl Sender for Flaky {
         message: Message,
         at: Option<SystemTime>,
     ) -> Result<(), SendFailure> {
-        if (self.calls.fetch_add(1, Ordering::SeqCst) + 1) % self.every == 0 {
+        if (self.calls.fetch_add(1, Ordering::SeqCst) + 1).is_multiple_of(self.every) {
             self.failed.fetch_add(1, Ordering::SeqCst);
             return Err(SendFailure::Transient("server-busy (injected)".into()));
         }

@@ -245,6 +245,45 @@ fn is_json(content_type: &str) -> bool {
     media == "application/json" || media == "text/json" || media.ends_with("+json")
 }
 
+/// A binary-mode event's attributes (the `cloudEvents_`/`cloudEvents:` application properties,
+/// prefix removed) apart from its plain application properties. Only prefixed properties are
+/// attributes: the AMQP binding maps each attribute to a prefixed property, so a plain `id`,
+/// `source` or `type` property is the producer's own header and never fills an attribute (it
+/// overrode `cloudEvents_id` once, and distinct events shared one logical id). Both prefixes
+/// name one attribute: the first seen (`:` sorts before `_`) is kept, as the binding gives
+/// neither precedence.
+fn binary_attributes(message: &Message) -> Result<(Headers, Headers), Rejection> {
+    let mut attributes = Headers::new();
+    let mut plain = Headers::new();
+    let mut seen = 0;
+    for (name, value) in &message.application_properties {
+        let attribute = CLOUDEVENTS_PREFIXES
+            .iter()
+            .find_map(|prefix| name.strip_prefix(prefix));
+        let Some(attribute) = attribute else {
+            plain.insert(name.clone(), value.clone());
+            continue;
+        };
+        seen += 1;
+        if seen > MAX_ENVELOPE_HEADERS {
+            return Err(Rejection::new(
+                DeadLetterReason::InvalidPayload,
+                format!("the CloudEvent has more than {MAX_ENVELOPE_HEADERS} attributes"),
+            ));
+        }
+        attributes
+            .entry(attribute.to_owned())
+            .or_insert_with(|| value.clone());
+    }
+    if seen == 0 {
+        return Err(Rejection::new(
+            DeadLetterReason::MissingContract,
+            "the message is neither a structured CloudEvent (application/cloudevents+json) nor a binary one (no cloudEvents_ application properties)",
+        ));
+    }
+    Ok((attributes, plain))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -468,43 +507,4 @@ mod tests {
             assert!(!rejection.description.contains(secret), "{rejection}");
         }
     }
-}
-
-/// A binary-mode event's attributes (the `cloudEvents_`/`cloudEvents:` application properties,
-/// prefix removed) apart from its plain application properties. Only prefixed properties are
-/// attributes: the AMQP binding maps each attribute to a prefixed property, so a plain `id`,
-/// `source` or `type` property is the producer's own header and never fills an attribute (it
-/// overrode `cloudEvents_id` once, and distinct events shared one logical id). Both prefixes
-/// name one attribute: the first seen (`:` sorts before `_`) is kept, as the binding gives
-/// neither precedence.
-fn binary_attributes(message: &Message) -> Result<(Headers, Headers), Rejection> {
-    let mut attributes = Headers::new();
-    let mut plain = Headers::new();
-    let mut seen = 0;
-    for (name, value) in &message.application_properties {
-        let attribute = CLOUDEVENTS_PREFIXES
-            .iter()
-            .find_map(|prefix| name.strip_prefix(prefix));
-        let Some(attribute) = attribute else {
-            plain.insert(name.clone(), value.clone());
-            continue;
-        };
-        seen += 1;
-        if seen > MAX_ENVELOPE_HEADERS {
-            return Err(Rejection::new(
-                DeadLetterReason::InvalidPayload,
-                format!("the CloudEvent has more than {MAX_ENVELOPE_HEADERS} attributes"),
-            ));
-        }
-        attributes
-            .entry(attribute.to_owned())
-            .or_insert_with(|| value.clone());
-    }
-    if seen == 0 {
-        return Err(Rejection::new(
-            DeadLetterReason::MissingContract,
-            "the message is neither a structured CloudEvent (application/cloudevents+json) nor a binary one (no cloudEvents_ application properties)",
-        ));
-    }
-    Ok((attributes, plain))
 }
