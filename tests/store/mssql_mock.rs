@@ -542,8 +542,9 @@ async fn mock_outbox_claim_backlog_and_retention() {
     let rows = store
         .claim_outbox(now, &OutboxLease::new(now + Duration::from_secs(60)), 10)
         .await
-        .unwrap()
-        .rows;
+        .unwrap();
+    assert!(rows.unreadable.is_empty(), "{:?}", rows.unreadable);
+    let rows = rows.rows;
     assert_eq!(
         rows.iter().map(|r| (r.id, r.attempts)).collect::<Vec<_>>(),
         [(4, 1), (9, 2)]

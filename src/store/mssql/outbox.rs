@@ -52,7 +52,7 @@ const CLAIM: &str = concat!(
     at!("@P3"),
     ")
            AND (session_id IS NULL OR NOT EXISTS (
-                SELECT 1 FROM sb_outbox AS e WITH (READPAST)
+                SELECT e.id FROM sb_outbox AS e WITH (READPAST)
                  WHERE e.destination = r.destination AND e.session_id = r.session_id
                    AND e.id < r.id AND e.dispatched_at IS NULL AND e.lease_until > ",
     at!("@P3"),

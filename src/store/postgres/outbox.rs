@@ -24,7 +24,7 @@ const CLAIM: &str = "UPDATE sb_outbox AS o
    FROM (SELECT id FROM sb_outbox AS r
           WHERE dispatched_at IS NULL AND (lease_until IS NULL OR lease_until <= $3)
             AND (session_id IS NULL OR NOT EXISTS (
-                 SELECT 1 FROM sb_outbox AS e
+                 SELECT e.id FROM sb_outbox AS e
                   WHERE e.destination = r.destination AND e.session_id = r.session_id
                     AND e.id < r.id AND e.dispatched_at IS NULL AND e.lease_until > $3))
           ORDER BY id

@@ -28,7 +28,7 @@ const CLAIM: &str = "UPDATE sb_outbox
                   AND (lease_until IS NULL
                        OR lease_until <= strftime('%Y-%m-%dT%H:%M:%fZ', ?3 / 1000.0, 'unixepoch'))
                   AND (session_id IS NULL OR NOT EXISTS (
-                       SELECT 1 FROM sb_outbox AS e
+                       SELECT e.id FROM sb_outbox AS e
                         WHERE e.destination = r.destination AND e.session_id = r.session_id
                           AND e.id < r.id AND e.dispatched_at IS NULL
                           AND e.lease_until
