@@ -164,9 +164,9 @@ pub use runtime::envelope;
 
 pub use ports::{
     BacklogSample, Delivery, DuplicateScope, ErrorKind, INBOX_PROPERTY_PREFIX, Message,
-    OutboxBacklog, OutboxLease, OutboxMessage, OutboxRow, OutboxStore, PropertyValue, ReceiveError,
-    Receiver, RetentionStore, Savepoint, SendFailure, Sender, SessionReceiver, SessionSource,
-    SettleError, Source, Store, StoreError, Tx, VersionCheck,
+    OutboxBacklog, OutboxClaim, OutboxLease, OutboxMessage, OutboxRow, OutboxStore, PropertyValue,
+    ReceiveError, Receiver, RetentionStore, Savepoint, SendFailure, Sender, SessionReceiver,
+    SessionSource, SettleError, Source, Store, StoreError, Tx, UnreadableRow, VersionCheck,
 };
 pub use runtime::{
     BoxError, Circuit, CircuitConfig, CircuitPhase, Clock, ConsumerName, ConsumerNameError,

@@ -94,6 +94,17 @@ pub struct Message {
     /// The body bytes.
     #[cfg_attr(feature = "serde", serde(with = "body"))]
     pub body: Bytes,
+    /// The Service Bus partition key (`x-opt-partition-key`): the partition of a partitioned
+    /// entity. With a session id it must equal it.
+    pub partition_key: Option<String>,
+    /// How long the message lives on the entity (the header's `ttl`); the entity's default
+    /// when `None` (Service Bus keeps the smaller of the two).
+    pub time_to_live: Option<std::time::Duration>,
+    /// The AMQP `to` address (Service Bus `To`): for the application, the broker does not
+    /// route on it.
+    pub to: Option<String>,
+    /// The AMQP `reply-to` address (Service Bus `ReplyTo`): where a reply should go.
+    pub reply_to: Option<String>,
 }
 
 /// The body as a string when it is UTF-8 (readable JSON bodies), else as bytes.
@@ -160,6 +171,34 @@ impl Message {
         self
     }
 
+    /// The message with `partition_key` (Service Bus `PartitionKey`).
+    #[must_use]
+    pub fn with_partition_key(mut self, partition_key: impl Into<String>) -> Self {
+        self.partition_key = Some(partition_key.into());
+        self
+    }
+
+    /// The message with a time-to-live (Service Bus `TimeToLive`).
+    #[must_use]
+    pub fn with_time_to_live(mut self, time_to_live: std::time::Duration) -> Self {
+        self.time_to_live = Some(time_to_live);
+        self
+    }
+
+    /// The message with the `to` address (Service Bus `To`).
+    #[must_use]
+    pub fn with_to(mut self, to: impl Into<String>) -> Self {
+        self.to = Some(to.into());
+        self
+    }
+
+    /// The message with the `reply-to` address (Service Bus `ReplyTo`).
+    #[must_use]
+    pub fn with_reply_to(mut self, reply_to: impl Into<String>) -> Self {
+        self.reply_to = Some(reply_to.into());
+        self
+    }
+
     /// The message with `content_type` (`application/json` by [`Message::new`]).
     #[must_use]
     pub fn with_content_type(mut self, content_type: impl Into<String>) -> Self {
@@ -179,6 +218,19 @@ impl Message {
         self
     }
 
+    /// The message without the inbox's own application properties
+    /// ([`INBOX_PROPERTY_PREFIX`]: the logical id, the retry count, …), for a handler that
+    /// forwards a message it received through the [`Sender`](crate::Sender) port: they
+    /// describe this hop, and copied through, the next consumer would key its inbox on this
+    /// message's logical id (the relay strips them from outbox rows the same way). The port
+    /// itself leaves them: delayed retries and resubmissions send through it and need them.
+    #[must_use]
+    pub fn forwardable(mut self) -> Self {
+        self.application_properties
+            .retain(|name, _| !name.starts_with(INBOX_PROPERTY_PREFIX));
+        self
+    }
+
     /// A message with an id, a subject (contract) and a body.
     pub fn new(
         message_id: impl Into<String>,
@@ -192,6 +244,28 @@ impl Message {
             body: body.into(),
             ..Message::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 40, minor 16: a forwarded message drops the inbox's properties and keeps the
+    /// producer's.
+    #[test]
+    fn a_forwardable_message_has_no_inbox_properties() {
+        let message = Message::new("m-1", "orders.order-placed.v1", "{}")
+            .with_property("sb-inbox-logical-id", "m-0")
+            .with_property("sb-inbox-retry-attempt", 2_i64)
+            .with_property("tenant", "contoso")
+            .forwardable();
+        let names: Vec<&str> = message
+            .application_properties
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(names, ["tenant"]);
     }
 }
 

@@ -27,8 +27,8 @@ pub use delivery::{Delivery, ReceiveError, Receiver, SettleError, Source};
 pub use error::Cause;
 pub use message::{INBOX_PROPERTY_PREFIX, Message, PropertyValue, TYPED_MESSAGE_ID_PREFIX};
 pub use outbox::{
-    BacklogSample, MAX_RETENTION_BATCH, OutboxBacklog, OutboxLease, OutboxRow, OutboxStore,
-    RetentionStore,
+    BacklogSample, MAX_RETENTION_BATCH, OutboxBacklog, OutboxClaim, OutboxLease, OutboxRow,
+    OutboxStore, RetentionStore, UnreadableRow,
 };
 pub use sender::{SendFailure, Sender};
 pub use session::{SessionReceiver, SessionSource};

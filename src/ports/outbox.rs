@@ -69,24 +69,73 @@ impl OutboxRow {
 
     /// The message to publish: the row's fields under its stable message id, without the
     /// inbox's own properties ([`INBOX_PROPERTY_PREFIX`]): they belong to the hop that wrote
-    /// the row, and the next consumer would key its inbox on a copied logical id.
+    /// the row, and the next consumer would key its inbox on a copied logical id. The
+    /// scheduled enqueue time is not part of it: the relay hands it to the sender beside it.
     pub fn to_message(&self) -> Message {
         let message = &self.message;
         Message {
             message_id: Some(message.message_id.clone()),
             correlation_id: message.correlation_id.clone(),
             subject: message.subject.clone(),
-            // The outbox has no session column yet: relayed messages carry no session id.
-            session_id: None,
             content_type: message.content_type.clone(),
-            application_properties: message
-                .application_properties
-                .iter()
-                .filter(|(name, _)| !name.starts_with(INBOX_PROPERTY_PREFIX))
-                .map(|(name, value)| (name.clone(), value.clone()))
-                .collect(),
+            session_id: message.session_id.clone(),
+            application_properties: without_inbox_properties(&message.application_properties),
             body: message.body.clone().into(),
+            partition_key: message.partition_key.clone(),
+            time_to_live: message.time_to_live,
+            to: message.to.clone(),
+            reply_to: message.reply_to.clone(),
         }
+    }
+}
+
+/// `properties` without the inbox's own ([`INBOX_PROPERTY_PREFIX`]).
+pub(crate) fn without_inbox_properties(
+    properties: &std::collections::BTreeMap<String, super::PropertyValue>,
+) -> std::collections::BTreeMap<String, super::PropertyValue> {
+    properties
+        .iter()
+        .filter(|(name, _)| !name.starts_with(INBOX_PROPERTY_PREFIX))
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect()
+}
+
+/// A claimed row whose columns do not read back as a message: a row edited by hand, or one an
+/// older version wrote (a NaN property was stored as `null` before `append_outbox` refused
+/// it). The relay quarantines it (releases it with `reason` as its `last_error` and a growing
+/// backoff) and publishes the rest of the claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadableRow {
+    /// The row's identity.
+    pub id: i64,
+    /// Its destination and session id, when those columns read: the row holds back the later
+    /// rows of its ordering key as a failed send does.
+    pub key: Option<(String, Option<String>)>,
+    /// Claims of this row so far, this one included.
+    pub attempts: u32,
+    /// Why it does not read, for `last_error` (no row values).
+    pub reason: String,
+}
+
+/// What one claim leased: the rows that read as messages, in write order, and those that did
+/// not.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OutboxClaim {
+    /// Rows to publish, in id (write) order.
+    pub rows: Vec<OutboxRow>,
+    /// Rows leased that do not read as messages, in id order.
+    pub unreadable: Vec<UnreadableRow>,
+}
+
+impl OutboxClaim {
+    /// Rows leased in all.
+    pub fn len(&self) -> usize {
+        self.rows.len() + self.unreadable.len()
+    }
+
+    /// True when the claim leased nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -139,12 +188,15 @@ pub trait OutboxStore: Send + Sync + 'static {
     /// another claim is leasing right now are skipped, not waited for (PostgreSQL
     /// `FOR UPDATE SKIP LOCKED`, SQL Server `UPDLOCK, ROWLOCK, READPAST`; SQLite has one
     /// writer, so claims take turns), so concurrent claims get disjoint rows.
+    ///
+    /// Each row is read on its own: one that does not read back as a message comes back in
+    /// [`OutboxClaim::unreadable`], leased like the others, and never fails the claim.
     fn claim_outbox(
         &self,
         now: SystemTime,
         lease: &OutboxLease,
         limit: usize,
-    ) -> impl Future<Output = Result<Vec<OutboxRow>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<OutboxClaim, StoreError>> + Send;
 
     /// Marks rows of `lease` dispatched at `at`; returns how many it marked. A row whose lease
     /// was taken over by another claim is left to that claim (and not counted).

@@ -23,7 +23,8 @@ super::error::transient_or_permanent!(SendFailure);
 /// Sends messages to named destinations and waits for the broker to accept each.
 ///
 /// The outbox relay and delayed retries publish through this port; the Service Bus client
-/// implements it.
+/// implements it. It sends a message as given: a handler forwarding a message it received
+/// sends [`Message::forwardable`], without the inbox's own properties.
 pub trait Sender: Send + Sync + 'static {
     /// Sends `message` to `destination` (a queue or topic). With `scheduled_enqueue_time` the
     /// broker keeps the message invisible until then. `Ok` means the broker accepted it.

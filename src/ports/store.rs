@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use super::PropertyValue;
 
@@ -254,6 +255,25 @@ pub enum VersionCheck {
 ///
 /// The message id is fixed when the row is written, so every relay attempt publishes the same
 /// id and downstream consumers recognise a republished copy as a duplicate.
+///
+/// Besides the body and subject it carries what the Service Bus SDKs send on a
+/// `ServiceBusMessage`: a session id (required by session-enabled entities), a partition key, a
+/// scheduled enqueue time, a time-to-live, and the `to`, `reply-to` and correlation id
+/// properties. Each is a column of `sb_outbox` and goes out on the published message.
+///
+/// # Examples
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use sb_inbox::OutboxMessage;
+/// let message = OutboxMessage::new("shipments", "shipping.ship-order.v1", br#"{"orderId":"o-1"}"#.to_vec())
+///     .with_session_id("o-1")
+///     .with_time_to_live(Duration::from_secs(3600))
+///     .with_scheduled_enqueue_time(SystemTime::now() + Duration::from_secs(60))
+///     .with_correlation_id("o-1")
+///     .with_reply_to("shipping-replies")
+///     .with_property("tenant", "contoso");
+/// assert_eq!(message.session_id.as_deref(), Some("o-1"));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct OutboxMessage {
@@ -267,10 +287,26 @@ pub struct OutboxMessage {
     pub correlation_id: Option<String>,
     /// Content type of the body.
     pub content_type: Option<String>,
-    /// Application properties.
+    /// Application properties. Doubles must be finite: `append_outbox` refuses NaN and ±∞
+    /// (JSON, the column's encoding, has no spelling for them).
     pub application_properties: BTreeMap<String, PropertyValue>,
     /// Body bytes.
     pub body: Vec<u8>,
+    /// The session id (AMQP `group-id`), required by a session-enabled destination. The relay
+    /// publishes the rows of one (destination, session id) one at a time in write order.
+    pub session_id: Option<String>,
+    /// The partition key (`x-opt-partition-key`). With a session id it must equal it (as the
+    /// SDKs require); `append_outbox` refuses a row where they differ.
+    pub partition_key: Option<String>,
+    /// Keep the published message invisible until this time (`x-opt-scheduled-enqueue-time`).
+    pub scheduled_enqueue_time: Option<SystemTime>,
+    /// The published message's time-to-live (the header's `ttl`); the destination's default
+    /// when `None`. It counts from the publish, not from the commit.
+    pub time_to_live: Option<Duration>,
+    /// The `to` address of the published message.
+    pub to: Option<String>,
+    /// The `reply-to` address of the published message.
+    pub reply_to: Option<String>,
 }
 
 impl OutboxMessage {
@@ -284,7 +320,90 @@ impl OutboxMessage {
             content_type: Some("application/json".to_owned()),
             application_properties: BTreeMap::new(),
             body,
+            session_id: None,
+            partition_key: None,
+            scheduled_enqueue_time: None,
+            time_to_live: None,
+            to: None,
+            reply_to: None,
         }
+    }
+
+    /// The message with its stable id set to `message_id` (a business id makes a rewrite of
+    /// the same event a duplicate downstream).
+    #[must_use]
+    pub fn with_message_id(mut self, message_id: impl Into<String>) -> Self {
+        self.message_id = message_id.into();
+        self
+    }
+
+    /// The message with `correlation_id`.
+    #[must_use]
+    pub fn with_correlation_id(mut self, correlation_id: impl Into<String>) -> Self {
+        self.correlation_id = Some(correlation_id.into());
+        self
+    }
+
+    /// The message with `content_type` (`application/json` by [`OutboxMessage::new`]).
+    #[must_use]
+    pub fn with_content_type(mut self, content_type: impl Into<String>) -> Self {
+        self.content_type = Some(content_type.into());
+        self
+    }
+
+    /// The message with the application property `name` set to `value`.
+    #[must_use]
+    pub fn with_property(
+        mut self,
+        name: impl Into<String>,
+        value: impl Into<PropertyValue>,
+    ) -> Self {
+        self.application_properties
+            .insert(name.into(), value.into());
+        self
+    }
+
+    /// The message with `session_id`: for a session-enabled destination, published in write
+    /// order with the other rows of the same session.
+    #[must_use]
+    pub fn with_session_id(mut self, session_id: impl Into<String>) -> Self {
+        self.session_id = Some(session_id.into());
+        self
+    }
+
+    /// The message with `partition_key` (equal to the session id when both are set).
+    #[must_use]
+    pub fn with_partition_key(mut self, partition_key: impl Into<String>) -> Self {
+        self.partition_key = Some(partition_key.into());
+        self
+    }
+
+    /// The message scheduled for `at`: the broker keeps it invisible until then.
+    #[must_use]
+    pub fn with_scheduled_enqueue_time(mut self, at: SystemTime) -> Self {
+        self.scheduled_enqueue_time = Some(at);
+        self
+    }
+
+    /// The message with a time-to-live (counted from the publish).
+    #[must_use]
+    pub fn with_time_to_live(mut self, time_to_live: Duration) -> Self {
+        self.time_to_live = Some(time_to_live);
+        self
+    }
+
+    /// The message with the `to` address.
+    #[must_use]
+    pub fn with_to(mut self, to: impl Into<String>) -> Self {
+        self.to = Some(to.into());
+        self
+    }
+
+    /// The message with the `reply-to` address.
+    #[must_use]
+    pub fn with_reply_to(mut self, reply_to: impl Into<String>) -> Self {
+        self.reply_to = Some(reply_to.into());
+        self
     }
 }
 

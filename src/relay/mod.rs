@@ -4,24 +4,42 @@
 //! 1. **Claim** a batch of due rows in a short transaction of the store's own
 //!    ([`OutboxStore::claim_outbox`]): rows another relay is claiming are skipped, not waited
 //!    for, and each claimed row gets this pass's lease (a token and an end time from the
-//!    relay's clock).
-//! 2. **Publish** each row, outside any transaction, through the [`Sender`] port under the
-//!    message id fixed when the row was written, and await the broker's `accepted`; up to
-//!    [`RelayConfig::max_in_flight`] sends wait for their answer at once, so a broker a round
-//!    trip away costs one round trip per that many rows, not per row. A destination's window
-//!    opens like TCP's slow start: one send until one succeeded, doubling with each success,
-//!    one again after a failure.
-//! 3. **Mark** the accepted rows dispatched by id and lease token.
+//!    relay's clock). A row that does not read back as a message is returned apart and
+//!    **quarantined**: released with the reason as its `last_error` and a growing backoff,
+//!    while the rest of the claim goes on.
+//! 2. **Plan**: the rows go into lanes, one per ordering key, in id (write) order. The key is
+//!    (destination, session id) for a row with a session id, and the destination for a row
+//!    without one when [`RelayConfig::ordered`] is set; any other row is a lane of its own.
+//! 3. **Publish** each lane's rows one at a time, outside any transaction, through the
+//!    [`Sender`] port under the message id fixed when the row was written, and await the
+//!    broker's `accepted`. Lanes run side by side: up to [`RelayConfig::max_in_flight`] sends
+//!    wait for their answer at once, so a broker a round trip away costs one round trip per that
+//!    many rows, not per row. A destination's window opens like TCP's slow start: one send until
+//!    one succeeded, doubling with each success, one again after a failure.
+//! 4. **Hold** a lane when a row of it fails: the lane's later rows go back untried, due when
+//!    the failed row is, and the key is held in later passes until then, so nothing overtakes
+//!    the failed row. Other keys go on. A destination that failed transiently is not tried again
+//!    in the pass.
+//! 5. **Mark** the accepted rows dispatched by id and lease token, then release the failed and
+//!    untried ones.
 //!
-//! A relay that stops between 2 and 3 leaves its rows leased; once the lease ends another pass
+//! A relay that stops between 3 and 5 leaves its rows leased; once the lease ends another pass
 //! (of any relay) claims and publishes them again under the same ids: at most a duplicate,
 //! which downstream inboxes (and broker duplicate detection, within its window) drop; never a
-//! loss. Failed sends wait for an exponential backoff on the row (its `last_error` says why);
-//! a destination that failed transiently is not tried again in the same pass. No order is
-//! promised across relays.
+//! loss. Failed sends wait for an exponential backoff on the row (its `last_error` says why).
+//!
+//! # Order
+//! The rows of one (destination, session id) reach the broker in write order, one send at a
+//! time, across failures and relays: a claim skips a session row while an earlier row of its
+//! session is leased or backing off. Rows without a session id keep their destination's write
+//! order only with [`RelayConfig::ordered`], and then within one relay (the hold lives in the
+//! relay); without it they go out concurrently, in any order. Service Bus itself keeps order
+//! only within a session (its FIFO guarantee), so ordered consumers read a session-enabled
+//! entity.
 //!
 //! The relay sees only [`crate::ports`]: the worker hands it the Service Bus publisher.
 
+mod lanes;
 mod stats;
 
 use std::collections::HashMap;
@@ -35,8 +53,11 @@ use tokio_util::sync::CancellationToken;
 pub use crate::ports::BacklogSample;
 pub use stats::{RelayStats, RelayStatsSnapshot};
 
-use crate::ports::{OutboxBacklog, OutboxLease, OutboxRow, OutboxStore, Sender, StoreError};
+use crate::ports::{
+    OutboxBacklog, OutboxClaim, OutboxLease, OutboxRow, OutboxStore, Sender, StoreError,
+};
 use crate::runtime::{Clock, exponential_step};
+use lanes::{Key, Outcome, Plan};
 
 /// The longest wait before a failed row is tried again, and between failed claims.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -71,6 +92,11 @@ pub struct RelayConfig {
     /// Sends of one pass awaiting the broker's answer at once (at least 1). Each row is still
     /// marked only after its own `accepted`.
     pub max_in_flight: usize,
+    /// Publish the rows without a session id of each destination in write order, one at a
+    /// time, a failed row holding back the later ones. Off by default: such rows then go out
+    /// concurrently (Service Bus keeps order only within a session, so consumers that need
+    /// order read sessions, whose rows the relay always keeps in order).
+    pub ordered: bool,
 }
 
 impl RelayConfig {
@@ -101,16 +127,25 @@ impl RelayConfig {
         self.max_in_flight = max_in_flight;
         self
     }
+
+    /// Keep each destination's write order for rows without a session id too.
+    #[must_use]
+    pub fn with_ordered(mut self, ordered: bool) -> Self {
+        self.ordered = ordered;
+        self
+    }
 }
 
 impl Default for RelayConfig {
-    /// 100 rows per pass, polling every 500 ms, 60 s leases, 64 sends in flight.
+    /// 100 rows per pass, polling every 500 ms, 60 s leases, 64 sends in flight, order kept
+    /// per session only.
     fn default() -> Self {
         RelayConfig {
             batch_size: 100,
             poll_interval: Duration::from_millis(500),
             lease: Duration::from_secs(60),
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            ordered: false,
         }
     }
 }
@@ -127,8 +162,11 @@ pub struct Pass {
     pub marked: u64,
     /// Sends that failed.
     pub failed: usize,
-    /// Rows handed back untried (shutdown, a destination down, the lease half gone).
+    /// Rows handed back untried (shutdown, a destination down, the lease half gone, an
+    /// earlier row of their key failed).
     pub untried: usize,
+    /// Rows that did not read back as messages, quarantined (counted in `failed` too).
+    pub quarantined: usize,
 }
 
 /// The outbox relay over one store and one publisher.
@@ -173,6 +211,9 @@ pub struct Relay<S, P> {
     /// back to one after a failure. A destination that is down thus costs one failed send per
     /// pass, as when sends went one at a time, and a healthy one gets the full window.
     windows: std::sync::Mutex<HashMap<String, usize>>,
+    /// Ordering keys held back until their failed row is due again, carried from pass to
+    /// pass: a later claim's rows of the key must not overtake it.
+    held: std::sync::Mutex<HashMap<Key, SystemTime>>,
 }
 
 impl<S: OutboxStore, P: Sender> Relay<S, P> {
@@ -190,21 +231,29 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
             clock,
             stats: Arc::new(RelayStats::default()),
             windows: std::sync::Mutex::default(),
+            held: std::sync::Mutex::default(),
         }
     }
 
-    fn windows(&self) -> HashMap<String, usize> {
-        self.windows
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+    /// The windows and held keys carried from the last pass.
+    fn carried(&self) -> (HashMap<String, usize>, HashMap<Key, SystemTime>) {
+        fn copy<K: Clone, V: Clone>(map: &std::sync::Mutex<HashMap<K, V>>) -> HashMap<K, V> {
+            map.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone()
+        }
+        (copy(&self.windows), copy(&self.held))
     }
 
-    fn keep_windows(&self, windows: HashMap<String, usize>) {
+    fn carry(&self, windows: HashMap<String, usize>, held: HashMap<Key, SystemTime>) {
         *self
             .windows
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = windows;
+        *self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = held;
     }
 
     /// The publisher.
@@ -237,94 +286,104 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
     pub async fn relay_once(&self, stop: &CancellationToken) -> Result<Pass, StoreError> {
         let claimed_at = self.clock.now();
         let lease = OutboxLease::new(claimed_at + self.config.lease);
-        let rows = self
+        let claim = self
             .store
             .claim_outbox(claimed_at, &lease, self.config.batch_size)
             .await?;
-        self.stats.add_claimed(rows.len());
-        let send_until = claimed_at + self.config.lease / 2;
-        let mut pass = Pass {
-            claimed: rows.len(),
-            ..Pass::default()
-        };
-        let mut sent_ids = Vec::new();
-        let mut failed = Vec::new();
-        // Rows not tried, by the time they become due again.
-        let mut untried: HashMap<SystemTime, Vec<i64>> = HashMap::new();
-        // Destinations that failed transiently in this pass, with their backoff end.
-        let mut down: HashMap<&str, SystemTime> = HashMap::new();
+        self.stats.add_claimed(claim.len());
+        let outcome = self
+            .publish(&claim, stop, claimed_at + self.config.lease / 2)
+            .await;
+        self.settle(&lease, claim.len(), outcome).await
+    }
+
+    /// Steps 2 to 4: plans the claim in lanes and sends until every row is sent, failed or
+    /// handed back. No send starts once `stop` is cancelled or `send_until` has passed.
+    async fn publish(
+        &self,
+        claim: &OutboxClaim,
+        stop: &CancellationToken,
+        send_until: SystemTime,
+    ) -> Outcome {
+        let (windows, held) = self.carried();
+        let max_in_flight = self.config.max_in_flight;
+        let now = self.clock.now();
+        let mut plan = Plan::new(
+            claim,
+            self.config.ordered,
+            windows,
+            held,
+            max_in_flight,
+            now,
+        );
         let mut sending = FuturesUnordered::new();
-        let max_in_flight = self.config.max_in_flight.max(1);
-        let mut windows = self.windows();
-        let mut in_flight: HashMap<&str, usize> = HashMap::new();
-        let mut rows = rows.iter();
-        let mut waiting = None;
         loop {
-            // Start sends while there is room; a row of a destination found down meanwhile, or
-            // any row once stopping or past half the lease, waits for a later pass.
-            while let Some(row) = waiting.take().or_else(|| rows.next()) {
-                let destination = row.message.destination.as_str();
-                let now = self.clock.now();
-                if let Some(due) = down.get(destination) {
-                    untried.entry(*due).or_default().push(row.id);
-                    continue;
-                }
-                if stop.is_cancelled() || now >= send_until {
-                    untried.entry(now).or_default().push(row.id);
-                    continue;
-                }
-                let busy = in_flight.entry(destination).or_default();
-                let window = windows.get(destination).copied().unwrap_or(1);
-                if sending.len() >= max_in_flight || *busy >= window {
-                    waiting = Some(row);
-                    break;
-                }
-                *busy += 1;
+            let now = self.clock.now();
+            let stopping = stop.is_cancelled() || now >= send_until;
+            for (lane, row) in plan.ready(now, stopping, |n| self.backoff(n)) {
                 sending.push(async move {
+                    let message = row.to_message();
+                    let at = row.message.scheduled_enqueue_time;
                     let sent = self
                         .publisher
-                        .send(destination, row.to_message(), None)
+                        .send(&row.message.destination, message, at)
                         .await;
-                    (row, sent)
+                    (lane, row, sent)
                 });
             }
-            let Some((row, sent)) = sending.next().await else {
+            let Some((lane, row, sent)) = sending.next().await else {
                 break;
             };
-            let destination = row.message.destination.as_str();
-            if let Some(busy) = in_flight.get_mut(destination) {
-                *busy = busy.saturating_sub(1);
+            plan.answered(lane, row, self.answer(row, sent));
+        }
+        let (outcome, windows, held) = plan.finish();
+        self.carry(windows, held);
+        outcome
+    }
+
+    /// Counts and logs one answer; a failure with its due time, reason and whether it was
+    /// transient.
+    fn answer(
+        &self,
+        row: &OutboxRow,
+        sent: Result<(), crate::SendFailure>,
+    ) -> Option<(SystemTime, String, bool)> {
+        match sent {
+            Ok(()) => {
+                self.stats.add_published(row.is_retry());
+                None
             }
-            let window = windows.entry(destination.to_owned()).or_insert(1);
-            match sent {
-                Ok(()) => {
-                    *window = (*window * 2).min(max_in_flight);
-                    self.stats.add_published(row.is_retry());
-                    sent_ids.push(row.id);
-                }
-                Err(failure) => {
-                    *window = 1;
-                    self.stats.add_failed();
-                    let wait = self.backoff(row.attempts);
-                    let due = self.clock.now() + wait;
-                    log_failure(row, &failure, wait);
-                    if failure.is_transient() {
-                        down.insert(destination, due);
-                    }
-                    failed.push((row.id, due, failure.to_string()));
-                }
+            Err(failure) => {
+                self.stats.add_failed();
+                let wait = self.backoff(row.attempts);
+                log_failure(row, &failure, wait);
+                let due = self.clock.now() + wait;
+                Some((due, failure.to_string(), failure.is_transient()))
             }
         }
-        self.keep_windows(windows);
-        let sent = sent_ids;
-        pass.published = sent.len();
-        pass.failed = failed.len();
-        pass.untried = untried.values().map(Vec::len).sum();
+    }
+
+    /// Step 5: marks what the broker accepted, then releases the failed and untried rows.
+    async fn settle(
+        &self,
+        lease: &OutboxLease,
+        claimed: usize,
+        outcome: Outcome,
+    ) -> Result<Pass, StoreError> {
+        let sent = outcome.sent;
+        let mut pass = Pass {
+            claimed,
+            published: sent.len(),
+            failed: outcome.failed.len(),
+            untried: outcome.untried.values().map(Vec::len).sum(),
+            quarantined: outcome.quarantined,
+            ..Pass::default()
+        };
         // Marking first: it is what keeps accepted rows from being published twice.
         if !sent.is_empty() {
             pass.marked = self
                 .store
-                .mark_dispatched(&lease, &sent, self.clock.now())
+                .mark_dispatched(lease, &sent, self.clock.now())
                 .await?;
         }
         self.stats.add_marked(pass.marked, sent.len());
@@ -335,13 +394,13 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
                 "Another relay took over expired leases; it publishes those rows again."
             );
         }
-        for (id, due, failure) in &failed {
+        for (id, due, failure) in &outcome.failed {
             self.store
-                .release_outbox(&lease, &[*id], *due, Some(failure))
+                .release_outbox(lease, &[*id], *due, Some(failure))
                 .await?;
         }
-        for (due, ids) in &untried {
-            self.store.release_outbox(&lease, ids, *due, None).await?;
+        for (due, ids) in &outcome.untried {
+            self.store.release_outbox(lease, ids, *due, None).await?;
         }
         Ok(pass)
     }

@@ -42,6 +42,10 @@ impl From<&client::ServiceBusReceivedMessage> for Message {
                 .filter_map(|(k, v)| Some((k.clone(), property_from_client(v)?)))
                 .collect(),
             body: received.body.clone(),
+            partition_key: received.partition_key.clone(),
+            time_to_live: received.time_to_live,
+            to: received.to.clone(),
+            reply_to: received.reply_to.clone(),
         }
     }
 }
@@ -54,6 +58,10 @@ impl From<Message> for client::ServiceBusMessage {
         sent.subject = message.subject;
         sent.content_type = message.content_type;
         sent.session_id = message.session_id;
+        sent.partition_key = message.partition_key;
+        sent.time_to_live = message.time_to_live;
+        sent.to = message.to;
+        sent.reply_to = message.reply_to;
         sent.application_properties = message
             .application_properties
             .iter()
@@ -124,6 +132,28 @@ mod tests {
         received.body = sent.body.clone();
         received.sequence_number = Some(42);
         assert_eq!(Message::from(&received), message);
+    }
+
+    /// Issue 40, minor 14: a received message's TTL, partition key, `to` and `reply-to` reach
+    /// the port's message, so a delayed-retry copy (a clone of it) is sent with them (before, a
+    /// short-TTL command's retry copy lived for the entity's default TTL).
+    #[test]
+    fn a_retry_copy_keeps_ttl_partition_key_to_and_reply_to() {
+        let mut received = client::ServiceBusReceivedMessage::default();
+        received.message_id = Some("m-1".into());
+        received.session_id = Some("s-1".into());
+        received.partition_key = Some("s-1".into());
+        received.time_to_live = Some(std::time::Duration::from_secs(30));
+        received.to = Some("audit".into());
+        received.reply_to = Some("replies".into());
+        let message = Message::from(&received);
+        let copy = crate::runtime::retry_copy(&message, "m-1", 1, "e", None);
+        let sent = client::ServiceBusMessage::from(copy);
+        assert_eq!(sent.partition_key.as_deref(), Some("s-1"));
+        assert_eq!(sent.time_to_live, Some(std::time::Duration::from_secs(30)));
+        assert_eq!(sent.to.as_deref(), Some("audit"));
+        assert_eq!(sent.reply_to.as_deref(), Some("replies"));
+        assert_ne!(sent.message_id.as_deref(), Some("m-1"), "a copy of its own");
     }
 
     #[test]

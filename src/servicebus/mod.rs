@@ -26,7 +26,7 @@ mod sender_port;
 mod session;
 
 pub use receiver::ServiceBusDelivery;
-pub use resubmit::{RESUBMISSION_PROPERTY, resubmission};
+pub use resubmit::{RESUBMISSION_PROPERTY, resubmission, resubmission_of};
 #[cfg(feature = "entra")]
 pub use sb_servicebus::EntraProvider;
 #[cfg(feature = "fuzzing")]
@@ -43,4 +43,4 @@ pub use sb_servicebus::{
     TrustError, TrustRoots, admin, error, sign_sas,
 };
 #[allow(deprecated)]
-pub use sender_port::{ServiceBusPublisher, ServiceBusSenderPort};
+pub use sender_port::{SENDER_IDLE, ServiceBusPublisher, ServiceBusSenderPort};

@@ -2,8 +2,8 @@
 
 use super::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON};
 use crate::runtime::{
-    LAST_ERROR_PROPERTY, LOGICAL_ID_PROPERTY, RETRY_ATTEMPT_PROPERTY, derived_message_id,
-    logical_id,
+    LAST_ERROR_PROPERTY, LOGICAL_ID_PROPERTY, ORIGINAL_ENQUEUED_TIME_PROPERTY,
+    RETRY_ATTEMPT_PROPERTY, derived_message_id, logical_id, original_enqueued_time,
 };
 use crate::{Message, PropertyValue};
 
@@ -19,6 +19,21 @@ pub const RESUBMISSION_PROPERTY: &str = "sb-inbox-resubmission";
 /// The reason a message without a usable logical id cannot be resubmitted (it would only be
 /// dead-lettered again).
 pub fn resubmission(message: &Message) -> Result<Message, String> {
+    resubmission_of(message, None)
+}
+
+/// [`resubmission`] of a dead letter the broker enqueued at `enqueued`: the copy also carries
+/// when the message was first enqueued ([`ORIGINAL_ENQUEUED_TIME_PROPERTY`]: the one it carries,
+/// else `enqueued`), so a copy dead-lettered again, or retried, counts its resubmission window
+/// and replay horizon from the original and not from its own enqueue. Without it, chained
+/// resubmissions could outlive the inbox retention.
+///
+/// # Errors
+/// As [`resubmission`].
+pub fn resubmission_of(
+    message: &Message,
+    enqueued: Option<std::time::SystemTime>,
+) -> Result<Message, String> {
     let logical = logical_id(message)
         .map_err(|rejection| rejection.description)?
         .to_owned();
@@ -39,6 +54,16 @@ pub fn resubmission(message: &Message) -> Result<Message, String> {
     }
     properties.insert(LOGICAL_ID_PROPERTY.to_owned(), logical.into());
     properties.insert(RESUBMISSION_PROPERTY.to_owned(), PropertyValue::Long(count));
+    let first = original_enqueued_time(message).or(enqueued);
+    if let Some(ms) = first
+        .and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
+        .and_then(|since| i64::try_from(since.as_millis()).ok())
+    {
+        properties.insert(
+            ORIGINAL_ENQUEUED_TIME_PROPERTY.to_owned(),
+            PropertyValue::Long(ms),
+        );
+    }
     Ok(copy)
 }
 
@@ -46,6 +71,20 @@ pub fn resubmission(message: &Message) -> Result<Message, String> {
 mod tests {
     use super::*;
     use crate::ports::TYPED_MESSAGE_ID_PREFIX;
+
+    /// Issue 40, minor 5: a resubmitted original carries the dead letter's enqueued time as its
+    /// first enqueue, and a copy of a copy keeps the first one.
+    #[test]
+    fn a_resubmission_carries_the_first_enqueue_time() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let enqueued = UNIX_EPOCH + Duration::from_millis(1_800_000_000_000);
+        let original = Message::new("m-1", "orders.order-placed.v1", "{}");
+        let copy = resubmission_of(&original, Some(enqueued)).unwrap();
+        assert_eq!(original_enqueued_time(&copy), Some(enqueued));
+        let later = enqueued + Duration::from_secs(3600);
+        let again = resubmission_of(&copy, Some(later)).unwrap();
+        assert_eq!(original_enqueued_time(&again), Some(enqueued));
+    }
 
     /// A delayed-retry copy and a resubmitted dead letter of a message whose id is of another
     /// AMQP type (the client reads it as `amqp:ulong:42` etc.) are sent with a string id: it

@@ -90,23 +90,81 @@ pub(crate) fn duplicate_scope(constraint: &str) -> Option<DuplicateScope> {
     }
 }
 
-/// Serialises application properties for the outbox's text column.
-pub(crate) fn properties_json(message: &crate::ports::OutboxMessage) -> String {
-    use crate::ports::PropertyValue;
-    let map: serde_json::Map<String, serde_json::Value> = message
-        .application_properties
-        .iter()
-        .map(|(key, value)| {
-            let value = match value {
-                PropertyValue::String(s) => serde_json::Value::from(s.as_str()),
-                PropertyValue::Long(n) => serde_json::Value::from(*n),
-                PropertyValue::Double(d) => serde_json::Value::from(*d),
-                PropertyValue::Bool(b) => serde_json::Value::from(*b),
-            };
-            (key.clone(), value)
-        })
-        .collect();
-    serde_json::Value::Object(map).to_string()
+/// Serialises application properties for the outbox's text column. A non-finite double is
+/// refused ([`ErrorKind::Conversion`](crate::ports::ErrorKind::Conversion), permanent): JSON has
+/// no spelling for it, and the `null` written in its place once made every claim that took the
+/// row fail.
+pub(crate) fn properties_json(message: &crate::ports::OutboxMessage) -> Result<String, StoreError> {
+    use crate::ports::{ErrorKind, PropertyValue};
+    let mut map = serde_json::Map::new();
+    for (key, value) in &message.application_properties {
+        let value = match value {
+            PropertyValue::String(s) => serde_json::Value::from(s.as_str()),
+            PropertyValue::Long(n) => serde_json::Value::from(*n),
+            PropertyValue::Double(d) => serde_json::Number::from_f64(*d)
+                .map(serde_json::Value::Number)
+                .ok_or_else(|| {
+                    StoreError::of_kind(
+                        ErrorKind::Conversion,
+                        format!(
+                            "outbox message {}: application property {key:?} is not a finite number",
+                            message.message_id
+                        ),
+                    )
+                })?,
+            PropertyValue::Bool(b) => serde_json::Value::from(*b),
+        };
+        map.insert(key.clone(), value);
+    }
+    Ok(serde_json::Value::Object(map).to_string())
+}
+
+/// The columns of an outbox row that are not the message's text fields, checked: what every
+/// store's `append_outbox` binds.
+pub(crate) struct OutboxColumns {
+    /// The application properties as JSON.
+    pub(crate) properties: String,
+    /// The time-to-live in milliseconds.
+    pub(crate) time_to_live_ms: Option<i64>,
+}
+
+/// Checks `message` and computes its [`OutboxColumns`]. Refused, permanently
+/// ([`ErrorKind::Conversion`](crate::ports::ErrorKind::Conversion)): a non-finite double, a
+/// partition key that differs from the session id (the SDKs refuse it too: .NET
+/// `ServiceBusMessage.PartitionKey`'s setter), and a time-to-live under one millisecond.
+pub(crate) fn outbox_columns(
+    message: &crate::ports::OutboxMessage,
+) -> Result<OutboxColumns, StoreError> {
+    use crate::ports::ErrorKind;
+    let refuse = |what: String| {
+        StoreError::of_kind(
+            ErrorKind::Conversion,
+            format!("outbox message {}: {what}", message.message_id),
+        )
+    };
+    if let (Some(session), Some(partition)) = (&message.session_id, &message.partition_key)
+        && session != partition
+    {
+        return Err(refuse(format!(
+            "partition key {partition:?} differs from session id {session:?}"
+        )));
+    }
+    let time_to_live_ms = match message.time_to_live {
+        None => None,
+        Some(ttl) if ttl.as_millis() == 0 => {
+            return Err(refuse("a time-to-live must be at least 1 ms".to_owned()));
+        }
+        Some(ttl) => Some(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)),
+    };
+    Ok(OutboxColumns {
+        properties: properties_json(message)?,
+        time_to_live_ms,
+    })
+}
+
+/// A time-to-live from its column.
+pub(crate) fn time_to_live(ms: Option<i64>) -> Option<std::time::Duration> {
+    ms.map(|ms| std::time::Duration::from_millis(ms.unsigned_abs()))
 }
 
 /// Reads application properties back from the outbox's text column (the inverse of
@@ -203,16 +261,51 @@ pub(crate) fn id_list(ids: &[i64]) -> String {
     serde_json::Value::from(ids).to_string()
 }
 
-/// The rows a claim returned, read with `read`, in id (write) order: `RETURNING` and `OUTPUT`
-/// follow no order, and the relay sends in the order the messages were written.
+/// The rows a claim returned, each read on its own with `read`, in id (write) order:
+/// `RETURNING` and `OUTPUT` follow no order, and the relay sends in the order the messages
+/// were written. A row that does not read goes to [`OutboxClaim::unreadable`]; it never fails
+/// the claim (its lease is already written).
+///
+/// [`OutboxClaim::unreadable`]: crate::ports::OutboxClaim::unreadable
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mssql"))]
 pub(crate) fn in_id_order<T>(
     rows: impl IntoIterator<Item = T>,
-    read: impl FnMut(T) -> Result<crate::ports::OutboxRow, StoreError>,
-) -> Result<Vec<crate::ports::OutboxRow>, StoreError> {
-    let mut claimed = rows.into_iter().map(read).collect::<Result<Vec<_>, _>>()?;
-    claimed.sort_by_key(|row| row.id);
-    Ok(claimed)
+    read: impl FnMut(T) -> Result<crate::ports::OutboxRow, crate::ports::UnreadableRow>,
+) -> crate::ports::OutboxClaim {
+    let mut claim = crate::ports::OutboxClaim::default();
+    for row in rows.into_iter().map(read) {
+        match row {
+            Ok(row) => claim.rows.push(row),
+            Err(unreadable) => {
+                tracing::error!(
+                    row = unreadable.id,
+                    reason = %unreadable.reason,
+                    "An outbox row does not read as a message; it is quarantined until fixed."
+                );
+                claim.unreadable.push(unreadable);
+            }
+        }
+    }
+    claim.rows.sort_by_key(|row| row.id);
+    claim.unreadable.sort_by_key(|row| row.id);
+    claim
+}
+
+/// The [`UnreadableRow`](crate::ports::UnreadableRow) for row `id`, with what of its key and
+/// attempts could be read.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mssql"))]
+pub(crate) fn unreadable(
+    id: i64,
+    key: Option<(String, Option<String>)>,
+    attempts: u32,
+    error: &StoreError,
+) -> crate::ports::UnreadableRow {
+    crate::ports::UnreadableRow {
+        id,
+        key,
+        attempts,
+        reason: error.message().to_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -229,7 +322,7 @@ mod tests {
             ("f".to_owned(), PropertyValue::Double(1.5)),
             ("b".to_owned(), PropertyValue::Bool(true)),
         ]);
-        let json = properties_json(&message);
+        let json = properties_json(&message).unwrap();
         assert_eq!(
             properties_from_json(&json, 1).unwrap(),
             message.application_properties

@@ -178,9 +178,10 @@ impl<S: OpenStore + 'static> ConfiguredWorker<S> {
         let _stop_health = health::serve_while(health, &readiness);
         // The entity's real settings before anything is received (issue 33): a copy in
         // `[entity]` that disagrees refuses the start; what was read gives the replay horizon.
-        let horizon = entity_check::at_start(&config, &readiness)
-            .await?
-            .or(config.horizon);
+        // Every hosted entity is checked, and the longest horizon bounds retention (issue 40,
+        // M5); each consumer gets its own entity's lock duration.
+        let checked = entity_check::at_start(&config, &readiness).await?;
+        let horizon = checked.horizon.or(config.horizon);
         let Some(store) = open_store(&config, schema_check.as_ref(), &store_ready, &shutdown).await
         else {
             return Ok(WorkerStats::default());
@@ -198,7 +199,12 @@ impl<S: OpenStore + 'static> ConfiguredWorker<S> {
             worker = worker.delayed_retries(policy.clone());
         }
         for consumer in &config.consumers {
-            worker = worker.consumer(consumer.clone(), handler(consumer));
+            let mut consumer = consumer.clone();
+            if let Some(lock) = checked.lock_durations.get(&consumer.entity) {
+                consumer.runtime.lock_duration = Some(*lock);
+            }
+            let handler = handler(&consumer);
+            worker = worker.consumer(consumer, handler);
         }
         tracing::info!(consumers = config.consumers.len(), store = %config.store, "Worker started.");
         let stats = worker.run(shutdown).await?;

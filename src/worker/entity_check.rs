@@ -321,44 +321,108 @@ fn fallback(
     Ok((horizon, EntitySource::Declared { reason }))
 }
 
-/// The start-up check of `sb-inbox run`: reads the first consumer's entity over the
-/// management API with the worker's own credentials and trust roots, and judges it. On a
-/// fallback the reason is logged and noted on `/readyz` (`entity`).
+/// What the start-up check found over every hosted entity.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct StartCheck {
+    /// The longest replay horizon of the hosted entities: retention deletes the inbox rows of
+    /// every consumer, so it must outlast each entity's. `None` when none could be computed.
+    pub horizon: Option<ReplayHorizon>,
+    /// Each hosted entity's `LockDuration`, where it was read from the management API.
+    pub lock_durations: std::collections::HashMap<String, Duration>,
+}
+
+/// The start-up check of `sb-inbox run`: reads each hosted consumer's entity over the
+/// management API with the worker's own credentials and trust roots, and judges each (a copy in
+/// `[entity]` that disagrees, `ForwardTo`, the session mode, retention shorter than that
+/// entity's horizon: each refuses the start). On a fallback the reason is logged and noted on
+/// `/readyz` (`entity`, or `entity <name>` for entities after the first).
 ///
 /// # Errors
-/// As [`read_and_judge`].
+/// As [`read_and_judge`], for the first entity that fails.
 pub async fn at_start(
     config: &super::WorkerConfig,
     readiness: &super::Readiness,
-) -> Result<Option<ReplayHorizon>, EntityCheckError> {
+) -> Result<StartCheck, EntityCheckError> {
     let admin = admin_client(config);
     let retention = config.retention.as_ref().map(|r| r.retention);
-    let (horizon, source) = read_and_judge(
-        admin.as_ref().map_err(Clone::clone),
-        &config.entity,
-        &config.declared_entity,
-        config.sessions.is_some(),
-        retention,
-    )
-    .await?;
-    match &source {
+    let mut checked = StartCheck::default();
+    for (n, entity) in hosted_entities(config).into_iter().enumerate() {
+        let (horizon, source) = read_and_judge(
+            admin.as_ref().map_err(Clone::clone),
+            entity,
+            &config.declared_entity,
+            config.sessions.is_some(),
+            retention,
+        )
+        .await?;
+        let note = if n == 0 {
+            "entity".to_owned()
+        } else {
+            format!("entity {entity}")
+        };
+        report(config, readiness, entity, &note, horizon, &source);
+        if let EntitySource::Read(properties) = &source
+            && let Some(lock) = properties.lock_duration
+        {
+            checked.lock_durations.insert(entity.to_owned(), lock);
+        }
+        checked.horizon = longest(checked.horizon, horizon);
+    }
+    Ok(checked)
+}
+
+/// The entities the worker's consumers read, each once, in their order (the first consumer's
+/// entity when the list is empty).
+fn hosted_entities(config: &super::WorkerConfig) -> Vec<&str> {
+    let mut entities: Vec<&str> = Vec::new();
+    for entity in config.consumers.iter().map(|c| c.entity.as_str()) {
+        if !entities.contains(&entity) {
+            entities.push(entity);
+        }
+    }
+    if entities.is_empty() {
+        entities.push(&config.entity);
+    }
+    entities
+}
+
+/// The longer of two horizons (by span).
+fn longest(a: Option<ReplayHorizon>, b: Option<ReplayHorizon>) -> Option<ReplayHorizon> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if b.span() > a.span() { b } else { a }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Logs where `entity`'s settings came from; a fallback on a real namespace is noted on
+/// `/readyz` under `note`.
+fn report(
+    config: &super::WorkerConfig,
+    readiness: &super::Readiness,
+    entity: &str,
+    note: &str,
+    horizon: Option<ReplayHorizon>,
+    source: &EntitySource,
+) {
+    let horizon_secs = horizon.map(|h| h.span().as_secs());
+    match source {
         EntitySource::Read(p) => {
-            tracing::info!(entity = %config.entity, lock_duration = ?p.lock_duration, message_ttl = ?p.default_message_time_to_live, max_delivery_count = ?p.max_delivery_count, requires_session = p.requires_session, horizon_secs = horizon.map(|h| h.span().as_secs()), "Entity settings read from the management API.");
+            tracing::info!(entity, lock_duration = ?p.lock_duration, message_ttl = ?p.default_message_time_to_live, max_delivery_count = ?p.max_delivery_count, requires_session = p.requires_session, horizon_secs, "Entity settings read from the management API.");
         }
         // A local emulator's connection string names no management endpoint: `[entity]` is
         // the expected source there, not a degraded state worth a note on `/readyz`.
         EntitySource::Declared { reason } if local_emulator(config) => {
-            tracing::info!(entity = %config.entity, %reason, horizon_secs = horizon.map(|h| h.span().as_secs()), "Entity settings from [entity].");
+            tracing::info!(entity, %reason, horizon_secs, "Entity settings from [entity].");
         }
         EntitySource::Declared { reason } => {
-            tracing::warn!(entity = %config.entity, %reason, horizon_secs = horizon.map(|h| h.span().as_secs()), "Entity settings not read; using [entity] as configured.");
+            tracing::warn!(entity, %reason, horizon_secs, "Entity settings not read; using [entity] as configured.");
             readiness.note(
-                "entity",
+                note,
                 format!("settings from [entity], not read from the entity: {reason}"),
             );
         }
     }
-    Ok(horizon)
 }
 
 fn local_emulator(config: &super::WorkerConfig) -> bool {

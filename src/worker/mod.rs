@@ -34,7 +34,7 @@ pub use config::{
     Moved, WorkerConfig,
 };
 pub use configured::ConfiguredWorker;
-pub use entity_check::{DeclaredEntity, EntityCheckError, EntitySource};
+pub use entity_check::{DeclaredEntity, EntityCheckError, EntitySource, StartCheck};
 pub use error::{HostingError, WorkerError};
 pub use health::{
     Condition, HealthResponse, PROBE_TIMEOUT, Ping, Readiness, STORE_EVIDENCE, store_ready,

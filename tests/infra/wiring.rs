@@ -7,7 +7,7 @@ use crate::{bicep, read};
 /// Not always set in Azure: the emulator's connection string (never), the OTLP endpoint (only
 /// without the managed agent, which injects its own), the metrics exporter (only to turn it
 /// off), the export interval and log filter (defaults).
-const NOT_ALWAYS_SET: [&str; 24] = [
+const NOT_ALWAYS_SET: [&str; 25] = [
     "SB_INBOX_SERVICEBUS_CONNECTION",
     // The envelope: the subject-versioned default unless the producers are MassTransit,
     // NServiceBus, CloudEvents or raw; set by hand (README "Envelopes").
@@ -37,6 +37,9 @@ const NOT_ALWAYS_SET: [&str; 24] = [
     "SB_INBOX_SERVICEBUS_TRANSPORT",
     // The SDKs' busy pause is the right default against the service; tests shorten it.
     "SB_INBOX_SERVICEBUS_SERVER_BUSY_WAIT_MS",
+    // The relay keeps order per session always; per destination only when asked (README
+    // "Outbox relay and retention").
+    "SB_INBOX_OUTBOX_ORDERED",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     // Only with the managed agent and no metrics destination (none).
     "OTEL_METRICS_EXPORTER",

@@ -186,3 +186,74 @@ async fn without_an_entity_section_the_worker_reads_the_entity_and_its_horizon_b
     let _ = std::fs::remove_dir_all(dir);
     let _ = std::fs::remove_dir_all(store_dir);
 }
+
+/// Issue 40, M5: every hosted entity is read and judged, and retention must outlast the
+/// longest horizon. Two `[[consumers]]` on `orders` (TTL 1 d) and `returns` (TTL 14 d), with a
+/// retention of 15 d (past `orders`' horizon, inside `returns`'): the start is refused naming
+/// `returns`. Before, only the first consumer's entity was judged and the worker started,
+/// deleting `returns`' inbox rows inside its own horizon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_must_outlast_every_hosted_entitys_horizon() {
+    let dir = crate::tls::tls_dir("entity-two");
+    let day = Duration::from_secs(86_400);
+    let entity = |ttl_days: u32| EntityProperties {
+        lock_duration: Duration::from_secs(45),
+        max_delivery_count: 7,
+        default_message_time_to_live: day * ttl_days,
+        ..EntityProperties::default()
+    };
+    let emulator = crate::support::emulator::start(
+        vec![queue("orders", entity(1)), queue("returns", entity(14))],
+        EmulatorOptions::default()
+            .with_tls_listen("127.0.0.1:0", TlsIdentity::Generate(dir.clone())),
+    )
+    .await;
+    let (store_dir, db) = sqlite_file_store("entity-two").await;
+    let config = store_dir.join("worker.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"store = "sqlite://{}"
+[[consumers]]
+name = "inventory.orders"
+entity = "orders"
+[[consumers]]
+name = "inventory.returns"
+entity = "returns"
+"#,
+            db.display()
+        ),
+    )
+    .unwrap();
+    let mut child = cli::command(Some(&emulator.tls_connection_string().unwrap()), &["run"])
+        .arg("--config")
+        .arg(&config)
+        .env(
+            "SB_INBOX_SERVICEBUS_CA_FILE",
+            emulator.tls_ca_file().unwrap(),
+        )
+        .env("SB_INBOX_HEALTH_PORT", "0")
+        .env("SB_INBOX_RETENTION_SECS", (15 * 86_400).to_string())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let stderr = child.stderr.take().unwrap();
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            sink.lock().unwrap().push(strip_ansi(&line));
+        }
+    });
+    let (status, log) = exit(child, &lines).await;
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("returns"), "{log}");
+    assert!(log.contains("shorter than the replay horizon"), "{log}");
+    assert_eq!(emulator.links().len(), 0, "nothing was received");
+    emulator.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(store_dir);
+}

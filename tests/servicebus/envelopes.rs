@@ -253,6 +253,54 @@ async fn cloudevents_from_the_official_sdk_take_effect_once_each() {
     assert_eq!(inbox_keys(&db), expected);
 }
 
+/// Issue 40, M4 (must show): two distinct binary CloudEvents (`cloudEvents_id` e-1 and e-2) that
+/// both carry a plain `id` application property give two reservations. Before, the plain `id`
+/// overrode the attribute: both were keyed on it, and the second was completed as a duplicate
+/// with its effect lost (`processed: 1, duplicate: 1`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_cloudevents_with_a_plain_id_property_are_two_events() {
+    if !sdk_installed() || !cloudevents_installed() {
+        return;
+    }
+    let emulator = emulator("PT30S").await;
+    let (db, child) = worker(
+        "envelopes-ce-plain-id",
+        &emulator,
+        &[
+            ("SB_INBOX_ENVELOPE", "cloudevents"),
+            (
+                "SB_INBOX_ENVELOPE_TYPES",
+                "com.example.shop.order.placed=orders.order-placed.v1",
+            ),
+        ],
+    )
+    .await;
+    send(
+        &emulator.connection_string(),
+        "orders",
+        "cloudevents-plain-id",
+        None,
+        2,
+    )
+    .await;
+    queue_drained(&emulator, "orders", 2).await;
+    child.stop().await;
+    let counts = emulator.broker().entity("orders").unwrap().counts();
+    assert_eq!((counts.completed, counts.dead_lettered_total), (2, 0));
+    let store = sb_inbox::SqliteStore::open(&db).unwrap();
+    assert_eq!(
+        inventory_totals(&store).await,
+        (2, 2, 4),
+        "two reservations"
+    );
+    let mut expected = vec![
+        cloudevent_id("/shop/checkout", "e-1"),
+        cloudevent_id("/shop/checkout", "e-2"),
+    ];
+    expected.sort();
+    assert_eq!(inbox_keys(&db), expected);
+}
+
 /// One order published by a MassTransit service and by an NServiceBus service, each under its
 /// own id, to two queues read by two `sb-inbox run` processes of one consumer (one store): the
 /// business key `order:<id>` lets it take effect once.

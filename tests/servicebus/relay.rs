@@ -391,3 +391,98 @@ fn run_refuses_a_retention_shorter_than_the_replay_horizon() {
     }
     eprintln!("{stderr}");
 }
+
+/// Publishes through the real publisher, but fails every `every`-th send transiently before it
+/// reaches the broker (a throttled or dropped link), so rows back off mid-session.
+struct Flaky {
+    inner: ServiceBusSenderPort,
+    every: usize,
+    calls: AtomicUsize,
+    failed: AtomicUsize,
+}
+
+impl Sender for Flaky {
+    async fn send(
+        &self,
+        destination: &str,
+        message: Message,
+        at: Option<SystemTime>,
+    ) -> Result<(), SendFailure> {
+        if (self.calls.fetch_add(1, Ordering::SeqCst) + 1).is_multiple_of(self.every) {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+            return Err(SendFailure::Transient("server-busy (injected)".into()));
+        }
+        self.inner.send(destination, message, at).await
+    }
+}
+
+/// Issue 40, M6 (must show): 1000 outbox rows over 10 session ids for one session-enabled
+/// queue, relayed with every 7th send failing transiently. Each session's messages reach the
+/// queue in commit order, each once, and carry their session id (before the session column the
+/// queue refused every row).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn session_rows_reach_a_session_queue_in_commit_order_across_failures() {
+    use crate::support::emulator::{queue, session_properties, start};
+    use sb_emulator::EmulatorOptions;
+
+    const SESSIONS: usize = 10;
+    const PER_SESSION: usize = 100;
+    crate::support::init_tracing();
+    let emulator = start(
+        vec![queue("events", session_properties("PT30S"))],
+        EmulatorOptions::default(),
+    )
+    .await;
+    let store = crate::support::sqlite_store("relay_sessions", 1).await;
+    // One commit per row, interleaving the sessions as consumers would.
+    for n in 0..SESSIONS * PER_SESSION {
+        let mut tx = store.begin().await.unwrap();
+        let message = OutboxMessage::new("events", "test.event.v1", b"{}".to_vec())
+            .with_session_id(format!("s-{}", n % SESSIONS))
+            .with_property("n", i64::try_from(n).unwrap());
+        tx.append_outbox(&message).await.unwrap();
+        tx.commit().await.unwrap();
+    }
+    let flaky = Flaky {
+        inner: ServiceBusSenderPort::new(client(&emulator)),
+        every: 7,
+        calls: AtomicUsize::new(0),
+        failed: AtomicUsize::new(0),
+    };
+    let config = RelayConfig::default()
+        .with_batch_size(100)
+        .with_poll_interval(Duration::from_millis(1));
+    let relay = Relay::new(store.clone(), flaky, config);
+    let stop = CancellationToken::new();
+    tokio::time::timeout(Duration::from_secs(120), async {
+        while relay.backlog().await.unwrap().pending > 0 {
+            relay.relay_once(&stop).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+    .expect("the relay publishes every row");
+    assert!(relay.publisher().failed.load(Ordering::SeqCst) > 100);
+
+    let client = client(&emulator);
+    for s in 0..SESSIONS {
+        let session = format!("s-{s}");
+        let receiver = client.accept_session("events", &session).await.unwrap();
+        let mut received = Vec::new();
+        while let Some(delivery) = receiver.receive(Duration::from_millis(500)).await.unwrap() {
+            let message = Message::from(delivery.message());
+            assert_eq!(message.session_id.as_deref(), Some(session.as_str()));
+            let Some(sb_inbox::PropertyValue::Long(n)) = message.application_properties.get("n")
+            else {
+                panic!("{message:?}");
+            };
+            received.push(*n);
+            delivery.complete().await.unwrap();
+        }
+        receiver.close().await;
+        let expected: Vec<i64> = (0..PER_SESSION)
+            .map(|k| i64::try_from(k * SESSIONS + s).unwrap())
+            .collect();
+        assert_eq!(received, expected, "{session}: in commit order, each once");
+    }
+}

@@ -9,9 +9,11 @@ use crate::support::Count;
 
 // The outbox relay's and retention's cases, written in their own file.
 pub(crate) use crate::outbox::{
-    backlog_counts_pending_rows, concurrent_claims_are_disjoint, outbox_claim_lease_and_mark,
-    outbox_release_with_and_without_failure, retention_ages_inbox_rows_on_the_database_clock,
-    retention_deletes_old_rows_in_batches, retention_runs_beside_a_consumer,
+    an_unreadable_row_does_not_fail_the_claim, backlog_counts_pending_rows,
+    concurrent_claims_are_disjoint, outbox_claim_lease_and_mark,
+    outbox_refuses_what_it_cannot_publish, outbox_release_with_and_without_failure,
+    retention_ages_inbox_rows_on_the_database_clock, retention_deletes_old_rows_in_batches,
+    retention_runs_beside_a_consumer,
 };
 
 /// Every check of `sb_inbox::testing::conformance` (inbox and business-key duplicates,
@@ -93,6 +95,8 @@ all_stores!(
     outbox_commits_with_the_transaction,
     outbox_claim_lease_and_mark,
     outbox_release_with_and_without_failure,
+    outbox_refuses_what_it_cannot_publish,
+    an_unreadable_row_does_not_fail_the_claim,
     concurrent_claims_are_disjoint,
     backlog_counts_pending_rows,
     retention_deletes_old_rows_in_batches,

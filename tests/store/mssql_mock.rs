@@ -454,7 +454,8 @@ fn mssql_types_are_send() {
 }
 
 /// The relay's claim reads its `OUTPUT` rows (ids, texts, `nvarchar(max)` properties,
-/// `varbinary(max)` body, Unix milliseconds, attempts) and the backlog its two numbers; a
+/// `varbinary(max)` body, Unix milliseconds, attempts, and the publishing columns of issue 40:
+/// session id, partition key, scheduled time, time-to-live, to, reply-to) and the backlog its two numbers; a
 /// deadlock on a retention delete is transient.
 #[tokio::test]
 async fn mock_outbox_claim_backlog_and_retention() {
@@ -476,6 +477,12 @@ async fn mock_outbox_claim_backlog_and_retention() {
         ("body", SqlDataType::VarBinaryMax),
         ("created", SqlDataType::BigInt),
         ("attempts", SqlDataType::Int),
+        ("session_id", SqlDataType::NVarChar),
+        ("partition_key", SqlDataType::NVarChar),
+        ("scheduled", SqlDataType::BigInt),
+        ("time_to_live_ms", SqlDataType::BigInt),
+        ("to_address", SqlDataType::NVarChar),
+        ("reply_to", SqlDataType::NVarChar),
     ]
     .map(|(name, kind)| ColumnDefinition::new(name, kind))
     .to_vec();
@@ -492,6 +499,12 @@ async fn mock_outbox_claim_backlog_and_retention() {
             ColumnValue::VarBinaryMax(vec![b"{}".to_vec()]),
             ColumnValue::BigInt(1_700_000_000_123),
             ColumnValue::Int(attempts),
+            ColumnValue::NVarChar(format!("s-{id}")),
+            ColumnValue::NVarChar(format!("s-{id}")),
+            ColumnValue::BigInt(1_700_000_060_000),
+            ColumnValue::BigInt(90_000),
+            ColumnValue::NVarChar("audit".into()),
+            ColumnValue::NVarChar("replies".into()),
         ])
     };
     {
@@ -530,6 +543,8 @@ async fn mock_outbox_claim_backlog_and_retention() {
         .claim_outbox(now, &OutboxLease::new(now + Duration::from_secs(60)), 10)
         .await
         .unwrap();
+    assert!(rows.unreadable.is_empty(), "{:?}", rows.unreadable);
+    let rows = rows.rows;
     assert_eq!(
         rows.iter().map(|r| (r.id, r.attempts)).collect::<Vec<_>>(),
         [(4, 1), (9, 2)]
@@ -545,6 +560,15 @@ async fn mock_outbox_claim_backlog_and_retention() {
         first.message.application_properties.get("n"),
         Some(&PropertyValue::Long(7))
     );
+    assert_eq!(first.message.session_id.as_deref(), Some("s-4"));
+    assert_eq!(first.message.partition_key.as_deref(), Some("s-4"));
+    assert_eq!(
+        first.message.scheduled_enqueue_time,
+        Some(UNIX_EPOCH + Duration::from_millis(1_700_000_060_000))
+    );
+    assert_eq!(first.message.time_to_live, Some(Duration::from_secs(90)));
+    assert_eq!(first.message.to.as_deref(), Some("audit"));
+    assert_eq!(first.message.reply_to.as_deref(), Some("replies"));
     assert!(rows[1].is_retry());
 
     let backlog = store.outbox_backlog().await.unwrap();

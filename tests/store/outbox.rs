@@ -29,6 +29,17 @@ fn message(i: usize) -> OutboxMessage {
     message
         .application_properties
         .insert("tenant".into(), "t1".into());
+    // The publishing columns (issue 40), on every other row; the rest keep them NULL.
+    if i % 2 == 1 {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1_800_000_000_123 + i as u64);
+        message = message
+            .with_session_id(format!("s-{i}"))
+            .with_partition_key(format!("s-{i}"))
+            .with_scheduled_enqueue_time(at)
+            .with_time_to_live(Duration::from_millis(90_001))
+            .with_to("audit")
+            .with_reply_to("replies");
+    }
     message
 }
 
@@ -55,7 +66,7 @@ async fn claim<S: OutboxStore>(
     limit: usize,
 ) -> (OutboxLease, Vec<i64>) {
     let lease = lease(now);
-    let rows = store.claim_outbox(now, &lease, limit).await.unwrap();
+    let rows = store.claim_outbox(now, &lease, limit).await.unwrap().rows;
     (lease, rows.iter().map(|row| row.id).collect())
 }
 
@@ -64,7 +75,7 @@ pub(crate) async fn outbox_claim_lease_and_mark<S: Store + OutboxStore + Count>(
     let now = SystemTime::now();
 
     let first = lease(now);
-    let rows = store.claim_outbox(now, &first, 3).await.unwrap();
+    let rows = store.claim_outbox(now, &first, 3).await.unwrap().rows;
     assert_eq!(rows.len(), 3);
     assert!(
         rows.windows(2).all(|w| w[0].id < w[1].id),
@@ -122,7 +133,7 @@ pub(crate) async fn outbox_claim_lease_and_mark<S: Store + OutboxStore + Count>(
     );
     let later = now + MINUTE;
     let third = lease(later);
-    let again = store.claim_outbox(later, &third, 10).await.unwrap();
+    let again = store.claim_outbox(later, &third, 10).await.unwrap().rows;
     assert_eq!(again.iter().map(|r| r.id).collect::<Vec<_>>(), second_ids);
     assert!(again.iter().all(|row| row.attempts == 2 && row.is_retry()));
     assert_eq!(
@@ -187,7 +198,7 @@ pub(crate) async fn outbox_release_with_and_without_failure<S: Store + OutboxSto
     // The untried row is due at once with its claim undone; the failed one after its backoff.
     let (untried, retried) = {
         let lease = OutboxLease::new(now + MINUTE);
-        let rows = store.claim_outbox(now, &lease, 10).await.unwrap();
+        let rows = store.claim_outbox(now, &lease, 10).await.unwrap().rows;
         assert_eq!(rows.len(), 1);
         assert_eq!((rows[0].id, rows[0].attempts), (ids[1], 1));
         let after = OutboxLease::new(due + MINUTE);
@@ -198,7 +209,7 @@ pub(crate) async fn outbox_release_with_and_without_failure<S: Store + OutboxSto
                 .unwrap()
                 .is_empty()
         );
-        let rows = store.claim_outbox(due, &after, 10).await.unwrap();
+        let rows = store.claim_outbox(due, &after, 10).await.unwrap().rows;
         assert_eq!(rows.len(), 1);
         assert_eq!((rows[0].id, rows[0].attempts), (ids[0], 2));
         (lease, after)
@@ -478,7 +489,7 @@ where
         let now = SystemTime::now();
         // Ids of the committed rows, without claiming them (a lease that ended already).
         let probe = OutboxLease::new(now - MINUTE);
-        let rows = store.claim_outbox(now, &probe, 100).await.unwrap();
+        let rows = store.claim_outbox(now, &probe, 100).await.unwrap().rows;
         store
             .release_outbox(
                 &probe,
@@ -651,4 +662,86 @@ where
         200
     );
     assert_eq!(store.count("inventory_reservation").await.unwrap(), 200);
+}
+
+/// Issue 40, M3: a non-finite double is refused when the row is written, permanently, and the
+/// transaction refuses its commit after it (JSON has no spelling for NaN: it was stored as
+/// `null`, and every claim that took the row failed). A partition key other than the session
+/// id and a zero time-to-live are refused the same way. Nothing is written.
+pub(crate) async fn outbox_refuses_what_it_cannot_publish<S: Store + Count>(store: S) {
+    use sb_inbox::{ErrorKind, PropertyValue};
+    let non_finite = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY]
+        .map(|value| message(0).with_property("ratio", PropertyValue::Double(value)));
+    let mismatched = message(0).with_session_id("a").with_partition_key("b");
+    let zero_ttl = message(0).with_time_to_live(Duration::ZERO);
+    for refused in non_finite.iter().chain([&mismatched, &zero_ttl]) {
+        let mut tx = store.begin().await.unwrap();
+        let error = tx.append_outbox(refused).await.unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Conversion, "{error}");
+        assert!(!error.kind().is_transient());
+        assert!(tx.commit().await.is_err(), "the commit is refused after it");
+    }
+    assert_eq!(store.count("sb_outbox").await.unwrap(), 0);
+    let mut tx = store.begin().await.unwrap();
+    let finite = message(0).with_property("ratio", PropertyValue::Double(0.5));
+    tx.append_outbox(&finite).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(store.count("sb_outbox").await.unwrap(), 1);
+}
+
+/// Issue 40, M3: a row that does not read back as a message (a NaN property an older version
+/// stored as `null`) comes back apart from the claim, leased like the others, with its key and
+/// the reason; its neighbours come back as messages. Released with the reason, it keeps it as
+/// its `last_error` and is due again when the relay says.
+pub(crate) async fn an_unreadable_row_does_not_fail_the_claim<
+    S: Store + OutboxStore + Count + crate::support::RawSql,
+>(
+    store: S,
+) {
+    let written = append(&store, 5).await;
+    let bad = &written[2];
+    let changed = store
+        .run_sql(&format!(
+            "UPDATE sb_outbox SET application_properties = '{{\"ratio\":null}}' \
+             WHERE message_id = '{}'",
+            bad.message_id
+        ))
+        .await
+        .unwrap();
+    assert_eq!(changed, 1);
+    let now = SystemTime::now();
+    let lease = lease(now);
+    let claimed = store.claim_outbox(now, &lease, 10).await.unwrap();
+    assert_eq!(
+        claimed.rows.iter().map(|r| &r.message).collect::<Vec<_>>(),
+        [&written[0], &written[1], &written[3], &written[4]]
+    );
+    let [unreadable] = claimed.unreadable.as_slice() else {
+        panic!("{:?}", claimed.unreadable);
+    };
+    assert_eq!(unreadable.key, Some(("stock-reserved".to_owned(), None)));
+    assert_eq!(unreadable.attempts, 1);
+    assert!(
+        unreadable.reason.contains("application_properties"),
+        "{}",
+        unreadable.reason
+    );
+    assert!(claim(&store, now, 10).await.1.is_empty(), "all leased");
+    let released = store
+        .release_outbox(
+            &lease,
+            &[unreadable.id],
+            now + MINUTE,
+            Some(&unreadable.reason),
+        )
+        .await
+        .unwrap();
+    assert_eq!(released, 1);
+    assert!(claim(&store, now, 10).await.1.is_empty(), "backing off");
+    let again = store
+        .claim_outbox(now + MINUTE, &self::lease(now + MINUTE), 10)
+        .await
+        .unwrap();
+    assert_eq!(again.unreadable.len(), 1, "still quarantined, not lost");
+    assert_eq!(again.unreadable[0].attempts, 2);
 }

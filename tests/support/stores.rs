@@ -242,3 +242,33 @@ impl Backdate for SqliteStore {
             .map(|n| n as u64)
     }
 }
+
+/// Runs one statement of the test's own (test constants only), in its own transaction.
+pub trait RawSql: Store {
+    /// Runs `sql`; returns the rows it changed.
+    fn run_sql(&self, sql: &str) -> impl Future<Output = Result<u64, StoreError>> + Send;
+}
+
+impl RawSql for PgStore {
+    async fn run_sql(&self, sql: &str) -> Result<u64, StoreError> {
+        let mut tx = self.begin().await?;
+        let n = tx.execute(sql, &[]).await?;
+        sb_inbox::Tx::commit(tx).await?;
+        Ok(n)
+    }
+}
+
+impl RawSql for MssqlStore {
+    async fn run_sql(&self, sql: &str) -> Result<u64, StoreError> {
+        self.execute(sql, &[]).await
+    }
+}
+
+impl RawSql for SqliteStore {
+    async fn run_sql(&self, sql: &str) -> Result<u64, StoreError> {
+        let sql = sql.to_owned();
+        self.with_connection(move |conn| conn.execute(&sql, []))
+            .await
+            .map(|n| n as u64)
+    }
+}

@@ -133,7 +133,13 @@ fn property_value(value: &SimpleValue) -> Option<PropertyValue> {
         SimpleValue::Ubyte(n) => PropertyValue::Long(i64::from(*n)),
         SimpleValue::Ushort(n) => PropertyValue::Long(i64::from(*n)),
         SimpleValue::Uint(n) => PropertyValue::Long(i64::from(*n)),
-        SimpleValue::Ulong(n) => PropertyValue::Long(i64::try_from(*n).unwrap_or(i64::MAX)),
+        // Above i64::MAX a ulong has no Long: its decimal text keeps distinct values distinct
+        // (clamped to i64::MAX, distinct ids read alike and all but one were dropped as
+        // duplicates).
+        SimpleValue::Ulong(n) => match i64::try_from(*n) {
+            Ok(n) => PropertyValue::Long(n),
+            Err(_) => PropertyValue::String(n.to_string()),
+        },
         SimpleValue::Byte(n) => PropertyValue::Long(i64::from(*n)),
         SimpleValue::Short(n) => PropertyValue::Long(i64::from(*n)),
         SimpleValue::Int(n) => PropertyValue::Long(i64::from(*n)),
@@ -236,19 +242,44 @@ pub(crate) fn from_amqp(message: &AnyMessage, tag: &[u8]) -> Received {
             locked_until,
             sequence_number,
             enqueued_time,
+            partition_key: match message_annotation(annotation::PARTITION_KEY) {
+                Some(Value::String(key)) => Some(key.clone()),
+                _ => None,
+            },
+            time_to_live: message
+                .header
+                .as_ref()
+                .and_then(|h| h.ttl)
+                .map(|ms| Duration::from_millis(u64::from(ms))),
+            to: properties.and_then(|p| p.to.clone()),
+            reply_to: properties.and_then(|p| p.reply_to.clone()),
         },
     }
 }
 
 /// Builds the AMQP message for a send: properties, application properties and one data
-/// section, with the options' TTL and scheduled enqueue time.
+/// section, with the TTL (the options', else the message's), the scheduled enqueue time and the
+/// partition key. As .NET's `AmqpMessageConverter.SBMessageToAmqpMessage`
+/// (Azure/azure-sdk-for-net, `sdk/servicebus/Azure.Messaging.ServiceBus/src/Amqp/
+/// AmqpMessageConverter.cs`): `to`, `reply-to` and `group-id` in the properties; a TTL in the
+/// header's `ttl` with `creation-time` now and `absolute-expiry-time` = creation + TTL; the
+/// scheduled time and the partition key as the message annotations
+/// `x-opt-scheduled-enqueue-time` and `x-opt-partition-key`.
 pub(crate) fn to_amqp(message: &ServiceBusMessage, options: &SendOptions) -> AmqpMessage<Data> {
+    let time_to_live = options.time_to_live.or(message.time_to_live);
+    let created = time_to_live.map(|_| SystemTime::now());
     let properties = Properties {
         message_id: message.message_id.clone().map(MessageId::String),
         correlation_id: message.correlation_id.clone().map(MessageId::String),
         subject: message.subject.clone(),
         content_type: message.content_type.clone().map(Symbol::from),
         group_id: message.session_id.clone(),
+        to: message.to.clone(),
+        reply_to: message.reply_to.clone(),
+        creation_time: created.map(system_to_timestamp),
+        absolute_expiry_time: created
+            .zip(time_to_live)
+            .map(|(at, ttl)| expiry_timestamp(at, ttl)),
         ..Properties::default()
     };
     let application_properties = (!message.application_properties.is_empty()).then(|| {
@@ -258,26 +289,39 @@ pub(crate) fn to_amqp(message: &ServiceBusMessage, options: &SendOptions) -> Amq
         }
         builder.build()
     });
-    let header = options.time_to_live.map(|ttl| Header {
+    let header = time_to_live.map(|ttl| Header {
         ttl: Some(u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX)),
         ..Header::default()
     });
+    let mut annotations = OrderedMap::new();
+    if let Some(at) = options.scheduled_enqueue_time {
+        annotations.insert(
+            OwnedKey::Symbol(Symbol::from(annotation::SCHEDULED_ENQUEUE_TIME)),
+            Value::Timestamp(system_to_timestamp(at)),
+        );
+    }
+    if let Some(key) = &message.partition_key {
+        annotations.insert(
+            OwnedKey::Symbol(Symbol::from(annotation::PARTITION_KEY)),
+            Value::String(key.clone()),
+        );
+    }
     AmqpMessage {
         header,
         delivery_annotations: None,
-        message_annotations: options.scheduled_enqueue_time.map(|at| {
-            let mut map = OrderedMap::new();
-            map.insert(
-                OwnedKey::Symbol(Symbol::from(annotation::SCHEDULED_ENQUEUE_TIME)),
-                Value::Timestamp(system_to_timestamp(at)),
-            );
-            MessageAnnotations(map)
-        }),
+        message_annotations: (!annotations.is_empty()).then_some(MessageAnnotations(annotations)),
         properties: Some(properties),
         application_properties,
         body: Data(Binary::from(message.body.to_vec())),
         footer: None,
     }
+}
+
+/// `at + ttl` as an AMQP timestamp, capped at the largest one (.NET caps at
+/// `AmqpConstants.MaxAbsoluteExpiryTime` the same way).
+fn expiry_timestamp(at: SystemTime, ttl: Duration) -> Timestamp {
+    at.checked_add(ttl)
+        .map_or(Timestamp::from_milliseconds(i64::MAX), system_to_timestamp)
 }
 
 #[cfg(test)]
@@ -317,7 +361,11 @@ mod tests {
         let encoded = sb_amqp::encode_message(&to_amqp(&message, &options)).unwrap();
         let decoded = sb_amqp::decode_message(&encoded).unwrap();
         let received = from_amqp(&decoded, &[]);
-        assert_eq!(received.message.to_message(), message);
+        // The options' TTL reads back as the message's.
+        assert_eq!(
+            received.message.to_message(),
+            message.with_time_to_live(Duration::from_secs(5))
+        );
         assert_eq!(received.message.delivery_count, 0);
         let annotations = decoded.message_annotations.clone().unwrap();
         let scheduled = annotations
@@ -365,6 +413,50 @@ mod tests {
             (text.as_str(), refusal.reason),
             ("amqp:ulong:42", dead_letter_reason::INVALID_MESSAGE_ID)
         );
+    }
+
+    /// Issue 40, minor 8: ulongs past `i64::MAX` read as their decimal text, so two of them
+    /// stay two values (a raw reader keys on them); smaller ones stay `Long`.
+    #[test]
+    fn large_ulong_properties_keep_their_value() {
+        let big = 1_u64 << 63;
+        let read = |n: u64| property_value(&SimpleValue::Ulong(n));
+        assert_eq!(read(big), Some(PropertyValue::String(big.to_string())));
+        assert_eq!(
+            read(u64::MAX),
+            Some(PropertyValue::String("18446744073709551615".into()))
+        );
+        assert_ne!(read(big), read(big + 1));
+        assert_eq!(read(7), Some(PropertyValue::Long(7)));
+    }
+
+    /// Issue 40 (outbox publishing): the partition key, `to`, `reply-to` and a TTL go out as
+    /// .NET's `AmqpMessageConverter` writes them (annotation `x-opt-partition-key`; properties
+    /// `to`, `reply-to`, `creation-time`, `absolute-expiry-time` = creation + TTL; header `ttl`)
+    /// and read back.
+    #[test]
+    fn publishing_fields_go_out_as_the_sdk_writes_them() {
+        let message = ServiceBusMessage::new("{}")
+            .with_message_id("m-1")
+            .with_session_id("s-1")
+            .with_partition_key("s-1")
+            .with_to("audit")
+            .with_reply_to("replies")
+            .with_time_to_live(Duration::from_secs(90));
+        let encoded = sb_amqp::encode_message(&to_amqp(&message, &SendOptions::default())).unwrap();
+        let decoded = sb_amqp::decode_message(&encoded).unwrap();
+        let properties = decoded.properties.clone().unwrap();
+        let created = properties.creation_time.unwrap().milliseconds();
+        let expires = properties.absolute_expiry_time.unwrap().milliseconds();
+        assert_eq!(expires - created, 90_000);
+        assert_eq!(decoded.header.clone().unwrap().ttl, Some(90_000));
+        let key = symbol_entry(
+            decoded.message_annotations.as_ref().map(|a| &a.0),
+            annotation::PARTITION_KEY,
+        );
+        assert_eq!(key, Some(&Value::String("s-1".into())));
+        let received = from_amqp(&decoded, &[]).message;
+        assert_eq!(received.to_message(), message);
     }
 
     #[test]

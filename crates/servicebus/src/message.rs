@@ -22,8 +22,8 @@ use sb_amqp::servicebus::dead_letter;
 pub const TYPED_MESSAGE_ID_PREFIX: &str = "amqp:";
 
 /// An application property value: the subset of AMQP simple types Service Bus carries (any
-/// integer read as `Long`, any float as `Double`, a uuid as its text, a timestamp as its
-/// milliseconds since the epoch).
+/// integer read as `Long`, but a ulong above `i64::MAX` as its decimal text, any float as
+/// `Double`, a uuid as its text, a timestamp as its milliseconds since the epoch).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum PropertyValue {
@@ -97,6 +97,19 @@ pub struct ServiceBusMessage {
     pub application_properties: BTreeMap<String, PropertyValue>,
     /// The body, sent as one data section.
     pub body: Bytes,
+    /// The partition key (message annotation `x-opt-partition-key`), as .NET's
+    /// `ServiceBusMessage.PartitionKey`. With a session id it must be equal to it.
+    pub partition_key: Option<String>,
+    /// The message's time-to-live (the header's `ttl`, with `creation-time` and
+    /// `absolute-expiry-time` as the .NET SDK writes them); [`SendOptions::time_to_live`]
+    /// wins when both are set.
+    ///
+    /// [`SendOptions::time_to_live`]: crate::SendOptions::time_to_live
+    pub time_to_live: Option<std::time::Duration>,
+    /// The `to` address (AMQP properties `to`), for the application.
+    pub to: Option<String>,
+    /// The `reply-to` address (AMQP properties `reply-to`).
+    pub reply_to: Option<String>,
 }
 
 impl ServiceBusMessage {
@@ -143,6 +156,34 @@ impl ServiceBusMessage {
         self
     }
 
+    /// The message with `partition_key`.
+    #[must_use]
+    pub fn with_partition_key(mut self, partition_key: impl Into<String>) -> Self {
+        self.partition_key = Some(partition_key.into());
+        self
+    }
+
+    /// The message with a time-to-live.
+    #[must_use]
+    pub fn with_time_to_live(mut self, time_to_live: std::time::Duration) -> Self {
+        self.time_to_live = Some(time_to_live);
+        self
+    }
+
+    /// The message with the `to` address.
+    #[must_use]
+    pub fn with_to(mut self, to: impl Into<String>) -> Self {
+        self.to = Some(to.into());
+        self
+    }
+
+    /// The message with the `reply-to` address.
+    #[must_use]
+    pub fn with_reply_to(mut self, reply_to: impl Into<String>) -> Self {
+        self.reply_to = Some(reply_to.into());
+        self
+    }
+
     /// The message with the application property `name` set to `value`.
     #[must_use]
     pub fn with_property(
@@ -184,6 +225,14 @@ pub struct ServiceBusReceivedMessage {
     pub lock_token: Option<uuid::Uuid>,
     /// When the lock runs out, by the broker's clock (`x-opt-locked-until`).
     pub locked_until: Option<SystemTime>,
+    /// The partition key its producer set (`x-opt-partition-key`).
+    pub partition_key: Option<String>,
+    /// The time-to-live its producer set (the header's `ttl`).
+    pub time_to_live: Option<std::time::Duration>,
+    /// The `to` address its producer set.
+    pub to: Option<String>,
+    /// The `reply-to` address its producer set.
+    pub reply_to: Option<String>,
 }
 
 impl ServiceBusReceivedMessage {
@@ -215,6 +264,10 @@ impl ServiceBusReceivedMessage {
             session_id: self.session_id.clone(),
             application_properties: self.application_properties.clone(),
             body: self.body.clone(),
+            partition_key: self.partition_key.clone(),
+            time_to_live: self.time_to_live,
+            to: self.to.clone(),
+            reply_to: self.reply_to.clone(),
         }
     }
 }

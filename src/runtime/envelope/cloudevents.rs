@@ -148,42 +148,9 @@ impl CloudEvents {
     }
 
     fn binary<'m>(&self, message: &'m Message) -> Result<Opened<'m>, Rejection> {
-        let mut headers = Headers::new();
-        let mut attributes = 0;
-        for (name, value) in &message.application_properties {
-            let attribute = CLOUDEVENTS_PREFIXES
-                .iter()
-                .find_map(|prefix| name.strip_prefix(prefix));
-            match attribute {
-                Some(attribute) => {
-                    attributes += 1;
-                    if attributes > MAX_ENVELOPE_HEADERS {
-                        return Err(Rejection::new(
-                            DeadLetterReason::InvalidPayload,
-                            format!(
-                                "the CloudEvent has more than {MAX_ENVELOPE_HEADERS} attributes"
-                            ),
-                        ));
-                    }
-                    // Both prefixes name one attribute: the first seen (`:` sorts before
-                    // `_`) is kept, as the binding gives neither precedence.
-                    headers
-                        .entry(attribute.to_owned())
-                        .or_insert_with(|| value.clone());
-                }
-                None => {
-                    headers.insert(name.clone(), value.clone());
-                }
-            }
-        }
-        if attributes == 0 {
-            return Err(Rejection::new(
-                DeadLetterReason::MissingContract,
-                "the message is neither a structured CloudEvent (application/cloudevents+json) nor a binary one (no cloudEvents_ application properties)",
-            ));
-        }
+        let (attributes, plain) = binary_attributes(message)?;
         let attribute = |name: &str| -> Result<String, Rejection> {
-            match headers.get(name) {
+            match attributes.get(name) {
                 None => Ok(String::new()),
                 Some(PropertyValue::String(value)) => Ok(value.clone()),
                 Some(_) => Err(Rejection::new(
@@ -199,6 +166,10 @@ impl CloudEvents {
             attribute("type")?,
         );
         let contract = self.identify(&specversion, &source, &id, &kind)?;
+        // The handler's headers: the plain properties under their own names, the attributes
+        // over them (a plain `id` never stands for the event's id).
+        let mut headers = plain;
+        headers.extend(attributes);
         if let Some(content_type) = &message.content_type {
             headers.insert("datacontenttype".to_owned(), content_type.as_str().into());
         }
@@ -272,6 +243,45 @@ impl EnvelopeReader for CloudEvents {
 fn is_json(content_type: &str) -> bool {
     let media = media_type(content_type).to_ascii_lowercase();
     media == "application/json" || media == "text/json" || media.ends_with("+json")
+}
+
+/// A binary-mode event's attributes (the `cloudEvents_`/`cloudEvents:` application properties,
+/// prefix removed) apart from its plain application properties. Only prefixed properties are
+/// attributes: the AMQP binding maps each attribute to a prefixed property, so a plain `id`,
+/// `source` or `type` property is the producer's own header and never fills an attribute (it
+/// overrode `cloudEvents_id` once, and distinct events shared one logical id). Both prefixes
+/// name one attribute: the first seen (`:` sorts before `_`) is kept, as the binding gives
+/// neither precedence.
+fn binary_attributes(message: &Message) -> Result<(Headers, Headers), Rejection> {
+    let mut attributes = Headers::new();
+    let mut plain = Headers::new();
+    let mut seen = 0;
+    for (name, value) in &message.application_properties {
+        let attribute = CLOUDEVENTS_PREFIXES
+            .iter()
+            .find_map(|prefix| name.strip_prefix(prefix));
+        let Some(attribute) = attribute else {
+            plain.insert(name.clone(), value.clone());
+            continue;
+        };
+        seen += 1;
+        if seen > MAX_ENVELOPE_HEADERS {
+            return Err(Rejection::new(
+                DeadLetterReason::InvalidPayload,
+                format!("the CloudEvent has more than {MAX_ENVELOPE_HEADERS} attributes"),
+            ));
+        }
+        attributes
+            .entry(attribute.to_owned())
+            .or_insert_with(|| value.clone());
+    }
+    if seen == 0 {
+        return Err(Rejection::new(
+            DeadLetterReason::MissingContract,
+            "the message is neither a structured CloudEvent (application/cloudevents+json) nor a binary one (no cloudEvents_ application properties)",
+        ));
+    }
+    Ok((attributes, plain))
 }
 
 #[cfg(test)]
@@ -364,6 +374,43 @@ mod tests {
                 opened.headers.get("datacontenttype"),
                 Some(&"application/json".into())
             );
+        }
+    }
+
+    /// Issue 40, M4: plain properties named like attributes (`id`, `source`, `type`,
+    /// `specversion`) never fill an attribute. Two distinct events that both carry a plain
+    /// `id` (an order id) keep their own ids; one with a plain `type` keeps its contract; and
+    /// without a prefixed `id` a plain one does not stand in for it.
+    #[test]
+    fn binary_mode_plain_properties_never_fill_an_attribute() {
+        for prefix in CLOUDEVENTS_PREFIXES {
+            let event = |id: &str| {
+                binary(prefix)
+                    .with_property(format!("{prefix}id"), id)
+                    .with_property("id", "o-1")
+                    .with_property("source", "/elsewhere")
+                    .with_property("type", "com.example.other")
+                    .with_property("specversion", "0.3")
+            };
+            let (first, second) = (event("e-1"), event("e-2"));
+            let opened = reader().open(&first).unwrap();
+            assert_eq!(
+                opened.id.as_deref(),
+                Some(cloudevent_id("/shop/checkout", "e-1").as_str()),
+                "{prefix}"
+            );
+            assert_eq!(opened.contract, Contract::new("orders.order-placed", 1));
+            assert_eq!(
+                opened.headers.get("id"),
+                Some(&"e-1".into()),
+                "attributes win"
+            );
+            let other = reader().open(&second).unwrap();
+            assert_ne!(opened.id, other.id, "{prefix}: distinct events");
+
+            let mut no_id = binary(prefix).with_property("id", "o-1");
+            no_id.application_properties.remove(&format!("{prefix}id"));
+            assert!(reader().open(&no_id).is_err(), "{prefix}: no attribute id");
         }
     }
 

@@ -10,12 +10,12 @@ use tiberius::Row;
 
 use super::{MssqlStore, classify};
 use crate::ports::{
-    ErrorKind, MAX_RETENTION_BATCH, OutboxBacklog, OutboxLease, OutboxMessage, OutboxRow,
-    OutboxStore, RetentionStore, StoreError,
+    ErrorKind, MAX_RETENTION_BATCH, OutboxBacklog, OutboxClaim, OutboxLease, OutboxMessage,
+    OutboxRow, OutboxStore, RetentionStore, StoreError, UnreadableRow,
 };
 use crate::store::{
     attempts, count, failure_text, from_unix_millis, id_list, in_id_order, limit,
-    properties_from_json, unix_millis,
+    properties_from_json, time_to_live, unix_millis, unreadable,
 };
 
 /// `datetime2(3)` from a parameter holding Unix milliseconds (days and the rest apart, as
@@ -43,12 +43,20 @@ macro_rules! millis {
     };
 }
 
+/// A session row waits while an earlier row of its session is leased or backing off, as on
+/// PostgreSQL (`src/store/postgres/outbox.rs`); rows a consumer is still writing are read past.
 const CLAIM: &str = concat!(
     "WITH due AS (
-        SELECT TOP (@P4) * FROM sb_outbox WITH (UPDLOCK, ROWLOCK, READPAST)
+        SELECT TOP (@P4) * FROM sb_outbox AS r WITH (UPDLOCK, ROWLOCK, READPAST)
          WHERE dispatched_at IS NULL AND (lease_until IS NULL OR lease_until <= ",
     at!("@P3"),
     ")
+           AND (session_id IS NULL OR NOT EXISTS (
+                SELECT e.id FROM sb_outbox AS e WITH (READPAST)
+                 WHERE e.destination = r.destination AND e.session_id = r.session_id
+                   AND e.id < r.id AND e.dispatched_at IS NULL AND e.lease_until > ",
+    at!("@P3"),
+    "))
          ORDER BY id)
      UPDATE due SET lease_until = ",
     at!("@P1"),
@@ -57,7 +65,9 @@ const CLAIM: &str = concat!(
             inserted.correlation_id, inserted.content_type, inserted.application_properties,
             inserted.body, ",
     millis!("inserted.created_at"),
-    ", inserted.attempts;"
+    ", inserted.attempts, inserted.session_id, inserted.partition_key, ",
+    millis!("inserted.scheduled_enqueue_time"),
+    ", inserted.time_to_live_ms, inserted.to_address, inserted.reply_to;"
 );
 
 const MARK: &str = concat!(
@@ -104,35 +114,54 @@ fn text(row: &Row, index: usize) -> Result<Option<String>, StoreError> {
         .map(str::to_owned))
 }
 
-fn outbox_row(row: &Row) -> Result<OutboxRow, StoreError> {
-    let id = row
-        .try_get::<i64, _>(0)
-        .map_err(classify)?
-        .ok_or_else(|| missing("id"))?;
+/// Reads one claimed row: a message, or why it does not read (its lease stays written).
+fn outbox_row(row: &Row) -> Result<OutboxRow, UnreadableRow> {
+    // id is the primary key (never NULL); the rest is read knowing which row it is.
+    let id = row.try_get::<i64, _>(0).ok().flatten().unwrap_or_default();
+    let attempts = attempts(i64::from(
+        row.try_get::<i32, _>(9).ok().flatten().unwrap_or(0),
+    ));
+    read_row(id, attempts, row).map_err(|error| {
+        let key = match (text(row, 2), text(row, 10)) {
+            (Ok(Some(destination)), Ok(session)) => Some((destination, session)),
+            _ => None,
+        };
+        unreadable(id, key, attempts, &error)
+    })
+}
+
+fn read_row(id: i64, attempts: u32, row: &Row) -> Result<OutboxRow, StoreError> {
     let properties = text(row, 6)?.ok_or_else(|| missing("application_properties"))?;
+    let body = row
+        .try_get::<&[u8], _>(7)
+        .map_err(classify)?
+        .map(<[u8]>::to_vec)
+        .unwrap_or_default();
+    let destination = text(row, 2)?.ok_or_else(|| missing("destination"))?;
+    let mut message = OutboxMessage::new(destination, String::new(), body);
+    message.message_id = text(row, 1)?.ok_or_else(|| missing("message_id"))?;
+    message.subject = text(row, 3)?;
+    message.correlation_id = text(row, 4)?;
+    message.content_type = text(row, 5)?;
+    message.application_properties = properties_from_json(&properties, id)?;
+    message.session_id = text(row, 10)?;
+    message.partition_key = text(row, 11)?;
+    message.scheduled_enqueue_time = row
+        .try_get::<i64, _>(12)
+        .map_err(classify)?
+        .map(from_unix_millis);
+    message.time_to_live = time_to_live(row.try_get::<i64, _>(13).map_err(classify)?);
+    message.to = text(row, 14)?;
+    message.reply_to = text(row, 15)?;
     Ok(OutboxRow {
         id,
-        message: OutboxMessage {
-            message_id: text(row, 1)?.ok_or_else(|| missing("message_id"))?,
-            destination: text(row, 2)?.ok_or_else(|| missing("destination"))?,
-            subject: text(row, 3)?,
-            correlation_id: text(row, 4)?,
-            content_type: text(row, 5)?,
-            application_properties: properties_from_json(&properties, id)?,
-            body: row
-                .try_get::<&[u8], _>(7)
-                .map_err(classify)?
-                .map(<[u8]>::to_vec)
-                .unwrap_or_default(),
-        },
+        message,
         created_at: from_unix_millis(
             row.try_get::<i64, _>(8)
                 .map_err(classify)?
                 .ok_or_else(|| missing("created_at"))?,
         ),
-        attempts: attempts(i64::from(
-            row.try_get::<i32, _>(9).map_err(classify)?.unwrap_or(0),
-        )),
+        attempts,
     })
 }
 
@@ -142,7 +171,7 @@ impl OutboxStore for MssqlStore {
         now: SystemTime,
         lease: &OutboxLease,
         limit_to: usize,
-    ) -> Result<Vec<OutboxRow>, StoreError> {
+    ) -> Result<OutboxClaim, StoreError> {
         let rows = self
             .query(
                 CLAIM,
@@ -154,7 +183,7 @@ impl OutboxStore for MssqlStore {
                 ],
             )
             .await?;
-        in_id_order(&rows, outbox_row)
+        Ok(in_id_order(&rows, outbox_row))
     }
 
     async fn mark_dispatched(

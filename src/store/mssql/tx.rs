@@ -201,18 +201,34 @@ impl Tx for MssqlTx {
     }
 
     async fn append_outbox(&mut self, message: &OutboxMessage) -> Result<(), StoreError> {
-        let properties = crate::store::properties_json(message);
+        let columns = self.state.record(crate::store::outbox_columns(message))?;
+        let scheduled = message
+            .scheduled_enqueue_time
+            .map(crate::store::unix_millis);
+        // The scheduled time travels as Unix milliseconds, turned into datetime2(3) in SQL as
+        // the relay's times are (src/store/mssql/outbox.rs).
         self.execute(
-            "INSERT INTO sb_outbox (message_id, destination, subject, correlation_id, content_type, application_properties, body)
-             VALUES (@P1, @P2, @P3, @P4, @P5, @P6, @P7)",
+            "INSERT INTO sb_outbox (message_id, destination, subject, correlation_id, content_type,
+                 application_properties, body, session_id, partition_key, scheduled_enqueue_time,
+                 time_to_live_ms, to_address, reply_to)
+             VALUES (@P1, @P2, @P3, @P4, @P5, @P6, @P7, @P8, @P9,
+                     DATEADD(millisecond, CAST(@P10 % 86400000 AS int),
+                         DATEADD(day, CAST(@P10 / 86400000 AS int), CAST('19700101' AS datetime2(3)))),
+                     @P11, @P12, @P13)",
             &[
                 &message.message_id.as_str(),
                 &message.destination.as_str(),
                 &message.subject,
                 &message.correlation_id,
                 &message.content_type,
-                &properties.as_str(),
+                &columns.properties.as_str(),
                 &message.body.as_slice(),
+                &message.session_id,
+                &message.partition_key,
+                &scheduled,
+                &columns.time_to_live_ms,
+                &message.to,
+                &message.reply_to,
             ],
         )
         .await

@@ -309,18 +309,26 @@ impl Tx for PgTx {
     }
 
     async fn append_outbox(&mut self, message: &OutboxMessage) -> Result<(), StoreError> {
-        let properties = crate::store::properties_json(message);
+        let columns = self.state.record(crate::store::outbox_columns(message))?;
         self.execute(
-            "INSERT INTO sb_outbox (message_id, destination, subject, correlation_id, content_type, application_properties, body)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO sb_outbox (message_id, destination, subject, correlation_id, content_type,
+                 application_properties, body, session_id, partition_key, scheduled_enqueue_time,
+                 time_to_live_ms, to_address, reply_to)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
             &[
                 &message.message_id,
                 &message.destination,
                 &message.subject,
                 &message.correlation_id,
                 &message.content_type,
-                &properties,
+                &columns.properties,
                 &message.body,
+                &message.session_id,
+                &message.partition_key,
+                &message.scheduled_enqueue_time,
+                &columns.time_to_live_ms,
+                &message.to,
+                &message.reply_to,
             ],
         )
         .await

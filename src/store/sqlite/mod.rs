@@ -25,8 +25,7 @@ use crate::ports::{ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, V
 
 /// The SQLite core migrations, in order: inbox, business keys, aggregate versions, outbox
 /// (versions: see [`Migration`]).
-pub const MIGRATIONS: &[Migration] =
-    crate::store::migrations!("sqlite": 1 => "0001_inbox.sql", 3 => "0003_outbox_relay.sql");
+pub const MIGRATIONS: &[Migration] = crate::store::migrations!("sqlite": 1 => "0001_inbox.sql", 3 => "0003_outbox_relay.sql", 5 => "0005_outbox_publishing.sql");
 
 /// A SQLite store.
 ///
@@ -324,17 +323,27 @@ impl Tx for SqliteTx {
     }
 
     async fn append_outbox(&mut self, message: &OutboxMessage) -> Result<(), StoreError> {
+        let columns = self.state.record(super::outbox_columns(message))?;
         self.execute(
-            "INSERT INTO sb_outbox (message_id, destination, subject, correlation_id, content_type, application_properties, body)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            "INSERT INTO sb_outbox (message_id, destination, subject, correlation_id, content_type,
+                 application_properties, body, session_id, partition_key, scheduled_enqueue_time,
+                 time_to_live_ms, to_address, reply_to)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,
+                     strftime('%Y-%m-%dT%H:%M:%fZ', ?10 / 1000.0, 'unixepoch'), ?11, ?12, ?13)",
             params![
                 message.message_id,
                 message.destination,
                 message.subject,
                 message.correlation_id,
                 message.content_type,
-                super::properties_json(message),
+                columns.properties,
                 message.body,
+                message.session_id,
+                message.partition_key,
+                message.scheduled_enqueue_time.map(super::unix_millis),
+                columns.time_to_live_ms,
+                message.to,
+                message.reply_to,
             ],
         )
         .map(drop)

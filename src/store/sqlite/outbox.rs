@@ -9,26 +9,38 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::{SqliteStore, classify};
 use crate::ports::{
-    OutboxBacklog, OutboxLease, OutboxMessage, OutboxRow, OutboxStore, RetentionStore, StoreError,
+    OutboxBacklog, OutboxClaim, OutboxLease, OutboxMessage, OutboxRow, OutboxStore, RetentionStore,
+    StoreError, UnreadableRow,
 };
 use crate::store::{
     attempts, count, failure_text, from_unix_millis, id_list, in_id_order, limit,
-    properties_from_json, unix_millis,
+    properties_from_json, time_to_live, unix_millis, unreadable,
 };
 
+/// A session row waits while an earlier row of its session is leased or backing off, as on
+/// PostgreSQL (`src/store/postgres/outbox.rs`).
 const CLAIM: &str = "UPDATE sb_outbox
     SET lease_until = strftime('%Y-%m-%dT%H:%M:%fZ', ?1 / 1000.0, 'unixepoch'),
         lease_token = ?2,
         attempts = attempts + 1
-  WHERE id IN (SELECT id FROM sb_outbox
+  WHERE id IN (SELECT id FROM sb_outbox AS r
                 WHERE dispatched_at IS NULL
                   AND (lease_until IS NULL
                        OR lease_until <= strftime('%Y-%m-%dT%H:%M:%fZ', ?3 / 1000.0, 'unixepoch'))
+                  AND (session_id IS NULL OR NOT EXISTS (
+                       SELECT e.id FROM sb_outbox AS e
+                        WHERE e.destination = r.destination AND e.session_id = r.session_id
+                          AND e.id < r.id AND e.dispatched_at IS NULL
+                          AND e.lease_until
+                              > strftime('%Y-%m-%dT%H:%M:%fZ', ?3 / 1000.0, 'unixepoch')))
                 ORDER BY id
                 LIMIT ?4)
   RETURNING id, message_id, destination, subject, correlation_id, content_type,
             application_properties, body,
-            CAST(round(unixepoch(created_at, 'subsec') * 1000) AS INTEGER), attempts";
+            CAST(round(unixepoch(created_at, 'subsec') * 1000) AS INTEGER), attempts, session_id,
+            partition_key,
+            CAST(round(unixepoch(scheduled_enqueue_time, 'subsec') * 1000) AS INTEGER),
+            time_to_live_ms, to_address, reply_to";
 
 const MARK: &str = "UPDATE sb_outbox
     SET dispatched_at = strftime('%Y-%m-%dT%H:%M:%fZ', ?1 / 1000.0, 'unixepoch'),
@@ -68,6 +80,12 @@ struct Claimed {
     body: Vec<u8>,
     created_at: i64,
     attempts: i64,
+    session_id: Option<String>,
+    partition_key: Option<String>,
+    scheduled_enqueue_time: Option<i64>,
+    time_to_live_ms: Option<i64>,
+    to: Option<String>,
+    reply_to: Option<String>,
 }
 
 impl Claimed {
@@ -83,21 +101,39 @@ impl Claimed {
             body: row.get(7)?,
             created_at: row.get(8)?,
             attempts: row.get(9)?,
+            session_id: row.get(10)?,
+            partition_key: row.get(11)?,
+            scheduled_enqueue_time: row.get(12)?,
+            time_to_live_ms: row.get(13)?,
+            to: row.get(14)?,
+            reply_to: row.get(15)?,
         })
     }
 
-    fn into_row(self) -> Result<OutboxRow, StoreError> {
+    /// The row as a message, or why it does not read (its lease stays written).
+    fn into_row(self) -> Result<OutboxRow, UnreadableRow> {
+        let properties = match properties_from_json(&self.properties, self.id) {
+            Ok(properties) => properties,
+            Err(error) => {
+                let key = Some((self.destination, self.session_id));
+                return Err(unreadable(self.id, key, attempts(self.attempts), &error));
+            }
+        };
+        let mut message = OutboxMessage::new(self.destination, String::new(), self.body);
+        message.message_id = self.message_id;
+        message.subject = self.subject;
+        message.correlation_id = self.correlation_id;
+        message.content_type = self.content_type;
+        message.application_properties = properties;
+        message.session_id = self.session_id;
+        message.partition_key = self.partition_key;
+        message.scheduled_enqueue_time = self.scheduled_enqueue_time.map(from_unix_millis);
+        message.time_to_live = time_to_live(self.time_to_live_ms);
+        message.to = self.to;
+        message.reply_to = self.reply_to;
         Ok(OutboxRow {
             id: self.id,
-            message: OutboxMessage {
-                message_id: self.message_id,
-                destination: self.destination,
-                subject: self.subject,
-                correlation_id: self.correlation_id,
-                content_type: self.content_type,
-                application_properties: properties_from_json(&self.properties, self.id)?,
-                body: self.body,
-            },
+            message,
             attempts: attempts(self.attempts),
             created_at: from_unix_millis(self.created_at),
         })
@@ -140,7 +176,7 @@ impl OutboxStore for SqliteStore {
         now: SystemTime,
         lease: &OutboxLease,
         limit_to: usize,
-    ) -> Result<Vec<OutboxRow>, StoreError> {
+    ) -> Result<OutboxClaim, StoreError> {
         let claimed = self
             .write(|conn| {
                 let mut statement = conn.prepare_cached(CLAIM)?;
@@ -156,7 +192,7 @@ impl OutboxStore for SqliteStore {
                 rows.collect::<rusqlite::Result<Vec<_>>>()
             })
             .await?;
-        in_id_order(claimed, Claimed::into_row)
+        Ok(in_id_order(claimed, Claimed::into_row))
     }
 
     async fn mark_dispatched(

@@ -228,6 +228,11 @@ pub(super) const OUTBOX_LEASE_SECS: Key = Key::new(
     "outbox.lease_secs",
     "how long a claim reserves rows (default 60)",
 );
+pub(super) const OUTBOX_ORDERED: Key = Key::new(
+    "SB_INBOX_OUTBOX_ORDERED",
+    "outbox.ordered",
+    "publish each destination's rows without a session id in write order (default false; session rows always are)",
+);
 pub(super) const RETENTION_SECS: Key = Key::new(
     "SB_INBOX_RETENTION_SECS",
     "retention.retention_secs",
@@ -296,7 +301,7 @@ pub(super) const ENVELOPE_ID_FROM: Key = Key::new(
 );
 
 /// Every key, in `--help` order.
-pub const KEYS: [Key; 50] = [
+pub const KEYS: [Key; 51] = [
     CONSUMER,
     STORE,
     CONNECTION,
@@ -340,6 +345,7 @@ pub const KEYS: [Key; 50] = [
     OUTBOX_BATCH,
     OUTBOX_POLL_MS,
     OUTBOX_LEASE_SECS,
+    OUTBOX_ORDERED,
     RETENTION_SECS,
     RETENTION_BATCH,
     RETENTION_INTERVAL_SECS,

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::keys::{OUTBOX_BATCH, OUTBOX_DESTINATION, OUTBOX_LEASE_SECS, OUTBOX_POLL_MS};
+use super::keys::{
+    OUTBOX_BATCH, OUTBOX_DESTINATION, OUTBOX_LEASE_SECS, OUTBOX_ORDERED, OUTBOX_POLL_MS,
+};
 use super::reader::{Reader, to_usize};
 use crate::relay::RelayConfig;
 
@@ -16,6 +18,7 @@ pub(super) struct OutboxFile {
     batch_size: Option<u64>,
     poll_interval_ms: Option<u64>,
     lease_secs: Option<u64>,
+    ordered: Option<bool>,
 }
 
 /// `outbox.destination`: none means the consumer writes no events.
@@ -36,6 +39,9 @@ pub(super) fn relay(r: &mut Reader<'_>, file: &OutboxFile) -> RelayConfig {
         lease: r
             .number(OUTBOX_LEASE_SECS, file.lease_secs, 5..=3600)
             .map_or(defaults.lease, Duration::from_secs),
+        ordered: r
+            .flag(OUTBOX_ORDERED, file.ordered)
+            .unwrap_or(defaults.ordered),
         ..defaults
     }
 }

@@ -395,6 +395,7 @@ fn relay_and_retention_settings_have_defaults_and_bounds() {
         &[
             ("SB_INBOX_OUTBOX_POLL_MS", "250"),
             ("SB_INBOX_OUTBOX_LEASE_SECS", "30"),
+            ("SB_INBOX_OUTBOX_ORDERED", "true"),
             ("SB_INBOX_RETENTION_BATCH", "4000"),
         ],
     )
@@ -405,6 +406,7 @@ fn relay_and_retention_settings_have_defaults_and_bounds() {
             batch_size: 50,
             poll_interval: Duration::from_millis(250),
             lease: Duration::from_secs(30),
+            ordered: true,
             ..RelayConfig::default()
         }
     );

@@ -20,6 +20,8 @@ Scenarios (each prints `sent N` with the number of messages sent):
   cloudevents.core.bindings.amqp: to_structured_event / to_binary_event, the CloudEvents AMQP
   protocol binding). The same event (source + id) structured and then binary is one event; the
   same id from another source is another.
+- cloudevents-plain-id: two binary events (e-1, e-2) that also carry a plain `id` application
+  property of the same value.
 - masstransit-one / nservicebus-one ORDER_ID: that one order in that framework's envelope, under
   the framework's own id (mt-ORDER_ID, nsb-ORDER_ID).
 """
@@ -109,7 +111,7 @@ def nsb(message_id, broker_id, payload):
     )
 
 
-def cloudevent(mode, source, event_id, broker_id, payload):
+def cloudevent(mode, source, event_id, broker_id, payload, plain=None):
     from cloudevents.core.bindings import amqp
     from cloudevents.core.v1.event import CloudEvent
 
@@ -133,6 +135,8 @@ def cloudevent(mode, source, event_id, broker_id, payload):
         else value
         for name, value in wire.application_properties.items()
     }
+    # Application properties of the producer's own, beside the binding's cloudEvents_ ones.
+    properties.update(plain or {})
     return ServiceBusMessage(
         wire.application_data,
         message_id=broker_id,
@@ -164,6 +168,13 @@ def scenario(name, order_id):
             cloudevent("binary", "/shop/checkout", "e-1", "b-2", order("o-1")),  # the same event
             cloudevent("binary", "/shop/checkout", "e-2", "b-3", order("o-2")),
             cloudevent("structured", "/shop/returns", "e-1", "b-4", order("o-3")),  # another source
+        ]
+    if name == "cloudevents-plain-id":
+        # Two distinct events that both carry a plain `id` property (the producer's own header,
+        # here a shared batch id): the attribute cloudEvents_id keys each, never the plain id.
+        return [
+            cloudevent("binary", "/shop/checkout", "e-1", "b-1", order("o-1"), {"id": "batch-7"}),
+            cloudevent("binary", "/shop/checkout", "e-2", "b-2", order("o-2"), {"id": "batch-7"}),
         ]
     if name == "masstransit-one":
         return [mt_envelope("mt-" + order_id, "b-mt-" + order_id, order(order_id))]

@@ -19,7 +19,7 @@ use sb_inbox::runtime::{LOGICAL_ID_PROPERTY, logical_id, original_enqueued_time}
 use sb_inbox::servicebus::PeekedMessage;
 use sb_inbox::{Clock, Delivery, Message, PropertyValue, Receiver, Sender};
 
-pub use sb_inbox::servicebus::{RESUBMISSION_PROPERTY, resubmission};
+pub use sb_inbox::servicebus::{RESUBMISSION_PROPERTY, resubmission, resubmission_of};
 
 /// The dead-letter subqueue of `entity`.
 pub fn dead_letter_queue(entity: &str) -> String {
@@ -238,7 +238,7 @@ async fn resubmit_matching<R: Receiver>(
         });
         let checked = match past_window(delivery.enqueued_time(), message, options) {
             Some(why) if matches => Err(why),
-            _ => resubmission(message),
+            _ => resubmission_of(message, delivery.enqueued_time()),
         };
         let copy = match checked {
             Ok(copy) if matches => copy,

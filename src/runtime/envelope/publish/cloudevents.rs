@@ -286,15 +286,12 @@ impl CloudEvent {
             let body = serde_json::to_vec(&event).map_err(PublishError::NotJson)?;
             (body, CLOUDEVENTS_JSON, BTreeMap::new())
         };
-        Ok(OutboxMessage {
-            message_id: self.id.clone(),
-            destination: self.destination.clone(),
-            subject: None,
-            correlation_id: None,
-            content_type: Some(content_type.to_owned()),
-            application_properties: bounded_properties(application_properties)?,
-            body: bounded(body)?,
-        })
+        let mut message = OutboxMessage::new(self.destination.clone(), "", bounded(body)?)
+            .with_message_id(self.id.clone())
+            .with_content_type(content_type);
+        message.subject = None;
+        message.application_properties = bounded_properties(application_properties)?;
+        Ok(message)
     }
 }
 

@@ -303,15 +303,13 @@ impl MassTransitEnvelope {
             host: Host::current(),
         };
         let body = bounded(serde_json::to_vec(&envelope).map_err(PublishError::NotJson)?)?;
-        Ok(OutboxMessage {
-            message_id: self.message_id.simple().to_string(),
-            destination: self.destination.clone(),
-            subject: None,
-            correlation_id: self.correlation_id.map(|id| id.simple().to_string()),
-            content_type: Some(MASSTRANSIT_CONTENT_TYPE.to_owned()),
-            application_properties: bounded_properties(self.headers.clone())?,
-            body,
-        })
+        let mut outgoing = OutboxMessage::new(self.destination.clone(), "", body)
+            .with_message_id(self.message_id.simple().to_string())
+            .with_content_type(MASSTRANSIT_CONTENT_TYPE);
+        outgoing.subject = None;
+        outgoing.correlation_id = self.correlation_id.map(|id| id.simple().to_string());
+        outgoing.application_properties = bounded_properties(self.headers.clone())?;
+        Ok(outgoing)
     }
 }
 
