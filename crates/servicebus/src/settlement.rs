@@ -3,7 +3,7 @@
 //! message on its link only.
 
 use std::sync::atomic::Ordering;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use sb_amqp::codec::Value;
 use sb_amqp::codec::primitives::OrderedMap;
@@ -16,7 +16,7 @@ use tracing::Instrument as _;
 
 use super::ServiceBusError;
 use super::delivery::ServiceBusDelivery;
-use super::error::is_busy_condition;
+use super::error::{is_busy_condition, is_server_busy};
 use super::management::{self, Disposition, Request};
 use super::telemetry::Kind;
 use crate::SettlementError;
@@ -82,7 +82,12 @@ impl ServiceBusDelivery {
         // pause outlasts the operation's time, as here the lock's).
         let busy = self.receiver.client.busy().remaining();
         if !busy.is_zero() {
-            if self.receiver.lock_clock.broker_now(SystemTime::now()) + busy >= self.locked_until()
+            if self
+                .receiver
+                .lock_clock
+                .broker_now(Instant::now(), SystemTime::now())
+                + busy
+                >= self.locked_until()
             {
                 return Err(SettlementError::Transient(ServiceBusError::Broker {
                     condition: condition::SERVER_BUSY.to_owned(),
@@ -136,7 +141,13 @@ impl ServiceBusDelivery {
             busy_state.set();
         }
         let delay = backoff.next_delay().max(busy_state.remaining());
-        if self.receiver.lock_clock.broker_now(SystemTime::now()) + delay >= deadline {
+        if self
+            .receiver
+            .lock_clock
+            .broker_now(Instant::now(), SystemTime::now())
+            + delay
+            >= deadline
+        {
             return Err(SettlementError::Transient(why));
         }
         tracing::debug!(lock_token = %self.lock_token, %why, ?delay, busy, "Settlement not done; retrying.");
@@ -201,10 +212,17 @@ impl ServiceBusDelivery {
                 Attempt::Failed(SettlementError::LockLost)
             }
             Ok(Some(Outcome::Rejected(Some(error)))) if is_busy_condition(&error.condition) => {
-                Attempt::Busy(ServiceBusError::Broker {
+                let server_busy = is_server_busy(&error.condition);
+                let why = ServiceBusError::Broker {
                     condition: error.condition,
                     description: error.description.unwrap_or_default(),
-                })
+                };
+                // Only server-busy holds the whole client; a timeout is retried (F5).
+                if server_busy {
+                    Attempt::Busy(why)
+                } else {
+                    Attempt::Retry(why)
+                }
             }
             Ok(Some(Outcome::Rejected(Some(error)))) => {
                 Attempt::Failed(SettlementError::Permanent {

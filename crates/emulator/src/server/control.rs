@@ -55,11 +55,15 @@ pub struct LinkInfo {
     /// credit plus messages sent and not settled yet (what a client's prefetch window
     /// bounds).
     pub peak_outstanding: u32,
+    /// A receive link: the credit the client granted and the emulator has not used yet, as
+    /// of the link task's latest look (0 after a drain).
+    pub credit: u32,
 }
 
 /// A receive link's flow as its task counts it, read by [`Registry::list`].
 #[derive(Debug, Default)]
 struct Gauge {
+    credit: AtomicU32,
     peak_credit: AtomicU32,
     peak_outstanding: AtomicU32,
 }
@@ -113,6 +117,7 @@ impl Registry {
             role,
             peak_credit: 0,
             peak_outstanding: 0,
+            credit: 0,
         };
         let gauge = Arc::new(Gauge::default());
         let lost = CancellationToken::new();
@@ -168,6 +173,7 @@ impl Registry {
                     .values()
                     .filter(|e| e.is_live())
                     .map(|e| LinkInfo {
+                        credit: e.gauge.credit.load(Ordering::Acquire),
                         peak_credit: e.gauge.peak_credit.load(Ordering::Acquire),
                         peak_outstanding: e.gauge.peak_outstanding.load(Ordering::Acquire),
                         ..e.info.clone()
@@ -370,6 +376,7 @@ impl LinkControl {
     /// A receive link's flow: `credit` unused, `unsettled` messages sent and not settled.
     pub(crate) fn record_flow(&self, credit: u32, unsettled: u32) {
         let gauge = &self.registration.gauge;
+        gauge.credit.store(credit, Ordering::Release);
         gauge.peak_credit.fetch_max(credit, Ordering::AcqRel);
         gauge
             .peak_outstanding
