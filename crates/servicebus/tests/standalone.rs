@@ -12,6 +12,9 @@ use sb_servicebus::{
     ServiceBusReceiver,
 };
 
+#[path = "standalone/gaps.rs"]
+mod gaps;
+
 /// How long a receive waits before the test calls the message lost.
 const WAIT: Duration = Duration::from_secs(10);
 

@@ -308,6 +308,8 @@ pub(crate) struct LinkControl {
     connection: CancellationToken,
     live: Arc<LiveConnection>,
     channel: u16,
+    /// Detach with `amqp:internal-error` then ([`crate::Emulator::detach_new_receive_links`]).
+    internal_error_at: Option<Instant>,
 }
 
 /// Everything [`LinkControl::new`] takes from the emulator and the connection.
@@ -329,7 +331,13 @@ pub(crate) struct ControlContext {
 impl LinkControl {
     pub(crate) fn new(ctx: ControlContext, name: &str, entity: &str, role: LinkRole) -> Self {
         let (registration, detach, lost) = ctx.registry.register(name, entity, role);
+        let internal_error_at = match role {
+            LinkRole::Receiver => ctx.state.survival.new_receiver_detach(),
+            LinkRole::Sender => None,
+        }
+        .map(|after| Instant::now() + after);
         LinkControl {
+            internal_error_at,
             registration,
             detach,
             lost,
@@ -425,6 +433,12 @@ impl LinkControl {
         self.maybe_detach_random();
     }
 
+    /// True when this disposition is to be answered `rejected{com.microsoft:timeout}` and left
+    /// unapplied ([`crate::Emulator::time_out_settlements`]).
+    pub(crate) fn settlement_timed_out(&self) -> bool {
+        self.state.survival.settlement_timed_out()
+    }
+
     /// True while the namespace is throttled: a send is then refused with server-busy.
     pub(crate) fn is_throttled(&self) -> bool {
         self.state.survival.is_throttled()
@@ -482,10 +496,17 @@ impl LinkControl {
             {
                 return self.idle_expired(timeout);
             }
-            let wake = match (idle_deadline, token_deadline) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            if self.internal_error_at.is_some_and(|at| at <= now) {
+                tracing::info!(link = %self.name, "Fault: detaching a new receive link with internal-error.");
+                return wire_error(
+                    condition::INTERNAL_ERROR,
+                    Some("The service was unable to process the request; please retry the operation (injected by the emulator: new receive links are detached).".to_owned()),
+                );
+            }
+            let wake = [idle_deadline, token_deadline, self.internal_error_at]
+                .into_iter()
+                .flatten()
+                .min();
             tokio::select! {
                 error = self.detach.recv() => {
                     if let Some(error) = error {

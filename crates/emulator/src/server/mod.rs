@@ -411,6 +411,27 @@ impl Emulator {
         self.shared.survival.revoke_token(audience)
     }
 
+    /// Steps the broker's clock by `secs` seconds (back when negative) while it runs, as an NTP
+    /// correction or a resumed VM steps a host's clock: every broker timestamp from now on
+    /// (locked-until, enqueued time) moves with it. False unless the broker was made with a
+    /// [`crate::Clock::steppable`] clock (the `sb-emulator` binary's always is).
+    pub fn step_clock(&self, secs: i64) -> bool {
+        self.shared.broker.clock().step(secs)
+    }
+
+    /// Answers the next `times` link dispositions `rejected{com.microsoft:timeout}` without
+    /// applying them, as the service does for an operation that ran past its time.
+    pub fn time_out_settlements(&self, times: usize) {
+        self.shared.survival.time_out_settlements(times);
+    }
+
+    /// Detaches every receive link attached from now on with `amqp:internal-error`, `after`
+    /// its attach was answered (`None`: stop): links that attach fine and fail right after, as
+    /// a service node in trouble does (protocol3 F6).
+    pub fn detach_new_receive_links(&self, after: Option<std::time::Duration>) {
+        self.shared.survival.detach_new_receive_links(after);
+    }
+
     /// Sticks every live connection on `amqp:internal-error`: every attach on it is refused
     /// with that condition from now on, while new connections work. Returns how many.
     pub fn stick_internal_error(&self) -> usize {

@@ -19,7 +19,7 @@
 //!   records Go recovering the connection for internal and unknown errors).
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
@@ -117,6 +117,11 @@ pub(crate) struct Survival {
     /// `--throttle SECS`: throttle this long from the first settlement attempt.
     throttle_on_first_settlement: Mutex<Option<Duration>>,
     attempts: Mutex<Vec<SettlementAttempt>>,
+    /// Link dispositions still to answer `rejected{com.microsoft:timeout}`.
+    settlement_timeouts: AtomicUsize,
+    /// Every receive link attached from now on is detached with `amqp:internal-error` this
+    /// long after its attach.
+    detach_new_receivers_after: Mutex<Option<Duration>>,
     sessions: AtomicU64,
     connections_opened: AtomicU64,
     cbs_links: AtomicU64,
@@ -281,6 +286,31 @@ impl Survival {
             .filter_map(|live| live.state.upgrade())
             .map(|state| state.revoke(audience))
             .sum()
+    }
+
+    /// Answers the next `times` link dispositions `rejected{com.microsoft:timeout}`, unapplied.
+    pub(crate) fn time_out_settlements(&self, times: usize) {
+        self.settlement_timeouts.store(times, Ordering::Release);
+    }
+
+    /// True when this link disposition is to be answered with a timeout (one fewer left).
+    pub(crate) fn settlement_timed_out(&self) -> bool {
+        self.settlement_timeouts
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    /// Detaches every receive link attached from now on with `amqp:internal-error` `after`
+    /// its attach (`None`: no longer).
+    pub(crate) fn detach_new_receive_links(&self, after: Option<Duration>) {
+        if let Ok(mut armed) = self.detach_new_receivers_after.lock() {
+            *armed = after;
+        }
+    }
+
+    /// How long after its attach a new receive link is detached with `amqp:internal-error`.
+    pub(crate) fn new_receiver_detach(&self) -> Option<Duration> {
+        self.detach_new_receivers_after.lock().ok().and_then(|a| *a)
     }
 
     /// Sticks every live connection on `amqp:internal-error`: each attach on it is refused
