@@ -696,6 +696,7 @@ fn the_websocket_proxy_comes_from_https_proxy_and_no_proxy_and_must_parse() {
     let proxy = HttpProxy {
         host: "proxy.corp".into(),
         port: 3128,
+        authorization: None,
     };
     assert_eq!(
         config.proxy,

@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use sb_emulator::{Broker, Clock, Config, Emulator, EmulatorOptions, EntityProperties, QueueConfig};
+use sb_emulator::{
+    Broker, Clock, Config, Emulator, EmulatorOptions, EntityProperties, QueueConfig,
+};
 use sb_servicebus::{
     ConnectionString, ServiceBusClient, ServiceBusMessage, ServiceBusReceiver, dead_letter_reason,
 };
@@ -21,8 +23,8 @@ async fn emulator() -> (Emulator, ServiceBusClient) {
     };
     let config = Config::new("sbemulatorns")
         .with_queue(QueueConfig::new("orders").with_properties(properties));
-    let broker = Broker::with_clock(config, Clock::new().steppable())
-        .expect("the configuration validates");
+    let broker =
+        Broker::with_clock(config, Clock::new().steppable()).expect("the configuration validates");
     let emulator = Emulator::start(broker, EmulatorOptions::default())
         .await
         .expect("the emulator starts");
@@ -37,7 +39,10 @@ async fn emulator() -> (Emulator, ServiceBusClient) {
 async fn until(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + WAIT;
     while !check() {
-        assert!(tokio::time::Instant::now() < deadline, "not within {WAIT:?}: {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {WAIT:?}: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -122,7 +127,10 @@ async fn links_detached_with_internal_errors_after_attach_move_to_a_new_connecti
             .expect("the detach reaches the receive");
         assert!(received.is_err(), "{received:?}");
         failures += 1;
-        assert!(failures <= 5, "still on the first connection after {failures} failures");
+        assert!(
+            failures <= 5,
+            "still on the first connection after {failures} failures"
+        );
     }
     emulator.detach_new_receive_links(None);
     send(&client, &["m-1"]).await;
