@@ -178,9 +178,12 @@ impl<S: OpenStore + 'static> ConfiguredWorker<S> {
         let _stop_health = health::serve_while(health, &readiness);
         // The entity's real settings before anything is received (issue 33): a copy in
         // `[entity]` that disagrees refuses the start; what was read gives the replay horizon.
-        let horizon = entity_check::at_start(&config, &readiness)
-            .await?
-            .or(config.horizon);
+        // Bounded (entity_check::START_CHECK_BOUND) and given up on shutdown: a SIGTERM while
+        // the management API stalls ends the worker at once, as before the store opened.
+        let horizon = tokio::select! {
+            checked = entity_check::at_start(&config, &readiness) => checked?.or(config.horizon),
+            () = shutdown.cancelled() => return Ok(WorkerStats::default()),
+        };
         let Some(store) = open_store(&config, schema_check.as_ref(), &store_ready, &shutdown).await
         else {
             return Ok(WorkerStats::default());

@@ -12,6 +12,8 @@ use sb_servicebus::{
     ServiceBusReceiver,
 };
 
+#[path = "standalone/admin_bounds.rs"]
+mod admin_bounds;
 #[path = "standalone/gaps.rs"]
 mod gaps;
 

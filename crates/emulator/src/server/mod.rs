@@ -54,8 +54,8 @@ pub use options::{
 };
 pub use request_log::ManagementRequest;
 use request_log::RequestLog;
-use survival::Survival;
-pub use survival::{EmulatorStats, SettlementAttempt};
+pub(crate) use survival::Survival;
+pub use survival::{EmulatorStats, ManagementFault, SettlementAttempt};
 pub use tls::{
     CA_FILE as TLS_CA_FILE, CERT_FILE as TLS_CERT_FILE, KEY_FILE as TLS_KEY_FILE, TlsIdentity,
     TlsListen,
@@ -419,6 +419,14 @@ impl Emulator {
         self.shared.broker.clock().step(secs)
     }
 
+    /// Answers the next management API (HTTP) requests with `faults` instead of handling
+    /// them, one each, in order: a status (429 throttled, 5xx failing) or a stall. What the
+    /// service's management API does under throttling or an outage, for testing that a client
+    /// retries and stays bounded (protocol3 F4).
+    pub fn fail_management_requests(&self, faults: impl IntoIterator<Item = ManagementFault>) {
+        self.shared.survival.fail_management_requests(faults);
+    }
+
     /// Answers the next `times` link dispositions `rejected{com.microsoft:timeout}` without
     /// applying them, as the service does for an operation that ran past its time.
     pub fn time_out_settlements(&self, times: usize) {
@@ -478,15 +486,16 @@ async fn http_accept_loop(
             accepted = listener.accept() => accepted,
         };
         let Ok((tcp, _)) = accepted else { continue };
-        let (broker, options, stop) = (
+        let (broker, options, survival, stop) = (
             shared.broker.clone(),
             shared.options.clone(),
+            shared.survival.clone(),
             shutdown.clone(),
         );
         tracker.spawn(async move {
             tokio::select! {
                 () = stop.cancelled() => {}
-                () = crate::http::serve(Box::new(tcp), broker, options) => {}
+                () = crate::http::serve(Box::new(tcp), broker, options, survival) => {}
             }
         });
     }

@@ -57,6 +57,17 @@ pub struct SettlementAttempt {
     pub busy: bool,
 }
 
+/// How the management API (HTTP) answers one request instead of handling it
+/// ([`crate::Emulator::fail_management_requests`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ManagementFault {
+    /// Answer this status (429 when throttled, 500/502/503/504 when failing), unhandled.
+    Status(u16),
+    /// Never answer: hold the connection until the client closes it (a stalled middlebox).
+    Stall,
+}
+
 /// One live client connection.
 #[derive(Debug)]
 pub(crate) struct LiveConnection {
@@ -117,6 +128,8 @@ pub(crate) struct Survival {
     /// `--throttle SECS`: throttle this long from the first settlement attempt.
     throttle_on_first_settlement: Mutex<Option<Duration>>,
     attempts: Mutex<Vec<SettlementAttempt>>,
+    /// How the next management API (HTTP) requests are answered instead of handled.
+    management_faults: Mutex<VecDeque<ManagementFault>>,
     /// Link dispositions still to answer `rejected{com.microsoft:timeout}`.
     settlement_timeouts: AtomicUsize,
     /// Every receive link attached from now on is detached with `amqp:internal-error` this
@@ -286,6 +299,18 @@ impl Survival {
             .filter_map(|live| live.state.upgrade())
             .map(|state| state.revoke(audience))
             .sum()
+    }
+
+    /// Answers the next management API requests with `faults`, one each, in order.
+    pub(crate) fn fail_management_requests(&self, faults: impl IntoIterator<Item = ManagementFault>) {
+        if let Ok(mut queue) = self.management_faults.lock() {
+            queue.extend(faults);
+        }
+    }
+
+    /// How to answer this management API request instead of handling it, if at all.
+    pub(crate) fn management_fault(&self) -> Option<ManagementFault> {
+        self.management_faults.lock().ok()?.pop_front()
     }
 
     /// Answers the next `times` link dispositions `rejected{com.microsoft:timeout}`, unapplied.
