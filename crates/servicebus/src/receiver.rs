@@ -558,7 +558,14 @@ impl ServiceBusReceiver {
     /// blocks ([`TOP_UP_FRACTION`] of the capacity at least, or whatever is missing once the
     /// link ran dry) so that a busy caller does not send one `flow` per delivery.
     async fn top_up(&self, link: &mut ReceiveLink, capacity: u32) -> Result<(), sb_amqp::Error> {
-        let in_hand = u32::try_from(self.inner.in_hand.load(Ordering::Acquire)).unwrap_or(u32::MAX);
+        // A session's messages come one at a time, each asked for by a receive once the one
+        // before is settled (V1); a delivery still referenced elsewhere (a lock keeper winding
+        // down) must not hold the next back. Plain receivers count what they hold.
+        let in_hand = if self.inner.session.get().is_some() {
+            0
+        } else {
+            u32::try_from(self.inner.in_hand.load(Ordering::Acquire)).unwrap_or(u32::MAX)
+        };
         let missing = capacity.saturating_sub(in_hand.saturating_add(link.pending));
         let block = (capacity / TOP_UP_FRACTION).max(1);
         if missing >= block || (missing > 0 && link.pending == 0) {

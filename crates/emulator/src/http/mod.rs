@@ -118,7 +118,10 @@ pub(crate) async fn serve(
             Some(crate::ManagementFault::Status(status)) => Response {
                 status,
                 content_type: api::XML,
-                body: atom::error(status, "Injected by the emulator (fail_management_requests)."),
+                body: atom::error(
+                    status,
+                    "Injected by the emulator (fail_management_requests).",
+                ),
             },
             Some(_) => {
                 // Stalled: nothing is answered; the client's close (EOF) ends it.

@@ -302,7 +302,10 @@ impl Survival {
     }
 
     /// Answers the next management API requests with `faults`, one each, in order.
-    pub(crate) fn fail_management_requests(&self, faults: impl IntoIterator<Item = ManagementFault>) {
+    pub(crate) fn fail_management_requests(
+        &self,
+        faults: impl IntoIterator<Item = ManagementFault>,
+    ) {
         if let Ok(mut queue) = self.management_faults.lock() {
             queue.extend(faults);
         }

@@ -56,12 +56,20 @@ pub(super) async fn send(
 ) -> Result<HttpResponse, AdminError> {
     let name = format!("{}:{}", endpoint.host, endpoint.port);
     let (to, to_name) = match &transport.proxy {
-        Some(proxy) => ((proxy.host.as_str(), proxy.port), format!("{}:{}", proxy.host, proxy.port)),
+        Some(proxy) => (
+            (proxy.host.as_str(), proxy.port),
+            format!("{}:{}", proxy.host, proxy.port),
+        ),
         None => ((endpoint.host.as_str(), endpoint.port), name.clone()),
     };
     let tcp = match tokio::time::timeout(transport.connect_timeout, TcpStream::connect(to)).await {
         Ok(Ok(tcp)) => tcp,
-        Ok(Err(source)) => return Err(AdminError::Connect { endpoint: to_name, source }),
+        Ok(Err(source)) => {
+            return Err(AdminError::Connect {
+                endpoint: to_name,
+                source,
+            });
+        }
         Err(_) => {
             return Err(AdminError::Timeout {
                 endpoint: to_name,
@@ -227,7 +235,11 @@ pub(super) fn parse_response(raw: &[u8]) -> Result<HttpResponse, AdminError> {
             if name.eq_ignore_ascii_case("retry-after-ms")
                 || name.eq_ignore_ascii_case("x-ms-retry-after-ms")
             {
-                retry_after = value.parse().ok().map(Duration::from_millis).or(retry_after);
+                retry_after = value
+                    .parse()
+                    .ok()
+                    .map(Duration::from_millis)
+                    .or(retry_after);
             } else if name.eq_ignore_ascii_case("retry-after") && retry_after.is_none() {
                 // Seconds; an HTTP date is not read (the backoff applies instead).
                 retry_after = value.parse().ok().map(Duration::from_secs);

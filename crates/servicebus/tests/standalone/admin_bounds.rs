@@ -113,14 +113,26 @@ async fn proxy() -> (std::net::SocketAddr, Arc<Mutex<Vec<String>>>) {
             tokio::spawn(async move {
                 let mut head = Vec::new();
                 while !head.ends_with(b"\r\n\r\n") {
-                    let Ok(byte) = client.read_u8().await else { return };
+                    let Ok(byte) = client.read_u8().await else {
+                        return;
+                    };
                     head.push(byte);
                 }
                 let head = String::from_utf8_lossy(&head).into_owned();
-                let target = head.split_whitespace().nth(1).unwrap_or_default().to_owned();
+                let target = head
+                    .split_whitespace()
+                    .nth(1)
+                    .unwrap_or_default()
+                    .to_owned();
                 seen.lock().expect("not poisoned").push(head);
-                let Ok(mut server) = TcpStream::connect(target).await else { return };
-                if client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await.is_ok() {
+                let Ok(mut server) = TcpStream::connect(target).await else {
+                    return;
+                };
+                if client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await
+                    .is_ok()
+                {
                     let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
                 }
             });
@@ -134,15 +146,22 @@ async fn the_management_read_goes_through_the_proxy_with_its_credentials() {
     let (emulator, admin) = emulator().await;
     let (proxy, heads) = proxy().await;
     let setting = format!("http://reader:s%40cret@{proxy}");
-    let config = ProxyConfig::from_env_vars(|name| (name == "HTTPS_PROXY").then(|| setting.clone()))
-        .expect("the setting parses");
+    let config =
+        ProxyConfig::from_env_vars(|name| (name == "HTTPS_PROXY").then(|| setting.clone()))
+            .expect("the setting parses");
     let admin = admin.with_proxy(&config);
-    let orders = admin.entity("orders").await.expect("read through the proxy");
+    let orders = admin
+        .entity("orders")
+        .await
+        .expect("read through the proxy");
     assert!(orders.is_some());
     let heads = heads.lock().expect("not poisoned").clone();
     let http = emulator.http_addr().expect("the HTTP listener");
     assert_eq!(heads.len(), 1, "{heads:?}");
-    assert!(heads[0].starts_with(&format!("CONNECT {http} HTTP/1.1")), "{heads:?}");
+    assert!(
+        heads[0].starts_with(&format!("CONNECT {http} HTTP/1.1")),
+        "{heads:?}"
+    );
     // base64("reader:s@cret")
     assert!(
         heads[0].contains("Proxy-Authorization: Basic cmVhZGVyOnNAY3JldA=="),

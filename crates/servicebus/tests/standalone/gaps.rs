@@ -207,3 +207,61 @@ async fn unusable_messages_are_the_callers_to_settle() {
     assert_eq!(orders.counts().dead_lettered, 1);
     receiver.close().await;
 }
+
+/// V1: a session with m1..m3, m1 abandoned twice: the session's order holds (m1, m1, m1, m2,
+/// m3) on the session link alone, without the caller giving back what the link had fetched
+/// ahead: the link takes one message at a time, as .NET drains session credit "to ensure FIFO
+/// ordering within each session" (`AmqpReceiver.ReceiveMessagesAsyncInternal`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_keeps_its_order_after_abandons() {
+    let properties = EntityProperties {
+        lock_duration: Duration::from_secs(30),
+        max_delivery_count: 10,
+        requires_session: true,
+        ..EntityProperties::default()
+    };
+    let config = Config::new("sbemulatorns")
+        .with_queue(QueueConfig::new("orders").with_properties(properties));
+    let emulator = Emulator::start(
+        Broker::new(config).expect("validates"),
+        EmulatorOptions::default(),
+    )
+    .await
+    .expect("the emulator starts");
+    let cs: ConnectionString = emulator.connection_string().parse().expect("parses");
+    let client = ServiceBusClient::from_connection_string(&cs);
+    let sender = client.sender("orders");
+    for id in ["m1", "m2", "m3"] {
+        sender
+            .send(
+                ServiceBusMessage::new("{}")
+                    .with_message_id(id)
+                    .with_session_id("s"),
+            )
+            .await
+            .expect("the broker accepts");
+    }
+    let session = client
+        .accept_session("orders", "s")
+        .await
+        .expect("the session is accepted");
+    let mut order = Vec::new();
+    for abandon in [true, true, false, false, false] {
+        let delivery = session
+            .receive(WAIT)
+            .await
+            .expect("receives")
+            .expect("a delivery within the wait");
+        order.push(delivery.message().message_id.clone().unwrap_or_default());
+        if abandon {
+            delivery
+                .abandon(Default::default())
+                .await
+                .expect("abandons");
+        } else {
+            delivery.complete().await.expect("completes");
+        }
+    }
+    assert_eq!(order, ["m1", "m1", "m1", "m2", "m3"]);
+    session.close().await;
+}
