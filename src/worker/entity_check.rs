@@ -570,10 +570,12 @@ mod tests {
                 "{unverifiable:?}"
             );
         }
+        // A status no retry clears refuses the start; one that persisted through the
+        // client's retries (408, 429, 5xx) falls back (protocol3 F4).
         let other = judge_read(
             Err(AdminError::Status {
-                status: 500,
-                detail: "boom".to_owned(),
+                status: 400,
+                detail: "bad".to_owned(),
             }),
             "q",
             &DeclaredEntity::default(),
@@ -582,5 +584,22 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(other, EntityCheckError::Read { .. }), "{other:?}");
+        for status in [408, 429, 500, 502, 503, 504] {
+            let (_, source) = judge_read(
+                Err(AdminError::Status {
+                    status,
+                    detail: "busy".to_owned(),
+                }),
+                "q",
+                &DeclaredEntity::default(),
+                false,
+                None,
+            )
+            .unwrap_or_else(|e| panic!("{status}: {e}"));
+            let EntitySource::Declared { reason } = source else {
+                panic!("{status}: read, not declared: {source:?}");
+            };
+            assert!(reason.contains("kept failing"), "{status}: {reason}");
+        }
     }
 }
