@@ -486,6 +486,17 @@ impl ServiceBusReceiver {
                 return Err(self.failed(&error, false));
             }
         };
+        self.hand_out(link, &delivery, capacity).await
+    }
+
+    /// A delivery taken from the link: handed out (marked unusable when its message is), or
+    /// `None` when its lock ran out while it waited on the link (released).
+    async fn hand_out(
+        &self,
+        link: &ReceiveLink,
+        delivery: &sb_amqp::Delivery,
+        capacity: u32,
+    ) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
         if let Some(conn) = link.conn.upgrade() {
             conn.observe_healthy(super::client::LinkKind::Entity);
         }
