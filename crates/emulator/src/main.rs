@@ -127,7 +127,7 @@ struct Args {
     /// Step the broker's clock while it runs: `SECS@AFTER` steps it by SECS seconds (back when
     /// negative) AFTER seconds from the start, as an NTP correction or a resumed VM steps a
     /// host's clock; every broker timestamp from then on moves with it. Repeatable.
-    #[arg(long, value_name = "SECS@AFTER", value_parser = parse_clock_step)]
+    #[arg(long, value_name = "SECS@AFTER", value_parser = parse_clock_step, allow_hyphen_values = true)]
     clock_step: Vec<(i64, u64)>,
 }
 
