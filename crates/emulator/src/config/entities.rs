@@ -80,6 +80,9 @@ pub struct EntityProperties {
     pub requires_session: bool,
     /// Maximum message size in bytes (extension `MaxMessageSizeInKilobytes`; queues only).
     pub max_message_size: usize,
+    /// `DeadLetteringOnFilterEvaluationExceptions` (subscriptions): reported by the management
+    /// API as set; the emulator's filters raise no evaluation exceptions to act on.
+    pub dead_lettering_on_filter_evaluation_exceptions: bool,
 }
 
 impl EntityProperties {
@@ -91,6 +94,7 @@ impl EntityProperties {
             default_message_time_to_live: SERVICE_MESSAGE_TIME_TO_LIVE,
             duplicate_detection_history_time_window: SERVICE_DUPLICATE_DETECTION_WINDOW,
             max_delivery_count: SERVICE_MAX_DELIVERY_COUNT,
+            dead_lettering_on_filter_evaluation_exceptions: true,
             ..EntityProperties::default()
         }
     }
@@ -121,6 +125,7 @@ impl Default for EntityProperties {
             requires_duplicate_detection: false,
             requires_session: false,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            dead_lettering_on_filter_evaluation_exceptions: false,
         }
     }
 }

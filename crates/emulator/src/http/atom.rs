@@ -166,11 +166,12 @@ pub(crate) fn description(d: &EntityDescription) -> String {
             p.max_message_size / 1024,
         ),
         DescribedProperties::Subscription(p) => format!(
-            r#"<SubscriptionDescription xmlns="{SB_NS}" xmlns:i="{XSI_NS}"><LockDuration>{}</LockDuration><RequiresSession>{}</RequiresSession><DefaultMessageTimeToLive>{}</DefaultMessageTimeToLive><DeadLetteringOnMessageExpiration>{}</DeadLetteringOnMessageExpiration><DeadLetteringOnFilterEvaluationExceptions>false</DeadLetteringOnFilterEvaluationExceptions><MessageCount>{}</MessageCount><MaxDeliveryCount>{}</MaxDeliveryCount><EnableBatchedOperations>true</EnableBatchedOperations><Status>Active</Status>{}{times}{}{}<AutoDeleteOnIdle>{TIMESPAN_MAX}</AutoDeleteOnIdle><EntityAvailabilityStatus>Available</EntityAvailabilityStatus></SubscriptionDescription>"#,
+            r#"<SubscriptionDescription xmlns="{SB_NS}" xmlns:i="{XSI_NS}"><LockDuration>{}</LockDuration><RequiresSession>{}</RequiresSession><DefaultMessageTimeToLive>{}</DefaultMessageTimeToLive><DeadLetteringOnMessageExpiration>{}</DeadLetteringOnMessageExpiration><DeadLetteringOnFilterEvaluationExceptions>{}</DeadLetteringOnFilterEvaluationExceptions><MessageCount>{}</MessageCount><MaxDeliveryCount>{}</MaxDeliveryCount><EnableBatchedOperations>true</EnableBatchedOperations><Status>Active</Status>{}{times}{}{}<AutoDeleteOnIdle>{TIMESPAN_MAX}</AutoDeleteOnIdle><EntityAvailabilityStatus>Available</EntityAvailabilityStatus></SubscriptionDescription>"#,
             duration(p.lock_duration),
             p.requires_session,
             duration(p.default_message_time_to_live),
             p.dead_lettering_on_message_expiration,
+            p.dead_lettering_on_filter_evaluation_exceptions,
             message_count(d),
             p.max_delivery_count,
             optional("ForwardTo", p.forward_to.as_deref()),
@@ -341,6 +342,15 @@ pub(crate) fn entity_properties(el: &Element) -> Result<EntityProperties, BadDes
         )?,
         requires_session: get_bool(el, "RequiresSession", d.requires_session)?,
         max_message_size: max_size_kb.saturating_mul(1024),
+        // A subscription's setting only (queues have no filters).
+        dead_lettering_on_filter_evaluation_exceptions: el
+            .name
+            .ends_with("SubscriptionDescription")
+            && get_bool(
+                el,
+                "DeadLetteringOnFilterEvaluationExceptions",
+                d.dead_lettering_on_filter_evaluation_exceptions,
+            )?,
     })
 }
 
@@ -577,6 +587,7 @@ mod tests {
             sub.default_message_time_to_live,
             queue.default_message_time_to_live
         );
+        assert!(sub.dead_lettering_on_filter_evaluation_exceptions);
         let body = br#"<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><TopicDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"/></content></entry>"#;
         let doc = parse(body).unwrap();
         let topic = topic_properties(content(&doc, "TopicDescription").unwrap()).unwrap();
