@@ -280,8 +280,9 @@ where
                 return Ended::Closed;
             }
             if report.outcome.settlement() == super::Settlement::Abandon {
-                // The next message may already be here (the session link pipelines): given
-                // back, so the abandoned one, available again, comes before it.
+                // Should the session link have fetched the next message ahead, it is given
+                // back, so the abandoned one, available again, comes before it (sb-servicebus's
+                // session links fetch nothing ahead: then there is nothing to give back).
                 session.give_back_ahead().await;
             }
         }

@@ -90,6 +90,31 @@ impl Delivery for ServiceBusDelivery {
     }
 }
 
+/// `Some` with what the runtime takes (a usable delivery, or none), `None` after
+/// dead-lettering an unusable one: the client hands those out (protocol3 F10), the inbox keeps
+/// its rule that no delivery of them can ever be processed, under the runtime's reasons
+/// ([`crate::runtime::DeadLetterReason::InvalidMessageId`],
+/// [`crate::runtime::DeadLetterReason::UndecodableMessage`]).
+pub(super) async fn usable(
+    received: Option<sb_servicebus::ServiceBusDelivery>,
+) -> Option<Option<ServiceBusDelivery>> {
+    let Some(delivery) = received else {
+        return Some(None);
+    };
+    let Some(unusable) = delivery.unusable().cloned() else {
+        return Some(Some(ServiceBusDelivery::new(delivery)));
+    };
+    tracing::warn!(reason = %unusable.reason, description = %unusable.description, "Dead-lettering a delivery no handler can take.");
+    if let Err(error) = delivery
+        .dead_letter(unusable.reason, &unusable.description)
+        .await
+    {
+        // Its lock decides: it comes back and is dead-lettered then.
+        tracing::warn!(%error, "Dead-lettering an unusable delivery failed.");
+    }
+    None
+}
+
 impl Receiver for ServiceBusReceiver {
     type Delivery = ServiceBusDelivery;
 
@@ -98,10 +123,12 @@ impl Receiver for ServiceBusReceiver {
     }
 
     async fn receive(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
-        self.receive_message()
-            .await
-            .map(|received| received.map(ServiceBusDelivery::new))
-            .map_err(receive_error)
+        loop {
+            let received = self.receive_message().await.map_err(receive_error)?;
+            if let Some(delivery) = usable(received).await {
+                return Ok(delivery);
+            }
+        }
     }
 
     async fn pause(&self) {

@@ -24,10 +24,14 @@ impl SessionReceiver for ServiceBusSessionReceiver {
     }
 
     async fn receive(&self, wait: Duration) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
-        ServiceBusSessionReceiver::receive(self, wait)
-            .await
-            .map(|received| received.map(ServiceBusDelivery::new))
-            .map_err(receive_error)
+        loop {
+            let received = ServiceBusSessionReceiver::receive(self, wait)
+                .await
+                .map_err(receive_error)?;
+            if let Some(delivery) = super::receiver::usable(received).await {
+                return Ok(delivery);
+            }
+        }
     }
 
     async fn close(&self) {

@@ -179,8 +179,13 @@ impl<S: OpenStore + 'static> ConfiguredWorker<S> {
         // The entity's real settings before anything is received (issue 33): a copy in
         // `[entity]` that disagrees refuses the start; what was read gives the replay horizon.
         // Every hosted entity is checked, and the longest horizon bounds retention (issue 40,
-        // M5); each consumer gets its own entity's lock duration.
-        let checked = entity_check::at_start(&config, &readiness).await?;
+        // M5); each consumer gets its own entity's lock duration. Bounded
+        // (entity_check::START_CHECK_BOUND) and given up on shutdown: a SIGTERM while the
+        // management API stalls ends the worker at once, as before the store opened.
+        let checked = tokio::select! {
+            checked = entity_check::at_start(&config, &readiness) => checked?,
+            () = shutdown.cancelled() => return Ok(WorkerStats::default()),
+        };
         let horizon = checked.horizon.or(config.horizon);
         let Some(store) = open_store(&config, schema_check.as_ref(), &store_ready, &shutdown).await
         else {

@@ -3,7 +3,10 @@
 //! (TTL, lock duration, max delivery count), the session mode, and that dedupe retention covers
 //! the replay horizon those settings give. Without `[entity]` it uses what it read. Only where
 //! the management API cannot be reached does it fall back to `[entity]`, and says so in the log
-//! and on `/readyz`.
+//! and on `/readyz`. "Cannot be reached" includes a management API that keeps answering 408,
+//! 429 or 5xx through the client's retries, and one that does not answer within
+//! [`START_CHECK_BOUND`] (protocol3 F4): a throttled API at fleet roll-out must not turn into a
+//! crash loop.
 //!
 //! Why: a copy of the entity's settings that drifts from the portal silently makes retention
 //! unsafe (an inbox row deleted before a redelivery lets the message take effect twice).
@@ -12,6 +15,15 @@ use std::time::Duration;
 
 use super::horizon::{ReplayHorizon, RetentionTooShort};
 use crate::servicebus::admin::{AdminClient, AdminError, EntityDescription, EntityProperties};
+
+/// How long the start-up read may take in all, retries included: past it the worker starts on
+/// `[entity]`, as when the management API is unreachable.
+pub const START_CHECK_BOUND: Duration = Duration::from_secs(60);
+
+/// Each try of the start-up read: the connect, then the rest (the token, the proxy tunnel,
+/// TLS, the exchange); three retries and their backoff fit in [`START_CHECK_BOUND`].
+const START_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const START_TRY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the configuration says of the entity (`[entity]`, each `None` when not given) and the
 /// parts of the replay horizon that do not come from the entity.
@@ -246,7 +258,15 @@ pub async fn read_and_judge(
     retention: Option<Duration>,
 ) -> Result<(Option<ReplayHorizon>, EntitySource), EntityCheckError> {
     let read = match admin {
-        Ok(admin) => admin.entity(entity).await,
+        Ok(admin) => tokio::time::timeout(START_CHECK_BOUND, admin.entity(entity))
+            .await
+            .unwrap_or_else(|_| {
+                Err(AdminError::Timeout {
+                    endpoint: "the management API".to_owned(),
+                    what: "answer",
+                    after: START_CHECK_BOUND,
+                })
+            }),
         Err(reason) => return fallback(entity, declared, retention, reason),
     };
     judge_read(read, entity, declared, sessions, retention)
@@ -274,6 +294,11 @@ fn judge_read(
         Ok(None) => Err(EntityCheckError::NotFound(entity.to_owned())),
         Err(error) if error.is_unreachable() => {
             let reason = format!("the management API is unreachable: {error}");
+            fallback(entity, declared, retention, reason)
+        }
+        // Throttled or failing past the client's retries (408, 429, 5xx): as unreachable.
+        Err(error) if error.is_transient() => {
+            let reason = format!("the management API kept failing: {error}");
             fallback(entity, declared, retention, reason)
         }
         // Least-privilege deployments receive with a Listen key or the Data Receiver role,
@@ -438,6 +463,7 @@ fn admin_client(config: &super::WorkerConfig) -> Result<AdminClient, String> {
         ),
         super::BrokerAddress::Connection(cs) => AdminClient::from_connection_string(cs)
             .and_then(|a| a.with_trust(&config.trust))
+            .map(|a| bounded(a, config))
             .map_err(|e| e.to_string()),
         #[cfg(feature = "entra")]
         super::BrokerAddress::Namespace {
@@ -448,13 +474,22 @@ fn admin_client(config: &super::WorkerConfig) -> Result<AdminClient, String> {
                 client_id.clone(),
             );
             let tokens = std::sync::Arc::new(crate::servicebus::EntraProvider::new(credential));
-            AdminClient::for_namespace(host, tokens, &config.trust).map_err(|e| e.to_string())
+            AdminClient::for_namespace(host, tokens, &config.trust)
+                .map(|a| bounded(a, config))
+                .map_err(|e| e.to_string())
         }
         #[cfg(not(feature = "entra"))]
         super::BrokerAddress::Namespace { host, .. } => Err(format!(
             "{host}: Entra ID tokens need the `entra` cargo feature"
         )),
     }
+}
+
+/// The start-up read's bounds, through the worker's proxy (as its AMQP over WebSockets).
+fn bounded(admin: AdminClient, config: &super::WorkerConfig) -> AdminClient {
+    admin
+        .with_proxy(&config.proxy)
+        .with_timeouts(START_CONNECT_TIMEOUT, START_TRY_TIMEOUT)
 }
 
 #[cfg(test)]
@@ -599,10 +634,12 @@ mod tests {
                 "{unverifiable:?}"
             );
         }
+        // A status no retry clears refuses the start; one that persisted through the
+        // client's retries (408, 429, 5xx) falls back (protocol3 F4).
         let other = judge_read(
             Err(AdminError::Status {
-                status: 500,
-                detail: "boom".to_owned(),
+                status: 400,
+                detail: "bad".to_owned(),
             }),
             "q",
             &DeclaredEntity::default(),
@@ -611,5 +648,22 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(other, EntityCheckError::Read { .. }), "{other:?}");
+        for status in [408, 429, 500, 502, 503, 504] {
+            let (_, source) = judge_read(
+                Err(AdminError::Status {
+                    status,
+                    detail: "busy".to_owned(),
+                }),
+                "q",
+                &DeclaredEntity::default(),
+                false,
+                None,
+            )
+            .unwrap_or_else(|e| panic!("{status}: {e}"));
+            let EntitySource::Declared { reason } = source else {
+                panic!("{status}: read, not declared: {source:?}");
+            };
+            assert!(reason.contains("kept failing"), "{status}: {reason}");
+        }
     }
 }

@@ -14,7 +14,7 @@ use sb_emulator::{EmulatorOptions, EntityProperties, TlsIdentity};
 use crate::support::cli;
 use crate::support::emulator::queue;
 use crate::support::stores::sqlite_file_store;
-use crate::worker::{logged_health_address, ready, sigterm_exits_0, strip_ansi};
+use crate::worker::{http_get, logged_health_address, ready, sigterm_exits_0, strip_ansi};
 
 /// `orders`: lock 45 s, max delivery count 7, TTL 3 h.
 async fn tls_emulator(tag: &str) -> (sb_emulator::Emulator, std::path::PathBuf) {
@@ -253,6 +253,44 @@ entity = "returns"
     assert!(log.contains("returns"), "{log}");
     assert!(log.contains("shorter than the replay horizon"), "{log}");
     assert_eq!(emulator.links().len(), 0, "nothing was received");
+    emulator.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(store_dir);
+}
+
+/// protocol3 F4: a management API that keeps answering 429 (throttled at a fleet roll-out)
+/// through the client's retries is no reason to refuse the start: the worker falls back to
+/// `[entity]`, says so on `/readyz`, and runs. Then, with every read stalled, a SIGTERM during
+/// the check ends the worker at once (exit 0) instead of after the check's bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttled_management_api_falls_back_and_a_stalled_one_yields_to_sigterm() {
+    let (emulator, dir) = tls_emulator("entity-throttled").await;
+    let (store_dir, db) = sqlite_file_store("entity-throttled").await;
+    let store = format!("sqlite://{}", db.display());
+    emulator.fail_management_requests([sb_emulator::ManagementFault::Status(429); 4]);
+    let (child, lines) = worker(&emulator, &store, &[]);
+    let fell_back = logged(
+        &lines,
+        "Entity settings not read; using [entity] as configured",
+    )
+    .await;
+    assert!(fell_back.contains("kept failing"), "{fell_back}");
+    assert!(fell_back.contains("429"), "{fell_back}");
+    let health = logged(&lines, "Health endpoints listening").await;
+    let addr = logged_health_address(&health).unwrap();
+    ready(addr).await;
+    let readyz = http_get(addr, "/readyz").await;
+    assert!(readyz.contains("settings from [entity]"), "{readyz}");
+    sigterm_exits_0(child).await;
+
+    emulator.fail_management_requests([sb_emulator::ManagementFault::Stall; 8]);
+    let (child, lines) = worker(&emulator, &store, &[]);
+    logged(&lines, "Health endpoints listening").await;
+    // The check is under way (each try stalls for 10 s, 40 s and more in all): SIGTERM ends
+    // it well before.
+    tokio::time::timeout(Duration::from_secs(30), sigterm_exits_0(child))
+        .await
+        .expect("SIGTERM ends the start-up check");
     emulator.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
     let _ = std::fs::remove_dir_all(store_dir);

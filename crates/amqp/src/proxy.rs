@@ -14,12 +14,26 @@ use crate::error::{Error, Result};
 const MAX_RESPONSE_HEAD: usize = 8 * 1024;
 
 /// An HTTP forward proxy reached over plain TCP (`http://host:port`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct HttpProxy {
     /// The proxy's host name or IP.
     pub host: String,
     /// The proxy's port.
     pub port: u16,
+    /// The `Proxy-Authorization` header value sent with `CONNECT` (e.g. `Basic …` for a proxy
+    /// URL's `user:password`), if the proxy asks for credentials. Never logged.
+    pub authorization: Option<String>,
+}
+
+impl std::fmt::Debug for HttpProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The credentials are a secret: only whether there are any.
+        f.debug_struct("HttpProxy")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("authorization", &self.authorization.as_ref().map(|_| "…"))
+            .finish()
+    }
 }
 
 /// Opens TCP to `proxy` and asks it for a tunnel to `host:port`.
@@ -34,7 +48,12 @@ pub(crate) async fn tunnel(proxy: &HttpProxy, host: &str, port: u16) -> Result<T
     } else {
         format!("{host}:{port}")
     };
-    let request = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n");
+    let credentials = proxy
+        .authorization
+        .as_ref()
+        .map(|value| format!("Proxy-Authorization: {value}\r\n"))
+        .unwrap_or_default();
+    let request = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n{credentials}\r\n");
     tcp.write_all(request.as_bytes()).await?;
     // Byte by byte up to the blank line: anything after it is the tunnelled peer's.
     let mut head = Vec::with_capacity(128);

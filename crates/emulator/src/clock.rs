@@ -1,5 +1,6 @@
 //! An injectable wall clock driven by tokio's timer.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -25,6 +26,9 @@ use tokio::time::Instant;
 pub struct Clock {
     wall: SystemTime,
     mono: Instant,
+    /// Milliseconds the clock was stepped by since it started ([`Clock::steppable`]), shared
+    /// by every copy.
+    step: Option<&'static AtomicI64>,
 }
 
 impl Clock {
@@ -38,6 +42,42 @@ impl Clock {
         Clock {
             wall,
             mono: Instant::now(),
+            step: None,
+        }
+    }
+
+    /// This clock, steppable while it runs ([`Clock::step`]) by every copy of it, as a host's
+    /// clock is stepped by an NTP correction or a VM resumed after a pause. Each call makes
+    /// one small cell that lives as long as the process (clocks are `Copy`).
+    #[must_use]
+    pub fn steppable(self) -> Self {
+        Clock {
+            step: Some(Box::leak(Box::new(AtomicI64::new(0)))),
+            ..self
+        }
+    }
+
+    /// Steps this clock (and every copy of it) by `secs` seconds (back when negative); false
+    /// (and nothing happens) unless it is [`Clock::steppable`]. Timers already waiting keep
+    /// their deadlines; what reads the time from now on sees the step.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use std::time::{Duration, SystemTime};
+    /// let clock = sb_emulator::Clock::new().steppable();
+    /// assert!(clock.step(-60));
+    /// assert!(clock.now() + Duration::from_secs(59) < SystemTime::now());
+    /// assert!(!sb_emulator::Clock::new().step(60));
+    /// # }
+    /// ```
+    pub fn step(&self, secs: i64) -> bool {
+        match self.step {
+            Some(step) => {
+                step.fetch_add(secs.saturating_mul(1000), Ordering::AcqRel);
+                true
+            }
+            None => false,
         }
     }
 
@@ -66,7 +106,14 @@ impl Clock {
 
     /// The current wall-clock time.
     pub fn now(&self) -> SystemTime {
-        self.wall + self.mono.elapsed()
+        let now = self.wall + self.mono.elapsed();
+        match self.step.map(|s| s.load(Ordering::Acquire)) {
+            None | Some(0) => now,
+            Some(ms) if ms > 0 => now + Duration::from_millis(ms.unsigned_abs()),
+            Some(ms) => now
+                .checked_sub(Duration::from_millis(ms.unsigned_abs()))
+                .unwrap_or(now),
+        }
     }
 
     /// Sleeps until the wall-clock time `deadline` (returns at once if it has passed).

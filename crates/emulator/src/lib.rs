@@ -68,7 +68,8 @@ pub use clock::Clock;
 pub use config::{
     Config, ConfigError, DEFAULT_DUPLICATE_DETECTION_WINDOW, DEFAULT_LOCK_DURATION,
     DEFAULT_MAX_DELIVERY_COUNT, DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_MESSAGE_TIME_TO_LIVE,
-    EntityProperties, NamespaceConfig, QueueConfig, SubscriptionConfig, TopicConfig,
+    EntityProperties, NamespaceConfig, QueueConfig, SERVICE_DUPLICATE_DETECTION_WINDOW,
+    SERVICE_MAX_DELIVERY_COUNT, SERVICE_MESSAGE_TIME_TO_LIVE, SubscriptionConfig, TopicConfig,
     TopicProperties,
 };
 pub use duration::{format_iso8601_duration, parse_iso8601_duration};
@@ -82,8 +83,8 @@ pub use queue::{EntityCounts, SessionLock, Settlement};
 pub use rights::{Right, Rights, SharedAccessPolicy};
 pub use server::{
     DEFAULT_LINK_IDLE_TIMEOUT, Emulator, EmulatorOptions, EmulatorStats, Fault, FaultSpec, KEY,
-    KEY_NAME, LinkInfo, LinkRole, ManagementRequest, SERVICE_CHANNEL_MAX, SERVICE_IDLE_TIMEOUT,
-    SERVICE_MAX_FRAME_SIZE, SettlementAttempt, TLS_CA_FILE, TLS_CERT_FILE, TLS_KEY_FILE,
-    TlsIdentity, TlsListen, start_from_json,
+    KEY_NAME, LinkInfo, LinkRole, ManagementFault, ManagementRequest, SERVICE_CHANNEL_MAX,
+    SERVICE_IDLE_TIMEOUT, SERVICE_MAX_FRAME_SIZE, SettlementAttempt, TLS_CA_FILE, TLS_CERT_FILE,
+    TLS_KEY_FILE, TlsIdentity, TlsListen, start_from_json,
 };
 pub use sql_filter::{SqlError, SqlFilter, SqlRuleAction};

@@ -124,6 +124,27 @@ struct Args {
         allow_negative_numbers = true
     )]
     clock_offset: i64,
+    /// Step the broker's clock while it runs: `SECS@AFTER` steps it by SECS seconds (back when
+    /// negative) AFTER seconds from the start, as an NTP correction or a resumed VM steps a
+    /// host's clock; every broker timestamp from then on moves with it. Repeatable.
+    #[arg(long, value_name = "SECS@AFTER", value_parser = parse_clock_step, allow_hyphen_values = true)]
+    clock_step: Vec<(i64, u64)>,
+}
+
+/// `SECS@AFTER` of `--clock-step`.
+fn parse_clock_step(text: &str) -> Result<(i64, u64), String> {
+    let (secs, after) = text
+        .split_once('@')
+        .ok_or_else(|| format!("expected SECS@AFTER, got {text:?}"))?;
+    let secs = secs
+        .trim()
+        .parse()
+        .map_err(|e| format!("SECS in {text:?}: {e}"))?;
+    let after = after
+        .trim()
+        .parse()
+        .map_err(|e| format!("AFTER in {text:?}: {e}"))?;
+    Ok((secs, after))
 }
 
 const BUILT_IN: &str = include_str!("../config/Config.json");
@@ -152,7 +173,14 @@ async fn main() -> ExitCode {
         .as_ref()
         .map(|c| c.namespace.shared_access_policies.clone())
         .unwrap_or_default();
-    let clock = sb_emulator::Clock::shifted(args.clock_offset);
+    let clock = sb_emulator::Clock::shifted(args.clock_offset).steppable();
+    for &(secs, after) in &args.clock_step {
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(after)).await;
+            clock.step(secs);
+            tracing::info!(secs, "Stepped the broker's clock (--clock-step).");
+        });
+    }
     let broker = match config.and_then(|config| sb_emulator::Broker::with_clock(config, clock)) {
         Ok(broker) => broker,
         Err(error) => {

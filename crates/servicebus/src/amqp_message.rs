@@ -24,16 +24,43 @@ use crate::{PropertyValue, ServiceBusMessage, ServiceBusReceivedMessage, TYPED_M
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Received {
     pub(crate) message: ServiceBusReceivedMessage,
-    /// Why no caller can take this message, when the reason is visible only at the AMQP level
-    /// (the receiver dead-letters it).
+    /// Why the message is unusable as it stands, when the reason is visible only at the AMQP
+    /// level ([`crate::ServiceBusDelivery::unusable`]).
     pub(crate) refusal: Option<Refusal>,
 }
 
-/// A dead-letter reason and description the receiver settles with itself.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Refusal {
-    pub(crate) reason: &'static str,
-    pub(crate) description: String,
+/// Why a delivered message is unusable as it stands: it does not decode, or its string message
+/// id poses as an id of another AMQP type. The client hands such a delivery to the caller
+/// like any other ([`crate::ServiceBusDelivery::unusable`]) and leaves its settlement to the
+/// caller, as the SDKs do; dead-lettering it with [`UnusableMessage::reason`] and
+/// [`UnusableMessage::description`] is what the inbox does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UnusableMessage {
+    /// A [`crate::dead_letter_reason`] constant.
+    pub reason: &'static str,
+    /// What was wrong, at most 1 KB (fit for a dead-letter description).
+    pub description: String,
+}
+
+pub(crate) type Refusal = UnusableMessage;
+
+/// A delivery whose AMQP message does not decode: its lock token (from the delivery tag) and
+/// why; nothing else of it can be read.
+pub(crate) fn undecodable(tag: &[u8], error: &dyn std::fmt::Display) -> Received {
+    Received {
+        message: ServiceBusReceivedMessage {
+            lock_token: lock_token_from_tag(tag),
+            ..ServiceBusReceivedMessage::default()
+        },
+        refusal: Some(UnusableMessage {
+            reason: dead_letter_reason::UNDECODABLE_MESSAGE,
+            description: truncate(
+                &format!("the AMQP message does not decode: {error}"),
+                MAX_DESCRIPTION_LEN,
+            ),
+        }),
+    }
 }
 
 /// The longest dead-letter description the client writes itself: Service Bus keeps

@@ -32,13 +32,20 @@ impl BusyState {
         self.wait
     }
 
-    /// The service answered busy: every operation waits [`BusyState::wait`] from now.
+    /// The service answered busy: every operation waits [`BusyState::wait`] from now, unless
+    /// a pause is running already, which a later busy answer does not prolong (.NET
+    /// `ServiceBusRetryPolicy.SetServerBusy`: "multiple call to this method will not prolong
+    /// the timer"; protocol3 F5): under sustained throttling the client still tries once
+    /// per pause instead of never.
     pub(crate) fn set(&self) {
         let mut until = self
             .until
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        *until = Some(Instant::now() + self.wait);
+        let now = Instant::now();
+        if until.is_none_or(|u| u <= now) {
+            *until = Some(now + self.wait);
+        }
     }
 
     /// How much of the busy pause remains (zero when the service is not busy).
@@ -80,5 +87,19 @@ mod tests {
         busy.wait_out().await;
         assert_eq!(start.elapsed(), Duration::from_secs(6));
         assert_eq!(busy.remaining(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_later_busy_answer_does_not_prolong_the_pause() {
+        let busy = BusyState::new(Duration::from_secs(10));
+        busy.set();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        busy.set();
+        assert_eq!(busy.remaining(), Duration::from_secs(5));
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(busy.remaining(), Duration::ZERO);
+        // Once over, the next busy answer starts a new pause.
+        busy.set();
+        assert_eq!(busy.remaining(), Duration::from_secs(10));
     }
 }

@@ -78,7 +78,11 @@ pub(crate) async fn put_token(
 /// (`azservicebus/internal/errors.go` `GetRecoveryKind`: a management reply of 408, 503 or
 /// 500 needs no recovery, only a retry) and .NET pairs those statuses with the conditions it
 /// retries (`Microsoft.Azure.ServiceBus.Amqp.AmqpExceptionHelper.ConditionToStatusMap`:
-/// timeout ↔ 408, server-busy ↔ 503); anything else refuses the token.
+/// timeout ↔ 408, server-busy ↔ 503). 429, 502 and 504 are transient too (N1): that `$cbs`
+/// answers them is not documented, and they are what every Azure SDK pipeline retries as HTTP
+/// statuses (Azure.Core `ResponseClassifier.IsRetriableResponse`: 408, 429, 500, 502, 503,
+/// 504), none reads them as a refused token; a throttled 429 is the service busy (.NET
+/// `ServiceBusFailureReason.ServiceBusy`). Anything else refuses the token.
 pub(crate) fn put_token_reply(reply: &sb_amqp::AnyMessage) -> Result<(), ServiceBusError> {
     let status = int_property(
         reply,
@@ -99,7 +103,9 @@ pub(crate) fn put_token_reply(reply: &sb_amqp::AnyMessage) -> Result<(), Service
     let transient = match i32::try_from(status) {
         Ok(management::status::REQUEST_TIMEOUT) => Some(condition::TIMEOUT),
         Ok(management::status::INTERNAL_SERVER_ERROR) => Some(condition::INTERNAL_ERROR),
-        Ok(management::status::SERVICE_UNAVAILABLE) => Some(condition::SERVER_BUSY),
+        Ok(management::status::SERVICE_UNAVAILABLE | 429) => Some(condition::SERVER_BUSY),
+        Ok(502) => Some(condition::INTERNAL_ERROR),
+        Ok(504) => Some(condition::TIMEOUT),
         _ => None,
     };
     match transient {
@@ -139,6 +145,9 @@ mod tests {
             (408, condition::TIMEOUT),
             (500, condition::INTERNAL_ERROR),
             (503, condition::SERVER_BUSY),
+            (429, condition::SERVER_BUSY),
+            (502, condition::INTERNAL_ERROR),
+            (504, condition::TIMEOUT),
         ] {
             let error = put_token_reply(&reply(status)).unwrap_err();
             assert!(error.is_transient(), "{status}: {error}");

@@ -3,7 +3,7 @@
 //! `$management` requests.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, SystemTime};
 
@@ -39,12 +39,36 @@ const REFRESH_RETRY: Duration = Duration::from_secs(10);
 /// (`ServerBusyException`: "wait at least 4 seconds before any retry",
 /// `ClientConstants.ServerBusyBaseSleepTimeInSecs`).
 pub const DEFAULT_SERVER_BUSY_WAIT: Duration = Duration::from_secs(10);
-/// Failures of one connection with `amqp:internal-error` or an unknown condition, in a row,
-/// after which the connection is replaced (issue 29 item 9; docs/servicebus-amqp.md records
-/// Go recovering the connection for internal and unknown errors, while the
-/// `azservicebus/internal/errors.go` read for this change calls `amqp:internal-error` fatal:
-/// we keep the link for a few tries, then move, rather than either).
-const POISONED_AFTER: u32 = 3;
+/// Link failures of one connection with `amqp:internal-error` or an unknown condition within
+/// [`POISON_WINDOW`] after which the connection is replaced (issue 29 item 9;
+/// docs/servicebus-amqp.md records Go recovering the connection for internal and unknown
+/// errors, while the `azservicebus/internal/errors.go` read for this change calls
+/// `amqp:internal-error` fatal: we keep the link for a few tries, then move, rather than
+/// either). The count is the project's own policy; protocol3 F6: only link-level outcomes
+/// count, within a window, and only a healthy answer of the same kind of operation clears it
+/// (an attach that works, or a `$management` reply of any status, is no sign that the links
+/// that keep failing are fine).
+const POISONED_AFTER: usize = 3;
+/// How far back internal errors count toward [`POISONED_AFTER`].
+const POISON_WINDOW: Duration = Duration::from_secs(120);
+
+/// The kind of operation a link outcome belongs to: a healthy answer clears the internal
+/// errors of its own kind only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LinkKind {
+    /// Entity send and receive links.
+    Entity,
+    /// `$cbs` and `<entity>/$management` request/response links.
+    Node,
+}
+
+/// Internal errors seen on one connection, by kind, within [`POISON_WINDOW`].
+#[derive(Debug, Default)]
+struct InternalErrors {
+    seen: std::collections::VecDeque<(tokio::time::Instant, LinkKind)>,
+    /// Reached [`POISONED_AFTER`] once: the connection is not used again.
+    poisoned: bool,
+}
 
 /// What every link of a client shares: one AMQP connection to the namespace, its session, its
 /// request/response nodes (`$cbs`, `<entity>/$management`) and the tokens kept fresh on it
@@ -63,9 +87,9 @@ pub(crate) struct ConnectionScope {
     /// The service ended our AMQP session (the connection may live on): the next caller
     /// begins a new session.
     session_ended: AtomicBool,
-    /// Link failures with `amqp:internal-error` or an unknown condition in a row: at
-    /// [`POISONED_AFTER`] the connection is replaced.
-    internal_errors: AtomicU32,
+    /// Link failures with `amqp:internal-error` or an unknown condition lately: at
+    /// [`POISONED_AFTER`] within [`POISON_WINDOW`] the connection is replaced.
+    internal_errors: StdMutex<InternalErrors>,
     /// One put-token at a time per audience (azure-amqp `Singleton`): concurrent callers wait
     /// for the first one's token instead of putting their own.
     authorizing: StdMutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -82,13 +106,24 @@ impl ConnectionScope {
         self.connection.error().is_none()
             && !self.session.is_ended()
             && !self.session_ended.load(Ordering::Acquire)
-            && self.internal_errors.load(Ordering::Acquire) < POISONED_AFTER
+            && !self.is_poisoned()
     }
 
-    /// Takes note of a failure seen on this connection: an ended session makes the next
-    /// caller begin a new one; repeated internal errors move to a new connection; anything
-    /// that worked in between resets the count.
+    fn is_poisoned(&self) -> bool {
+        self.internal_errors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .poisoned
+    }
+
+    /// Takes note of a failure of an entity link on this connection: an ended session makes
+    /// the next caller begin a new one; repeated internal errors move to a new connection.
     pub(crate) fn observe(&self, error: &sb_amqp::Error) {
+        self.observe_as(error, LinkKind::Entity);
+    }
+
+    /// As [`ConnectionScope::observe`], for a link of `kind`.
+    pub(crate) fn observe_as(&self, error: &sb_amqp::Error, kind: LinkKind) {
         if matches!(error, sb_amqp::Error::SessionEnded(_)) {
             if !self.session_ended.swap(true, Ordering::AcqRel) {
                 tracing::warn!(%error, "The service ended the AMQP session; beginning a new one.");
@@ -96,16 +131,31 @@ impl ConnectionScope {
             return;
         }
         if is_internal_error(error) {
-            let count = self.internal_errors.fetch_add(1, Ordering::AcqRel) + 1;
-            if count == POISONED_AFTER {
-                tracing::warn!(%error, count, "Repeated internal errors on one connection; moving to a new connection.");
+            let now = tokio::time::Instant::now();
+            let mut errors = self
+                .internal_errors
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            errors
+                .seen
+                .retain(|(at, _)| now.saturating_duration_since(*at) < POISON_WINDOW);
+            errors.seen.push_back((now, kind));
+            let count = errors.seen.len();
+            if count >= POISONED_AFTER && !errors.poisoned {
+                errors.poisoned = true;
+                tracing::warn!(%error, count, window = ?POISON_WINDOW, "Repeated internal errors on one connection; moving to a new connection.");
             }
         }
     }
 
-    /// An operation on this connection succeeded: internal errors are not in a row any more.
-    pub(crate) fn observe_success(&self) {
-        self.internal_errors.store(0, Ordering::Release);
+    /// A link of `kind` on this connection answered as a healthy one does (a delivery, a
+    /// successful `$management` reply): its kind's internal errors are forgotten.
+    pub(crate) fn observe_healthy(&self, kind: LinkKind) {
+        self.internal_errors
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .seen
+            .retain(|(_, k)| *k != kind);
     }
 
     fn authorizing(&self, audience: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -155,7 +205,7 @@ impl ConnectionScope {
             .request(&self.session, request, timeout)
             .await;
         if let Err(error) = &replied {
-            self.observe(error);
+            self.observe_as(error, LinkKind::Node);
         }
         replied
     }
@@ -546,10 +596,7 @@ impl ServiceBusClient {
         // `AmqpConnectionScope` opens a session per link on the same connection).
         let reuse = previous
             .as_ref()
-            .filter(|p| {
-                p.connection.error().is_none()
-                    && p.internal_errors.load(Ordering::Acquire) < POISONED_AFTER
-            })
+            .filter(|p| p.connection.error().is_none() && !p.is_poisoned())
             .map(|p| p.connection.clone());
         let rebuilt = reuse.is_some();
         let opened = self.open(reuse).await?;
@@ -588,7 +635,7 @@ impl ServiceBusClient {
             refreshing: StdMutex::default(),
             stop: self.inner.closed.child_token(),
             session_ended: AtomicBool::new(false),
-            internal_errors: AtomicU32::new(0),
+            internal_errors: StdMutex::default(),
             authorizing: StdMutex::default(),
         }))
     }
@@ -733,7 +780,9 @@ impl ServiceBusClient {
                     fresh = true;
                 }
                 Ok(reply) => {
-                    conn.observe_success();
+                    if super::management::is_success(&reply) {
+                        conn.observe_healthy(LinkKind::Node);
+                    }
                     return Ok(reply);
                 }
                 Err(error) if !fresh && recovery(&error) == Recovery::Reauthorize => fresh = true,

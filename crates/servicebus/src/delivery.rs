@@ -86,6 +86,14 @@ impl ServiceBusDelivery {
         &self.received.message
     }
 
+    /// Why the message is unusable as it stands (it does not decode — then only its lock token
+    /// is known — or its string id poses as another AMQP type's), `None` for a usable one.
+    /// The client does not settle such a delivery itself (no SDK does; protocol3 F10): the
+    /// caller decides, e.g. dead-letters it with the reason and description given here.
+    pub fn unusable(&self) -> Option<&crate::UnusableMessage> {
+        self.received.refusal.as_ref()
+    }
+
     /// Deliveries of this message before this one (0 on the first).
     pub fn delivery_count(&self) -> u32 {
         self.received.message.delivery_count

@@ -85,6 +85,17 @@ pub fn is_busy_condition(condition: &str) -> bool {
     )
 }
 
+/// The one condition that sets the client-wide busy pause ([`crate::busy`]): .NET
+/// `ServiceBusRetryPolicy.RunOperation` sets its server-busy state only for
+/// `ServiceBusFailureReason.ServiceBusy`; `com.microsoft:timeout` is `ServiceTimeout` there
+/// (`AmqpReceiver.OpenReceiverLinkAsync`: "translated to a ServiceBusException with
+/// ServiceBusFailureReason.ServiceTimeout") and only retried, as Go retries timeout and
+/// operation-cancelled without a pause (`azservicebus/internal/errors.go`
+/// `amqpConditionsToRecoveryKind`). protocol3 F5.
+pub(crate) fn is_server_busy(condition: &str) -> bool {
+    condition == condition::SERVER_BUSY
+}
+
 /// `amqp:internal-error`, `amqp:unknown-error`, or a condition this client does not know: a
 /// link may clear it by re-attaching, but repeated on one connection it calls for a new
 /// connection (issue 29 item 9; see `client::POISONED_AFTER` for what the SDKs do).

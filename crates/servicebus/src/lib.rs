@@ -100,6 +100,7 @@ mod telemetry;
 pub mod trace_context;
 mod trust;
 
+pub use amqp_message::UnusableMessage;
 #[cfg(feature = "entra")]
 pub use auth::EntraProvider;
 pub use auth::{

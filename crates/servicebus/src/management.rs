@@ -321,6 +321,11 @@ pub(crate) fn is_unauthorized(reply: &AnyMessage) -> bool {
     Reply::read(reply).is(code::UNAUTHORIZED)
 }
 
+/// True for a 2xx reply: the node answered as a healthy one does.
+pub(crate) fn is_success(reply: &AnyMessage) -> bool {
+    (200..300).contains(&Reply::read(reply).status)
+}
+
 /// True for a reply saying the service is busy: `503`, or `com.microsoft:server-busy`
 /// (what a throttled namespace answers).
 pub(crate) fn is_busy(reply: &AnyMessage) -> bool {

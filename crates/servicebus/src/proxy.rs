@@ -1,17 +1,24 @@
-//! The HTTP proxy AMQP over WebSockets goes through: `HTTPS_PROXY` / `https_proxy` and
-//! `NO_PROXY` / `no_proxy`, read once (when the worker loads its configuration) or given
-//! explicitly, never looked up per connection. Only WebSockets use it, as in the official SDKs
-//! (see `sb_amqp`'s proxy module: .NET `ServiceBusClientOptions.WebProxy`, Python
-//! `_common/_configuration.py`): plain AMQP on 5671 cannot cross an HTTP proxy.
+//! The HTTP proxy AMQP over WebSockets and the management client go through: `HTTPS_PROXY` /
+//! `https_proxy` and `NO_PROXY` / `no_proxy`, read once (when the worker loads its
+//! configuration) or given explicitly, never looked up per connection. Of AMQP only WebSockets
+//! use it, as in the official SDKs (see `sb_amqp`'s proxy module: .NET
+//! `ServiceBusClientOptions.WebProxy`, Python `_common/_configuration.py`): plain AMQP on 5671
+//! cannot cross an HTTP proxy. The management client (HTTPS) goes through it as .NET's
+//! `ServiceBusAdministrationClient` does through `HttpClient`'s environment proxy.
+//!
+//! `http://user:password@host:port` sends the credentials as `Proxy-Authorization: Basic`
+//! (RFC 7617) with every `CONNECT`, as .NET's `WebProxy.Credentials` and Python's
+//! `http_proxy` `username`/`password` do; an `https://` proxy (TLS to the proxy itself) is
+//! refused, naming the variable.
 
 use sb_amqp::HttpProxy;
 
 /// A proxy setting that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProxyError {
-    /// Not `[http://]host:port`: no host, a bad port, another scheme, or credentials (which
-    /// we do not send).
-    #[error("{var}={value:?}: expected http://HOST:PORT ({why})")]
+    /// Not `[http://][user:password@]host:port`: no host, a bad port, or another scheme. The
+    /// value is shown without its credentials.
+    #[error("{var}={value:?}: expected http://[USER:PASSWORD@]HOST:PORT ({why})")]
     Invalid {
         /// The variable it came from.
         var: &'static str,
@@ -106,20 +113,38 @@ impl ProxyConfig {
 }
 
 fn parse_proxy(var: &'static str, value: &str) -> Result<HttpProxy, ProxyError> {
+    let shown = redacted(value);
     let invalid = |why| ProxyError::Invalid {
         var,
-        value: value.to_owned(),
+        value: shown.clone(),
         why,
     };
     let rest = match value.trim().split_once("://") {
         Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => rest,
+        Some((scheme, _)) if scheme.eq_ignore_ascii_case("https") => {
+            return Err(invalid(
+                "https:// proxies (TLS to the proxy) are not supported; use the proxy's http:// address",
+            ));
+        }
         Some(_) => return Err(invalid("only http:// proxies are supported")),
         None => value.trim(),
     };
     let authority = rest.split('/').next().unwrap_or_default();
-    if authority.contains('@') {
-        return Err(invalid("proxy credentials are not supported"));
-    }
+    let (authorization, authority) = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+            let decode = |part: &str| {
+                percent_encoding::percent_decode_str(part)
+                    .decode_utf8()
+                    .map(|p| p.into_owned())
+                    .map_err(|_| invalid("credentials are not UTF-8"))
+            };
+            let pair = format!("{}:{}", decode(user)?, decode(password)?);
+            let encoded = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, pair);
+            (Some(format!("Basic {encoded}")), host)
+        }
+        None => (None, authority),
+    };
     let (host, port) = match authority.strip_prefix('[') {
         Some(v6) => v6.split_once("]:").ok_or_else(|| invalid("no port"))?,
         None => authority
@@ -133,11 +158,44 @@ fn parse_proxy(var: &'static str, value: &str) -> Result<HttpProxy, ProxyError> 
     Ok(HttpProxy {
         host: host.to_owned(),
         port,
+        authorization,
     })
+}
+
+/// `value` with the password of its `user:password@` replaced, for messages.
+fn redacted(value: &str) -> String {
+    let (prefix, rest) = match value.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), value),
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rsplit_once('@') {
+        Some((userinfo, _)) => {
+            let user = userinfo.split(':').next().unwrap_or_default();
+            let host = &rest[userinfo.len() + 1..];
+            format!("{prefix}{user}:***@{host}")
+        }
+        None => value.to_owned(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn credentials_become_a_basic_proxy_authorization() {
+        let c =
+            ProxyConfig::from_env_vars(vars(&[("HTTPS_PROXY", "http://al%40ice:p%3Ass@p:3128")]))
+                .unwrap();
+        let proxy = c.proxy_for("ns.example").unwrap();
+        // base64("al@ice:p:ss")
+        assert_eq!(
+            proxy.authorization.as_deref(),
+            Some("Basic YWxAaWNlOnA6c3M=")
+        );
+        assert_eq!((proxy.host.as_str(), proxy.port), ("p", 3128));
+        assert!(!format!("{c:?}").contains("YWx"), "{c:?}");
+    }
+
     use super::*;
 
     fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
@@ -153,6 +211,7 @@ mod tests {
         HttpProxy {
             host: host.into(),
             port,
+            authorization: None,
         }
     }
 
@@ -191,7 +250,7 @@ mod tests {
     fn refuses_unusable_proxy_settings() {
         for bad in [
             "https://p:1",
-            "http://user:pw@p:1",
+            "socks5://p:1",
             "http://p",
             "http://:1",
             "p:port",
@@ -199,6 +258,11 @@ mod tests {
             let err = ProxyConfig::from_env_vars(vars(&[("HTTPS_PROXY", bad)])).unwrap_err();
             assert!(err.to_string().contains("HTTPS_PROXY"), "{bad}: {err}");
         }
+        let https = ProxyConfig::from_env_vars(vars(&[("HTTPS_PROXY", "https://u:secret@p:1")]))
+            .unwrap_err()
+            .to_string();
+        assert!(https.contains("https:// proxies"), "{https}");
+        assert!(!https.contains("secret"), "{https}");
         let v6 = ProxyConfig::from_env_vars(vars(&[("HTTPS_PROXY", "[::1]:3128")])).unwrap();
         assert_eq!(v6.proxy_for("h"), Some(&proxy("::1", 3128)));
     }

@@ -1,5 +1,5 @@
 //! [`ServiceBusReceiver`]: a peek-lock receive link, re-attached after the service detaches
-//! it; deliveries it cannot hand out it dead-letters itself.
+//! it; deliveries whose message is unusable are handed out marked as such.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex as StdMutex};
@@ -12,18 +12,17 @@ use tokio::sync::Mutex;
 use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use super::amqp_message::{MAX_DESCRIPTION_LEN, Received, Refusal, from_amqp, truncate};
+use super::amqp_message::{Received, from_amqp, undecodable};
 use super::client::management_node;
 use super::delivery::ServiceBusDelivery;
 use super::error::{Recovery, recovery};
 use super::lock_clock::LockClock;
 use super::session::{SESSION_LINK_GONE, SessionLock, SessionRequest, session_refusal};
-use super::settlement::dead_letter_outcome;
 use super::telemetry::{EntityNames, EntityTelemetry, Kind};
 use super::{ServiceBusClient, ServiceBusError};
+use crate::ReceiveError;
 use crate::names::{error, span};
 use crate::propagation::producer_context;
-use crate::{ReceiveError, dead_letter_reason};
 
 /// How long [`ServiceBusReceiver::close`] waits for the broker.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -51,8 +50,9 @@ const TOP_UP_FRACTION: u32 = 16;
 /// message, plus up to `prefetch` more (not renewed while they wait on the link). [`ServiceBusReceiver::with_capacity`] pipelines instead: credit is
 /// kept so that deliveries in flight on the link plus those handed out and not yet settled
 /// reach the capacity, so the broker's distance costs one round trip per capacity's worth of
-/// deliveries rather than one per delivery. A delivery it cannot hand out (undecodable, an unusable
-/// message id) it dead-letters itself and skips. When the service detaches the link (idle,
+/// deliveries rather than one per delivery. A delivery whose message is unusable (undecodable, a
+/// string id posing as another AMQP type's) is handed out like any other, marked by
+/// [`ServiceBusDelivery::unusable`]: the caller settles it. When the service detaches the link (idle,
 /// busy, token expired, …) the receive reports a transient error and the next receive
 /// re-attaches on the same connection; deliveries of the lost link are settled through
 /// `$management` by their lock tokens, so their locks, not the link, decide.
@@ -99,6 +99,9 @@ pub(super) struct ReceiveLink {
     conn: std::sync::Weak<super::client::ConnectionScope>,
     pub(super) shared: Arc<LinkShared>,
     pub(super) granted: bool,
+    /// Not pipelined: the receiver's prefetch is granted on the link (at attach, and again by
+    /// the next receive after a [`ServiceBusReceiver::withdraw`]).
+    pub(super) prefetched: bool,
     /// Pipelined: credit granted on this link not yet turned into a delivery taken from it
     /// (the link's credit plus its queued transfers).
     pub(super) pending: u32,
@@ -221,8 +224,10 @@ impl ServiceBusReceiver {
                     None => self.failed(&e, fresh),
                 }
             })?;
-        conn.observe_success();
-        if inner.prefetch > 0 && inner.capacity.load(Ordering::Acquire) == 0 {
+        // An attach that works says nothing of links detached right after it (F6): only a
+        // delivery counts as the link's healthy answer.
+        let prefetched = inner.prefetch > 0 && inner.capacity.load(Ordering::Acquire) == 0;
+        if prefetched {
             receiver
                 .add_credit(inner.prefetch)
                 .await
@@ -238,6 +243,7 @@ impl ServiceBusReceiver {
             receiver,
             conn: Arc::downgrade(&conn),
             granted: false,
+            prefetched,
             pending: 0,
         })
     }
@@ -245,10 +251,7 @@ impl ServiceBusReceiver {
     /// Classifies a link or connection failure; an unauthorized one arms a re-attach with a
     /// fresh token, unless that was this attempt already.
     fn failed(&self, error: &sb_amqp::Error, fresh: bool) -> ReceiveError {
-        if error
-            .condition()
-            .is_some_and(super::error::is_busy_condition)
-        {
+        if error.condition().is_some_and(super::error::is_server_busy) {
             self.inner.client.busy().set();
         }
         let cause = ServiceBusError::from_amqp(error);
@@ -266,7 +269,7 @@ impl ServiceBusReceiver {
     /// a busy `$cbs` holds the client as any busy answer does.
     fn refused(&self, error: ServiceBusError) -> ReceiveError {
         if let ServiceBusError::Broker { condition, .. } = &error
-            && super::error::is_busy_condition(condition)
+            && super::error::is_server_busy(condition)
         {
             self.inner.client.busy().set();
         }
@@ -369,7 +372,8 @@ impl ServiceBusReceiver {
 
     /// Waits for the next delivery, under a `receive {entity}` client span linked to the
     /// message's producer (its `traceparent` or `Diagnostic-Id`). A link idle past the guard
-    /// is replaced meanwhile; deliveries no caller can take are dead-lettered and skipped.
+    /// is replaced meanwhile. A delivery whose message is unusable comes back with
+    /// [`ServiceBusDelivery::unusable`] set, for the caller to settle.
     ///
     /// # Errors
     /// [`ReceiveError::Transient`] when the link or connection failed (the next receive
@@ -392,8 +396,7 @@ impl ServiceBusReceiver {
         received
     }
 
-    /// The next delivery a caller can take; those it cannot (undecodable, an unusable
-    /// message id) are dead-lettered here and skipped.
+    /// The next delivery (a lock that ran out on the link is released and skipped).
     pub(super) async fn next(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
         loop {
             if let Some(delivery) = self.next_or_refused().await? {
@@ -402,7 +405,7 @@ impl ServiceBusReceiver {
         }
     }
 
-    /// The next delivery, or `None` after dead-lettering one no caller can take or
+    /// The next delivery, or `None` after releasing one whose lock ran out on the link or
     /// replacing a link idle past the guard.
     async fn next_or_refused(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
         let mut guard = self.inner.link.lock().await;
@@ -422,7 +425,13 @@ impl ServiceBusReceiver {
         let result = async {
             if capacity > 0 {
                 self.top_up(link, capacity).await?;
-            } else if !link.granted {
+            } else if !link.prefetched && self.inner.prefetch > 0 {
+                // Resumed after a withdraw: the prefetch is granted again (with this
+                // receive's credit, as at attach).
+                link.receiver.add_credit(self.inner.prefetch).await?;
+                link.prefetched = true;
+            }
+            if capacity == 0 && !link.granted {
                 // One credit per outstanding receive; a receive cancelled after granting leaves
                 // its credit for the next call instead of granting again.
                 link.receiver.add_credit(1).await?;
@@ -477,69 +486,60 @@ impl ServiceBusReceiver {
                 return Err(self.failed(&error, false));
             }
         };
-        let refusal = match delivery.message() {
-            Ok(message) => {
-                let received = from_amqp(&message, &delivery.delivery_tag);
-                let now = self.inner.client.now();
-                if let Some(until) = received.message.locked_until {
-                    // Every delivery teaches the broker's clock: what the check below and
-                    // settlement deadlines read.
-                    self.inner
-                        .lock_clock
-                        .learn(until, received.message.enqueued_time, now);
-                }
-                if capacity > 0
-                    && self.inner.session.get().is_none()
-                    && received.refusal.is_none()
-                    && received
-                        .message
-                        .locked_until
-                        .is_some_and(|until| self.inner.lock_clock.ran_out(until, now))
-                {
-                    // It waited on the link past its lock (nothing renews a lock before the
-                    // delivery is handed out): the broker has made it available again, so it
-                    // must not be processed here; released to clear it from the link.
-                    tracing::warn!(entity = %self.inner.entity, "Releasing a delivery whose lock ran out while it was queued on the link.");
-                    // Best effort: the broker answers lock-lost or released; either clears it.
-                    let _ = tokio::time::timeout(
-                        self.inner.client.timeout(),
-                        link.shared
-                            .settler
-                            .settle(delivery.delivery_id, Outcome::Released),
-                    )
-                    .await;
-                    return Ok(None);
-                }
-                match received.refusal.clone() {
-                    None => return Ok(Some(self.delivery(link, delivery.delivery_id, received))),
-                    Some(refusal) => refusal,
-                }
-            }
-            // Redelivering it cannot help: every delivery of it would fail the same way.
-            Err(error) => Refusal {
-                reason: dead_letter_reason::UNDECODABLE_MESSAGE,
-                description: truncate(
-                    &format!("the AMQP message does not decode: {error}"),
-                    MAX_DESCRIPTION_LEN,
-                ),
-            },
-        };
-        tracing::warn!(entity = %self.inner.entity, reason = %refusal.reason, description = %refusal.description, "Dead-lettering a delivery the client cannot take.");
-        let outcome = dead_letter_outcome(refusal.reason, &refusal.description);
-        match tokio::time::timeout(
-            self.inner.client.timeout(),
-            link.shared.settler.settle(delivery.delivery_id, outcome),
-        )
-        .await
-        {
-            Ok(Ok(Some(Outcome::Rejected(Some(error))))) => {
-                tracing::warn!(condition = %error.condition, "The broker refused the dead-lettering.");
-            }
-            Ok(Ok(_)) => {}
-            Ok(Err(error)) => tracing::warn!(%error, "Dead-lettering failed."),
-            Err(_) => tracing::warn!("The broker did not answer the dead-lettering in time."),
+        self.hand_out(link, &delivery, capacity).await
+    }
+
+    /// A delivery taken from the link: handed out (marked unusable when its message is), or
+    /// `None` when its lock ran out while it waited on the link (released).
+    async fn hand_out(
+        &self,
+        link: &ReceiveLink,
+        delivery: &sb_amqp::Delivery,
+        capacity: u32,
+    ) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
+        if let Some(conn) = link.conn.upgrade() {
+            conn.observe_healthy(super::client::LinkKind::Entity);
         }
-        Ok(None)
+        let received = match delivery.message() {
+            Ok(message) => from_amqp(&message, &delivery.delivery_tag),
+            // Handed out as unusable: the caller settles it (protocol3 F10).
+            Err(error) => undecodable(&delivery.delivery_tag, &error),
+        };
+        // Monotonic: a step of the host's clock must not change the judgement (F3).
+        // tokio's clock (monotonic; virtual under a paused runtime, as in the simulator).
+        let now = tokio::time::Instant::now().into_std();
+        if let Some(until) = received.message.locked_until {
+            // Every delivery teaches the broker's clock: what the check below and settlement
+            // deadlines read.
+            self.inner
+                .lock_clock
+                .learn(until, received.message.enqueued_time, now);
+        }
+        if capacity > 0
+            && self.inner.session.get().is_none()
+            && received
+                .message
+                .locked_until
+                .is_some_and(|until| self.inner.lock_clock.ran_out(until, now))
+        {
+            // It waited on the link past its lock (nothing renews a lock before the delivery
+            // is handed out): the broker has made it available again, so it must not be
+            // processed here; released to clear it from the link.
+            tracing::warn!(entity = %self.inner.entity, "Releasing a delivery whose lock ran out while it was queued on the link.");
+            // Best effort: the broker answers lock-lost or released; either clears it.
+            let _ = tokio::time::timeout(
+                self.inner.client.timeout(),
+                link.shared
+                    .settler
+                    .settle(delivery.delivery_id, Outcome::Released),
+            )
+            .await;
+            return Ok(None);
+        }
+        if let Some(unusable) = &received.refusal {
+            tracing::warn!(entity = %self.inner.entity, reason = %unusable.reason, description = %unusable.description, "Handing out a delivery whose message is unusable as it stands.");
+        }
+        Ok(Some(self.delivery(link, delivery.delivery_id, received)))
     }
 
     fn delivery(
@@ -570,7 +570,14 @@ impl ServiceBusReceiver {
     /// blocks ([`TOP_UP_FRACTION`] of the capacity at least, or whatever is missing once the
     /// link ran dry) so that a busy caller does not send one `flow` per delivery.
     async fn top_up(&self, link: &mut ReceiveLink, capacity: u32) -> Result<(), sb_amqp::Error> {
-        let in_hand = u32::try_from(self.inner.in_hand.load(Ordering::Acquire)).unwrap_or(u32::MAX);
+        // A session's messages come one at a time, each asked for by a receive once the one
+        // before is settled (V1); a delivery still referenced elsewhere (a lock keeper winding
+        // down) must not hold the next back. Plain receivers count what they hold.
+        let in_hand = if self.inner.session.get().is_some() {
+            0
+        } else {
+            u32::try_from(self.inner.in_hand.load(Ordering::Acquire)).unwrap_or(u32::MAX)
+        };
         let missing = capacity.saturating_sub(in_hand.saturating_add(link.pending));
         let block = (capacity / TOP_UP_FRACTION).max(1);
         if missing >= block || (missing > 0 && link.pending == 0) {
@@ -594,7 +601,8 @@ impl ServiceBusReceiver {
         let Some(link) = guard.as_mut() else {
             return;
         };
-        if link.pending == 0 && !link.granted {
+        // Credit granted at attach for a plain prefetch counts too (protocol3 F9).
+        if link.pending == 0 && !link.granted && !link.prefetched {
             return;
         }
         let withdrawing = async {
@@ -608,6 +616,7 @@ impl ServiceBusReceiver {
             Ok(Ok(())) => {
                 link.pending = 0;
                 link.granted = false;
+                link.prefetched = false;
                 tracing::info!(entity = %self.inner.entity, "Receive credit withdrawn; prefetched deliveries released.");
             }
             failed => {

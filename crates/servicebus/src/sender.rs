@@ -10,7 +10,7 @@ use tokio::sync::Mutex;
 use tracing::Instrument as _;
 
 use super::amqp_message::to_amqp;
-use super::error::{Recovery, is_busy_condition, recovery};
+use super::error::{Recovery, is_busy_condition, is_server_busy, recovery};
 use super::telemetry::{EntityTelemetry, Kind};
 use super::{ServiceBusClient, ServiceBusError};
 use crate::ServiceBusMessage;
@@ -257,10 +257,12 @@ impl ServiceBusSender {
             };
             let error = match sent {
                 Ok(outcome) => {
-                    let result = outcome_result(outcome);
-                    if matches!(result, Err(SendErrorKind::Throttled(_))) {
+                    if let Outcome::Rejected(Some(e)) = &outcome
+                        && is_server_busy(&e.condition)
+                    {
                         client.busy().set();
                     }
+                    let result = outcome_result(outcome);
                     return result.map_err(|kind| fail(kind, message));
                 }
                 // The engine's own size check: the link is fine, the message is not.
@@ -273,7 +275,7 @@ impl ServiceBusSender {
                 Err(error) => error,
             };
             client.observe(&error);
-            if error.condition().is_some_and(is_busy_condition) {
+            if error.condition().is_some_and(is_server_busy) {
                 client.busy().set();
             }
             {
@@ -316,7 +318,7 @@ impl ServiceBusSender {
             })?
             .inspect_err(|e| {
                 conn.observe(e);
-                if e.condition().is_some_and(is_busy_condition) {
+                if e.condition().is_some_and(is_server_busy) {
                     client.busy().set();
                 }
             })

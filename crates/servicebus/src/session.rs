@@ -33,9 +33,15 @@ use crate::{ReceiveError, SettlementError};
 pub(super) const SESSION_LINK_GONE: &str =
     "the session's link is gone, and the session lock with it";
 
-/// Deliveries a session link keeps in flight: the one handled plus the next (issue 27). More
-/// would only wait: a session's messages are handled one at a time.
-const SESSION_PIPELINE: u32 = 2;
+/// Deliveries a session link keeps in flight: the one handled, nothing ahead of it (V1). With
+/// a message fetched ahead, an abandon put the abandoned message behind the fetched one unless
+/// the caller gave that back first, and that the service then redelivers the abandoned one
+/// first is shown only against our emulator; .NET drains a session link's credit after a
+/// receive "to ensure FIFO ordering within each session"
+/// (`AmqpReceiver.ReceiveMessagesAsyncInternal`), and the prefetch/abandon reordering is known
+/// (Azure/azure-sdk-for-java#36478, #30027). A session's messages are handled one at a time, so
+/// what one credit costs is a round trip per message of one session.
+const SESSION_PIPELINE: u32 = 1;
 
 /// The attach of a next available session timed out: no session became available.
 pub(super) const NO_SESSION: &str = "no session became available";

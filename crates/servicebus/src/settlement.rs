@@ -16,7 +16,7 @@ use tracing::Instrument as _;
 
 use super::ServiceBusError;
 use super::delivery::ServiceBusDelivery;
-use super::error::is_busy_condition;
+use super::error::{is_busy_condition, is_server_busy};
 use super::management::{self, Disposition, Request};
 use super::telemetry::Kind;
 use crate::SettlementError;
@@ -85,7 +85,7 @@ impl ServiceBusDelivery {
             if self
                 .receiver
                 .lock_clock
-                .broker_now(self.receiver.client.now())
+                .broker_now(tokio::time::Instant::now().into_std(), self.receiver.client.now())
                 + busy
                 >= self.locked_until()
             {
@@ -144,7 +144,7 @@ impl ServiceBusDelivery {
         if self
             .receiver
             .lock_clock
-            .broker_now(self.receiver.client.now())
+            .broker_now(tokio::time::Instant::now().into_std(), self.receiver.client.now())
             + delay
             >= deadline
         {
@@ -212,10 +212,17 @@ impl ServiceBusDelivery {
                 Attempt::Failed(SettlementError::LockLost)
             }
             Ok(Some(Outcome::Rejected(Some(error)))) if is_busy_condition(&error.condition) => {
-                Attempt::Busy(ServiceBusError::Broker {
+                let server_busy = is_server_busy(&error.condition);
+                let why = ServiceBusError::Broker {
                     condition: error.condition,
                     description: error.description.unwrap_or_default(),
-                })
+                };
+                // Only server-busy holds the whole client; a timeout is retried (F5).
+                if server_busy {
+                    Attempt::Busy(why)
+                } else {
+                    Attempt::Retry(why)
+                }
             }
             Ok(Some(Outcome::Rejected(Some(error)))) => {
                 Attempt::Failed(SettlementError::Permanent {

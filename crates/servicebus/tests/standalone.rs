@@ -12,6 +12,11 @@ use sb_servicebus::{
     ServiceBusReceiver,
 };
 
+#[path = "standalone/admin_bounds.rs"]
+mod admin_bounds;
+#[path = "standalone/gaps.rs"]
+mod gaps;
+
 /// How long a receive waits before the test calls the message lost.
 const WAIT: Duration = Duration::from_secs(10);
 

@@ -698,6 +698,7 @@ fn the_websocket_proxy_comes_from_https_proxy_and_no_proxy_and_must_parse() {
     let proxy = HttpProxy {
         host: "proxy.corp".into(),
         port: 3128,
+        authorization: None,
     };
     assert_eq!(
         config.proxy,
@@ -707,7 +708,7 @@ fn the_websocket_proxy_comes_from_https_proxy_and_no_proxy_and_must_parse() {
         .unwrap_err()
         .to_string();
     assert!(problems.contains("HTTPS_PROXY"), "{problems}");
-    assert!(problems.contains("only http:// proxies"), "{problems}");
+    assert!(problems.contains("https:// proxies"), "{problems}");
 }
 
 /// Writes `text` as `name` in a directory of its own and loads it with `prefix`.

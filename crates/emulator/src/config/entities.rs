@@ -17,6 +17,24 @@ pub const DEFAULT_DUPLICATE_DETECTION_WINDOW: Duration = Duration::from_secs(20)
 /// Default maximum message size: 256 KiB, as on the Standard tier.
 pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 256 * 1024;
 
+/// What the service gives an entity created through the management API without the setting,
+/// unlike Microsoft's emulator schema (the constants above, what `Config.json` leaves out):
+/// Microsoft Learn's entity properties ("Azure Service Bus queues, topics, and subscriptions",
+/// the `QueueProperties` / `SubscriptionProperties` reference: `MaxDeliveryCount` default 10,
+/// `DefaultMessageTimeToLive` default `TimeSpan.MaxValue`, `DuplicateDetectionHistoryTimeWindow`
+/// default 10 minutes) and the .NET SDK's `CreateQueueOptions` / `CreateSubscriptionOptions`
+/// defaults, which its live tests assert (`ServiceBusManagementClientLiveTests`:
+/// `MaxDeliveryCount = 10`, `DefaultMessageTimeToLive = TimeSpan.MaxValue`,
+/// `DeadLetteringOnFilterEvaluationExceptions = true` for a subscription).
+pub const SERVICE_MAX_DELIVERY_COUNT: u32 = 10;
+/// `DefaultMessageTimeToLive` of an entity created without it: .NET's `TimeSpan.MaxValue`
+/// (`P10675199DT2H48M5.4775807S`), i.e. never; see [`SERVICE_MAX_DELIVERY_COUNT`].
+pub const SERVICE_MESSAGE_TIME_TO_LIVE: Duration =
+    Duration::new(10_675_199 * 86_400 + 2 * 3_600 + 48 * 60 + 5, 477_580_700);
+/// `DuplicateDetectionHistoryTimeWindow` of an entity created without it: 10 minutes; see
+/// [`SERVICE_MAX_DELIVERY_COUNT`].
+pub const SERVICE_DUPLICATE_DETECTION_WINDOW: Duration = Duration::from_secs(600);
+
 /// A namespace: queues and topics.
 #[derive(Debug, Clone)]
 pub struct NamespaceConfig {
@@ -62,6 +80,36 @@ pub struct EntityProperties {
     pub requires_session: bool,
     /// Maximum message size in bytes (extension `MaxMessageSizeInKilobytes`; queues only).
     pub max_message_size: usize,
+    /// `DeadLetteringOnFilterEvaluationExceptions` (subscriptions): reported by the management
+    /// API as set; the emulator's filters raise no evaluation exceptions to act on.
+    pub dead_lettering_on_filter_evaluation_exceptions: bool,
+}
+
+impl EntityProperties {
+    /// What the service gives a queue or subscription created through the management API
+    /// without options (see [`SERVICE_MAX_DELIVERY_COUNT`]); `Default` is Microsoft's emulator
+    /// schema, what `Config.json` leaves out.
+    pub fn service_defaults() -> Self {
+        EntityProperties {
+            default_message_time_to_live: SERVICE_MESSAGE_TIME_TO_LIVE,
+            duplicate_detection_history_time_window: SERVICE_DUPLICATE_DETECTION_WINDOW,
+            max_delivery_count: SERVICE_MAX_DELIVERY_COUNT,
+            dead_lettering_on_filter_evaluation_exceptions: true,
+            ..EntityProperties::default()
+        }
+    }
+}
+
+impl TopicProperties {
+    /// What the service gives a topic created through the management API without options
+    /// (see [`SERVICE_MAX_DELIVERY_COUNT`]).
+    pub fn service_defaults() -> Self {
+        TopicProperties {
+            default_message_time_to_live: SERVICE_MESSAGE_TIME_TO_LIVE,
+            duplicate_detection_history_time_window: SERVICE_DUPLICATE_DETECTION_WINDOW,
+            ..TopicProperties::default()
+        }
+    }
 }
 
 impl Default for EntityProperties {
@@ -77,6 +125,7 @@ impl Default for EntityProperties {
             requires_duplicate_detection: false,
             requires_session: false,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            dead_lettering_on_filter_evaluation_exceptions: false,
         }
     }
 }

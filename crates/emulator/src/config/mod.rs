@@ -36,7 +36,8 @@ use serde_json::Value;
 pub use entities::{
     DEFAULT_DUPLICATE_DETECTION_WINDOW, DEFAULT_LOCK_DURATION, DEFAULT_MAX_DELIVERY_COUNT,
     DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_MESSAGE_TIME_TO_LIVE, EntityProperties, NamespaceConfig,
-    QueueConfig, SubscriptionConfig, TopicConfig, TopicProperties,
+    QueueConfig, SERVICE_DUPLICATE_DETECTION_WINDOW, SERVICE_MAX_DELIVERY_COUNT,
+    SERVICE_MESSAGE_TIME_TO_LIVE, SubscriptionConfig, TopicConfig, TopicProperties,
 };
 pub use error::ConfigError;
 

@@ -166,11 +166,12 @@ pub(crate) fn description(d: &EntityDescription) -> String {
             p.max_message_size / 1024,
         ),
         DescribedProperties::Subscription(p) => format!(
-            r#"<SubscriptionDescription xmlns="{SB_NS}" xmlns:i="{XSI_NS}"><LockDuration>{}</LockDuration><RequiresSession>{}</RequiresSession><DefaultMessageTimeToLive>{}</DefaultMessageTimeToLive><DeadLetteringOnMessageExpiration>{}</DeadLetteringOnMessageExpiration><DeadLetteringOnFilterEvaluationExceptions>false</DeadLetteringOnFilterEvaluationExceptions><MessageCount>{}</MessageCount><MaxDeliveryCount>{}</MaxDeliveryCount><EnableBatchedOperations>true</EnableBatchedOperations><Status>Active</Status>{}{times}{}{}<AutoDeleteOnIdle>{TIMESPAN_MAX}</AutoDeleteOnIdle><EntityAvailabilityStatus>Available</EntityAvailabilityStatus></SubscriptionDescription>"#,
+            r#"<SubscriptionDescription xmlns="{SB_NS}" xmlns:i="{XSI_NS}"><LockDuration>{}</LockDuration><RequiresSession>{}</RequiresSession><DefaultMessageTimeToLive>{}</DefaultMessageTimeToLive><DeadLetteringOnMessageExpiration>{}</DeadLetteringOnMessageExpiration><DeadLetteringOnFilterEvaluationExceptions>{}</DeadLetteringOnFilterEvaluationExceptions><MessageCount>{}</MessageCount><MaxDeliveryCount>{}</MaxDeliveryCount><EnableBatchedOperations>true</EnableBatchedOperations><Status>Active</Status>{}{times}{}{}<AutoDeleteOnIdle>{TIMESPAN_MAX}</AutoDeleteOnIdle><EntityAvailabilityStatus>Available</EntityAvailabilityStatus></SubscriptionDescription>"#,
             duration(p.lock_duration),
             p.requires_session,
             duration(p.default_message_time_to_live),
             p.dead_lettering_on_message_expiration,
+            p.dead_lettering_on_filter_evaluation_exceptions,
             message_count(d),
             p.max_delivery_count,
             optional("ForwardTo", p.forward_to.as_deref()),
@@ -304,9 +305,10 @@ pub(crate) fn content<'a>(entry: &'a Element, name: &str) -> Result<&'a Element,
 }
 
 /// Queue or subscription properties from a `QueueDescription` / `SubscriptionDescription`;
-/// what is missing takes the emulator's default.
+/// what is missing takes the service's default ([`EntityProperties::service_defaults`]), not
+/// `Config.json`'s.
 pub(crate) fn entity_properties(el: &Element) -> Result<EntityProperties, BadDescription> {
-    let d = EntityProperties::default();
+    let d = EntityProperties::service_defaults();
     let max_size_kb: usize =
         get_number(el, "MaxMessageSizeInKilobytes", d.max_message_size / 1024)?;
     let max_delivery_count = get_number(el, "MaxDeliveryCount", d.max_delivery_count)?;
@@ -340,12 +342,21 @@ pub(crate) fn entity_properties(el: &Element) -> Result<EntityProperties, BadDes
         )?,
         requires_session: get_bool(el, "RequiresSession", d.requires_session)?,
         max_message_size: max_size_kb.saturating_mul(1024),
+        // A subscription's setting only (queues have no filters).
+        dead_lettering_on_filter_evaluation_exceptions: el
+            .name
+            .ends_with("SubscriptionDescription")
+            && get_bool(
+                el,
+                "DeadLetteringOnFilterEvaluationExceptions",
+                d.dead_lettering_on_filter_evaluation_exceptions,
+            )?,
     })
 }
 
 /// Topic properties from a `TopicDescription`.
 pub(crate) fn topic_properties(el: &Element) -> Result<TopicProperties, BadDescription> {
-    let d = TopicProperties::default();
+    let d = TopicProperties::service_defaults();
     let max_size_kb: usize =
         get_number(el, "MaxMessageSizeInKilobytes", d.max_message_size / 1024)?;
     Ok(TopicProperties {
@@ -548,6 +559,46 @@ mod tests {
         let doc = parse(body.as_bytes()).unwrap();
         let back = entity_properties(content(&doc, "QueueDescription").unwrap()).unwrap();
         assert_eq!(back, props);
+    }
+
+    /// An entity created over the management API without options gets the service's defaults,
+    /// not `Config.json`'s (protocol3 emulator fidelity): MaxDeliveryCount 10,
+    /// DefaultMessageTimeToLive never (`TimeSpan.MaxValue`), duplicate detection 10 min.
+    #[test]
+    fn an_entity_created_without_options_gets_the_services_defaults() {
+        let body = br#"<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><QueueDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"/></content></entry>"#;
+        let doc = parse(body).unwrap();
+        let queue = entity_properties(content(&doc, "QueueDescription").unwrap()).unwrap();
+        assert_eq!(queue.max_delivery_count, 10);
+        assert_eq!(
+            format_iso8601_duration(queue.default_message_time_to_live),
+            TIMESPAN_MAX
+        );
+        assert_eq!(
+            queue.duplicate_detection_history_time_window,
+            Duration::from_secs(600)
+        );
+        assert_eq!(queue.lock_duration, Duration::from_secs(60));
+        let body = br#"<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><SubscriptionDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"/></content></entry>"#;
+        let doc = parse(body).unwrap();
+        let sub = entity_properties(content(&doc, "SubscriptionDescription").unwrap()).unwrap();
+        assert_eq!(sub.max_delivery_count, 10);
+        assert_eq!(
+            sub.default_message_time_to_live,
+            queue.default_message_time_to_live
+        );
+        assert!(sub.dead_lettering_on_filter_evaluation_exceptions);
+        let body = br#"<entry xmlns="http://www.w3.org/2005/Atom"><content type="application/xml"><TopicDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"/></content></entry>"#;
+        let doc = parse(body).unwrap();
+        let topic = topic_properties(content(&doc, "TopicDescription").unwrap()).unwrap();
+        assert_eq!(
+            topic.default_message_time_to_live,
+            queue.default_message_time_to_live
+        );
+        assert_eq!(
+            topic.duplicate_detection_history_time_window,
+            Duration::from_secs(600)
+        );
     }
 
     #[test]

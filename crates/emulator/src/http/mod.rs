@@ -83,7 +83,12 @@ enum ReadError {
 }
 
 /// Serves management requests on one connection until the client closes it.
-pub(crate) async fn serve(io: BoxIo, broker: Broker, options: Arc<EmulatorOptions>) {
+pub(crate) async fn serve(
+    io: BoxIo,
+    broker: Broker,
+    options: Arc<EmulatorOptions>,
+    survival: Arc<crate::server::Survival>,
+) {
     let (read, mut write) = tokio::io::split(io);
     let mut reader = BufReader::new(read);
     loop {
@@ -108,7 +113,24 @@ pub(crate) async fn serve(io: BoxIo, broker: Broker, options: Arc<EmulatorOption
         let close = request
             .header("connection")
             .is_some_and(|c| c.eq_ignore_ascii_case("close"));
-        let response = api::handle(&request, &broker, &options);
+        let response = match survival.management_fault() {
+            None => api::handle(&request, &broker, &options),
+            Some(crate::ManagementFault::Status(status)) => Response {
+                status,
+                content_type: api::XML,
+                body: atom::error(
+                    status,
+                    "Injected by the emulator (fail_management_requests).",
+                ),
+            },
+            Some(_) => {
+                // Stalled: nothing is answered; the client's close (EOF) ends it.
+                tracing::debug!(target = %request.target, "Management request stalled (injected).");
+                let mut rest = Vec::new();
+                let _ = tokio::io::AsyncReadExt::read_to_end(&mut reader, &mut rest).await;
+                return;
+            }
+        };
         tracing::debug!(method = %request.method, target = %request.target, status = response.status, "Management request.");
         if write_response(&mut write, &response, close).await.is_err() || close {
             return;

@@ -55,11 +55,15 @@ pub struct LinkInfo {
     /// credit plus messages sent and not settled yet (what a client's prefetch window
     /// bounds).
     pub peak_outstanding: u32,
+    /// A receive link: the credit the client granted and the emulator has not used yet, as
+    /// of the link task's latest look (0 after a drain).
+    pub credit: u32,
 }
 
 /// A receive link's flow as its task counts it, read by [`Registry::list`].
 #[derive(Debug, Default)]
 struct Gauge {
+    credit: AtomicU32,
     peak_credit: AtomicU32,
     peak_outstanding: AtomicU32,
 }
@@ -113,6 +117,7 @@ impl Registry {
             role,
             peak_credit: 0,
             peak_outstanding: 0,
+            credit: 0,
         };
         let gauge = Arc::new(Gauge::default());
         let lost = CancellationToken::new();
@@ -168,6 +173,7 @@ impl Registry {
                     .values()
                     .filter(|e| e.is_live())
                     .map(|e| LinkInfo {
+                        credit: e.gauge.credit.load(Ordering::Acquire),
                         peak_credit: e.gauge.peak_credit.load(Ordering::Acquire),
                         peak_outstanding: e.gauge.peak_outstanding.load(Ordering::Acquire),
                         ..e.info.clone()
@@ -302,6 +308,8 @@ pub(crate) struct LinkControl {
     connection: CancellationToken,
     live: Arc<LiveConnection>,
     channel: u16,
+    /// Detach with `amqp:internal-error` then ([`crate::Emulator::detach_new_receive_links`]).
+    internal_error_at: Option<Instant>,
 }
 
 /// Everything [`LinkControl::new`] takes from the emulator and the connection.
@@ -323,7 +331,13 @@ pub(crate) struct ControlContext {
 impl LinkControl {
     pub(crate) fn new(ctx: ControlContext, name: &str, entity: &str, role: LinkRole) -> Self {
         let (registration, detach, lost) = ctx.registry.register(name, entity, role);
+        let internal_error_at = match role {
+            LinkRole::Receiver => ctx.state.survival.new_receiver_detach(),
+            LinkRole::Sender => None,
+        }
+        .map(|after| Instant::now() + after);
         LinkControl {
+            internal_error_at,
             registration,
             detach,
             lost,
@@ -370,6 +384,7 @@ impl LinkControl {
     /// A receive link's flow: `credit` unused, `unsettled` messages sent and not settled.
     pub(crate) fn record_flow(&self, credit: u32, unsettled: u32) {
         let gauge = &self.registration.gauge;
+        gauge.credit.store(credit, Ordering::Release);
         gauge.peak_credit.fetch_max(credit, Ordering::AcqRel);
         gauge
             .peak_outstanding
@@ -416,6 +431,12 @@ impl LinkControl {
             tokio::spawn(async move { live.end_session(channel).await });
         }
         self.maybe_detach_random();
+    }
+
+    /// True when this disposition is to be answered `rejected{com.microsoft:timeout}` and left
+    /// unapplied ([`crate::Emulator::time_out_settlements`]).
+    pub(crate) fn settlement_timed_out(&self) -> bool {
+        self.state.survival.settlement_timed_out()
     }
 
     /// True while the namespace is throttled: a send is then refused with server-busy.
@@ -475,10 +496,17 @@ impl LinkControl {
             {
                 return self.idle_expired(timeout);
             }
-            let wake = match (idle_deadline, token_deadline) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            if self.internal_error_at.is_some_and(|at| at <= now) {
+                tracing::info!(link = %self.name, "Fault: detaching a new receive link with internal-error.");
+                return wire_error(
+                    condition::INTERNAL_ERROR,
+                    Some("The service was unable to process the request; please retry the operation (injected by the emulator: new receive links are detached).".to_owned()),
+                );
+            }
+            let wake = [idle_deadline, token_deadline, self.internal_error_at]
+                .into_iter()
+                .flatten()
+                .min();
             tokio::select! {
                 error = self.detach.recv() => {
                     if let Some(error) = error {

@@ -297,6 +297,20 @@ async fn answer_disposition(
     control: &mut LinkControl,
     disposition: IncomingDisposition,
 ) -> Result<(), sb_amqp::Error> {
+    if !disposition.settled && control.settlement_timed_out() {
+        // The service's answer when an operation ran past its time ("The operation did not
+        // complete within the allotted timeout", `com.microsoft:timeout`).
+        let timeout = wire_error(
+            condition::TIMEOUT,
+            Some(
+                "The operation did not complete within the allotted timeout (injected by the emulator)."
+                    .to_owned(),
+            ),
+        );
+        return sender
+            .settle(disposition.delivery_id, Outcome::Rejected(Some(timeout)))
+            .await;
+    }
     if control.after_disposition(disposition.settled) {
         let busy = wire_error(
             condition::SERVER_BUSY,

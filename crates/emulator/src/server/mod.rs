@@ -54,8 +54,8 @@ pub use options::{
 };
 pub use request_log::ManagementRequest;
 use request_log::RequestLog;
-use survival::Survival;
-pub use survival::{EmulatorStats, SettlementAttempt};
+pub(crate) use survival::Survival;
+pub use survival::{EmulatorStats, ManagementFault, SettlementAttempt};
 pub use tls::{
     CA_FILE as TLS_CA_FILE, CERT_FILE as TLS_CERT_FILE, KEY_FILE as TLS_KEY_FILE, TlsIdentity,
     TlsListen,
@@ -459,6 +459,35 @@ impl Emulator {
         self.shared.survival.revoke_token(audience)
     }
 
+    /// Steps the broker's clock by `secs` seconds (back when negative) while it runs, as an NTP
+    /// correction or a resumed VM steps a host's clock: every broker timestamp from now on
+    /// (locked-until, enqueued time) moves with it. False unless the broker was made with a
+    /// [`crate::Clock::steppable`] clock (the `sb-emulator` binary's always is).
+    pub fn step_clock(&self, secs: i64) -> bool {
+        self.shared.broker.clock().step(secs)
+    }
+
+    /// Answers the next management API (HTTP) requests with `faults` instead of handling
+    /// them, one each, in order: a status (429 throttled, 5xx failing) or a stall. What the
+    /// service's management API does under throttling or an outage, for testing that a client
+    /// retries and stays bounded (protocol3 F4).
+    pub fn fail_management_requests(&self, faults: impl IntoIterator<Item = ManagementFault>) {
+        self.shared.survival.fail_management_requests(faults);
+    }
+
+    /// Answers the next `times` link dispositions `rejected{com.microsoft:timeout}` without
+    /// applying them, as the service does for an operation that ran past its time.
+    pub fn time_out_settlements(&self, times: usize) {
+        self.shared.survival.time_out_settlements(times);
+    }
+
+    /// Detaches every receive link attached from now on with `amqp:internal-error`, `after`
+    /// its attach was answered (`None`: stop): links that attach fine and fail right after, as
+    /// a service node in trouble does (protocol3 F6).
+    pub fn detach_new_receive_links(&self, after: Option<std::time::Duration>) {
+        self.shared.survival.detach_new_receive_links(after);
+    }
+
     /// Sticks every live connection on `amqp:internal-error`: every attach on it is refused
     /// with that condition from now on, while new connections work. Returns how many.
     pub fn stick_internal_error(&self) -> usize {
@@ -520,15 +549,16 @@ async fn http_accept_loop(
             accepted = listener.accept() => accepted,
         };
         let Ok((tcp, _)) = accepted else { continue };
-        let (broker, options, stop) = (
+        let (broker, options, survival, stop) = (
             shared.broker.clone(),
             shared.options.clone(),
+            shared.survival.clone(),
             shutdown.clone(),
         );
         tracker.spawn(async move {
             tokio::select! {
                 () = stop.cancelled() => {}
-                () = crate::http::serve(Box::new(tcp), broker, options) => {}
+                () = crate::http::serve(Box::new(tcp), broker, options, survival) => {}
             }
         });
     }

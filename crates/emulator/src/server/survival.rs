@@ -19,7 +19,7 @@
 //!   records Go recovering the connection for internal and unknown errors).
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
@@ -55,6 +55,17 @@ pub struct SettlementAttempt {
     pub at: SystemTime,
     /// True when it was answered busy (throttled or `--fault busy-settle`).
     pub busy: bool,
+}
+
+/// How the management API (HTTP) answers one request instead of handling it
+/// ([`crate::Emulator::fail_management_requests`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ManagementFault {
+    /// Answer this status (429 when throttled, 500/502/503/504 when failing), unhandled.
+    Status(u16),
+    /// Never answer: hold the connection until the client closes it (a stalled middlebox).
+    Stall,
 }
 
 /// One live client connection.
@@ -117,6 +128,13 @@ pub(crate) struct Survival {
     /// `--throttle SECS`: throttle this long from the first settlement attempt.
     throttle_on_first_settlement: Mutex<Option<Duration>>,
     attempts: Mutex<Vec<SettlementAttempt>>,
+    /// How the next management API (HTTP) requests are answered instead of handled.
+    management_faults: Mutex<VecDeque<ManagementFault>>,
+    /// Link dispositions still to answer `rejected{com.microsoft:timeout}`.
+    settlement_timeouts: AtomicUsize,
+    /// Every receive link attached from now on is detached with `amqp:internal-error` this
+    /// long after its attach.
+    detach_new_receivers_after: Mutex<Option<Duration>>,
     sessions: AtomicU64,
     connections_opened: AtomicU64,
     cbs_links: AtomicU64,
@@ -281,6 +299,46 @@ impl Survival {
             .filter_map(|live| live.state.upgrade())
             .map(|state| state.revoke(audience))
             .sum()
+    }
+
+    /// Answers the next management API requests with `faults`, one each, in order.
+    pub(crate) fn fail_management_requests(
+        &self,
+        faults: impl IntoIterator<Item = ManagementFault>,
+    ) {
+        if let Ok(mut queue) = self.management_faults.lock() {
+            queue.extend(faults);
+        }
+    }
+
+    /// How to answer this management API request instead of handling it, if at all.
+    pub(crate) fn management_fault(&self) -> Option<ManagementFault> {
+        self.management_faults.lock().ok()?.pop_front()
+    }
+
+    /// Answers the next `times` link dispositions `rejected{com.microsoft:timeout}`, unapplied.
+    pub(crate) fn time_out_settlements(&self, times: usize) {
+        self.settlement_timeouts.store(times, Ordering::Release);
+    }
+
+    /// True when this link disposition is to be answered with a timeout (one fewer left).
+    pub(crate) fn settlement_timed_out(&self) -> bool {
+        self.settlement_timeouts
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    /// Detaches every receive link attached from now on with `amqp:internal-error` `after`
+    /// its attach (`None`: no longer).
+    pub(crate) fn detach_new_receive_links(&self, after: Option<Duration>) {
+        if let Ok(mut armed) = self.detach_new_receivers_after.lock() {
+            *armed = after;
+        }
+    }
+
+    /// How long after its attach a new receive link is detached with `amqp:internal-error`.
+    pub(crate) fn new_receiver_detach(&self) -> Option<Duration> {
+        self.detach_new_receivers_after.lock().ok().and_then(|a| *a)
     }
 
     /// Sticks every live connection on `amqp:internal-error`: each attach on it is refused

@@ -1,8 +1,12 @@
 //! A small HTTP/1.1 client for the management API: one request per connection
 //! (`Connection: close`), over TLS (tokio-rustls on the client's trust roots) or, for the
-//! emulator's plain listener, over TCP. Bodies by `Content-Length`, chunked, or to the end.
+//! emulator's plain listener, over TCP, directly or through an HTTP proxy's `CONNECT` tunnel.
+//! Bodies by `Content-Length`, chunked, or to the end. Every step is bounded: the connect by
+//! [`Transport::connect_timeout`], the tunnel, TLS handshake, request and response together by
+//! [`Transport::timeout`] (Azure.Core's per-try `RetryOptions.NetworkTimeout`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -21,28 +25,87 @@ pub(super) struct Endpoint {
     pub(super) port: u16,
 }
 
-/// A response: status and body.
+/// A response: status, `Retry-After` and body.
 #[derive(Debug)]
 pub(super) struct HttpResponse {
     pub(super) status: u16,
+    /// `Retry-After` (seconds), or `retry-after-ms` / `x-ms-retry-after-ms`, as Azure.Core's
+    /// retry policy reads them.
+    pub(super) retry_after: Option<Duration>,
     pub(super) body: String,
 }
 
-/// Sends one request and reads the whole response.
+/// How requests reach the endpoint.
+#[derive(Debug, Clone)]
+pub(super) struct Transport {
+    pub(super) tls: Option<Arc<rustls::ClientConfig>>,
+    /// The `CONNECT` proxy, already matched against `NO_PROXY` for the endpoint's host.
+    pub(super) proxy: Option<sb_amqp::HttpProxy>,
+    pub(super) connect_timeout: Duration,
+    pub(super) timeout: Duration,
+}
+
+/// Sends one request and reads the whole response, within the transport's bounds.
 pub(super) async fn send(
     endpoint: &Endpoint,
-    tls: Option<&Arc<rustls::ClientConfig>>,
+    transport: &Transport,
     method: &str,
     target: &str,
     headers: &[(&str, String)],
     body: Option<&str>,
 ) -> Result<HttpResponse, AdminError> {
-    let tcp = TcpStream::connect((endpoint.host.as_str(), endpoint.port))
-        .await
-        .map_err(|source| AdminError::Connect {
-            endpoint: format!("{}:{}", endpoint.host, endpoint.port),
-            source,
-        })?;
+    let name = format!("{}:{}", endpoint.host, endpoint.port);
+    let (to, to_name) = match &transport.proxy {
+        Some(proxy) => (
+            (proxy.host.as_str(), proxy.port),
+            format!("{}:{}", proxy.host, proxy.port),
+        ),
+        None => ((endpoint.host.as_str(), endpoint.port), name.clone()),
+    };
+    let tcp = match tokio::time::timeout(transport.connect_timeout, TcpStream::connect(to)).await {
+        Ok(Ok(tcp)) => tcp,
+        Ok(Err(source)) => {
+            return Err(AdminError::Connect {
+                endpoint: to_name,
+                source,
+            });
+        }
+        Err(_) => {
+            return Err(AdminError::Timeout {
+                endpoint: to_name,
+                what: "connect",
+                after: transport.connect_timeout,
+            });
+        }
+    };
+    let exchanged = tokio::time::timeout(
+        transport.timeout,
+        exchange_over(tcp, endpoint, transport, method, target, headers, body),
+    )
+    .await;
+    match exchanged {
+        Ok(raw) => parse_response(&raw?),
+        Err(_) => Err(AdminError::Timeout {
+            endpoint: name,
+            what: "answer",
+            after: transport.timeout,
+        }),
+    }
+}
+
+/// Tunnels (through a proxy), shakes hands (TLS) and exchanges the request on `tcp`.
+async fn exchange_over(
+    mut tcp: TcpStream,
+    endpoint: &Endpoint,
+    transport: &Transport,
+    method: &str,
+    target: &str,
+    headers: &[(&str, String)],
+    body: Option<&str>,
+) -> Result<Vec<u8>, AdminError> {
+    if let Some(proxy) = &transport.proxy {
+        tunnel(&mut tcp, proxy, endpoint).await?;
+    }
     let mut head = format!(
         "{method} {target} HTTP/1.1\r\nHost: {}:{}\r\nConnection: close\r\nUser-Agent: sb-servicebus\r\n",
         endpoint.host, endpoint.port
@@ -56,19 +119,64 @@ pub(super) async fn send(
         head.push_str(&format!("Content-Length: {}\r\n", body.len()));
     }
     head.push_str("\r\n");
-    let raw = if endpoint.tls {
-        let config = tls.cloned().ok_or(AdminError::NoTrust)?;
+    if endpoint.tls {
+        let config = transport.tls.clone().ok_or(AdminError::NoTrust)?;
         let name = ServerName::try_from(endpoint.host.clone())
             .map_err(|e| AdminError::Tls(std::io::Error::other(e)))?;
         let stream = tokio_rustls::TlsConnector::from(config)
             .connect(name, tcp)
             .await
             .map_err(AdminError::Tls)?;
-        exchange(stream, &head, body).await?
+        exchange(stream, &head, body).await
     } else {
-        exchange(tcp, &head, body).await?
+        exchange(tcp, &head, body).await
+    }
+}
+
+/// The largest proxy response head read before giving up on it.
+const MAX_PROXY_HEAD: usize = 8 * 1024;
+
+/// Asks `proxy` (connected on `tcp`) for a tunnel to the endpoint, with its credentials.
+async fn tunnel(
+    tcp: &mut TcpStream,
+    proxy: &sb_amqp::HttpProxy,
+    endpoint: &Endpoint,
+) -> Result<(), AdminError> {
+    let authority = if endpoint.host.contains(':') {
+        format!("[{}]:{}", endpoint.host, endpoint.port)
+    } else {
+        format!("{}:{}", endpoint.host, endpoint.port)
     };
-    parse_response(&raw)
+    let credentials = proxy
+        .authorization
+        .as_ref()
+        .map(|value| format!("Proxy-Authorization: {value}\r\n"))
+        .unwrap_or_default();
+    let request = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n{credentials}\r\n");
+    tcp.write_all(request.as_bytes())
+        .await
+        .map_err(AdminError::Io)?;
+    // Byte by byte up to the blank line: what follows is the tunnelled server's.
+    let mut head = Vec::with_capacity(128);
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() >= MAX_PROXY_HEAD {
+            return Err(AdminError::Proxy(format!(
+                "{}:{}: response head longer than {MAX_PROXY_HEAD} bytes",
+                proxy.host, proxy.port
+            )));
+        }
+        head.push(tcp.read_u8().await.map_err(AdminError::Io)?);
+    }
+    let head = String::from_utf8_lossy(&head);
+    let status_line = head.lines().next().unwrap_or_default();
+    let status = status_line.split_whitespace().nth(1);
+    if !status_line.starts_with("HTTP/1.") || status.is_none_or(|s| !s.starts_with('2')) {
+        return Err(AdminError::Proxy(format!(
+            "{}:{} refused CONNECT {authority}: {status_line}",
+            proxy.host, proxy.port
+        )));
+    }
+    Ok(())
 }
 
 async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
@@ -120,10 +228,22 @@ pub(super) fn parse_response(raw: &[u8]) -> Result<HttpResponse, AdminError> {
         .ok_or_else(|| AdminError::Malformed("no status line".into()))?;
     let mut length = None;
     let mut chunked = false;
+    let mut retry_after = None;
     for line in lines {
         if let Some((name, value)) = line.split_once(':') {
             let (name, value) = (name.trim(), value.trim());
-            if name.eq_ignore_ascii_case("content-length") {
+            if name.eq_ignore_ascii_case("retry-after-ms")
+                || name.eq_ignore_ascii_case("x-ms-retry-after-ms")
+            {
+                retry_after = value
+                    .parse()
+                    .ok()
+                    .map(Duration::from_millis)
+                    .or(retry_after);
+            } else if name.eq_ignore_ascii_case("retry-after") && retry_after.is_none() {
+                // Seconds; an HTTP date is not read (the backoff applies instead).
+                retry_after = value.parse().ok().map(Duration::from_secs);
+            } else if name.eq_ignore_ascii_case("content-length") {
                 length = value.parse::<usize>().ok();
             } else if name.eq_ignore_ascii_case("transfer-encoding")
                 && value.eq_ignore_ascii_case("chunked")
@@ -143,6 +263,7 @@ pub(super) fn parse_response(raw: &[u8]) -> Result<HttpResponse, AdminError> {
     };
     Ok(HttpResponse {
         status,
+        retry_after,
         body: String::from_utf8_lossy(&body).into_owned(),
     })
 }
@@ -184,5 +305,12 @@ mod tests {
         assert_eq!((r.status, r.body.as_str()), (404, "<Error/>"));
         assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc").is_err());
         assert!(parse_response(b"garbage").is_err());
+        let r = parse_response(b"HTTP/1.1 429 Too Many\r\nRetry-After: 7\r\n\r\n").unwrap();
+        assert_eq!(r.retry_after, Some(Duration::from_secs(7)));
+        let r = parse_response(
+            b"HTTP/1.1 503 Busy\r\nRetry-After: 7\r\nx-ms-retry-after-ms: 250\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!(r.retry_after, Some(Duration::from_millis(250)));
     }
 }

@@ -7,7 +7,16 @@
 //! # Layout
 //! - this file: [`AdminClient`], [`EntityProperties`], [`EntityCounts`], [`AdminError`].
 //! - `http`: one HTTP/1.1 request per connection over tokio-rustls (or plain TCP for the
-//!   emulator's `--http-listen`).
+//!   emulator's `--http-listen`), directly or through the proxy's `CONNECT` tunnel, bounded.
+//!
+//! # Retries and bounds (protocol3 F4)
+//! As .NET's `ServiceBusAdministrationClient` on the Azure.Core pipeline: a request answered
+//! 408, 429, 500, 502, 503 or 504 (Azure.Core `ResponseClassifier.IsRetriableResponse`), or that
+//! could not reach the service, is tried again up to [`DEFAULT_MAX_RETRIES`] times, after the
+//! answer's `Retry-After` when it gives one, else an exponential backoff from
+//! [`DEFAULT_RETRY_DELAY`] (Azure.Core `RetryOptions`: 3 retries, 0.8 s, exponential). Each try
+//! is bounded: [`DEFAULT_CONNECT_TIMEOUT`] to connect, [`DEFAULT_TRY_TIMEOUT`] for the token,
+//! the tunnel, TLS and the exchange (Azure.Core's per-try `NetworkTimeout`).
 //! - `atom`: reading descriptions, writing the one a create or update sends.
 //!
 //! # Examples
@@ -30,8 +39,24 @@ mod http;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{ConnectionString, SasProvider, TokenProvider, TokenType, TrustError, TrustRoots};
-use http::Endpoint;
+use super::{
+    ConnectionString, ProxyConfig, SasProvider, TokenProvider, TokenType, TrustError, TrustRoots,
+};
+use http::{Endpoint, Transport};
+
+/// How long a connect to the management endpoint (or the proxy) may take.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one try may take after the connect: the token, the proxy tunnel, TLS, the request
+/// and the whole response.
+pub const DEFAULT_TRY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Retries after a retriable answer or a failure to reach the service (Azure.Core
+/// `RetryOptions.MaxRetries`).
+pub const DEFAULT_MAX_RETRIES: u32 = 3;
+/// The first retry's delay, doubled for each next one (Azure.Core `RetryOptions.Delay`).
+pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(800);
+/// The longest wait between tries, `Retry-After` included (Azure.Core `RetryOptions.MaxDelay`
+/// is 1 min).
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(60);
 
 /// The management API version the client speaks (what the Python and JS SDKs send).
 pub const API_VERSION: &str = "2021-05";
@@ -93,14 +118,46 @@ pub enum AdminError {
     /// An endpoint URL that is not `http[s]://host[:port]`.
     #[error("invalid management endpoint {0:?}")]
     InvalidEndpoint(String),
+    /// A step did not finish in time: the connect, or the answer (transient).
+    #[error("the management endpoint {endpoint} did not {what} within {after:?}")]
+    Timeout {
+        /// `host:port` (the proxy's for a connect through it).
+        endpoint: String,
+        /// `connect`, `answer`, or `give a token`.
+        what: &'static str,
+        /// The bound.
+        after: Duration,
+    },
+    /// The HTTP proxy refused the tunnel or answered something else than HTTP.
+    #[error("proxy: {0}")]
+    Proxy(String),
 }
 
 impl AdminError {
     /// Whether the management API could not be reached at all (connection refused, reset,
-    /// timed out): a caller may fall back to configured values.
+    /// timed out, the proxy refused): a caller may fall back to configured values.
     pub fn is_unreachable(&self) -> bool {
-        matches!(self, AdminError::Connect { .. } | AdminError::Io(_))
+        matches!(
+            self,
+            AdminError::Connect { .. }
+                | AdminError::Io(_)
+                | AdminError::Timeout { .. }
+                | AdminError::Proxy(_)
+        )
     }
+
+    /// Whether trying again may help: unreachable, or answered 408, 429, 500, 502, 503 or 504
+    /// (Azure.Core `ResponseClassifier.IsRetriableResponse`). What is left once the client's
+    /// own retries ran out.
+    pub fn is_transient(&self) -> bool {
+        self.is_unreachable()
+            || matches!(self, AdminError::Status { status, .. } if is_retriable(*status))
+    }
+}
+
+/// Azure.Core `ResponseClassifier.IsRetriableResponse`: 408, 429, 500, 502, 503, 504.
+fn is_retriable(status: u16) -> bool {
+    matches!(status, 408 | 429 | 500 | 502 | 503 | 504)
 }
 
 /// The settings of a queue or subscription that a consumer depends on.
@@ -154,6 +211,11 @@ pub struct AdminClient {
     endpoint: Endpoint,
     tokens: Arc<dyn TokenProvider>,
     tls: Option<Arc<rustls::ClientConfig>>,
+    proxy: ProxyConfig,
+    connect_timeout: Duration,
+    timeout: Duration,
+    max_retries: u32,
+    retry_delay: Duration,
 }
 
 impl AdminClient {
@@ -165,15 +227,15 @@ impl AdminClient {
     /// [`AdminError::Trust`] when the default roots cannot be built.
     pub fn from_connection_string(cs: &ConnectionString) -> Result<Self, AdminError> {
         let port = cs.explicit_port().unwrap_or(443);
-        Ok(AdminClient {
-            endpoint: Endpoint {
+        Ok(Self::with_defaults(
+            Endpoint {
                 tls: true,
                 host: cs.host().to_owned(),
                 port,
             },
-            tokens: Arc::new(SasProvider::new(cs.credential().clone())),
-            tls: Some(TrustRoots::new().client_config()?),
-        })
+            Arc::new(SasProvider::new(cs.credential().clone())),
+            TrustRoots::new().client_config()?,
+        ))
     }
 
     /// A client for namespace `host` (HTTPS on 443) authorised by `tokens` (e.g. Entra ID),
@@ -186,15 +248,69 @@ impl AdminClient {
         tokens: Arc<dyn TokenProvider>,
         trust: &TrustRoots,
     ) -> Result<Self, AdminError> {
-        Ok(AdminClient {
-            endpoint: Endpoint {
+        Ok(Self::with_defaults(
+            Endpoint {
                 tls: true,
                 host: host.to_owned(),
                 port: 443,
             },
             tokens,
-            tls: Some(trust.client_config()?),
-        })
+            trust.client_config()?,
+        ))
+    }
+
+    /// A client with the default bounds and retries, and no proxy.
+    fn with_defaults(
+        endpoint: Endpoint,
+        tokens: Arc<dyn TokenProvider>,
+        tls: Arc<rustls::ClientConfig>,
+    ) -> Self {
+        AdminClient {
+            endpoint,
+            tokens,
+            tls: Some(tls),
+            proxy: ProxyConfig::none(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            timeout: DEFAULT_TRY_TIMEOUT,
+            max_retries: DEFAULT_MAX_RETRIES,
+            retry_delay: DEFAULT_RETRY_DELAY,
+        }
+    }
+
+    /// Goes through `proxy` (`HTTPS_PROXY` / `NO_PROXY`, [`ProxyConfig::from_env`]) as the
+    /// AMQP WebSocket connections do; without this call, directly.
+    #[must_use]
+    pub fn with_proxy(mut self, proxy: &ProxyConfig) -> Self {
+        self.proxy = proxy.clone();
+        self
+    }
+
+    /// Bounds each try: `connect` for the connect, `timeout` for the rest (default
+    /// [`DEFAULT_CONNECT_TIMEOUT`], [`DEFAULT_TRY_TIMEOUT`]).
+    #[must_use]
+    pub fn with_timeouts(mut self, connect: Duration, timeout: Duration) -> Self {
+        self.connect_timeout = connect;
+        self.timeout = timeout;
+        self
+    }
+
+    /// Tries a retriable request `max_retries` more times, the first after `delay`, doubling
+    /// (default [`DEFAULT_MAX_RETRIES`], [`DEFAULT_RETRY_DELAY`]); a `Retry-After` replaces
+    /// the delay. 0: no retries.
+    #[must_use]
+    pub fn with_retries(mut self, max_retries: u32, delay: Duration) -> Self {
+        self.max_retries = max_retries;
+        self.retry_delay = delay;
+        self
+    }
+
+    fn transport(&self) -> Transport {
+        Transport {
+            tls: self.tls.clone(),
+            proxy: self.proxy.proxy_for(&self.endpoint.host).cloned(),
+            connect_timeout: self.connect_timeout,
+            timeout: self.timeout,
+        }
     }
 
     /// Sends requests to `url` instead (`https://host[:port]`, or `http://host:port` for the
@@ -244,10 +360,14 @@ impl AdminClient {
 
     async fn authorization(&self, path: &str) -> Result<String, AdminError> {
         let audience = format!("https://{}/{path}", self.endpoint.host);
-        let token = self
-            .tokens
-            .token(&audience)
+        // Bounded (N14): a hung identity endpoint must not hang the caller.
+        let token = tokio::time::timeout(self.timeout, self.tokens.token(&audience))
             .await
+            .map_err(|_| AdminError::Timeout {
+                endpoint: "the token provider".to_owned(),
+                what: "give a token",
+                after: self.timeout,
+            })?
             .map_err(AdminError::Token)?;
         Ok(match token.token_type {
             TokenType::Sas => token.token,
@@ -255,6 +375,8 @@ impl AdminClient {
         })
     }
 
+    /// Sends the request, trying again after a retriable answer or failure (see the module
+    /// documentation), and classifies the final answer.
     async fn request(
         &self,
         method: &str,
@@ -263,34 +385,71 @@ impl AdminClient {
         body: Option<&str>,
     ) -> Result<http::HttpResponse, AdminError> {
         let path = path.trim_matches('/');
+        let mut delay = self.retry_delay;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let last = tries > self.max_retries;
+            let wait = match self.try_once(method, path, extra, body).await {
+                Ok(response) if last || !is_retriable(response.status) => {
+                    return classify(response);
+                }
+                Ok(response) => {
+                    tracing::debug!(status = response.status, retry_after = ?response.retry_after, tries, "Management request answered retriably; retrying.");
+                    response.retry_after.unwrap_or(delay)
+                }
+                Err(error) if !last && error.is_unreachable() => {
+                    tracing::debug!(%error, tries, "Management request failed; retrying.");
+                    delay
+                }
+                Err(error) => return Err(error),
+            };
+            tokio::time::sleep(wait.min(MAX_RETRY_DELAY)).await;
+            delay = delay.saturating_mul(2).min(MAX_RETRY_DELAY);
+        }
+    }
+
+    async fn try_once(
+        &self,
+        method: &str,
+        path: &str,
+        extra: &[(&str, String)],
+        body: Option<&str>,
+    ) -> Result<http::HttpResponse, AdminError> {
         let mut headers = vec![("Authorization", self.authorization(path).await?)];
         headers.extend(extra.iter().map(|(n, v)| (*n, v.clone())));
         let target = format!("/{path}?api-version={API_VERSION}");
-        let response = http::send(
+        http::send(
             &self.endpoint,
-            self.tls.as_ref(),
+            &self.transport(),
             method,
             &target,
             &headers,
             body,
         )
-        .await?;
-        let detail = || atom::error_detail(&response.body);
-        match response.status {
-            200..=299 => Ok(response),
-            401 | 403 => Err(AdminError::Unauthorized {
-                status: response.status,
-                detail: detail(),
-            }),
-            404 => Err(AdminError::NotFound(detail())),
-            409 => Err(AdminError::Conflict(detail())),
-            status => Err(AdminError::Status {
-                status,
-                detail: detail(),
-            }),
-        }
+        .await
     }
+}
 
+/// The final answer of a request: success, or the error its status names.
+fn classify(response: http::HttpResponse) -> Result<http::HttpResponse, AdminError> {
+    let detail = || atom::error_detail(&response.body);
+    match response.status {
+        200..=299 => Ok(response),
+        401 | 403 => Err(AdminError::Unauthorized {
+            status: response.status,
+            detail: detail(),
+        }),
+        404 => Err(AdminError::NotFound(detail())),
+        409 => Err(AdminError::Conflict(detail())),
+        status => Err(AdminError::Status {
+            status,
+            detail: detail(),
+        }),
+    }
+}
+
+impl AdminClient {
     /// The settings and counts of a queue or subscription (`topic/Subscriptions/sub`);
     /// `None` when it does not exist.
     ///
