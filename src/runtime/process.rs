@@ -440,8 +440,13 @@ where
                 // same message (a retry copy would start its delivery count again, and a
                 // release not count it), so `max_panics` always ends it.
                 Ending::RolledBack(why) if outcome == Outcome::HandlerPanicked => {
-                    transient_hold::hold(delivery, lock.left(), self.transient_hold_max, self.jitter)
-                        .await;
+                    transient_hold::hold(
+                        delivery,
+                        lock.left(),
+                        self.transient_hold_max,
+                        self.jitter,
+                    )
+                    .await;
                     Some(delivery.abandon(last_error(why)).await)
                 }
                 // While the kill switch is open the failure is the store's, not the message's:

@@ -82,11 +82,10 @@ impl ServiceBusDelivery {
         // pause outlasts the operation's time, as here the lock's).
         let busy = self.receiver.client.busy().remaining();
         if !busy.is_zero() {
-            if self
-                .receiver
-                .lock_clock
-                .broker_now(tokio::time::Instant::now().into_std(), self.receiver.client.now())
-                + busy
+            if self.receiver.lock_clock.broker_now(
+                tokio::time::Instant::now().into_std(),
+                self.receiver.client.now(),
+            ) + busy
                 >= self.locked_until()
             {
                 return Err(SettlementError::Transient(ServiceBusError::Broker {
@@ -141,11 +140,10 @@ impl ServiceBusDelivery {
             busy_state.set();
         }
         let delay = backoff.next_delay().max(busy_state.remaining());
-        if self
-            .receiver
-            .lock_clock
-            .broker_now(tokio::time::Instant::now().into_std(), self.receiver.client.now())
-            + delay
+        if self.receiver.lock_clock.broker_now(
+            tokio::time::Instant::now().into_std(),
+            self.receiver.client.now(),
+        ) + delay
             >= deadline
         {
             return Err(SettlementError::Transient(why));
