@@ -299,7 +299,9 @@ impl Whole {
 
     fn abort(&self) -> Abort {
         match self {
-            Whole::Failed(why, _) => Abort::SettleAs(Outcome::Transient, why.clone()),
+            // Not a member's failure: given back per the kill switch, never a delayed retry.
+            Whole::Failed(why, true) => Abort::Systemic(why.clone()),
+            Whole::Failed(why, false) => Abort::SettleAs(Outcome::Transient, why.clone()),
             Whole::TooLong(Abort::SettleAs(outcome, why)) => Abort::SettleAs(*outcome, why.clone()),
             Whole::TooLong(_) | Whole::Shutdown => Abort::Shutdown,
         }
@@ -373,7 +375,7 @@ where
                 "not handled in its batch".to_owned(),
             )),
         };
-        let inner = inner.clone();
+        let (inner, cancel) = (inner.clone(), cancel.clone());
         settling.spawn(async move {
             let step = inner.processor();
             let report = step
@@ -382,6 +384,7 @@ where
                     logical_id.as_deref().unwrap_or_default(),
                     verdict,
                     &lock,
+                    &cancel,
                 )
                 .instrument(processing.span.clone())
                 .await;

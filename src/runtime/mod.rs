@@ -213,6 +213,18 @@ impl RuntimeConfig {
             .saturating_add(self.prefetch)
     }
 
+    /// The longest a handler slot may be busy by design: `max_processing`, twice that when
+    /// batching (a batch past its bound runs its undecided members again alone, sharing one
+    /// more `max_processing`: `batch/isolate.rs`). The slot watch counts a slot as stuck only
+    /// past this.
+    pub(crate) fn slot_bound(&self) -> Duration {
+        if self.batch_size > 1 {
+            self.max_processing.saturating_mul(2)
+        } else {
+            self.max_processing
+        }
+    }
+
     /// Checks the values that cannot work.
     ///
     /// # Errors
@@ -325,7 +337,7 @@ impl<R, S, H> Runtime<R, S, H> {
             inner: Arc::new(Inner {
                 circuit,
                 keeper,
-                slots: Arc::new(SlotWatch::new(config.max_processing)),
+                slots: Arc::new(SlotWatch::new(config.slot_bound())),
                 observer,
                 health,
                 receiver,

@@ -13,9 +13,12 @@
 //!    the redelivery's lock). The lock keeper renews meanwhile; a lost lock, a shutdown past its
 //!    grace or `max_processing` cancels the handler, and dropping the transaction rolls it back.
 //! 5. **Settle after commit** as the [`Outcome`] says: processed, duplicate or stale → complete;
-//!    transient → abandon, or with [`DelayedRetry`] a scheduled copy then complete; permanent →
-//!    dead-letter; lock lost → nothing (the redelivery decides). An unknown contract under
-//!    [`UnknownContracts::Complete`] is completed without a transaction (ignored).
+//!    transient → abandon, or with [`DelayedRetry`] a scheduled copy then complete (a systemic
+//!    store failure is the store's, not the message's: given back as the kill switch says,
+//!    never a delayed retry); permanent → dead-letter; lock lost → nothing (the redelivery
+//!    decides). A commit whose answer was lost is settled after asking the store whether the
+//!    inbox row is there. An unknown contract under [`UnknownContracts::Complete`] is completed
+//!    without a transaction (ignored).
 //!
 //! A transaction that ends without a commit says why in an [`Abort`], which maps store and
 //! handler errors to outcomes; `batch` reuses steps 1–3 and 5 with one savepoint per delivery.
@@ -97,6 +100,10 @@ enum Ending {
     Committed,
     /// It rolled back, for this (bounded) reason: a duplicate, a transient failure, a lost lock.
     RolledBack(String),
+    /// The store failed as it would for every message (a systemic kind, or a commit whose
+    /// outcome the store could not confirm): not the message's failure, so given back per the
+    /// kill switch and never a delayed retry spent on it.
+    Systemic(String),
     /// Shutdown past its grace rolled it back: not the message's fault, so never a delayed
     /// retry.
     Shutdown,
@@ -113,10 +120,30 @@ pub(super) enum Abort {
     /// wait ran past the database's bound ([`ErrorKind::TimedOut`]): the kill switch counts it
     /// when the delivery settles with it.
     Contended(String, bool),
+    /// Rolled back because the store failed the way it fails for every message alike
+    /// ([`ErrorKind::is_systemic`]: unavailable, connection, deployment; the kill switch's
+    /// business): given back as the switch says (released while it is open, else held and
+    /// abandoned), never a delayed retry, whose copies an outage would spend until the
+    /// message is dead-lettered `RetriesExhausted` for a failure that was never its own.
+    Systemic(String),
+    /// The commit's answer was lost ([`ErrorKind::Connection`] or [`ErrorKind::Unknown`] from
+    /// `COMMIT`): the transaction may have committed. Settled only after asking the store
+    /// whether the inbox row is there; `true` when the error was systemic.
+    CommitUnknown(String, bool),
     /// Rolled back; the delivery is dead-lettered with this rejection.
     DeadLetter(Rejection),
     /// Rolled back by a shutdown past its grace; the delivery is abandoned.
     Shutdown,
+}
+
+/// Whether a message's inbox row is there, as the store answers a probe.
+enum InboxRow {
+    /// It is: some delivery of the message committed.
+    There,
+    /// It is not: nothing of the message committed.
+    Absent,
+    /// The store did not answer.
+    Unknown,
 }
 
 impl Abort {
@@ -145,7 +172,11 @@ impl From<StoreError> for Abort {
             ErrorKind::Contention => Abort::Contended(error.redacted(), false),
             ErrorKind::TimedOut => Abort::Contended(error.redacted(), true),
             // Logged by `StoreHealth`, once per window.
-            ErrorKind::Deployment => Abort::SettleAs(Outcome::Transient, error.redacted()),
+            ErrorKind::Deployment => Abort::Systemic(error.redacted()),
+            kind if kind.is_systemic() => {
+                tracing::warn!(error = %error, "Systemic store failure.");
+                Abort::Systemic(error.redacted())
+            }
             kind if kind.is_transient() => {
                 tracing::warn!(error = %error, "Transient store failure.");
                 Abort::SettleAs(Outcome::Transient, error.redacted())
@@ -232,7 +263,9 @@ where
             Ok(accepted) => accepted,
             Err(refused) => {
                 drop(slot);
-                return self.conclude(&*delivery, "", Err(refused), lock).await;
+                return self
+                    .conclude(&*delivery, "", Err(refused), lock, cancel)
+                    .await;
             }
         };
         let ctx = self.context(&*delivery, &envelope, payload);
@@ -251,7 +284,7 @@ where
         let ended = tokio::time::Instant::now();
         self.phases.record(Phase::Transaction, ended - started);
         let report = self
-            .conclude(&*delivery, &envelope.logical_id, result, lock)
+            .conclude(&*delivery, &envelope.logical_id, result, lock, cancel)
             .await;
         self.phases.record(Phase::Settlement, ended.elapsed());
         report
@@ -312,18 +345,37 @@ where
         )
     }
 
-    /// Settles a delivery as the result of its transaction says.
+    /// Settles a delivery as the result of its transaction says. `cancel` (shutdown past its
+    /// grace) cuts a transient hold and a delayed retry's send short.
     pub(super) async fn conclude<D: Delivery>(
         &self,
         delivery: &D,
         logical_id: &str,
         result: Result<Outcome, Abort>,
         lock: &KeptLock,
+        cancel: &CancellationToken,
     ) -> Report {
         let renewals = lock.renewals();
         let (outcome, ending) = match result {
             Ok(outcome) => (outcome, Ending::Committed),
             Err(Abort::SettleAs(outcome, why)) => (outcome, Ending::RolledBack(why)),
+            Err(Abort::Systemic(why)) => (Outcome::Transient, Ending::Systemic(why)),
+            Err(Abort::CommitUnknown(why, systemic)) => match self.inbox_row(logical_id).await {
+                // The commit went through and only its answer was lost: settling it as a
+                // failure would abandon an applied message until the broker dead-letters it
+                // (`MaxDeliveryCountExceeded`), or dead-letter it `RetriesExhausted`.
+                InboxRow::There => {
+                    tracing::warn!(
+                        logical_id,
+                        "The commit's answer was lost but its inbox row is there; completing."
+                    );
+                    return self.committed_after_all(delivery, renewals).await;
+                }
+                InboxRow::Absent if !systemic => (Outcome::Transient, Ending::RolledBack(why)),
+                // Nothing committed, or the store cannot say: either way the store's failure,
+                // not the message's.
+                InboxRow::Absent | InboxRow::Unknown => (Outcome::Transient, Ending::Systemic(why)),
+            },
             Err(Abort::Contended(why, timed_out)) => {
                 tracing::warn!(error = %why, "Transient store failure: contention.");
                 if timed_out {
@@ -337,7 +389,7 @@ where
                 return self.dead_letter(delivery, rejection, renewals).await;
             }
         };
-        self.settle(delivery, logical_id, outcome, ending, lock)
+        self.settle(delivery, logical_id, outcome, ending, lock, cancel)
             .await
     }
 
@@ -359,7 +411,7 @@ where
         };
         match work.await {
             Ok(handled) => {
-                self.seen(tx.commit().await)?;
+                self.seen(tx.commit().await).map_err(commit_failed)?;
                 self.health.committed();
                 self.circuit.answered();
                 Ok(outcome_of(handled))
@@ -431,6 +483,7 @@ where
         outcome: Outcome,
         ending: Ending,
         lock: &KeptLock,
+        cancel: &CancellationToken,
     ) -> Report {
         let renewals = lock.renewals();
         let settled = match outcome.settlement() {
@@ -445,6 +498,7 @@ where
                         lock.left(),
                         self.transient_hold_max,
                         self.jitter,
+                        cancel,
                     )
                     .await;
                     Some(delivery.abandon(last_error(why)).await)
@@ -454,12 +508,17 @@ where
                 Ending::RolledBack(why) if self.circuit.phase() != CircuitPhase::Open => {
                     if let Some(retry) = self.retry {
                         return self
-                            .retry_later(delivery, retry, logical_id, why, renewals)
+                            .retry_later(delivery, retry, logical_id, why, lock, cancel)
                             .await;
                     }
-                    Some(self.give_back(delivery, why, lock.left()).await)
+                    Some(self.give_back(delivery, why, lock.left(), cancel).await)
                 }
-                Ending::RolledBack(why) => Some(self.give_back(delivery, why, lock.left()).await),
+                // A systemic failure before the switch trips (or while it is open) is given
+                // back the same way, never a delayed retry: during a flapping outage each copy
+                // would spend a retry on the store's failure (issue 41's seed 340).
+                Ending::RolledBack(why) | Ending::Systemic(why) => {
+                    Some(self.give_back(delivery, why, lock.left(), cancel).await)
+                }
                 Ending::Shutdown => Some(self.give_back_now(delivery, "shutdown".into()).await),
                 Ending::Committed => Some(delivery.abandon(BTreeMap::new()).await),
             },
@@ -470,7 +529,7 @@ where
                     _ => DeadLetterReason::HandlerRejected,
                 };
                 let description = match ending {
-                    Ending::RolledBack(why) => why,
+                    Ending::RolledBack(why) | Ending::Systemic(why) => why,
                     Ending::Committed | Ending::Shutdown => String::new(),
                 };
                 Some(delivery.dead_letter(reason.as_str(), &description).await)
@@ -494,6 +553,7 @@ where
         delivery: &D,
         why: String,
         lock_left: Duration,
+        cancel: &CancellationToken,
     ) -> Result<(), SettleError> {
         transient_hold::give_back(
             delivery,
@@ -502,6 +562,7 @@ where
             self.transient_hold_max,
             self.jitter,
             last_error(why),
+            cancel,
         )
         .await
     }
@@ -519,36 +580,53 @@ where
         delivery.abandon(last_error(why)).await
     }
 
-    /// A transient failure under delayed retries: dead-letter once the retries are spent; else
-    /// send the next copy, scheduled, and only once the broker accepted it complete the original.
-    /// A failed send abandons instead, so nothing is lost; a failed completion leaves both, and
-    /// the inbox (keyed on the logical id) lets only one of them take effect.
+    /// A transient failure under delayed retries: dead-letter once the retries are spent (and
+    /// the store confirms that no delivery of the message committed); else send the next copy,
+    /// scheduled, and only once the broker accepted it complete the original. A failed send
+    /// abandons instead, so nothing is lost; a failed completion leaves both, and the inbox
+    /// (keyed on the logical id) lets only one of them take effect. `cancel` (shutdown past its
+    /// grace) cuts the send short: the original is given back at once.
     async fn retry_later<D: Delivery>(
         &self,
         delivery: &D,
         retry: &DelayedRetry,
         logical_id: &str,
         why: String,
-        renewals: u32,
+        lock: &KeptLock,
+        cancel: &CancellationToken,
     ) -> Report {
+        let renewals = lock.renewals();
         let message = delivery.message();
         let done = retry::attempts_so_far(message);
         let policy = retry.policy();
         if done >= policy.max_retries() {
-            if self.committed_after_all(logical_id).await {
+            match self.inbox_row(logical_id).await {
                 // A commit whose answer was lost (the connection broke while it was sent) may
-                // have committed: dead-lettering would report an applied effect as lost.
-                tracing::warn!(
-                    logical_id,
-                    "The last retry's effect was committed after all (its inbox row is there); completing."
-                );
-                let settled = delivery.complete().await;
-                return Report {
-                    outcome: Outcome::Duplicate(DuplicateScope::Inbox),
-                    settled: Some(settled),
-                    renewals,
-                    retry: None,
-                };
+                // have committed, and so may an earlier copy whose completion failed:
+                // dead-lettering would report an applied effect as lost.
+                InboxRow::There => {
+                    tracing::warn!(
+                        logical_id,
+                        "The last retry's effect was committed after all (its inbox row is there); completing."
+                    );
+                    return self.committed_after_all(delivery, renewals).await;
+                }
+                // The store cannot say whether the message took effect: dead-lettering now
+                // could give one message two outcomes. Given back, it is judged again.
+                InboxRow::Unknown => {
+                    tracing::warn!(
+                        logical_id,
+                        "The last retry failed and the store cannot say whether the message took effect; giving it back."
+                    );
+                    let settled = self.give_back(delivery, why, lock.left(), cancel).await;
+                    return Report {
+                        outcome: Outcome::Transient,
+                        settled: Some(settled),
+                        renewals,
+                        retry: None,
+                    };
+                }
+                InboxRow::Absent => {}
             }
             let rejection = Rejection::new(
                 DeadLetterReason::RetriesExhausted,
@@ -564,7 +642,23 @@ where
         let delay = policy.delay(attempt);
         let at = self.clock.now() + delay;
         let copy = retry::copy(message, logical_id, attempt, &why, delivery.enqueued_time());
-        match retry.send(copy, at).await {
+        // A send retried inside the sender can take a minute and more: a shutdown past its
+        // grace must not wait for it. A copy the broker took all the same is a second delivery
+        // of the message, which the inbox lets take effect once.
+        let Some(sent) = cancel.run_until_cancelled(retry.send(copy, at)).await else {
+            tracing::info!(
+                logical_id,
+                "Shutdown: the delayed retry's send was cut short; giving the original back."
+            );
+            let settled = self.give_back_now(delivery, why).await;
+            return Report {
+                outcome: Outcome::Transient,
+                settled: Some(settled),
+                renewals,
+                retry: None,
+            };
+        };
+        match sent {
             Ok(()) => {
                 tracing::info!(
                     logical_id,
@@ -601,17 +695,44 @@ where
     }
 
     /// Whether the inbox row of `logical_id` is there, asked the one way every store answers
-    /// without a read: inserting it again in a transaction rolled back at once. `false` when
-    /// the store cannot tell (the failure then stands as it was).
-    async fn committed_after_all(&self, logical_id: &str) -> bool {
-        let Ok(mut tx) = self.store.begin().await else {
-            return false;
+    /// without a read: inserting it again in a transaction rolled back at once.
+    async fn inbox_row(&self, logical_id: &str) -> InboxRow {
+        let mut tx = match self.store.begin().await {
+            Ok(tx) => tx,
+            Err(error) => {
+                self.note(&error);
+                return InboxRow::Unknown;
+            }
         };
         let probe = tx.insert_inbox(self.consumer.as_str(), logical_id).await;
         if let Err(error) = tx.rollback().await {
             tracing::warn!(%error, "Rollback failed; the connection is discarded.");
         }
-        matches!(probe, Err(error) if error.kind() == ErrorKind::Duplicate(DuplicateScope::Inbox))
+        match probe {
+            Ok(()) => InboxRow::Absent,
+            Err(error) if error.kind() == ErrorKind::Duplicate(DuplicateScope::Inbox) => {
+                InboxRow::There
+            }
+            Err(error) => {
+                self.note(&error);
+                InboxRow::Unknown
+            }
+        }
+    }
+
+    /// Completes a delivery whose message's inbox row turned out to be there: a duplicate of
+    /// the delivery that committed (possibly this one, whose commit answer was lost).
+    async fn committed_after_all<D: Delivery>(&self, delivery: &D, renewals: u32) -> Report {
+        let settled = delivery.complete().await;
+        if let Err(error) = &settled {
+            tracing::warn!(%error, "Completion failed; the broker will redeliver.");
+        }
+        Report {
+            outcome: Outcome::Duplicate(DuplicateScope::Inbox),
+            settled: Some(settled),
+            renewals,
+            retry: None,
+        }
     }
 
     pub(super) async fn dead_letter<D: Delivery>(
@@ -649,6 +770,19 @@ where
             renewals,
             retry: None,
         }
+    }
+}
+
+/// A failed `COMMIT`: an error that may have come after the commit went through (the
+/// connection broke, or an error nobody classified) leaves the outcome unknown; any other is
+/// what it says.
+fn commit_failed(error: StoreError) -> Abort {
+    match error.kind() {
+        kind @ (ErrorKind::Connection | ErrorKind::Unknown) => {
+            tracing::warn!(%error, "The commit's answer was lost; asking the store whether it committed.");
+            Abort::CommitUnknown(error.redacted(), kind.is_systemic())
+        }
+        _ => error.into(),
     }
 }
 

@@ -8,15 +8,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// How long past [`crate::RuntimeConfig::max_processing`] a slot may stay busy before it
-/// counts as stuck: the cancelled delivery's abandon (a broker answers within 30 s, or the
-/// client gives up) and the lock keeper's stop, twice over.
+/// How long past its bound ([`crate::RuntimeConfig::max_processing`], twice that when batching)
+/// a slot may stay busy before it counts as stuck: the cancelled delivery's abandon (a broker
+/// answers within 30 s, or the client gives up) and the lock keeper's stop, twice over.
 pub const STUCK_ALLOWANCE: Duration = Duration::from_secs(60);
 
 /// The busy handler slots of one runtime. A slot is *stuck* when it has been busy longer than
-/// the maximum processing time plus [`STUCK_ALLOWANCE`]: cancellation did not free it (a
-/// handler blocking its thread, a settlement that never returns), so the worker has less
-/// capacity than it claims. The worker's `/readyz` fails while any slot is stuck.
+/// its bound (the maximum processing time, twice that when batching) plus [`STUCK_ALLOWANCE`]:
+/// cancellation did not free it (a handler blocking its thread, a settlement that never
+/// returns), so the worker has less capacity than it claims. The worker's `/readyz` fails while any slot is stuck.
 #[derive(Debug)]
 pub struct SlotWatch {
     busy: Mutex<HashMap<u64, Instant>>,
@@ -32,11 +32,11 @@ pub(crate) struct Busy {
 }
 
 impl SlotWatch {
-    pub(crate) fn new(max_processing: Duration) -> Self {
+    pub(crate) fn new(bound: Duration) -> Self {
         SlotWatch {
             busy: Mutex::new(HashMap::new()),
             next: AtomicU64::new(0),
-            stuck_after: max_processing.saturating_add(STUCK_ALLOWANCE),
+            stuck_after: bound.saturating_add(STUCK_ALLOWANCE),
         }
     }
 
@@ -61,7 +61,7 @@ impl SlotWatch {
         self.busy().len()
     }
 
-    /// Slots busy for longer than the maximum processing time plus [`STUCK_ALLOWANCE`].
+    /// Slots busy for longer than their bound plus [`STUCK_ALLOWANCE`].
     pub fn stuck(&self) -> usize {
         let now = Instant::now();
         self.busy()

@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng as _};
+use tokio_util::sync::CancellationToken;
 
 use std::collections::BTreeMap;
 
@@ -44,7 +45,7 @@ pub(super) fn delay(
 /// (the store fails for every message alike, so the attempt was not the message's and AMQP
 /// `released` does not count it: without this the one trial delivery let in after each probe,
 /// the head of the queue every time, would reach the max delivery count over a long outage),
-/// else abandoned after [`hold`].
+/// else abandoned after [`hold`] (cut short by `cancel`).
 pub(super) async fn give_back<D: Delivery>(
     delivery: &D,
     circuit: &Circuit,
@@ -52,24 +53,28 @@ pub(super) async fn give_back<D: Delivery>(
     max: Duration,
     jitter: &super::JitterSource,
     properties: BTreeMap<String, PropertyValue>,
+    cancel: &CancellationToken,
 ) -> Result<(), SettleError> {
     if circuit.phase() == CircuitPhase::Open {
         tracing::debug!("Kill switch open: releasing the failed delivery uncounted.");
         return delivery.release().await;
     }
-    hold(delivery, lock_left, max, jitter).await;
+    hold(delivery, lock_left, max, jitter, cancel).await;
     delivery.abandon(properties).await
 }
 
 /// Holds `delivery` (its lock kept by the caller's lock keeper) for [`delay`]. `lock_left` is
 /// the keeper's reckoning on the monotonic clock, not `locked_until − now` on the host's wall
 /// clock: a host ahead of the broker by a lock duration would see every lock expired and hold
-/// nothing, one behind would hold past the real lock.
+/// nothing, one behind would hold past the real lock. `cancel` (a shutdown past its grace)
+/// ends the hold at once: the hold only spreads redeliveries, and a process about to be killed
+/// should settle, not sleep through its last seconds.
 pub(super) async fn hold<D: Delivery>(
     delivery: &D,
     lock_left: Duration,
     max: Duration,
     jitter: &super::JitterSource,
+    cancel: &CancellationToken,
 ) {
     // The port's count is of deliveries before this one.
     let number = delivery.delivery_count().saturating_add(1);
@@ -77,7 +82,13 @@ pub(super) async fn hold<D: Delivery>(
     let wait = delay(number, max, lock_left, &mut rng);
     if !wait.is_zero() {
         tracing::debug!(?wait, "Holding a transient failure before its abandon.");
-        tokio::time::sleep(wait).await;
+        if cancel
+            .run_until_cancelled(tokio::time::sleep(wait))
+            .await
+            .is_none()
+        {
+            tracing::debug!("Shutdown: the transient hold was cut short.");
+        }
     }
 }
 

@@ -638,3 +638,41 @@ async fn a_batch_keys_on_the_consumers_envelope() {
     );
     assert_eq!(inventory_totals(&store).await, (2, 2, 6));
 }
+
+/// Issue 40, minor 11: a batch of four whose members each take 8 s runs past its 10 s bound;
+/// its members then run again alone, but they share one more 10 s between them: the first
+/// commits (8 s), the second is cut at the shared deadline, the last two are not started. The
+/// batch takes 20 s, twice its bound, and holds no slot longer. Before, each member got a
+/// bound of its own: 10 + 4 × 8 = 42 s.
+#[tokio::test(start_paused = true)]
+async fn isolation_after_a_batch_past_its_bound_shares_one_deadline() {
+    let store = sqlite_store("rt_batch_isolation_deadline", 1).await;
+    let broker = MemoryBroker::new(Clock::new());
+    let mut config = batched(INVENTORY, 4);
+    config.max_processing = Duration::from_secs(10);
+    config.transient_hold_max = Duration::ZERO;
+    let handler = Slow {
+        inner: OrderPlacedConsumer::new(),
+        duration: Duration::from_secs(8),
+    };
+    let runtime = on_test_clock(&broker, &store, handler, config);
+    for n in 1..=4 {
+        broker.send(two_line_order(&format!("m-{n}"), &format!("o-{n}")));
+    }
+    let started = tokio::time::Instant::now();
+    let reports = runtime.process_batch(ready_deliveries(&broker)).await;
+    assert_eq!(started.elapsed(), Duration::from_secs(20));
+    assert_eq!(
+        outcomes(&reports),
+        [
+            Outcome::Processed,
+            Outcome::Transient,
+            Outcome::Transient,
+            Outcome::Transient
+        ],
+        "{reports:?}"
+    );
+    assert_eq!(inventory_totals(&store).await.0, 1);
+    let c = broker.counts();
+    assert_eq!((c.completed, c.abandoned), (1, 3), "{c:?}");
+}

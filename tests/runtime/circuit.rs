@@ -416,8 +416,47 @@ async fn delayed_retries_are_not_spent_while_the_switch_is_open() {
     assert_eq!(runtime.stats().snapshot().processed, 1);
     let counts = broker.counts();
     assert!(counts.released >= 15, "{counts:?}");
-    // The message itself, then at most one copy per failure before the trip (four).
-    assert!(counts.sent <= 5, "{counts:?}");
+    // The message itself and no copy: the failures before the trip are systemic too.
+    assert_eq!(counts.sent, 1, "{counts:?}");
+}
+
+/// Issue 40, M1 (the rest; issue 41's seed 340): a systemic store failure while the switch is
+/// still closed (before it trips) is the store's, not the message's: the delivery is given
+/// back (held, then abandoned) and no delayed retry is spent on it. Before, each failure before
+/// the trip scheduled a copy, so a flapping outage (tripping, closing, failing again) spent the
+/// retries of a healthy message until it was dead-lettered `RetriesExhausted`.
+#[tokio::test(start_paused = true)]
+async fn a_systemic_failure_before_the_trip_does_not_spend_a_delayed_retry() {
+    let unavailable = StoreError::new(
+        ErrorKind::Unavailable,
+        Some("57P03".into()),
+        None,
+        "the database system is starting up",
+    );
+    for error in [revoked_grant_error(), unavailable] {
+        let broker = broker_with(1);
+        let policy =
+            sb_inbox::runtime::RetryPolicy::new(5, Duration::from_secs(1), Duration::from_secs(10))
+                .unwrap();
+        let mut config = config("circuit");
+        config.delayed_retry = Some(sb_inbox::runtime::DelayedRetry::new(
+            policy,
+            broker.clone(),
+            "q",
+        ));
+        let (_down, runtime) = failing_runtime(&broker, error.clone(), config).await;
+        let report = runtime.process(broker.try_receive().unwrap()).await;
+        assert_eq!(runtime.circuit().phase(), CircuitPhase::Closed, "{error}");
+        assert_eq!(report.outcome, Outcome::Transient, "{error}");
+        assert_eq!(report.retry, None, "{error}: {report:?}");
+        assert_eq!(report.settled, Some(Ok(())), "{error}");
+        let counts = broker.counts();
+        assert_eq!(
+            (counts.sent, counts.abandoned, counts.completed),
+            (1, 1, 0),
+            "{error}: no copy sent, the original given back: {counts:?}"
+        );
+    }
 }
 
 fn revoked_grant_error() -> StoreError {

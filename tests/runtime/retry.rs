@@ -2,6 +2,8 @@
 //! the logical id kept, one effect however the copies and originals interleave, and
 //! `RetriesExhausted` once the retries are spent.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sb_inbox::runtime::{
@@ -10,7 +12,8 @@ use sb_inbox::runtime::{
 };
 use sb_inbox::testing::{MemoryBroker, MemoryReceiver};
 use sb_inbox::{
-    Clock, Delivery, DuplicateScope, Outcome, PropertyValue, Runtime, RuntimeConfig, SqliteStore,
+    Clock, Delivery, DuplicateScope, ErrorKind, OutboxMessage, Outcome, PropertyValue, Runtime,
+    RuntimeConfig, Savepoint, SqliteStore, Store, StoreError, Tx, VersionCheck,
 };
 use sb_inbox_cli::inventory::{InventoryStore, OrderPlacedConsumer};
 use tokio::time::Instant;
@@ -397,4 +400,206 @@ async fn a_masstransit_retry_copy_keys_on_the_envelopes_message_id() {
         Outcome::Duplicate(DuplicateScope::Inbox)
     );
     assert_eq!(store.inventory_counts().await.unwrap().reservations, 1);
+}
+
+/// A store whose first commit fails with `kind` (after committing when `commits`: the answer
+/// was lost), and which is down (every `begin` refused, unavailable) from then on while `down`
+/// stays set.
+#[derive(Debug, Clone)]
+struct LostAnswer<S> {
+    inner: S,
+    kind: ErrorKind,
+    commits: bool,
+    failed: Arc<AtomicBool>,
+    down: Arc<AtomicBool>,
+}
+
+impl<S> LostAnswer<S> {
+    fn new(inner: S, kind: ErrorKind, commits: bool, then_down: bool) -> Self {
+        LostAnswer {
+            inner,
+            kind,
+            commits,
+            failed: Arc::default(),
+            down: Arc::new(AtomicBool::new(then_down)),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct LostAnswerTx<T> {
+    inner: T,
+    store: LostAnswer<()>,
+}
+
+impl<S: Store> Store for LostAnswer<S> {
+    type Tx = LostAnswerTx<S::Tx>;
+
+    async fn begin(&self) -> Result<Self::Tx, StoreError> {
+        if self.failed.load(Ordering::SeqCst) && self.down.load(Ordering::SeqCst) {
+            return Err(StoreError::new(
+                ErrorKind::Unavailable,
+                Some("57P03".into()),
+                None,
+                "the database system is shutting down",
+            ));
+        }
+        Ok(LostAnswerTx {
+            inner: self.inner.begin().await?,
+            store: LostAnswer {
+                inner: (),
+                kind: self.kind,
+                commits: self.commits,
+                failed: self.failed.clone(),
+                down: self.down.clone(),
+            },
+        })
+    }
+}
+
+impl<T: Tx> Tx for LostAnswerTx<T> {
+    async fn insert_inbox(&mut self, consumer: &str, message_id: &str) -> Result<(), StoreError> {
+        self.inner.insert_inbox(consumer, message_id).await
+    }
+
+    async fn claim_business_key(
+        &mut self,
+        consumer: &str,
+        key: &str,
+        message_id: &str,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .claim_business_key(consumer, key, message_id)
+            .await
+    }
+
+    async fn advance_version(
+        &mut self,
+        consumer: &str,
+        aggregate: &str,
+        version: i64,
+    ) -> Result<VersionCheck, StoreError> {
+        self.inner
+            .advance_version(consumer, aggregate, version)
+            .await
+    }
+
+    async fn append_outbox(&mut self, message: &OutboxMessage) -> Result<(), StoreError> {
+        self.inner.append_outbox(message).await
+    }
+
+    async fn bound_lock_waits(&mut self, limit: Duration) -> Result<(), StoreError> {
+        self.inner.bound_lock_waits(limit).await
+    }
+
+    async fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
+        self.inner.savepoint().await
+    }
+
+    async fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        self.inner.rollback_to(savepoint).await
+    }
+
+    async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
+        self.inner.release(savepoint).await
+    }
+
+    async fn commit(self) -> Result<(), StoreError> {
+        if self.store.failed.swap(true, Ordering::SeqCst) {
+            return self.inner.commit().await;
+        }
+        if self.store.commits {
+            self.inner.commit().await?;
+        } else {
+            self.inner.rollback().await?;
+        }
+        Err(StoreError::new(
+            self.store.kind,
+            None,
+            None,
+            "injected: the commit's answer was lost",
+        ))
+    }
+
+    async fn rollback(self) -> Result<(), StoreError> {
+        self.inner.rollback().await
+    }
+}
+
+/// The last delayed retry of `m-1` (attempt 1 of 1), on `broker`.
+fn last_retry(broker: &MemoryBroker) {
+    let mut last = two_line_order("m-1/retry-1", "o-1");
+    let properties = &mut last.application_properties;
+    properties.insert(LOGICAL_ID_PROPERTY.into(), "m-1".into());
+    properties.insert(RETRY_ATTEMPT_PROPERTY.into(), PropertyValue::Long(1));
+    broker.send(last);
+}
+
+/// Issue 40, M1 (the rest): the last delayed retry's commit fails without an answer (a broken
+/// connection, or an error nobody classified), and the store is down when the runtime asks
+/// whether the inbox row is there. It cannot tell whether the message took effect, so the
+/// delivery is given back (abandoned, no copy), never dead-lettered `RetriesExhausted`; once
+/// the store answers again, the redelivery is processed. Before, a store that could not answer
+/// counted as "not committed" and the message was dead-lettered.
+#[tokio::test(start_paused = true)]
+async fn a_last_retry_the_store_cannot_check_is_given_back_not_dead_lettered() {
+    for kind in [ErrorKind::Connection, ErrorKind::Unknown] {
+        let store = sqlite_store("retry_cannot_check", 1).await;
+        let broker = MemoryBroker::new(Clock::new());
+        let mut config = retry_config(&broker, 1);
+        config.transient_hold_max = Duration::ZERO;
+        let unsure = LostAnswer::new(store.clone(), kind, false, true);
+        let down = unsure.down.clone();
+        let runtime = Runtime::new(
+            broker.receiver(),
+            unsure,
+            crate::support::handlers::Noop::new(),
+            config,
+        );
+        last_retry(&broker);
+        let report = runtime.process(broker.try_receive().unwrap()).await;
+        assert_eq!(report.outcome, Outcome::Transient, "{kind:?}: {report:?}");
+        assert_eq!(report.settled, Some(Ok(())), "{kind:?}");
+        let c = broker.counts();
+        assert_eq!(
+            (c.dead_lettered, c.abandoned, c.sent),
+            (0, 1, 1),
+            "{kind:?}: given back, no copy: {c:?}"
+        );
+        down.store(false, Ordering::SeqCst);
+        let report = runtime.process(broker.try_receive().unwrap()).await;
+        assert_eq!(report.outcome, Outcome::Processed, "{kind:?}: {report:?}");
+        assert_eq!(store.count("sb_inbox").await.unwrap(), 1);
+    }
+}
+
+/// Issue 40, minor 13: without delayed retries, the commit on a message's last delivery (max
+/// delivery count 1 here) goes through but its answer is lost. The runtime asks the store
+/// before settling, finds the inbox row and completes the message. Before, it was abandoned and
+/// the broker dead-lettered an applied message `MaxDeliveryCountExceeded`.
+#[tokio::test(start_paused = true)]
+async fn a_lost_commit_answer_on_the_last_delivery_is_not_dead_lettered() {
+    for kind in [ErrorKind::Connection, ErrorKind::Unknown] {
+        let store = sqlite_store("retry_lost_answer", 1).await;
+        let broker = MemoryBroker::with_options(Clock::new(), Duration::from_secs(30), 1);
+        let mut config = config(sb_inbox_cli::inventory::CONSUMER);
+        config.transient_hold_max = Duration::ZERO;
+        let runtime = Runtime::new(
+            broker.receiver(),
+            LostAnswer::new(store.clone(), kind, true, false),
+            crate::support::handlers::Noop::new(),
+            config,
+        );
+        broker.send(two_line_order("m-1", "o-1"));
+        let report = runtime.process(broker.try_receive().unwrap()).await;
+        assert_eq!(
+            report.outcome,
+            Outcome::Duplicate(DuplicateScope::Inbox),
+            "{kind:?}: {report:?}"
+        );
+        assert_eq!(report.settled, Some(Ok(())), "{kind:?}");
+        let c = broker.counts();
+        assert_eq!((c.completed, c.dead_lettered), (1, 0), "{kind:?}: {c:?}");
+        assert_eq!(store.count("sb_inbox").await.unwrap(), 1);
+    }
 }

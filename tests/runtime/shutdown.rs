@@ -1,16 +1,17 @@
 //! Graceful drain on shutdown.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use sb_inbox::Clock;
 use sb_inbox::runtime::{DelayedRetry, RetryPolicy};
 use sb_inbox::testing::MemoryBroker;
+use sb_inbox::{Clock, HandlerError};
 use sb_inbox_cli::inventory::{InventoryStore, OrderPlacedConsumer};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::handlers::Gate;
+use crate::support::handlers::{Gate, Noop, wrapper_handler};
 use crate::support::orders::two_line_order;
 use crate::support::runtime::{config, on_test_clock};
 use crate::support::sqlite_store;
@@ -76,4 +77,112 @@ async fn in_flight_delivery_past_grace_is_rolled_back_and_abandoned() {
         (1, 0, 2)
     );
     assert!(broker.sent().is_empty(), "no delayed retry on shutdown");
+}
+
+/// Fails every delivery transiently before any store work, and wakes `reached` on its
+/// `at`-th attempt.
+#[derive(Debug)]
+struct FailsUntilSeen<H> {
+    inner: H,
+    attempts: AtomicU32,
+    at: u32,
+    reached: Arc<Notify>,
+}
+
+wrapper_handler!(FailsUntilSeen, inner, |self, _ctx, _tx| {
+    let _ = &self.inner; // The dependency is down: the inner handler is never reached.
+    if self.attempts.fetch_add(1, Ordering::SeqCst) + 1 == self.at {
+        self.reached.notify_one();
+    }
+    Err(HandlerError::transient(
+        "inventory API refused the connection",
+    ))
+});
+
+/// Issue 40, minor 15: a shutdown past its grace cuts a transient hold short. The message's
+/// ninth delivery fails and is held for 32 s to 64 s (250 ms doubling per delivery, cap 120 s,
+/// lock 10 min); the shutdown's 1 s grace ends the hold and the delivery is abandoned then.
+/// Before, the hold ignored the abort and the process overran its grace by half a minute.
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_cuts_a_transient_hold_short() {
+    let store = sqlite_store("shutdown_hold", 1).await;
+    let broker = MemoryBroker::with_options(Clock::new(), Duration::from_secs(600), 20);
+    let reached = Arc::new(Notify::new());
+    let handler = FailsUntilSeen {
+        inner: Noop::new(),
+        attempts: AtomicU32::new(0),
+        at: 9,
+        reached: reached.clone(),
+    };
+    let mut config = config("shutdown");
+    config.shutdown_grace = Duration::from_secs(1);
+    config.transient_hold_max = Duration::from_secs(120);
+    let runtime = on_test_clock(&broker, &store, handler, config);
+    broker.send(two_line_order("m-1", "o-1"));
+    let shutdown = CancellationToken::new();
+    let (result, cancelled_at) = tokio::join!(runtime.run(shutdown.clone()), async {
+        reached.notified().await;
+        shutdown.cancel();
+        tokio::time::Instant::now()
+    });
+    result.unwrap();
+    let overran = cancelled_at.elapsed();
+    assert!(
+        overran <= Duration::from_secs(2),
+        "the run ended {overran:?} after the shutdown (grace 1 s)"
+    );
+    let c = broker.counts();
+    assert_eq!((c.abandoned, c.dead_lettered), (9, 0), "{c:?}");
+}
+
+/// A sender whose sends never answer (a broker that accepted the connection and went quiet).
+#[derive(Debug)]
+struct Silent;
+
+impl sb_inbox::Sender for Silent {
+    async fn send(
+        &self,
+        _destination: &str,
+        _message: sb_inbox::Message,
+        _scheduled_enqueue_time: Option<std::time::SystemTime>,
+    ) -> Result<(), sb_inbox::SendFailure> {
+        std::future::pending().await
+    }
+}
+
+/// Issue 40, minor 15: a delayed retry's send respects the shutdown's abort. The handler fails
+/// transiently, the copy's send never answers; at the end of the 5 s grace the send is cut and
+/// the original abandoned. Before, the send held the shutdown for as long as it took.
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_cuts_a_delayed_retry_send_short() {
+    let store = sqlite_store("shutdown_retry_send", 1).await;
+    let broker = MemoryBroker::new(Clock::new());
+    let reached = Arc::new(Notify::new());
+    let handler = FailsUntilSeen {
+        inner: Noop::new(),
+        attempts: AtomicU32::new(0),
+        at: 1,
+        reached: reached.clone(),
+    };
+    let mut config = config("shutdown");
+    config.shutdown_grace = Duration::from_secs(5);
+    let policy = RetryPolicy::new(3, Duration::from_secs(10), Duration::from_secs(60)).unwrap();
+    config.delayed_retry = Some(DelayedRetry::new(policy, Silent, "orders"));
+    let runtime = on_test_clock(&broker, &store, handler, config);
+    broker.send(two_line_order("m-1", "o-1"));
+    let shutdown = CancellationToken::new();
+    let begun = tokio::time::Instant::now();
+    let run = async {
+        tokio::join!(runtime.run(shutdown.clone()), async {
+            reached.notified().await;
+            shutdown.cancel();
+        })
+    };
+    let (result, ()) = tokio::time::timeout(Duration::from_secs(600), run)
+        .await
+        .expect("the shutdown does not wait for a send that never answers");
+    result.unwrap();
+    assert_eq!(begun.elapsed(), Duration::from_secs(5));
+    let c = broker.counts();
+    assert_eq!((c.abandoned, c.completed, c.ready), (1, 0, 1), "{c:?}");
 }

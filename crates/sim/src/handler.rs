@@ -189,6 +189,8 @@ impl Handler<FaultyTx> for SimHandler {
             OutboxMessage::new(destination(seed, &id), OUT_SUBJECT, id.as_bytes().to_vec());
         out.message_id = out_id(&id);
         sb_inbox::Tx::append_outbox(tx, &out).await?;
+        // A commit fault injected into this transaction is pinned on the messages it holds.
+        tx.holds(&id);
         self.trace.push(format!("{id} #{attempt} handled"));
         Ok(Handled::Processed)
     }

@@ -252,13 +252,15 @@ async fn world(plan: Arc<Plan>) -> Result<World, Box<dyn std::error::Error>> {
             c.execute_batch("CREATE TABLE sim_effects (id TEXT NOT NULL, attempt INTEGER NOT NULL)")
         })
         .await?;
+    let trace = Trace::new();
     Ok(World {
-        trace: Trace::new(),
+        trace: trace.clone(),
         net: Net::new(plan.seed ^ 0x0e7),
         emulator: Arc::new(emulator),
         store: FaultyStore {
             inner: store,
             faults: Arc::default(),
+            trace,
         },
         clock_step_ms: Arc::default(),
         start: Instant::now(),

@@ -1,6 +1,11 @@
 //! The store: SQLite in memory (driven on the run's one thread, so deterministically), wrapped
 //! to fail as the plan says: outages (every `begin` fails, unavailable), failed commits
 //! (nothing committed) and ambiguous commits (committed, then the connection "broke").
+//!
+//! A commit fault is held until the next commit, whichever transaction that is; the messages
+//! it is pinned on are the ones whose effects that transaction holds at its commit (the
+//! handler says so with [`FaultyTx::holds`]; a batch member rolled back to its savepoint no
+//! longer counts), and the trace names the transaction and those messages.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,6 +14,8 @@ use sb_inbox::{
     ErrorKind, OutboxMessage, Savepoint, SqliteStore, SqliteTx, Store, StoreError, Tx, VersionCheck,
 };
 use tokio::time::Instant;
+
+use crate::Trace;
 
 /// The store faults in force.
 #[derive(Debug, Default)]
@@ -23,6 +30,8 @@ struct FaultState {
     ambiguous_commits: u32,
     /// Commits that failed or were ambiguous, for the trace.
     injected: u64,
+    /// Transactions begun, for the trace's names of them.
+    begun: u64,
     /// Per logical id: commits of a transaction holding its effect that were made to fail
     /// (or were ambiguous): a transient failure it may legitimately retry and exhaust.
     failed: std::collections::BTreeMap<String, u32>,
@@ -99,6 +108,8 @@ pub struct FaultyStore {
     pub inner: SqliteStore,
     /// Its faults.
     pub faults: Arc<StoreFaults>,
+    /// Where an injected commit fault is recorded, with the transaction it hit.
+    pub trace: Trace,
 }
 
 impl Store for FaultyStore {
@@ -111,10 +122,18 @@ impl Store for FaultyStore {
                 "simulated outage: the database is unavailable",
             ));
         }
+        let number = {
+            let mut s = self.faults.state();
+            s.begun += 1;
+            s.begun
+        };
         Ok(FaultyTx {
             inner: self.inner.begin().await?,
             faults: self.faults.clone(),
+            trace: self.trace.clone(),
+            number,
             ids: Vec::new(),
+            marks: Vec::new(),
         })
     }
 }
@@ -124,8 +143,14 @@ impl Store for FaultyStore {
 pub struct FaultyTx {
     inner: SqliteTx,
     faults: Arc<StoreFaults>,
+    trace: Trace,
+    /// The transaction's number in the run (the trace's `tx N`).
+    number: u64,
     /// The logical ids whose effects this transaction holds.
     ids: Vec<String>,
+    /// Per open savepoint: its number and how many of `ids` were held when it was taken, so
+    /// that a rollback to it drops the ids held after it.
+    marks: Vec<(u32, usize)>,
 }
 
 impl FaultyTx {
@@ -172,15 +197,31 @@ impl Tx for FaultyTx {
     }
 
     async fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
-        self.inner.savepoint().await
+        let savepoint = self.inner.savepoint().await?;
+        self.marks.push((savepoint.id(), self.ids.len()));
+        Ok(savepoint)
     }
 
     async fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
-        self.inner.rollback_to(savepoint).await
+        let id = savepoint.id();
+        self.inner.rollback_to(savepoint).await?;
+        // The effects written since the savepoint are undone: those messages' commits are no
+        // longer this transaction's. The savepoint itself stays open (SQL), those after it end.
+        if let Some(at) = self.marks.iter().position(|(mark, _)| *mark == id) {
+            self.ids.truncate(self.marks[at].1);
+            self.marks.truncate(at + 1);
+        }
+        Ok(())
     }
 
     async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
-        self.inner.release(savepoint).await
+        let id = savepoint.id();
+        self.inner.release(savepoint).await?;
+        // Released: its effects stay in the transaction; it and the savepoints after it end.
+        if let Some(at) = self.marks.iter().position(|(mark, _)| *mark == id) {
+            self.marks.truncate(at);
+        }
+        Ok(())
     }
 
     async fn bound_lock_waits(&mut self, limit: Duration) -> Result<(), StoreError> {
@@ -189,8 +230,18 @@ impl Tx for FaultyTx {
 
     async fn commit(self) -> Result<(), StoreError> {
         let fault = self.faults.commit_fault();
-        if fault.is_some() {
+        if let Some(ambiguous) = fault {
             self.faults.record_failed(&self.ids);
+            self.trace.push(format!(
+                "store: commit of tx {} {} (it held {:?})",
+                self.number,
+                if ambiguous {
+                    "committed, answer lost"
+                } else {
+                    "failed"
+                },
+                self.ids
+            ));
         }
         match fault {
             None => self.inner.commit().await,

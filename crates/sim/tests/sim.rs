@@ -1,5 +1,5 @@
 //! The simulator's own tests: one seed replays bit for bit, a few seeds pass, and the seeds
-//! that found known defects (kept as regression cases, ignored until their fixes merge).
+//! that found known defects (kept as regression cases).
 //! Larger runs are the `sim` binary's: `cargo run --release -p sim -- --seeds 500`.
 
 use sim::{Mix, Report};
@@ -65,15 +65,13 @@ fn regression(seed: u64, mix: &str) {
     assert!(report.passed(), "{}", report.explain(mix));
 }
 
-// Regression seeds: each found a defect of today's main (issue 41's list), fixed on another
-// branch. Ignored until that fix merges; then drop the `ignore` (the lead flips them).
-// `cargo test -p sim -- --ignored` runs them; each names its seed and fault mix.
+// Regression seeds: each found a defect (issue 41's list) and passes since its fix; each names
+// its seed and fault mix.
 
 /// F1: a detached link's handle reused by the next attach: the relay's stale sender to
 /// `out-b` delivers into `out-a` (or nowhere) and gets `Ok`. Broker faults, seed 0
 /// (misrouted `m-N:out`; other seeds lose the rows: "outbox row never reached").
 #[test]
-#[ignore = "F1 (stale link handle misroute): fails on main until the protocol fix merges"]
 fn f1_stale_link_handle_misroute_seed_0_broker() {
     regression(0, "broker");
 }
@@ -82,7 +80,6 @@ fn f1_stale_link_handle_misroute_seed_0_broker() {
 /// comes back every few milliseconds forever (a hang, never dead-lettered). Handler faults,
 /// seed 0 (`m-14`).
 #[test]
-#[ignore = "C1 (upcaster panic loop): fails on main until the panic-boundary fix merges"]
 fn c1_upcaster_panic_loop_seed_0_handler() {
     regression(0, "handler");
 }
@@ -91,7 +88,6 @@ fn c1_upcaster_panic_loop_seed_0_handler() {
 /// run out on the link and bounced: nothing is handled again and the run spins. Clock faults,
 /// seed 0 (passes with `SIM_SKIP=clock`).
 #[test]
-#[ignore = "M7/F3 (lock clock after a forward step): fails on main until the lock clock fix merges"]
 fn m7_lock_clock_after_a_forward_step_seed_0_clock() {
     regression(0, "clock");
 }
@@ -101,7 +97,6 @@ fn m7_lock_clock_after_a_forward_step_seed_0_clock() {
 /// `RetriesExhausted` (here the second copy of `m-70`, whose first copy was then processed:
 /// both outcomes for one message). Store faults, seed 340 (41 seeds from 300).
 #[test]
-#[ignore = "M1 (delayed retries under the kill switch): fails on main until the fix merges"]
 fn m1_delayed_retries_under_the_kill_switch_seed_340_store() {
     regression(340, "store");
 }

@@ -12,6 +12,12 @@
 //!
 //! Not for failures that are not the batch's: a systemic store failure (the kill switch's
 //! business; every member would fail alike), a shutdown past its grace.
+//!
+//! The members share one more `max_processing` between them, not one each: a batch of N whose
+//! members each take almost the bound would otherwise hold its slot (and its members' locks)
+//! for (1 + N) × `max_processing`, and the slot watch would call it stuck. A member the
+//! deadline reaches before it ran is abandoned as too long, as it would be in its batch; so a
+//! batch takes at most twice its bound.
 
 use tokio_util::sync::CancellationToken;
 
@@ -30,6 +36,7 @@ pub(super) async fn one_by_one<S, H, D>(
     H: Handler<S::Tx>,
     D: Delivery,
 {
+    let deadline = tokio::time::Instant::now() + step.max_processing;
     let undecided = members
         .iter()
         .filter(|m| !matches!(m.state, State::Decided(_)))
@@ -58,7 +65,7 @@ pub(super) async fn one_by_one<S, H, D>(
                 Err(Abort::SettleAs(Outcome::LockLost, "lock lost".to_owned()))
             }
             () = cancel.cancelled() => Err(Abort::Shutdown),
-            () = tokio::time::sleep(step.max_processing) => Err(step.too_long()),
+            () = tokio::time::sleep_until(deadline) => Err(step.too_long()),
             verdict = step.transact(&ctx, &member.lock) => verdict,
         };
         member.state = State::Decided(verdict);
