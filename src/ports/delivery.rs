@@ -153,6 +153,16 @@ pub trait Receiver: Send + Sync + 'static {
     }
     /// Waits for the next delivery; `Ok(None)` once the receiver is closed for good.
     fn receive(&self) -> impl Future<Output = Result<Option<Self::Delivery>, ReceiveError>> + Send;
+    /// As [`Receiver::receive`], asking the broker for this one delivery only (one credit, not
+    /// the receiver's window): the runtime calls it for the kill switch's half-open trial, the
+    /// one delivery it will take before it pauses again. More would be locked by the broker
+    /// only to be released (or, should the release fail, left to expire and counted). The
+    /// default is [`Receiver::receive`]: right for a receiver that holds nothing ahead.
+    fn receive_one(
+        &self,
+    ) -> impl Future<Output = Result<Option<Self::Delivery>, ReceiveError>> + Send {
+        self.receive()
+    }
     /// Stops holding deliveries ahead of the runtime: withdraws outstanding credit and gives
     /// back (releases) what arrived and was not handed out, so nothing waits locked for a
     /// runtime that has paused (the kill switch). The next [`Receiver::receive`] resumes. The

@@ -556,12 +556,22 @@ impl<R: Receiver, S, H> Inner<R, S, H> {
                 return Ok(None);
             }
             let receiving = tokio::time::Instant::now();
+            // Half-open lets one trial delivery in: the receiver is asked for that one, not for
+            // its window, whose rest would be locked only to be released below.
+            let trial = self.circuit.phase() == CircuitPhase::HalfOpen;
+            let receive = async {
+                if trial {
+                    self.receiver.receive_one().await
+                } else {
+                    self.receiver.receive().await
+                }
+            };
             let received = tokio::select! {
                 () = shutdown.cancelled() => return Ok(None),
                 // Not given up when the switch trips: while it waits, the link holds nothing
                 // (the broker has nothing to send); what arrives is given back below, and the
                 // next turn withdraws the credit.
-                received = self.receiver.receive() => received,
+                received = receive => received,
             };
             match received {
                 Ok(Some(delivery)) => {

@@ -131,6 +131,17 @@ impl Receiver for ServiceBusReceiver {
         }
     }
 
+    async fn receive_one(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
+        loop {
+            let received = ServiceBusReceiver::receive_one(self)
+                .await
+                .map_err(receive_error)?;
+            if let Some(delivery) = usable(received).await {
+                return Ok(delivery);
+            }
+        }
+    }
+
     async fn pause(&self) {
         self.withdraw().await;
     }

@@ -676,3 +676,75 @@ async fn the_transient_hold_does_not_read_the_hosts_wall_clock() {
         started.elapsed()
     );
 }
+
+/// A receiver on a [`MemoryBroker`] that records which receive the runtime asked for:
+/// `"window"` ([`sb_inbox::Receiver::receive`]) or `"one"` (`receive_one`).
+#[derive(Debug)]
+struct Recording {
+    inner: MemoryReceiver,
+    calls: Arc<std::sync::Mutex<Vec<&'static str>>>,
+}
+
+impl sb_inbox::Receiver for Recording {
+    type Delivery = sb_inbox::testing::MemoryDelivery;
+
+    async fn receive(
+        &self,
+    ) -> Result<Option<sb_inbox::testing::MemoryDelivery>, sb_inbox::ReceiveError> {
+        self.calls.lock().unwrap().push("window");
+        self.inner.receive().await
+    }
+
+    async fn receive_one(
+        &self,
+    ) -> Result<Option<sb_inbox::testing::MemoryDelivery>, sb_inbox::ReceiveError> {
+        self.calls.lock().unwrap().push("one");
+        self.inner.receive().await
+    }
+}
+
+/// Issue 40, minor 3: half-open asks the receiver for the one trial delivery
+/// (`Receiver::receive_one`: one credit on Service Bus), not a full window whose rest the
+/// broker would lock only for the runtime to release it. After the trial closes the switch,
+/// receives ask for the window again. Before, every receive asked for the window.
+#[tokio::test(start_paused = true)]
+async fn half_open_asks_the_receiver_for_one_delivery() {
+    let broker = broker_with(3);
+    let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let receiver = Recording {
+        inner: broker.receiver(),
+        calls: calls.clone(),
+    };
+    let down = Arc::new(AtomicBool::new(true));
+    let handler = FailsWith {
+        inner: Noop::new(),
+        down: down.clone(),
+        error: revoked_grant_error(),
+    };
+    let mut config = config("circuit");
+    config.transient_hold_max = Duration::ZERO;
+    let store = sqlite_store("circuit", 1).await;
+    let runtime = Runtime::with_clock(receiver, store, handler, config, Clock::new());
+    let elsewhere = broker_with(5);
+    for _ in 0..5 {
+        runtime.process(elsewhere.try_receive().unwrap()).await;
+    }
+    assert_eq!(runtime.circuit().phase(), CircuitPhase::Open);
+    down.store(false, Ordering::SeqCst);
+    let shutdown = CancellationToken::new();
+    let (result, ()) = tokio::join!(runtime.run(shutdown.clone()), async {
+        broker.wait_idle().await;
+        shutdown.cancel();
+    });
+    result.unwrap();
+    assert_eq!(runtime.stats().snapshot().processed, 3);
+    assert_eq!(runtime.circuit().phase(), CircuitPhase::Closed);
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(calls.first(), Some(&"one"), "{calls:?}");
+    assert_eq!(
+        calls.iter().filter(|c| **c == "one").count(),
+        1,
+        "{calls:?}"
+    );
+    assert!(calls.len() >= 4, "{calls:?}");
+}

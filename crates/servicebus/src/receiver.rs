@@ -360,6 +360,15 @@ impl ReceiverInner {
     }
 }
 
+/// How much credit a receive may grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Credit {
+    /// The receiver's window: its capacity when pipelined, else one plus the prefetch.
+    Window,
+    /// One delivery only ([`ServiceBusReceiver::receive_one`]).
+    One,
+}
+
 fn transient(error: ServiceBusError) -> ReceiveError {
     ReceiveError::Transient(error)
 }
@@ -379,8 +388,29 @@ impl ServiceBusReceiver {
     /// [`ReceiveError::Transient`] when the link or connection failed (the next receive
     /// re-attaches); [`ReceiveError::Permanent`] for an unknown entity or refused rights.
     pub async fn receive_message(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
+        self.receive_with(Credit::Window).await
+    }
+
+    /// As [`ServiceBusReceiver::receive_message`], asking the broker for this one delivery
+    /// only: a pipelined receiver grants one credit (when none is outstanding) instead of
+    /// topping the link up to its capacity, a plain one grants its one credit without the
+    /// prefetch. For a caller that will take a single delivery and then pause (a kill switch's
+    /// trial): a full window would have the broker lock deliveries that are only released again
+    /// (or, should the drain fail, left to expire, each then counted against the max delivery
+    /// count).
+    ///
+    /// # Errors
+    /// As [`ServiceBusReceiver::receive_message`].
+    pub async fn receive_one(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
+        self.receive_with(Credit::One).await
+    }
+
+    async fn receive_with(
+        &self,
+        credit: Credit,
+    ) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
         let operation = self.inner.telemetry.start(span::RECEIVE, Kind::Receive);
-        let received = self.next().instrument(operation.span.clone()).await;
+        let received = self.next(credit).instrument(operation.span.clone()).await;
         match &received {
             Ok(Some(delivery)) => {
                 if let Some(producer) = producer_context(&delivery.message().application_properties)
@@ -397,9 +427,12 @@ impl ServiceBusReceiver {
     }
 
     /// The next delivery (a lock that ran out on the link is released and skipped).
-    pub(super) async fn next(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
+    pub(super) async fn next(
+        &self,
+        credit: Credit,
+    ) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
         loop {
-            if let Some(delivery) = self.next_or_refused().await? {
+            if let Some(delivery) = self.next_or_refused(credit).await? {
                 return Ok(Some(delivery));
             }
         }
@@ -407,7 +440,10 @@ impl ServiceBusReceiver {
 
     /// The next delivery, or `None` after releasing one whose lock ran out on the link or
     /// replacing a link idle past the guard.
-    async fn next_or_refused(&self) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
+    async fn next_or_refused(
+        &self,
+        credit: Credit,
+    ) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
         let mut guard = self.inner.link.lock().await;
         if guard.is_none() && self.inner.session.get().is_some() {
             return Err(ReceiveError::Transient(ServiceBusError::Link(
@@ -423,9 +459,15 @@ impl ServiceBusReceiver {
         let capacity = self.inner.capacity.load(Ordering::Acquire);
         let idle_guard = self.inner.idle_guard();
         let result = async {
-            if capacity > 0 {
+            if capacity > 0 && credit == Credit::One {
+                // Credit still outstanding brings a delivery as it is; else exactly one.
+                if link.pending == 0 {
+                    link.receiver.add_credit(1).await?;
+                    link.pending = 1;
+                }
+            } else if capacity > 0 {
                 self.top_up(link, capacity).await?;
-            } else if !link.prefetched && self.inner.prefetch > 0 {
+            } else if credit == Credit::Window && !link.prefetched && self.inner.prefetch > 0 {
                 // Resumed after a withdraw: the prefetch is granted again (with this
                 // receive's credit, as at attach).
                 link.receiver.add_credit(self.inner.prefetch).await?;

@@ -1,7 +1,8 @@
 //! The client's gaps against the SDKs found by the third protocol audit
 //! (`../shared/reviews/protocol3.md`), each against the in-process emulator: F3 (a broker clock
 //! step), F5 (what sets the busy pause), F6 (internal errors after a good attach), F9
-//! (`withdraw` with a plain prefetch), F10 (unusable messages are the caller's).
+//! (`withdraw` with a plain prefetch), F10 (unusable messages are the caller's); and issue 40's
+//! minor 3 (one credit for a single receive).
 
 use std::time::Duration;
 
@@ -170,6 +171,40 @@ async fn withdraw_drains_a_plain_receivers_prefetch() {
     // Resumed: the next receive grants the prefetch again.
     let again = next(&receiver).await;
     again.complete().await.expect("completes");
+    receiver.close().await;
+}
+
+/// Issue 40, minor 3: `receive_one` on a pipelined receiver (capacity 8) grants one credit:
+/// the broker locks the one message handed out and no other; `receive_message` then tops the
+/// link up to its capacity and the rest are locked on it. (A kill switch's trial asks for one
+/// delivery; before, the whole window was locked and then released.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receive_one_grants_a_single_credit_on_a_pipelined_link() {
+    let (emulator, client) = emulator().await;
+    send(&client, &["m-1", "m-2", "m-3", "m-4", "m-5"]).await;
+    let receiver: ServiceBusReceiver = client.receiver("orders", 0).with_capacity(8);
+    let orders = emulator.broker().entity("orders").expect("the queue");
+    let first = tokio::time::timeout(WAIT, receiver.receive_one())
+        .await
+        .expect("a delivery within the wait")
+        .expect("the receive succeeds")
+        .expect("a delivery");
+    assert_eq!(first.message().message_id.as_deref(), Some("m-1"));
+    let link = emulator
+        .links()
+        .into_iter()
+        .find(|l| l.entity == "orders")
+        .expect("the receive link");
+    assert_eq!(link.peak_credit, 1, "{link:?}");
+    assert_eq!(orders.counts().locked, 1, "{:?}", orders.counts());
+    first.complete().await.expect("completes");
+    let second = next(&receiver).await;
+    assert_eq!(second.message().message_id.as_deref(), Some("m-2"));
+    until("the rest are locked on the link", || {
+        orders.counts().locked == 4
+    })
+    .await;
+    second.complete().await.expect("completes");
     receiver.close().await;
 }
 
