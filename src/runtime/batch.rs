@@ -350,8 +350,17 @@ where
     };
     // One member's fault the batch could not pin on it: each runs again alone.
     let ended = match ended {
-        Err(Whole::Failed(_, false) | Whole::TooLong(_)) if !cancel.is_cancelled() => {
-            isolate::one_by_one(&step, &mut members, cancel).await;
+        Err(Whole::Failed(_, false)) if !cancel.is_cancelled() => {
+            isolate::one_by_one(&step, &mut members, None, cancel).await;
+            Ok(())
+        }
+        Err(Whole::TooLong(_)) if !cancel.is_cancelled() => {
+            // The member that was running when the bound passed (the pending one the batch's
+            // pass had reached: members run in order) is the likely culprit.
+            let running = members
+                .iter()
+                .position(|m| matches!(m.state, State::Pending));
+            isolate::one_by_one(&step, &mut members, running, cancel).await;
             Ok(())
         }
         ended => ended,

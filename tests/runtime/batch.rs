@@ -639,11 +639,12 @@ async fn a_batch_keys_on_the_consumers_envelope() {
     assert_eq!(inventory_totals(&store).await, (2, 2, 6));
 }
 
-/// Issue 40, minor 11: a batch of four whose members each take 8 s runs past its 10 s bound;
-/// its members then run again alone, but they share one more 10 s between them: the first
-/// commits (8 s), the second is cut at the shared deadline, the last two are not started. The
-/// batch takes 20 s, twice its bound, and holds no slot longer. Before, each member got a
-/// bound of its own: 10 + 4 × 8 = 42 s.
+/// Issue 40, minor 11: a batch of four whose members each take 8 s runs past its 10 s bound
+/// (while the second runs); its members then run again alone, but they share one more 10 s
+/// between them: the first commits (8 s), the third is cut at the shared deadline, the fourth
+/// and the second (the one running when the bound passed goes last) are not started. The batch
+/// takes 20 s, twice its bound, and holds its slot no longer. Before, each member got a bound of
+/// its own: 10 + 4 × 8 = 42 s.
 #[tokio::test(start_paused = true)]
 async fn isolation_after_a_batch_past_its_bound_shares_one_deadline() {
     let store = sqlite_store("rt_batch_isolation_deadline", 1).await;

@@ -17,7 +17,8 @@
 //! members each take almost the bound would otherwise hold its slot (and its members' locks)
 //! for (1 + N) × `max_processing`, and the slot watch would call it stuck. A member the
 //! deadline reaches before it ran is abandoned as too long, as it would be in its batch; so a
-//! batch takes at most twice its bound.
+//! batch takes at most twice its bound. The member that was running when the batch ran past
+//! its bound runs last, so that a member that never ends costs only itself the deadline.
 
 use tokio_util::sync::CancellationToken;
 
@@ -26,10 +27,12 @@ use super::super::{Handler, Outcome};
 use super::{Member, State};
 use crate::ports::{Delivery, Store};
 
-/// Runs each undecided member of `members` in a transaction of its own and records its verdict.
+/// Runs each undecided member of `members` in a transaction of its own, `last` (an index)
+/// after the others, and records each verdict.
 pub(super) async fn one_by_one<S, H, D>(
     step: &Processor<'_, S, H>,
     members: &mut [Member<D>],
+    last: Option<usize>,
     cancel: &CancellationToken,
 ) where
     S: Store,
@@ -45,10 +48,14 @@ pub(super) async fn one_by_one<S, H, D>(
         undecided,
         "Batch transaction failed as a whole; running its deliveries one per transaction to find the culprit."
     );
-    for member in members
-        .iter_mut()
-        .filter(|m| !matches!(m.state, State::Decided(_)))
-    {
+    let order = (0..members.len())
+        .filter(|i| Some(*i) != last)
+        .chain(last.filter(|i| *i < members.len()));
+    for index in order {
+        let member = &mut members[index];
+        if matches!(member.state, State::Decided(_)) {
+            continue;
+        }
         // Accepted when the batch formed (a refused one is decided already).
         let (envelope, payload) = match step.accept(&*member.delivery) {
             Ok(accepted) => accepted,
