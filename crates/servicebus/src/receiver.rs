@@ -397,7 +397,8 @@ impl ServiceBusReceiver {
     /// prefetch. For a caller that will take a single delivery and then pause (a kill switch's
     /// trial): a full window would have the broker lock deliveries that are only released again
     /// (or, should the drain fail, left to expire, each then counted against the max delivery
-    /// count).
+    /// count: the lock of a prefetched message runs from when it was prefetched, "Prefetch Azure
+    /// Service Bus messages", learn.microsoft.com/azure/service-bus-messaging/service-bus-prefetch).
     ///
     /// # Errors
     /// As [`ServiceBusReceiver::receive_message`].
