@@ -700,3 +700,98 @@ async fn in_session_mode_a_panicking_upcaster_is_dead_lettered_and_the_slot_surv
     assert_eq!(dead[0].message.message_id.as_deref(), Some("m-5"));
     assert_eq!(dead[0].dead_letter_reason(), Some("HandlerPanicked"));
 }
+
+/// Issue 40, C1, plain and batched over the emulator with the real client (the session-mode
+/// case is above; `tests/runtime/panics.rs` has the in-process ones): 200 v1 orders, a router
+/// whose v1→v2 upcaster panics on one. The panic is caught and counted: the order is abandoned
+/// twice and dead-lettered `HandlerPanicked` on its third delivery (`max_panics` 3), the 199
+/// others are processed, no delivery is released uncounted and no slot is stuck. Before, the
+/// delivery was released uncounted and came straight back for ever (a batch went down whole).
+/// (In-process rather than `sb-inbox run`, for the reason given above.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_upcaster_is_dead_lettered_after_max_panics_plain_and_batched() {
+    use sb_inbox::{ConsumerName, Router, Runtime, RuntimeConfig};
+    use sb_inbox_cli::inventory::{OrderPlaced, OrderPlacedV2};
+
+    for batch in [1, 16] {
+        let entity_name = format!("q{batch}");
+        let emulator = start(
+            vec![queue(&entity_name, properties("PT30S", MAX_DELIVERY_COUNT))],
+            sb_emulator::EmulatorOptions::default(),
+        )
+        .await;
+        let client = client(&emulator);
+        let sender = client.sender(&entity_name);
+        for i in 0..200 {
+            let message = order_with_lines(&format!("m-{i}"), &format!("o-{i}"), &[("A", 1)]);
+            sender.send(message).await.unwrap();
+        }
+        let router = Router::builder()
+            .json(PlaceV2)
+            .upcast(|v1: OrderPlaced| {
+                if v1.order_id == "o-5" {
+                    let channels: Vec<String> = Vec::new();
+                    let channel = channels[std::hint::black_box(0)].clone();
+                    return Ok(OrderPlacedV2 { order: v1, channel });
+                }
+                Ok(OrderPlacedV2::from(v1))
+            })
+            .build()
+            .unwrap();
+        let store = crate::support::sqlite_store(&format!("bad_day_upcast_panic_{batch}"), 4).await;
+        let mut config = RuntimeConfig::new(ConsumerName::new("upcast.panics").unwrap());
+        config.concurrency = 4;
+        config.prefetch = 4;
+        config.batch_size = batch;
+        config.transient_hold_max = Duration::ZERO;
+        let runtime = std::sync::Arc::new(Runtime::new(
+            client.receiver(&entity_name, 4),
+            store,
+            router,
+            config,
+        ));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let running = tokio::spawn({
+            let (runtime, stop) = (runtime.clone(), stop.clone());
+            async move { runtime.run(stop).await }
+        });
+        let entity = emulator.broker().entity(&entity_name).unwrap();
+        let drained = tokio::time::timeout(Duration::from_secs(120), async {
+            loop {
+                let c = entity.counts();
+                if c.completed == 199 && c.dead_lettered_total == 1 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .is_ok();
+        stop.cancel();
+        let result = running.await;
+        assert!(drained, "batch {batch}: drained: {:?}", entity.counts());
+        result.unwrap().unwrap();
+        let stats = runtime.stats().snapshot();
+        assert_eq!(
+            (stats.processed, stats.panicked),
+            (199, 2),
+            "batch {batch}: {stats:?}"
+        );
+        assert_eq!(runtime.slots().stuck(), 0, "batch {batch}");
+        let dead = client
+            .peek(&format!("{entity_name}/$DeadLetterQueue"), 0, 10)
+            .await
+            .unwrap();
+        assert_eq!(dead.len(), 1, "batch {batch}: {dead:#?}");
+        assert_eq!(dead[0].message.message_id.as_deref(), Some("m-5"));
+        assert_eq!(
+            dead[0].dead_letter_reason(),
+            Some("HandlerPanicked"),
+            "batch {batch}"
+        );
+        // The AMQP header's delivery-count is the number of unsuccessful earlier deliveries
+        // (AMQP 1.0 §3.2.1): the two counted abandons. A release is not counted, so a looping
+        // delivery would have left it at 0.
+        assert_eq!(dead[0].delivery_count, 2, "batch {batch}");
+    }
+}
