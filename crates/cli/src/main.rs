@@ -136,6 +136,10 @@ enum Command {
         /// Also write the results as JSON to FILE.
         #[arg(long, value_name = "FILE")]
         report: Option<PathBuf>,
+        /// Test-only: drop a unique constraint in verify's scratch schema (PostgreSQL), to
+        /// show the scenarios that depend on it fail.
+        #[arg(long, hide = true, value_enum)]
+        break_store: Option<sb_inbox_cli::verify::StoreFault>,
     },
     /// Operator commands on an entity's dead-letter queue.
     Dlq {
@@ -445,16 +449,14 @@ async fn run(command: Command) -> ExitCode {
             session_queue,
             admin_endpoint,
             report,
+            break_store,
         } => {
-            return verify(
-                &namespace,
-                &store,
+            let given = GivenEntities {
                 queue,
                 session_queue,
-                admin_endpoint.as_deref(),
-                report,
-            )
-            .await;
+                store_fault: break_store,
+            };
+            return verify(&namespace, &store, given, admin_endpoint.as_deref(), report).await;
         }
         Command::Dlq { command } => match command {
             DlqCommand::Peek { broker, max } => dlq_peek(&broker, max).await,
@@ -496,10 +498,7 @@ async fn run(command: Command) -> ExitCode {
 
 /// The management API client for the namespace's credentials and trust, at `endpoint` when
 /// given.
-fn admin_client(
-    namespace: &NamespaceArgs,
-    endpoint: Option<&str>,
-) -> anyhow::Result<AdminClient> {
+fn admin_client(namespace: &NamespaceArgs, endpoint: Option<&str>) -> anyhow::Result<AdminClient> {
     let proxy = ProxyConfig::from_env_vars(|name| std::env::var(name).ok())
         .context("invalid HTTPS_PROXY / NO_PROXY")?;
     let trust = namespace.trust_roots();
@@ -535,11 +534,17 @@ fn admin_client(
     })
 }
 
+/// `verify`'s entity options, and its test-only store fault.
+struct GivenEntities {
+    queue: Option<String>,
+    session_queue: Option<String>,
+    store_fault: Option<sb_inbox_cli::verify::StoreFault>,
+}
+
 async fn verify(
     namespace: &NamespaceArgs,
     store: &str,
-    queue: Option<String>,
-    session_queue: Option<String>,
+    given: GivenEntities,
     admin_endpoint: Option<&str>,
     report_file: Option<PathBuf>,
 ) -> ExitCode {
@@ -548,8 +553,9 @@ async fn verify(
             client: namespace.client()?,
             admin: Some(admin_client(namespace, admin_endpoint)?),
             store: store.parse()?,
-            queue,
-            session_queue,
+            queue: given.queue,
+            session_queue: given.session_queue,
+            store_fault: given.store_fault,
         })
     };
     let options = match setup() {

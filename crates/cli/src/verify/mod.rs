@@ -21,9 +21,9 @@ pub mod report;
 pub mod scenarios;
 pub mod scratch;
 
+use sb_inbox::OutboxStore;
 use sb_inbox::servicebus::ServiceBusClient;
 use sb_inbox::servicebus::admin::{AdminClient, AdminError};
-use sb_inbox::OutboxStore;
 use sb_inbox::store::StoreUrl;
 use tokio_util::sync::CancellationToken;
 
@@ -73,6 +73,27 @@ pub enum VerifyError {
     Usage(String),
 }
 
+/// A fault verify puts into its own scratch store, for tests that show a scenario fails
+/// against a broken store (`--break-store`, hidden): no external fault drops a constraint in
+/// a schema verify creates itself. PostgreSQL only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreFault {
+    /// The inbox's unique key `(consumer, message_id)` dropped.
+    InboxUnique,
+    /// The business keys' unique key `(consumer, business_key)` dropped.
+    BusinessKeyUnique,
+}
+
+impl StoreFault {
+    /// The table and constraint it drops (sql/postgres/0001_inbox.sql).
+    fn constraint(self) -> (&'static str, &'static str) {
+        match self {
+            StoreFault::InboxUnique => ("sb_inbox", "pk_sb_inbox"),
+            StoreFault::BusinessKeyUnique => ("sb_inbox_business_key", "pk_sb_inbox_business_key"),
+        }
+    }
+}
+
 /// What to verify against.
 #[derive(Debug)]
 pub struct VerifyOptions {
@@ -87,6 +108,8 @@ pub struct VerifyOptions {
     /// A given queue that requires sessions (with `queue`); without it the session scenario is
     /// skipped.
     pub session_queue: Option<String>,
+    /// Test-only: break the scratch store this way before the scenarios.
+    pub store_fault: Option<StoreFault>,
 }
 
 /// Sets up, runs every scenario, and removes what it created, also when `stop` is cancelled
@@ -198,7 +221,10 @@ async fn on_store(
                 .query("SELECT version()", &[])
                 .await
                 .ok()
-                .and_then(|rows| rows.first().and_then(|row| row.try_get::<_, String>(0).ok()));
+                .and_then(|rows| {
+                    rows.first()
+                        .and_then(|row| row.try_get::<_, String>(0).ok())
+                });
             let scratch = ScratchStore::Postgres {
                 admin_url: url.clone(),
                 schema: schema.clone(),
@@ -209,6 +235,21 @@ async fn on_store(
                     .await
                     .map_err(store_error("connecting to the scratch schema"))?;
                 prepare(&store).await?;
+                if let Some(fault) = options.store_fault {
+                    let (table, constraint) = fault.constraint();
+                    tracing::warn!(
+                        ?fault,
+                        "Breaking the scratch store on purpose (--break-store)."
+                    );
+                    // Both names are constants above, never input.
+                    store
+                        .query(
+                            &format!("ALTER TABLE {table} DROP CONSTRAINT {constraint}"),
+                            &[],
+                        )
+                        .await
+                        .map_err(store_error("breaking the scratch store"))?;
+                }
                 Ok::<_, VerifyError>(store)
             }
             .await;
@@ -229,6 +270,10 @@ async fn on_store(
             };
             result.map(|report| (report, left))
         }
+        #[cfg(feature = "sqlite")]
+        _ if options.store_fault.is_some() => Err(VerifyError::Usage(
+            "--break-store works on PostgreSQL only".to_owned(),
+        )),
         #[cfg(feature = "sqlite")]
         StoreUrl::Sqlite(path) => {
             let file = scratch::sqlite_scratch(path, prefix);
@@ -281,10 +326,13 @@ async fn on_store(
 
 /// Migrates the scratch store: the core tables and the reference consumer's.
 async fn prepare<S: InventoryStore + MigrateAll>(store: &S) -> Result<(), VerifyError> {
-    store.migrate_all().await.map_err(|source| VerifyError::Store {
-        what: "migrating the scratch store".to_owned(),
-        source,
-    })
+    store
+        .migrate_all()
+        .await
+        .map_err(|source| VerifyError::Store {
+            what: "migrating the scratch store".to_owned(),
+            source,
+        })
 }
 
 /// The core migrations and the reference consumer's, for each store.
@@ -338,8 +386,7 @@ async fn verify_on<S>(
 where
     S: InventoryStore + OutboxStore + Clone,
 {
-    let measurements =
-        scenarios::measure(&options.client, &entities.queue, &store, prefix).await;
+    let measurements = scenarios::measure(&options.client, &entities.queue, &store, prefix).await;
     let harness = Harness {
         client: options.client.clone(),
         store,

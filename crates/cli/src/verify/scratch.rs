@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sb_inbox::servicebus::admin::{AdminClient, AdminError, EntityProperties};
 use sb_inbox::servicebus::ServiceBusClient;
+use sb_inbox::servicebus::admin::{AdminClient, AdminError, EntityProperties};
 
 use super::VerifyError;
 
