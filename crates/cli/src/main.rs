@@ -141,6 +141,22 @@ enum Command {
         #[arg(long, hide = true, value_enum)]
         break_store: Option<sb_inbox_cli::verify::StoreFault>,
     },
+    /// verify's crash scenario's other process: processes one delivery of --queue and
+    /// freezes after its commit, before its settlement, until verify kills it.
+    #[command(hide = true)]
+    VerifyChild {
+        #[command(flatten)]
+        namespace: NamespaceArgs,
+        #[arg(long, env = "SB_INBOX_STORE", hide_env_values = true)]
+        store: String,
+        #[arg(long)]
+        queue: String,
+        #[arg(long)]
+        consumer: String,
+        /// Stall after the handler (see verify::child).
+        #[arg(long)]
+        stall: bool,
+    },
     /// Operator commands on an entity's dead-letter queue.
     Dlq {
         #[command(subcommand)]
@@ -286,6 +302,35 @@ impl NamespaceArgs {
             )?
             .with_proxy(&proxy);
         Ok(client)
+    }
+
+    /// The environment that gives a child process (verify's crash scenario) these settings.
+    fn child_env(&self) -> Vec<(String, String)> {
+        let mut env = Vec::new();
+        let mut set = |name: &str, value: String| env.push((name.to_owned(), value));
+        if let Some(connection) = &self.connection {
+            set("SB_INBOX_SERVICEBUS_CONNECTION", connection.clone());
+        }
+        if let Some(namespace) = &self.namespace {
+            set("SB_INBOX_SERVICEBUS_NAMESPACE", namespace.clone());
+        }
+        if let Some(transport) = self.transport {
+            let name = match transport {
+                Transport::AmqpWebSockets => "websockets",
+                _ => "amqp",
+            };
+            set("SB_INBOX_SERVICEBUS_TRANSPORT", name.to_owned());
+        }
+        if let Some(ca_file) = &self.ca_file {
+            set("SB_INBOX_SERVICEBUS_CA_FILE", ca_file.display().to_string());
+        }
+        if let Some(native_roots) = self.native_roots {
+            set("SB_INBOX_SERVICEBUS_NATIVE_ROOTS", native_roots.to_string());
+        }
+        if let Some(wait) = self.server_busy_wait_ms {
+            set("SB_INBOX_SERVICEBUS_SERVER_BUSY_WAIT_MS", wait.to_string());
+        }
+        env
     }
 
     /// Mozilla's roots, plus `--ca-file` (else `SSL_CERT_FILE`, as the worker) and the OS store
@@ -458,6 +503,30 @@ async fn run(command: Command) -> ExitCode {
             };
             return verify(&namespace, &store, given, admin_endpoint.as_deref(), report).await;
         }
+        Command::VerifyChild {
+            namespace,
+            store,
+            queue,
+            consumer,
+            stall,
+        } => {
+            let setup = || -> anyhow::Result<_> { Ok((namespace.client()?, store.parse()?)) };
+            let (client, store) = match setup() {
+                Ok(setup) => setup,
+                Err(error) => {
+                    println!("error: {error:#}");
+                    return ExitCode::from(2);
+                }
+            };
+            // Its own thread: it freezes that thread on purpose (see verify::child).
+            let child = std::thread::spawn(move || {
+                sb_inbox_cli::verify::child::run(client, store, queue, consumer, stall)
+            });
+            let code = tokio::task::spawn_blocking(move || child.join().unwrap_or(1))
+                .await
+                .unwrap_or(1);
+            return ExitCode::from(code);
+        }
         Command::Dlq { command } => match command {
             DlqCommand::Peek { broker, max } => dlq_peek(&broker, max).await,
             DlqCommand::Resubmit {
@@ -556,6 +625,7 @@ async fn verify(
             queue: given.queue,
             session_queue: given.session_queue,
             store_fault: given.store_fault,
+            child_env: namespace.child_env(),
         })
     };
     let options = match setup() {

@@ -17,6 +17,7 @@
 //! (`sbv_xxxxxxxx`, PostgreSQL) or a scratch file beside the given one (SQLite), dropped at the
 //! end; the user's own tables are never read or written.
 
+pub mod child;
 pub mod report;
 pub mod scenarios;
 pub mod scratch;
@@ -110,6 +111,9 @@ pub struct VerifyOptions {
     pub session_queue: Option<String>,
     /// Test-only: break the scratch store this way before the scenarios.
     pub store_fault: Option<StoreFault>,
+    /// The environment the crash scenario's child process needs to reach the namespace as
+    /// this process does (`SB_INBOX_SERVICEBUS_*`); secrets go there, never on a command line.
+    pub child_env: Vec<(String, String)>,
 }
 
 /// Sets up, runs every scenario, and removes what it created, also when `stop` is cancelled
@@ -134,6 +138,7 @@ pub async fn run(
                 session_queue: session.clone(),
                 // The relayed event comes back on the given queue: verify reads it from there.
                 outbox: queue.clone(),
+                lock_queue: queue.clone(),
                 scratch: false,
             }
         }
@@ -177,12 +182,7 @@ async fn remove_entities(
         let Some(admin) = &options.admin else {
             return Vec::new();
         };
-        let names = [
-            entities.queue.clone(),
-            format!("{prefix}-sq"),
-            entities.outbox.clone(),
-        ];
-        scratch::delete(admin, &names).await
+        scratch::delete(admin, &scratch::scratch_names(prefix)).await
     } else {
         let mut left = scratch::purge(&options.client, &entities.queue, false).await;
         if let Some(session) = &entities.session_queue {
@@ -256,7 +256,8 @@ async fn on_store(
             let result = match opened {
                 Ok(store) => {
                     let environment = environment(options, entities, "postgres", version, &scratch);
-                    Ok(verify_on(options, entities, prefix, store, environment, stop).await)
+                    let child = Some(scratch::with_search_path(url, &schema));
+                    Ok(verify_on(options, entities, prefix, store, environment, child, stop).await)
                 }
                 Err(error) => Err(error),
             };
@@ -294,7 +295,8 @@ async fn on_store(
                         Some(rusqlite::version().to_owned()),
                         &scratch,
                     );
-                    Ok(verify_on(options, entities, prefix, store, environment, stop).await)
+                    let child = Some(format!("sqlite://{}", file.display()));
+                    Ok(verify_on(options, entities, prefix, store, environment, child, stop).await)
                 }
                 Err(error) => Err(error),
             };
@@ -314,7 +316,7 @@ async fn on_store(
                 &ScratchStore::SqliteMemory,
             );
             Ok((
-                verify_on(options, entities, prefix, store, environment, stop).await,
+                verify_on(options, entities, prefix, store, environment, None, stop).await,
                 Vec::new(),
             ))
         }
@@ -381,6 +383,7 @@ async fn verify_on<S>(
     prefix: &str,
     store: S,
     environment: Environment,
+    child_store: Option<String>,
     stop: &CancellationToken,
 ) -> VerifyReport
 where
@@ -392,6 +395,14 @@ where
         store,
         entities: entities.clone(),
         prefix: prefix.to_owned(),
+        child: child_store.and_then(|store| {
+            let program = std::env::current_exe().ok()?;
+            Some(scenarios::ChildCommand {
+                program,
+                env: options.child_env.clone(),
+                store,
+            })
+        }),
     };
     let scenarios = harness.run_all(stop).await;
     VerifyReport {

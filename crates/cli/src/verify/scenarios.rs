@@ -27,6 +27,25 @@ use super::scratch::Entities;
 /// How long a scenario waits for a message the broker should deliver.
 pub const DELIVERY_WAIT: Duration = Duration::from_secs(15);
 
+/// The child's stdout, line by line.
+type ChildLines = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
+
+/// The lock margin of every runtime verify runs: a renewal this long before the lock runs out
+/// (below the 5 s lock of the lock-loss queue).
+pub const LOCK_MARGIN: Duration = Duration::from_secs(2);
+
+/// How long the lock-loss scenario waits for the redelivery: the longest lock Service Bus
+/// allows is 5 min (Microsoft Learn, "Message transfers, locks, and settlement": LockDuration).
+const LOCK_LOSS_WAIT: Duration = Duration::from_secs(320);
+
+/// How long the crash scenario's child may take to receive and commit.
+const CHILD_WAIT: Duration = Duration::from_secs(60);
+
+/// How long the redelivery after the crash may take: at once where the broker drops a dead
+/// connection's locks (the service: Microsoft Learn, "Message transfers, locks, and
+/// settlement"), else after the lock expires (scratch queues lock for 30 s).
+const REDELIVERY_WAIT: Duration = Duration::from_secs(45);
+
 /// The names of the scenarios, in the order they run.
 pub const SCENARIOS: &[&str] = &[
     "duplicate_delivery",
@@ -53,6 +72,21 @@ pub struct Harness<S> {
     pub entities: Entities,
     /// The run's prefix (`sbv-xxxxxxxx`).
     pub prefix: String,
+    /// How to start the crash scenario's child process; `None` when the store cannot be
+    /// opened by another process (an in-memory database).
+    pub child: Option<ChildCommand>,
+}
+
+/// `sb-inbox verify-child` as verify starts it: this same executable, the namespace settings
+/// in its environment (never on its command line), the scratch store's URL.
+#[derive(Debug, Clone)]
+pub struct ChildCommand {
+    /// The executable (verify's own).
+    pub program: std::path::PathBuf,
+    /// Environment variables naming the namespace and its credentials.
+    pub env: Vec<(String, String)>,
+    /// The scratch store, as the child opens it.
+    pub store: String,
 }
 
 /// A scenario's verdict: `Ok(what was seen)` or `Err(what broke)`.
@@ -115,12 +149,18 @@ where
                     Err(failure) => Err(failure.to_string()),
                 },
             ),
-            "lock_loss_fenced" => Err(Skip(
-                "not in this build yet: needs a connection verify can sever (issue 43)".to_owned(),
-            )),
-            "crash_between_commit_and_settlement" => Err(Skip(
-                "not in this build yet: needs verify's child-process mode (issue 43)".to_owned(),
-            )),
+            "lock_loss_fenced" => match &self.child {
+                Some(child) => Ok(self.lock_loss_fenced(child).await),
+                None => Err(Skip(
+                    "needs a store another process can open (not sqlite::memory:)".to_owned(),
+                )),
+            },
+            "crash_between_commit_and_settlement" => match &self.child {
+                Some(child) => Ok(self.crash_between_commit_and_settlement(child).await),
+                None => Err(Skip(
+                    "needs a store another process can open (not sqlite::memory:)".to_owned(),
+                )),
+            },
             "delayed_retry" => Err(Skip("not in this build yet (issue 43)".to_owned())),
             "idle_detach_survival" => Err(Skip(
                 "needs --long (a sender idle past the service's 10 min link timeout); not in this \
@@ -155,6 +195,7 @@ where
         let receiver = self.client.receiver(queue, 0);
         let mut config = RuntimeConfig::new(self.consumer()?);
         config.concurrency = 1;
+        config.lock_margin = LOCK_MARGIN;
         let runtime = Runtime::new(receiver.clone(), self.store.clone(), handler, config);
         Ok((receiver, runtime))
     }
@@ -197,14 +238,26 @@ where
         runtime: &Runtime<ServiceBusReceiver, S, OrderPlacedConsumer>,
         what: &str,
     ) -> Result<Outcome, String> {
-        let delivery = match tokio::time::timeout(DELIVERY_WAIT, receiver.receive()).await {
+        self.process_next_within(receiver, runtime, what, DELIVERY_WAIT)
+            .await
+    }
+
+    /// As [`Harness::process_next`], waiting up to `wait`.
+    async fn process_next_within(
+        &self,
+        receiver: &ServiceBusReceiver,
+        runtime: &Runtime<ServiceBusReceiver, S, OrderPlacedConsumer>,
+        what: &str,
+        wait: Duration,
+    ) -> Result<Outcome, String> {
+        let delivery = match tokio::time::timeout(wait, receiver.receive()).await {
             Ok(Ok(Some(delivery))) => delivery,
             Ok(Ok(None)) => return Err(format!("the receiver closed before {what}")),
             Ok(Err(error)) => return Err(format!("receiving {what}: {error}")),
             Err(_) => {
                 return Err(format!(
                     "{what} was not delivered within {}s",
-                    DELIVERY_WAIT.as_secs()
+                    wait.as_secs()
                 ));
             }
         };
@@ -356,6 +409,163 @@ where
         .await;
         dead.close().await;
         read
+    }
+
+    /// A consumer process killed (SIGKILL) after its commit and before its settlement: the
+    /// broker redelivers (the service drops a connection's locks with it), and the redelivery
+    /// is recognised as an inbox duplicate; one reservation.
+    async fn crash_between_commit_and_settlement(&self, child: &ChildCommand) -> Verdict {
+        let queue = &self.entities.queue;
+        let before = self.reservations().await?;
+        self.send(queue, self.order("crash-1", "crash")?).await?;
+        let (mut process, mut lines) = self.spawn_child(child, queue, false)?;
+        let said = Self::child_says(&mut lines).await;
+        // SIGKILL: no settlement, no goodbye on the connection.
+        let killed = process.kill().await;
+        let said = said?;
+        if said != super::child::COMMITTED {
+            return Err(format!("the child did not commit: {said}"));
+        }
+        killed.map_err(|e| format!("killing the child: {e}"))?;
+        let (receiver, runtime) = self.runtime(queue, OrderPlacedConsumer::new())?;
+        let redelivered = self
+            .process_next_within(&receiver, &runtime, "the redelivery", REDELIVERY_WAIT)
+            .await;
+        receiver.close().await;
+        let outcome = redelivered?;
+        if outcome != Outcome::Duplicate(DuplicateScope::Inbox) {
+            return Err(format!(
+                "the redelivery after the crash was {outcome:?}, not an inbox Duplicate"
+            ));
+        }
+        let effect = self.reservations().await? - before;
+        if effect != 1 {
+            return Err(format!("{effect} reservations for one order"));
+        }
+        Ok(
+            "killed after commit; the redelivery was an inbox duplicate; one reservation"
+                .to_owned(),
+        )
+    }
+
+    /// `sb-inbox verify-child` on `queue` (`--stall`: its handler stalls the process), its
+    /// stdout read line by line.
+    fn spawn_child(
+        &self,
+        child: &ChildCommand,
+        queue: &str,
+        stall: bool,
+    ) -> Result<(tokio::process::Child, ChildLines), String> {
+        let mut command = tokio::process::Command::new(&child.program);
+        command
+            .args(["verify-child", "--queue", queue, "--consumer"])
+            .arg(self.consumer()?.as_str());
+        if stall {
+            command.arg("--stall");
+        }
+        let mut process = command
+            .env_remove("SB_INBOX_SERVICEBUS_CONNECTION")
+            .env_remove("SB_INBOX_SERVICEBUS_NAMESPACE")
+            .env("SB_INBOX_STORE", &child.store)
+            .envs(child.env.iter().map(|(k, v)| (k, v)))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("starting the child process: {e}"))?;
+        let stdout = process
+            .stdout
+            .take()
+            .ok_or_else(|| "the child has no stdout".to_owned())?;
+        Ok((
+            process,
+            tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout)),
+        ))
+    }
+
+    /// The child's next line within [`CHILD_WAIT`], or what happened instead.
+    async fn child_says(lines: &mut ChildLines) -> Result<String, String> {
+        match tokio::time::timeout(CHILD_WAIT, lines.next_line()).await {
+            Ok(Ok(Some(line))) => Ok(line),
+            Ok(Ok(None)) | Ok(Err(_)) => Err("the child ended without a word".to_owned()),
+            Err(_) => Err(format!(
+                "the child said nothing within {}s",
+                CHILD_WAIT.as_secs()
+            )),
+        }
+    }
+
+    /// A consumer process stalls (a long GC pause, a frozen VM) with its transaction open,
+    /// past its lock: the broker redelivers to another consumer (verify), which processes it
+    /// once the stalled one resumes; the stalled one's commit is fenced (`LockLost`), so one
+    /// reservation.
+    async fn lock_loss_fenced(&self, child: &ChildCommand) -> Verdict {
+        use tokio::io::AsyncWriteExt as _;
+        let queue = &self.entities.lock_queue;
+        let before = self.reservations().await?;
+        self.send(queue, self.order("lock-1", "lock")?).await?;
+        let (mut process, mut lines) = self.spawn_child(child, queue, true)?;
+        let said = Self::child_says(&mut lines).await?;
+        if said != super::child::STALLED {
+            return Err(format!("the child did not reach its handler: {said}"));
+        }
+        let (receiver, runtime) = self.runtime(queue, OrderPlacedConsumer::new())?;
+        let result = async {
+            let delivery = match tokio::time::timeout(LOCK_LOSS_WAIT, receiver.receive()).await {
+                Ok(Ok(Some(delivery))) => delivery,
+                Ok(Ok(None)) => return Err("the receiver closed".to_owned()),
+                Ok(Err(error)) => return Err(format!("receiving the redelivery: {error}")),
+                Err(_) => {
+                    return Err(format!(
+                        "no redelivery within {}s while the first consumer stalled: does {queue} \
+                         lock for longer?",
+                        LOCK_LOSS_WAIT.as_secs()
+                    ));
+                }
+            };
+            // The stalled consumer resumes: its handler returns and its runtime must not commit.
+            let mut stdin = process
+                .stdin
+                .take()
+                .ok_or_else(|| "the child has no stdin".to_owned())?;
+            stdin
+                .write_all(b"go\n")
+                .await
+                .map_err(|e| format!("resuming the child: {e}"))?;
+            let outcome = runtime.process(delivery).await;
+            let child_said = Self::child_says(&mut lines).await?;
+            if child_said == super::child::COMMITTED {
+                return Err(
+                    "the stalled consumer committed after its lock was lost: no fence".to_owned()
+                );
+            }
+            let child_outcome = child_said
+                .strip_prefix(super::child::OUTCOME)
+                .ok_or_else(|| format!("the child: {child_said}"))?
+                .to_owned();
+            if child_outcome != format!("{:?}", Outcome::LockLost) {
+                return Err(format!(
+                    "the stalled consumer ended {child_outcome}, not LockLost"
+                ));
+            }
+            if outcome.outcome != Outcome::Processed {
+                return Err(format!(
+                    "the redelivery was {:?}, not Processed",
+                    outcome.outcome
+                ));
+            }
+            let effect = self.reservations().await? - before;
+            if effect != 1 {
+                return Err(format!("{effect} reservations for one order"));
+            }
+            Ok("the stalled consumer's commit was fenced (LockLost); the redelivery was processed once".to_owned())
+        }
+        .await;
+        receiver.close().await;
+        // Whatever happened, the child is done.
+        let _ = process.kill().await;
+        result
     }
 
     /// Messages of one session arrive in the order they were sent.

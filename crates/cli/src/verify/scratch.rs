@@ -25,6 +25,8 @@ pub struct Entities {
     pub session_queue: Option<String>,
     /// Where the outbox scenario relays to.
     pub outbox: String,
+    /// A queue with a short lock, for the lock-loss scenario.
+    pub lock_queue: String,
     /// Whether verify created them (and deletes them) or was given them (and purges them).
     pub scratch: bool,
 }
@@ -36,8 +38,10 @@ impl Entities {
         if let Some(session) = &self.session_queue {
             names.push(session.clone());
         }
-        if !names.contains(&self.outbox) {
-            names.push(self.outbox.clone());
+        for other in [&self.outbox, &self.lock_queue] {
+            if !names.contains(other) {
+                names.push(other.clone());
+            }
         }
         names
     }
@@ -46,9 +50,9 @@ impl Entities {
 /// A scratch queue's settings: the service's defaults except a 30 s lock (so a redelivery
 /// after a lost lock takes seconds, not a minute) and sessions when asked for. Duplicate
 /// detection stays off: the duplicate scenarios need the broker to deliver both copies.
-fn scratch_properties(sessions: bool) -> EntityProperties {
+fn scratch_properties(sessions: bool, lock: Duration) -> EntityProperties {
     EntityProperties {
-        lock_duration: Some(Duration::from_secs(30)),
+        lock_duration: Some(lock),
         max_delivery_count: Some(10),
         default_message_time_to_live: Some(Duration::from_secs(3600)),
         requires_session: sessions,
@@ -56,26 +60,48 @@ fn scratch_properties(sessions: bool) -> EntityProperties {
     }
 }
 
-/// Creates the scratch queues `<prefix>-q`, `<prefix>-sq` (sessions) and `<prefix>-out`.
+/// The lock of the lock-loss queue: the shortest Service Bus allows (Microsoft Learn, "Service
+/// Bus queues, topics, and subscriptions": LockDuration 5 s to 5 min).
+const SHORT_LOCK: Duration = Duration::from_secs(5);
+
+/// The names of a run's scratch queues.
+pub fn scratch_names(prefix: &str) -> [String; 4] {
+    [
+        format!("{prefix}-q"),
+        format!("{prefix}-sq"),
+        format!("{prefix}-out"),
+        format!("{prefix}-lock"),
+    ]
+}
+
+/// Creates the scratch queues `<prefix>-q`, `<prefix>-sq` (sessions), `<prefix>-out` and
+/// `<prefix>-lock` (short lock).
 /// What was created before a failure is deleted again.
 ///
 /// # Errors
 /// [`VerifyError::Admin`] when one cannot be created.
 pub async fn create(admin: &AdminClient, prefix: &str) -> Result<Entities, VerifyError> {
+    let [queue, session, outbox, lock] = scratch_names(prefix);
     let entities = Entities {
-        queue: format!("{prefix}-q"),
-        session_queue: Some(format!("{prefix}-sq")),
-        outbox: format!("{prefix}-out"),
+        queue: queue.clone(),
+        session_queue: Some(session.clone()),
+        outbox: outbox.clone(),
+        lock_queue: lock.clone(),
         scratch: true,
     };
+    let long = Duration::from_secs(30);
     let plan = [
-        (entities.queue.clone(), false),
-        (format!("{prefix}-sq"), true),
-        (entities.outbox.clone(), false),
+        (queue, false, long),
+        (session, true, long),
+        (outbox, false, long),
+        (lock, false, SHORT_LOCK),
     ];
     let mut created = Vec::new();
-    for (name, sessions) in plan {
-        match admin.create(&name, &scratch_properties(sessions)).await {
+    for (name, sessions, lock) in plan {
+        match admin
+            .create(&name, &scratch_properties(sessions, lock))
+            .await
+        {
             Ok(_) => created.push(name),
             Err(error) => {
                 let _left = delete(admin, &created).await;
