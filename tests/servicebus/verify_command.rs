@@ -23,6 +23,8 @@ const RUN: &[&str] = &[
     "session_order",
     "outbox_relayed_once",
     "store_conformance",
+    "lock_loss_fenced",
+    "crash_between_commit_and_settlement",
 ];
 
 /// An emulator with `queues` and its management API on a plain HTTP listener.
@@ -182,7 +184,7 @@ async fn verify_passes_on_the_emulator_and_postgresql_and_leaves_nothing_behind(
         .iter()
         .map(|n| n.as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(names.len(), 3, "{env}");
+    assert_eq!(names.len(), 4, "{env}");
     assert!(names.iter().all(|n| n.starts_with("sbv-")), "{names:?}");
     let listed = queue_names(&emulator);
     assert!(
@@ -225,7 +227,7 @@ async fn verify_passes_on_the_emulator_and_sqlite_and_removes_its_scratch_file()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_refuses_a_given_queue_holding_messages_it_did_not_send_and_touches_nothing() {
-    let emulator = emulator(vec![queue("theirs", properties("PT30S", 10))]).await;
+    let emulator = emulator(vec![queue("theirs", properties("PT5S", 10))]).await;
     client(&emulator)
         .sender("theirs")
         .send(Message::new("their-1", "their.contract.v1", "{}"))
@@ -250,8 +252,8 @@ async fn verify_refuses_a_given_queue_holding_messages_it_did_not_send_and_touch
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_on_given_empty_queues_passes_and_purges_them() {
     let emulator = emulator(vec![
-        queue("mine", properties("PT30S", 10)),
-        queue("mine-sessions", session_properties("PT30S")),
+        queue("mine", properties("PT5S", 10)),
+        queue("mine-sessions", session_properties("PT5S")),
     ])
     .await;
     let run = verify(
@@ -298,6 +300,12 @@ async fn with_the_inbox_unique_key_dropped_duplicate_delivery_and_conformance_fa
     )
     .await;
     fails_with(&run, "store_conformance", "inbox_insert_then_duplicate").await;
+    fails_with(
+        &run,
+        "crash_between_commit_and_settlement",
+        "the redelivery after the crash was Duplicate(BusinessKey), not an inbox Duplicate",
+    )
+    .await;
     assert_eq!(run.status("republished_message").0, "passed");
     assert!(
         queue_names(&emulator)
@@ -333,7 +341,7 @@ async fn with_duplicate_detection_on_the_queue_duplicate_delivery_fails_naming_i
         EntityProperties {
             requires_duplicate_detection: true,
             duplicate_detection_history_time_window: duration("PT10M"),
-            ..properties("PT30S", 10)
+            ..properties("PT5S", 10)
         },
     )])
     .await;
@@ -353,10 +361,10 @@ async fn with_dead_letters_forwarded_away_the_dead_letter_reason_fails() {
             "forwarding",
             EntityProperties {
                 forward_dead_lettered_messages_to: Some("elsewhere".to_owned()),
-                ..properties("PT30S", 10)
+                ..properties("PT5S", 10)
             },
         ),
-        queue("elsewhere", properties("PT30S", 10)),
+        queue("elsewhere", properties("PT5S", 10)),
     ])
     .await;
     let run = verify(&emulator, &pg_url(), &["--queue", "forwarding"], "dlq").await;
@@ -371,8 +379,8 @@ async fn with_dead_letters_forwarded_away_the_dead_letter_reason_fails() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_session_queue_that_does_not_require_sessions_session_order_fails() {
     let emulator = emulator(vec![
-        queue("plain", properties("PT30S", 10)),
-        queue("not-sessions", properties("PT30S", 10)),
+        queue("plain", properties("PT5S", 10)),
+        queue("not-sessions", properties("PT5S", 10)),
     ])
     .await;
     let run = verify(

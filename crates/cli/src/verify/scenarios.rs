@@ -34,8 +34,9 @@ type ChildLines = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStd
 /// (below the 5 s lock of the lock-loss queue).
 pub const LOCK_MARGIN: Duration = Duration::from_secs(2);
 
-/// How long the lock-loss scenario waits for the redelivery: the longest lock Service Bus
-/// allows is 5 min (Microsoft Learn, "Message transfers, locks, and settlement": LockDuration).
+/// How long the lock-loss scenario waits for the redelivery: longer than the longest lock a
+/// given queue can have, 5 min (Microsoft Learn, `CreateQueueOptions.LockDuration`: "Max value
+/// is 5 minutes. Default value is 60 seconds.").
 const LOCK_LOSS_WAIT: Duration = Duration::from_secs(320);
 
 /// How long the crash scenario's child may take to receive and commit.

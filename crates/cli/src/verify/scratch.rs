@@ -60,8 +60,7 @@ fn scratch_properties(sessions: bool, lock: Duration) -> EntityProperties {
     }
 }
 
-/// The lock of the lock-loss queue: the shortest Service Bus allows (Microsoft Learn, "Service
-/// Bus queues, topics, and subscriptions": LockDuration 5 s to 5 min).
+/// The lock of the lock-loss queue: short, so the stalled consumer loses it within seconds.
 const SHORT_LOCK: Duration = Duration::from_secs(5);
 
 /// The names of a run's scratch queues.
