@@ -25,6 +25,7 @@ const RUN: &[&str] = &[
     "store_conformance",
     "lock_loss_fenced",
     "crash_between_commit_and_settlement",
+    "delayed_retry",
 ];
 
 /// An emulator with `queues` and its management API on a plain HTTP listener.

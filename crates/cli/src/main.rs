@@ -106,8 +106,8 @@ enum Command {
     },
     /// Runs the article's verification scenarios against your own namespace and database:
     /// duplicate delivery, a republished message, dead-lettering with its reason read back,
-    /// session order, the outbox relayed once, the store's conformance suite (more in
-    /// --help). On scratch queues it creates through the management API (Manage rights) and
+    /// session order, the outbox relayed once, the store's conformance suite, lock loss, a
+    /// crash between commit and settlement, a delayed retry (the list in --help). On scratch queues it creates through the management API (Manage rights) and
     /// deletes, or on --queue, which it refuses unless empty and purges afterwards; the store's
     /// part runs in a scratch schema (PostgreSQL) or file (SQLite), dropped afterwards. Prints
     /// a pass/fail table and the broker round trip, store commit latency and the window they
@@ -397,7 +397,7 @@ impl NamespaceArgs {
 const VERIFY_HELP: &str = "Scenarios: duplicate_delivery, republished_message, dead_letter_reason,
 session_order, outbox_relayed_once, store_conformance, lock_loss_fenced,
 crash_between_commit_and_settlement, delayed_retry, idle_detach_survival, token_refresh (the last
-five are reported skipped by this build, with what they need).
+two are reported skipped by this build, with what they need).
 
 Examples:
   sb-inbox verify --connection \"$SB_CONNECTION\" --store postgres://app@db/app --report verify.json

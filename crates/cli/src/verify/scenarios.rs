@@ -9,15 +9,17 @@
 use std::time::{Duration, Instant};
 
 use sb_inbox::relay::{Relay, RelayConfig};
+use sb_inbox::runtime::{DelayedRetry, RetryPolicy};
 use sb_inbox::servicebus::{ServiceBusClient, ServiceBusReceiver, ServiceBusSenderPort};
 use sb_inbox::{
-    ConsumerName, DeadLetterReason, DuplicateScope, Message, OutboxStore, Outcome, Receiver,
-    Runtime, RuntimeConfig, Store, Tx,
+    ConsumerName, DeadLetterReason, DuplicateScope, Handler, HandlerError, Message, OutboxStore,
+    Outcome, Receiver, Runtime, RuntimeConfig, Store, Tx,
 };
 use tokio_util::sync::CancellationToken;
 
 use crate::inventory::{
-    CONTRACT, EVENT_CONTRACT, InventoryStore, OrderLine, OrderPlaced, OrderPlacedConsumer,
+    CONTRACT, EVENT_CONTRACT, InventoryStore, InventoryTx, OrderLine, OrderPlaced,
+    OrderPlacedConsumer,
 };
 use crate::ops::send::OrderMessage;
 
@@ -26,6 +28,12 @@ use super::scratch::Entities;
 
 /// How long a scenario waits for a message the broker should deliver.
 pub const DELIVERY_WAIT: Duration = Duration::from_secs(15);
+
+/// The delayed retry's first delay.
+const RETRY_DELAY: Duration = Duration::from_secs(3);
+
+/// How far the broker's clock may be off the host's before an early retry counts as early.
+const CLOCK_TOLERANCE: Duration = Duration::from_secs(2);
 
 /// The child's stdout, line by line.
 type ChildLines = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
@@ -162,7 +170,7 @@ where
                     "needs a store another process can open (not sqlite::memory:)".to_owned(),
                 )),
             },
-            "delayed_retry" => Err(Skip("not in this build yet (issue 43)".to_owned())),
+            "delayed_retry" => Ok(self.delayed_retry().await),
             "idle_detach_survival" => Err(Skip(
                 "needs --long (a sender idle past the service's 10 min link timeout); not in this \
                  build yet (issue 43)"
@@ -569,6 +577,68 @@ where
         result
     }
 
+    /// A transient failure with delayed retries on: the original is completed and a copy
+    /// scheduled on the broker; the copy arrives no earlier than scheduled and is processed
+    /// once.
+    async fn delayed_retry(&self) -> Verdict {
+        let queue = &self.entities.queue;
+        let before = self.reservations().await?;
+        self.send(queue, self.order("retry-1", "retry")?).await?;
+        let policy =
+            RetryPolicy::new(3, RETRY_DELAY, RETRY_DELAY * 4).map_err(|e| e.to_string())?;
+        let receiver = self.client.receiver(queue, 0);
+        let mut config = RuntimeConfig::new(self.consumer()?);
+        config.concurrency = 1;
+        config.lock_margin = LOCK_MARGIN;
+        config.delayed_retry = Some(DelayedRetry::new(
+            policy,
+            ServiceBusSenderPort::new(self.client.clone()),
+            queue.clone(),
+        ));
+        let handler = FailFirst {
+            inner: OrderPlacedConsumer::new(),
+            failed: std::sync::atomic::AtomicBool::new(false),
+        };
+        let runtime = Runtime::new(receiver.clone(), self.store.clone(), handler, config);
+        let result = async {
+            let first = receive_within(&receiver, DELIVERY_WAIT, "the order").await?;
+            let report = runtime.process(first).await;
+            let scheduled = match (&report.outcome, &report.retry, &report.settled) {
+                (Outcome::Transient, Some(retry), Some(Ok(()))) => retry.at,
+                other => {
+                    return Err(format!(
+                        "expected a transient failure retried later, got {other:?}"
+                    ));
+                }
+            };
+            let copy = receive_within(&receiver, DELIVERY_WAIT + RETRY_DELAY * 4, "the retry")
+                .await?;
+            let arrived = std::time::SystemTime::now();
+            // The broker's clock may be a little off the host's (where `at` was computed).
+            if arrived + CLOCK_TOLERANCE < scheduled {
+                return Err(format!(
+                    "the retry arrived {:?} before its scheduled time",
+                    scheduled.duration_since(arrived).unwrap_or_default()
+                ));
+            }
+            let outcome = runtime.process(copy).await.outcome;
+            if outcome != Outcome::Processed {
+                return Err(format!("the retry was {outcome:?}, not Processed"));
+            }
+            let effect = self.reservations().await? - before;
+            if effect != 1 {
+                return Err(format!("{effect} reservations for one order"));
+            }
+            Ok(format!(
+                "transient failure: original completed, copy scheduled {:.1}s later, processed once",
+                report.retry.map(|r| r.delay).unwrap_or_default().as_secs_f64()
+            ))
+        }
+        .await;
+        receiver.close().await;
+        result
+    }
+
     /// Messages of one session arrive in the order they were sent.
     async fn session_order(&self, queue: &str) -> Verdict {
         let session_id = format!("{}-s1", self.prefix);
@@ -689,6 +759,59 @@ where
                 "expected one {EVENT_CONTRACT} on {outbox}, received {other:?}"
             )),
         }
+    }
+}
+
+/// The next delivery of `receiver` within `wait`.
+async fn receive_within(
+    receiver: &ServiceBusReceiver,
+    wait: Duration,
+    what: &str,
+) -> Result<sb_inbox::servicebus::ServiceBusDelivery, String> {
+    match tokio::time::timeout(wait, receiver.receive()).await {
+        Ok(Ok(Some(delivery))) => Ok(delivery),
+        Ok(Ok(None)) => Err(format!("the receiver closed before {what}")),
+        Ok(Err(error)) => Err(format!("receiving {what}: {error}")),
+        Err(_) => Err(format!(
+            "{what} was not delivered within {}s",
+            wait.as_secs()
+        )),
+    }
+}
+
+/// The reference consumer failing its first attempt transiently (a dependency that was down).
+#[derive(Debug)]
+struct FailFirst {
+    inner: OrderPlacedConsumer,
+    failed: std::sync::atomic::AtomicBool,
+}
+
+impl<T: InventoryTx> Handler<T> for FailFirst {
+    type Payload = <OrderPlacedConsumer as Handler<T>>::Payload;
+
+    fn contracts(&self) -> &[sb_inbox::Contract] {
+        <OrderPlacedConsumer as Handler<T>>::contracts(&self.inner)
+    }
+
+    fn decode(
+        &self,
+        contract: &sb_inbox::Contract,
+        body: &[u8],
+    ) -> Result<Self::Payload, sb_inbox::DecodeError> {
+        <OrderPlacedConsumer as Handler<T>>::decode(&self.inner, contract, body)
+    }
+
+    async fn handle(
+        &self,
+        ctx: &sb_inbox::Context<'_, Self::Payload>,
+        tx: &mut T,
+    ) -> Result<sb_inbox::Handled, HandlerError> {
+        if !self.failed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(HandlerError::transient(
+                "verify: the first attempt fails as a dependency that is down would",
+            ));
+        }
+        self.inner.handle(ctx, tx).await
     }
 }
 
