@@ -108,12 +108,12 @@ enum Command {
     /// duplicate delivery, a republished message, dead-lettering with its reason read back,
     /// session order, the outbox relayed once, the store's conformance suite, lock loss, a
     /// crash between commit and settlement, a delayed retry (the list in --help). On scratch
-    /// queues it creates through the management API (Manage rights) and deletes, or on --queue, which it refuses unless empty and purges afterwards; the store's
-    /// part runs in a scratch schema (PostgreSQL) or file (SQLite), dropped afterwards. Prints
-    /// a pass/fail table and the broker round trip, store commit latency and the window they
-    /// imply. Exit code 0 only if every scenario passed; 1 if one failed (or verify could not
-    /// set up or clean up); 3 if none failed but some were skipped (the table says what they
-    /// need).
+    /// queues it creates through the management API (Manage rights) and deletes, or on
+    /// --queue, which it refuses unless empty and purges afterwards; the store's part runs in a
+    /// scratch schema (PostgreSQL) or file (SQLite), dropped afterwards. Prints a pass/fail
+    /// table and the broker round trip, store commit latency and the window they imply. Exit
+    /// code 0 only if every scenario passed; 1 if one failed (or verify could not set up or
+    /// clean up); 3 if none failed but some were skipped (the table says what they need).
     #[command(after_help = VERIFY_HELP)]
     Verify {
         #[command(flatten)]
