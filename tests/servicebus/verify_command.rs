@@ -393,3 +393,63 @@ async fn with_a_session_queue_that_does_not_require_sessions_session_order_fails
     .await;
     fails_with(&run, "session_order", "accepting session").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_stopped_by_sigterm_mid_run_still_removes_its_queues_and_schema() {
+    let emulator = emulator(Vec::new()).await;
+    let http = format!("http://{}", emulator.http_addr().unwrap());
+    let report = std::env::temp_dir().join(format!(
+        "sb-inbox-verify-sigterm-{}.json",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&report);
+    let store = pg_url();
+    let mut child = tokio::process::Command::from(cli::command(
+        Some(&emulator.connection_string()),
+        &[
+            "verify",
+            "--admin-endpoint",
+            &http,
+            "--store",
+            &store,
+            "--report",
+            &report.display().to_string(),
+        ],
+    ))
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    // Mid-run: its scratch queues exist and the scenarios have sent their first message.
+    let emulator_ref = &emulator;
+    crate::verification::until("verify created its queues and sent", move || async move {
+        emulator_ref
+            .broker()
+            .queues()
+            .iter()
+            .any(|q| q.name.starts_with("sbv-") && (q.counts.completed > 0 || q.counts.active > 0))
+    })
+    .await;
+    let pid = child.id().unwrap().to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let output = child.wait_with_output().await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("interrupted"), "{stdout}");
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    let listed = queue_names(&emulator);
+    assert!(
+        listed.iter().all(|q| !q.starts_with("sbv-")),
+        "left behind: {listed:?}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let schema = json["environment"]["scratch_store"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("schema ")
+        .unwrap()
+        .to_owned();
+    assert!(!schema_exists(&schema).await, "schema {schema} left behind");
+}
