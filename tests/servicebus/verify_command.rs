@@ -404,7 +404,7 @@ async fn verify_stopped_by_sigterm_mid_run_still_removes_its_queues_and_schema()
     ));
     let _ = std::fs::remove_file(&report);
     let store = pg_url();
-    let mut child = tokio::process::Command::from(cli::command(
+    let child = tokio::process::Command::from(cli::command(
         Some(&emulator.connection_string()),
         &[
             "verify",
