@@ -453,3 +453,23 @@ async fn verify_stopped_by_sigterm_mid_run_still_removes_its_queues_and_schema()
         .to_owned();
     assert!(!schema_exists(&schema).await, "schema {schema} left behind");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_idle_secs_past_the_emulators_link_idle_timeout_the_idle_sender_survives() {
+    let emulator = start(
+        Vec::new(),
+        EmulatorOptions::default()
+            .with_http_listen("127.0.0.1:0")
+            .with_link_idle_timeout(std::time::Duration::from_secs(2)),
+    )
+    .await;
+    let run = verify(&emulator, &pg_url(), &["--idle-secs", "3"], "idle").await;
+    let (status, reason) = run.status("idle_detach_survival");
+    assert_eq!(status, "passed", "{reason}\n{}", run.describe());
+    // Every other scenario this build runs holds under the short idle timeout too.
+    for (name, (status, reason)) in run.scenarios() {
+        if name != "token_refresh" {
+            assert_eq!(status, "passed", "{name}: {reason}");
+        }
+    }
+}

@@ -114,6 +114,9 @@ pub struct VerifyOptions {
     /// The environment the crash scenario's child process needs to reach the namespace as
     /// this process does (`SB_INBOX_SERVICEBUS_*`); secrets go there, never on a command line.
     pub child_env: Vec<(String, String)>,
+    /// How long the idle-detach scenario leaves its sender idle (`--idle-secs`); `None` skips
+    /// it.
+    pub idle: Option<std::time::Duration>,
 }
 
 /// Sets up, runs every scenario, and removes what it created, also when `stop` is cancelled
@@ -395,6 +398,7 @@ where
         store,
         entities: entities.clone(),
         prefix: prefix.to_owned(),
+        idle: options.idle,
         child: child_store.and_then(|store| {
             let program = std::env::current_exe().ok()?;
             Some(scenarios::ChildCommand {
