@@ -473,3 +473,13 @@ async fn with_idle_secs_past_the_emulators_link_idle_timeout_the_idle_sender_sur
         }
     }
 }
+
+/// About three minutes: the tokens live 150 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_token_refresh_the_sender_refreshes_before_its_short_token_expires() {
+    let emulator = emulator(Vec::new()).await;
+    let run = verify(&emulator, &pg_url(), &["--token-refresh"], "token").await;
+    let (status, reason) = run.status("token_refresh");
+    assert_eq!(status, "passed", "{reason}\n{}", run.describe());
+    assert!(reason.contains("before its expiry at 150s"), "{reason}");
+}

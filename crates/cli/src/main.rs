@@ -28,6 +28,7 @@ use sb_inbox::worker::{ENV_VARS, MOVED, WorkerConfig};
 use sb_inbox_cli::inventory::InventoryStore;
 use sb_inbox_cli::ops::{self, OpsError, dlq};
 use sb_inbox_cli::retry;
+use sb_inbox_cli::verify::tokens::{SHORT_TOKEN_LIFETIME, ShortTokens};
 use tokio_util::sync::CancellationToken;
 
 /// sb-inbox: the Idempotent Consumer for Azure Service Bus.
@@ -141,6 +142,11 @@ enum Command {
         /// --link-idle-timeout.
         #[arg(long, value_name = "SECS")]
         idle_secs: Option<u64>,
+        /// Run token_refresh (about 3 minutes): a sender on SAS tokens verify signs for 150 s
+        /// must refresh its token and keep working past the first one's expiry. Needs
+        /// --connection with a key.
+        #[arg(long)]
+        token_refresh: bool,
         /// Test-only: drop a unique constraint in verify's scratch schema (PostgreSQL), to
         /// show the scenarios that depend on it fail.
         #[arg(long, hide = true, value_enum)]
@@ -291,14 +297,18 @@ impl NamespaceArgs {
     /// server-busy wait, the trust roots and the WebSocket proxy from the same settings, so one
     /// environment serves the worker and the operator commands.
     fn client(&self) -> anyhow::Result<ServiceBusClient> {
+        self.configure(self.address()?)
+    }
+
+    /// `client` with the settings every client of these arguments takes.
+    fn configure(&self, client: ServiceBusClient) -> anyhow::Result<ServiceBusClient> {
         let busy_wait = self
             .server_busy_wait_ms
             .map_or(DEFAULT_SERVER_BUSY_WAIT, Duration::from_millis);
         // The variables curl and the official SDKs' HTTP stacks read, as the worker does.
         let proxy = ProxyConfig::from_env_vars(|name| std::env::var(name).ok())
             .context("invalid HTTPS_PROXY / NO_PROXY")?;
-        let client = self
-            .address()?
+        let client = client
             .with_server_busy_wait(busy_wait)
             .with_trust(&self.trust_roots())
             .context(
@@ -307,6 +317,34 @@ impl NamespaceArgs {
             )?
             .with_proxy(&proxy);
         Ok(client)
+    }
+
+    /// A client of the connection string's namespace whose SAS tokens live
+    /// [`SHORT_TOKEN_LIFETIME`], configured as [`NamespaceArgs::client`] (verify's token
+    /// refresh scenario).
+    fn short_token_client(&self) -> anyhow::Result<sb_inbox_cli::verify::TokenRefresh> {
+        let Some(connection) = &self.connection else {
+            anyhow::bail!("--token-refresh needs --connection with a key");
+        };
+        let mut cs: ConnectionString = connection
+            .parse()
+            .context("invalid --connection (SB_INBOX_SERVICEBUS_CONNECTION)")?;
+        if let Some(transport) = self.transport {
+            cs = cs.with_transport(transport);
+        }
+        let sb_inbox::servicebus::Credential::Key { name, key } = cs.credential() else {
+            anyhow::bail!("--token-refresh needs a connection string with a key, not a signature");
+        };
+        let tokens = std::sync::Arc::new(ShortTokens::new(
+            name.clone(),
+            key.clone(),
+            SHORT_TOKEN_LIFETIME,
+        ));
+        let client = ServiceBusClient::new(cs.amqp_url(), cs.host(), tokens.clone());
+        Ok(sb_inbox_cli::verify::TokenRefresh {
+            client: self.configure(client)?,
+            tokens,
+        })
     }
 
     /// The environment that gives a child process (verify's crash scenario) these settings.
@@ -403,7 +441,7 @@ const VERIFY_HELP: &str = "Scenarios: duplicate_delivery, republished_message, d
 session_order, outbox_relayed_once, store_conformance, lock_loss_fenced,
 crash_between_commit_and_settlement, delayed_retry, idle_detach_survival, token_refresh (the last
 two are reported skipped unless asked for: idle_detach_survival with --idle-secs, token_refresh
-not in this build yet).
+with --token-refresh).
 
 Examples:
   sb-inbox verify --connection \"$SB_CONNECTION\" --store postgres://app@db/app --report verify.json
@@ -501,9 +539,11 @@ async fn run(command: Command) -> ExitCode {
             admin_endpoint,
             report,
             idle_secs,
+            token_refresh,
             break_store,
         } => {
             let given = GivenEntities {
+                token_refresh,
                 queue,
                 session_queue,
                 store_fault: break_store,
@@ -617,6 +657,7 @@ struct GivenEntities {
     session_queue: Option<String>,
     store_fault: Option<sb_inbox_cli::verify::StoreFault>,
     idle: Option<Duration>,
+    token_refresh: bool,
 }
 
 async fn verify(
@@ -636,6 +677,11 @@ async fn verify(
             store_fault: given.store_fault,
             child_env: namespace.child_env(),
             idle: given.idle,
+            token_refresh: if given.token_refresh {
+                Some(namespace.short_token_client()?)
+            } else {
+                None
+            },
         })
     };
     let options = match setup() {

@@ -21,6 +21,7 @@ pub mod child;
 pub mod report;
 pub mod scenarios;
 pub mod scratch;
+pub mod tokens;
 
 use sb_inbox::OutboxStore;
 use sb_inbox::servicebus::ServiceBusClient;
@@ -117,6 +118,18 @@ pub struct VerifyOptions {
     /// How long the idle-detach scenario leaves its sender idle (`--idle-secs`); `None` skips
     /// it.
     pub idle: Option<std::time::Duration>,
+    /// The token refresh scenario's client (short-lived SAS tokens) and its recorded tokens;
+    /// `None` skips it.
+    pub token_refresh: Option<TokenRefresh>,
+}
+
+/// A client of the same namespace whose SAS tokens live [`tokens::SHORT_TOKEN_LIFETIME`].
+#[derive(Debug, Clone)]
+pub struct TokenRefresh {
+    /// The client.
+    pub client: ServiceBusClient,
+    /// Its tokens, as issued.
+    pub tokens: std::sync::Arc<tokens::ShortTokens>,
 }
 
 /// Sets up, runs every scenario, and removes what it created, also when `stop` is cancelled
@@ -399,6 +412,7 @@ where
         entities: entities.clone(),
         prefix: prefix.to_owned(),
         idle: options.idle,
+        token_refresh: options.token_refresh.clone(),
         child: child_store.and_then(|store| {
             let program = std::env::current_exe().ok()?;
             Some(scenarios::ChildCommand {

@@ -89,6 +89,8 @@ pub struct Harness<S> {
     pub child: Option<ChildCommand>,
     /// How long the idle-detach scenario leaves its sender idle; `None` skips it.
     pub idle: Option<Duration>,
+    /// The token refresh scenario's client; `None` skips it.
+    pub token_refresh: Option<super::TokenRefresh>,
 }
 
 /// `sb-inbox verify-child` as verify starts it: this same executable, the namespace settings
@@ -185,11 +187,15 @@ where
                         .to_owned(),
                 )),
             },
-            "token_refresh" => Err(Skip(
-                "needs a broker whose token lifetime can be shortened (the emulator's \
-                 --max-token-lifetime); not in this build yet (issue 43)"
-                    .to_owned(),
-            )),
+            "token_refresh" => match &self.token_refresh {
+                Some(refresh) => Ok(self.token_refresh(refresh).await),
+                None => Err(Skip(
+                    "needs --token-refresh and a connection string with a key (verify then \
+                     signs tokens valid for 150 s; an Entra ID token's life is the identity \
+                     platform's)"
+                        .to_owned(),
+                )),
+            },
             _ => Err(Skip(format!("unknown scenario {name}"))),
         }
     }
@@ -685,6 +691,78 @@ where
             ))
         } else {
             Err(format!("sent {ids:?}, received {got:?}"))
+        }
+    }
+
+    /// A sender on a client whose tokens live 150 s: the client asks for a fresh token for the
+    /// entity before the first runs out, and the sender works after the first one's expiry.
+    async fn token_refresh(&self, refresh: &super::TokenRefresh) -> Verdict {
+        let queue = &self.entities.queue;
+        let sender = refresh.client.sender(queue);
+        let ids = [
+            format!("{}-token-1", self.prefix),
+            format!("{}-token-2", self.prefix),
+        ];
+        sender
+            .send(Message::new(ids[0].clone(), "verify.token.v1", "{}"))
+            .await
+            .map_err(|e| format!("the first send: {e}"))?;
+        let audience = format!("sb://{}/{}", refresh.client.host(), queue);
+        let first = refresh
+            .tokens
+            .issued_for(&audience)
+            .first()
+            .cloned()
+            .ok_or_else(|| format!("no token was asked for {audience}"))?;
+        // Past the first token's expiry: the scenario is this wait.
+        let until_expired = first
+            .expires_at
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default();
+        tokio::time::sleep(until_expired + Duration::from_secs(5)).await;
+        sender
+            .send(Message::new(ids[1].clone(), "verify.token.v1", "{}"))
+            .await
+            .map_err(|e| format!("the send after the first token expired: {e}"))?;
+        let issued = refresh.tokens.issued_for(&audience);
+        let refreshed_in_time = issued
+            .iter()
+            .skip(1)
+            .find(|i| i.at < first.expires_at)
+            .map(|i| i.at.duration_since(first.at).unwrap_or_default());
+        let receiver = self.client.receiver(queue, 0);
+        let mut got = Vec::new();
+        let read = async {
+            while got.len() < ids.len() {
+                let delivery =
+                    receive_within(&receiver, DELIVERY_WAIT, "the sender's messages").await?;
+                let id = delivery.client_delivery().message().message_id.clone();
+                let id = id.unwrap_or_default();
+                if ids.contains(&id) {
+                    got.push(id);
+                }
+                delivery
+                    .client_delivery()
+                    .complete()
+                    .await
+                    .map_err(|e| format!("completing: {e}"))?;
+            }
+            Ok::<_, String>(())
+        }
+        .await;
+        receiver.close().await;
+        read?;
+        match refreshed_in_time {
+            Some(after) => Ok(format!(
+                "token for {audience} refreshed {}s after the first, before its expiry at {}s; \
+                 the sender worked after it",
+                after.as_secs(),
+                super::tokens::SHORT_TOKEN_LIFETIME.as_secs()
+            )),
+            None => Err(format!(
+                "no fresh token was asked for {audience} before the first expired ({} issued)",
+                issued.len()
+            )),
         }
     }
 
