@@ -35,6 +35,7 @@ mod strict;
 mod survival;
 mod tls;
 mod verification;
+mod verify_command;
 mod vocabulary;
 mod websocket;
 mod worker;

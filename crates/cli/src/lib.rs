@@ -10,6 +10,8 @@
 //!   `sb_inbox::worker::Worker` as `worker.toml` says, the store opened with retries.
 //! - [`demo`] (feature `sqlite`): `sb-inbox demo`, the article's scenario in process.
 //! - [`ops`]: operator commands (publish orders, dead-letter peek and resubmit).
+//! - [`verify`]: `sb-inbox verify`, the article's verification scenarios against a user's own
+//!   namespace and database, on scratch entities and a scratch schema.
 //! - [`retry`]: `sb-inbox migrate`'s bounded wait for a database that is not available yet.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
@@ -19,3 +21,4 @@ pub mod inventory;
 pub mod ops;
 pub mod retry;
 pub mod run;
+pub mod verify;

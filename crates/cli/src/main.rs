@@ -17,6 +17,7 @@ use sb_inbox::SqliteStore;
 #[cfg(feature = "entra")]
 use sb_inbox::entra::{EntraCredential, EntraMode};
 use sb_inbox::runtime::Backoff;
+use sb_inbox::servicebus::admin::AdminClient;
 use sb_inbox::servicebus::{
     ConnectionString, DEFAULT_SERVER_BUSY_WAIT, ProxyConfig, ServiceBusClient,
     ServiceBusSenderPort, Transport, TrustRoots,
@@ -27,6 +28,7 @@ use sb_inbox::worker::{ENV_VARS, MOVED, WorkerConfig};
 use sb_inbox_cli::inventory::InventoryStore;
 use sb_inbox_cli::ops::{self, OpsError, dlq};
 use sb_inbox_cli::retry;
+use sb_inbox_cli::verify::tokens::{SHORT_TOKEN_LIFETIME, ShortTokens};
 use tokio_util::sync::CancellationToken;
 
 /// sb-inbox: the Idempotent Consumer for Azure Service Bus.
@@ -103,6 +105,69 @@ enum Command {
         #[arg(long)]
         seed: Option<u64>,
     },
+    /// Runs the article's verification scenarios against your own namespace and database:
+    /// duplicate delivery, a republished message, dead-lettering with its reason read back,
+    /// session order, the outbox relayed once, the store's conformance suite, lock loss, a
+    /// crash between commit and settlement, a delayed retry (the list in --help). On scratch
+    /// queues it creates through the management API (Manage rights) and deletes, or on
+    /// --queue, which it refuses unless empty and purges afterwards; the store's part runs in a
+    /// scratch schema (PostgreSQL) or file (SQLite), dropped afterwards. Prints a pass/fail
+    /// table and the broker round trip, store commit latency and the window they imply. Exit
+    /// code 0 only if every scenario passed; 1 if one failed (or verify could not set up or
+    /// clean up); 3 if none failed but some were skipped (the table says what they need).
+    #[command(after_help = VERIFY_HELP)]
+    Verify {
+        #[command(flatten)]
+        namespace: NamespaceArgs,
+        /// The store: postgres://USER@HOST/DB, sqlite://PATH or sqlite::memory:.
+        #[arg(long, env = "SB_INBOX_STORE", hide_env_values = true)]
+        store: String,
+        /// Use this queue (without sessions or duplicate detection) instead of scratch queues:
+        /// refused unless it holds no message, active, scheduled or dead-lettered.
+        #[arg(long)]
+        queue: Option<String>,
+        /// With --queue: a queue that requires sessions, for the session scenario (skipped
+        /// without it). Refused unless empty, as --queue.
+        #[arg(long, requires = "queue")]
+        session_queue: Option<String>,
+        /// The management API's address (default: https on the namespace's host), e.g. the
+        /// sb-emulator's plain --http-listen address http://127.0.0.1:PORT.
+        #[arg(long)]
+        admin_endpoint: Option<String>,
+        /// Also write the results as JSON to FILE.
+        #[arg(long, value_name = "FILE")]
+        report: Option<PathBuf>,
+        /// Run idle_detach_survival: a sender left idle SECS seconds, then used. 660 against a
+        /// namespace (the service detaches links idle for 10 minutes); past an emulator's
+        /// --link-idle-timeout.
+        #[arg(long, value_name = "SECS")]
+        idle_secs: Option<u64>,
+        /// Run token_refresh (about 3 minutes): a sender on SAS tokens verify signs for 150 s
+        /// must refresh its token and keep working past the first one's expiry. Needs
+        /// --connection with a key.
+        #[arg(long)]
+        token_refresh: bool,
+        /// Test-only: drop a unique constraint in verify's scratch schema (PostgreSQL), to
+        /// show the scenarios that depend on it fail.
+        #[arg(long, hide = true, value_enum)]
+        break_store: Option<sb_inbox_cli::verify::StoreFault>,
+    },
+    /// verify's crash scenario's other process: processes one delivery of --queue and
+    /// freezes after its commit, before its settlement, until verify kills it.
+    #[command(hide = true)]
+    VerifyChild {
+        #[command(flatten)]
+        namespace: NamespaceArgs,
+        #[arg(long, env = "SB_INBOX_STORE", hide_env_values = true)]
+        store: String,
+        #[arg(long)]
+        queue: String,
+        #[arg(long)]
+        consumer: String,
+        /// Stall after the handler (see verify::child).
+        #[arg(long)]
+        stall: bool,
+    },
     /// Operator commands on an entity's dead-letter queue.
     Dlq {
         #[command(subcommand)]
@@ -168,6 +233,19 @@ struct BrokerArgs {
     /// queue or a topic).
     #[arg(long)]
     entity: String,
+    #[command(flatten)]
+    namespace: NamespaceArgs,
+}
+
+impl BrokerArgs {
+    fn client(&self) -> anyhow::Result<ServiceBusClient> {
+        self.namespace.client()
+    }
+}
+
+/// The namespace and how to reach and authenticate to it.
+#[derive(Debug, clap::Args)]
+struct NamespaceArgs {
     /// A Service Bus connection string (SAS, or the emulator's).
     #[arg(long, env = "SB_INBOX_SERVICEBUS_CONNECTION", hide_env_values = true)]
     connection: Option<String>,
@@ -214,19 +292,23 @@ fn parse_flag(text: &str) -> Result<bool, String> {
     }
 }
 
-impl BrokerArgs {
+impl NamespaceArgs {
     /// The client as the worker builds it (`ConfiguredWorker`): the address, then the
     /// server-busy wait, the trust roots and the WebSocket proxy from the same settings, so one
     /// environment serves the worker and the operator commands.
     fn client(&self) -> anyhow::Result<ServiceBusClient> {
+        self.configure(self.address()?)
+    }
+
+    /// `client` with the settings every client of these arguments takes.
+    fn configure(&self, client: ServiceBusClient) -> anyhow::Result<ServiceBusClient> {
         let busy_wait = self
             .server_busy_wait_ms
             .map_or(DEFAULT_SERVER_BUSY_WAIT, Duration::from_millis);
         // The variables curl and the official SDKs' HTTP stacks read, as the worker does.
         let proxy = ProxyConfig::from_env_vars(|name| std::env::var(name).ok())
             .context("invalid HTTPS_PROXY / NO_PROXY")?;
-        let client = self
-            .address()?
+        let client = client
             .with_server_busy_wait(busy_wait)
             .with_trust(&self.trust_roots())
             .context(
@@ -235,6 +317,63 @@ impl BrokerArgs {
             )?
             .with_proxy(&proxy);
         Ok(client)
+    }
+
+    /// A client of the connection string's namespace whose SAS tokens live
+    /// [`SHORT_TOKEN_LIFETIME`], configured as [`NamespaceArgs::client`] (verify's token
+    /// refresh scenario).
+    fn short_token_client(&self) -> anyhow::Result<sb_inbox_cli::verify::TokenRefresh> {
+        let Some(connection) = &self.connection else {
+            anyhow::bail!("--token-refresh needs --connection with a key");
+        };
+        let mut cs: ConnectionString = connection
+            .parse()
+            .context("invalid --connection (SB_INBOX_SERVICEBUS_CONNECTION)")?;
+        if let Some(transport) = self.transport {
+            cs = cs.with_transport(transport);
+        }
+        let sb_inbox::servicebus::Credential::Key { name, key } = cs.credential() else {
+            anyhow::bail!("--token-refresh needs a connection string with a key, not a signature");
+        };
+        let tokens = std::sync::Arc::new(ShortTokens::new(
+            name.clone(),
+            key.clone(),
+            SHORT_TOKEN_LIFETIME,
+        ));
+        let client = ServiceBusClient::new(cs.amqp_url(), cs.host(), tokens.clone());
+        Ok(sb_inbox_cli::verify::TokenRefresh {
+            client: self.configure(client)?,
+            tokens,
+        })
+    }
+
+    /// The environment that gives a child process (verify's crash scenario) these settings.
+    fn child_env(&self) -> Vec<(String, String)> {
+        let mut env = Vec::new();
+        let mut set = |name: &str, value: String| env.push((name.to_owned(), value));
+        if let Some(connection) = &self.connection {
+            set("SB_INBOX_SERVICEBUS_CONNECTION", connection.clone());
+        }
+        if let Some(namespace) = &self.namespace {
+            set("SB_INBOX_SERVICEBUS_NAMESPACE", namespace.clone());
+        }
+        if let Some(transport) = self.transport {
+            let name = match transport {
+                Transport::AmqpWebSockets => "websockets",
+                _ => "amqp",
+            };
+            set("SB_INBOX_SERVICEBUS_TRANSPORT", name.to_owned());
+        }
+        if let Some(ca_file) = &self.ca_file {
+            set("SB_INBOX_SERVICEBUS_CA_FILE", ca_file.display().to_string());
+        }
+        if let Some(native_roots) = self.native_roots {
+            set("SB_INBOX_SERVICEBUS_NATIVE_ROOTS", native_roots.to_string());
+        }
+        if let Some(wait) = self.server_busy_wait_ms {
+            set("SB_INBOX_SERVICEBUS_SERVER_BUSY_WAIT_MS", wait.to_string());
+        }
+        env
     }
 
     /// Mozilla's roots, plus `--ca-file` (else `SSL_CERT_FILE`, as the worker) and the OS store
@@ -297,6 +436,17 @@ impl BrokerArgs {
         }
     }
 }
+
+const VERIFY_HELP: &str = "Scenarios: duplicate_delivery, republished_message, dead_letter_reason,
+session_order, outbox_relayed_once, store_conformance, lock_loss_fenced,
+crash_between_commit_and_settlement, delayed_retry, idle_detach_survival, token_refresh (the last
+two are reported skipped unless asked for: idle_detach_survival with --idle-secs, token_refresh
+with --token-refresh).
+
+Examples:
+  sb-inbox verify --connection \"$SB_CONNECTION\" --store postgres://app@db/app --report verify.json
+  sb-inbox verify --namespace my-ns.servicebus.windows.net --store sqlite://./verify.db --idle-secs 660
+  sb-inbox verify --connection \"$SB_CONNECTION\" --queue verify --store sqlite::memory:";
 
 const SEND_HELP: &str = "Examples:
   sb-inbox send --entity orders --file orders.json
@@ -381,6 +531,50 @@ async fn run(command: Command) -> ExitCode {
             duplicates,
             seed,
         } => send(&broker, file, generate, duplicates, seed).await,
+        Command::Verify {
+            namespace,
+            store,
+            queue,
+            session_queue,
+            admin_endpoint,
+            report,
+            idle_secs,
+            token_refresh,
+            break_store,
+        } => {
+            let given = GivenEntities {
+                token_refresh,
+                queue,
+                session_queue,
+                store_fault: break_store,
+                idle: idle_secs.map(Duration::from_secs),
+            };
+            return verify(&namespace, &store, given, admin_endpoint.as_deref(), report).await;
+        }
+        Command::VerifyChild {
+            namespace,
+            store,
+            queue,
+            consumer,
+            stall,
+        } => {
+            let setup = || -> anyhow::Result<_> { Ok((namespace.client()?, store.parse()?)) };
+            let (client, store) = match setup() {
+                Ok(setup) => setup,
+                Err(error) => {
+                    println!("error: {error:#}");
+                    return ExitCode::from(2);
+                }
+            };
+            // Its own thread: it freezes that thread on purpose (see verify::child).
+            let child = std::thread::spawn(move || {
+                sb_inbox_cli::verify::child::run(client, store, queue, consumer, stall)
+            });
+            let code = tokio::task::spawn_blocking(move || child.join().unwrap_or(1))
+                .await
+                .unwrap_or(1);
+            return ExitCode::from(code);
+        }
         Command::Dlq { command } => match command {
             DlqCommand::Peek { broker, max } => dlq_peek(&broker, max).await,
             DlqCommand::Resubmit {
@@ -417,6 +611,117 @@ async fn run(command: Command) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The management API client for the namespace's credentials and trust, at `endpoint` when
+/// given.
+fn admin_client(namespace: &NamespaceArgs, endpoint: Option<&str>) -> anyhow::Result<AdminClient> {
+    let proxy = ProxyConfig::from_env_vars(|name| std::env::var(name).ok())
+        .context("invalid HTTPS_PROXY / NO_PROXY")?;
+    let trust = namespace.trust_roots();
+    let admin = match (&namespace.connection, &namespace.namespace) {
+        (Some(connection), _) => {
+            let cs: ConnectionString = connection
+                .parse()
+                .context("invalid --connection (SB_INBOX_SERVICEBUS_CONNECTION)")?;
+            AdminClient::from_connection_string(&cs)?.with_trust(&trust)?
+        }
+        #[cfg(feature = "entra")]
+        (None, Some(host)) => {
+            let client_id = std::env::var("AZURE_CLIENT_ID")
+                .ok()
+                .filter(|id| !id.is_empty());
+            let tokens = sb_inbox::servicebus::EntraProvider::new(EntraCredential::new(
+                EntraMode::Default,
+                client_id,
+            ));
+            AdminClient::for_namespace(host, std::sync::Arc::new(tokens), &trust)?
+        }
+        _ => anyhow::bail!(
+            "give --connection (SB_INBOX_SERVICEBUS_CONNECTION) or --namespace \
+             (SB_INBOX_SERVICEBUS_NAMESPACE)"
+        ),
+    };
+    let admin = admin.with_proxy(&proxy);
+    Ok(match endpoint {
+        Some(url) => admin
+            .with_endpoint(url)
+            .context("invalid --admin-endpoint")?,
+        None => admin,
+    })
+}
+
+/// `verify`'s entity options, and its test-only store fault.
+struct GivenEntities {
+    queue: Option<String>,
+    session_queue: Option<String>,
+    store_fault: Option<sb_inbox_cli::verify::StoreFault>,
+    idle: Option<Duration>,
+    token_refresh: bool,
+}
+
+async fn verify(
+    namespace: &NamespaceArgs,
+    store: &str,
+    given: GivenEntities,
+    admin_endpoint: Option<&str>,
+    report_file: Option<PathBuf>,
+) -> ExitCode {
+    let setup = || -> anyhow::Result<sb_inbox_cli::verify::VerifyOptions> {
+        Ok(sb_inbox_cli::verify::VerifyOptions {
+            client: namespace.client()?,
+            admin: Some(admin_client(namespace, admin_endpoint)?),
+            store: store.parse()?,
+            queue: given.queue,
+            session_queue: given.session_queue,
+            store_fault: given.store_fault,
+            child_env: namespace.child_env(),
+            idle: given.idle,
+            token_refresh: if given.token_refresh {
+                Some(namespace.short_token_client()?)
+            } else {
+                None
+            },
+        })
+    };
+    let options = match setup() {
+        Ok(options) => options,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            return ExitCode::from(2);
+        }
+    };
+    // Ctrl-C or SIGTERM ends the scenarios early; what verify created is still removed.
+    let stop = CancellationToken::new();
+    let signal = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            wait_for_signal().await;
+            tracing::warn!("Signal received; verify removes what it created and stops.");
+            stop.cancel();
+        }
+    });
+    let result = sb_inbox_cli::verify::run(options, &stop).await;
+    signal.abort();
+    let report = match result {
+        Ok(report) => report,
+        Err(error) => {
+            eprintln!("error: {}", with_causes(&error));
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("\nsb-inbox verify: {}\n", report.environment.namespace);
+    print!("{}", report.table());
+    if let Some(path) = report_file {
+        let written = serde_json::to_vec_pretty(&report)
+            .map_err(anyhow::Error::from)
+            .and_then(|json| std::fs::write(&path, json).map_err(anyhow::Error::from));
+        if let Err(error) = written {
+            eprintln!("error: writing {}: {error:#}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::from(report.exit_code())
 }
 
 async fn send(

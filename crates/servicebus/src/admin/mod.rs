@@ -486,6 +486,16 @@ impl AdminClient {
         self.put(path, properties, true).await
     }
 
+    /// Deletes a queue, topic or subscription (`topic/Subscriptions/sub`) with its messages:
+    /// `DELETE` on the entity's address (Microsoft Learn, "Service Bus management REST API",
+    /// Delete Queue / Delete Subscription: 200 OK, 404 when it does not exist).
+    ///
+    /// # Errors
+    /// [`AdminError::NotFound`] when it does not exist; others as [`AdminClient::entity`].
+    pub async fn delete(&self, path: &str) -> Result<(), AdminError> {
+        self.request("DELETE", path, &[], None).await.map(drop)
+    }
+
     async fn put(
         &self,
         path: &str,
