@@ -750,7 +750,15 @@ fn the_readmes_json_configuration_loads_with_its_prefix() {
         "orders-worker.json",
         json,
         "ORDERS_",
-        &[("ORDERS_CONCURRENCY", "3"), ("SB_INBOX_CONCURRENCY", "99")],
+        &[
+            ("ORDERS_CONCURRENCY", "3"),
+            ("SB_INBOX_CONCURRENCY", "99"),
+            // README: the connection string comes from the environment.
+            (
+                "ORDERS_SERVICEBUS_CONNECTION",
+                "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=s;UseDevelopmentEmulator=true",
+            ),
+        ],
     )
     .unwrap();
     assert_eq!(
@@ -836,10 +844,14 @@ fn the_envelope_is_the_subject_by_default_and_set_by_file_or_environment() {
 fn each_consumer_has_its_own_envelope_or_the_top_level_one() {
     let toml = LISTED.replacen(
         "[[consumers]]\nname = \"shop.payments\"",
-        "[consumers.envelope]\nkind = \"nservicebus\"\n[[consumers]]\nname = \"shop.payments\"",
+        "[consumers.envelope]\nkind = \"nservicebus\"\n[consumers.envelope.types]\n\"A\" = \"a.v1\"\n[[consumers]]\nname = \"shop.payments\"",
         1,
     );
-    let config = load(&format!("{toml}[envelope]\nkind = \"cloudevents\"\n"), &[]).unwrap();
+    let config = load(
+        &format!("{toml}[envelope]\nkind = \"cloudevents\"\n[envelope.types]\n\"b\" = \"b.v1\"\n"),
+        &[],
+    )
+    .unwrap();
     let kinds: Vec<_> = config
         .consumers
         .iter()
@@ -876,7 +888,7 @@ fn bad_envelope_settings_are_refused_naming_the_key() {
         "{unknown}"
     );
     let not_raw = one(
-        "[envelope]\nkind = \"masstransit\"\nid_from = \"property:id\"\n",
+        "[envelope]\nkind = \"masstransit\"\nid_from = \"property:id\"\n[envelope.types]\n\"a\" = \"b.v1\"\n",
         &[],
     );
     assert!(

@@ -109,6 +109,19 @@ pub async fn serve(
         .map_err(Error::Worker)
 }
 
+/// Hosts [`Orders`] as `config` says until the process receives SIGTERM or SIGINT, then
+/// drains.
+///
+/// # Errors
+/// [`Error::Worker`] when the worker stops with an error.
+pub async fn serve_until_shutdown(config: WorkerConfig) -> Result<WorkerStats, Error> {
+    Worker::<PgStore>::from_config(config)
+        .schema_check(|store| Box::pin(own_table(store)))
+        .run_until_shutdown(|_consumer| Json::new(Orders))
+        .await
+        .map_err(Error::Worker)
+}
+
 /// Ready once the service's own migration is applied too (a deployment step runs it).
 async fn own_table(store: &PgStore) -> Result<(), sb_inbox::StoreError> {
     let rows = store
