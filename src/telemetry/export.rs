@@ -285,7 +285,10 @@ pub fn init(config: &TelemetryConfig) -> Result<Telemetry, TelemetryError> {
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log_filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let logs = match config.log_format {
+        // Colour codes only for a person at a terminal: in a file or a log collector they are
+        // noise inside every field.
         LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_writer(std::io::stderr)
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()

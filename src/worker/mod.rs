@@ -34,7 +34,7 @@ mod signal;
 
 pub use config::{
     BrokerAddress, ConfigError, ConfigErrors, DEFAULT_ENV_PREFIX, ENV_VARS, KEYS, Key, MOVED,
-    Moved, WorkerConfig,
+    Moved, UnknownVariable, WorkerConfig,
 };
 pub use configured::ConfiguredWorker;
 pub use entity_check::{DeclaredEntity, EntityCheckError, EntitySource, StartCheck};

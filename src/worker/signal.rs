@@ -27,6 +27,7 @@ use super::WorkerError;
 ///
 /// # Examples
 /// ```no_run
+/// # #[allow(dead_code)]
 /// # async fn example() -> Result<(), sb_inbox::worker::WorkerError> {
 /// let shutdown = sb_inbox::worker::shutdown_signal()?;
 /// // …pass `shutdown.clone()` to whatever else drains, then:

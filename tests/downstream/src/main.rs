@@ -7,8 +7,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .ok_or("usage: sb-inbox-downstream <config.json>")?;
     let telemetry = sb_inbox::telemetry::init_default()?;
-    let env = |name: &str| std::env::var(name).ok();
-    let config = sb_inbox_downstream::load(path.as_ref(), &env)?;
+    // Warns about misspelt `ORDERS_*` variables, naming the nearest setting.
+    let config = sb_inbox::worker::WorkerConfig::load_from_env(Some(path.as_ref()), "ORDERS_")?;
     let stats = sb_inbox_downstream::serve_until_shutdown(config).await?;
     println!("{:?}", stats.total());
     tokio::task::spawn_blocking(move || telemetry.shutdown()).await?;

@@ -72,6 +72,8 @@ async fn sigterm_mid_backlog_drains_and_leaves_nothing_to_lock_expiry() {
         .arg(&path)
         .env("ORDERS_SERVICEBUS_CONNECTION", emulator.connection_string())
         .env("RUST_LOG", "info")
+        // Misspelt: warned about at start, naming the setting meant, and otherwise ignored.
+        .env("ORDERS_CONCURENCY", "1")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
@@ -124,6 +126,11 @@ async fn sigterm_mid_backlog_drains_and_leaves_nothing_to_lock_expiry() {
     );
     assert!(status.success(), "{status}: {counts:?} {stderr}");
     assert!(stderr.contains("SIGTERM"), "{stderr}");
+    assert!(
+        stderr.contains("variable=ORDERS_CONCURENCY")
+            && stderr.contains("nearest=ORDERS_CONCURRENCY"),
+        "{stderr}"
+    );
     assert_eq!(counts.dead_lettered_total, 0, "{counts:?}");
     let completed = usize::try_from(counts.completed).unwrap();
     assert!(
