@@ -71,9 +71,8 @@ impl<T: OrdersTx> JsonHandler<T> for Orders {
         order: &OrderPlaced,
         tx: &mut T,
     ) -> Result<Handled, HandlerError> {
-        let key = format!("order:{}", order.order_id);
-        tx.claim_business_key(ctx.consumer.as_str(), &key, ctx.logical_id())
-            .await?;
+        // A republished order (same order, new message id) stops here: a duplicate.
+        ctx.claim(tx, &format!("order:{}", order.order_id)).await?;
         tx.insert_order(&order.order_id, order.total_cents).await?;
         Ok(Handled::Processed)
     }

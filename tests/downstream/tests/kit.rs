@@ -138,4 +138,14 @@ async fn the_handler_runs_for_real_on_a_fresh_schema_in_one_line() {
         .unwrap();
     let ids: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
     assert_eq!(ids, ["o-1", "o-2"]);
+
+    // JSON parameters through the re-exported driver: no tokio-postgres dependency of ours.
+    let document = serde_json::json!({ "orderId": "o-1" });
+    let param: &(dyn sb_inbox::tokio_postgres::types::ToSql + Sync) = &document;
+    let rows = db
+        .store()
+        .query("SELECT $1::jsonb -> 'orderId'", &[param])
+        .await
+        .unwrap();
+    assert_eq!(rows[0].get::<_, serde_json::Value>(0), "o-1");
 }
