@@ -121,20 +121,23 @@
 //!
 //! | feature | what it adds |
 //! |---|---|
-//! | `postgres` | `PgStore` (tokio-postgres, bb8, rustls) |
+//! | `postgres` | `PgStore` (tokio-postgres, bb8, rustls); `tokio_postgres` re-exported with uuid and JSON parameters; `testing::TestDb` with `test-util` |
+//! | `postgres-chrono` | `chrono` parameters for `tokio_postgres` |
 //! | `sqlite` | `SqliteStore` (rusqlite, SQLite bundled) |
-//! | `mssql` | `MssqlStore` (tiberius, bb8); turns on `entra` for Azure SQL logins |
+//! | `mssql` | `MssqlStore` (tiberius, bb8, `tiberius` re-exported); turns on `entra` for Azure SQL logins |
 //! | `entra` | `entra`: Entra ID tokens (sb-servicebus's `entra`: azure_identity, reqwest), `ServiceBusClient::with_entra` |
 //! | `toml` | `worker.toml` files for [`worker::WorkerConfig`] (JSON files need no feature) |
 //! | `serde` | `serde::Deserialize` on the public configuration types |
-//! | `logs` | `telemetry::init`: the log subscriber and the OpenTelemetry SDK providers (tracing-subscriber, opentelemetry_sdk) |
+//! | `logs` | `telemetry::init` and `telemetry::init_default`: the log subscriber and the OpenTelemetry SDK providers (tracing-subscriber, opentelemetry_sdk) |
 //! | `otlp` | OTLP/gRPC export in `telemetry::init` (tonic); turns on `logs` |
-//! | `test-util` | `testing`: `ContextBuilder`, `RecordingTx`, the store conformance suite, the in-memory broker |
+//! | `test-util` | `testing`: `ContextBuilder` (also with an envelope), `RecordingTx` (with the service's own operations, `recording_tx!`), the store conformance suite, the in-memory broker |
 //!
 //! `sb-inbox = { version = "0.1", default-features = false, features = ["postgres"] }`
 //! compiles neither tiberius nor rusqlite, azure_identity, tonic, clap, toml or the emulator.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![doc(test(attr(deny(warnings))))]
+// docs.rs (all features, `--cfg docsrs`): each feature-gated item shows the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // The library: what a consumer of the crate builds on.
 /// Microsoft Entra ID tokens: `sb-servicebus`'s, shared by the Service Bus client and the SQL
@@ -181,3 +184,13 @@ pub use store::{MssqlStore, MssqlTx};
 pub use store::{PgStore, PgTx};
 #[cfg(feature = "sqlite")]
 pub use store::{SqliteStore, SqliteTx};
+/// The SQL Server driver as the store builds it: a handler's own SQL on [`MssqlTx`] binds its
+/// `tiberius::ToSql` types without a second, version-matched dependency.
+#[cfg(feature = "mssql")]
+pub use tiberius;
+/// The PostgreSQL driver as the store builds it, with `uuid` and `serde_json` parameters (and
+/// `chrono` with the `postgres-chrono` feature): a handler's own SQL on [`PgTx`] binds these
+/// types (`tokio_postgres::types::ToSql`) and reads [`tokio_postgres::Row`]s without a second,
+/// version-matched dependency.
+#[cfg(feature = "postgres")]
+pub use tokio_postgres;

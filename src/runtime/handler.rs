@@ -227,7 +227,8 @@ pub struct Context<'a, P> {
     pub contract: &'a Contract,
     /// The envelope's headers: see [`Context::headers`].
     pub(crate) headers: &'a Headers,
-    /// Earlier deliveries of this message.
+    /// Earlier deliveries of this message: 0 on the first (one less than .NET's
+    /// `DeliveryCount`, which [`Context::attempt`] gives).
     pub delivery_count: u32,
 }
 
@@ -237,6 +238,39 @@ impl<'a, P> Context<'a, P> {
     /// business keys and derive downstream keys from it, never from the broker's id.
     pub fn logical_id(&self) -> &'a str {
         self.logical_id
+    }
+
+    /// This delivery's attempt number, counting it: 1 on the first delivery. The number .NET's
+    /// `ServiceBusReceivedMessage.DeliveryCount` and MassTransit's `GetRetryAttempt() + 1`
+    /// show; [`Context::delivery_count`] counts the earlier deliveries only.
+    pub fn attempt(&self) -> u32 {
+        self.delivery_count.saturating_add(1)
+    }
+
+    /// Claims the business idempotency key `key` for this message in `tx`: the consumer and
+    /// the logical id come from the context, so a handler cannot pass the broker's id by
+    /// mistake. A key claimed before (by another message carrying the same business request)
+    /// fails with [`ErrorKind::Duplicate`](crate::ErrorKind::Duplicate)`(`[`BusinessKey`](crate::DuplicateScope::BusinessKey)`)`,
+    /// which `?` turns into the duplicate outcome.
+    ///
+    /// # Errors
+    /// As [`Tx::claim_business_key`].
+    ///
+    /// # Examples
+    /// ```
+    /// # #![allow(dead_code)]
+    /// # use sb_inbox::{Context, Handled, HandlerError, Tx};
+    /// async fn handle<T: Tx>(ctx: &Context<'_, String>, tx: &mut T) -> Result<Handled, HandlerError> {
+    ///     ctx.claim(tx, &format!("order:{}", ctx.payload)).await?;
+    ///     Ok(Handled::Processed)
+    /// }
+    /// ```
+    pub async fn claim<T: Tx>(&self, tx: &mut T, key: &str) -> Result<(), crate::StoreError>
+    where
+        P: Sync,
+    {
+        tx.claim_business_key(self.consumer.as_str(), key, self.logical_id)
+            .await
     }
 
     /// The envelope's headers: the application properties for the subject-versioned envelope,

@@ -156,7 +156,8 @@ pub trait JsonHandler<T: Tx>: Send + Sync + 'static {
     type Message: JsonContract;
 
     /// Applies the business change in the runtime's transaction (the inbox row is already
-    /// inserted in it).
+    /// inserted in it). `message` is `ctx.payload`, the one decoded body, passed on its own for
+    /// brevity: use either.
     ///
     /// # Errors
     /// [`HandlerError`], classified into duplicate, transient or permanent outcomes.

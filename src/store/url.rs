@@ -27,7 +27,7 @@ pub enum StoreUrl {
     /// A PostgreSQL connection URL.
     Postgres(String),
     /// A SQL Server / Azure SQL connection string (ADO.NET) or `mssql://` URL; parsed once
-    /// already, so [`super::MssqlStore::connect`] accepts it.
+    /// already, so `MssqlStore::connect` (feature `mssql`) accepts it.
     Mssql(String),
     /// A SQLite database file.
     Sqlite(PathBuf),

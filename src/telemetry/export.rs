@@ -285,7 +285,10 @@ pub fn init(config: &TelemetryConfig) -> Result<Telemetry, TelemetryError> {
     let filter = tracing_subscriber::EnvFilter::try_new(&config.log_filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let logs = match config.log_format {
+        // Colour codes only for a person at a terminal: in a file or a log collector they are
+        // noise inside every field.
         LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .with_writer(std::io::stderr)
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
@@ -316,6 +319,28 @@ pub fn init(config: &TelemetryConfig) -> Result<Telemetry, TelemetryError> {
         None => (None, None),
     };
     Ok(Telemetry { tracer, meter })
+}
+
+/// The common set-up in one call: [`TelemetryConfig::from_env`] on the process environment
+/// (`RUST_LOG`, `OTEL_SERVICE_NAME`, `OTEL_EXPORTER_OTLP_ENDPOINT`, …: see [`OTEL_ENV_VARS`]),
+/// then [`init`]. Text logs at `info` on stderr when none is set. Keep the returned
+/// [`Telemetry`] alive while the service runs and call [`Telemetry::shutdown`] before exit.
+///
+/// # Errors
+/// As [`TelemetryConfig::from_env`] and [`init`].
+///
+/// # Examples
+/// ```no_run
+/// # #[tokio::main] async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let telemetry = sb_inbox::telemetry::init_default()?;
+/// // … run the worker …
+/// tokio::task::spawn_blocking(move || telemetry.shutdown()).await?;
+/// # Ok(()) }
+/// ```
+pub fn init_default() -> Result<Telemetry, TelemetryError> {
+    init(&TelemetryConfig::from_env(&|name| {
+        std::env::var(name).ok()
+    })?)
 }
 
 /// The span pipeline and, unless metrics are off, the metric pipeline to the OTLP/gRPC

@@ -8,7 +8,7 @@
 //!   itself is `sb_servicebus::trace_context` (on the `opentelemetry` API, no SDK needed).
 //! - [`cardinality`]: bounded label values for message-supplied labels.
 //! - [`hooks`]: observable instruments fed by closures (outbox backlog and age, retention).
-//! - `init` (feature `logs`): the binary's set-up: text or JSON logs, and with
+//! - `init` and `init_default` (feature `logs`): the binary's set-up: text or JSON logs, and with
 //!   `OTEL_EXPORTER_OTLP_ENDPOINT` (feature `otlp`) the OTLP/gRPC span and metric exporters.
 //!
 //! The runtime and the Service Bus client emit through `tracing` and the vendor-neutral
@@ -24,4 +24,5 @@ pub mod propagation;
 #[cfg(feature = "logs")]
 pub use export::{
     LogFormat, LogFormatError, OTEL_ENV_VARS, Telemetry, TelemetryConfig, TelemetryError, init,
+    init_default,
 };

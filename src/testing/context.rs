@@ -1,5 +1,6 @@
 //! [`ContextBuilder`]: the [`Context`] the runtime would hand a handler, built in a test.
 
+use crate::envelope::{EnvelopeReader, Headers};
 use crate::ports::{Message, Tx};
 use crate::runtime::{
     ConsumerName, Context, Contract, ContractParseError, DeadLetterReason, Handled, Handler,
@@ -61,6 +62,10 @@ pub struct ContextBuilder {
     message: Message,
     contract: Contract,
     logical_id: String,
+    // What the handler decodes and sees as headers: the message's own, or what its envelope
+    // holds (MassTransit's `message` and `headers`, say).
+    body: Vec<u8>,
+    headers: Headers,
     delivery_count: u32,
 }
 
@@ -100,11 +105,74 @@ impl ContextBuilder {
         let contract = subject.parse()?;
         Ok(ContextBuilder {
             consumer,
+            body: message.body.to_vec(),
+            headers: message.application_properties.clone(),
             message,
             contract,
             logical_id,
             delivery_count: 0,
         })
+    }
+
+    /// The context of `message` opened with `envelope` exactly as the runtime opens it: the
+    /// contract from the envelope's type (through its [`TypeMap`](crate::envelope::TypeMap)),
+    /// the logical id from the envelope's own id (MassTransit `messageId`,
+    /// `NServiceBus.MessageId`, the CloudEvent's id) unless the message carries the
+    /// `sb-inbox-logical-id` property, the envelope's payload as the body the handler decodes
+    /// and its headers as [`Context::headers`]. For a MassTransit, NServiceBus or CloudEvents
+    /// fixture, so a test sees what the handler will: `caused_by(ctx)`, the envelope headers.
+    ///
+    /// # Errors
+    /// [`ContextError`] when the consumer name is invalid, or [`ContextError::Rejected`] with
+    /// the reason the runtime would dead-letter the message with (an unmapped type, a
+    /// malformed envelope, no usable id).
+    ///
+    /// # Examples
+    /// ```
+    /// use sb_inbox::envelope::{MASSTRANSIT_CONTENT_TYPE, MassTransit, TypeMap};
+    /// use sb_inbox::testing::ContextBuilder;
+    /// use sb_inbox::{Contract, Message};
+    ///
+    /// let reader = MassTransit::new(
+    ///     TypeMap::new().with("urn:message:Shop.Contracts:OrderPlaced", "orders.order-placed.v1")?,
+    /// )?;
+    /// let fixture = Message::new(
+    ///     "broker-1",
+    ///     "",
+    ///     r#"{"messageId":"mt-1","conversationId":"c-1","messageType":["urn:message:Shop.Contracts:OrderPlaced"],"message":{"orderId":"o-1"}}"#,
+    /// )
+    /// .with_content_type(MASSTRANSIT_CONTENT_TYPE);
+    /// let builder = ContextBuilder::with_envelope("shop.orders", fixture, &reader)?;
+    /// let ctx = builder.build(());
+    /// assert_eq!(ctx.logical_id(), "mt-1");
+    /// assert_eq!(*ctx.contract, Contract::new("orders.order-placed", 1));
+    /// assert_eq!(builder.body(), br#"{"orderId":"o-1"}"#);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_envelope(
+        consumer: &str,
+        message: Message,
+        envelope: &dyn EnvelopeReader,
+    ) -> Result<Self, ContextError> {
+        let consumer = ConsumerName::new(consumer)?;
+        let opened =
+            crate::runtime::envelope::open(&message, envelope).map_err(ContextError::Rejected)?;
+        let (logical_id, contract) = (opened.logical_id, opened.contract);
+        let (body, headers) = (opened.body.into_owned(), opened.headers.into_owned());
+        Ok(ContextBuilder {
+            consumer,
+            message,
+            contract,
+            logical_id,
+            body,
+            headers,
+            delivery_count: 0,
+        })
+    }
+
+    /// The bytes the handler decodes: the message body, or the envelope's payload.
+    pub fn body(&self) -> &[u8] {
+        &self.body
     }
 
     /// Earlier deliveries of this message (0 on the first).
@@ -122,7 +190,7 @@ impl ContextBuilder {
             logical_id: &self.logical_id,
             consumer: &self.consumer,
             contract: &self.contract,
-            headers: &self.message.application_properties,
+            headers: &self.headers,
             delivery_count: self.delivery_count,
         }
     }
@@ -153,7 +221,7 @@ impl ContextBuilder {
             )));
         }
         let payload = handler
-            .decode(&self.contract, &self.message.body)
+            .decode(&self.contract, &self.body)
             .map_err(|error| {
                 HandlerError::rejection(Rejection::new(
                     DeadLetterReason::InvalidPayload,

@@ -7,6 +7,14 @@
 //! - [`RecordingTx`]: a [`crate::Tx`] double that records inbox rows, business keys, versions
 //!   and outbox rows, with the stores' duplicate, stale and first-error behaviour, and can be
 //!   told to fail ([`TxOp`]).
+//! - `TestDb` (with `postgres`): a fresh, migrated schema per test and `TestDb::run`, which
+//!   runs messages through a handler for real (runtime, transactions, outbox) and reports the
+//!   outcomes, dead letters and outbox rows.
+//! - [`RecordingTx::record`] and [`recording_tx!`](crate::recording_tx): the service's own
+//!   extension trait's methods, recorded beside the built-in operations, with no hand-written
+//!   wrapper.
+//! - [`ContextBuilder::with_envelope`]: a MassTransit, NServiceBus or CloudEvents fixture
+//!   opened as the runtime opens it.
 //! - [`conformance`]: the checks every [`crate::Store`] must pass, run on our three stores and
 //!   exported for a third-party store: `testing::conformance::run(store)`.
 //! - [`MemoryBroker`]: implements the [`crate::Receiver`] port with peek-lock semantics (lock
@@ -18,10 +26,15 @@
 
 pub mod conformance;
 mod context;
+#[cfg(feature = "postgres")]
+mod database;
+mod delegate;
 mod memory;
 mod recording;
 
 pub use context::{ContextBuilder, ContextError};
+#[cfg(feature = "postgres")]
+pub use database::{DEFAULT_DATABASE_URL, RunReport, TestDb, TestDbError};
 pub use memory::{
     BrokerCounts, DeadLettered, MemoryBroker, MemoryDelivery, MemoryReceiver, RenewFault,
     SentMessage,

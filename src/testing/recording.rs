@@ -22,6 +22,9 @@ pub enum TxOp {
     AppendOutbox,
     /// [`Tx::commit`].
     Commit,
+    /// A custom operation recorded with [`RecordingTx::record`] under this name: a method of
+    /// the service's own extension trait.
+    Custom(&'static str),
 }
 
 /// What a [`RecordingTx`] holds: the rows a handler wrote, in order.
@@ -31,6 +34,7 @@ struct Rows {
     business_keys: Vec<(String, String, String)>,
     versions: BTreeMap<(String, String), i64>,
     outbox: Vec<OutboxMessage>,
+    custom: Vec<(&'static str, String)>,
 }
 
 /// A [`Tx`] that records inbox claims, business keys, aggregate versions and outbox rows in
@@ -132,6 +136,71 @@ impl RecordingTx {
     /// The outbox rows appended, in order.
     pub fn outbox(&self) -> &[OutboxMessage] {
         &self.rows.outbox
+    }
+
+    /// Records the custom operation `op` with `detail` (its arguments, as the test wants to
+    /// read them), as a store would run a statement: refused after an earlier failure, failed
+    /// when told to with [`RecordingTx::fail_on`]`(`[`TxOp::Custom`]`(op), …)` (ending the
+    /// transaction), undone by [`Tx::rollback_to`] a savepoint marked before it.
+    ///
+    /// It is how a handler with SQL of its own is unit-tested without a database and without a
+    /// wrapper: the service implements its own extension trait for `RecordingTx` (its trait,
+    /// so the orphan rule allows it) with one `record` call per method.
+    ///
+    /// # Errors
+    /// The failure given with [`RecordingTx::fail_on`], or the transaction's earlier failure.
+    ///
+    /// # Examples
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// use sb_inbox::testing::{RecordingTx, TxOp};
+    /// use sb_inbox::{ErrorKind, StoreError, Tx};
+    ///
+    /// /// The service's own SQL, implemented for its store's transaction (`PgTx`) in the service.
+    /// trait OrdersTx: Tx {
+    ///     async fn insert_order(&mut self, id: &str, cents: i64) -> Result<(), StoreError>;
+    /// }
+    ///
+    /// // In its tests: one line per method, no wrapper around the other `Tx` methods.
+    /// impl OrdersTx for RecordingTx {
+    ///     async fn insert_order(&mut self, id: &str, cents: i64) -> Result<(), StoreError> {
+    ///         self.record("insert_order", format!("{id} {cents}"))
+    ///     }
+    /// }
+    ///
+    /// let mut tx = RecordingTx::new();
+    /// tx.insert_order("o-1", 1250).await.unwrap();
+    /// assert_eq!(tx.recorded("insert_order"), ["o-1 1250"]);
+    ///
+    /// let deadlock = StoreError::of_kind(ErrorKind::Contention, "deadlock");
+    /// let mut tx = RecordingTx::new().fail_on(TxOp::Custom("insert_order"), deadlock);
+    /// assert!(tx.insert_order("o-1", 1250).await.is_err());
+    /// assert!(tx.recorded("insert_order").is_empty());
+    /// # }
+    /// ```
+    pub fn record(
+        &mut self,
+        op: &'static str,
+        detail: impl Into<String>,
+    ) -> Result<(), StoreError> {
+        self.begin_op(TxOp::Custom(op))?;
+        self.rows.custom.push((op, detail.into()));
+        Ok(())
+    }
+
+    /// The details of each [`RecordingTx::record`]ed `op`, in order.
+    pub fn recorded(&self, op: &str) -> Vec<&str> {
+        self.rows
+            .custom
+            .iter()
+            .filter(|(name, _)| *name == op)
+            .map(|(_, detail)| detail.as_str())
+            .collect()
+    }
+
+    /// Every custom operation recorded, as `(op, detail)`, in order.
+    pub fn operations(&self) -> &[(&'static str, String)] {
+        &self.rows.custom
     }
 
     /// The bound given by [`Tx::bound_lock_waits`], if any.

@@ -168,6 +168,16 @@ impl<S: OpenStore + 'static> ConfiguredWorker<S> {
                 config.store.feature()
             ))));
         }
+        // Before anything is opened: an envelope that cannot reach the handler is a mistake
+        // in the configuration, which waiting for the store would only hide.
+        let mut hosted = Vec::with_capacity(config.consumers.len());
+        for consumer in &config.consumers {
+            let handler = handler(consumer);
+            if let Some(problem) = super::host::envelope_problem(consumer, handler.contracts()) {
+                return Err(WorkerError::Config(problem));
+            }
+            hosted.push((consumer.clone(), handler));
+        }
         let client = broker_client(&config.broker)?
             .with_server_busy_wait(config.server_busy_wait)
             .with_trust(&config.trust)
@@ -203,18 +213,35 @@ impl<S: OpenStore + 'static> ConfiguredWorker<S> {
         if let Some(policy) = &config.retry {
             worker = worker.delayed_retries(policy.clone());
         }
-        for consumer in &config.consumers {
-            let mut consumer = consumer.clone();
+        for (mut consumer, handler) in hosted {
             if let Some(lock) = checked.lock_durations.get(&consumer.entity) {
                 consumer.runtime.lock_duration = Some(*lock);
             }
-            let handler = handler(&consumer);
             worker = worker.consumer(consumer, handler);
         }
         tracing::info!(consumers = config.consumers.len(), store = %config.store, "Worker started.");
         let stats = worker.run(shutdown).await?;
         tracing::info!(stats = ?stats.total(), "Worker stopped.");
         Ok(stats)
+    }
+}
+
+impl<S: OpenStore + 'static> ConfiguredWorker<S> {
+    /// [`ConfiguredWorker::run`] until the process receives SIGTERM or SIGINT (see
+    /// [`super::shutdown_signal`]), then drains: in-flight deliveries finish and are settled,
+    /// prefetched ones are released, so a rolling deploy leaves nothing to come back by lock
+    /// expiry.
+    ///
+    /// # Errors
+    /// As [`ConfiguredWorker::run`], and [`WorkerError::Signal`] when the signal handlers
+    /// cannot be installed.
+    pub async fn run_until_shutdown<H, F>(self, handler: F) -> Result<WorkerStats, WorkerError>
+    where
+        H: Handler<S::Tx>,
+        F: FnMut(&ConsumerConfig) -> H,
+    {
+        let shutdown = super::shutdown_signal()?;
+        self.run(shutdown, handler).await
     }
 }
 
@@ -322,6 +349,45 @@ mod tests {
                 assert_eq!(error.kind(), ErrorKind::Configuration, "{error}");
             }
             other => panic!("expected a configuration error, got {other:?}"),
+        }
+    }
+
+    /// A type map whose contract no route takes refuses the start at once, naming the type,
+    /// before the store (here: nowhere to be found) is tried.
+    #[tokio::test]
+    async fn a_type_map_the_handler_does_not_match_refuses_the_start() {
+        let env = |name: &str| match name {
+            "SVC_STORE" => Some("sqlite:///nonexistent/dir/inbox.db".to_owned()),
+            "SVC_CONSUMER" => Some("svc.things".to_owned()),
+            "SVC_ENTITY" => Some("things".to_owned()),
+            "SVC_ENVELOPE" => Some("masstransit".to_owned()),
+            "SVC_ENVELOPE_TYPES" => Some("urn:message:Things:Thing=any.thnig.v1".to_owned()),
+            "SVC_SERVICEBUS_CONNECTION" => Some(
+                "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=s;\
+                 UseDevelopmentEmulator=true"
+                    .to_owned(),
+            ),
+            _ => None,
+        };
+        let config = WorkerConfig::load_with_prefix(None, "SVC_", &env).unwrap();
+        // Bounded: without the check the worker would retry the missing store for ever.
+        let result = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            Worker::<SqliteStore>::from_config(config)
+                .run(CancellationToken::new(), |_| crate::Json::new(Nothing)),
+        )
+        .await
+        .expect("refused at once, not retried");
+        match result {
+            Err(WorkerError::Config(super::super::HostingError::UnroutedType {
+                type_name,
+                contract,
+                ..
+            })) => {
+                assert_eq!(type_name, "urn:message:Things:Thing");
+                assert_eq!(contract, "any.thnig.v1");
+            }
+            other => panic!("expected the mismatch to be refused, got {other:?}"),
         }
     }
 }

@@ -45,6 +45,15 @@ pub enum WorkerError {
     /// The consumer's entity disagrees with the configuration, or cannot be checked.
     #[error("entity check")]
     Entity(#[from] super::EntityCheckError),
+    /// A shutdown signal handler could not be installed ([`super::shutdown_signal`]).
+    #[error("cannot handle {signal}")]
+    Signal {
+        /// The signal.
+        signal: &'static str,
+        /// The OS's or Tokio's refusal.
+        #[source]
+        source: std::io::Error,
+    },
     /// A consumer's task ended abnormally (a panic outside the handler's own catch).
     #[error("consumer {name} ended abnormally")]
     Consumer {
@@ -96,4 +105,46 @@ pub enum HostingError {
          session): turn one of them off"
     )]
     RetryWithSessions,
+    /// The consumer's envelope resolves foreign types through a table that is empty: every
+    /// message whose type is not itself a contract would be dead-lettered `UnsupportedContract`.
+    #[error(
+        "consumer {name}: the {kind} envelope has no type map (envelope.types): map each \
+         message type the entity carries to a contract"
+    )]
+    EmptyTypeMap {
+        /// The consumer.
+        name: ConsumerName,
+        /// The envelope's kind.
+        kind: &'static str,
+    },
+    /// A type map entry names a contract the handler does not take (a typo, or a route
+    /// missing): every message of that type would be dead-lettered `UnsupportedContract`.
+    #[error(
+        "consumer {name}: envelope.types maps {type_name:?} to {contract}, which no route of \
+         the handler takes (it takes {accepted})"
+    )]
+    UnroutedType {
+        /// The consumer.
+        name: ConsumerName,
+        /// The type map's key.
+        type_name: String,
+        /// The contract it maps to (`name.vN`, or `name` when the envelope gives the version).
+        contract: String,
+        /// The handler's contracts, comma-separated.
+        accepted: String,
+    },
+    /// The handler takes a contract that no type map entry maps to: with this envelope, no
+    /// message can reach that route.
+    #[error(
+        "consumer {name}: the handler takes {contract}, and no entry of the {kind} envelope's \
+         type map (envelope.types) maps to it: add its message type"
+    )]
+    UnmappedContract {
+        /// The consumer.
+        name: ConsumerName,
+        /// The envelope's kind.
+        kind: &'static str,
+        /// The contract no type reaches.
+        contract: String,
+    },
 }

@@ -19,8 +19,8 @@ use crate::servicebus::{
 };
 use crate::telemetry;
 use crate::{
-    ConsumerName, Handler, OutboxStore, RetentionStore, Runtime, RuntimeConfig, RuntimeError,
-    StatsSnapshot, Store,
+    ConsumerName, Contract, Handler, OutboxStore, RetentionStore, Runtime, RuntimeConfig,
+    RuntimeError, StatsSnapshot, Store,
 };
 
 /// How long the relay and retention get to finish their current batch after the runtime has
@@ -132,6 +132,8 @@ enum Feed {
 struct Hosted<S> {
     config: ConsumerConfig,
     start: Start<S>,
+    // Found when the handler was added (its contracts are not kept); refused by `run`.
+    envelope_problem: Option<HostingError>,
 }
 
 /// A worker hosting one or more consumers in one process.
@@ -219,6 +221,7 @@ where
     /// Hosts `handler` as the consumer `config` describes.
     #[must_use]
     pub fn consumer<H: Handler<S::Tx>>(mut self, config: ConsumerConfig, handler: H) -> Self {
+        let envelope_problem = envelope_problem(&config, handler.contracts());
         let start: Start<S> = Box::new(
             move |feed, store, runtime_config, readiness, commits, stop| {
                 tokio::spawn(async move {
@@ -251,7 +254,11 @@ where
                 })
             },
         );
-        self.consumers.push(Hosted { config, start });
+        self.consumers.push(Hosted {
+            config,
+            start,
+            envelope_problem,
+        });
         self
     }
 
@@ -380,6 +387,20 @@ where
         background.stop().await;
         result
     }
+
+    /// [`Worker::run`] until the process receives SIGTERM or SIGINT (see [`shutdown_signal`]),
+    /// then drains: in-flight deliveries finish and are settled, prefetched ones are released,
+    /// so a rolling deploy leaves nothing to come back by lock expiry.
+    ///
+    /// # Errors
+    /// As [`Worker::run`], and [`WorkerError::Signal`] when the signal handlers cannot be
+    /// installed.
+    ///
+    /// [`shutdown_signal`]: super::shutdown_signal
+    pub async fn run_until_shutdown(self) -> Result<WorkerStats, WorkerError> {
+        let shutdown = super::shutdown_signal()?;
+        self.run(shutdown).await
+    }
 }
 
 /// The relay and retention beside the consumers, with the gauges that read them.
@@ -465,7 +486,7 @@ impl<S: Clone> Shared<'_, S> {
     ) -> (Vec<(ConsumerName, Started)>, Vec<ServiceBusReceiver>) {
         let mut running = Vec::with_capacity(consumers.len());
         let mut receivers = Vec::with_capacity(consumers.len());
-        for Hosted { config, start } in consumers {
+        for Hosted { config, start, .. } in consumers {
             let mut runtime = config.runtime;
             if let Some(policy) = self.retry {
                 runtime.delayed_retry = Some(DelayedRetry::new(
@@ -584,6 +605,9 @@ fn check<S>(
 ) -> Result<(), WorkerError> {
     for (i, hosted) in consumers.iter().enumerate() {
         let name = hosted.config.name();
+        if let Some(problem) = &hosted.envelope_problem {
+            return Err(problem.clone().into());
+        }
         if consumers[..i]
             .iter()
             .any(|other| other.config.name() == name)
@@ -616,6 +640,60 @@ fn check<S>(
         return Err(HostingError::NoConsumer.into());
     }
     Ok(())
+}
+
+/// What makes the consumer's envelope dead-letter messages it was meant to take, known before
+/// anything is received: an empty type map, an entry naming a contract the handler does not
+/// take, or a contract of the handler no entry maps to. Contracts are matched by name where an
+/// entry leaves the version to the envelope; a handler's contract counts as mapped when an
+/// entry names any version of it (another version is an upcaster's route, reached by that
+/// name's messages).
+pub(super) fn envelope_problem(
+    config: &ConsumerConfig,
+    contracts: &[Contract],
+) -> Option<HostingError> {
+    let envelope = &config.runtime.envelope;
+    let types = envelope.type_map()?;
+    let name = config.name().clone();
+    if types.is_empty() {
+        return Some(HostingError::EmptyTypeMap {
+            name,
+            kind: envelope.kind(),
+        });
+    }
+    for (type_name, contract, version) in types.entries() {
+        let taken = contracts
+            .iter()
+            .any(|c| c.name() == contract && version.is_none_or(|v| c.version() == v));
+        if !taken {
+            return Some(HostingError::UnroutedType {
+                name,
+                type_name: type_name.to_owned(),
+                contract: match version {
+                    Some(v) => Contract::new(contract, v).to_string(),
+                    None => contract.to_owned(),
+                },
+                accepted: contracts
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+    }
+    // A raw envelope's field commonly carries contract names already (`name.vN` resolves to
+    // itself), so a route without an entry can still be reached there.
+    if envelope.kind() == "raw" {
+        return None;
+    }
+    let unmapped = contracts
+        .iter()
+        .find(|c| !types.entries().any(|(_, contract, _)| c.name() == contract))?;
+    Some(HostingError::UnmappedContract {
+        name,
+        kind: envelope.kind(),
+        contract: unmapped.to_string(),
+    })
 }
 
 /// Whether two entity paths name the same entity: the broker resolves names
@@ -663,5 +741,100 @@ mod tests {
             "events/Subscriptions/shipping"
         ));
         assert!(!same_entity("orders", "orders-v2"));
+    }
+
+    mod envelope {
+        #![allow(clippy::unwrap_used)]
+        use std::sync::Arc;
+
+        use super::super::{ConsumerConfig, envelope_problem};
+        use crate::envelope::{MassTransit, NServiceBus, TypeMap};
+        use crate::worker::HostingError;
+        use crate::{ConsumerName, Contract};
+
+        const PLACED: &str = "urn:message:Shop.Contracts:OrderPlaced";
+
+        fn consumer(reader: Arc<dyn crate::envelope::EnvelopeReader>) -> ConsumerConfig {
+            ConsumerConfig::new(ConsumerName::new("shop.orders").unwrap(), "orders")
+                .with_envelope(reader)
+        }
+
+        fn masstransit(pairs: &[(&str, &str)]) -> ConsumerConfig {
+            let mut types = TypeMap::new();
+            for (type_name, contract) in pairs {
+                types.insert(type_name, contract).unwrap();
+            }
+            consumer(Arc::new(MassTransit::new(types).unwrap()))
+        }
+
+        fn placed(version: u32) -> Contract {
+            Contract::new("orders.order-placed", version)
+        }
+
+        /// An empty map dead-letters everything a MassTransit peer sends: refused.
+        #[test]
+        fn an_empty_type_map_is_refused() {
+            let problem = envelope_problem(&masstransit(&[]), &[placed(1)]);
+            assert!(
+                matches!(
+                    problem,
+                    Some(HostingError::EmptyTypeMap {
+                        kind: "masstransit",
+                        ..
+                    })
+                ),
+                "{problem:?}"
+            );
+        }
+
+        /// A typo in the map's contract names the type map key and what the handler takes.
+        #[test]
+        fn a_type_mapped_to_a_contract_no_route_takes_is_refused_naming_the_key() {
+            let problem = envelope_problem(
+                &masstransit(&[(PLACED, "orders.order-placd.v1")]),
+                &[placed(1)],
+            )
+            .unwrap();
+            assert!(
+                matches!(&problem, HostingError::UnroutedType { type_name, contract, .. }
+                    if type_name == PLACED && contract == "orders.order-placd.v1"),
+                "{problem:?}"
+            );
+            let text = problem.to_string();
+            assert!(text.contains(PLACED), "{text}");
+            assert!(text.contains("orders.order-placed.v1"), "{text}");
+        }
+
+        /// A route no type reaches is refused, naming the contract.
+        #[test]
+        fn a_route_no_type_reaches_is_refused() {
+            let cancelled = Contract::new("orders.order-cancelled", 1);
+            let problem = envelope_problem(
+                &masstransit(&[(PLACED, "orders.order-placed.v1")]),
+                &[placed(1), cancelled],
+            );
+            assert!(
+                matches!(&problem, Some(HostingError::UnmappedContract { contract, .. })
+                    if contract == "orders.order-cancelled.v1"),
+                "{problem:?}"
+            );
+        }
+
+        /// An upcaster's older version shares its name with a mapped one; an entry without a
+        /// version (NServiceBus) takes every version of its name; the subject envelope has no
+        /// map to check.
+        #[test]
+        fn matching_maps_upcasts_and_the_subject_envelope_pass() {
+            let map = masstransit(&[(PLACED, "orders.order-placed.v2")]);
+            assert_eq!(envelope_problem(&map, &[placed(1), placed(2)]), None);
+            let nsb = consumer(Arc::new(NServiceBus::new(
+                TypeMap::new()
+                    .with("Shop.Contracts.OrderPlaced", "orders.order-placed")
+                    .unwrap(),
+            )));
+            assert_eq!(envelope_problem(&nsb, &[placed(1), placed(2)]), None);
+            let subject = ConsumerConfig::new(ConsumerName::new("shop.orders").unwrap(), "orders");
+            assert_eq!(envelope_problem(&subject, &[placed(1)]), None);
+        }
     }
 }

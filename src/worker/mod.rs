@@ -15,6 +15,8 @@
 //!   `/readyz` ([`HealthResponse`]) on the service's own router, the built-in server on a port.
 //! - [`ReplayHorizon`]: how long after processing a message can come back, and the check that
 //!   dedupe retention covers it.
+//! - [`Worker::run_until_shutdown`], [`ConfiguredWorker::run_until_shutdown`] and
+//!   [`shutdown_signal`]: the drain on SIGTERM and SIGINT.
 //! - [`WorkerError`], [`HostingError`]: why the worker stopped or refused to start.
 //!
 //! The reference worker (`sb-inbox run`: the inventory consumer on a [`ConfiguredWorker`]) is
@@ -28,10 +30,11 @@ mod health;
 mod horizon;
 mod host;
 mod open;
+mod signal;
 
 pub use config::{
     BrokerAddress, ConfigError, ConfigErrors, DEFAULT_ENV_PREFIX, ENV_VARS, KEYS, Key, MOVED,
-    Moved, WorkerConfig,
+    Moved, UnknownVariable, WorkerConfig,
 };
 pub use configured::ConfiguredWorker;
 pub use entity_check::{DeclaredEntity, EntityCheckError, EntitySource, StartCheck};
@@ -43,3 +46,4 @@ pub use horizon::{DEFAULT_RESUBMIT_WINDOW, ReplayHorizon, RetentionTooShort};
 pub use host::BACKGROUND_STOP;
 pub use host::{ConsumerConfig, Worker, WorkerStats};
 pub use open::OpenStore;
+pub use signal::shutdown_signal;

@@ -50,6 +50,8 @@ pub trait OpenStore: Store + OutboxStore + RetentionStore + Ping + Clone + Sized
 }
 
 /// A URL that names another store than the one being opened.
+// Only the stores call it: a build with none (no store feature) has no caller.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mssql"))]
 fn other_store(url: &StoreUrl, wanted: &str) -> StoreError {
     StoreError::configuration(format!(
         "the store URL names a {} store; this worker hosts a {wanted} store",

@@ -140,7 +140,7 @@ async fn masstransit_messages_take_effect_once_each() {
     let config = dir.join("worker.toml");
     std::fs::write(
         &config,
-        "[envelope]\nkind = \"masstransit\"\n[envelope.types]\n\"urn:message:Shop.Contracts:OrderPlaced\" = \"orders.order-placed.v1\"\n",
+        "[envelope]\nkind = \"masstransit\"\n[envelope.types]\n\"urn:message:Shop.Contracts:OrderPlaced\" = \"orders.order-placed.v1\"\n\"urn:message:Shop.Contracts:OrderCancelled\" = \"orders.order-cancelled.v1\"\n",
     )
     .unwrap();
     let (_dir, db, child) = crate::worker::sqlite_worker_with_args(
@@ -186,7 +186,7 @@ async fn nservicebus_messages_key_on_their_own_message_id() {
             ("SB_INBOX_ENVELOPE", "nservicebus"),
             (
                 "SB_INBOX_ENVELOPE_TYPES",
-                "Shop.Contracts.OrderPlaced=orders.order-placed",
+                "Shop.Contracts.OrderPlaced=orders.order-placed;Shop.Contracts.OrderCancelled=orders.order-cancelled",
             ),
         ],
     )
@@ -225,7 +225,7 @@ async fn cloudevents_from_the_official_sdk_take_effect_once_each() {
             ("SB_INBOX_ENVELOPE", "cloudevents"),
             (
                 "SB_INBOX_ENVELOPE_TYPES",
-                "com.example.shop.order.placed=orders.order-placed.v1",
+                "com.example.shop.order.placed=orders.order-placed.v1;com.example.shop.order.cancelled=orders.order-cancelled.v1",
             ),
         ],
     )
@@ -270,7 +270,7 @@ async fn binary_cloudevents_with_a_plain_id_property_are_two_events() {
             ("SB_INBOX_ENVELOPE", "cloudevents"),
             (
                 "SB_INBOX_ENVELOPE_TYPES",
-                "com.example.shop.order.placed=orders.order-placed.v1",
+                "com.example.shop.order.placed=orders.order-placed.v1;com.example.shop.order.cancelled=orders.order-cancelled.v1",
             ),
         ],
     )
@@ -334,13 +334,13 @@ async fn one_order_from_two_frameworks_dedupes_by_business_key() {
     let mt = started(spawn(
         "orders-mt",
         "masstransit",
-        "urn:message:Shop.Contracts:OrderPlaced=orders.order-placed.v1",
+        "urn:message:Shop.Contracts:OrderPlaced=orders.order-placed.v1;urn:message:Shop.Contracts:OrderCancelled=orders.order-cancelled.v1",
     ))
     .await;
     let nsb = started(spawn(
         "orders-nsb",
         "nservicebus",
-        "Shop.Contracts.OrderPlaced=orders.order-placed",
+        "Shop.Contracts.OrderPlaced=orders.order-placed;Shop.Contracts.OrderCancelled=orders.order-cancelled",
     ))
     .await;
     send(&connection, "orders-mt", "masstransit-one", Some("o-77"), 1).await;

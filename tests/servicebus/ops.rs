@@ -280,7 +280,7 @@ async fn dlq_resubmit_with_the_envelope_config_keeps_the_masstransit_message_id(
     let config = file(
         "mt-resubmit",
         "worker.toml",
-        "[envelope]\nkind = \"masstransit\"\n[envelope.types]\n\"urn:message:Shop.Contracts:OrderPlaced\" = \"orders.order-placed.v1\"\n",
+        "[envelope]\nkind = \"masstransit\"\n[envelope.types]\n\"urn:message:Shop.Contracts:OrderPlaced\" = \"orders.order-placed.v1\"\n\"urn:message:Shop.Contracts:OrderCancelled\" = \"orders.order-cancelled.v1\"\n",
     );
     let (_dir, db) = crate::support::sqlite_file_store("ops-mt-resubmit").await;
 

@@ -37,8 +37,8 @@
 //!   secrets; [`Credential`], [`Transport`]. [`sign_sas`] / [`SasToken`]: shared access
 //!   signatures, as the SDKs sign them. [`TrustRoots`]: the certificate authorities the TLS
 //!   connection trusts. [`ProxyConfig`]: AMQP over WebSockets through an HTTP proxy.
-//! - [`TokenProvider`]: tokens per audience ([`SasProvider`]; [`EntraProvider`] with feature
-//!   `entra`, over [`entra::EntraCredential`]), put on `$cbs` before each link and refreshed
+//! - [`TokenProvider`]: tokens per audience ([`SasProvider`]; `EntraProvider` with feature
+//!   `entra`, over `entra::EntraCredential`), put on `$cbs` before each link and refreshed
 //!   before expiry.
 //! - [`ServiceBusClient`]: one connection, re-established only after connection-level
 //!   failures; a link the service detaches is re-attached on it ([`error::recovery`]
@@ -59,8 +59,8 @@
 //!   context with.
 //!
 //! # Features
-//! - `entra`: Microsoft Entra ID tokens ([`entra`], [`EntraProvider`],
-//!   [`ServiceBusClient::with_entra`]) through `azure_identity` over reqwest.
+//! - `entra`: Microsoft Entra ID tokens (`entra`, `EntraProvider`,
+//!   `ServiceBusClient::with_entra`) through `azure_identity` over reqwest.
 //! - `fuzzing`: entry points for cargo-fuzz targets (not public API).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 

@@ -237,6 +237,10 @@ impl EnvelopeReader for CloudEvents {
             _ => self.binary(message),
         }
     }
+
+    fn type_map(&self) -> Option<&TypeMap> {
+        Some(&self.types)
+    }
 }
 
 /// Whether a `datacontenttype` is JSON (`application/json`, `text/json`, `…+json`).

@@ -187,6 +187,10 @@ impl EnvelopeReader for MassTransit {
             )),
         }
     }
+
+    fn type_map(&self) -> Option<&TypeMap> {
+        Some(&self.types)
+    }
 }
 
 /// The media type of a content type, without its parameters (`; charset=utf-8`).

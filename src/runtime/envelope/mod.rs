@@ -297,13 +297,11 @@ pub fn envelope_logical_id(
     }
 }
 
-/// Opens `message` with `reader` and checks the logical message id and the contract against
-/// the accepted contracts. The logical id is [`LOGICAL_ID_PROPERTY`] when present (a retry copy,
-/// a resubmitted dead letter), else the envelope's own id, else the broker message id.
-pub(crate) fn check<'m>(
+/// Opens `message` with `reader` and checks the logical message id, as [`check`] does before
+/// it looks at the contract (the test kit's `ContextBuilder` opens fixtures with it).
+pub(crate) fn open<'m>(
     message: &'m Message,
     reader: &dyn EnvelopeReader,
-    accepted: &[Contract],
 ) -> Result<Envelope<'m>, Rejection> {
     let opened = reader.open(message)?;
     let logical_id = match (
@@ -314,14 +312,26 @@ pub(crate) fn check<'m>(
         _ => logical_id(message)?,
     }
     .to_owned();
-    let contract = opened.contract;
-    if accepted.contains(&contract) {
-        return Ok(Envelope {
-            logical_id,
-            contract,
-            body: opened.body,
-            headers: opened.headers,
-        });
+    Ok(Envelope {
+        logical_id,
+        contract: opened.contract,
+        body: opened.body,
+        headers: opened.headers,
+    })
+}
+
+/// Opens `message` with `reader` and checks the logical message id and the contract against
+/// the accepted contracts. The logical id is [`LOGICAL_ID_PROPERTY`] when present (a retry copy,
+/// a resubmitted dead letter), else the envelope's own id, else the broker message id.
+pub(crate) fn check<'m>(
+    message: &'m Message,
+    reader: &dyn EnvelopeReader,
+    accepted: &[Contract],
+) -> Result<Envelope<'m>, Rejection> {
+    let envelope = open(message, reader)?;
+    let contract = &envelope.contract;
+    if accepted.contains(contract) {
+        return Ok(envelope);
     }
     let supported = accepted
         .iter()

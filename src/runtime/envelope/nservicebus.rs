@@ -108,6 +108,10 @@ impl EnvelopeReader for NServiceBus {
             )),
         }
     }
+
+    fn type_map(&self) -> Option<&TypeMap> {
+        Some(&self.types)
+    }
 }
 
 /// `Full.Type.Name, Assembly, Version=2.0.0.0, …` as the full name and the assembly's major

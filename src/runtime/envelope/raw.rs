@@ -322,6 +322,11 @@ impl EnvelopeReader for Raw {
             None => opened,
         })
     }
+
+    fn type_map(&self) -> Option<&TypeMap> {
+        // Without types the field carries contract names, which nothing here can check.
+        (!self.types.is_empty()).then_some(&self.types)
+    }
 }
 
 #[cfg(test)]

@@ -99,6 +99,15 @@ pub trait EnvelopeReader: Send + Sync + fmt::Debug + 'static {
     /// # Errors
     /// A [`Rejection`] when the message does not carry this envelope or carries it malformed.
     fn open<'m>(&self, message: &'m Message) -> Result<Opened<'m>, Rejection>;
+
+    /// The table this envelope resolves foreign type names through, when it has one that
+    /// decides which contracts can arrive (MassTransit, NServiceBus, CloudEvents, a raw
+    /// envelope with types). A [`Worker`](crate::worker::Worker) compares it with the
+    /// handler's contracts when it starts and refuses an empty table or a mismatch, which would
+    /// otherwise dead-letter every message at run time. `None` (the default): nothing to check.
+    fn type_map(&self) -> Option<&super::TypeMap> {
+        None
+    }
 }
 
 /// Our own envelope, the default: the AMQP `subject` names the contract as `<name>.v<N>`, the

@@ -151,6 +151,15 @@ impl TypeMap {
         }
     }
 
+    /// Each entry: the type, the contract name it maps to, and the contract's version (`None`:
+    /// taken from the envelope), in type order. What a start-time check compares with the
+    /// handler's contracts.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &str, Option<u32>)> {
+        self.entries
+            .iter()
+            .map(|(type_name, target)| (type_name.as_str(), target.name.as_str(), target.version))
+    }
+
     /// Whether the table has no entries.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()

@@ -60,6 +60,8 @@ impl Place {
 struct Settings {
     kind: Option<String>,
     types: Vec<(String, String)>,
+    // Pairs were written (even if none parsed: that is reported on its own).
+    types_given: bool,
     contract: Option<String>,
     contract_from: Option<String>,
     version_from: Option<String>,
@@ -72,13 +74,17 @@ pub(super) fn top_level(
     r: &mut Reader<'_>,
     file: &EnvelopeFile,
 ) -> Option<Arc<dyn EnvelopeReader>> {
-    let types = match r.text(ENVELOPE_TYPES, None) {
-        Some(pairs) => parse_pairs(r, &pairs),
-        None => file.types.clone().into_iter().collect(),
+    let (types, types_given) = match r.text(ENVELOPE_TYPES, None) {
+        Some(pairs) => (parse_pairs(r, &pairs), true),
+        None => (
+            file.types.clone().into_iter().collect(),
+            !file.types.is_empty(),
+        ),
     };
     let settings = Settings {
         kind: r.text(ENVELOPE_KIND, file.kind.clone()),
         types,
+        types_given,
         contract: r.text(ENVELOPE_CONTRACT, file.contract.clone()),
         contract_from: r.text(ENVELOPE_CONTRACT_FROM, file.contract_from.clone()),
         version_from: r.text(ENVELOPE_VERSION_FROM, file.version_from.clone()),
@@ -97,6 +103,7 @@ pub(super) fn entry(
     let settings = Settings {
         kind: file.kind.clone(),
         types: file.types.clone().into_iter().collect(),
+        types_given: !file.types.is_empty(),
         contract: file.contract.clone(),
         contract_from: file.contract_from.clone(),
         version_from: file.version_from.clone(),
@@ -147,6 +154,18 @@ fn build(r: &mut Reader<'_>, s: Settings, place: Place) -> Option<Arc<dyn Envelo
         if let Err(e) = types.insert(type_name, contract) {
             r.fail_at(place.name(ENVELOPE_TYPES), e.to_string());
         }
+    }
+    // Without a table, these readers dead-letter every message whose type is not itself a
+    // contract name (MassTransit URNs, .NET type names, CloudEvents types never are): refused
+    // here rather than discovered in the dead-letter queue.
+    if matches!(kind, "masstransit" | "nservicebus" | "cloudevents") && !s.types_given {
+        r.fail_at(
+            place.name(ENVELOPE_TYPES),
+            format!(
+                "the {kind} envelope needs a type map: TYPE=CONTRACT pairs for every message type \
+                 the entity carries"
+            ),
+        );
     }
     if kind != "raw" {
         for (key, set) in raw_only {

@@ -24,6 +24,7 @@ mod reader;
 mod retention;
 mod retry;
 mod runtime;
+mod unknown;
 
 use std::path::Path;
 
@@ -32,6 +33,7 @@ use serde::Deserialize;
 pub use broker::BrokerAddress;
 pub use error::{ConfigError, ConfigErrors};
 pub use keys::{ENV_VARS, KEYS, Key, MOVED, Moved};
+pub use unknown::UnknownVariable;
 
 use super::{ConsumerConfig, ReplayHorizon};
 use crate::relay::RelayConfig;
@@ -181,8 +183,8 @@ impl WorkerConfig {
     /// key's name instead of `SB_INBOX_` + it (`ORDERS_STORE` for `store` with prefix
     /// `ORDERS_`), so two services on one host, or a service with its own naming, keep theirs
     /// apart. Variables that are not keys' overrides (`AZURE_CLIENT_ID`, `HTTPS_PROXY`) keep
-    /// their standard names. Problems still name each key by its `SB_INBOX_` variable (the
-    /// documented name), whichever prefix was read.
+    /// their standard names. Problems name each key by the variable read (`runtime.concurrency
+    /// (ORDERS_CONCURRENCY)`), hints included.
     ///
     /// # Examples
     /// ```
@@ -215,7 +217,7 @@ impl WorkerConfig {
         let env: &dyn Fn(&str) -> Option<String> = &prefixed;
         let file = File::read(path)?;
         // Sections are read in this order so problems are listed roughly as the file reads.
-        let mut r = Reader::new(env);
+        let mut r = Reader::new(env, prefix);
         let listed = !file.consumers.is_empty();
         let consumer = consumers::single_name(&mut r, file.consumer, listed);
         let store = store(&mut r, file.store);
@@ -293,6 +295,46 @@ impl WorkerConfig {
 }
 
 impl WorkerConfig {
+    /// [`WorkerConfig::load_with_prefix`] from the process environment, after warning (a
+    /// `tracing` warning each) about every set variable under `prefix` that is no key's
+    /// override, naming the nearest key's: a misspelt override is ignored, and the warning is
+    /// how an operator learns it. Call it after installing the subscriber.
+    ///
+    /// # Errors
+    /// As [`WorkerConfig::load`].
+    pub fn load_from_env(path: Option<&Path>, prefix: &str) -> Result<Self, ConfigErrors> {
+        let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+        for unknown in Self::unknown_variables(prefix, names) {
+            tracing::warn!(
+                variable = %unknown.name,
+                nearest = %unknown.nearest,
+                "An environment variable under the configuration's prefix is no setting; it is ignored."
+            );
+        }
+        Self::load_with_prefix(path, prefix, &|name| std::env::var(name).ok())
+    }
+
+    /// The variables among `names` that start with `prefix` and are no key's override, each
+    /// with the nearest key's variable: what [`WorkerConfig::load_from_env`] warns about, for a
+    /// service that reads its environment some other way.
+    ///
+    /// # Examples
+    /// ```
+    /// use sb_inbox::worker::WorkerConfig;
+    /// let unknown = WorkerConfig::unknown_variables("ORDERS_", ["ORDERS_CONCURENCY", "ORDERS_STORE", "PATH"]);
+    /// assert_eq!(unknown.len(), 1);
+    /// assert_eq!(unknown[0].nearest, "ORDERS_CONCURRENCY");
+    /// ```
+    pub fn unknown_variables<I, S>(prefix: &str, names: I) -> Vec<UnknownVariable>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        unknown::unknown(prefix, names)
+    }
+}
+
+impl WorkerConfig {
     /// Only the top-level envelope of the configuration at `path` (if given) with the
     /// `SB_INBOX_ENVELOPE*` overrides in `env`: what tools that copy a consumer's messages (dead
     /// letter resubmission) need to key copies as the consumer does, without the rest of the
@@ -305,7 +347,7 @@ impl WorkerConfig {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<std::sync::Arc<dyn crate::envelope::EnvelopeReader>, ConfigErrors> {
         let file = File::read(path)?;
-        let mut r = Reader::new(env);
+        let mut r = Reader::new(env, DEFAULT_ENV_PREFIX);
         let reader = envelope::top_level(&mut r, &file.envelope);
         if r.has_errors() {
             return Err(ConfigErrors(r.into_errors()));

@@ -3,19 +3,25 @@
 
 use std::ops::RangeInclusive;
 
+use super::DEFAULT_ENV_PREFIX;
 use super::error::ConfigError;
 use super::keys::{Key, Moved};
 
 /// Reads values key by key, collecting problems instead of stopping at the first.
 pub(super) struct Reader<'a> {
     env: &'a dyn Fn(&str) -> Option<String>,
+    // The prefix the variables are read under: problems name those variables, not the
+    // documented `SB_INBOX_` ones, since setting one of those would change nothing.
+    prefix: &'a str,
     errors: Vec<ConfigError>,
 }
 
 impl<'a> Reader<'a> {
-    pub(super) fn new(env: &'a dyn Fn(&str) -> Option<String>) -> Self {
+    /// Reads `SB_INBOX_*` names through `env`, which maps them to `prefix`'s.
+    pub(super) fn new(env: &'a dyn Fn(&str) -> Option<String>, prefix: &'a str) -> Self {
         Reader {
             env,
+            prefix,
             errors: Vec::new(),
         }
     }
@@ -47,9 +53,23 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// The problems so far, ending the read.
+    /// The problems so far, ending the read, with every variable named as it was read: under
+    /// the caller's prefix.
     pub(super) fn into_errors(self) -> Vec<ConfigError> {
+        let prefix = self.prefix;
+        if prefix == DEFAULT_ENV_PREFIX {
+            return self.errors;
+        }
+        // Every `SB_INBOX_` in a field or problem is one of the keys' variables (the fields'
+        // `file.key (VARIABLE)`, hints such as "raise SB_INBOX_RETENTION_SECS").
+        let rename = |text: String| text.replace(DEFAULT_ENV_PREFIX, prefix);
         self.errors
+            .into_iter()
+            .map(|e| ConfigError {
+                field: rename(e.field),
+                problem: rename(e.problem),
+            })
+            .collect()
     }
 
     pub(super) fn has_errors(&self) -> bool {

@@ -750,7 +750,15 @@ fn the_readmes_json_configuration_loads_with_its_prefix() {
         "orders-worker.json",
         json,
         "ORDERS_",
-        &[("ORDERS_CONCURRENCY", "3"), ("SB_INBOX_CONCURRENCY", "99")],
+        &[
+            ("ORDERS_CONCURRENCY", "3"),
+            ("SB_INBOX_CONCURRENCY", "99"),
+            // README: the connection string comes from the environment.
+            (
+                "ORDERS_SERVICEBUS_CONNECTION",
+                "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=s;UseDevelopmentEmulator=true",
+            ),
+        ],
     )
     .unwrap();
     assert_eq!(
@@ -836,10 +844,14 @@ fn the_envelope_is_the_subject_by_default_and_set_by_file_or_environment() {
 fn each_consumer_has_its_own_envelope_or_the_top_level_one() {
     let toml = LISTED.replacen(
         "[[consumers]]\nname = \"shop.payments\"",
-        "[consumers.envelope]\nkind = \"nservicebus\"\n[[consumers]]\nname = \"shop.payments\"",
+        "[consumers.envelope]\nkind = \"nservicebus\"\n[consumers.envelope.types]\n\"A\" = \"a.v1\"\n[[consumers]]\nname = \"shop.payments\"",
         1,
     );
-    let config = load(&format!("{toml}[envelope]\nkind = \"cloudevents\"\n"), &[]).unwrap();
+    let config = load(
+        &format!("{toml}[envelope]\nkind = \"cloudevents\"\n[envelope.types]\n\"b\" = \"b.v1\"\n"),
+        &[],
+    )
+    .unwrap();
     let kinds: Vec<_> = config
         .consumers
         .iter()
@@ -876,7 +888,7 @@ fn bad_envelope_settings_are_refused_naming_the_key() {
         "{unknown}"
     );
     let not_raw = one(
-        "[envelope]\nkind = \"masstransit\"\nid_from = \"property:id\"\n",
+        "[envelope]\nkind = \"masstransit\"\nid_from = \"property:id\"\n[envelope.types]\n\"a\" = \"b.v1\"\n",
         &[],
     );
     assert!(
@@ -1000,5 +1012,81 @@ fn unknown_contracts_at_runtime_level_per_consumer_and_from_the_environment() {
             .to_string()
             .contains("\"dead-letter\" or \"complete\""),
         "{errors}"
+    );
+}
+
+/// Issue 45: under a prefix of the service's own, every problem and hint names the variable
+/// that was read (`ORDERS_*`), never `SB_INBOX_*`, which setting would change nothing.
+#[test]
+fn problems_name_the_variables_read_under_the_callers_prefix() {
+    let problems = load_named(
+        "orders-worker.json",
+        r#"{"consumer": "shop.orders", "servicebus": {"entity": "orders"},
+            "entity": {"message_ttl_secs": 1209600, "lock_duration_secs": 60, "max_delivery_count": 10},
+            "retention": {"retention_secs": 60}}"#,
+        "ORDERS_",
+        &[("ORDERS_CONCURRENCY", "zero")],
+    )
+    .unwrap_err()
+    .to_string();
+    for named in [
+        "store (ORDERS_STORE): required",
+        "servicebus.connection (ORDERS_SERVICEBUS_CONNECTION)",
+        "runtime.concurrency (ORDERS_CONCURRENCY): \"zero\" is not a whole number",
+        "raise ORDERS_RETENTION_SECS",
+    ] {
+        assert!(problems.contains(named), "{named} not in {problems}");
+    }
+    assert!(!problems.contains("SB_INBOX_"), "{problems}");
+}
+
+/// Issue 45: a misspelt variable under the prefix is found, with the key it most likely meant;
+/// the keys' own variables and names outside the prefix are not.
+#[test]
+fn a_misspelt_variable_is_found_with_the_nearest_key() {
+    let unknown = WorkerConfig::unknown_variables(
+        "ORDERS_",
+        [
+            "ORDERS_CONCURENCY",
+            "ORDERS_STORE",
+            "ORDERS_SERVICEBUS_CONECTION",
+            "PATH",
+            "SB_INBOX_CONCURENCY",
+        ],
+    );
+    let found: Vec<(&str, &str)> = unknown
+        .iter()
+        .map(|u| (u.name.as_str(), u.nearest.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            ("ORDERS_CONCURENCY", "ORDERS_CONCURRENCY"),
+            (
+                "ORDERS_SERVICEBUS_CONECTION",
+                "ORDERS_SERVICEBUS_CONNECTION"
+            ),
+        ]
+    );
+}
+
+/// Issue 45: MassTransit without a type map would dead-letter every message; the load refuses
+/// it, naming the variable under the service's prefix.
+#[test]
+fn an_envelope_without_a_type_map_is_refused_naming_the_variable() {
+    let problems = load_named(
+        "orders-worker.json",
+        r#"{"consumer": "shop.orders", "store": "sqlite://inbox.db", "servicebus": {"entity": "orders",
+            "connection": "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=s;UseDevelopmentEmulator=true"}}"#,
+        "ORDERS_",
+        &[("ORDERS_ENVELOPE", "masstransit")],
+    )
+    .unwrap_err()
+    .0;
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0].field, "envelope.types (ORDERS_ENVELOPE_TYPES)");
+    assert!(
+        problems[0].problem.contains("needs a type map"),
+        "{problems:?}"
     );
 }

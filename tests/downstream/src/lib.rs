@@ -5,9 +5,11 @@ use std::path::Path;
 
 use sb_inbox::store::Migration;
 use sb_inbox::worker::{Worker, WorkerConfig, WorkerError, WorkerStats};
-use sb_inbox::{Context, Handled, HandlerError, Json, JsonContract, JsonHandler, PgStore, PgTx};
-// `claim_business_key` is a port method.
-use sb_inbox::Tx as _;
+use std::future::Future;
+
+use sb_inbox::{
+    Context, Handled, HandlerError, Json, JsonContract, JsonHandler, PgStore, PgTx, StoreError, Tx,
+};
 use tokio_util::sync::CancellationToken;
 
 /// The service's own table, applied after sb-inbox's migrations.
@@ -34,27 +36,44 @@ impl JsonContract for OrderPlaced {
     const VERSION: u32 = 1;
 }
 
+/// The service's own SQL, on the transaction that holds the inbox row: implemented for
+/// `PgTx` here, and for a recording double in its tests (`sb_inbox::recording_tx!`).
+pub trait OrdersTx: Tx {
+    /// Inserts the order's row.
+    fn insert_order(
+        &mut self,
+        order_id: &str,
+        total_cents: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+impl OrdersTx for PgTx {
+    async fn insert_order(&mut self, order_id: &str, total_cents: i64) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO downstream_orders (order_id, total) VALUES ($1, $2)",
+            &[&order_id, &total_cents],
+        )
+        .await
+        .map(|_| ())
+    }
+}
+
 /// Records each order once, keyed by the order id (a republished order is a duplicate).
 #[derive(Debug, Default)]
 pub struct Orders;
 
-impl JsonHandler<PgTx> for Orders {
+impl<T: OrdersTx> JsonHandler<T> for Orders {
     type Message = OrderPlaced;
 
     async fn handle(
         &self,
         ctx: &Context<'_, OrderPlaced>,
         order: &OrderPlaced,
-        tx: &mut PgTx,
+        tx: &mut T,
     ) -> Result<Handled, HandlerError> {
-        let key = format!("order:{}", order.order_id);
-        tx.claim_business_key(ctx.consumer.as_str(), &key, ctx.logical_id())
-            .await?;
-        tx.execute(
-            "INSERT INTO downstream_orders (order_id, total) VALUES ($1, $2)",
-            &[&order.order_id, &order.total_cents],
-        )
-        .await?;
+        // A republished order (same order, new message id) stops here: a duplicate.
+        ctx.claim(tx, &format!("order:{}", order.order_id)).await?;
+        tx.insert_order(&order.order_id, order.total_cents).await?;
         Ok(Handled::Processed)
     }
 }
@@ -105,6 +124,19 @@ pub async fn serve(
     Worker::<PgStore>::from_config(config)
         .schema_check(|store| Box::pin(own_table(store)))
         .run(shutdown, |_consumer| Json::new(Orders))
+        .await
+        .map_err(Error::Worker)
+}
+
+/// Hosts [`Orders`] as `config` says until the process receives SIGTERM or SIGINT, then
+/// drains.
+///
+/// # Errors
+/// [`Error::Worker`] when the worker stops with an error.
+pub async fn serve_until_shutdown(config: WorkerConfig) -> Result<WorkerStats, Error> {
+    Worker::<PgStore>::from_config(config)
+        .schema_check(|store| Box::pin(own_table(store)))
+        .run_until_shutdown(|_consumer| Json::new(Orders))
         .await
         .map_err(Error::Worker)
 }

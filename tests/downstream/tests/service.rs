@@ -11,36 +11,6 @@ use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
 use sb_inbox::{Message, PgStore};
 use tokio_util::sync::CancellationToken;
 
-fn pg_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
-}
-
-/// A fresh schema of this test's own, migrated (sb-inbox's tables and the service's), as a
-/// deployment step would: the service only checks.
-async fn fresh_schema() -> String {
-    let admin = PgStore::connect(&pg_url(), 1)
-        .await
-        .expect("PostgreSQL reachable at DATABASE_URL (.ci/setup starts it)");
-    let schema = format!("downstream_{}", std::process::id());
-    admin
-        .query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"), &[])
-        .await
-        .unwrap();
-    admin
-        .query(&format!("CREATE SCHEMA {schema}"), &[])
-        .await
-        .unwrap();
-    let url = format!("{}?options=-csearch_path%3D{schema}", pg_url());
-    let store = PgStore::connect(&url, 1).await.unwrap();
-    store.migrate().await.unwrap();
-    store
-        .apply_migrations(&[sb_inbox_downstream::MIGRATION])
-        .await
-        .unwrap();
-    url
-}
-
 async fn emulator() -> (Emulator, ServiceBusClient) {
     let config = Config::new("sbemulatorns").with_queue(QueueConfig::new("orders"));
     let emulator = Emulator::start(Broker::new(config).unwrap(), EmulatorOptions::default())
@@ -55,7 +25,7 @@ async fn emulator() -> (Emulator, ServiceBusClient) {
 /// duplicate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_service_hosts_its_handler_from_a_config_file_and_applies_each_order_once() {
-    let url = fresh_schema().await;
+    let url = common::fresh_schema("downstream").await;
     let (emulator, client) = emulator().await;
     let dir = std::env::temp_dir().join(format!("sb-inbox-downstream-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -173,7 +173,9 @@ impl MassTransitEnvelope {
 
     /// `destinationAddress` as MassTransit writes Azure Service Bus addresses,
     /// `sb://<namespace>/<destination>`, and `sourceAddress` `sb://<namespace>/<source_entity>`
-    /// when given (the entity this service consumes from). Both are optional in MassTransit's
+    /// when given (the entity this service consumes from, never the destination; the call
+    /// site reads better with [`Self::with_destination_address`] or
+    /// [`Self::with_source_and_destination_addresses`]). Both are optional in MassTransit's
     /// envelope (the documentation's table: "Optional") and its consumers need neither to
     /// deserialize (`EnvelopeMessageContext.ConvertToUri` reads a missing one as `null`); they
     /// show up in MassTransit's logs and fault messages. The relay does not fill them in: it
@@ -205,6 +207,29 @@ impl MassTransitEnvelope {
             None => None,
         };
         Ok(self)
+    }
+
+    /// `destinationAddress` only (`sb://<namespace>/<destination>`): [`Self::with_addresses`]
+    /// without a source, named so the call site says which address it sets.
+    ///
+    /// # Errors
+    /// As [`Self::with_addresses`].
+    pub fn with_destination_address(self, namespace: &str) -> Result<Self, PublishError> {
+        self.with_addresses(namespace, None)
+    }
+
+    /// `destinationAddress` and `sourceAddress` = `sb://<namespace>/<consumed_entity>`, the
+    /// entity this service consumes from (not the destination): [`Self::with_addresses`] with
+    /// its second argument named at the call site.
+    ///
+    /// # Errors
+    /// As [`Self::with_addresses`].
+    pub fn with_source_and_destination_addresses(
+        self,
+        namespace: &str,
+        consumed_entity: &str,
+    ) -> Result<Self, PublishError> {
+        self.with_addresses(namespace, Some(consumed_entity))
     }
 
     /// A header, written in the envelope's `headers` and as an application property (as
@@ -505,7 +530,7 @@ mod tests {
             .with_message_id("181c0000-6393-3630-36a4-08daf4e7c6da")
             .unwrap()
             .caused_by(&builder.build(()))
-            .with_addresses("shop.servicebus.windows.net", Some("orders"))
+            .with_source_and_destination_addresses("shop.servicebus.windows.net", "orders")
             .unwrap()
             .with_header("Application-Header", "SomeValue")
             .unwrap()
