@@ -14,12 +14,14 @@
 //! 2. **sb-inbox**: the Service Bus emulator in a process of its own (this binary, re-executed)
 //!    is preloaded with orders drawn the same way; then a real `sb-inbox run` process with
 //!    concurrency = the concurrency consumes them into another fresh schema, unbatched and with
-//!    batched transactions (`SB_INBOX_BATCH_SIZE`; prefetch = batch size × concurrency, so
-//!    every batch slot can fill; unbatched, prefetch = the concurrency; both times
-//!    `--prefetch-factor`). The
+//!    batched transactions (`SB_INBOX_BATCH_SIZE`), with no prefetch set, as a user who sets
+//!    only the concurrency runs it: the receive window sizes itself (issue 42).
+//!    `--prefetch-factor F` sets `SB_INBOX_PREFETCH` = F × batch size × concurrency instead (a
+//!    fixed window, for experiments). The
 //!    rate is taken between 10 % and 90 % of the inbox rows (start-up and the tail left out),
 //!    from the row count polled every 100 ms; the worker's CPU (user + system, `/proc/PID/stat`)
-//!    over the same window gives CPU ms per message.
+//!    over the same window gives CPU ms per message, and its peak RSS (`VmHWM` in
+//!    `/proc/PID/status`) is read at the end.
 //!
 //! 3. **Distance** (`--rtt MS,…`, default 0): the emulator serves with `--latency` RTT ÷ 2
 //!    each way, so the same run shows what a broker 2 ms (in-region), 10 ms or 40 ms
@@ -93,9 +95,9 @@ struct Options {
     /// Another `sb-inbox` binary (e.g. main's) measured the same way first, for a same-run
     /// comparison (`--baseline PATH`).
     baseline: Option<String>,
-    /// `SB_INBOX_PREFETCH` as a multiple of concurrency × batch (`--prefetch-factor`, default
-    /// 1): at a distance, the deliveries in flight must cover the round trips.
-    prefetch_factor: usize,
+    /// `SB_INBOX_PREFETCH` as a multiple of concurrency × batch (`--prefetch-factor`); unset
+    /// by default: the receive window sizes itself.
+    prefetch_factor: Option<usize>,
     /// RTTs at which the baseline runs (`--baseline-rtt`, default 0).
     baseline_rtts: Vec<u64>,
     /// Also measure the relay at each RTT (`--relay`).
@@ -115,7 +117,7 @@ impl Options {
             batches: vec![1, 16, 64],
             rtts: vec![0],
             baseline: None,
-            prefetch_factor: 1,
+            prefetch_factor: None,
             baseline_rtts: vec![0],
             relay: false,
             steady: false,
@@ -136,10 +138,11 @@ impl Options {
                         .collect();
                 }
                 "--prefetch-factor" => {
-                    options.prefetch_factor = args
-                        .next()
-                        .and_then(|s| s.parse().ok())
-                        .expect("--prefetch-factor takes a number");
+                    options.prefetch_factor = Some(
+                        args.next()
+                            .and_then(|s| s.parse().ok())
+                            .expect("--prefetch-factor takes a number"),
+                    );
                 }
                 "--baseline-rtt" => {
                     options.baseline_rtts = list(args.next())
@@ -432,20 +435,24 @@ fn spawn_worker(binary: &str, emulator: &EmulatorProcess, schema: &str, run: &Wo
     } else {
         "warn"
     };
-    Command::new(binary)
+    let mut command = Command::new(binary);
+    command
         .arg("run")
         .env("SB_INBOX_CONSUMER", sb_inbox_cli::inventory::CONSUMER)
         .env("SB_INBOX_STORE", schema_url(schema))
         .env("SB_INBOX_SERVICEBUS_CONNECTION", &emulator.connection)
         .env("SB_INBOX_ENTITY", QUEUE)
         .env("SB_INBOX_CONCURRENCY", run.concurrency.to_string())
-        .env("SB_INBOX_PREFETCH", run.prefetch.to_string())
         .env("SB_INBOX_BATCH_SIZE", run.batch.to_string())
         .env("SB_INBOX_LOCK_DURATION_SECS", "60")
         .env("RUST_LOG", log)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap()
+        .stdout(Stdio::null());
+    match run.prefetch {
+        Some(prefetch) => command.env("SB_INBOX_PREFETCH", prefetch.to_string()),
+        // What a user who sets no prefetch gets, whatever the bench's environment says.
+        None => command.env_remove("SB_INBOX_PREFETCH"),
+    };
+    command.spawn().unwrap()
 }
 
 /// One worker configuration at one distance.
@@ -455,7 +462,8 @@ struct WorkerRun {
     concurrency: usize,
     batch: usize,
     rtt_ms: u64,
-    prefetch: usize,
+    /// `SB_INBOX_PREFETCH`; `None`: unset (the window sizes itself).
+    prefetch: Option<usize>,
     trace: bool,
 }
 
@@ -467,6 +475,8 @@ struct Measured {
     /// The emulator's CPU per message: it shares the machine's cores with the worker and
     /// PostgreSQL, and its delay line (`--latency`) costs CPU a real broker's distance does not.
     emulator_cpu_ms: f64,
+    /// The worker's peak resident set, in MiB.
+    peak_rss_mib: f64,
     cut: bool,
 }
 
@@ -504,6 +514,7 @@ async fn worker(binary: &str, run: WorkerRun, count: usize) -> Measured {
                     rate: messages / (now.0 - t0).as_secs_f64(),
                     worker_cpu_ms: (now.1 - cpu0) * 1000.0 / messages,
                     emulator_cpu_ms: (now.2 - ecpu0) * 1000.0 / messages,
+                    peak_rss_mib: peak_rss_mib(pid),
                     cut: done < high,
                 };
             }
@@ -615,9 +626,9 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     println!("load: {}", load_average());
     println!(
-        "| workload | concurrency | pgbench tx/s | batch | RTT ms | sb-inbox msg/s | sb-inbox / ceiling | / local (RTT 0) | / min(local, concurrency ÷ RTT) | worker CPU ms/msg | emulator CPU ms/msg | p50 / p99 ms at half rate |"
+        "| workload | concurrency | pgbench tx/s | batch | RTT ms | sb-inbox msg/s | sb-inbox / ceiling | / local (RTT 0) | / min(local, concurrency ÷ RTT) | worker CPU ms/msg | emulator CPU ms/msg | worker peak RSS MiB | p50 / p99 ms at half rate |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for workload in &options.workloads {
         for &concurrency in &options.concurrency {
             let ceiling = rt.block_on(pgbench(*workload, concurrency, options.secs));
@@ -626,7 +637,9 @@ fn main() {
                 // within sane bounds.
                 let scale = if batch > 1 { 3.0 } else { 1.0 };
                 let count = ((ceiling * scale * options.secs as f64) as usize).clamp(500, 60_000);
-                let prefetch = concurrency * batch * options.prefetch_factor;
+                let prefetch = options
+                    .prefetch_factor
+                    .map(|factor| concurrency * batch * factor);
                 let run = |rtt_ms| WorkerRun {
                     workload: *workload,
                     concurrency,
@@ -663,7 +676,7 @@ fn main() {
                         "—".to_owned()
                     };
                     println!(
-                        "| {} ({} SKUs){label} | {concurrency} | {ceiling:.0} | {batch} | {rtt} | {:.0}{} | {:.2} | {of_local} | {of_bound} | {:.2} | {:.2} | {latency} |",
+                        "| {} ({} SKUs){label} | {concurrency} | {ceiling:.0} | {batch} | {rtt} | {:.0}{} | {:.2} | {of_local} | {of_bound} | {:.2} | {:.2} | {:.0} | {latency} |",
                         workload.name,
                         workload.skus,
                         measured.rate,
@@ -671,6 +684,7 @@ fn main() {
                         measured.rate / ceiling,
                         measured.worker_cpu_ms,
                         measured.emulator_cpu_ms,
+                        measured.peak_rss_mib,
                     );
                     measured.rate
                 };
@@ -711,6 +725,16 @@ fn main() {
         }
     }
     println!("load at the end: {}", load_average());
+}
+
+/// The peak resident set of process `pid` (`VmHWM` in `/proc/PID/status`), in MiB.
+fn peak_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kib| kib / 1024.0)
 }
 
 /// `/proc/loadavg`'s three load averages, printed beside the figures (the machine is shared).

@@ -534,18 +534,25 @@ impl Drop for Ticket {
     }
 }
 
-/// A delivery's `held` slot with its admission ticket: both end when the delivery is done.
+/// A delivery's `held` slot with its admission ticket: both end when the delivery is done,
+/// unless the slot is taken out earlier ([`Slot::take_permit`]).
 #[derive(Debug)]
 pub(crate) struct Slot {
     pub(crate) ticket: Ticket,
-    _permit: OwnedSemaphorePermit,
+    permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Slot {
     pub(crate) fn new(permit: OwnedSemaphorePermit, ticket: Ticket) -> Self {
         Slot {
             ticket,
-            _permit: permit,
+            permit: Some(permit),
         }
+    }
+
+    /// The `held` permit, for a caller that frees it before the delivery is done (once its
+    /// transaction ended); the ticket stays until then.
+    pub(crate) fn take_permit(&mut self) -> Option<OwnedSemaphorePermit> {
+        self.permit.take()
     }
 }

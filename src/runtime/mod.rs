@@ -203,10 +203,12 @@ impl RuntimeConfig {
     }
 
     /// The most deliveries the runtime holds at once: those handled (`concurrency`, times
-    /// `batch_size` when batching) plus `prefetch` waiting with their locks kept. A pipelined
-    /// receiver keeps this many in flight
-    /// ([`crate::servicebus::ServiceBusReceiver::with_capacity`]), so that every delivery the
-    /// broker sends has a slot waiting for it.
+    /// `batch_size` when batching) plus `prefetch` waiting with their locks kept; a delivery
+    /// whose transaction ended and whose settlement is under way no longer counts (settlements
+    /// in flight are bounded apart, at twice this). A pipelined receiver keeps this many in
+    /// flight ([`crate::servicebus::ServiceBusReceiver::with_capacity`]), so that every delivery
+    /// the broker sends has a slot waiting for it. A hosted consumer without a `prefetch` sizes
+    /// its window itself ([`crate::servicebus::window`]) and holds up to its ceiling.
     pub fn held(&self) -> usize {
         self.concurrency
             .saturating_mul(self.batch_size)
@@ -459,6 +461,12 @@ where
         }
         let held = Arc::new(Semaphore::new(config.held()));
         let handling = Arc::new(Semaphore::new(config.concurrency));
+        // A delivery leaves what the runtime holds once its transaction ended; from its
+        // handler slot to its settlement's answer it counts here instead, so that a slow
+        // broker cannot pile up settlements (issue 42).
+        let settling = Arc::new(Semaphore::new(
+            config.held().saturating_mul(SETTLING_FACTOR),
+        ));
         let _probing = self.inner.probing();
         let tracker = TaskTracker::new();
         let abort = CancellationToken::new();
@@ -479,7 +487,8 @@ where
                 Err(error) => break Err(error),
             };
             let inner = self.inner.clone();
-            let handling = handling.clone();
+            let (handling, settling) = (handling.clone(), settling.clone());
+            let mut slot = slot;
             let (abort, stopping) = (abort.clone(), shutdown.clone());
             let delivery = Arc::new(delivery);
             // Kept from receipt: a delivery waiting for a handler slot must not expire there.
@@ -495,17 +504,19 @@ where
                     // Its lock was lost while it waited: another receiver may hold it by now.
                     () = lock.lost().cancelled() => None,
                     // Closed only when the runtime is dropped mid-run.
-                    permit = handling.acquire_owned() => permit.ok(),
+                    permits = handler_and_settlement(handling, settling) => permits,
                 };
                 // A delivery whose lock ran out while it waited is given back, never handled
                 // late: its redelivery may already be in another instance's hands.
                 let permit =
                     permit.filter(|_| !inner.circuit.holds_back(&slot.ticket) && lock.is_held());
-                let Some(permit) = permit else {
+                let Some((permit, settlement)) = permit else {
                     inner.give_back_queued(&*delivery, lock).await;
                     drop(slot);
                     return;
                 };
+                // Both end with the transaction: the handler slot and the place held.
+                let freed = (permit, slot.take_permit());
                 inner
                     .phases
                     .record(phases::Phase::Queued, received_at.elapsed());
@@ -513,16 +524,33 @@ where
                     let _busy = inner.slots.enter();
                     inner
                         .processor()
-                        .run_freeing(delivery, lock, &abort, Some(permit))
+                        .run_freeing(delivery, lock, &abort, Some(freed))
                         .await
                 };
                 inner.stats.record(&report);
-                drop(slot);
+                drop((settlement, slot));
             });
         };
         self.inner.drain(&tracker, &abort).await;
         result
     }
+}
+
+/// Settlements in flight may reach this many times what the runtime holds.
+const SETTLING_FACTOR: usize = 2;
+
+/// A place among settlements in flight, then a handler slot; `None` once either semaphore is
+/// closed (only when the runtime is dropped mid-run).
+async fn handler_and_settlement(
+    handling: Arc<Semaphore>,
+    settling: Arc<Semaphore>,
+) -> Option<(
+    tokio::sync::OwnedSemaphorePermit,
+    tokio::sync::OwnedSemaphorePermit,
+)> {
+    let settlement = settling.acquire_owned().await.ok()?;
+    let handler = handling.acquire_owned().await.ok()?;
+    Some((handler, settlement))
 }
 
 impl<R: Receiver, S, H> Inner<R, S, H> {

@@ -224,20 +224,20 @@ where
         lock: KeptLock,
         cancel: &CancellationToken,
     ) -> Report {
-        self.run_freeing(delivery, lock, cancel, None).await
+        self.run_freeing(delivery, lock, cancel, None::<()>).await
     }
 
-    /// As [`Processor::run`], freeing the handler slot `slot` as soon as the transaction has
-    /// ended (committed or rolled back), before the settlement: the settlement's broker round
-    /// trip then overlaps the next delivery's transaction instead of holding a slot idle, which
-    /// at a broker 10 ms away would halve what the slots can do. The delivery still counts
-    /// against what the runtime holds until it is settled.
-    pub(crate) async fn run_freeing<D: Delivery>(
+    /// As [`Processor::run`], dropping `slot` (the handler slot and the delivery's place in
+    /// what the runtime holds) as soon as the transaction has ended (committed or rolled
+    /// back), before the settlement: the settlement's broker round trip then overlaps the next
+    /// delivery's transaction instead of holding a slot idle, which at a broker 10 ms away
+    /// would halve what the slots can do.
+    pub(crate) async fn run_freeing<D: Delivery, F: Send>(
         &self,
         delivery: Arc<D>,
         lock: KeptLock,
         cancel: &CancellationToken,
-        slot: Option<tokio::sync::OwnedSemaphorePermit>,
+        slot: Option<F>,
     ) -> Report {
         let processing = self.observer.start(&*delivery);
         lock.follow(&processing.span);
@@ -252,12 +252,12 @@ where
         report
     }
 
-    async fn handle<D: Delivery>(
+    async fn handle<D: Delivery, F: Send>(
         &self,
         delivery: Arc<D>,
         lock: &KeptLock,
         cancel: &CancellationToken,
-        slot: Option<tokio::sync::OwnedSemaphorePermit>,
+        slot: Option<F>,
     ) -> Report {
         let (envelope, payload) = match self.accept(&*delivery) {
             Ok(accepted) => accepted,

@@ -40,7 +40,7 @@ pub use sb_servicebus::{
     ServiceBusClient, ServiceBusError, ServiceBusMessage, ServiceBusReceivedMessage,
     ServiceBusReceiver, ServiceBusSender, ServiceBusSessionReceiver, ServiceBusSessionSource,
     SettlementError, TYPED_MESSAGE_ID_PREFIX, TokenFuture, TokenProvider, TokenType, Transport,
-    TrustError, TrustRoots, admin, error, sign_sas,
+    TrustError, TrustRoots, admin, error, sign_sas, window,
 };
 #[allow(deprecated)]
 pub use sender_port::{SENDER_IDLE, ServiceBusPublisher, ServiceBusSenderPort};

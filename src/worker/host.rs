@@ -15,7 +15,7 @@ use crate::relay::{Relay, RelayConfig};
 use crate::retention::{RetentionConfig, RetentionTask};
 use crate::runtime::{DelayedRetry, RetryPolicy, SessionConfig};
 use crate::servicebus::{
-    ServiceBusClient, ServiceBusReceiver, ServiceBusSenderPort, ServiceBusSessionSource,
+    ServiceBusClient, ServiceBusReceiver, ServiceBusSenderPort, ServiceBusSessionSource, window,
 };
 use crate::telemetry;
 use crate::{
@@ -498,6 +498,13 @@ impl<S: Clone> Shared<'_, S> {
             // The link keeps what the runtime holds in flight (its slots plus its prefetch):
             // each delivery arrives with a slot waiting for it, which keeps its lock from
             // receipt, and the broker's distance costs a round trip per window, not per message.
+            // Without a prefetch the window sizes itself (sb_servicebus::window) between the
+            // slots and the ceiling, and the runtime holds up to that ceiling.
+            let auto = self.sessions.is_none() && runtime.prefetch == 0;
+            let slots = runtime.held();
+            if auto {
+                runtime.prefetch = auto_ceiling(slots).saturating_sub(slots);
+            }
             let feed = match self.sessions {
                 Some(sessions) => Feed::Sessions(
                     ServiceBusSessionSource::new(self.client.clone(), &config.entity),
@@ -505,10 +512,14 @@ impl<S: Clone> Shared<'_, S> {
                 ),
                 None => {
                     let capacity = u32::try_from(runtime.held()).unwrap_or(u32::MAX);
-                    let receiver = self
+                    let mut receiver = self
                         .client
                         .receiver(&config.entity, 0)
                         .with_capacity(capacity);
+                    if auto {
+                        receiver =
+                            receiver.with_auto_window(u32::try_from(slots).unwrap_or(u32::MAX));
+                    }
                     receivers.push(receiver.clone());
                     Feed::Plain(receiver)
                 }
@@ -527,6 +538,13 @@ impl<S: Clone> Shared<'_, S> {
         }
         (running, receivers)
     }
+}
+
+/// The most a self-sizing receive window may reach for a runtime handling `slots` deliveries
+/// at once: [`window::AUTO_WINDOW_CEILING`], or twice the slots when that is more.
+fn auto_ceiling(slots: usize) -> usize {
+    let ceiling = usize::try_from(window::AUTO_WINDOW_CEILING).unwrap_or(usize::MAX);
+    ceiling.max(slots.saturating_mul(2))
 }
 
 /// Waits for every consumer; the first failure wins, after all have drained.

@@ -85,9 +85,11 @@ async fn at_a_distance_the_receive_link_keeps_several_credits_and_never_more_tha
         link.peak_credit > 1,
         "more than one credit outstanding at once: {link:?}"
     );
+    // The window (credit, transfers and deliveries held) is concurrency + prefetch; the
+    // settlements in flight, outside it, at most twice that (issue 42).
     assert!(
-        link.peak_outstanding as usize <= concurrency + prefetch,
-        "credit plus unsettled deliveries within concurrency + prefetch: {link:?}"
+        link.peak_outstanding as usize <= (concurrency + prefetch) * 3,
+        "credit plus unsettled deliveries within the window and its settlements: {link:?}"
     );
     assert_eq!(store.count("inventory_reservation").await.unwrap(), 40);
     emulator.shutdown().await;
@@ -127,6 +129,98 @@ async fn deliveries_queued_behind_a_slow_handler_are_never_handled_after_their_s
     assert_eq!(stats.total().processed, 6);
     assert_eq!(stats.total().lock_lost, 0, "{stats:?}");
     assert_eq!(store.count("inventory_reservation").await.unwrap(), 6);
+    emulator.shutdown().await;
+}
+
+/// Issue 42: a self-sizing window with the broker 20 ms away each way grows beyond what the
+/// caller handles at once (the slots alone leave the link idle a round trip per window), and
+/// at every step stays within its bounds: the window within the capacity, settlements in flight
+/// within twice the window, and on the link, as the emulator counts it, credit within the
+/// capacity and credit plus unsettled deliveries within three capacities.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_self_sizing_window_grows_at_a_distance_and_never_exceeds_its_bounds() {
+    use sb_inbox::{Delivery as _, Receiver as _};
+
+    let (capacity, slots, n) = (48u32, 2u32, 400usize);
+    let emulator = orders_at_a_distance("PT30S", Duration::from_millis(20), n).await;
+    let receiver = client(&emulator)
+        .receiver("orders", 0)
+        .with_capacity(capacity)
+        .with_auto_window(slots);
+    let mut settlements = tokio::task::JoinSet::new();
+    let mut widest = 0;
+    for _ in 0..n {
+        let delivery = tokio::time::timeout(Duration::from_secs(10), receiver.receive())
+            .await
+            .expect("a receive answers")
+            .unwrap()
+            .expect("a delivery");
+        let window = receiver.window().expect("pipelined");
+        assert!(window.window <= capacity, "{window:?}");
+        assert!(
+            window.settling <= 2 * window.window as usize,
+            "settlements in flight within twice the window: {window:?}"
+        );
+        widest = widest.max(window.window);
+        // Settled apart, as the runtime does: the receive goes on meanwhile.
+        settlements.spawn(async move { delivery.complete().await.unwrap() });
+    }
+    settlements.join_all().await;
+    let link = emulator
+        .links()
+        .into_iter()
+        .find(|l| l.role == LinkRole::Receiver && l.entity.eq_ignore_ascii_case("orders"))
+        .expect("the receive link is attached");
+    assert!(widest > slots, "the window grew beyond the slots: {widest}");
+    assert!(link.peak_credit <= capacity, "{link:?}");
+    assert!(link.peak_outstanding <= 3 * capacity, "{link:?}");
+    let window = receiver.window().unwrap();
+    assert!(
+        window.rtt.is_some(),
+        "the round trip was measured: {window:?}"
+    );
+    assert_eq!(
+        emulator
+            .broker()
+            .entity("orders")
+            .unwrap()
+            .counts()
+            .completed,
+        n as u64
+    );
+    emulator.shutdown().await;
+}
+
+/// Issue 42, lock safety with a self-sizing window: a 4 s lock, a handler taking 1.2 s,
+/// concurrency 1, no prefetch set (the window sizes itself) and the broker 50 ms away each
+/// way. Every order reaches the handler once, on its first delivery, and no lock is lost: no
+/// delivery waited on the link or in the queue past its lock (its redelivery would come with
+/// delivery count 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_self_sizing_window_no_queued_delivery_outlives_its_short_lock_at_a_distance() {
+    let emulator = orders_at_a_distance("PT4S", Duration::from_millis(50), 6).await;
+    let store = pg_store("pipeline_auto_short_lock", 2).await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let handler = DeliveryCounts {
+        inner: Slow {
+            inner: OrderPlacedConsumer::new(),
+            duration: Duration::from_millis(1200),
+        },
+        seen: seen.clone(),
+    };
+    let shutdown = CancellationToken::new();
+    let worker = Worker::new(client(&emulator), store.clone()).consumer(consumer(1, 0), handler);
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    completed(&emulator, 6).await;
+    shutdown.cancel();
+    let stats = running.await.unwrap().unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![0; 6],
+        "each order handled once, on its first delivery"
+    );
+    assert_eq!(stats.total().processed, 6);
+    assert_eq!(stats.total().lock_lost, 0, "{stats:?}");
     emulator.shutdown().await;
 }
 

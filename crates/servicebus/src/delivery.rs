@@ -38,10 +38,24 @@ pub struct ServiceBusDelivery {
     pub(super) locked_until: StdMutex<SystemTime>,
     /// The broker answered a settlement: nothing is left to clear on drop.
     pub(super) settled: AtomicBool,
+    /// A settlement (or release) started: the delivery left the receiver's window and counts
+    /// among its settlements in flight until dropped.
+    pub(super) settling: AtomicBool,
     pub(super) received: Received,
 }
 
 impl ServiceBusDelivery {
+    /// Moves the delivery from the receiver's window to its settlements in flight (once): its
+    /// settlement waits only on the broker's answer, which needs no slot and no renewal, so
+    /// its place in the window goes to the next delivery now rather than a round trip later.
+    pub(super) fn begin_settling(&self) {
+        if !self.settling.swap(true, Ordering::AcqRel) {
+            self.receiver.settling.fetch_add(1, Ordering::AcqRel);
+            self.receiver.in_hand.fetch_sub(1, Ordering::AcqRel);
+            self.receiver.freed.notify_one();
+        }
+    }
+
     /// The broker's sequence number.
     pub fn sequence_number(&self) -> Option<i64> {
         self.received.message.sequence_number
@@ -172,6 +186,7 @@ impl ServiceBusDelivery {
     /// As [`ServiceBusDelivery::complete`].
     pub async fn release(&self) -> Result<(), SettlementError> {
         let operation = self.receiver.telemetry.start(span::RELEASE, Kind::Settle);
+        self.begin_settling();
         // `released` exists only on the link: no `$management` disposition gives a lock back
         // without counting a delivery, so without the link the lock simply runs out.
         let released = if self.link.gone.load(Ordering::Acquire) {
@@ -220,8 +235,14 @@ impl Drop for ServiceBusDelivery {
     /// would otherwise grow for the life of the link. A lock still held is given back without
     /// counting a delivery.
     fn drop(&mut self) {
-        // Its slot in a pipelined receiver's capacity is free again.
-        self.receiver.in_hand.fetch_sub(1, Ordering::AcqRel);
+        // Its slot in a pipelined receiver's window is free again, or its settlement is no
+        // longer in flight.
+        if self.settling.load(Ordering::Acquire) {
+            self.receiver.settling.fetch_sub(1, Ordering::AcqRel);
+        } else {
+            self.receiver.in_hand.fetch_sub(1, Ordering::AcqRel);
+        }
+        self.receiver.freed.notify_one();
         if self.settled.load(Ordering::Acquire) || self.link.gone.load(Ordering::Acquire) {
             return;
         }

@@ -99,6 +99,7 @@ mod settlement_error;
 mod telemetry;
 pub mod trace_context;
 mod trust;
+pub mod window;
 
 pub use amqp_message::UnusableMessage;
 #[cfg(feature = "entra")]

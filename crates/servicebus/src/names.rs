@@ -100,6 +100,11 @@ pub mod error {
 pub mod metric {
     /// Messages delivered to the application (counter, `{message}`).
     pub const CONSUMED_MESSAGES: &str = "messaging.client.consumed.messages";
+    /// The deliveries a pipelined receiver keeps in flight, as it sized its window (gauge,
+    /// `{message}`; [`crate::window`]).
+    pub const RECEIVE_WINDOW: &str = "messaging.servicebus.receive.window";
+    /// The broker's round trip the receive window was sized over (gauge, `s`).
+    pub const RECEIVE_ROUND_TRIP: &str = "messaging.servicebus.receive.round_trip";
     /// One client operation: receive, settle, renew, send (histogram, `s`).
     pub const OPERATION_DURATION: &str = "messaging.client.operation.duration";
     /// The semantic conventions' bucket boundaries for duration histograms, in seconds.

@@ -19,6 +19,7 @@ use super::error::{Recovery, recovery};
 use super::lock_clock::LockClock;
 use super::session::{SESSION_LINK_GONE, SessionLock, SessionRequest, session_refusal};
 use super::telemetry::{EntityNames, EntityTelemetry, Kind};
+use super::window::{SETTLING_FACTOR, Sizer, WindowState};
 use super::{ServiceBusClient, ServiceBusError};
 use crate::ReceiveError;
 use crate::names::{error, span};
@@ -67,11 +68,21 @@ pub(super) struct ReceiverInner {
     pub(super) entity: String,
     prefetch: u32,
     /// With pipelining ([`ServiceBusReceiver::with_capacity`]), the most deliveries on the link
-    /// (credit granted, transfers queued) plus handed out and not dropped yet; 0: one credit per
-    /// receive.
+    /// (credit granted, transfers queued) plus handed out and not being settled yet; 0: one
+    /// credit per receive.
     capacity: AtomicU32,
-    /// Deliveries handed out and not dropped yet (whatever their link): what the caller holds.
+    /// Deliveries handed out, not dropped and not being settled (whatever their link): what the
+    /// caller holds in its queue and handlers.
     pub(super) in_hand: AtomicUsize,
+    /// Deliveries whose settlement started and that are not dropped yet: bounded apart from
+    /// the window ([`SETTLING_FACTOR`]), not in it.
+    pub(super) settling: AtomicUsize,
+    /// Told when a delivery leaves the window (its settlement starts, or it is dropped) or a
+    /// settlement in flight ends: a receive waiting for room to grant credit looks again.
+    pub(super) freed: tokio::sync::Notify,
+    /// Set by [`ServiceBusReceiver::with_auto_window`]: the window sizes itself under the
+    /// capacity from what the receiver measures.
+    sizer: StdMutex<Option<Sizer>>,
     pub(super) link: Mutex<Option<ReceiveLink>>,
     /// True while a link is attached: what readiness reports.
     pub(super) attached: AtomicBool,
@@ -126,6 +137,9 @@ impl ServiceBusReceiver {
                 prefetch,
                 capacity: AtomicU32::new(0),
                 in_hand: AtomicUsize::new(0),
+                settling: AtomicUsize::new(0),
+                freed: tokio::sync::Notify::new(),
+                sizer: StdMutex::new(None),
                 link: Mutex::new(None),
                 attached: AtomicBool::new(false),
                 reauthorize: AtomicBool::new(false),
@@ -138,16 +152,48 @@ impl ServiceBusReceiver {
     }
 
     /// Pipelines the receive link: keeps credit so that the deliveries on the link (granted,
-    /// in transit, queued) plus those handed out and not yet dropped reach `capacity`, topping
-    /// it up as deliveries are taken and settled, and never beyond. A caller that renews the
-    /// locks of what it holds passes the most it holds: every delivery then has a slot
-    /// waiting for it, and its lock is kept from receipt. The AMQP spec lets a receiver keep
-    /// several credits outstanding (AMQP 1.0 §2.6.7 flow control); the SDKs' prefetch does the
-    /// same (.NET `ServiceBusReceiverOptions.PrefetchCount`, Python `prefetch_count`).
+    /// in transit, queued) plus those handed out and not yet being settled reach `capacity`,
+    /// topping it up as deliveries are taken and as their settlements start, and never beyond.
+    /// A delivery whose settlement is under way leaves the window (it waits only on the
+    /// network); those are bounded apart, at [`SETTLING_FACTOR`] × the window: beyond that no
+    /// credit is granted until settlements are answered. A caller that renews the locks of
+    /// what it holds passes the most it holds: every delivery then has a slot waiting for it,
+    /// and its lock is kept from receipt. The AMQP spec lets a receiver keep several credits
+    /// outstanding (AMQP 1.0 §2.6.7 flow control); the SDKs' prefetch does the same (.NET
+    /// `ServiceBusReceiverOptions.PrefetchCount`, Python `prefetch_count`).
     #[must_use]
     pub fn with_capacity(self, capacity: u32) -> Self {
         self.inner.capacity.store(capacity, Ordering::Release);
         self
+    }
+
+    /// With [`ServiceBusReceiver::with_capacity`]: the window sizes itself between `base`
+    /// (what the caller handles at once) and the capacity, from the broker's measured round
+    /// trip and the rate deliveries are taken at (see [`crate::window`]): a broker far away
+    /// gets more in flight without a setting.
+    #[must_use]
+    pub fn with_auto_window(self, base: u32) -> Self {
+        *self
+            .inner
+            .sizer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Sizer::new(base));
+        self
+    }
+
+    /// The window in force now (deliveries in flight on the link and in hand), with the
+    /// measured round trip and rate; `None` unless pipelined.
+    pub fn window(&self) -> Option<crate::window::WindowSnapshot> {
+        let capacity = self.inner.capacity.load(Ordering::Acquire);
+        (capacity > 0).then(|| {
+            let state = self.inner.window_state(capacity);
+            crate::window::WindowSnapshot {
+                window: state.window,
+                rtt: state.rtt,
+                rate: state.rate,
+                settling: self.inner.settling.load(Ordering::Acquire),
+            }
+        })
     }
 
     /// Replaces a receive link that delivered nothing for `guard` (default
@@ -348,6 +394,57 @@ impl ReceiverInner {
         self.attached.store(name.is_some(), Ordering::Release);
     }
 
+    /// The window and what sized it: the sizer's under `capacity`, else `capacity`.
+    fn window_state(&self, capacity: u32) -> WindowState {
+        let sizer = self
+            .sizer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match sizer.as_ref() {
+            Some(sizer) => sizer.state(capacity),
+            None => WindowState {
+                window: capacity,
+                rtt: None,
+                rate: 0.0,
+            },
+        }
+    }
+
+    /// A broker round trip measured on this receiver's link.
+    pub(super) fn round_trip(&self, sample: Duration) {
+        if let Some(sizer) = self
+            .sizer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_mut()
+        {
+            sizer.round_trip(sample);
+        }
+    }
+
+    /// A delivery handed out: counts towards the rate the window is sized for.
+    fn taken(&self, bytes: usize, lock_left: Option<Duration>, capacity: u32) {
+        let report = self
+            .sizer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_mut()
+            .and_then(|sizer| sizer.taken(tokio::time::Instant::now(), bytes, lock_left, capacity));
+        if let Some(state) = report {
+            self.telemetry.window(state.window, state.rtt);
+            tracing::debug!(
+                target: "sb_inbox::pipeline",
+                entity = %self.entity,
+                window = state.window,
+                rtt_ms = state.rtt.map_or(0.0, |rtt| rtt.as_secs_f64() * 1000.0),
+                rate = state.rate,
+                in_hand = self.in_hand.load(Ordering::Relaxed),
+                settling = self.settling.load(Ordering::Relaxed),
+                "Receive window."
+            );
+        }
+    }
+
     /// How long a non-session link may deliver nothing before it is replaced.
     fn idle_guard(&self) -> Option<Duration> {
         if self.session.get().is_some() {
@@ -440,18 +537,15 @@ impl ServiceBusReceiver {
     }
 
     /// The next delivery, or `None` after releasing one whose lock ran out on the link or
-    /// replacing a link idle past the guard.
+    /// replacing a link idle past the guard. The steps: take the link (attaching one), grant
+    /// credit and wait for a transfer, then either hand the delivery out or deal with an idle
+    /// or failed link.
     async fn next_or_refused(
         &self,
         credit: Credit,
     ) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
         let mut guard = self.inner.link.lock().await;
-        if guard.is_none() && self.inner.session.get().is_some() {
-            return Err(ReceiveError::Transient(ServiceBusError::Link(
-                SESSION_LINK_GONE.to_owned(),
-            )));
-        }
-        self.attach_into(&mut guard).await?;
+        self.ready_link(&mut guard).await?;
         let Some(link) = guard.as_mut() else {
             return Err(ReceiveError::Transient(ServiceBusError::Link(
                 "no receive link".to_owned(),
@@ -459,77 +553,113 @@ impl ServiceBusReceiver {
         };
         let capacity = self.inner.capacity.load(Ordering::Acquire);
         let idle_guard = self.inner.idle_guard();
-        let result = async {
-            if capacity > 0 && credit == Credit::One {
-                // Credit still outstanding brings a delivery as it is; else exactly one.
-                if link.pending == 0 {
-                    link.receiver.add_credit(1).await?;
-                    link.pending = 1;
-                }
-            } else if capacity > 0 {
-                self.top_up(link, capacity).await?;
-            } else if credit == Credit::Window && !link.prefetched && self.inner.prefetch > 0 {
-                // Resumed after a withdraw: the prefetch is granted again (with this
-                // receive's credit, as at attach).
-                link.receiver.add_credit(self.inner.prefetch).await?;
-                link.prefetched = true;
-            }
-            if capacity == 0 && !link.granted {
-                // One credit per outstanding receive; a receive cancelled after granting leaves
-                // its credit for the next call instead of granting again.
-                link.receiver.add_credit(1).await?;
-                link.granted = true;
-            }
-            let delivery = match idle_guard {
-                Some(idle) => match tokio::time::timeout(idle, link.receiver.recv()).await {
-                    Ok(delivery) => delivery?,
-                    Err(_) => return Ok(None),
-                },
-                None => link.receiver.recv().await?,
-            };
-            if capacity > 0 {
-                link.pending = link.pending.saturating_sub(1);
-            } else {
-                link.granted = false;
-            }
-            Ok::<_, sb_amqp::Error>(Some(delivery))
-        }
-        .await;
-        let delivery = match result {
-            Ok(Some(delivery)) => delivery,
+        match self.take_from_link(link, capacity, idle_guard, credit).await {
+            Ok(Some(delivery)) => self.hand_out(link, &delivery, capacity).await,
             Ok(None) => {
-                // Idle past the guard: the link may be lost without a detach. Detaching
-                // costs little (credit is granted again on the fresh link); what it delivered
-                // meanwhile stays settleable by lock token.
-                link.shared.gone.store(true, Ordering::Release);
-                let stale = guard.take();
-                self.inner.set_current_link(None);
-                drop(guard);
-                tracing::info!(entity = %self.inner.entity, idle = ?idle_guard, "Receive link idle past the guard; replacing it.");
-                if let Some(stale) = stale {
-                    // Bounded: a lost link may never answer the detach.
-                    let detach = stale.receiver.detach();
-                    if tokio::time::timeout(CLOSE_TIMEOUT, detach).await.is_err() {
-                        tracing::debug!(entity = %self.inner.entity, "Idle link's detach unanswered; dropped.");
-                    }
-                }
+                self.replace_idle_link(guard, idle_guard).await;
                 // Not an error for the caller: the caller's receive goes on, on a fresh link.
-                return Ok(None);
+                Ok(None)
             }
-            Err(error) => {
-                // Only this link is gone (the connection too for a connection-level error):
-                // the next receive, after the caller's backoff, attaches anew.
-                link.shared.gone.store(true, Ordering::Release);
-                if let Some(conn) = link.conn.upgrade() {
-                    conn.observe(&error);
-                }
-                *guard = None;
-                self.inner.set_current_link(None);
-                tracing::warn!(entity = %self.inner.entity, %error, "Receive link failed; re-attaching.");
-                return Err(self.failed(&error, false));
+            Err(error) => Err(self.drop_failed_link(&mut guard, &error)),
+        }
+    }
+
+    /// Attaches a link into `slot` unless one is there; a session receiver's lost link is
+    /// not replaced (the session lock went with it).
+    async fn ready_link(&self, slot: &mut Option<ReceiveLink>) -> Result<(), ReceiveError> {
+        if slot.is_none() && self.inner.session.get().is_some() {
+            return Err(ReceiveError::Transient(ServiceBusError::Link(
+                SESSION_LINK_GONE.to_owned(),
+            )));
+        }
+        self.attach_into(slot).await
+    }
+
+    /// Grants the credit this receive needs (pipelined: the window's top-up, or exactly one
+    /// for `Credit::One`; else the prefetch after a withdraw and one credit per receive), then
+    /// waits for a transfer; `None` when the link stayed idle past `idle_guard`.
+    async fn take_from_link(
+        &self,
+        link: &mut ReceiveLink,
+        capacity: u32,
+        idle_guard: Option<Duration>,
+        credit: Credit,
+    ) -> Result<Option<sb_amqp::Delivery>, sb_amqp::Error> {
+        if capacity > 0 && credit == Credit::One {
+            // Credit still outstanding brings a delivery as it is; else exactly one.
+            if link.pending == 0 {
+                link.receiver.add_credit(1).await?;
+                link.pending = 1;
             }
+        } else if capacity > 0 {
+            self.top_up(link, capacity).await?;
+        } else if credit == Credit::Window && !link.prefetched && self.inner.prefetch > 0 {
+            // Resumed after a withdraw: the prefetch is granted again (with this
+            // receive's credit, as at attach).
+            link.receiver.add_credit(self.inner.prefetch).await?;
+            link.prefetched = true;
+        }
+        if capacity == 0 && !link.granted {
+            // One credit per outstanding receive; a receive cancelled after granting leaves
+            // its credit for the next call instead of granting again.
+            link.receiver.add_credit(1).await?;
+            link.granted = true;
+        }
+        let delivery = match idle_guard {
+            Some(idle) => match tokio::time::timeout(idle, link.receiver.recv()).await {
+                Ok(delivery) => delivery?,
+                Err(_) => return Ok(None),
+            },
+            None => link.receiver.recv().await?,
         };
-        self.hand_out(link, &delivery, capacity).await
+        if capacity > 0 {
+            link.pending = link.pending.saturating_sub(1);
+        } else {
+            link.granted = false;
+        }
+        Ok(Some(delivery))
+    }
+
+    /// Idle past the guard: the link may be lost without a detach. Detaching costs little
+    /// (credit is granted again on the fresh link); what it delivered meanwhile stays
+    /// settleable by lock token.
+    async fn replace_idle_link(
+        &self,
+        mut guard: tokio::sync::MutexGuard<'_, Option<ReceiveLink>>,
+        idle_guard: Option<Duration>,
+    ) {
+        let stale = guard.take();
+        if let Some(stale) = &stale {
+            stale.shared.gone.store(true, Ordering::Release);
+        }
+        self.inner.set_current_link(None);
+        drop(guard);
+        tracing::info!(entity = %self.inner.entity, idle = ?idle_guard, "Receive link idle past the guard; replacing it.");
+        if let Some(stale) = stale {
+            // Bounded: a lost link may never answer the detach.
+            let detach = stale.receiver.detach();
+            if tokio::time::timeout(CLOSE_TIMEOUT, detach).await.is_err() {
+                tracing::debug!(entity = %self.inner.entity, "Idle link's detach unanswered; dropped.");
+            }
+        }
+    }
+
+    /// Only this link is gone (the connection too for a connection-level error): the next
+    /// receive, after the caller's backoff, attaches anew.
+    fn drop_failed_link(
+        &self,
+        slot: &mut Option<ReceiveLink>,
+        error: &sb_amqp::Error,
+    ) -> ReceiveError {
+        if let Some(link) = slot.take() {
+            link.shared.gone.store(true, Ordering::Release);
+            if let Some(conn) = link.conn.upgrade() {
+                conn.observe(error);
+            }
+        }
+        self.inner.set_current_link(None);
+        tracing::warn!(entity = %self.inner.entity, %error, "Receive link failed; re-attaching.");
+        self.failed(error, false)
     }
 
     /// A delivery taken from the link: handed out (marked unusable when its message is), or
@@ -579,6 +709,21 @@ impl ServiceBusReceiver {
             .await;
             return Ok(None);
         }
+        if capacity > 0 {
+            // The lock time left as the broker's clock tells it: what bounds how long the
+            // window may keep deliveries waiting.
+            let lock_left = received.message.locked_until.map(|until| {
+                until
+                    .duration_since(
+                        self.inner
+                            .lock_clock
+                            .broker_now(now, self.inner.client.now()),
+                    )
+                    .unwrap_or_default()
+            });
+            self.inner
+                .taken(delivery.payload.len(), lock_left, capacity);
+        }
         if let Some(unusable) = &received.refusal {
             tracing::warn!(entity = %self.inner.entity, reason = %unusable.reason, description = %unusable.description, "Handing out a delivery whose message is unusable as it stands.");
         }
@@ -605,29 +750,63 @@ impl ServiceBusReceiver {
             lock_token,
             locked_until: StdMutex::new(locked_until),
             settled: AtomicBool::new(false),
+            settling: AtomicBool::new(false),
             received,
         }
     }
 
-    /// Pipelined: grants what keeps the link's deliveries plus those in hand at `capacity`, in
-    /// blocks ([`TOP_UP_FRACTION`] of the capacity at least, or whatever is missing once the
-    /// link ran dry) so that a busy caller does not send one `flow` per delivery.
+    /// Pipelined: grants what keeps the link's deliveries plus those in hand at the window
+    /// (the capacity, or what the window sized itself to under it), in blocks
+    /// ([`TOP_UP_FRACTION`] of the window at least, or whatever is missing once the link ran
+    /// dry) so that a busy caller does not send one `flow` per delivery. While settlements in
+    /// flight reach [`SETTLING_FACTOR`] × the window, no credit is granted. With no credit on
+    /// the link and none to grant (the window is in hand, or the settlements at their bound),
+    /// it waits until a delivery leaves the window or a settlement ends: a receive must not
+    /// wait on a link that has no credit.
     async fn top_up(&self, link: &mut ReceiveLink, capacity: u32) -> Result<(), sb_amqp::Error> {
+        loop {
+            // Registered before the counts are read: a delivery freed in between still wakes it.
+            let freed = self.inner.freed.notified();
+            let missing = self.missing_credit(link, capacity);
+            let window = self.window_under(capacity);
+            let block = (window / TOP_UP_FRACTION).max(1);
+            if missing >= block || (missing > 0 && link.pending == 0) {
+                link.receiver.add_credit(missing).await?;
+                link.pending += missing;
+            }
+            if link.pending > 0 {
+                return Ok(());
+            }
+            freed.await;
+        }
+    }
+
+    /// The window under `capacity`: a session's is the capacity (its messages come one at a
+    /// time), a self-sizing receiver's what it sized itself to.
+    fn window_under(&self, capacity: u32) -> u32 {
+        if self.inner.session.get().is_some() {
+            capacity
+        } else {
+            self.inner.window_state(capacity).window
+        }
+    }
+
+    /// The credit that brings the link's deliveries plus those in hand to the window; none
+    /// while settlements in flight are at their bound.
+    fn missing_credit(&self, link: &ReceiveLink, capacity: u32) -> u32 {
         // A session's messages come one at a time, each asked for by a receive once the one
         // before is settled (V1); a delivery still referenced elsewhere (a lock keeper winding
         // down) must not hold the next back. Plain receivers count what they hold.
-        let in_hand = if self.inner.session.get().is_some() {
-            0
-        } else {
-            u32::try_from(self.inner.in_hand.load(Ordering::Acquire)).unwrap_or(u32::MAX)
-        };
-        let missing = capacity.saturating_sub(in_hand.saturating_add(link.pending));
-        let block = (capacity / TOP_UP_FRACTION).max(1);
-        if missing >= block || (missing > 0 && link.pending == 0) {
-            link.receiver.add_credit(missing).await?;
-            link.pending += missing;
+        if self.inner.session.get().is_some() {
+            return capacity.saturating_sub(link.pending);
         }
-        Ok(())
+        let window = self.window_under(capacity);
+        let bound = usize::try_from(window.saturating_mul(SETTLING_FACTOR)).unwrap_or(usize::MAX);
+        if self.inner.settling.load(Ordering::Acquire) >= bound {
+            return 0;
+        }
+        let in_hand = u32::try_from(self.inner.in_hand.load(Ordering::Acquire)).unwrap_or(u32::MAX);
+        window.saturating_sub(in_hand.saturating_add(link.pending))
     }
 
     /// Withdraws the link's outstanding credit (AMQP drain) and releases what arrived and was

@@ -174,132 +174,149 @@ impl ServiceBusSender {
         sent
     }
 
+    /// Sends `message`: encodes it once, then per attempt waits out a busy client, takes the
+    /// link (attaching one), transfers and reads the broker's outcome; a failed link is
+    /// forgotten and the send tried again after a pause while the retry policy allows.
     async fn send_now(
         &self,
         message: ServiceBusMessage,
         options: &SendOptions,
     ) -> Result<(), SendError> {
-        let fail = |error: SendErrorKind, message: ServiceBusMessage| SendError {
-            entity: self.inner.entity.clone(),
-            error,
-            message: Box::new(message),
-        };
         let sendable = match Sendable::message(&to_amqp(&message, options)) {
             Ok(sendable) => sendable,
             Err(error) => {
-                return Err(fail(
-                    SendErrorKind::Refused {
-                        condition: "encode".into(),
-                        description: error.to_string(),
-                    },
-                    message,
-                ));
+                let refused = SendErrorKind::Refused {
+                    condition: "encode".into(),
+                    description: error.to_string(),
+                };
+                return Err(self.fail(refused, message));
             }
         };
         // The link is re-attached (on the same connection) after the service detached it, idle
         // or busy, and the send tried again: the SDKs' senders retry the same way (Go
         // `azservicebus/sender.go` `links.Retry`). A send whose outcome was lost may thus be
         // enqueued twice; message ids let consumers recognise the copy.
-        let mut fresh = false;
-        let client = &self.inner.client;
-        let mut backoff = client.retry().backoff();
-        let attempts = client.retry().tries();
-        let mut attempt = 1;
+        let mut retry = SendRetry::new(self.inner.client.retry());
         loop {
             // After a busy answer every operation of the client waits (.NET
             // `ServiceBusRetryPolicy`'s client-wide server-busy state).
-            client.busy().wait_out().await;
-            let mut guard = self.inner.link.lock().await;
-            // A link the service detached meanwhile (idle for 10 minutes, say) is replaced
-            // before this send, not after a failed one and a pause: azure-amqp reuses a cached
-            // link only while it is open (`FaultTolerantAmqpObject.TryGetOpenedObject`), pyamqp
-            // checks the link's state before every transfer (`SenderLink._check_if_closed`).
-            if guard.as_ref().is_some_and(|link| !link.is_attached()) {
-                tracing::debug!(entity = %self.inner.entity, "Send link detached meanwhile; attaching a new one.");
-                *guard = None;
-            }
-            if guard.is_none() {
-                match self.attach(fresh).await {
-                    Ok(link) => *guard = Some(Arc::new(link)),
-                    // The token put on this connection ran out before its refresh (the service
-                    // may honour less than its lifetime): once more with a fresh one.
-                    Err(ServiceBusError::Broker { ref condition, .. })
-                        if !fresh && condition == sb_amqp::condition::UNAUTHORIZED_ACCESS =>
-                    {
-                        fresh = true;
-                        continue;
-                    }
-                    // The connection or session went under us (a drop, an ended session):
-                    // the next attempt sets up anew.
-                    Err(error) if error.is_transient() && attempt < attempts => {
-                        attempt += 1;
-                        let delay = backoff.next_delay();
-                        tracing::warn!(entity = %self.inner.entity, %error, ?delay, "Send link attach failed; retrying.");
-                        tokio::time::sleep(delay).await;
-                        continue;
-                    }
-                    Err(error) => return Err(fail(kind_of(&error), message)),
-                }
-            }
-            let Some(sender) = guard.clone() else {
-                return Err(fail(SendErrorKind::Connection("no link".into()), message));
+            self.inner.client.busy().wait_out().await;
+            let sender = match self.usable_link(&mut retry).await {
+                Ok(Some(sender)) => sender,
+                Ok(None) => continue,
+                Err(error) => return Err(self.fail(kind_of(&error), message)),
             };
-            drop(guard);
-            let Ok(sent) = tokio::time::timeout(SEND_TIMEOUT, sender.send(sendable.clone())).await
-            else {
-                return Err(fail(
-                    SendErrorKind::Connection(
-                        "the broker did not answer in time; the message may have been enqueued"
-                            .into(),
-                    ),
-                    message,
-                ));
-            };
-            let error = match sent {
-                Ok(outcome) => {
-                    if let Outcome::Rejected(Some(e)) = &outcome
-                        && is_server_busy(&e.condition)
-                    {
-                        client.busy().set();
-                    }
-                    let result = outcome_result(outcome);
-                    return result.map_err(|kind| fail(kind, message));
-                }
-                // The engine's own size check: the link is fine, the message is not.
-                Err(error)
-                    if error.condition() == Some(sb_amqp::condition::MESSAGE_SIZE_EXCEEDED) =>
-                {
-                    let description = error.to_string();
-                    return Err(fail(SendErrorKind::SizeExceeded(description), message));
-                }
+            let error = match self.transfer(&sender, &sendable).await {
+                Ok(answered) => return answered.map_err(|kind| self.fail(kind, message)),
                 Err(error) => error,
             };
-            client.observe(&error);
-            if error.condition().is_some_and(is_server_busy) {
-                client.busy().set();
+            self.forget_failed_link(&sender, &error).await;
+            if !retry.after_link_failure(&error) {
+                let kind = kind_of(&ServiceBusError::from_amqp(&error));
+                return Err(self.fail(kind, message));
             }
-            {
-                // Only the failed link: a concurrent send may have re-attached already.
-                let mut guard = self.inner.link.lock().await;
-                if guard
-                    .as_ref()
-                    .is_some_and(|link| Arc::ptr_eq(link, &sender))
-                {
-                    *guard = None;
-                }
-            }
-            let retry = match recovery(&error) {
-                Recovery::Link | Recovery::Connection => true,
-                Recovery::Reauthorize => !std::mem::replace(&mut fresh, true),
-                Recovery::Fatal => false,
-            };
-            if !retry || attempt >= attempts {
-                return Err(fail(kind_of(&ServiceBusError::from_amqp(&error)), message));
-            }
-            attempt += 1;
-            let delay = backoff.next_delay();
+            let delay = retry.backoff.next_delay();
             tracing::warn!(entity = %self.inner.entity, %error, ?delay, "Send link failed; re-attaching.");
             tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// A failed send, the message handed back.
+    fn fail(&self, error: SendErrorKind, message: ServiceBusMessage) -> SendError {
+        SendError {
+            entity: self.inner.entity.clone(),
+            error,
+            message: Box::new(message),
+        }
+    }
+
+    /// The link to send on: the cached one while it is attached, else a new one. `Ok(None)`
+    /// when the attach failed in a way worth another attempt (after its pause).
+    async fn usable_link(
+        &self,
+        retry: &mut SendRetry,
+    ) -> Result<Option<Arc<sb_amqp::Sender>>, ServiceBusError> {
+        let mut guard = self.inner.link.lock().await;
+        // A link the service detached meanwhile (idle for 10 minutes, say) is replaced
+        // before this send, not after a failed one and a pause: azure-amqp reuses a cached
+        // link only while it is open (`FaultTolerantAmqpObject.TryGetOpenedObject`), pyamqp
+        // checks the link's state before every transfer (`SenderLink._check_if_closed`).
+        if guard.as_ref().is_some_and(|link| !link.is_attached()) {
+            tracing::debug!(entity = %self.inner.entity, "Send link detached meanwhile; attaching a new one.");
+            *guard = None;
+        }
+        if let Some(link) = guard.as_ref() {
+            return Ok(Some(link.clone()));
+        }
+        match self.attach(retry.fresh).await {
+            Ok(link) => {
+                let link = Arc::new(link);
+                *guard = Some(link.clone());
+                Ok(Some(link))
+            }
+            // The token put on this connection ran out before its refresh (the service
+            // may honour less than its lifetime): once more with a fresh one.
+            Err(ServiceBusError::Broker { ref condition, .. })
+                if !retry.fresh && condition == sb_amqp::condition::UNAUTHORIZED_ACCESS =>
+            {
+                retry.fresh = true;
+                Ok(None)
+            }
+            // The connection or session went under us (a drop, an ended session):
+            // the next attempt sets up anew.
+            Err(error) if error.is_transient() && retry.attempt < retry.attempts => {
+                retry.attempt += 1;
+                let delay = retry.backoff.next_delay();
+                tracing::warn!(entity = %self.inner.entity, %error, ?delay, "Send link attach failed; retrying.");
+                tokio::time::sleep(delay).await;
+                Ok(None)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Transfers on `sender` and reads the broker's answer: `Ok` with the send's result (an
+    /// outcome, an unanswered send, a message too large for the link), `Err` when the link
+    /// failed and another attempt may help.
+    async fn transfer(
+        &self,
+        sender: &sb_amqp::Sender,
+        sendable: &Sendable,
+    ) -> Result<Result<(), SendErrorKind>, sb_amqp::Error> {
+        let Ok(sent) = tokio::time::timeout(SEND_TIMEOUT, sender.send(sendable.clone())).await
+        else {
+            return Ok(Err(SendErrorKind::Connection(
+                "the broker did not answer in time; the message may have been enqueued".into(),
+            )));
+        };
+        match sent {
+            Ok(outcome) => {
+                if let Outcome::Rejected(Some(e)) = &outcome
+                    && is_server_busy(&e.condition)
+                {
+                    self.inner.client.busy().set();
+                }
+                Ok(outcome_result(outcome))
+            }
+            // The engine's own size check: the link is fine, the message is not.
+            Err(error) if error.condition() == Some(sb_amqp::condition::MESSAGE_SIZE_EXCEEDED) => {
+                Ok(Err(SendErrorKind::SizeExceeded(error.to_string())))
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Tells the client of a link failure and forgets the failed link (only that one: a
+    /// concurrent send may have re-attached already).
+    async fn forget_failed_link(&self, sender: &Arc<sb_amqp::Sender>, error: &sb_amqp::Error) {
+        let client = &self.inner.client;
+        client.observe(error);
+        if error.condition().is_some_and(is_server_busy) {
+            client.busy().set();
+        }
+        let mut guard = self.inner.link.lock().await;
+        if guard.as_ref().is_some_and(|link| Arc::ptr_eq(link, sender)) {
+            *guard = None;
         }
     }
 
@@ -383,5 +400,40 @@ fn kind_of(error: &ServiceBusError) -> SendErrorKind {
             description: description.clone(),
         },
         other => SendErrorKind::Connection(other.to_string()),
+    }
+}
+
+/// Where a send stands in its retries: the attempt, its pauses, and whether the token was put
+/// afresh already.
+struct SendRetry {
+    fresh: bool,
+    backoff: crate::retry::Backoff,
+    attempt: u32,
+    attempts: u32,
+}
+
+impl SendRetry {
+    fn new(options: &crate::RetryOptions) -> Self {
+        SendRetry {
+            fresh: false,
+            backoff: options.backoff(),
+            attempt: 1,
+            attempts: options.tries(),
+        }
+    }
+
+    /// After a failed link: whether another attempt is due (an unauthorized one once, with a
+    /// fresh token; a fatal one never), counting it.
+    fn after_link_failure(&mut self, error: &sb_amqp::Error) -> bool {
+        let retry = match recovery(error) {
+            Recovery::Link | Recovery::Connection => true,
+            Recovery::Reauthorize => !std::mem::replace(&mut self.fresh, true),
+            Recovery::Fatal => false,
+        };
+        if !retry || self.attempt >= self.attempts {
+            return false;
+        }
+        self.attempt += 1;
+        true
     }
 }

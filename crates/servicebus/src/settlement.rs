@@ -60,6 +60,7 @@ impl ServiceBusDelivery {
         disposition: Disposition,
     ) -> Result<(), SettlementError> {
         let operation = self.receiver.telemetry.start(name, Kind::Settle);
+        self.begin_settling();
         let settled = self
             .settle_now(outcome, disposition)
             .instrument(operation.span.clone())
@@ -192,6 +193,7 @@ impl ServiceBusDelivery {
 
     pub(super) async fn settle_on_link(&self, outcome: Outcome) -> Attempt {
         let timeout = self.receiver.client.timeout();
+        let sent = tokio::time::Instant::now();
         let Ok(settled) =
             tokio::time::timeout(timeout, self.link.settler.settle(self.delivery_id, outcome))
                 .await
@@ -200,6 +202,11 @@ impl ServiceBusDelivery {
                 "the broker did not answer the settlement in time".into(),
             ));
         };
+        if settled.is_ok() {
+            // Disposition → answer: the broker's round trip, what the receive window is
+            // sized over (crate::window).
+            self.receiver.round_trip(sent.elapsed());
+        }
         if settled.is_ok() || settled.as_ref().is_err_and(sb_amqp::Error::is_lock_lost) {
             self.settled.store(true, Ordering::Release);
         }

@@ -5,7 +5,7 @@
 //! process span.
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::{Counter, Histogram};
+use opentelemetry::metrics::{Counter, Gauge, Histogram};
 use tokio::time::Instant;
 use tracing::Span;
 use tracing::field::Empty;
@@ -33,6 +33,8 @@ pub(crate) struct EntityTelemetry {
     base: Vec<KeyValue>,
     duration: Histogram<f64>,
     consumed: Counter<u64>,
+    window: Gauge<u64>,
+    round_trip: Gauge<f64>,
 }
 
 /// One operation in flight: its span and start.
@@ -93,8 +95,24 @@ impl EntityTelemetry {
                 .u64_counter(metric::CONSUMED_MESSAGES)
                 .with_unit("{message}")
                 .build(),
+            window: meter
+                .u64_gauge(metric::RECEIVE_WINDOW)
+                .with_unit("{message}")
+                .build(),
+            round_trip: meter
+                .f64_gauge(metric::RECEIVE_ROUND_TRIP)
+                .with_unit("s")
+                .build(),
             source,
             base,
+        }
+    }
+
+    /// Records the receive window in force and the broker's round trip it was sized over.
+    pub(crate) fn window(&self, window: u32, rtt: Option<std::time::Duration>) {
+        self.window.record(u64::from(window), &self.base);
+        if let Some(rtt) = rtt {
+            self.round_trip.record(rtt.as_secs_f64(), &self.base);
         }
     }
 
