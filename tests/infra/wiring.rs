@@ -47,12 +47,14 @@ const NOT_ALWAYS_SET: [&str; 25] = [
     "RUST_LOG",
 ];
 
-/// The worker's own `SB_INBOX_*` overrides, the Azure identity's client id and the
-/// OpenTelemetry variables (`sb_inbox::telemetry::OTEL_ENV_VARS`).
+/// The worker's own `SB_INBOX_*` overrides, the reference consumer's (the `sb-inbox` binary's,
+/// not the library's), the Azure identity's client id and the OpenTelemetry variables
+/// (`sb_inbox::telemetry::OTEL_ENV_VARS`).
 fn names() -> impl Iterator<Item = &'static str> {
     sb_inbox::worker::ENV_VARS
         .iter()
         .map(|(name, _, _)| *name)
+        .chain([sb_inbox_cli::run::OUTBOX_DESTINATION_VAR])
         .chain(["AZURE_CLIENT_ID"])
         .chain(
             sb_inbox::telemetry::OTEL_ENV_VARS

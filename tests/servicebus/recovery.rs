@@ -94,7 +94,7 @@ async fn the_worker_re_attaches_after_every_transient_detach_and_keeps_processin
     let shutdown = CancellationToken::new();
     let worker = tokio::spawn({
         let shutdown = shutdown.clone();
-        async move { sb_inbox_cli::run::run(&config, shutdown).await }
+        async move { sb_inbox_cli::run::run(&config, None, shutdown).await }
     });
     let sender = client(&emulator).sender("orders");
     sender.send(order("m-0", "o-0")).await.unwrap();
@@ -258,7 +258,7 @@ async fn expired_tokens_are_replaced_and_the_links_re_attached() {
     let shutdown = CancellationToken::new();
     let worker = tokio::spawn({
         let shutdown = shutdown.clone();
-        async move { sb_inbox_cli::run::run(&config, shutdown).await }
+        async move { sb_inbox_cli::run::run(&config, None, shutdown).await }
     });
     let publisher = sb_inbox::servicebus::ServiceBusSenderPort::new(client(&emulator).clone());
     let mut first = receiver_link_other_than(&emulator, &[]).await;

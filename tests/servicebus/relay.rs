@@ -269,7 +269,6 @@ async fn worker_relays_its_events_and_keeps_the_configured_retention() {
             "SB_INBOX_SERVICEBUS_CONNECTION" => emulator.connection_string(),
             "SB_INBOX_ENTITY" => "orders".to_owned(),
             "SB_INBOX_LOCK_MARGIN_SECS" => "2".to_owned(),
-            "SB_INBOX_OUTBOX_DESTINATION" => "outbox".to_owned(),
             "SB_INBOX_OUTBOX_POLL_MS" => "20".to_owned(),
             "SB_INBOX_RETENTION_SECS" => (30 * 86_400).to_string(),
             "SB_INBOX_MESSAGE_TTL_SECS" => (14 * 86_400).to_string(),
@@ -282,7 +281,7 @@ async fn worker_relays_its_events_and_keeps_the_configured_retention() {
     let shutdown = CancellationToken::new();
     let worker = tokio::spawn({
         let (config, shutdown) = (config.clone(), shutdown.clone());
-        async move { sb_inbox_cli::run::run(&config, shutdown).await }
+        async move { sb_inbox_cli::run::run(&config, Some("outbox"), shutdown).await }
     });
     crate::worker::drained(&emulator, 10).await;
     outbox_empty(&store).await;

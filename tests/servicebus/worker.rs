@@ -72,11 +72,11 @@ async fn two_workers_on_postgres_apply_each_order_once() {
     let workers = [
         tokio::spawn({
             let (config, token) = (config.clone(), shutdown.clone());
-            async move { sb_inbox_cli::run::run(&config, token).await }
+            async move { sb_inbox_cli::run::run(&config, None, token).await }
         }),
         tokio::spawn({
             let (config, token) = (config.clone(), shutdown.clone());
-            async move { sb_inbox_cli::run::run(&config, token).await }
+            async move { sb_inbox_cli::run::run(&config, None, token).await }
         }),
     ];
     drained(&emulator, sent).await;

@@ -457,6 +457,12 @@ fn env_help() -> String {
     for (var, key, meaning) in ENV_VARS {
         text.push_str(&format!("  {var:<34} {key:<36} {meaning}\n"));
     }
+    text.push_str(&format!(
+        "\nThe reference consumer's own (no worker.toml key):\n  {:<34} {:<36} {}\n",
+        sb_inbox_cli::run::OUTBOX_DESTINATION_VAR,
+        "(outbox.destination before)",
+        "queue or topic its stock-reserved events go to; unset = none"
+    ));
     text.push_str("\nMoved keys (the old place is still read, with a warning):\n");
     for moved in MOVED {
         text.push_str(&format!("  {:<34} -> {}\n", moved.old, moved.new.file));
@@ -916,7 +922,8 @@ async fn run_worker(path: Option<PathBuf>) -> ExitCode {
             shutdown.cancel();
         }
     });
-    match sb_inbox_cli::run::run(&config, shutdown).await {
+    let events = sb_inbox_cli::run::outbox_destination(&|name| std::env::var(name).ok());
+    match sb_inbox_cli::run::run(&config, events.as_deref(), shutdown).await {
         Ok(_) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {}", with_causes(&error));

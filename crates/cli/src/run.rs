@@ -23,17 +23,32 @@ use sb_inbox::{ErrorKind, RuntimeError, StatsSnapshot, StoreError};
 
 pub use sb_inbox::worker::BACKGROUND_STOP;
 
+/// The variable naming the queue or topic the reference consumer's
+/// `inventory.stock-reserved.v1` events go to (through the outbox); unset or empty, it writes
+/// none. The binary's own setting: the library's configuration has no such key (issue 45), as
+/// a service names each outbox row's destination in its handler.
+pub const OUTBOX_DESTINATION_VAR: &str = "SB_INBOX_OUTBOX_DESTINATION";
+
+/// [`OUTBOX_DESTINATION_VAR`] read through `env`; empty counts as unset, as for the library's
+/// variables.
+pub fn outbox_destination(env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    env(OUTBOX_DESTINATION_VAR).filter(|v| !v.is_empty())
+}
+
 /// Runs the reference inventory consumer as configured (under each configured consumer name
 /// and entity, in one [`Worker`]) until `shutdown`, then drains, releases prefetched deliveries
 /// and returns the counters of all consumers added up. Beside it run the outbox relay (always: any
 /// row in the outbox is published) and, when a retention is configured, the retention task;
 /// both stop after the drain. Serves `/healthz` and `/readyz` on `health.port` when configured.
+/// The consumer's events go to `outbox_destination` (see [`outbox_destination`]); none are
+/// written without it.
 ///
 /// # Errors
 /// [`WorkerError`] when the store cannot be opened, the health port cannot be bound, or the
 /// receiver fails for good.
 pub async fn run(
     config: &WorkerConfig,
+    outbox_destination: Option<&str>,
     shutdown: CancellationToken,
 ) -> Result<StatsSnapshot, WorkerError> {
     let health = match config.health_port {
@@ -44,7 +59,7 @@ pub async fn run(
         ),
         None => None,
     };
-    run_with(config, health, shutdown).await
+    run_with(config, outbox_destination, health, shutdown).await
 }
 
 /// As [`run`], serving the health endpoints on `health` when given (tests pass a listener on an
@@ -59,17 +74,22 @@ pub async fn run(
 /// As [`run`].
 pub async fn run_with(
     config: &WorkerConfig,
+    outbox_destination: Option<&str>,
     health: Option<TcpListener>,
     shutdown: CancellationToken,
 ) -> Result<StatsSnapshot, WorkerError> {
     match &config.store {
         #[cfg(feature = "postgres")]
-        StoreUrl::Postgres(_) => host::<PgStore>(config, health, shutdown).await,
+        StoreUrl::Postgres(_) => {
+            host::<PgStore>(config, outbox_destination, health, shutdown).await
+        }
         #[cfg(feature = "mssql")]
-        StoreUrl::Mssql(_) => host::<MssqlStore>(config, health, shutdown).await,
+        StoreUrl::Mssql(_) => {
+            host::<MssqlStore>(config, outbox_destination, health, shutdown).await
+        }
         #[cfg(feature = "sqlite")]
         StoreUrl::Sqlite(_) | StoreUrl::SqliteMemory => {
-            host::<SqliteStore>(config, health, shutdown).await
+            host::<SqliteStore>(config, outbox_destination, health, shutdown).await
         }
         // A store this build lacks (`StoreUrl`'s parser refuses it already: this is for a
         // configuration built in code), or a kind of store the reference worker does not know.
@@ -87,13 +107,14 @@ pub async fn run_with(
 /// The inventory consumer on a store of type `S`.
 async fn host<S: OpenStore + InventoryStore + 'static>(
     config: &WorkerConfig,
+    outbox_destination: Option<&str>,
     health: Option<TcpListener>,
     shutdown: CancellationToken,
 ) -> Result<StatsSnapshot, WorkerError> {
     let mut config = config.clone();
     // The listener is bound by `run` (or given by a test); none means none.
     config.health_port = None;
-    let router = inventory::router::<S::Tx>(config.outbox_destination.as_deref())
+    let router = inventory::router::<S::Tx>(outbox_destination)
         .map_err(|e| RuntimeError::Config(format!("the reference consumer's routes: {e}")))?;
     // An in-memory database starts empty: its tables are created, not waited for.
     let memory = matches!(config.store, StoreUrl::SqliteMemory);

@@ -208,11 +208,6 @@ pub(super) const HEALTH_PORT: Key = Key::new(
     "health.port",
     "serve /healthz and /readyz on this port",
 );
-pub(super) const OUTBOX_DESTINATION: Key = Key::new(
-    "SB_INBOX_OUTBOX_DESTINATION",
-    "outbox.destination",
-    "queue or topic the consumer's events go to",
-);
 pub(super) const OUTBOX_BATCH: Key = Key::new(
     "SB_INBOX_OUTBOX_BATCH",
     "outbox.batch_size",
@@ -301,7 +296,7 @@ pub(super) const ENVELOPE_ID_FROM: Key = Key::new(
 );
 
 /// Every key, in `--help` order.
-pub const KEYS: [Key; 51] = [
+pub const KEYS: [Key; 50] = [
     CONSUMER,
     STORE,
     CONNECTION,
@@ -341,7 +336,6 @@ pub const KEYS: [Key; 51] = [
     RETRY_MAX_DELAY_SECS,
     RETRY_JITTER_PERCENT,
     HEALTH_PORT,
-    OUTBOX_DESTINATION,
     OUTBOX_BATCH,
     OUTBOX_POLL_MS,
     OUTBOX_LEASE_SECS,

@@ -73,9 +73,6 @@ pub struct WorkerConfig {
     pub consumers: Vec<ConsumerConfig>,
     /// Port for `/healthz` and `/readyz`.
     pub health_port: Option<u16>,
-    /// Where the inventory consumer's `inventory.stock-reserved.v1` events go (through the
-    /// outbox); none are written without it.
-    pub outbox_destination: Option<String>,
     /// Delayed retries for transient failures (copies go to [`WorkerConfig::entity`], which must
     /// be a queue); `None` abandons them.
     pub retry: Option<RetryPolicy>,
@@ -232,7 +229,7 @@ impl WorkerConfig {
         let health_port = r
             .number(keys::HEALTH_PORT, file.health.port, 0..=65_535)
             .and_then(|p| u16::try_from(p).ok());
-        let outbox_destination = outbox::destination(&mut r, &file.outbox);
+        outbox::refuse_destination(&mut r, &file.outbox);
         let listed = consumers::listed(&mut r, &file.consumers, &runtime);
         let subscription = consumers::subscription(&listed, entity.as_deref());
         let retry = retry::policy(&mut r, &file.retry, subscription);
@@ -273,7 +270,6 @@ impl WorkerConfig {
             entity: first.entity,
             consumers,
             health_port,
-            outbox_destination,
             retry,
             relay,
             retention: retention.retention,

@@ -1,12 +1,10 @@
-//! `[outbox]`: where the consumer's events go and how the relay drains the outbox to them.
+//! `[outbox]`: how the relay drains the outbox.
 
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::keys::{
-    OUTBOX_BATCH, OUTBOX_DESTINATION, OUTBOX_LEASE_SECS, OUTBOX_ORDERED, OUTBOX_POLL_MS,
-};
+use super::keys::{OUTBOX_BATCH, OUTBOX_LEASE_SECS, OUTBOX_ORDERED, OUTBOX_POLL_MS};
 use super::reader::{Reader, to_usize};
 use crate::relay::RelayConfig;
 
@@ -14,16 +12,28 @@ use crate::relay::RelayConfig;
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct OutboxFile {
-    destination: Option<String>,
+    // The reference consumer's old key: still parsed, so that a file carrying it is refused
+    // with where it went, not with serde's bare "unknown field".
+    destination: Option<serde::de::IgnoredAny>,
     batch_size: Option<u64>,
     poll_interval_ms: Option<u64>,
     lease_secs: Option<u64>,
     ordered: Option<bool>,
 }
 
-/// `outbox.destination`: none means the consumer writes no events.
-pub(super) fn destination(r: &mut Reader<'_>, file: &OutboxFile) -> Option<String> {
-    r.text(OUTBOX_DESTINATION, file.destination.clone())
+/// Refuses `outbox.destination`: it named where the reference consumer's events go, which is
+/// no setting of the library (each [`crate::OutboxMessage`] names its own destination).
+pub(super) fn refuse_destination(r: &mut Reader<'_>, file: &OutboxFile) {
+    if file.destination.is_some() {
+        // Verbatim: the variable named is the `sb-inbox` binary's own, whatever prefix the
+        // caller reads the library's keys under.
+        r.fail_verbatim(
+            "outbox.destination".to_owned(),
+            "is no longer read: it was the reference consumer's setting and moved to the \
+             `sb-inbox` binary (`sb-inbox run` reads SB_INBOX_OUTBOX_DESTINATION); a service \
+             sets each outbox row's destination in its handler (`OutboxMessage::destination`)",
+        );
+    }
 }
 
 /// The relay's settings, each with [`RelayConfig::default`]'s value when not given.

@@ -14,6 +14,8 @@ pub(super) struct Reader<'a> {
     // documented `SB_INBOX_` ones, since setting one of those would change nothing.
     prefix: &'a str,
     errors: Vec<ConfigError>,
+    // Problems whose text names variables that are not the caller's (another program's).
+    verbatim: Vec<ConfigError>,
 }
 
 impl<'a> Reader<'a> {
@@ -23,6 +25,7 @@ impl<'a> Reader<'a> {
             env,
             prefix,
             errors: Vec::new(),
+            verbatim: Vec::new(),
         }
     }
 
@@ -44,6 +47,15 @@ impl<'a> Reader<'a> {
         });
     }
 
+    /// Records a problem whose text is kept as written under any prefix: it names a variable
+    /// of another program, which reads it under `SB_INBOX_` whatever the caller's prefix.
+    pub(super) fn fail_verbatim(&mut self, field: String, problem: impl Into<String>) {
+        self.verbatim.push(ConfigError {
+            field,
+            problem: problem.into(),
+        });
+    }
+
     /// Records, for each key set, that it means nothing without `without`.
     pub(super) fn refuse_orphans(&mut self, keys: &[(Key, bool)], without: &str) {
         for &(key, set) in keys {
@@ -58,7 +70,7 @@ impl<'a> Reader<'a> {
     pub(super) fn into_errors(self) -> Vec<ConfigError> {
         let prefix = self.prefix;
         if prefix == DEFAULT_ENV_PREFIX {
-            return self.errors;
+            return self.errors.into_iter().chain(self.verbatim).collect();
         }
         // Every `SB_INBOX_` in a field or problem is one of the keys' variables (the fields'
         // `file.key (VARIABLE)`, hints such as "raise SB_INBOX_RETENTION_SECS").
@@ -69,11 +81,12 @@ impl<'a> Reader<'a> {
                 field: rename(e.field),
                 problem: rename(e.problem),
             })
+            .chain(self.verbatim)
             .collect()
     }
 
     pub(super) fn has_errors(&self) -> bool {
-        !self.errors.is_empty()
+        !self.errors.is_empty() || !self.verbatim.is_empty()
     }
 
     /// The variable wins over the file.

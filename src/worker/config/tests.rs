@@ -1090,3 +1090,45 @@ fn an_envelope_without_a_type_map_is_refused_naming_the_variable() {
         "{problems:?}"
     );
 }
+
+/// Issue 45: `outbox.destination` was the reference consumer's key, not the library's. A file
+/// that still carries it is refused, in TOML and JSON and under any prefix, naming where it
+/// went (the `sb-inbox` binary's `SB_INBOX_OUTBOX_DESTINATION`, whatever the caller's prefix),
+/// and the variable itself is no longer a key's override.
+#[test]
+fn the_reference_consumers_outbox_destination_is_refused_naming_where_it_went() {
+    let problems = load(&format!("{GOOD}[outbox]\ndestination = \"events\"\n"), &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        problems.contains("outbox.destination: is no longer read"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("`sb-inbox run` reads SB_INBOX_OUTBOX_DESTINATION"),
+        "{problems}"
+    );
+    let problems = load_named(
+        "orders-worker.json",
+        r#"{"consumer": "shop.orders", "store": "sqlite::memory:",
+            "servicebus": {"connection": "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=s;UseDevelopmentEmulator=true", "entity": "orders"},
+            "outbox": {"destination": "events"}}"#,
+        "ORDERS_",
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        problems.contains("`sb-inbox run` reads SB_INBOX_OUTBOX_DESTINATION"),
+        "{problems}"
+    );
+    assert!(
+        !problems.contains("ORDERS_OUTBOX_DESTINATION"),
+        "{problems}"
+    );
+    assert!(KEYS.iter().all(|k| k.file != "outbox.destination"));
+    assert_eq!(
+        WorkerConfig::unknown_variables("SB_INBOX_", ["SB_INBOX_OUTBOX_DESTINATION"]).len(),
+        1
+    );
+}
