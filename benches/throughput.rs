@@ -431,7 +431,7 @@ const MEASURE_LIMIT: Duration = Duration::from_secs(60);
 /// A `sb-inbox run` process of `binary` consuming `QUEUE` of `emulator` into `schema`.
 fn spawn_worker(binary: &str, emulator: &EmulatorProcess, schema: &str, run: &WorkerRun) -> Child {
     let log = if run.trace {
-        "warn,sb_inbox::pipeline=debug"
+        "warn,sb_inbox::pipeline=debug,sb_servicebus::window=debug"
     } else {
         "warn"
     };

@@ -432,8 +432,10 @@ impl ReceiverInner {
             .and_then(|sizer| sizer.taken(tokio::time::Instant::now(), bytes, lock_left, capacity));
         if let Some(state) = report {
             self.telemetry.window(state.window, state.rtt);
+            // The client's own target (it names nothing of the inbox); the bench's `--trace`
+            // turns it on beside the runtime's `sb_inbox::pipeline`.
             tracing::debug!(
-                target: "sb_inbox::pipeline",
+                target: "sb_servicebus::window",
                 entity = %self.entity,
                 window = state.window,
                 rtt_ms = state.rtt.map_or(0.0, |rtt| rtt.as_secs_f64() * 1000.0),
