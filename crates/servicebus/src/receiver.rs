@@ -53,9 +53,11 @@ const TOP_UP_FRACTION: u32 = 16;
 /// deliveries rather than one per delivery. A delivery whose message is unusable (undecodable, a
 /// string id posing as another AMQP type's) is handed out like any other, marked by
 /// [`ServiceBusDelivery::unusable`]: the caller settles it. When the service detaches the link (idle,
-/// busy, token expired, …) the receive reports a transient error and the next receive
-/// re-attaches on the same connection; deliveries of the lost link are settled through
-/// `$management` by their lock tokens, so their locks, not the link, decide.
+/// busy, token expired, …) during a receive, that receive reports a transient error and the
+/// next one re-attaches on the same connection; a link detached between receives is replaced
+/// before the next one (after handing out what it still had queued). Deliveries of the lost
+/// link are settled through `$management` by their lock tokens, so their locks, not the link,
+/// decide.
 #[derive(Debug, Clone)]
 pub struct ServiceBusReceiver {
     inner: Arc<ReceiverInner>,
@@ -85,6 +87,9 @@ pub(super) struct ReceiverInner {
     /// The name of the link attached now: what `$management` requests name as their
     /// associated link (read without waiting on a receive that holds `link`).
     current_link: StdMutex<Option<String>>,
+    /// Whether that link is still attached, as the engine sees it (the service may have
+    /// detached it while nobody was receiving).
+    current_status: StdMutex<Option<sb_amqp::LinkStatus>>,
     /// [`DEFAULT_LINK_IDLE_GUARD`] unless set, in milliseconds.
     idle_guard_ms: AtomicU64,
     /// The broker's clock as its deliveries tell it: whether a delivery's lock ran out on the
@@ -131,6 +136,7 @@ impl ServiceBusReceiver {
                 reauthorize: AtomicBool::new(false),
                 session: std::sync::OnceLock::new(),
                 current_link: StdMutex::new(None),
+                current_status: StdMutex::new(None),
                 idle_guard_ms: AtomicU64::new(millis(DEFAULT_LINK_IDLE_GUARD)),
                 lock_clock: LockClock::default(),
             }),
@@ -170,10 +176,17 @@ impl ServiceBusReceiver {
         &self.inner.entity
     }
 
-    /// True while the receive link is attached (false before the first receive and while it
-    /// re-attaches after a failure).
+    /// True while the receive link is attached (false before the first receive, once the
+    /// service detached it, and while it re-attaches after a failure).
     pub fn is_attached(&self) -> bool {
         self.inner.attached.load(Ordering::Acquire)
+            && self
+                .inner
+                .current_status
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .as_ref()
+                .is_some_and(sb_amqp::LinkStatus::is_attached)
     }
 
     async fn attach(&self) -> Result<ReceiveLink, ReceiveError> {
@@ -296,7 +309,7 @@ impl ServiceBusReceiver {
     async fn attach_into(&self, slot: &mut Option<ReceiveLink>) -> Result<(), ReceiveError> {
         if slot.is_none() {
             let link = self.attach().await?;
-            self.inner.set_current_link(Some(&link.shared.name));
+            self.inner.set_current(&link);
             *slot = Some(link);
         }
         Ok(())
@@ -339,8 +352,23 @@ impl ReceiverInner {
             .clone()
     }
 
+    /// Records `link` as the one attached now.
+    pub(super) fn set_current(&self, link: &ReceiveLink) {
+        *self
+            .current_status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(link.receiver.status());
+        self.set_current_link(Some(&link.shared.name));
+    }
+
     /// Records the link attached now (`None`: none).
     pub(super) fn set_current_link(&self, name: Option<&str>) {
+        if name.is_none() {
+            *self
+                .current_status
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        }
         *self
             .current_link
             .lock()
@@ -358,6 +386,16 @@ impl ReceiverInner {
             ms => Some(Duration::from_millis(ms)),
         }
     }
+}
+
+/// What [`ServiceBusReceiver::replace_detached`] found on a detached link.
+enum Detached {
+    /// A delivery it had queued before the detach.
+    Queued(sb_amqp::Delivery),
+    /// A detach no retry clears (entity gone, rights refused).
+    Fatal(ReceiveError),
+    /// Nothing left on it: attach a new one.
+    Replace,
 }
 
 fn transient(error: ServiceBusError) -> ReceiveError {
@@ -414,13 +452,38 @@ impl ServiceBusReceiver {
                 SESSION_LINK_GONE.to_owned(),
             )));
         }
+        let capacity = self.inner.capacity.load(Ordering::Acquire);
+        if self.inner.session.get().is_none()
+            && let Some(stale) = guard.as_mut()
+            && !stale.receiver.is_attached()
+        {
+            // F8: a link the service detached while nobody was receiving (idle for 10
+            // minutes, say, while every slot was busy) is replaced before this receive, not
+            // after a failed one and the caller's backoff: azure-amqp reuses a cached link
+            // only while it is open (`FaultTolerantAmqpObject.TryGetOpenedObject`), pyamqp
+            // checks a link's state before using it (`Link._check_if_closed`).
+            match self.replace_detached(stale) {
+                Detached::Queued(delivery) => {
+                    return self.hand_out(stale, &delivery, capacity).await;
+                }
+                Detached::Fatal(error) => {
+                    *guard = None;
+                    self.inner.set_current_link(None);
+                    return Err(error);
+                }
+                Detached::Replace => {
+                    tracing::debug!(entity = %self.inner.entity, "Receive link detached meanwhile; attaching a new one.");
+                    *guard = None;
+                    self.inner.set_current_link(None);
+                }
+            }
+        }
         self.attach_into(&mut guard).await?;
         let Some(link) = guard.as_mut() else {
             return Err(ReceiveError::Transient(ServiceBusError::Link(
                 "no receive link".to_owned(),
             )));
         };
-        let capacity = self.inner.capacity.load(Ordering::Acquire);
         let idle_guard = self.inner.idle_guard();
         let result = async {
             if capacity > 0 {
@@ -487,6 +550,39 @@ impl ServiceBusReceiver {
             }
         };
         self.hand_out(link, &delivery, capacity).await
+    }
+
+    /// What to do with a link found detached before a receive: hand out what it still had
+    /// queued (its locks, not the link, decide: settled by lock token), give up when the
+    /// detach is one no retry clears, else replace it. Marks the link gone (its deliveries
+    /// settle through `$management`) and tells the connection of the detach.
+    fn replace_detached(&self, link: &mut ReceiveLink) -> Detached {
+        link.shared.gone.store(true, Ordering::Release);
+        match link.receiver.try_recv() {
+            Ok(Some(delivery)) => {
+                if self.inner.capacity.load(Ordering::Acquire) > 0 {
+                    link.pending = link.pending.saturating_sub(1);
+                } else {
+                    link.granted = false;
+                }
+                Detached::Queued(delivery)
+            }
+            Ok(None) => Detached::Replace,
+            Err(error) => {
+                if let Some(conn) = link.conn.upgrade() {
+                    conn.observe(&error);
+                }
+                // Classified as a failed receive would be (a busy detach pauses the client,
+                // an unauthorized one arms a fresh token for the attach that follows).
+                match self.failed(&error, false) {
+                    ReceiveError::Transient(_) => Detached::Replace,
+                    fatal => {
+                        tracing::warn!(entity = %self.inner.entity, %error, "Receive link detached for good.");
+                        Detached::Fatal(fatal)
+                    }
+                }
+            }
+        }
     }
 
     /// A delivery taken from the link: handed out (marked unusable when its message is), or
