@@ -331,3 +331,73 @@ async fn receive_links_are_force_detached_after_the_flag_and_senders_stay() {
         .await
         .unwrap();
 }
+
+/// A `sb-servicebus` client of the spawned emulator; its busy pause short, so that a test
+/// waits for the fault's effect, not the .NET-like 10 s pause.
+fn client(emulator: &Spawned) -> sb_servicebus::ServiceBusClient {
+    let cs: sb_servicebus::ConnectionString = format!(
+        "Endpoint=sb://{}/;SharedAccessKeyName={};SharedAccessKey={};UseDevelopmentEmulator=true;",
+        emulator.addr,
+        sb_emulator::KEY_NAME,
+        sb_emulator::KEY
+    )
+    .parse()
+    .unwrap();
+    sb_servicebus::ServiceBusClient::from_connection_string(&cs)
+        .with_server_busy_wait(Duration::from_millis(100))
+}
+
+/// Our client against `--management-fault busyx2`: the first two lock renewals are refused as
+/// transient (retried by the lock keeper, as the SDKs retry a busy answer), the third renews.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_sees_busy_management_answers_as_transient_and_renews_after_them() {
+    let emulator = Spawned::start(&["--management-fault", "busyx2"]).await;
+    let client = client(&emulator);
+    client
+        .sender("orders")
+        .send(sb_servicebus::ServiceBusMessage::new("m"))
+        .await
+        .unwrap();
+    let receiver = client.receiver("orders", 0);
+    let delivery = tokio::time::timeout(BOUND, receiver.receive_message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    for _ in 0..2 {
+        let refused = delivery.renew_lock().await.unwrap_err();
+        assert!(
+            matches!(refused, sb_servicebus::SettlementError::Transient(_)),
+            "{refused}"
+        );
+    }
+    delivery.renew_lock().await.unwrap();
+    delivery.complete().await.unwrap();
+}
+
+/// Our client against `--settlement-timeouts 1`: the completion's first disposition is never
+/// answered; the client's bound ends the wait, it settles again, and the message is completed
+/// (nothing left to peek).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_completes_a_message_whose_first_disposition_was_never_answered() {
+    let emulator = Spawned::start(&["--settlement-timeouts", "1"]).await;
+    let client = client(&emulator).with_timeout(Duration::from_millis(500));
+    client
+        .sender("orders")
+        .send(sb_servicebus::ServiceBusMessage::new("m"))
+        .await
+        .unwrap();
+    let receiver = client.receiver("orders", 0);
+    let delivery = tokio::time::timeout(BOUND, receiver.receive_message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    tokio::time::timeout(BOUND, delivery.complete())
+        .await
+        .expect("settled within the bound")
+        .unwrap();
+    assert!(emulator.logged("Fault: leaving a disposition unanswered (--settlement-timeouts)."));
+    let left = client.peek("orders", 0, 10).await.unwrap();
+    assert!(left.is_empty(), "completed: {left:?}");
+}
