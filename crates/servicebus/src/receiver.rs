@@ -464,6 +464,8 @@ impl ServiceBusReceiver {
             // checks a link's state before using it (`Link._check_if_closed`).
             match self.replace_detached(stale) {
                 Detached::Queued(delivery) => {
+                    // Not a healthy answer of the link (it is gone): the connection's
+                    // internal-error count is left as it is (F6).
                     return self.hand_out(stale, &delivery, capacity).await;
                 }
                 Detached::Fatal(error) => {
@@ -549,6 +551,9 @@ impl ServiceBusReceiver {
                 return Err(self.failed(&error, false));
             }
         };
+        if let Some(conn) = link.conn.upgrade() {
+            conn.observe_healthy(super::client::LinkKind::Entity);
+        }
         self.hand_out(link, &delivery, capacity).await
     }
 
@@ -593,9 +598,6 @@ impl ServiceBusReceiver {
         delivery: &sb_amqp::Delivery,
         capacity: u32,
     ) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
-        if let Some(conn) = link.conn.upgrade() {
-            conn.observe_healthy(super::client::LinkKind::Entity);
-        }
         let received = match delivery.message() {
             Ok(message) => from_amqp(&message, &delivery.delivery_tag),
             // Handed out as unusable: the caller settles it (protocol3 F10).
