@@ -222,3 +222,88 @@ async fn after_an_idle_detach_every_message_of_the_sender_port_lands_in_its_own_
     assert_eq!(qb.len(), to_qb);
     assert!(qb.iter().all(|id| id.starts_with("b-")), "{qb:?}");
 }
+
+/// The issue's must-show with the outbox relay: an `sb-emulator` process force-detaches links
+/// idle for 1 s (the service: 10 minutes); the relay (in-process, the worker's sender port)
+/// publishes rows for `qa`, `qb` and `qc` through one client. `qa`'s destination idles while
+/// `qb`'s rows keep flowing until the emulator detached `qa`'s sender link; `qc`'s first row
+/// attaches a sender (on `qa`'s old handle number); then `qa` gets rows again. Every row is
+/// published on its pass (none fails) and arrives at its own destination, none in another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_idle_detach_every_outbox_row_the_relay_publishes_lands_at_its_own_destination() {
+    use sb_inbox::relay::{Relay, RelayConfig};
+    use sb_inbox::servicebus::ServiceBusSenderPort;
+    use sb_inbox::{OutboxMessage, OutboxStore, PgStore, Store, Tx};
+    use tokio_util::sync::CancellationToken;
+
+    use crate::support::pg_store;
+    use crate::survival::{EmulatorProcess, peeked_ids, until};
+
+    let queues = r#"{"Name":"qa","Properties":{}},{"Name":"qb","Properties":{}},
+        {"Name":"qc","Properties":{}}"#;
+    let Some(emulator) =
+        EmulatorProcess::spawn_with_queues("identity_relay", queues, &["--link-idle-timeout", "1"])
+    else {
+        return;
+    };
+    let store: PgStore = pg_store("identity_relay", 2).await;
+    let client = emulator.client();
+    let relay = Relay::new(
+        store.clone(),
+        ServiceBusSenderPort::new(client.clone()),
+        RelayConfig::default(),
+    );
+    let stop = CancellationToken::new();
+    // Appends one row per (destination, id) in a transaction of its own, then relays until
+    // none is pending: every row must be published on the pass that claims it.
+    let publish = |rows: Vec<(&'static str, String)>| {
+        let (store, relay, stop) = (&store, &relay, &stop);
+        async move {
+            for (destination, id) in rows {
+                let row = OutboxMessage::new(destination, "identity.row.v1", b"{}".to_vec())
+                    .with_message_id(id);
+                let mut tx = store.begin().await.unwrap();
+                tx.append_outbox(&row).await.unwrap();
+                tx.commit().await.unwrap();
+            }
+            while store.outbox_backlog().await.unwrap().pending > 0 {
+                let pass = relay.relay_once(stop).await.unwrap();
+                assert_eq!(pass.failed, 0, "no send fails: {pass:?}");
+            }
+        }
+    };
+    publish(vec![("qa", "a-1".into()), ("qb", "b-1".into())]).await;
+    let mut to_qb = 1;
+    until(
+        "the emulator detached qa's idle sender link",
+        Duration::from_secs(30),
+        || {
+            to_qb += 1;
+            let row = ("qb", format!("b-{to_qb}"));
+            let (publish, log) = (&publish, emulator.log());
+            async move {
+                publish(vec![row]).await;
+                log.lines()
+                    .any(|l| l.contains("Link idle; force detaching.") && l.contains("qa"))
+            }
+        },
+    )
+    .await;
+    // A round trip on the connection after the detach: the client has read it.
+    to_qb += 1;
+    publish(vec![("qb", format!("b-{to_qb}"))]).await;
+    publish(vec![("qc", "c-1".into())]).await;
+    publish(vec![("qa", "a-2".into()), ("qa", "a-3".into())]).await;
+    until("qa holds its three rows", Duration::from_secs(30), || {
+        let client = &client;
+        async move { peeked_ids(client, "qa").await.len() >= 3 }
+    })
+    .await;
+    let mut qa = peeked_ids(&client, "qa").await;
+    qa.sort();
+    assert_eq!(qa, ["a-1", "a-2", "a-3"]);
+    assert_eq!(peeked_ids(&client, "qc").await, ["c-1"]);
+    let qb = peeked_ids(&client, "qb").await;
+    assert_eq!(qb.len(), to_qb);
+    assert!(qb.iter().all(|id| id.starts_with("b-")), "{qb:?}");
+}

@@ -205,8 +205,20 @@ async fn a_detached_publisher_does_not_fence_the_receivers_deliveries() {
     second.complete().await.unwrap();
 }
 
+/// Waits (bounded) until the client has seen the service's detach of `receiver`'s link.
+async fn seen_detached(receiver: &sb_inbox::servicebus::ServiceBusReceiver) {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while receiver.is_attached() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the client sees the detach");
+}
+
 /// A delivery whose own link was detached settles by its lock token on `$management`: the
-/// lock, not the link, decides.
+/// lock, not the link, decides. The receiver, not receiving when its link went (F8), replaces
+/// it before its next receive, which delivers on the first try.
 #[tokio::test]
 async fn a_delivery_of_a_detached_link_still_completes_by_lock_token() {
     let emulator = emulator("PT30S").await;
@@ -217,15 +229,79 @@ async fn a_delivery_of_a_detached_link_still_completes_by_lock_token() {
     let delivery = receiver.receive().await.unwrap().unwrap();
     let link = receiver_link_other_than(&emulator, &[]).await;
     assert!(emulator.force_detach_link(link, detach_error(condition::DETACH_FORCED)));
-    // The receiver sees the detach on its next receive (and re-attaches on the one after).
-    assert!(matches!(
-        receiver.receive().await,
-        Err(ReceiveError::Transient(_))
-    ));
+    seen_detached(&receiver).await;
     delivery.renew_lock().await.unwrap();
     delivery.complete().await.unwrap();
     let counts = emulator.broker().entity("orders").unwrap().counts();
     assert_eq!((counts.completed, counts.locked), (1, 0));
+    sender.send(order("m-2", "o-2")).await.unwrap();
+    let next = receiver.receive().await.unwrap().unwrap();
+    assert_eq!(next.message().message_id.as_deref(), Some("m-2"));
+    next.complete().await.unwrap();
+    assert!(receiver.is_attached());
+}
+
+/// F8: a receiver whose link the service detached as idle while it was not receiving (its
+/// caller busy) receives again on the first try: the detached link is replaced before the
+/// receive, with no failed attempt and no backoff first.
+#[tokio::test]
+async fn a_receiver_whose_link_was_idle_detached_receives_again_on_the_first_try() {
+    let emulator = emulator_with(
+        "PT30S",
+        EmulatorOptions::default().with_link_idle_timeout(Duration::from_secs(1)),
+    )
+    .await;
+    let client = client(&emulator);
+    send(&client, "orders", order("m-1", "o-1")).await;
+    let receiver = client.receiver("orders", 0);
+    complete_next(&receiver).await;
+    let before = link_ids(&emulator, "orders", LinkRole::Receiver);
+    assert_eq!(before.len(), 1);
+    // Nothing on the link for the idle timeout: the emulator force-detaches it.
+    seen_detached(&receiver).await;
+    send(&client, "orders", order("m-2", "o-2")).await;
+    let next = receiver.receive().await.unwrap().unwrap();
+    assert_eq!(next.message().message_id.as_deref(), Some("m-2"));
+    next.complete().await.unwrap();
+    let after = link_ids(&emulator, "orders", LinkRole::Receiver);
+    assert!(
+        after.len() == 1 && after != before,
+        "a new link replaced the idle one: {before:?} → {after:?}"
+    );
+}
+
+/// F8 with a pipelined receiver: deliveries already on the link when the service detached it
+/// are still handed out, and complete by lock token; the link is then replaced.
+#[tokio::test]
+async fn deliveries_queued_on_a_detached_link_are_handed_out_and_complete_by_lock_token() {
+    let emulator = emulator("PT30S").await;
+    let client = client(&emulator);
+    for i in 1..=3 {
+        send(&client, "orders", order(&format!("m-{i}"), "o-1")).await;
+    }
+    let receiver = client.receiver("orders", 0).with_capacity(4);
+    complete_next(&receiver).await;
+    // All three were sent on the link before the detach.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while emulator.broker().entity("orders").unwrap().counts().locked < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the rest are on the link");
+    let link = receiver_link_other_than(&emulator, &[]).await;
+    assert!(emulator.force_detach_link(link, detach_error(condition::DETACH_FORCED)));
+    seen_detached(&receiver).await;
+    for expected in ["m-2", "m-3"] {
+        let delivery = receiver.receive().await.unwrap().unwrap();
+        assert_eq!(delivery.message().message_id.as_deref(), Some(expected));
+        delivery.complete().await.unwrap();
+    }
+    let counts = emulator.broker().entity("orders").unwrap().counts();
+    assert_eq!((counts.completed, counts.locked, counts.active), (3, 0, 0));
+    send(&client, "orders", order("m-4", "o-1")).await;
+    complete_next(&receiver).await;
+    assert!(receiver.is_attached());
 }
 
 /// `rejected{com.microsoft:server-busy}` on every disposition: the settlement is retried (by

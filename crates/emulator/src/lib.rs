@@ -83,8 +83,9 @@ pub use queue::{EntityCounts, SessionLock, Settlement};
 pub use rights::{Right, Rights, SharedAccessPolicy};
 pub use server::{
     DEFAULT_LINK_IDLE_TIMEOUT, Emulator, EmulatorOptions, EmulatorStats, Fault, FaultSpec, KEY,
-    KEY_NAME, LinkInfo, LinkRole, ManagementFault, ManagementRequest, SERVICE_CHANNEL_MAX,
-    SERVICE_IDLE_TIMEOUT, SERVICE_MAX_FRAME_SIZE, SettlementAttempt, TLS_CA_FILE, TLS_CERT_FILE,
-    TLS_KEY_FILE, TlsIdentity, TlsListen, start_from_json,
+    KEY_NAME, LinkInfo, LinkRole, ManagementFault, ManagementFaultKind, ManagementFaultSpec,
+    ManagementRequest, SERVICE_CHANNEL_MAX, SERVICE_IDLE_TIMEOUT, SERVICE_MAX_FRAME_SIZE,
+    SettlementAttempt, TLS_CA_FILE, TLS_CERT_FILE, TLS_KEY_FILE, TlsIdentity, TlsListen,
+    start_from_json,
 };
 pub use sql_filter::{SqlError, SqlFilter, SqlRuleAction};

@@ -15,7 +15,9 @@ use clap::Parser;
 /// Strict by default, like the service: `open` advertises max-frame-size 65536, channel-max
 /// 4999 and idle-time-out 120000 ms and closes connections silent for longer; entity links idle
 /// for 10 minutes are force-detached; links are detached when the token that authorised them
-/// expires. Faults the service produces at random can be injected per operation (--fault).
+/// expires. Faults the service produces at random can be injected per operation (--fault);
+/// others have flags of their own (--management-fault, --settlement-timeouts,
+/// --detach-receive-links-after, --throttle, --attach-delay, --clock-step).
 #[derive(Debug, Parser)]
 #[command(version, about, long_about)]
 struct Args {
@@ -54,6 +56,33 @@ struct Args {
     /// with `amqp:internal-error` while the connection stays (.NET rebuilds the session).
     #[arg(long = "fault", value_name = "NAME=P")]
     faults: Vec<sb_emulator::FaultSpec>,
+    /// Answer the next N management requests (default 1) with FAULT instead of handling them,
+    /// on the HTTP management API and on the AMQP `<entity>/$management` nodes (lock renewal,
+    /// peek, settlement by lock token), each surface counting its own N; repeatable, applied in
+    /// order. `busy`: HTTP 503, `$management` 503 with `com.microsoft:server-busy` (.NET's
+    /// administration client reads 503 as ServiceBusy, `HttpRequestAndResponse.ThrowIfRequestFailed`;
+    /// its AMQP side maps the reply's server-busy to `ServerBusyException`,
+    /// `AmqpExceptionHelper.ToMessagingContractException`; both retried). `throttled`: HTTP
+    /// 429 (retried by Azure.Core, `ResponseClassifier`), `$management` as `busy` with the
+    /// throttling text. `timeout`: 408, `com.microsoft:timeout`. `internal-error`: 500,
+    /// `amqp:internal-error`. `stall`: never answered (the client's timeout must end it).
+    #[arg(long = "management-fault", value_name = "FAULT[xN]")]
+    management_faults: Vec<sb_emulator::ManagementFaultSpec>,
+    /// Leave the next N link dispositions (complete, abandon, dead-letter, defer on a receive
+    /// link) unanswered and unapplied, so the client's settlement times out and the message
+    /// stays locked until the lock runs out or the client settles it again (by lock token on
+    /// `$management`, say). The service can lose a disposition's answer: the SDKs bound the
+    /// wait ("Update disposition request timed out", Azure/azure-sdk-for-java#41967;
+    /// azure-amqp waited forever before 2.3.3, Azure/azure-amqp#114).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    settlement_timeouts: usize,
+    /// Force-detach every receive link MS milliseconds after its attach (re-attached links
+    /// too), with `amqp:link:detach-forced` and the service's "… is force detached. Code:
+    /// consumer(…). Details: InnerMessageReceiver was closed." (what the service sends when it
+    /// closes its side of a consumer, e.g. on a gateway or broker node move:
+    /// Azure/azure-sdk-for-js#22963, Azure/azure-sdk-for-java#6280). Sender links are kept.
+    #[arg(long, value_name = "MS")]
+    detach_receive_links_after: Option<u64>,
     /// Also serve AMQP over WebSockets on ADDR: plain `ws` (no TLS), path
     /// `/$servicebus/websocket`, subprotocol `AMQPWSB10`, as the SDKs' `AmqpOverWebsocket`
     /// transport speaks it (the service itself serves `wss` on 443). Its connection string
@@ -221,6 +250,16 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Armed before the connection string is printed: no client can be earlier.
+    for &spec in &args.management_faults {
+        emulator.inject_management_fault(spec);
+    }
+    if args.settlement_timeouts > 0 {
+        emulator.leave_settlements_unanswered(args.settlement_timeouts);
+    }
+    if let Some(ms) = args.detach_receive_links_after {
+        emulator.force_detach_new_receive_links(Some(Duration::from_millis(ms)));
+    }
     println!("{}", emulator.connection_string());
     if let Some(websocket) = emulator.websocket_connection_string() {
         println!("{websocket}");

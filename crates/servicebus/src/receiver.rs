@@ -54,9 +54,11 @@ const TOP_UP_FRACTION: u32 = 16;
 /// deliveries rather than one per delivery. A delivery whose message is unusable (undecodable, a
 /// string id posing as another AMQP type's) is handed out like any other, marked by
 /// [`ServiceBusDelivery::unusable`]: the caller settles it. When the service detaches the link (idle,
-/// busy, token expired, …) the receive reports a transient error and the next receive
-/// re-attaches on the same connection; deliveries of the lost link are settled through
-/// `$management` by their lock tokens, so their locks, not the link, decide.
+/// busy, token expired, …) during a receive, that receive reports a transient error and the
+/// next one re-attaches on the same connection; a link detached between receives is replaced
+/// before the next one (after handing out what it still had queued). Deliveries of the lost
+/// link are settled through `$management` by their lock tokens, so their locks, not the link,
+/// decide.
 #[derive(Debug, Clone)]
 pub struct ServiceBusReceiver {
     inner: Arc<ReceiverInner>,
@@ -96,6 +98,9 @@ pub(super) struct ReceiverInner {
     /// The name of the link attached now: what `$management` requests name as their
     /// associated link (read without waiting on a receive that holds `link`).
     current_link: StdMutex<Option<String>>,
+    /// Whether that link is still attached, as the engine sees it (the service may have
+    /// detached it while nobody was receiving).
+    current_status: StdMutex<Option<sb_amqp::LinkStatus>>,
     /// [`DEFAULT_LINK_IDLE_GUARD`] unless set, in milliseconds.
     idle_guard_ms: AtomicU64,
     /// The broker's clock as its deliveries tell it: whether a delivery's lock ran out on the
@@ -145,6 +150,7 @@ impl ServiceBusReceiver {
                 reauthorize: AtomicBool::new(false),
                 session: std::sync::OnceLock::new(),
                 current_link: StdMutex::new(None),
+                current_status: StdMutex::new(None),
                 idle_guard_ms: AtomicU64::new(millis(DEFAULT_LINK_IDLE_GUARD)),
                 lock_clock: LockClock::default(),
             }),
@@ -216,10 +222,17 @@ impl ServiceBusReceiver {
         &self.inner.entity
     }
 
-    /// True while the receive link is attached (false before the first receive and while it
-    /// re-attaches after a failure).
+    /// True while the receive link is attached (false before the first receive, once the
+    /// service detached it, and while it re-attaches after a failure).
     pub fn is_attached(&self) -> bool {
         self.inner.attached.load(Ordering::Acquire)
+            && self
+                .inner
+                .current_status
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .as_ref()
+                .is_some_and(sb_amqp::LinkStatus::is_attached)
     }
 
     async fn attach(&self) -> Result<ReceiveLink, ReceiveError> {
@@ -342,7 +355,7 @@ impl ServiceBusReceiver {
     async fn attach_into(&self, slot: &mut Option<ReceiveLink>) -> Result<(), ReceiveError> {
         if slot.is_none() {
             let link = self.attach().await?;
-            self.inner.set_current_link(Some(&link.shared.name));
+            self.inner.set_current(&link);
             *slot = Some(link);
         }
         Ok(())
@@ -385,8 +398,23 @@ impl ReceiverInner {
             .clone()
     }
 
+    /// Records `link` as the one attached now.
+    pub(super) fn set_current(&self, link: &ReceiveLink) {
+        *self
+            .current_status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(link.receiver.status());
+        self.set_current_link(Some(&link.shared.name));
+    }
+
     /// Records the link attached now (`None`: none).
     pub(super) fn set_current_link(&self, name: Option<&str>) {
+        if name.is_none() {
+            *self
+                .current_status
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        }
         *self
             .current_link
             .lock()
@@ -468,6 +496,16 @@ pub(super) enum Credit {
     One,
 }
 
+/// What [`ServiceBusReceiver::replace_detached`] found on a detached link.
+enum Detached {
+    /// A delivery it had queued before the detach.
+    Queued(sb_amqp::Delivery),
+    /// A detach no retry clears (entity gone, rights refused).
+    Fatal(ReceiveError),
+    /// Nothing left on it: attach a new one.
+    Replace,
+}
+
 fn transient(error: ServiceBusError) -> ReceiveError {
     ReceiveError::Transient(error)
 }
@@ -547,22 +585,66 @@ impl ServiceBusReceiver {
         credit: Credit,
     ) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
         let mut guard = self.inner.link.lock().await;
+        let capacity = self.inner.capacity.load(Ordering::Acquire);
+        if let Some(answer) = self.detached_meanwhile(&mut guard, capacity).await {
+            return answer;
+        }
         self.ready_link(&mut guard).await?;
         let Some(link) = guard.as_mut() else {
             return Err(ReceiveError::Transient(ServiceBusError::Link(
                 "no receive link".to_owned(),
             )));
         };
-        let capacity = self.inner.capacity.load(Ordering::Acquire);
         let idle_guard = self.inner.idle_guard();
-        match self.take_from_link(link, capacity, idle_guard, credit).await {
-            Ok(Some(delivery)) => self.hand_out(link, &delivery, capacity).await,
+        match self
+            .take_from_link(link, capacity, idle_guard, credit)
+            .await
+        {
+            Ok(Some(delivery)) => {
+                if let Some(conn) = link.conn.upgrade() {
+                    conn.observe_healthy(super::client::LinkKind::Entity);
+                }
+                self.hand_out(link, &delivery, capacity).await
+            }
             Ok(None) => {
                 self.replace_idle_link(guard, idle_guard).await;
                 // Not an error for the caller: the caller's receive goes on, on a fresh link.
                 Ok(None)
             }
             Err(error) => Err(self.drop_failed_link(&mut guard, &error)),
+        }
+    }
+
+    /// F8: a link the service detached while nobody was receiving (idle for 10 minutes, say,
+    /// while every slot was busy) is replaced before this receive, not after a failed one and
+    /// the caller's backoff: azure-amqp reuses a cached link only while it is open
+    /// (`FaultTolerantAmqpObject.TryGetOpenedObject`), pyamqp checks a link's state before
+    /// using it (`Link._check_if_closed`). `Some` when the receive ends here: a delivery the
+    /// link had queued, or a detach no retry clears.
+    async fn detached_meanwhile(
+        &self,
+        slot: &mut Option<ReceiveLink>,
+        capacity: u32,
+    ) -> Option<Result<Option<ServiceBusDelivery>, ReceiveError>> {
+        if self.inner.session.get().is_some() {
+            return None;
+        }
+        let stale = slot.as_mut().filter(|link| !link.receiver.is_attached())?;
+        match self.replace_detached(stale) {
+            // Not a healthy answer of the link (it is gone): the connection's internal-error
+            // count is left as it is (F6).
+            Detached::Queued(delivery) => Some(self.hand_out(stale, &delivery, capacity).await),
+            Detached::Fatal(error) => {
+                *slot = None;
+                self.inner.set_current_link(None);
+                Some(Err(error))
+            }
+            Detached::Replace => {
+                tracing::debug!(entity = %self.inner.entity, "Receive link detached meanwhile; attaching a new one.");
+                *slot = None;
+                self.inner.set_current_link(None);
+                None
+            }
         }
     }
 
@@ -664,6 +746,39 @@ impl ServiceBusReceiver {
         self.failed(error, false)
     }
 
+    /// What to do with a link found detached before a receive: hand out what it still had
+    /// queued (its locks, not the link, decide: settled by lock token), give up when the
+    /// detach is one no retry clears, else replace it. Marks the link gone (its deliveries
+    /// settle through `$management`) and tells the connection of the detach.
+    fn replace_detached(&self, link: &mut ReceiveLink) -> Detached {
+        link.shared.gone.store(true, Ordering::Release);
+        match link.receiver.try_recv() {
+            Ok(Some(delivery)) => {
+                if self.inner.capacity.load(Ordering::Acquire) > 0 {
+                    link.pending = link.pending.saturating_sub(1);
+                } else {
+                    link.granted = false;
+                }
+                Detached::Queued(delivery)
+            }
+            Ok(None) => Detached::Replace,
+            Err(error) => {
+                if let Some(conn) = link.conn.upgrade() {
+                    conn.observe(&error);
+                }
+                // Classified as a failed receive would be (a busy detach pauses the client,
+                // an unauthorized one arms a fresh token for the attach that follows).
+                match self.failed(&error, false) {
+                    ReceiveError::Transient(_) => Detached::Replace,
+                    fatal => {
+                        tracing::warn!(entity = %self.inner.entity, %error, "Receive link detached for good.");
+                        Detached::Fatal(fatal)
+                    }
+                }
+            }
+        }
+    }
+
     /// A delivery taken from the link: handed out (marked unusable when its message is), or
     /// `None` when its lock ran out while it waited on the link (released).
     async fn hand_out(
@@ -672,9 +787,6 @@ impl ServiceBusReceiver {
         delivery: &sb_amqp::Delivery,
         capacity: u32,
     ) -> Result<Option<ServiceBusDelivery>, ReceiveError> {
-        if let Some(conn) = link.conn.upgrade() {
-            conn.observe_healthy(super::client::LinkKind::Entity);
-        }
         let received = match delivery.message() {
             Ok(message) => from_amqp(&message, &delivery.delivery_tag),
             // Handed out as unusable: the caller settles it (protocol3 F10).

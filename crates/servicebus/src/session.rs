@@ -280,7 +280,7 @@ impl ServiceBusSessionReceiver {
         });
         let inner = receiver.inner().clone();
         let _ = inner.session.set(lock.clone());
-        inner.set_current_link(Some(&link.shared.name));
+        inner.set_current(&link);
         *inner.link.lock().await = Some(link);
         Ok(ServiceBusSessionReceiver { receiver, lock })
     }

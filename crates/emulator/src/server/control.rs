@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::faults::{Fault, Faults};
-use super::survival::LiveConnection;
+use super::survival::{LiveConnection, ReceiverDetach};
 use super::{ConnState, wire_error};
 use crate::{Clock, Right};
 
@@ -308,8 +308,9 @@ pub(crate) struct LinkControl {
     connection: CancellationToken,
     live: Arc<LiveConnection>,
     channel: u16,
-    /// Detach with `amqp:internal-error` then ([`crate::Emulator::detach_new_receive_links`]).
-    internal_error_at: Option<Instant>,
+    /// Detach then, so ([`crate::Emulator::detach_new_receive_links`],
+    /// [`crate::Emulator::force_detach_new_receive_links`]).
+    scheduled_detach: Option<(Instant, ReceiverDetach)>,
 }
 
 /// Everything [`LinkControl::new`] takes from the emulator and the connection.
@@ -331,13 +332,13 @@ pub(crate) struct ControlContext {
 impl LinkControl {
     pub(crate) fn new(ctx: ControlContext, name: &str, entity: &str, role: LinkRole) -> Self {
         let (registration, detach, lost) = ctx.registry.register(name, entity, role);
-        let internal_error_at = match role {
+        let scheduled_detach = match role {
             LinkRole::Receiver => ctx.state.survival.new_receiver_detach(),
             LinkRole::Sender => None,
         }
-        .map(|after| Instant::now() + after);
+        .map(|(after, how)| (Instant::now() + after, how));
         LinkControl {
-            internal_error_at,
+            scheduled_detach,
             registration,
             detach,
             lost,
@@ -433,6 +434,12 @@ impl LinkControl {
         self.maybe_detach_random();
     }
 
+    /// True when this disposition is to be left unanswered and unapplied
+    /// ([`crate::Emulator::leave_settlements_unanswered`]).
+    pub(crate) fn settlement_unanswered(&self) -> bool {
+        self.state.survival.settlement_unanswered()
+    }
+
     /// True when this disposition is to be answered `rejected{com.microsoft:timeout}` and left
     /// unapplied ([`crate::Emulator::time_out_settlements`]).
     pub(crate) fn settlement_timed_out(&self) -> bool {
@@ -496,17 +503,19 @@ impl LinkControl {
             {
                 return self.idle_expired(timeout);
             }
-            if self.internal_error_at.is_some_and(|at| at <= now) {
-                tracing::info!(link = %self.name, "Fault: detaching a new receive link with internal-error.");
-                return wire_error(
-                    condition::INTERNAL_ERROR,
-                    Some("The service was unable to process the request; please retry the operation (injected by the emulator: new receive links are detached).".to_owned()),
-                );
+            if let Some((at, how)) = self.scheduled_detach
+                && at <= now
+            {
+                return self.scheduled(how);
             }
-            let wake = [idle_deadline, token_deadline, self.internal_error_at]
-                .into_iter()
-                .flatten()
-                .min();
+            let wake = [
+                idle_deadline,
+                token_deadline,
+                self.scheduled_detach.map(|(at, _)| at),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             tokio::select! {
                 error = self.detach.recv() => {
                     if let Some(error) = error {
@@ -517,6 +526,34 @@ impl LinkControl {
                 }
                 // Re-checked on waking: a refreshed token or new activity moves the deadline.
                 () = sleep_until_opt(wake) => {}
+            }
+        }
+    }
+
+    /// The detach a receive link was scheduled for at its attach.
+    fn scheduled(&self, how: ReceiverDetach) -> AmqpError {
+        match how {
+            ReceiverDetach::InternalError => {
+                tracing::info!(link = %self.name, "Fault: detaching a new receive link with internal-error.");
+                wire_error(
+                    condition::INTERNAL_ERROR,
+                    Some("The service was unable to process the request; please retry the operation (injected by the emulator: new receive links are detached).".to_owned()),
+                )
+            }
+            // The service's words when it closes its side of a receive link for its own
+            // reasons (a gateway or broker node moving the entity), not the idle timer:
+            // "The link 'G9:…' is force detached. Code: consumer(link35055). Details:
+            // InnerMessageReceiver was closed." (Azure/azure-sdk-for-js#22963,
+            // Azure/azure-sdk-for-java#6280); the SDKs recover the link and go on.
+            ReceiverDetach::Forced => {
+                tracing::info!(link = %self.name, entity = %self.entity, "Fault: force detaching a receive link (--detach-receive-links-after).");
+                wire_error(
+                    condition::DETACH_FORCED,
+                    Some(format!(
+                        "The link '{}' is force detached. Code: consumer(link{}). Details: InnerMessageReceiver was closed (injected by the emulator).",
+                        self.name, self.registration.id
+                    )),
+                )
             }
         }
     }

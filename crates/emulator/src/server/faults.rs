@@ -5,6 +5,8 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Mutex;
 
+use super::ManagementFault;
+
 /// A fault the emulator can inject, each with a probability per operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Fault {
@@ -111,6 +113,139 @@ impl FromStr for FaultSpec {
     }
 }
 
+/// A fault of `--management-fault`: how a management request is answered instead of handled,
+/// on the HTTP management API (Atom, what `ServiceBusAdministrationClient` calls) and on the
+/// AMQP `<entity>/$management` node (lock renewal, peek, settlement by lock token, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ManagementFaultKind {
+    /// Server busy. HTTP 503 (.NET's administration client reads 503 as
+    /// `ServiceBusFailureReason.ServiceBusy`, `Administration/HttpRequestAndResponse.cs`
+    /// `ThrowIfRequestFailed`, after Azure.Core's pipeline retried it,
+    /// `ResponseClassifier.IsRetriableResponse`: 408, 429, 500, 502, 503, 504); `$management`
+    /// status 503 with `com.microsoft:server-busy` (.NET `AmqpExceptionHelper`:
+    /// `ServerBusyException`, retried after the client-wide server-busy pause).
+    Busy,
+    /// A throttled namespace. HTTP 429 (Resource Manager's "The request was terminated because
+    /// the namespace … is being throttled", learn.microsoft.com service-bus-resource-manager-exceptions;
+    /// retried by Azure.Core); `$management` as [`ManagementFaultKind::Busy`] with the
+    /// throttling text (AMQP throttles with `com.microsoft:server-busy`, Microsoft Learn
+    /// "Throttling operations on Azure Service Bus").
+    Throttled,
+    /// The operation ran past its time. HTTP 408; `$management` 408 with
+    /// `com.microsoft:timeout` (.NET: `ServiceBusTimeoutException`, transient).
+    Timeout,
+    /// HTTP 500; `$management` 500 with `amqp:internal-error` (transient for every SDK).
+    InternalError,
+    /// Never answered: the HTTP connection is held until the client closes it, the
+    /// `$management` request gets no reply; the client's own timeout must end the wait.
+    Stall,
+}
+
+impl ManagementFaultKind {
+    const ALL: [ManagementFaultKind; 5] = [
+        ManagementFaultKind::Busy,
+        ManagementFaultKind::Throttled,
+        ManagementFaultKind::Timeout,
+        ManagementFaultKind::InternalError,
+        ManagementFaultKind::Stall,
+    ];
+
+    /// The command-line name (`--management-fault NAME[xN]`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ManagementFaultKind::Busy => "busy",
+            ManagementFaultKind::Throttled => "throttled",
+            ManagementFaultKind::Timeout => "timeout",
+            ManagementFaultKind::InternalError => "internal-error",
+            ManagementFaultKind::Stall => "stall",
+        }
+    }
+
+    /// How the HTTP management API answers it.
+    pub fn http(self) -> ManagementFault {
+        match self {
+            ManagementFaultKind::Busy => ManagementFault::Status(503),
+            ManagementFaultKind::Throttled => ManagementFault::Status(429),
+            ManagementFaultKind::Timeout => ManagementFault::Status(408),
+            ManagementFaultKind::InternalError => ManagementFault::Status(500),
+            ManagementFaultKind::Stall => ManagementFault::Stall,
+        }
+    }
+
+    /// How a `$management` node answers it (the condition follows the status, see
+    /// [`crate::Emulator::fail_management_node_requests`]).
+    pub fn node(self) -> ManagementFault {
+        match self {
+            ManagementFaultKind::Busy | ManagementFaultKind::Throttled => {
+                ManagementFault::Status(503)
+            }
+            ManagementFaultKind::Timeout => ManagementFault::Status(408),
+            ManagementFaultKind::InternalError => ManagementFault::Status(500),
+            ManagementFaultKind::Stall => ManagementFault::Stall,
+        }
+    }
+}
+
+impl fmt::Display for ManagementFaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `--management-fault FAULT[xN]`: the next `times` management requests (HTTP and
+/// `$management`, each counting its own) are answered with `fault`.
+///
+/// # Examples
+/// ```
+/// use sb_emulator::{ManagementFaultKind, ManagementFaultSpec};
+/// let spec: ManagementFaultSpec = "busyx3".parse().unwrap();
+/// assert_eq!(spec, ManagementFaultSpec { fault: ManagementFaultKind::Busy, times: 3 });
+/// let once: ManagementFaultSpec = "internal-error".parse().unwrap();
+/// assert_eq!(once.times, 1);
+/// assert!("busyx0".parse::<ManagementFaultSpec>().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ManagementFaultSpec {
+    /// Which answer.
+    pub fault: ManagementFaultKind,
+    /// How many requests get it.
+    pub times: usize,
+}
+
+impl FromStr for ManagementFaultSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let names = || {
+            ManagementFaultKind::ALL
+                .iter()
+                .map(|f| f.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let s = s.trim();
+        // `NAMExN`: the count is the digits after the last `x`, when there are any.
+        let (name, times) = match s.rsplit_once('x') {
+            Some((name, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+                let times: usize = n
+                    .parse()
+                    .map_err(|_| format!("{s}: {n:?} is not a count"))?;
+                (name, times)
+            }
+            _ => (s, 1),
+        };
+        if times == 0 {
+            return Err(format!("{s}: the count must be at least 1"));
+        }
+        let fault = ManagementFaultKind::ALL
+            .into_iter()
+            .find(|f| f.name() == name)
+            .ok_or_else(|| format!("unknown management fault {name:?} (one of {})", names()))?;
+        Ok(ManagementFaultSpec { fault, times })
+    }
+}
+
 /// The faults in force and their generator.
 #[derive(Debug)]
 pub(crate) struct Faults {
@@ -171,6 +306,30 @@ mod tests {
         assert!("nope=0.1".parse::<FaultSpec>().is_err());
         assert!("drop-connection=-0.1".parse::<FaultSpec>().is_err());
         assert!("drop-connection=x".parse::<FaultSpec>().is_err());
+    }
+
+    #[test]
+    fn parses_management_faults_and_refuses_bad_ones() {
+        let spec: ManagementFaultSpec = "throttledx12".parse().unwrap();
+        assert_eq!(
+            (spec.fault, spec.times),
+            (ManagementFaultKind::Throttled, 12)
+        );
+        let spec: ManagementFaultSpec = "stall".parse().unwrap();
+        assert_eq!((spec.fault, spec.times), (ManagementFaultKind::Stall, 1));
+        assert!("busyx".parse::<ManagementFaultSpec>().is_err());
+        assert!("busyx0".parse::<ManagementFaultSpec>().is_err());
+        assert!("nope".parse::<ManagementFaultSpec>().is_err());
+        assert!("x3".parse::<ManagementFaultSpec>().is_err());
+        // Throttling is 429 over HTTP, server-busy (503) on the AMQP node.
+        assert_eq!(
+            ManagementFaultKind::Throttled.http(),
+            ManagementFault::Status(429)
+        );
+        assert_eq!(
+            ManagementFaultKind::Throttled.node(),
+            ManagementFault::Status(503)
+        );
     }
 
     #[test]

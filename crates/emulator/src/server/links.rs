@@ -297,6 +297,18 @@ async fn answer_disposition(
     control: &mut LinkControl,
     disposition: IncomingDisposition,
 ) -> Result<(), sb_amqp::Error> {
+    if !disposition.settled && control.settlement_unanswered() {
+        // Lost on the service's side: no outcome ever comes, nothing is applied, and the
+        // message stays locked until its lock runs out. The SDKs bound the wait and retry
+        // (azure-amqp's dispose waited forever until 2.3.3, Azure/azure-amqp#114; Java's
+        // "Update disposition request timed out", Azure/azure-sdk-for-java#41967).
+        tracing::info!(
+            delivery_id = disposition.delivery_id,
+            "Fault: leaving a disposition unanswered (--settlement-timeouts)."
+        );
+        control.touch();
+        return Ok(());
+    }
     if !disposition.settled && control.settlement_timed_out() {
         // The service's answer when an operation ran past its time ("The operation did not
         // complete within the allotted timeout", `com.microsoft:timeout`).

@@ -47,7 +47,7 @@ pub(crate) use conn_state::ConnState;
 use control::Registry;
 pub use control::{LinkInfo, LinkRole};
 use faults::Faults;
-pub use faults::{Fault, FaultSpec};
+pub use faults::{Fault, FaultSpec, ManagementFaultKind, ManagementFaultSpec};
 pub use options::{
     DEFAULT_LINK_IDLE_TIMEOUT, EmulatorOptions, KEY, KEY_NAME, SERVICE_CHANNEL_MAX,
     SERVICE_IDLE_TIMEOUT, SERVICE_MAX_FRAME_SIZE,
@@ -475,6 +475,32 @@ impl Emulator {
         self.shared.survival.fail_management_requests(faults);
     }
 
+    /// Answers the next `<entity>/$management` node (AMQP) requests with `faults` instead of
+    /// handling them, one each, in order: a status with the condition the service pairs with it
+    /// (503 `com.microsoft:server-busy` and the throttling text, 408 `com.microsoft:timeout`,
+    /// 500 and others `amqp:internal-error`), or a stall (never answered). The SDKs read the
+    /// reply's `errorCondition` (else its status) into the same exceptions as a link error's
+    /// condition and retry server-busy and timeouts (.NET `AmqpExceptionHelper.ToMessagingContractException`,
+    /// `ConditionToStatusMap`: server-busy ↔ 503, timeout ↔ 408).
+    pub fn fail_management_node_requests(&self, faults: impl IntoIterator<Item = ManagementFault>) {
+        self.shared.survival.fail_node_requests(faults);
+    }
+
+    /// `--management-fault FAULT[xN]`: the next `spec.times` requests of the HTTP management
+    /// API and, separately, of the `$management` nodes are answered with `spec`'s fault.
+    pub fn inject_management_fault(&self, spec: ManagementFaultSpec) {
+        let times = spec.times;
+        self.fail_management_requests(std::iter::repeat_n(spec.fault.http(), times));
+        self.fail_management_node_requests(std::iter::repeat_n(spec.fault.node(), times));
+    }
+
+    /// Leaves the next `times` link dispositions unanswered and unapplied (`--settlement-timeouts`):
+    /// the client's settlement times out, and the message stays locked until its lock runs
+    /// out or the client settles it again (by lock token, say).
+    pub fn leave_settlements_unanswered(&self, times: usize) {
+        self.shared.survival.leave_settlements_unanswered(times);
+    }
+
     /// Answers the next `times` link dispositions `rejected{com.microsoft:timeout}` without
     /// applying them, as the service does for an operation that ran past its time.
     pub fn time_out_settlements(&self, times: usize) {
@@ -485,7 +511,20 @@ impl Emulator {
     /// its attach was answered (`None`: stop): links that attach fine and fail right after, as
     /// a service node in trouble does (protocol3 F6).
     pub fn detach_new_receive_links(&self, after: Option<std::time::Duration>) {
-        self.shared.survival.detach_new_receive_links(after);
+        self.shared
+            .survival
+            .detach_new_receive_links(after, survival::ReceiverDetach::InternalError);
+    }
+
+    /// Force-detaches every receive link attached from now on `after` its attach was answered
+    /// (`None`: stop), with `amqp:link:detach-forced` and the service's "InnerMessageReceiver
+    /// was closed" text: what the service does when it closes its side of a consumer (a gateway
+    /// or broker node moving the entity; Azure/azure-sdk-for-js#22963,
+    /// Azure/azure-sdk-for-java#6280). Every re-attached link goes the same way.
+    pub fn force_detach_new_receive_links(&self, after: Option<std::time::Duration>) {
+        self.shared
+            .survival
+            .detach_new_receive_links(after, survival::ReceiverDetach::Forced);
     }
 
     /// Sticks every live connection on `amqp:internal-error`: every attach on it is refused

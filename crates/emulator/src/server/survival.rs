@@ -68,6 +68,17 @@ pub enum ManagementFault {
     Stall,
 }
 
+/// How a receive link is detached a while after its attach
+/// ([`crate::Emulator::detach_new_receive_links`], [`crate::Emulator::force_detach_new_receive_links`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReceiverDetach {
+    /// `amqp:internal-error`: a service node in trouble (protocol3 F6).
+    InternalError,
+    /// `amqp:link:detach-forced`, "InnerMessageReceiver was closed": the service closed its
+    /// side of the link (a gateway or broker node moved).
+    Forced,
+}
+
 /// One live client connection.
 #[derive(Debug)]
 pub(crate) struct LiveConnection {
@@ -130,11 +141,14 @@ pub(crate) struct Survival {
     attempts: Mutex<Vec<SettlementAttempt>>,
     /// How the next management API (HTTP) requests are answered instead of handled.
     management_faults: Mutex<VecDeque<ManagementFault>>,
+    /// How the next `$management` node (AMQP) requests are answered instead of handled.
+    node_faults: Mutex<VecDeque<ManagementFault>>,
     /// Link dispositions still to answer `rejected{com.microsoft:timeout}`.
     settlement_timeouts: AtomicUsize,
-    /// Every receive link attached from now on is detached with `amqp:internal-error` this
-    /// long after its attach.
-    detach_new_receivers_after: Mutex<Option<Duration>>,
+    /// Link dispositions still to leave unanswered (and unapplied).
+    unanswered_settlements: AtomicUsize,
+    /// Every receive link attached from now on is detached this long after its attach, so.
+    detach_new_receivers_after: Mutex<Option<(Duration, ReceiverDetach)>>,
     sessions: AtomicU64,
     connections_opened: AtomicU64,
     cbs_links: AtomicU64,
@@ -316,6 +330,32 @@ impl Survival {
         self.management_faults.lock().ok()?.pop_front()
     }
 
+    /// Answers the next `$management` node (AMQP) requests with `faults`, one each, in order.
+    pub(crate) fn fail_node_requests(&self, faults: impl IntoIterator<Item = ManagementFault>) {
+        if let Ok(mut queue) = self.node_faults.lock() {
+            queue.extend(faults);
+        }
+    }
+
+    /// How to answer this `$management` node request instead of handling it, if at all.
+    pub(crate) fn node_fault(&self) -> Option<ManagementFault> {
+        self.node_faults.lock().ok()?.pop_front()
+    }
+
+    /// Leaves the next `times` link dispositions unanswered and unapplied (added to those
+    /// still pending).
+    pub(crate) fn leave_settlements_unanswered(&self, times: usize) {
+        self.unanswered_settlements
+            .fetch_add(times, Ordering::AcqRel);
+    }
+
+    /// True when this link disposition is to be left unanswered (one fewer left).
+    pub(crate) fn settlement_unanswered(&self) -> bool {
+        self.unanswered_settlements
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
     /// Answers the next `times` link dispositions `rejected{com.microsoft:timeout}`, unapplied.
     pub(crate) fn time_out_settlements(&self, times: usize) {
         self.settlement_timeouts.store(times, Ordering::Release);
@@ -328,16 +368,16 @@ impl Survival {
             .is_ok()
     }
 
-    /// Detaches every receive link attached from now on with `amqp:internal-error` `after`
-    /// its attach (`None`: no longer).
-    pub(crate) fn detach_new_receive_links(&self, after: Option<Duration>) {
+    /// Detaches every receive link attached from now on `after` its attach, `how` (`None`:
+    /// no longer).
+    pub(crate) fn detach_new_receive_links(&self, after: Option<Duration>, how: ReceiverDetach) {
         if let Ok(mut armed) = self.detach_new_receivers_after.lock() {
-            *armed = after;
+            *armed = after.map(|after| (after, how));
         }
     }
 
-    /// How long after its attach a new receive link is detached with `amqp:internal-error`.
-    pub(crate) fn new_receiver_detach(&self) -> Option<Duration> {
+    /// How long after its attach a new receive link is detached, and how.
+    pub(crate) fn new_receiver_detach(&self) -> Option<(Duration, ReceiverDetach)> {
         self.detach_new_receivers_after.lock().ok().and_then(|a| *a)
     }
 

@@ -1,12 +1,14 @@
 //! Broker core integration tests, all on tokio's paused clock (`start_paused = true` and
 //! `tokio::time::advance`): no test sleeps for real. `process`: the `sb-emulator` binary's
-//! flags on the wire (real time, bounded waits on events). `hostile_wire` runs the
+//! flags on the wire (real time, bounded waits on events), `fault_flags` its fault flags
+//! likewise. `hostile_wire` runs the
 //! `sb-emulator` binary against hostile frames on raw sockets, `huge_delivery` against 1 GB
 //! deliveries streamed on its node and entity links.
 
 #![allow(clippy::unwrap_used, clippy::panic, clippy::unwrap_in_result)]
 
 mod entities;
+mod fault_flags;
 mod faults;
 mod hostile_wire;
 mod huge_delivery;

@@ -179,7 +179,23 @@ async fn respond(
             ),
         });
     }
-    let reply = answer(request, node, broker, options, state).await;
+    let injected = match node {
+        Node::Management(_) => state.survival.node_fault(),
+        Node::Cbs => None,
+    };
+    let reply = match injected {
+        None => answer(request, node, broker, options, state).await,
+        Some(crate::ManagementFault::Status(status)) => fault_reply(status),
+        Some(_) => {
+            // Stalled: the request was accepted and is never answered; the client's own
+            // timeout ends its wait.
+            tracing::info!(
+                node = node.key(),
+                "Fault: leaving a $management request unanswered."
+            );
+            return;
+        }
+    };
     tracing::debug!(node = node.key(), status = reply.status, description = %reply.description, "Node reply.");
     let properties = request.properties.clone().unwrap_or_default();
     let reply = reply_message(node, reply, properties.message_id.clone());
@@ -291,6 +307,29 @@ pub(crate) async fn answer(
                 None => management::answer(request, broker, entity).await,
             }
         }
+    }
+}
+
+/// An injected `$management` answer ([`crate::Emulator::fail_management_node_requests`]): the
+/// status with the condition and text the service pairs with it.
+fn fault_reply(status: u16) -> Reply {
+    let status = i32::from(status);
+    match status {
+        429 | 503 => Reply::new(
+            management_names::status::SERVICE_UNAVAILABLE,
+            super::survival::THROTTLED,
+            Some(condition::SERVER_BUSY),
+        ),
+        408 => Reply::new(
+            status,
+            "The operation did not complete within the allotted timeout (injected by the emulator).",
+            Some(condition::TIMEOUT),
+        ),
+        _ => Reply::new(
+            status,
+            "The service was unable to process the request; please retry the operation (injected by the emulator).",
+            Some(condition::INTERNAL_ERROR),
+        ),
     }
 }
 
