@@ -39,6 +39,9 @@ pub struct Seen {
     pub running: usize,
     /// The most handlers at once.
     pub max_running: usize,
+    /// Deliveries whose logical id was not their message's key (a typed id that lost its type
+    /// or its identity on the way, e.g. in a retry copy).
+    pub wrong_identity: Vec<String>,
 }
 
 /// The handler.
@@ -148,10 +151,22 @@ impl Handler<FaultyTx> for SimHandler {
         ctx: &Context<'_, Order>,
         tx: &mut FaultyTx,
     ) -> Result<Handled, HandlerError> {
-        let id = ctx.logical_id().to_owned();
+        // The model's name of the message is the one its body carries; the runtime's key for
+        // it must be the plan's (typed ids included), in every copy.
+        let id = ctx.payload.id.clone();
         let attempt = ctx.delivery_count;
         let seed = self.plan.seed;
-        let index: Option<usize> = id.strip_prefix("m-").and_then(|n| n.parse().ok());
+        let index = self.plan.index_of(&id);
+        let expected = index.map(|i| self.plan.key(i));
+        if expected.as_deref() != Some(ctx.logical_id()) {
+            let what = format!(
+                "{id}: delivered with logical id {:?} (broker message id {:?}), expected {expected:?}",
+                ctx.logical_id(),
+                ctx.message.message_id
+            );
+            self.trace.push(&what);
+            self.seen().wrong_identity.push(what);
+        }
         let panicky = index.is_some_and(|i| self.plan.panicky.contains(&i));
         let faults = self.plan.handler;
         let _running = {
@@ -189,6 +204,15 @@ impl Handler<FaultyTx> for SimHandler {
             OutboxMessage::new(destination(seed, &id), OUT_SUBJECT, id.as_bytes().to_vec());
         out.message_id = out_id(&id);
         sb_inbox::Tx::append_outbox(tx, &out).await?;
+        if index.is_some_and(|i| self.plan.swallowing.contains(&i)) {
+            // User code that catches a store error and goes on: the transaction remembers the
+            // failed statement and the runtime must not commit this delivery's work.
+            let swallowed = tx
+                .sqlite()
+                .execute("INSERT INTO sim_checks (v) VALUES (?1)", (-1,));
+            self.trace
+                .push(format!("{id} #{attempt} swallowed {:?}", swallowed.err()));
+        }
         // A commit fault injected into this transaction is pinned on the messages it holds.
         tx.holds(&id);
         self.trace.push(format!("{id} #{attempt} handled"));

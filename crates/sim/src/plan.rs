@@ -99,6 +99,21 @@ pub enum Fault {
     ClockStep(i64),
 }
 
+/// The AMQP type of a message's `message-id`. Producers other than ours send ulong, uuid and
+/// binary ids (AMQP 1.0 core, 3.2.4 `message-id-ulong`, `-uuid`, `-binary`; Service Bus keeps the
+/// type: "MessageId ... can be one of the AMQP-defined types", learn.microsoft.com/azure/
+/// service-bus-messaging/service-bus-amqp-dotnet, "Message properties"); the runtime keys them
+/// `amqp:ulong:N`, `amqp:uuid:…`, `amqp:binary:<hex>` (`TYPED_MESSAGE_ID_PREFIX`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdKind {
+    /// `message-id-ulong`: the message's index.
+    Ulong,
+    /// `message-id-uuid`: the index in the last six bytes.
+    Uuid,
+    /// `message-id-binary`: the bytes of `m-{index}`.
+    Binary,
+}
+
 /// What the handler does to one message, beyond its business effect.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HandlerFaults {
@@ -147,6 +162,15 @@ pub struct Plan {
     pub delayed_retry: bool,
     /// Their retries before `RetriesExhausted`.
     pub retries: u32,
+    /// Indices whose handler swallows a failed statement (a `CHECK` violation) on every attempt
+    /// and returns `Ok`: the runtime must not commit their work (dead-lettered
+    /// `PermanentStoreError`). Handler faults only.
+    pub swallowing: Vec<usize>,
+    /// Indices sent with a typed (non-string) AMQP message id, by a producer beside ours.
+    pub typed: std::collections::BTreeMap<usize, IdKind>,
+    /// Every id under which a typed message may show (its inbox key, the broker's text of its
+    /// id) to its name `m-{index}`.
+    aliases: std::collections::BTreeMap<String, usize>,
 }
 
 /// The queue's lock duration (short, so that lock loss happens within a run).
@@ -196,7 +220,31 @@ impl Plan {
                 slow_max: Duration::ZERO,
             }
         };
+        // A stream of its own, so that the draws above (and every seed's faults) stay as they were.
+        let mut typed_rng = SmallRng::seed_from_u64(seed ^ 0x7e_1d_1d);
+        let mut typed = std::collections::BTreeMap::new();
+        for i in 0..messages {
+            if typed_rng.random_bool(0.1) {
+                let kinds = [IdKind::Ulong, IdKind::Uuid, IdKind::Binary];
+                typed.insert(i, kinds[typed_rng.random_range(0..kinds.len())]);
+            }
+        }
+        let swallowing: Vec<usize> = if mix.handler {
+            (0..messages)
+                .filter(|_| typed_rng.random_bool(0.02))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut aliases = std::collections::BTreeMap::new();
+        for (&i, &kind) in &typed {
+            aliases.insert(typed_key(i, kind), i);
+            aliases.insert(typed_text(i, kind), i);
+        }
         Plan {
+            swallowing,
+            typed,
+            aliases,
             seed,
             messages,
             duplicates,
@@ -218,6 +266,78 @@ impl Plan {
             delayed_retry: rng.random_bool(0.25),
             retries: rng.random_range(1..=3),
         }
+    }
+}
+
+impl Plan {
+    /// The key the runtime must use for message `i` (`ctx.logical_id()`, a copy's logical-id
+    /// property): `m-{i}`, or its typed key.
+    pub fn key(&self, i: usize) -> String {
+        match self.typed.get(&i) {
+            Some(&kind) => typed_key(i, kind),
+            None => name(i),
+        }
+    }
+
+    /// The message an id names: `m-{i}`, a typed message's key or the broker's text of its id.
+    pub fn index_of(&self, id: &str) -> Option<usize> {
+        if let Some(&i) = self.aliases.get(id) {
+            return Some(i);
+        }
+        let i: usize = id.strip_prefix("m-")?.parse().ok()?;
+        (i < self.messages).then_some(i)
+    }
+
+    /// The name the model knows message `id` by (`m-{i}`), or `id` itself when it names none.
+    pub fn name_of(&self, id: &str) -> String {
+        self.index_of(id).map_or_else(|| id.to_owned(), name)
+    }
+}
+
+/// The model's name of message `i`; also the id its body carries.
+pub fn name(i: usize) -> String {
+    format!("m-{i}")
+}
+
+/// The uuid of typed message `i`: its index in the last six bytes.
+pub fn uuid_bytes(i: usize) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[8..].copy_from_slice(&(i as u64).to_be_bytes());
+    b
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn uuid_text(i: usize) -> String {
+    let h = hex(&uuid_bytes(i));
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+/// The inbox key of typed message `i` (`sb-servicebus`'s `message_id_key`).
+fn typed_key(i: usize, kind: IdKind) -> String {
+    let kind_name = match kind {
+        IdKind::Ulong => "ulong",
+        IdKind::Uuid => "uuid",
+        IdKind::Binary => "binary",
+    };
+    format!("amqp:{kind_name}:{}", typed_text(i, kind))
+}
+
+/// The text Service Bus (and the emulator) shows for typed message `i`'s id.
+pub fn typed_text(i: usize, kind: IdKind) -> String {
+    match kind {
+        IdKind::Ulong => i.to_string(),
+        IdKind::Uuid => uuid_text(i),
+        IdKind::Binary => hex(name(i).as_bytes()),
     }
 }
 

@@ -16,6 +16,18 @@ fn main() {
     let mix = sim::Mix::from_env();
     if let Some(seed) = value("--seed").or_else(|| std::env::var("SIM_SEED").ok()?.parse().ok()) {
         let report = sim::run(seed, mix);
+        let plan = sim::Plan::new(seed, mix);
+        println!(
+            "plan: concurrency {}, prefetch {}, batch size {}, delayed retries {} ({} retries), handler {:?}, faults until {:?}, sent over {:?}",
+            plan.concurrency,
+            plan.prefetch,
+            plan.batch_size,
+            plan.delayed_retry,
+            plan.retries,
+            plan.handler,
+            plan.faults_until,
+            plan.send_over
+        );
         for line in &report.trace {
             println!("{line}");
         }
