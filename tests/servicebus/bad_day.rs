@@ -606,6 +606,24 @@ impl sb_inbox::JsonHandler<sb_inbox::SqliteTx> for PlaceV2 {
     }
 }
 
+/// v2 orders behind a v1→v2 upcaster that panics on `o-5` (an index out of bounds, as an
+/// `unwrap` in an upcaster would).
+fn panicking_upcaster_router() -> sb_inbox::Router<sb_inbox::SqliteTx> {
+    use sb_inbox_cli::inventory::{OrderPlaced, OrderPlacedV2};
+    sb_inbox::Router::builder()
+        .json(PlaceV2)
+        .upcast(|v1: OrderPlaced| {
+            if v1.order_id == "o-5" {
+                let channels: Vec<String> = Vec::new();
+                let channel = channels[std::hint::black_box(0)].clone();
+                return Ok(OrderPlacedV2 { order: v1, channel });
+            }
+            Ok(OrderPlacedV2::from(v1))
+        })
+        .build()
+        .unwrap()
+}
+
 /// Issue 40, C1, in session mode over the emulator: 200 v1 orders in 4 sessions, one session
 /// slot, and a router whose v1→v2 upcaster panics on one order (an index out of bounds, as an
 /// `unwrap` in an upcaster would). The panic is caught and counted: the order is abandoned
@@ -617,8 +635,7 @@ impl sb_inbox::JsonHandler<sb_inbox::SqliteTx> for PlaceV2 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_session_mode_a_panicking_upcaster_is_dead_lettered_and_the_slot_survives() {
     use sb_inbox::servicebus::ServiceBusSessionSource;
-    use sb_inbox::{ConsumerName, Router, Runtime, RuntimeConfig, SessionConfig};
-    use sb_inbox_cli::inventory::{OrderPlaced, OrderPlacedV2};
+    use sb_inbox::{ConsumerName, Runtime, RuntimeConfig, SessionConfig};
 
     let mut sessions = properties("PT30S", MAX_DELIVERY_COUNT);
     sessions.requires_session = true;
@@ -637,18 +654,7 @@ async fn in_session_mode_a_panicking_upcaster_is_dead_lettered_and_the_slot_surv
     for i in 0..200 {
         send(i, &format!("s-{}", i % 4)).await;
     }
-    let router = Router::builder()
-        .json(PlaceV2)
-        .upcast(|v1: OrderPlaced| {
-            if v1.order_id == "o-5" {
-                let channels: Vec<String> = Vec::new();
-                let channel = channels[std::hint::black_box(0)].clone();
-                return Ok(OrderPlacedV2 { order: v1, channel });
-            }
-            Ok(OrderPlacedV2::from(v1))
-        })
-        .build()
-        .unwrap();
+    let router = panicking_upcaster_router();
     let store = crate::support::sqlite_store("bad_day_session_upcast_panic", 1).await;
     let config = RuntimeConfig::new(ConsumerName::new("sessions.upcast").unwrap());
     let runtime = std::sync::Arc::new(Runtime::for_sessions(
@@ -710,8 +716,7 @@ async fn in_session_mode_a_panicking_upcaster_is_dead_lettered_and_the_slot_surv
 /// (In-process rather than `sb-inbox run`, for the reason given above.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_upcaster_is_dead_lettered_after_max_panics_plain_and_batched() {
-    use sb_inbox::{ConsumerName, Router, Runtime, RuntimeConfig};
-    use sb_inbox_cli::inventory::{OrderPlaced, OrderPlacedV2};
+    use sb_inbox::{ConsumerName, Runtime, RuntimeConfig};
 
     for batch in [1, 16] {
         let entity_name = format!("q{batch}");
@@ -726,18 +731,7 @@ async fn a_panicking_upcaster_is_dead_lettered_after_max_panics_plain_and_batche
             let message = order_with_lines(&format!("m-{i}"), &format!("o-{i}"), &[("A", 1)]);
             sender.send(message).await.unwrap();
         }
-        let router = Router::builder()
-            .json(PlaceV2)
-            .upcast(|v1: OrderPlaced| {
-                if v1.order_id == "o-5" {
-                    let channels: Vec<String> = Vec::new();
-                    let channel = channels[std::hint::black_box(0)].clone();
-                    return Ok(OrderPlacedV2 { order: v1, channel });
-                }
-                Ok(OrderPlacedV2::from(v1))
-            })
-            .build()
-            .unwrap();
+        let router = panicking_upcaster_router();
         let store = crate::support::sqlite_store(&format!("bad_day_upcast_panic_{batch}"), 4).await;
         let mut config = RuntimeConfig::new(ConsumerName::new("upcast.panics").unwrap());
         config.concurrency = 4;
