@@ -598,3 +598,18 @@ async fn a_token_lifetime_below_ten_seconds_is_refused_before_anything_is_create
     assert!(run.report.is_null(), "{}", run.report);
     assert!(queue_names(&emulator).is_empty());
 }
+
+/// A host clock 60 s behind the broker's (`--clock-offset 60`: the broker runs ahead), a real
+/// outside fault: the runtime schedules its retry by the host's clock, the broker finds that
+/// time already past and delivers the copy at once, so the retry's delay is not honoured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_brokers_clock_a_minute_ahead_delayed_retry_fails_arriving_early() {
+    let emulator = crate::support::emulator::start_on_clock(
+        Vec::new(),
+        EmulatorOptions::default().with_http_listen("127.0.0.1:0"),
+        sb_emulator::Clock::shifted(60),
+    )
+    .await;
+    let run = verify(&emulator, &pg_url(), &[], "clock").await;
+    fails_with(&run, "delayed_retry", "before its scheduled time").await;
+}
