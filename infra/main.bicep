@@ -214,6 +214,9 @@ param minReplicas int = 1
 @description('False for the first deployment: the worker app gets 0 minimum replicas until the database users and the schema exist (docs/deploy.md steps 2 and 3; infra/setup-database.sh redeploys with true). True afterwards: minReplicas applies.')
 param databaseReady bool = false
 
+@description('Create the Container Apps job <prefix>-verify (and the queues verify and verify-sessions it uses): sb-inbox verify with the worker\'s identity, started after a deployment; docs/deploy.md\'s smoke test reads its result.')
+param verifyAfterDeploy bool = false
+
 @description('Maximum replicas (see the connection budget above concurrency).')
 @minValue(1)
 param maxReplicas int = 6
@@ -429,6 +432,7 @@ module serviceBus 'modules/servicebus.bicep' = {
     scalerPrincipalId: identities.outputs.scalerPrincipalId
     delayedRetries: retryMaxRetries > 0
     sessions: sessions
+    verifyAfterDeploy: verifyAfterDeploy
     tags: tags
   }
 }
@@ -524,6 +528,7 @@ module app 'modules/containerapp.bicep' = {
     scalerIdentityId: identities.outputs.scalerId
     migrateIdentityId: identities.outputs.migrateId
     migrateClientId: identities.outputs.migrateClientId
+    verifyAfterDeploy: verifyAfterDeploy
     serviceBusNamespaceName: serviceBus.outputs.namespaceName
     serviceBusNamespaceFqdn: serviceBus.outputs.namespaceFqdn
     entityKind: entityKind
@@ -621,6 +626,9 @@ output appName string = app.outputs.appName
 
 @description('Manual migration job name.')
 output migrateJobName string = app.outputs.migrateJobName
+
+@description('The verify job (verifyAfterDeploy), empty without it: az containerapp job start -n <this>.')
+output verifyJobName string = app.outputs.verifyJobName
 
 @description('Worker identity name: the database user to create (IdentityName).')
 output workerIdentityName string = identities.outputs.workerName

@@ -59,6 +59,9 @@ param migrateIdentityId string
 @description('Client id of the migration identity.')
 param migrateClientId string
 
+@description('verifyAfterDeploy: the Container Apps job <prefix>-verify, which runs sb-inbox verify with the worker\'s identity on the queues verify and verify-sessions.')
+param verifyAfterDeploy bool = false
+
 @description('Service Bus namespace name (the KEDA scaler wants the name, not the FQDN).')
 param serviceBusNamespaceName string
 
@@ -486,6 +489,76 @@ resource migrateJob 'Microsoft.App/jobs@2024-10-02-preview' = {
   }
 }
 
+// verifyAfterDeploy (issue 43): sb-inbox verify with the worker's identity, started on demand
+// after a deployment (docs/deploy.md, smoke test) against the namespace's queues verify and
+// verify-sessions (given entities: no Manage right needed). Its store scenarios run on SQLite in
+// the job's own container (/tmp), not on Azure SQL: verify has no SQL Server store yet. Exit 0
+// when nothing failed (--allow-skipped: token_refresh needs a SAS key, and this is Entra ID),
+// so the execution's status is the verdict; the table is in the job's logs.
+resource verifyJob 'Microsoft.App/jobs@2024-10-02-preview' = if (verifyAfterDeploy) {
+  name: '${namePrefix}-verify'
+  location: location
+  tags: tags
+  identity: {
+    type: 'UserAssigned'
+    userAssignedIdentities: {
+      '${workerIdentityId}': {}
+    }
+  }
+  properties: {
+    environmentId: environment.id
+    workloadProfileName: 'Consumption'
+    configuration: {
+      triggerType: 'Manual'
+      // idle_detach_survival waits 11 minutes (the service detaches links idle for 10).
+      replicaTimeout: 1800
+      // A second run would find nothing of the first's (it purges), but a failure is a verdict.
+      replicaRetryLimit: 0
+      manualTriggerConfig: {
+        parallelism: 1
+        replicaCompletionCount: 1
+      }
+      registries: empty(registryServer)
+        ? []
+        : [
+            {
+              server: registryServer
+              identity: workerIdentityId
+            }
+          ]
+    }
+    template: {
+      containers: [
+        {
+          name: 'verify'
+          image: image
+          args: [
+            'verify'
+            '--queue'
+            'verify'
+            '--session-queue'
+            'verify-sessions'
+            '--store'
+            'sqlite:///tmp/verify.db'
+            '--idle-secs'
+            '660'
+            '--allow-skipped'
+          ]
+          env: concat([
+            { name: 'SB_INBOX_SERVICEBUS_NAMESPACE', value: serviceBusNamespaceFqdn }
+            { name: 'AZURE_CLIENT_ID', value: workerClientId }
+            { name: 'OTEL_SERVICE_NAME', value: 'sb-inbox-verify' }
+          ], otlpEnv)
+          resources: {
+            cpu: json('0.5')
+            memory: '1Gi'
+          }
+        }
+      ]
+    }
+  }
+}
+
 // The OpenTelemetry Collector: OTLP/gRPC in (from the worker, plain HTTP/2 inside the
 // environment), the azuremonitor exporter out to Application Insights (customMetrics, requests,
 // dependencies, traces), so the worker's metrics reach Azure Monitor with the defaults: the
@@ -586,5 +659,6 @@ output appName string = app.name
 output appId string = app.id
 output environmentName string = environment.name
 output migrateJobName string = migrateJob.name
+output verifyJobName string = verifyAfterDeploy ? verifyJob.name : ''
 @description('Where the worker exports OTLP: the collector app, otlpEndpoint, or empty (the managed agent injects its own).')
 output otlpExportEndpoint string = exportEndpoint

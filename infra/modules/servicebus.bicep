@@ -95,6 +95,9 @@ param delayedRetries bool = false
 @description('The consumed queue or subscription requires sessions (fixed at creation).')
 param sessions bool = false
 
+@description('verifyAfterDeploy: create the queues verify and verify-sessions (its scratch entities, empty between runs) and let the worker send to and receive from them.')
+param verifyAfterDeploy bool = false
+
 var roleDataReceiver = '4f6d3b9b-027b-4f4c-9142-0e5a2a2247e0'
 var roleDataSender = '69a216fc-b8fb-44d8-bc22-1f3c2cd27a39'
 var roleDataOwner = '090c5cfd-751d-490a-894a-3ce6f1109419'
@@ -271,6 +274,57 @@ resource ownerOnSubscription 'Microsoft.Authorization/roleAssignments@2022-04-01
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', roleDataOwner)
   }
 }
+
+// verifyAfterDeploy: sb-inbox verify's scratch queues. It refuses one holding messages it did not
+// send and purges what it sent, so they stay empty between runs. A 5 s lock: its lock-loss
+// scenario waits for the redelivery of a lock its stalled child lets run out.
+resource verifyQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = if (verifyAfterDeploy) {
+  parent: namespace
+  name: 'verify'
+  properties: {
+    lockDuration: 'PT5S'
+    maxDeliveryCount: 10
+    defaultMessageTimeToLive: 'PT1H'
+  }
+}
+
+resource verifySessionQueue 'Microsoft.ServiceBus/namespaces/queues@2024-01-01' = if (verifyAfterDeploy) {
+  parent: namespace
+  name: 'verify-sessions'
+  properties: {
+    lockDuration: 'PT5S'
+    maxDeliveryCount: 10
+    defaultMessageTimeToLive: 'PT1H'
+    requiresSession: true
+  }
+}
+
+// The worker's identity runs verify (as it runs in production): send and receive on its two
+// queues only, no Manage right (so verify uses them as given entities, not scratch ones it
+// would create).
+resource verifyRoles 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for role in (verifyAfterDeploy ? [roleDataReceiver, roleDataSender] : []): {
+    name: guid(namespace.id, 'verify', workerPrincipalId, role)
+    scope: verifyQueue
+    properties: {
+      principalId: workerPrincipalId
+      principalType: 'ServicePrincipal'
+      roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', role)
+    }
+  }
+]
+
+resource verifySessionRoles 'Microsoft.Authorization/roleAssignments@2022-04-01' = [
+  for role in (verifyAfterDeploy ? [roleDataReceiver, roleDataSender] : []): {
+    name: guid(namespace.id, 'verify-sessions', workerPrincipalId, role)
+    scope: verifySessionQueue
+    properties: {
+      principalId: workerPrincipalId
+      principalType: 'ServicePrincipal'
+      roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', role)
+    }
+  }
+]
 
 resource namespaceDiagnostics 'Microsoft.Insights/diagnosticSettings@2021-05-01-preview' = {
   name: 'to-log-analytics'

@@ -817,3 +817,152 @@ fn m19_dependabot_covers_the_emulator_compose_file() {
         "{directory}"
     );
 }
+
+/// Issue 43: `verifyAfterDeploy` (default false) adds the Container Apps job `<prefix>-verify`,
+/// which runs `sb-inbox verify` with the worker's identity on the queues `verify` and
+/// `verify-sessions` it adds (the worker may send and receive there, nothing more), exits 0 only
+/// when nothing failed (`--allow-skipped`: token_refresh needs a SAS key), and whose result the
+/// smoke test in docs/deploy.md reads from the job's execution.
+#[test]
+fn verify_after_deploy_adds_a_job_on_the_workers_identity_and_the_smoke_test_reads_it() {
+    let off = resource_names(&[]);
+    assert!(
+        !off.iter()
+            .any(|n| n == "verify" || n == "verify-sessions" || n.ends_with("-verify")),
+        "created without verifyAfterDeploy: {off:?}"
+    );
+    let on_values = [("verifyAfterDeploy", Value::Bool(true))];
+    let on = resource_names(&on_values);
+    for name in ["verify", "verify-sessions"] {
+        assert!(on.contains(name), "{name} missing: {on:?}");
+    }
+    let job_name = on
+        .iter()
+        .find(|n| n.ends_with("-verify"))
+        .unwrap_or_else(|| panic!("no <prefix>-verify job: {on:?}"))
+        .clone();
+
+    let deployment = deployment();
+    let main = Scope::main_with(&deployment, with(&on_values));
+    let app = main.module(&deployment, "modules/containerapp.bicep");
+    let job = app.resource("verifyJob");
+    let container = &job.path("properties.template.containers").unwrap().items()[0];
+    let args: Vec<&str> = container
+        .get("args")
+        .unwrap()
+        .items()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        args,
+        [
+            "verify",
+            "--queue",
+            "verify",
+            "--session-queue",
+            "verify-sessions",
+            "--store",
+            "sqlite:///tmp/verify.db",
+            "--idle-secs",
+            "660",
+            "--allow-skipped"
+        ]
+    );
+    // Values from other modules' outputs evaluate to stand-ins: compared as values, the job's
+    // and the worker's come from the same output.
+    let env = |value: &Value, name: &str| -> Option<Value> {
+        value
+            .get("env")?
+            .items()
+            .iter()
+            .find(|e| e.get("name").and_then(Value::as_str) == Some(name))?
+            .get("value")
+            .cloned()
+    };
+    let worker = worker_app(&with(&on_values));
+    let worker_container = &worker
+        .path("properties.template.containers")
+        .unwrap()
+        .items()[0];
+    for name in ["AZURE_CLIENT_ID", "SB_INBOX_SERVICEBUS_NAMESPACE"] {
+        assert_eq!(
+            env(container, name),
+            env(worker_container, name),
+            "{name}: the job runs as the worker, on its namespace"
+        );
+        assert!(env(container, name).is_some(), "{name} unset");
+    }
+    assert_eq!(
+        job.path("properties.configuration.triggerType")
+            .and_then(Value::as_str),
+        Some("Manual")
+    );
+
+    // The session queue requires sessions; the worker holds data roles on both, no Manage.
+    let bus = main.module(&deployment, "modules/servicebus.bicep");
+    assert_eq!(
+        bus.resource("verifySessionQueue")
+            .path("properties.requiresSession"),
+        Some(&Value::Bool(true))
+    );
+    let bicep = read("infra/modules/servicebus.bicep");
+    let roles = section_of(
+        &bicep,
+        "resource verifyRoles",
+        "resource namespaceDiagnostics",
+    );
+    assert!(
+        roles.contains("[roleDataReceiver, roleDataSender]"),
+        "{roles}"
+    );
+    assert!(!roles.contains("roleDataOwner"), "{roles}");
+
+    // main passes the switch to both modules and names the job; the CLI has the flag.
+    let main_bicep = read("infra/main.bicep");
+    assert_eq!(
+        main_bicep
+            .matches("verifyAfterDeploy: verifyAfterDeploy")
+            .count(),
+        2
+    );
+    assert!(main_bicep.contains("output verifyJobName string = app.outputs.verifyJobName"));
+    assert!(read("crates/cli/src/main.rs").contains("allow_skipped: bool,"));
+
+    // The smoke test starts the job by the output's name and reads the execution's status.
+    let smoke = section(&read("docs/deploy.md"), "## Smoke test");
+    for needed in [
+        "param verifyAfterDeploy = true",
+        "properties.outputs.verifyJobName.value",
+        "az containerapp job start -g RG -n \"$VERIFY\"",
+        "az containerapp job execution show -g RG -n \"$VERIFY\"",
+        "Succeeded",
+    ] {
+        assert!(
+            smoke.contains(needed),
+            "smoke test lacks {needed:?}:\n{smoke}"
+        );
+    }
+    assert!(
+        job_name.starts_with(deployment_prefix().as_str()),
+        "{job_name}"
+    );
+}
+
+/// The text of `source` from `from` up to `to`.
+fn section_of<'s>(source: &'s str, from: &str, to: &str) -> &'s str {
+    let start = source.find(from).unwrap_or_else(|| panic!("no {from:?}"));
+    let end = source[start..].find(to).map_or(source.len(), |i| start + i);
+    &source[start..end]
+}
+
+/// The worker app's name without its `-worker` suffix: the deployment's lowered prefix.
+fn deployment_prefix() -> String {
+    let worker = worker_app(&with(&[]));
+    worker
+        .get("name")
+        .and_then(Value::as_str)
+        .and_then(|n| n.strip_suffix("-worker"))
+        .unwrap()
+        .to_owned()
+}

@@ -154,11 +154,104 @@ fn all_run_passed(run: &Run) {
     );
 }
 
+/// Headless Chromium (Debian's `chromium`), or `None` (and a note) when it is not installed;
+/// under `CI=true` a missing browser fails the test instead (`.ci/setup` installs it).
+fn chromium() -> Option<&'static str> {
+    for candidate in ["chromium", "chromium-browser", "google-chrome"] {
+        let found = std::process::Command::new(candidate)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if found {
+            return Some(candidate);
+        }
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "no chromium under CI=true: .ci/setup installs it (apt-get install chromium)"
+    );
+    eprintln!("SKIPPED the HTML report's screenshot: no chromium (apt-get install chromium)");
+    None
+}
+
+/// A screenshot of `page` (a file) by headless `browser`, its PNG's size in bytes.
+fn screenshot(browser: &str, page: &std::path::Path, png: &std::path::Path) -> u64 {
+    let _ = std::fs::remove_file(png);
+    let profile = png.with_extension("profile");
+    let output = std::process::Command::new(browser)
+        .args([
+            "--headless",
+            // Root in a container has no user namespace for the sandbox.
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            &format!("--user-data-dir={}", profile.display()),
+            &format!("--screenshot={}", png.display()),
+            "--window-size=1280,1000",
+            &format!("file://{}", page.display()),
+        ])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&profile);
+    assert!(
+        output.status.success(),
+        "{browser}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::metadata(png)
+        .unwrap_or_else(|e| {
+            panic!(
+                "no screenshot {}: {e}\n{}",
+                png.display(),
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })
+        .len()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_passes_on_the_emulator_and_postgresql_and_leaves_nothing_behind() {
     let emulator = emulator(Vec::new()).await;
-    let run = verify(&emulator, &pg_url(), &[], "pg").await;
+    let dir = std::env::temp_dir().join(format!("sb-inbox-verify-html-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = dir.join("verify.html");
+    let page_arg = page.display().to_string();
+    let run = verify(&emulator, &pg_url(), &["--html", &page_arg], "pg").await;
     all_run_passed(&run);
+
+    // The HTML report: one row per scenario, the measurements and the environment, and a
+    // browser draws it (a screenshot well above a blank page's size: text, colours, bars).
+    let html = std::fs::read_to_string(&page).unwrap();
+    for (name, (status, _)) in run.scenarios() {
+        assert!(
+            html.contains(&format!("<tr id=\"scenario-{name}\" class=\"{status}\">")),
+            "{name} ({status}) missing from the page:\n{html}"
+        );
+    }
+    for part in [
+        "id=\"measurements\"",
+        "broker round trip",
+        "window",
+        "namespace tier",
+    ] {
+        assert!(html.contains(part), "{part} missing:\n{html}");
+    }
+    // The emulator's `$namespaceinfo` says Standard.
+    assert_eq!(run.report["environment"]["namespace_tier"], "Standard");
+    assert!(html.contains("<td>Standard</td>"), "{html}");
+    assert!(html.contains("PostgreSQL"), "{html}");
+    if let Some(browser) = chromium() {
+        let blank = dir.join("blank.html");
+        std::fs::write(&blank, "<!DOCTYPE html><html><body></body></html>").unwrap();
+        let blank_size = screenshot(browser, &blank, &dir.join("blank.png"));
+        let size = screenshot(browser, &page, &dir.join("verify.png"));
+        assert!(
+            size > 4 * blank_size,
+            "the report's screenshot ({size} B) is no bigger than a blank page's ({blank_size} B)"
+        );
+        eprintln!("screenshot: {size} B, a blank page's: {blank_size} B");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
     let table = String::from_utf8_lossy(&run.output.stdout);
     assert!(
         table.contains("duplicate_delivery") && table.contains("PASS"),
@@ -474,12 +567,62 @@ async fn with_idle_secs_past_the_emulators_link_idle_timeout_the_idle_sender_sur
     }
 }
 
-/// About three minutes: the tokens live 150 s.
+/// The tokens live 20 s (`--token-lifetime`), so the scenario takes about 25 s; the client
+/// refreshes such a token at half its life.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_token_refresh_the_sender_refreshes_before_its_short_token_expires() {
     let emulator = emulator(Vec::new()).await;
-    let run = verify(&emulator, &pg_url(), &["--token-refresh"], "token").await;
+    let run = verify(
+        &emulator,
+        &pg_url(),
+        &["--token-refresh", "--token-lifetime", "20"],
+        "token",
+    )
+    .await;
     let (status, reason) = run.status("token_refresh");
     assert_eq!(status, "passed", "{reason}\n{}", run.describe());
-    assert!(reason.contains("before its expiry at 150s"), "{reason}");
+    assert!(reason.contains("before its expiry at 20s"), "{reason}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_lifetime_below_ten_seconds_is_refused_before_anything_is_created() {
+    let emulator = emulator(Vec::new()).await;
+    let run = verify(
+        &emulator,
+        &pg_url(),
+        &["--token-refresh", "--token-lifetime", "5"],
+        "token_short",
+    )
+    .await;
+    assert_eq!(run.code(), Some(2), "{}", run.describe());
+    assert!(run.report.is_null(), "{}", run.report);
+    assert!(queue_names(&emulator).is_empty());
+}
+
+/// A host clock 60 s behind the broker's (`--clock-offset 60`: the broker runs ahead), a real
+/// outside fault: the runtime schedules its retry by the host's clock, the broker finds that
+/// time already past and delivers the copy at once, so the retry's delay is not honoured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_brokers_clock_a_minute_ahead_delayed_retry_fails_arriving_early() {
+    let emulator = crate::support::emulator::start_on_clock(
+        Vec::new(),
+        EmulatorOptions::default().with_http_listen("127.0.0.1:0"),
+        sb_emulator::Clock::shifted(60),
+    )
+    .await;
+    let run = verify(&emulator, &pg_url(), &[], "clock").await;
+    fails_with(&run, "delayed_retry", "before its scheduled time").await;
+}
+
+/// `--allow-skipped` (the Container Apps job's verify reads only the exit code): a run where
+/// none failed but some were skipped (in-memory SQLite: no child process can open it) exits 0
+/// instead of 3, its report still saying what was skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_allow_skipped_a_run_with_skips_and_no_failure_exits_zero() {
+    let emulator = emulator(Vec::new()).await;
+    let run = verify(&emulator, "sqlite::memory:", &["--allow-skipped"], "allow").await;
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    let statuses = run.scenarios();
+    assert_eq!(statuses["lock_loss_fenced"].0, "skipped");
+    assert!(statuses.values().all(|(status, _)| status != "failed"));
 }

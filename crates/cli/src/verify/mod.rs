@@ -123,7 +123,8 @@ pub struct VerifyOptions {
     pub token_refresh: Option<TokenRefresh>,
 }
 
-/// A client of the same namespace whose SAS tokens live [`tokens::SHORT_TOKEN_LIFETIME`].
+/// A client of the same namespace whose SAS tokens live `--token-lifetime` (default
+/// [`tokens::DEFAULT_TOKEN_LIFETIME`]).
 #[derive(Debug, Clone)]
 pub struct TokenRefresh {
     /// The client.
@@ -171,10 +172,12 @@ pub async fn run(
         }
     };
     tracing::info!(prefix, entities = ?entities.names(), "Verification entities ready.");
+    let tier = namespace_tier(options.admin.as_ref()).await;
     let result = on_store(&options, &entities, &prefix, stop).await;
     let mut left = remove_entities(&options, &entities, &prefix).await;
     match result {
         Ok((mut report, store_left)) => {
+            report.environment.namespace_tier = tier;
             report.left_behind.extend(store_left);
             report.left_behind.append(&mut left);
             Ok(report)
@@ -186,6 +189,23 @@ pub async fn run(
             Err(error)
         }
     }
+}
+
+/// The namespace's tier as an SDK sees it (`Premium (2 MU)`), for the report; `None` when the
+/// management API does not answer (no Manage rights): the report says "unknown", nothing fails.
+async fn namespace_tier(admin: Option<&AdminClient>) -> Option<String> {
+    let properties = match admin?.namespace_properties().await {
+        Ok(properties) => properties,
+        Err(error) => {
+            tracing::info!(%error, "The namespace's properties are not readable; the report leaves its tier out.");
+            return None;
+        }
+    };
+    let sku = properties.messaging_sku?;
+    Some(match properties.messaging_units {
+        Some(units) => format!("{sku} ({units} MU)"),
+        None => sku,
+    })
 }
 
 /// Deletes the scratch entities, or purges the given ones.
@@ -387,6 +407,8 @@ fn environment(
         entity_names: entities.names(),
         store: store.to_owned(),
         database_version,
+        // Filled in by `run`, which asks the management API once.
+        namespace_tier: None,
         scratch_store: scratch.describe(),
         tool_version: env!("CARGO_PKG_VERSION").to_owned(),
     }

@@ -89,6 +89,9 @@ pub struct Environment {
     pub store: String,
     /// The database's version, as it reports it.
     pub database_version: Option<String>,
+    /// The namespace's tier as the management API tells an SDK (`GET /$namespaceinfo`:
+    /// `Standard`, `Premium (2 MU)`); `None` when it did not answer (no Manage rights).
+    pub namespace_tier: Option<String>,
     /// The scratch schema (or file) the store's scenarios ran in, removed afterwards.
     pub scratch_store: String,
     /// This tool's version.
@@ -175,6 +178,142 @@ impl VerifyReport {
     }
 }
 
+/// `text` with HTML's five special characters escaped: reasons and versions come from the
+/// broker and the database.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The page's style: inline, so the file is the whole page (no network, no other file).
+const HTML_STYLE: &str = "body{font:15px/1.4 system-ui,sans-serif;margin:0;background:#f4f6f8;\
+color:#1b1f24}header{padding:20px 28px;color:#fff}header.passed{background:#1a7f37}\
+header.failed{background:#cf222e}header.skipped{background:#9a6700}h1{margin:0;font-size:24px}\
+main{padding:20px 28px}table{border-collapse:collapse;background:#fff;width:100%;\
+margin-bottom:22px}th,td{border:1px solid #d0d7de;padding:6px 10px;text-align:left;\
+vertical-align:top}th{background:#eaeef2}td.status{font-weight:bold;color:#fff;width:4em;\
+text-align:center}tr.passed td.status{background:#1a7f37}tr.failed td.status{background:#cf222e}\
+tr.skipped td.status{background:#9a6700}td.time{text-align:right;white-space:nowrap}\
+.bar{display:inline-block;height:10px;background:#0969da;margin-right:6px}\
+h2{font-size:18px;margin:18px 0 8px}";
+
+impl VerifyReport {
+    /// One self-contained HTML page (`--html FILE`): the verdict, every scenario with its
+    /// time, the measurements and the window, the environment.
+    pub fn html(&self) -> String {
+        let verdict = match self.exit_code() {
+            EXIT_PASSED => ("passed", "every scenario passed"),
+            EXIT_SKIPPED => ("skipped", "no scenario failed; some were skipped"),
+            _ => ("failed", "a scenario failed or something was left behind"),
+        };
+        let slowest = self
+            .scenarios
+            .iter()
+            .map(|s| s.millis)
+            .max()
+            .unwrap_or(0)
+            .max(1);
+        let mut out = String::new();
+        let _ = write!(
+            out,
+            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+             <title>sb-inbox verify: {ns}</title><style>{HTML_STYLE}</style></head><body>\
+             <header class=\"{class}\"><h1>sb-inbox verify: {verdict}</h1>\
+             <div>{ns} · {store}</div></header><main>",
+            ns = escape(&self.environment.namespace),
+            store = escape(&self.environment.store),
+            class = verdict.0,
+            verdict = verdict.1,
+        );
+        let _ = write!(
+            out,
+            "<h2>Scenarios</h2><table id=\"scenarios\"><tr><th>scenario</th><th>result</th>\
+             <th>time</th><th>reason</th></tr>"
+        );
+        for s in &self.scenarios {
+            let class = match s.status {
+                Status::Passed => "passed",
+                Status::Failed => "failed",
+                Status::Skipped => "skipped",
+            };
+            // A bar of up to 120 px: where the run's time went at a glance.
+            let width = s.millis.saturating_mul(120) / slowest;
+            let _ = write!(
+                out,
+                "<tr id=\"scenario-{name}\" class=\"{class}\"><td>{name}</td>\
+                 <td class=\"status\">{label}</td><td class=\"time\">\
+                 <span class=\"bar\" style=\"width:{width}px\"></span>{secs:.1} s</td>\
+                 <td>{reason}</td></tr>",
+                name = escape(s.name),
+                label = s.status.label(),
+                secs = Duration::from_millis(s.millis).as_secs_f64(),
+                reason = escape(&s.reason),
+            );
+        }
+        out.push_str("</table>");
+        let m = &self.measurements;
+        let ms = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2} ms"));
+        let per_slot = m
+            .per_slot_per_sec
+            .map_or_else(|| "n/a".to_owned(), |v| format!("about {v:.0} messages/s"));
+        let window = m.window.map_or_else(
+            || "n/a".to_owned(),
+            |w| format!("at least {w} per store connection"),
+        );
+        let _ = write!(
+            out,
+            "<h2>Measurements</h2><table id=\"measurements\">\
+             <tr><th>broker round trip (median)</th><td>{rtt}</td></tr>\
+             <tr><th>store commit (median)</th><td>{commit}</td></tr>\
+             <tr><th>per handler slot</th><td>{per_slot}</td></tr>\
+             <tr><th>window (concurrency + prefetch)</th><td>{window}</td></tr></table>",
+            rtt = ms(m.broker_rtt_ms),
+            commit = ms(m.store_commit_ms),
+        );
+        let e = &self.environment;
+        let or_unknown =
+            |v: &Option<String>| v.as_deref().map_or_else(|| "unknown".to_owned(), escape);
+        let _ = write!(
+            out,
+            "<h2>Environment</h2><table id=\"environment\">\
+             <tr><th>namespace</th><td>{ns}</td></tr>\
+             <tr><th>namespace tier</th><td>{tier}</td></tr>\
+             <tr><th>entities</th><td>{entities}: {names}</td></tr>\
+             <tr><th>store</th><td>{store}</td></tr>\
+             <tr><th>database version</th><td>{db}</td></tr>\
+             <tr><th>scratch store</th><td>{scratch}</td></tr>\
+             <tr><th>sb-inbox</th><td>{tool}</td></tr></table>",
+            ns = escape(&e.namespace),
+            tier = or_unknown(&e.namespace_tier),
+            entities = escape(&e.entities),
+            names = escape(&e.entity_names.join(", ")),
+            store = escape(&e.store),
+            db = or_unknown(&e.database_version),
+            scratch = escape(&e.scratch_store),
+            tool = escape(&e.tool_version),
+        );
+        if !self.left_behind.is_empty() {
+            out.push_str("<h2>Left behind</h2><ul id=\"left-behind\">");
+            for left in &self.left_behind {
+                let _ = write!(out, "<li>{}</li>", escape(left));
+            }
+            out.push_str("</ul>");
+        }
+        out.push_str("</main></body></html>\n");
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,6 +349,20 @@ mod tests {
         let mut left = report(&[Status::Passed]);
         left.left_behind.push("queue q".to_owned());
         assert_eq!(left.exit_code(), EXIT_FAILED);
+    }
+
+    #[test]
+    fn the_html_page_escapes_what_the_broker_and_database_said() {
+        let mut r = report(&[Status::Failed]);
+        r.scenarios[0].reason = "<script>alert('x')</script> & more".to_owned();
+        r.environment.database_version = Some("PostgreSQL <16>".to_owned());
+        let html = r.html();
+        assert!(!html.contains("<script>"), "{html}");
+        assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; more"));
+        assert!(html.contains("PostgreSQL &lt;16&gt;"));
+        assert!(html.contains("id=\"scenario-s\" class=\"failed\""));
+        // Self-contained: nothing fetched from elsewhere.
+        assert!(!html.contains("http://") && !html.contains("https://") && !html.contains("src="));
     }
 
     #[test]

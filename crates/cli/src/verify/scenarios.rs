@@ -191,8 +191,8 @@ where
                 Some(refresh) => Ok(self.token_refresh(refresh).await),
                 None => Err(Skip(
                     "needs --token-refresh and a connection string with a key (verify then \
-                     signs tokens valid for 150 s; an Entra ID token's life is the identity \
-                     platform's)"
+                     signs tokens valid for --token-lifetime, 150 s by default; an Entra ID \
+                     token's life is the identity platform's)"
                         .to_owned(),
                 )),
             },
@@ -757,7 +757,11 @@ where
                 "token for {audience} refreshed {}s after the first, before its expiry at {}s; \
                  the sender worked after it",
                 after.as_secs(),
-                super::tokens::SHORT_TOKEN_LIFETIME.as_secs()
+                first
+                    .expires_at
+                    .duration_since(first.at)
+                    .unwrap_or_default()
+                    .as_secs()
             )),
             None => Err(format!(
                 "no fresh token was asked for {audience} before the first expired ({} issued)",

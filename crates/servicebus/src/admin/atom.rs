@@ -14,7 +14,7 @@ use std::time::Duration;
 use quick_xml::Reader;
 use quick_xml::events::Event;
 
-use super::{AdminError, EntityCounts, EntityProperties};
+use super::{AdminError, EntityCounts, EntityProperties, NamespaceProperties};
 
 const SB_NS: &str = "http://schemas.microsoft.com/netservices/2010/10/servicebus/connect";
 const XSI_NS: &str = "http://www.w3.org/2001/XMLSchema-instance";
@@ -75,10 +75,11 @@ fn local(name: &[u8]) -> String {
 }
 
 fn read_fields(xml: &str) -> Result<Fields, AdminError> {
-    const DESCRIPTIONS: [&str; 3] = [
+    const DESCRIPTIONS: [&str; 4] = [
         "QueueDescription",
         "SubscriptionDescription",
         "TopicDescription",
+        "NamespaceInfo",
     ];
     let mut reader = Reader::from_str(xml);
     let mut fields = Fields::default();
@@ -168,6 +169,31 @@ pub(super) fn read_entity(
     Ok(Some((properties, counts)))
 }
 
+/// The namespace an `$namespaceinfo` entry describes; `None` when the entry has no
+/// `NamespaceInfo` (.NET `NamespacePropertiesExtensions.ParseFromEntryElement` reads the same
+/// elements: `Name`, `MessagingSKU`, `MessagingUnits`, `NamespaceType`, `CreatedTime`).
+pub(super) fn read_namespace(xml: &str) -> Result<Option<NamespaceProperties>, AdminError> {
+    let fields = read_fields(xml)?;
+    if fields.found.as_deref() != Some("NamespaceInfo") {
+        return Ok(None);
+    }
+    let text = |name: &str| {
+        fields
+            .get(name)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+    };
+    Ok(Some(NamespaceProperties {
+        name: text("Name"),
+        messaging_sku: text("MessagingSKU"),
+        messaging_units: fields
+            .get("MessagingUnits")
+            .and_then(|t| t.parse::<u32>().ok()),
+        namespace_type: text("NamespaceType"),
+        created: text("CreatedTime"),
+    }))
+}
+
 /// The `Detail` of an error body, or the body itself.
 pub(super) fn error_detail(xml: &str) -> String {
     let detail = xml
@@ -247,6 +273,20 @@ mod tests {
         assert_eq!(parse_duration("1 minute"), None);
         assert_eq!(parse_duration("PT5X"), None);
         assert_eq!(format_duration(Duration::from_secs(45)), "PT45S");
+    }
+
+    #[test]
+    fn reads_a_namespace_info_entry_and_not_a_queue_as_one() {
+        // As the emulator and the service answer `GET /$namespaceinfo`.
+        let entry = r#"<entry xmlns="http://www.w3.org/2005/Atom"><title>ns</title><content type="application/xml"><NamespaceInfo xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"><CreatedTime>2026-01-01T00:00:00Z</CreatedTime><MessagingSKU>Premium</MessagingSKU><MessagingUnits>2</MessagingUnits><Name>ns</Name><NamespaceType>Messaging</NamespaceType></NamespaceInfo></content></entry>"#;
+        let info = read_namespace(entry).unwrap().unwrap();
+        assert_eq!(info.messaging_sku.as_deref(), Some("Premium"));
+        assert_eq!(info.messaging_units, Some(2));
+        assert_eq!(info.name.as_deref(), Some("ns"));
+        assert_eq!(info.namespace_type.as_deref(), Some("Messaging"));
+        assert_eq!(info.created.as_deref(), Some("2026-01-01T00:00:00Z"));
+        let queue = r#"<entry xmlns="http://www.w3.org/2005/Atom"><content><QueueDescription xmlns="http://schemas.microsoft.com/netservices/2010/10/servicebus/connect"><LockDuration>PT5S</LockDuration></QueueDescription></content></entry>"#;
+        assert!(read_namespace(queue).unwrap().is_none());
     }
 
     #[test]

@@ -205,6 +205,23 @@ pub struct EntityDescription {
     pub counts: EntityCounts,
 }
 
+/// The namespace as the management API describes it (`GET /$namespaceinfo`): what an SDK
+/// sees of it, not the ARM resource.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NamespaceProperties {
+    /// Its name.
+    pub name: Option<String>,
+    /// Its tier: `Basic`, `Standard` or `Premium`.
+    pub messaging_sku: Option<String>,
+    /// Its messaging units (Premium only).
+    pub messaging_units: Option<u32>,
+    /// `Messaging` for a Service Bus namespace.
+    pub namespace_type: Option<String>,
+    /// When it was created, as the service writes it (ISO 8601).
+    pub created: Option<String>,
+}
+
 /// A client of the management API.
 #[derive(Debug, Clone)]
 pub struct AdminClient {
@@ -484,6 +501,20 @@ impl AdminClient {
         properties: &EntityProperties,
     ) -> Result<EntityDescription, AdminError> {
         self.put(path, properties, true).await
+    }
+
+    /// The namespace's properties: `GET /$namespaceinfo` (.NET
+    /// `ServiceBusAdministrationClient.GetNamespacePropertiesAsync`, Python
+    /// `ServiceBusAdministrationClient.get_namespace_properties`); any key with rights on the
+    /// namespace may read it.
+    ///
+    /// # Errors
+    /// [`AdminError::Malformed`] when the answer describes no namespace; others as
+    /// [`AdminClient::entity`].
+    pub async fn namespace_properties(&self) -> Result<NamespaceProperties, AdminError> {
+        let response = self.request("GET", "$namespaceinfo", &[], None).await?;
+        atom::read_namespace(&response.body)?
+            .ok_or_else(|| AdminError::Malformed("no NamespaceInfo in the answer".to_owned()))
     }
 
     /// Deletes a queue, topic or subscription (`topic/Subscriptions/sub`) with its messages:
