@@ -145,6 +145,18 @@ impl LockKeeper {
         remaining_at_receipt(locked_until, enqueued, self.clock.now(), longest)
     }
 
+    /// The same keeper, told how long the entity's locks last (its `LockDuration`, read at
+    /// start): every lock is bounded by it from the first delivery on. Without it the bound is
+    /// learned from `locked_until − enqueued_time`, which a message that waited in the queue
+    /// stretches by its wait; on a host behind the broker that stretch was taken as time left,
+    /// so a handler stalled past its real lock could still commit.
+    pub(crate) fn knowing(self, lock_duration: Option<Duration>) -> Self {
+        if let Some(lock) = lock_duration {
+            self.longest_lock.fetch_min(nanos(lock), Ordering::AcqRel);
+        }
+        self
+    }
+
     /// The same keeper, counting each renewal attempt.
     pub(crate) fn metered(mut self, meter: RenewalMeter) -> Self {
         self.meter = Some(meter);
@@ -371,5 +383,27 @@ mod tests {
         let unlearned = LockKeeper::new(s(10), host);
         let loose = unlearned.remaining(broker_now() + s(30), Some(broker_now() - s(3600)));
         assert_eq!(loose, s(3630));
+    }
+
+    /// A host 60 s behind the broker, a message that waited 30 s in the queue before its 5 s
+    /// lock: the host's view (65 s) and the broker's bound (35 s) both overstate the lock; the
+    /// entity's lock duration, known at start, bounds it to 5 s. Before, the keeper took 35 s,
+    /// so a handler stalled past the real lock committed unfenced (found by `sb-inbox verify`'s
+    /// lock-loss scenario against a broker whose clock ran a minute ahead).
+    #[tokio::test(start_paused = true)]
+    async fn a_host_behind_the_broker_is_bounded_by_the_entitys_lock_duration() {
+        let s = Duration::from_secs;
+        let host = Clock::new();
+        let broker_now = || host.now() + s(60);
+        let waited =
+            |keeper: &LockKeeper| keeper.remaining(broker_now() + s(5), Some(broker_now() - s(30)));
+        assert_eq!(waited(&LockKeeper::new(s(1), host)), s(35), "unbounded");
+        let told = LockKeeper::new(s(1), host).knowing(Some(s(5)));
+        assert_eq!(waited(&told), s(5));
+        assert_eq!(
+            waited(&LockKeeper::new(s(1), host).knowing(None)),
+            s(35),
+            "nothing known, nothing changed"
+        );
     }
 }

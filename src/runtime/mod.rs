@@ -118,8 +118,10 @@ pub struct RuntimeConfig {
     pub prefetch: usize,
     /// Renew each lock this long before it runs out.
     pub lock_margin: Duration,
-    /// The entity's lock duration, when known: a margin at least as long is refused. (The
-    /// runtime does not need it otherwise: it reads each lock's expiry from the broker.)
+    /// The entity's lock duration, when known (the `Worker` reads it at start): a margin at
+    /// least as long is refused, and no lock is reckoned to last longer, whatever the host's
+    /// clock and the message's time in the queue suggest (each lock's expiry still comes from
+    /// the broker).
     pub lock_duration: Option<Duration>,
     /// The longest a delivery may be handled, like the SDKs' maximum auto-lock-renewal
     /// duration: past it the handler is cancelled, its transaction rolled back and the delivery
@@ -334,7 +336,9 @@ impl<R, S, H> Runtime<R, S, H> {
         let observer = observe::Observer::new(source, &config.consumer, clock);
         let health = StoreHealth::new(&config.consumer);
         let circuit = Circuit::new(config.circuit.clone(), &config.consumer);
-        let keeper = LockKeeper::new(config.lock_margin, clock).metered(observer.renewal_meter());
+        let keeper = LockKeeper::new(config.lock_margin, clock)
+            .knowing(config.lock_duration)
+            .metered(observer.renewal_meter());
         Runtime {
             inner: Arc::new(Inner {
                 circuit,
