@@ -16,6 +16,8 @@
 //! the tracing subscriber are process-global), alternating off/on `ROUNDS` times; throughput and
 //! the child's CPU time per message.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+// Built alone (`-p sb-inbox`), the inbox-off run's future nests deeper than the default 128.
+#![recursion_limit = "256"]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
