@@ -88,6 +88,7 @@ pub enum StoreFault {
 
 impl StoreFault {
     /// The table and constraint it drops (sql/postgres/0001_inbox.sql).
+    #[cfg(feature = "postgres")]
     fn constraint(self) -> (&'static str, &'static str) {
         match self {
             StoreFault::InboxUnique => ("sb_inbox", "pk_sb_inbox"),
