@@ -12,10 +12,11 @@
 //! Sized from what its sends measure, as the receive window is (sb-servicebus `window.rs`):
 //! the bandwidth-delay product, [`HEADROOM`] × rate × round trip, where the round trip is the
 //! smoothed time from a send to the broker's answer and the rate the rows the destination
-//! accepted per second since the pass's first send to it. Within a pass the window only grows
-//! (a window that limits the rate measures `window ÷ rtt`, so it doubles per round trip, as
-//! TCP's slow start); at the pass's end it is set to what the pass measured, so a destination
-//! with few rows or a broker close by keeps few sends in flight. A failed send sets it to one.
+//! accepted per second over the pass (from its first send to it). Within a pass the window
+//! only grows, as TCP's slow start: one more send per answer while the window was full, so a
+//! window that limits the rate doubles per round trip; at the pass's end it is set to what the
+//! pass measured, so a destination with few rows or a broker close by carries few sends in
+//! flight into the next pass. A failed send sets it to one.
 //! It is bounded by the ceiling, [`super::RelayConfig::max_in_flight`] (also the pass's bound
 //! across destinations). Order is kept apart from the window: an ordered lane (one session, or
 //! a destination with [`super::RelayConfig::ordered`]) has one send in flight whatever the
@@ -288,7 +289,9 @@ impl<'a> Plan<'a> {
     ) {
         let destination = row.message.destination.as_str();
         self.sending = self.sending.saturating_sub(1);
+        let mut limited = false;
         if let Some(busy) = self.in_flight.get_mut(destination) {
+            limited = *busy >= self.windows.get(destination).map_or(1, |w| w.size);
             *busy = busy.saturating_sub(1);
         }
         self.lanes[at].busy = false;
@@ -300,10 +303,14 @@ impl<'a> Plan<'a> {
         window.measured(took);
         match failure {
             None => {
+                // Slow start: one more per answer while the window was full, so a window that
+                // limits the rate doubles per round trip (the rate over the pass so far lags
+                // too far behind to size it: it would grow by about two per round trip).
+                if limited {
+                    window.size = (window.size + 1).min(max);
+                }
                 if let Some(sent) = self.sent.get_mut(destination) {
                     sent.accepted += 1;
-                    let sized = window.sized(sent.accepted, sent.since, now, max);
-                    window.size = window.size.max(sized);
                 }
                 self.outcome.sent.push(row.id);
             }
@@ -417,5 +424,107 @@ mod tests {
         assert_eq!(window.sized(50, since, since + 100 * MS, 64), 11);
         // One answer right away: the rate is taken over one round trip, not zero time.
         assert_eq!(window.sized(1, since, since, 64), 2);
+    }
+
+    fn row(id: i64, session: Option<&str>) -> OutboxRow {
+        let mut message = crate::ports::OutboxMessage::new("a", "t.v1", Vec::new());
+        message.session_id = session.map(str::to_owned);
+        OutboxRow {
+            id,
+            message,
+            attempts: 1,
+            created_at: SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    /// The most sends in flight at once: to the destination, and of the session's lane.
+    #[derive(Debug, Default)]
+    struct Peaks {
+        destination: usize,
+        session: usize,
+    }
+
+    /// One pass over `claim` with every send accepted `rtt` after it started; asserts at every
+    /// step that the destination's sends in flight stay within its window and the ceiling.
+    /// Returns the carried windows and the peaks.
+    fn pass(
+        claim: &OutboxClaim,
+        windows: HashMap<String, Window>,
+        rtt: Duration,
+        ceiling: usize,
+    ) -> (HashMap<String, Window>, Peaks) {
+        let mut now = SystemTime::UNIX_EPOCH;
+        let mut plan = Plan::new(claim, false, windows, HashMap::new(), ceiling, now);
+        let mut flying: Vec<(SystemTime, usize, &OutboxRow)> = Vec::new();
+        let mut peaks = Peaks::default();
+        loop {
+            for (at, row) in plan.ready(now, false, |_| Duration::ZERO) {
+                flying.push((now + rtt, at, row));
+            }
+            let window = plan.windows.get("a").map_or(1, |w| w.size);
+            assert!(
+                flying.len() <= window,
+                "{} in flight, window {window}",
+                flying.len()
+            );
+            assert!(
+                window <= ceiling,
+                "window {window} past the ceiling {ceiling}"
+            );
+            let session = flying
+                .iter()
+                .filter(|(_, _, row)| row.message.session_id.is_some())
+                .count();
+            peaks.destination = peaks.destination.max(flying.len());
+            peaks.session = peaks.session.max(session);
+            flying.sort_by_key(|(due, _, _)| *due);
+            if flying.is_empty() {
+                break;
+            }
+            let (due, at, row) = flying.remove(0);
+            now = due;
+            plan.answered(at, row, None, now);
+        }
+        let (outcome, windows, _) = plan.finish(now);
+        assert_eq!(outcome.sent.len(), claim.rows.len());
+        (windows, peaks)
+    }
+
+    /// A destination with rows waiting, 10 ms away: its window grows to the ceiling and no
+    /// further, and the session's lane among its rows keeps one send in flight however large
+    /// the window.
+    #[test]
+    fn the_window_grows_to_its_ceiling_and_an_ordered_lane_sends_one_at_a_time() {
+        let rows = (1..=300)
+            .map(|id| row(id, (id % 10 == 0).then_some("s")))
+            .collect();
+        let claim = OutboxClaim {
+            rows,
+            unreadable: Vec::new(),
+        };
+        let (windows, peaks) = pass(&claim, HashMap::new(), 10 * MS, 32);
+        assert_eq!(peaks.destination, 32);
+        assert_eq!(peaks.session, 1);
+        assert!(windows["a"].size > 1, "carried: {windows:?}");
+    }
+
+    /// A destination with few rows per pass keeps the window they need, not the ceiling: the
+    /// window carried from a full pass falls to what a pass of 4 rows measured.
+    #[test]
+    fn few_rows_per_pass_carry_a_small_window() {
+        let full = OutboxClaim {
+            rows: (1..=300).map(|id| row(id, None)).collect(),
+            unreadable: Vec::new(),
+        };
+        let (windows, _) = pass(&full, HashMap::new(), 10 * MS, 64);
+        let big = windows["a"].size;
+        let few = OutboxClaim {
+            rows: (301..=304).map(|id| row(id, None)).collect(),
+            unreadable: Vec::new(),
+        };
+        let (windows, peaks) = pass(&few, windows, 10 * MS, 64);
+        assert_eq!(peaks.destination, 4, "the four overlap");
+        let small = windows["a"].size;
+        assert!(small < big && small <= 8, "from {big} to {small}");
     }
 }

@@ -14,10 +14,11 @@
 //!    [`Sender`] port under the message id fixed when the row was written, and await the
 //!    broker's `accepted`. Lanes run side by side: up to [`RelayConfig::max_in_flight`] sends
 //!    wait for their answer at once, so a broker a round trip away costs one round trip per that
-//!    many rows, not per row. A destination's window sizes itself from what its sends measure
-//!    (the bandwidth-delay product: rows accepted per second × the send's round trip, with
-//!    headroom), starts at one send, grows as TCP's slow start while it limits the rate, is
-//!    bounded by `max_in_flight`, and falls back to one after a failure (`lanes.rs`).
+//!    many rows, not per row. A destination's window starts at one send, grows as TCP's slow
+//!    start while it is full, is carried into the next pass as what the pass measured (the
+//!    bandwidth-delay product: rows accepted per second × the send's round trip, with
+//!    headroom), is bounded by `max_in_flight`, and falls back to one after a failure
+//!    (`lanes.rs`).
 //! 4. **Hold** a lane when a row of it fails: the lane's later rows go back untried, due when
 //!    the failed row is, and the key is held in later passes until then, so nothing overtakes
 //!    the failed row. Other keys go on. A destination that failed transiently is not tried again
