@@ -7,6 +7,20 @@
 //! that fails (or does not read) halts its lane: the rows after it go back untried, due when
 //! it is, and the key stays held across passes until then. Lanes of a destination share its
 //! window; a destination that failed transiently is not tried again in the pass.
+//!
+//! # A destination's window
+//! Sized from what its sends measure, as the receive window is (sb-servicebus `window.rs`):
+//! the bandwidth-delay product, [`HEADROOM`] × rate × round trip, where the round trip is the
+//! smoothed time from a send to the broker's answer and the rate the rows the destination
+//! accepted per second over the pass (from its first send to it). Within a pass the window
+//! only grows, as TCP's slow start: one more send per answer while the window was full, so a
+//! window that limits the rate doubles per round trip; at the pass's end it is set to what the
+//! pass measured, so a destination with few rows or a broker close by carries few sends in
+//! flight into the next pass. A failed send sets it to one.
+//! It is bounded by the ceiling, [`super::RelayConfig::max_in_flight`] (also the pass's bound
+//! across destinations). Order is kept apart from the window: an ordered lane (one session, or
+//! a destination with [`super::RelayConfig::ordered`]) has one send in flight whatever the
+//! window, so a larger window only overlaps different lanes.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, SystemTime};
@@ -16,6 +30,67 @@ use crate::ports::{OutboxClaim, OutboxRow, UnreadableRow};
 /// An ordering key: a destination and a session id (`None`: the destination's rows without
 /// one, kept in order only when the relay is told to).
 pub(super) type Key = (String, Option<String>);
+
+/// How far beyond the measured bandwidth-delay product a window reaches: enough for a window
+/// that limits the rate to double per round trip (the receive window's headroom).
+const HEADROOM: f64 = 2.0;
+
+/// The window for a destination accepting `rate` rows per second with sends answered after
+/// `rtt`: [`HEADROOM`] × rate × rtt rounded up, between 1 and `ceiling`.
+pub(super) fn window_size(rate: f64, rtt: Duration, ceiling: usize) -> usize {
+    let in_transit = (HEADROOM * rate * rtt.as_secs_f64()).ceil();
+    // Not finite (or NaN: an unmeasurable rate over a zero round trip): nothing in transit.
+    let in_transit = if in_transit.is_finite() && in_transit > 0.0 {
+        // Saturates by Rust's float-to-int cast rules.
+        in_transit as usize
+    } else {
+        0
+    };
+    in_transit.clamp(1, ceiling.max(1))
+}
+
+/// A destination's window as carried between passes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Window {
+    /// Sends it may have in flight.
+    pub(super) size: usize,
+    /// Its sends' round trip, smoothed as TCP smooths its RTT (RFC 6298: 7/8 of the old plus
+    /// 1/8 of the new); `None` before the first answer.
+    srtt: Option<Duration>,
+}
+
+impl Default for Window {
+    fn default() -> Self {
+        Window {
+            size: 1,
+            srtt: None,
+        }
+    }
+}
+
+impl Window {
+    fn measured(&mut self, took: Duration) {
+        self.srtt = Some(match self.srtt {
+            Some(old) => old.mul_f64(7.0 / 8.0) + took.mul_f64(1.0 / 8.0),
+            None => took,
+        });
+    }
+
+    /// The window for `accepted` rows since `since`, at `now`.
+    fn sized(&self, accepted: usize, since: SystemTime, now: SystemTime, ceiling: usize) -> usize {
+        let rtt = self.srtt.unwrap_or_default();
+        let elapsed = now.duration_since(since).unwrap_or_default().max(rtt);
+        let rate = accepted as f64 / elapsed.as_secs_f64();
+        window_size(rate, rtt, ceiling)
+    }
+}
+
+/// A destination's sends in this pass: since its first send, how many were accepted.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    since: SystemTime,
+    accepted: usize,
+}
 
 /// A claimed row as the plan sees it.
 #[derive(Debug, Clone, Copy)]
@@ -58,6 +133,8 @@ struct Lane<'a> {
     key: Option<Key>,
     entries: VecDeque<Entry<'a>>,
     busy: bool,
+    /// When its send in flight started.
+    sent_at: SystemTime,
 }
 
 /// A failed row: its id, when it is due again, and why (kept as its `last_error`).
@@ -81,8 +158,9 @@ pub(super) struct Outcome {
 pub(super) struct Plan<'a> {
     lanes: Vec<Lane<'a>>,
     /// Sends each destination may have in flight (carried between passes by the relay).
-    windows: HashMap<String, usize>,
+    windows: HashMap<String, Window>,
     in_flight: HashMap<String, usize>,
+    sent: HashMap<String, Sent>,
     sending: usize,
     max_in_flight: usize,
     /// Destinations that failed transiently in this pass, with their backoff end.
@@ -98,7 +176,7 @@ impl<'a> Plan<'a> {
     pub(super) fn new(
         claim: &'a OutboxClaim,
         ordered: bool,
-        windows: HashMap<String, usize>,
+        windows: HashMap<String, Window>,
         mut held: HashMap<Key, SystemTime>,
         max_in_flight: usize,
         now: SystemTime,
@@ -126,6 +204,7 @@ impl<'a> Plan<'a> {
                         key,
                         entries: VecDeque::from([entry]),
                         busy: false,
+                        sent_at: now,
                     });
                 }
             }
@@ -134,6 +213,7 @@ impl<'a> Plan<'a> {
             lanes,
             windows,
             in_flight: HashMap::new(),
+            sent: HashMap::new(),
             sending: 0,
             max_in_flight: max_in_flight.max(1),
             down: HashMap::new(),
@@ -178,43 +258,64 @@ impl<'a> Plan<'a> {
                 break;
             }
             let destination = row.message.destination.as_str();
-            let window = self.windows.get(destination).copied().unwrap_or(1);
+            let window = self.windows.get(destination).map_or(1, |w| w.size);
             let busy = self.in_flight.entry(destination.to_owned()).or_default();
             if *busy >= window {
                 continue;
             }
             *busy += 1;
             self.sending += 1;
+            self.sent.entry(destination.to_owned()).or_insert(Sent {
+                since: now,
+                accepted: 0,
+            });
             self.lanes[at].busy = true;
+            self.lanes[at].sent_at = now;
             self.lanes[at].entries.pop_front();
             start.push((at, row));
         }
         start
     }
 
-    /// Records the broker's answer for `row` of lane `at`: accepted, or failed with its due
-    /// time, reason and whether it was transient (the destination is then down for the pass).
+    /// Records the broker's answer for `row` of lane `at`, come at `now`: accepted, or failed
+    /// with its due time, reason and whether it was transient (the destination is then down for
+    /// the pass).
     pub(super) fn answered(
         &mut self,
         at: usize,
         row: &OutboxRow,
         failure: Option<(SystemTime, String, bool)>,
+        now: SystemTime,
     ) {
         let destination = row.message.destination.as_str();
         self.sending = self.sending.saturating_sub(1);
+        let mut limited = false;
         if let Some(busy) = self.in_flight.get_mut(destination) {
+            limited = *busy >= self.windows.get(destination).map_or(1, |w| w.size);
             *busy = busy.saturating_sub(1);
         }
         self.lanes[at].busy = false;
+        let took = now
+            .duration_since(self.lanes[at].sent_at)
+            .unwrap_or_default();
         let max = self.max_in_flight;
-        let window = self.windows.entry(destination.to_owned()).or_insert(1);
+        let window = self.windows.entry(destination.to_owned()).or_default();
+        window.measured(took);
         match failure {
             None => {
-                *window = (*window * 2).min(max);
+                // Slow start: one more per answer while the window was full, so a window that
+                // limits the rate doubles per round trip (the rate over the pass so far lags
+                // too far behind to size it: it would grow by about two per round trip).
+                if limited {
+                    window.size = (window.size + 1).min(max);
+                }
+                if let Some(sent) = self.sent.get_mut(destination) {
+                    sent.accepted += 1;
+                }
                 self.outcome.sent.push(row.id);
             }
             Some((due, reason, transient)) => {
-                *window = 1;
+                window.size = 1;
                 if transient {
                     self.down.insert(destination.to_owned(), due);
                 }
@@ -247,13 +348,183 @@ impl<'a> Plan<'a> {
         }
     }
 
-    /// The outcome, the windows and the keys still held, for the relay to keep. Only the
-    /// windows of destinations this pass sent to are kept (one absent starts at 1 again), so
-    /// the map holds no more than a pass's destinations however many were ever used.
-    pub(super) fn finish(self) -> (Outcome, HashMap<String, usize>, HashMap<Key, SystemTime>) {
+    /// The outcome, the windows and the keys still held, for the relay to keep; each window
+    /// set to what the pass measured at `now`. Only the windows of destinations this pass sent
+    /// to are kept (one absent starts at 1 again), so the map holds no more than a pass's
+    /// destinations however many were ever used.
+    pub(super) fn finish(
+        self,
+        now: SystemTime,
+    ) -> (Outcome, HashMap<String, Window>, HashMap<Key, SystemTime>) {
         let mut windows = self.windows;
-        windows
-            .retain(|destination, window| *window > 1 && self.in_flight.contains_key(destination));
+        let max = self.max_in_flight;
+        windows.retain(|destination, window| {
+            let Some(sent) = self.sent.get(destination) else {
+                return false;
+            };
+            // A failed destination starts again at one, as in the pass.
+            if window.size > 1 {
+                window.size = window.sized(sent.accepted, sent.since, now, max);
+            }
+            true
+        });
         (self.outcome, windows, self.held)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// The window is the bandwidth-delay product with its headroom, rounded up.
+    #[test]
+    fn a_window_covers_twice_the_rows_in_transit() {
+        assert_eq!(window_size(1000.0, 10 * MS, 64), 20);
+        assert_eq!(window_size(150.0, 10 * MS, 64), 3);
+    }
+
+    /// A window that limits the rate (w sends per round trip) doubles.
+    #[test]
+    fn a_window_that_limits_the_rate_doubles() {
+        for w in [1_usize, 2, 5, 16] {
+            let rtt = 40 * MS;
+            let rate = w as f64 / rtt.as_secs_f64();
+            assert_eq!(window_size(rate, rtt, 1024), 2 * w);
+        }
+    }
+
+    /// Bounded by the ceiling above and one below, whatever is measured.
+    #[test]
+    fn a_window_stays_between_one_and_its_ceiling() {
+        assert_eq!(window_size(1e6, 40 * MS, 64), 64);
+        assert_eq!(window_size(f64::INFINITY, 10 * MS, 64), 1);
+        assert_eq!(window_size(f64::INFINITY, Duration::ZERO, 64), 1);
+        assert_eq!(window_size(f64::NAN, 10 * MS, 64), 1);
+        assert_eq!(window_size(0.0, 10 * MS, 64), 1);
+        assert_eq!(
+            window_size(5000.0, Duration::ZERO, 64),
+            1,
+            "a broker close by"
+        );
+        assert_eq!(window_size(1e6, 40 * MS, 0), 1, "a ceiling of 0 is 1");
+    }
+
+    /// The pass's measure: the rows accepted over the time since the first send, at least one
+    /// round trip.
+    #[test]
+    fn a_window_is_sized_from_the_pass_rate_and_the_smoothed_round_trip() {
+        let mut window = Window::default();
+        window.measured(10 * MS);
+        window.measured(18 * MS);
+        assert_eq!(window.srtt, Some(11 * MS));
+        let since = SystemTime::UNIX_EPOCH;
+        // 50 rows in 100 ms: 500/s × 11 ms × 2 = 11.
+        assert_eq!(window.sized(50, since, since + 100 * MS, 64), 11);
+        // One answer right away: the rate is taken over one round trip, not zero time.
+        assert_eq!(window.sized(1, since, since, 64), 2);
+    }
+
+    fn row(id: i64, session: Option<&str>) -> OutboxRow {
+        let mut message = crate::ports::OutboxMessage::new("a", "t.v1", Vec::new());
+        message.session_id = session.map(str::to_owned);
+        OutboxRow {
+            id,
+            message,
+            attempts: 1,
+            created_at: SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    /// The most sends in flight at once: to the destination, and of the session's lane.
+    #[derive(Debug, Default)]
+    struct Peaks {
+        destination: usize,
+        session: usize,
+    }
+
+    /// One pass over `claim` with every send accepted `rtt` after it started; asserts at every
+    /// step that the destination's sends in flight stay within its window and the ceiling.
+    /// Returns the carried windows and the peaks.
+    fn pass(
+        claim: &OutboxClaim,
+        windows: HashMap<String, Window>,
+        rtt: Duration,
+        ceiling: usize,
+    ) -> (HashMap<String, Window>, Peaks) {
+        let mut now = SystemTime::UNIX_EPOCH;
+        let mut plan = Plan::new(claim, false, windows, HashMap::new(), ceiling, now);
+        let mut flying: Vec<(SystemTime, usize, &OutboxRow)> = Vec::new();
+        let mut peaks = Peaks::default();
+        loop {
+            for (at, row) in plan.ready(now, false, |_| Duration::ZERO) {
+                flying.push((now + rtt, at, row));
+            }
+            let window = plan.windows.get("a").map_or(1, |w| w.size);
+            assert!(
+                flying.len() <= window,
+                "{} in flight, window {window}",
+                flying.len()
+            );
+            assert!(
+                window <= ceiling,
+                "window {window} past the ceiling {ceiling}"
+            );
+            let session = flying
+                .iter()
+                .filter(|(_, _, row)| row.message.session_id.is_some())
+                .count();
+            peaks.destination = peaks.destination.max(flying.len());
+            peaks.session = peaks.session.max(session);
+            flying.sort_by_key(|(due, _, _)| *due);
+            if flying.is_empty() {
+                break;
+            }
+            let (due, at, row) = flying.remove(0);
+            now = due;
+            plan.answered(at, row, None, now);
+        }
+        let (outcome, windows, _) = plan.finish(now);
+        assert_eq!(outcome.sent.len(), claim.rows.len());
+        (windows, peaks)
+    }
+
+    /// A destination with rows waiting, 10 ms away: its window grows to the ceiling and no
+    /// further, and the session's lane among its rows keeps one send in flight however large
+    /// the window.
+    #[test]
+    fn the_window_grows_to_its_ceiling_and_an_ordered_lane_sends_one_at_a_time() {
+        let rows = (1..=300)
+            .map(|id| row(id, (id % 10 == 0).then_some("s")))
+            .collect();
+        let claim = OutboxClaim {
+            rows,
+            unreadable: Vec::new(),
+        };
+        let (windows, peaks) = pass(&claim, HashMap::new(), 10 * MS, 32);
+        assert_eq!(peaks.destination, 32);
+        assert_eq!(peaks.session, 1);
+        assert!(windows["a"].size > 1, "carried: {windows:?}");
+    }
+
+    /// A destination with few rows per pass keeps the window they need, not the ceiling: the
+    /// window carried from a full pass falls to what a pass of 4 rows measured.
+    #[test]
+    fn few_rows_per_pass_carry_a_small_window() {
+        let full = OutboxClaim {
+            rows: (1..=300).map(|id| row(id, None)).collect(),
+            unreadable: Vec::new(),
+        };
+        let (windows, _) = pass(&full, HashMap::new(), 10 * MS, 64);
+        let big = windows["a"].size;
+        let few = OutboxClaim {
+            rows: (301..=304).map(|id| row(id, None)).collect(),
+            unreadable: Vec::new(),
+        };
+        let (windows, peaks) = pass(&few, windows, 10 * MS, 64);
+        assert_eq!(peaks.destination, 4, "the four overlap");
+        let small = windows["a"].size;
+        assert!(small < big && small <= 8, "from {big} to {small}");
     }
 }

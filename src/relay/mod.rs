@@ -14,8 +14,11 @@
 //!    [`Sender`] port under the message id fixed when the row was written, and await the
 //!    broker's `accepted`. Lanes run side by side: up to [`RelayConfig::max_in_flight`] sends
 //!    wait for their answer at once, so a broker a round trip away costs one round trip per that
-//!    many rows, not per row. A destination's window opens like TCP's slow start: one send until
-//!    one succeeded, doubling with each success, one again after a failure.
+//!    many rows, not per row. A destination's window starts at one send, grows as TCP's slow
+//!    start while it is full, is carried into the next pass as what the pass measured (the
+//!    bandwidth-delay product: rows accepted per second × the send's round trip, with
+//!    headroom), is bounded by `max_in_flight`, and falls back to one after a failure
+//!    (`lanes.rs`).
 //! 4. **Hold** a lane when a row of it fails: the lane's later rows go back untried, due when
 //!    the failed row is, and the key is held in later passes until then, so nothing overtakes
 //!    the failed row. Other keys go on. A destination that failed transiently is not tried again
@@ -57,7 +60,7 @@ use crate::ports::{
     OutboxBacklog, OutboxClaim, OutboxLease, OutboxRow, OutboxStore, Sender, StoreError,
 };
 use crate::runtime::{Clock, exponential_step};
-use lanes::{Key, Outcome, Plan};
+use lanes::{Key, Outcome, Plan, Window};
 
 /// The longest wait before a failed row is tried again, and between failed claims.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -89,8 +92,9 @@ pub struct RelayConfig {
     /// hung for half a lease). Shorter means faster recovery after a crash; too short for a
     /// batch means duplicates, never losses.
     pub lease: Duration,
-    /// Sends of one pass awaiting the broker's answer at once (at least 1). Each row is still
-    /// marked only after its own `accepted`.
+    /// Sends of one pass awaiting the broker's answer at once (at least 1), and the ceiling of
+    /// each destination's self-sizing window (which keeps fewer when the broker is close or
+    /// the rows few). Each row is still marked only after its own `accepted`.
     pub max_in_flight: usize,
     /// Publish the rows without a session id of each destination in write order, one at a
     /// time, a failed row holding back the later ones. Off by default: such rows then go out
@@ -207,10 +211,11 @@ pub struct Relay<S, P> {
     clock: Clock,
     stats: Arc<RelayStats>,
     /// Sends each destination may have in flight, carried from pass to pass: one until a send
-    /// to it succeeds, then doubling with each success up to [`RelayConfig::max_in_flight`],
-    /// back to one after a failure. A destination that is down thus costs one failed send per
-    /// pass, as when sends went one at a time, and a healthy one gets the full window.
-    windows: std::sync::Mutex<HashMap<String, usize>>,
+    /// to it succeeds, then sized from the measured send round trip and rate (`lanes.rs`) up
+    /// to [`RelayConfig::max_in_flight`], back to one after a failure. A destination that is
+    /// down thus costs one failed send per pass, as when sends went one at a time, and a
+    /// healthy one gets the window its distance and rows need.
+    windows: std::sync::Mutex<HashMap<String, Window>>,
     /// Ordering keys held back until their failed row is due again, carried from pass to
     /// pass: a later claim's rows of the key must not overtake it.
     held: std::sync::Mutex<HashMap<Key, SystemTime>>,
@@ -236,7 +241,7 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
     }
 
     /// The windows and held keys carried from the last pass.
-    fn carried(&self) -> (HashMap<String, usize>, HashMap<Key, SystemTime>) {
+    fn carried(&self) -> (HashMap<String, Window>, HashMap<Key, SystemTime>) {
         fn copy<K: Clone, V: Clone>(map: &std::sync::Mutex<HashMap<K, V>>) -> HashMap<K, V> {
             map.lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -245,7 +250,7 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
         (copy(&self.windows), copy(&self.held))
     }
 
-    fn carry(&self, windows: HashMap<String, usize>, held: HashMap<Key, SystemTime>) {
+    fn carry(&self, windows: HashMap<String, Window>, held: HashMap<Key, SystemTime>) {
         *self
             .windows
             .lock()
@@ -334,9 +339,10 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
             let Some((lane, row, sent)) = sending.next().await else {
                 break;
             };
-            plan.answered(lane, row, self.answer(row, sent));
+            let answer = self.answer(row, sent);
+            plan.answered(lane, row, answer, self.clock.now());
         }
-        let (outcome, windows, held) = plan.finish();
+        let (outcome, windows, held) = plan.finish(self.clock.now());
         self.carry(windows, held);
         outcome
     }

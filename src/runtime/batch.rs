@@ -42,6 +42,10 @@
 //!    unbatched runtime settles it: processed, stale and duplicates complete; permanent
 //!    failures are dead-lettered; transient failures are abandoned (or retried later); lost
 //!    locks are left to redelivery.
+//!    The batch's handling slot and its members' places in what the runtime holds are freed
+//!    before the settlements, when its transactions ended: the next batch runs while these are
+//!    answered. Settlements in flight are bounded apart (twice what the runtime holds), each
+//!    member taking its place there before its batch starts.
 //!
 //! A statement that ends the whole transaction (a rollback to a savepoint that fails, as after a
 //! deadlock on SQL Server, or a broken connection) takes only that delivery out: it gets its
@@ -150,6 +154,12 @@ async fn batches<R, S, H>(
     H: Handler<S::Tx>,
 {
     let handling = Arc::new(Semaphore::new(inner.config.concurrency));
+    // A batch frees its handling slot and its members' places in what the runtime holds once
+    // its transactions ended; from then until its settlement is answered each member counts
+    // here instead, so that a slow broker cannot pile up settlements (issue 42), as unbatched.
+    let settling = Arc::new(Semaphore::new(
+        inner.config.held().saturating_mul(super::SETTLING_FACTOR),
+    ));
     let (size, linger) = (inner.config.batch_size, inner.config.batch_linger);
     loop {
         let permit = tokio::select! {
@@ -186,16 +196,30 @@ async fn batches<R, S, H>(
         if batch.is_empty() {
             continue;
         }
-        let (inner, abort) = (inner.clone(), abort.clone());
+        let (inner, abort, settling) = (inner.clone(), abort.clone(), settling.clone());
+        let stopping = stopping.clone();
         tracker.spawn(async move {
+            // A batch never holds more members than the runtime holds, half the bound: these
+            // places always come once earlier settlements are answered.
+            let places = tokio::select! {
+                biased;
+                () = stopping.cancelled() => None,
+                places = settlement_places(&settling, batch.len()) => places,
+            };
+            let Some(places) = places else {
+                for queued in batch {
+                    give_back(&inner, queued).await;
+                }
+                return;
+            };
             let mut slots = Vec::with_capacity(batch.len());
             let mut members = Vec::with_capacity(batch.len());
-            for (delivery, lock, slot) in batch {
+            for ((delivery, lock, mut slot), place) in batch.into_iter().zip(places) {
                 // A lock that ran out while it waited for its batch is given back, never
                 // handled late: its redelivery may already be in another instance's hands.
                 if lock.is_held() {
-                    slots.push(slot);
-                    members.push((delivery, lock));
+                    slots.push(slot.take_permit());
+                    members.push((delivery, lock, (slot, place)));
                 } else {
                     give_back(&inner, (delivery, lock, slot)).await;
                 }
@@ -203,15 +227,31 @@ async fn batches<R, S, H>(
             if members.is_empty() {
                 return;
             }
+            // The slot watch covers the settlements too (one that never returns is stuck).
             let _busy = inner.slots.enter();
-            handle(&inner, members, &abort).await;
-            drop((permit, slots));
+            // All three end with the batch's transactions: its handling slot, its places held
+            // and its busy time in the phase trace.
+            let freed = (permit, slots, inner.phases.busy());
+            handle(&inner, members, &abort, freed).await;
         });
     }
     incoming.close();
     while let Some(queued) = incoming.recv().await {
         give_back(&inner, queued).await;
     }
+}
+
+/// One place among settlements in flight for each of `n` members; `None` once the semaphore is
+/// closed (only when the runtime is dropped mid-run).
+async fn settlement_places(
+    settling: &Arc<Semaphore>,
+    n: usize,
+) -> Option<Vec<tokio::sync::OwnedSemaphorePermit>> {
+    let mut places = Vec::with_capacity(n);
+    for _ in 0..n {
+        places.push(settling.clone().acquire_owned().await.ok()?);
+    }
+    Some(places)
 }
 
 /// Releases a queued delivery that never started, then stops keeping its lock.
@@ -309,23 +349,30 @@ impl Whole {
 }
 
 /// Handles `members` as one batch, settles each and records it in the stats; the reports are
-/// in the order of `members`.
-pub(super) async fn handle<R, S, H, D>(
+/// in the order of `members`. `freed` is dropped as soon as the batch's transactions ended
+/// (committed or rolled back), before the settlements, and each member's `P` once its
+/// settlement is answered: the settlements' broker round trip then overlaps the next batch's
+/// transaction instead of holding the batch's slots idle (issue 42).
+pub(super) async fn handle<R, S, H, D, P, F>(
     inner: &Arc<Inner<R, S, H>>,
-    members: Vec<(Arc<D>, KeptLock)>,
+    members: Vec<(Arc<D>, KeptLock, P)>,
     cancel: &CancellationToken,
+    freed: F,
 ) -> Vec<Report>
 where
     R: Receiver,
     S: Store,
     H: Handler<S::Tx>,
     D: Delivery,
+    P: Send + 'static,
 {
     let step = inner.processor();
     step.observer.batch(members.len());
+    let mut held_until_settled = Vec::with_capacity(members.len());
     let mut members: Vec<Member<D>> = members
         .into_iter()
-        .map(|(delivery, lock)| {
+        .map(|(delivery, lock, place)| {
+            held_until_settled.push(place);
             let processing = step.observer.start(&*delivery);
             lock.follow(&processing.span);
             let (logical_id, state) = match step.accept(&*delivery) {
@@ -365,9 +412,10 @@ where
         }
         ended => ended,
     };
+    drop(freed);
     // Every settlement at once, each in its own process span.
     let mut settling = tokio::task::JoinSet::new();
-    for (index, member) in members.into_iter().enumerate() {
+    for ((index, member), place) in members.into_iter().enumerate().zip(held_until_settled) {
         let Member {
             delivery,
             lock,
@@ -402,6 +450,7 @@ where
             step.observer
                 .finish(processing, &*delivery, &report, step.handler.contracts());
             inner.stats.record(&report);
+            drop(place);
             (index, report)
         });
     }

@@ -320,7 +320,7 @@ struct Inner<R, S, H> {
     /// One keeper for every delivery: it learns the entity's lock duration from them.
     keeper: LockKeeper,
     /// Where deliveries' time goes (the `sb_inbox::pipeline` debug trace).
-    phases: phases::Phases,
+    phases: Arc<phases::Phases>,
 }
 
 impl<R, S, H> Runtime<R, S, H> {
@@ -352,7 +352,7 @@ impl<R, S, H> Runtime<R, S, H> {
                 config,
                 clock,
                 stats: Arc::new(Stats::default()),
-                phases: phases::Phases::default(),
+                phases: Arc::default(),
             }),
             probing: std::sync::OnceLock::new(),
         }
@@ -442,10 +442,10 @@ where
             .map(|delivery| {
                 let delivery = Arc::new(delivery);
                 let lock = processor.keeper.keep(delivery.clone());
-                (delivery, lock)
+                (delivery, lock, ())
             })
             .collect();
-        batch::handle(&self.inner, members, &CancellationToken::new()).await
+        batch::handle(&self.inner, members, &CancellationToken::new(), ()).await
     }
 
     /// Receives and handles deliveries until `shutdown` is cancelled or the receiver closes,
@@ -519,12 +519,14 @@ where
                     drop(slot);
                     return;
                 };
-                // Both end with the transaction: the handler slot and the place held.
-                let freed = (permit, slot.take_permit());
+                // All three end with the transaction: the handler slot, the place held and the
+                // slot's busy time in the phase trace.
+                let freed = (permit, slot.take_permit(), inner.phases.busy());
                 inner
                     .phases
                     .record(phases::Phase::Queued, received_at.elapsed());
                 let report = {
+                    // The slot watch covers the settlement too (one that never returns is stuck).
                     let _busy = inner.slots.enter();
                     inner
                         .processor()
@@ -611,7 +613,7 @@ impl<R: Receiver, S, H> Inner<R, S, H> {
                     self.phases
                         .record(phases::Phase::ReceiveWait, receiving.elapsed());
                     let held_now = self.config.held().saturating_sub(held.available_permits());
-                    self.phases.received(held_now, self.slots.in_use());
+                    self.phases.received(held_now);
                     // Tripped while the receive was under way, or the trial already taken.
                     let Some(ticket) = self.circuit.try_admit() else {
                         self.give_back(&delivery).await;

@@ -8,7 +8,8 @@
 //! with `RUST_LOG=sb_inbox::pipeline=debug` shows the occupancy trace and others pay nothing
 //! for the log.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// One phase of a delivery's way through the runtime.
@@ -45,7 +46,21 @@ pub(crate) struct Phases {
     held_sum: AtomicU64,
     busy_sum: AtomicU64,
     receipts: AtomicU64,
+    /// Handler slots (batches when batching) whose transaction has not ended yet. Not the slot
+    /// watch's count, which also covers the settlement (one that never returns is stuck): the
+    /// trace would then show the settlement's round trip as busy handlers (issue 42).
+    busy: AtomicUsize,
     last: std::sync::Mutex<Snapshot>,
+}
+
+/// A handler slot in use until its transaction ended; dropping it frees it in the trace.
+#[derive(Debug)]
+pub(crate) struct Busy(Arc<Phases>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.busy.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -79,8 +94,16 @@ impl Phases {
         self.counts[i].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A delivery was received while `held` deliveries were held and `busy` handlers busy.
-    pub(crate) fn received(&self, held: usize, busy: usize) {
+    /// A handler slot taken until the returned guard is dropped, when its transaction ended.
+    pub(crate) fn busy(self: &Arc<Self>) -> Busy {
+        self.busy.fetch_add(1, Ordering::Relaxed);
+        Busy(self.clone())
+    }
+
+    /// A delivery was received while `held` deliveries were held; counts the handler slots
+    /// busy (see [`Phases::busy`]) at the same time.
+    pub(crate) fn received(&self, held: usize) {
+        let busy = self.busy.load(Ordering::Relaxed);
         let wide = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
         self.held_sum.fetch_add(wide(held), Ordering::Relaxed);
         self.busy_sum.fetch_add(wide(busy), Ordering::Relaxed);
@@ -153,9 +176,24 @@ mod tests {
         let snap = phases.snapshot();
         assert_eq!(snap.micros, [1000, 2000, 3000, 4000, 5000]);
         assert_eq!(snap.counts, [1; 5]);
-        phases.received(10, 3);
-        phases.received(20, 5);
+        phases.received(10);
+        phases.received(20);
         let snap = phases.snapshot();
-        assert_eq!((snap.held_sum, snap.busy_sum, snap.receipts), (30, 8, 2));
+        assert_eq!((snap.held_sum, snap.receipts), (30, 2));
+    }
+
+    /// Busy counts a handler slot from its guard to the guard's drop (the transaction's end),
+    /// not beyond: a receipt after the drop no longer sees it (issue 42).
+    #[test]
+    fn busy_ends_when_its_guard_is_dropped() {
+        let phases = Arc::new(Phases::default());
+        let first = phases.busy();
+        let second = phases.busy();
+        phases.received(0);
+        drop(first);
+        phases.received(0);
+        drop(second);
+        phases.received(0);
+        assert_eq!(phases.snapshot().busy_sum, 2 + 1);
     }
 }

@@ -2,17 +2,19 @@
 //! lock or duplicate verdict must touch no other delivery of its batch; a failed commit must
 //! settle nothing as done. (The unbatched guarantees run batched in `scenarios.rs`.)
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use sb_inbox::runtime::LAST_ERROR_PROPERTY;
-use sb_inbox::testing::{MemoryBroker, RenewFault};
+use sb_inbox::testing::{MemoryBroker, MemoryDelivery, MemoryReceiver, RenewFault};
 use sb_inbox::{
-    Clock, Delivery, DuplicateScope, ErrorKind, OutboxMessage, Outcome, PropertyValue, Runtime,
-    Savepoint, Store, StoreError, Tx, VersionCheck,
+    Clock, Delivery, DuplicateScope, ErrorKind, OutboxMessage, Outcome, PropertyValue,
+    ReceiveError, Receiver, Runtime, Savepoint, SettleError, Store, StoreError, Tx, VersionCheck,
 };
 use sb_inbox_cli::inventory::{InventoryStore, OrderPlacedConsumer};
+use tokio_util::sync::CancellationToken;
 
 use crate::support::handlers::{Flaky, Noop, Slow};
 use crate::support::orders::{order_with_lines, two_line_order};
@@ -676,4 +678,126 @@ async fn isolation_after_a_batch_past_its_bound_shares_one_deadline() {
     assert_eq!(inventory_totals(&store).await.0, 1);
     let c = broker.counts();
     assert_eq!((c.completed, c.abandoned), (1, 3), "{c:?}");
+}
+
+/// Completes in flight now and the most at once.
+#[derive(Default)]
+struct InFlight {
+    now: AtomicU32,
+    most: AtomicU32,
+}
+
+/// A delivery whose completion takes `took` (a broker far away), counted in `InFlight`.
+struct SlowComplete {
+    inner: MemoryDelivery,
+    in_flight: Arc<InFlight>,
+    took: Duration,
+}
+
+impl Delivery for SlowComplete {
+    fn message(&self) -> &sb_inbox::Message {
+        self.inner.message()
+    }
+    fn delivery_count(&self) -> u32 {
+        self.inner.delivery_count()
+    }
+    fn lock_token(&self) -> uuid::Uuid {
+        self.inner.lock_token()
+    }
+    fn locked_until(&self) -> SystemTime {
+        self.inner.locked_until()
+    }
+    fn enqueued_time(&self) -> Option<SystemTime> {
+        self.inner.enqueued_time()
+    }
+    async fn renew_lock(&self) -> Result<SystemTime, SettleError> {
+        self.inner.renew_lock().await
+    }
+    async fn complete(&self) -> Result<(), SettleError> {
+        let now = self.in_flight.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.in_flight.most.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(self.took).await;
+        let completed = self.inner.complete().await;
+        self.in_flight.now.fetch_sub(1, Ordering::SeqCst);
+        completed
+    }
+    async fn abandon(
+        &self,
+        properties: BTreeMap<String, PropertyValue>,
+    ) -> Result<(), SettleError> {
+        self.inner.abandon(properties).await
+    }
+    async fn release(&self) -> Result<(), SettleError> {
+        self.inner.release().await
+    }
+    async fn dead_letter(&self, reason: &str, description: &str) -> Result<(), SettleError> {
+        self.inner.dead_letter(reason, description).await
+    }
+}
+
+struct SlowCompletes {
+    inner: MemoryReceiver,
+    in_flight: Arc<InFlight>,
+    took: Duration,
+}
+
+impl Receiver for SlowCompletes {
+    type Delivery = SlowComplete;
+    async fn receive(&self) -> Result<Option<SlowComplete>, ReceiveError> {
+        Ok(self.inner.receive().await?.map(|inner| SlowComplete {
+            inner,
+            in_flight: self.in_flight.clone(),
+            took: self.took,
+        }))
+    }
+}
+
+/// Issue 42: a batch frees its handling slot and its places in what the runtime holds once its
+/// transaction ended, not once its settlements are answered. With completions taking 10 s, one
+/// handling slot and batches of 2 (the runtime holds 2), the next batch is taken while the
+/// previous one's completions are unanswered, so completions in flight reach their bound
+/// (twice what the runtime holds; one batch's 2 before) and never pass it.
+#[tokio::test(start_paused = true)]
+async fn the_next_batch_runs_while_the_last_settles_within_the_bound() {
+    let store = sqlite_store("rt_batch_settling", 1).await;
+    let broker = MemoryBroker::with_options(Clock::new(), Duration::from_secs(60), 10);
+    let messages: u32 = 12;
+    for n in 1..=messages {
+        broker.send(two_line_order(&format!("m-{n}"), &format!("o-{n}")));
+    }
+    let mut config = batched(INVENTORY, 2);
+    config.concurrency = 1;
+    config.prefetch = 0;
+    let bound = 2 * u32::try_from(config.held()).unwrap();
+    assert_eq!(bound, 4);
+    let in_flight = Arc::new(InFlight::default());
+    let receiver = SlowCompletes {
+        inner: broker.receiver(),
+        in_flight: in_flight.clone(),
+        took: Duration::from_secs(10),
+    };
+    let runtime = Arc::new(Runtime::with_clock(
+        receiver,
+        store,
+        OrderPlacedConsumer::new(),
+        config,
+        Clock::new(),
+    ));
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn({
+        let (runtime, shutdown) = (runtime.clone(), shutdown.clone());
+        async move { runtime.run(shutdown).await }
+    });
+    while broker.counts().completed < u64::from(messages) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(
+        in_flight.most.load(Ordering::SeqCst),
+        bound,
+        "completions in flight: more than one batch's, never past the bound"
+    );
+    let counts = broker.counts();
+    assert_eq!((counts.completed, counts.abandoned), (12, 0));
 }
