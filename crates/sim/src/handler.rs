@@ -42,6 +42,11 @@ pub struct Seen {
     /// Deliveries whose logical id was not their message's key (a typed id that lost its type
     /// or its identity on the way, e.g. in a retry copy).
     pub wrong_identity: Vec<String>,
+    /// The planned slowness, summed over every attempt. The SQLite store has one writer: a
+    /// transaction holds the connection from `begin` to commit, and the handler sleeps inside
+    /// it, so these pauses run one after another whatever `concurrency` is (the other handlers
+    /// wait in `begin`); the drain bound adds them (`run::DRAIN_BOUND`).
+    pub slept: std::time::Duration,
 }
 
 /// The handler.
@@ -192,6 +197,7 @@ impl Handler<FaultyTx> for SimHandler {
         }
         if draw(seed, &id, attempt, 3) < faults.slow {
             let pause = faults.slow_max.mul_f64(draw(seed, &id, attempt, 4));
+            self.seen().slept += pause;
             tokio::time::sleep(pause).await;
         }
         tx.sqlite()
