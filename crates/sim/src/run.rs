@@ -561,7 +561,10 @@ async fn drive(world: World, progress: Arc<Progress>) -> Report {
             break false;
         }
     };
-    world.trace.push(format!("drained: {drained}"));
+    world.trace.push(format!(
+        "drained: {drained} (handlers slept {:?} in all)",
+        slept()
+    ));
     // The census after shutdown would show the handlers that finished since; this is the state
     // that failed the bound.
     let at_deadline = world.emulator.broker().entity("orders").map(|e| e.counts());
