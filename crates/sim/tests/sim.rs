@@ -153,3 +153,38 @@ fn serial_slow_handlers_drain_bound_seed_5853_all() {
 fn serial_slow_handlers_last_message_seed_3973_all() {
     regression(3973, "all");
 }
+
+/// A retry copy draws its faults afresh: keyed on the delivery count alone, each copy
+/// (delivered with count 1 again) repeated its original's first draws, so a message transient
+/// at `#0` failed on every copy and no copy ever succeeded. Seed 4403 (every fault kind,
+/// delayed retries): some message transient at its first delivery is later handled at a first
+/// delivery, which only a copy can be (`m-201`, whose chain was the seed's processed-and-dead-
+/// lettered pair with the old draws).
+#[test]
+fn a_retry_copy_draws_afresh_seed_4403_all() {
+    let report = run(4403, "all");
+    assert!(report.passed(), "{}", report.explain("all"));
+    let event = |line: &str, what: &str| {
+        line.split_whitespace()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .ends_with(&["#0", what])
+            .then(|| line.split_whitespace().nth(1).map(str::to_owned))
+            .flatten()
+    };
+    let mut transient = std::collections::BTreeSet::new();
+    let mut rescued = Vec::new();
+    for line in &report.trace {
+        if let Some(id) = event(line, "transient") {
+            transient.insert(id);
+        } else if let Some(id) = event(line, "handled")
+            && transient.contains(&id)
+        {
+            rescued.push(id);
+        }
+    }
+    assert!(
+        !rescued.is_empty(),
+        "no message transient at #0 was handled by a retry copy: {transient:?}"
+    );
+}
