@@ -42,6 +42,11 @@ pub struct Seen {
     /// Deliveries whose logical id was not their message's key (a typed id that lost its type
     /// or its identity on the way, e.g. in a retry copy).
     pub wrong_identity: Vec<String>,
+    /// The planned slowness, summed over every attempt. The SQLite store has one writer: a
+    /// transaction holds the connection from `begin` to commit, and the handler sleeps inside
+    /// it, so these pauses run one after another whatever `concurrency` is (the other handlers
+    /// wait in `begin`); the drain bound adds them (`run::DRAIN_BOUND`).
+    pub slept: std::time::Duration,
 }
 
 /// The handler.
@@ -155,6 +160,18 @@ impl Handler<FaultyTx> for SimHandler {
         // it must be the plan's (typed ids included), in every copy.
         let id = ctx.payload.id.clone();
         let attempt = ctx.delivery_count;
+        // A retry copy is delivered afresh (delivery count 1 again): keyed on the delivery count
+        // alone, every copy repeated the original's first draws, so a message transient at
+        // `#0` was transient on every copy and no copy ever succeeded (seed 4403's chain).
+        let copy = match ctx
+            .message
+            .application_properties
+            .get(sb_inbox::runtime::RETRY_ATTEMPT_PROPERTY)
+        {
+            Some(sb_inbox::PropertyValue::Long(n)) => u32::try_from(*n).unwrap_or(0),
+            _ => 0,
+        };
+        let key = attempt.saturating_add(copy.saturating_mul(1 << 16));
         let seed = self.plan.seed;
         let index = self.plan.index_of(&id);
         let expected = index.map(|i| self.plan.key(i));
@@ -176,22 +193,23 @@ impl Handler<FaultyTx> for SimHandler {
             seen.attempts.entry(id.clone()).or_default().0 += 1;
             Running(self.seen.clone())
         };
-        if panicky || draw(seed, &id, attempt, 1) < faults.panic {
+        if panicky || draw(seed, &id, key, 1) < faults.panic {
             let mut seen = self.seen();
             seen.attempts.entry(id.clone()).or_default().1 += 1;
             drop(seen);
             self.trace.push(format!("{id} #{attempt} panic"));
             panic!("simulated handler panic on {id}");
         }
-        if draw(seed, &id, attempt, 2) < faults.transient {
+        if draw(seed, &id, key, 2) < faults.transient {
             let mut seen = self.seen();
             seen.attempts.entry(id.clone()).or_default().2 += 1;
             drop(seen);
             self.trace.push(format!("{id} #{attempt} transient"));
             return Err(HandlerError::transient("simulated transient failure"));
         }
-        if draw(seed, &id, attempt, 3) < faults.slow {
-            let pause = faults.slow_max.mul_f64(draw(seed, &id, attempt, 4));
+        if draw(seed, &id, key, 3) < faults.slow {
+            let pause = faults.slow_max.mul_f64(draw(seed, &id, key, 4));
+            self.seen().slept += pause;
             tokio::time::sleep(pause).await;
         }
         tx.sqlite()
