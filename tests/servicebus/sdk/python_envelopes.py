@@ -153,7 +153,7 @@ def scenario(name, order_id):
             mt_envelope("mt-2", "b-3", order("o-2")),
             mt_raw("mt-3", "b-4", order("o-3")),
             mt_raw("mt-3", "b-5", order("o-3")),  # the same raw message, a new broker id
-            mt_envelope("mt-4", "b-6", order("o-4"), "urn:message:Shop.Contracts:OrderCancelled"),
+            mt_envelope("mt-4", "b-6", order("o-4"), "urn:message:Billing.Contracts:InvoiceSent"),  # a type the worker does not map
         ]
     if name == "nservicebus":
         return [
