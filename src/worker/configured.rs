@@ -326,21 +326,30 @@ mod tests {
         const VERSION: u32 = 1;
     }
 
+    /// A worker config under the `SVC_` prefix: consumer `svc.things` on `things` of a local
+    /// emulator's namespace, plus `vars`.
+    fn svc_config(vars: &[(&str, &str)]) -> WorkerConfig {
+        let env = |name: &str| {
+            let fixed = match name {
+                "SVC_CONSUMER" => Some("svc.things"),
+                "SVC_ENTITY" => Some("things"),
+                "SVC_SERVICEBUS_CONNECTION" => Some(
+                    "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=s;\
+                     UseDevelopmentEmulator=true",
+                ),
+                _ => None,
+            };
+            fixed
+                .or_else(|| vars.iter().find(|(key, _)| *key == name).map(|(_, v)| *v))
+                .map(str::to_owned)
+        };
+        WorkerConfig::load_with_prefix(None, "SVC_", &env).unwrap()
+    }
+
     /// A URL of another store is refused at once, not retried as a store that is not up yet.
     #[tokio::test]
     async fn a_url_of_another_store_is_refused_before_any_retry() {
-        let env = |name: &str| match name {
-            "SVC_STORE" => Some("postgres://postgres@127.0.0.1:1/none".to_owned()),
-            "SVC_CONSUMER" => Some("svc.things".to_owned()),
-            "SVC_ENTITY" => Some("things".to_owned()),
-            "SVC_SERVICEBUS_CONNECTION" => Some(
-                "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=s;\
-                 UseDevelopmentEmulator=true"
-                    .to_owned(),
-            ),
-            _ => None,
-        };
-        let config = WorkerConfig::load_with_prefix(None, "SVC_", &env).unwrap();
+        let config = svc_config(&[("SVC_STORE", "postgres://postgres@127.0.0.1:1/none")]);
         let result = Worker::<SqliteStore>::from_config(config)
             .run(CancellationToken::new(), |_| crate::Json::new(Nothing))
             .await;
@@ -356,20 +365,14 @@ mod tests {
     /// before the store (here: nowhere to be found) is tried.
     #[tokio::test]
     async fn a_type_map_the_handler_does_not_match_refuses_the_start() {
-        let env = |name: &str| match name {
-            "SVC_STORE" => Some("sqlite:///nonexistent/dir/inbox.db".to_owned()),
-            "SVC_CONSUMER" => Some("svc.things".to_owned()),
-            "SVC_ENTITY" => Some("things".to_owned()),
-            "SVC_ENVELOPE" => Some("masstransit".to_owned()),
-            "SVC_ENVELOPE_TYPES" => Some("urn:message:Things:Thing=any.thnig.v1".to_owned()),
-            "SVC_SERVICEBUS_CONNECTION" => Some(
-                "Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=s;\
-                 UseDevelopmentEmulator=true"
-                    .to_owned(),
+        let config = svc_config(&[
+            ("SVC_STORE", "sqlite:///nonexistent/dir/inbox.db"),
+            ("SVC_ENVELOPE", "masstransit"),
+            (
+                "SVC_ENVELOPE_TYPES",
+                "urn:message:Things:Thing=any.thnig.v1",
             ),
-            _ => None,
-        };
-        let config = WorkerConfig::load_with_prefix(None, "SVC_", &env).unwrap();
+        ]);
         // Bounded: without the check the worker would retry the missing store for ever.
         let result = tokio::time::timeout(
             std::time::Duration::from_secs(30),

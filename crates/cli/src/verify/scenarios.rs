@@ -255,6 +255,16 @@ where
             .map_err(|e| format!("counting reservations: {e}"))
     }
 
+    /// Checks that exactly one reservation was made since the count was `before`: one order,
+    /// one effect.
+    async fn one_reservation_since(&self, before: i64) -> Result<(), String> {
+        let effect = self.reservations().await? - before;
+        if effect != 1 {
+            return Err(format!("{effect} reservations for one order"));
+        }
+        Ok(())
+    }
+
     /// Receives the next delivery of `receiver` and processes it; the outcome, or why none came.
     async fn process_next(
         &self,
@@ -317,10 +327,7 @@ where
                     "expected Processed then an inbox Duplicate, got {first:?} then {second:?}"
                 ));
             }
-            let effect = self.reservations().await? - before;
-            if effect != 1 {
-                return Err(format!("{effect} reservations for one order"));
-            }
+            self.one_reservation_since(before).await?;
             Ok("second copy recognised as an inbox duplicate; one reservation".to_owned())
         }
         .await;
@@ -352,10 +359,7 @@ where
                      {second:?}"
                 ));
             }
-            let effect = self.reservations().await? - before;
-            if effect != 1 {
-                return Err(format!("{effect} reservations for one order"));
-            }
+            self.one_reservation_since(before).await?;
             Ok("new message id, same order: a business-key duplicate; one reservation".to_owned())
         }
         .await;
@@ -452,10 +456,7 @@ where
                 "the redelivery after the crash was {outcome:?}, not an inbox Duplicate"
             ));
         }
-        let effect = self.reservations().await? - before;
-        if effect != 1 {
-            return Err(format!("{effect} reservations for one order"));
-        }
+        self.one_reservation_since(before).await?;
         Ok(
             "killed after commit; the redelivery was an inbox duplicate; one reservation"
                 .to_owned(),
@@ -562,10 +563,7 @@ where
                     outcome.outcome
                 ));
             }
-            let effect = self.reservations().await? - before;
-            if effect != 1 {
-                return Err(format!("{effect} reservations for one order"));
-            }
+            self.one_reservation_since(before).await?;
             Ok("the stalled consumer's commit was fenced (LockLost); the redelivery was processed once".to_owned())
         }
         .await;
@@ -623,10 +621,7 @@ where
             if outcome != Outcome::Processed {
                 return Err(format!("the retry was {outcome:?}, not Processed"));
             }
-            let effect = self.reservations().await? - before;
-            if effect != 1 {
-                return Err(format!("{effect} reservations for one order"));
-            }
+            self.one_reservation_since(before).await?;
             Ok(format!(
                 "transient failure: original completed, copy scheduled {:.1}s later, processed once",
                 report.retry.map(|r| r.delay).unwrap_or_default().as_secs_f64()
