@@ -163,11 +163,51 @@ impl TestDb {
         H: Handler<PgTx>,
         I: IntoIterator<Item = Message>,
     {
+        self.run_on(self.store.clone(), config, handler, messages)
+            .await
+    }
+
+    /// [`TestDb::run`] on the sqlx store (`sqlx-postgres`) over the same schema: for a handler
+    /// whose own SQL is sqlx, on the transaction that holds the inbox row
+    /// ([`crate::SqlxPgTx::conn`]).
+    ///
+    /// # Errors
+    /// As [`TestDb::run`]; the sqlx pool's connection error.
+    #[cfg(feature = "sqlx-postgres")]
+    pub async fn run_sqlx<H, I>(
+        &self,
+        consumer: &str,
+        handler: H,
+        messages: I,
+    ) -> Result<RunReport, TestDbError>
+    where
+        H: Handler<crate::SqlxPgTx>,
+        I: IntoIterator<Item = Message>,
+    {
+        let store = crate::SqlxPgStore::connect(&self.url, 10).await?;
+        let config = RuntimeConfig::new(ConsumerName::new(consumer)?);
+        self.run_on(store, config, handler, messages).await
+    }
+
+    /// Runs `messages` through `handler` on `store` (one on this schema), then reads the
+    /// outbox.
+    async fn run_on<S, H, I>(
+        &self,
+        store: S,
+        config: RuntimeConfig,
+        handler: H,
+        messages: I,
+    ) -> Result<RunReport, TestDbError>
+    where
+        S: crate::Store,
+        H: Handler<S::Tx>,
+        I: IntoIterator<Item = Message>,
+    {
         let broker = MemoryBroker::new(Clock::new());
         for message in messages {
             broker.send(message);
         }
-        let runtime = Runtime::new(broker.receiver(), self.store.clone(), handler, config);
+        let runtime = Runtime::new(broker.receiver(), store, handler, config);
         let stop = CancellationToken::new();
         let idle = async {
             broker.wait_idle().await;
