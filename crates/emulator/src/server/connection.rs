@@ -62,13 +62,7 @@ async fn serve_connection(
         Ok(sb_amqp::Accepted::Amqp(conn)) => conn,
         // The management API shares the TLS port with amqps and wss, as on the service.
         Ok(sb_amqp::Accepted::Http(io)) => {
-            crate::http::serve(
-                io,
-                shared.broker.clone(),
-                shared.options.clone(),
-                shared.survival.clone(),
-            )
-            .await;
+            crate::http::serve(io, shared.broker.clone(), shared.clone()).await;
             return;
         }
         Err(error) => {

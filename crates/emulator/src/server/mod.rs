@@ -8,7 +8,6 @@
 //! - `conn_state`: per-connection grants (put-token) and reply-link routes.
 //! - `connection`: the accept loop, connections, and routing each link to its handler.
 //! - `codec`: AMQP messages ⇄ [`crate::BrokerMessage`], delivery annotations and batches.
-//! - `sas`: shared access signature validation for `$cbs` put-token.
 //! - `nodes`: `$cbs` and `<entity>/$management` request handling (commands parsed, then
 //!   applied).
 //! - `links`: entity links: deliveries with lock tokens, dispositions, sends.
@@ -28,7 +27,6 @@ mod links;
 pub(crate) mod nodes;
 mod options;
 mod request_log;
-pub(crate) mod sas;
 mod sessions;
 mod survival;
 mod tls;
@@ -149,6 +147,24 @@ impl Shared {
             self.attach_delay_ms
                 .load(std::sync::atomic::Ordering::Relaxed),
         )
+    }
+}
+
+/// The management API's view of the emulator: its keys and the faults injected into it.
+impl crate::http::Host for Shared {
+    fn key(&self, name: &str) -> Option<(&str, crate::Rights)> {
+        self.options.key(name)
+    }
+
+    fn accepts_jwt(&self) -> bool {
+        self.options.accept_jwt
+    }
+
+    fn injected_fault(&self) -> Option<crate::http::Injected> {
+        self.survival.management_fault().map(|fault| match fault {
+            ManagementFault::Status(status) => crate::http::Injected::Status(status),
+            ManagementFault::Stall => crate::http::Injected::Stall,
+        })
     }
 }
 
@@ -588,16 +604,11 @@ async fn http_accept_loop(
             accepted = listener.accept() => accepted,
         };
         let Ok((tcp, _)) = accepted else { continue };
-        let (broker, options, survival, stop) = (
-            shared.broker.clone(),
-            shared.options.clone(),
-            shared.survival.clone(),
-            shutdown.clone(),
-        );
+        let (broker, host, stop) = (shared.broker.clone(), shared.clone(), shutdown.clone());
         tracker.spawn(async move {
             tokio::select! {
                 () = stop.cancelled() => {}
-                () = crate::http::serve(Box::new(tcp), broker, options, survival) => {}
+                () = crate::http::serve(Box::new(tcp), broker, host) => {}
             }
         });
     }

@@ -12,7 +12,8 @@ use sb_amqp::types::messaging::{AmqpValue, Body};
 use super::Reply;
 use super::body::app_text;
 use crate::Rights;
-use crate::server::{ConnState, EmulatorOptions, sas};
+use crate::sas;
+use crate::server::{ConnState, EmulatorOptions};
 
 /// Answers a `put-token` request.
 pub(crate) fn put_token(
