@@ -6,6 +6,7 @@
 //!   drop connections, shut down.
 //! - `options`: [`EmulatorOptions`] and the service's limits.
 //! - `conn_state`: per-connection grants (put-token) and reply-link routes.
+//! - `listeners`: binding the AMQP, WebSocket, TLS and HTTP listeners.
 //! - `connection`: the accept loop, connections, and routing each link to its handler.
 //! - `codec`: AMQP messages ⇄ [`crate::BrokerMessage`], delivery annotations and batches.
 //! - `nodes`: `$cbs` and `<entity>/$management` request handling (commands parsed, then
@@ -24,6 +25,7 @@ mod control;
 mod faults;
 mod latency;
 mod links;
+mod listeners;
 pub(crate) mod nodes;
 mod options;
 mod request_log;
@@ -36,7 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use sb_amqp::types::definitions::Fields;
-use sb_amqp::{AmqpError, Listener, ServerOptions};
+use sb_amqp::{AmqpError, ServerOptions};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -46,6 +48,7 @@ use control::Registry;
 pub use control::{LinkInfo, LinkRole};
 use faults::Faults;
 pub use faults::{Fault, FaultSpec, ManagementFaultKind, ManagementFaultSpec};
+use listeners::{Addresses, Listeners};
 pub use options::{
     DEFAULT_LINK_IDLE_TIMEOUT, EmulatorOptions, KEY, KEY_NAME, SERVICE_CHANNEL_MAX,
     SERVICE_IDLE_TIMEOUT, SERVICE_MAX_FRAME_SIZE,
@@ -175,96 +178,55 @@ impl Emulator {
     /// [`Error::Server`] when the address cannot be bound.
     pub async fn start(broker: Broker, options: EmulatorOptions) -> Result<Emulator, Error> {
         let server = server_options(&broker);
-        let listener = Listener::bind(options.listen.as_str(), server.clone())
-            .await
-            .map_err(|e| Error::Server(format!("cannot listen on {}: {e}", options.listen)))?;
-        let websocket = match &options.websocket_listen {
-            Some(addr) => Some(
-                Listener::bind_websocket(addr.as_str(), sb_amqp::WEBSOCKET_PATH, server.clone())
-                    .await
-                    .map_err(|e| Error::Server(format!("cannot listen on {addr}: {e}")))?,
-            ),
-            None => None,
-        };
-        // One TLS port for `amqps` and `wss` (and, later, HTTPS management): each connection's
-        // first bytes after TLS say which.
-        let (tls_listener, tls_ca) = match &options.tls_listen {
-            Some(tls) => {
-                let (config, ca) = tls::server_config(&tls.identity)?;
-                let opts = ServerOptions {
-                    tls: Some(config),
-                    ..server.clone()
-                };
-                let listener = Listener::bind_amqp_and_websocket(
-                    tls.addr.as_str(),
-                    sb_amqp::WEBSOCKET_PATH,
-                    opts,
-                )
-                .await
-                .map_err(|e| Error::Server(format!("cannot listen on {}: {e}", tls.addr)))?;
-                (Some(listener), ca)
-            }
-            None => (None, None),
-        };
-        let http_listener = match &options.http_listen {
-            Some(addr) => Some(
-                tokio::net::TcpListener::bind(addr.as_str())
-                    .await
-                    .map_err(|e| Error::Server(format!("cannot listen on {addr}: {e}")))?,
-            ),
-            None => None,
-        };
-        let http_addr = http_listener
-            .as_ref()
-            .map(tokio::net::TcpListener::local_addr)
-            .transpose()
-            .map_err(|e| Error::Server(e.to_string()))?;
-        let tls_addr = tls_listener
-            .as_ref()
-            .map(Listener::local_addr)
-            .transpose()
-            .map_err(|e| Error::Server(e.to_string()))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| Error::Server(e.to_string()))?;
-        let websocket_addr = websocket
-            .as_ref()
-            .map(Listener::local_addr)
-            .transpose()
-            .map_err(|e| Error::Server(e.to_string()))?;
-        let shared = Shared::new(broker, options, server);
-        let emulator = Emulator {
-            addr,
-            websocket_addr,
-            tls: tls_addr.map(|addr| (addr, tls_ca)),
-            http_addr,
-            shared: shared.clone(),
+        let listeners = Listeners::bind(&options, &server).await?;
+        let emulator = Emulator::new(listeners.addresses()?, Shared::new(broker, options, server));
+        emulator.accept_on(listeners);
+        let (addr, websocket, tls, http) = (
+            emulator.addr,
+            emulator.websocket_addr,
+            emulator.tls.as_ref().map(|(addr, _)| *addr),
+            emulator.http_addr,
+        );
+        tracing::info!(%addr, ?websocket, ?tls, ?http, "Service Bus emulator listening.");
+        Ok(emulator)
+    }
+
+    /// An emulator at `addresses` serving `shared`, accepting nothing yet.
+    fn new(addresses: Addresses, shared: Arc<Shared>) -> Emulator {
+        Emulator {
+            addr: addresses.amqp,
+            websocket_addr: addresses.websocket,
+            tls: addresses.tls,
+            http_addr: addresses.http,
+            shared,
             shutdown: CancellationToken::new(),
             connections: Arc::new(Mutex::new(Vec::new())),
             tracker: TaskTracker::new(),
-        };
-        for listener in std::iter::once(listener)
-            .chain(websocket)
-            .chain(tls_listener)
-        {
-            emulator.tracker.spawn(connection::accept_loop(
+        }
+    }
+
+    /// Spawns one accept loop per listener.
+    fn accept_on(&self, listeners: Listeners) {
+        let amqp = std::iter::once(listeners.amqp)
+            .chain(listeners.websocket)
+            .chain(listeners.tls.map(|(listener, _)| listener));
+        for listener in amqp {
+            self.tracker.spawn(connection::accept_loop(
                 listener,
-                shared.clone(),
-                emulator.shutdown.clone(),
-                emulator.connections.clone(),
-                emulator.tracker.clone(),
+                self.shared.clone(),
+                self.shutdown.clone(),
+                self.connections.clone(),
+                self.tracker.clone(),
             ));
         }
-        if let Some(listener) = http_listener {
-            emulator.tracker.spawn(http_accept_loop(
+        if let Some(listener) = listeners.http {
+            self.tracker.spawn(http_accept_loop(
                 listener,
-                shared.clone(),
-                emulator.shutdown.clone(),
-                emulator.tracker.clone(),
+                self.shared.clone(),
+                self.shutdown.clone(),
+                self.tracker.clone(),
             ));
         }
-        tracing::info!(%addr, websocket = ?websocket_addr, tls = ?tls_addr, http = ?http_addr, "Service Bus emulator listening.");
-        Ok(emulator)
     }
 
     /// An emulator serving `broker` that listens on nothing: its connections are byte streams
@@ -284,16 +246,7 @@ impl Emulator {
     /// ```
     pub fn without_listener(broker: Broker, options: EmulatorOptions) -> Emulator {
         let server = server_options(&broker);
-        Emulator {
-            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
-            websocket_addr: None,
-            tls: None,
-            http_addr: None,
-            shared: Shared::new(broker, options, server),
-            shutdown: CancellationToken::new(),
-            connections: Arc::new(Mutex::new(Vec::new())),
-            tracker: TaskTracker::new(),
-        }
+        Emulator::new(Addresses::none(), Shared::new(broker, options, server))
     }
 
     /// Serves one client connection whose bytes are `io` (any stream: one end of

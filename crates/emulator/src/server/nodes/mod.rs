@@ -24,8 +24,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::connection::link_path;
 use super::{ConnState, EmulatorOptions};
+use crate::address::link_path;
 use crate::{Broker, Right};
 pub(crate) use reply::{Reply, map};
 
