@@ -29,9 +29,7 @@ pub(crate) use peer::PeerAttach;
 pub use receiver::{Receiver, Settler};
 pub use sender::Sender;
 
-use super::command::{Command, ConnCtx, LinkEvent, LinkRef, LinkSetup};
-use super::connection::ConnInner;
-use super::session::SessionInner;
+use super::command::{Command, ConnCtx, ConnInner, LinkEvent, LinkRef, LinkSetup};
 use crate::delivery::LinkFlow;
 use crate::error::{AmqpError, Result};
 use crate::performative::Attach;
@@ -168,7 +166,9 @@ pub(crate) struct LinkCore {
     pub(crate) at: LinkRef,
     pub(crate) name: String,
     pub(crate) detached: bool,
-    pub(crate) _session: Option<Arc<SessionInner>>,
+    /// Keeps the session open while the link lives; held for its drop only, so the link
+    /// names no session type (sessions own links, not the reverse).
+    pub(crate) _session: Option<Arc<dyn std::fmt::Debug + Send + Sync>>,
     pub(crate) _conn: Option<Arc<ConnInner>>,
 }
 
@@ -192,7 +192,7 @@ impl LinkCore {
         ctx: ConnCtx,
         at: LinkRef,
         name: String,
-        session: Option<Arc<SessionInner>>,
+        session: Option<Arc<dyn std::fmt::Debug + Send + Sync>>,
         conn: Option<Arc<ConnInner>>,
     ) -> Self {
         Self {
