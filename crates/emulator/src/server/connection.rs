@@ -104,7 +104,9 @@ async fn serve_open(
             .with_service(shared.survival.clone(), shared.faults.clone())
             .with_request_log(shared.requests.clone()),
     );
-    let live = shared.survival.opened(conn.connection().clone(), &state);
+    let live = shared
+        .survival
+        .opened(conn.connection().clone(), &state.grants);
     let links = CancellationToken::new();
     // This connection's link tasks, so its locks are dropped only after they applied what
     // the client settled before the end.
@@ -218,7 +220,7 @@ async fn serve_link(
             // Each operation checks its own right (`nodes`); the link needs some valid token
             // for its own path: a token for `q1` or for `q1/$management` (the JavaScript SDK
             // puts the latter before its management link, `src/core/managementClient.ts`).
-            if !state.is_granted(&path, None) {
+            if !state.grants.is_granted(&path, None) {
                 return request.reject(unauthorized(&path)).await;
             }
             let node = nodes::Node::Management(entity);
@@ -261,7 +263,7 @@ async fn serve_entity(
     } else {
         LinkRole::Receiver
     };
-    if let Some(why) = control.state.refusal(path, role.right()) {
+    if let Some(why) = control.state.grants.refusal(path, role.right()) {
         return request
             .reject(wire_error(condition::UNAUTHORIZED_ACCESS, Some(why)))
             .await;

@@ -5,7 +5,8 @@
 //! - [`Emulator`]: start on an address, print the connection string, inspect, inject faults,
 //!   drop connections, shut down.
 //! - `options`: [`EmulatorOptions`] and the service's limits.
-//! - `conn_state`: per-connection grants (put-token) and reply-link routes.
+//! - `conn_state`: per-connection state: grants, reply-link routes, held message locks.
+//! - `grants`: what a connection's put-tokens granted (audiences, expiry, rights).
 //! - `listeners`: binding the AMQP, WebSocket, TLS and HTTP listeners.
 //! - `connection`: the accept loop, connections, and routing each link to its handler.
 //! - `codec`: AMQP messages ⇄ [`crate::BrokerMessage`], delivery annotations and batches.
@@ -23,6 +24,7 @@ mod conn_state;
 pub(crate) mod connection;
 mod control;
 mod faults;
+mod grants;
 mod latency;
 mod links;
 mod listeners;
@@ -47,7 +49,7 @@ pub(crate) use conn_state::ConnState;
 use control::Registry;
 pub use control::{LinkInfo, LinkRole};
 use faults::Faults;
-pub use faults::{Fault, FaultSpec, ManagementFaultKind, ManagementFaultSpec};
+pub use faults::{Fault, FaultSpec, ManagementFault, ManagementFaultKind, ManagementFaultSpec};
 use listeners::{Addresses, Listeners};
 pub use options::{
     DEFAULT_LINK_IDLE_TIMEOUT, EmulatorOptions, KEY, KEY_NAME, SERVICE_CHANNEL_MAX,
@@ -56,7 +58,7 @@ pub use options::{
 pub use request_log::ManagementRequest;
 use request_log::RequestLog;
 pub(crate) use survival::Survival;
-pub use survival::{EmulatorStats, ManagementFault, SettlementAttempt};
+pub use survival::{EmulatorStats, SettlementAttempt};
 pub use tls::{
     CA_FILE as TLS_CA_FILE, CERT_FILE as TLS_CERT_FILE, KEY_FILE as TLS_KEY_FILE, TlsIdentity,
     TlsListen,

@@ -36,7 +36,7 @@ pub(crate) fn put_token(
     if !token.starts_with(sas::SAS_PREFIX) {
         if options.accept_jwt {
             // Entra ID roles are not modelled: a JWT may do everything.
-            state.grant(&name, None, Rights::ALL);
+            state.grants.grant(&name, None, Rights::ALL);
             return Reply::accepted();
         }
         return Reply::new(
@@ -52,7 +52,7 @@ pub(crate) fn put_token(
     };
     match sas::verify(&token, &key_name, key, SystemTime::now()) {
         Ok(audience) => {
-            state.grant(&audience, sas::expiry(&token), rights);
+            state.grants.grant(&audience, sas::expiry(&token), rights);
             Reply::accepted()
         }
         Err(error) => {
