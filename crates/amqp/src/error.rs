@@ -132,20 +132,38 @@ impl std::fmt::Display for AmqpError {
     }
 }
 
+/// The symbol a condition stands for: the codec's own `From<&…> for Symbol` per kind, so the
+/// error type needs no codec (it sits below `decode`; issue 46).
 fn condition_symbol(cond: &ErrorCondition) -> String {
-    // The codec only exposes the symbol through serde; a failed round trip keeps the debug form.
-    serde_amqp::to_vec(cond)
-        .ok()
-        .and_then(|b| crate::decode::decode::<Symbol>(&b).ok())
-        .map(|s| s.0)
-        .unwrap_or_else(|| format!("{cond:?}"))
+    let symbol = match cond {
+        ErrorCondition::AmqpError(c) => Symbol::from(c),
+        ErrorCondition::ConnectionError(c) => Symbol::from(c),
+        ErrorCondition::SessionError(c) => Symbol::from(c),
+        ErrorCondition::LinkError(c) => Symbol::from(c),
+        ErrorCondition::Custom(s) => s.clone(),
+        // A variant behind a codec feature this crate does not enable (`transaction`), which a
+        // dependent may turn on: keep the debug form rather than fail to build.
+        #[allow(unreachable_patterns)]
+        _ => return format!("{cond:?}"),
+    };
+    symbol.0
 }
 
+/// The condition a symbol names: the kinds tried in the order the codec's own
+/// `Deserialize for ErrorCondition` tries them (`definitions/error_cond.rs`), else `Custom`.
 fn symbol_condition(s: &str) -> ErrorCondition {
-    serde_amqp::to_vec(&Symbol::from(s))
-        .ok()
-        .and_then(|b| crate::decode::decode::<ErrorCondition>(&b).ok())
-        .unwrap_or_else(|| ErrorCondition::Custom(Symbol::from(s)))
+    use definitions::{AmqpError as Amqp, ConnectionError, LinkError, SessionError};
+    if let Ok(c) = Amqp::try_from(s) {
+        ErrorCondition::AmqpError(c)
+    } else if let Ok(c) = ConnectionError::try_from(s) {
+        ErrorCondition::ConnectionError(c)
+    } else if let Ok(c) = SessionError::try_from(s) {
+        ErrorCondition::SessionError(c)
+    } else if let Ok(c) = LinkError::try_from(s) {
+        ErrorCondition::LinkError(c)
+    } else {
+        ErrorCondition::Custom(Symbol::from(s))
+    }
 }
 
 impl From<definitions::Error> for AmqpError {
@@ -300,6 +318,42 @@ mod tests {
             let e: definitions::Error = AmqpError::new(c, None).into();
             let back: AmqpError = e.into();
             assert_eq!(back.condition, c);
+        }
+    }
+
+    #[test]
+    fn symbols_map_to_the_codecs_condition_kinds() {
+        use definitions::{AmqpError as Amqp, ConnectionError, LinkError, SessionError};
+        let cases = [
+            (
+                condition::NOT_FOUND,
+                ErrorCondition::AmqpError(Amqp::NotFound),
+            ),
+            (
+                condition::CONNECTION_FORCED,
+                ErrorCondition::ConnectionError(ConnectionError::ConnectionForced),
+            ),
+            (
+                "amqp:session:window-violation",
+                ErrorCondition::SessionError(SessionError::WindowViolation),
+            ),
+            (
+                condition::DETACH_FORCED,
+                ErrorCondition::LinkError(LinkError::DetachForced),
+            ),
+            (
+                condition::MESSAGE_LOCK_LOST,
+                ErrorCondition::Custom(Symbol::from(condition::MESSAGE_LOCK_LOST)),
+            ),
+        ];
+        for (symbol, kind) in cases {
+            let wire: definitions::Error = AmqpError::new(symbol, None).into();
+            assert_eq!(wire.condition, kind, "{symbol}");
+            // The codec reads the encoded condition back as the same kind.
+            let bytes = serde_amqp::to_vec(&wire.condition).unwrap();
+            let read: ErrorCondition = crate::decode::decode(&bytes).unwrap();
+            assert_eq!(read, kind, "{symbol}");
+            assert_eq!(AmqpError::from(wire).condition, symbol);
         }
     }
 

@@ -59,6 +59,16 @@ impl fmt::Display for EntityPath {
     }
 }
 
+/// The entity path of a link address: scheme, host and port stripped (the key the server's
+/// grants, link routing and reply routes use).
+pub(crate) fn link_path(address: &str) -> String {
+    let rest = match address.split_once("://") {
+        Some((_, rest)) => rest.split_once('/').map_or("", |(_, p)| p),
+        None => address,
+    };
+    rest.trim_matches('/').to_owned()
+}
+
 /// What a link's source or target address names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Address {

@@ -13,7 +13,7 @@ pub async fn node_request(broker: &Broker, entity: &str, bytes: &[u8]) -> Option
     let options = EmulatorOptions::default();
     let state = ConnState::new(broker.clock(), None);
     // A namespace-wide grant, so requests reach the operations behind the rights check.
-    state.grant("", None, crate::Rights::ALL);
+    state.grants.grant("", None, crate::Rights::ALL);
     let cbs = answer(&request, &Node::Cbs, broker, &options, &state)
         .await
         .status;

@@ -18,8 +18,11 @@
 //! - Messages: [`BrokerMessage`], [`ReceivedMessage`], [`PropertyValue`].
 //! - Filters: [`Filter`], [`CorrelationFilter`], [`SqlFilter`] (a documented subset), [`Rule`]
 //!   with its [`SqlRuleAction`].
-//! - `server`: the AMQP side ([`Emulator`], [`EmulatorOptions`]): links, `$cbs`,
-//!   `$management`, faults.
+//! - `server`: the AMQP side ([`Emulator`], [`EmulatorOptions`]): the listeners, links, `$cbs`,
+//!   `$management`, faults; it serves `http` on the connections that speak HTTP.
+//! - `http`: the HTTP management API; it asks the server for keys and injected faults through
+//!   its own `http::Host` trait and names no server module.
+//! - `sas`: shared access signature validation, for `$cbs` and the management API.
 //! - Errors: [`Error`] with [`Error::condition`] giving the AMQP error condition.
 //!
 //! # Examples
@@ -57,6 +60,7 @@ mod http;
 mod message;
 mod queue;
 mod rights;
+mod sas;
 mod server;
 mod sql_filter;
 

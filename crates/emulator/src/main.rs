@@ -5,6 +5,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use sb_emulator::{
+    Broker, Clock, Config, Emulator, EmulatorOptions, Error, SharedAccessPolicy, TlsIdentity,
+    TlsListen,
+};
 
 /// Azure Service Bus emulator (AMQP 1.0 over plain TCP, and plain WebSockets) for development
 /// and tests.
@@ -180,60 +184,82 @@ const BUILT_IN: &str = include_str!("../config/Config.json");
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    init_tracing();
+    let args = Args::parse();
+    let (broker, policies) = match broker(&args) {
+        Ok(built) => built,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let emulator = match Emulator::start(broker, options(&args, policies)).await {
+        Ok(emulator) => emulator,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // Armed before the connection string is printed: no client can be earlier.
+    arm_faults(&emulator, &args);
+    print_endpoints(&emulator);
+    wait_for_signal().await;
+    tracing::info!("Shutting down.");
+    emulator.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+/// Logs to stderr (stdout carries the connection strings), filtered by `RUST_LOG`.
+fn init_tracing() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let args = Args::parse();
+}
+
+/// The broker of `--config` (or the built-in config) on the clock `--clock-offset` and
+/// `--clock-step` describe, with the namespace's shared access policies; or why not.
+fn broker(args: &Args) -> Result<(Broker, Vec<SharedAccessPolicy>), String> {
     let text = match &args.config {
-        Some(path) => match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(error) => {
-                eprintln!("error: cannot read {}: {error}", path.display());
-                return ExitCode::from(2);
-            }
-        },
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|error| format!("cannot read {}: {error}", path.display()))?,
         None => BUILT_IN.to_owned(),
     };
-    let config = sb_emulator::Config::from_json(&text).map_err(sb_emulator::Error::from);
-    let policies = config
-        .as_ref()
-        .map(|c| c.namespace.shared_access_policies.clone())
-        .unwrap_or_default();
-    let clock = sb_emulator::Clock::shifted(args.clock_offset).steppable();
-    for &(secs, after) in &args.clock_step {
+    let config = Config::from_json(&text).map_err(|e| Error::from(e).to_string())?;
+    let policies = config.namespace.shared_access_policies.clone();
+    let clock = stepped_clock(args.clock_offset, &args.clock_step);
+    let broker = Broker::with_clock(config, clock).map_err(|e| e.to_string())?;
+    Ok((broker, policies))
+}
+
+/// The broker's clock: `offset` seconds from the host's, stepped by each `(secs, after)`.
+fn stepped_clock(offset: i64, steps: &[(i64, u64)]) -> Clock {
+    let clock = Clock::shifted(offset).steppable();
+    for &(secs, after) in steps {
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(after)).await;
             clock.step(secs);
             tracing::info!(secs, "Stepped the broker's clock (--clock-step).");
         });
     }
-    let broker = match config.and_then(|config| sb_emulator::Broker::with_clock(config, clock)) {
-        Ok(broker) => broker,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::from(2);
-        }
-    };
-    let options = sb_emulator::EmulatorOptions {
-        listen: args.listen,
+    clock
+}
+
+/// How the emulator serves, from the flags and the config's `policies`.
+fn options(args: &Args, policies: Vec<SharedAccessPolicy>) -> EmulatorOptions {
+    EmulatorOptions {
+        listen: args.listen.clone(),
         accept_jwt: args.accept_jwt,
         max_token_lifetime: args.max_token_lifetime.map(Duration::from_secs),
-        faults: args.faults,
+        faults: args.faults.clone(),
         fault_seed: args.fault_seed,
-        websocket_listen: args.websocket_listen,
-        http_listen: args.http_listen,
-        tls_listen: args.tls_listen.map(|addr| sb_emulator::TlsListen {
+        websocket_listen: args.websocket_listen.clone(),
+        http_listen: args.http_listen.clone(),
+        tls_listen: args.tls_listen.clone().map(|addr| TlsListen {
             addr,
-            identity: match (args.tls_cert, args.tls_key) {
-                (Some(cert), Some(key)) => sb_emulator::TlsIdentity::Files { cert, key },
-                _ => sb_emulator::TlsIdentity::Generate(
-                    args.tls_dir
-                        .unwrap_or_else(|| std::env::temp_dir().join("sb-emulator-tls")),
-                ),
-            },
+            identity: tls_identity(args),
         }),
         policies,
         latency: Duration::from_millis(args.latency),
@@ -242,15 +268,26 @@ async fn main() -> ExitCode {
         keep_locks_on_connection_loss: args.keep_locks_on_connection_loss,
         ..Default::default()
     }
-    .with_link_idle_timeout(Duration::from_secs(args.link_idle_timeout));
-    let emulator = match sb_emulator::Emulator::start(broker, options).await {
-        Ok(emulator) => emulator,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    // Armed before the connection string is printed: no client can be earlier.
+    .with_link_idle_timeout(Duration::from_secs(args.link_idle_timeout))
+}
+
+/// The TLS listener's certificate: the given files, or one generated into `--tls-dir`.
+fn tls_identity(args: &Args) -> TlsIdentity {
+    match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => TlsIdentity::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+        },
+        _ => TlsIdentity::Generate(
+            args.tls_dir
+                .clone()
+                .unwrap_or_else(|| std::env::temp_dir().join("sb-emulator-tls")),
+        ),
+    }
+}
+
+/// The faults the flags inject from the start.
+fn arm_faults(emulator: &Emulator, args: &Args) {
     for &spec in &args.management_faults {
         emulator.inject_management_fault(spec);
     }
@@ -260,15 +297,19 @@ async fn main() -> ExitCode {
     if let Some(ms) = args.detach_receive_links_after {
         emulator.force_detach_new_receive_links(Some(Duration::from_millis(ms)));
     }
+}
+
+/// The connection strings on stdout, one a line (plain, then WebSocket, `amqps`, `wss`); the
+/// HTTP management address and the TLS CA on stderr.
+fn print_endpoints(emulator: &Emulator) {
     println!("{}", emulator.connection_string());
-    if let Some(websocket) = emulator.websocket_connection_string() {
-        println!("{websocket}");
-    }
-    if let Some(amqps) = emulator.tls_connection_string() {
-        println!("{amqps}");
-    }
-    if let Some(wss) = emulator.tls_websocket_connection_string() {
-        println!("{wss}");
+    let more = [
+        emulator.websocket_connection_string(),
+        emulator.tls_connection_string(),
+        emulator.tls_websocket_connection_string(),
+    ];
+    for line in more.into_iter().flatten() {
+        println!("{line}");
     }
     if let Some(http) = emulator.http_addr() {
         eprintln!("HTTP management API: http://{http}/");
@@ -279,10 +320,6 @@ async fn main() -> ExitCode {
             ca.display()
         );
     }
-    wait_for_signal().await;
-    tracing::info!("Shutting down.");
-    emulator.shutdown().await;
-    ExitCode::SUCCESS
 }
 
 async fn wait_for_signal() {

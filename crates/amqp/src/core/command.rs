@@ -1,7 +1,9 @@
 //! The plumbing between application handles and the connection driver: the [`Command`]s a
-//! handle sends, the [`LinkEvent`]s a link handle receives, and [`ConnCtx`], the sending end
-//! every handle holds.
+//! handle sends, the [`LinkEvent`]s a link handle receives, [`ConnCtx`], the sending end
+//! every handle holds, and [`ConnInner`], what keeps the connection open while any handle
+//! lives.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use fe2o3_amqp_types::definitions::Role;
@@ -10,7 +12,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::delivery::{Delivery, IncomingDisposition, LinkFlow, Sendable};
 use crate::error::{AmqpError, Error, Result};
-use crate::performative::Attach;
+use crate::performative::{Attach, Open};
 
 /// Keys given to sessions and links; never reused in the process.
 static NEXT_KEY: AtomicU64 = AtomicU64::new(1);
@@ -192,6 +194,24 @@ pub(crate) struct Stats {
 }
 
 /// Shared plumbing from a handle to its connection driver.
+/// What every handle of one connection shares; dropping the last one closes the connection.
+#[derive(Debug)]
+pub(crate) struct ConnInner {
+    pub(crate) ctx: ConnCtx,
+    pub(crate) remote_open: Open,
+    pub(crate) stats: Arc<Stats>,
+}
+
+impl Drop for ConnInner {
+    fn drop(&mut self) {
+        // The driver may already be gone; then there is nothing to close.
+        let _ = self.ctx.cmd.send(Command::Close {
+            error: None,
+            reply: None,
+        });
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct ConnCtx {
     pub(crate) cmd: mpsc::UnboundedSender<Command>,

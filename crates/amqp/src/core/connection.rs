@@ -1,31 +1,17 @@
 //! The [`Connection`] handle, the same for both roles once `open` is exchanged: sessions,
 //! close, liveness and heartbeat counters.
+//!
+//! Imports go down the ownership: a connection begins sessions and answers
+//! [`Session::connection`] (here, not in `session`); sessions attach links; links and sessions
+//! hold what they keep alive without naming the handle above them (issue 46).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::command::{Command, ConnCtx, SessionRef, Stats, next_key};
+use super::command::{Command, ConnInner, SessionRef, next_key};
 use super::session::{Session, SessionOptions};
 use crate::error::{AmqpError, Error, Result};
 use crate::performative::Open;
-
-/// What every handle of one connection shares; dropping the last one closes the connection.
-#[derive(Debug)]
-pub(crate) struct ConnInner {
-    pub(crate) ctx: ConnCtx,
-    pub(crate) remote_open: Open,
-    pub(crate) stats: Arc<Stats>,
-}
-
-impl Drop for ConnInner {
-    fn drop(&mut self) {
-        // The driver may already be gone; then there is nothing to close.
-        let _ = self.ctx.cmd.send(Command::Close {
-            error: None,
-            reply: None,
-        });
-    }
-}
 
 /// An open AMQP connection (client or server side).
 ///
@@ -161,6 +147,15 @@ impl Connection {
                 _ = notified => {}
                 e = self.closed() => return Err(e),
             }
+        }
+    }
+}
+
+impl Session {
+    /// The connection this session belongs to.
+    pub fn connection(&self) -> Connection {
+        Connection {
+            inner: self.conn().clone(),
         }
     }
 }

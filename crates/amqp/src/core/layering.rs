@@ -1,5 +1,7 @@
 //! The import direction of the roles: `core` uses neither role, and the client and server
-//! roles do not use each other. Read from the sources, so a new `use` that breaks it fails
+//! roles do not use each other. Inside `core`, imports go down the ownership: a connection
+//! begins sessions, sessions attach links; a link names neither its session nor its connection
+//! and a session does not name its connection module (issue 46). Read from the sources, so a new `use` that breaks it fails
 //! here rather than in review.
 
 use std::path::{Path, PathBuf};
@@ -32,15 +34,27 @@ fn naming(label: &str, text: &str, forbidden: &[&str]) -> Vec<String> {
         for role in forbidden {
             let paths = [
                 format!("crate::{role}"),
+                format!("crate::core::{role}"),
                 format!("super::{role}"),
                 format!("super::super::{role}"),
             ];
-            if paths.iter().any(|p| code.contains(p.as_str())) {
+            if paths.iter().any(|p| names(code, p)) {
                 found.push(format!("{label}:{}: {}", n + 1, line.trim()));
             }
         }
     }
     found
+}
+
+/// Whether `code` contains the path `path` as a whole name (`super::session` is not
+/// `super::session_state`).
+fn names(code: &str, path: &str) -> bool {
+    code.match_indices(path).any(|(at, _)| {
+        !code[at + path.len()..]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
 }
 
 /// Every line under `module` (a directory or a file of `src/`) naming one of `forbidden`.
@@ -88,6 +102,17 @@ fn the_client_role_does_not_use_the_server_role() {
 }
 
 #[test]
+fn imports_go_down_the_ownership() {
+    let mut found = offending("core/link", &["session", "connection"]);
+    found.extend(offending("core/session", &["connection"]));
+    assert!(
+        found.is_empty(),
+        "a link or session imports its owner:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
 fn the_check_sees_a_forbidden_import() {
     // Built at run time, so this file itself names no role.
     let text = format!(
@@ -97,4 +122,8 @@ fn the_check_sees_a_forbidden_import() {
     assert_eq!(naming("t", &text, &["server"]).len(), 1);
     let commented = format!("// see crate::{}::Listener\n", "server");
     assert!(naming("t", &commented, &["server"]).is_empty());
+    let nested = format!("use crate::core::{}::ConnInner;\n", "connection");
+    assert_eq!(naming("t", &nested, &["connection"]).len(), 1);
+    let longer = format!("use super::{}_state::X;\n", "session");
+    assert!(naming("t", &longer, &["session"]).is_empty());
 }

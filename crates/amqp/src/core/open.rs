@@ -8,7 +8,8 @@ use fe2o3_amqp_types::definitions::Fields;
 use fe2o3_amqp_types::performatives::{ChannelMax, MaxFrameSize};
 use tokio::sync::mpsc;
 
-use super::connection::{ConnInner, Connection};
+use super::command::ConnInner;
+use super::connection::Connection;
 use super::driver;
 use super::framed_io::FramedIo;
 use super::link::PeerAttach;

@@ -1,10 +1,11 @@
-//! The [`Session`] handle: attaching links by name (either role may), ending.
+//! The [`Session`] handle: attaching links by name (either role may), ending. It holds its
+//! connection's shared state, not the connection handle: the connection module answers
+//! [`Session::connection`] (issue 46: imports go down the ownership).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::command::{Command, LinkRef, SessionRef, next_key};
-use super::connection::{ConnInner, Connection};
+use super::command::{Command, ConnInner, LinkRef, SessionRef, next_key};
 use super::link::{
     LinkCore, LinkParts, LinkPipes, Receiver, ReceiverOptions, Sender, SenderOptions,
 };
@@ -83,11 +84,10 @@ impl Session {
         self.inner.at.channel
     }
 
-    /// The connection this session belongs to.
-    pub fn connection(&self) -> Connection {
-        Connection {
-            inner: self.inner.conn.clone(),
-        }
+    /// What keeps this session's connection open ([`Session::connection`] is answered by the
+    /// connection module, which owns sessions).
+    pub(crate) fn conn(&self) -> &Arc<ConnInner> {
+        &self.inner.conn
     }
 
     async fn attach(

@@ -4,6 +4,7 @@
 //!
 //! # Layout
 //! - `validate`: the structural walk and its [`EncodingError`].
+//! - `measure`: [`value_len`], where an encoded value ends (the frame layer's split).
 //! - `Wire`: the types the crate decodes, a closed set. Upstream `serde_amqp` 0.18 has two
 //!   `unreachable!()`s in `Deserializer::deserialize_byte_buf` / `deserialize_bytes` (de.rs) on
 //!   a state a previous value leaves behind: decoding a borrowed `SymbolRef` or a `LazyValue`
@@ -13,23 +14,27 @@
 //!   can. Only owned types reviewed to contain neither get an impl (`DeserializeOwned` already
 //!   rules out `SymbolRef<'de>`; `LazyValue` is kept out by the list).
 
+mod measure;
 mod validate;
 
 #[cfg(test)]
 mod tests;
 
 use fe2o3_amqp_types::definitions::ErrorCondition;
+use fe2o3_amqp_types::messaging::Body;
+use fe2o3_amqp_types::messaging::Message;
 use fe2o3_amqp_types::messaging::message::__private::Deserializable;
 use fe2o3_amqp_types::performatives::{
     Attach, Begin, Close, Detach, Disposition, End, Flow, Open, Transfer,
 };
 use fe2o3_amqp_types::sasl::{SaslChallenge, SaslInit, SaslMechanisms, SaslOutcome, SaslResponse};
 use serde::de::DeserializeOwned;
+use serde_amqp::Value;
 use serde_amqp::primitives::Symbol;
 
-use crate::delivery::AnyMessage;
 use crate::error::{Error, Result};
 
+pub use measure::value_len;
 pub use validate::{EncodingError, MAX_NESTING, validate_encoding};
 
 /// A type the crate decodes from untrusted bytes: owned, and free of `SymbolRef` and
@@ -60,7 +65,8 @@ wire!(
     SaslChallenge,
     SaslResponse,
     SaslOutcome,
-    Deserializable<AnyMessage>,
+    // `delivery::AnyMessage`, spelled out: the codec door sits below the values it decodes.
+    Deserializable<Message<Body<Value>>>,
     Symbol,
     ErrorCondition,
 );

@@ -6,7 +6,7 @@
 
 use bytes::{BufMut, BytesMut};
 
-use crate::decode::{Wire, decode};
+use crate::decode::{Wire, decode, value_len};
 use crate::error::{Error, Result};
 
 mod attach;
@@ -136,7 +136,7 @@ fn symbolize_map_keys(b: &mut [u8], depth: u8) -> Option<usize> {
                 u32::from_be_bytes([n0, n1, n2, n3]) as usize,
             )
         }
-        _ => return crate::frame::value_len(b).ok(),
+        _ => return value_len(b).ok(),
     };
     let width = if hdr == 3 { 1 } else { 4 };
     let end = 1 + width + size;
@@ -227,6 +227,6 @@ pub(crate) fn roundtrip(p: Performative) -> Vec<u8> {
     let mut b = BytesMut::new();
     p.encode(&mut b).unwrap();
     assert_eq!(Performative::decode(&b).unwrap(), p);
-    assert_eq!(crate::frame::value_len(&b).unwrap(), b.len());
+    assert_eq!(value_len(&b).unwrap(), b.len());
     b.to_vec()
 }

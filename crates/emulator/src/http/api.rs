@@ -15,11 +15,10 @@ use std::time::SystemTime;
 use crate::broker::EntityDescription;
 use crate::config::{QueueConfig, SubscriptionConfig, TopicConfig};
 use crate::error::Error;
-use crate::server::EmulatorOptions;
 use crate::{Broker, EntityPath};
 
 use super::route::{Route, route};
-use super::{Request, Response, atom, auth, xml};
+use super::{Host, Request, Response, atom, auth, xml};
 
 /// The content type of Atom answers.
 pub(crate) const XML: &str = "application/atom+xml;type=entry;charset=utf-8";
@@ -67,133 +66,167 @@ fn query_number(query: &str, name: &str) -> Option<usize> {
     })
 }
 
-/// Answers one request.
-pub(crate) fn handle(req: &Request, broker: &Broker, options: &EmulatorOptions) -> Response {
+/// What every operation of one request reads: the broker, where the request was sent (for
+/// entry ids and links), the broker's time and the page asked for (`$skip`, `$top`).
+struct Ctx<'a> {
+    broker: &'a Broker,
+    base: String,
+    now: SystemTime,
+    page: (usize, usize),
+}
+
+/// Answers one request: the resource its path names, the caller's right to manage, then the
+/// method's operation on that resource (`405` for a method the resource does not take).
+pub(crate) fn handle(req: &Request, broker: &Broker, host: &dyn Host) -> Response {
     let (path, query) = req.target.split_once('?').unwrap_or((&req.target, ""));
     let Some(route) = route(path) else {
         return fail(404, "No entity in the request path.");
     };
-    if let Err(refusal) = auth::authorize(req.header("authorization"), options, SystemTime::now()) {
+    if let Err(refusal) = auth::authorize(req.header("authorization"), host, SystemTime::now()) {
         return fail(refusal.status, refusal.detail);
     }
-    let now = broker.clock().now();
-    let base = base(req);
-    let update = req.header("if-match").is_some();
-    let page = (
-        query_number(query, "$skip").unwrap_or(0),
-        query_number(query, "$top").unwrap_or(100),
-    );
-    let method = req.method.to_ascii_uppercase();
-    match (method.as_str(), route) {
-        ("GET", Route::ListQueues) => list(&base, "queues", "Queues", &broker.queues(), page, now),
-        ("GET", Route::ListTopics) => list(&base, "topics", "Topics", &broker.topics(), page, now),
-        ("GET", Route::NamespaceInfo) => ok(200, namespace_info(&base, broker, now)),
-        ("GET", Route::Entity(name)) => {
-            let described = broker
-                .describe_queue(&name)
-                .or_else(|_| broker.describe_topic(&name));
-            match described {
-                Ok(d) => ok(200, entity_entry(&base, &name, &d)),
-                Err(_) => ok(
-                    200,
-                    atom::feed(&format!("{base}/{name}"), &name, now, &[], None),
-                ),
-            }
-        }
-        ("GET", Route::Subscriptions(topic)) => match broker.subscriptions(&topic) {
-            Ok(subs) => {
-                let entries = paged(&subs, page)
-                    .iter()
-                    .map(|d| subscription_entry(&base, &topic, d))
-                    .collect::<Vec<_>>();
-                let id = format!("{base}/{topic}/Subscriptions");
-                let next = next_link(&id, subs.len(), page);
-                ok(
-                    200,
-                    atom::feed(&id, "Subscriptions", now, &entries, next.as_deref()),
-                )
-            }
-            Err(e) => from_error(&e),
-        },
-        ("GET", Route::Subscription(topic, sub)) => {
-            match broker.describe_subscription(&topic, &sub) {
-                Ok(d) => ok(200, subscription_entry(&base, &topic, &d)),
-                Err(_) => ok(
-                    200,
-                    atom::feed(
-                        &format!("{base}/{topic}/Subscriptions/{sub}"),
-                        &sub,
-                        now,
-                        &[],
-                        None,
-                    ),
-                ),
-            }
-        }
-        ("GET", Route::Rules(topic, sub)) => match rules(broker, &topic, &sub) {
-            Ok(rules) => {
-                let entries: Vec<String> = paged(&rules, page)
-                    .iter()
-                    .map(|(r, created)| rule_entry(&base, &topic, &sub, r, *created))
-                    .collect();
-                let id = format!("{base}/{topic}/Subscriptions/{sub}/Rules");
-                let next = next_link(&id, rules.len(), page);
-                ok(
-                    200,
-                    atom::feed(&id, "Rules", now, &entries, next.as_deref()),
-                )
-            }
-            Err(e) => from_error(&e),
-        },
-        ("GET", Route::Rule(topic, sub, name)) => {
-            let found = rules(broker, &topic, &sub).ok().and_then(|rules| {
-                rules
-                    .into_iter()
-                    .find(|(r, _)| r.name.eq_ignore_ascii_case(&name))
-            });
-            match found {
-                Some((r, created)) => ok(200, rule_entry(&base, &topic, &sub, &r, created)),
-                None => ok(
-                    200,
-                    atom::feed(
-                        &format!("{base}/{topic}/Subscriptions/{sub}/Rules/{name}"),
-                        &name,
-                        now,
-                        &[],
-                        None,
-                    ),
-                ),
-            }
-        }
-        ("PUT", Route::Entity(name)) => put_entity(req, broker, &base, &name, update),
-        ("PUT", Route::Subscription(topic, sub)) => {
-            put_subscription(req, broker, &base, &topic, &sub, update)
-        }
-        ("PUT", Route::Rule(topic, sub, name)) => {
-            put_rule(req, broker, &base, &topic, &sub, &name, update)
-        }
-        ("DELETE", Route::Entity(name)) => match broker.delete_entity(&name) {
-            Ok(()) => ok(200, String::new()),
-            Err(e) => from_error(&e),
-        },
-        ("DELETE", Route::Subscription(topic, sub)) => {
-            match broker.delete_subscription(&topic, &sub) {
-                Ok(()) => ok(200, String::new()),
-                Err(e) => from_error(&e),
-            }
-        }
-        ("DELETE", Route::Rule(topic, sub, name)) => {
-            match broker
-                .resolve(&EntityPath::subscription(&topic, &sub))
-                .and_then(|e| e.remove_rule(&name))
-            {
-                Ok(()) => ok(200, String::new()),
-                Err(e) => from_error(&e),
-            }
-        }
-        _ => fail(
+    let ctx = Ctx {
+        broker,
+        base: base(req),
+        now: broker.clock().now(),
+        page: (
+            query_number(query, "$skip").unwrap_or(0),
+            query_number(query, "$top").unwrap_or(100),
+        ),
+    };
+    let answer = match req.method.to_ascii_uppercase().as_str() {
+        "GET" => Some(get(&ctx, route)),
+        "PUT" => put(req, &ctx, route),
+        "DELETE" => delete(broker, route),
+        _ => None,
+    };
+    answer.unwrap_or_else(|| {
+        fail(
             405,
             format!("{} is not supported on this resource.", req.method),
+        )
+    })
+}
+
+/// `GET`: every resource can be read; a missing entity, subscription or rule is an empty feed.
+fn get(ctx: &Ctx<'_>, route: Route) -> Response {
+    match route {
+        Route::ListQueues => list(ctx, "queues", "Queues", &ctx.broker.queues()),
+        Route::ListTopics => list(ctx, "topics", "Topics", &ctx.broker.topics()),
+        Route::NamespaceInfo => ok(200, namespace_info(&ctx.base, ctx.broker, ctx.now)),
+        Route::Entity(name) => get_entity(ctx, &name),
+        Route::Subscriptions(topic) => list_subscriptions(ctx, &topic),
+        Route::Subscription(topic, sub) => get_subscription(ctx, &topic, &sub),
+        Route::Rules(topic, sub) => list_rules(ctx, &topic, &sub),
+        Route::Rule(topic, sub, name) => get_rule(ctx, &topic, &sub, &name),
+    }
+}
+
+/// `PUT`: create, or update with `If-Match: *`; only entities, subscriptions and rules.
+fn put(req: &Request, ctx: &Ctx<'_>, route: Route) -> Option<Response> {
+    let update = req.header("if-match").is_some();
+    let (broker, base) = (ctx.broker, ctx.base.as_str());
+    Some(match route {
+        Route::Entity(name) => put_entity(req, broker, base, &name, update),
+        Route::Subscription(topic, sub) => {
+            put_subscription(req, broker, base, &topic, &sub, update)
+        }
+        Route::Rule(topic, sub, name) => put_rule(req, broker, base, &topic, &sub, &name, update),
+        _ => return None,
+    })
+}
+
+/// `DELETE`: only entities, subscriptions and rules.
+fn delete(broker: &Broker, route: Route) -> Option<Response> {
+    let done = match route {
+        Route::Entity(name) => broker.delete_entity(&name),
+        Route::Subscription(topic, sub) => broker.delete_subscription(&topic, &sub),
+        Route::Rule(topic, sub, name) => broker
+            .resolve(&EntityPath::subscription(&topic, &sub))
+            .and_then(|e| e.remove_rule(&name)),
+        _ => return None,
+    };
+    Some(match done {
+        Ok(()) => ok(200, String::new()),
+        Err(e) => from_error(&e),
+    })
+}
+
+/// What the service answers for a resource that does not exist: `200` with an empty feed
+/// (see the module docs).
+fn absent(ctx: &Ctx<'_>, id: &str, title: &str) -> Response {
+    ok(200, atom::feed(id, title, ctx.now, &[], None))
+}
+
+/// One page of `entries` (of `total`) as a feed, with a `next` link while more remain.
+fn page_feed(ctx: &Ctx<'_>, id: &str, title: &str, entries: &[String], total: usize) -> Response {
+    let next = next_link(id, total, ctx.page);
+    ok(
+        200,
+        atom::feed(id, title, ctx.now, entries, next.as_deref()),
+    )
+}
+
+fn get_entity(ctx: &Ctx<'_>, name: &str) -> Response {
+    let described = ctx
+        .broker
+        .describe_queue(name)
+        .or_else(|_| ctx.broker.describe_topic(name));
+    match described {
+        Ok(d) => ok(200, entity_entry(&ctx.base, name, &d)),
+        Err(_) => absent(ctx, &format!("{}/{name}", ctx.base), name),
+    }
+}
+
+fn list_subscriptions(ctx: &Ctx<'_>, topic: &str) -> Response {
+    let subs = match ctx.broker.subscriptions(topic) {
+        Ok(subs) => subs,
+        Err(e) => return from_error(&e),
+    };
+    let entries: Vec<String> = paged(&subs, ctx.page)
+        .iter()
+        .map(|d| subscription_entry(&ctx.base, topic, d))
+        .collect();
+    let id = format!("{}/{topic}/Subscriptions", ctx.base);
+    page_feed(ctx, &id, "Subscriptions", &entries, subs.len())
+}
+
+fn get_subscription(ctx: &Ctx<'_>, topic: &str, sub: &str) -> Response {
+    match ctx.broker.describe_subscription(topic, sub) {
+        Ok(d) => ok(200, subscription_entry(&ctx.base, topic, &d)),
+        Err(_) => absent(
+            ctx,
+            &format!("{}/{topic}/Subscriptions/{sub}", ctx.base),
+            sub,
+        ),
+    }
+}
+
+fn list_rules(ctx: &Ctx<'_>, topic: &str, sub: &str) -> Response {
+    let rules = match rules(ctx.broker, topic, sub) {
+        Ok(rules) => rules,
+        Err(e) => return from_error(&e),
+    };
+    let entries: Vec<String> = paged(&rules, ctx.page)
+        .iter()
+        .map(|(r, created)| rule_entry(&ctx.base, topic, sub, r, *created))
+        .collect();
+    let id = format!("{}/{topic}/Subscriptions/{sub}/Rules", ctx.base);
+    page_feed(ctx, &id, "Rules", &entries, rules.len())
+}
+
+fn get_rule(ctx: &Ctx<'_>, topic: &str, sub: &str, name: &str) -> Response {
+    let found = rules(ctx.broker, topic, sub).ok().and_then(|rules| {
+        rules
+            .into_iter()
+            .find(|(r, _)| r.name.eq_ignore_ascii_case(name))
+    });
+    match found {
+        Some((r, created)) => ok(200, rule_entry(&ctx.base, topic, sub, &r, created)),
+        None => absent(
+            ctx,
+            &format!("{}/{topic}/Subscriptions/{sub}/Rules/{name}", ctx.base),
+            name,
         ),
     }
 }
@@ -215,21 +248,13 @@ fn next_link(id: &str, total: usize, (skip, top): (usize, usize)) -> Option<Stri
         .then(|| format!("{id}?$skip={}&$top={top}&api-version=2021-05", skip + top))
 }
 
-fn list(
-    base: &str,
-    kind: &str,
-    title: &str,
-    items: &[EntityDescription],
-    page: (usize, usize),
-    now: SystemTime,
-) -> Response {
-    let entries: Vec<String> = paged(items, page)
+fn list(ctx: &Ctx<'_>, kind: &str, title: &str, items: &[EntityDescription]) -> Response {
+    let entries: Vec<String> = paged(items, ctx.page)
         .iter()
-        .map(|d| entity_entry(base, &d.name, d))
+        .map(|d| entity_entry(&ctx.base, &d.name, d))
         .collect();
-    let id = format!("{base}/$Resources/{kind}");
-    let next = next_link(&id, items.len(), page);
-    ok(200, atom::feed(&id, title, now, &entries, next.as_deref()))
+    let id = format!("{}/$Resources/{kind}", ctx.base);
+    page_feed(ctx, &id, title, &entries, items.len())
 }
 
 fn entity_entry(base: &str, name: &str, d: &EntityDescription) -> String {
@@ -420,6 +445,7 @@ fn put_rule(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::EmulatorOptions;
     use crate::{Config, QueueConfig};
 
     fn request(method: &str, target: &str, auth: Option<&str>, body: &str) -> Request {

@@ -10,8 +10,9 @@
 
 use std::time::SystemTime;
 
+use super::Host;
 use crate::Rights;
-use crate::server::{EmulatorOptions, sas};
+use crate::sas;
 
 /// Why a request is refused: its HTTP status and the detail for the error body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +31,7 @@ fn unauthorized(detail: impl Into<String>) -> Refusal {
 /// Checks the `Authorization` header; `Ok` when it grants Manage.
 pub(crate) fn authorize(
     header: Option<&str>,
-    options: &EmulatorOptions,
+    host: &dyn Host,
     now: SystemTime,
 ) -> Result<(), Refusal> {
     let Some(header) = header.map(str::trim).filter(|h| !h.is_empty()) else {
@@ -40,7 +41,7 @@ pub(crate) fn authorize(
     };
     let rights = if header.starts_with(sas::SAS_PREFIX) {
         let key_name = sas::key_name(header).unwrap_or_default();
-        let Some((key, rights)) = options.key(&key_name) else {
+        let Some((key, rights)) = host.key(&key_name) else {
             return Err(unauthorized(format!(
                 "InvalidSignature: The token has an invalid signature (unknown key name '{key_name}')."
             )));
@@ -49,7 +50,7 @@ pub(crate) fn authorize(
             .map_err(|e| unauthorized(format!("InvalidSignature: {e}.")))?;
         rights
     } else if let Some(token) = header.strip_prefix("Bearer ") {
-        if !options.accept_jwt || token.trim().is_empty() {
+        if !host.accepts_jwt() || token.trim().is_empty() {
             return Err(unauthorized(
                 "InvalidIssuer: JWTs are not accepted by this emulator (start it with --accept-jwt).",
             ));
@@ -72,6 +73,7 @@ pub(crate) fn authorize(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::EmulatorOptions;
     use crate::{Right, SharedAccessPolicy};
     use base64::Engine as _;
 

@@ -3,7 +3,8 @@
 //! `amqps` and `wss`, and in plain HTTP on `--http-listen` for tests.
 //!
 //! # Layout
-//! - this file: the HTTP/1.1 connection loop (keep-alive, `Content-Length` or chunked bodies).
+//! - this file: the HTTP/1.1 connection loop (keep-alive, `Content-Length` or chunked bodies)
+//!   and [`Host`], what the loop asks of the server that runs it.
 //! - `route`: which resource a path names ([`route::Route`]).
 //! - `auth`: the `Authorization` header (SAS or Entra token), Manage required.
 //! - `api`: the operations: get, list, create, update, delete of queues, topics,
@@ -22,8 +23,7 @@ use std::sync::Arc;
 use sb_amqp::BoxIo;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use crate::Broker;
-use crate::server::EmulatorOptions;
+use crate::{Broker, Rights};
 
 /// The largest request head and body accepted (the service caps entity descriptions far
 /// below this).
@@ -73,6 +73,45 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
+/// What the management API asks of the server that serves it: the keys that may call it and
+/// the faults an operator injected. The server implements it; this module names no server
+/// module, since the server's listeners sit above the protocols they serve (issue 46).
+pub(crate) trait Host: Send + Sync {
+    /// The key named `name` and its rights (the root key has every right).
+    fn key(&self, name: &str) -> Option<(&str, Rights)>;
+    /// Whether Entra ID tokens (`Bearer <jwt>`) are accepted without validation
+    /// (`--accept-jwt`).
+    fn accepts_jwt(&self) -> bool;
+    /// How to answer the next request instead of handling it, when a fault was injected
+    /// ([`crate::Emulator::fail_management_requests`]).
+    fn injected_fault(&self) -> Option<Injected>;
+}
+
+/// The keys of the options and no injected fault: what the unit tests serve with.
+#[cfg(test)]
+impl Host for crate::server::EmulatorOptions {
+    fn key(&self, name: &str) -> Option<(&str, Rights)> {
+        crate::server::EmulatorOptions::key(self, name)
+    }
+
+    fn accepts_jwt(&self) -> bool {
+        self.accept_jwt
+    }
+
+    fn injected_fault(&self) -> Option<Injected> {
+        None
+    }
+}
+
+/// An injected answer that replaces handling a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Injected {
+    /// Answer this status, unhandled.
+    Status(u16),
+    /// Never answer: hold the connection until the client closes it.
+    Stall,
+}
+
 /// Why a connection stopped.
 #[derive(Debug, thiserror::Error)]
 enum ReadError {
@@ -83,12 +122,7 @@ enum ReadError {
 }
 
 /// Serves management requests on one connection until the client closes it.
-pub(crate) async fn serve(
-    io: BoxIo,
-    broker: Broker,
-    options: Arc<EmulatorOptions>,
-    survival: Arc<crate::server::Survival>,
-) {
+pub(crate) async fn serve(io: BoxIo, broker: Broker, host: Arc<dyn Host>) {
     let (read, mut write) = tokio::io::split(io);
     let mut reader = BufReader::new(read);
     loop {
@@ -113,9 +147,9 @@ pub(crate) async fn serve(
         let close = request
             .header("connection")
             .is_some_and(|c| c.eq_ignore_ascii_case("close"));
-        let response = match survival.management_fault() {
-            None => api::handle(&request, &broker, &options),
-            Some(crate::ManagementFault::Status(status)) => Response {
+        let response = match host.injected_fault() {
+            None => api::handle(&request, &broker, host.as_ref()),
+            Some(Injected::Status(status)) => Response {
                 status,
                 content_type: api::XML,
                 body: atom::error(
@@ -123,7 +157,7 @@ pub(crate) async fn serve(
                     "Injected by the emulator (fail_management_requests).",
                 ),
             },
-            Some(_) => {
+            Some(Injected::Stall) => {
                 // Stalled: nothing is answered; the client's close (EOF) ends it.
                 tracing::debug!(target = %request.target, "Management request stalled (injected).");
                 let mut rest = Vec::new();

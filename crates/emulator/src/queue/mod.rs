@@ -12,6 +12,12 @@
 //! - `counts`: [`EntityCounts`].
 //! - `duplicates`: [`DupWindow`], duplicate detection history (queues and topics).
 //! - `faults`: [`Faults`], injected faults.
+//!
+//! `state` and `counts`, `state` and `sessions` import each other, and stay so: [`QueueState`]
+//! is one type whose methods are split by concern (`delivery`, `purge`, `counts`, `sessions`
+//! each add an `impl QueueState`), and its fields hold the counters and sessions those files
+//! define. Moving each concern's type into `state` would put every concern back in one file;
+//! a trait per concern would hide the same dependency behind indirection.
 
 mod counts;
 mod delivery;

@@ -12,15 +12,7 @@ use super::control::{ControlContext, LinkControl};
 use super::links::EntityLink;
 use super::survival::Attached;
 use super::{ConnState, LinkRole, Shared, links, nodes, sessions, wire_error};
-
-/// The entity path of a link address: scheme, host and port stripped.
-pub(crate) fn link_path(address: &str) -> String {
-    let rest = match address.split_once("://") {
-        Some((_, rest)) => rest.split_once('/').map_or("", |(_, p)| p),
-        None => address,
-    };
-    rest.trim_matches('/').to_owned()
-}
+use crate::address::link_path;
 
 pub(super) async fn accept_loop(
     listener: Listener,
@@ -62,13 +54,7 @@ async fn serve_connection(
         Ok(sb_amqp::Accepted::Amqp(conn)) => conn,
         // The management API shares the TLS port with amqps and wss, as on the service.
         Ok(sb_amqp::Accepted::Http(io)) => {
-            crate::http::serve(
-                io,
-                shared.broker.clone(),
-                shared.options.clone(),
-                shared.survival.clone(),
-            )
-            .await;
+            crate::http::serve(io, shared.broker.clone(), shared.clone()).await;
             return;
         }
         Err(error) => {
@@ -118,7 +104,9 @@ async fn serve_open(
             .with_service(shared.survival.clone(), shared.faults.clone())
             .with_request_log(shared.requests.clone()),
     );
-    let live = shared.survival.opened(conn.connection().clone(), &state);
+    let live = shared
+        .survival
+        .opened(conn.connection().clone(), &state.grants);
     let links = CancellationToken::new();
     // This connection's link tasks, so its locks are dropped only after they applied what
     // the client settled before the end.
@@ -169,65 +157,100 @@ async fn serve_open(
 /// How long a connection's end waits for its link tasks before dropping their locks.
 const LINK_END_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Where a link attaches: `$cbs`, an entity's `$management` node (the entity's path), or an
+/// entity.
+enum Target {
+    Cbs,
+    Management(String),
+    Entity,
+}
+
+impl Target {
+    /// The target of `path` (keywords compare case-insensitively).
+    fn of(path: &str) -> Target {
+        let lower = path.to_ascii_lowercase();
+        let suffix = format!("/{}", management::NODE_SUFFIX);
+        if lower == cbs::NODE {
+            Target::Cbs
+        } else if lower.ends_with(&suffix) {
+            // ASCII lowercasing keeps every byte offset, so the suffix cuts `path` there too.
+            Target::Management(path[..path.len() - suffix.len()].to_owned())
+        } else {
+            Target::Entity
+        }
+    }
+
+    fn kind(&self) -> Attached {
+        match self {
+            Target::Cbs => Attached::Cbs,
+            Target::Management(_) => Attached::Management,
+            Target::Entity => Attached::Entity,
+        }
+    }
+}
+
+/// Serves one attached link: refused while the connection refuses attaches, else counted and
+/// routed to `$cbs`, a `$management` node or an entity.
 async fn serve_link(
     request: LinkRequest,
     shared: &Shared,
     control: ControlContext,
     stop: CancellationToken,
 ) -> Result<(), sb_amqp::Error> {
-    let (broker, options, state) = (
-        shared.broker.clone(),
-        shared.options.clone(),
-        control.state.clone(),
-    );
     let address = if request.is_peer_sender() {
-        request.target_address().map(str::to_owned)
+        request.target_address()
     } else {
-        request.source_address().map(str::to_owned)
+        request.source_address()
     };
-    let path = link_path(address.as_deref().unwrap_or_default());
-    let lower = path.to_ascii_lowercase();
+    let path = link_path(address.unwrap_or_default());
     if let Some(error) = control.live.attach_refusal() {
         return request.reject(error).await;
     }
-    let management_suffix = format!("/{}", management::NODE_SUFFIX);
-    let kind = if lower == cbs::NODE {
-        Attached::Cbs
-    } else if lower.ends_with(&management_suffix) {
-        Attached::Management
-    } else {
-        Attached::Entity
-    };
+    let target = Target::of(&path);
     // A request/response pair counts once, by its request link.
-    let counted = (request.is_peer_sender() || kind == Attached::Entity).then_some(kind);
+    let counted =
+        (request.is_peer_sender() || matches!(target, Target::Entity)).then_some(target.kind());
     shared
         .survival
         .attached(&control.live, control.channel, counted);
-    if lower == cbs::NODE {
-        return nodes::serve(request, nodes::Node::Cbs, broker, options, state, stop).await;
-    }
-    if let Some(entity) = lower
-        .strip_suffix(&management_suffix)
-        .map(|_| &path[..path.len() - management_suffix.len()])
-    {
-        let entity = entity.to_owned();
-        // Each operation checks its own right (`nodes`); the link needs some valid token for
-        // its own path: a token for `q1` or for `q1/$management` (the JavaScript SDK puts the
-        // latter before its management link, `src/core/managementClient.ts`).
-        if !state.is_granted(&path, None) {
-            return request.reject(unauthorized(&path)).await;
+    let state = control.state.clone();
+    match target {
+        Target::Cbs => serve_node(request, nodes::Node::Cbs, shared, state, stop).await,
+        Target::Management(entity) => {
+            // Each operation checks its own right (`nodes`); the link needs some valid token
+            // for its own path: a token for `q1` or for `q1/$management` (the JavaScript SDK
+            // puts the latter before its management link, `src/core/managementClient.ts`).
+            if !state.grants.is_granted(&path, None) {
+                return request.reject(unauthorized(&path)).await;
+            }
+            let node = nodes::Node::Management(entity);
+            serve_node(request, node, shared, state, stop).await
         }
-        return nodes::serve(
-            request,
-            nodes::Node::Management(entity),
-            broker,
-            options,
-            state,
-            stop,
-        )
-        .await;
+        Target::Entity => serve_entity(request, &path, shared, control, stop).await,
     }
-    let entity = match broker.entity(&path) {
+}
+
+async fn serve_node(
+    request: LinkRequest,
+    node: nodes::Node,
+    shared: &Shared,
+    state: Arc<ConnState>,
+    stop: CancellationToken,
+) -> Result<(), sb_amqp::Error> {
+    let (broker, options) = (shared.broker.clone(), shared.options.clone());
+    nodes::serve(request, node, broker, options, state, stop).await
+}
+
+/// Serves an entity link: the entity must exist and the connection's token grant the link's
+/// right (Send for a sender, Listen for a receiver); session links go to `sessions`.
+async fn serve_entity(
+    request: LinkRequest,
+    path: &str,
+    shared: &Shared,
+    control: ControlContext,
+    stop: CancellationToken,
+) -> Result<(), sb_amqp::Error> {
+    let entity = match shared.broker.entity(path) {
         Ok(entity) => entity,
         Err(error) => {
             return request
@@ -240,12 +263,12 @@ async fn serve_link(
     } else {
         LinkRole::Receiver
     };
-    if let Some(why) = state.refusal(&path, role.right()) {
+    if let Some(why) = control.state.grants.refusal(path, role.right()) {
         return request
             .reject(wire_error(condition::UNAUTHORIZED_ACCESS, Some(why)))
             .await;
     }
-    let control = LinkControl::new(control, request.name(), &path, role);
+    let control = LinkControl::new(control, request.name(), path, role);
     let session = sessions::is_session_link(&request, &entity);
     let link = EntityLink {
         request,

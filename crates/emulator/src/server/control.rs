@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use sb_amqp::{AmqpError, LinkStatus, condition};
 use tokio::sync::mpsc;
@@ -487,6 +487,7 @@ impl LinkControl {
             let idle_deadline = self.idle_timeout.map(|d| self.last_activity + d);
             let token_deadline = self
                 .state
+                .grants
                 .token_expiry(&self.entity, Some(self.role.right()))
                 .map(|expiry| {
                     now + expiry
@@ -603,18 +604,5 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Token expiry per grant: `min(token expiry, grant time + cap)`; `None` never expires.
-pub(crate) fn capped_expiry(
-    token: Option<SystemTime>,
-    now: SystemTime,
-    cap: Option<Duration>,
-) -> Option<SystemTime> {
-    let capped = cap.and_then(|cap| now.checked_add(cap));
-    match (token, capped) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
     }
 }

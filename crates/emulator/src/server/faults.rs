@@ -5,7 +5,16 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Mutex;
 
-use super::ManagementFault;
+/// How the management API (HTTP) answers one request instead of handling it
+/// ([`crate::Emulator::fail_management_requests`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ManagementFault {
+    /// Answer this status (429 when throttled, 500/502/503/504 when failing), unhandled.
+    Status(u16),
+    /// Never answer: hold the connection until the client closes it (a stalled middlebox).
+    Stall,
+}
 
 /// A fault the emulator can inject, each with a probability per operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -5,10 +5,11 @@
 //! - [`Emulator`]: start on an address, print the connection string, inspect, inject faults,
 //!   drop connections, shut down.
 //! - `options`: [`EmulatorOptions`] and the service's limits.
-//! - `conn_state`: per-connection grants (put-token) and reply-link routes.
+//! - `conn_state`: per-connection state: grants, reply-link routes, held message locks.
+//! - `grants`: what a connection's put-tokens granted (audiences, expiry, rights).
+//! - `listeners`: binding the AMQP, WebSocket, TLS and HTTP listeners.
 //! - `connection`: the accept loop, connections, and routing each link to its handler.
 //! - `codec`: AMQP messages ⇄ [`crate::BrokerMessage`], delivery annotations and batches.
-//! - `sas`: shared access signature validation for `$cbs` put-token.
 //! - `nodes`: `$cbs` and `<entity>/$management` request handling (commands parsed, then
 //!   applied).
 //! - `links`: entity links: deliveries with lock tokens, dispositions, sends.
@@ -23,12 +24,13 @@ mod conn_state;
 pub(crate) mod connection;
 mod control;
 mod faults;
+mod grants;
 mod latency;
 mod links;
+mod listeners;
 pub(crate) mod nodes;
 mod options;
 mod request_log;
-pub(crate) mod sas;
 mod sessions;
 mod survival;
 mod tls;
@@ -38,7 +40,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use sb_amqp::types::definitions::Fields;
-use sb_amqp::{AmqpError, Listener, ServerOptions};
+use sb_amqp::{AmqpError, ServerOptions};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -47,7 +49,8 @@ pub(crate) use conn_state::ConnState;
 use control::Registry;
 pub use control::{LinkInfo, LinkRole};
 use faults::Faults;
-pub use faults::{Fault, FaultSpec, ManagementFaultKind, ManagementFaultSpec};
+pub use faults::{Fault, FaultSpec, ManagementFault, ManagementFaultKind, ManagementFaultSpec};
+use listeners::{Addresses, Listeners};
 pub use options::{
     DEFAULT_LINK_IDLE_TIMEOUT, EmulatorOptions, KEY, KEY_NAME, SERVICE_CHANNEL_MAX,
     SERVICE_IDLE_TIMEOUT, SERVICE_MAX_FRAME_SIZE,
@@ -55,7 +58,7 @@ pub use options::{
 pub use request_log::ManagementRequest;
 use request_log::RequestLog;
 pub(crate) use survival::Survival;
-pub use survival::{EmulatorStats, ManagementFault, SettlementAttempt};
+pub use survival::{EmulatorStats, SettlementAttempt};
 pub use tls::{
     CA_FILE as TLS_CA_FILE, CERT_FILE as TLS_CERT_FILE, KEY_FILE as TLS_KEY_FILE, TlsIdentity,
     TlsListen,
@@ -152,6 +155,24 @@ impl Shared {
     }
 }
 
+/// The management API's view of the emulator: its keys and the faults injected into it.
+impl crate::http::Host for Shared {
+    fn key(&self, name: &str) -> Option<(&str, crate::Rights)> {
+        self.options.key(name)
+    }
+
+    fn accepts_jwt(&self) -> bool {
+        self.options.accept_jwt
+    }
+
+    fn injected_fault(&self) -> Option<crate::http::Injected> {
+        self.survival.management_fault().map(|fault| match fault {
+            ManagementFault::Status(status) => crate::http::Injected::Status(status),
+            ManagementFault::Stall => crate::http::Injected::Stall,
+        })
+    }
+}
+
 impl Emulator {
     /// Binds and serves `broker`.
     ///
@@ -159,96 +180,55 @@ impl Emulator {
     /// [`Error::Server`] when the address cannot be bound.
     pub async fn start(broker: Broker, options: EmulatorOptions) -> Result<Emulator, Error> {
         let server = server_options(&broker);
-        let listener = Listener::bind(options.listen.as_str(), server.clone())
-            .await
-            .map_err(|e| Error::Server(format!("cannot listen on {}: {e}", options.listen)))?;
-        let websocket = match &options.websocket_listen {
-            Some(addr) => Some(
-                Listener::bind_websocket(addr.as_str(), sb_amqp::WEBSOCKET_PATH, server.clone())
-                    .await
-                    .map_err(|e| Error::Server(format!("cannot listen on {addr}: {e}")))?,
-            ),
-            None => None,
-        };
-        // One TLS port for `amqps` and `wss` (and, later, HTTPS management): each connection's
-        // first bytes after TLS say which.
-        let (tls_listener, tls_ca) = match &options.tls_listen {
-            Some(tls) => {
-                let (config, ca) = tls::server_config(&tls.identity)?;
-                let opts = ServerOptions {
-                    tls: Some(config),
-                    ..server.clone()
-                };
-                let listener = Listener::bind_amqp_and_websocket(
-                    tls.addr.as_str(),
-                    sb_amqp::WEBSOCKET_PATH,
-                    opts,
-                )
-                .await
-                .map_err(|e| Error::Server(format!("cannot listen on {}: {e}", tls.addr)))?;
-                (Some(listener), ca)
-            }
-            None => (None, None),
-        };
-        let http_listener = match &options.http_listen {
-            Some(addr) => Some(
-                tokio::net::TcpListener::bind(addr.as_str())
-                    .await
-                    .map_err(|e| Error::Server(format!("cannot listen on {addr}: {e}")))?,
-            ),
-            None => None,
-        };
-        let http_addr = http_listener
-            .as_ref()
-            .map(tokio::net::TcpListener::local_addr)
-            .transpose()
-            .map_err(|e| Error::Server(e.to_string()))?;
-        let tls_addr = tls_listener
-            .as_ref()
-            .map(Listener::local_addr)
-            .transpose()
-            .map_err(|e| Error::Server(e.to_string()))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| Error::Server(e.to_string()))?;
-        let websocket_addr = websocket
-            .as_ref()
-            .map(Listener::local_addr)
-            .transpose()
-            .map_err(|e| Error::Server(e.to_string()))?;
-        let shared = Shared::new(broker, options, server);
-        let emulator = Emulator {
-            addr,
-            websocket_addr,
-            tls: tls_addr.map(|addr| (addr, tls_ca)),
-            http_addr,
-            shared: shared.clone(),
+        let listeners = Listeners::bind(&options, &server).await?;
+        let emulator = Emulator::new(listeners.addresses()?, Shared::new(broker, options, server));
+        emulator.accept_on(listeners);
+        let (addr, websocket, tls, http) = (
+            emulator.addr,
+            emulator.websocket_addr,
+            emulator.tls.as_ref().map(|(addr, _)| *addr),
+            emulator.http_addr,
+        );
+        tracing::info!(%addr, ?websocket, ?tls, ?http, "Service Bus emulator listening.");
+        Ok(emulator)
+    }
+
+    /// An emulator at `addresses` serving `shared`, accepting nothing yet.
+    fn new(addresses: Addresses, shared: Arc<Shared>) -> Emulator {
+        Emulator {
+            addr: addresses.amqp,
+            websocket_addr: addresses.websocket,
+            tls: addresses.tls,
+            http_addr: addresses.http,
+            shared,
             shutdown: CancellationToken::new(),
             connections: Arc::new(Mutex::new(Vec::new())),
             tracker: TaskTracker::new(),
-        };
-        for listener in std::iter::once(listener)
-            .chain(websocket)
-            .chain(tls_listener)
-        {
-            emulator.tracker.spawn(connection::accept_loop(
+        }
+    }
+
+    /// Spawns one accept loop per listener.
+    fn accept_on(&self, listeners: Listeners) {
+        let amqp = std::iter::once(listeners.amqp)
+            .chain(listeners.websocket)
+            .chain(listeners.tls.map(|(listener, _)| listener));
+        for listener in amqp {
+            self.tracker.spawn(connection::accept_loop(
                 listener,
-                shared.clone(),
-                emulator.shutdown.clone(),
-                emulator.connections.clone(),
-                emulator.tracker.clone(),
+                self.shared.clone(),
+                self.shutdown.clone(),
+                self.connections.clone(),
+                self.tracker.clone(),
             ));
         }
-        if let Some(listener) = http_listener {
-            emulator.tracker.spawn(http_accept_loop(
+        if let Some(listener) = listeners.http {
+            self.tracker.spawn(http_accept_loop(
                 listener,
-                shared.clone(),
-                emulator.shutdown.clone(),
-                emulator.tracker.clone(),
+                self.shared.clone(),
+                self.shutdown.clone(),
+                self.tracker.clone(),
             ));
         }
-        tracing::info!(%addr, websocket = ?websocket_addr, tls = ?tls_addr, http = ?http_addr, "Service Bus emulator listening.");
-        Ok(emulator)
     }
 
     /// An emulator serving `broker` that listens on nothing: its connections are byte streams
@@ -268,16 +248,7 @@ impl Emulator {
     /// ```
     pub fn without_listener(broker: Broker, options: EmulatorOptions) -> Emulator {
         let server = server_options(&broker);
-        Emulator {
-            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
-            websocket_addr: None,
-            tls: None,
-            http_addr: None,
-            shared: Shared::new(broker, options, server),
-            shutdown: CancellationToken::new(),
-            connections: Arc::new(Mutex::new(Vec::new())),
-            tracker: TaskTracker::new(),
-        }
+        Emulator::new(Addresses::none(), Shared::new(broker, options, server))
     }
 
     /// Serves one client connection whose bytes are `io` (any stream: one end of
@@ -588,16 +559,11 @@ async fn http_accept_loop(
             accepted = listener.accept() => accepted,
         };
         let Ok((tcp, _)) = accepted else { continue };
-        let (broker, options, survival, stop) = (
-            shared.broker.clone(),
-            shared.options.clone(),
-            shared.survival.clone(),
-            shutdown.clone(),
-        );
+        let (broker, host, stop) = (shared.broker.clone(), shared.clone(), shutdown.clone());
         tracker.spawn(async move {
             tokio::select! {
                 () = stop.cancelled() => {}
-                () = crate::http::serve(Box::new(tcp), broker, options, survival) => {}
+                () = crate::http::serve(Box::new(tcp), broker, host) => {}
             }
         });
     }

@@ -26,7 +26,9 @@ use std::time::{Duration, SystemTime};
 use sb_amqp::{AmqpError, Connection, condition};
 use tokio::time::Instant;
 
-use super::{ConnState, wire_error};
+use super::faults::ManagementFault;
+use super::grants::Grants;
+use super::wire_error;
 
 /// The service's text for a throttled request.
 pub(crate) const THROTTLED: &str = "The request was terminated because the entity is being throttled. Error code : 50002. Sub error : 102 (injected by the emulator's throttling).";
@@ -57,17 +59,6 @@ pub struct SettlementAttempt {
     pub busy: bool,
 }
 
-/// How the management API (HTTP) answers one request instead of handling it
-/// ([`crate::Emulator::fail_management_requests`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ManagementFault {
-    /// Answer this status (429 when throttled, 500/502/503/504 when failing), unhandled.
-    Status(u16),
-    /// Never answer: hold the connection until the client closes it (a stalled middlebox).
-    Stall,
-}
-
 /// How a receive link is detached a while after its attach
 /// ([`crate::Emulator::detach_new_receive_links`], [`crate::Emulator::force_detach_new_receive_links`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +75,8 @@ pub(crate) enum ReceiverDetach {
 pub(crate) struct LiveConnection {
     id: u64,
     connection: Connection,
-    state: Weak<ConnState>,
+    /// Its put-token grants, to revoke ([`Survival::revoke_token`]).
+    grants: Weak<Grants>,
     /// Channels whose sessions attached links.
     channels: Mutex<HashSet<u16>>,
     /// Every attach on it is refused with `amqp:internal-error`.
@@ -176,13 +168,13 @@ impl Survival {
     pub(crate) fn opened(
         &self,
         connection: Connection,
-        state: &Arc<ConnState>,
+        grants: &Arc<Grants>,
     ) -> Arc<LiveConnection> {
         self.connections_opened.fetch_add(1, Ordering::Relaxed);
         let live = Arc::new(LiveConnection {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             connection,
-            state: Arc::downgrade(state),
+            grants: Arc::downgrade(grants),
             channels: Mutex::default(),
             sticky_internal_error: AtomicBool::new(false),
         });
@@ -310,8 +302,8 @@ impl Survival {
     pub(crate) fn revoke_token(&self, audience: &str) -> usize {
         self.live()
             .iter()
-            .filter_map(|live| live.state.upgrade())
-            .map(|state| state.revoke(audience))
+            .filter_map(|live| live.grants.upgrade())
+            .map(|grants| grants.revoke(audience))
             .sum()
     }
 

@@ -32,8 +32,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use super::command::ConnInner;
 use super::command::{Command, ConnCtx, DeliveryDisposition, Reply, Stats};
-use super::connection::ConnInner;
 use super::framed_io::{FrameReader, FrameWriter};
 use super::link::PeerAttach;
 use crate::error::{AmqpError, Error, Result, condition};

@@ -1,12 +1,35 @@
 //! A link handle's event queue (deliveries, dispositions, the end of the link) and its credit
-//! state, shareable between tasks.
+//! state, shareable between tasks, and [`LinkStatus`], the view of that state any task may hold.
+//! The link handles above build on this file; it names none of them (issue 46).
 
 use tokio::sync::{mpsc, watch};
 
-use super::LinkStatus;
 use crate::core::command::{ConnCtx, LinkEvent};
 use crate::delivery::LinkFlow;
 use crate::error::{Error, Result};
+
+/// Whether a link is still attached, readable from any task (a server's link listing, say)
+/// without the link handle. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct LinkStatus {
+    /// The driver drops the sending end when the link leaves its state: detached by the peer
+    /// (or our detach answered), its session ended, or the connection gone.
+    flow: watch::Receiver<LinkFlow>,
+}
+
+impl LinkStatus {
+    /// False once the link is gone: the peer detached it (or answered our detach), its session
+    /// ended or the connection closed. A link we are detaching counts as attached until the
+    /// peer answers.
+    pub fn is_attached(&self) -> bool {
+        self.flow.has_changed().is_ok()
+    }
+
+    /// Resolves once the link is gone (see [`LinkStatus::is_attached`]).
+    pub async fn gone(mut self) {
+        while self.flow.changed().await.is_ok() {}
+    }
+}
 
 /// A link handle's view of its event queue and credit state, shareable between tasks.
 #[derive(Debug)]

@@ -3,7 +3,8 @@
 //!
 //! # Layout
 //! - `options`: [`SenderOptions`], [`ReceiverOptions`] (what [`crate::Session`] attaches).
-//! - `events`: a link handle's event queue and credit state, shared between tasks.
+//! - `events`: a link handle's event queue and credit state, shared between tasks, and
+//!   [`LinkStatus`], the view of that state any task may hold.
 //! - `sender`, `receiver`: the handles; [`Settler`] settles a receiver's deliveries from any
 //!   task.
 //! - `peer`: [`PeerAttach`], a peer's attach the application answers (the server role wraps
@@ -22,40 +23,16 @@ use fe2o3_amqp_types::messaging::TargetArchetype;
 use tokio::sync::{mpsc, watch};
 
 pub(crate) use events::LinkEvents;
+pub use events::LinkStatus;
 pub use options::{ReceiverOptions, SenderOptions};
 pub(crate) use peer::PeerAttach;
 pub use receiver::{Receiver, Settler};
 pub use sender::Sender;
 
-use super::command::{Command, ConnCtx, LinkEvent, LinkRef, LinkSetup};
-use super::connection::ConnInner;
-use super::session::SessionInner;
+use super::command::{Command, ConnCtx, ConnInner, LinkEvent, LinkRef, LinkSetup};
 use crate::delivery::LinkFlow;
 use crate::error::{AmqpError, Result};
 use crate::performative::Attach;
-
-/// Whether a link is still attached, readable from any task (a server's link listing, say)
-/// without the link handle. Cheap to clone.
-#[derive(Debug, Clone)]
-pub struct LinkStatus {
-    /// The driver drops the sending end when the link leaves its state: detached by the peer
-    /// (or our detach answered), its session ended, or the connection gone.
-    flow: watch::Receiver<LinkFlow>,
-}
-
-impl LinkStatus {
-    /// False once the link is gone: the peer detached it (or answered our detach), its session
-    /// ended or the connection closed. A link we are detaching counts as attached until the
-    /// peer answers.
-    pub fn is_attached(&self) -> bool {
-        self.flow.has_changed().is_ok()
-    }
-
-    /// Resolves once the link is gone (see [`LinkStatus::is_attached`]).
-    pub async fn gone(mut self) {
-        while self.flow.changed().await.is_ok() {}
-    }
-}
 
 /// The part of [`Sender`] and [`Receiver`] that does not depend on the direction: building
 /// the handle from its [`LinkParts`], its name and attaches, whether it is attached, and
@@ -189,7 +166,9 @@ pub(crate) struct LinkCore {
     pub(crate) at: LinkRef,
     pub(crate) name: String,
     pub(crate) detached: bool,
-    pub(crate) _session: Option<Arc<SessionInner>>,
+    /// Keeps the session open while the link lives; held for its drop only, so the link
+    /// names no session type (sessions own links, not the reverse).
+    pub(crate) _session: Option<Arc<dyn std::fmt::Debug + Send + Sync>>,
     pub(crate) _conn: Option<Arc<ConnInner>>,
 }
 
@@ -213,7 +192,7 @@ impl LinkCore {
         ctx: ConnCtx,
         at: LinkRef,
         name: String,
-        session: Option<Arc<SessionInner>>,
+        session: Option<Arc<dyn std::fmt::Debug + Send + Sync>>,
         conn: Option<Arc<ConnInner>>,
     ) -> Self {
         Self {

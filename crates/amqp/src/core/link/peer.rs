@@ -7,8 +7,7 @@ use fe2o3_amqp_types::definitions::{Handle, Role};
 use tokio::sync::oneshot;
 
 use super::{LinkCore, LinkParts, LinkPipes};
-use crate::core::command::{Command, ConnCtx, LinkRef, Reply, SessionRef, next_key};
-use crate::core::connection::ConnInner;
+use crate::core::command::{Command, ConnCtx, ConnInner, LinkRef, Reply, SessionRef, next_key};
 use crate::error::{AmqpError, Result, condition};
 use crate::performative::Attach;
 

@@ -12,7 +12,8 @@ use sb_amqp::types::messaging::{AmqpValue, Body};
 use super::Reply;
 use super::body::app_text;
 use crate::Rights;
-use crate::server::{ConnState, EmulatorOptions, sas};
+use crate::sas;
+use crate::server::{ConnState, EmulatorOptions};
 
 /// Answers a `put-token` request.
 pub(crate) fn put_token(
@@ -35,7 +36,7 @@ pub(crate) fn put_token(
     if !token.starts_with(sas::SAS_PREFIX) {
         if options.accept_jwt {
             // Entra ID roles are not modelled: a JWT may do everything.
-            state.grant(&name, None, Rights::ALL);
+            state.grants.grant(&name, None, Rights::ALL);
             return Reply::accepted();
         }
         return Reply::new(
@@ -51,7 +52,7 @@ pub(crate) fn put_token(
     };
     match sas::verify(&token, &key_name, key, SystemTime::now()) {
         Ok(audience) => {
-            state.grant(&audience, sas::expiry(&token), rights);
+            state.grants.grant(&audience, sas::expiry(&token), rights);
             Reply::accepted()
         }
         Err(error) => {

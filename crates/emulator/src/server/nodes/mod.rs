@@ -24,8 +24,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::connection::link_path;
 use super::{ConnState, EmulatorOptions};
+use crate::address::link_path;
 use crate::{Broker, Right};
 pub(crate) use reply::{Reply, map};
 
@@ -293,7 +293,7 @@ pub(crate) async fn answer(
         // node covers the node.
         Node::Management(entity) => {
             let node_path = format!("{entity}/{}", management_names::NODE_SUFFIX);
-            match state.refusal(&node_path, operation_right(request)) {
+            match state.grants.refusal(&node_path, operation_right(request)) {
                 Some(why) => Reply::new(
                     management_names::status::UNAUTHORIZED,
                     why,

@@ -1,4 +1,5 @@
-//! Shared access signature validation, for `$cbs` put-token.
+//! Shared access signature validation, for `$cbs` put-token and the HTTP management API's
+//! `Authorization` header (both fronts use it, so it sits below both).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
