@@ -80,6 +80,23 @@ macro_rules! migrations {
 #[cfg(any(feature = "postgres", feature = "sqlite", feature = "mssql"))]
 pub(crate) use migrations;
 
+/// What an inbox row's verdict columns say (sql/*/0006_inbox_verdict.sql): no verdict, a
+/// processed message.
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mssql"))]
+pub(crate) fn inbox_entry(
+    verdict: Option<String>,
+    resubmission: Option<i64>,
+) -> crate::ports::InboxEntry {
+    use crate::ports::{InboxEntry, Verdict};
+    match verdict {
+        None => InboxEntry::Processed,
+        Some(reason) => InboxEntry::DeadLettered(Verdict {
+            reason,
+            resubmission: resubmission.unwrap_or(0),
+        }),
+    }
+}
+
 /// Which dedupe constraint a unique violation names, matched exactly (a constraint whose name
 /// merely starts like ours is not ours).
 pub(crate) fn duplicate_scope(constraint: &str) -> Option<DuplicateScope> {
