@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use sb_emulator::Emulator;
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
 use sb_inbox::{
-    ConsumerName, Message, OutboxMessage, PgStore, PgTx, Runtime, RuntimeConfig, Savepoint, Store,
-    StoreError, Tx, VersionCheck,
+    ConsumerName, InboxEntry, Message, OutboxMessage, PgStore, PgTx, Runtime, RuntimeConfig,
+    Savepoint, Store, StoreError, Tx, Verdict, VersionCheck,
 };
 use sb_inbox_cli::inventory::{InventoryTx, OrderPlaced, OrderPlacedConsumer};
 use tokio_util::sync::CancellationToken;
@@ -114,6 +114,32 @@ impl Store for NoInbox {
 impl Tx for NoInboxTx {
     async fn insert_inbox(&mut self, _consumer: &str, _message_id: &str) -> Result<(), StoreError> {
         Ok(())
+    }
+
+    async fn insert_verdict(
+        &mut self,
+        _consumer: &str,
+        _message_id: &str,
+        _verdict: &Verdict,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn inbox_entry(
+        &mut self,
+        _consumer: &str,
+        _message_id: &str,
+    ) -> Result<Option<InboxEntry>, StoreError> {
+        Ok(None)
+    }
+
+    async fn take_over_verdict(
+        &mut self,
+        _consumer: &str,
+        _message_id: &str,
+        _resubmission: i64,
+    ) -> Result<bool, StoreError> {
+        Ok(false)
     }
 
     async fn claim_business_key(

@@ -251,6 +251,30 @@ pub enum VersionCheck {
     },
 }
 
+/// A dead-letter verdict recorded as a message's inbox row (issue 41): the runtime writes it,
+/// under the inbox constraint, before it dead-letters a message for what the message's
+/// delivery history decided (its delayed retries spent, its panics counted out). A twin
+/// delivery of the same message (a delayed retry's copy beside its original whose completion
+/// failed) then meets the row and is dead-lettered too instead of taking effect: one logical
+/// message, one outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// The dead-letter reason (`RetriesExhausted`, `HandlerPanicked`).
+    pub reason: String,
+    /// The resubmission count of the delivery that decided it (0 before any resubmission): a
+    /// later resubmission may take the verdict over ([`Tx::take_over_verdict`]).
+    pub resubmission: i64,
+}
+
+/// What a message's inbox row records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InboxEntry {
+    /// A delivery of the message committed its work.
+    Processed,
+    /// The message was dead-lettered with this verdict.
+    DeadLettered(Verdict),
+}
+
 /// A message written to the local outbox in the consumer's transaction.
 ///
 /// The message id is fixed when the row is written, so every relay attempt publishes the same
@@ -473,6 +497,31 @@ pub trait Tx: Send {
         consumer: &str,
         logical_id: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Inserts the inbox row `(consumer, logical_id)` as a dead-letter [`Verdict`] instead of
+    /// a processed message. Conflicts exactly as [`Tx::insert_inbox`] does: a repeat, either
+    /// kind, fails with [`ErrorKind::Duplicate`]`(`[`DuplicateScope::Inbox`]`)`.
+    fn insert_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        verdict: &Verdict,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Reads the inbox row `(consumer, logical_id)`: `None` when there is none.
+    fn inbox_entry(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+    ) -> impl Future<Output = Result<Option<InboxEntry>, StoreError>> + Send;
+    /// Deletes the message's dead-letter verdict if a delivery resubmitted fewer than
+    /// `resubmission` times decided it, so that this resubmission of the dead letter can take
+    /// effect (or be decided) once; a processed row is never touched. `true` when a row was
+    /// deleted.
+    fn take_over_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        resubmission: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Claims a business idempotency key for the message with `logical_id`; a key claimed
     /// before fails with [`ErrorKind::Duplicate`]`(`[`DuplicateScope::BusinessKey`]`)`.
     fn claim_business_key(

@@ -80,8 +80,8 @@ pub use process::{LAST_ERROR_PROPERTY, Report};
 pub(crate) use retry::copy as retry_copy;
 pub use retry::{
     DEFAULT_JITTER, DelayedRetry, InvalidRetryPolicy, JitterSource,
-    ORIGINAL_ENQUEUED_TIME_PROPERTY, RETRY_ATTEMPT_PROPERTY, RetryPolicy, ScheduledRetry,
-    original_enqueued_time,
+    ORIGINAL_ENQUEUED_TIME_PROPERTY, RESUBMISSION_PROPERTY, RETRY_ATTEMPT_PROPERTY, RetryPolicy,
+    ScheduledRetry, original_enqueued_time,
 };
 pub use router::{Routed, Router, RouterBuilder, RouterError, UpcastError};
 pub use session::SessionConfig;

@@ -41,7 +41,8 @@ use super::{
     Rejection, Settlement, UnknownContracts, envelope, panic, transient_hold,
 };
 use crate::ports::{
-    Delivery, DuplicateScope, ErrorKind, PropertyValue, SettleError, Store, StoreError, Tx,
+    Delivery, DuplicateScope, ErrorKind, InboxEntry, PropertyValue, SettleError, Store, StoreError,
+    Tx, Verdict,
 };
 use crate::runtime::ConsumerName;
 
@@ -358,6 +359,13 @@ where
         let renewals = lock.renewals();
         let (outcome, ending) = match result {
             Ok(outcome) => (outcome, Ending::Committed),
+            Err(Abort::SettleAs(Outcome::Duplicate(DuplicateScope::Inbox), why))
+                if !logical_id.is_empty() =>
+            {
+                return self
+                    .duplicate(delivery, logical_id, why, lock, cancel)
+                    .await;
+            }
             Err(Abort::SettleAs(outcome, why)) => (outcome, Ending::RolledBack(why)),
             Err(Abort::Systemic(why)) => (Outcome::Transient, Ending::Systemic(why)),
             Err(Abort::CommitUnknown(why, systemic)) => match self.inbox_row(logical_id).await {
@@ -385,6 +393,13 @@ where
                 (Outcome::Transient, Ending::RolledBack(why))
             }
             Err(Abort::Shutdown) => (Outcome::Transient, Ending::Shutdown),
+            Err(Abort::DeadLetter(rejection))
+                if decided_by_history(rejection.reason) && !logical_id.is_empty() =>
+            {
+                return self
+                    .dead_letter_decided(delivery, logical_id, rejection, lock, cancel)
+                    .await;
+            }
             Err(Abort::DeadLetter(rejection)) => {
                 return self.dead_letter(delivery, rejection, renewals).await;
             }
@@ -431,6 +446,15 @@ where
         ctx: &Context<'_, H::Payload>,
         tx: &mut S::Tx,
     ) -> Result<Handled, Abort> {
+        let resubmission = retry::resubmissions(ctx.message);
+        if resubmission > 0 {
+            // A resubmitted dead letter takes its verdict over in this transaction: it takes
+            // effect once, or is decided again, while the verdict's twins stay dead-lettered.
+            self.seen(
+                tx.take_over_verdict(self.consumer.as_str(), ctx.logical_id(), resubmission)
+                    .await,
+            )?;
+        }
         self.seen(
             tx.insert_inbox(self.consumer.as_str(), ctx.logical_id())
                 .await,
@@ -600,34 +624,6 @@ where
         let done = retry::attempts_so_far(message);
         let policy = retry.policy();
         if done >= policy.max_retries() {
-            match self.inbox_row(logical_id).await {
-                // A commit whose answer was lost (the connection broke while it was sent) may
-                // have committed, and so may an earlier copy whose completion failed:
-                // dead-lettering would report an applied effect as lost.
-                InboxRow::There => {
-                    tracing::warn!(
-                        logical_id,
-                        "The last retry's effect was committed after all (its inbox row is there); completing."
-                    );
-                    return self.committed_after_all(delivery, renewals).await;
-                }
-                // The store cannot say whether the message took effect: dead-lettering now
-                // could give one message two outcomes. Given back, it is judged again.
-                InboxRow::Unknown => {
-                    tracing::warn!(
-                        logical_id,
-                        "The last retry failed and the store cannot say whether the message took effect; giving it back."
-                    );
-                    let settled = self.give_back(delivery, why, lock.left(), cancel).await;
-                    return Report {
-                        outcome: Outcome::Transient,
-                        settled: Some(settled),
-                        renewals,
-                        retry: None,
-                    };
-                }
-                InboxRow::Absent => {}
-            }
             let rejection = Rejection::new(
                 DeadLetterReason::RetriesExhausted,
                 format!(
@@ -636,7 +632,9 @@ where
                     done + 1
                 ),
             );
-            return self.dead_letter(delivery, rejection, renewals).await;
+            return self
+                .dead_letter_decided(delivery, logical_id, rejection, lock, cancel)
+                .await;
         }
         let attempt = done + 1;
         let delay = policy.delay(attempt);
@@ -735,6 +733,129 @@ where
         }
     }
 
+    /// Dead-letters a delivery for what its message's delivery history decided
+    /// ([`decided_by_history`]), through the inbox constraint: the verdict is inserted as the
+    /// message's inbox row first. A delayed retry schedules its copy and then completes the
+    /// original; when that completion fails both live on (issue 41's seeds 3582, 3838, 9350),
+    /// and the key lets only one of the twins decide. The row says what a refused or
+    /// unanswered insert means: another twin's verdict (dead-lettered too: one outcome), a
+    /// processed twin (completed as its duplicate), or nothing known (given back, judged
+    /// again).
+    async fn dead_letter_decided<D: Delivery>(
+        &self,
+        delivery: &D,
+        logical_id: &str,
+        rejection: Rejection,
+        lock: &KeptLock,
+        cancel: &CancellationToken,
+    ) -> Report {
+        let renewals = lock.renewals();
+        let verdict = Verdict {
+            reason: rejection.reason.as_str().to_owned(),
+            resubmission: retry::resubmissions(delivery.message()),
+        };
+        let Err(error) = self.record_verdict(logical_id, &verdict).await else {
+            return self.dead_letter(delivery, rejection, renewals).await;
+        };
+        // A duplicate, or a commit whose answer was lost: the row decides.
+        match self.inbox_entry(logical_id).await {
+            Ok(Some(InboxEntry::DeadLettered(_))) => {
+                self.dead_letter(delivery, rejection, renewals).await
+            }
+            Ok(Some(InboxEntry::Processed)) => {
+                tracing::warn!(
+                    logical_id,
+                    reason = %rejection.reason,
+                    "A delivery of this message committed (its inbox row is there); completing instead of dead-lettering."
+                );
+                self.committed_after_all(delivery, renewals).await
+            }
+            Ok(None) | Err(_) => {
+                tracing::warn!(logical_id, %error, "The dead-letter verdict could not be recorded; giving the delivery back.");
+                let settled = self
+                    .give_back(delivery, rejection.description, lock.left(), cancel)
+                    .await;
+                Report {
+                    outcome: Outcome::Transient,
+                    settled: Some(settled),
+                    renewals,
+                    retry: None,
+                }
+            }
+        }
+    }
+
+    /// A delivery whose inbox insert met the message's row: completed as a duplicate of the
+    /// delivery that committed, or dead-lettered when the row is a twin's dead-letter
+    /// [`Verdict`] (one outcome per message). When the store cannot say which, completed as
+    /// before verdicts existed: abandoning would spend delivery counts during an outage until
+    /// the broker dead-letters processed messages, and a verdict's own delivery was
+    /// dead-lettered already.
+    async fn duplicate<D: Delivery>(
+        &self,
+        delivery: &D,
+        logical_id: &str,
+        why: String,
+        lock: &KeptLock,
+        cancel: &CancellationToken,
+    ) -> Report {
+        if let Ok(Some(InboxEntry::DeadLettered(verdict))) = self.inbox_entry(logical_id).await {
+            tracing::warn!(logical_id, reason = %verdict.reason, "A twin delivery of this message was dead-lettered (its inbox row is a verdict); dead-lettering this one too.");
+            let rejection = Rejection::new(
+                reason_of(&verdict.reason),
+                format!(
+                    "a twin delivery of this message was dead-lettered {} (the inbox row records the verdict)",
+                    verdict.reason
+                ),
+            );
+            return self.dead_letter(delivery, rejection, lock.renewals()).await;
+        }
+        let outcome = Outcome::Duplicate(DuplicateScope::Inbox);
+        self.settle(
+            delivery,
+            logical_id,
+            outcome,
+            Ending::RolledBack(why),
+            lock,
+            cancel,
+        )
+        .await
+    }
+
+    /// Inserts the message's inbox row as `verdict` and commits, taking over an earlier
+    /// resubmission's verdict first.
+    async fn record_verdict(&self, logical_id: &str, verdict: &Verdict) -> Result<(), StoreError> {
+        let consumer = self.consumer.as_str();
+        let mut tx = self.seen(self.store.begin().await)?;
+        let written = async {
+            if verdict.resubmission > 0 {
+                tx.take_over_verdict(consumer, logical_id, verdict.resubmission)
+                    .await?;
+            }
+            tx.insert_verdict(consumer, logical_id, verdict).await
+        }
+        .await;
+        match self.seen(written) {
+            Ok(()) => self.seen(tx.commit().await),
+            Err(error) => {
+                if let Err(error) = tx.rollback().await {
+                    tracing::warn!(%error, "Rollback failed; the connection is discarded.");
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// The message's inbox row, read in a transaction rolled back at once.
+    async fn inbox_entry(&self, logical_id: &str) -> Result<Option<InboxEntry>, StoreError> {
+        let mut tx = self.seen(self.store.begin().await)?;
+        let entry = tx.inbox_entry(self.consumer.as_str(), logical_id).await;
+        if let Err(error) = tx.rollback().await {
+            tracing::warn!(%error, "Rollback failed; the connection is discarded.");
+        }
+        self.seen(entry)
+    }
+
     pub(super) async fn dead_letter<D: Delivery>(
         &self,
         delivery: &D,
@@ -770,6 +891,26 @@ where
             renewals,
             retry: None,
         }
+    }
+}
+
+/// Dead letters decided by the message's delivery history, not its content (its delayed
+/// retries spent, its panics counted out): a twin delivery of the same message can decide
+/// otherwise, so these are decided through the inbox row ([`Verdict`]). A content verdict
+/// (an invalid payload, a rejection) is the same on every twin.
+fn decided_by_history(reason: DeadLetterReason) -> bool {
+    matches!(
+        reason,
+        DeadLetterReason::RetriesExhausted | DeadLetterReason::HandlerPanicked
+    )
+}
+
+/// The reason a verdict row names, as the runtime writes them ([`decided_by_history`]).
+fn reason_of(verdict: &str) -> DeadLetterReason {
+    if verdict == DeadLetterReason::HandlerPanicked.as_str() {
+        DeadLetterReason::HandlerPanicked
+    } else {
+        DeadLetterReason::RetriesExhausted
     }
 }
 

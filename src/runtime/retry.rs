@@ -23,6 +23,19 @@ use crate::ports::{Message, PropertyValue, SendFailure, Sender};
 /// the first copy).
 pub const RETRY_ATTEMPT_PROPERTY: &str = "sb-inbox-retry-attempt";
 
+/// The application property counting how often a message was resubmitted from a dead-letter
+/// queue (1 on the first resubmission; `sb_inbox::servicebus::resubmission` writes it).
+pub const RESUBMISSION_PROPERTY: &str = "sb-inbox-resubmission";
+
+/// How often the message was resubmitted ([`RESUBMISSION_PROPERTY`]; 0 for none or an
+/// unreadable value).
+pub(crate) fn resubmissions(message: &Message) -> i64 {
+    match message.application_properties.get(RESUBMISSION_PROPERTY) {
+        Some(PropertyValue::Long(n)) => (*n).max(0),
+        _ => 0,
+    }
+}
+
 /// The application property holding when the broker first enqueued the message a copy stands
 /// for, in milliseconds since the Unix epoch: a copy is enqueued anew, so without it a
 /// dead-lettered copy's age (the DLQ resubmission window) would count from the copy.

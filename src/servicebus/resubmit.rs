@@ -7,9 +7,7 @@ use crate::runtime::{
 };
 use crate::{Message, PropertyValue};
 
-/// The application property counting how often a message was resubmitted from a dead-letter
-/// queue (1 on the first resubmission).
-pub const RESUBMISSION_PROPERTY: &str = "sb-inbox-resubmission";
+pub use crate::runtime::RESUBMISSION_PROPERTY;
 
 /// The copy of a dead letter to resubmit: a fresh broker id, the logical id kept, the
 /// resubmission counted; the dead-letter properties and the delayed-retry count removed, so the

@@ -98,7 +98,29 @@ pub(crate) use migrations;
 /// (versions: see [`Migration`]). One list for both PostgreSQL stores: a database migrated by
 /// one serves the other.
 #[cfg(any(feature = "postgres", feature = "sqlx-postgres"))]
-pub(crate) const PG_MIGRATIONS: &[Migration] = migrations!("postgres": 1 => "0001_inbox.sql", 3 => "0003_outbox_relay.sql", 5 => "0005_outbox_publishing.sql");
+pub(crate) const PG_MIGRATIONS: &[Migration] = migrations!("postgres": 1 => "0001_inbox.sql", 3 => "0003_outbox_relay.sql", 5 => "0005_outbox_publishing.sql", 6 => "0006_inbox_verdict.sql");
+
+/// What an inbox row's verdict columns say (sql/*/0006_inbox_verdict.sql): no verdict, a
+/// processed message.
+#[cfg(any(
+    feature = "postgres",
+    feature = "sqlx-postgres",
+    feature = "sqlite",
+    feature = "mssql"
+))]
+pub(crate) fn inbox_entry(
+    verdict: Option<String>,
+    resubmission: Option<i64>,
+) -> crate::ports::InboxEntry {
+    use crate::ports::{InboxEntry, Verdict};
+    match verdict {
+        None => InboxEntry::Processed,
+        Some(reason) => InboxEntry::DeadLettered(Verdict {
+            reason,
+            resubmission: resubmission.unwrap_or(0),
+        }),
+    }
+}
 
 /// Which dedupe constraint a unique violation names, matched exactly (a constraint whose name
 /// merely starts like ours is not ours).

@@ -17,12 +17,14 @@
 //!
 //! The checks: inbox duplicates after commit, rollback and drop undo, consumers apart, business
 //! keys, aggregate versions, a concurrent insert of one key, exact key comparison (case, width,
-//! trailing spaces), the first-error rule and savepoints (issue 14).
+//! trailing spaces), the first-error rule and savepoints (issue 14), dead-letter verdicts
+//! (issue 41).
 
 use std::sync::Arc;
 
 use crate::ports::{
-    DuplicateScope, ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck,
+    DuplicateScope, ErrorKind, InboxEntry, OutboxMessage, Savepoint, Store, StoreError, Tx,
+    Verdict, VersionCheck,
 };
 
 /// A check the store failed: which one, and what it saw.
@@ -50,6 +52,7 @@ pub const CHECKS: &[&str] = &[
     "a_savepoint_tolerates_an_expected_error",
     "savepoints_nest_and_release",
     "a_released_savepoint_covers_nothing_after_it",
+    "verdicts_conflict_read_and_are_taken_over",
 ];
 
 /// Runs every check on `store` (migrated; the checks use fresh consumer names, so earlier rows
@@ -74,6 +77,7 @@ pub async fn run<S: Store>(store: S) -> Result<(), Failure> {
     a_savepoint_tolerates_an_expected_error(&*store, &c("savepoint")).await?;
     savepoints_nest_and_release(&*store, &c("nest")).await?;
     a_released_savepoint_covers_nothing_after_it(&*store, &c("released")).await?;
+    verdicts_conflict_read_and_are_taken_over(&*store, &c("verdicts")).await?;
     Ok(())
 }
 
@@ -619,6 +623,105 @@ pub async fn a_released_savepoint_covers_nothing_after_it<S: Store>(
     let present = inbox_has(CHECK, store, consumer, "m-1").await?;
     ensure(CHECK, !present, || {
         "the refused transaction committed".to_owned()
+    })
+}
+
+/// The message's inbox row as [`Tx::inbox_entry`] reads it, in a transaction rolled back.
+async fn entry<S: Store>(
+    check: &'static str,
+    store: &S,
+    consumer: &str,
+    id: &str,
+) -> Result<Option<InboxEntry>, Failure> {
+    let mut tx = step(check, "begin", store.begin().await)?;
+    let entry = tx.inbox_entry(consumer, id).await;
+    step(check, "rollback", tx.rollback().await)?;
+    step(check, &format!("read inbox row {id}"), entry)
+}
+
+/// Dead-letter verdicts (issue 41): a verdict is the message's inbox row, so it conflicts
+/// with a processing insert and with another verdict; it reads back as written, a processed
+/// row reads as processed and a missing one as none; a later resubmission takes a verdict over
+/// (only in a transaction that commits), an equal one does not, and a processed row is never
+/// taken.
+pub async fn verdicts_conflict_read_and_are_taken_over<S: Store>(
+    store: &S,
+    consumer: &str,
+) -> Result<(), Failure> {
+    const CHECK: &str = "verdicts_conflict_read_and_are_taken_over";
+    let verdict = Verdict {
+        reason: "RetriesExhausted".to_owned(),
+        resubmission: 1,
+    };
+    let mut tx = step(CHECK, "begin", store.begin().await)?;
+    step(
+        CHECK,
+        "insert verdict",
+        tx.insert_verdict(consumer, "m-1", &verdict).await,
+    )?;
+    step(CHECK, "commit", tx.commit().await)?;
+    ensure(
+        CHECK,
+        inbox_has(CHECK, store, consumer, "m-1").await?,
+        || "a processing insert did not meet the verdict".to_owned(),
+    )?;
+    let mut tx = step(CHECK, "begin", store.begin().await)?;
+    let again = tx.insert_verdict(consumer, "m-1", &verdict).await;
+    duplicate(CHECK, "second verdict", again, DuplicateScope::Inbox)?;
+    step(CHECK, "rollback", tx.rollback().await)?;
+    let read = entry(CHECK, store, consumer, "m-1").await?;
+    ensure(
+        CHECK,
+        read == Some(InboxEntry::DeadLettered(verdict.clone())),
+        || format!("verdict read back as {read:?}"),
+    )?;
+    insert_committed(CHECK, store, consumer, "m-2").await?;
+    let read = entry(CHECK, store, consumer, "m-2").await?;
+    ensure(CHECK, read == Some(InboxEntry::Processed), || {
+        format!("processed row read as {read:?}")
+    })?;
+    let read = entry(CHECK, store, consumer, "m-3").await?;
+    ensure(CHECK, read.is_none(), || {
+        format!("missing row read as {read:?}")
+    })?;
+    // Taking over: not by the resubmission that decided, not a processed row, not when
+    // rolled back; then by a later resubmission, whose processing insert goes through.
+    let mut tx = step(CHECK, "begin", store.begin().await)?;
+    let same = step(
+        CHECK,
+        "take over",
+        tx.take_over_verdict(consumer, "m-1", 1).await,
+    )?;
+    let processed = step(
+        CHECK,
+        "take over",
+        tx.take_over_verdict(consumer, "m-2", 9).await,
+    )?;
+    let later = step(
+        CHECK,
+        "take over",
+        tx.take_over_verdict(consumer, "m-1", 2).await,
+    )?;
+    step(CHECK, "rollback", tx.rollback().await)?;
+    ensure(CHECK, !same && !processed && later, || {
+        format!("take-overs: same resubmission {same}, processed row {processed}, later {later}")
+    })?;
+    ensure(
+        CHECK,
+        inbox_has(CHECK, store, consumer, "m-2").await?,
+        || "a take-over deleted a processed row".to_owned(),
+    )?;
+    let mut tx = step(CHECK, "begin", store.begin().await)?;
+    step(
+        CHECK,
+        "take over",
+        tx.take_over_verdict(consumer, "m-1", 2).await,
+    )?;
+    step(CHECK, "insert", tx.insert_inbox(consumer, "m-1").await)?;
+    step(CHECK, "commit", tx.commit().await)?;
+    let read = entry(CHECK, store, consumer, "m-1").await?;
+    ensure(CHECK, read == Some(InboxEntry::Processed), || {
+        format!("after the take-over the row reads {read:?}")
     })
 }
 

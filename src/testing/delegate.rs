@@ -71,6 +71,36 @@ macro_rules! recording_tx {
                    + ::core::marker::Send {
                 $crate::Tx::insert_inbox(&mut self.0, consumer, logical_id)
             }
+            fn insert_verdict(
+                &mut self,
+                consumer: &str,
+                logical_id: &str,
+                verdict: &$crate::Verdict,
+            ) -> impl ::core::future::Future<Output = ::core::result::Result<(), $crate::StoreError>>
+                   + ::core::marker::Send {
+                $crate::Tx::insert_verdict(&mut self.0, consumer, logical_id, verdict)
+            }
+            fn inbox_entry(
+                &mut self,
+                consumer: &str,
+                logical_id: &str,
+            ) -> impl ::core::future::Future<
+                Output = ::core::result::Result<
+                    ::core::option::Option<$crate::InboxEntry>,
+                    $crate::StoreError,
+                >,
+            > + ::core::marker::Send {
+                $crate::Tx::inbox_entry(&mut self.0, consumer, logical_id)
+            }
+            fn take_over_verdict(
+                &mut self,
+                consumer: &str,
+                logical_id: &str,
+                resubmission: i64,
+            ) -> impl ::core::future::Future<Output = ::core::result::Result<bool, $crate::StoreError>>
+                   + ::core::marker::Send {
+                $crate::Tx::take_over_verdict(&mut self.0, consumer, logical_id, resubmission)
+            }
             fn claim_business_key(
                 &mut self,
                 consumer: &str,

@@ -4,7 +4,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use crate::ports::{
-    DuplicateScope, ErrorKind, OutboxMessage, Savepoint, StoreError, Tx, VersionCheck,
+    DuplicateScope, ErrorKind, InboxEntry, OutboxMessage, Savepoint, StoreError, Tx, Verdict,
+    VersionCheck,
 };
 use crate::store::tx_state::TxState;
 
@@ -14,6 +15,12 @@ use crate::store::tx_state::TxState;
 pub enum TxOp {
     /// [`Tx::insert_inbox`].
     InsertInbox,
+    /// [`Tx::insert_verdict`].
+    InsertVerdict,
+    /// [`Tx::inbox_entry`].
+    InboxEntry,
+    /// [`Tx::take_over_verdict`].
+    TakeOverVerdict,
     /// [`Tx::claim_business_key`].
     ClaimBusinessKey,
     /// [`Tx::advance_version`].
@@ -31,6 +38,8 @@ pub enum TxOp {
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Rows {
     inbox: Vec<(String, String)>,
+    /// The verdicts among `inbox`'s rows.
+    verdicts: BTreeMap<(String, String), Verdict>,
     business_keys: Vec<(String, String, String)>,
     versions: BTreeMap<(String, String), i64>,
     outbox: Vec<OutboxMessage>,
@@ -235,6 +244,63 @@ impl Tx for RecordingTx {
         }
         self.rows.inbox.push(row);
         Ok(())
+    }
+
+    async fn insert_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        verdict: &Verdict,
+    ) -> Result<(), StoreError> {
+        self.begin_op(TxOp::InsertVerdict)?;
+        let row = (consumer.to_owned(), logical_id.to_owned());
+        if self.rows.inbox.contains(&row) {
+            let error = Self::duplicate(
+                DuplicateScope::Inbox,
+                format!("inbox row ({consumer}, {logical_id}) exists"),
+            );
+            return self.state.record(Err(error));
+        }
+        self.rows.inbox.push(row.clone());
+        self.rows.verdicts.insert(row, verdict.clone());
+        Ok(())
+    }
+
+    async fn inbox_entry(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+    ) -> Result<Option<InboxEntry>, StoreError> {
+        self.begin_op(TxOp::InboxEntry)?;
+        let row = (consumer.to_owned(), logical_id.to_owned());
+        if !self.rows.inbox.contains(&row) {
+            return Ok(None);
+        }
+        Ok(Some(match self.rows.verdicts.get(&row) {
+            Some(verdict) => InboxEntry::DeadLettered(verdict.clone()),
+            None => InboxEntry::Processed,
+        }))
+    }
+
+    async fn take_over_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        resubmission: i64,
+    ) -> Result<bool, StoreError> {
+        self.begin_op(TxOp::TakeOverVerdict)?;
+        let row = (consumer.to_owned(), logical_id.to_owned());
+        let earlier = self
+            .rows
+            .verdicts
+            .get(&row)
+            .is_some_and(|verdict| verdict.resubmission < resubmission);
+        if !earlier {
+            return Ok(false);
+        }
+        self.rows.verdicts.remove(&row);
+        self.rows.inbox.retain(|kept| *kept != row);
+        Ok(true)
     }
 
     async fn claim_business_key(

@@ -10,8 +10,9 @@ use std::time::{Duration, SystemTime};
 use sb_inbox::runtime::LAST_ERROR_PROPERTY;
 use sb_inbox::testing::{MemoryBroker, MemoryDelivery, MemoryReceiver, RenewFault};
 use sb_inbox::{
-    Clock, Delivery, DuplicateScope, ErrorKind, OutboxMessage, Outcome, PropertyValue,
-    ReceiveError, Receiver, Runtime, Savepoint, SettleError, Store, StoreError, Tx, VersionCheck,
+    Clock, Delivery, DuplicateScope, ErrorKind, InboxEntry, OutboxMessage, Outcome, PropertyValue,
+    ReceiveError, Receiver, Runtime, Savepoint, SettleError, Store, StoreError, Tx, Verdict,
+    VersionCheck,
 };
 use sb_inbox_cli::inventory::{InventoryStore, OrderPlacedConsumer};
 use tokio_util::sync::CancellationToken;
@@ -190,6 +191,36 @@ impl<S: Store> Store for FailingCommit<S> {
 impl<T: Tx> Tx for FailingCommitTx<T> {
     async fn insert_inbox(&mut self, consumer: &str, message_id: &str) -> Result<(), StoreError> {
         self.inner.insert_inbox(consumer, message_id).await
+    }
+
+    async fn insert_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        verdict: &Verdict,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .insert_verdict(consumer, logical_id, verdict)
+            .await
+    }
+
+    async fn inbox_entry(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+    ) -> Result<Option<InboxEntry>, StoreError> {
+        self.inner.inbox_entry(consumer, logical_id).await
+    }
+
+    async fn take_over_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        resubmission: i64,
+    ) -> Result<bool, StoreError> {
+        self.inner
+            .take_over_verdict(consumer, logical_id, resubmission)
+            .await
     }
 
     async fn claim_business_key(

@@ -17,3 +17,4 @@ mod retry;
 mod router;
 mod scenarios;
 mod shutdown;
+mod verdict;

@@ -31,6 +31,8 @@ async fn concurrent_copies<S: InventoryStore + Clone>(store: S, barrier: bool, b
         let racing = BarrierStore {
             inner: store.clone(),
             barrier: Arc::new(Barrier::new(transactions)),
+            parties: transactions,
+            begun: Arc::default(),
         };
         run_all(
             Runtime::new(

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sb_inbox::{
-    ErrorKind, OutboxMessage, Savepoint, SqliteStore, SqliteTx, Store, StoreError, Tx, VersionCheck,
+    ErrorKind, InboxEntry, OutboxMessage, Savepoint, SqliteStore, SqliteTx, Store, StoreError, Tx,
+    Verdict, VersionCheck,
 };
 use tokio::time::Instant;
 
@@ -168,6 +169,36 @@ impl FaultyTx {
 impl Tx for FaultyTx {
     async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
         self.inner.insert_inbox(consumer, logical_id).await
+    }
+
+    async fn insert_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        verdict: &Verdict,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .insert_verdict(consumer, logical_id, verdict)
+            .await
+    }
+
+    async fn inbox_entry(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+    ) -> Result<Option<InboxEntry>, StoreError> {
+        self.inner.inbox_entry(consumer, logical_id).await
+    }
+
+    async fn take_over_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        resubmission: i64,
+    ) -> Result<bool, StoreError> {
+        self.inner
+            .take_over_verdict(consumer, logical_id, resubmission)
+            .await
     }
 
     async fn claim_business_key(

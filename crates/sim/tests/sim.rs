@@ -188,3 +188,32 @@ fn a_retry_copy_draws_afresh_seed_4403_all() {
         "no message transient at #0 was handled by a retry copy: {transient:?}"
     );
 }
+
+// The delayed-retry fork (issue 41's open seeds): a delayed retry schedules its copy and then
+// completes the original; when that completion fails (`LockLost`, or a refused or throttled
+// disposition) both live on. Each of these dead-lettered one twin (`HandlerPanicked` at
+// `max_panics`, which asked no inbox) before the other committed: processed and
+// dead-lettered. Fixed by recording the dead letter as the message's inbox row first (a
+// verdict, sql/*/0006_inbox_verdict.sql): the twin meets it and is dead-lettered too. Each
+// failed before the fix in the debug build (`cargo test -p sim`) and the run of its seed.
+
+/// `m-35`: `#1 transient`, copy scheduled, completion throttled (server-busy); the original
+/// came back at `#2`, panicked out at 40.7 s; the copy committed at 41.05 s. Seed 3582.
+#[test]
+fn delayed_retry_fork_panicked_out_seed_3582_all() {
+    regression(3582, "all");
+}
+
+/// `m-59`: the original's completion after its retry copy was scheduled came back `LockLost`;
+/// `#2 panic` dead-lettered it at 34.1 s, the copy was handled at 122.5 s. Seed 3838.
+#[test]
+fn delayed_retry_fork_lock_lost_seed_3838_all() {
+    regression(3838, "all");
+}
+
+/// `m-76`: `#2 transient`, copy scheduled, completion refused by an injected fault; `#3
+/// panic` dead-lettered it at 97.4 s, the copy was handled at 176 s. Seed 9350.
+#[test]
+fn delayed_retry_fork_refused_completion_seed_9350_all() {
+    regression(9350, "all");
+}

@@ -7,7 +7,7 @@ use crate::store::Migration;
 
 /// The SQL Server core migrations, in order: inbox, business keys, aggregate versions, outbox,
 /// then exact (binary, length-checked) keys (versions: see [`Migration`]).
-pub const MIGRATIONS: &[Migration] = crate::store::migrations!("mssql": 1 => "0001_inbox.sql", 3 => "0003_outbox_relay.sql", 4 => "0004_exact_keys.sql", 5 => "0005_outbox_publishing.sql");
+pub const MIGRATIONS: &[Migration] = crate::store::migrations!("mssql": 1 => "0001_inbox.sql", 3 => "0003_outbox_relay.sql", 4 => "0004_exact_keys.sql", 5 => "0005_outbox_publishing.sql", 6 => "0006_inbox_verdict.sql");
 
 impl MssqlStore {
     /// Applies the core migrations not applied yet; returns how many ran.

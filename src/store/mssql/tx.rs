@@ -6,7 +6,9 @@ use bb8::PooledConnection;
 use tiberius::{Row, ToSql};
 
 use super::{MssqlManager, MssqlStore, classify};
-use crate::ports::{ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck};
+use crate::ports::{
+    ErrorKind, InboxEntry, OutboxMessage, Savepoint, Store, StoreError, Tx, Verdict, VersionCheck,
+};
 use crate::store::tx_state::{TxState, version_verdict};
 
 impl Store for MssqlStore {
@@ -141,6 +143,60 @@ impl Tx for MssqlTx {
         )
         .await
         .map(drop)
+    }
+
+    async fn insert_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        verdict: &Verdict,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO sb_inbox (consumer, message_id, verdict, verdict_resubmission) VALUES (@P1, @P2, @P3, @P4)",
+            &[&consumer, &logical_id, &verdict.reason.as_str(), &verdict.resubmission],
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn inbox_entry(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+    ) -> Result<Option<InboxEntry>, StoreError> {
+        // `message_id_bytes` because `=` ignores trailing spaces (sql/mssql/0004_exact_keys.sql).
+        let rows = self
+            .query(
+                "SELECT verdict, verdict_resubmission FROM sb_inbox
+                  WHERE consumer = @P1 AND message_id = @P2 AND message_id_bytes = DATALENGTH(@P2)",
+                &[&consumer, &logical_id],
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let verdict = row
+            .try_get::<&str, _>(0)
+            .map_err(classify)?
+            .map(str::to_owned);
+        let resubmission = row.try_get::<i64, _>(1).map_err(classify)?;
+        Ok(Some(crate::store::inbox_entry(verdict, resubmission)))
+    }
+
+    async fn take_over_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        resubmission: i64,
+    ) -> Result<bool, StoreError> {
+        self.execute(
+            "DELETE FROM sb_inbox
+              WHERE consumer = @P1 AND message_id = @P2 AND message_id_bytes = DATALENGTH(@P2)
+                AND verdict IS NOT NULL AND COALESCE(verdict_resubmission, 0) < @P3",
+            &[&consumer, &logical_id, &resubmission],
+        )
+        .await
+        .map(|deleted| deleted > 0)
     }
 
     async fn claim_business_key(

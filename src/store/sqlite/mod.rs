@@ -21,11 +21,13 @@ pub use classify::classify;
 
 use super::Migration;
 use super::tx_state::{TxState, rollback_to_sql, version_verdict};
-use crate::ports::{ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck};
+use crate::ports::{
+    ErrorKind, InboxEntry, OutboxMessage, Savepoint, Store, StoreError, Tx, Verdict, VersionCheck,
+};
 
 /// The SQLite core migrations, in order: inbox, business keys, aggregate versions, outbox
 /// (versions: see [`Migration`]).
-pub const MIGRATIONS: &[Migration] = crate::store::migrations!("sqlite": 1 => "0001_inbox.sql", 3 => "0003_outbox_relay.sql", 5 => "0005_outbox_publishing.sql");
+pub const MIGRATIONS: &[Migration] = crate::store::migrations!("sqlite": 1 => "0001_inbox.sql", 3 => "0003_outbox_relay.sql", 5 => "0005_outbox_publishing.sql", 6 => "0006_inbox_verdict.sql");
 
 /// A SQLite store.
 ///
@@ -284,6 +286,45 @@ impl Tx for SqliteTx {
             params![consumer, logical_id],
         )
         .map(drop)
+    }
+
+    async fn insert_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        verdict: &Verdict,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO sb_inbox (consumer, message_id, verdict, verdict_resubmission) VALUES (?1, ?2, ?3, ?4)",
+            params![consumer, logical_id, verdict.reason, verdict.resubmission],
+        )
+        .map(drop)
+    }
+
+    async fn inbox_entry(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+    ) -> Result<Option<InboxEntry>, StoreError> {
+        self.query_row(
+            "SELECT verdict, verdict_resubmission FROM sb_inbox WHERE consumer = ?1 AND message_id = ?2",
+            params![consumer, logical_id],
+            |row| Ok(super::inbox_entry(row.get(0)?, row.get(1)?)),
+        )
+    }
+
+    async fn take_over_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        resubmission: i64,
+    ) -> Result<bool, StoreError> {
+        self.execute(
+            "DELETE FROM sb_inbox WHERE consumer = ?1 AND message_id = ?2
+                AND verdict IS NOT NULL AND coalesce(verdict_resubmission, 0) < ?3",
+            params![consumer, logical_id, resubmission],
+        )
+        .map(|deleted| deleted > 0)
     }
 
     async fn claim_business_key(
