@@ -1029,3 +1029,43 @@ async fn mock_lock_timeout_is_set_and_restored_in_plain_sql_batches() {
     );
     assert_eq!(log.kinds_of("INSERT INTO sb_inbox"), [RequestKind::Rpc]);
 }
+
+/// Issue 41: a dead-letter verdict is an inbox insert (2627 on `pk_sb_inbox` is an inbox
+/// duplicate, as for a processing insert) and reads back from its two columns.
+#[tokio::test]
+async fn mock_verdict_insert_conflicts_and_reads_back() {
+    use sb_inbox::{InboxEntry, Verdict};
+
+    let mock = mock().await;
+    mock.fail_inserts(2627, 14, &duplicate_message("pk_sb_inbox"))
+        .await;
+    let store = store(mock.port).await;
+    let verdict = Verdict {
+        reason: "HandlerPanicked".to_owned(),
+        resubmission: 2,
+    };
+    let mut tx = store.begin().await.unwrap();
+    let error = tx.insert_verdict("c", "m-1", &verdict).await.unwrap_err();
+    tx.rollback().await.unwrap();
+    assert_eq!(error.kind(), ErrorKind::Duplicate(DuplicateScope::Inbox));
+
+    // The mock matches an upper-case part verbatim: of this test's statements only the read
+    // compares the key's bytes. (It encodes a NULL as IntN's, so the processed row's NULL
+    // verdict is the conformance suite's, on a real server.)
+    let columns = vec![
+        ColumnDefinition::new("verdict", SqlDataType::NVarChar),
+        ColumnDefinition::new("verdict_resubmission", SqlDataType::BigInt),
+    ];
+    let row = Row::new(vec![
+        ColumnValue::NVarChar("HandlerPanicked".into()),
+        ColumnValue::BigInt(2),
+    ]);
+    mock.registry
+        .lock()
+        .await
+        .register("= DATALENGTH(@P2)", QueryResponse::new(columns, vec![row]));
+    let mut tx = store.begin().await.unwrap();
+    let entry = tx.inbox_entry("c", "m-1").await.unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(entry, Some(InboxEntry::DeadLettered(verdict)));
+}
