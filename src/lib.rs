@@ -122,6 +122,7 @@
 //! | feature | what it adds |
 //! |---|---|
 //! | `postgres` | `PgStore` (tokio-postgres, bb8, rustls); `tokio_postgres` re-exported with uuid and JSON parameters; `testing::TestDb` with `test-util` |
+//! | `sqlx-postgres` | `SqlxPgStore` (sqlx 0.9): a handler's sqlx queries on the inbox transaction (`SqlxPgTx::conn`); `sqlx` re-exported |
 //! | `postgres-chrono` | `chrono` parameters for `tokio_postgres` |
 //! | `sqlite` | `SqliteStore` (rusqlite, SQLite bundled) |
 //! | `mssql` | `MssqlStore` (tiberius, bb8, `tiberius` re-exported); turns on `entra` for Azure SQL logins |
@@ -178,12 +179,19 @@ pub use runtime::{
     Outcome, Rejection, Report, Router, RouterBuilder, RouterError, Runtime, RuntimeConfig,
     RuntimeError, SessionConfig, Settlement, Stats, StatsSnapshot, UnknownContracts, UpcastError,
 };
+/// sqlx as the `sqlx-postgres` store builds it (PostgreSQL, tokio, rustls; `uuid` and JSON
+/// types): a handler's queries on [`SqlxPgTx::conn`] need no second, version-matched
+/// dependency.
+#[cfg(feature = "sqlx-postgres")]
+pub use sqlx;
 #[cfg(feature = "mssql")]
 pub use store::{MssqlStore, MssqlTx};
 #[cfg(feature = "postgres")]
 pub use store::{PgStore, PgTx};
 #[cfg(feature = "sqlite")]
 pub use store::{SqliteStore, SqliteTx};
+#[cfg(feature = "sqlx-postgres")]
+pub use store::{SqlxPgStore, SqlxPgTx};
 /// The SQL Server driver as the store builds it: a handler's own SQL on [`MssqlTx`] binds its
 /// `tiberius::ToSql` types without a second, version-matched dependency.
 #[cfg(feature = "mssql")]

@@ -29,7 +29,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// | error | becomes |
 /// |---|---|
 /// | [`StoreError`] | [`HandlerError::Store`], classified by its [`crate::ErrorKind`] |
-/// | `tokio_postgres::Error` (feature `postgres`), `rusqlite::Error` (`sqlite`), `tiberius::error::Error` (`mssql`) | classified by the store's own classifier into [`HandlerError::Store`], so a handler's own SQL is judged like the runtime's |
+/// | `tokio_postgres::Error` (feature `postgres`), `rusqlite::Error` (`sqlite`), `tiberius::error::Error` (`mssql`), `sqlx::Error` (`sqlx-postgres`) | classified by the store's own classifier into [`HandlerError::Store`], so a handler's own SQL is judged like the runtime's |
 /// | [`std::io::Error`], [`serde_json::Error`], [`tokio::time::error::Elapsed`], `reqwest::Error` (`entra`), [`BoxError`] | [`HandlerError::Transient`] |
 ///
 /// Any other `E: Error + Send + Sync + 'static` takes one call:

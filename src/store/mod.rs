@@ -4,6 +4,8 @@
 //! - `mssql` (feature `mssql`): SQL Server and Azure SQL through `tiberius` and `bb8`
 //!   (`MssqlStore`).
 //! - `postgres` (feature `postgres`): PostgreSQL through `tokio-postgres` and `bb8` (`PgStore`).
+//! - `sqlx_pg` (feature `sqlx-postgres`): PostgreSQL through sqlx and its pool (`SqlxPgStore`),
+//!   for handlers whose own SQL is sqlx. `pg_codes`: the SQLSTATE table both share.
 //! - `sqlite` (feature `sqlite`): SQLite through `rusqlite`, the embedded default
 //!   (`SqliteStore`).
 //! - `pool`: checking a connection out of a `bb8` pool (PostgreSQL, SQL Server).
@@ -16,8 +18,9 @@
 //! its first error and refuses what follows it (`tx_state`); savepoints are the way past an
 //! expected error.
 
-// A build with no store (a user bringing their own `Store`) keeps `StoreUrl`, `Migration` and the
-// constraint names; the helpers the stores share go unused there.
+// A build with no store (a user bringing their own `Store`), or with only `sqlx-postgres` (which
+// reads no outbox rows), keeps `StoreUrl`, `Migration` and the constraint names; the helpers the
+// other stores share go unused there.
 #![cfg_attr(
     not(any(feature = "postgres", feature = "sqlite", feature = "mssql")),
     allow(dead_code)
@@ -25,12 +28,16 @@
 
 #[cfg(feature = "mssql")]
 pub mod mssql;
+#[cfg(any(feature = "postgres", feature = "sqlx-postgres"))]
+mod pg_codes;
 #[cfg(any(feature = "postgres", feature = "mssql"))]
 mod pool;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg(feature = "sqlx-postgres")]
+pub mod sqlx_pg;
 pub(crate) mod tx_state;
 mod url;
 
@@ -40,6 +47,8 @@ pub use mssql::{MssqlConfig, MssqlStore, MssqlTx};
 pub use postgres::{PgStore, PgTx};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteStore, SqliteTx};
+#[cfg(feature = "sqlx-postgres")]
+pub use sqlx_pg::{SqlxPgStore, SqlxPgTx};
 pub use url::{StoreUrl, StoreUrlError};
 
 use crate::ports::{DuplicateScope, StoreError};
@@ -67,7 +76,12 @@ pub struct Migration {
 
 /// The core migrations of one provider, each `version => "file"` of `sql/<provider>/`, compiled
 /// in: the one way every store lists its schema.
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mssql"))]
+#[cfg(any(
+    feature = "postgres",
+    feature = "sqlx-postgres",
+    feature = "sqlite",
+    feature = "mssql"
+))]
 macro_rules! migrations {
     ($provider:literal: $($version:literal => $file:literal),+ $(,)?) => {
         &[$($crate::store::Migration {
@@ -77,8 +91,14 @@ macro_rules! migrations {
         }),+]
     };
 }
-#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mssql"))]
+#[cfg(any(feature = "sqlite", feature = "mssql"))]
 pub(crate) use migrations;
+
+/// The PostgreSQL core migrations, in order: inbox, business keys, aggregate versions, outbox
+/// (versions: see [`Migration`]). One list for both PostgreSQL stores: a database migrated by
+/// one serves the other.
+#[cfg(any(feature = "postgres", feature = "sqlx-postgres"))]
+pub(crate) const PG_MIGRATIONS: &[Migration] = migrations!("postgres": 1 => "0001_inbox.sql", 3 => "0003_outbox_relay.sql", 5 => "0005_outbox_publishing.sql");
 
 /// Which dedupe constraint a unique violation names, matched exactly (a constraint whose name
 /// merely starts like ours is not ours).

@@ -126,7 +126,7 @@ impl TxState {
     }
 
     /// The deferred releases, oldest first, as SQL names.
-    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "postgres", feature = "sqlx-postgres", feature = "sqlite"))]
     pub(crate) fn take_releases(&mut self) -> impl Iterator<Item = String> + use<> {
         std::mem::take(&mut self.pending_release)
             .into_iter()
@@ -135,7 +135,7 @@ impl TxState {
 
     /// The standard SQL (PostgreSQL, SQLite) that marks `savepoint`, after the deferred
     /// releases.
-    #[cfg(any(feature = "postgres", feature = "sqlite"))]
+    #[cfg(any(feature = "postgres", feature = "sqlx-postgres", feature = "sqlite"))]
     pub(crate) fn savepoint_sql(&mut self, savepoint: &Savepoint) -> String {
         let mut sql = String::new();
         for name in self.take_releases() {
@@ -151,7 +151,7 @@ impl TxState {
 
 /// The standard SQL (PostgreSQL, SQLite) that rolls back to `savepoint` and ends it: `ROLLBACK
 /// TO` keeps the savepoint, and a batch of per-message savepoints must not pile up.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "postgres", feature = "sqlx-postgres", feature = "sqlite"))]
 pub(crate) fn rollback_to_sql(savepoint: &Savepoint) -> String {
     let name = savepoint.name();
     format!("ROLLBACK TO SAVEPOINT {name}; RELEASE SAVEPOINT {name}")

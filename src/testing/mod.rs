@@ -7,9 +7,11 @@
 //! - [`RecordingTx`]: a [`crate::Tx`] double that records inbox rows, business keys, versions
 //!   and outbox rows, with the stores' duplicate, stale and first-error behaviour, and can be
 //!   told to fail ([`TxOp`]).
-//! - `TestDb` (with `postgres`): a fresh, migrated schema per test and `TestDb::run`, which
-//!   runs messages through a handler for real (runtime, transactions, outbox) and reports the
-//!   outcomes, dead letters and outbox rows.
+//! - `TestDb` (with `postgres`): a fresh, migrated schema per test and process and
+//!   `TestDb::run`, which runs messages through a handler for real (runtime, transactions,
+//!   outbox) and reports the outcomes, dead letters and outbox rows; `TestDb::run_sqlx` for a
+//!   handler on the sqlx store (`sqlx-postgres`). `SqliteTestDb` (with `sqlite`): the same on a
+//!   fresh SQLite file.
 //! - [`RecordingTx::record`] and [`recording_tx!`](crate::recording_tx): the service's own
 //!   extension trait's methods, recorded beside the built-in operations, with no hand-written
 //!   wrapper.
@@ -26,15 +28,19 @@
 
 pub mod conformance;
 mod context;
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod database;
 mod delegate;
 mod memory;
 mod recording;
 
 pub use context::{ContextBuilder, ContextError};
+#[cfg(feature = "sqlite")]
+pub use database::SqliteTestDb;
 #[cfg(feature = "postgres")]
-pub use database::{DEFAULT_DATABASE_URL, RunReport, TestDb, TestDbError};
+pub use database::{DEFAULT_DATABASE_URL, TestDb};
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub use database::{RunReport, TestDbError};
 pub use memory::{
     BrokerCounts, DeadLettered, MemoryBroker, MemoryDelivery, MemoryReceiver, RenewFault,
     SentMessage,

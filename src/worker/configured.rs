@@ -21,9 +21,8 @@ use crate::{Handler, StoreError};
 
 /// A check of the service's own schema, run after the core migrations are found applied; an
 /// error keeps the worker not ready (and retrying) with the error as the reason.
-type SchemaCheck<S> = Box<
-    dyn Fn(&S) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>> + Send + Sync,
->;
+type SchemaCheck<S> =
+    Box<dyn Fn(S) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>> + Send + Sync>;
 
 /// Hosts the consumers a [`WorkerConfig`] lists with the service's own handlers: built by
 /// [`Worker::from_config`].
@@ -111,15 +110,19 @@ impl<S: OpenStore + 'static> ConfiguredWorker<S> {
 
     /// Also requires `check` to pass before the worker consumes (the service's own tables are
     /// migrated, say); until it does, the worker stays not ready and retries, naming its error.
+    /// `check` gets a clone of the store (a handle on its pool):
+    /// `.schema_check(|store| async move { my_tables(&store).await })`.
+    ///
+    /// Not an `AsyncFn(&S)`: the worker's future must be `Send` (it is spawned), and stable Rust
+    /// cannot require an `AsyncFn`'s future to be `Send`; a closure that returns a `Send` future
+    /// of its own is the closest, with no `Box::pin` or lifetime at the call site.
     #[must_use]
-    pub fn schema_check<F>(mut self, check: F) -> Self
+    pub fn schema_check<F, Fut>(mut self, check: F) -> Self
     where
-        F: for<'a> Fn(&'a S) -> Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 'a>>
-            + Send
-            + Sync
-            + 'static,
+        F: Fn(S) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), StoreError>> + Send + 'static,
     {
-        self.schema_check = Some(Box::new(check));
+        self.schema_check = Some(Box::new(move |store| Box::pin(check(store))));
         self
     }
 
@@ -268,7 +271,7 @@ async fn open_store<S: OpenStore>(
         let store = S::open(&config.store, pool).await?;
         open::check_schema(&store).await?;
         if let Some(check) = schema_check {
-            check(&store).await?;
+            check(store.clone()).await?;
         }
         Ok(store)
     };

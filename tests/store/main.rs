@@ -16,3 +16,4 @@ mod postgres_errors;
 mod postgres_tls;
 mod round_trips;
 mod sqlite_errors;
+mod sqlx_postgres;

@@ -116,13 +116,15 @@ pub fn default_tls_config() -> Result<Arc<rustls::ClientConfig>> {
     let roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
-    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| Error::Tls(e.to_string()))?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange). ring is kept on
+    // purpose: the project's one provider, lighter to build than aws-lc-rs.
+    #[allow(deprecated)]
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Tls(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
     Ok(Arc::new(cfg))
 }
 

@@ -498,10 +498,11 @@ async fn main() -> ExitCode {
     // Exactly one rustls crypto provider in this binary: ring (SQL Server TLS, Entra ID token
     // requests and the AMQP connection all use the process default). An Err means one is
     // installed already, which can only be this same provider.
-    if rustls::crypto::ring::default_provider()
-        .install_default()
-        .is_err()
-    {
+    // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange); ring is kept
+    // on purpose: the project's one provider, lighter to build than aws-lc-rs.
+    #[allow(deprecated)]
+    let ring = rustls::crypto::ring::default_provider();
+    if ring.install_default().is_err() {
         tracing::debug!("A rustls crypto provider was installed already.");
     }
     let cli = Cli::parse();

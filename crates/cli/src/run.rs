@@ -4,8 +4,6 @@
 //! (health, store opening with backoff, schema check, relay, retention, drain) is the
 //! library's, as for any service's own handlers.
 
-use std::pin::Pin;
-
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -118,10 +116,8 @@ async fn host<S: OpenStore + InventoryStore + 'static>(
         .map_err(|e| RuntimeError::Config(format!("the reference consumer's routes: {e}")))?;
     // An in-memory database starts empty: its tables are created, not waited for.
     let memory = matches!(config.store, StoreUrl::SqliteMemory);
-    let mut worker: ConfiguredWorker<S> = Worker::from_config(config).schema_check(move |store| {
-        Box::pin(inventory_tables(store, memory))
-            as Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>>
-    });
+    let mut worker: ConfiguredWorker<S> = Worker::from_config(config)
+        .schema_check(move |store: S| async move { inventory_tables(&store, memory).await });
     if let Some(listener) = health {
         worker = worker.health(listener);
     }

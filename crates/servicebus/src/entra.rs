@@ -40,6 +40,9 @@ pub enum EntraMode {
 /// Mozilla's plus the operating system's, as reqwest's platform verifier would trust; the
 /// identity endpoints (`login.microsoftonline.com`, IMDS over plain HTTP) need nothing else.
 fn client_options() -> azure_core::Result<ClientOptions> {
+    // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange). ring is kept on
+    // purpose: the project's one provider, lighter to build than aws-lc-rs.
+    #[allow(deprecated)]
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),

@@ -89,12 +89,14 @@ impl TrustRoots {
             }
             roots.add_parsable_certificates(native.certs);
         }
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange). ring is kept on
+        // purpose: the project's one provider, lighter to build than aws-lc-rs.
+        #[allow(deprecated)]
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
         Ok(Arc::new(config))
     }
 }

@@ -5,7 +5,6 @@
 use tokio_postgres::error::SqlState;
 
 use crate::ports::{ErrorKind, StoreError};
-use crate::store::duplicate_scope;
 
 /// Classifies a `tokio-postgres` error.
 pub fn classify(error: tokio_postgres::Error) -> StoreError {
@@ -33,56 +32,10 @@ pub fn classify(error: tokio_postgres::Error) -> StoreError {
     StoreError::new(kind, Some(code.code().to_owned()), constraint, message).with_source(error)
 }
 
-/// The kind of a SQLSTATE (with the constraint for unique violations).
+/// The kind of a SQLSTATE (with the constraint for unique violations): the table both
+/// PostgreSQL stores share (`store::pg_codes`).
 pub(crate) fn kind_of(code: &SqlState, constraint: Option<&str>) -> ErrorKind {
-    let text = code.code();
-    match *code {
-        SqlState::UNIQUE_VIOLATION => constraint
-            .and_then(duplicate_scope)
-            .map_or(ErrorKind::UniqueViolation, ErrorKind::Duplicate),
-        SqlState::FOREIGN_KEY_VIOLATION => ErrorKind::ForeignKeyViolation,
-        SqlState::CHECK_VIOLATION | SqlState::EXCLUSION_VIOLATION => ErrorKind::CheckViolation,
-        SqlState::NOT_NULL_VIOLATION => ErrorKind::NotNullViolation,
-        SqlState::STRING_DATA_RIGHT_TRUNCATION => ErrorKind::Truncation,
-        SqlState::T_R_SERIALIZATION_FAILURE | SqlState::T_R_DEADLOCK_DETECTED => {
-            ErrorKind::Contention
-        }
-        // `lock_timeout` (a migration's `ACCESS EXCLUSIVE` lock) and `statement_timeout`
-        // (an overloaded server): one is contention, a run of them an outage (the kill switch
-        // tells them apart).
-        SqlState::LOCK_NOT_AVAILABLE | SqlState::QUERY_CANCELED => ErrorKind::TimedOut,
-        // The deployment, not the message: code rolled out before `migrate`, a missing grant.
-        SqlState::INSUFFICIENT_PRIVILEGE
-        | SqlState::UNDEFINED_TABLE
-        | SqlState::UNDEFINED_COLUMN
-        | SqlState::UNDEFINED_FUNCTION
-        | SqlState::UNDEFINED_OBJECT
-        | SqlState::INVALID_SCHEMA_NAME
-        // Code rolled out before the migration it needs: an `ON CONFLICT` whose unique index
-        // is not there yet (42P10), a column whose type the migration changes (42804). Every
-        // message meets them alike until `migrate` runs, so they are the deployment's (the
-        // kill switch pauses), not each message's (dead-lettered one by one).
-        | SqlState::INVALID_COLUMN_REFERENCE
-        | SqlState::DATATYPE_MISMATCH => ErrorKind::Deployment,
-        SqlState::ADMIN_SHUTDOWN
-        | SqlState::CRASH_SHUTDOWN
-        | SqlState::CANNOT_CONNECT_NOW
-        | SqlState::TOO_MANY_CONNECTIONS
-        | SqlState::READ_ONLY_SQL_TRANSACTION => ErrorKind::Unavailable,
-        // Class 22: data exceptions (bad text representation, numeric out of range, …).
-        _ if text.starts_with("22") => ErrorKind::Conversion,
-        // Class 08: connection exceptions; 40: rollbacks.
-        _ if text.starts_with("08") => ErrorKind::Connection,
-        _ if text.starts_with("40") => ErrorKind::Contention,
-        // Class 53, insufficient resources (53100 disk full, 53200 out of memory, 53400
-        // configuration limit exceeded), and class 58, system errors outside PostgreSQL
-        // (58030 I/O error): the server's, and every message meets them alike.
-        _ if text.starts_with("53") || text.starts_with("58") => ErrorKind::Unavailable,
-        // Class 42 otherwise: syntax and other statement errors; 23: other integrity violations.
-        _ if text.starts_with("42") => ErrorKind::Schema,
-        _ if text.starts_with("23") => ErrorKind::CheckViolation,
-        _ => ErrorKind::Unknown,
-    }
+    crate::store::pg_codes::kind_of_code(code.code(), constraint)
 }
 
 /// A handler's own SQL on [`crate::PgTx`] is classified like the runtime's: a deadlock is

@@ -7,7 +7,7 @@ use crate::store::Migration;
 
 /// The PostgreSQL core migrations, in order: inbox, business keys, aggregate versions, outbox
 /// (versions: see [`Migration`]).
-pub const MIGRATIONS: &[Migration] = crate::store::migrations!("postgres": 1 => "0001_inbox.sql", 3 => "0003_outbox_relay.sql", 5 => "0005_outbox_publishing.sql");
+pub const MIGRATIONS: &[Migration] = crate::store::PG_MIGRATIONS;
 
 /// Serialises concurrent `migrate` calls across processes.
 const MIGRATION_LOCK: i64 = 0x5b1_0b0c;

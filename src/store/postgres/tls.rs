@@ -124,6 +124,9 @@ impl PgTls {
                     .map_err(|error| invalid(format!("sslrootcert {}: {error}", path.display())))?;
             }
         }
+        // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange). ring is kept on
+        // purpose: the project's one provider, lighter to build than aws-lc-rs.
+        #[allow(deprecated)]
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()

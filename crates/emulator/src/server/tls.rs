@@ -61,14 +61,16 @@ pub(crate) fn server_config(
         }
         TlsIdentity::Files { cert, key } => (read_chain(cert)?, read_key(key)?, None),
     };
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| Error::Server(format!("TLS: {e}")))?
-    .with_no_client_auth()
-    .with_single_cert(chain, key)
-    .map_err(|e| Error::Server(format!("TLS certificate refused: {e}")))?;
+    // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange). ring is kept on
+    // purpose: the project's one provider, lighter to build than aws-lc-rs.
+    #[allow(deprecated)]
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Server(format!("TLS: {e}")))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| Error::Server(format!("TLS certificate refused: {e}")))?;
     Ok((Arc::new(config), ca))
 }
 
