@@ -8,10 +8,11 @@ use fe2o3_amqp_types::definitions::Fields;
 use tracing::Instrument;
 
 use crate::core::open::{local_open, read_open, start};
+use crate::core::sasl;
 use crate::core::{BoxIo, Connection, FramedIo, unique_name};
 use crate::error::{Error, Result};
 use crate::frame::{AMQP_HEADER, SASL_HEADER};
-use crate::sasl::{self, SaslClient};
+use crate::sasl::SaslClient;
 use crate::transport::{self, Address};
 
 /// Options for a client connection.

@@ -7,13 +7,14 @@
 //!   field layouts come from `fe2o3-amqp-types`.
 //! - `decode`: the bounds check every untrusted byte passes before `serde_amqp` reads it
 //!   ([`validate_encoding`]; lengths, counts, nesting, an element budget).
-//! - `sasl`: SASL frames plus client (ANONYMOUS, PLAIN) and server (configurable list, e.g.
-//!   MSSBCBS, PLAIN, ANONYMOUS) exchanges.
+//! - `sasl`: SASL frames and the settings of the client (ANONYMOUS, PLAIN) and server
+//!   (configurable list, e.g. MSSBCBS, PLAIN, ANONYMOUS) exchanges, which run in `core`.
 //! - `transport`: URLs, TCP, TLS (rustls with the `ring` provider); `websocket`: AMQP over
 //!   WebSockets (`ws://`, `wss://`, subprotocol `AMQPWSB10`, [`Listener::bind_websocket`]).
-//! - `core`: the role-neutral connection core: frame I/O ([`FramedIo`]), the driver (one task
-//!   per connection running every session and link state machine: windows, credit, drain,
-//!   multi-frame transfers, heartbeats, settlement) and the handles both roles use:
+//! - `core`: the role-neutral connection core: frame I/O ([`FramedIo`]), the SASL exchanges,
+//!   the driver (one task per connection running every session and link state machine:
+//!   windows, credit, drain, multi-frame transfers, heartbeats, settlement) and the handles
+//!   both roles use:
 //!   [`Connection`], [`Session`], [`Sender`], [`Receiver`].
 //! - `client`: the client role on the core: [`Connection::open`] and [`ConnectionOptions`].
 //! - `server`: the server role on the core: [`Listener`] → [`IncomingConnection`] →

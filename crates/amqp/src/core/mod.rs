@@ -5,6 +5,7 @@
 //! # Layout
 //! - `framed_io`: the socket and its buffers ([`FramedIo`]), split into reader and writer.
 //! - `open`: the `open` exchange both roles share, and starting the driver.
+//! - `sasl`: the SASL exchanges (client and server) run before `open`.
 //! - `driver`: one task per connection running every session and link state machine
 //!   (windows, credit, drain, multi-frame transfers, heartbeats, settlement).
 //! - `command`: what handles send the driver ([`command::Command`]) and what the driver sends
@@ -23,6 +24,7 @@ mod framed_io;
 pub(crate) mod link;
 mod naming;
 pub(crate) mod open;
+pub(crate) mod sasl;
 mod session;
 
 pub use connection::Connection;

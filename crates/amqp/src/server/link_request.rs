@@ -6,7 +6,7 @@ use fe2o3_amqp_types::messaging::{Source, TargetArchetype};
 use serde_amqp::primitives::{Array, Symbol};
 
 use crate::builder::setters;
-use crate::core::link::{PeerAttach, address_of_source, address_of_target};
+use crate::core::link::{LinkParts, PeerAttach, address_of_source, address_of_target};
 use crate::core::{Receiver, Sender};
 use crate::error::{AmqpError, Error, Result};
 use crate::performative::Attach;
@@ -174,16 +174,7 @@ impl LinkRequest {
         if self.is_peer_sender() {
             return Err(Error::IllegalState("the client sends on this link"));
         }
-        let attach = self.answer_attach(&answer);
-        let parts = self
-            .peer
-            .accept(
-                attach,
-                answer.auto_credit,
-                answer.auto_drain,
-                answer.max_incoming,
-            )
-            .await?;
+        let parts = self.accept(answer).await?;
         Ok(Sender::from_parts(parts))
     }
 
@@ -196,17 +187,21 @@ impl LinkRequest {
         if !self.is_peer_sender() {
             return Err(Error::IllegalState("the client receives on this link"));
         }
+        let parts = self.accept(answer).await?;
+        Ok(Receiver::from_parts(parts))
+    }
+
+    /// Answers the peer's attach with ours (see [`LinkAnswer`]) and builds the handle's parts.
+    async fn accept(self, answer: LinkAnswer) -> Result<LinkParts> {
         let attach = self.answer_attach(&answer);
-        let parts = self
-            .peer
+        self.peer
             .accept(
                 attach,
                 answer.auto_credit,
                 answer.auto_drain,
                 answer.max_incoming,
             )
-            .await?;
-        Ok(Receiver::from_parts(parts))
+            .await
     }
 
     /// Refuses the link: completes the attach, then detaches with `error`

@@ -12,11 +12,12 @@ use tracing::Instrument;
 
 use super::connection::ServerConnection;
 use crate::core::open::{local_open, read_open, start};
+use crate::core::sasl;
 use crate::core::{BoxIo, FramedIo, unique_name};
 use crate::error::{AmqpError, Error, Result, condition};
 use crate::frame::{AMQP_HEADER, Frame, SASL_HEADER};
 use crate::performative::{Close, Open};
-use crate::sasl::{self, SaslIdentity, SaslServer};
+use crate::sasl::{SaslIdentity, SaslServer};
 
 /// Options for the server role.
 #[derive(Debug, Clone)]

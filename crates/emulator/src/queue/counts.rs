@@ -1,6 +1,6 @@
 //! Message counts of a queue or subscription: [`EntityCounts`], by state and in total.
 
-use super::QueueState;
+use super::store::Store;
 
 /// Message counts and totals of a queue or subscription (or a topic's totals).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -29,11 +29,11 @@ pub struct EntityCounts {
     pub forwarded: u64,
 }
 
-impl QueueState {
-    /// Current counts.
-    pub(crate) fn counts(&self) -> EntityCounts {
-        let mut c = self.counts;
-        for s in self.main.messages.values() {
+impl EntityCounts {
+    /// The running `totals` with the current state of `main`'s messages and the size of `dlq`.
+    pub(super) fn of(totals: EntityCounts, main: &Store, dlq: &Store) -> EntityCounts {
+        let mut c = totals;
+        for s in main.messages.values() {
             if s.lock.is_some() {
                 c.locked += 1;
             } else if s.scheduled_at.is_some() {
@@ -44,17 +44,18 @@ impl QueueState {
                 c.active += 1;
             }
         }
-        c.dead_lettered = self.dlq.messages.len();
+        c.dead_lettered = dlq.messages.len();
         c
     }
 
-    /// Counts of the dead-letter subqueue alone (as if it were an entity).
-    pub(crate) fn dlq_counts(&self) -> EntityCounts {
+    /// The dead-letter subqueue `dlq` alone (as if it were an entity), `dead_lettered_total`
+    /// messages having been moved to it.
+    pub(super) fn of_dlq(dead_lettered_total: u64, dlq: &Store) -> EntityCounts {
         let mut c = EntityCounts {
-            sent: self.counts.dead_lettered_total,
+            sent: dead_lettered_total,
             ..EntityCounts::default()
         };
-        for s in self.dlq.messages.values() {
+        for s in dlq.messages.values() {
             if s.lock.is_some() {
                 c.locked += 1;
             } else if s.deferred {

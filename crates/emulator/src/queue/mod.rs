@@ -7,23 +7,23 @@
 //!   expiry, scheduled messages, TTL) and dead-lettering.
 //! - `store`: one subqueue's messages and the indexes over them (ready, locks, due times).
 //! - `delivery`: take, settle, renew, peek and receive deferred messages.
+//! - `session`: one session's record (lock holder, locked-until, state).
 //! - `sessions`: session locks ([`SessionLock`]), session messages and state.
 //! - `settlement`: [`Settlement`], how a client settles a locked message.
 //! - `counts`: [`EntityCounts`].
 //! - `duplicates`: [`DupWindow`], duplicate detection history (queues and topics).
 //! - `faults`: [`Faults`], injected faults.
 //!
-//! `state` and `counts`, `state` and `sessions` import each other, and stay so: [`QueueState`]
-//! is one type whose methods are split by concern (`delivery`, `purge`, `counts`, `sessions`
-//! each add an `impl QueueState`), and its fields hold the counters and sessions those files
-//! define. Moving each concern's type into `state` would put every concern back in one file;
-//! a trait per concern would hide the same dependency behind indirection.
+//! [`QueueState`] is one type whose methods are split by concern (`delivery`, `purge`,
+//! `sessions` add an `impl QueueState`); the types its fields hold live where no such method
+//! does (`counts`, `session`, `store`), so `state` imports no file that imports it back.
 
 mod counts;
 mod delivery;
 mod duplicates;
 mod faults;
 mod purge;
+mod session;
 mod sessions;
 mod settlement;
 mod state;

@@ -9,19 +9,6 @@ use super::QueueState;
 use crate::error::{Error, Result};
 use crate::message::{ReceiveMode, ReceivedMessage};
 
-/// A message session of a session-enabled queue or subscription.
-#[derive(Debug, Default)]
-pub(super) struct Session {
-    locked_until: Option<SystemTime>,
-    /// Which acceptance holds the lock: raised by every accept, so a link that lost the
-    /// session (its lock expired and another receiver took it) can neither take messages nor
-    /// release the newer holder's lock.
-    holder: u64,
-    state: Option<Bytes>,
-    /// When the state was last set (`get-message-sessions` with `last-updated-time`).
-    state_updated: Option<SystemTime>,
-}
-
 /// A session accepted by a receiver.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionLock {

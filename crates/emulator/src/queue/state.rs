@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
-use super::sessions::Session;
+use super::session::Session;
 use super::store::{Store, Stored};
 use super::{DupWindow, EntityCounts, Faults};
 use crate::config::EntityProperties;
@@ -47,6 +47,16 @@ impl QueueState {
             dirty: false,
             sessions: HashMap::new(),
         }
+    }
+
+    /// Current counts.
+    pub(crate) fn counts(&self) -> EntityCounts {
+        EntityCounts::of(self.counts, &self.main, &self.dlq)
+    }
+
+    /// Counts of the dead-letter subqueue alone (as if it were an entity).
+    pub(crate) fn dlq_counts(&self) -> EntityCounts {
+        EntityCounts::of_dlq(self.counts.dead_lettered_total, &self.dlq)
     }
 
     pub(super) fn store(&mut self, dlq: bool) -> &mut Store {

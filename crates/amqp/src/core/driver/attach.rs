@@ -295,13 +295,7 @@ impl Driver {
         reply: Option<Reply<()>>,
     ) {
         let (channel, handle) = (link.channel, link.handle);
-        let Some(l) = self
-            .sessions
-            .get_mut(&channel)
-            .filter(|s| s.key == link.session)
-            .and_then(|s| s.links.get_mut(&handle))
-            .filter(|l| l.key == link.key)
-        else {
+        let Some(l) = self.link_at(link) else {
             if let Some(r) = reply {
                 let _ = r.send(Ok(())); // already gone
             }

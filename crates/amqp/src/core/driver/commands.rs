@@ -2,6 +2,7 @@
 //! identity check every handle's command passes first.
 
 use super::Driver;
+use super::link_state::Link;
 use super::session_state::Session;
 use crate::core::command::{Command, LinkRef, SessionRef};
 use crate::error::Error;
@@ -70,6 +71,15 @@ impl Driver {
         self.sessions
             .get_mut(&at.channel)
             .filter(|s| s.key == at.key)
+    }
+
+    /// The link `at` names, while its session has its channel and the link its handle: a
+    /// handle number is reused as soon as its link is gone, like a channel.
+    pub(super) fn link_at(&mut self, at: LinkRef) -> Option<&mut Link> {
+        self.session_at(at.session())?
+            .links
+            .get_mut(&at.handle)
+            .filter(|l| l.key == at.key)
     }
 
     /// Whether the link `at` names is still in the driver's state; if not, why: its session

@@ -108,13 +108,7 @@ impl Driver {
         reply: Reply<SendReport>,
     ) {
         let (channel, handle) = (link.channel, link.handle);
-        let Some(l) = self
-            .sessions
-            .get_mut(&channel)
-            .filter(|s| s.key == link.session)
-            .and_then(|s| s.links.get_mut(&handle))
-            .filter(|l| l.key == link.key)
-        else {
+        let Some(l) = self.link_at(link) else {
             // Not `SessionEnded`: the client would take it for its current session's end.
             let _ = reply.send(Err(Error::LinkDetached(None))); // caller may be gone
             return;

@@ -1,14 +1,10 @@
 //! SASL layer: frames, the client exchange (ANONYMOUS, PLAIN) and the server exchange
 //! (a configurable mechanism list, e.g. MSSBCBS, PLAIN, ANONYMOUS).
 //!
-//! # Layout
-//! - this file: [`SaslFrame`] (what the frame layer carries) and the exchanges' settings
-//!   ([`SaslClient`], [`SaslServer`], [`SaslIdentity`]).
-//! - `exchange`: the client and server exchanges over [`crate::FramedIo`]. They sit above the
-//!   frame layer and this file sits below it, so frames and SASL import each other nowhere
-//!   (issue 46).
-
-mod exchange;
+//! This file holds [`SaslFrame`] (what the frame layer carries) and the exchanges' settings
+//! ([`SaslClient`], [`SaslServer`], [`SaslIdentity`]); the exchanges themselves run on the
+//! connection core (`core::sasl`, beside the `open` exchange). The frames sit below the frame
+//! layer and the exchanges above it, so neither imports the other (issue 46).
 
 use std::sync::Arc;
 
@@ -17,8 +13,6 @@ use fe2o3_amqp_types::sasl::{SaslChallenge, SaslInit, SaslMechanisms, SaslOutcom
 
 use crate::error::{Error, Result};
 use crate::performative::{decode_as, descriptor_code, encode_into};
-
-pub(crate) use exchange::{client, fail, server};
 
 /// A SASL frame body.
 #[derive(Debug, Clone)]

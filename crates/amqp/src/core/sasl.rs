@@ -1,13 +1,15 @@
-//! The SASL exchanges, after both SASL headers were exchanged: the client's (ANONYMOUS,
-//! PLAIN) and the server's (the configured mechanism list, an optional credential check).
+//! The SASL exchanges both roles run on [`FramedIo`] after both SASL headers were exchanged,
+//! as `open` is the exchange both run after it: the client's (ANONYMOUS, PLAIN) and the
+//! server's (the configured mechanism list, an optional credential check). The SASL frames and
+//! settings sit below the frame layer (`crate::sasl`); the exchanges sit here, above it.
 
 use fe2o3_amqp_types::sasl::{SaslCode, SaslInit, SaslMechanisms, SaslOutcome, SaslResponse};
 use serde_amqp::primitives::{Array, Binary, Symbol};
 
-use super::{SaslClient, SaslFrame, SaslIdentity, SaslServer};
-use crate::core::FramedIo;
+use super::framed_io::FramedIo;
 use crate::error::{Error, Result};
 use crate::frame::{Frame, FrameBody};
+use crate::sasl::{SaslClient, SaslFrame, SaslIdentity, SaslServer};
 
 async fn next_sasl(io: &mut FramedIo) -> Result<SaslFrame> {
     match io.read_frame().await? {
