@@ -8,6 +8,7 @@
 pub mod handler;
 pub mod net;
 pub mod plan;
+pub mod process;
 pub mod run;
 pub mod store;
 

@@ -6,7 +6,11 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng as _, SeedableRng as _};
 
-/// Which kinds of faults a run draws from (`SIM_FAULTS=net,broker,...`; all by default).
+/// Which kinds of faults a run draws from (`SIM_FAULTS=net,broker,...`; `all` by default).
+///
+/// `all` is the five kinds of the first runs; process crashes are opt-in (`all,process`):
+/// a crash changes everything after it, and every seed kept as a regression case (and every
+/// figure in the README) was found without them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mix {
     /// Connection cuts, partitions, delay changes.
@@ -19,19 +23,24 @@ pub struct Mix {
     pub handler: bool,
     /// Host clock steps (the client's lock arithmetic).
     pub clock: bool,
+    /// Process crashes (the consumer's tasks dropped mid-await, its connections cut), each
+    /// followed by a restart from the durable state.
+    pub process: bool,
 }
 
 impl Mix {
-    /// Every kind.
+    /// The five kinds of the first runs (`all`): every kind but process crashes.
     pub const ALL: Mix = Mix {
         net: true,
         broker: true,
         store: true,
         handler: true,
         clock: true,
+        process: false,
     };
 
-    /// Parses `net,broker,store,handler,clock` (any subset; `all`).
+    /// Parses `net,broker,store,handler,clock,process` (any subset; `all` is every kind but
+    /// `process`).
     ///
     /// # Errors
     /// The unknown name.
@@ -42,15 +51,22 @@ impl Mix {
             store: false,
             handler: false,
             clock: false,
+            process: false,
         };
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             match part {
-                "all" => mix = Mix::ALL,
+                "all" => {
+                    mix = Mix {
+                        process: mix.process,
+                        ..Mix::ALL
+                    }
+                }
                 "net" => mix.net = true,
                 "broker" => mix.broker = true,
                 "store" => mix.store = true,
                 "handler" => mix.handler = true,
                 "clock" => mix.clock = true,
+                "process" => mix.process = true,
                 other => return Err(format!("unknown fault kind {other:?}")),
             }
         }
@@ -168,6 +184,9 @@ pub struct Plan {
     pub swallowing: Vec<usize>,
     /// Indices sent with a typed (non-string) AMQP message id, by a producer beside ours.
     pub typed: std::collections::BTreeMap<usize, IdKind>,
+    /// When the consumer's process crashes, and how long it stays down before its restart
+    /// (process faults only; from a stream of their own, so the other draws stay as they were).
+    pub crashes: Vec<(Duration, Duration)>,
     /// Every id under which a typed message may show (its inbox key, the broker's text of its
     /// id) to its name `m-{index}`.
     aliases: std::collections::BTreeMap<String, usize>,
@@ -236,12 +255,18 @@ impl Plan {
         } else {
             Vec::new()
         };
+        let crashes = if mix.process {
+            crashes(seed, faults_until)
+        } else {
+            Vec::new()
+        };
         let mut aliases = std::collections::BTreeMap::new();
         for (&i, &kind) in &typed {
             aliases.insert(typed_key(i, kind), i);
             aliases.insert(typed_text(i, kind), i);
         }
         Plan {
+            crashes,
             swallowing,
             typed,
             aliases,
@@ -339,6 +364,22 @@ pub fn typed_text(i: usize, kind: IdKind) -> String {
         IdKind::Uuid => uuid_text(i),
         IdKind::Binary => hex(name(i).as_bytes()),
     }
+}
+
+/// One to four crashes before `until`, each down for up to 10 s (a container's restart).
+fn crashes(seed: u64, until: Duration) -> Vec<(Duration, Duration)> {
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0xc0_ffee_dead);
+    let until_ms = u64::try_from(until.as_millis()).unwrap_or(u64::MAX).max(1);
+    let mut crashes: Vec<(Duration, Duration)> = (0..rng.random_range(1..=4))
+        .map(|_| {
+            (
+                Duration::from_millis(rng.random_range(0..until_ms)),
+                Duration::from_millis(rng.random_range(0..=10_000)),
+            )
+        })
+        .collect();
+    crashes.sort_by_key(|(at, _)| *at);
+    crashes
 }
 
 fn schedule(rng: &mut SmallRng, mix: Mix, until: Duration) -> Vec<(Duration, Fault)> {

@@ -14,6 +14,7 @@ use sb_inbox::servicebus::{
 };
 use sb_inbox::{ConsumerName, Message, Runtime, RuntimeConfig, SqliteStore};
 use sb_servicebus::{Connector, WallClock};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -21,6 +22,7 @@ use crate::Trace;
 use crate::handler::{self, SimHandler};
 use crate::net::Net;
 use crate::plan::{self, Fault, Mix, Plan};
+use crate::process::Life;
 use crate::store::FaultyStore;
 
 /// After the faults stop, the backlog must drain within this much virtual time, plus the time
@@ -270,6 +272,7 @@ async fn world(plan: Arc<Plan>) -> Result<World, Box<dyn std::error::Error>> {
             inner: store,
             faults: Arc::default(),
             trace,
+            life: Life::new(),
         },
         clock_step_ms: Arc::default(),
         start: Instant::now(),
@@ -279,9 +282,14 @@ async fn world(plan: Arc<Plan>) -> Result<World, Box<dyn std::error::Error>> {
 }
 
 impl World {
-    /// A client whose connections run over the simulated network to the emulator, reading
-    /// the (steppable) simulated host clock.
-    fn client(&self, salt: u64) -> Result<ServiceBusClient, Box<dyn std::error::Error>> {
+    /// A client of a process living `life` whose connections run over the simulated network to
+    /// the emulator, reading the (steppable) simulated host clock. Once the process died it
+    /// connects no more (its attempts wait forever).
+    fn client(
+        &self,
+        salt: u64,
+        life: Life,
+    ) -> Result<ServiceBusClient, Box<dyn std::error::Error>> {
         let cs: ConnectionString = format!(
             "Endpoint=sb://sim.servicebus.local;SharedAccessKeyName={};SharedAccessKey={};UseDevelopmentEmulator=true",
             sb_emulator::KEY_NAME,
@@ -290,10 +298,18 @@ impl World {
         .parse()?;
         let (net, emulator, trace) = (self.net.clone(), self.emulator.clone(), self.trace.clone());
         let connector = Connector::new(move |host: &str| {
-            let (client_end, server_end) = net.connect();
-            trace.push(format!("client {salt} connects"));
-            emulator.serve_stream(server_end, host);
-            async move { Ok(client_end) }
+            let client_end = (!life.is_dead()).then(|| {
+                let (client_end, server_end) = net.connect(salt);
+                trace.push(format!("client {salt} connects"));
+                emulator.serve_stream(server_end, host);
+                client_end
+            });
+            async move {
+                match client_end {
+                    Some(end) => Ok(end),
+                    None => std::future::pending().await,
+                }
+            }
         });
         let (start, step, anchor) = (self.start, self.clock_step_ms.clone(), self.anchor);
         let wall = WallClock::new(move || {
@@ -428,9 +444,6 @@ async fn inject(world: Arc<World>) {
 /// The fault kinds `SIM_SKIP` names (`net,broker,store,clock`) are scheduled as usual but
 /// not applied: the same seed with one kind left out, to tell which kind a failure needs.
 fn skipped(fault: &Fault) -> bool {
-    let Ok(skip) = std::env::var("SIM_SKIP") else {
-        return false;
-    };
     let kind = match fault {
         Fault::CutAll | Fault::CutOne | Fault::Partition(_) | Fault::Delay(..) => "net",
         Fault::DetachEntity(_)
@@ -444,7 +457,13 @@ fn skipped(fault: &Fault) -> bool {
         | Fault::AmbiguousCommit => "store",
         Fault::ClockStep(_) => "clock",
     };
-    skip.split(',').any(|k| k.trim() == kind)
+    skip_kind(kind)
+}
+
+/// Whether `SIM_SKIP` names the fault kind `kind` (`net`, `broker`, `store`, `clock`,
+/// `process`).
+fn skip_kind(kind: &str) -> bool {
+    std::env::var("SIM_SKIP").is_ok_and(|skip| skip.split(',').any(|k| k.trim() == kind))
 }
 
 async fn apply(world: &World, fault: &Fault) -> String {
@@ -511,36 +530,148 @@ async fn apply(world: &World, fault: &Fault) -> String {
     }
 }
 
+/// One incarnation of the consumer's process: its runtime and relay on a client of its own.
+struct Process {
+    number: u64,
+    life: Life,
+    /// Its client's salt (the owner of its connections).
+    salt: u64,
+    shutdown: CancellationToken,
+    running: JoinHandle<()>,
+    relaying: JoinHandle<()>,
+}
+
+impl Process {
+    /// Starts process `number` on the run's durable state (the broker, the database): a new
+    /// client, runtime and relay, with clocks reading the run's time.
+    fn start(world: &Arc<World>, handler: &SimHandler, number: u64) -> Result<Process, String> {
+        let life = Life::new();
+        // The first process's client keeps the salt (and jitter seed) of the runs before crashes.
+        let salt = if number == 0 { 1 } else { 100 + number };
+        let client = world
+            .client(salt, life.clone())
+            .map_err(|e| format!("client: {e}"))?;
+        let store = world.store.for_process(life.clone());
+        let clock = sb_inbox::Clock::starting_at(world.anchor + world.start.elapsed());
+        let runtime = runtime(
+            world,
+            &client,
+            store.clone(),
+            handler.for_process(life.clone()),
+            clock,
+        )
+        .map_err(|e| format!("runtime: {e}"))?;
+        let shutdown = CancellationToken::new();
+        let running = tokio::spawn({
+            let shutdown = shutdown.clone();
+            async move {
+                // Its failure shows in the model's checks (a wedge, lost messages).
+                let _ = runtime.run(shutdown).await;
+            }
+        });
+        let relay = Relay::with_clock(
+            store,
+            ServiceBusSenderPort::new(client),
+            RelayConfig::default().with_poll_interval(Duration::from_millis(500)),
+            clock,
+        );
+        let relaying = tokio::spawn({
+            let shutdown = shutdown.clone();
+            async move { relay.run(shutdown).await }
+        });
+        Ok(Process {
+            number,
+            life,
+            salt,
+            shutdown,
+            running,
+            relaying,
+        })
+    }
+
+    /// Kills the process as a SIGKILL would: no drain, no settlement. Its store handle and
+    /// connections die first, so that nothing its tasks do from now on reaches the world
+    /// (`crate::process`); then its runtime's and relay's tasks are dropped mid-await.
+    fn kill(self, world: &World) -> String {
+        let rolled_back = self.life.kill();
+        let cut = world.net.cut_owner(self.salt);
+        self.running.abort();
+        self.relaying.abort();
+        format!(
+            "process {} crashed: {rolled_back} open transactions rolled back, {cut} connections cut",
+            self.number
+        )
+    }
+
+    /// Stops the process as a shutdown does (drain, then the relay's last batch); false when
+    /// it did not stop within 120 s.
+    async fn stop(self) -> bool {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(120), async {
+            let _ = self.running.await;
+            let _ = self.relaying.await;
+        })
+        .await
+        .is_ok()
+    }
+}
+
+/// The process now running, if any (none between a crash and its restart).
+type Current = Arc<std::sync::Mutex<Option<Process>>>;
+
+fn current(current: &Current) -> std::sync::MutexGuard<'_, Option<Process>> {
+    current
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Crashes the consumer's process at the plan's instants, and restarts it after its downtime.
+async fn crash_and_restart(world: Arc<World>, handler: SimHandler, running: Current) {
+    for (n, (at, down)) in world.plan.crashes.iter().enumerate() {
+        tokio::time::sleep_until(world.start + *at).await;
+        if skip_kind("process") {
+            world.trace.push("crash skipped (SIM_SKIP)");
+            continue;
+        }
+        let killed = current(&running).take();
+        if let Some(process) = killed {
+            world.trace.push(process.kill(&world));
+        }
+        tokio::time::sleep(*down).await;
+        let number = u64::try_from(n).unwrap_or(u64::MAX).saturating_add(1);
+        match Process::start(&world, &handler, number) {
+            Ok(process) => {
+                world.trace.push(format!("process {number} started"));
+                *current(&running) = Some(process);
+            }
+            Err(e) => world
+                .trace
+                .push(format!("process {number} did not start: {e}")),
+        }
+    }
+}
+
 async fn drive(world: World, progress: Arc<Progress>) -> Report {
     let world = Arc::new(world);
     let plan = world.plan.clone();
     let handler = SimHandler::new(plan.clone(), world.trace.clone());
     let seen = handler.seen.clone();
-    let (client, producer) = match (world.client(1), world.client(2)) {
-        (Ok(c), Ok(p)) => (c, p),
-        (Err(e), _) | (_, Err(e)) => return failed(&plan, format!("client: {e}")),
+    let producer = match world.client(2, Life::new()) {
+        Ok(p) => p,
+        Err(e) => return failed(&plan, format!("client: {e}")),
     };
-    let runtime = match runtime(&world, &client, handler) {
-        Ok(r) => r,
-        Err(e) => return failed(&plan, format!("runtime: {e}")),
+    let first = match Process::start(&world, &handler, 0) {
+        Ok(p) => p,
+        Err(e) => return failed(&plan, e),
     };
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { runtime.run(shutdown).await }
-    });
-    let relay = Arc::new(Relay::with_clock(
-        world.store.inner.clone(),
-        ServiceBusSenderPort::new(client.clone()),
-        RelayConfig::default().with_poll_interval(Duration::from_millis(500)),
-        sb_inbox::Clock::starting_at(world.anchor),
-    ));
-    let relaying = tokio::spawn({
-        let (relay, shutdown) = (relay.clone(), shutdown.clone());
-        async move { relay.run(shutdown).await }
-    });
+    let running: Current = Arc::new(std::sync::Mutex::new(Some(first)));
     let producing = tokio::spawn(produce(world.clone(), producer));
     let injecting = tokio::spawn(inject(world.clone()));
+    let crashing = tokio::spawn(crash_and_restart(
+        world.clone(),
+        handler.clone(),
+        running.clone(),
+    ));
     let deadline = world.start + plan.faults_until.max(plan.send_over) + DRAIN_BOUND;
     let slept = || {
         seen.lock()
@@ -552,8 +683,10 @@ async fn drive(world: World, progress: Arc<Progress>) -> Report {
         let now = Instant::now();
         let at = u64::try_from((now - world.start).as_millis()).unwrap_or(u64::MAX);
         progress.at.store(at, Ordering::Release);
-        let done =
-            producing.is_finished() && injecting.is_finished() && drained(&world, &relay).await;
+        let done = producing.is_finished()
+            && injecting.is_finished()
+            && crashing.is_finished()
+            && drained(&world).await;
         if done && now >= world.start + MIN_VIRTUAL {
             break true;
         }
@@ -568,15 +701,15 @@ async fn drive(world: World, progress: Arc<Progress>) -> Report {
     // The census after shutdown would show the handlers that finished since; this is the state
     // that failed the bound.
     let at_deadline = world.emulator.broker().entity("orders").map(|e| e.counts());
-    shutdown.cancel();
     producing.abort();
     injecting.abort();
-    let stopped = tokio::time::timeout(Duration::from_secs(120), async {
-        let _ = running.await;
-        let _ = relaying.await;
-    })
-    .await;
-    if stopped.is_err() {
+    crashing.abort();
+    let last = current(&running).take();
+    let stopped = match last {
+        Some(process) => process.stop().await,
+        None => true,
+    };
+    if !stopped {
         world
             .trace
             .push("runtime or relay did not stop within 120 s");
@@ -592,7 +725,7 @@ async fn drive(world: World, progress: Arc<Progress>) -> Report {
     }
     let virtual_time = world.start.elapsed();
     let mut violations = check(&world, &seen, drained, &format!("{at_deadline:?}")).await;
-    if stopped.is_err() {
+    if !stopped {
         violations.push("shutdown: the runtime or relay did not stop within 120 s".to_owned());
     }
     Report {
@@ -602,7 +735,7 @@ async fn drive(world: World, progress: Arc<Progress>) -> Report {
         violations,
         virtual_time,
         messages: plan.messages,
-        faults: plan.faults.len(),
+        faults: plan.faults.len() + plan.crashes.len(),
     }
 }
 
@@ -627,7 +760,9 @@ type SimRuntime = Runtime<
 fn runtime(
     world: &World,
     client: &ServiceBusClient,
+    store: FaultyStore,
     handler: SimHandler,
+    clock: sb_inbox::Clock,
 ) -> Result<SimRuntime, Box<dyn std::error::Error>> {
     let plan = &world.plan;
     let mut config = RuntimeConfig::new(ConsumerName::new(CONSUMER)?);
@@ -655,10 +790,10 @@ fn runtime(
     let receiver = client.receiver("orders", 0).with_capacity(held);
     Ok(Runtime::with_clock(
         receiver,
-        world.store.clone(),
+        store,
         handler::router(handler, world.trace.clone())?,
         config,
-        sb_inbox::Clock::starting_at(world.anchor),
+        clock,
     ))
 }
 
@@ -699,10 +834,7 @@ async fn effects(world: &World) -> BTreeMap<String, u32> {
         .unwrap_or_default()
 }
 
-async fn drained<S: sb_inbox::OutboxStore, P: sb_inbox::Sender>(
-    world: &World,
-    relay: &Relay<S, P>,
-) -> bool {
+async fn drained(world: &World) -> bool {
     let Ok(orders) = world.emulator.broker().entity("orders") else {
         return false;
     };
@@ -710,7 +842,10 @@ async fn drained<S: sb_inbox::OutboxStore, P: sb_inbox::Sender>(
     if c.active + c.locked + c.scheduled > 0 {
         return false;
     }
-    if !relay.backlog().await.is_ok_and(|b| b.pending == 0) {
+    if !sb_inbox::OutboxStore::outbox_backlog(&world.store.inner)
+        .await
+        .is_ok_and(|b| b.pending == 0)
+    {
         return false;
     }
     let effects = effects(world).await;
