@@ -26,6 +26,10 @@ pub struct Mix {
     /// Process crashes (the consumer's tasks dropped mid-await, its connections cut), each
     /// followed by a restart from the durable state.
     pub process: bool,
+    /// Not a fault: the consumer runs in `sb_inbox`'s `Worker` (its start checks, its relay and
+    /// retention, its self-sizing receive window), as users and the CLI run it, instead of the
+    /// bare `Runtime` beside a relay of the simulator's (`worker`; opt-in, as `process`).
+    pub worker: bool,
 }
 
 impl Mix {
@@ -37,10 +41,11 @@ impl Mix {
         handler: true,
         clock: true,
         process: false,
+        worker: false,
     };
 
     /// Parses `net,broker,store,handler,clock,process` (any subset; `all` is every kind but
-    /// `process`).
+    /// `process`) and `worker`.
     ///
     /// # Errors
     /// The unknown name.
@@ -52,12 +57,14 @@ impl Mix {
             handler: false,
             clock: false,
             process: false,
+            worker: false,
         };
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             match part {
                 "all" => {
                     mix = Mix {
                         process: mix.process,
+                        worker: mix.worker,
                         ..Mix::ALL
                     }
                 }
@@ -67,6 +74,7 @@ impl Mix {
                 "handler" => mix.handler = true,
                 "clock" => mix.clock = true,
                 "process" => mix.process = true,
+                "worker" => mix.worker = true,
                 other => return Err(format!("unknown fault kind {other:?}")),
             }
         }
@@ -187,6 +195,8 @@ pub struct Plan {
     /// When the consumer's process crashes, and how long it stays down before its restart
     /// (process faults only; from a stream of their own, so the other draws stay as they were).
     pub crashes: Vec<(Duration, Duration)>,
+    /// The consumer runs in the `Worker` ([`Mix::worker`]).
+    pub worker: bool,
     /// Every id under which a typed message may show (its inbox key, the broker's text of its
     /// id) to its name `m-{index}`.
     aliases: std::collections::BTreeMap<String, usize>,
@@ -267,6 +277,7 @@ impl Plan {
         }
         Plan {
             crashes,
+            worker: mix.worker,
             swallowing,
             typed,
             aliases,

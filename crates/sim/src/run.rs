@@ -3,27 +3,20 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use sb_emulator::{Broker, Config, Emulator, EmulatorOptions, PropertyValue as EmuValue};
-use sb_inbox::relay::{Relay, RelayConfig};
-use sb_inbox::runtime::{DelayedRetry, JitterSource, RetryPolicy};
-use sb_inbox::servicebus::{
-    ConnectionString, RetryOptions, ServiceBusClient, ServiceBusMessage, ServiceBusSenderPort,
-};
-use sb_inbox::{ConsumerName, Message, Runtime, RuntimeConfig, SqliteStore};
-use sb_servicebus::{Connector, WallClock};
-use tokio::task::JoinHandle;
+use sb_emulator::PropertyValue as EmuValue;
+use sb_inbox::Message;
+use sb_inbox::servicebus::{ServiceBusClient, ServiceBusMessage};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::Trace;
 use crate::handler::{self, SimHandler};
-use crate::net::Net;
+use crate::host::{Current, Process, crash_and_restart, current};
 use crate::plan::{self, Fault, Mix, Plan};
 use crate::process::Life;
-use crate::store::FaultyStore;
+use crate::world::{World, skip_kind, world};
 
 /// After the faults stop, the backlog must drain within this much virtual time, plus the time
 /// the handlers spent in their planned slowness (`handler::Seen::slept`). The SQLite store has
@@ -35,11 +28,6 @@ use crate::store::FaultyStore;
 pub const DRAIN_BOUND: Duration = Duration::from_secs(300);
 /// Every run simulates at least this much virtual time.
 pub const MIN_VIRTUAL: Duration = Duration::from_secs(60);
-/// The consumer name.
-const CONSUMER: &str = "sim.consumer";
-/// Deliveries a handler may panic on before the runtime dead-letters (`max_panics`).
-const MAX_PANICS: u32 = 3;
-
 /// What one run found.
 #[derive(Debug, Clone)]
 pub struct Report {
@@ -187,36 +175,6 @@ fn quiet_simulated_panics() {
     });
 }
 
-/// The namespace: the consumed queue and the two outbox destinations.
-fn config_json() -> String {
-    let lock = sb_emulator::format_iso8601_duration(plan::LOCK_DURATION);
-    let q = |name: &str| {
-        format!(
-            r#"{{"Name":"{name}","Properties":{{"LockDuration":"{lock}","MaxDeliveryCount":{}}}}}"#,
-            plan::MAX_DELIVERY_COUNT
-        )
-    };
-    format!(
-        r#"{{"UserConfig":{{"Namespaces":[{{"Name":"sim","Queues":[{},{},{}],"Topics":[]}}],"Logging":{{"Type":"File"}}}}}}"#,
-        q("orders"),
-        q("out-a"),
-        q("out-b")
-    )
-}
-
-/// Everything one run shares.
-struct World {
-    plan: Arc<Plan>,
-    trace: Trace,
-    net: Net,
-    emulator: Arc<Emulator>,
-    store: FaultyStore,
-    clock_step_ms: Arc<AtomicI64>,
-    start: Instant,
-    /// The wall-clock time at `start`, in whole seconds: every clock of the run starts here.
-    anchor: SystemTime,
-}
-
 async fn simulate(plan: Arc<Plan>, progress: Arc<Progress>) -> Report {
     match world(plan.clone()).await {
         Ok(world) => {
@@ -235,97 +193,6 @@ async fn simulate(plan: Arc<Plan>, progress: Arc<Progress>) -> Report {
             messages: plan.messages,
             faults: 0,
         },
-    }
-}
-
-async fn world(plan: Arc<Plan>) -> Result<World, Box<dyn std::error::Error>> {
-    // Whole seconds: every instant of the run is then a whole number of milliseconds from it.
-    let anchor =
-        UNIX_EPOCH + Duration::from_secs(SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs());
-    let broker = Broker::with_clock(
-        Config::from_json(&config_json())?,
-        sb_emulator::Clock::anchored_at(anchor),
-    )?;
-    let emulator = Emulator::without_listener(
-        broker,
-        EmulatorOptions {
-            fault_seed: Some(plan.seed),
-            ..EmulatorOptions::default()
-        },
-    );
-    let store = SqliteStore::open_in_memory()?;
-    store.migrate().await?;
-    store
-        .with_connection(|c| {
-            c.execute_batch(
-                "CREATE TABLE sim_effects (id TEXT NOT NULL, attempt INTEGER NOT NULL);
-                 CREATE TABLE sim_checks (v INTEGER NOT NULL CHECK (v >= 0));",
-            )
-        })
-        .await?;
-    let trace = Trace::new();
-    Ok(World {
-        trace: trace.clone(),
-        net: Net::new(plan.seed ^ 0x0e7),
-        emulator: Arc::new(emulator),
-        store: FaultyStore {
-            inner: store,
-            faults: Arc::default(),
-            trace,
-            life: Life::new(),
-        },
-        clock_step_ms: Arc::default(),
-        start: Instant::now(),
-        anchor,
-        plan,
-    })
-}
-
-impl World {
-    /// A client of a process living `life` whose connections run over the simulated network to
-    /// the emulator, reading the (steppable) simulated host clock. Once the process died it
-    /// connects no more (its attempts wait forever).
-    fn client(
-        &self,
-        salt: u64,
-        life: Life,
-    ) -> Result<ServiceBusClient, Box<dyn std::error::Error>> {
-        let cs: ConnectionString = format!(
-            "Endpoint=sb://sim.servicebus.local;SharedAccessKeyName={};SharedAccessKey={};UseDevelopmentEmulator=true",
-            sb_emulator::KEY_NAME,
-            sb_emulator::KEY
-        )
-        .parse()?;
-        let (net, emulator, trace) = (self.net.clone(), self.emulator.clone(), self.trace.clone());
-        let connector = Connector::new(move |host: &str| {
-            let client_end = (!life.is_dead()).then(|| {
-                let (client_end, server_end) = net.connect(salt);
-                trace.push(format!("client {salt} connects"));
-                emulator.serve_stream(server_end, host);
-                client_end
-            });
-            async move {
-                match client_end {
-                    Some(end) => Ok(end),
-                    None => std::future::pending().await,
-                }
-            }
-        });
-        let (start, step, anchor) = (self.start, self.clock_step_ms.clone(), self.anchor);
-        let wall = WallClock::new(move || {
-            let t = anchor + start.elapsed();
-            let step = step.load(Ordering::Acquire);
-            let by = Duration::from_millis(step.unsigned_abs());
-            if step >= 0 {
-                t + by
-            } else {
-                t.checked_sub(by).unwrap_or(t)
-            }
-        });
-        Ok(ServiceBusClient::from_connection_string(&cs)
-            .with_connector(connector)
-            .with_clock(wall)
-            .with_retry(RetryOptions::default().with_jitter_seed(self.plan.seed ^ salt)))
     }
 }
 
@@ -460,12 +327,6 @@ fn skipped(fault: &Fault) -> bool {
     skip_kind(kind)
 }
 
-/// Whether `SIM_SKIP` names the fault kind `kind` (`net`, `broker`, `store`, `clock`,
-/// `process`).
-fn skip_kind(kind: &str) -> bool {
-    std::env::var("SIM_SKIP").is_ok_and(|skip| skip.split(',').any(|k| k.trim() == kind))
-}
-
 async fn apply(world: &World, fault: &Fault) -> String {
     use sb_amqp::{AmqpError, condition};
     if skipped(fault) {
@@ -526,127 +387,6 @@ async fn apply(world: &World, fault: &Fault) -> String {
         Fault::ClockStep(secs) => {
             world.clock_step_ms.fetch_add(secs * 1000, Ordering::AcqRel);
             String::new()
-        }
-    }
-}
-
-/// One incarnation of the consumer's process: its runtime and relay on a client of its own.
-struct Process {
-    number: u64,
-    life: Life,
-    /// Its client's salt (the owner of its connections).
-    salt: u64,
-    shutdown: CancellationToken,
-    running: JoinHandle<()>,
-    relaying: JoinHandle<()>,
-}
-
-impl Process {
-    /// Starts process `number` on the run's durable state (the broker, the database): a new
-    /// client, runtime and relay, with clocks reading the run's time.
-    fn start(world: &Arc<World>, handler: &SimHandler, number: u64) -> Result<Process, String> {
-        let life = Life::new();
-        // The first process's client keeps the salt (and jitter seed) of the runs before crashes.
-        let salt = if number == 0 { 1 } else { 100 + number };
-        let client = world
-            .client(salt, life.clone())
-            .map_err(|e| format!("client: {e}"))?;
-        let store = world.store.for_process(life.clone());
-        let clock = sb_inbox::Clock::starting_at(world.anchor + world.start.elapsed());
-        let runtime = runtime(
-            world,
-            &client,
-            store.clone(),
-            handler.for_process(life.clone()),
-            clock,
-        )
-        .map_err(|e| format!("runtime: {e}"))?;
-        let shutdown = CancellationToken::new();
-        let running = tokio::spawn({
-            let shutdown = shutdown.clone();
-            async move {
-                // Its failure shows in the model's checks (a wedge, lost messages).
-                let _ = runtime.run(shutdown).await;
-            }
-        });
-        let relay = Relay::with_clock(
-            store,
-            ServiceBusSenderPort::new(client),
-            RelayConfig::default().with_poll_interval(Duration::from_millis(500)),
-            clock,
-        );
-        let relaying = tokio::spawn({
-            let shutdown = shutdown.clone();
-            async move { relay.run(shutdown).await }
-        });
-        Ok(Process {
-            number,
-            life,
-            salt,
-            shutdown,
-            running,
-            relaying,
-        })
-    }
-
-    /// Kills the process as a SIGKILL would: no drain, no settlement. Its store handle and
-    /// connections die first, so that nothing its tasks do from now on reaches the world
-    /// (`crate::process`); then its runtime's and relay's tasks are dropped mid-await.
-    fn kill(self, world: &World) -> String {
-        let rolled_back = self.life.kill();
-        let cut = world.net.cut_owner(self.salt);
-        self.running.abort();
-        self.relaying.abort();
-        format!(
-            "process {} crashed: {rolled_back} open transactions rolled back, {cut} connections cut",
-            self.number
-        )
-    }
-
-    /// Stops the process as a shutdown does (drain, then the relay's last batch); false when
-    /// it did not stop within 120 s.
-    async fn stop(self) -> bool {
-        self.shutdown.cancel();
-        tokio::time::timeout(Duration::from_secs(120), async {
-            let _ = self.running.await;
-            let _ = self.relaying.await;
-        })
-        .await
-        .is_ok()
-    }
-}
-
-/// The process now running, if any (none between a crash and its restart).
-type Current = Arc<std::sync::Mutex<Option<Process>>>;
-
-fn current(current: &Current) -> std::sync::MutexGuard<'_, Option<Process>> {
-    current
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Crashes the consumer's process at the plan's instants, and restarts it after its downtime.
-async fn crash_and_restart(world: Arc<World>, handler: SimHandler, running: Current) {
-    for (n, (at, down)) in world.plan.crashes.iter().enumerate() {
-        tokio::time::sleep_until(world.start + *at).await;
-        if skip_kind("process") {
-            world.trace.push("crash skipped (SIM_SKIP)");
-            continue;
-        }
-        let killed = current(&running).take();
-        if let Some(process) = killed {
-            world.trace.push(process.kill(&world));
-        }
-        tokio::time::sleep(*down).await;
-        let number = u64::try_from(n).unwrap_or(u64::MAX).saturating_add(1);
-        match Process::start(&world, &handler, number) {
-            Ok(process) => {
-                world.trace.push(format!("process {number} started"));
-                *current(&running) = Some(process);
-            }
-            Err(e) => world
-                .trace
-                .push(format!("process {number} did not start: {e}")),
         }
     }
 }
@@ -749,52 +489,6 @@ fn failed(plan: &Plan, why: String) -> Report {
         messages: plan.messages,
         faults: 0,
     }
-}
-
-type SimRuntime = Runtime<
-    sb_inbox::servicebus::ServiceBusReceiver,
-    FaultyStore,
-    sb_inbox::Router<crate::store::FaultyTx>,
->;
-
-fn runtime(
-    world: &World,
-    client: &ServiceBusClient,
-    store: FaultyStore,
-    handler: SimHandler,
-    clock: sb_inbox::Clock,
-) -> Result<SimRuntime, Box<dyn std::error::Error>> {
-    let plan = &world.plan;
-    let mut config = RuntimeConfig::new(ConsumerName::new(CONSUMER)?);
-    config.concurrency = plan.concurrency;
-    config.prefetch = plan.prefetch;
-    config.batch_size = plan.batch_size;
-    config.lock_margin = Duration::from_secs(3);
-    config.lock_duration = Some(plan::LOCK_DURATION);
-    config.max_panics = MAX_PANICS;
-    config.jitter = JitterSource::seeded(plan.seed ^ 0x1177e7);
-    if plan.delayed_retry {
-        let policy = RetryPolicy::new(
-            plan.retries,
-            Duration::from_secs(1),
-            Duration::from_secs(10),
-        )?
-        .with_jitter(0.2, JitterSource::seeded(plan.seed ^ 0x7e7))?;
-        config.delayed_retry = Some(DelayedRetry::new(
-            policy,
-            ServiceBusSenderPort::new(client.clone()),
-            "orders",
-        ));
-    }
-    let held = u32::try_from(config.held()).unwrap_or(u32::MAX);
-    let receiver = client.receiver("orders", 0).with_capacity(held);
-    Ok(Runtime::with_clock(
-        receiver,
-        store,
-        handler::router(handler, world.trace.clone())?,
-        config,
-        clock,
-    ))
 }
 
 /// The model's name (`m-N`) of a broker message: from the runtime's logical-id property on

@@ -13,9 +13,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use sb_inbox::worker::Ping;
 use sb_inbox::{
-    ErrorKind, OutboxBacklog, OutboxClaim, OutboxLease, OutboxMessage, OutboxStore, Savepoint,
-    SqliteStore, SqliteTx, Store, StoreError, Tx, VersionCheck,
+    ErrorKind, OutboxBacklog, OutboxClaim, OutboxLease, OutboxMessage, OutboxStore, RetentionStore,
+    Savepoint, SqliteStore, SqliteTx, Store, StoreError, Tx, VersionCheck,
 };
 use tokio::time::Instant;
 
@@ -207,6 +208,33 @@ impl OutboxStore for FaultyStore {
 
     async fn outbox_backlog(&self) -> Result<OutboxBacklog, StoreError> {
         self.fenced(self.inner.outbox_backlog()).await
+    }
+}
+
+// Retention's deletes and the worker's readiness probe: fenced as the relay's rows are.
+impl RetentionStore for FaultyStore {
+    async fn delete_inbox_batch(
+        &self,
+        older_than: Duration,
+        limit: usize,
+    ) -> Result<u64, StoreError> {
+        self.fenced(self.inner.delete_inbox_batch(older_than, limit))
+            .await
+    }
+
+    async fn delete_dispatched_outbox_batch(
+        &self,
+        before: SystemTime,
+        limit: usize,
+    ) -> Result<u64, StoreError> {
+        self.fenced(self.inner.delete_dispatched_outbox_batch(before, limit))
+            .await
+    }
+}
+
+impl Ping for FaultyStore {
+    fn ping(&self) -> std::pin::Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + '_>> {
+        Box::pin(self.fenced(self.inner.ping()))
     }
 }
 

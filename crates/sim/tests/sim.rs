@@ -296,7 +296,7 @@ fn crashes_pass(mix: &str, seeds: std::ops::Range<u64>) -> usize {
                 if !rest.starts_with("0 open") {
                     cut_short += 1;
                 }
-            } else if line.ends_with(" started") && line.contains(" process ") {
+            } else if line.contains(" started (") && !line.contains(" process 0 ") {
                 restarts += 1;
             }
         }
@@ -326,4 +326,38 @@ fn crashes_and_restarts_keep_every_invariant_process() {
 fn crashes_among_every_fault_keep_every_invariant_all_process() {
     let cut_short = crashes_pass("all,process", 0..6);
     assert!(cut_short > 0, "no crash hit an open transaction");
+}
+
+// The `Worker` (`SIM_FAULTS=...,worker`): the consumer hosted as users and the CLI host it.
+
+/// Runs `seeds` under `mix` (with `worker`) and asserts that each passed and ran in the worker.
+fn worker_seeds_pass(mix: &str, seeds: std::ops::Range<u64>) {
+    let mut failed = Vec::new();
+    for seed in seeds {
+        let report = run(seed, mix);
+        assert!(
+            report
+                .trace
+                .iter()
+                .any(|l| l.ends_with(" process 0 started (worker)")),
+            "seed {seed} did not run the worker"
+        );
+        if !report.passed() {
+            eprintln!("{}", report.explain(mix));
+            failed.push(seed);
+        }
+    }
+    assert!(failed.is_empty(), "failing seeds: {failed:?}");
+}
+
+/// The worker (its start checks, relay, retention and self-sizing window) under every fault.
+#[test]
+fn the_worker_keeps_every_invariant_all_worker() {
+    worker_seeds_pass("all,worker", 0..4);
+}
+
+/// The worker crashed and restarted among every fault.
+#[test]
+fn the_worker_crashes_and_restarts_all_process_worker() {
+    worker_seeds_pass("all,process,worker", 10..14);
 }
