@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use sb_inbox::relay::{Relay, RelayConfig};
 use sb_inbox::retention::RetentionConfig;
-use sb_inbox::runtime::{DelayedRetry, JitterSource, RetryPolicy};
-use sb_inbox::servicebus::{ServiceBusClient, ServiceBusSenderPort};
+use sb_inbox::runtime::{DelayedRetry, JitterSource, RetryPolicy, SessionConfig};
+use sb_inbox::servicebus::{ServiceBusClient, ServiceBusSenderPort, ServiceBusSessionSource};
 use sb_inbox::worker::{ConsumerConfig, ReplayHorizon, Worker};
 use sb_inbox::{ConsumerName, Runtime, RuntimeConfig};
 use tokio::task::JoinHandle;
@@ -133,6 +133,29 @@ fn bare(world: &World, parts: Parts) -> Result<Vec<JoinHandle<()>>, Box<dyn std:
         shutdown,
     } = parts;
     let mut config = runtime_config(&world.plan)?;
+    let router = handler::router(handler, world.trace.clone())?;
+    if let Some(sessions) = session_config(&world.plan) {
+        let source = ServiceBusSessionSource::new(client.clone(), "orders");
+        let runtime =
+            Runtime::for_sessions_with_clock(source, store.clone(), router, config, clock);
+        let running = tokio::spawn({
+            let shutdown = shutdown.clone();
+            let trace = world.trace.clone();
+            async move {
+                if let Err(e) = runtime.run_sessions(sessions, shutdown).await {
+                    trace.push(format!("runtime failed: {e}"));
+                }
+            }
+        });
+        let relay = Relay::with_clock(
+            store,
+            ServiceBusSenderPort::new(client),
+            relay_config(),
+            clock,
+        );
+        let relaying = tokio::spawn(async move { relay.run(shutdown).await });
+        return Ok(vec![running, relaying]);
+    }
     if world.plan.delayed_retry {
         config.delayed_retry = Some(DelayedRetry::new(
             retry_policy(&world.plan)?,
@@ -142,13 +165,14 @@ fn bare(world: &World, parts: Parts) -> Result<Vec<JoinHandle<()>>, Box<dyn std:
     }
     let held = u32::try_from(config.held()).unwrap_or(u32::MAX);
     let receiver = client.receiver("orders", 0).with_capacity(held);
-    let router = handler::router(handler, world.trace.clone())?;
     let runtime = Runtime::with_clock(receiver, store.clone(), router, config, clock);
     let running = tokio::spawn({
         let shutdown = shutdown.clone();
+        let trace = world.trace.clone();
         async move {
-            // Its failure shows in the model's checks (a wedge, lost messages).
-            let _ = runtime.run(shutdown).await;
+            if let Err(e) = runtime.run(shutdown).await {
+                trace.push(format!("runtime failed: {e}"));
+            }
         }
     });
     let relay = Relay::with_clock(
@@ -189,6 +213,9 @@ fn worker(world: &World, parts: Parts) -> Result<JoinHandle<()>, Box<dyn std::er
         .clock(clock);
     if world.plan.delayed_retry {
         worker = worker.delayed_retries(retry_policy(&world.plan)?);
+    }
+    if let Some(sessions) = session_config(&world.plan) {
+        worker = worker.sessions(sessions);
     }
     let trace = world.trace.clone();
     Ok(tokio::spawn(async move {
@@ -241,6 +268,17 @@ fn runtime_config(plan: &plan::Plan) -> Result<RuntimeConfig, Box<dyn std::error
     config.max_panics = MAX_PANICS;
     config.jitter = JitterSource::seeded(plan.seed ^ 0x1177e7);
     Ok(config)
+}
+
+/// Session mode's settings from the plan, in session mode; a short idle, so that a session's
+/// slot moves on to the others within a run.
+fn session_config(plan: &plan::Plan) -> Option<SessionConfig> {
+    let (_, at_once) = plan.sessions?;
+    Some(
+        SessionConfig::default()
+            .with_max_sessions(at_once)
+            .with_idle(Duration::from_secs(2)),
+    )
 }
 
 /// The delayed retries' policy from the plan.

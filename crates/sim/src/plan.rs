@@ -30,6 +30,10 @@ pub struct Mix {
     /// retention, its self-sizing receive window), as users and the CLI run it, instead of the
     /// bare `Runtime` beside a relay of the simulator's (`worker`; opt-in, as `process`).
     pub worker: bool,
+    /// Not a fault: `orders` requires sessions, each message belongs to one of a few sessions
+    /// and the runtime runs in session mode (`sessions`; opt-in; no delayed retries, which
+    /// session mode refuses).
+    pub sessions: bool,
 }
 
 impl Mix {
@@ -42,10 +46,11 @@ impl Mix {
         clock: true,
         process: false,
         worker: false,
+        sessions: false,
     };
 
     /// Parses `net,broker,store,handler,clock,process` (any subset; `all` is every kind but
-    /// `process`) and `worker`.
+    /// `process`), `worker` and `sessions`.
     ///
     /// # Errors
     /// The unknown name.
@@ -58,6 +63,7 @@ impl Mix {
             clock: false,
             process: false,
             worker: false,
+            sessions: false,
         };
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             match part {
@@ -65,6 +71,7 @@ impl Mix {
                     mix = Mix {
                         process: mix.process,
                         worker: mix.worker,
+                        sessions: mix.sessions,
                         ..Mix::ALL
                     }
                 }
@@ -75,6 +82,7 @@ impl Mix {
                 "clock" => mix.clock = true,
                 "process" => mix.process = true,
                 "worker" => mix.worker = true,
+                "sessions" => mix.sessions = true,
                 other => return Err(format!("unknown fault kind {other:?}")),
             }
         }
@@ -197,6 +205,9 @@ pub struct Plan {
     pub crashes: Vec<(Duration, Duration)>,
     /// The consumer runs in the `Worker` ([`Mix::worker`]).
     pub worker: bool,
+    /// In session mode ([`Mix::sessions`]): how many sessions the messages are spread over
+    /// (message `i` is in session `s-{i % n}`), and how many the runtime takes at once.
+    pub sessions: Option<(usize, usize)>,
     /// Every id under which a typed message may show (its inbox key, the broker's text of its
     /// id) to its name `m-{index}`.
     aliases: std::collections::BTreeMap<String, usize>,
@@ -275,9 +286,14 @@ impl Plan {
             aliases.insert(typed_key(i, kind), i);
             aliases.insert(typed_text(i, kind), i);
         }
+        let sessions = mix.sessions.then(|| {
+            let mut rng = SmallRng::seed_from_u64(seed ^ 0x5e55_1075);
+            (rng.random_range(1..=12), rng.random_range(1..=4))
+        });
         Plan {
             crashes,
             worker: mix.worker,
+            sessions,
             swallowing,
             typed,
             aliases,
@@ -294,12 +310,15 @@ impl Plan {
             handler,
             concurrency: rng.random_range(1..=8),
             prefetch: rng.random_range(0..=4),
+            // Session mode handles one message per transaction (it refuses batches).
             batch_size: if rng.random_bool(0.25) {
                 rng.random_range(2..=8)
             } else {
                 1
-            },
-            delayed_retry: rng.random_bool(0.25),
+            }
+            .min(if mix.sessions { 1 } else { usize::MAX }),
+            // Drawn in every mode, so that the draws after it stay as they were.
+            delayed_retry: rng.random_bool(0.25) && !mix.sessions,
             retries: rng.random_range(1..=3),
         }
     }
@@ -322,6 +341,11 @@ impl Plan {
         }
         let i: usize = id.strip_prefix("m-")?.parse().ok()?;
         (i < self.messages).then_some(i)
+    }
+
+    /// The session of message `i`, in session mode.
+    pub fn session(&self, i: usize) -> Option<String> {
+        self.sessions.map(|(n, _)| format!("s-{}", i % n.max(1)))
     }
 
     /// The name the model knows message `id` by (`m-{i}`), or `id` itself when it names none.

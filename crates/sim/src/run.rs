@@ -226,11 +226,14 @@ async fn produce(world: Arc<World>, client: ServiceBusClient) {
         }
         for _ in 0..copies {
             let (version, body) = body(plan, i);
-            let message = Message::new(
+            let mut message = Message::new(
                 format!("m-{i}"),
                 format!("{}.v{version}", handler::CONTRACT),
                 body,
             );
+            if let Some(session) = plan.session(i) {
+                message = message.with_session_id(session);
+            }
             // Until the broker took it: every message is surely enqueued (maybe twice).
             let mut tries = 0u32;
             loop {
@@ -284,6 +287,7 @@ fn send_typed(world: &World, i: usize, kind: plan::IdKind) -> String {
     stored.message_id = Some(plan::typed_text(i, kind));
     stored.subject = Some(subject);
     stored.content_type = Some("application/json".to_owned());
+    stored.session_id = world.plan.session(i);
     match world
         .emulator
         .broker()
@@ -562,6 +566,7 @@ async fn check(
 ) -> Vec<String> {
     let plan = &world.plan;
     let effects = effects(world).await;
+    let session_violations = check_session_order(world).await;
     let seen = seen
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -643,11 +648,55 @@ async fn check(
     }
     violations.extend(seen.wrong_identity.iter().map(|w| format!("identity: {w}")));
     violations.extend(check_outbox(world, &effects, drained));
+    violations.extend(session_violations);
     if seen.max_running > plan.concurrency {
         violations.push(format!(
             "window: {} handlers at once, concurrency {}",
             seen.max_running, plan.concurrency
         ));
+    }
+    violations
+}
+
+/// Session order: each session's messages took effect in the order they were sent, which is
+/// their index order (the producer sends one message at a time, each once the broker took the
+/// one before). Effects are numbered as they are written, and SQLite has one writer, so their
+/// numbers are their commit order.
+async fn check_session_order(world: &World) -> Vec<String> {
+    let plan = &world.plan;
+    if plan.sessions.is_none() {
+        return Vec::new();
+    }
+    let committed: Vec<String> = world
+        .store
+        .inner
+        .with_connection(|c| {
+            let mut stmt = c.prepare("SELECT id FROM sim_effects ORDER BY seq")?;
+            let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .await
+        .unwrap_or_default();
+    session_order(plan, &committed)
+}
+
+/// The session order violations of effects `committed` in that order (logical ids): a message
+/// that took effect after one of its session sent after it.
+pub fn session_order(plan: &Plan, committed: &[String]) -> Vec<String> {
+    let mut latest: BTreeMap<String, usize> = BTreeMap::new();
+    let mut violations = Vec::new();
+    for i in committed.iter().filter_map(|id| plan.index_of(id)) {
+        let Some(session) = plan.session(i) else {
+            continue;
+        };
+        match latest.get(&session) {
+            Some(&after) if after > i => violations.push(format!(
+                "session order: in {session}, m-{i} took effect after m-{after}, which was sent after it"
+            )),
+            _ => {
+                latest.insert(session, i);
+            }
+        }
     }
     violations
 }

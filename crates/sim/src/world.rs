@@ -17,20 +17,26 @@ use crate::plan::{self, Plan};
 use crate::process::Life;
 use crate::store::FaultyStore;
 
-/// The namespace: the consumed queue and the two outbox destinations.
-pub(crate) fn config_json() -> String {
+/// The namespace: the consumed queue (requiring sessions in session mode) and the two outbox
+/// destinations.
+pub(crate) fn config_json(plan: &Plan) -> String {
     let lock = sb_emulator::format_iso8601_duration(plan::LOCK_DURATION);
-    let q = |name: &str| {
+    let q = |name: &str, sessions: bool| {
         format!(
-            r#"{{"Name":"{name}","Properties":{{"LockDuration":"{lock}","MaxDeliveryCount":{}}}}}"#,
-            plan::MAX_DELIVERY_COUNT
+            r#"{{"Name":"{name}","Properties":{{"LockDuration":"{lock}","MaxDeliveryCount":{}{}}}}}"#,
+            plan::MAX_DELIVERY_COUNT,
+            if sessions {
+                r#","RequiresSession":true"#
+            } else {
+                ""
+            }
         )
     };
     format!(
         r#"{{"UserConfig":{{"Namespaces":[{{"Name":"sim","Queues":[{},{},{}],"Topics":[]}}],"Logging":{{"Type":"File"}}}}}}"#,
-        q("orders"),
-        q("out-a"),
-        q("out-b")
+        q("orders", plan.sessions.is_some()),
+        q("out-a", false),
+        q("out-b", false)
     )
 }
 
@@ -52,7 +58,7 @@ pub(crate) async fn world(plan: Arc<Plan>) -> Result<World, Box<dyn std::error::
     let anchor =
         UNIX_EPOCH + Duration::from_secs(SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs());
     let broker = Broker::with_clock(
-        Config::from_json(&config_json())?,
+        Config::from_json(&config_json(&plan))?,
         sb_emulator::Clock::anchored_at(anchor),
     )?;
     let emulator = Emulator::without_listener(
@@ -67,7 +73,7 @@ pub(crate) async fn world(plan: Arc<Plan>) -> Result<World, Box<dyn std::error::
     store
         .with_connection(|c| {
             c.execute_batch(
-                "CREATE TABLE sim_effects (id TEXT NOT NULL, attempt INTEGER NOT NULL);
+                "CREATE TABLE sim_effects (seq INTEGER PRIMARY KEY, id TEXT NOT NULL, attempt INTEGER NOT NULL);
                  CREATE TABLE sim_checks (v INTEGER NOT NULL CHECK (v >= 0));",
             )
         })
