@@ -9,8 +9,8 @@ use sb_inbox::relay::{Relay, RelayConfig};
 use sb_inbox::retention::RetentionConfig;
 use sb_inbox::runtime::{DelayedRetry, JitterSource, RetryPolicy, SessionConfig};
 use sb_inbox::servicebus::{ServiceBusClient, ServiceBusSenderPort, ServiceBusSessionSource};
-use sb_inbox::worker::{ConsumerConfig, ReplayHorizon, Worker};
-use sb_inbox::{ConsumerName, Runtime, RuntimeConfig};
+use sb_inbox::worker::{ConsumerConfig, Readiness, ReplayHorizon, Worker};
+use sb_inbox::{Circuit, CircuitPhase, ConsumerName, Runtime, RuntimeConfig};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -35,6 +35,45 @@ pub(crate) struct Process {
     shutdown: CancellationToken,
     /// The runtime's and the relay's tasks, or the worker's.
     tasks: Vec<JoinHandle<()>>,
+    /// Its kill switch.
+    pub(crate) switch: Switch,
+}
+
+/// How a process's kill switch is watched: the bare runtime's own handle, or the worker's
+/// readiness (the `circuit:` condition of `/readyz`), as an operator sees it.
+#[derive(Debug, Clone)]
+pub(crate) enum Switch {
+    Runtime(Circuit),
+    Worker(Readiness),
+}
+
+impl Switch {
+    /// Why the switch still holds deliveries back for want of a store answer (open, probing
+    /// the store), or `None` (closed, or the probe passed and a trial delivery may start).
+    pub(crate) async fn open(&self) -> Option<String> {
+        match self {
+            Switch::Runtime(circuit) => (circuit.phase() == CircuitPhase::Open)
+                .then(|| circuit.problem().unwrap_or_default()),
+            Switch::Worker(readiness) => readiness
+                .not_ready()
+                .await
+                .into_iter()
+                .find(|(name, why)| name.starts_with("circuit:") && why.contains("probing"))
+                .map(|(_, why)| why),
+        }
+    }
+
+    /// How often it tripped and its finished pauses (the bare runtime's; the worker does not
+    /// show them).
+    pub(crate) fn trips(&self) -> String {
+        match self {
+            Switch::Runtime(circuit) => {
+                let (trips, paused) = circuit.trips();
+                format!("kill switch tripped {trips} times, paused {paused:?}")
+            }
+            Switch::Worker(_) => "kill switch (worker): trips not shown".to_owned(),
+        }
+    }
 }
 
 /// What a process is made of.
@@ -45,6 +84,9 @@ struct Parts {
     clock: sb_inbox::Clock,
     shutdown: CancellationToken,
 }
+
+/// A process's tasks and its kill switch.
+type Started = (Vec<JoinHandle<()>>, Switch);
 
 impl Process {
     /// Starts process `number` on the run's durable state (the broker, the database): a new
@@ -67,8 +109,8 @@ impl Process {
             shutdown: CancellationToken::new(),
         };
         let shutdown = parts.shutdown.clone();
-        let tasks = if world.plan.worker {
-            vec![worker(world, parts).map_err(|e| format!("worker: {e}"))?]
+        let (tasks, switch) = if world.plan.worker {
+            worker(world, parts).map_err(|e| format!("worker: {e}"))?
         } else {
             bare(world, parts).map_err(|e| format!("runtime: {e}"))?
         };
@@ -86,6 +128,7 @@ impl Process {
             salt,
             shutdown,
             tasks,
+            switch,
         })
     }
 
@@ -99,8 +142,9 @@ impl Process {
             task.abort();
         }
         format!(
-            "process {} crashed: {rolled_back} open transactions rolled back, {cut} connections cut",
-            self.number
+            "process {} crashed: {rolled_back} open transactions rolled back, {cut} connections cut; {}",
+            self.number,
+            self.switch.trips()
         )
     }
 
@@ -124,7 +168,7 @@ fn relay_config() -> RelayConfig {
 }
 
 /// The bare `Runtime` and a `Relay` beside it, each a task.
-fn bare(world: &World, parts: Parts) -> Result<Vec<JoinHandle<()>>, Box<dyn std::error::Error>> {
+fn bare(world: &World, parts: Parts) -> Result<Started, Box<dyn std::error::Error>> {
     let Parts {
         client,
         store,
@@ -138,6 +182,7 @@ fn bare(world: &World, parts: Parts) -> Result<Vec<JoinHandle<()>>, Box<dyn std:
         let source = ServiceBusSessionSource::new(client.clone(), "orders");
         let runtime =
             Runtime::for_sessions_with_clock(source, store.clone(), router, config, clock);
+        let switch = Switch::Runtime(runtime.circuit());
         let running = tokio::spawn({
             let shutdown = shutdown.clone();
             let trace = world.trace.clone();
@@ -154,7 +199,7 @@ fn bare(world: &World, parts: Parts) -> Result<Vec<JoinHandle<()>>, Box<dyn std:
             clock,
         );
         let relaying = tokio::spawn(async move { relay.run(shutdown).await });
-        return Ok(vec![running, relaying]);
+        return Ok((vec![running, relaying], switch));
     }
     if world.plan.delayed_retry {
         config.delayed_retry = Some(DelayedRetry::new(
@@ -166,6 +211,7 @@ fn bare(world: &World, parts: Parts) -> Result<Vec<JoinHandle<()>>, Box<dyn std:
     let held = u32::try_from(config.held()).unwrap_or(u32::MAX);
     let receiver = client.receiver("orders", 0).with_capacity(held);
     let runtime = Runtime::with_clock(receiver, store.clone(), router, config, clock);
+    let switch = Switch::Runtime(runtime.circuit());
     let running = tokio::spawn({
         let shutdown = shutdown.clone();
         let trace = world.trace.clone();
@@ -182,14 +228,14 @@ fn bare(world: &World, parts: Parts) -> Result<Vec<JoinHandle<()>>, Box<dyn std:
         clock,
     );
     let relaying = tokio::spawn(async move { relay.run(shutdown).await });
-    Ok(vec![running, relaying])
+    Ok((vec![running, relaying], switch))
 }
 
 /// `sb_inbox`'s `Worker` hosting the consumer as users run it: its start checks, its relay,
 /// retention (whose replay horizon, an hour's TTL plus a thousand 10 s locks, is longer than
 /// any run: it sweeps and deletes nothing), delayed retries when planned, and its self-sizing
 /// receive window when the plan's prefetch is 0.
-fn worker(world: &World, parts: Parts) -> Result<JoinHandle<()>, Box<dyn std::error::Error>> {
+fn worker(world: &World, parts: Parts) -> Result<Started, Box<dyn std::error::Error>> {
     let Parts {
         client,
         store,
@@ -206,7 +252,9 @@ fn worker(world: &World, parts: Parts) -> Result<JoinHandle<()>, Box<dyn std::er
     );
     let mut retention = RetentionConfig::new(horizon.span());
     retention.interval = Duration::from_secs(20);
+    let readiness = Readiness::new();
     let mut worker = Worker::new(client, store)
+        .readiness(readiness.clone())
         .consumer(consumer, handler::router(handler, world.trace.clone())?)
         .relay(relay_config())
         .retention(retention, horizon)
@@ -218,11 +266,12 @@ fn worker(world: &World, parts: Parts) -> Result<JoinHandle<()>, Box<dyn std::er
         worker = worker.sessions(sessions);
     }
     let trace = world.trace.clone();
-    Ok(tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         if let Err(e) = worker.run(shutdown).await {
             trace.push(format!("worker failed: {e}"));
         }
-    }))
+    });
+    Ok((vec![task], Switch::Worker(readiness)))
 }
 
 /// The process now running, if any (none between a crash and its restart).

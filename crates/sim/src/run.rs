@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use crate::Trace;
 use crate::handler::{self, SimHandler};
-use crate::host::{Current, Process, crash_and_restart, current};
+use crate::host::{self, Current, Process, crash_and_restart, current};
 use crate::plan::{self, Fault, Mix, Plan};
 use crate::process::Life;
 use crate::world::{World, skip_kind, world};
@@ -26,6 +26,8 @@ use crate::world::{World, skip_kind, world};
 /// run failed a fixed 300 s bound only for that). What the runtime itself adds must still fit
 /// in the 300 s.
 pub const DRAIN_BOUND: Duration = Duration::from_secs(300);
+/// Once the backlog drained, the kill switch must have closed (or passed its probe) within this.
+pub const SWITCH_BOUND: Duration = Duration::from_secs(60);
 /// Every run simulates at least this much virtual time.
 pub const MIN_VIRTUAL: Duration = Duration::from_secs(60);
 /// What one run found.
@@ -442,6 +444,11 @@ async fn drive(world: World, progress: Arc<Progress>) -> Report {
         "drained: {drained} (handlers slept {:?} in all)",
         slept()
     ));
+    let switch = current(&running).as_ref().map(|p| p.switch.clone());
+    let still_open = match (&switch, drained) {
+        (Some(switch), true) => kill_switch_recovers(&world, switch).await,
+        _ => None,
+    };
     // The census after shutdown would show the handlers that finished since; this is the state
     // that failed the bound.
     let at_deadline = world.emulator.broker().entity("orders").map(|e| e.counts());
@@ -472,6 +479,7 @@ async fn drive(world: World, progress: Arc<Progress>) -> Report {
     if !stopped {
         violations.push("shutdown: the runtime or relay did not stop within 120 s".to_owned());
     }
+    violations.extend(still_open);
     Report {
         seed: plan.seed,
         trace_hash: world.trace.hash(),
@@ -480,6 +488,28 @@ async fn drive(world: World, progress: Arc<Progress>) -> Report {
         virtual_time,
         messages: plan.messages,
         faults: plan.faults.len() + plan.crashes.len(),
+    }
+}
+
+/// The kill switch recovers: once the faults stopped and the backlog drained, the store answers
+/// its probe within `SWITCH_BOUND` (its probes back off to 30 s apart). A switch whose probe
+/// passed but that saw no trial delivery (nothing left to receive) has recovered.
+async fn kill_switch_recovers(world: &World, switch: &host::Switch) -> Option<String> {
+    let until = Instant::now() + SWITCH_BOUND;
+    loop {
+        let open = switch.open().await;
+        match open {
+            None => {
+                world.trace.push(switch.trips());
+                return None;
+            }
+            Some(why) if Instant::now() >= until => {
+                return Some(format!(
+                    "kill switch: still open {SWITCH_BOUND:?} after the backlog drained: {why}"
+                ));
+            }
+            Some(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
     }
 }
 

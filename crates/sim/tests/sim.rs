@@ -426,3 +426,28 @@ fn session_mode_never_batches_seed_1_all_process_sessions() {
     );
     assert!(!report.trace.iter().any(|l| l.contains("runtime failed")));
 }
+
+// The kill switch: a store outage trips it, nothing healthy is dead-lettered meanwhile (every
+// run's dead-letter rule), and once the backlog drained it has closed or passed its probe
+// within `SWITCH_BOUND` (every run's check).
+
+/// Store faults trip the switch in some seeds, and every seed passes (its recovery included).
+#[test]
+fn the_kill_switch_trips_on_an_outage_and_recovers_store() {
+    let mut tripped = 0;
+    let mut failed = Vec::new();
+    for seed in 0..4 {
+        let report = run(seed, "store");
+        tripped += report
+            .trace
+            .iter()
+            .filter(|l| l.contains("kill switch tripped") && !l.contains("tripped 0 times"))
+            .count();
+        if !report.passed() {
+            eprintln!("{}", report.explain("store"));
+            failed.push(seed);
+        }
+    }
+    assert!(failed.is_empty(), "failing seeds: {failed:?}");
+    assert!(tripped > 0, "no outage tripped the kill switch");
+}
