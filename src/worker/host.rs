@@ -19,7 +19,7 @@ use crate::servicebus::{
 };
 use crate::telemetry;
 use crate::{
-    ConsumerName, Contract, Handler, OutboxStore, RetentionStore, Runtime, RuntimeConfig,
+    Clock, ConsumerName, Contract, Handler, OutboxStore, RetentionStore, Runtime, RuntimeConfig,
     RuntimeError, StatsSnapshot, Store,
 };
 
@@ -120,7 +120,8 @@ impl WorkerStats {
 
 type Started = JoinHandle<Result<StatsSnapshot, RuntimeError>>;
 type Start<S> = Box<
-    dyn FnOnce(Feed, S, RuntimeConfig, Readiness, Commits, CancellationToken) -> Started + Send,
+    dyn FnOnce(Feed, S, RuntimeConfig, Clock, Readiness, Commits, CancellationToken) -> Started
+        + Send,
 >;
 
 /// Where a hosted consumer's deliveries come from.
@@ -181,6 +182,7 @@ pub struct Worker<S> {
     sessions: Option<SessionConfig>,
     health: Option<TcpListener>,
     readiness: Readiness,
+    clock: Option<Clock>,
 }
 
 impl<S> fmt::Debug for Worker<S> {
@@ -215,6 +217,7 @@ where
             sessions: None,
             health: None,
             readiness: Readiness::new(),
+            clock: None,
         }
     }
 
@@ -223,13 +226,18 @@ where
     pub fn consumer<H: Handler<S::Tx>>(mut self, config: ConsumerConfig, handler: H) -> Self {
         let envelope_problem = envelope_problem(&config, handler.contracts());
         let start: Start<S> = Box::new(
-            move |feed, store, runtime_config, readiness, commits, stop| {
+            move |feed, store, runtime_config, clock, readiness, commits, stop| {
                 tokio::spawn(async move {
                     let name = runtime_config.consumer.to_string();
                     match feed {
                         Feed::Plain(receiver) => {
-                            let runtime =
-                                Runtime::new(receiver.clone(), store, handler, runtime_config);
+                            let runtime = Runtime::with_clock(
+                                receiver.clone(),
+                                store,
+                                handler,
+                                runtime_config,
+                                clock,
+                            );
                             probe(&runtime, &readiness, &commits, &name);
                             let result = runtime.run(stop.clone()).await;
                             // One consumer failing for good stops the others: the process restarts
@@ -241,8 +249,13 @@ where
                             result.map(|()| runtime.stats().snapshot())
                         }
                         Feed::Sessions(source, sessions) => {
-                            let runtime =
-                                Runtime::for_sessions(source, store, handler, runtime_config);
+                            let runtime = Runtime::for_sessions_with_clock(
+                                source,
+                                store,
+                                handler,
+                                runtime_config,
+                                clock,
+                            );
                             probe(&runtime, &readiness, &commits, &name);
                             let result = runtime.run_sessions(sessions, stop.clone()).await;
                             if result.is_err() {
@@ -313,6 +326,15 @@ where
         self
     }
 
+    /// Reads `clock` instead of the system's, in every hosted runtime, the relay and retention:
+    /// a deterministic simulation (`crates/sim`) runs the worker on tokio's paused clock
+    /// anchored where the broker's clock starts.
+    #[must_use]
+    pub fn clock(mut self, clock: Clock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
     /// Runs every consumer until `shutdown` (or until one fails for good), drains them all,
     /// then stops the relay and retention.
     ///
@@ -333,7 +355,9 @@ where
             sessions,
             health,
             readiness,
+            clock,
         } = self;
+        let clock = clock.unwrap_or_default();
         check(&consumers, retry.as_ref(), sessions.is_some())?;
         // Here, not only in the configuration: a worker built in code deletes rows too.
         let retention = match retention {
@@ -350,7 +374,7 @@ where
             .iter()
             .map(|c| c.config.name().as_str().to_owned())
             .collect();
-        let background = Background::start(&client, &store, relay, retention, &names);
+        let background = Background::start(&client, &store, relay, retention, clock, &names);
         let commits = Commits::default();
         readiness.probe("store", {
             let (store, commits) = (store.clone(), commits.clone());
@@ -369,6 +393,7 @@ where
             readiness: &readiness,
             commits: &commits,
             stop: &stop,
+            clock,
         };
         let (running, receivers) = shared.start(consumers);
         // Not ready while a receive link re-attaches after the service detached it.
@@ -420,16 +445,18 @@ impl Background {
         store: &S,
         relay: RelayConfig,
         retention: Option<RetentionConfig>,
+        clock: Clock,
         names: &[String],
     ) -> Self
     where
         S: OutboxStore + RetentionStore + Clone,
     {
         let stop_background = CancellationToken::new();
-        let relay = Relay::new(
+        let relay = Relay::with_clock(
             store.clone(),
             ServiceBusSenderPort::new(client.clone()),
             relay,
+            clock,
         );
         // They read the relay's last backlog sample and live as long as the worker.
         let relay_stats = relay.stats();
@@ -442,7 +469,7 @@ impl Background {
             async move { relay.run(stop).await }
         })];
         if let Some(retention) = retention {
-            let task = RetentionTask::new(store.clone(), retention);
+            let task = RetentionTask::with_clock(store.clone(), retention, clock);
             let stats = task.stats();
             _retention_counter = Some(telemetry::hooks::observe_retention(names, move || {
                 stats.snapshot().inbox_deleted
@@ -475,6 +502,7 @@ struct Shared<'a, S> {
     readiness: &'a Readiness,
     commits: &'a Commits,
     stop: &'a CancellationToken,
+    clock: Clock,
 }
 
 impl<S: Clone> Shared<'_, S> {
@@ -530,6 +558,7 @@ impl<S: Clone> Shared<'_, S> {
                 feed,
                 self.store.clone(),
                 runtime,
+                self.clock,
                 self.readiness.clone(),
                 self.commits.clone(),
                 self.stop.clone(),

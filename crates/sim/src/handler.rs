@@ -9,6 +9,7 @@ use sb_inbox::{Context, Contract, DecodeError, Handled, Handler, HandlerError, O
 
 use crate::Trace;
 use crate::plan::{Plan, draw};
+use crate::process::Life;
 use crate::store::FaultyTx;
 
 /// The contract of the messages the producer sends.
@@ -35,9 +36,7 @@ pub fn out_id(id: &str) -> String {
 pub struct Seen {
     /// Per logical id: (attempts, panics, transient errors).
     pub attempts: BTreeMap<String, (u32, u32, u32)>,
-    /// Handlers running now, and the most at once.
-    pub running: usize,
-    /// The most handlers at once.
+    /// The most handlers of one process at once.
     pub max_running: usize,
     /// Deliveries whose logical id was not their message's key (a typed id that lost its type
     /// or its identity on the way, e.g. in a retry copy).
@@ -57,6 +56,10 @@ pub struct SimHandler {
     trace: Trace,
     /// What it saw.
     pub seen: Arc<Mutex<Seen>>,
+    /// Its process's handlers running now (a dead process's never finish, and do not count).
+    running: Arc<Mutex<usize>>,
+    /// Its process's life: a dead process's handlers stop where they are.
+    life: Life,
 }
 
 impl SimHandler {
@@ -67,6 +70,17 @@ impl SimHandler {
             plan,
             trace,
             seen: Arc::default(),
+            running: Arc::default(),
+            life: Life::new(),
+        }
+    }
+
+    /// The same handler (and model) in a new process living `life`.
+    pub fn for_process(&self, life: Life) -> Self {
+        SimHandler {
+            running: Arc::default(),
+            life,
+            ..self.clone()
         }
     }
 
@@ -78,15 +92,15 @@ impl SimHandler {
 }
 
 /// Leaves the running count however the attempt ends (panic and cancellation included).
-struct Running(Arc<Mutex<Seen>>);
+struct Running(Arc<Mutex<usize>>);
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let mut seen = self
+        let mut running = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        seen.running = seen.running.saturating_sub(1);
+        *running = running.saturating_sub(1);
     }
 }
 
@@ -156,6 +170,8 @@ impl Handler<FaultyTx> for SimHandler {
         ctx: &Context<'_, Order>,
         tx: &mut FaultyTx,
     ) -> Result<Handled, HandlerError> {
+        // A dead process runs no more of its handlers: nothing after its crash is seen.
+        self.life.alive().await;
         // The model's name of the message is the one its body carries; the runtime's key for
         // it must be the plan's (typed ids included), in every copy.
         let id = ctx.payload.id.clone();
@@ -187,11 +203,15 @@ impl Handler<FaultyTx> for SimHandler {
         let panicky = index.is_some_and(|i| self.plan.panicky.contains(&i));
         let faults = self.plan.handler;
         let _running = {
+            let mut running = self
+                .running
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            *running += 1;
             let mut seen = self.seen();
-            seen.running += 1;
-            seen.max_running = seen.max_running.max(seen.running);
+            seen.max_running = seen.max_running.max(*running);
             seen.attempts.entry(id.clone()).or_default().0 += 1;
-            Running(self.seen.clone())
+            Running(self.running.clone())
         };
         if panicky || draw(seed, &id, key, 1) < faults.panic {
             let mut seen = self.seen();
@@ -211,13 +231,14 @@ impl Handler<FaultyTx> for SimHandler {
             let pause = faults.slow_max.mul_f64(draw(seed, &id, key, 4));
             self.seen().slept += pause;
             tokio::time::sleep(pause).await;
+            self.life.alive().await;
         }
-        tx.sqlite()
-            .execute(
-                "INSERT INTO sim_effects (id, attempt) VALUES (?1, ?2)",
-                (id.as_str(), attempt),
-            )
-            .map_err(HandlerError::from)?;
+        tx.execute(
+            "INSERT INTO sim_effects (id, attempt) VALUES (?1, ?2)",
+            (id.as_str(), attempt),
+        )
+        .await
+        .map_err(HandlerError::from)?;
         let mut out =
             OutboxMessage::new(destination(seed, &id), OUT_SUBJECT, id.as_bytes().to_vec());
         out.message_id = out_id(&id);
@@ -226,8 +247,8 @@ impl Handler<FaultyTx> for SimHandler {
             // User code that catches a store error and goes on: the transaction remembers the
             // failed statement and the runtime must not commit this delivery's work.
             let swallowed = tx
-                .sqlite()
-                .execute("INSERT INTO sim_checks (v) VALUES (?1)", (-1,));
+                .execute("INSERT INTO sim_checks (v) VALUES (?1)", (-1,))
+                .await;
             self.trace
                 .push(format!("{id} #{attempt} swallowed {:?}", swallowed.err()));
         }

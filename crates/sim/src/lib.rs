@@ -6,10 +6,13 @@
 //! `SIM_SEED=N cargo run -p sim --release -- --seed N` replays one run; see the crate README.
 
 pub mod handler;
+pub mod host;
 pub mod net;
 pub mod plan;
+pub mod process;
 pub mod run;
 pub mod store;
+pub mod world;
 
 use std::sync::{Arc, Mutex};
 

@@ -30,7 +30,8 @@ struct State {
     delay_us: (u64, u64),
     /// Nothing is delivered before this instant (a partition being healed).
     held_until: Option<Instant>,
-    live: Vec<CancellationToken>,
+    /// Each live connection's owner (the salt of the client that opened it) and its cut.
+    live: Vec<(u64, CancellationToken)>,
     opened: u64,
     cut: u64,
 }
@@ -56,8 +57,9 @@ impl Net {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A new connection: the client's end and the server's end.
-    pub fn connect(&self) -> (BoxIo, BoxIo) {
+    /// A new connection opened by `owner` (a client's salt): the client's end and the
+    /// server's end.
+    pub fn connect(&self, owner: u64) -> (BoxIo, BoxIo) {
         let (client, client_far) = tokio::io::duplex(WINDOW);
         let (server, server_far) = tokio::io::duplex(WINDOW);
         let cut = CancellationToken::new();
@@ -65,8 +67,8 @@ impl Net {
         // which connections happen to read does not shift another connection's delays.
         let (up, down) = {
             let mut state = self.state();
-            state.live.retain(|t| !t.is_cancelled());
-            state.live.push(cut.clone());
+            state.live.retain(|(_, t)| !t.is_cancelled());
+            state.live.push((owner, cut.clone()));
             state.opened += 1;
             (state.rng.random::<u64>(), state.rng.random::<u64>())
         };
@@ -162,8 +164,12 @@ impl Net {
     /// Cuts every live connection: both ends read EOF and writes fail. Returns how many.
     pub fn cut_all(&self) -> usize {
         let mut state = self.state();
-        let live: Vec<_> = state.live.drain(..).filter(|t| !t.is_cancelled()).collect();
-        for token in &live {
+        let live: Vec<_> = state
+            .live
+            .drain(..)
+            .filter(|(_, t)| !t.is_cancelled())
+            .collect();
+        for (_, token) in &live {
             token.cancel();
         }
         state.cut += live.len() as u64;
@@ -173,16 +179,33 @@ impl Net {
     /// Cuts one live connection chosen by the seed; false when none is live.
     pub fn cut_one(&self) -> bool {
         let mut state = self.state();
-        state.live.retain(|t| !t.is_cancelled());
+        state.live.retain(|(_, t)| !t.is_cancelled());
         if state.live.is_empty() {
             return false;
         }
         let live = state.live.len();
         let i = state.rng.random_range(0..live);
-        let token = state.live.remove(i);
+        let (_, token) = state.live.remove(i);
         token.cancel();
         state.cut += 1;
         true
+    }
+
+    /// Cuts every live connection `owner` opened (its process died: the kernel closes its
+    /// sockets). Returns how many.
+    pub fn cut_owner(&self, owner: u64) -> usize {
+        let mut state = self.state();
+        let (theirs, others): (Vec<_>, Vec<_>) = state
+            .live
+            .drain(..)
+            .filter(|(_, t)| !t.is_cancelled())
+            .partition(|(o, _)| *o == owner);
+        state.live = others;
+        for (_, token) in &theirs {
+            token.cancel();
+        }
+        state.cut += theirs.len() as u64;
+        theirs.len()
     }
 
     /// Connections opened and cut so far.

@@ -6,7 +6,11 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng as _, SeedableRng as _};
 
-/// Which kinds of faults a run draws from (`SIM_FAULTS=net,broker,...`; all by default).
+/// Which kinds of faults a run draws from (`SIM_FAULTS=net,broker,...`; `all` by default).
+///
+/// `all` is the five kinds of the first runs; process crashes are opt-in (`all,process`):
+/// a crash changes everything after it, and every seed kept as a regression case (and every
+/// figure in the README) was found without them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mix {
     /// Connection cuts, partitions, delay changes.
@@ -19,19 +23,34 @@ pub struct Mix {
     pub handler: bool,
     /// Host clock steps (the client's lock arithmetic).
     pub clock: bool,
+    /// Process crashes (the consumer's tasks dropped mid-await, its connections cut), each
+    /// followed by a restart from the durable state.
+    pub process: bool,
+    /// Not a fault: the consumer runs in `sb_inbox`'s `Worker` (its start checks, its relay and
+    /// retention, its self-sizing receive window), as users and the CLI run it, instead of the
+    /// bare `Runtime` beside a relay of the simulator's (`worker`; opt-in, as `process`).
+    pub worker: bool,
+    /// Not a fault: `orders` requires sessions, each message belongs to one of a few sessions
+    /// and the runtime runs in session mode (`sessions`; opt-in; no delayed retries, which
+    /// session mode refuses).
+    pub sessions: bool,
 }
 
 impl Mix {
-    /// Every kind.
+    /// The five kinds of the first runs (`all`): every kind but process crashes.
     pub const ALL: Mix = Mix {
         net: true,
         broker: true,
         store: true,
         handler: true,
         clock: true,
+        process: false,
+        worker: false,
+        sessions: false,
     };
 
-    /// Parses `net,broker,store,handler,clock` (any subset; `all`).
+    /// Parses `net,broker,store,handler,clock,process` (any subset; `all` is every kind but
+    /// `process`), `worker` and `sessions`.
     ///
     /// # Errors
     /// The unknown name.
@@ -42,15 +61,28 @@ impl Mix {
             store: false,
             handler: false,
             clock: false,
+            process: false,
+            worker: false,
+            sessions: false,
         };
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             match part {
-                "all" => mix = Mix::ALL,
+                "all" => {
+                    mix = Mix {
+                        process: mix.process,
+                        worker: mix.worker,
+                        sessions: mix.sessions,
+                        ..Mix::ALL
+                    }
+                }
                 "net" => mix.net = true,
                 "broker" => mix.broker = true,
                 "store" => mix.store = true,
                 "handler" => mix.handler = true,
                 "clock" => mix.clock = true,
+                "process" => mix.process = true,
+                "worker" => mix.worker = true,
+                "sessions" => mix.sessions = true,
                 other => return Err(format!("unknown fault kind {other:?}")),
             }
         }
@@ -168,6 +200,14 @@ pub struct Plan {
     pub swallowing: Vec<usize>,
     /// Indices sent with a typed (non-string) AMQP message id, by a producer beside ours.
     pub typed: std::collections::BTreeMap<usize, IdKind>,
+    /// When the consumer's process crashes, and how long it stays down before its restart
+    /// (process faults only; from a stream of their own, so the other draws stay as they were).
+    pub crashes: Vec<(Duration, Duration)>,
+    /// The consumer runs in the `Worker` ([`Mix::worker`]).
+    pub worker: bool,
+    /// In session mode ([`Mix::sessions`]): how many sessions the messages are spread over
+    /// (message `i` is in session `s-{i % n}`), and how many the runtime takes at once.
+    pub sessions: Option<(usize, usize)>,
     /// Every id under which a typed message may show (its inbox key, the broker's text of its
     /// id) to its name `m-{index}`.
     aliases: std::collections::BTreeMap<String, usize>,
@@ -236,12 +276,24 @@ impl Plan {
         } else {
             Vec::new()
         };
+        let crashes = if mix.process {
+            crashes(seed, faults_until)
+        } else {
+            Vec::new()
+        };
         let mut aliases = std::collections::BTreeMap::new();
         for (&i, &kind) in &typed {
             aliases.insert(typed_key(i, kind), i);
             aliases.insert(typed_text(i, kind), i);
         }
+        let sessions = mix.sessions.then(|| {
+            let mut rng = SmallRng::seed_from_u64(seed ^ 0x5e55_1075);
+            (rng.random_range(1..=12), rng.random_range(1..=4))
+        });
         Plan {
+            crashes,
+            worker: mix.worker,
+            sessions,
             swallowing,
             typed,
             aliases,
@@ -258,12 +310,15 @@ impl Plan {
             handler,
             concurrency: rng.random_range(1..=8),
             prefetch: rng.random_range(0..=4),
+            // Session mode handles one message per transaction (it refuses batches).
             batch_size: if rng.random_bool(0.25) {
                 rng.random_range(2..=8)
             } else {
                 1
-            },
-            delayed_retry: rng.random_bool(0.25),
+            }
+            .min(if mix.sessions { 1 } else { usize::MAX }),
+            // Drawn in every mode, so that the draws after it stay as they were.
+            delayed_retry: rng.random_bool(0.25) && !mix.sessions,
             retries: rng.random_range(1..=3),
         }
     }
@@ -286,6 +341,11 @@ impl Plan {
         }
         let i: usize = id.strip_prefix("m-")?.parse().ok()?;
         (i < self.messages).then_some(i)
+    }
+
+    /// The session of message `i`, in session mode.
+    pub fn session(&self, i: usize) -> Option<String> {
+        self.sessions.map(|(n, _)| format!("s-{}", i % n.max(1)))
     }
 
     /// The name the model knows message `id` by (`m-{i}`), or `id` itself when it names none.
@@ -339,6 +399,22 @@ pub fn typed_text(i: usize, kind: IdKind) -> String {
         IdKind::Uuid => uuid_text(i),
         IdKind::Binary => hex(name(i).as_bytes()),
     }
+}
+
+/// One to four crashes before `until`, each down for up to 10 s (a container's restart).
+fn crashes(seed: u64, until: Duration) -> Vec<(Duration, Duration)> {
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0xc0_ffee_dead);
+    let until_ms = u64::try_from(until.as_millis()).unwrap_or(u64::MAX).max(1);
+    let mut crashes: Vec<(Duration, Duration)> = (0..rng.random_range(1..=4))
+        .map(|_| {
+            (
+                Duration::from_millis(rng.random_range(0..until_ms)),
+                Duration::from_millis(rng.random_range(0..=10_000)),
+            )
+        })
+        .collect();
+    crashes.sort_by_key(|(at, _)| *at);
+    crashes
 }
 
 fn schedule(rng: &mut SmallRng, mix: Mix, until: Duration) -> Vec<(Duration, Fault)> {

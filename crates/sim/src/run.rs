@@ -3,25 +3,20 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use sb_emulator::{Broker, Config, Emulator, EmulatorOptions, PropertyValue as EmuValue};
-use sb_inbox::relay::{Relay, RelayConfig};
-use sb_inbox::runtime::{DelayedRetry, JitterSource, RetryPolicy};
-use sb_inbox::servicebus::{
-    ConnectionString, RetryOptions, ServiceBusClient, ServiceBusMessage, ServiceBusSenderPort,
-};
-use sb_inbox::{ConsumerName, Message, Runtime, RuntimeConfig, SqliteStore};
-use sb_servicebus::{Connector, WallClock};
+use sb_emulator::PropertyValue as EmuValue;
+use sb_inbox::Message;
+use sb_inbox::servicebus::{ServiceBusClient, ServiceBusMessage};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::Trace;
 use crate::handler::{self, SimHandler};
-use crate::net::Net;
+use crate::host::{self, Current, Process, crash_and_restart, current};
 use crate::plan::{self, Fault, Mix, Plan};
-use crate::store::FaultyStore;
+use crate::process::Life;
+use crate::world::{World, skip_kind, world};
 
 /// After the faults stop, the backlog must drain within this much virtual time, plus the time
 /// the handlers spent in their planned slowness (`handler::Seen::slept`). The SQLite store has
@@ -31,13 +26,10 @@ use crate::store::FaultyStore;
 /// run failed a fixed 300 s bound only for that). What the runtime itself adds must still fit
 /// in the 300 s.
 pub const DRAIN_BOUND: Duration = Duration::from_secs(300);
+/// Once the backlog drained, the kill switch must have closed (or passed its probe) within this.
+pub const SWITCH_BOUND: Duration = Duration::from_secs(60);
 /// Every run simulates at least this much virtual time.
 pub const MIN_VIRTUAL: Duration = Duration::from_secs(60);
-/// The consumer name.
-const CONSUMER: &str = "sim.consumer";
-/// Deliveries a handler may panic on before the runtime dead-letters (`max_panics`).
-const MAX_PANICS: u32 = 3;
-
 /// What one run found.
 #[derive(Debug, Clone)]
 pub struct Report {
@@ -185,36 +177,6 @@ fn quiet_simulated_panics() {
     });
 }
 
-/// The namespace: the consumed queue and the two outbox destinations.
-fn config_json() -> String {
-    let lock = sb_emulator::format_iso8601_duration(plan::LOCK_DURATION);
-    let q = |name: &str| {
-        format!(
-            r#"{{"Name":"{name}","Properties":{{"LockDuration":"{lock}","MaxDeliveryCount":{}}}}}"#,
-            plan::MAX_DELIVERY_COUNT
-        )
-    };
-    format!(
-        r#"{{"UserConfig":{{"Namespaces":[{{"Name":"sim","Queues":[{},{},{}],"Topics":[]}}],"Logging":{{"Type":"File"}}}}}}"#,
-        q("orders"),
-        q("out-a"),
-        q("out-b")
-    )
-}
-
-/// Everything one run shares.
-struct World {
-    plan: Arc<Plan>,
-    trace: Trace,
-    net: Net,
-    emulator: Arc<Emulator>,
-    store: FaultyStore,
-    clock_step_ms: Arc<AtomicI64>,
-    start: Instant,
-    /// The wall-clock time at `start`, in whole seconds: every clock of the run starts here.
-    anchor: SystemTime,
-}
-
 async fn simulate(plan: Arc<Plan>, progress: Arc<Progress>) -> Report {
     match world(plan.clone()).await {
         Ok(world) => {
@@ -233,83 +195,6 @@ async fn simulate(plan: Arc<Plan>, progress: Arc<Progress>) -> Report {
             messages: plan.messages,
             faults: 0,
         },
-    }
-}
-
-async fn world(plan: Arc<Plan>) -> Result<World, Box<dyn std::error::Error>> {
-    // Whole seconds: every instant of the run is then a whole number of milliseconds from it.
-    let anchor =
-        UNIX_EPOCH + Duration::from_secs(SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs());
-    let broker = Broker::with_clock(
-        Config::from_json(&config_json())?,
-        sb_emulator::Clock::anchored_at(anchor),
-    )?;
-    let emulator = Emulator::without_listener(
-        broker,
-        EmulatorOptions {
-            fault_seed: Some(plan.seed),
-            ..EmulatorOptions::default()
-        },
-    );
-    let store = SqliteStore::open_in_memory()?;
-    store.migrate().await?;
-    store
-        .with_connection(|c| {
-            c.execute_batch(
-                "CREATE TABLE sim_effects (id TEXT NOT NULL, attempt INTEGER NOT NULL);
-                 CREATE TABLE sim_checks (v INTEGER NOT NULL CHECK (v >= 0));",
-            )
-        })
-        .await?;
-    let trace = Trace::new();
-    Ok(World {
-        trace: trace.clone(),
-        net: Net::new(plan.seed ^ 0x0e7),
-        emulator: Arc::new(emulator),
-        store: FaultyStore {
-            inner: store,
-            faults: Arc::default(),
-            trace,
-        },
-        clock_step_ms: Arc::default(),
-        start: Instant::now(),
-        anchor,
-        plan,
-    })
-}
-
-impl World {
-    /// A client whose connections run over the simulated network to the emulator, reading
-    /// the (steppable) simulated host clock.
-    fn client(&self, salt: u64) -> Result<ServiceBusClient, Box<dyn std::error::Error>> {
-        let cs: ConnectionString = format!(
-            "Endpoint=sb://sim.servicebus.local;SharedAccessKeyName={};SharedAccessKey={};UseDevelopmentEmulator=true",
-            sb_emulator::KEY_NAME,
-            sb_emulator::KEY
-        )
-        .parse()?;
-        let (net, emulator, trace) = (self.net.clone(), self.emulator.clone(), self.trace.clone());
-        let connector = Connector::new(move |host: &str| {
-            let (client_end, server_end) = net.connect();
-            trace.push(format!("client {salt} connects"));
-            emulator.serve_stream(server_end, host);
-            async move { Ok(client_end) }
-        });
-        let (start, step, anchor) = (self.start, self.clock_step_ms.clone(), self.anchor);
-        let wall = WallClock::new(move || {
-            let t = anchor + start.elapsed();
-            let step = step.load(Ordering::Acquire);
-            let by = Duration::from_millis(step.unsigned_abs());
-            if step >= 0 {
-                t + by
-            } else {
-                t.checked_sub(by).unwrap_or(t)
-            }
-        });
-        Ok(ServiceBusClient::from_connection_string(&cs)
-            .with_connector(connector)
-            .with_clock(wall)
-            .with_retry(RetryOptions::default().with_jitter_seed(self.plan.seed ^ salt)))
     }
 }
 
@@ -343,11 +228,14 @@ async fn produce(world: Arc<World>, client: ServiceBusClient) {
         }
         for _ in 0..copies {
             let (version, body) = body(plan, i);
-            let message = Message::new(
+            let mut message = Message::new(
                 format!("m-{i}"),
                 format!("{}.v{version}", handler::CONTRACT),
                 body,
             );
+            if let Some(session) = plan.session(i) {
+                message = message.with_session_id(session);
+            }
             // Until the broker took it: every message is surely enqueued (maybe twice).
             let mut tries = 0u32;
             loop {
@@ -401,6 +289,7 @@ fn send_typed(world: &World, i: usize, kind: plan::IdKind) -> String {
     stored.message_id = Some(plan::typed_text(i, kind));
     stored.subject = Some(subject);
     stored.content_type = Some("application/json".to_owned());
+    stored.session_id = world.plan.session(i);
     match world
         .emulator
         .broker()
@@ -428,9 +317,6 @@ async fn inject(world: Arc<World>) {
 /// The fault kinds `SIM_SKIP` names (`net,broker,store,clock`) are scheduled as usual but
 /// not applied: the same seed with one kind left out, to tell which kind a failure needs.
 fn skipped(fault: &Fault) -> bool {
-    let Ok(skip) = std::env::var("SIM_SKIP") else {
-        return false;
-    };
     let kind = match fault {
         Fault::CutAll | Fault::CutOne | Fault::Partition(_) | Fault::Delay(..) => "net",
         Fault::DetachEntity(_)
@@ -444,7 +330,7 @@ fn skipped(fault: &Fault) -> bool {
         | Fault::AmbiguousCommit => "store",
         Fault::ClockStep(_) => "clock",
     };
-    skip.split(',').any(|k| k.trim() == kind)
+    skip_kind(kind)
 }
 
 async fn apply(world: &World, fault: &Fault) -> String {
@@ -516,31 +402,22 @@ async fn drive(world: World, progress: Arc<Progress>) -> Report {
     let plan = world.plan.clone();
     let handler = SimHandler::new(plan.clone(), world.trace.clone());
     let seen = handler.seen.clone();
-    let (client, producer) = match (world.client(1), world.client(2)) {
-        (Ok(c), Ok(p)) => (c, p),
-        (Err(e), _) | (_, Err(e)) => return failed(&plan, format!("client: {e}")),
+    let producer = match world.client(2, Life::new()) {
+        Ok(p) => p,
+        Err(e) => return failed(&plan, format!("client: {e}")),
     };
-    let runtime = match runtime(&world, &client, handler) {
-        Ok(r) => r,
-        Err(e) => return failed(&plan, format!("runtime: {e}")),
+    let first = match Process::start(&world, &handler, 0) {
+        Ok(p) => p,
+        Err(e) => return failed(&plan, e),
     };
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { runtime.run(shutdown).await }
-    });
-    let relay = Arc::new(Relay::with_clock(
-        world.store.inner.clone(),
-        ServiceBusSenderPort::new(client.clone()),
-        RelayConfig::default().with_poll_interval(Duration::from_millis(500)),
-        sb_inbox::Clock::starting_at(world.anchor),
-    ));
-    let relaying = tokio::spawn({
-        let (relay, shutdown) = (relay.clone(), shutdown.clone());
-        async move { relay.run(shutdown).await }
-    });
+    let running: Current = Arc::new(std::sync::Mutex::new(Some(first)));
     let producing = tokio::spawn(produce(world.clone(), producer));
     let injecting = tokio::spawn(inject(world.clone()));
+    let crashing = tokio::spawn(crash_and_restart(
+        world.clone(),
+        handler.clone(),
+        running.clone(),
+    ));
     let deadline = world.start + plan.faults_until.max(plan.send_over) + DRAIN_BOUND;
     let slept = || {
         seen.lock()
@@ -552,8 +429,10 @@ async fn drive(world: World, progress: Arc<Progress>) -> Report {
         let now = Instant::now();
         let at = u64::try_from((now - world.start).as_millis()).unwrap_or(u64::MAX);
         progress.at.store(at, Ordering::Release);
-        let done =
-            producing.is_finished() && injecting.is_finished() && drained(&world, &relay).await;
+        let done = producing.is_finished()
+            && injecting.is_finished()
+            && crashing.is_finished()
+            && drained(&world).await;
         if done && now >= world.start + MIN_VIRTUAL {
             break true;
         }
@@ -565,18 +444,23 @@ async fn drive(world: World, progress: Arc<Progress>) -> Report {
         "drained: {drained} (handlers slept {:?} in all)",
         slept()
     ));
+    let switch = current(&running).as_ref().map(|p| p.switch.clone());
+    let still_open = match (&switch, drained) {
+        (Some(switch), true) => kill_switch_recovers(&world, switch).await,
+        _ => None,
+    };
     // The census after shutdown would show the handlers that finished since; this is the state
     // that failed the bound.
     let at_deadline = world.emulator.broker().entity("orders").map(|e| e.counts());
-    shutdown.cancel();
     producing.abort();
     injecting.abort();
-    let stopped = tokio::time::timeout(Duration::from_secs(120), async {
-        let _ = running.await;
-        let _ = relaying.await;
-    })
-    .await;
-    if stopped.is_err() {
+    crashing.abort();
+    let last = current(&running).take();
+    let stopped = match last {
+        Some(process) => process.stop().await,
+        None => true,
+    };
+    if !stopped {
         world
             .trace
             .push("runtime or relay did not stop within 120 s");
@@ -592,9 +476,10 @@ async fn drive(world: World, progress: Arc<Progress>) -> Report {
     }
     let virtual_time = world.start.elapsed();
     let mut violations = check(&world, &seen, drained, &format!("{at_deadline:?}")).await;
-    if stopped.is_err() {
+    if !stopped {
         violations.push("shutdown: the runtime or relay did not stop within 120 s".to_owned());
     }
+    violations.extend(still_open);
     Report {
         seed: plan.seed,
         trace_hash: world.trace.hash(),
@@ -602,7 +487,29 @@ async fn drive(world: World, progress: Arc<Progress>) -> Report {
         violations,
         virtual_time,
         messages: plan.messages,
-        faults: plan.faults.len(),
+        faults: plan.faults.len() + plan.crashes.len(),
+    }
+}
+
+/// The kill switch recovers: once the faults stopped and the backlog drained, the store answers
+/// its probe within `SWITCH_BOUND` (its probes back off to 30 s apart). A switch whose probe
+/// passed but that saw no trial delivery (nothing left to receive) has recovered.
+async fn kill_switch_recovers(world: &World, switch: &host::Switch) -> Option<String> {
+    let until = Instant::now() + SWITCH_BOUND;
+    loop {
+        let open = switch.open().await;
+        match open {
+            None => {
+                world.trace.push(switch.trips());
+                return None;
+            }
+            Some(why) if Instant::now() >= until => {
+                return Some(format!(
+                    "kill switch: still open {SWITCH_BOUND:?} after the backlog drained: {why}"
+                ));
+            }
+            Some(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
     }
 }
 
@@ -616,50 +523,6 @@ fn failed(plan: &Plan, why: String) -> Report {
         messages: plan.messages,
         faults: 0,
     }
-}
-
-type SimRuntime = Runtime<
-    sb_inbox::servicebus::ServiceBusReceiver,
-    FaultyStore,
-    sb_inbox::Router<crate::store::FaultyTx>,
->;
-
-fn runtime(
-    world: &World,
-    client: &ServiceBusClient,
-    handler: SimHandler,
-) -> Result<SimRuntime, Box<dyn std::error::Error>> {
-    let plan = &world.plan;
-    let mut config = RuntimeConfig::new(ConsumerName::new(CONSUMER)?);
-    config.concurrency = plan.concurrency;
-    config.prefetch = plan.prefetch;
-    config.batch_size = plan.batch_size;
-    config.lock_margin = Duration::from_secs(3);
-    config.lock_duration = Some(plan::LOCK_DURATION);
-    config.max_panics = MAX_PANICS;
-    config.jitter = JitterSource::seeded(plan.seed ^ 0x1177e7);
-    if plan.delayed_retry {
-        let policy = RetryPolicy::new(
-            plan.retries,
-            Duration::from_secs(1),
-            Duration::from_secs(10),
-        )?
-        .with_jitter(0.2, JitterSource::seeded(plan.seed ^ 0x7e7))?;
-        config.delayed_retry = Some(DelayedRetry::new(
-            policy,
-            ServiceBusSenderPort::new(client.clone()),
-            "orders",
-        ));
-    }
-    let held = u32::try_from(config.held()).unwrap_or(u32::MAX);
-    let receiver = client.receiver("orders", 0).with_capacity(held);
-    Ok(Runtime::with_clock(
-        receiver,
-        world.store.clone(),
-        handler::router(handler, world.trace.clone())?,
-        config,
-        sb_inbox::Clock::starting_at(world.anchor),
-    ))
 }
 
 /// The model's name (`m-N`) of a broker message: from the runtime's logical-id property on
@@ -699,10 +562,7 @@ async fn effects(world: &World) -> BTreeMap<String, u32> {
         .unwrap_or_default()
 }
 
-async fn drained<S: sb_inbox::OutboxStore, P: sb_inbox::Sender>(
-    world: &World,
-    relay: &Relay<S, P>,
-) -> bool {
+async fn drained(world: &World) -> bool {
     let Ok(orders) = world.emulator.broker().entity("orders") else {
         return false;
     };
@@ -710,7 +570,10 @@ async fn drained<S: sb_inbox::OutboxStore, P: sb_inbox::Sender>(
     if c.active + c.locked + c.scheduled > 0 {
         return false;
     }
-    if !relay.backlog().await.is_ok_and(|b| b.pending == 0) {
+    if !sb_inbox::OutboxStore::outbox_backlog(&world.store.inner)
+        .await
+        .is_ok_and(|b| b.pending == 0)
+    {
         return false;
     }
     let effects = effects(world).await;
@@ -733,6 +596,7 @@ async fn check(
 ) -> Vec<String> {
     let plan = &world.plan;
     let effects = effects(world).await;
+    let session_violations = check_session_order(world).await;
     let seen = seen
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -814,6 +678,7 @@ async fn check(
     }
     violations.extend(seen.wrong_identity.iter().map(|w| format!("identity: {w}")));
     violations.extend(check_outbox(world, &effects, drained));
+    violations.extend(session_violations);
     if seen.max_running > plan.concurrency {
         violations.push(format!(
             "window: {} handlers at once, concurrency {}",
@@ -823,22 +688,72 @@ async fn check(
     violations
 }
 
+/// Session order: each session's messages took effect in the order they were sent, which is
+/// their index order (the producer sends one message at a time, each once the broker took the
+/// one before). Effects are numbered as they are written, and SQLite has one writer, so their
+/// numbers are their commit order.
+async fn check_session_order(world: &World) -> Vec<String> {
+    let plan = &world.plan;
+    if plan.sessions.is_none() {
+        return Vec::new();
+    }
+    let committed: Vec<String> = world
+        .store
+        .inner
+        .with_connection(|c| {
+            let mut stmt = c.prepare("SELECT id FROM sim_effects ORDER BY seq")?;
+            let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .await
+        .unwrap_or_default();
+    session_order(plan, &committed)
+}
+
+/// The session order violations of effects `committed` in that order (logical ids): a message
+/// that took effect after one of its session sent after it.
+pub fn session_order(plan: &Plan, committed: &[String]) -> Vec<String> {
+    let mut latest: BTreeMap<String, usize> = BTreeMap::new();
+    let mut violations = Vec::new();
+    for i in committed.iter().filter_map(|id| plan.index_of(id)) {
+        let Some(session) = plan.session(i) else {
+            continue;
+        };
+        match latest.get(&session) {
+            Some(&after) if after > i => violations.push(format!(
+                "session order: in {session}, m-{i} took effect after m-{after}, which was sent after it"
+            )),
+            _ => {
+                latest.insert(session, i);
+            }
+        }
+    }
+    violations
+}
+
 /// Every committed outbox row reaches its own destination, and nothing else arrives there.
+/// A row sent again (its send's answer lost, or its process crashed before marking it) arrives
+/// twice under its one id: the emulator has no duplicate detection, which is what makes that
+/// "once" on Service Bus, so the trace counts them.
 fn check_outbox(world: &World, effects: &BTreeMap<String, u32>, drained: bool) -> Vec<String> {
     let seed = world.plan.seed;
     let mut violations = Vec::new();
     let mut arrived: BTreeSet<String> = BTreeSet::new();
+    let mut again = 0usize;
     for dest in ["out-a", "out-b"] {
         for m in peek_all(world, dest) {
             let id = m.message.message_id.clone().unwrap_or_default();
             match id.strip_suffix(":out") {
                 Some(source) if handler::destination(seed, source) == dest => {
-                    arrived.insert(source.to_owned());
+                    again += usize::from(!arrived.insert(source.to_owned()));
                 }
                 _ => violations.push(format!("{dest}: misrouted message {id:?}")),
             }
         }
     }
+    world
+        .trace
+        .push(format!("outbox: {again} rows arrived again under their id"));
     if drained {
         for id in effects.keys() {
             if !arrived.contains(id) {

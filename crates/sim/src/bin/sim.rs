@@ -27,7 +27,7 @@ fn main() {
         let report = sim::run(seed, mix);
         let plan = sim::Plan::new(seed, mix);
         println!(
-            "plan: concurrency {}, prefetch {}, batch size {}, delayed retries {} ({} retries), handler {:?}, faults until {:?}, sent over {:?}",
+            "plan: concurrency {}, prefetch {}, batch size {}, delayed retries {} ({} retries), handler {:?}, faults until {:?}, sent over {:?}, crashes (at, down) {:?}, worker {}, sessions (count, at once) {:?}",
             plan.concurrency,
             plan.prefetch,
             plan.batch_size,
@@ -35,7 +35,10 @@ fn main() {
             plan.retries,
             plan.handler,
             plan.faults_until,
-            plan.send_over
+            plan.send_over,
+            plan.crashes,
+            plan.worker,
+            plan.sessions
         );
         for line in &report.trace {
             println!("{line}");
