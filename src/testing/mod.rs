@@ -24,7 +24,8 @@
 //!   become receivable at their time on that clock. It is a test tool, not the demo broker:
 //!   the demo runs on the Service Bus emulator.
 
-pub mod conformance;
+/// The store conformance suite ([`crate::conformance`], feature `conformance`).
+pub use crate::conformance;
 mod context;
 #[cfg(feature = "postgres")]
 mod database;

@@ -70,7 +70,7 @@ enum Command {
     /// tables (inventory_*), which `sb-inbox run` needs. A database that is unavailable (resuming,
     /// failing over, throttling) is waited for, about five minutes at most.
     Migrate {
-        /// Also apply the reference inventory consumer's migration (sql/<provider>/0002_inventory.sql).
+        /// Also apply the reference inventory consumer's migration (crates/cli/sql/<provider>/0002_inventory.sql).
         #[arg(long)]
         inventory: bool,
         /// The store: postgres://USER@HOST/DB, an ADO.NET SQL Server connection string

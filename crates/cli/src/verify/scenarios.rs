@@ -47,6 +47,10 @@ pub const LOCK_MARGIN: Duration = Duration::from_secs(2);
 /// is 5 minutes. Default value is 60 seconds.").
 const LOCK_LOSS_WAIT: Duration = Duration::from_secs(320);
 
+/// How often the token refresh scenario's sender sends while its token ages: shorter than any
+/// link idle timeout a broker uses (the service's is 10 minutes).
+const TOKEN_BEAT: Duration = Duration::from_secs(1);
+
 /// How long the crash scenario's child may take to receive and commit.
 const CHILD_WAIT: Duration = Duration::from_secs(60);
 
@@ -181,15 +185,13 @@ where
                 )),
             },
             "outbox_relayed_once" => Ok(self.outbox_relayed_once().await),
-            "store_conformance" => Ok(
-                match sb_inbox::testing::conformance::run(self.store.clone()).await {
-                    Ok(()) => Ok(format!(
-                        "{} checks passed",
-                        sb_inbox::testing::conformance::CHECKS.len()
-                    )),
-                    Err(failure) => Err(failure.to_string()),
-                },
-            ),
+            "store_conformance" => Ok(match sb_inbox::conformance::run(self.store.clone()).await {
+                Ok(()) => Ok(format!(
+                    "{} checks passed",
+                    sb_inbox::conformance::CHECKS.len()
+                )),
+                Err(failure) => Err(failure.to_string()),
+            }),
             "lock_loss_fenced" => match &self.child {
                 Some(child) => Ok(self.lock_loss_fenced(child).await),
                 None => Err(Skip(
@@ -729,9 +731,10 @@ where
         }
     }
 
-    /// A sender on a client whose tokens live 150 s: the client asks for a fresh token for the
-    /// entity before the first runs out, and the sender works after the first one's expiry on
-    /// the link it attached first. The service drops an entity's links when their token
+    /// A sender on a client whose tokens live 150 s, sending every [`TOKEN_BEAT`] (so no idle
+    /// timeout detaches its link): the client asks for a fresh token for the entity before the
+    /// first runs out, and the sender works after the first one's expiry on the link it
+    /// attached first. The service drops an entity's links when their token
     /// expires without a fresh put-token (Microsoft Learn, "AMQP 1.0 in Azure Service Bus and
     /// Event Hubs protocol guide", learn.microsoft.com/azure/service-bus-messaging/
     /// service-bus-amqp-protocol-guide, "Claims-based authorization"; the detach text in
@@ -754,12 +757,13 @@ where
             .first()
             .cloned()
             .ok_or_else(|| format!("no token was asked for {audience}"))?;
-        // Past the first token's expiry: the scenario is this wait.
+        // Past the first token's expiry, sending all along: the scenario is this wait.
         let until_expired = first
             .expires_at
             .duration_since(std::time::SystemTime::now())
             .unwrap_or_default();
-        tokio::time::sleep(until_expired + Duration::from_secs(5)).await;
+        self.keep_sending(&sender, until_expired + Duration::from_secs(5))
+            .await?;
         sender
             .send(Message::new(ids[1].clone(), "verify.token.v1", "{}"))
             .await
@@ -800,6 +804,30 @@ where
                 issued.len()
             )),
         }
+    }
+
+    /// Sends a message every [`TOKEN_BEAT`] for `wait`, so the sender's link is never idle
+    /// (the service detaches a link idle for 10 minutes; an emulator's `--link-idle-timeout`
+    /// may be seconds): a second link then means a detach for the token alone.
+    async fn keep_sending(
+        &self,
+        sender: &sb_inbox::servicebus::ServiceBusSender,
+        wait: Duration,
+    ) -> Result<(), String> {
+        let until = tokio::time::Instant::now() + wait;
+        let mut beat = 0u32;
+        while tokio::time::Instant::now() + TOKEN_BEAT < until {
+            // The beat is the scenario's pace, not a wait for something to happen.
+            tokio::time::sleep(TOKEN_BEAT).await;
+            beat += 1;
+            let id = format!("{}-token-beat-{beat}", self.prefix);
+            sender
+                .send(Message::new(id, "verify.token.v1", "{}"))
+                .await
+                .map_err(|e| format!("send {beat} while the token aged: {e}"))?;
+        }
+        tokio::time::sleep_until(until).await;
+        Ok(())
     }
 
     /// Receives from `queue` until each of `ids` arrived, completing every delivery (another
