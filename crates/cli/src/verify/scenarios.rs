@@ -1095,7 +1095,7 @@ fn median_ms(mut samples: Vec<Duration>) -> Option<f64> {
 const SAMPLES: usize = 9;
 
 /// The broker's round trip (a peek: one `$management` request and answer) and the store's
-/// commit (begin, one inbox row, commit), each the median of [`SAMPLES`].
+/// commit (begin, one inbox row, commit), each the median of 9 samples after one warm-up.
 pub async fn measure<S: Store>(
     client: &ServiceBusClient,
     queue: &str,
