@@ -131,6 +131,7 @@
 //! | `serde` | `serde::Deserialize` on the public configuration types |
 //! | `logs` | `telemetry::init` and `telemetry::init_default`: the log subscriber and the OpenTelemetry SDK providers (tracing-subscriber, opentelemetry_sdk) |
 //! | `otlp` | OTLP/gRPC export in `telemetry::init` (tonic); turns on `logs` |
+//! | `conformance` | `conformance`: the store conformance suite alone (`conformance::run(store)`, `conformance::CHECKS`), stable, for a third-party store's tests and tools such as `sb-inbox verify` |
 //! | `test-util` | `testing`: `ContextBuilder` (also with an envelope), `RecordingTx` (with the service's own operations, `recording_tx!`), the store conformance suite, the in-memory broker |
 //!
 //! `sb-inbox = { version = "0.1", default-features = false, features = ["postgres"] }`
@@ -145,6 +146,12 @@
 /// Server store.
 #[cfg(feature = "entra")]
 pub use sb_servicebus::entra;
+/// The store conformance suite (feature `conformance`, also under `test-util` as
+/// `testing::conformance`): what every [`Store`] must do, for a third-party store's tests and
+/// for `sb-inbox verify`'s check of a user's database.
+#[cfg(any(test, feature = "conformance"))]
+#[path = "testing/conformance.rs"]
+pub mod conformance;
 pub mod ports;
 pub mod relay;
 pub mod retention;

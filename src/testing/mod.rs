@@ -26,7 +26,8 @@
 //!   become receivable at their time on that clock. It is a test tool, not the demo broker:
 //!   the demo runs on the Service Bus emulator.
 
-pub mod conformance;
+/// The store conformance suite ([`crate::conformance`], feature `conformance`).
+pub use crate::conformance;
 mod context;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod database;

@@ -302,10 +302,57 @@ fn the_workflows_run_verify_against_microsofts_emulator_and_a_namespace_when_giv
     assert_eq!(plain["LockDuration"], "PT5S");
     assert_eq!(queue("verify.sessions")["RequiresSession"], true);
 
-    // The SQL Server job says why it does not run verify (no SQL Server store in verify yet),
-    // and verify still refuses that store.
+    // The SQL Server job runs verify with an mssql:// store on its SQL Server's credentials,
+    // through .ci/verify (which takes VERIFY_STORES instead of its default stores), after the
+    // store tests; then checks that nothing named sbv_ is left.
     let ci = read(".github/workflows/ci.yml");
-    assert!(ci.contains("Not `sb-inbox verify` yet (issue 43)"));
+    let mssql = ci
+        .split("\n  mssql:\n")
+        .nth(1)
+        .map(|job| job.split("\n  # ").next().unwrap_or(job))
+        .expect("the mssql job");
+    let password = "SbInbox_ci_Passw0rd";
+    assert!(
+        mssql.contains(&format!("MSSQL_SA_PASSWORD: {password}")),
+        "{mssql}"
+    );
+    let store = format!(
+        "VERIFY_STORES: mssql://sa:{password}@127.0.0.1:1433/test?encrypt=true&trustServerCertificate=true"
+    );
+    let tests_at = mssql
+        .find("cargo test --test store --test runtime")
+        .unwrap();
+    let verify_at = mssql
+        .find(&store)
+        .unwrap_or_else(|| panic!("{store} not in {mssql}"));
+    let run_at = verify_at
+        + mssql[verify_at..]
+            .find("run: .ci/verify")
+            .expect(".ci/verify runs");
+    let check_at = mssql.find("verify left no scratch schema or user").unwrap();
+    assert!(tests_at < verify_at && run_at < check_at, "{mssql}");
+    for check in [
+        "name LIKE 'sbv[_]%'",
+        "sys.schemas",
+        "sys.database_principals",
+        "[ \"$left\" = 0 ]",
+    ] {
+        assert!(mssql[check_at..].contains(check), "{check}");
+    }
+    let script = read(".ci/verify");
+    assert!(
+        script.contains("${VERIFY_STORES:-$DATABASE_URL sqlite://$scratch/verify.db}"),
+        "{script}"
+    );
+    // verify takes the mssql store (the URL parses as one) and builds it by default.
+    let store_url: sb_inbox::store::StoreUrl =
+        store.trim_start_matches("VERIFY_STORES: ").parse().unwrap();
+    assert!(matches!(store_url, sb_inbox::store::StoreUrl::Mssql(_)));
     let verify = read("crates/cli/src/verify/mod.rs");
-    assert!(verify.contains("verify does not support the store"));
+    assert!(verify.contains("StoreUrl::Mssql(text) => run.on_mssql(text)"));
+    let cli = read("crates/cli/Cargo.toml");
+    assert!(
+        cli.contains("default = [\"postgres\", \"sqlite\", \"mssql\""),
+        "{cli}"
+    );
 }

@@ -85,6 +85,17 @@ impl Run {
 /// Runs `sb-inbox verify` on `emulator` with `store` and `extra` arguments, reading its JSON
 /// report (`Null` when it wrote none).
 async fn verify(emulator: &Emulator, store: &str, extra: &[&str], tag: &str) -> Run {
+    verify_as(emulator, &emulator.connection_string(), store, extra, tag).await
+}
+
+/// As [`verify`], with `connection` (another key of the emulator).
+async fn verify_as(
+    emulator: &Emulator,
+    connection: &str,
+    store: &str,
+    extra: &[&str],
+    tag: &str,
+) -> Run {
     let http = format!(
         "http://{}",
         emulator.http_addr().expect("the HTTP listener")
@@ -103,7 +114,7 @@ async fn verify(emulator: &Emulator, store: &str, extra: &[&str], tag: &str) -> 
         &report_arg,
     ];
     args.extend_from_slice(extra);
-    let output = cli::run_async(Some(&emulator.connection_string()), &args).await;
+    let output = cli::run_async(Some(connection), &args).await;
     let report = std::fs::read(&report)
         .ok()
         .map_or(serde_json::Value::Null, |bytes| {
@@ -559,6 +570,10 @@ async fn with_idle_secs_past_the_emulators_link_idle_timeout_the_idle_sender_sur
     let run = verify(&emulator, &pg_url(), &["--idle-secs", "3"], "idle").await;
     let (status, reason) = run.status("idle_detach_survival");
     assert_eq!(status, "passed", "{reason}\n{}", run.describe());
+    assert!(
+        reason.contains("detached while idle 3s and replaced"),
+        "{reason}"
+    );
     // Every other scenario this build runs holds under the short idle timeout too.
     for (name, (status, reason)) in run.scenarios() {
         if name != "token_refresh" {
@@ -625,4 +640,129 @@ async fn with_allow_skipped_a_run_with_skips_and_no_failure_exits_zero() {
     let statuses = run.scenarios();
     assert_eq!(statuses["lock_loss_fenced"].0, "skipped");
     assert!(statuses.values().all(|(status, _)| status != "failed"));
+}
+
+/// A store that acknowledges the relay's dispatch mark and does not keep it (a trigger keeps
+/// `dispatched_at` NULL): the second relay pass still publishes nothing (the row is leased),
+/// and the scenario sees the row pending, which would go out again once its lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_outbox_forgetting_its_dispatch_mark_outbox_relayed_once_fails() {
+    let emulator = emulator(Vec::new()).await;
+    let run = verify(
+        &emulator,
+        &pg_url(),
+        &[
+            "--break-store",
+            "outbox-mark-lost",
+            "--scenario",
+            "outbox_relayed_once",
+        ],
+        "outbox_mark",
+    )
+    .await;
+    fails_with(
+        &run,
+        "outbox_relayed_once",
+        "1 outbox row(s) still pending after the relay published",
+    )
+    .await;
+    // Only the chosen scenario ran.
+    assert_eq!(run.status("duplicate_delivery").0, "skipped");
+}
+
+/// `--idle-secs` shorter than the broker's link idle timeout (the emulator's default, the
+/// service's 10 minutes): the link was never detached, so the scenario showed nothing and
+/// fails saying so, instead of passing on a sender that was never put to the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_idle_secs_short_of_the_link_idle_timeout_idle_detach_survival_fails_as_not_shown() {
+    let emulator = emulator(Vec::new()).await;
+    let run = verify(
+        &emulator,
+        &pg_url(),
+        &["--idle-secs", "1", "--scenario", "idle_detach_survival"],
+        "idle_short",
+    )
+    .await;
+    fails_with(
+        &run,
+        "idle_detach_survival",
+        "the sender's link was never detached in 1s idle",
+    )
+    .await;
+}
+
+/// A broker whose clock runs 15 s ahead of the host's (a real outside fault): the 20 s tokens
+/// verify signs expire at the broker 5 s after they are put, before the client refreshes at
+/// half their life, so the broker detaches the sender's link (the service drops an entity's
+/// links when their token expires). The sender replaces it and its sends go through; the
+/// scenario fails on the second link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_brokers_clock_ahead_of_the_tokens_refresh_token_refresh_fails() {
+    let emulator = crate::support::emulator::start_on_clock(
+        Vec::new(),
+        EmulatorOptions::default().with_http_listen("127.0.0.1:0"),
+        sb_emulator::Clock::shifted(15),
+    )
+    .await;
+    let run = verify(
+        &emulator,
+        &pg_url(),
+        &[
+            "--token-refresh",
+            "--token-lifetime",
+            "20",
+            "--scenario",
+            "token_refresh",
+        ],
+        "token_clock",
+    )
+    .await;
+    fails_with(
+        &run,
+        "token_refresh",
+        "the sender's link was detached and replaced (",
+    )
+    .await;
+}
+
+/// A key without Manage rights (Send and Listen: the management API refuses it) on a given
+/// queue with a 5 s lock, a broker whose clock runs a minute ahead of the host's, and attaches
+/// answered 4 s late (so the message waits in the queue before the stalled consumer gets it).
+/// Without the entity's lock duration the stalled consumer reckons its lock from the broker's
+/// timestamps, which that wait stretches: it commits after the broker redelivered, and
+/// `lock_loss_fenced` fails on the missing fence. With the root key verify reads the lock
+/// duration and hands it to its child (as the Worker's start check does), and the same setup
+/// passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_entitys_lock_duration_a_host_behind_the_broker_does_not_fence_the_stall() {
+    use sb_emulator::{Right, Rights, SharedAccessPolicy};
+    let policy = SharedAccessPolicy {
+        name: "sendlisten".to_owned(),
+        key: "c2VuZGxpc3Rlbi1rZXk=".to_owned(),
+        rights: Rights::default().with(Right::Send).with(Right::Listen),
+    };
+    let emulator = crate::support::emulator::start_on_clock(
+        vec![queue("locked", properties("PT5S", 10))],
+        EmulatorOptions::default()
+            .with_http_listen("127.0.0.1:0")
+            .with_attach_delay(std::time::Duration::from_secs(4))
+            .with_policy(policy.clone()),
+        sb_emulator::Clock::shifted(60),
+    )
+    .await;
+    let args = ["--queue", "locked", "--scenario", "lock_loss_fenced"];
+    let root = emulator.connection_string();
+    let send_listen = root
+        .replace("RootManageSharedAccessKey", &policy.name)
+        .replace("SAS_KEY_VALUE", &policy.key);
+    let run = verify_as(&emulator, &send_listen, &pg_url(), &args, "lock_nomanage").await;
+    fails_with(
+        &run,
+        "lock_loss_fenced",
+        "the stalled consumer committed after its lock was lost: no fence",
+    )
+    .await;
+    let run = verify_as(&emulator, &root, &pg_url(), &args, "lock_manage").await;
+    let (status, reason) = run.status("lock_loss_fenced");
+    assert_eq!(status, "passed", "{reason}\n{}", run.describe());
 }

@@ -1069,3 +1069,106 @@ async fn mock_verdict_insert_conflicts_and_reads_back() {
     tx.rollback().await.unwrap();
     assert_eq!(entry, Some(InboxEntry::DeadLettered(verdict)));
 }
+
+// `sb-inbox verify` on SQL Server (issue 43): its scratch schema's DDL and the sessions that
+// run as the schema's user, as the mock receives them. The real server runs them in the
+// `mssql` job of GitHub Actions (`sb-inbox verify` with the mssql store).
+
+/// The session set-up the store sends on every new connection (conn.rs), `SET LOCK_TIMEOUT`
+/// at two thirds of the default 30 s command timeout.
+const SESSION_SETUP: &str = "SET XACT_ABORT ON; SET LANGUAGE us_english; SET ANSI_NULLS ON; \
+     SET ANSI_PADDING ON; SET ANSI_WARNINGS ON; SET ARITHABORT ON; SET CONCAT_NULL_YIELDS_NULL ON; \
+     SET QUOTED_IDENTIFIER ON; SET NUMERIC_ROUNDABORT OFF; SET LOCK_TIMEOUT 20000;";
+
+fn config(port: u16) -> MssqlConfig {
+    connection_string(port).parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_store_executing_as_a_user_switches_each_session_to_it_in_its_first_batch() {
+    let mock = mock().await;
+    // The exact batch, the user's name a Unicode literal with its quote doubled.
+    mock.registry.lock().await.register(
+        format!("{SESSION_SETUP} EXECUTE AS USER = N'sbv_o''brien';"),
+        QueryResponse::error_only(TerminalError::new(
+            15517,
+            16,
+            "Cannot execute as the database principal because the principal \"sbv_o'brien\" does not exist, this type of principal cannot be impersonated, or you do not have permission.",
+        )),
+    );
+    let mut scoped = config(mock.port);
+    scoped.set_execute_as("sbv_o'brien");
+    assert!(
+        scoped.to_string().contains("[as user sbv_o'brien]"),
+        "{scoped}"
+    );
+    let error = MssqlStore::connect_with(scoped, 1)
+        .await
+        .expect_err("the server refuses the impersonation");
+    assert_eq!(error.code(), Some("15517"), "{error}");
+    // Without it the session set-up is the plain one, which the mock answers.
+    MssqlStore::connect_with(config(mock.port), 1)
+        .await
+        .expect("the plain session set-up");
+}
+
+#[tokio::test]
+async fn verify_creates_and_drops_its_scratch_schema_with_the_name_bound() {
+    use sb_inbox_cli::verify::scratch::{MSSQL_CREATE, MSSQL_DROP, mssql_create, mssql_drop};
+    // Each DDL is built on the server from the bound name (QUOTENAME), never from the text.
+    for ddl in [
+        "N'CREATE USER '",
+        "WITHOUT LOGIN WITH DEFAULT_SCHEMA",
+        "N'CREATE SCHEMA '",
+        "AUTHORIZATION",
+        "GRANT CREATE TABLE TO",
+    ] {
+        assert!(MSSQL_CREATE.contains(ddl), "{ddl}");
+    }
+    for ddl in [
+        "DROP CONSTRAINT",
+        "N'DROP '",
+        "N'DROP SCHEMA '",
+        "N'DROP USER '",
+    ] {
+        assert!(MSSQL_DROP.contains(ddl), "{ddl}");
+    }
+    assert!(!MSSQL_CREATE.contains("sbv_") && !MSSQL_DROP.contains("sbv_"));
+    let mock = mock().await;
+    let admin = store(mock.port).await;
+    mssql_create(&admin, "sbv_0123abcd").await.unwrap();
+    mssql_drop(&admin, "sbv_0123abcd").await.unwrap();
+}
+
+#[tokio::test]
+async fn verify_reports_a_refused_scratch_schema_and_a_schema_it_could_not_drop() {
+    use sb_inbox_cli::verify::scratch::{mssql_create, mssql_drop};
+    let mock = mock().await;
+    let mut registry = mock.registry.lock().await;
+    // No rights to create users: the create fails with the server's error.
+    registry.register(
+        "WITHOUT LOGIN WITH DEFAULT_SCHEMA",
+        QueryResponse::error_only(TerminalError::new(
+            15247,
+            16,
+            "User does not have permission to perform this action.",
+        )),
+    );
+    // An object left in the schema: DROP SCHEMA fails (Microsoft Learn, DROP SCHEMA: the
+    // schema must not contain any objects).
+    registry.register(
+        "N'DROP SCHEMA '",
+        QueryResponse::error_only(TerminalError::new(
+            3729,
+            16,
+            "Cannot drop schema 'sbv_0123abcd' because it is being referenced by object 'sb_inbox'.",
+        )),
+    );
+    drop(registry);
+    let admin = store(mock.port).await;
+    let error = mssql_create(&admin, "sbv_0123abcd").await.unwrap_err();
+    assert_eq!(error.code(), Some("15247"), "{error}");
+    let error = mssql_drop(&admin, "sbv_0123abcd").await.unwrap_err();
+    assert_eq!(error.code(), Some("3729"), "{error}");
+    assert!(error.to_string().contains("sbv_0123abcd"), "{error}");
+}

@@ -70,7 +70,7 @@ enum Command {
     /// tables (inventory_*), which `sb-inbox run` needs. A database that is unavailable (resuming,
     /// failing over, throttling) is waited for, about five minutes at most.
     Migrate {
-        /// Also apply the reference inventory consumer's migration (sql/<provider>/0002_inventory.sql).
+        /// Also apply the reference inventory consumer's migration (crates/cli/sql/<provider>/0002_inventory.sql).
         #[arg(long)]
         inventory: bool,
         /// The store: postgres://USER@HOST/DB, an ADO.NET SQL Server connection string
@@ -167,6 +167,10 @@ enum Command {
         /// show the scenarios that depend on it fail.
         #[arg(long, hide = true, value_enum)]
         break_store: Option<sb_inbox_cli::verify::StoreFault>,
+        /// Run only this scenario (repeatable); the others are reported skipped.
+        #[arg(long = "scenario", value_name = "NAME",
+              value_parser = clap::builder::PossibleValuesParser::new(sb_inbox_cli::verify::scenarios::SCENARIOS))]
+        scenarios: Vec<String>,
     },
     /// verify's crash scenario's other process: processes one delivery of --queue and
     /// freezes after its commit, before its settlement, until verify kills it.
@@ -183,6 +187,12 @@ enum Command {
         /// Stall after the handler (see verify::child).
         #[arg(long)]
         stall: bool,
+        /// The entity's lock duration, as verify read it from the management API.
+        #[arg(long, value_name = "MS")]
+        lock_duration_ms: Option<u64>,
+        /// SQL Server: run the store's sessions as this database user (the scratch schema's).
+        #[arg(long, value_name = "USER")]
+        store_user: Option<String>,
     },
     /// Operator commands on an entity's dead-letter queue.
     Dlq {
@@ -565,6 +575,7 @@ async fn run(command: Command) -> ExitCode {
             token_refresh,
             token_lifetime,
             break_store,
+            scenarios,
         } => {
             let given = GivenEntities {
                 token_refresh: token_refresh.then(|| Duration::from_secs(token_lifetime)),
@@ -572,6 +583,7 @@ async fn run(command: Command) -> ExitCode {
                 session_queue,
                 store_fault: break_store,
                 idle: idle_secs.map(Duration::from_secs),
+                only: scenarios,
             };
             let files = ReportFiles {
                 json: report,
@@ -586,6 +598,8 @@ async fn run(command: Command) -> ExitCode {
             queue,
             consumer,
             stall,
+            lock_duration_ms,
+            store_user,
         } => {
             let setup = || -> anyhow::Result<_> { Ok((namespace.client()?, store.parse()?)) };
             let (client, store) = match setup() {
@@ -597,7 +611,10 @@ async fn run(command: Command) -> ExitCode {
             };
             // Its own thread: it freezes that thread on purpose (see verify::child).
             let child = std::thread::spawn(move || {
-                sb_inbox_cli::verify::child::run(client, store, queue, consumer, stall)
+                let lock = lock_duration_ms.map(Duration::from_millis);
+                sb_inbox_cli::verify::child::run(
+                    client, store, queue, consumer, stall, lock, store_user,
+                )
             });
             let code = tokio::task::spawn_blocking(move || child.join().unwrap_or(1))
                 .await
@@ -688,6 +705,8 @@ struct GivenEntities {
     idle: Option<Duration>,
     /// token_refresh's token lifetime, when asked for.
     token_refresh: Option<Duration>,
+    /// `--scenario`: the scenarios to run (empty: all).
+    only: Vec<String>,
 }
 
 /// Where `verify` writes its report besides the table, and how its exit code reads skips.
@@ -718,6 +737,7 @@ async fn verify(
                 Some(lifetime) => Some(namespace.short_token_client(lifetime)?),
                 None => None,
             },
+            only: given.only,
         })
     };
     let options = match setup() {

@@ -125,6 +125,8 @@ struct SenderInner {
     /// Held only to attach or swap the link: sends share it, so several can await the broker's
     /// answer at once (the relay sends concurrently).
     link: Mutex<Option<Arc<sb_amqp::Sender>>>,
+    /// Links attached so far ([`ServiceBusSender::links_attached`]).
+    attached: std::sync::atomic::AtomicU64,
     telemetry: EntityTelemetry,
 }
 
@@ -136,8 +138,19 @@ impl ServiceBusSender {
                 client,
                 entity: entity.to_owned(),
                 link: Mutex::new(None),
+                attached: std::sync::atomic::AtomicU64::new(0),
             }),
         }
+    }
+
+    /// How many links this sender has attached so far: 1 after its first send, one more each
+    /// time it replaced a link the service detached (idle for 10 minutes, its token expired)
+    /// or lost with its connection. `sb-inbox verify` reads it to tell a sender that survived
+    /// a detach from one that was never detached.
+    pub fn links_attached(&self) -> u64 {
+        self.inner
+            .attached
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Sends one message and waits for the broker to accept it.
@@ -251,6 +264,9 @@ impl ServiceBusSender {
         match self.attach(retry.fresh).await {
             Ok(link) => {
                 let link = Arc::new(link);
+                self.inner
+                    .attached
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 *guard = Some(link.clone());
                 Ok(Some(link))
             }

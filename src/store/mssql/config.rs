@@ -39,6 +39,8 @@ pub struct MssqlConfig {
     pub(crate) token: Option<Arc<dyn TokenSource>>,
     entra: Option<EntraMode>,
     database: Option<String>,
+    /// The database user every session runs as ([`MssqlConfig::set_execute_as`]).
+    pub(crate) execute_as: Option<String>,
     redacted: String,
 }
 
@@ -93,6 +95,7 @@ impl MssqlConfig {
             token,
             entra,
             database,
+            execute_as: None,
             redacted: redact(&pairs),
         })
     }
@@ -123,6 +126,28 @@ impl MssqlConfig {
         self.tiberius.database(database);
         self.redacted = format!("{} [database {database}]", self.redacted);
         self.database = Some(database.to_owned());
+    }
+
+    /// Runs every session as the database user `user` (`EXECUTE AS USER`, in the session's
+    /// first batch, so it holds for the session: Microsoft Learn, "EXECUTE AS (Transact-SQL)":
+    /// the context switch remains in effect until the session is dropped, the context is
+    /// switched again, or reverted). The store's table names are unqualified, so they resolve
+    /// in that user's default schema ("CREATE USER (Transact-SQL)", `DEFAULT_SCHEMA`: the
+    /// first schema searched when the server resolves the names of objects for this user).
+    /// `sb-inbox verify` runs the store this way in a scratch schema owned by a user without
+    /// login. The connecting principal needs `IMPERSONATE` on `user` (db_owner has it).
+    pub fn set_execute_as(&mut self, user: &str) {
+        self.redacted = format!("{} [as user {user}]", self.redacted);
+        self.execute_as = Some(user.to_owned());
+    }
+
+    /// The session's `EXECUTE AS USER` statement, the name a Unicode literal with its quotes
+    /// doubled (a context switch in `sp_executesql` would end with it, so it cannot be a
+    /// bound parameter); empty without [`MssqlConfig::set_execute_as`].
+    pub(crate) fn execute_as_statement(&self) -> String {
+        self.execute_as.as_ref().map_or_else(String::new, |user| {
+            format!(" EXECUTE AS USER = N'{}';", user.replace('\'', "''"))
+        })
     }
 
     /// Uses `source` for the Entra ID access token of each new connection (replacing the one

@@ -197,8 +197,11 @@ impl ManageConnection for MssqlManager {
             lock_timeout_ms: self.config.lock_timeout_ms(),
         };
         let lock_timeout = conn.lock_timeout_ms;
-        conn.batch(&format!("{SESSION_SETUP} SET LOCK_TIMEOUT {lock_timeout};"))
-            .await?;
+        let execute_as = self.config.execute_as_statement();
+        conn.batch(&format!(
+            "{SESSION_SETUP} SET LOCK_TIMEOUT {lock_timeout};{execute_as}"
+        ))
+        .await?;
         Ok(conn)
     }
 

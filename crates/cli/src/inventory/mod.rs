@@ -199,7 +199,7 @@ pub struct InventoryCounts {
     pub inbox_rows: i64,
 }
 
-/// The inventory schema's migration (`sql/<provider>/0002_inventory.sql`). It keeps version 2,
+/// The inventory schema's migration (`crates/cli/sql/<provider>/0002_inventory.sql`). It keeps version 2,
 /// the number it had when it was part of the core migrations, so databases that applied it
 /// then are not migrated again.
 pub const MIGRATION_VERSION: i64 = 2;

@@ -31,21 +31,21 @@ fn units_by_sku(lines: impl IntoIterator<Item = (String, i32)>) -> Vec<(String, 
 const PG_MIGRATION: Migration = Migration {
     version: MIGRATION_VERSION,
     name: NAME,
-    sql: include_str!("../../../../sql/postgres/0002_inventory.sql"),
+    sql: include_str!("../../sql/postgres/0002_inventory.sql"),
 };
 
 #[cfg(feature = "sqlite")]
 const SQLITE_MIGRATION: Migration = Migration {
     version: MIGRATION_VERSION,
     name: NAME,
-    sql: include_str!("../../../../sql/sqlite/0002_inventory.sql"),
+    sql: include_str!("../../sql/sqlite/0002_inventory.sql"),
 };
 
 #[cfg(feature = "mssql")]
 const MSSQL_MIGRATION: Migration = Migration {
     version: MIGRATION_VERSION,
     name: NAME,
-    sql: include_str!("../../../../sql/mssql/0002_inventory.sql"),
+    sql: include_str!("../../sql/mssql/0002_inventory.sql"),
 };
 
 /// Counts the inventory migration's bookkeeping row (a table every store's `migrate` creates).

@@ -116,6 +116,8 @@ pub fn run(
     queue: String,
     consumer: String,
     stall: bool,
+    lock_duration: Option<Duration>,
+    store_user: Option<String>,
 ) -> u8 {
     let subscriber = tracing_subscriber::registry().with(FreezeAfterCommit);
     let _default = tracing::subscriber::set_default(subscriber);
@@ -136,13 +138,26 @@ pub fn run(
                 let store = sb_inbox::PgStore::connect(&url, 1)
                     .await
                     .map_err(|e| e.to_string())?;
-                process_one(client, store, &queue, &consumer, stall).await
+                process_one(client, store, &queue, &consumer, stall, lock_duration).await
             }
             #[cfg(feature = "sqlite")]
             StoreUrl::Sqlite(path) => {
                 let store = sb_inbox::SqliteStore::open(&path).map_err(|e| e.to_string())?;
-                process_one(client, store, &queue, &consumer, stall).await
+                process_one(client, store, &queue, &consumer, stall, lock_duration).await
             }
+            #[cfg(feature = "mssql")]
+            StoreUrl::Mssql(text) => {
+                let mut config =
+                    sb_inbox::store::MssqlConfig::parse(&text).map_err(|e| e.to_string())?;
+                if let Some(user) = &store_user {
+                    config.set_execute_as(user);
+                }
+                let store = sb_inbox::MssqlStore::connect_with(config, 1)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                process_one(client, store, &queue, &consumer, stall, lock_duration).await
+            }
+            #[allow(unreachable_patterns, reason = "every store is compiled in by default")]
             other => Err(format!("the child cannot open {other}")),
         }
     });
@@ -164,6 +179,7 @@ async fn process_one<S>(
     queue: &str,
     consumer: &str,
     stall: bool,
+    lock_duration: Option<Duration>,
 ) -> Result<String, String>
 where
     S: InventoryStore + OutboxStore + Clone,
@@ -172,6 +188,10 @@ where
     let consumer = ConsumerName::new(consumer).map_err(|e| e.to_string())?;
     let mut config = RuntimeConfig::new(consumer);
     config.lock_margin = super::scenarios::LOCK_MARGIN;
+    // As the parent read it from the management API (`--lock-duration-ms`): without it a
+    // message that waited in the queue on a broker whose clock is ahead of this host's looks
+    // locked for longer than it is, and the stalled commit would not be fenced.
+    config.lock_duration = lock_duration;
     let delivery = match tokio::time::timeout(RECEIVE_WAIT, receiver.receive()).await {
         Ok(Ok(Some(delivery))) => delivery,
         Ok(Ok(None)) => return Err("the receiver closed".to_owned()),

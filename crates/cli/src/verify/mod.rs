@@ -84,15 +84,26 @@ pub enum StoreFault {
     InboxUnique,
     /// The business keys' unique key `(consumer, business_key)` dropped.
     BusinessKeyUnique,
+    /// The outbox forgets the relay's dispatch mark: a trigger keeps `dispatched_at` NULL, as
+    /// a store that acknowledges an update it does not keep would.
+    OutboxMarkLost,
 }
 
 impl StoreFault {
-    /// The table and constraint it drops (sql/postgres/0001_inbox.sql).
+    /// The statements that break the scratch store (the names in sql/postgres/0001_inbox.sql).
     #[cfg(feature = "postgres")]
-    fn constraint(self) -> (&'static str, &'static str) {
+    fn statements(self) -> &'static [&'static str] {
         match self {
-            StoreFault::InboxUnique => ("sb_inbox", "pk_sb_inbox"),
-            StoreFault::BusinessKeyUnique => ("sb_inbox_business_key", "pk_sb_inbox_business_key"),
+            StoreFault::InboxUnique => &["ALTER TABLE sb_inbox DROP CONSTRAINT pk_sb_inbox"],
+            StoreFault::BusinessKeyUnique => {
+                &["ALTER TABLE sb_inbox_business_key DROP CONSTRAINT pk_sb_inbox_business_key"]
+            }
+            StoreFault::OutboxMarkLost => &[
+                "CREATE FUNCTION sbv_forget_dispatch() RETURNS trigger LANGUAGE plpgsql AS \
+                 $$ BEGIN NEW.dispatched_at := NULL; RETURN NEW; END $$",
+                "CREATE TRIGGER sbv_forget_dispatch BEFORE UPDATE ON sb_outbox FOR EACH ROW \
+                 EXECUTE FUNCTION sbv_forget_dispatch()",
+            ],
         }
     }
 }
@@ -122,6 +133,9 @@ pub struct VerifyOptions {
     /// The token refresh scenario's client (short-lived SAS tokens) and its recorded tokens;
     /// `None` skips it.
     pub token_refresh: Option<TokenRefresh>,
+    /// Run only these scenarios (`--scenario`, names of [`scenarios::SCENARIOS`]); the others
+    /// are reported skipped. Empty: all.
+    pub only: Vec<String>,
 }
 
 /// A client of the same namespace whose SAS tokens live `--token-lifetime` (default
@@ -145,7 +159,7 @@ pub async fn run(
     stop: &CancellationToken,
 ) -> Result<VerifyReport, VerifyError> {
     let prefix = scratch::run_prefix();
-    let entities = match (&options.queue, &options.session_queue) {
+    let mut entities = match (&options.queue, &options.session_queue) {
         (Some(queue), session) => {
             scratch::ensure_empty(&options.client, queue).await?;
             if let Some(session) = session {
@@ -158,6 +172,7 @@ pub async fn run(
                 outbox: queue.clone(),
                 lock_queue: queue.clone(),
                 scratch: false,
+                lock_durations: Vec::new(),
             }
         }
         (None, Some(_)) => {
@@ -172,9 +187,12 @@ pub async fn run(
             scratch::create(admin, &prefix).await?
         }
     };
-    tracing::info!(prefix, entities = ?entities.names(), "Verification entities ready.");
+    entities.read_lock_durations(options.admin.as_ref()).await;
+    tracing::info!(prefix, entities = ?entities.names(), locks = ?entities.lock_durations, "Verification entities ready.");
     let tier = namespace_tier(options.admin.as_ref()).await;
-    let result = on_store(&options, &entities, &prefix, stop).await;
+    // Boxed: each store's set-up nests the whole run's future, deep enough to overflow the
+    // compiler's layout queries in the binary's async main.
+    let result = Box::pin(on_store(&options, &entities, &prefix, stop)).await;
     let mut left = remove_entities(&options, &entities, &prefix).await;
     match result {
         Ok((mut report, store_left)) => {
@@ -229,6 +247,15 @@ async fn remove_entities(
     }
 }
 
+/// What `on_store` returns: the report and what could not be removed.
+type Verified = Result<(VerifyReport, Vec<String>), VerifyError>;
+
+/// A [`VerifyError::Store`] maker for `what`.
+fn store_error(what: &str) -> impl FnOnce(sb_inbox::StoreError) -> VerifyError {
+    let what = what.to_owned();
+    move |source| VerifyError::Store { what, source }
+}
+
 /// Opens the scratch store, runs, and removes the scratch store; the report and what could
 /// not be removed.
 async fn on_store(
@@ -236,130 +263,238 @@ async fn on_store(
     entities: &Entities,
     prefix: &str,
     stop: &CancellationToken,
-) -> Result<(VerifyReport, Vec<String>), VerifyError> {
-    let store_error = |what: &str| {
-        let what = what.to_owned();
-        move |source| VerifyError::Store { what, source }
+) -> Verified {
+    let run = Run {
+        options,
+        entities,
+        prefix,
+        stop,
     };
     match &options.store {
         #[cfg(feature = "postgres")]
-        StoreUrl::Postgres(url) => {
-            let schema = scratch::schema_name(prefix);
-            let admin = sb_inbox::PgStore::connect(url, 1)
-                .await
-                .map_err(store_error("connecting to the store"))?;
-            // The schema name is verify's own (`sbv_` and hex digits), never input: an
-            // identifier cannot be a bound parameter.
-            admin
-                .query(&format!("CREATE SCHEMA {schema}"), &[])
-                .await
-                .map_err(store_error("creating the scratch schema"))?;
-            let version = admin
-                .query("SELECT version()", &[])
-                .await
-                .ok()
-                .and_then(|rows| {
-                    rows.first()
-                        .and_then(|row| row.try_get::<_, String>(0).ok())
-                });
-            let scratch = ScratchStore::Postgres {
-                admin_url: url.clone(),
-                schema: schema.clone(),
-                url: scratch::with_search_path(url, &schema),
-            };
-            let opened = async {
-                let store = sb_inbox::PgStore::connect(&scratch::with_search_path(url, &schema), 4)
-                    .await
-                    .map_err(store_error("connecting to the scratch schema"))?;
-                prepare(&store).await?;
-                if let Some(fault) = options.store_fault {
-                    let (table, constraint) = fault.constraint();
-                    tracing::warn!(
-                        ?fault,
-                        "Breaking the scratch store on purpose (--break-store)."
-                    );
-                    // Both names are constants above, never input.
-                    store
-                        .query(
-                            &format!("ALTER TABLE {table} DROP CONSTRAINT {constraint}"),
-                            &[],
-                        )
-                        .await
-                        .map_err(store_error("breaking the scratch store"))?;
-                }
-                Ok::<_, VerifyError>(store)
-            }
-            .await;
-            let result = match opened {
-                Ok(store) => {
-                    let environment = environment(options, entities, "postgres", version, &scratch);
-                    let child = Some(scratch::with_search_path(url, &schema));
-                    Ok(verify_on(options, entities, prefix, store, environment, child, stop).await)
-                }
-                Err(error) => Err(error),
-            };
-            // Dropped whatever happened above: the scratch schema is the store's only trace.
-            let left = match admin
-                .query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"), &[])
-                .await
-            {
-                Ok(_) => Vec::new(),
-                Err(error) => vec![format!("schema {schema}: {error}")],
-            };
-            result.map(|report| (report, left))
-        }
-        #[cfg(feature = "sqlite")]
+        StoreUrl::Postgres(url) => run.on_postgres(url).await,
         _ if options.store_fault.is_some() => Err(VerifyError::Usage(
             "--break-store works on PostgreSQL only".to_owned(),
         )),
         #[cfg(feature = "sqlite")]
-        StoreUrl::Sqlite(path) => {
-            let file = scratch::sqlite_scratch(path, prefix);
-            let scratch = ScratchStore::SqliteFile(file.clone());
-            let opened = async {
-                let store = sb_inbox::SqliteStore::open(&file)
-                    .map_err(store_error("creating the scratch database file"))?;
-                prepare(&store).await?;
-                Ok::<_, VerifyError>(store)
-            }
-            .await;
-            let result = match opened {
-                Ok(store) => {
-                    let environment = environment(
-                        options,
-                        entities,
-                        "sqlite",
-                        Some(rusqlite::version().to_owned()),
-                        &scratch,
-                    );
-                    let child = Some(format!("sqlite://{}", file.display()));
-                    Ok(verify_on(options, entities, prefix, store, environment, child, stop).await)
-                }
-                Err(error) => Err(error),
-            };
-            let left = scratch::remove_sqlite(&file);
-            result.map(|report| (report, left))
-        }
+        StoreUrl::Sqlite(path) => run.on_sqlite(path).await,
         #[cfg(feature = "sqlite")]
         StoreUrl::SqliteMemory => {
             let store = sb_inbox::SqliteStore::open_in_memory()
                 .map_err(store_error("opening an in-memory database"))?;
             prepare(&store).await?;
-            let environment = environment(
-                options,
-                entities,
+            let environment = run.environment(
                 "sqlite",
                 Some(rusqlite::version().to_owned()),
                 &ScratchStore::SqliteMemory,
             );
-            Ok((
-                verify_on(options, entities, prefix, store, environment, None, stop).await,
-                Vec::new(),
-            ))
+            Ok((run.verify_on(store, environment, None).await, Vec::new()))
         }
+        #[cfg(feature = "mssql")]
+        StoreUrl::Mssql(text) => run.on_mssql(text).await,
+        #[allow(unreachable_patterns, reason = "every store is compiled in by default")]
         other => Err(VerifyError::Usage(format!(
-            "verify does not support the store {other} in this build yet (SQL Server: issue 43)"
+            "verify does not support the store {other} in this build (its feature is off)"
         ))),
+    }
+}
+
+/// One verification run's settings, for each store's set-up and clean-up.
+struct Run<'a> {
+    options: &'a VerifyOptions,
+    entities: &'a Entities,
+    prefix: &'a str,
+    stop: &'a CancellationToken,
+}
+
+impl Run<'_> {
+    fn environment(
+        &self,
+        store: &str,
+        database_version: Option<String>,
+        scratch: &ScratchStore,
+    ) -> Environment {
+        environment(
+            self.options,
+            self.entities,
+            store,
+            database_version,
+            scratch,
+        )
+    }
+
+    async fn verify_on<S>(
+        &self,
+        store: S,
+        environment: Environment,
+        child: Option<scenarios::ChildStore>,
+    ) -> VerifyReport
+    where
+        S: InventoryStore + OutboxStore + Clone,
+    {
+        verify_on(
+            self.options,
+            self.entities,
+            self.prefix,
+            store,
+            environment,
+            child,
+            self.stop,
+        )
+        .await
+    }
+
+    /// A scratch schema of the given database (its URL's `search_path`), dropped with
+    /// everything in it.
+    #[cfg(feature = "postgres")]
+    async fn on_postgres(&self, url: &str) -> Verified {
+        let schema = scratch::schema_name(self.prefix);
+        let admin = sb_inbox::PgStore::connect(url, 1)
+            .await
+            .map_err(store_error("connecting to the store"))?;
+        // The schema name is verify's own (`sbv_` and hex digits), never input: an identifier
+        // cannot be a bound parameter.
+        admin
+            .query(&format!("CREATE SCHEMA {schema}"), &[])
+            .await
+            .map_err(store_error("creating the scratch schema"))?;
+        let version = admin
+            .query("SELECT version()", &[])
+            .await
+            .ok()
+            .and_then(|rows| {
+                rows.first()
+                    .and_then(|row| row.try_get::<_, String>(0).ok())
+            });
+        let scoped = scratch::with_search_path(url, &schema);
+        let scratch = ScratchStore::Postgres {
+            admin_url: url.to_owned(),
+            schema: schema.clone(),
+            url: scoped.clone(),
+        };
+        let result = match self.open_postgres(&scoped).await {
+            Ok(store) => {
+                let environment = self.environment("postgres", version, &scratch);
+                let child = Some(scenarios::ChildStore::url(scoped));
+                Ok(self.verify_on(store, environment, child).await)
+            }
+            Err(error) => Err(error),
+        };
+        // Dropped whatever happened above: the scratch schema is the store's only trace.
+        let left = match admin
+            .query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"), &[])
+            .await
+        {
+            Ok(_) => Vec::new(),
+            Err(error) => vec![format!("schema {schema}: {error}")],
+        };
+        result.map(|report| (report, left))
+    }
+
+    /// The scratch schema's store, migrated (and broken, with `--break-store`).
+    #[cfg(feature = "postgres")]
+    async fn open_postgres(&self, scoped: &str) -> Result<sb_inbox::PgStore, VerifyError> {
+        let store = sb_inbox::PgStore::connect(scoped, 4)
+            .await
+            .map_err(store_error("connecting to the scratch schema"))?;
+        prepare(&store).await?;
+        if let Some(fault) = self.options.store_fault {
+            tracing::warn!(
+                ?fault,
+                "Breaking the scratch store on purpose (--break-store)."
+            );
+            // Constants, never input; created in the scratch schema (the search path) and
+            // dropped with it.
+            for statement in fault.statements() {
+                store
+                    .query(statement, &[])
+                    .await
+                    .map_err(store_error("breaking the scratch store"))?;
+            }
+        }
+        Ok(store)
+    }
+
+    /// A scratch file beside the given one, removed with its journals.
+    #[cfg(feature = "sqlite")]
+    async fn on_sqlite(&self, path: &std::path::Path) -> Verified {
+        let file = scratch::sqlite_scratch(path, self.prefix);
+        let scratch = ScratchStore::SqliteFile(file.clone());
+        let opened = async {
+            let store = sb_inbox::SqliteStore::open(&file)
+                .map_err(store_error("creating the scratch database file"))?;
+            prepare(&store).await?;
+            Ok::<_, VerifyError>(store)
+        }
+        .await;
+        let result = match opened {
+            Ok(store) => {
+                let version = Some(rusqlite::version().to_owned());
+                let environment = self.environment("sqlite", version, &scratch);
+                let child = Some(scenarios::ChildStore::url(format!(
+                    "sqlite://{}",
+                    file.display()
+                )));
+                Ok(self.verify_on(store, environment, child).await)
+            }
+            Err(error) => Err(error),
+        };
+        let left = scratch::remove_sqlite(&file);
+        result.map(|report| (report, left))
+    }
+
+    /// A scratch schema of the given SQL Server database, owned by a user without login as
+    /// whom the store's sessions run (see [`scratch::MSSQL_CREATE`]); dropped with everything
+    /// in it and the user.
+    #[cfg(feature = "mssql")]
+    async fn on_mssql(&self, text: &str) -> Verified {
+        let schema = scratch::schema_name(self.prefix);
+        let config = sb_inbox::store::MssqlConfig::parse(text)
+            .map_err(store_error("reading the store's connection string"))?;
+        let admin = sb_inbox::MssqlStore::connect_with(config.clone(), 1)
+            .await
+            .map_err(store_error("connecting to the store"))?;
+        scratch::mssql_create(&admin, &schema)
+            .await
+            .map_err(store_error("creating the scratch schema and its user"))?;
+        let version = admin
+            .query("SELECT @@VERSION", &[])
+            .await
+            .ok()
+            .and_then(|rows| {
+                rows.first()
+                    .and_then(|row| row.get::<&str, _>(0).map(str::to_owned))
+            });
+        let scratch = ScratchStore::Mssql {
+            schema: schema.clone(),
+        };
+        let mut scoped = config;
+        scoped.set_execute_as(&schema);
+        let opened = async {
+            let store = sb_inbox::MssqlStore::connect_with(scoped, 4)
+                .await
+                .map_err(store_error("connecting as the scratch schema's user"))?;
+            prepare(&store).await?;
+            Ok::<_, VerifyError>(store)
+        }
+        .await;
+        let result = match opened {
+            Ok(store) => {
+                let environment = self.environment("mssql", version, &scratch);
+                let child = Some(scenarios::ChildStore {
+                    url: text.to_owned(),
+                    execute_as: Some(schema.clone()),
+                });
+                // The store's sessions end with it, before its user is dropped.
+                Ok(self.verify_on(store, environment, child).await)
+            }
+            Err(error) => Err(error),
+        };
+        let left = match scratch::mssql_drop(&admin, &schema).await {
+            Ok(()) => Vec::new(),
+            Err(error) => vec![format!("schema {schema} and its user: {error}")],
+        };
+        result.map(|report| (report, left))
     }
 }
 
@@ -381,6 +516,14 @@ trait MigrateAll {
 
 #[cfg(feature = "postgres")]
 impl MigrateAll for sb_inbox::PgStore {
+    async fn migrate_all(&self) -> Result<(), sb_inbox::StoreError> {
+        self.migrate().await?;
+        self.migrate_inventory().await.map(drop)
+    }
+}
+
+#[cfg(feature = "mssql")]
+impl MigrateAll for sb_inbox::MssqlStore {
     async fn migrate_all(&self) -> Result<(), sb_inbox::StoreError> {
         self.migrate().await?;
         self.migrate_inventory().await.map(drop)
@@ -422,7 +565,7 @@ async fn verify_on<S>(
     prefix: &str,
     store: S,
     environment: Environment,
-    child_store: Option<String>,
+    child_store: Option<scenarios::ChildStore>,
     stop: &CancellationToken,
 ) -> VerifyReport
 where
@@ -436,6 +579,7 @@ where
         prefix: prefix.to_owned(),
         idle: options.idle,
         token_refresh: options.token_refresh.clone(),
+        only: options.only.clone(),
         child: child_store.and_then(|store| {
             let program = std::env::current_exe().ok()?;
             Some(scenarios::ChildCommand {

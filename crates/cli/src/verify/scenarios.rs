@@ -47,6 +47,10 @@ pub const LOCK_MARGIN: Duration = Duration::from_secs(2);
 /// is 5 minutes. Default value is 60 seconds.").
 const LOCK_LOSS_WAIT: Duration = Duration::from_secs(320);
 
+/// How often the token refresh scenario's sender sends while its token ages: shorter than any
+/// link idle timeout a broker uses (the service's is 10 minutes).
+const TOKEN_BEAT: Duration = Duration::from_secs(1);
+
 /// How long the crash scenario's child may take to receive and commit.
 const CHILD_WAIT: Duration = Duration::from_secs(60);
 
@@ -91,6 +95,8 @@ pub struct Harness<S> {
     pub idle: Option<Duration>,
     /// The token refresh scenario's client; `None` skips it.
     pub token_refresh: Option<super::TokenRefresh>,
+    /// The scenarios to run (`--scenario`); empty: all of them.
+    pub only: Vec<String>,
 }
 
 /// `sb-inbox verify-child` as verify starts it: this same executable, the namespace settings
@@ -102,7 +108,27 @@ pub struct ChildCommand {
     /// Environment variables naming the namespace and its credentials.
     pub env: Vec<(String, String)>,
     /// The scratch store, as the child opens it.
-    pub store: String,
+    pub store: ChildStore,
+}
+
+/// The scratch store as the child opens it: a URL (in its environment, never on its command
+/// line: it may hold a password) and, for SQL Server, the user its sessions run as.
+#[derive(Debug, Clone)]
+pub struct ChildStore {
+    /// The store URL or connection string.
+    pub url: String,
+    /// SQL Server: the scratch schema's user (`--store-user`).
+    pub execute_as: Option<String>,
+}
+
+impl ChildStore {
+    /// A store the URL alone scopes (a search path, a file).
+    pub fn url(url: String) -> Self {
+        ChildStore {
+            url,
+            execute_as: None,
+        }
+    }
 }
 
 /// A scenario's verdict: `Ok(what was seen)` or `Err(what broke)`.
@@ -121,6 +147,8 @@ where
             // An interrupted scenario proved nothing: it fails, so the run cannot exit 0 or 3.
             let verdict = if stop.is_cancelled() {
                 Ok(Err(INTERRUPTED.to_owned()))
+            } else if !self.only.is_empty() && !self.only.iter().any(|o| o == name) {
+                Err(Skip("not selected (--scenario)".to_owned()))
             } else {
                 tokio::select! {
                     verdict = self.scenario(name) => verdict,
@@ -157,15 +185,13 @@ where
                 )),
             },
             "outbox_relayed_once" => Ok(self.outbox_relayed_once().await),
-            "store_conformance" => Ok(
-                match sb_inbox::testing::conformance::run(self.store.clone()).await {
-                    Ok(()) => Ok(format!(
-                        "{} checks passed",
-                        sb_inbox::testing::conformance::CHECKS.len()
-                    )),
-                    Err(failure) => Err(failure.to_string()),
-                },
-            ),
+            "store_conformance" => Ok(match sb_inbox::conformance::run(self.store.clone()).await {
+                Ok(()) => Ok(format!(
+                    "{} checks passed",
+                    sb_inbox::conformance::CHECKS.len()
+                )),
+                Err(failure) => Err(failure.to_string()),
+            }),
             "lock_loss_fenced" => match &self.child {
                 Some(child) => Ok(self.lock_loss_fenced(child).await),
                 None => Err(Skip(
@@ -217,11 +243,24 @@ where
         String,
     > {
         let receiver = self.client.receiver(queue, 0);
+        let runtime = Runtime::new(
+            receiver.clone(),
+            self.store.clone(),
+            handler,
+            self.config(queue)?,
+        );
+        Ok((receiver, runtime))
+    }
+
+    /// The runtime configuration of every consumer verify runs on `queue`: one delivery at a
+    /// time, [`LOCK_MARGIN`], and the entity's lock duration when the management API gave it
+    /// (as the `Worker` sets it from its start check), so no lock is reckoned longer than it.
+    fn config(&self, queue: &str) -> Result<RuntimeConfig, String> {
         let mut config = RuntimeConfig::new(self.consumer()?);
         config.concurrency = 1;
         config.lock_margin = LOCK_MARGIN;
-        let runtime = Runtime::new(receiver.clone(), self.store.clone(), handler, config);
-        Ok((receiver, runtime))
+        config.lock_duration = self.entities.lock_duration(queue);
+        Ok(config)
     }
 
     fn order(&self, message_id: &str, order_id: &str) -> Result<Message, String> {
@@ -478,10 +517,20 @@ where
         if stall {
             command.arg("--stall");
         }
+        if let Some(user) = &child.store.execute_as {
+            command.arg("--store-user").arg(user);
+        }
+        // The child's lock keeper is bounded by the entity's lock as the parent read it, as a
+        // worker's is by its start check's.
+        if let Some(lock) = self.entities.lock_duration(queue) {
+            command
+                .arg("--lock-duration-ms")
+                .arg(lock.as_millis().to_string());
+        }
         let mut process = command
             .env_remove("SB_INBOX_SERVICEBUS_CONNECTION")
             .env_remove("SB_INBOX_SERVICEBUS_NAMESPACE")
-            .env("SB_INBOX_STORE", &child.store)
+            .env("SB_INBOX_STORE", &child.store.url)
             .envs(child.env.iter().map(|(k, v)| (k, v)))
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -527,7 +576,13 @@ where
         }
         let (receiver, runtime) = self.runtime(queue, OrderPlacedConsumer::new())?;
         let result = async {
-            let delivery = receive_within(&receiver, LOCK_LOSS_WAIT, "the redelivery")
+            // The lock as the management API gave it, and the delivery's own wait; without it
+            // the longest lock an entity can have.
+            let wait = self
+                .entities
+                .lock_duration(queue)
+                .map_or(LOCK_LOSS_WAIT, |lock| lock + DELIVERY_WAIT);
+            let delivery = receive_within(&receiver, wait, "the redelivery")
                 .await
                 .map_err(|e| {
                     format!("{e} while the first consumer stalled: does {queue} lock for longer?")
@@ -583,9 +638,7 @@ where
         let policy =
             RetryPolicy::new(3, RETRY_DELAY, RETRY_DELAY * 4).map_err(|e| e.to_string())?;
         let receiver = self.client.receiver(queue, 0);
-        let mut config = RuntimeConfig::new(self.consumer()?);
-        config.concurrency = 1;
-        config.lock_margin = LOCK_MARGIN;
+        let mut config = self.config(queue)?;
         config.delayed_retry = Some(DelayedRetry::new(
             policy,
             ServiceBusSenderPort::new(self.client.clone()),
@@ -635,8 +688,9 @@ where
     /// A sender used, left idle for `idle` (past the service's link idle timeout, which
     /// detaches it: Microsoft Learn, "Troubleshoot AMQP errors in Azure Service Bus",
     /// learn.microsoft.com/azure/service-bus-messaging/service-bus-amqp-troubleshoot: a link
-    /// is closed after 10 minutes idle), then used again: the second send goes through and
-    /// both messages arrive.
+    /// is closed after 10 minutes idle), then used again: the link was detached meanwhile and
+    /// replaced (the sender attached a second one), the second send goes through and both
+    /// messages arrive. A link never detached fails the scenario: it showed nothing.
     async fn idle_detach_survival(&self, idle: Duration) -> Verdict {
         let queue = &self.entities.queue;
         let sender = self.client.sender(queue);
@@ -654,43 +708,37 @@ where
             .send(Message::new(ids[1].clone(), "verify.idle.v1", "{}"))
             .await
             .map_err(|e| format!("the send after {}s idle: {e}", idle.as_secs()))?;
-        let receiver = self.client.receiver(queue, 0);
-        let mut got = Vec::new();
-        let read = async {
-            while got.len() < ids.len() {
-                let delivery =
-                    receive_within(&receiver, DELIVERY_WAIT, "the idle sender's messages").await?;
-                got.push(
-                    delivery
-                        .client_delivery()
-                        .message()
-                        .message_id
-                        .clone()
-                        .unwrap_or_default(),
-                );
-                delivery
-                    .client_delivery()
-                    .complete()
-                    .await
-                    .map_err(|e| format!("completing: {e}"))?;
-            }
-            Ok::<_, String>(())
+        let got = self
+            .read_back(queue, &ids, "the idle sender's messages")
+            .await?;
+        if got != ids {
+            return Err(format!("sent {ids:?}, received {got:?}"));
         }
-        .await;
-        receiver.close().await;
-        read?;
-        if got == ids {
-            Ok(format!(
-                "the sender worked again after {}s idle",
+        // A sender whose link was never detached proved nothing about surviving a detach.
+        match sender.links_attached() {
+            links if links >= 2 => Ok(format!(
+                "the sender's link was detached while idle {}s and replaced ({links} links \
+                 attached); both messages arrived",
                 idle.as_secs()
-            ))
-        } else {
-            Err(format!("sent {ids:?}, received {got:?}"))
+            )),
+            links => Err(format!(
+                "the sender's link was never detached in {}s idle ({links} link attached): \
+                 the idle was shorter than the broker's link idle timeout, so surviving a \
+                 detach was not shown (the service detaches links idle for 10 minutes: \
+                 --idle-secs 660)",
+                idle.as_secs()
+            )),
         }
     }
 
-    /// A sender on a client whose tokens live 150 s: the client asks for a fresh token for the
-    /// entity before the first runs out, and the sender works after the first one's expiry.
+    /// A sender on a client whose tokens live 150 s, sending every [`TOKEN_BEAT`] (so no idle
+    /// timeout detaches its link): the client asks for a fresh token for the entity before the
+    /// first runs out, and the sender works after the first one's expiry on the link it
+    /// attached first. The service drops an entity's links when their token
+    /// expires without a fresh put-token (Microsoft Learn, "AMQP 1.0 in Azure Service Bus and
+    /// Event Hubs protocol guide", learn.microsoft.com/azure/service-bus-messaging/
+    /// service-bus-amqp-protocol-guide, "Claims-based authorization"; the detach text in
+    /// azure-sdk-for-python issue 23487): a second link means the refresh came too late.
     async fn token_refresh(&self, refresh: &super::TokenRefresh) -> Verdict {
         let queue = &self.entities.queue;
         let sender = refresh.client.sender(queue);
@@ -709,44 +757,37 @@ where
             .first()
             .cloned()
             .ok_or_else(|| format!("no token was asked for {audience}"))?;
-        // Past the first token's expiry: the scenario is this wait.
+        // Past the first token's expiry, sending all along: the scenario is this wait.
         let until_expired = first
             .expires_at
             .duration_since(std::time::SystemTime::now())
             .unwrap_or_default();
-        tokio::time::sleep(until_expired + Duration::from_secs(5)).await;
+        self.keep_sending(&sender, until_expired + Duration::from_secs(5))
+            .await?;
         sender
             .send(Message::new(ids[1].clone(), "verify.token.v1", "{}"))
             .await
             .map_err(|e| format!("the send after the first token expired: {e}"))?;
+        // A link the broker detached for an expired token and the sender replaced would
+        // still have sent both messages: the refresh came too late for the broker.
+        // Judged before reading them back: a broker that ended the token early may end the
+        // reader's too.
+        let links = sender.links_attached();
+        if links > 1 {
+            return Err(format!(
+                "the sender's link was detached and replaced ({links} links attached) across \
+                 the first token's life: the namespace ended a token before the client \
+                 refreshed it (a shorter token life at the broker, or its clock \
+                 ahead of this host's)"
+            ));
+        }
         let issued = refresh.tokens.issued_for(&audience);
         let refreshed_in_time = issued
             .iter()
             .skip(1)
             .find(|i| i.at < first.expires_at)
             .map(|i| i.at.duration_since(first.at).unwrap_or_default());
-        let receiver = self.client.receiver(queue, 0);
-        let mut got = Vec::new();
-        let read = async {
-            while got.len() < ids.len() {
-                let delivery =
-                    receive_within(&receiver, DELIVERY_WAIT, "the sender's messages").await?;
-                let id = delivery.client_delivery().message().message_id.clone();
-                let id = id.unwrap_or_default();
-                if ids.contains(&id) {
-                    got.push(id);
-                }
-                delivery
-                    .client_delivery()
-                    .complete()
-                    .await
-                    .map_err(|e| format!("completing: {e}"))?;
-            }
-            Ok::<_, String>(())
-        }
-        .await;
-        receiver.close().await;
-        read?;
+        self.read_back(queue, &ids, "the sender's messages").await?;
         match refreshed_in_time {
             Some(after) => Ok(format!(
                 "token for {audience} refreshed {}s after the first, before its expiry at {}s; \
@@ -763,6 +804,61 @@ where
                 issued.len()
             )),
         }
+    }
+
+    /// Sends a message every [`TOKEN_BEAT`] for `wait`, so the sender's link is never idle
+    /// (the service detaches a link idle for 10 minutes; an emulator's `--link-idle-timeout`
+    /// may be seconds): a second link then means a detach for the token alone.
+    async fn keep_sending(
+        &self,
+        sender: &sb_inbox::servicebus::ServiceBusSender,
+        wait: Duration,
+    ) -> Result<(), String> {
+        let until = tokio::time::Instant::now() + wait;
+        let mut beat = 0u32;
+        while tokio::time::Instant::now() + TOKEN_BEAT < until {
+            // The beat is the scenario's pace, not a wait for something to happen.
+            tokio::time::sleep(TOKEN_BEAT).await;
+            beat += 1;
+            let id = format!("{}-token-beat-{beat}", self.prefix);
+            sender
+                .send(Message::new(id, "verify.token.v1", "{}"))
+                .await
+                .map_err(|e| format!("send {beat} while the token aged: {e}"))?;
+        }
+        tokio::time::sleep_until(until).await;
+        Ok(())
+    }
+
+    /// Receives from `queue` until each of `ids` arrived, completing every delivery (another
+    /// message of this run's is read past); the ids in their order of arrival.
+    async fn read_back(
+        &self,
+        queue: &str,
+        ids: &[String],
+        what: &str,
+    ) -> Result<Vec<String>, String> {
+        let receiver = self.client.receiver(queue, 0);
+        let mut got = Vec::new();
+        let read = async {
+            while got.len() < ids.len() {
+                let delivery = receive_within(&receiver, DELIVERY_WAIT, what).await?;
+                let id = delivery.client_delivery().message().message_id.clone();
+                let id = id.unwrap_or_default();
+                if ids.contains(&id) {
+                    got.push(id);
+                }
+                delivery
+                    .client_delivery()
+                    .complete()
+                    .await
+                    .map_err(|e| format!("completing: {e}"))?;
+            }
+            Ok::<_, String>(())
+        }
+        .await;
+        receiver.close().await;
+        read.map(|()| got)
     }
 
     /// Messages of one session arrive in the order they were sent.
@@ -814,7 +910,8 @@ where
     }
 
     /// The handler's event is written to the outbox in its transaction and relayed once; a
-    /// second relay pass publishes nothing, and the relayed message has the outbox row's id.
+    /// second relay pass publishes nothing, the row is marked dispatched (no backlog left),
+    /// and the relayed message has the outbox row's id.
     async fn outbox_relayed_once(&self) -> Verdict {
         let queue = &self.entities.queue;
         let outbox = &self.entities.outbox;
@@ -826,6 +923,20 @@ where
         if outcome? != Outcome::Processed {
             return Err("the order was not processed".to_owned());
         }
+        self.relay_twice().await?;
+        let ids = self.read_events(outbox).await?;
+        match ids.as_slice() {
+            [(id, subject)] if subject == EVENT_CONTRACT && !id.is_empty() => {
+                Ok(format!("one {EVENT_CONTRACT} relayed, message id {id}"))
+            }
+            other => Err(format!(
+                "expected one {EVENT_CONTRACT} on {outbox}, received {other:?}"
+            )),
+        }
+    }
+
+    /// Two relay passes: one publish then none, and no row left pending.
+    async fn relay_twice(&self) -> Result<(), String> {
         let relay = Relay::new(
             self.store.clone(),
             ServiceBusSenderPort::new(self.client.clone()),
@@ -846,6 +957,26 @@ where
                 first.published, second.published
             ));
         }
+        // The second pass found nothing because the row is leased; only its dispatch mark
+        // keeps it from going out again once the lease ends.
+        let pending = self
+            .store
+            .outbox_backlog()
+            .await
+            .map_err(|e| format!("reading the outbox backlog: {e}"))?
+            .pending;
+        if pending != 0 {
+            return Err(format!(
+                "{pending} outbox row(s) still pending after the relay published: the dispatch \
+                 mark was not stored, so the event would be published again once its lease \
+                 ends"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The events on `outbox`, each (message id, subject), read until it is quiet.
+    async fn read_events(&self, outbox: &str) -> Result<Vec<(String, String)>, String> {
         let events = self.client.receiver(outbox, 0);
         let read = async {
             let mut ids = Vec::new();
@@ -876,15 +1007,7 @@ where
         }
         .await;
         events.close().await;
-        let ids = read?;
-        match ids.as_slice() {
-            [(id, subject)] if subject == EVENT_CONTRACT && !id.is_empty() => {
-                Ok(format!("one {EVENT_CONTRACT} relayed, message id {id}"))
-            }
-            other => Err(format!(
-                "expected one {EVENT_CONTRACT} on {outbox}, received {other:?}"
-            )),
-        }
+        read
     }
 }
 
@@ -972,7 +1095,7 @@ fn median_ms(mut samples: Vec<Duration>) -> Option<f64> {
 const SAMPLES: usize = 9;
 
 /// The broker's round trip (a peek: one `$management` request and answer) and the store's
-/// commit (begin, one inbox row, commit), each the median of [`SAMPLES`].
+/// commit (begin, one inbox row, commit), each the median of 9 samples after one warm-up.
 pub async fn measure<S: Store>(
     client: &ServiceBusClient,
     queue: &str,

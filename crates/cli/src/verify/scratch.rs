@@ -29,9 +29,43 @@ pub struct Entities {
     pub lock_queue: String,
     /// Whether verify created them (and deletes them) or was given them (and purges them).
     pub scratch: bool,
+    /// Each entity's lock duration as the management API gave it (none where it did not
+    /// answer: no Manage rights).
+    pub lock_durations: Vec<(String, Duration)>,
 }
 
 impl Entities {
+    /// `entity`'s lock duration, when the management API gave it.
+    pub fn lock_duration(&self, entity: &str) -> Option<Duration> {
+        self.lock_durations
+            .iter()
+            .find(|(name, _)| name == entity)
+            .map(|(_, lock)| *lock)
+    }
+
+    /// Reads each entity's lock duration from the management API: a runtime told it bounds
+    /// every lock by it (`RuntimeConfig::lock_duration`). Where the API does not answer (no
+    /// Manage rights) the runtimes reckon each lock from the broker's timestamps alone, and
+    /// the report says so in the lock-loss scenario's result.
+    pub async fn read_lock_durations(&mut self, admin: Option<&AdminClient>) {
+        let Some(admin) = admin else { return };
+        for name in self.names() {
+            match admin.entity(&name).await {
+                Ok(Some(entity)) => {
+                    if let Some(lock) = entity.properties.lock_duration {
+                        self.lock_durations.push((name, lock));
+                    }
+                }
+                Ok(None) => {
+                    tracing::warn!(entity = %name, "The management API does not know the entity; its lock duration is unknown.")
+                }
+                Err(error) => {
+                    tracing::warn!(entity = %name, %error, "The entity's lock duration is not readable; locks are reckoned from the broker's timestamps alone.")
+                }
+            }
+        }
+    }
+
     /// Every entity, for the report.
     pub fn names(&self) -> Vec<String> {
         let mut names = vec![self.queue.clone()];
@@ -87,6 +121,7 @@ pub async fn create(admin: &AdminClient, prefix: &str) -> Result<Entities, Verif
         outbox: outbox.clone(),
         lock_queue: lock.clone(),
         scratch: true,
+        lock_durations: Vec::new(),
     };
     let long = Duration::from_secs(30);
     let plan = [
@@ -199,8 +234,8 @@ pub async fn purge(client: &ServiceBusClient, entity: &str, sessions: bool) -> V
     left
 }
 
-/// Where the store's scenarios run: a scratch schema (PostgreSQL) or a scratch file beside the
-/// given one (SQLite has no schemas), removed afterwards.
+/// Where the store's scenarios run: a scratch schema (PostgreSQL, SQL Server) or a scratch
+/// file beside the given one (SQLite has no schemas), removed afterwards.
 #[derive(Debug, Clone)]
 pub enum ScratchStore {
     /// A schema of the given database; the URL sets its search path.
@@ -219,6 +254,13 @@ pub enum ScratchStore {
     /// A private in-memory database: nothing to remove.
     #[cfg(feature = "sqlite")]
     SqliteMemory,
+    /// A schema of the given SQL Server database, owned by a user of its name without login
+    /// as whom the store's sessions run.
+    #[cfg(feature = "mssql")]
+    Mssql {
+        /// The schema (and its user).
+        schema: String,
+    },
 }
 
 impl ScratchStore {
@@ -231,6 +273,8 @@ impl ScratchStore {
             ScratchStore::SqliteFile(path) => format!("file {}", path.display()),
             #[cfg(feature = "sqlite")]
             ScratchStore::SqliteMemory => "in memory".to_owned(),
+            #[cfg(feature = "mssql")]
+            ScratchStore::Mssql { schema } => format!("schema {schema}"),
         }
     }
 }
@@ -275,4 +319,80 @@ pub fn remove_sqlite(path: &Path) -> Vec<String> {
         }
     }
     left
+}
+
+/// Creates the SQL Server scratch schema `@P1`, owned by a database user of the same name
+/// without login whose default schema it is: the store's unqualified table names resolve
+/// there once a session runs as that user (`MssqlConfig::set_execute_as`). The name is bound,
+/// quoted by `QUOTENAME` on the server, and each DDL runs in a batch of its own (`CREATE
+/// SCHEMA` must be a batch's first statement). Microsoft Learn: "CREATE USER (Transact-SQL)"
+/// (`WITHOUT LOGIN`, `DEFAULT_SCHEMA`), "CREATE SCHEMA (Transact-SQL)" (`AUTHORIZATION`: the
+/// principal that owns it, which then may alter it), "CREATE TABLE (Transact-SQL)"
+/// (permissions: `CREATE TABLE` in the database and `ALTER` on the schema). The connecting
+/// principal needs `ALTER ANY USER`, `CREATE SCHEMA` and `IMPERSONATE` on the new user:
+/// db_owner has all three.
+#[cfg(feature = "mssql")]
+pub const MSSQL_CREATE: &str = "DECLARE @name sysname = @P1;
+DECLARE @q nvarchar(300) = QUOTENAME(@name);
+DECLARE @sql nvarchar(max) = N'CREATE USER ' + @q + N' WITHOUT LOGIN WITH DEFAULT_SCHEMA = ' + @q;
+EXEC sys.sp_executesql @sql;
+SET @sql = N'CREATE SCHEMA ' + @q + N' AUTHORIZATION ' + @q;
+EXEC sys.sp_executesql @sql;
+SET @sql = N'GRANT CREATE TABLE TO ' + @q;
+EXEC sys.sp_executesql @sql;";
+
+/// Drops the SQL Server scratch schema `@P1`, everything in it, and its user: a schema that
+/// holds objects cannot be dropped, nor a user that owns one (Microsoft Learn, "DROP SCHEMA
+/// (Transact-SQL)": "The schema that is being dropped must not contain any objects";
+/// "DROP USER (Transact-SQL)": a user that owns securables cannot be dropped). Foreign keys go
+/// first (a referenced table cannot be dropped), then the tables and any views, procedures,
+/// functions and sequences (indexes, constraints and triggers go with their tables). Each part
+/// is skipped when absent, so it also cleans up after a create that failed half way.
+#[cfg(feature = "mssql")]
+pub const MSSQL_DROP: &str = "DECLARE @name sysname = @P1;
+DECLARE @q nvarchar(300) = QUOTENAME(@name);
+DECLARE @sql nvarchar(max) = N'';
+SELECT @sql = @sql + ISNULL(STRING_AGG(CAST(N'ALTER TABLE ' + @q + N'.'
+       + QUOTENAME(OBJECT_NAME(parent_object_id)) + N' DROP CONSTRAINT ' + QUOTENAME(name)
+       + N'; ' AS nvarchar(max)), N''), N'')
+  FROM sys.foreign_keys WHERE schema_id = SCHEMA_ID(@name);
+SELECT @sql = @sql + ISNULL(STRING_AGG(CAST(N'DROP ' + CASE type WHEN 'U' THEN N'TABLE'
+       WHEN 'V' THEN N'VIEW' WHEN 'P' THEN N'PROCEDURE' WHEN 'SO' THEN N'SEQUENCE'
+       ELSE N'FUNCTION' END + N' ' + @q + N'.' + QUOTENAME(name) + N'; ' AS nvarchar(max)),
+       N''), N'')
+  FROM sys.objects
+ WHERE schema_id = SCHEMA_ID(@name) AND type IN ('U', 'V', 'P', 'SO', 'FN', 'IF', 'TF');
+IF SCHEMA_ID(@name) IS NOT NULL SET @sql = @sql + N'DROP SCHEMA ' + @q + N'; ';
+IF DATABASE_PRINCIPAL_ID(@name) IS NOT NULL SET @sql = @sql + N'DROP USER ' + @q + N';';
+EXEC sys.sp_executesql @sql;";
+
+/// Creates the SQL Server scratch schema and its user `name` (see [`MSSQL_CREATE`]); what a
+/// failed create left is dropped again.
+///
+/// # Errors
+/// The store's error when the server refuses (no rights, say).
+#[cfg(feature = "mssql")]
+pub async fn mssql_create(
+    admin: &sb_inbox::MssqlStore,
+    name: &str,
+) -> Result<(), sb_inbox::StoreError> {
+    if let Err(error) = admin.execute(MSSQL_CREATE, &[&name]).await {
+        if let Err(left) = mssql_drop(admin, name).await {
+            tracing::error!(%left, schema = name, "The half-created scratch schema could not be dropped.");
+        }
+        return Err(error);
+    }
+    Ok(())
+}
+
+/// Drops the SQL Server scratch schema, its objects and its user `name` (see [`MSSQL_DROP`]).
+///
+/// # Errors
+/// The store's error when the server refuses.
+#[cfg(feature = "mssql")]
+pub async fn mssql_drop(
+    admin: &sb_inbox::MssqlStore,
+    name: &str,
+) -> Result<(), sb_inbox::StoreError> {
+    admin.execute(MSSQL_DROP, &[&name]).await.map(drop)
 }

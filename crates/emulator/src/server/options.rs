@@ -23,7 +23,7 @@ pub const SERVICE_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// ("AmqpMessageConsumer.IdleTimerExpired: Idle timeout: 00:10:00").
 pub const DEFAULT_LINK_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// How an [`Emulator`] serves. Strict by default, like the service: idle links are
+/// How an [`Emulator`](crate::Emulator) serves. Strict by default, like the service: idle links are
 /// force-detached after [`DEFAULT_LINK_IDLE_TIMEOUT`], links are detached when their token
 /// expires, message locks are dropped with the connection that received them, and `open`
 /// carries the service's limits.

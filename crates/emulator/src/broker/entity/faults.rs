@@ -14,7 +14,7 @@ impl Entity {
     /// (or dead-lettered at `MaxDeliveryCount`) and the token is lost.
     ///
     /// # Errors
-    /// [`Error::LockLost`] for an unknown token; [`Error::NotAllowed`] on topics.
+    /// [`Error::LockLost`](crate::Error::LockLost) for an unknown token; [`Error::NotAllowed`](crate::Error::NotAllowed) on topics.
     pub fn expire_lock(&self, lock_token: Uuid) -> Result<()> {
         self.with_queue("expire-lock", |_, st, dlq, now| {
             st.expire_lock(dlq, lock_token, now)
@@ -29,11 +29,11 @@ impl Entity {
         .unwrap_or(false)
     }
 
-    /// Fault hook: the next `count` renew-lock requests fail with [`Error::LockLost`] (the
+    /// Fault hook: the next `count` renew-lock requests fail with [`Error::LockLost`](crate::Error::LockLost) (the
     /// locks themselves stay until they expire).
     ///
     /// # Errors
-    /// [`Error::NotAllowed`] on topics.
+    /// [`Error::NotAllowed`](crate::Error::NotAllowed) on topics.
     pub fn refuse_renewals(&self, count: u32) -> Result<()> {
         self.with_queue("fault", |_, st, _, _| {
             st.faults.refuse_renewals = count;
@@ -42,10 +42,10 @@ impl Entity {
     }
 
     /// Fault hook: the next `count` dispositions (settle or update-disposition) fail with
-    /// [`Error::Refused`] and leave the message locked.
+    /// [`Error::Refused`](crate::Error::Refused) and leave the message locked.
     ///
     /// # Errors
-    /// [`Error::NotAllowed`] on topics.
+    /// [`Error::NotAllowed`](crate::Error::NotAllowed) on topics.
     pub fn refuse_dispositions(&self, count: u32) -> Result<()> {
         self.with_queue("fault", |_, st, _, _| {
             st.faults.refuse_dispositions = count;
@@ -54,10 +54,10 @@ impl Entity {
     }
 
     /// Fault hook: the next `count` dispositions wait `delay` (on tokio's clock) before they
-    /// apply; a lock that expires meanwhile makes them fail with [`Error::LockLost`].
+    /// apply; a lock that expires meanwhile makes them fail with [`Error::LockLost`](crate::Error::LockLost).
     ///
     /// # Errors
-    /// [`Error::NotAllowed`] on topics.
+    /// [`Error::NotAllowed`](crate::Error::NotAllowed) on topics.
     pub fn delay_dispositions(&self, count: u32, delay: Duration) -> Result<()> {
         self.with_queue("fault", |_, st, _, _| {
             st.faults.delay_dispositions = count;
@@ -71,7 +71,7 @@ impl Entity {
     /// does not know. The stored message is unchanged, so a dead-lettered one reads back whole.
     ///
     /// # Errors
-    /// [`Error::NotAllowed`] on topics.
+    /// [`Error::NotAllowed`](crate::Error::NotAllowed) on topics.
     pub fn undecodable_deliveries(&self, count: u32) -> Result<()> {
         self.with_queue("fault", |_, st, _, _| {
             st.faults.undecodable_deliveries = count;
@@ -93,7 +93,7 @@ impl Entity {
     /// [`resume_delivery`](Self::resume_delivery).
     ///
     /// # Errors
-    /// [`Error::NotAllowed`] on topics.
+    /// [`Error::NotAllowed`](crate::Error::NotAllowed) on topics.
     pub fn pause_delivery(&self) -> Result<()> {
         self.with_queue("fault", |_, st, _, _| {
             st.faults.paused = true;
@@ -104,7 +104,7 @@ impl Entity {
     /// Fault hook: resumes delivery and wakes waiting receivers.
     ///
     /// # Errors
-    /// [`Error::NotAllowed`] on topics.
+    /// [`Error::NotAllowed`](crate::Error::NotAllowed) on topics.
     pub fn resume_delivery(&self) -> Result<()> {
         self.with_queue("fault", |_, st, _, _| {
             st.faults.paused = false;

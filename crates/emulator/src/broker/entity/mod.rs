@@ -45,7 +45,7 @@ pub(super) enum Target {
 /// - transfers on a sender link → [`send`](Self::send) / [`send_batch`](Self::send_batch);
 /// - credit on a receiver link → [`receive`](Self::receive) (waits; cancel-safe) or
 ///   [`try_receive`](Self::try_receive);
-/// - dispositions → [`settle`](Self::settle) with a [`Settlement`];
+/// - dispositions → [`settle`](Self::settle) with a [`Settlement`](crate::Settlement);
 /// - management operations → [`renew_lock`](Self::renew_lock), [`peek`](Self::peek),
 ///   [`update_disposition`](Self::update_disposition), [`schedule`](Self::schedule),
 ///   [`cancel_scheduled`](Self::cancel_scheduled),

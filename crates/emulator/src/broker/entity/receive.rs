@@ -12,7 +12,7 @@ impl Entity {
     /// delivery is paused).
     ///
     /// # Errors
-    /// [`Error::NotAllowed`] on topics and session-enabled entities.
+    /// [`Error::NotAllowed`](crate::Error::NotAllowed) on topics and session-enabled entities.
     pub fn try_receive(&self, mode: ReceiveMode) -> Result<Option<ReceivedMessage>> {
         self.check_sessionless("receive")?;
         self.with_queue("receive", |_, st, dlq, now| Ok(st.take(dlq, mode, now)))
@@ -25,7 +25,7 @@ impl Entity {
     /// `tokio::select!` with the link's cancellation, say) loses nothing.
     ///
     /// # Errors
-    /// [`Error::NotAllowed`] on topics and on session-enabled entities (use
+    /// [`Error::NotAllowed`](crate::Error::NotAllowed) on topics and on session-enabled entities (use
     /// [`accept_session`](Self::accept_session)).
     pub async fn receive(
         &self,
@@ -45,7 +45,7 @@ impl Entity {
     /// peeked through its own address.
     ///
     /// # Errors
-    /// [`Error::NotAllowed`] on topics.
+    /// [`Error::NotAllowed`](crate::Error::NotAllowed) on topics.
     pub fn peek(&self, from_sequence_number: i64, count: usize) -> Result<Vec<ReceivedMessage>> {
         self.with_queue("peek-message", |q, st, dlq, _| {
             Ok(st.peek(dlq, from_sequence_number, count, !q.is_subscription))
@@ -57,7 +57,7 @@ impl Entity {
     /// many.
     ///
     /// # Errors
-    /// [`Error::NotAllowed`] on a topic.
+    /// [`Error::NotAllowed`](crate::Error::NotAllowed) on a topic.
     pub fn delete_messages(
         &self,
         count: usize,
@@ -73,7 +73,7 @@ impl Entity {
     /// peek-lock mode).
     ///
     /// # Errors
-    /// [`Error::MessageNotFound`] if any sequence number is not a deferred, unlocked message
+    /// [`Error::MessageNotFound`](crate::Error::MessageNotFound) if any sequence number is not a deferred, unlocked message
     /// (nothing is received then).
     pub fn receive_deferred(
         &self,

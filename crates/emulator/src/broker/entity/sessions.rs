@@ -17,8 +17,8 @@ impl Entity {
     /// most `max_wait` for one (`Ok(None)` on timeout). The session lock lasts `LockDuration`.
     ///
     /// # Errors
-    /// [`Error::SessionCannotBeLocked`] when another receiver holds `session_id`;
-    /// [`Error::NotAllowed`] when the entity does not require sessions.
+    /// [`Error::SessionCannotBeLocked`](crate::Error::SessionCannotBeLocked) when another receiver holds `session_id`;
+    /// [`Error::NotAllowed`](crate::Error::NotAllowed) when the entity does not require sessions.
     pub async fn accept_session(
         &self,
         session_id: Option<&str>,
@@ -42,7 +42,7 @@ impl Entity {
     /// with the session lock.
     ///
     /// # Errors
-    /// [`Error::SessionLockLost`] once the session lock expired or was released.
+    /// [`Error::SessionLockLost`](crate::Error::SessionLockLost) once the session lock expired or was released.
     pub async fn receive_from_session(
         &self,
         session_id: &str,
@@ -60,7 +60,7 @@ impl Entity {
     /// once another receiver accepted the session after `lock` expired, this fails.
     ///
     /// # Errors
-    /// [`Error::SessionLockLost`] once `lock` expired, was released or was superseded.
+    /// [`Error::SessionLockLost`](crate::Error::SessionLockLost) once `lock` expired, was released or was superseded.
     pub async fn receive_from_held_session(
         &self,
         lock: &SessionLock,
@@ -78,7 +78,7 @@ impl Entity {
     /// stale link closing must not free a session another receiver holds now.
     ///
     /// # Errors
-    /// [`Error::NotAllowed`] when the entity does not require sessions.
+    /// [`Error::NotAllowed`](crate::Error::NotAllowed) when the entity does not require sessions.
     pub fn release_held_session(&self, lock: &SessionLock) -> Result<()> {
         self.check_sessionful("release-session")?;
         self.with_queue("release-session", |_, st, _, now| {
@@ -90,7 +90,7 @@ impl Entity {
     /// `com.microsoft:renew-session-lock`: extends the session lock and its messages' locks.
     ///
     /// # Errors
-    /// [`Error::SessionLockLost`] when the session lock already expired.
+    /// [`Error::SessionLockLost`](crate::Error::SessionLockLost) when the session lock already expired.
     pub fn renew_session_lock(&self, session_id: &str) -> Result<SystemTime> {
         self.check_sessionful("renew-session-lock")?;
         self.with_queue("renew-session-lock", |_, st, _, now| {
@@ -101,7 +101,7 @@ impl Entity {
     /// Releases a session lock (call when the session receiver's link closes).
     ///
     /// # Errors
-    /// [`Error::NotAllowed`] when the entity does not require sessions.
+    /// [`Error::NotAllowed`](crate::Error::NotAllowed) when the entity does not require sessions.
     pub fn release_session(&self, session_id: &str) -> Result<()> {
         self.check_sessionful("release-session")?;
         self.with_queue("release-session", |_, st, _, now| {
@@ -113,7 +113,7 @@ impl Entity {
     /// `com.microsoft:get-session-state`.
     ///
     /// # Errors
-    /// [`Error::SessionLockLost`] without a valid session lock.
+    /// [`Error::SessionLockLost`](crate::Error::SessionLockLost) without a valid session lock.
     pub fn session_state(&self, session_id: &str) -> Result<Option<Bytes>> {
         self.check_sessionful("get-session-state")?;
         self.with_queue("get-session-state", |_, st, _, now| {
@@ -124,7 +124,7 @@ impl Entity {
     /// `com.microsoft:set-session-state` (`None` clears it).
     ///
     /// # Errors
-    /// [`Error::SessionLockLost`] without a valid session lock.
+    /// [`Error::SessionLockLost`](crate::Error::SessionLockLost) without a valid session lock.
     pub fn set_session_state(&self, session_id: &str, state: Option<Bytes>) -> Result<()> {
         self.check_sessionful("set-session-state")?;
         self.with_queue("set-session-state", |_, st, _, now| {
@@ -136,7 +136,7 @@ impl Entity {
     /// set after it; without, the sessions holding messages (oldest message first) or a state.
     ///
     /// # Errors
-    /// [`Error::NotAllowed`] when the entity does not require sessions.
+    /// [`Error::NotAllowed`](crate::Error::NotAllowed) when the entity does not require sessions.
     pub fn message_sessions(&self, updated_after: Option<SystemTime>) -> Result<Vec<String>> {
         self.check_sessionful("get-message-sessions")?;
         self.with_queue("get-message-sessions", |_, st, _, _| {

@@ -43,9 +43,9 @@ impl Entity {
     /// Settles a locked message by lock token (link dispositions).
     ///
     /// # Errors
-    /// [`Error::LockLost`] for an unknown, settled or expired token (also after an injected
-    /// delay outlasted the lock); [`Error::Refused`] when a fault hook refuses it;
-    /// [`Error::NotAllowed`] for dead-lettering in a dead-letter queue.
+    /// [`Error::LockLost`](crate::Error::LockLost) for an unknown, settled or expired token (also after an injected
+    /// delay outlasted the lock); [`Error::Refused`](crate::Error::Refused) when a fault hook refuses it;
+    /// [`Error::NotAllowed`](crate::Error::NotAllowed) for dead-lettering in a dead-letter queue.
     pub async fn settle(&self, lock_token: Uuid, settlement: Settlement) -> Result<()> {
         self.disposition_fault().await?;
         self.with_queue("settle", |_, st, dlq, now| {
@@ -162,7 +162,7 @@ impl Entity {
     /// expirations, in order.
     ///
     /// # Errors
-    /// [`Error::LockLost`] if any token is unknown or expired (no lock is renewed then), or a
+    /// [`Error::LockLost`](crate::Error::LockLost) if any token is unknown or expired (no lock is renewed then), or a
     /// fault hook refuses the renewal.
     pub fn renew_lock(&self, lock_tokens: &[Uuid]) -> Result<Vec<SystemTime>> {
         self.with_queue("renew-lock", |_, st, dlq, now| {
