@@ -163,8 +163,13 @@ where
         stop: &CancellationToken,
         abort: &CancellationToken,
     ) -> Result<(), RuntimeError> {
-        // Paced, so that a port that panics at once every time does not spin.
-        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
+        // Paced, so that a port that panics at once every time does not spin; drawn from the
+        // runtime's jitter like every other delay it picks, so a seeded run replays.
+        let mut backoff = Backoff::from_jitter(
+            Duration::from_millis(100),
+            Duration::from_secs(30),
+            &self.config.jitter,
+        );
         loop {
             match super::panic::catch(self.take_sessions(config, stop, abort)).await {
                 Ok(ended) => return ended,
