@@ -492,7 +492,8 @@ resource migrateJob 'Microsoft.App/jobs@2024-10-02-preview' = {
 // verifyAfterDeploy (issue 43): sb-inbox verify with the worker's identity, started on demand
 // after a deployment (docs/deploy.md, smoke test) against the namespace's queues verify and
 // verify-sessions (given entities: no Manage right needed). Its store scenarios run on SQLite in
-// the job's own container (/tmp), not on Azure SQL: verify has no SQL Server store yet. Exit 0
+// the job's own container (/tmp), not on Azure SQL: on SQL Server verify creates a user and a
+// schema, rights the worker's database user does not have (db_owner would). Exit 0
 // when nothing failed (--allow-skipped: token_refresh needs a SAS key, and this is Entra ID),
 // so the execution's status is the verdict; the table is in the job's logs.
 resource verifyJob 'Microsoft.App/jobs@2024-10-02-preview' = if (verifyAfterDeploy) {

@@ -727,7 +727,10 @@ async fn with_the_brokers_clock_ahead_of_the_tokens_refresh_token_refresh_fails(
 
 /// A key without Manage rights (Send and Listen: the management API refuses it) on a given
 /// queue with a 5 s lock, a broker whose clock runs a minute ahead of the host's, and attaches
-/// answered 4 s late (so the message waits in the queue before the stalled consumer gets it).
+/// answered 6 s late: the message waits in the queue before the stalled consumer gets it, and
+/// verify's own receiver attaches only after that consumer's lock ran out, so the stalled one
+/// resumes a second past it (a lock duration counted from receipt is later than the broker's
+/// by the delivery's transfer; without that second the fence would race it).
 /// Without the entity's lock duration the stalled consumer reckons its lock from the broker's
 /// timestamps, which that wait stretches: it commits after the broker redelivered, and
 /// `lock_loss_fenced` fails on the missing fence. With the root key verify reads the lock
@@ -745,7 +748,7 @@ async fn without_the_entitys_lock_duration_a_host_behind_the_broker_does_not_fen
         vec![queue("locked", properties("PT5S", 10))],
         EmulatorOptions::default()
             .with_http_listen("127.0.0.1:0")
-            .with_attach_delay(std::time::Duration::from_secs(4))
+            .with_attach_delay(std::time::Duration::from_secs(6))
             .with_policy(policy.clone()),
         sb_emulator::Clock::shifted(60),
     )

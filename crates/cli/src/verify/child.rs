@@ -117,7 +117,7 @@ pub fn run(
     consumer: String,
     stall: bool,
     lock_duration: Option<Duration>,
-    store_user: Option<String>,
+    #[cfg_attr(not(feature = "mssql"), allow(unused_variables))] store_user: Option<String>,
 ) -> u8 {
     let subscriber = tracing_subscriber::registry().with(FreezeAfterCommit);
     let _default = tracing::subscriber::set_default(subscriber);
