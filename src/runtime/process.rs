@@ -15,8 +15,10 @@
 //! 5. **Settle after commit** as the [`Outcome`] says: processed, duplicate or stale → complete;
 //!    transient → abandon, or with [`DelayedRetry`] a scheduled copy then complete (a systemic
 //!    store failure is the store's, not the message's: given back as the kill switch says,
-//!    never a delayed retry); permanent → dead-letter; lock lost → nothing (the redelivery
-//!    decides). A commit whose answer was lost is settled after asking the store whether the
+//!    never a delayed retry); permanent → dead-letter (one decided by the message's history,
+//!    `RetriesExhausted` or `HandlerPanicked`, is first recorded as its inbox row, a
+//!    [`Verdict`], which a twin delivery then meets: issue 41); lock lost → nothing (the
+//!    redelivery decides). A commit whose answer was lost is settled after asking the store whether the
 //!    inbox row is there. An unknown contract under [`UnknownContracts::Complete`] is completed
 //!    without a transaction (ignored).
 //!
@@ -604,8 +606,9 @@ where
         delivery.abandon(last_error(why)).await
     }
 
-    /// A transient failure under delayed retries: dead-letter once the retries are spent (and
-    /// the store confirms that no delivery of the message committed); else send the next copy,
+    /// A transient failure under delayed retries: dead-letter once the retries are spent
+    /// (through the message's verdict, [`Processor::dead_letter_decided`]: not when a delivery
+    /// of the message committed); else send the next copy,
     /// scheduled, and only once the broker accepted it complete the original. A failed send
     /// abandons instead, so nothing is lost; a failed completion leaves both, and the inbox
     /// (keyed on the logical id) lets only one of them take effect. `cancel` (shutdown past its
