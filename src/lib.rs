@@ -167,10 +167,11 @@ struct ReadmeDoctests;
 pub use runtime::envelope;
 
 pub use ports::{
-    BacklogSample, Delivery, DuplicateScope, ErrorKind, INBOX_PROPERTY_PREFIX, Message,
+    BacklogSample, DelegateTx, Delivery, DuplicateScope, ErrorKind, INBOX_PROPERTY_PREFIX, Message,
     OutboxBacklog, OutboxClaim, OutboxLease, OutboxMessage, OutboxRow, OutboxStore, PropertyValue,
     ReceiveError, Receiver, RetentionStore, Savepoint, SendFailure, Sender, SessionReceiver,
-    SessionSource, SettleError, Source, Store, StoreError, Tx, UnreadableRow, VersionCheck,
+    SessionSource, SettleError, Source, Store, StoreError, StoreTx, Tx, UnreadableRow,
+    VersionCheck,
 };
 pub use runtime::{
     BoxError, Circuit, CircuitConfig, CircuitPhase, Clock, ConsumerName, ConsumerNameError,

@@ -33,5 +33,6 @@ pub use outbox::{
 pub use sender::{SendFailure, Sender};
 pub use session::{SessionReceiver, SessionSource};
 pub use store::{
-    DuplicateScope, ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck,
+    DelegateTx, DuplicateScope, ErrorKind, OutboxMessage, Savepoint, Store, StoreError, StoreTx,
+    Tx, VersionCheck,
 };

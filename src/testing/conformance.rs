@@ -22,7 +22,8 @@
 use std::sync::Arc;
 
 use crate::ports::{
-    DuplicateScope, ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck,
+    DuplicateScope, ErrorKind, OutboxMessage, Savepoint, Store, StoreError, StoreTx, Tx,
+    VersionCheck,
 };
 
 /// A check the store failed: which one, and what it saw.

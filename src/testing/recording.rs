@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use crate::ports::{
-    DuplicateScope, ErrorKind, OutboxMessage, Savepoint, StoreError, Tx, VersionCheck,
+    DuplicateScope, ErrorKind, OutboxMessage, Savepoint, StoreError, StoreTx, Tx, VersionCheck,
 };
 use crate::store::tx_state::TxState;
 
@@ -12,7 +12,7 @@ use crate::store::tx_state::TxState;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
 pub enum TxOp {
-    /// [`Tx::insert_inbox`].
+    /// [`StoreTx::insert_inbox`].
     InsertInbox,
     /// [`Tx::claim_business_key`].
     ClaimBusinessKey,
@@ -20,7 +20,7 @@ pub enum TxOp {
     AdvanceVersion,
     /// [`Tx::append_outbox`].
     AppendOutbox,
-    /// [`Tx::commit`].
+    /// [`StoreTx::commit`].
     Commit,
     /// A custom operation recorded with [`RecordingTx::record`] under this name: a method of
     /// the service's own extension trait.
@@ -203,7 +203,7 @@ impl RecordingTx {
         &self.rows.custom
     }
 
-    /// The bound given by [`Tx::bound_lock_waits`], if any.
+    /// The bound given by [`StoreTx::bound_lock_waits`], if any.
     pub fn lock_wait_bound(&self) -> Option<Duration> {
         self.lock_wait_bound
     }
@@ -223,20 +223,6 @@ impl RecordingTx {
 }
 
 impl Tx for RecordingTx {
-    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
-        self.begin_op(TxOp::InsertInbox)?;
-        let row = (consumer.to_owned(), logical_id.to_owned());
-        if self.rows.inbox.contains(&row) {
-            let error = Self::duplicate(
-                DuplicateScope::Inbox,
-                format!("inbox row ({consumer}, {logical_id}) exists"),
-            );
-            return self.state.record(Err(error));
-        }
-        self.rows.inbox.push(row);
-        Ok(())
-    }
-
     async fn claim_business_key(
         &mut self,
         consumer: &str,
@@ -311,6 +297,22 @@ impl Tx for RecordingTx {
         if let Some(at) = self.marks.iter().position(|(id, _)| *id == savepoint.id()) {
             self.marks.truncate(at);
         }
+        Ok(())
+    }
+}
+
+impl StoreTx for RecordingTx {
+    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
+        self.begin_op(TxOp::InsertInbox)?;
+        let row = (consumer.to_owned(), logical_id.to_owned());
+        if self.rows.inbox.contains(&row) {
+            let error = Self::duplicate(
+                DuplicateScope::Inbox,
+                format!("inbox row ({consumer}, {logical_id}) exists"),
+            );
+            return self.state.record(Err(error));
+        }
+        self.rows.inbox.push(row);
         Ok(())
     }
 

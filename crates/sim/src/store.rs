@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sb_inbox::{
-    ErrorKind, OutboxMessage, Savepoint, SqliteStore, SqliteTx, Store, StoreError, Tx, VersionCheck,
+    DelegateTx, ErrorKind, Savepoint, SqliteStore, SqliteTx, Store, StoreError, StoreTx, Tx,
 };
 use tokio::time::Instant;
 
@@ -165,35 +165,17 @@ impl FaultyTx {
     }
 }
 
-impl Tx for FaultyTx {
-    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
-        self.inner.insert_inbox(consumer, logical_id).await
+/// Only the savepoints (tracked with the ids they hold) and the commit (the planned faults)
+/// differ from the SQLite transaction; the rest is passed on.
+impl DelegateTx for FaultyTx {
+    type Inner = SqliteTx;
+
+    fn inner(&mut self) -> &mut SqliteTx {
+        &mut self.inner
     }
 
-    async fn claim_business_key(
-        &mut self,
-        consumer: &str,
-        key: &str,
-        logical_id: &str,
-    ) -> Result<(), StoreError> {
+    fn into_inner(self) -> SqliteTx {
         self.inner
-            .claim_business_key(consumer, key, logical_id)
-            .await
-    }
-
-    async fn advance_version(
-        &mut self,
-        consumer: &str,
-        aggregate: &str,
-        version: i64,
-    ) -> Result<VersionCheck, StoreError> {
-        self.inner
-            .advance_version(consumer, aggregate, version)
-            .await
-    }
-
-    async fn append_outbox(&mut self, message: &OutboxMessage) -> Result<(), StoreError> {
-        self.inner.append_outbox(message).await
     }
 
     async fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
@@ -222,10 +204,6 @@ impl Tx for FaultyTx {
             self.marks.truncate(at);
         }
         Ok(())
-    }
-
-    async fn bound_lock_waits(&mut self, limit: Duration) -> Result<(), StoreError> {
-        self.inner.bound_lock_waits(limit).await
     }
 
     async fn commit(self) -> Result<(), StoreError> {
@@ -260,9 +238,5 @@ impl Tx for FaultyTx {
                 ))
             }
         }
-    }
-
-    async fn rollback(self) -> Result<(), StoreError> {
-        self.inner.rollback().await
     }
 }

@@ -6,7 +6,9 @@ use bb8::PooledConnection;
 use tiberius::{Row, ToSql};
 
 use super::{MssqlManager, MssqlStore, classify};
-use crate::ports::{ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck};
+use crate::ports::{
+    ErrorKind, OutboxMessage, Savepoint, Store, StoreError, StoreTx, Tx, VersionCheck,
+};
 use crate::store::tx_state::{TxState, version_verdict};
 
 impl Store for MssqlStore {
@@ -55,7 +57,7 @@ pub struct MssqlTx {
     state: TxState,
     /// `SET XACT_ABORT OFF` was sent (by the first savepoint); the end restores it.
     xact_abort_off: bool,
-    /// [`Tx::bound_lock_waits`] changed the session's `LOCK_TIMEOUT`; the end restores it.
+    /// [`StoreTx::bound_lock_waits`](crate::StoreTx::bound_lock_waits) changed the session's `LOCK_TIMEOUT`; the end restores it.
     lock_waits_bounded: bool,
 }
 
@@ -134,15 +136,6 @@ const COMMIT: &str = "COMMIT TRANSACTION; SELECT @@TRANCOUNT";
 const ROLLBACK: &str = "IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION";
 
 impl Tx for MssqlTx {
-    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
-        self.execute(
-            "INSERT INTO sb_inbox (consumer, message_id) VALUES (@P1, @P2)",
-            &[&consumer, &logical_id],
-        )
-        .await
-        .map(drop)
-    }
-
     async fn claim_business_key(
         &mut self,
         consumer: &str,
@@ -269,6 +262,17 @@ impl Tx for MssqlTx {
     async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
         // SQL Server has no RELEASE: a savepoint just stays until the transaction ends.
         self.state.release(&savepoint, false)
+    }
+}
+
+impl StoreTx for MssqlTx {
+    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO sb_inbox (consumer, message_id) VALUES (@P1, @P2)",
+            &[&consumer, &logical_id],
+        )
+        .await
+        .map(drop)
     }
 
     async fn bound_lock_waits(&mut self, limit: std::time::Duration) -> Result<(), StoreError> {

@@ -10,7 +10,9 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Row};
 
 use super::{PgManager, PgStore, classify, pipeline};
-use crate::ports::{ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck};
+use crate::ports::{
+    ErrorKind, OutboxMessage, Savepoint, Store, StoreError, StoreTx, Tx, VersionCheck,
+};
 use crate::store::tx_state::{TxState, rollback_to_sql, version_verdict};
 
 #[cfg(feature = "test-util")]
@@ -57,7 +59,7 @@ impl Store for PgStore {
 /// an expected error.
 ///
 /// `BEGIN` is sent with the transaction's first statement, in the same round trip when that
-/// is the inbox insert ([`Tx::insert_inbox`], which the runtime always runs first); a
+/// is the inbox insert ([`StoreTx::insert_inbox`], which the runtime always runs first); a
 /// transaction that runs nothing sends nothing, its commit included.
 #[derive(Debug)]
 pub struct PgTx {
@@ -259,10 +261,6 @@ impl PgTx {
 }
 
 impl Tx for PgTx {
-    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
-        self.insert_inbox_row(consumer, logical_id).await
-    }
-
     async fn claim_business_key(
         &mut self,
         consumer: &str,
@@ -357,6 +355,12 @@ impl Tx for PgTx {
 
     async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
         self.state.release(&savepoint, true)
+    }
+}
+
+impl StoreTx for PgTx {
+    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
+        self.insert_inbox_row(consumer, logical_id).await
     }
 
     async fn bound_lock_waits(&mut self, limit: std::time::Duration) -> Result<(), StoreError> {

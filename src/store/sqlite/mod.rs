@@ -21,7 +21,9 @@ pub use classify::classify;
 
 use super::Migration;
 use super::tx_state::{TxState, rollback_to_sql, version_verdict};
-use crate::ports::{ErrorKind, OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck};
+use crate::ports::{
+    ErrorKind, OutboxMessage, Savepoint, Store, StoreError, StoreTx, Tx, VersionCheck,
+};
 
 /// The SQLite core migrations, in order: inbox, business keys, aggregate versions, outbox
 /// (versions: see [`Migration`]).
@@ -32,7 +34,7 @@ pub const MIGRATIONS: &[Migration] = crate::store::migrations!("sqlite": 1 => "0
 /// # Examples
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), sb_inbox::StoreError> {
-/// use sb_inbox::{SqliteStore, Store, Tx};
+/// use sb_inbox::{SqliteStore, Store, StoreTx};
 /// let store = SqliteStore::open_in_memory()?;
 /// store.migrate().await?;
 /// let mut tx = store.begin().await?;
@@ -278,14 +280,6 @@ impl Drop for SqliteTx {
 }
 
 impl Tx for SqliteTx {
-    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
-        self.execute(
-            "INSERT INTO sb_inbox (consumer, message_id) VALUES (?1, ?2)",
-            params![consumer, logical_id],
-        )
-        .map(drop)
-    }
-
     async fn claim_business_key(
         &mut self,
         consumer: &str,
@@ -368,6 +362,16 @@ impl Tx for SqliteTx {
 
     async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
         self.state.release(&savepoint, true)
+    }
+}
+
+impl StoreTx for SqliteTx {
+    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO sb_inbox (consumer, message_id) VALUES (?1, ?2)",
+            params![consumer, logical_id],
+        )
+        .map(drop)
     }
 
     async fn bound_lock_waits(&mut self, _limit: std::time::Duration) -> Result<(), StoreError> {

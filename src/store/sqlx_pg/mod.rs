@@ -37,7 +37,7 @@ const MIGRATION_LOCK: i64 = 0x5b1_0b0c;
 /// ```no_run
 /// # #[allow(dead_code)]
 /// # async fn example() -> Result<(), sb_inbox::StoreError> {
-/// use sb_inbox::{SqlxPgStore, Store, Tx};
+/// use sb_inbox::{SqlxPgStore, Store, StoreTx};
 /// let store = SqlxPgStore::connect("postgres://postgres@127.0.0.1/test", 16).await?;
 /// store.migrate().await?;
 /// let mut tx = store.begin().await?;

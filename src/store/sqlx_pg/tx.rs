@@ -8,7 +8,7 @@ use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Executor, Postgres, Row};
 
 use super::{SqlxPgStore, classify};
-use crate::ports::{OutboxMessage, Savepoint, Store, StoreError, Tx, VersionCheck};
+use crate::ports::{OutboxMessage, Savepoint, Store, StoreError, StoreTx, Tx, VersionCheck};
 use crate::store::tx_state::{TxState, rollback_to_sql, version_verdict};
 
 /// Commits, after a statement that fails in an aborted transaction: PostgreSQL answers a
@@ -145,11 +145,6 @@ impl SqlxPgTx {
 }
 
 impl Tx for SqlxPgTx {
-    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
-        let query = sqlx::query(INBOX_INSERT).bind(consumer).bind(logical_id);
-        self.execute(query).await.map(drop)
-    }
-
     async fn claim_business_key(
         &mut self,
         consumer: &str,
@@ -243,6 +238,13 @@ impl Tx for SqlxPgTx {
 
     async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
         self.state.release(&savepoint, true)
+    }
+}
+
+impl StoreTx for SqlxPgTx {
+    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
+        let query = sqlx::query(INBOX_INSERT).bind(consumer).bind(logical_id);
+        self.execute(query).await.map(drop)
     }
 
     async fn bound_lock_waits(&mut self, limit: std::time::Duration) -> Result<(), StoreError> {
