@@ -446,7 +446,7 @@ impl Savepoint {
 ///
 /// # Why not sealed
 /// Neither trait is sealed: a third-party store implements both (and runs
-/// [`crate::testing::conformance`] to show it keeps their contract), and so do test doubles and
+/// `testing::conformance` (feature `test-util`) to show it keeps their contract), and so do test doubles and
 /// wrappers (a wrapper that changes one operation implements [`DelegateTx`] instead, and
 /// overrides only that one).
 ///
