@@ -26,8 +26,7 @@ use std::time::{Duration, Instant};
 use sb_emulator::Emulator;
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient};
 use sb_inbox::{
-    ConsumerName, InboxEntry, Message, OutboxMessage, PgStore, PgTx, Runtime, RuntimeConfig,
-    Savepoint, Store, StoreError, Tx, Verdict, VersionCheck,
+    ConsumerName, DelegateTx, Message, PgStore, PgTx, Runtime, RuntimeConfig, Store, StoreError,
 };
 use sb_inbox_cli::inventory::{InventoryTx, OrderPlaced, OrderPlacedConsumer};
 use tokio_util::sync::CancellationToken;
@@ -111,81 +110,19 @@ impl Store for NoInbox {
     }
 }
 
-impl Tx for NoInboxTx {
+impl DelegateTx for NoInboxTx {
+    type Inner = PgTx;
+
+    fn inner(&mut self) -> &mut PgTx {
+        &mut self.0
+    }
+
+    fn into_inner(self) -> PgTx {
+        self.0
+    }
+
     async fn insert_inbox(&mut self, _consumer: &str, _message_id: &str) -> Result<(), StoreError> {
         Ok(())
-    }
-
-    async fn insert_verdict(
-        &mut self,
-        _consumer: &str,
-        _message_id: &str,
-        _verdict: &Verdict,
-    ) -> Result<(), StoreError> {
-        Ok(())
-    }
-
-    async fn inbox_entry(
-        &mut self,
-        _consumer: &str,
-        _message_id: &str,
-    ) -> Result<Option<InboxEntry>, StoreError> {
-        Ok(None)
-    }
-
-    async fn take_over_verdict(
-        &mut self,
-        _consumer: &str,
-        _message_id: &str,
-        _resubmission: i64,
-    ) -> Result<bool, StoreError> {
-        Ok(false)
-    }
-
-    async fn claim_business_key(
-        &mut self,
-        consumer: &str,
-        key: &str,
-        message_id: &str,
-    ) -> Result<(), StoreError> {
-        self.0.claim_business_key(consumer, key, message_id).await
-    }
-
-    async fn advance_version(
-        &mut self,
-        consumer: &str,
-        aggregate: &str,
-        version: i64,
-    ) -> Result<VersionCheck, StoreError> {
-        self.0.advance_version(consumer, aggregate, version).await
-    }
-
-    async fn append_outbox(&mut self, message: &OutboxMessage) -> Result<(), StoreError> {
-        self.0.append_outbox(message).await
-    }
-
-    async fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
-        self.0.savepoint().await
-    }
-
-    async fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
-        self.0.rollback_to(savepoint).await
-    }
-
-    async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
-        self.0.release(savepoint).await
-    }
-
-    async fn bound_lock_waits(&mut self, limit: std::time::Duration) -> Result<(), StoreError> {
-        self.0.bound_lock_waits(limit).await
-    }
-
-    async fn commit(self) -> Result<(), StoreError> {
-        self.0.commit().await
-    }
-
-    async fn rollback(self) -> Result<(), StoreError> {
-        self.0.rollback().await
     }
 }
 

@@ -7,7 +7,9 @@
 use std::time::{Duration, Instant};
 
 use sb_inbox::testing::MemoryBroker;
-use sb_inbox::{Clock, ConsumerName, Message, Runtime, RuntimeConfig, SqliteStore, Store, Tx};
+use sb_inbox::{
+    Clock, ConsumerName, Message, Runtime, RuntimeConfig, SqliteStore, Store, StoreTx, Tx,
+};
 use sb_inbox_cli::inventory::{InventoryTx, OrderPlaced, OrderPlacedConsumer};
 
 const MESSAGES: usize = 20_000;

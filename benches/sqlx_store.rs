@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use sb_inbox::{PgStore, SqlxPgStore, Store, Tx, sqlx};
+use sb_inbox::{PgStore, SqlxPgStore, Store, StoreTx, Tx, sqlx};
 
 const ROUNDS: usize = 3;
 const MESSAGES: usize = 2000;

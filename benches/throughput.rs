@@ -368,7 +368,7 @@ const RELAY_BACKLOG: usize = 20_000;
 /// and the destination's (accepted, duplicates dropped) counts.
 async fn relay(rtt_ms: u64) -> (f64, u64, u64) {
     use sb_inbox::relay::{Relay, RelayConfig};
-    use sb_inbox::{OutboxMessage, OutboxStore as _, Store as _, Tx as _};
+    use sb_inbox::{OutboxMessage, OutboxStore as _, Store as _, StoreTx, Tx as _};
     let config = sb_emulator::Config::new("sbemulatorns").with_queue(
         sb_emulator::QueueConfig::new("events").with_properties(sb_emulator::EntityProperties {
             requires_duplicate_detection: true,

@@ -174,11 +174,11 @@ struct ReadmeDoctests;
 pub use runtime::envelope;
 
 pub use ports::{
-    BacklogSample, Delivery, DuplicateScope, ErrorKind, INBOX_PROPERTY_PREFIX, InboxEntry, Message,
-    OutboxBacklog, OutboxClaim, OutboxLease, OutboxMessage, OutboxRow, OutboxStore, PropertyValue,
-    ReceiveError, Receiver, RetentionStore, Savepoint, SendFailure, Sender, SessionReceiver,
-    SessionSource, SettleError, Source, Store, StoreError, Tx, UnreadableRow, Verdict,
-    VersionCheck,
+    BacklogSample, DelegateTx, Delivery, DuplicateScope, ErrorKind, INBOX_PROPERTY_PREFIX,
+    InboxEntry, Message, OutboxBacklog, OutboxClaim, OutboxLease, OutboxMessage, OutboxRow,
+    OutboxStore, PropertyValue, ReceiveError, Receiver, RetentionStore, Savepoint, SendFailure,
+    Sender, SessionReceiver, SessionSource, SettleError, Source, Store, StoreError, StoreTx, Tx,
+    UnreadableRow, Verdict, VersionCheck,
 };
 pub use runtime::{
     BoxError, Circuit, CircuitConfig, CircuitPhase, Clock, ConsumerName, ConsumerNameError,

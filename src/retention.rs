@@ -132,7 +132,7 @@ pub struct Sweep {
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::{Duration, SystemTime};
 /// use sb_inbox::retention::{RetentionConfig, RetentionTask};
-/// use sb_inbox::{Clock, SqliteStore, Store, Tx};
+/// use sb_inbox::{Clock, SqliteStore, Store, StoreTx};
 ///
 /// let store = SqliteStore::open_in_memory()?;
 /// store.migrate().await?;

@@ -1,7 +1,7 @@
 //! The reference consumer's transaction without a broker (begin, inbox row, business key,
 //! reservation, commit): the raw PostgreSQL baseline of the e2e and retention benches.
 
-use sb_inbox::{PgStore, Store, Tx};
+use sb_inbox::{PgStore, Store, StoreTx, Tx};
 use sb_inbox_cli::inventory::{InventoryTx, OrderPlaced};
 
 pub(crate) const CONSUMER: &str = "inventory.order-placed.v1";

@@ -33,6 +33,6 @@ pub use outbox::{
 pub use sender::{SendFailure, Sender};
 pub use session::{SessionReceiver, SessionSource};
 pub use store::{
-    DuplicateScope, ErrorKind, InboxEntry, OutboxMessage, Savepoint, Store, StoreError, Tx,
-    Verdict, VersionCheck,
+    DelegateTx, DuplicateScope, ErrorKind, InboxEntry, OutboxMessage, Savepoint, Store, StoreError,
+    StoreTx, Tx, Verdict, VersionCheck,
 };

@@ -459,9 +459,22 @@ impl Savepoint {
     }
 }
 
-/// An open database transaction with the inbox operations.
+/// An open database transaction, as a handler sees it: business keys, aggregate versions, the
+/// outbox and savepoints. The store's own transaction type adds the handler's SQL (`PgTx::execute`,
+/// `SqlxPgTx::conn`, ...); a service's extension trait for its own SQL is a `Tx` subtrait.
 ///
-/// Dropping a transaction without [`Tx::commit`] rolls it back.
+/// What the runtime does with the transaction and a handler must not (the inbox row, lock
+/// bounds, commit and rollback) is [`StoreTx`]: a handler's `T: Tx` bound does not reach it, and
+/// `commit`/`rollback` take the transaction by value, which a handler holding `&mut T` cannot
+/// give.
+///
+/// # Why not sealed
+/// Neither trait is sealed: a third-party store implements both (and runs
+/// `testing::conformance` (feature `test-util`) to show it keeps their contract), and so do test doubles and
+/// wrappers (a wrapper that changes one operation implements [`DelegateTx`] instead, and
+/// overrides only that one).
+///
+/// Dropping a transaction without [`StoreTx::commit`] rolls it back.
 ///
 /// # The first error ends the transaction
 /// After a statement fails, the transaction refuses every further statement and the commit
@@ -489,39 +502,6 @@ impl Savepoint {
 /// # Ok(()) }
 /// ```
 pub trait Tx: Send {
-    /// Inserts the inbox row `(consumer, logical_id)` (the table's `message_id` column holds the
-    /// logical id). A repeat fails with [`ErrorKind::Duplicate`]`(`[`DuplicateScope::Inbox`]`)`
-    /// once the first transaction commits.
-    fn insert_inbox(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Inserts the inbox row `(consumer, logical_id)` as a dead-letter [`Verdict`] instead of
-    /// a processed message. Conflicts exactly as [`Tx::insert_inbox`] does: a repeat, either
-    /// kind, fails with [`ErrorKind::Duplicate`]`(`[`DuplicateScope::Inbox`]`)`.
-    fn insert_verdict(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-        verdict: &Verdict,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-    /// Reads the inbox row `(consumer, logical_id)`: `None` when there is none.
-    fn inbox_entry(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-    ) -> impl Future<Output = Result<Option<InboxEntry>, StoreError>> + Send;
-    /// Deletes the message's dead-letter verdict if a delivery resubmitted fewer than
-    /// `resubmission` times decided it, so that this resubmission of the dead letter can take
-    /// effect (or be decided) once; a processed row is never touched. `true` when a row was
-    /// deleted.
-    fn take_over_verdict(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-        resubmission: i64,
-    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Claims a business idempotency key for the message with `logical_id`; a key claimed
     /// before fails with [`ErrorKind::Duplicate`]`(`[`DuplicateScope::BusinessKey`]`)`.
     fn claim_business_key(
@@ -569,6 +549,45 @@ pub trait Tx: Send {
         &mut self,
         savepoint: Savepoint,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// The store-facing side of a transaction: the inbox row the runtime inserts first, the lock
+/// bound of batched transactions, commit and rollback. Implemented by each store's transaction
+/// beside [`Tx`]; a handler never calls these (see [`Tx`]).
+pub trait StoreTx: Tx {
+    /// Inserts the inbox row `(consumer, logical_id)` (the table's `message_id` column holds the
+    /// logical id). A repeat fails with [`ErrorKind::Duplicate`]`(`[`DuplicateScope::Inbox`]`)`
+    /// once the first transaction commits.
+    fn insert_inbox(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Inserts the inbox row `(consumer, logical_id)` as a dead-letter [`Verdict`] instead of
+    /// a processed message. Conflicts exactly as [`StoreTx::insert_inbox`] does: a repeat,
+    /// either kind, fails with [`ErrorKind::Duplicate`]`(`[`DuplicateScope::Inbox`]`)`.
+    fn insert_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        verdict: &Verdict,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Reads the inbox row `(consumer, logical_id)`: `None` when there is none.
+    fn inbox_entry(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+    ) -> impl Future<Output = Result<Option<InboxEntry>, StoreError>> + Send;
+    /// Deletes the message's dead-letter verdict if a delivery resubmitted fewer than
+    /// `resubmission` times decided it, so that this resubmission of the dead letter can take
+    /// effect (or be decided) once; a processed row is never touched. `true` when a row was
+    /// deleted.
+    fn take_over_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        resubmission: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
     /// Bounds how long each later statement of this transaction waits for a row lock that
     /// another transaction holds: past `limit` the statement fails with
     /// [`ErrorKind::TimedOut`] instead of waiting on. Batched transactions bound every
@@ -593,10 +612,228 @@ pub trait Tx: Send {
     fn rollback(self) -> impl Future<Output = Result<(), StoreError>> + Send;
 }
 
+/// A transaction that wraps another (`Inner`) and changes some of its operations: each method
+/// has a provided body that passes the call on to [`DelegateTx::inner`], so a wrapper overrides
+/// only what it changes (a commit that fails, a savepoint it also tracks). Every `DelegateTx` is
+/// a [`Tx`] and a [`StoreTx`] through blanket impls.
+///
+/// Import `DelegateTx` only where it is implemented: where both it and [`Tx`] are in scope, a
+/// method call on the wrapper names two traits' methods of one name.
+///
+/// # Examples
+/// ```
+/// use sb_inbox::{DelegateTx, StoreError, StoreTx};
+///
+/// /// Commits nothing: the test checks what a failed commit does.
+/// # #[allow(dead_code)]
+/// struct FailingCommit<T>(T);
+///
+/// impl<T: StoreTx> DelegateTx for FailingCommit<T> {
+///     type Inner = T;
+///     fn inner(&mut self) -> &mut T {
+///         &mut self.0
+///     }
+///     fn into_inner(self) -> T {
+///         self.0
+///     }
+///     async fn commit(self) -> Result<(), StoreError> {
+///         self.0.rollback().await?;
+///         Err(StoreError::connection("the commit failed"))
+///     }
+/// }
+/// ```
+pub trait DelegateTx: Send + Sized {
+    /// The transaction underneath.
+    type Inner: StoreTx;
+    /// The transaction underneath, for the provided methods.
+    fn inner(&mut self) -> &mut Self::Inner;
+    /// The transaction underneath, for the provided `commit` and `rollback`.
+    fn into_inner(self) -> Self::Inner;
+
+    /// [`Tx::claim_business_key`] (passed on).
+    fn claim_business_key(
+        &mut self,
+        consumer: &str,
+        key: &str,
+        logical_id: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner().claim_business_key(consumer, key, logical_id)
+    }
+    /// [`Tx::advance_version`] (passed on).
+    fn advance_version(
+        &mut self,
+        consumer: &str,
+        aggregate: &str,
+        version: i64,
+    ) -> impl Future<Output = Result<VersionCheck, StoreError>> + Send {
+        self.inner().advance_version(consumer, aggregate, version)
+    }
+    /// [`Tx::append_outbox`] (passed on).
+    fn append_outbox(
+        &mut self,
+        message: &OutboxMessage,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner().append_outbox(message)
+    }
+    /// [`Tx::savepoint`] (passed on).
+    fn savepoint(&mut self) -> impl Future<Output = Result<Savepoint, StoreError>> + Send {
+        self.inner().savepoint()
+    }
+    /// [`Tx::rollback_to`] (passed on).
+    fn rollback_to(
+        &mut self,
+        savepoint: Savepoint,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner().rollback_to(savepoint)
+    }
+    /// [`Tx::release`] (passed on).
+    fn release(
+        &mut self,
+        savepoint: Savepoint,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner().release(savepoint)
+    }
+    /// [`StoreTx::insert_inbox`] (passed on).
+    fn insert_inbox(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner().insert_inbox(consumer, logical_id)
+    }
+    /// [`StoreTx::insert_verdict`] (passed on).
+    fn insert_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        verdict: &Verdict,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner().insert_verdict(consumer, logical_id, verdict)
+    }
+    /// [`StoreTx::inbox_entry`] (passed on).
+    fn inbox_entry(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+    ) -> impl Future<Output = Result<Option<InboxEntry>, StoreError>> + Send {
+        self.inner().inbox_entry(consumer, logical_id)
+    }
+    /// [`StoreTx::take_over_verdict`] (passed on).
+    fn take_over_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        resubmission: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        self.inner()
+            .take_over_verdict(consumer, logical_id, resubmission)
+    }
+    /// [`StoreTx::bound_lock_waits`] (passed on).
+    fn bound_lock_waits(
+        &mut self,
+        limit: std::time::Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner().bound_lock_waits(limit)
+    }
+    /// [`StoreTx::commit`] (passed on).
+    fn commit(self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.into_inner().commit()
+    }
+    /// [`StoreTx::rollback`] (passed on).
+    fn rollback(self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.into_inner().rollback()
+    }
+}
+
+impl<D: DelegateTx> Tx for D {
+    fn claim_business_key(
+        &mut self,
+        consumer: &str,
+        key: &str,
+        logical_id: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        DelegateTx::claim_business_key(self, consumer, key, logical_id)
+    }
+    fn advance_version(
+        &mut self,
+        consumer: &str,
+        aggregate: &str,
+        version: i64,
+    ) -> impl Future<Output = Result<VersionCheck, StoreError>> + Send {
+        DelegateTx::advance_version(self, consumer, aggregate, version)
+    }
+    fn append_outbox(
+        &mut self,
+        message: &OutboxMessage,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        DelegateTx::append_outbox(self, message)
+    }
+    fn savepoint(&mut self) -> impl Future<Output = Result<Savepoint, StoreError>> + Send {
+        DelegateTx::savepoint(self)
+    }
+    fn rollback_to(
+        &mut self,
+        savepoint: Savepoint,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        DelegateTx::rollback_to(self, savepoint)
+    }
+    fn release(
+        &mut self,
+        savepoint: Savepoint,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        DelegateTx::release(self, savepoint)
+    }
+}
+
+impl<D: DelegateTx> StoreTx for D {
+    fn insert_inbox(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        DelegateTx::insert_inbox(self, consumer, logical_id)
+    }
+    fn insert_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        verdict: &Verdict,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        DelegateTx::insert_verdict(self, consumer, logical_id, verdict)
+    }
+    fn inbox_entry(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+    ) -> impl Future<Output = Result<Option<InboxEntry>, StoreError>> + Send {
+        DelegateTx::inbox_entry(self, consumer, logical_id)
+    }
+    fn take_over_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        resubmission: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        DelegateTx::take_over_verdict(self, consumer, logical_id, resubmission)
+    }
+    fn bound_lock_waits(
+        &mut self,
+        limit: std::time::Duration,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        DelegateTx::bound_lock_waits(self, limit)
+    }
+    fn commit(self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        DelegateTx::commit(self)
+    }
+    fn rollback(self) -> impl Future<Output = Result<(), StoreError>> + Send {
+        DelegateTx::rollback(self)
+    }
+}
+
 /// A database that opens inbox transactions.
 pub trait Store: Send + Sync + 'static {
-    /// The transaction type handlers receive.
-    type Tx: Tx;
+    /// The transaction type handlers receive ([`Tx`]) and the runtime ends ([`StoreTx`]).
+    type Tx: StoreTx;
     /// Opens a transaction.
     fn begin(&self) -> impl Future<Output = Result<Self::Tx, StoreError>> + Send;
 }

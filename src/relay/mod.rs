@@ -180,7 +180,7 @@ pub struct Pass {
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::SystemTime;
 /// use sb_inbox::relay::{Relay, RelayConfig};
-/// use sb_inbox::{Message, OutboxMessage, SendFailure, Sender, SqliteStore, Store, Tx};
+/// use sb_inbox::{Message, OutboxMessage, SendFailure, Sender, SqliteStore, Store, StoreTx, Tx};
 ///
 /// /// Prints instead of publishing (the worker passes the Service Bus publisher).
 /// struct Print;

@@ -15,7 +15,7 @@
 //!    savepoint), and its verdict waits for the commit. So a failure has one rule wherever the
 //!    delivery stands in the batch.
 //! 4. Every delivery after the transaction's first waits at most [`LOCK_WAIT_BOUND`] for a row
-//!    lock another transaction holds ([`Tx::bound_lock_waits`]); one that meets such a lock
+//!    lock another transaction holds ([`StoreTx::bound_lock_waits`](crate::StoreTx::bound_lock_waits)); one that meets such a lock
 //!    gives way: `ROLLBACK TO` its savepoint, and it runs again, first, in the batch's next
 //!    transaction. So two batches that each hold what the other needs part at once instead of
 //!    waiting for the database's deadlock detection, and a first delivery, which may wait,
@@ -81,7 +81,7 @@ use super::lock_keeper::KeptLock;
 use super::observe::Processing;
 use super::process::{Abort, Processor, outcome_of};
 use super::{Backoff, Handled, Handler, Inner, Outcome, Report, RuntimeError};
-use crate::ports::{Delivery, Receiver, Savepoint, Store, StoreError, Tx};
+use crate::ports::{Delivery, Receiver, Savepoint, Store, StoreError, StoreTx, Tx};
 
 /// A received delivery with its kept lock and its `held` slot, waiting for a batch.
 type Queued<D> = (Arc<D>, KeptLock, Slot);
@@ -617,7 +617,7 @@ where
 }
 
 /// Opens a delivery's savepoint, bounding the transaction's lock waits first when `bound`.
-async fn open<T: Tx>(tx: &mut T, bound: bool) -> Result<Savepoint, StoreError> {
+async fn open<T: StoreTx>(tx: &mut T, bound: bool) -> Result<Savepoint, StoreError> {
     if bound {
         tx.bound_lock_waits(LOCK_WAIT_BOUND).await?;
     }
@@ -666,7 +666,7 @@ fn out_verdict(abort: Abort) -> Abort {
 }
 
 /// Ends a transaction that cannot go on; the connection is discarded if the rollback fails.
-async fn rollback<T: Tx>(tx: T) {
+async fn rollback<T: StoreTx>(tx: T) {
     if let Err(error) = tx.rollback().await {
         tracing::warn!(%error, "Rollback failed; the connection is discarded.");
     }

@@ -48,7 +48,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Backoff, ConsumerName};
-use crate::ports::{ErrorKind, Store, StoreError, Tx};
+use crate::ports::{ErrorKind, Store, StoreError, StoreTx};
 use crate::telemetry::names::{attr, metric};
 
 /// Answers needed in the window before the failure rate can trip the switch: a handful of

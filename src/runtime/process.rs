@@ -5,7 +5,7 @@
 //!    present and well formed, a supported contract, a body that decodes. A failure is permanent:
 //!    dead-letter with a bounded reason, no transaction, never recorded as processed.
 //! 2. **Open one transaction** and **insert the inbox row** `(consumer, logical id)` first
-//!    ([`Tx::insert_inbox`]). A unique violation of the inbox constraint is a duplicate: roll
+//!    ([`StoreTx::insert_inbox`](crate::StoreTx::insert_inbox)). A unique violation of the inbox constraint is a duplicate: roll
 //!    back, complete.
 //! 3. **Run the handler** in the same transaction (business rows, business key, version check,
 //!    outbox rows).
@@ -44,7 +44,7 @@ use super::{
 };
 use crate::ports::{
     Delivery, DuplicateScope, ErrorKind, InboxEntry, PropertyValue, SettleError, Store, StoreError,
-    Tx, Verdict,
+    StoreTx, Verdict,
 };
 use crate::runtime::ConsumerName;
 

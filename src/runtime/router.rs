@@ -840,7 +840,7 @@ mod tests {
         // for the contract would still process a redelivery.
         let store = s.runtime.store();
         let mut tx = crate::Store::begin(store).await.unwrap();
-        crate::Tx::insert_inbox(&mut tx, "orders", "m-1")
+        crate::StoreTx::insert_inbox(&mut tx, "orders", "m-1")
             .await
             .unwrap();
     }

@@ -23,8 +23,8 @@
 use std::sync::Arc;
 
 use crate::ports::{
-    DuplicateScope, ErrorKind, InboxEntry, OutboxMessage, Savepoint, Store, StoreError, Tx,
-    Verdict, VersionCheck,
+    DuplicateScope, ErrorKind, InboxEntry, OutboxMessage, Savepoint, Store, StoreError, StoreTx,
+    Tx, Verdict, VersionCheck,
 };
 
 /// A check the store failed: which one, and what it saw.

@@ -4,7 +4,7 @@
 //! `RecordingTx` there).
 
 /// Defines `$name`: a [`Tx`](crate::Tx) that is a [`RecordingTx`](crate::testing::RecordingTx)
-/// (every `Tx` method delegated; `Deref`/`DerefMut` to it, `From` it), a local type the
+/// (every `Tx` and `StoreTx` method passed on through [`DelegateTx`](crate::DelegateTx); `Deref`/`DerefMut` to it, `From` it), a local type the
 /// service's own extension trait can be implemented for, with one
 /// [`RecordingTx::record`](crate::testing::RecordingTx::record) call per method.
 ///
@@ -62,110 +62,14 @@ macro_rules! recording_tx {
             }
         }
 
-        impl $crate::Tx for $name {
-            fn insert_inbox(
-                &mut self,
-                consumer: &str,
-                logical_id: &str,
-            ) -> impl ::core::future::Future<Output = ::core::result::Result<(), $crate::StoreError>>
-                   + ::core::marker::Send {
-                $crate::Tx::insert_inbox(&mut self.0, consumer, logical_id)
+        // Every operation passed on to the `RecordingTx` (`DelegateTx`'s provided methods).
+        impl $crate::DelegateTx for $name {
+            type Inner = $crate::testing::RecordingTx;
+            fn inner(&mut self) -> &mut $crate::testing::RecordingTx {
+                &mut self.0
             }
-            fn insert_verdict(
-                &mut self,
-                consumer: &str,
-                logical_id: &str,
-                verdict: &$crate::Verdict,
-            ) -> impl ::core::future::Future<Output = ::core::result::Result<(), $crate::StoreError>>
-                   + ::core::marker::Send {
-                $crate::Tx::insert_verdict(&mut self.0, consumer, logical_id, verdict)
-            }
-            fn inbox_entry(
-                &mut self,
-                consumer: &str,
-                logical_id: &str,
-            ) -> impl ::core::future::Future<
-                Output = ::core::result::Result<
-                    ::core::option::Option<$crate::InboxEntry>,
-                    $crate::StoreError,
-                >,
-            > + ::core::marker::Send {
-                $crate::Tx::inbox_entry(&mut self.0, consumer, logical_id)
-            }
-            fn take_over_verdict(
-                &mut self,
-                consumer: &str,
-                logical_id: &str,
-                resubmission: i64,
-            ) -> impl ::core::future::Future<Output = ::core::result::Result<bool, $crate::StoreError>>
-                   + ::core::marker::Send {
-                $crate::Tx::take_over_verdict(&mut self.0, consumer, logical_id, resubmission)
-            }
-            fn claim_business_key(
-                &mut self,
-                consumer: &str,
-                key: &str,
-                logical_id: &str,
-            ) -> impl ::core::future::Future<Output = ::core::result::Result<(), $crate::StoreError>>
-                   + ::core::marker::Send {
-                $crate::Tx::claim_business_key(&mut self.0, consumer, key, logical_id)
-            }
-            fn advance_version(
-                &mut self,
-                consumer: &str,
-                aggregate: &str,
-                version: i64,
-            ) -> impl ::core::future::Future<
-                Output = ::core::result::Result<$crate::VersionCheck, $crate::StoreError>,
-            > + ::core::marker::Send {
-                $crate::Tx::advance_version(&mut self.0, consumer, aggregate, version)
-            }
-            fn append_outbox(
-                &mut self,
-                message: &$crate::OutboxMessage,
-            ) -> impl ::core::future::Future<Output = ::core::result::Result<(), $crate::StoreError>>
-                   + ::core::marker::Send {
-                $crate::Tx::append_outbox(&mut self.0, message)
-            }
-            fn savepoint(
-                &mut self,
-            ) -> impl ::core::future::Future<
-                Output = ::core::result::Result<$crate::Savepoint, $crate::StoreError>,
-            > + ::core::marker::Send {
-                $crate::Tx::savepoint(&mut self.0)
-            }
-            fn rollback_to(
-                &mut self,
-                savepoint: $crate::Savepoint,
-            ) -> impl ::core::future::Future<Output = ::core::result::Result<(), $crate::StoreError>>
-                   + ::core::marker::Send {
-                $crate::Tx::rollback_to(&mut self.0, savepoint)
-            }
-            fn release(
-                &mut self,
-                savepoint: $crate::Savepoint,
-            ) -> impl ::core::future::Future<Output = ::core::result::Result<(), $crate::StoreError>>
-                   + ::core::marker::Send {
-                $crate::Tx::release(&mut self.0, savepoint)
-            }
-            fn bound_lock_waits(
-                &mut self,
-                limit: ::core::time::Duration,
-            ) -> impl ::core::future::Future<Output = ::core::result::Result<(), $crate::StoreError>>
-                   + ::core::marker::Send {
-                $crate::Tx::bound_lock_waits(&mut self.0, limit)
-            }
-            fn commit(
-                self,
-            ) -> impl ::core::future::Future<Output = ::core::result::Result<(), $crate::StoreError>>
-                   + ::core::marker::Send {
-                $crate::Tx::commit(self.0)
-            }
-            fn rollback(
-                self,
-            ) -> impl ::core::future::Future<Output = ::core::result::Result<(), $crate::StoreError>>
-                   + ::core::marker::Send {
-                $crate::Tx::rollback(self.0)
+            fn into_inner(self) -> $crate::testing::RecordingTx {
+                self.0
             }
         }
     };

@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
 use crate::ports::{
-    DuplicateScope, ErrorKind, InboxEntry, OutboxMessage, Savepoint, StoreError, Tx, Verdict,
-    VersionCheck,
+    DuplicateScope, ErrorKind, InboxEntry, OutboxMessage, Savepoint, StoreError, StoreTx, Tx,
+    Verdict, VersionCheck,
 };
 use crate::store::tx_state::TxState;
 
@@ -13,7 +13,7 @@ use crate::store::tx_state::TxState;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
 pub enum TxOp {
-    /// [`Tx::insert_inbox`].
+    /// [`StoreTx::insert_inbox`].
     InsertInbox,
     /// [`Tx::insert_verdict`].
     InsertVerdict,
@@ -27,7 +27,7 @@ pub enum TxOp {
     AdvanceVersion,
     /// [`Tx::append_outbox`].
     AppendOutbox,
-    /// [`Tx::commit`].
+    /// [`StoreTx::commit`].
     Commit,
     /// A custom operation recorded with [`RecordingTx::record`] under this name: a method of
     /// the service's own extension trait.
@@ -212,7 +212,7 @@ impl RecordingTx {
         &self.rows.custom
     }
 
-    /// The bound given by [`Tx::bound_lock_waits`], if any.
+    /// The bound given by [`StoreTx::bound_lock_waits`], if any.
     pub fn lock_wait_bound(&self) -> Option<Duration> {
         self.lock_wait_bound
     }
@@ -232,77 +232,6 @@ impl RecordingTx {
 }
 
 impl Tx for RecordingTx {
-    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
-        self.begin_op(TxOp::InsertInbox)?;
-        let row = (consumer.to_owned(), logical_id.to_owned());
-        if self.rows.inbox.contains(&row) {
-            let error = Self::duplicate(
-                DuplicateScope::Inbox,
-                format!("inbox row ({consumer}, {logical_id}) exists"),
-            );
-            return self.state.record(Err(error));
-        }
-        self.rows.inbox.push(row);
-        Ok(())
-    }
-
-    async fn insert_verdict(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-        verdict: &Verdict,
-    ) -> Result<(), StoreError> {
-        self.begin_op(TxOp::InsertVerdict)?;
-        let row = (consumer.to_owned(), logical_id.to_owned());
-        if self.rows.inbox.contains(&row) {
-            let error = Self::duplicate(
-                DuplicateScope::Inbox,
-                format!("inbox row ({consumer}, {logical_id}) exists"),
-            );
-            return self.state.record(Err(error));
-        }
-        self.rows.inbox.push(row.clone());
-        self.rows.verdicts.insert(row, verdict.clone());
-        Ok(())
-    }
-
-    async fn inbox_entry(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-    ) -> Result<Option<InboxEntry>, StoreError> {
-        self.begin_op(TxOp::InboxEntry)?;
-        let row = (consumer.to_owned(), logical_id.to_owned());
-        if !self.rows.inbox.contains(&row) {
-            return Ok(None);
-        }
-        Ok(Some(match self.rows.verdicts.get(&row) {
-            Some(verdict) => InboxEntry::DeadLettered(verdict.clone()),
-            None => InboxEntry::Processed,
-        }))
-    }
-
-    async fn take_over_verdict(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-        resubmission: i64,
-    ) -> Result<bool, StoreError> {
-        self.begin_op(TxOp::TakeOverVerdict)?;
-        let row = (consumer.to_owned(), logical_id.to_owned());
-        let earlier = self
-            .rows
-            .verdicts
-            .get(&row)
-            .is_some_and(|verdict| verdict.resubmission < resubmission);
-        if !earlier {
-            return Ok(false);
-        }
-        self.rows.verdicts.remove(&row);
-        self.rows.inbox.retain(|kept| *kept != row);
-        Ok(true)
-    }
-
     async fn claim_business_key(
         &mut self,
         consumer: &str,
@@ -378,6 +307,79 @@ impl Tx for RecordingTx {
             self.marks.truncate(at);
         }
         Ok(())
+    }
+}
+
+impl StoreTx for RecordingTx {
+    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
+        self.begin_op(TxOp::InsertInbox)?;
+        let row = (consumer.to_owned(), logical_id.to_owned());
+        if self.rows.inbox.contains(&row) {
+            let error = Self::duplicate(
+                DuplicateScope::Inbox,
+                format!("inbox row ({consumer}, {logical_id}) exists"),
+            );
+            return self.state.record(Err(error));
+        }
+        self.rows.inbox.push(row);
+        Ok(())
+    }
+
+    async fn insert_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        verdict: &Verdict,
+    ) -> Result<(), StoreError> {
+        self.begin_op(TxOp::InsertVerdict)?;
+        let row = (consumer.to_owned(), logical_id.to_owned());
+        if self.rows.inbox.contains(&row) {
+            let error = Self::duplicate(
+                DuplicateScope::Inbox,
+                format!("inbox row ({consumer}, {logical_id}) exists"),
+            );
+            return self.state.record(Err(error));
+        }
+        self.rows.inbox.push(row.clone());
+        self.rows.verdicts.insert(row, verdict.clone());
+        Ok(())
+    }
+
+    async fn inbox_entry(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+    ) -> Result<Option<InboxEntry>, StoreError> {
+        self.begin_op(TxOp::InboxEntry)?;
+        let row = (consumer.to_owned(), logical_id.to_owned());
+        if !self.rows.inbox.contains(&row) {
+            return Ok(None);
+        }
+        Ok(Some(match self.rows.verdicts.get(&row) {
+            Some(verdict) => InboxEntry::DeadLettered(verdict.clone()),
+            None => InboxEntry::Processed,
+        }))
+    }
+
+    async fn take_over_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        resubmission: i64,
+    ) -> Result<bool, StoreError> {
+        self.begin_op(TxOp::TakeOverVerdict)?;
+        let row = (consumer.to_owned(), logical_id.to_owned());
+        let earlier = self
+            .rows
+            .verdicts
+            .get(&row)
+            .is_some_and(|verdict| verdict.resubmission < resubmission);
+        if !earlier {
+            return Ok(false);
+        }
+        self.rows.verdicts.remove(&row);
+        self.rows.inbox.retain(|kept| *kept != row);
+        Ok(true)
     }
 
     async fn bound_lock_waits(&mut self, limit: Duration) -> Result<(), StoreError> {

@@ -9,7 +9,8 @@ use std::time::{Duration, SystemTime};
 
 use sb_inbox::relay::{Relay, RelayConfig};
 use sb_inbox::{
-    Clock, Message, OutboxMessage, OutboxStore, SendFailure, Sender, SqliteStore, Store, Tx,
+    Clock, Message, OutboxMessage, OutboxStore, SendFailure, Sender, SqliteStore, Store, StoreTx,
+    Tx,
 };
 use tokio_util::sync::CancellationToken;
 

@@ -12,8 +12,8 @@ use sb_inbox::runtime::{
 };
 use sb_inbox::testing::{MemoryBroker, MemoryReceiver};
 use sb_inbox::{
-    Clock, Delivery, DuplicateScope, ErrorKind, InboxEntry, OutboxMessage, Outcome, PropertyValue,
-    Runtime, RuntimeConfig, Savepoint, SqliteStore, Store, StoreError, Tx, Verdict, VersionCheck,
+    Clock, DelegateTx, Delivery, DuplicateScope, ErrorKind, Outcome, PropertyValue, Runtime,
+    RuntimeConfig, SqliteStore, Store, StoreError, StoreTx,
 };
 use sb_inbox_cli::inventory::{InventoryStore, OrderPlacedConsumer};
 use tokio::time::Instant;
@@ -460,81 +460,15 @@ impl<S: Store> Store for LostAnswer<S> {
     }
 }
 
-impl<T: Tx> Tx for LostAnswerTx<T> {
-    async fn insert_inbox(&mut self, consumer: &str, message_id: &str) -> Result<(), StoreError> {
-        self.inner.insert_inbox(consumer, message_id).await
+impl<T: StoreTx> DelegateTx for LostAnswerTx<T> {
+    type Inner = T;
+
+    fn inner(&mut self) -> &mut T {
+        &mut self.inner
     }
 
-    async fn insert_verdict(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-        verdict: &Verdict,
-    ) -> Result<(), StoreError> {
+    fn into_inner(self) -> T {
         self.inner
-            .insert_verdict(consumer, logical_id, verdict)
-            .await
-    }
-
-    async fn inbox_entry(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-    ) -> Result<Option<InboxEntry>, StoreError> {
-        self.inner.inbox_entry(consumer, logical_id).await
-    }
-
-    async fn take_over_verdict(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-        resubmission: i64,
-    ) -> Result<bool, StoreError> {
-        self.inner
-            .take_over_verdict(consumer, logical_id, resubmission)
-            .await
-    }
-
-    async fn claim_business_key(
-        &mut self,
-        consumer: &str,
-        key: &str,
-        message_id: &str,
-    ) -> Result<(), StoreError> {
-        self.inner
-            .claim_business_key(consumer, key, message_id)
-            .await
-    }
-
-    async fn advance_version(
-        &mut self,
-        consumer: &str,
-        aggregate: &str,
-        version: i64,
-    ) -> Result<VersionCheck, StoreError> {
-        self.inner
-            .advance_version(consumer, aggregate, version)
-            .await
-    }
-
-    async fn append_outbox(&mut self, message: &OutboxMessage) -> Result<(), StoreError> {
-        self.inner.append_outbox(message).await
-    }
-
-    async fn bound_lock_waits(&mut self, limit: Duration) -> Result<(), StoreError> {
-        self.inner.bound_lock_waits(limit).await
-    }
-
-    async fn savepoint(&mut self) -> Result<Savepoint, StoreError> {
-        self.inner.savepoint().await
-    }
-
-    async fn rollback_to(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
-        self.inner.rollback_to(savepoint).await
-    }
-
-    async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
-        self.inner.release(savepoint).await
     }
 
     async fn commit(self) -> Result<(), StoreError> {
@@ -552,10 +486,6 @@ impl<T: Tx> Tx for LostAnswerTx<T> {
             None,
             "injected: the commit's answer was lost",
         ))
-    }
-
-    async fn rollback(self) -> Result<(), StoreError> {
-        self.inner.rollback().await
     }
 }
 

@@ -5,7 +5,9 @@
 use std::time::Duration;
 
 use sb_inbox::testing::MemoryBroker;
-use sb_inbox::{Clock, Delivery, DuplicateScope, Message, Outcome, Runtime, SqliteStore, Tx};
+use sb_inbox::{
+    Clock, Delivery, DuplicateScope, Message, Outcome, Runtime, SqliteStore, StoreTx, Tx,
+};
 use sb_inbox_cli::inventory::{
     self, CANCELLED_CONTRACT, CONTRACT_V2, InventoryStore, InventoryTx, StockReserved,
 };

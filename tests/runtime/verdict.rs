@@ -12,7 +12,7 @@ use sb_inbox::runtime::{LOGICAL_ID_PROPERTY, RETRY_ATTEMPT_PROPERTY, RetryPolicy
 use sb_inbox::testing::MemoryBroker;
 use sb_inbox::{
     Clock, DuplicateScope, InboxEntry, Message, Outcome, PropertyValue, Runtime, RuntimeConfig,
-    Store, Tx, Verdict,
+    Store, StoreTx, Verdict,
 };
 use sb_inbox_cli::inventory::{CONSUMER, InventoryStore, OrderPlacedConsumer};
 

@@ -233,7 +233,7 @@ async fn after_an_idle_detach_every_message_of_the_sender_port_lands_in_its_own_
 async fn after_an_idle_detach_every_outbox_row_the_relay_publishes_lands_at_its_own_destination() {
     use sb_inbox::relay::{Relay, RelayConfig};
     use sb_inbox::servicebus::ServiceBusSenderPort;
-    use sb_inbox::{OutboxMessage, OutboxStore, PgStore, Store, Tx};
+    use sb_inbox::{OutboxMessage, OutboxStore, PgStore, Store, StoreTx, Tx};
     use tokio_util::sync::CancellationToken;
 
     use crate::support::pg_store;

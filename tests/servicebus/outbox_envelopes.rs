@@ -24,7 +24,7 @@ use sb_inbox::relay::{MAX_BACKOFF, Relay, RelayConfig};
 use sb_inbox::servicebus::ServiceBusSenderPort;
 use sb_inbox::{
     Clock, ConsumerName, Context, Handled, HandlerError, Json, JsonContract, JsonHandler, Message,
-    OutboxStore, PgStore, Runtime, RuntimeConfig, SendFailure, Sender, Store, Tx,
+    OutboxStore, PgStore, Runtime, RuntimeConfig, SendFailure, Sender, Store, StoreTx, Tx,
 };
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;

@@ -10,7 +10,7 @@ use sb_inbox::relay::{Relay, RelayConfig};
 use sb_inbox::servicebus::ServiceBusSenderPort;
 use sb_inbox::{
     Clock, ConsumerName, Message, OutboxMessage, OutboxStore, PgStore, Runtime, RuntimeConfig,
-    SendFailure, Sender, Store, Tx,
+    SendFailure, Sender, Store, StoreTx, Tx,
 };
 use sb_inbox_cli::inventory::OrderPlacedConsumer;
 use tokio::sync::{Barrier, Notify};

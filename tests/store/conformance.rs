@@ -3,7 +3,7 @@
 //! outbox, relay and retention cases, which read the tables, are written here. The macro at
 //! the bottom instantiates every case for each store.
 
-use sb_inbox::{OutboxMessage, Store, Tx};
+use sb_inbox::{OutboxMessage, Store, StoreTx, Tx};
 
 use crate::support::Count;
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use sb_inbox::{PgStore, Store, Tx};
+use sb_inbox::{PgStore, Store, StoreTx};
 use sb_inbox_cli::inventory::{InventoryTx, OrderLine, OrderPlaced};
 
 use crate::support::pg_store;

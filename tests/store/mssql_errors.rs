@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use sb_inbox::{DuplicateScope, ErrorKind, MssqlStore, MssqlTx, Store, StoreError, Tx};
+use sb_inbox::{DuplicateScope, ErrorKind, MssqlStore, MssqlTx, Store, StoreError, StoreTx};
 
 use crate::support::mssql_store;
 

@@ -18,7 +18,7 @@ use mssql_mock_tds::{
 };
 use sb_inbox::store::MssqlConfig;
 use sb_inbox::store::mssql::StaticToken;
-use sb_inbox::{DuplicateScope, ErrorKind, MssqlStore, Store, StoreError, Tx};
+use sb_inbox::{DuplicateScope, ErrorKind, MssqlStore, Store, StoreError, StoreTx, Tx};
 use tokio::net::TcpListener;
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use sb_inbox::{
-    MssqlTx, OutboxLease, OutboxMessage, OutboxStore, PgTx, RetentionStore, Store, StoreError, Tx,
+    MssqlTx, OutboxLease, OutboxMessage, OutboxStore, PgTx, RetentionStore, Store, StoreError,
+    StoreTx, Tx,
 };
 
 use crate::support::{Backdate, Count};

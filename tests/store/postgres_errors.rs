@@ -1,6 +1,6 @@
 //! Real PostgreSQL errors, provoked on the server, and their classification.
 
-use sb_inbox::{DuplicateScope, ErrorKind, PgStore, PgTx, Store, StoreError, Tx};
+use sb_inbox::{DuplicateScope, ErrorKind, PgStore, PgTx, Store, StoreError, StoreTx};
 
 use crate::support::pg_store;
 

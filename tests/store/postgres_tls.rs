@@ -43,7 +43,7 @@ async fn require_with_the_servers_root_certificate_is_encrypted() {
     assert!(uses_tls(&store).await.unwrap());
     // The store works as usual over it.
     let tx = store.begin().await.unwrap();
-    sb_inbox::Tx::rollback(tx).await.unwrap();
+    sb_inbox::StoreTx::rollback(tx).await.unwrap();
 
     let plain = PgStore::connect(&url, 1).await.unwrap();
     assert!(

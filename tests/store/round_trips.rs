@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use sb_inbox::testing::MemoryBroker;
 use sb_inbox::{
-    Clock, ConsumerName, ErrorKind, Message, PgStore, Runtime, RuntimeConfig, Store, Tx,
+    Clock, ConsumerName, ErrorKind, Message, PgStore, Runtime, RuntimeConfig, Store, StoreTx, Tx,
 };
 use sb_inbox_cli::inventory::{CONSUMER, InventoryStore, OrderPlacedConsumer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

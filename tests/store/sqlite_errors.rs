@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sb_inbox::{DuplicateScope, ErrorKind, SqliteStore, Store, StoreError, Tx};
+use sb_inbox::{DuplicateScope, ErrorKind, SqliteStore, Store, StoreError, StoreTx};
 
 use crate::support::sqlite_store;
 

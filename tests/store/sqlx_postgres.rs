@@ -2,7 +2,7 @@
 //! handler's own sqlx queries on the connection and in the transaction that hold the inbox row.
 
 use sb_inbox::sqlx;
-use sb_inbox::{DuplicateScope, ErrorKind, HandlerError, SqlxPgStore, Store, Tx};
+use sb_inbox::{DuplicateScope, ErrorKind, HandlerError, SqlxPgStore, Store, StoreTx, Tx};
 
 use crate::support::fresh_pg_schema;
 

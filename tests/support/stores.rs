@@ -203,7 +203,7 @@ impl Backdate for PgStore {
         );
         let mut tx = self.begin().await?;
         let n = tx.execute(&sql, &[]).await?;
-        sb_inbox::Tx::commit(tx).await?;
+        sb_inbox::StoreTx::commit(tx).await?;
         Ok(n)
     }
 }
@@ -253,7 +253,7 @@ impl RawSql for PgStore {
     async fn run_sql(&self, sql: &str) -> Result<u64, StoreError> {
         let mut tx = self.begin().await?;
         let n = tx.execute(sql, &[]).await?;
-        sb_inbox::Tx::commit(tx).await?;
+        sb_inbox::StoreTx::commit(tx).await?;
         Ok(n)
     }
 }

@@ -16,7 +16,8 @@ use std::time::{Duration, SystemTime};
 use sb_inbox::worker::Ping;
 use sb_inbox::{
     ErrorKind, InboxEntry, OutboxBacklog, OutboxClaim, OutboxLease, OutboxMessage, OutboxStore,
-    RetentionStore, Savepoint, SqliteStore, SqliteTx, Store, StoreError, Tx, Verdict, VersionCheck,
+    RetentionStore, Savepoint, SqliteStore, SqliteTx, Store, StoreError, StoreTx, Tx, Verdict,
+    VersionCheck,
 };
 use tokio::time::Instant;
 
@@ -306,50 +307,6 @@ impl FaultyTx {
 }
 
 impl Tx for FaultyTx {
-    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
-        let mut tx = self.take().await;
-        let result = tx.insert_inbox(consumer, logical_id).await;
-        self.put(tx);
-        result
-    }
-
-    async fn insert_verdict(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-        verdict: &Verdict,
-    ) -> Result<(), StoreError> {
-        let mut tx = self.take().await;
-        let result = tx.insert_verdict(consumer, logical_id, verdict).await;
-        self.put(tx);
-        result
-    }
-
-    async fn inbox_entry(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-    ) -> Result<Option<InboxEntry>, StoreError> {
-        let mut tx = self.take().await;
-        let result = tx.inbox_entry(consumer, logical_id).await;
-        self.put(tx);
-        result
-    }
-
-    async fn take_over_verdict(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-        resubmission: i64,
-    ) -> Result<bool, StoreError> {
-        let mut tx = self.take().await;
-        let result = tx
-            .take_over_verdict(consumer, logical_id, resubmission)
-            .await;
-        self.put(tx);
-        result
-    }
-
     async fn claim_business_key(
         &mut self,
         consumer: &str,
@@ -416,6 +373,52 @@ impl Tx for FaultyTx {
             self.marks.truncate(at);
         }
         Ok(())
+    }
+}
+
+impl StoreTx for FaultyTx {
+    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
+        let mut tx = self.take().await;
+        let result = tx.insert_inbox(consumer, logical_id).await;
+        self.put(tx);
+        result
+    }
+
+    async fn insert_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        verdict: &Verdict,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.take().await;
+        let result = tx.insert_verdict(consumer, logical_id, verdict).await;
+        self.put(tx);
+        result
+    }
+
+    async fn inbox_entry(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+    ) -> Result<Option<InboxEntry>, StoreError> {
+        let mut tx = self.take().await;
+        let result = tx.inbox_entry(consumer, logical_id).await;
+        self.put(tx);
+        result
+    }
+
+    async fn take_over_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        resubmission: i64,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.take().await;
+        let result = tx
+            .take_over_verdict(consumer, logical_id, resubmission)
+            .await;
+        self.put(tx);
+        result
     }
 
     async fn bound_lock_waits(&mut self, limit: Duration) -> Result<(), StoreError> {

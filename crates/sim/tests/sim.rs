@@ -240,7 +240,7 @@ fn delayed_retry_fork_refused_completion_seed_9350_all() {
 /// return (nothing it does after its crash reaches the database).
 #[test]
 fn a_crashed_process_is_rolled_back_and_fenced_from_the_store() {
-    use sb_inbox::{SqliteStore, Store as _, Tx as _};
+    use sb_inbox::{SqliteStore, Store as _, StoreTx as _};
     use sim::process::Life;
     use sim::store::FaultyStore;
     use std::time::Duration;

@@ -17,7 +17,7 @@
 //!
 //! Every result stream is read to its end, so a connection never goes back to the pool with
 //! unread tokens. With `XACT_ABORT ON` any error inside a transaction rolls it back on the
-//! server; [`Tx::rollback`](crate::Tx::rollback) is therefore tolerant of a transaction that is already gone.
+//! server; [`StoreTx::rollback`](crate::StoreTx::rollback) is therefore tolerant of a transaction that is already gone.
 
 mod classify;
 mod config;
@@ -63,7 +63,7 @@ impl bb8::ErrorSink<StoreError> for LogErrors {
 /// ```no_run
 /// # #[allow(dead_code)]
 /// # async fn example() -> Result<(), sb_inbox::StoreError> {
-/// use sb_inbox::{MssqlStore, Store, Tx};
+/// use sb_inbox::{MssqlStore, Store, StoreTx};
 /// let store = MssqlStore::connect(
 ///     "Server=tcp:myserver.database.windows.net,1433;Database=app;\
 ///      Authentication=Active Directory Default;Encrypt=true",

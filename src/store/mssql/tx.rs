@@ -7,7 +7,8 @@ use tiberius::{Row, ToSql};
 
 use super::{MssqlManager, MssqlStore, classify};
 use crate::ports::{
-    ErrorKind, InboxEntry, OutboxMessage, Savepoint, Store, StoreError, Tx, Verdict, VersionCheck,
+    ErrorKind, InboxEntry, OutboxMessage, Savepoint, Store, StoreError, StoreTx, Tx, Verdict,
+    VersionCheck,
 };
 use crate::store::tx_state::{TxState, version_verdict};
 
@@ -57,7 +58,7 @@ pub struct MssqlTx {
     state: TxState,
     /// `SET XACT_ABORT OFF` was sent (by the first savepoint); the end restores it.
     xact_abort_off: bool,
-    /// [`Tx::bound_lock_waits`] changed the session's `LOCK_TIMEOUT`; the end restores it.
+    /// [`StoreTx::bound_lock_waits`](crate::StoreTx::bound_lock_waits) changed the session's `LOCK_TIMEOUT`; the end restores it.
     lock_waits_bounded: bool,
 }
 
@@ -136,69 +137,6 @@ const COMMIT: &str = "COMMIT TRANSACTION; SELECT @@TRANCOUNT";
 const ROLLBACK: &str = "IF @@TRANCOUNT > 0 ROLLBACK TRANSACTION";
 
 impl Tx for MssqlTx {
-    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
-        self.execute(
-            "INSERT INTO sb_inbox (consumer, message_id) VALUES (@P1, @P2)",
-            &[&consumer, &logical_id],
-        )
-        .await
-        .map(drop)
-    }
-
-    async fn insert_verdict(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-        verdict: &Verdict,
-    ) -> Result<(), StoreError> {
-        self.execute(
-            "INSERT INTO sb_inbox (consumer, message_id, verdict, verdict_resubmission) VALUES (@P1, @P2, @P3, @P4)",
-            &[&consumer, &logical_id, &verdict.reason.as_str(), &verdict.resubmission],
-        )
-        .await
-        .map(drop)
-    }
-
-    async fn inbox_entry(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-    ) -> Result<Option<InboxEntry>, StoreError> {
-        // `message_id_bytes` because `=` ignores trailing spaces (sql/mssql/0004_exact_keys.sql).
-        let rows = self
-            .query(
-                "SELECT verdict, verdict_resubmission FROM sb_inbox
-                  WHERE consumer = @P1 AND message_id = @P2 AND message_id_bytes = DATALENGTH(@P2)",
-                &[&consumer, &logical_id],
-            )
-            .await?;
-        let Some(row) = rows.first() else {
-            return Ok(None);
-        };
-        let verdict = row
-            .try_get::<&str, _>(0)
-            .map_err(classify)?
-            .map(str::to_owned);
-        let resubmission = row.try_get::<i64, _>(1).map_err(classify)?;
-        Ok(Some(crate::store::inbox_entry(verdict, resubmission)))
-    }
-
-    async fn take_over_verdict(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-        resubmission: i64,
-    ) -> Result<bool, StoreError> {
-        self.execute(
-            "DELETE FROM sb_inbox
-              WHERE consumer = @P1 AND message_id = @P2 AND message_id_bytes = DATALENGTH(@P2)
-                AND verdict IS NOT NULL AND COALESCE(verdict_resubmission, 0) < @P3",
-            &[&consumer, &logical_id, &resubmission],
-        )
-        .await
-        .map(|deleted| deleted > 0)
-    }
-
     async fn claim_business_key(
         &mut self,
         consumer: &str,
@@ -325,6 +263,71 @@ impl Tx for MssqlTx {
     async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
         // SQL Server has no RELEASE: a savepoint just stays until the transaction ends.
         self.state.release(&savepoint, false)
+    }
+}
+
+impl StoreTx for MssqlTx {
+    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO sb_inbox (consumer, message_id) VALUES (@P1, @P2)",
+            &[&consumer, &logical_id],
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn insert_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        verdict: &Verdict,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO sb_inbox (consumer, message_id, verdict, verdict_resubmission) VALUES (@P1, @P2, @P3, @P4)",
+            &[&consumer, &logical_id, &verdict.reason.as_str(), &verdict.resubmission],
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn inbox_entry(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+    ) -> Result<Option<InboxEntry>, StoreError> {
+        // `message_id_bytes` because `=` ignores trailing spaces (sql/mssql/0004_exact_keys.sql).
+        let rows = self
+            .query(
+                "SELECT verdict, verdict_resubmission FROM sb_inbox
+                  WHERE consumer = @P1 AND message_id = @P2 AND message_id_bytes = DATALENGTH(@P2)",
+                &[&consumer, &logical_id],
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let verdict = row
+            .try_get::<&str, _>(0)
+            .map_err(classify)?
+            .map(str::to_owned);
+        let resubmission = row.try_get::<i64, _>(1).map_err(classify)?;
+        Ok(Some(crate::store::inbox_entry(verdict, resubmission)))
+    }
+
+    async fn take_over_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        resubmission: i64,
+    ) -> Result<bool, StoreError> {
+        self.execute(
+            "DELETE FROM sb_inbox
+              WHERE consumer = @P1 AND message_id = @P2 AND message_id_bytes = DATALENGTH(@P2)
+                AND verdict IS NOT NULL AND COALESCE(verdict_resubmission, 0) < @P3",
+            &[&consumer, &logical_id, &resubmission],
+        )
+        .await
+        .map(|deleted| deleted > 0)
     }
 
     async fn bound_lock_waits(&mut self, limit: std::time::Duration) -> Result<(), StoreError> {

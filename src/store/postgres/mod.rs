@@ -209,7 +209,7 @@ impl ManageConnection for PgManager {
 /// ```no_run
 /// # #[allow(dead_code)]
 /// # async fn example() -> Result<(), sb_inbox::StoreError> {
-/// use sb_inbox::{PgStore, Store, Tx};
+/// use sb_inbox::{PgStore, Store, StoreTx};
 /// let store = PgStore::connect("postgres://postgres@127.0.0.1/test", 16).await?;
 /// store.migrate().await?;
 /// let mut tx = store.begin().await?;

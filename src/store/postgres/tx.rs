@@ -11,7 +11,8 @@ use tokio_postgres::{Client, Row};
 
 use super::{PgManager, PgStore, classify, pipeline};
 use crate::ports::{
-    ErrorKind, InboxEntry, OutboxMessage, Savepoint, Store, StoreError, Tx, Verdict, VersionCheck,
+    ErrorKind, InboxEntry, OutboxMessage, Savepoint, Store, StoreError, StoreTx, Tx, Verdict,
+    VersionCheck,
 };
 use crate::store::tx_state::{TxState, rollback_to_sql, version_verdict};
 
@@ -59,7 +60,7 @@ impl Store for PgStore {
 /// an expected error.
 ///
 /// `BEGIN` is sent with the transaction's first statement, in the same round trip when that
-/// is the inbox insert ([`Tx::insert_inbox`], which the runtime always runs first); a
+/// is the inbox insert ([`StoreTx::insert_inbox`], which the runtime always runs first); a
 /// transaction that runs nothing sends nothing, its commit included.
 #[derive(Debug)]
 pub struct PgTx {
@@ -261,69 +262,6 @@ impl PgTx {
 }
 
 impl Tx for PgTx {
-    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
-        self.insert_inbox_row(consumer, logical_id).await
-    }
-
-    async fn insert_verdict(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-        verdict: &Verdict,
-    ) -> Result<(), StoreError> {
-        self.execute(
-            "INSERT INTO sb_inbox (consumer, message_id, verdict, verdict_resubmission) VALUES ($1, $2, $3, $4)",
-            &[&consumer, &logical_id, &verdict.reason, &verdict.resubmission],
-        )
-        .await
-        .map(drop)
-    }
-
-    async fn inbox_entry(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-    ) -> Result<Option<InboxEntry>, StoreError> {
-        // A lone read needs no transaction block: one statement sees the same committed rows
-        // before `BEGIN` as it would as the block's first. The runtime asks this alone (is a
-        // duplicate's row a twin's verdict?): one round trip instead of three.
-        let sql = "SELECT verdict, verdict_resubmission FROM sb_inbox WHERE consumer = $1 AND message_id = $2";
-        let rows = if self.begun {
-            self.query(sql, &[&consumer, &logical_id]).await?
-        } else {
-            self.state.check()?;
-            let conn = &mut self.conn;
-            self.state
-                .run(conn.query_cached(sql, &[&consumer, &logical_id]))
-                .await?
-        };
-        let entry = rows
-            .first()
-            .map(|row| {
-                Ok(crate::store::inbox_entry(
-                    row.try_get(0).map_err(classify)?,
-                    row.try_get(1).map_err(classify)?,
-                ))
-            })
-            .transpose();
-        self.state.record(entry)
-    }
-
-    async fn take_over_verdict(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-        resubmission: i64,
-    ) -> Result<bool, StoreError> {
-        self.execute(
-            "DELETE FROM sb_inbox WHERE consumer = $1 AND message_id = $2
-                AND verdict IS NOT NULL AND coalesce(verdict_resubmission, 0) < $3",
-            &[&consumer, &logical_id, &resubmission],
-        )
-        .await
-        .map(|deleted| deleted > 0)
-    }
-
     async fn claim_business_key(
         &mut self,
         consumer: &str,
@@ -418,6 +356,71 @@ impl Tx for PgTx {
 
     async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
         self.state.release(&savepoint, true)
+    }
+}
+
+impl StoreTx for PgTx {
+    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
+        self.insert_inbox_row(consumer, logical_id).await
+    }
+
+    async fn insert_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        verdict: &Verdict,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO sb_inbox (consumer, message_id, verdict, verdict_resubmission) VALUES ($1, $2, $3, $4)",
+            &[&consumer, &logical_id, &verdict.reason, &verdict.resubmission],
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn inbox_entry(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+    ) -> Result<Option<InboxEntry>, StoreError> {
+        // A lone read needs no transaction block: one statement sees the same committed rows
+        // before `BEGIN` as it would as the block's first. The runtime asks this alone (is a
+        // duplicate's row a twin's verdict?): one round trip instead of three.
+        let sql = "SELECT verdict, verdict_resubmission FROM sb_inbox WHERE consumer = $1 AND message_id = $2";
+        let rows = if self.begun {
+            self.query(sql, &[&consumer, &logical_id]).await?
+        } else {
+            self.state.check()?;
+            let conn = &mut self.conn;
+            self.state
+                .run(conn.query_cached(sql, &[&consumer, &logical_id]))
+                .await?
+        };
+        let entry = rows
+            .first()
+            .map(|row| {
+                Ok(crate::store::inbox_entry(
+                    row.try_get(0).map_err(classify)?,
+                    row.try_get(1).map_err(classify)?,
+                ))
+            })
+            .transpose();
+        self.state.record(entry)
+    }
+
+    async fn take_over_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        resubmission: i64,
+    ) -> Result<bool, StoreError> {
+        self.execute(
+            "DELETE FROM sb_inbox WHERE consumer = $1 AND message_id = $2
+                AND verdict IS NOT NULL AND coalesce(verdict_resubmission, 0) < $3",
+            &[&consumer, &logical_id, &resubmission],
+        )
+        .await
+        .map(|deleted| deleted > 0)
     }
 
     async fn bound_lock_waits(&mut self, limit: std::time::Duration) -> Result<(), StoreError> {

@@ -22,7 +22,8 @@ pub use classify::classify;
 use super::Migration;
 use super::tx_state::{TxState, rollback_to_sql, version_verdict};
 use crate::ports::{
-    ErrorKind, InboxEntry, OutboxMessage, Savepoint, Store, StoreError, Tx, Verdict, VersionCheck,
+    ErrorKind, InboxEntry, OutboxMessage, Savepoint, Store, StoreError, StoreTx, Tx, Verdict,
+    VersionCheck,
 };
 
 /// The SQLite core migrations, in order: inbox, business keys, aggregate versions, outbox
@@ -34,7 +35,7 @@ pub const MIGRATIONS: &[Migration] = crate::store::migrations!("sqlite": 1 => "0
 /// # Examples
 /// ```
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), sb_inbox::StoreError> {
-/// use sb_inbox::{SqliteStore, Store, Tx};
+/// use sb_inbox::{SqliteStore, Store, StoreTx};
 /// let store = SqliteStore::open_in_memory()?;
 /// store.migrate().await?;
 /// let mut tx = store.begin().await?;
@@ -280,53 +281,6 @@ impl Drop for SqliteTx {
 }
 
 impl Tx for SqliteTx {
-    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
-        self.execute(
-            "INSERT INTO sb_inbox (consumer, message_id) VALUES (?1, ?2)",
-            params![consumer, logical_id],
-        )
-        .map(drop)
-    }
-
-    async fn insert_verdict(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-        verdict: &Verdict,
-    ) -> Result<(), StoreError> {
-        self.execute(
-            "INSERT INTO sb_inbox (consumer, message_id, verdict, verdict_resubmission) VALUES (?1, ?2, ?3, ?4)",
-            params![consumer, logical_id, verdict.reason, verdict.resubmission],
-        )
-        .map(drop)
-    }
-
-    async fn inbox_entry(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-    ) -> Result<Option<InboxEntry>, StoreError> {
-        self.query_row(
-            "SELECT verdict, verdict_resubmission FROM sb_inbox WHERE consumer = ?1 AND message_id = ?2",
-            params![consumer, logical_id],
-            |row| Ok(super::inbox_entry(row.get(0)?, row.get(1)?)),
-        )
-    }
-
-    async fn take_over_verdict(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-        resubmission: i64,
-    ) -> Result<bool, StoreError> {
-        self.execute(
-            "DELETE FROM sb_inbox WHERE consumer = ?1 AND message_id = ?2
-                AND verdict IS NOT NULL AND coalesce(verdict_resubmission, 0) < ?3",
-            params![consumer, logical_id, resubmission],
-        )
-        .map(|deleted| deleted > 0)
-    }
-
     async fn claim_business_key(
         &mut self,
         consumer: &str,
@@ -409,6 +363,55 @@ impl Tx for SqliteTx {
 
     async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
         self.state.release(&savepoint, true)
+    }
+}
+
+impl StoreTx for SqliteTx {
+    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO sb_inbox (consumer, message_id) VALUES (?1, ?2)",
+            params![consumer, logical_id],
+        )
+        .map(drop)
+    }
+
+    async fn insert_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        verdict: &Verdict,
+    ) -> Result<(), StoreError> {
+        self.execute(
+            "INSERT INTO sb_inbox (consumer, message_id, verdict, verdict_resubmission) VALUES (?1, ?2, ?3, ?4)",
+            params![consumer, logical_id, verdict.reason, verdict.resubmission],
+        )
+        .map(drop)
+    }
+
+    async fn inbox_entry(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+    ) -> Result<Option<InboxEntry>, StoreError> {
+        self.query_row(
+            "SELECT verdict, verdict_resubmission FROM sb_inbox WHERE consumer = ?1 AND message_id = ?2",
+            params![consumer, logical_id],
+            |row| Ok(super::inbox_entry(row.get(0)?, row.get(1)?)),
+        )
+    }
+
+    async fn take_over_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        resubmission: i64,
+    ) -> Result<bool, StoreError> {
+        self.execute(
+            "DELETE FROM sb_inbox WHERE consumer = ?1 AND message_id = ?2
+                AND verdict IS NOT NULL AND coalesce(verdict_resubmission, 0) < ?3",
+            params![consumer, logical_id, resubmission],
+        )
+        .map(|deleted| deleted > 0)
     }
 
     async fn bound_lock_waits(&mut self, _limit: std::time::Duration) -> Result<(), StoreError> {

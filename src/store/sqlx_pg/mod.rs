@@ -3,7 +3,7 @@
 //! connection that holds the inbox row ([`SqlxPgTx::conn`]), so the handler's queries commit or
 //! roll back with it.
 //!
-//! Why a second PostgreSQL store and not a bridge from [`crate::PgStore`]: a tokio-postgres
+//! Why a second PostgreSQL store and not a bridge from `PgStore`: a tokio-postgres
 //! connection cannot be lent to sqlx (each driver owns its socket and protocol state), so the
 //! one way to share the transaction is to open it on sqlx. Same schema, same migrations
 //! (a database migrated by either store serves both), same classification of SQLSTATEs.
@@ -37,7 +37,7 @@ const MIGRATION_LOCK: i64 = 0x5b1_0b0c;
 /// ```no_run
 /// # #[allow(dead_code)]
 /// # async fn example() -> Result<(), sb_inbox::StoreError> {
-/// use sb_inbox::{SqlxPgStore, Store, Tx};
+/// use sb_inbox::{SqlxPgStore, Store, StoreTx};
 /// let store = SqlxPgStore::connect("postgres://postgres@127.0.0.1/test", 16).await?;
 /// store.migrate().await?;
 /// let mut tx = store.begin().await?;
@@ -109,7 +109,7 @@ impl SqlxPgStore {
     }
 
     /// Applies the migrations of `set` not applied yet (the service's own schema: the same
-    /// bookkeeping table and version space as [`crate::PgStore::apply_migrations`]), each in its
+    /// bookkeeping table and version space as `PgStore::apply_migrations`), each in its
     /// own transaction under an advisory lock; returns how many ran.
     ///
     /// # Errors

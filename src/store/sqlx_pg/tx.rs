@@ -9,7 +9,7 @@ use sqlx::{AssertSqlSafe, Executor, Postgres, Row};
 
 use super::{SqlxPgStore, classify};
 use crate::ports::{
-    InboxEntry, OutboxMessage, Savepoint, Store, StoreError, Tx, Verdict, VersionCheck,
+    InboxEntry, OutboxMessage, Savepoint, Store, StoreError, StoreTx, Tx, Verdict, VersionCheck,
 };
 use crate::store::tx_state::{TxState, rollback_to_sql, version_verdict};
 
@@ -147,66 +147,6 @@ impl SqlxPgTx {
 }
 
 impl Tx for SqlxPgTx {
-    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
-        let query = sqlx::query(INBOX_INSERT).bind(consumer).bind(logical_id);
-        self.execute(query).await.map(drop)
-    }
-
-    async fn insert_verdict(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-        verdict: &Verdict,
-    ) -> Result<(), StoreError> {
-        let query = sqlx::query(
-            "INSERT INTO sb_inbox (consumer, message_id, verdict, verdict_resubmission) VALUES ($1, $2, $3, $4)",
-        );
-        let query = query
-            .bind(consumer)
-            .bind(logical_id)
-            .bind(verdict.reason.as_str())
-            .bind(verdict.resubmission);
-        self.execute(query).await.map(drop)
-    }
-
-    async fn inbox_entry(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-    ) -> Result<Option<InboxEntry>, StoreError> {
-        let read = sqlx::query(
-            "SELECT verdict, verdict_resubmission FROM sb_inbox WHERE consumer = $1 AND message_id = $2",
-        );
-        let rows = self.fetch_all(read.bind(consumer).bind(logical_id)).await?;
-        let entry = rows
-            .first()
-            .map(|row| {
-                Ok(crate::store::inbox_entry(
-                    row.try_get(0).map_err(classify)?,
-                    row.try_get(1).map_err(classify)?,
-                ))
-            })
-            .transpose();
-        self.state.record(entry)
-    }
-
-    async fn take_over_verdict(
-        &mut self,
-        consumer: &str,
-        logical_id: &str,
-        resubmission: i64,
-    ) -> Result<bool, StoreError> {
-        let delete = sqlx::query(
-            "DELETE FROM sb_inbox WHERE consumer = $1 AND message_id = $2
-                AND verdict IS NOT NULL AND coalesce(verdict_resubmission, 0) < $3",
-        );
-        let deleted = self
-            .execute(delete.bind(consumer).bind(logical_id).bind(resubmission))
-            .await?
-            .rows_affected();
-        Ok(deleted > 0)
-    }
-
     async fn claim_business_key(
         &mut self,
         consumer: &str,
@@ -300,6 +240,68 @@ impl Tx for SqlxPgTx {
 
     async fn release(&mut self, savepoint: Savepoint) -> Result<(), StoreError> {
         self.state.release(&savepoint, true)
+    }
+}
+
+impl StoreTx for SqlxPgTx {
+    async fn insert_inbox(&mut self, consumer: &str, logical_id: &str) -> Result<(), StoreError> {
+        let query = sqlx::query(INBOX_INSERT).bind(consumer).bind(logical_id);
+        self.execute(query).await.map(drop)
+    }
+
+    async fn insert_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        verdict: &Verdict,
+    ) -> Result<(), StoreError> {
+        let query = sqlx::query(
+            "INSERT INTO sb_inbox (consumer, message_id, verdict, verdict_resubmission) VALUES ($1, $2, $3, $4)",
+        );
+        let query = query
+            .bind(consumer)
+            .bind(logical_id)
+            .bind(verdict.reason.as_str())
+            .bind(verdict.resubmission);
+        self.execute(query).await.map(drop)
+    }
+
+    async fn inbox_entry(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+    ) -> Result<Option<InboxEntry>, StoreError> {
+        let read = sqlx::query(
+            "SELECT verdict, verdict_resubmission FROM sb_inbox WHERE consumer = $1 AND message_id = $2",
+        );
+        let rows = self.fetch_all(read.bind(consumer).bind(logical_id)).await?;
+        let entry = rows
+            .first()
+            .map(|row| {
+                Ok(crate::store::inbox_entry(
+                    row.try_get(0).map_err(classify)?,
+                    row.try_get(1).map_err(classify)?,
+                ))
+            })
+            .transpose();
+        self.state.record(entry)
+    }
+
+    async fn take_over_verdict(
+        &mut self,
+        consumer: &str,
+        logical_id: &str,
+        resubmission: i64,
+    ) -> Result<bool, StoreError> {
+        let delete = sqlx::query(
+            "DELETE FROM sb_inbox WHERE consumer = $1 AND message_id = $2
+                AND verdict IS NOT NULL AND coalesce(verdict_resubmission, 0) < $3",
+        );
+        let deleted = self
+            .execute(delete.bind(consumer).bind(logical_id).bind(resubmission))
+            .await?
+            .rows_affected();
+        Ok(deleted > 0)
     }
 
     async fn bound_lock_waits(&mut self, limit: std::time::Duration) -> Result<(), StoreError> {

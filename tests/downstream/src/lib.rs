@@ -122,7 +122,7 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> Result<WorkerStats, Error> {
     Worker::<PgStore>::from_config(config)
-        .schema_check(|store| Box::pin(own_table(store)))
+        .schema_check(|store: PgStore| async move { own_table(&store).await })
         .run(shutdown, |_consumer| Json::new(Orders))
         .await
         .map_err(Error::Worker)
@@ -135,7 +135,7 @@ pub async fn serve(
 /// [`Error::Worker`] when the worker stops with an error.
 pub async fn serve_until_shutdown(config: WorkerConfig) -> Result<WorkerStats, Error> {
     Worker::<PgStore>::from_config(config)
-        .schema_check(|store| Box::pin(own_table(store)))
+        .schema_check(|store: PgStore| async move { own_table(&store).await })
         .run_until_shutdown(|_consumer| Json::new(Orders))
         .await
         .map_err(Error::Worker)

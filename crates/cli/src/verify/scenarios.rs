@@ -13,7 +13,7 @@ use sb_inbox::runtime::{DelayedRetry, RetryPolicy};
 use sb_inbox::servicebus::{ServiceBusClient, ServiceBusReceiver, ServiceBusSenderPort};
 use sb_inbox::{
     ConsumerName, DeadLetterReason, DuplicateScope, Handler, HandlerError, Message, OutboxStore,
-    Outcome, Receiver, Runtime, RuntimeConfig, Store, Tx,
+    Outcome, Receiver, Runtime, RuntimeConfig, Store, StoreTx,
 };
 use tokio_util::sync::CancellationToken;
 
