@@ -790,10 +790,9 @@ where
 
     /// A delivery whose inbox insert met the message's row: completed as a duplicate of the
     /// delivery that committed, or dead-lettered when the row is a twin's dead-letter
-    /// [`Verdict`] (one outcome per message). When the store cannot say which, completed as
-    /// before verdicts existed: abandoning would spend delivery counts during an outage until
-    /// the broker dead-letters processed messages, and a verdict's own delivery was
-    /// dead-lettered already.
+    /// [`Verdict`] (one outcome per message). When the store cannot say which, given back
+    /// (released uncounted while the kill switch is open): completing could drop the only
+    /// delivery left of a message whose verdict was recorded but whose dead letter was refused.
     async fn duplicate<D: Delivery>(
         &self,
         delivery: &D,
@@ -802,7 +801,20 @@ where
         lock: &KeptLock,
         cancel: &CancellationToken,
     ) -> Report {
-        if let Ok(Some(InboxEntry::DeadLettered(verdict))) = self.inbox_entry(logical_id).await {
+        let entry = match self.inbox_entry(logical_id).await {
+            Ok(entry) => entry,
+            Err(error) => {
+                tracing::warn!(logical_id, %error, "The inbox row met cannot be read (a verdict or a processed message); giving the delivery back.");
+                let settled = self.give_back(delivery, why, lock.left(), cancel).await;
+                return Report {
+                    outcome: Outcome::Transient,
+                    settled: Some(settled),
+                    renewals: lock.renewals(),
+                    retry: None,
+                };
+            }
+        };
+        if let Some(InboxEntry::DeadLettered(verdict)) = entry {
             tracing::warn!(logical_id, reason = %verdict.reason, "A twin delivery of this message was dead-lettered (its inbox row is a verdict); dead-lettering this one too.");
             let rejection = Rejection::new(
                 reason_of(&verdict.reason),
