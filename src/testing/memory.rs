@@ -171,6 +171,13 @@ impl MemoryBroker {
         }
     }
 
+    /// The broker's clock: a runtime in the same test should run on it, since two clocks made
+    /// at different moments differ by the real time between them while tokio's clock is
+    /// paused (locks would then look shorter or longer than they are).
+    pub fn clock(&self) -> Clock {
+        self.shared.clock
+    }
+
     /// The lock duration.
     pub fn lock_duration(&self) -> Duration {
         self.shared.lock_duration

@@ -4,8 +4,7 @@
 
 use sb_inbox::testing::{MemoryBroker, MemoryDelivery, MemoryReceiver};
 use sb_inbox::{
-    Clock, ConsumerName, Delivery, Handler, Outcome, Receiver, Report, Runtime, RuntimeConfig,
-    Store,
+    ConsumerName, Delivery, Handler, Outcome, Receiver, Report, Runtime, RuntimeConfig, Store,
 };
 
 /// The batch size the batched variants of the runtime scenarios run with.
@@ -23,8 +22,9 @@ pub fn batched(consumer: &str, batch: usize) -> RuntimeConfig {
     config
 }
 
-/// A runtime on `broker` and `store` whose clock is created here, inside the test, so that it
-/// follows tokio's paused clock.
+/// A runtime on `broker` and `store` on the broker's clock (created inside the test, so that
+/// it follows tokio's paused clock): one clock, so that the lock the broker grants is the lock
+/// the runtime reckons, whatever real time passed between the two were set up.
 pub fn on_test_clock<S: Store + Clone, H: Handler<S::Tx>>(
     broker: &MemoryBroker,
     store: &S,
@@ -36,7 +36,7 @@ pub fn on_test_clock<S: Store + Clone, H: Handler<S::Tx>>(
         store.clone(),
         handler,
         config,
-        Clock::new(),
+        broker.clock(),
     )
 }
 
