@@ -32,6 +32,7 @@ mod consumer;
 pub mod envelope;
 mod handler;
 mod idempotency;
+mod jitter;
 mod json;
 mod layer;
 mod lock_keeper;
@@ -71,15 +72,15 @@ pub use envelope::{
 pub use envelope::{derived_message_id, logical_id};
 pub use handler::{BoxError, Context, DecodeError, Handled, Handler, HandlerError};
 pub use idempotency::IdempotencyKey;
+pub use jitter::JitterSource;
 pub use json::{Json, JsonContract, JsonHandler, decode_json};
 pub use layer::{Around, HandlerExt, Layer, Layered, Meta, Middleware, Next, around};
 pub use lock_keeper::{KeptLock, LockKeeper};
-pub use outcome::{Outcome, Settlement};
-pub use process::{LAST_ERROR_PROPERTY, Report};
+pub use outcome::{Outcome, Report, Settlement};
 #[cfg(test)]
 pub(crate) use retry::copy as retry_copy;
 pub use retry::{
-    DEFAULT_JITTER, DelayedRetry, InvalidRetryPolicy, JitterSource,
+    DEFAULT_JITTER, DelayedRetry, InvalidRetryPolicy, LAST_ERROR_PROPERTY,
     ORIGINAL_ENQUEUED_TIME_PROPERTY, RESUBMISSION_PROPERTY, RETRY_ATTEMPT_PROPERTY, RetryPolicy,
     ScheduledRetry, original_enqueued_time,
 };
