@@ -343,7 +343,9 @@ impl Tx for FaultyTx {
         resubmission: i64,
     ) -> Result<bool, StoreError> {
         let mut tx = self.take().await;
-        let result = tx.take_over_verdict(consumer, logical_id, resubmission).await;
+        let result = tx
+            .take_over_verdict(consumer, logical_id, resubmission)
+            .await;
         self.put(tx);
         result
     }
