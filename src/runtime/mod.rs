@@ -32,6 +32,7 @@ mod consumer;
 pub mod envelope;
 mod handler;
 mod idempotency;
+mod jitter;
 mod json;
 mod layer;
 mod lock_keeper;
@@ -71,15 +72,15 @@ pub use envelope::{
 pub use envelope::{derived_message_id, logical_id};
 pub use handler::{BoxError, Context, DecodeError, Handled, Handler, HandlerError};
 pub use idempotency::IdempotencyKey;
+pub use jitter::JitterSource;
 pub use json::{Json, JsonContract, JsonHandler, decode_json};
 pub use layer::{Around, HandlerExt, Layer, Layered, Meta, Middleware, Next, around};
 pub use lock_keeper::{KeptLock, LockKeeper};
-pub use outcome::{Outcome, Settlement};
-pub use process::{LAST_ERROR_PROPERTY, Report};
+pub use outcome::{Outcome, Report, Settlement};
 #[cfg(test)]
 pub(crate) use retry::copy as retry_copy;
 pub use retry::{
-    DEFAULT_JITTER, DelayedRetry, InvalidRetryPolicy, JitterSource,
+    DEFAULT_JITTER, DelayedRetry, InvalidRetryPolicy, LAST_ERROR_PROPERTY,
     ORIGINAL_ENQUEUED_TIME_PROPERTY, RESUBMISSION_PROPERTY, RETRY_ATTEMPT_PROPERTY, RetryPolicy,
     ScheduledRetry, original_enqueued_time,
 };
@@ -463,23 +464,11 @@ where
         if config.batch_size > 1 {
             return batch::run(&self.inner, shutdown).await;
         }
-        let held = Arc::new(Semaphore::new(config.held()));
-        let handling = Arc::new(Semaphore::new(config.concurrency));
-        // A delivery leaves what the runtime holds once its transaction ended; from its
-        // handler slot to its settlement's answer it counts here instead, so that a slow
-        // broker cannot pile up settlements (issue 42).
-        let settling = Arc::new(Semaphore::new(
-            config.held().saturating_mul(SETTLING_FACTOR),
-        ));
+        let (held, handling, settling) = limits(config);
         let _probing = self.inner.probing();
         let tracker = TaskTracker::new();
         let abort = CancellationToken::new();
-        // Jittered, so that workers cut off by one outage do not all reconnect at once.
-        let mut backoff = Backoff::from_jitter(
-            Duration::from_millis(100),
-            Duration::from_secs(30),
-            &config.jitter,
-        );
+        let mut backoff = receive_backoff(&config.jitter);
         let result = loop {
             let (delivery, slot) = match self
                 .inner
@@ -544,6 +533,26 @@ where
 
 /// Settlements in flight may reach this many times what the runtime holds.
 const SETTLING_FACTOR: usize = 2;
+
+/// The receive loop's three limits: what the runtime holds, its handler slots, settlements in
+/// flight.
+fn limits(config: &RuntimeConfig) -> (Arc<Semaphore>, Arc<Semaphore>, Arc<Semaphore>) {
+    let held = Arc::new(Semaphore::new(config.held()));
+    let handling = Arc::new(Semaphore::new(config.concurrency));
+    // A delivery leaves what the runtime holds once its transaction ended; from its
+    // handler slot to its settlement's answer it counts here instead, so that a slow
+    // broker cannot pile up settlements (issue 42).
+    let settling = Arc::new(Semaphore::new(
+        config.held().saturating_mul(SETTLING_FACTOR),
+    ));
+    (held, handling, settling)
+}
+
+/// The receive loop's backoff after a failed receive.
+fn receive_backoff(jitter: &JitterSource) -> Backoff {
+    // Jittered, so that workers cut off by one outage do not all reconnect at once.
+    Backoff::from_jitter(Duration::from_millis(100), Duration::from_secs(30), jitter)
+}
 
 /// A place among settlements in flight, then a handler slot; `None` once either semaphore is
 /// closed (only when the runtime is dropped mid-run).

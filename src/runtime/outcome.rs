@@ -3,7 +3,8 @@
 use std::fmt;
 
 use super::DeadLetterReason;
-use crate::ports::DuplicateScope;
+use super::retry::ScheduledRetry;
+use crate::ports::{DuplicateScope, SettleError};
 
 /// What happened to one delivery. Each outcome has exactly one settlement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,4 +104,20 @@ mod tests {
             assert_eq!(outcome.settlement(), settlement, "{outcome}");
         }
     }
+}
+
+/// What the runtime did with one delivery.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Report {
+    /// The outcome.
+    pub outcome: Outcome,
+    /// The settlement's result: `None` when the outcome asks for none.
+    pub settled: Option<Result<(), SettleError>>,
+    /// Lock renewals while the delivery was handled.
+    pub renewals: u32,
+    /// The delayed retry scheduled for a transient failure (the broker accepted the copy and
+    /// `settled` is the original's completion); `None` otherwise, also when scheduling failed
+    /// and the original was abandoned instead.
+    pub retry: Option<ScheduledRetry>,
 }

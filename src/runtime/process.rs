@@ -36,36 +36,17 @@ use super::circuit::{Circuit, CircuitPhase};
 use super::lock_keeper::KeptLock;
 use super::observe::Observer;
 use super::phases::{Phase, Phases};
-use super::retry::{self, DelayedRetry, ScheduledRetry};
+use super::retry::{self, DelayedRetry, LAST_ERROR_PROPERTY, ScheduledRetry};
 use super::store_health::StoreHealth;
 use super::{
     Clock, Context, DeadLetterReason, Handled, Handler, HandlerError, LockKeeper, Outcome,
-    Rejection, Settlement, UnknownContracts, envelope, panic, transient_hold,
+    Rejection, Report, Settlement, UnknownContracts, envelope, panic, transient_hold,
 };
 use crate::ports::{
     Delivery, DuplicateScope, ErrorKind, InboxEntry, PropertyValue, SettleError, Store, StoreError,
     StoreTx, Verdict,
 };
 use crate::runtime::ConsumerName;
-
-/// The application property an abandon writes with the failure that caused it.
-pub const LAST_ERROR_PROPERTY: &str = "sb-inbox-last-error";
-
-/// What the runtime did with one delivery.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct Report {
-    /// The outcome.
-    pub outcome: Outcome,
-    /// The settlement's result: `None` when the outcome asks for none.
-    pub settled: Option<Result<(), SettleError>>,
-    /// Lock renewals while the delivery was handled.
-    pub renewals: u32,
-    /// The delayed retry scheduled for a transient failure (the broker accepted the copy and
-    /// `settled` is the original's completion); `None` otherwise, also when scheduling failed
-    /// and the original was abandoned instead.
-    pub retry: Option<ScheduledRetry>,
-}
 
 /// Everything one delivery's processing borrows from its runtime: the store, the handler, the
 /// lock keeper, telemetry and the limits. Built per delivery; runs the algorithm above.
@@ -627,14 +608,7 @@ where
         let done = retry::attempts_so_far(message);
         let policy = retry.policy();
         if done >= policy.max_retries() {
-            let rejection = Rejection::new(
-                DeadLetterReason::RetriesExhausted,
-                format!(
-                    "delayed retries exhausted ({done} of {}, {} attempts in all); last error: {why}",
-                    policy.max_retries(),
-                    done + 1
-                ),
-            );
+            let rejection = retries_exhausted(done, policy.max_retries(), &why);
             return self
                 .dead_letter_decided(delivery, logical_id, rejection, lock, cancel)
                 .await;
@@ -652,12 +626,7 @@ where
                 "Shutdown: the delayed retry's send was cut short; giving the original back."
             );
             let settled = self.give_back_now(delivery, why).await;
-            return Report {
-                outcome: Outcome::Transient,
-                settled: Some(settled),
-                renewals,
-                retry: None,
-            };
+            return transient_report(settled, renewals, None);
         };
         match sent {
             Ok(()) => {
@@ -672,12 +641,8 @@ where
                 if let Err(error) = &settled {
                     tracing::warn!(logical_id, %error, "Completing the original after scheduling its retry failed; the inbox lets only one of them take effect.");
                 }
-                Report {
-                    outcome: Outcome::Transient,
-                    settled: Some(settled),
-                    renewals,
-                    retry: Some(ScheduledRetry { attempt, delay, at }),
-                }
+                let scheduled = ScheduledRetry { attempt, delay, at };
+                transient_report(settled, renewals, Some(scheduled))
             }
             Err(error) => {
                 tracing::warn!(logical_id, %error, "Scheduling a delayed retry failed; abandoning instead.");
@@ -685,12 +650,7 @@ where
                 if let Err(error) = &settled {
                     tracing::warn!(%error, "Abandon failed; the broker will redeliver.");
                 }
-                Report {
-                    outcome: Outcome::Transient,
-                    settled: Some(settled),
-                    renewals,
-                    retry: None,
-                }
+                transient_report(settled, renewals, None)
             }
         }
     }
@@ -944,4 +904,30 @@ fn commit_failed(error: StoreError) -> Abort {
 
 fn last_error(why: String) -> BTreeMap<String, PropertyValue> {
     BTreeMap::from([(LAST_ERROR_PROPERTY.to_owned(), PropertyValue::String(why))])
+}
+
+/// A transient failure's report: its settlement, the lock's renewals, the delayed retry the
+/// broker accepted (`None` when the original was given back instead).
+fn transient_report(
+    settled: Result<(), SettleError>,
+    renewals: u32,
+    retry: Option<ScheduledRetry>,
+) -> Report {
+    Report {
+        outcome: Outcome::Transient,
+        settled: Some(settled),
+        renewals,
+        retry,
+    }
+}
+
+/// The dead-letter reason and description once `done` of `max` delayed retries were spent.
+fn retries_exhausted(done: u32, max: u32, why: &str) -> Rejection {
+    Rejection::new(
+        DeadLetterReason::RetriesExhausted,
+        format!(
+            "delayed retries exhausted ({done} of {max}, {} attempts in all); last error: {why}",
+            done + 1
+        ),
+    )
 }

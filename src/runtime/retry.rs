@@ -17,7 +17,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::envelope::{LOGICAL_ID_PROPERTY, derived_message_id};
+use super::jitter::JitterSource;
 use crate::ports::{Message, PropertyValue, SendFailure, Sender};
+
+/// The application property an abandon writes with the failure that caused it (a delayed
+/// retry's copy carries it too).
+pub const LAST_ERROR_PROPERTY: &str = "sb-inbox-last-error";
 
 /// The application property that counts the delayed retries a message copy stands for (1 on
 /// the first copy).
@@ -53,68 +58,6 @@ pub fn original_enqueued_time(message: &Message) -> Option<SystemTime> {
             .ok()
             .and_then(|ms| SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms))),
         _ => None,
-    }
-}
-
-/// Where jitter comes from: each call yields a number in `[0, 1)`.
-///
-/// [`JitterSource::random`] in production; tests inject [`JitterSource::fixed`] so delays are
-/// exact.
-#[derive(Clone)]
-pub struct JitterSource(Arc<dyn Fn() -> f64 + Send + Sync>);
-
-impl JitterSource {
-    /// Uniformly random numbers (the thread-local generator of `rand`).
-    pub fn random() -> Self {
-        JitterSource(Arc::new(rand::random::<f64>))
-    }
-
-    /// Always `value` (clamped to `[0, 1]`).
-    pub fn fixed(value: f64) -> Self {
-        let value = if value.is_nan() {
-            0.0
-        } else {
-            value.clamp(0.0, 1.0)
-        };
-        JitterSource(Arc::new(move || value))
-    }
-
-    /// Numbers from a generator seeded with `seed`: the same sequence on every run, for
-    /// reproducible tests and simulations.
-    pub fn seeded(seed: u64) -> Self {
-        use rand::{Rng as _, SeedableRng as _};
-        let rng = std::sync::Mutex::new(rand::rngs::SmallRng::seed_from_u64(seed));
-        JitterSource(Arc::new(move || {
-            rng.lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .random::<f64>()
-        }))
-    }
-
-    /// A seed drawn from this source, for a generator of its own.
-    pub(crate) fn draw_seed(&self) -> u64 {
-        // 53 bits: what an f64 in [0, 1) carries.
-        (self.sample() * (1u64 << 53) as f64) as u64
-    }
-
-    /// Numbers from `source`; values outside `[0, 1]` are clamped.
-    pub fn from_fn(source: impl Fn() -> f64 + Send + Sync + 'static) -> Self {
-        JitterSource(Arc::new(source))
-    }
-
-    fn sample(&self) -> f64 {
-        let value = (self.0)();
-        if value.is_nan() {
-            0.0
-        } else {
-            value.clamp(0.0, 1.0)
-        }
-    }
-}
-
-impl fmt::Debug for JitterSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("JitterSource")
     }
 }
 
@@ -376,10 +319,7 @@ pub(crate) fn copy(
         RETRY_ATTEMPT_PROPERTY.to_owned(),
         PropertyValue::Long(i64::from(attempt)),
     );
-    properties.insert(
-        super::LAST_ERROR_PROPERTY.to_owned(),
-        last_error.to_owned().into(),
-    );
+    properties.insert(LAST_ERROR_PROPERTY.to_owned(), last_error.to_owned().into());
     copy
 }
 

@@ -155,22 +155,8 @@ impl<S: OpenStore + 'static> ConfiguredWorker<S> {
             health,
             schema_check,
         } = self;
-        let health = match (health, config.health_port) {
-            (Some(listener), _) => Some(listener),
-            (None, Some(port)) => Some(
-                TcpListener::bind(("0.0.0.0", port))
-                    .await
-                    .map_err(|source| WorkerError::Health { port, source })?,
-            ),
-            (None, None) => None,
-        };
-        config.store.ensure_compiled_in()?;
-        if !S::accepts(&config.store) {
-            return Err(WorkerError::Store(StoreError::configuration(format!(
-                "the store URL names a {} store, and this worker hosts another kind",
-                config.store.feature()
-            ))));
-        }
+        let health = health_listener(health, config.health_port).await?;
+        hosts_its_store::<S>(&config)?;
         // Before anything is opened: an envelope that cannot reach the handler is a mistake
         // in the configuration, which waiting for the store would only hide.
         let mut hosted = Vec::with_capacity(config.consumers.len());
@@ -227,6 +213,34 @@ impl<S: OpenStore + 'static> ConfiguredWorker<S> {
         tracing::info!(stats = ?stats.total(), "Worker stopped.");
         Ok(stats)
     }
+}
+
+/// The health endpoint's listener: the one given, else one bound on `port` when configured.
+async fn health_listener(
+    given: Option<TcpListener>,
+    port: Option<u16>,
+) -> Result<Option<TcpListener>, WorkerError> {
+    Ok(match (given, port) {
+        (Some(listener), _) => Some(listener),
+        (None, Some(port)) => Some(
+            TcpListener::bind(("0.0.0.0", port))
+                .await
+                .map_err(|source| WorkerError::Health { port, source })?,
+        ),
+        (None, None) => None,
+    })
+}
+
+/// The configured store is compiled in and of the kind this worker hosts.
+fn hosts_its_store<S: OpenStore>(config: &WorkerConfig) -> Result<(), WorkerError> {
+    config.store.ensure_compiled_in()?;
+    if !S::accepts(&config.store) {
+        return Err(WorkerError::Store(StoreError::configuration(format!(
+            "the store URL names a {} store, and this worker hosts another kind",
+            config.store.feature()
+        ))));
+    }
+    Ok(())
 }
 
 impl<S: OpenStore + 'static> ConfiguredWorker<S> {

@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use super::horizon::{ReplayHorizon, RetentionTooShort};
 use crate::servicebus::admin::{AdminClient, AdminError, EntityDescription, EntityProperties};
+/// Defined with the `[entity]` section it is read from; still at this path.
+pub use crate::worker::config::DeclaredEntity;
 
 /// How long the start-up read may take in all, retries included: past it the worker starts on
 /// `[entity]`, as when the management API is unreachable.
@@ -24,35 +26,6 @@ pub const START_CHECK_BOUND: Duration = Duration::from_secs(60);
 /// TLS, the exchange); three retries and their backoff fit in [`START_CHECK_BOUND`].
 const START_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const START_TRY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// What the configuration says of the entity (`[entity]`, each `None` when not given) and the
-/// parts of the replay horizon that do not come from the entity.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DeclaredEntity {
-    /// `entity.message_ttl_secs`.
-    pub message_ttl: Option<Duration>,
-    /// `entity.lock_duration_secs`.
-    pub lock_duration: Option<Duration>,
-    /// `entity.max_delivery_count`.
-    pub max_delivery_count: Option<u32>,
-    /// Delayed retries: max retries × max delay.
-    pub retry_span: Duration,
-    /// The DLQ resubmission window.
-    pub dlq_resubmit_window: Duration,
-}
-
-impl DeclaredEntity {
-    /// The horizon `[entity]` alone gives, when it names all three settings.
-    pub fn horizon(&self) -> Option<ReplayHorizon> {
-        Some(ReplayHorizon {
-            message_ttl: self.message_ttl?,
-            lock_duration: self.lock_duration?,
-            max_delivery_count: self.max_delivery_count?,
-            retry_span: self.retry_span,
-            dlq_resubmit_window: self.dlq_resubmit_window,
-        })
-    }
-}
 
 /// Why the worker refuses to start after reading its entity.
 #[derive(Debug, thiserror::Error)]
@@ -175,19 +148,7 @@ pub fn judge(
         entity: entity.to_owned(),
         setting,
     };
-    if let Some(to) = &actual.forward_to {
-        return Err(EntityCheckError::Forwarded {
-            entity: entity.to_owned(),
-            to: to.clone(),
-        });
-    }
-    if actual.requires_session != sessions {
-        return Err(EntityCheckError::Sessions {
-            entity: entity.to_owned(),
-            requires_session: actual.requires_session,
-            configured: sessions,
-        });
-    }
+    consumable(entity, actual, sessions)?;
     let ttl = actual
         .default_message_time_to_live
         .ok_or_else(|| incomplete("DefaultMessageTimeToLive"))?;
@@ -241,6 +202,29 @@ pub fn judge(
             })?;
     }
     Ok(horizon)
+}
+
+/// The entity can be consumed as configured: it does not forward, and its session mode is the
+/// configuration's.
+fn consumable(
+    entity: &str,
+    actual: &EntityProperties,
+    sessions: bool,
+) -> Result<(), EntityCheckError> {
+    if let Some(to) = &actual.forward_to {
+        return Err(EntityCheckError::Forwarded {
+            entity: entity.to_owned(),
+            to: to.clone(),
+        });
+    }
+    if actual.requires_session != sessions {
+        return Err(EntityCheckError::Sessions {
+            entity: entity.to_owned(),
+            requires_session: actual.requires_session,
+            configured: sessions,
+        });
+    }
+    Ok(())
 }
 
 /// Reads `entity` through `admin` and [`judge`]s it; falls back to `[entity]` only when the

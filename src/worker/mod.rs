@@ -24,6 +24,7 @@
 
 mod config;
 mod configured;
+mod consumer;
 pub mod entity_check;
 mod error;
 mod health;
@@ -33,17 +34,18 @@ mod open;
 mod signal;
 
 pub use config::{
-    BrokerAddress, ConfigError, ConfigErrors, DEFAULT_ENV_PREFIX, ENV_VARS, KEYS, Key, MOVED,
-    Moved, UnknownVariable, WorkerConfig,
+    BrokerAddress, ConfigError, ConfigErrors, DEFAULT_ENV_PREFIX, DeclaredEntity, ENV_VARS, KEYS,
+    Key, MOVED, Moved, UnknownVariable, WorkerConfig,
 };
 pub use configured::ConfiguredWorker;
-pub use entity_check::{DeclaredEntity, EntityCheckError, EntitySource, StartCheck};
+pub use consumer::ConsumerConfig;
+pub use entity_check::{EntityCheckError, EntitySource, StartCheck};
 pub use error::{HostingError, WorkerError};
 pub use health::{
     Condition, HealthResponse, PROBE_TIMEOUT, Ping, Readiness, STORE_EVIDENCE, store_ready,
 };
 pub use horizon::{DEFAULT_RESUBMIT_WINDOW, ReplayHorizon, RetentionTooShort};
 pub use host::BACKGROUND_STOP;
-pub use host::{ConsumerConfig, Worker, WorkerStats};
+pub use host::{Worker, WorkerStats};
 pub use open::OpenStore;
 pub use signal::shutdown_signal;

@@ -601,55 +601,22 @@ async fn run(command: Command) -> ExitCode {
             lock_duration_ms,
             store_user,
         } => {
-            let setup = || -> anyhow::Result<_> { Ok((namespace.client()?, store.parse()?)) };
-            let (client, store) = match setup() {
-                Ok(setup) => setup,
-                Err(error) => {
-                    println!("error: {error:#}");
-                    return ExitCode::from(2);
-                }
+            let child = ChildArgs {
+                queue,
+                consumer,
+                stall,
+                lock: lock_duration_ms.map(Duration::from_millis),
+                store_user,
             };
-            // Its own thread: it freezes that thread on purpose (see verify::child).
-            let child = std::thread::spawn(move || {
-                let lock = lock_duration_ms.map(Duration::from_millis);
-                sb_inbox_cli::verify::child::run(
-                    client, store, queue, consumer, stall, lock, store_user,
-                )
-            });
-            let code = tokio::task::spawn_blocking(move || child.join().unwrap_or(1))
-                .await
-                .unwrap_or(1);
-            return ExitCode::from(code);
+            return verify_child(&namespace, &store, child).await;
         }
-        Command::Dlq { command } => match command {
-            DlqCommand::Peek { broker, max } => dlq_peek(&broker, max).await,
-            DlqCommand::Resubmit {
-                broker,
-                max,
-                message_id,
-                to,
-                wait_secs,
-                window_secs,
-                config,
-            } => {
-                let envelope = match WorkerConfig::load_envelope(config.as_deref(), &|name| {
-                    std::env::var(name).ok()
-                }) {
-                    Ok(envelope) => envelope,
-                    Err(errors) => {
-                        eprintln!("{errors}");
-                        return ExitCode::from(2);
-                    }
-                };
-                let mut options = dlq::ResubmitOptions::new(max);
-                options.envelope = envelope;
-                options.message_id = message_id;
-                options.idle = std::time::Duration::from_secs(wait_secs);
-                options.window = std::time::Duration::from_secs(window_secs);
-                dlq_resubmit(&broker, to.as_deref(), &options).await
-            }
-        },
+        Command::Dlq { command } => return run_dlq(command).await,
     };
+    exit_code(result)
+}
+
+/// `Ok` is success; an error is printed and fails.
+fn exit_code(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -657,6 +624,75 @@ async fn run(command: Command) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `dlq peek` and `dlq resubmit`; exit code 2 when resubmit's worker.toml does not load.
+async fn run_dlq(command: DlqCommand) -> ExitCode {
+    let result = match command {
+        DlqCommand::Peek { broker, max } => dlq_peek(&broker, max).await,
+        DlqCommand::Resubmit {
+            broker,
+            max,
+            message_id,
+            to,
+            wait_secs,
+            window_secs,
+            config,
+        } => {
+            let envelope = match WorkerConfig::load_envelope(config.as_deref(), &|name| {
+                std::env::var(name).ok()
+            }) {
+                Ok(envelope) => envelope,
+                Err(errors) => {
+                    eprintln!("{errors}");
+                    return ExitCode::from(2);
+                }
+            };
+            let mut options = dlq::ResubmitOptions::new(max);
+            options.envelope = envelope;
+            options.message_id = message_id;
+            options.idle = Duration::from_secs(wait_secs);
+            options.window = Duration::from_secs(window_secs);
+            dlq_resubmit(&broker, to.as_deref(), &options).await
+        }
+    };
+    exit_code(result)
+}
+
+/// What `verify-child` runs besides its namespace and store (see `sb_inbox_cli::verify::child`).
+struct ChildArgs {
+    queue: String,
+    consumer: String,
+    stall: bool,
+    lock: Option<Duration>,
+    store_user: Option<String>,
+}
+
+/// `verify-child`: exit code 2 when the namespace or store does not parse, else the child's.
+async fn verify_child(namespace: &NamespaceArgs, store: &str, args: ChildArgs) -> ExitCode {
+    let setup = || -> anyhow::Result<_> { Ok((namespace.client()?, store.parse()?)) };
+    let (client, store) = match setup() {
+        Ok(setup) => setup,
+        Err(error) => {
+            println!("error: {error:#}");
+            return ExitCode::from(2);
+        }
+    };
+    // Its own thread: it freezes that thread on purpose (see verify::child).
+    let child = std::thread::spawn(move || {
+        let ChildArgs {
+            queue,
+            consumer,
+            stall,
+            lock,
+            store_user,
+        } = args;
+        sb_inbox_cli::verify::child::run(client, store, queue, consumer, stall, lock, store_user)
+    });
+    let code = tokio::task::spawn_blocking(move || child.join().unwrap_or(1))
+        .await
+        .unwrap_or(1);
+    ExitCode::from(code)
 }
 
 /// The management API client for the namespace's credentials and trust, at `endpoint` when

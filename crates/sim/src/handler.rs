@@ -176,20 +176,40 @@ impl Handler<FaultyTx> for SimHandler {
         // it must be the plan's (typed ids included), in every copy.
         let id = ctx.payload.id.clone();
         let attempt = ctx.delivery_count;
-        // A retry copy is delivered afresh (delivery count 1 again): keyed on the delivery count
-        // alone, every copy repeated the original's first draws, so a message transient at
-        // `#0` was transient on every copy and no copy ever succeeded (seed 4403's chain).
-        let copy = match ctx
-            .message
-            .application_properties
-            .get(sb_inbox::runtime::RETRY_ATTEMPT_PROPERTY)
-        {
-            Some(sb_inbox::PropertyValue::Long(n)) => u32::try_from(*n).unwrap_or(0),
-            _ => 0,
-        };
-        let key = attempt.saturating_add(copy.saturating_mul(1 << 16));
-        let seed = self.plan.seed;
+        let key = draw_key(ctx);
         let index = self.plan.index_of(&id);
+        self.check_identity(ctx, &id, index);
+        let panicky = index.is_some_and(|i| self.plan.panicky.contains(&i));
+        let _running = self.enter(&id);
+        self.inject_faults(&id, attempt, key, panicky).await?;
+        self.write_effects(tx, &id, attempt, index).await?;
+        self.trace.push(format!("{id} #{attempt} handled"));
+        Ok(Handled::Processed)
+    }
+}
+
+/// The key the plan's draws for this delivery use: its delivery count and its retry copy.
+fn draw_key(ctx: &Context<'_, Order>) -> u32 {
+    // A retry copy is delivered afresh (delivery count 1 again): keyed on the delivery count
+    // alone, every copy repeated the original's first draws, so a message transient at
+    // `#0` was transient on every copy and no copy ever succeeded (seed 4403's chain).
+    let copy = match ctx
+        .message
+        .application_properties
+        .get(sb_inbox::runtime::RETRY_ATTEMPT_PROPERTY)
+    {
+        Some(sb_inbox::PropertyValue::Long(n)) => u32::try_from(*n).unwrap_or(0),
+        _ => 0,
+    };
+    ctx.delivery_count
+        .saturating_add(copy.saturating_mul(1 << 16))
+}
+
+impl SimHandler {
+    /// Records a delivery whose logical id is not the plan's key for the message.
+    fn check_identity(&self, ctx: &Context<'_, Order>, id: &str, index: Option<usize>) {
+        // The model's name of the message is the one its body carries; the runtime's key for
+        // it must be the plan's (typed ids included), in every copy.
         let expected = index.map(|i| self.plan.key(i));
         if expected.as_deref() != Some(ctx.logical_id()) {
             let what = format!(
@@ -200,48 +220,73 @@ impl Handler<FaultyTx> for SimHandler {
             self.trace.push(&what);
             self.seen().wrong_identity.push(what);
         }
-        let panicky = index.is_some_and(|i| self.plan.panicky.contains(&i));
+    }
+
+    /// Counts an attempt and one more handler running; the guard counts it out when dropped.
+    fn enter(&self, id: &str) -> Running {
+        let mut running = self
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *running += 1;
+        let mut seen = self.seen();
+        seen.max_running = seen.max_running.max(*running);
+        seen.attempts.entry(id.to_owned()).or_default().0 += 1;
+        Running(self.running.clone())
+    }
+
+    /// The plan's faults for this attempt: a panic, a transient error, a pause.
+    async fn inject_faults(
+        &self,
+        id: &str,
+        attempt: u32,
+        key: u32,
+        panicky: bool,
+    ) -> Result<(), HandlerError> {
+        let seed = self.plan.seed;
         let faults = self.plan.handler;
-        let _running = {
-            let mut running = self
-                .running
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            *running += 1;
+        if panicky || draw(seed, id, key, 1) < faults.panic {
             let mut seen = self.seen();
-            seen.max_running = seen.max_running.max(*running);
-            seen.attempts.entry(id.clone()).or_default().0 += 1;
-            Running(self.running.clone())
-        };
-        if panicky || draw(seed, &id, key, 1) < faults.panic {
-            let mut seen = self.seen();
-            seen.attempts.entry(id.clone()).or_default().1 += 1;
+            seen.attempts.entry(id.to_owned()).or_default().1 += 1;
             drop(seen);
             self.trace.push(format!("{id} #{attempt} panic"));
             panic!("simulated handler panic on {id}");
         }
-        if draw(seed, &id, key, 2) < faults.transient {
+        if draw(seed, id, key, 2) < faults.transient {
             let mut seen = self.seen();
-            seen.attempts.entry(id.clone()).or_default().2 += 1;
+            seen.attempts.entry(id.to_owned()).or_default().2 += 1;
             drop(seen);
             self.trace.push(format!("{id} #{attempt} transient"));
             return Err(HandlerError::transient("simulated transient failure"));
         }
-        if draw(seed, &id, key, 3) < faults.slow {
-            let pause = faults.slow_max.mul_f64(draw(seed, &id, key, 4));
+        if draw(seed, id, key, 3) < faults.slow {
+            let pause = faults.slow_max.mul_f64(draw(seed, id, key, 4));
             self.seen().slept += pause;
             tokio::time::sleep(pause).await;
             self.life.alive().await;
         }
+        Ok(())
+    }
+
+    /// The attempt's work in the delivery's transaction: its effect row and its outbox message
+    /// (and, for a swallowing message, a failed statement it ignores).
+    async fn write_effects(
+        &self,
+        tx: &mut FaultyTx,
+        id: &str,
+        attempt: u32,
+        index: Option<usize>,
+    ) -> Result<(), HandlerError> {
+        let seed = self.plan.seed;
         tx.execute(
             "INSERT INTO sim_effects (id, attempt) VALUES (?1, ?2)",
-            (id.as_str(), attempt),
+            (id, attempt),
         )
         .await
         .map_err(HandlerError::from)?;
         let mut out =
-            OutboxMessage::new(destination(seed, &id), OUT_SUBJECT, id.as_bytes().to_vec());
-        out.message_id = out_id(&id);
+            OutboxMessage::new(destination(seed, id), OUT_SUBJECT, id.as_bytes().to_vec());
+        out.message_id = out_id(id);
         sb_inbox::Tx::append_outbox(tx, &out).await?;
         if index.is_some_and(|i| self.plan.swallowing.contains(&i)) {
             // User code that catches a store error and goes on: the transaction remembers the
@@ -253,8 +298,7 @@ impl Handler<FaultyTx> for SimHandler {
                 .push(format!("{id} #{attempt} swallowed {:?}", swallowed.err()));
         }
         // A commit fault injected into this transaction is pinned on the messages it holds.
-        tx.holds(&id);
-        self.trace.push(format!("{id} #{attempt} handled"));
-        Ok(Handled::Processed)
+        tx.holds(id);
+        Ok(())
     }
 }

@@ -245,30 +245,10 @@ impl Plan {
         };
         let faults_until = Duration::from_secs(rng.random_range(20..=90));
         let faults = schedule(&mut rng, mix, faults_until);
-        let handler = if mix.handler {
-            HandlerFaults {
-                panic: rng.random_range(0.0..0.05),
-                transient: rng.random_range(0.0..0.1),
-                slow: rng.random_range(0.0..0.1),
-                slow_max: Duration::from_millis(rng.random_range(100..=25_000)),
-            }
-        } else {
-            HandlerFaults {
-                panic: 0.0,
-                transient: 0.0,
-                slow: 0.0,
-                slow_max: Duration::ZERO,
-            }
-        };
+        let handler = HandlerFaults::draw(&mut rng, mix.handler);
         // A stream of its own, so that the draws above (and every seed's faults) stay as they were.
         let mut typed_rng = SmallRng::seed_from_u64(seed ^ 0x7e_1d_1d);
-        let mut typed = std::collections::BTreeMap::new();
-        for i in 0..messages {
-            if typed_rng.random_bool(0.1) {
-                let kinds = [IdKind::Ulong, IdKind::Uuid, IdKind::Binary];
-                typed.insert(i, kinds[typed_rng.random_range(0..kinds.len())]);
-            }
-        }
+        let typed = typed_ids(&mut typed_rng, messages);
         let swallowing: Vec<usize> = if mix.handler {
             (0..messages)
                 .filter(|_| typed_rng.random_bool(0.02))
@@ -281,11 +261,7 @@ impl Plan {
         } else {
             Vec::new()
         };
-        let mut aliases = std::collections::BTreeMap::new();
-        for (&i, &kind) in &typed {
-            aliases.insert(typed_key(i, kind), i);
-            aliases.insert(typed_text(i, kind), i);
-        }
+        let aliases = aliases(&typed);
         let sessions = mix.sessions.then(|| {
             let mut rng = SmallRng::seed_from_u64(seed ^ 0x5e55_1075);
             (rng.random_range(1..=12), rng.random_range(1..=4))
@@ -322,6 +298,51 @@ impl Plan {
             retries: rng.random_range(1..=3),
         }
     }
+}
+
+impl HandlerFaults {
+    /// The handler's fault rates, drawn from `rng` when `on` (none drawn otherwise).
+    fn draw(rng: &mut SmallRng, on: bool) -> HandlerFaults {
+        if on {
+            HandlerFaults {
+                panic: rng.random_range(0.0..0.05),
+                transient: rng.random_range(0.0..0.1),
+                slow: rng.random_range(0.0..0.1),
+                slow_max: Duration::from_millis(rng.random_range(100..=25_000)),
+            }
+        } else {
+            HandlerFaults {
+                panic: 0.0,
+                transient: 0.0,
+                slow: 0.0,
+                slow_max: Duration::ZERO,
+            }
+        }
+    }
+}
+
+/// The messages sent with a typed message id (one in ten), and each one's kind.
+fn typed_ids(rng: &mut SmallRng, messages: usize) -> std::collections::BTreeMap<usize, IdKind> {
+    let mut typed = std::collections::BTreeMap::new();
+    for i in 0..messages {
+        if rng.random_bool(0.1) {
+            let kinds = [IdKind::Ulong, IdKind::Uuid, IdKind::Binary];
+            typed.insert(i, kinds[rng.random_range(0..kinds.len())]);
+        }
+    }
+    typed
+}
+
+/// Every spelling of a typed message's id (its key, its text), to its index.
+fn aliases(
+    typed: &std::collections::BTreeMap<usize, IdKind>,
+) -> std::collections::BTreeMap<String, usize> {
+    let mut aliases = std::collections::BTreeMap::new();
+    for (&i, &kind) in typed {
+        aliases.insert(typed_key(i, kind), i);
+        aliases.insert(typed_text(i, kind), i);
+    }
+    aliases
 }
 
 impl Plan {

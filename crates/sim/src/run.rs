@@ -418,31 +418,12 @@ async fn drive(world: World, progress: Arc<Progress>) -> Report {
         handler.clone(),
         running.clone(),
     ));
-    let deadline = world.start + plan.faults_until.max(plan.send_over) + DRAIN_BOUND;
-    let slept = || {
-        seen.lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .slept
-    };
-    let drained = loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let now = Instant::now();
-        let at = u64::try_from((now - world.start).as_millis()).unwrap_or(u64::MAX);
-        progress.at.store(at, Ordering::Release);
-        let done = producing.is_finished()
-            && injecting.is_finished()
-            && crashing.is_finished()
-            && drained(&world).await;
-        if done && now >= world.start + MIN_VIRTUAL {
-            break true;
-        }
-        if now >= deadline + slept() {
-            break false;
-        }
-    };
+    let tasks_done =
+        || producing.is_finished() && injecting.is_finished() && crashing.is_finished();
+    let drained = wait_drained(&world, &progress, &seen, tasks_done).await;
     world.trace.push(format!(
         "drained: {drained} (handlers slept {:?} in all)",
-        slept()
+        slept(&seen)
     ));
     let switch = current(&running).as_ref().map(|p| p.switch.clone());
     let still_open = match (&switch, drained) {
@@ -465,15 +446,7 @@ async fn drive(world: World, progress: Arc<Progress>) -> Report {
             .trace
             .push("runtime or relay did not stop within 120 s");
     }
-    for name in ["orders", "out-a", "out-b"] {
-        if let Ok(e) = world.emulator.broker().entity(name) {
-            let c = e.counts();
-            world.trace.push(format!(
-                "census {name}: sent {} completed {} active {} locked {} scheduled {} dead-lettered {}",
-                c.sent, c.completed, c.active, c.locked, c.scheduled, c.dead_lettered_total
-            ));
-        }
-    }
+    census(&world);
     let virtual_time = world.start.elapsed();
     let mut violations = check(&world, &seen, drained, &format!("{at_deadline:?}")).await;
     if !stopped {
@@ -488,6 +461,51 @@ async fn drive(world: World, progress: Arc<Progress>) -> Report {
         virtual_time,
         messages: plan.messages,
         faults: plan.faults.len() + plan.crashes.len(),
+    }
+}
+
+/// The handlers' planned pauses so far: the drain bound stretches by them.
+fn slept(seen: &std::sync::Mutex<handler::Seen>) -> Duration {
+    seen.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .slept
+}
+
+/// Waits, one virtual second at a time, until the run's tasks are done and the entities drained
+/// (true, not before `MIN_VIRTUAL`), or until the drain bound passed (false).
+async fn wait_drained(
+    world: &World,
+    progress: &Progress,
+    seen: &std::sync::Mutex<handler::Seen>,
+    tasks_done: impl Fn() -> bool,
+) -> bool {
+    let plan = &world.plan;
+    let deadline = world.start + plan.faults_until.max(plan.send_over) + DRAIN_BOUND;
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = Instant::now();
+        let at = u64::try_from((now - world.start).as_millis()).unwrap_or(u64::MAX);
+        progress.at.store(at, Ordering::Release);
+        let done = tasks_done() && drained(world).await;
+        if done && now >= world.start + MIN_VIRTUAL {
+            return true;
+        }
+        if now >= deadline + slept(seen) {
+            return false;
+        }
+    }
+}
+
+/// Each entity's counts, in the trace.
+fn census(world: &World) {
+    for name in ["orders", "out-a", "out-b"] {
+        if let Ok(e) = world.emulator.broker().entity(name) {
+            let c = e.counts();
+            world.trace.push(format!(
+                "census {name}: sent {} completed {} active {} locked {} scheduled {} dead-lettered {}",
+                c.sent, c.completed, c.active, c.locked, c.scheduled, c.dead_lettered_total
+            ));
+        }
     }
 }
 
@@ -616,60 +634,7 @@ async fn check(
         let id = format!("m-{i}");
         let n = effects.get(&id).copied().unwrap_or(0);
         let reasons = dead.remove(&id).unwrap_or_default();
-        let (_, panics, transients) = seen.attempts.get(&id).copied().unwrap_or_default();
-        // A commit made to fail (a deadlock victim, a broken connection) is the message's own
-        // transient failure, not a systemic one: retrying it may exhaust its retries.
-        let transients = transients + world.store.faults.failed_commits(&id);
-        if n > 1 {
-            violations.push(format!("{id}: {n} business effects"));
-        }
-        // A message the producer sent twice is two broker messages, each with its own
-        // deliveries, retries and panic count until one of them commits: the copy whose own
-        // failures ran out first is dead-lettered `RetriesExhausted` (or `HandlerPanicked`)
-        // before its twin succeeds, and the runtime cannot know of the twin then (seeds 1326,
-        // 1463, 1568). Only that pair may have both outcomes.
-        let twin_exhausted = plan.duplicates.contains(&i)
-            && transients + panics > 0
-            && reasons
-                .iter()
-                .all(|r| r == "RetriesExhausted" || r == "HandlerPanicked");
-        if n > 0 && !reasons.is_empty() && !twin_exhausted {
-            violations.push(format!("{id}: processed and dead-lettered ({reasons:?})"));
-        }
-        // Several dead letters of one message are its several broker copies (planned
-        // duplicates, a send retried after its answer was lost, delayed-retry copies): each
-        // is judged by its reason below.
-        if drained && n == 0 && reasons.is_empty() {
-            violations.push(format!("{id}: lost (neither processed nor dead-lettered)"));
-        }
-        for reason in &reasons {
-            let allowed = match reason.as_str() {
-                "InvalidPayload" => plan.poison.contains(&i),
-                // Dead-lettered on the delivery numbered `MAX_PANICS` or later that panicked.
-                "HandlerPanicked" => {
-                    (panics >= 1 || plan.upcast_panicky.contains(&i)) && !plan.poison.contains(&i)
-                }
-                // The error its handler swallowed is a CHECK violation: permanent.
-                "PermanentStoreError" => plan.swallowing.contains(&i),
-                // Under delayed retries a panic is retried as a transient failure is.
-                "RetriesExhausted" => transients + panics > 0 || plan.upcast_panicky.contains(&i),
-                _ => false,
-            };
-            if !allowed {
-                violations.push(format!(
-                    "{id}: dead-lettered {reason} (panics {panics}, transient errors {transients}, poison {})",
-                    plan.poison.contains(&i)
-                ));
-            }
-        }
-        if plan.swallowing.contains(&i) && n > 0 {
-            violations.push(format!(
-                "{id}: committed although its handler swallowed a failed statement"
-            ));
-        }
-        if plan.poison.contains(&i) && n > 0 {
-            violations.push(format!("{id}: poison processed"));
-        }
+        check_message(world, &seen, i, n, &reasons, drained, &mut violations);
     }
     for (id, reasons) in dead {
         violations.push(format!(
@@ -686,6 +651,76 @@ async fn check(
         ));
     }
     violations
+}
+
+/// One planned message's invariants: at most one effect, never both processed and
+/// dead-lettered (but for a duplicate's twin), not lost once drained, each dead letter for a
+/// reason its plan allows.
+fn check_message(
+    world: &World,
+    seen: &handler::Seen,
+    i: usize,
+    n: u32,
+    reasons: &[String],
+    drained: bool,
+    violations: &mut Vec<String>,
+) {
+    let plan = &world.plan;
+    let id = format!("m-{i}");
+    let (_, panics, transients) = seen.attempts.get(&id).copied().unwrap_or_default();
+    // A commit made to fail (a deadlock victim, a broken connection) is the message's own
+    // transient failure, not a systemic one: retrying it may exhaust its retries.
+    let transients = transients + world.store.faults.failed_commits(&id);
+    if n > 1 {
+        violations.push(format!("{id}: {n} business effects"));
+    }
+    // A message the producer sent twice is two broker messages, each with its own
+    // deliveries, retries and panic count until one of them commits: the copy whose own
+    // failures ran out first is dead-lettered `RetriesExhausted` (or `HandlerPanicked`)
+    // before its twin succeeds, and the runtime cannot know of the twin then (seeds 1326,
+    // 1463, 1568). Only that pair may have both outcomes.
+    let twin_exhausted = plan.duplicates.contains(&i)
+        && transients + panics > 0
+        && reasons
+            .iter()
+            .all(|r| r == "RetriesExhausted" || r == "HandlerPanicked");
+    if n > 0 && !reasons.is_empty() && !twin_exhausted {
+        violations.push(format!("{id}: processed and dead-lettered ({reasons:?})"));
+    }
+    // Several dead letters of one message are its several broker copies (planned
+    // duplicates, a send retried after its answer was lost, delayed-retry copies): each
+    // is judged by its reason below.
+    if drained && n == 0 && reasons.is_empty() {
+        violations.push(format!("{id}: lost (neither processed nor dead-lettered)"));
+    }
+    for reason in reasons {
+        let allowed = match reason.as_str() {
+            "InvalidPayload" => plan.poison.contains(&i),
+            // Dead-lettered on the delivery numbered `MAX_PANICS` or later that panicked.
+            "HandlerPanicked" => {
+                (panics >= 1 || plan.upcast_panicky.contains(&i)) && !plan.poison.contains(&i)
+            }
+            // The error its handler swallowed is a CHECK violation: permanent.
+            "PermanentStoreError" => plan.swallowing.contains(&i),
+            // Under delayed retries a panic is retried as a transient failure is.
+            "RetriesExhausted" => transients + panics > 0 || plan.upcast_panicky.contains(&i),
+            _ => false,
+        };
+        if !allowed {
+            violations.push(format!(
+                "{id}: dead-lettered {reason} (panics {panics}, transient errors {transients}, poison {})",
+                plan.poison.contains(&i)
+            ));
+        }
+    }
+    if plan.swallowing.contains(&i) && n > 0 {
+        violations.push(format!(
+            "{id}: committed although its handler swallowed a failed statement"
+        ));
+    }
+    if plan.poison.contains(&i) && n > 0 {
+        violations.push(format!("{id}: poison processed"));
+    }
 }
 
 /// Session order: each session's messages took effect in the order they were sent, which is

@@ -3,6 +3,10 @@
 
 use std::fmt;
 
+/// The prefix of the environment variables that override the file's keys, unless
+/// [`super::WorkerConfig::load_with_prefix`] names another.
+pub const DEFAULT_ENV_PREFIX: &str = "SB_INBOX_";
+
 /// One configuration key: where it sits in `worker.toml`, the `SB_INBOX_*` variable that
 /// overrides it, and what it means (the `--help` line).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -31,8 +31,9 @@ use std::path::Path;
 use serde::Deserialize;
 
 pub use broker::BrokerAddress;
+pub use entity::DeclaredEntity;
 pub use error::{ConfigError, ConfigErrors};
-pub use keys::{ENV_VARS, KEYS, Key, MOVED, Moved};
+pub use keys::{DEFAULT_ENV_PREFIX, ENV_VARS, KEYS, Key, MOVED, Moved};
 pub use unknown::UnknownVariable;
 
 use super::{ConsumerConfig, ReplayHorizon};
@@ -42,10 +43,6 @@ use crate::runtime::{RetryPolicy, RuntimeConfig, SessionConfig};
 use crate::servicebus::TrustRoots;
 use crate::store::StoreUrl;
 use reader::Reader;
-
-/// The prefix of the environment variables that override the file's keys, unless
-/// [`WorkerConfig::load_with_prefix`] names another.
-pub const DEFAULT_ENV_PREFIX: &str = "SB_INBOX_";
 
 /// The validated worker configuration.
 #[derive(Debug, Clone)]
@@ -85,7 +82,7 @@ pub struct WorkerConfig {
     pub horizon: Option<ReplayHorizon>,
     /// What `[entity]` says of the first consumer's entity, checked at start-up against the
     /// entity read from the management API ([`crate::worker::entity_check`]).
-    pub declared_entity: crate::worker::DeclaredEntity,
+    pub declared_entity: DeclaredEntity,
     /// Session mode (`servicebus.sessions = true`), for every consumer.
     pub sessions: Option<SessionConfig>,
 }
@@ -109,7 +106,7 @@ struct File {
     #[serde(default)]
     entity: entity::EntityFile,
     #[serde(default)]
-    retention: retention::RetentionFile,
+    retention: entity::RetentionFile,
     #[serde(default)]
     consumers: Vec<consumers::ConsumerFile>,
     #[serde(default)]
@@ -274,17 +271,7 @@ impl WorkerConfig {
             relay,
             retention: retention.retention,
             horizon: retention.horizon,
-            declared_entity: crate::worker::DeclaredEntity {
-                message_ttl: entity_settings
-                    .message_ttl_secs
-                    .map(std::time::Duration::from_secs),
-                lock_duration,
-                max_delivery_count: entity_settings
-                    .max_delivery_count
-                    .and_then(|n| u32::try_from(n).ok()),
-                retry_span,
-                dlq_resubmit_window: retention.dlq_window,
-            },
+            declared_entity: entity_settings.declared(retry_span, retention.dlq_window),
             sessions,
         })
     }

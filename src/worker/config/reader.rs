@@ -3,8 +3,8 @@
 
 use std::ops::RangeInclusive;
 
-use super::DEFAULT_ENV_PREFIX;
 use super::error::ConfigError;
+use super::keys::DEFAULT_ENV_PREFIX;
 use super::keys::{Key, Moved};
 
 /// Reads values key by key, collecting problems instead of stopping at the first.

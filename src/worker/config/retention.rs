@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
-
-use super::entity::EntitySettings;
+use super::entity::{EntitySettings, RetentionFile};
 use super::keys::{
     DLQ_RESUBMIT_WINDOW_SECS, RETENTION_BATCH, RETENTION_INTERVAL_SECS, RETENTION_SECS,
 };
@@ -13,22 +11,6 @@ use super::reader::{Reader, to_usize};
 use crate::ports::MAX_RETENTION_BATCH;
 use crate::retention::RetentionConfig;
 use crate::worker::{DEFAULT_RESUBMIT_WINDOW, ReplayHorizon};
-
-/// The `[retention]` section as written, with the entity keys' old places.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RetentionFile {
-    retention_secs: Option<u64>,
-    dlq_resubmit_window_secs: Option<u64>,
-    batch_size: Option<u64>,
-    interval_secs: Option<u64>,
-    /// Moved to `entity.message_ttl_secs`.
-    pub(super) message_ttl_secs: Option<u64>,
-    /// Moved to `entity.lock_duration_secs`.
-    pub(super) lock_duration_secs: Option<u64>,
-    /// Moved to `entity.max_delivery_count`.
-    pub(super) max_delivery_count: Option<u64>,
-}
 
 /// What `[retention]` gives: the task's settings when rows are to be deleted, and the replay
 /// horizon when the entity's settings are known.

@@ -1,7 +1,7 @@
 //! Variables under the configuration's prefix that name no key: a misspelt override
 //! (`ORDERS_CONCURENCY`) would otherwise be ignored without a word.
 
-use super::DEFAULT_ENV_PREFIX;
+use super::keys::DEFAULT_ENV_PREFIX;
 use super::keys::KEYS;
 
 /// A variable under the configuration's prefix that is no key's override: ignored when the

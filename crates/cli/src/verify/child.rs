@@ -22,6 +22,10 @@ use tracing_subscriber::layer::{Context, SubscriberExt as _};
 
 use crate::inventory::{InventoryStore, OrderPlacedConsumer};
 
+/// The lock margin of every runtime verify runs: a renewal this long before the lock runs out
+/// (below the 5 s lock of the lock-loss queue).
+pub const LOCK_MARGIN: Duration = Duration::from_secs(2);
+
 /// The line the child prints on stdout once its transaction committed.
 pub const COMMITTED: &str = "committed";
 /// The line a stalling child prints once its handler wrote its rows (the transaction open);
@@ -187,7 +191,7 @@ where
     let receiver = client.receiver(queue, 0);
     let consumer = ConsumerName::new(consumer).map_err(|e| e.to_string())?;
     let mut config = RuntimeConfig::new(consumer);
-    config.lock_margin = super::scenarios::LOCK_MARGIN;
+    config.lock_margin = LOCK_MARGIN;
     // As the parent read it from the management API (`--lock-duration-ms`): without it a
     // message that waited in the queue on a broker whose clock is ahead of this host's looks
     // locked for longer than it is, and the stalled commit would not be fenced.

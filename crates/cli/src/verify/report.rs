@@ -216,13 +216,6 @@ impl VerifyReport {
             EXIT_SKIPPED => ("skipped", "no scenario failed; some were skipped"),
             _ => ("failed", "a scenario failed or something was left behind"),
         };
-        let slowest = self
-            .scenarios
-            .iter()
-            .map(|s| s.millis)
-            .max()
-            .unwrap_or(0)
-            .max(1);
         let mut out = String::new();
         let _ = write!(
             out,
@@ -235,6 +228,23 @@ impl VerifyReport {
             class = verdict.0,
             verdict = verdict.1,
         );
+        self.html_scenarios(&mut out);
+        self.html_measurements(&mut out);
+        self.html_environment(&mut out);
+        self.html_left_behind(&mut out);
+        out.push_str("</main></body></html>\n");
+        out
+    }
+
+    /// The scenarios table: each with its status, its time as a bar scaled to the slowest, its reason.
+    fn html_scenarios(&self, out: &mut String) {
+        let slowest = self
+            .scenarios
+            .iter()
+            .map(|s| s.millis)
+            .max()
+            .unwrap_or(0)
+            .max(1);
         let _ = write!(
             out,
             "<h2>Scenarios</h2><table id=\"scenarios\"><tr><th>scenario</th><th>result</th>\
@@ -261,6 +271,10 @@ impl VerifyReport {
             );
         }
         out.push_str("</table>");
+    }
+
+    /// The measurements table (`n/a` where a scenario could not measure).
+    fn html_measurements(&self, out: &mut String) {
         let m = &self.measurements;
         let ms = |v: Option<f64>| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.2} ms"));
         let per_slot = m
@@ -280,6 +294,10 @@ impl VerifyReport {
             rtt = ms(m.broker_rtt_ms),
             commit = ms(m.store_commit_ms),
         );
+    }
+
+    /// The environment table (`unknown` where verify could not read it).
+    fn html_environment(&self, out: &mut String) {
         let e = &self.environment;
         let or_unknown =
             |v: &Option<String>| v.as_deref().map_or_else(|| "unknown".to_owned(), escape);
@@ -302,6 +320,10 @@ impl VerifyReport {
             scratch = escape(&e.scratch_store),
             tool = escape(&e.tool_version),
         );
+    }
+
+    /// What the run could not clean up, when anything.
+    fn html_left_behind(&self, out: &mut String) {
         if !self.left_behind.is_empty() {
             out.push_str("<h2>Left behind</h2><ul id=\"left-behind\">");
             for left in &self.left_behind {
@@ -309,8 +331,6 @@ impl VerifyReport {
             }
             out.push_str("</ul>");
         }
-        out.push_str("</main></body></html>\n");
-        out
     }
 }
 

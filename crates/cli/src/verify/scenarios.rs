@@ -38,9 +38,9 @@ const CLOCK_TOLERANCE: Duration = Duration::from_secs(2);
 /// The child's stdout, line by line.
 type ChildLines = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
 
-/// The lock margin of every runtime verify runs: a renewal this long before the lock runs out
-/// (below the 5 s lock of the lock-loss queue).
-pub const LOCK_MARGIN: Duration = Duration::from_secs(2);
+/// The lock margin of every runtime verify runs (defined beside the child, which runs one too:
+/// the child is the lower module, so scenarios import it and not the other way).
+pub use super::child::LOCK_MARGIN;
 
 /// How long the lock-loss scenario waits for the redelivery: longer than the longest lock a
 /// given queue can have, 5 min (Microsoft Learn, `CreateQueueOptions.LockDuration`: "Max value

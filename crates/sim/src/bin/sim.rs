@@ -24,36 +24,7 @@ fn main() {
     let mix_name = std::env::var("SIM_FAULTS").unwrap_or_else(|_| "all".to_owned());
     let mix = sim::Mix::from_env();
     if let Some(seed) = value("--seed").or_else(|| std::env::var("SIM_SEED").ok()?.parse().ok()) {
-        let report = sim::run(seed, mix);
-        let plan = sim::Plan::new(seed, mix);
-        println!(
-            "plan: concurrency {}, prefetch {}, batch size {}, delayed retries {} ({} retries), handler {:?}, faults until {:?}, sent over {:?}, crashes (at, down) {:?}, worker {}, sessions (count, at once) {:?}",
-            plan.concurrency,
-            plan.prefetch,
-            plan.batch_size,
-            plan.delayed_retry,
-            plan.retries,
-            plan.handler,
-            plan.faults_until,
-            plan.send_over,
-            plan.crashes,
-            plan.worker,
-            plan.sessions
-        );
-        for line in &report.trace {
-            println!("{line}");
-        }
-        println!(
-            "seed {seed}: {} messages, {} faults, {:.0} s virtual, trace hash {:016x}",
-            report.messages,
-            report.faults,
-            report.virtual_time.as_secs_f64(),
-            report.trace_hash
-        );
-        if !report.passed() {
-            eprintln!("{}", report.explain(&mix_name));
-            std::process::exit(1);
-        }
+        replay(seed, mix, &mix_name);
         return;
     }
     let seeds = value("--seeds").unwrap_or(100);
@@ -112,6 +83,40 @@ fn main() {
         messages as u64 / seeds.max(1)
     );
     if failures > 0 {
+        std::process::exit(1);
+    }
+}
+
+/// `--seed S`: runs one seed and prints its plan and trace; exits 1 when it failed.
+fn replay(seed: u64, mix: sim::Mix, mix_name: &str) {
+    let report = sim::run(seed, mix);
+    let plan = sim::Plan::new(seed, mix);
+    println!(
+        "plan: concurrency {}, prefetch {}, batch size {}, delayed retries {} ({} retries), handler {:?}, faults until {:?}, sent over {:?}, crashes (at, down) {:?}, worker {}, sessions (count, at once) {:?}",
+        plan.concurrency,
+        plan.prefetch,
+        plan.batch_size,
+        plan.delayed_retry,
+        plan.retries,
+        plan.handler,
+        plan.faults_until,
+        plan.send_over,
+        plan.crashes,
+        plan.worker,
+        plan.sessions
+    );
+    for line in &report.trace {
+        println!("{line}");
+    }
+    println!(
+        "seed {seed}: {} messages, {} faults, {:.0} s virtual, trace hash {:016x}",
+        report.messages,
+        report.faults,
+        report.virtual_time.as_secs_f64(),
+        report.trace_hash
+    );
+    if !report.passed() {
+        eprintln!("{}", report.explain(mix_name));
         std::process::exit(1);
     }
 }
