@@ -659,10 +659,10 @@ fn check_metrics(sink: &Sink) {
     let process = last_metric(&metrics, metric::PROCESS_DURATION);
     assert_eq!(total(process, &[(attr::DESTINATION, "orders")]), 4.0);
     let operations = last_metric(&metrics, metric::OPERATION_DURATION);
-    // Two on `orders` (the refused one never succeeded), one on `shared`.
+    // Two on `orders` (the refused one never succeeded), one on `shared`, two on `windowed`.
     assert_eq!(
         total(operations, &[(attr::OPERATION_NAME, "complete")]),
-        4.0
+        6.0
     );
     assert_eq!(
         total(
@@ -687,8 +687,8 @@ fn check_metrics(sink: &Sink) {
             ]
         ) >= 1.0
     );
-    // Five to `orders` and `locky`, one to `shared`.
-    assert_eq!(total(operations, &[(attr::OPERATION_NAME, "send")]), 6.0);
+    // Five to `orders` and `locky`, one to `shared`, two to `windowed`.
+    assert_eq!(total(operations, &[(attr::OPERATION_NAME, "send")]), 8.0);
     let transactions = last_metric(&metrics, metric::TRANSACTION_DURATION);
     // The unknown contract was completed without a transaction.
     assert_eq!(total(transactions, &[(attr::DESTINATION, "shared")]), 0.0);
