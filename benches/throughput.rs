@@ -39,6 +39,10 @@
 //! transaction, settlement, mean deliveries held and busy) to stderr every 2 s. The load
 //! average is printed before and after.
 //!
+//! With an RTT beyond 0 in `--rtt` (the distance table), the defaults are that table's: the
+//! wide workload only, `--steady` and `--relay` on (`--no-steady`, `--no-relay` leave them
+//! out), so that `--concurrency 16,8 --batch 1,64 --rtt 0,2,10,40` alone gives every row.
+//!
 //! 4. **Relay** (`--relay`): for each RTT, [`RELAY_BACKLOG`] outbox rows written in one
 //!    transaction are published by the outbox relay (`RelayConfig::default()`, batch 1000)
 //!    to an in-process emulator that far away, on a queue with duplicate detection: events/s
@@ -124,6 +128,7 @@ impl Options {
             trace: false,
             secs: 8,
         };
+        let (mut workload_given, mut no_steady, mut no_relay) = (false, false, false);
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
             match arg.as_str() {
@@ -151,6 +156,8 @@ impl Options {
                 }
                 "--relay" => options.relay = true,
                 "--steady" => options.steady = true,
+                "--no-relay" => no_relay = true,
+                "--no-steady" => no_steady = true,
                 "--trace" => options.trace = true,
                 "--baseline" => {
                     options.baseline = Some(args.next().expect("--baseline takes a path"));
@@ -161,6 +168,7 @@ impl Options {
                         .collect();
                 }
                 "--workload" => {
+                    workload_given = true;
                     options.workloads = list(args.next())
                         .map(|w| match w {
                             "wide" => WIDE,
@@ -178,6 +186,15 @@ impl Options {
                 // `cargo bench` passes `--bench`; filters are not used.
                 _ => {}
             }
+        }
+        // The distance table's defaults (issue 42): one invocation with only the
+        // concurrency, batch and RTTs given has every row the issue asks for.
+        if options.rtts.iter().any(|&rtt| rtt > 0) {
+            if !workload_given {
+                options.workloads = vec![WIDE];
+            }
+            options.steady = !no_steady;
+            options.relay = !no_relay;
         }
         options
     }
@@ -581,12 +598,15 @@ async fn steady(binary: &str, run: WorkerRun, rate: f64, secs: u64) -> (f64, f64
         let at = SystemTime::now();
         sends.push(tokio::spawn(async move {
             sender.send(message).await.unwrap();
-            at
+            (at, at.elapsed().unwrap_or_default())
         }));
     }
     let mut sent = Vec::with_capacity(count);
+    let mut acks = Vec::with_capacity(count);
     for send in sends {
-        sent.push(send.await.unwrap());
+        let (at, ack) = send.await.unwrap();
+        sent.push(at);
+        acks.push(ack.as_secs_f64() * 1000.0);
     }
     committed(i64::try_from(count).unwrap() + 1).await;
     let rows = store
@@ -596,7 +616,7 @@ async fn steady(binary: &str, run: WorkerRun, rate: f64, secs: u64) -> (f64, f64
         )
         .await
         .unwrap();
-    let mut latencies: Vec<f64> = rows
+    let mut in_order: Vec<(usize, f64)> = rows
         .iter()
         .filter_map(|row| {
             let id: String = row.get(0);
@@ -605,16 +625,39 @@ async fn steady(binary: &str, run: WorkerRun, rate: f64, secs: u64) -> (f64, f64
             (i >= count / 10).then(|| {
                 let enqueued = at.duration_since(SystemTime::UNIX_EPOCH).unwrap();
                 let processed: f64 = row.get(1);
-                (processed - enqueued.as_secs_f64()) * 1000.0
+                (i, (processed - enqueued.as_secs_f64()) * 1000.0)
             })
         })
         .collect();
+    in_order.sort_by_key(|(i, _)| *i);
+    let mut latencies: Vec<f64> = in_order.into_iter().map(|(_, ms)| ms).collect();
+    if run.trace {
+        // Where the tail lies: the bench's own sends (answered a round trip later when all
+        // is well), and the latencies of each tenth of the run in order.
+        acks.sort_by(f64::total_cmp);
+        let tenths: Vec<String> = latencies
+            .chunks(latencies.len().div_ceil(10).max(1))
+            .map(|tenth| format!("{:.0}", tenth.iter().copied().fold(0.0, f64::max)))
+            .collect();
+        eprintln!(
+            "steady rtt {} ms: send answered p50 {:.1} / p99 {:.1} ms; max per tenth (ms): {}",
+            run.rtt_ms,
+            quantile(&acks, 0.5),
+            quantile(&acks, 0.99),
+            tenths.join(" ")
+        );
+    }
     latencies.sort_by(f64::total_cmp);
-    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+    let at = |q: f64| quantile(&latencies, q);
     let _ = child.kill();
     let _ = child.wait();
     drop_schema(&schema).await;
     (at(0.5), at(0.99))
+}
+
+/// The `q` quantile of `sorted` (nearest rank).
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
 fn main() {

@@ -83,8 +83,9 @@ use super::process::{Abort, Processor, outcome_of};
 use super::{Backoff, Handled, Handler, Inner, Outcome, Report, RuntimeError};
 use crate::ports::{Delivery, Receiver, Savepoint, Store, StoreError, StoreTx, Tx};
 
-/// A received delivery with its kept lock and its `held` slot, waiting for a batch.
-type Queued<D> = (Arc<D>, KeptLock, Slot);
+/// A received delivery with its kept lock, its `held` slot and when it was received, waiting
+/// for a batch.
+type Queued<D> = (Arc<D>, KeptLock, Slot, Instant);
 
 /// Receives into batches and runs them until `shutdown`, then drains, as
 /// [`super::Runtime::run`] does one delivery at a time.
@@ -129,7 +130,7 @@ where
         let delivery = Arc::new(delivery);
         // Kept from receipt: a delivery waiting for its batch must not expire there.
         let lock = inner.processor().keeper.keep(delivery.clone());
-        if queue.send((delivery, lock, slot)).is_err() {
+        if queue.send((delivery, lock, slot, Instant::now())).is_err() {
             // The batcher ends only after shutdown.
             break Ok(());
         }
@@ -189,7 +190,7 @@ async fn batches<R, S, H>(
         // Paused by the kill switch while the batch formed: what has not started is released.
         let (held_back, batch): (Vec<_>, Vec<_>) = batch
             .into_iter()
-            .partition(|(_, _, slot)| inner.circuit.holds_back(&slot.ticket));
+            .partition(|(_, _, slot, _)| inner.circuit.holds_back(&slot.ticket));
         for queued in held_back {
             give_back(&inner, queued).await;
         }
@@ -214,14 +215,19 @@ async fn batches<R, S, H>(
             };
             let mut slots = Vec::with_capacity(batch.len());
             let mut members = Vec::with_capacity(batch.len());
-            for ((delivery, lock, mut slot), place) in batch.into_iter().zip(places) {
+            for ((delivery, lock, mut slot, received_at), place) in batch.into_iter().zip(places) {
                 // A lock that ran out while it waited for its batch is given back, never
                 // handled late: its redelivery may already be in another instance's hands.
                 if lock.is_held() {
+                    // Queued from receipt until its batch starts: the linger and the wait for a
+                    // handling slot, as the unbatched trace's queue.
+                    inner
+                        .phases
+                        .record(super::phases::Phase::Queued, received_at.elapsed());
                     slots.push(slot.take_permit());
                     members.push((delivery, lock, (slot, place)));
                 } else {
-                    give_back(&inner, (delivery, lock, slot)).await;
+                    give_back(&inner, (delivery, lock, slot, received_at)).await;
                 }
             }
             if members.is_empty() {
@@ -256,7 +262,7 @@ async fn settlement_places(
 
 /// Releases a queued delivery that never started, then stops keeping its lock.
 async fn give_back<R, S, H, D: Delivery>(inner: &Inner<R, S, H>, queued: Queued<D>) {
-    let (delivery, lock, slot) = queued;
+    let (delivery, lock, slot, _) = queued;
     inner.give_back_queued(&*delivery, lock).await;
     drop(slot);
 }
@@ -389,6 +395,7 @@ where
             }
         })
         .collect();
+    let started = Instant::now();
     let ended = tokio::select! {
         biased;
         () = cancel.cancelled() => Err(Whole::Shutdown),
@@ -413,6 +420,13 @@ where
         ended => ended,
     };
     drop(freed);
+    // The batch's transactions, once per batch; each member's settlement from here to its
+    // answer (the phase trace of issue 42, as unbatched).
+    let transactions_ended = Instant::now();
+    inner.phases.record(
+        super::phases::Phase::Transaction,
+        transactions_ended - started,
+    );
     // Every settlement at once, each in its own process span.
     let mut settling = tokio::task::JoinSet::new();
     for ((index, member), place) in members.into_iter().enumerate().zip(held_until_settled) {
@@ -445,6 +459,10 @@ where
                 )
                 .instrument(processing.span.clone())
                 .await;
+            inner.phases.record(
+                super::phases::Phase::Settlement,
+                transactions_ended.elapsed(),
+            );
             // The renewals stop only now, after the settlement was answered.
             lock.release().await;
             step.observer

@@ -145,6 +145,10 @@ impl Phases {
                 us as f64 / n as f64 / 1000.0
             }
         };
+        let count = |phase: Phase| {
+            let i = index(phase);
+            now.counts[i].saturating_sub(before.counts[i])
+        };
         let receipts = now.receipts.saturating_sub(before.receipts).max(1) as f64;
         let held = now.held_sum.saturating_sub(before.held_sum) as f64 / receipts;
         let busy = now.busy_sum.saturating_sub(before.busy_sum) as f64 / receipts;
@@ -156,6 +160,11 @@ impl Phases {
             queued_ms = mean(Phase::Queued),
             transaction_ms = mean(Phase::Transaction),
             settlement_ms = mean(Phase::Settlement),
+            // How many each mean is over: a batch's transaction counts once, its members'
+            // queues and settlements once each.
+            queued = count(Phase::Queued),
+            transactions = count(Phase::Transaction),
+            settlements = count(Phase::Settlement),
             mean_held = held,
             mean_busy = busy,
             "Pipeline phases since the last report."

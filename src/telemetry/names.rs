@@ -253,8 +253,15 @@ pub mod metric {
     /// because the consumer is set to (`unknown_contracts = "complete"`; counter, `{message}`).
     pub const UNKNOWN_CONTRACTS: &str = "sb_inbox.unknown_contracts";
 
+    /// The deliveries a consumer's receive link keeps in flight, as its self-sizing window
+    /// chose (gauge, `{message}`; issue 42, `sb_servicebus::window`).
+    pub const RECEIVE_WINDOW: &str = client::RECEIVE_WINDOW;
+    /// The broker's round trip that window was sized over: a disposition's answer on the link
+    /// (gauge, `s`).
+    pub const RECEIVE_ROUND_TRIP: &str = client::RECEIVE_ROUND_TRIP;
+
     /// Every metric with its unit.
-    pub const ALL: [(&str, &str); 19] = [
+    pub const ALL: [(&str, &str); 21] = [
         (CONSUMED_MESSAGES, "{message}"),
         (PROCESS_DURATION, "s"),
         (OPERATION_DURATION, "s"),
@@ -274,6 +281,8 @@ pub mod metric {
         (CIRCUIT_TRIPS, "{trip}"),
         (CIRCUIT_PAUSED, "s"),
         (UNKNOWN_CONTRACTS, "{message}"),
+        (RECEIVE_WINDOW, "{message}"),
+        (RECEIVE_ROUND_TRIP, "s"),
     ];
 
     /// Counters (monotonic sums): Prometheus names end in `_total`.

@@ -773,3 +773,82 @@ async fn the_next_batch_runs_while_the_last_settles_within_the_bound() {
     let counts = broker.counts();
     assert_eq!((counts.completed, counts.abandoned), (12, 0));
 }
+
+/// The fields of the `sb_inbox::pipeline` events seen, each as a map of its numeric fields.
+#[derive(Clone, Default)]
+struct PipelineTrace(Arc<std::sync::Mutex<Vec<BTreeMap<&'static str, f64>>>>);
+
+struct Numbers<'a>(&'a mut BTreeMap<&'static str, f64>);
+
+impl tracing::field::Visit for Numbers<'_> {
+    fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
+        self.0.insert(field.name(), value);
+    }
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        self.0.insert(field.name(), value as f64);
+    }
+    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
+        self.0.insert(field.name(), value as f64);
+    }
+    fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for PipelineTrace {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if event.metadata().target() == "sb_inbox::pipeline" {
+            let mut fields = BTreeMap::new();
+            event.record(&mut Numbers(&mut fields));
+            self.0.lock().unwrap().push(fields);
+        }
+    }
+}
+
+/// Issue 42: the batched runtime's phase trace has every phase the unbatched one has: each
+/// member's queue (receipt to its batch's start) and settlement, and each batch's transaction,
+/// with their counts. Batches of 4 of 12 orders, a handler that takes 5 ms (paused clock).
+#[tokio::test(start_paused = true)]
+async fn the_batched_phase_trace_has_the_queue_the_transaction_and_the_settlement() {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    let trace = PipelineTrace::default();
+    let _default =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(trace.clone()));
+    let store = sqlite_store("rt_batch_phases", 1).await;
+    let broker = MemoryBroker::with_options(Clock::new(), Duration::from_secs(60), 10);
+    let messages: u32 = 12;
+    for n in 1..=messages {
+        broker.send(two_line_order(&format!("m-{n}"), &format!("o-{n}")));
+    }
+    let mut config = batched(INVENTORY, 4);
+    config.concurrency = 1;
+    let handler = Slow {
+        inner: OrderPlacedConsumer::new(),
+        duration: Duration::from_millis(5),
+    };
+    let runtime = Arc::new(on_test_clock(&broker, &store, handler, config));
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn({
+        let (runtime, shutdown) = (runtime.clone(), shutdown.clone());
+        async move { runtime.run(shutdown).await }
+    });
+    while broker.counts().completed < u64::from(messages) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // One report after the work (the trace reports every 2 s).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+    let reports = trace.0.lock().unwrap().clone();
+    let total = |field: &str| reports.iter().filter_map(|r| r.get(field)).sum::<f64>();
+    assert_eq!(total("received"), 12.0, "{reports:?}");
+    assert_eq!(total("queued"), 12.0, "every member's queue: {reports:?}");
+    assert_eq!(total("transactions"), 3.0, "one per batch: {reports:?}");
+    assert_eq!(total("settlements"), 12.0, "every member's: {reports:?}");
+    let worked = reports
+        .iter()
+        .find(|r| r.get("transactions").is_some_and(|n| *n > 0.0))
+        .unwrap();
+    assert!(
+        worked["transaction_ms"] >= 20.0,
+        "four handlers of 5 ms in each batch's transaction: {worked:?}"
+    );
+}

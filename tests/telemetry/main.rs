@@ -45,6 +45,7 @@ async fn emulator() -> Emulator {
             queue("orders", properties("PT30S", 5)),
             queue("locky", properties("PT1S", 5)),
             queue("shared", properties("PT30S", 5)),
+            queue("windowed", properties("PT30S", 5)),
         ],
         Default::default(),
     )
@@ -308,9 +309,11 @@ async fn spans_and_metrics_of_processed_duplicate_dead_lettered_and_lock_lost_me
         shared_runtime.process(delivery).await.outcome,
         Outcome::Ignored
     );
+    let windowed = windowed_receiver(&client).await;
     receiver.close().await;
     locky.close().await;
     shared.close().await;
+    windowed.close().await;
 
     flush(&telemetry).await;
     check_spans(&sink);
@@ -506,6 +509,29 @@ fn check_spans(sink: &Sink) {
     assert!(!kids.iter().any(|s| s.name.starts_with("complete")));
 }
 
+/// A self-sizing receive window (issue 42) on `windowed`: a completion answered gives it the
+/// broker's round trip, and a delivery taken a sample period after the first has it size
+/// itself and record its window and round trip.
+async fn windowed_receiver(
+    client: &sb_inbox::servicebus::ServiceBusClient,
+) -> sb_inbox::servicebus::ServiceBusReceiver {
+    let sender = client.sender("windowed");
+    for n in 0..2 {
+        sender.send(order(&format!("m-w{n}"))).await.unwrap();
+    }
+    let windowed = client
+        .receiver("windowed", 0)
+        .with_capacity(8)
+        .with_auto_window(2);
+    let first = windowed.receive_message().await.unwrap().unwrap();
+    first.complete().await.unwrap();
+    // The rate is sampled once a sample period has passed since the first delivery taken.
+    tokio::time::sleep(sb_servicebus::window::SAMPLE_PERIOD * 2).await;
+    let second = windowed.receive_message().await.unwrap().unwrap();
+    second.complete().await.unwrap();
+    windowed
+}
+
 fn check_metrics(sink: &Sink) {
     let metrics = sink.metrics();
     for (name, unit) in metric::ALL {
@@ -520,6 +546,17 @@ fn check_metrics(sink: &Sink) {
         }
         assert_eq!(last_metric(&metrics, name).unit, unit, "{name}");
     }
+    let windowed = [(attr::DESTINATION, "windowed")];
+    let window = total(last_metric(&metrics, metric::RECEIVE_WINDOW), &windowed);
+    assert!(
+        (2.0..=8.0).contains(&window),
+        "the window within its base and capacity: {window}"
+    );
+    let round_trip = total(last_metric(&metrics, metric::RECEIVE_ROUND_TRIP), &windowed);
+    assert!(
+        round_trip > 0.0 && round_trip < 5.0,
+        "a measured round trip in seconds: {round_trip}"
+    );
     for name in [metric::PROCESS_DURATION, metric::OPERATION_DURATION] {
         let Some(Data::Histogram(histogram)) = &last_metric(&metrics, name).data else {
             panic!("{name} is not a histogram");
@@ -622,10 +659,10 @@ fn check_metrics(sink: &Sink) {
     let process = last_metric(&metrics, metric::PROCESS_DURATION);
     assert_eq!(total(process, &[(attr::DESTINATION, "orders")]), 4.0);
     let operations = last_metric(&metrics, metric::OPERATION_DURATION);
-    // Two on `orders` (the refused one never succeeded), one on `shared`.
+    // Two on `orders` (the refused one never succeeded), one on `shared`, two on `windowed`.
     assert_eq!(
         total(operations, &[(attr::OPERATION_NAME, "complete")]),
-        4.0
+        6.0
     );
     assert_eq!(
         total(
@@ -650,8 +687,8 @@ fn check_metrics(sink: &Sink) {
             ]
         ) >= 1.0
     );
-    // Five to `orders` and `locky`, one to `shared`.
-    assert_eq!(total(operations, &[(attr::OPERATION_NAME, "send")]), 6.0);
+    // Five to `orders` and `locky`, one to `shared`, two to `windowed`.
+    assert_eq!(total(operations, &[(attr::OPERATION_NAME, "send")]), 8.0);
     let transactions = last_metric(&metrics, metric::TRANSACTION_DURATION);
     // The unknown contract was completed without a transaction.
     assert_eq!(total(transactions, &[(attr::DESTINATION, "shared")]), 0.0);

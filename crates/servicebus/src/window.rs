@@ -11,9 +11,14 @@
 //! To keep the caller busy the window must cover what it takes while a credit travels: the
 //! bandwidth-delay product, taken rate × round trip. The receiver measures both:
 //! - the round trip as the broker's answer to a disposition on the link (a smoothed mean);
-//! - the rate as the deliveries taken per [`SAMPLE_PERIOD`].
+//! - the rate as the deliveries taken per [`SAMPLE_PERIOD`], and its highest sample over the
+//!   last [`PEAK_HOLD`]: the bandwidth-delay product is taken at that peak, so that a lull of
+//!   a few sample periods (arrivals are bursty) does not shrink the window the next burst
+//!   needs; BBR keeps its bottleneck bandwidth as a windowed maximum of the delivery rate for
+//!   the same reason (Cardwell et al., "BBR: Congestion-Based Congestion Control", ACM Queue
+//!   14(5), 2016).
 //!
-//! [`window_size`] keeps `base + HEADROOM × rate × rtt`: `base` is what the caller handles
+//! [`window_size`] keeps `base + HEADROOM × peak rate × rtt`: `base` is what the caller handles
 //! at once (its slots), so that each has a delivery waiting; the headroom lets a window that
 //! limits the rate grow: limited, the rate is `window ÷ (rtt + service)`, and twice that times
 //! the round trip exceeds the window whenever the round trip exceeds the service time, so the
@@ -53,6 +58,10 @@ const HEADROOM: f64 = 2.0;
 /// How often the rate is sampled and the window recomputed.
 pub const SAMPLE_PERIOD: Duration = Duration::from_millis(100);
 
+/// How long the highest rate sampled keeps the window: a lull shorter than this does not
+/// shrink it. Past it (an idle link, a rate that fell for good) the window follows the rate.
+pub const PEAK_HOLD: Duration = Duration::from_secs(1);
+
 /// How often the window is logged under `sb_inbox::pipeline` (as the runtime's phase trace).
 const REPORT_EVERY: Duration = Duration::from_secs(2);
 
@@ -80,8 +89,12 @@ pub struct WindowInputs {
     pub base: u32,
     /// The most the window may reach (the receiver's capacity).
     pub ceiling: u32,
-    /// Deliveries taken per second, as last sampled.
+    /// Deliveries taken per second, as last sampled: what bounds the wait by the lock (a
+    /// delivery beyond the slots drains at the rate of now, not at a past peak).
     pub rate: f64,
+    /// The highest rate sampled over the last [`PEAK_HOLD`]: what the bandwidth-delay product
+    /// is taken at (never below `rate`).
+    pub peak_rate: f64,
     /// The broker's round trip, as measured (zero before the first answer).
     pub rtt: Duration,
     /// The mean size of a message's body and properties, in bytes (0: unknown).
@@ -92,17 +105,14 @@ pub struct WindowInputs {
     pub lock_left: Option<Duration>,
 }
 
-/// The window for `inputs`: `base + HEADROOM × rate × rtt`, at most the lock's share
-/// (`base + rate × lock_left ÷ LOCK_WAIT_FRACTION`), the ceiling and the memory budget, and at
-/// least one delivery.
+/// The window for `inputs`: `base + HEADROOM × peak rate × rtt`, at most the lock's share
+/// (`base + rate × lock_left ÷ LOCK_WAIT_FRACTION`, at the rate of now), the ceiling and the
+/// memory budget, and at least one delivery.
 #[must_use]
 pub fn window_size(inputs: &WindowInputs) -> u32 {
-    let rate = if inputs.rate.is_finite() {
-        inputs.rate.max(0.0)
-    } else {
-        0.0
-    };
-    let in_transit = rate * inputs.rtt.as_secs_f64() * HEADROOM;
+    let rate = sane_rate(inputs.rate);
+    let peak = sane_rate(inputs.peak_rate).max(rate);
+    let in_transit = peak * inputs.rtt.as_secs_f64() * HEADROOM;
     let mut window = u64::from(inputs.base).saturating_add(whole(in_transit.ceil()));
     if let Some(lock) = inputs.lock_left {
         let waiting = rate * lock.as_secs_f64() / f64::from(LOCK_WAIT_FRACTION);
@@ -113,6 +123,11 @@ pub fn window_size(inputs: &WindowInputs) -> u32 {
         window = window.min(fits);
     }
     u32::try_from(window.max(1)).unwrap_or(u32::MAX)
+}
+
+/// A rate as a finite non-negative number (a nonsense one counts as none).
+fn sane_rate(rate: f64) -> f64 {
+    if rate.is_finite() { rate.max(0.0) } else { 0.0 }
 }
 
 /// A non-negative float as a whole count (saturating).
@@ -130,6 +145,8 @@ fn whole(x: f64) -> u64 {
 pub(crate) struct Sizer {
     base: u32,
     rate: f64,
+    /// The rates sampled over the last [`PEAK_HOLD`], with when each sample ended.
+    recent: std::collections::VecDeque<(Instant, f64)>,
     rtt: Option<Duration>,
     mean_bytes: Option<f64>,
     lock_left: Option<Duration>,
@@ -155,6 +172,7 @@ impl Sizer {
         Sizer {
             base,
             rate: 0.0,
+            recent: std::collections::VecDeque::new(),
             rtt: None,
             mean_bytes: None,
             lock_left: None,
@@ -177,6 +195,23 @@ impl Sizer {
             rtt: self.rtt,
             rate: self.rate,
         }
+    }
+
+    /// Records the rate just sampled at `now` and returns the highest over the last
+    /// [`PEAK_HOLD`].
+    fn peak_rate(&mut self, now: Instant) -> f64 {
+        while self
+            .recent
+            .front()
+            .is_some_and(|(at, _)| now.saturating_duration_since(*at) > PEAK_HOLD)
+        {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((now, self.rate));
+        self.recent
+            .iter()
+            .map(|(_, rate)| *rate)
+            .fold(0.0, f64::max)
     }
 
     /// A broker round trip measured (a disposition answered on the link): smoothed as TCP
@@ -213,6 +248,7 @@ impl Sizer {
             return None;
         }
         self.rate = f64::from(self.sample_taken) / elapsed.as_secs_f64();
+        let peak_rate = self.peak_rate(now);
         self.lock_left = self.sample_lock.take();
         self.sample_taken = 0;
         self.sample_start = Some(now);
@@ -220,6 +256,7 @@ impl Sizer {
             base: self.base,
             ceiling,
             rate: self.rate,
+            peak_rate,
             rtt: self.rtt.unwrap_or_default(),
             mean_message_bytes: whole(self.mean_bytes.unwrap_or(0.0)),
             memory_budget: WINDOW_MEMORY_BUDGET,
@@ -244,6 +281,7 @@ mod tests {
             base: 16,
             ceiling: AUTO_WINDOW_CEILING,
             rate,
+            peak_rate: 0.0,
             rtt: Duration::from_millis(rtt_ms),
             mean_message_bytes: 0,
             memory_budget: WINDOW_MEMORY_BUDGET,
@@ -322,13 +360,16 @@ mod tests {
         for base in [1, 16, 512] {
             for ceiling in [1, 16, 64, 512, 4096] {
                 for rate in [0.0, 1.0, 100.0, 5000.0, 1e12] {
-                    for rtt in [0, 1, 10, 40, 1000] {
+                    for (rtt, peak_rate) in
+                        [(0, 0.0), (1, 1e12), (10, 5000.0), (40, 0.0), (1000, 1e12)]
+                    {
                         for bytes in [0, 100, 1 << 20, 1 << 30] {
                             for lock in [None, Some(0), Some(1), Some(60)] {
                                 let i = WindowInputs {
                                     base,
                                     ceiling,
                                     rate,
+                                    peak_rate,
                                     rtt: Duration::from_millis(rtt),
                                     mean_message_bytes: bytes,
                                     memory_budget: WINDOW_MEMORY_BUDGET,
@@ -376,6 +417,60 @@ mod tests {
         // 4000/s over 40 ms is 160 in transit; the window covers it and the slots.
         assert!(window >= 16 + 160, "{window}");
         assert!(window <= AUTO_WINDOW_CEILING, "{window}");
+    }
+
+    #[test]
+    fn the_peak_rate_sizes_the_transit_and_the_rate_of_now_the_lock_share() {
+        let lull = WindowInputs {
+            peak_rate: 4000.0,
+            ..inputs(100.0, 10)
+        };
+        assert_eq!(
+            window_size(&lull),
+            16 + 80,
+            "the peak's bandwidth-delay product"
+        );
+        let short_lock = WindowInputs {
+            lock_left: Some(Duration::from_secs(2)),
+            ..lull
+        };
+        assert_eq!(
+            window_size(&short_lock),
+            16 + 50,
+            "what waits beyond the slots drains at the rate of now within a quarter of the lock"
+        );
+    }
+
+    /// Feeds `sizer` `rate` deliveries per second for `samples` sample periods (paused clock)
+    /// and returns the window after.
+    async fn run_at(sizer: &mut Sizer, rate: f64, samples: u32) -> u32 {
+        for _ in 0..samples {
+            let taken = (rate * SAMPLE_PERIOD.as_secs_f64()) as u32;
+            let start = Instant::now();
+            for i in 0..taken {
+                let at = start + SAMPLE_PERIOD * i / taken.max(1);
+                sizer.taken(at, 300, Some(Duration::from_secs(60)), AUTO_WINDOW_CEILING);
+            }
+            tokio::time::advance(SAMPLE_PERIOD).await;
+        }
+        sizer.window(AUTO_WINDOW_CEILING)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lull_shorter_than_the_peak_hold_does_not_shrink_the_window() {
+        let mut sizer = Sizer::new(16);
+        sizer.round_trip(Duration::from_millis(40));
+        let busy = run_at(&mut sizer, 2000.0, 5).await;
+        // 2000/s over 40 ms: 80 in transit, twice that as headroom.
+        assert!((16 + 150..=16 + 170).contains(&busy), "{busy}");
+        let lull = run_at(&mut sizer, 100.0, 3).await;
+        assert_eq!(lull, busy, "a lull of 300 ms keeps the window");
+        let after = run_at(&mut sizer, 100.0, 12).await;
+        assert!(
+            after <= 16 + 10,
+            "past the hold it follows the rate: {after}"
+        );
+        assert!(after >= 16, "{after}");
     }
 
     #[test]
