@@ -262,7 +262,7 @@ pub struct Verdict {
     /// The dead-letter reason (`RetriesExhausted`, `HandlerPanicked`).
     pub reason: String,
     /// The resubmission count of the delivery that decided it (0 before any resubmission): a
-    /// later resubmission may take the verdict over ([`Tx::take_over_verdict`]).
+    /// later resubmission may take the verdict over ([`StoreTx::take_over_verdict`]).
     pub resubmission: i64,
 }
 

@@ -626,7 +626,7 @@ pub async fn a_released_savepoint_covers_nothing_after_it<S: Store>(
     })
 }
 
-/// The message's inbox row as [`Tx::inbox_entry`] reads it, in a transaction rolled back.
+/// The message's inbox row as [`StoreTx::inbox_entry`] reads it, in a transaction rolled back.
 async fn entry<S: Store>(
     check: &'static str,
     store: &S,

@@ -15,11 +15,11 @@ use crate::store::tx_state::TxState;
 pub enum TxOp {
     /// [`StoreTx::insert_inbox`].
     InsertInbox,
-    /// [`Tx::insert_verdict`].
+    /// [`StoreTx::insert_verdict`].
     InsertVerdict,
-    /// [`Tx::inbox_entry`].
+    /// [`StoreTx::inbox_entry`].
     InboxEntry,
-    /// [`Tx::take_over_verdict`].
+    /// [`StoreTx::take_over_verdict`].
     TakeOverVerdict,
     /// [`Tx::claim_business_key`].
     ClaimBusinessKey,

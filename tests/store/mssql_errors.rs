@@ -169,7 +169,7 @@ async fn mssql_lock_timeout_is_transient() {
     holder.rollback().await.unwrap();
 }
 
-/// The lock-wait bound a batch sets (`Tx::bound_lock_waits`) holds for the statements after
+/// The lock-wait bound a batch sets (`StoreTx::bound_lock_waits`) holds for the statements after
 /// it: sent as a plain batch, not as `sp_executesql` dynamic SQL, whose SET options SQL Server
 /// restores when the call returns (then `@@LOCK_TIMEOUT` read the session's 20000 here and the
 /// update waited 20 s). The transaction's end restores the session's value.
