@@ -100,6 +100,18 @@ pub(crate) use migrations;
 #[cfg(any(feature = "postgres", feature = "sqlx-postgres"))]
 pub(crate) const PG_MIGRATIONS: &[Migration] = migrations!("postgres": 1 => "0001_inbox.sql", 3 => "0003_outbox_relay.sql", 5 => "0005_outbox_publishing.sql", 6 => "0006_inbox_verdict.sql");
 
+/// The dead-letter verdict's statements, one text for both PostgreSQL stores
+/// (sql/postgres/0006_inbox_verdict.sql): insert, read, and take over an earlier
+/// resubmission's.
+#[cfg(any(feature = "postgres", feature = "sqlx-postgres"))]
+pub(crate) mod pg_verdict {
+    pub(crate) const INSERT: &str = "INSERT INTO sb_inbox (consumer, message_id, verdict, verdict_resubmission) VALUES ($1, $2, $3, $4)";
+    pub(crate) const READ: &str = "SELECT verdict, verdict_resubmission FROM sb_inbox WHERE consumer = $1 AND message_id = $2";
+    pub(crate) const TAKE_OVER: &str =
+        "DELETE FROM sb_inbox WHERE consumer = $1 AND message_id = $2
+                AND verdict IS NOT NULL AND coalesce(verdict_resubmission, 0) < $3";
+}
+
 /// What an inbox row's verdict columns say (sql/*/0006_inbox_verdict.sql): no verdict, a
 /// processed message.
 #[cfg(any(

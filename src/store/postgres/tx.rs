@@ -371,8 +371,13 @@ impl StoreTx for PgTx {
         verdict: &Verdict,
     ) -> Result<(), StoreError> {
         self.execute(
-            "INSERT INTO sb_inbox (consumer, message_id, verdict, verdict_resubmission) VALUES ($1, $2, $3, $4)",
-            &[&consumer, &logical_id, &verdict.reason, &verdict.resubmission],
+            crate::store::pg_verdict::INSERT,
+            &[
+                &consumer,
+                &logical_id,
+                &verdict.reason,
+                &verdict.resubmission,
+            ],
         )
         .await
         .map(drop)
@@ -386,7 +391,7 @@ impl StoreTx for PgTx {
         // A lone read needs no transaction block: one statement sees the same committed rows
         // before `BEGIN` as it would as the block's first. The runtime asks this alone (is a
         // duplicate's row a twin's verdict?): one round trip instead of three.
-        let sql = "SELECT verdict, verdict_resubmission FROM sb_inbox WHERE consumer = $1 AND message_id = $2";
+        let sql = crate::store::pg_verdict::READ;
         let rows = if self.begun {
             self.query(sql, &[&consumer, &logical_id]).await?
         } else {
@@ -415,8 +420,7 @@ impl StoreTx for PgTx {
         resubmission: i64,
     ) -> Result<bool, StoreError> {
         self.execute(
-            "DELETE FROM sb_inbox WHERE consumer = $1 AND message_id = $2
-                AND verdict IS NOT NULL AND coalesce(verdict_resubmission, 0) < $3",
+            crate::store::pg_verdict::TAKE_OVER,
             &[&consumer, &logical_id, &resubmission],
         )
         .await

@@ -255,9 +255,7 @@ impl StoreTx for SqlxPgTx {
         logical_id: &str,
         verdict: &Verdict,
     ) -> Result<(), StoreError> {
-        let query = sqlx::query(
-            "INSERT INTO sb_inbox (consumer, message_id, verdict, verdict_resubmission) VALUES ($1, $2, $3, $4)",
-        );
+        let query = sqlx::query(crate::store::pg_verdict::INSERT);
         let query = query
             .bind(consumer)
             .bind(logical_id)
@@ -271,9 +269,7 @@ impl StoreTx for SqlxPgTx {
         consumer: &str,
         logical_id: &str,
     ) -> Result<Option<InboxEntry>, StoreError> {
-        let read = sqlx::query(
-            "SELECT verdict, verdict_resubmission FROM sb_inbox WHERE consumer = $1 AND message_id = $2",
-        );
+        let read = sqlx::query(crate::store::pg_verdict::READ);
         let rows = self.fetch_all(read.bind(consumer).bind(logical_id)).await?;
         let entry = rows
             .first()
@@ -293,10 +289,7 @@ impl StoreTx for SqlxPgTx {
         logical_id: &str,
         resubmission: i64,
     ) -> Result<bool, StoreError> {
-        let delete = sqlx::query(
-            "DELETE FROM sb_inbox WHERE consumer = $1 AND message_id = $2
-                AND verdict IS NOT NULL AND coalesce(verdict_resubmission, 0) < $3",
-        );
+        let delete = sqlx::query(crate::store::pg_verdict::TAKE_OVER);
         let deleted = self
             .execute(delete.bind(consumer).bind(logical_id).bind(resubmission))
             .await?
