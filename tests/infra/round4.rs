@@ -646,7 +646,8 @@ fn m10_the_lost_lock_window_outlasts_ingestion_delay() {
 }
 
 /// m11 (unverifiable offline) and the review's other unverifiable points: a checklist for the
-/// first real run, in the docs and in README's "Verified where".
+/// first real run, in the docs and in the evidence ledger's "Verified where" (docs/evidence.md,
+/// moved out of README.md in issue 46).
 #[test]
 fn m11_the_first_real_run_has_a_checklist() {
     let docs = read("docs/deploy.md");
@@ -665,8 +666,8 @@ fn m11_the_first_real_run_has_a_checklist() {
         );
         assert!(list.contains(item));
     }
-    let readme = read("README.md");
-    assert!(readme.contains("a checklist for the first real run"));
+    let evidence = read("docs/evidence.md");
+    assert!(evidence.contains("a checklist for the first real run"));
 }
 
 /// m12: the agent's OTLP destination can be plain HTTP (a collector in the environment) and
