@@ -184,6 +184,17 @@ struct EnvelopesDoctests;
 #[doc = include_str!("../docs/how-it-works.md")]
 struct HowItWorksDoctests;
 
+/// docs/testing.md's Rust code blocks (`recording_tx!`, envelope fixtures, `TestDb`), compiled
+/// and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/testing.md")]
+struct TestingDoctests;
+
+/// docs/client.md's Rust code block (`sb-servicebus` alone), compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/client.md")]
+struct ClientDoctests;
+
 /// Envelope readers: how a delivery yields its contract, its own id, its body and its headers
 /// (ours, MassTransit, NServiceBus, CloudEvents, raw), chosen per consumer with
 /// [`RuntimeConfig::envelope`] or `envelope.kind` in `worker.toml`.

@@ -10,7 +10,7 @@ use crate::{bicep, read};
 const NOT_ALWAYS_SET: [&str; 25] = [
     "SB_INBOX_SERVICEBUS_CONNECTION",
     // The envelope: the subject-versioned default unless the producers are MassTransit,
-    // NServiceBus, CloudEvents or raw; set by hand (README "Envelopes").
+    // NServiceBus, CloudEvents or raw; set by hand (docs/envelopes.md, "Envelopes").
     "SB_INBOX_ENVELOPE",
     "SB_INBOX_ENVELOPE_TYPES",
     "SB_INBOX_ENVELOPE_CONTRACT",
@@ -37,8 +37,8 @@ const NOT_ALWAYS_SET: [&str; 25] = [
     "SB_INBOX_SERVICEBUS_TRANSPORT",
     // The SDKs' busy pause is the right default against the service; tests shorten it.
     "SB_INBOX_SERVICEBUS_SERVER_BUSY_WAIT_MS",
-    // The relay keeps order per session always; per destination only when asked (README
-    // "Outbox relay and retention").
+    // The relay keeps order per session always; per destination only when asked
+    // (docs/how-it-works.md, "Outbox relay and retention").
     "SB_INBOX_OUTBOX_ORDERED",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     // Only with the managed agent and no metrics destination (none).

@@ -179,7 +179,7 @@ async fn admin_session(url: &str) -> tokio_postgres::Client {
     client
 }
 
-/// The figures of a revoked-grant run, for the README's before/after.
+/// The figures of a revoked-grant run, for the before/after in docs/evidence.md.
 #[derive(Debug)]
 struct Figures {
     dead_lettered: u64,

@@ -263,7 +263,7 @@ async fn copies_on_orders(emulator: &Emulator) -> Vec<(String, String)> {
 /// the same envelope under a new broker id dead-lettered and resubmitted with `dlq resubmit
 /// --config worker.toml`: the copy carries `sb-inbox-logical-id` = the envelope's `messageId`,
 /// and the worker completes it as a duplicate (one reservation, one inbox row). Without
-/// `--config` (and no `SB_INBOX_ENVELOPE`) the copy is keyed on its broker id, as README says:
+/// `--config` (and no `SB_INBOX_ENVELOPE`) the copy is keyed on its broker id, as docs/manual.md says:
 /// the inbox does not recognise it, and only the reference consumer's business key keeps the
 /// order from taking effect twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
