@@ -89,6 +89,8 @@
 //! # Layout
 //! - [`ports`]: the traits the runtime depends on ([`Receiver`], [`Delivery`], [`Store`], [`Tx`]).
 //! - [`runtime`]: outcomes, lock keeping, settlement after commit ([`Runtime`]).
+//! - [`envelope`]: the .NET dialects: envelope readers (ours, MassTransit, NServiceBus,
+//!   CloudEvents, raw) and the outbox's envelope writers.
 //! - [`store`]: SQL Server / Azure SQL (`MssqlStore`), PostgreSQL (`PgStore`) and SQLite
 //!   (`SqliteStore`), each behind its cargo feature.
 //! - [`servicebus`]: the Service Bus client (the `sb-servicebus` crate, re-exported) as the
@@ -152,6 +154,7 @@ pub use sb_servicebus::entra;
 #[cfg(any(test, feature = "conformance"))]
 #[path = "testing/conformance.rs"]
 pub mod conformance;
+pub mod envelope;
 pub mod ports;
 pub mod relay;
 pub mod retention;
@@ -167,11 +170,6 @@ pub mod worker;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
-
-/// Envelope readers: how a delivery yields its contract, its own id, its body and its headers
-/// (ours, MassTransit, NServiceBus, CloudEvents, raw), chosen per consumer with
-/// [`RuntimeConfig::envelope`] or `envelope.kind` in `worker.toml`.
-pub use runtime::envelope;
 
 pub use ports::{
     BacklogSample, DelegateTx, Delivery, DuplicateScope, ErrorKind, INBOX_PROPERTY_PREFIX,

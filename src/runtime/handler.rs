@@ -3,8 +3,8 @@
 
 use std::future::Future;
 
-use super::envelope::Headers;
-use super::{ConsumerName, Contract, DeadLetterReason, IdempotencyKey, Rejection, envelope};
+use super::{ConsumerName, Contract, DeadLetterReason, IdempotencyKey, Rejection};
+use crate::envelope::{self, Headers};
 use crate::ports::{Message, StoreError, Tx};
 
 /// What a handler did with a message it accepted.

@@ -86,7 +86,7 @@ pub struct UpcastError(String);
 impl UpcastError {
     /// A refusal with this reason (bounded; never quote the payload).
     pub fn new(reason: impl AsRef<str>) -> Self {
-        UpcastError(super::envelope::truncate(reason.as_ref(), 512))
+        UpcastError(crate::envelope::truncate(reason.as_ref(), 512))
     }
 
     /// The reason.
