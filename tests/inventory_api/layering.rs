@@ -364,7 +364,10 @@ fn group_of(text: &str) -> String {
 fn the_envelopes_name_the_ports_and_only_the_runtimes_context() {
     let runtime_items = ["Context", "ConsumerName"];
     let files = sources_within(&root().join("src/envelope"));
-    assert!(files.len() > 5, "the envelopes are not in src/envelope: {files:?}");
+    assert!(
+        files.len() > 5,
+        "the envelopes are not in src/envelope: {files:?}"
+    );
     let mut found = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).expect("a source file reads");

@@ -22,7 +22,6 @@
 mod cloudevents;
 mod masstransit;
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod round_trip;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
