@@ -143,7 +143,8 @@
 // docs.rs (all features, `--cfg docsrs`): each feature-gated item shows the feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// The library: what a consumer of the crate builds on.
+// The library: what a consumer of the crate builds on. Its modules import from where items
+// live (`crate::runtime::…`, `crate::ports::…`); the re-exports below are for users only.
 /// Microsoft Entra ID tokens: `sb-servicebus`'s, shared by the Service Bus client and the SQL
 /// Server store.
 #[cfg(feature = "entra")]
@@ -171,6 +172,7 @@ pub mod worker;
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+pub use envelope::{Contract, ContractParseError, DeadLetterReason, Rejection};
 pub use ports::{
     BacklogSample, DelegateTx, Delivery, DuplicateScope, ErrorKind, INBOX_PROPERTY_PREFIX,
     InboxEntry, Message, OutboxBacklog, OutboxClaim, OutboxLease, OutboxMessage, OutboxRow,
@@ -180,10 +182,10 @@ pub use ports::{
 };
 pub use runtime::{
     BoxError, Circuit, CircuitConfig, CircuitPhase, Clock, ConsumerName, ConsumerNameError,
-    Context, Contract, ContractParseError, DeadLetterReason, DecodeError, Handled, Handler,
-    HandlerError, HandlerExt, IdempotencyKey, Json, JsonContract, JsonHandler, Layer, LockKeeper,
-    Outcome, Rejection, Report, Router, RouterBuilder, RouterError, Runtime, RuntimeConfig,
-    RuntimeError, SessionConfig, Settlement, Stats, StatsSnapshot, UnknownContracts, UpcastError,
+    Context, DecodeError, Handled, Handler, HandlerError, HandlerExt, IdempotencyKey, Json,
+    JsonContract, JsonHandler, Layer, LockKeeper, Outcome, Report, Router, RouterBuilder,
+    RouterError, Runtime, RuntimeConfig, RuntimeError, SessionConfig, Settlement, Stats,
+    StatsSnapshot, UnknownContracts, UpcastError,
 };
 /// sqlx as the `sqlx-postgres` store builds it (PostgreSQL, tokio, rustls; `uuid` and JSON
 /// types): a handler's queries on [`SqlxPgTx::conn`] need no second, version-matched

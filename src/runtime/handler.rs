@@ -265,7 +265,7 @@ impl<'a, P> Context<'a, P> {
     ///     Ok(Handled::Processed)
     /// }
     /// ```
-    pub async fn claim<T: Tx>(&self, tx: &mut T, key: &str) -> Result<(), crate::StoreError>
+    pub async fn claim<T: Tx>(&self, tx: &mut T, key: &str) -> Result<(), crate::ports::StoreError>
     where
         P: Sync,
     {

@@ -4,13 +4,17 @@
 use std::sync::Mutex;
 
 use super::*;
+use crate::envelope::DeadLetterReason;
+use crate::ports::Message;
+use crate::runtime::clock::Clock;
+use crate::runtime::consumer::ConsumerName;
 use crate::runtime::handler::{Context, DecodeError, Handled, Handler, HandlerError};
 use crate::runtime::json::{Json, JsonContract, JsonHandler};
+use crate::runtime::outcome::Outcome;
+use crate::runtime::unknown::UnknownContracts;
+use crate::runtime::{Runtime, RuntimeConfig};
+use crate::store::{SqliteStore, SqliteTx};
 use crate::testing::MemoryBroker;
-use crate::{
-    Clock, ConsumerName, DeadLetterReason, Message, Outcome, Runtime, RuntimeConfig, SqliteStore,
-    SqliteTx, UnknownContracts,
-};
 
 /// What the handlers saw, in order.
 type Seen = Arc<Mutex<Vec<String>>>;
@@ -247,7 +251,7 @@ async fn each_contract_and_version_reaches_its_handler_and_v1_is_upcast() {
     assert_eq!(
         s.outcome("m-2", "orders.order-placed.v1", r#"{"orderId":"o-2"}"#)
             .await,
-        Outcome::Duplicate(crate::DuplicateScope::Inbox)
+        Outcome::Duplicate(crate::ports::DuplicateScope::Inbox)
     );
     assert_eq!(s.seen().len(), 6);
     let mut contracts = s.runtime.handler().contracts().to_vec();
@@ -347,8 +351,8 @@ async fn an_unknown_contract_dead_letters_by_default_and_completes_when_configur
     // Completed without a transaction: the inbox holds no row for it, so a later handler
     // for the contract would still process a redelivery.
     let store = s.runtime.store();
-    let mut tx = crate::Store::begin(store).await.unwrap();
-    crate::StoreTx::insert_inbox(&mut tx, "orders", "m-1")
+    let mut tx = crate::ports::Store::begin(store).await.unwrap();
+    crate::ports::StoreTx::insert_inbox(&mut tx, "orders", "m-1")
         .await
         .unwrap();
 }
