@@ -20,7 +20,9 @@
 //!   transient failure's lock for a short backoff before its abandon; `panic` turns a
 //!   handler's panic into [`Outcome::HandlerPanicked`].
 //!
-//! The runtime sees only [`crate::ports`]: no SQL dialect, no AMQP frame.
+//! The runtime sees only [`crate::ports`]: no SQL dialect, no AMQP frame. Envelopes (the .NET
+//! dialects) are [`crate::envelope`], beside the runtime: it runs their check and a consumer's
+//! [`EnvelopeReader`] and names no dialect.
 
 mod backoff;
 mod batch;

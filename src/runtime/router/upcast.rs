@@ -53,6 +53,9 @@ impl<T: Tx + 'static> RouterBuilder<T> {
     ///
     /// The route of `New` must be a [`JsonHandler`] of `New` (or any handler whose payload is
     /// `New`); [`RouterBuilder::build`] refuses an upcaster without one.
+    ///
+    /// [`Context::contract`]: crate::runtime::Context::contract
+    /// [`JsonHandler`]: crate::runtime::JsonHandler
     #[must_use]
     pub fn upcast<Old, New, F>(mut self, upcast: F) -> Self
     where
