@@ -89,6 +89,8 @@
 //! # Layout
 //! - [`ports`]: the traits the runtime depends on ([`Receiver`], [`Delivery`], [`Store`], [`Tx`]).
 //! - [`runtime`]: outcomes, lock keeping, settlement after commit ([`Runtime`]).
+//! - [`envelope`]: the .NET dialects: envelope readers (ours, MassTransit, NServiceBus,
+//!   CloudEvents, raw) and the outbox's envelope writers.
 //! - [`store`]: SQL Server / Azure SQL (`MssqlStore`), PostgreSQL (`PgStore`) and SQLite
 //!   (`SqliteStore`), each behind its cargo feature.
 //! - [`servicebus`]: the Service Bus client (the `sb-servicebus` crate, re-exported) as the
@@ -141,7 +143,8 @@
 // docs.rs (all features, `--cfg docsrs`): each feature-gated item shows the feature it needs.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// The library: what a consumer of the crate builds on.
+// The library: what a consumer of the crate builds on. Its modules import from where items
+// live (`crate::runtime::…`, `crate::ports::…`); the re-exports below are for users only.
 /// Microsoft Entra ID tokens: `sb-servicebus`'s, shared by the Service Bus client and the SQL
 /// Server store.
 #[cfg(feature = "entra")]
@@ -152,6 +155,7 @@ pub use sb_servicebus::entra;
 #[cfg(any(test, feature = "conformance"))]
 #[path = "testing/conformance.rs"]
 pub mod conformance;
+pub mod envelope;
 pub mod ports;
 pub mod relay;
 pub mod retention;
@@ -195,11 +199,7 @@ struct TestingDoctests;
 #[doc = include_str!("../docs/client.md")]
 struct ClientDoctests;
 
-/// Envelope readers: how a delivery yields its contract, its own id, its body and its headers
-/// (ours, MassTransit, NServiceBus, CloudEvents, raw), chosen per consumer with
-/// [`RuntimeConfig::envelope`] or `envelope.kind` in `worker.toml`.
-pub use runtime::envelope;
-
+pub use envelope::{Contract, ContractParseError, DeadLetterReason, Rejection};
 pub use ports::{
     BacklogSample, DelegateTx, Delivery, DuplicateScope, ErrorKind, INBOX_PROPERTY_PREFIX,
     InboxEntry, Message, OutboxBacklog, OutboxClaim, OutboxLease, OutboxMessage, OutboxRow,
@@ -209,10 +209,10 @@ pub use ports::{
 };
 pub use runtime::{
     BoxError, Circuit, CircuitConfig, CircuitPhase, Clock, ConsumerName, ConsumerNameError,
-    Context, Contract, ContractParseError, DeadLetterReason, DecodeError, Handled, Handler,
-    HandlerError, HandlerExt, IdempotencyKey, Json, JsonContract, JsonHandler, Layer, LockKeeper,
-    Outcome, Rejection, Report, Router, RouterBuilder, RouterError, Runtime, RuntimeConfig,
-    RuntimeError, SessionConfig, Settlement, Stats, StatsSnapshot, UnknownContracts, UpcastError,
+    Context, DecodeError, Handled, Handler, HandlerError, HandlerExt, IdempotencyKey, Json,
+    JsonContract, JsonHandler, Layer, LockKeeper, Outcome, Report, Router, RouterBuilder,
+    RouterError, Runtime, RuntimeConfig, RuntimeError, SessionConfig, Settlement, Stats,
+    StatsSnapshot, UnknownContracts, UpcastError,
 };
 /// sqlx as the `sqlx-postgres` store builds it (PostgreSQL, tokio, rustls; `uuid` and JSON
 /// types): a handler's queries on [`SqlxPgTx::conn`] need no second, version-matched

@@ -352,7 +352,7 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
     fn answer(
         &self,
         row: &OutboxRow,
-        sent: Result<(), crate::SendFailure>,
+        sent: Result<(), crate::ports::SendFailure>,
     ) -> Option<(SystemTime, String, bool)> {
         match sent {
             Ok(()) => {
@@ -467,7 +467,7 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
     }
 }
 
-fn log_failure(row: &OutboxRow, failure: &crate::SendFailure, retry_in: Duration) {
+fn log_failure(row: &OutboxRow, failure: &crate::ports::SendFailure, retry_in: Duration) {
     macro_rules! failed {
         ($level:expr, $text:literal) => {
             tracing::event!(

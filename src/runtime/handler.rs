@@ -3,8 +3,8 @@
 
 use std::future::Future;
 
-use super::envelope::Headers;
-use super::{ConsumerName, Contract, DeadLetterReason, IdempotencyKey, Rejection, envelope};
+use super::{ConsumerName, Contract, DeadLetterReason, IdempotencyKey, Rejection};
+use crate::envelope::{self, Headers};
 use crate::ports::{Message, StoreError, Tx};
 
 /// What a handler did with a message it accepted.
@@ -265,7 +265,7 @@ impl<'a, P> Context<'a, P> {
     ///     Ok(Handled::Processed)
     /// }
     /// ```
-    pub async fn claim<T: Tx>(&self, tx: &mut T, key: &str) -> Result<(), crate::StoreError>
+    pub async fn claim<T: Tx>(&self, tx: &mut T, key: &str) -> Result<(), crate::ports::StoreError>
     where
         P: Sync,
     {

@@ -217,11 +217,14 @@ impl<T: Tx, H: JsonHandler<T>> Handler<T> for Json<H> {
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
+    use crate::envelope::DeadLetterReason;
+    use crate::ports::Message;
+    use crate::runtime::clock::Clock;
+    use crate::runtime::consumer::ConsumerName;
+    use crate::runtime::outcome::Outcome;
+    use crate::runtime::{Runtime, RuntimeConfig};
+    use crate::store::SqliteStore;
     use crate::testing::MemoryBroker;
-    use crate::{
-        Clock, ConsumerName, DeadLetterReason, Message, Outcome, Runtime, RuntimeConfig,
-        SqliteStore,
-    };
 
     #[derive(Debug, serde::Deserialize)]
     #[serde(rename_all = "camelCase")]

@@ -237,11 +237,15 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
+    use crate::envelope::DeadLetterReason;
+    use crate::ports::{Message, PropertyValue};
+    use crate::runtime::clock::Clock;
+    use crate::runtime::json::{Json, JsonContract, JsonHandler};
+    use crate::runtime::outcome::Outcome;
+    use crate::runtime::router::Router;
+    use crate::runtime::{Runtime, RuntimeConfig};
+    use crate::store::{SqliteStore, SqliteTx};
     use crate::testing::MemoryBroker;
-    use crate::{
-        Clock, DeadLetterReason, Json, JsonContract, JsonHandler, Message, Outcome, PropertyValue,
-        Router, Runtime, RuntimeConfig, SqliteStore, SqliteTx,
-    };
 
     type Log = Arc<Mutex<Vec<String>>>;
 
@@ -337,7 +341,8 @@ mod tests {
         let store = SqliteStore::open_in_memory().unwrap();
         store.migrate().await.unwrap();
         let broker = MemoryBroker::new(Clock::new());
-        let config = RuntimeConfig::new(crate::ConsumerName::new("orders").unwrap());
+        let config =
+            RuntimeConfig::new(crate::runtime::consumer::ConsumerName::new("orders").unwrap());
         let runtime = Runtime::new(broker.receiver(), store, router, config);
         let run = |message: Message| {
             broker.send(message);
@@ -398,7 +403,7 @@ mod tests {
             .with_property("tenant", "acme");
         assert_eq!(
             run(again).await,
-            Outcome::Duplicate(crate::DuplicateScope::BusinessKey)
+            Outcome::Duplicate(crate::ports::DuplicateScope::BusinessKey)
         );
         assert_eq!(
             log.lock().unwrap().last().map(String::as_str),

@@ -20,7 +20,9 @@
 //!   transient failure's lock for a short backoff before its abandon; `panic` turns a
 //!   handler's panic into [`Outcome::HandlerPanicked`].
 //!
-//! The runtime sees only [`crate::ports`]: no SQL dialect, no AMQP frame.
+//! The runtime sees only [`crate::ports`]: no SQL dialect, no AMQP frame. Envelopes (the .NET
+//! dialects) are [`crate::envelope`], beside the runtime: it runs their check and a consumer's
+//! [`EnvelopeReader`] and names no dialect.
 
 mod backoff;
 mod batch;
@@ -29,7 +31,6 @@ mod clock;
 #[cfg(feature = "serde")]
 mod config_fields;
 mod consumer;
-pub mod envelope;
 mod handler;
 mod idempotency;
 mod jitter;
@@ -57,19 +58,24 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+/// The envelope readers and writers, now [`crate::envelope`] (a sibling of the runtime): this
+/// path stays for code written against `sb_inbox::runtime::envelope`.
+pub use crate::envelope;
+pub(crate) use crate::envelope::truncate;
 pub use backoff::Backoff;
 pub(crate) use backoff::exponential_step;
 pub use circuit::{Circuit, CircuitConfig, CircuitPhase, MIN_SAMPLES, PROBE_ID};
 pub use clock::Clock;
 pub use consumer::{ConsumerName, ConsumerNameError, MAX_CONSUMER_NAME_LEN};
-pub(crate) use envelope::truncate;
-pub use envelope::{
+// The envelope's vocabulary, named by every handler and outcome: re-exported here so
+// `sb_inbox::runtime::Contract` and friends keep working.
+pub use crate::envelope::{
     Contract, ContractParseError, DeadLetterReason, EnvelopeReader, Headers, LOGICAL_ID_PROPERTY,
     MAX_DESCRIPTION_LEN, MAX_MESSAGE_ID_LEN, Opened, Rejection, SubjectVersioned,
 };
 // Public for tools that copy messages as the runtime does (the application's dead-letter
 // resubmission, `ops::dlq` in sb-inbox-cli) and for the test kit's `ContextBuilder`.
-pub use envelope::{derived_message_id, logical_id};
+pub use crate::envelope::{derived_message_id, logical_id};
 pub use handler::{BoxError, Context, DecodeError, Handled, Handler, HandlerError};
 pub use idempotency::IdempotencyKey;
 pub use jitter::JitterSource;

@@ -12,7 +12,8 @@ use tracing::{Instrument as _, Span};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::lock_keeper::RenewalMeter;
-use super::{Clock, ConsumerName, Contract, Outcome, Report, Settlement, envelope};
+use super::{Clock, ConsumerName, Contract, Outcome, Report, Settlement};
+use crate::envelope;
 use crate::ports::{Delivery, DuplicateScope, PropertyValue, Source};
 use crate::telemetry::cardinality::LabelSet;
 use crate::telemetry::names::{attr, error, metric, property, span, value};

@@ -12,7 +12,7 @@ use std::panic::AssertUnwindSafe;
 use std::pin::pin;
 use std::task::Poll;
 
-use super::envelope;
+use crate::envelope;
 
 /// The longest panic message kept (it goes into the abandon's last-error property and the
 /// dead letter's description).

@@ -40,8 +40,9 @@ use super::retry::{self, DelayedRetry, LAST_ERROR_PROPERTY, ScheduledRetry};
 use super::store_health::StoreHealth;
 use super::{
     Clock, Context, DeadLetterReason, Handled, Handler, HandlerError, LockKeeper, Outcome,
-    Rejection, Report, Settlement, UnknownContracts, envelope, panic, transient_hold,
+    Rejection, Report, Settlement, UnknownContracts, panic, transient_hold,
 };
+use crate::envelope;
 use crate::ports::{
     Delivery, DuplicateScope, ErrorKind, InboxEntry, PropertyValue, SettleError, Store, StoreError,
     StoreTx, Verdict,

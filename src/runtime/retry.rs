@@ -16,8 +16,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use super::envelope::{LOGICAL_ID_PROPERTY, derived_message_id};
 use super::jitter::JitterSource;
+use crate::envelope::{LOGICAL_ID_PROPERTY, derived_message_id};
 use crate::ports::{Message, PropertyValue, SendFailure, Sender};
 
 /// The application property an abandon writes with the failure that caused it (a delayed

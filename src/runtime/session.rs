@@ -449,14 +449,15 @@ mod tests {
     fn session_mode_refuses_batched_transactions() {
         let config = RuntimeConfig {
             batch_size: 2,
-            ..RuntimeConfig::new(crate::ConsumerName::new("orders").unwrap())
+            ..RuntimeConfig::new(crate::runtime::consumer::ConsumerName::new("orders").unwrap())
         };
         let error = check_session_mode(&config, &SessionConfig::default()).unwrap_err();
         assert!(
             matches!(&error, RuntimeError::Config(why) if why.contains("batch_size must be 1")),
             "{error:?}"
         );
-        let single = RuntimeConfig::new(crate::ConsumerName::new("orders").unwrap());
+        let single =
+            RuntimeConfig::new(crate::runtime::consumer::ConsumerName::new("orders").unwrap());
         assert!(check_session_mode(&single, &SessionConfig::default()).is_ok());
     }
 }

@@ -120,7 +120,7 @@ impl StoreHealth {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ErrorKind;
+    use crate::ports::ErrorKind;
 
     fn missing_table() -> StoreError {
         StoreError::new(

@@ -1,11 +1,11 @@
 //! [`resubmission`]: the copy of a dead letter to send again, keyed as the original.
 
 use super::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON};
+use crate::ports::{Message, PropertyValue};
 use crate::runtime::{
     LAST_ERROR_PROPERTY, LOGICAL_ID_PROPERTY, ORIGINAL_ENQUEUED_TIME_PROPERTY,
     RETRY_ATTEMPT_PROPERTY, derived_message_id, logical_id, original_enqueued_time,
 };
-use crate::{Message, PropertyValue};
 
 pub use crate::runtime::RESUBMISSION_PROPERTY;
 

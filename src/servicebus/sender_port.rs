@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::{SendOptions, ServiceBusClient, ServiceBusMessage, ServiceBusSender};
 use crate::ports::Cause;
-use crate::{Message, SendFailure, Sender};
+use crate::ports::{Message, SendFailure, Sender};
 
 /// How long a destination's sender stays unused before the port drops it (and its link is
 /// detached): Service Bus force-detaches a publisher link idle for 10 minutes itself

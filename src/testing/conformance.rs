@@ -731,7 +731,7 @@ mod tests {
     #[cfg(feature = "sqlite")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn sqlite_conforms() {
-        let store = match crate::SqliteStore::open_in_memory() {
+        let store = match crate::store::SqliteStore::open_in_memory() {
             Ok(store) => store,
             Err(error) => panic!("open: {error}"),
         };

@@ -155,8 +155,7 @@ impl ContextBuilder {
         envelope: &dyn EnvelopeReader,
     ) -> Result<Self, ContextError> {
         let consumer = ConsumerName::new(consumer)?;
-        let opened =
-            crate::runtime::envelope::open(&message, envelope).map_err(ContextError::Rejected)?;
+        let opened = crate::envelope::open(&message, envelope).map_err(ContextError::Rejected)?;
         let (logical_id, contract) = (opened.logical_id, opened.contract);
         let (body, headers) = (opened.body.into_owned(), opened.headers.into_owned());
         Ok(ContextBuilder {

@@ -13,7 +13,7 @@ use crate::runtime::{
 };
 use crate::store::Migration;
 #[cfg(feature = "postgres")]
-use crate::{PgStore, PgTx};
+use crate::store::{PgStore, PgTx};
 
 /// The database a test uses when `DATABASE_URL` is unset.
 #[cfg(feature = "postgres")]
@@ -178,10 +178,10 @@ impl TestDb {
         messages: I,
     ) -> Result<RunReport, TestDbError>
     where
-        H: Handler<crate::SqlxPgTx>,
+        H: Handler<crate::store::SqlxPgTx>,
         I: IntoIterator<Item = Message>,
     {
-        let store = crate::SqlxPgStore::connect(&self.url, 10).await?;
+        let store = crate::store::SqlxPgStore::connect(&self.url, 10).await?;
         let config = RuntimeConfig::new(ConsumerName::new(consumer)?);
         self.run_on(store, config, handler, messages).await
     }
@@ -204,7 +204,7 @@ impl TestDb {
         messages: I,
     ) -> Result<RunReport, TestDbError>
     where
-        S: crate::Store,
+        S: crate::ports::Store,
         H: Handler<S::Tx>,
         I: IntoIterator<Item = Message>,
     {
@@ -253,7 +253,7 @@ fn schema_name(test: &str) -> Result<String, TestDbError> {
 #[cfg(feature = "sqlite")]
 #[derive(Debug, Clone)]
 pub struct SqliteTestDb {
-    store: crate::SqliteStore,
+    store: crate::store::SqliteStore,
     path: std::path::PathBuf,
 }
 
@@ -277,14 +277,14 @@ impl SqliteTestDb {
             // Absent is the usual case: nothing to remove.
             drop(std::fs::remove_file(file));
         }
-        let store = crate::SqliteStore::open(&path)?;
+        let store = crate::store::SqliteStore::open(&path)?;
         store.migrate().await?;
         store.apply_migrations(migrations).await?;
         Ok(SqliteTestDb { store, path })
     }
 
     /// The store on the file, for the test's own queries and arrangements.
-    pub fn store(&self) -> &crate::SqliteStore {
+    pub fn store(&self) -> &crate::store::SqliteStore {
         &self.store
     }
 
@@ -304,7 +304,7 @@ impl SqliteTestDb {
         messages: I,
     ) -> Result<RunReport, TestDbError>
     where
-        H: Handler<crate::SqliteTx>,
+        H: Handler<crate::store::SqliteTx>,
         I: IntoIterator<Item = Message>,
     {
         let config = RuntimeConfig::new(ConsumerName::new(consumer)?);
@@ -322,7 +322,7 @@ impl SqliteTestDb {
         messages: I,
     ) -> Result<RunReport, TestDbError>
     where
-        H: Handler<crate::SqliteTx>,
+        H: Handler<crate::store::SqliteTx>,
         I: IntoIterator<Item = Message>,
     {
         run_messages(self.store.clone(), &self.store, config, handler, messages).await
@@ -347,7 +347,7 @@ async fn run_messages<S, O, H, I>(
     messages: I,
 ) -> Result<RunReport, TestDbError>
 where
-    S: crate::Store,
+    S: crate::ports::Store,
     O: OutboxStore,
     H: Handler<S::Tx>,
     I: IntoIterator<Item = Message>,
@@ -407,7 +407,8 @@ mod tests {
 #[cfg(all(test, feature = "sqlite"))]
 mod sqlite_tests {
     use super::*;
-    use crate::{Context, Handled, HandlerError, Json, JsonContract, JsonHandler, SqliteTx};
+    use crate::runtime::{Context, Handled, HandlerError, Json, JsonContract, JsonHandler};
+    use crate::store::SqliteTx;
 
     #[derive(Debug, serde::Deserialize)]
     struct Placed {
@@ -433,7 +434,7 @@ mod sqlite_tests {
         ) -> Result<Handled, HandlerError> {
             ctx.claim(tx, &format!("order:{}", placed.order)).await?;
             let event = OutboxMessage::new("orders.out", "orders.confirmed.v1", b"{}".to_vec());
-            crate::Tx::append_outbox(tx, &event).await?;
+            crate::ports::Tx::append_outbox(tx, &event).await?;
             Ok(Handled::Processed)
         }
     }

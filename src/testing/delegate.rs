@@ -63,7 +63,7 @@ macro_rules! recording_tx {
         }
 
         // Every operation passed on to the `RecordingTx` (`DelegateTx`'s provided methods).
-        impl $crate::DelegateTx for $name {
+        impl $crate::ports::DelegateTx for $name {
             type Inner = $crate::testing::RecordingTx;
             fn inner(&mut self) -> &mut $crate::testing::RecordingTx {
                 &mut self.0

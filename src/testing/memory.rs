@@ -8,10 +8,10 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
-use crate::{
-    Clock, Delivery, Message, PropertyValue, ReceiveError, Receiver, SendFailure, Sender,
-    SettleError,
+use crate::ports::{
+    Delivery, Message, PropertyValue, ReceiveError, Receiver, SendFailure, Sender, SettleError,
 };
+use crate::runtime::Clock;
 
 /// How renewals fail, when told to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

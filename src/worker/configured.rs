@@ -14,10 +14,11 @@ use super::entity_check;
 use super::health::{self, Condition, Readiness};
 use super::open::{self, OpenStore};
 use super::{BrokerAddress, ConsumerConfig, Worker, WorkerConfig, WorkerError, WorkerStats};
-#[cfg(feature = "entra")]
-use crate::entra::{EntraCredential, EntraMode};
+use crate::ports::StoreError;
+use crate::runtime::Handler;
 use crate::servicebus::ServiceBusClient;
-use crate::{Handler, StoreError};
+#[cfg(feature = "entra")]
+use sb_servicebus::entra::{EntraCredential, EntraMode};
 
 /// A check of the service's own schema, run after the core migrations are found applied; an
 /// error keeps the worker not ready (and retrying) with the error as the reason.
@@ -321,24 +322,25 @@ fn broker_client(broker: &BrokerAddress) -> Result<ServiceBusClient, WorkerError
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
-    use crate::{ErrorKind, SqliteStore, Tx};
+    use crate::ports::{ErrorKind, Tx};
+    use crate::store::SqliteStore;
 
     struct Nothing;
 
-    impl<T: Tx> crate::JsonHandler<T> for Nothing {
+    impl<T: Tx> crate::runtime::JsonHandler<T> for Nothing {
         type Message = serde_json::Value;
 
         async fn handle(
             &self,
-            _ctx: &crate::Context<'_, serde_json::Value>,
+            _ctx: &crate::runtime::Context<'_, serde_json::Value>,
             _message: &serde_json::Value,
             _tx: &mut T,
-        ) -> Result<crate::Handled, crate::HandlerError> {
-            Ok(crate::Handled::Processed)
+        ) -> Result<crate::runtime::Handled, crate::runtime::HandlerError> {
+            Ok(crate::runtime::Handled::Processed)
         }
     }
 
-    impl crate::JsonContract for serde_json::Value {
+    impl crate::runtime::JsonContract for serde_json::Value {
         const NAME: &'static str = "any.thing";
         const VERSION: u32 = 1;
     }
@@ -368,7 +370,9 @@ mod tests {
     async fn a_url_of_another_store_is_refused_before_any_retry() {
         let config = svc_config(&[("SVC_STORE", "postgres://postgres@127.0.0.1:1/none")]);
         let result = Worker::<SqliteStore>::from_config(config)
-            .run(CancellationToken::new(), |_| crate::Json::new(Nothing))
+            .run(CancellationToken::new(), |_| {
+                crate::runtime::Json::new(Nothing)
+            })
             .await;
         match result {
             Err(WorkerError::Store(error)) => {
@@ -393,8 +397,9 @@ mod tests {
         // Bounded: without the check the worker would retry the missing store for ever.
         let result = tokio::time::timeout(
             std::time::Duration::from_secs(30),
-            Worker::<SqliteStore>::from_config(config)
-                .run(CancellationToken::new(), |_| crate::Json::new(Nothing)),
+            Worker::<SqliteStore>::from_config(config).run(CancellationToken::new(), |_| {
+                crate::runtime::Json::new(Nothing)
+            }),
         )
         .await
         .expect("refused at once, not retried");

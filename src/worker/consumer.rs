@@ -1,7 +1,7 @@
 //! [`ConsumerConfig`]: one consumer the worker hosts. Its own file, below both the
 //! configuration that builds it and the host that runs it.
 
-use crate::{ConsumerName, RuntimeConfig};
+use crate::runtime::{ConsumerName, RuntimeConfig};
 
 /// One consumer a [`Worker`](super::Worker) hosts: the entity it receives from and how its
 /// runtime runs (its consumer name, half of the inbox key, concurrency, prefetch, lock margin,

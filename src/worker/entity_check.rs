@@ -453,8 +453,8 @@ fn admin_client(config: &super::WorkerConfig) -> Result<AdminClient, String> {
         super::BrokerAddress::Namespace {
             host, client_id, ..
         } => {
-            let credential = crate::entra::EntraCredential::new(
-                crate::entra::EntraMode::Default,
+            let credential = sb_servicebus::entra::EntraCredential::new(
+                sb_servicebus::entra::EntraMode::Default,
                 client_id.clone(),
             );
             let tokens = std::sync::Arc::new(crate::servicebus::EntraProvider::new(credential));

@@ -1,10 +1,11 @@
 //! [`WorkerError`]: why a [`super::Worker`] stopped or refused to start, each variant keeping the
 //! error underneath as its `source`.
 
+use crate::ports::StoreError;
 use crate::runtime::ConsumerName;
+use crate::runtime::RuntimeError;
 use crate::servicebus::TrustError;
 use crate::store::StoreUrlError;
-use crate::{RuntimeError, StoreError};
 
 /// Why the worker stopped with an error.
 #[derive(Debug, thiserror::Error)]

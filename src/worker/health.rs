@@ -18,7 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::StoreError;
+use crate::ports::StoreError;
 use crate::runtime::StoreHealth;
 #[cfg(feature = "mssql")]
 use crate::store::MssqlStore;
@@ -502,7 +502,7 @@ mod tests {
     /// `STORE_EVIDENCE`, the ping decides and says why.
     #[tokio::test(start_paused = true)]
     async fn a_saturated_pool_is_ready_while_transactions_commit() {
-        let health = StoreHealth::new(&crate::ConsumerName::new("c").unwrap());
+        let health = StoreHealth::new(&crate::runtime::ConsumerName::new("c").unwrap());
         let commits = Commits::default();
         commits.add(health.clone());
         assert_eq!(commits.last(), None);

@@ -12,17 +12,18 @@ use super::consumer::ConsumerConfig;
 use super::error::{HostingError, WorkerError};
 use super::health::{self, Commits, Ping, Readiness};
 use super::horizon::ReplayHorizon;
+use crate::envelope::Contract;
+use crate::ports::{OutboxStore, RetentionStore, Store};
 use crate::relay::{Relay, RelayConfig};
 use crate::retention::{RetentionConfig, RetentionTask};
+use crate::runtime::{
+    Clock, ConsumerName, Handler, Runtime, RuntimeConfig, RuntimeError, StatsSnapshot,
+};
 use crate::runtime::{DelayedRetry, RetryPolicy, SessionConfig};
 use crate::servicebus::{
     ServiceBusClient, ServiceBusReceiver, ServiceBusSenderPort, ServiceBusSessionSource, window,
 };
 use crate::telemetry;
-use crate::{
-    Clock, ConsumerName, Contract, Handler, OutboxStore, RetentionStore, Runtime, RuntimeConfig,
-    RuntimeError, StatsSnapshot, Store,
-};
 
 /// How long the relay and retention get to finish their current batch after the runtime has
 /// drained: one send's timeout and a little. A relay stopped harder only causes duplicates.
@@ -731,9 +732,10 @@ mod tests {
         use std::sync::Arc;
 
         use super::super::{ConsumerConfig, envelope_problem};
+        use crate::envelope::Contract;
         use crate::envelope::{MassTransit, NServiceBus, TypeMap};
+        use crate::runtime::ConsumerName;
         use crate::worker::HostingError;
-        use crate::{ConsumerName, Contract};
 
         const PLACED: &str = "urn:message:Shop.Contracts:OrderPlaced";
 

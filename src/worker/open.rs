@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::health::{Condition, Ping};
+use crate::ports::{ErrorKind, StoreError};
 use crate::ports::{OutboxStore, RetentionStore, Store};
 use crate::runtime::Backoff;
 #[cfg(feature = "mssql")]
@@ -19,7 +20,6 @@ use crate::store::PgStore;
 #[cfg(feature = "sqlite")]
 use crate::store::SqliteStore;
 use crate::store::{Migration, StoreUrl};
-use crate::{ErrorKind, StoreError};
 
 /// The first retry waits about a second; later ones at most 30 s, so a database that appears
 /// is noticed within half a minute without hammering one that is down.

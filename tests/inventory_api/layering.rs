@@ -57,29 +57,36 @@ fn first_segments(code: &str) -> Vec<String> {
         }
         let rest = &code[at + LIBRARY.len()..];
         if let Some(group) = rest.strip_prefix('{') {
-            let mut depth = 0;
-            let mut item = String::new();
-            for c in group.chars() {
-                match c {
-                    '{' => depth += 1,
-                    '}' if depth == 0 => break,
-                    '}' => depth -= 1,
-                    ',' if depth == 0 => {
-                        found.push(segment(&item));
-                        item.clear();
-                        continue;
-                    }
-                    _ => {}
-                }
-                item.push(c);
-            }
-            found.push(segment(&item));
+            found.extend(group_entries(group).iter().map(|item| segment(item)));
         } else {
             found.push(segment(rest));
         }
     }
     found.retain(|name| !name.is_empty());
     found
+}
+
+/// The entries of the use-tree group `group` opens (the text after its `{`), up to its `}`:
+/// `a::b, c::{d, e}}` gives `a::b` and ` c::{d, e}`.
+fn group_entries(group: &str) -> Vec<String> {
+    let mut entries = Vec::new();
+    let mut depth = 0;
+    let mut item = String::new();
+    for c in group.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                entries.push(std::mem::take(&mut item));
+                continue;
+            }
+            _ => {}
+        }
+        item.push(c);
+    }
+    entries.push(item);
+    entries
 }
 
 /// How the consumer names the library: as a dependent crate does.
@@ -242,11 +249,11 @@ fn the_service_bus_client_names_nothing_of_the_inbox() {
     assert!(depends.is_empty(), "sb-servicebus depends on {depends:?}");
 }
 
-/// The runtime and the ports never see AMQP or the client: they speak the ports' types, and
-/// `src/servicebus` (the adapter) is where the client meets them.
+/// The runtime, the envelopes and the ports never see AMQP or the client: they speak the
+/// ports' types, and `src/servicebus` (the adapter) is where the client meets them.
 #[test]
 fn the_runtime_and_the_ports_name_neither_amqp_nor_the_client() {
-    for layer in ["src/runtime", "src/ports"] {
+    for layer in ["src/runtime", "src/envelope", "src/ports"] {
         let found = naming_within(&root().join(layer), &["sb_amqp", "sb_servicebus"]);
         assert!(
             found.is_empty(),
@@ -267,4 +274,160 @@ fn the_crate_check_sees_a_crate_named_in_code_only() {
     assert_eq!(found.len(), 2, "{found:?}");
     assert!(found[0].starts_with("t:1:"), "{found:?}");
     assert!(found[1].starts_with("t:4:"), "{found:?}");
+}
+
+/// Every `crate::` path in `text` (comments dropped) as (module, item): `crate::runtime::Context`
+/// gives `("runtime", "Context")`, `use crate::{ports::Message, runtime::{A, B}}` gives
+/// `("ports", "Message")`, `("runtime", "A")`, `("runtime", "B")`; a module named alone
+/// (`crate::ports;`) gives an empty item.
+fn crate_paths(text: &str) -> Vec<(String, String)> {
+    let code: String = text
+        .lines()
+        .map(|line| line.split("//").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut found = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        let before = code[..at].chars().next_back();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        let rest = &code[at + "crate::".len()..];
+        for entry in entries(rest) {
+            let mut parts = entry.splitn(2, "::");
+            let module = segment(parts.next().unwrap_or_default());
+            let items = parts
+                .next()
+                .map(entries)
+                .unwrap_or_else(|| vec![String::new()]);
+            for item in items {
+                found.push((module.clone(), segment(&item)));
+            }
+        }
+    }
+    found.retain(|(module, _)| !module.is_empty());
+    found
+}
+
+/// The entries of a use tree at `text`: `{a::b, c}` gives `a::b` and `c`; anything else is
+/// one entry, up to the first character that ends a path.
+fn entries(text: &str) -> Vec<String> {
+    let text = text.trim_start();
+    let Some(group) = text.strip_prefix('{') else {
+        let end = text
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':' || c == '{'))
+            .unwrap_or(text.len());
+        let path = &text[..end];
+        // `a::{b, c}`: the group belongs to the entry.
+        return match path.find("::{") {
+            Some(open) => vec![format!(
+                "{}{}",
+                &path[..open + 2],
+                group_of(&text[open + 2..])
+            )],
+            None => vec![path.to_owned()],
+        };
+    };
+    let mut entries: Vec<String> = group_entries(group)
+        .iter()
+        .map(|entry| entry.trim().to_owned())
+        .collect();
+    entries.retain(|entry| !entry.is_empty());
+    entries
+}
+
+/// The balanced `{…}` group `text` starts with, braces included.
+fn group_of(text: &str) -> String {
+    let mut depth = 0;
+    let mut out = String::new();
+    for c in text.chars() {
+        out.push(c);
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The envelopes (the .NET dialects, issue 46) sit beside the runtime, not inside it: they
+/// name the ports' message types, and of the runtime only the handler's `Context` (what the
+/// outbox writers continue a consumed conversation from) and, in tests, `ConsumerName`. They
+/// name no store, worker, Service Bus adapter, relay or telemetry.
+#[test]
+fn the_envelopes_name_the_ports_and_only_the_runtimes_context() {
+    let runtime_items = ["Context", "ConsumerName"];
+    let files = sources_within(&root().join("src/envelope"));
+    assert!(
+        files.len() > 5,
+        "the envelopes are not in src/envelope: {files:?}"
+    );
+    let mut found = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("a source file reads");
+        for (module, item) in crate_paths(&text) {
+            let allowed = match module.as_str() {
+                "envelope" | "ports" => true,
+                "runtime" => runtime_items.contains(&item.as_str()),
+                // The test kit's `ContextBuilder`, in unit tests.
+                "testing" => item == "ContextBuilder",
+                _ => false,
+            };
+            if !allowed {
+                found.push(format!("{}: crate::{module}::{item}", file.display()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the envelopes reach past the ports and the runtime's Context:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The runtime reads every envelope through the `EnvelopeReader` trait a consumer is
+/// configured with: it names no dialect, no type map and no outbox writer.
+#[test]
+fn the_runtime_names_no_envelope_dialect() {
+    let dialects = [
+        "MassTransit",
+        "NServiceBus",
+        "CloudEvents",
+        "Raw",
+        "TypeMap",
+        "MassTransitEnvelope",
+        "CloudEvent",
+    ];
+    let found = naming_within(&root().join("src/runtime"), &dialects);
+    assert!(
+        found.is_empty(),
+        "the runtime names an envelope dialect:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_path_check_reads_use_trees() {
+    let text = "use crate::{ports::Message, runtime::{A, b::C}};\n\
+                use crate::envelope;\n\
+                let x = crate::runtime::Context::new(); // crate::store::Nope\n\
+                use my_crate::store::Nope;\n";
+    let paths = crate_paths(text);
+    let shown: Vec<String> = paths.iter().map(|(m, i)| format!("{m}::{i}")).collect();
+    assert_eq!(
+        shown,
+        [
+            "ports::Message",
+            "runtime::A",
+            "runtime::b",
+            "envelope::",
+            "runtime::Context"
+        ]
+    );
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 use tiberius::Config;
 
 use super::token::{AzureTokenSource, TokenSource, parse_authentication};
-use crate::entra::EntraMode;
 use crate::ports::StoreError;
+use sb_servicebus::entra::EntraMode;
 
 /// [`MssqlConfig::command_timeout`] without `Command Timeout=`: ADO.NET's default.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(30);

@@ -8,8 +8,8 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::entra::{EntraCredential, EntraMode};
 use crate::ports::{ErrorKind, StoreError};
+use sb_servicebus::entra::{EntraCredential, EntraMode};
 
 /// The OAuth scope of Azure SQL Database.
 pub const AZURE_SQL_SCOPE: &str = "https://database.windows.net/.default";

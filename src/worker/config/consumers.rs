@@ -10,7 +10,7 @@ use super::envelope::{self, EnvelopeFile};
 use super::keys::CONSUMER;
 use super::reader::Reader;
 use super::runtime::RuntimeSection;
-use crate::runtime::envelope::EnvelopeReader;
+use crate::envelope::EnvelopeReader;
 use crate::runtime::{ConsumerName, UnknownContracts};
 use crate::worker::ConsumerConfig;
 use crate::worker::host::is_subscription;

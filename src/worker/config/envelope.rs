@@ -12,9 +12,9 @@ use super::keys::{
     ENVELOPE_VERSION_FROM, Key,
 };
 use super::reader::Reader;
-use crate::runtime::Contract;
-use crate::runtime::envelope::{
-    CloudEvents, EnvelopeReader, Field, MassTransit, NServiceBus, Raw, SubjectVersioned, TypeMap,
+use crate::envelope::{
+    CloudEvents, Contract, EnvelopeReader, Field, MassTransit, NServiceBus, Raw, SubjectVersioned,
+    TypeMap,
 };
 
 /// The envelope kinds `envelope.kind` takes, in `--help` order.

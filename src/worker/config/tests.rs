@@ -785,8 +785,8 @@ fn a_broken_json_file_names_the_file() {
 }
 
 /// A MassTransit envelope of the reference order, for checking which reader a config built.
-fn masstransit_order() -> crate::Message {
-    crate::Message::new(
+fn masstransit_order() -> crate::ports::Message {
+    crate::ports::Message::new(
         "broker-1",
         "",
         r#"{"messageId":"mt-1","messageType":["urn:message:Shop.Contracts:OrderPlaced"],"message":{}}"#,
@@ -812,7 +812,7 @@ fn the_envelope_is_the_subject_by_default_and_set_by_file_or_environment() {
     let opened = config.runtime.envelope.open(&order).unwrap();
     assert_eq!(
         opened.contract,
-        crate::Contract::new("orders.order-placed", 1)
+        crate::envelope::Contract::new("orders.order-placed", 1)
     );
     assert_eq!(opened.id.as_deref(), Some("mt-1"));
 
@@ -830,12 +830,12 @@ fn the_envelope_is_the_subject_by_default_and_set_by_file_or_environment() {
     let opened = config.runtime.envelope.open(&order).unwrap();
     assert_eq!(
         opened.contract,
-        crate::Contract::new("orders.order-placed", 1)
+        crate::envelope::Contract::new("orders.order-placed", 1)
     );
 
     let raw = "[envelope]\nkind = \"raw\"\ncontract = \"orders.order-placed.v1\"\nid_from = \"pointer:/orderId\"\n";
     let config = load(&format!("{GOOD}{raw}"), &[]).unwrap();
-    let message = crate::Message::new("b", "", r#"{"orderId":"o-9"}"#);
+    let message = crate::ports::Message::new("b", "", r#"{"orderId":"o-9"}"#);
     let opened = config.runtime.envelope.open(&message).unwrap();
     assert_eq!(opened.id.as_deref(), Some("o-9"));
 }

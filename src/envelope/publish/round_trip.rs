@@ -1,6 +1,7 @@
 //! Round trips: what the writers put in the outbox, sent as the relay sends it
 //! ([`OutboxRow::to_message`]), read back by the envelope readers and the envelope check the
 //! runtime applies: the same contract, logical id, payload and headers.
+#![allow(clippy::unwrap_used)]
 
 use std::borrow::Cow;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

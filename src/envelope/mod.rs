@@ -1,5 +1,14 @@
-//! The envelope check: the logical id and the contract a message must carry before any
-//! database work, and the dead-letter reasons and rejections when it does not.
+//! Envelopes, the .NET dialects: how a delivery yields its contract, its own id, its body and
+//! its headers (ours, MassTransit, NServiceBus, CloudEvents, raw), chosen per consumer with
+//! [`RuntimeConfig::envelope`](crate::runtime::RuntimeConfig::envelope) or `envelope.kind` in
+//! `worker.toml`; and the outbox's writers of the same envelopes.
+//!
+//! The envelope check lives here too: the logical id and the contract a message must carry
+//! before any database work, and the dead-letter reasons and rejections when it does not. The
+//! runtime calls the check and a consumer's [`EnvelopeReader`]; nothing here knows slots, locks
+//! or settlement. The one runtime type named is the handler's
+//! [`Context`](crate::runtime::Context), which the outbox writers read to continue a consumed
+//! conversation.
 //!
 //! # Layout
 //! - `reader`: the port, [`EnvelopeReader`] → [`Opened`], and our own [`SubjectVersioned`].
@@ -78,8 +87,8 @@ pub enum DeadLetterReason {
     /// The client cannot decode the AMQP message (a malformed section, a type it does not
     /// know); every redelivery would fail the same way.
     UndecodableMessage,
-    /// The handler panicked on this message on [`crate::RuntimeConfig::max_panics`]
-    /// deliveries.
+    /// The handler panicked on this message on
+    /// [`RuntimeConfig::max_panics`](crate::runtime::RuntimeConfig::max_panics) deliveries.
     HandlerPanicked,
 }
 

@@ -188,7 +188,7 @@ impl CloudEvents {
         source: &str,
         id: &str,
         kind: &str,
-    ) -> Result<crate::runtime::Contract, Rejection> {
+    ) -> Result<crate::envelope::Contract, Rejection> {
         if specversion != "1.0" {
             return Err(Rejection::new(
                 DeadLetterReason::InvalidPayload,
@@ -292,7 +292,7 @@ fn binary_attributes(message: &Message) -> Result<(Headers, Headers), Rejection>
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::runtime::Contract;
+    use crate::envelope::Contract;
 
     /// The JSON format's own example (cloudevents/formats/json-format.md §3), with the reference
     /// order as its data.

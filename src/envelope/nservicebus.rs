@@ -131,7 +131,7 @@ fn full_name_and_version(qualified: &str) -> (&str, Option<u32>) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::runtime::Contract;
+    use crate::envelope::Contract;
 
     /// The headers an NServiceBus 9 endpoint writes for a published event, as the headers
     /// page lists them (docs.particular.net/nservicebus/messaging/headers).

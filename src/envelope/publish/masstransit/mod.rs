@@ -16,6 +16,15 @@
 //!   `MessageId` and `CorrelationId` as `Guid.ToString("N")`, the headers as application
 //!   properties, no subject (label);
 //! - addresses: `sb://<namespace>/<entity>` (`ServiceBusEndpointAddress`).
+//!
+//! # Layout
+//! - here: [`MassTransitEnvelope`], the writer: what a handler sets, and the AMQP message
+//!   around the envelope;
+//! - `wire`: the envelope's JSON shape, MassTransit's `JsonMessageEnvelope` and `HostInfo`;
+//! - `names`: what MassTransit accepts as a message type, an id and a header name.
+
+mod names;
+mod wire;
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -25,14 +34,12 @@ use uuid::Uuid;
 
 use super::super::{MASSTRANSIT_CONTENT_TYPE, MAX_ENVELOPE_HEADERS};
 use super::{
-    PublishError, bounded, bounded_properties, header_value, json_object, printable, rfc3339,
-    serialised, shown,
+    PublishError, bounded, bounded_properties, header_value, json_object, printable, serialised,
+    shown,
 };
-use crate::ports::{INBOX_PROPERTY_PREFIX, OutboxMessage, PropertyValue};
+use crate::ports::{OutboxMessage, PropertyValue};
 use crate::runtime::Context;
-
-/// The scheme and namespace prefix of a MassTransit message type.
-const URN_PREFIX: &str = "urn:message:";
+use names::{derived_uuid, header_name, message_urn, uuid};
 
 /// A MassTransit JSON envelope for one outgoing event: build it, then
 /// [`message`](Self::message) turns a payload into the [`OutboxMessage`] a handler appends.
@@ -245,24 +252,7 @@ impl MassTransitEnvelope {
         name: &str,
         value: impl Into<PropertyValue>,
     ) -> Result<Self, PublishError> {
-        let why = if name.is_empty() || name.len() > super::MAX_NAME_LEN {
-            Some("1 to 256 bytes")
-        } else if name.chars().any(char::is_control) {
-            Some("no control characters")
-        } else if name.starts_with(INBOX_PROPERTY_PREFIX) {
-            Some("sb-inbox- properties belong to the inbox's own hop; the relay drops them")
-        } else if name.len() >= 3 && name[..3].eq_ignore_ascii_case("MT-") {
-            Some("MT- headers are MassTransit's own")
-        } else {
-            None
-        };
-        if let Some(why) = why {
-            return Err(PublishError::InvalidName {
-                what: "header",
-                name: shown(name),
-                why,
-            });
-        }
+        header_name(name)?;
         let value = value.into();
         header_value("header", &value)?;
         // Two envelope fields (CorrelationId, ConversationId) join the headers on the way in.
@@ -308,26 +298,9 @@ impl MassTransitEnvelope {
     }
 
     fn wrap(&self, message: serde_json::Value) -> Result<OutboxMessage, PublishError> {
-        let hyphenated = |id: Uuid| id.hyphenated().to_string();
-        let envelope = Envelope {
-            message_id: hyphenated(self.message_id),
-            correlation_id: self.correlation_id.map(hyphenated),
-            // A first message starts its own conversation (MassTransit's table: "Set: Y").
-            conversation_id: hyphenated(self.conversation_id.unwrap_or(self.message_id)),
-            initiator_id: self.initiator_id.map(hyphenated),
-            source_address: self.source_address.as_deref(),
-            destination_address: self.destination_address.as_deref(),
-            message_type: &self.message_types,
-            message,
-            sent_time: rfc3339(self.sent_time),
-            headers: self
-                .headers
-                .iter()
-                .map(|(name, value)| (name.as_str(), json_of(value)))
-                .collect(),
-            host: Host::current(),
-        };
-        let body = bounded(serde_json::to_vec(&envelope).map_err(PublishError::NotJson)?)?;
+        let body = bounded(wire::body(self, message)?)?;
+        // The AMQP message as MassTransit's Azure Service Bus transport sends it: the ids in
+        // their `N` form, no subject, the headers again as application properties.
         let mut outgoing = OutboxMessage::new(self.destination.clone(), "", body)
             .with_message_id(self.message_id.simple().to_string())
             .with_content_type(MASSTRANSIT_CONTENT_TYPE);
@@ -336,117 +309,6 @@ impl MassTransitEnvelope {
         outgoing.application_properties = bounded_properties(self.headers.clone())?;
         Ok(outgoing)
     }
-}
-
-/// The envelope as MassTransit's `JsonMessageEnvelope` names its fields (camelCase), in the
-/// documentation's order. Fields without a value are left out: MassTransit's deserializer
-/// (`SystemTextJsonMessageSerializer`, case-insensitive property names) reads a missing field
-/// as it reads the documentation example's `null`.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Envelope<'a> {
-    message_id: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    correlation_id: Option<String>,
-    conversation_id: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    initiator_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    source_address: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    destination_address: Option<&'a str>,
-    message_type: &'a [String],
-    message: serde_json::Value,
-    sent_time: String,
-    headers: BTreeMap<&'a str, serde_json::Value>,
-    host: Host,
-}
-
-/// MassTransit's `HostInfo`, filled with what this process can say about itself truthfully:
-/// no `massTransitVersion` (it is not MassTransit) and no machine name (not needed to
-/// deserialize, and not ours to publish to every consumer).
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Host {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    process_name: Option<String>,
-    process_id: u32,
-    assembly: &'static str,
-    assembly_version: &'static str,
-    framework_version: &'static str,
-    operating_system_version: &'static str,
-}
-
-impl Host {
-    fn current() -> Self {
-        Host {
-            process_name: std::env::current_exe()
-                .ok()
-                .and_then(|exe| exe.file_stem().map(|s| s.to_string_lossy().into_owned())),
-            process_id: std::process::id(),
-            assembly: env!("CARGO_PKG_NAME"),
-            assembly_version: env!("CARGO_PKG_VERSION"),
-            framework_version: "rust",
-            operating_system_version: std::env::consts::OS,
-        }
-    }
-}
-
-/// A header value as JSON.
-fn json_of(value: &PropertyValue) -> serde_json::Value {
-    match value {
-        PropertyValue::String(s) => serde_json::Value::from(s.as_str()),
-        PropertyValue::Long(n) => serde_json::Value::from(*n),
-        PropertyValue::Double(x) => serde_json::Value::from(*x),
-        PropertyValue::Bool(b) => serde_json::Value::from(*b),
-    }
-}
-
-/// `id` parsed as a UUID, or [`PublishError::NotUuid`] naming `what`.
-fn uuid(what: &'static str, id: &str) -> Result<Uuid, PublishError> {
-    Uuid::parse_str(id).map_err(|source| PublishError::NotUuid {
-        what,
-        value: shown(id),
-        source,
-    })
-}
-
-/// A UUID derived from `text` alone (SHA-256, version 8 and the RFC 4122 variant set), for
-/// an id that must be the same on every delivery of one message.
-fn derived_uuid(text: &str) -> Uuid {
-    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&digest.as_ref()[..16]);
-    uuid::Builder::from_custom_bytes(bytes).into_uuid()
-}
-
-/// `urn:message:Namespace:TypeName` (nested types with `+`, generic arguments in `[[…]]`),
-/// checked; anything else is [`PublishError::InvalidMessageType`].
-fn message_urn(urn: &str) -> Result<String, PublishError> {
-    let invalid = || PublishError::InvalidMessageType(shown(urn));
-    if urn.len() > super::MAX_NAME_LEN {
-        return Err(invalid());
-    }
-    let rest = urn.strip_prefix(URN_PREFIX).ok_or_else(invalid)?;
-    // The type name follows the namespace's last ':' outside generic brackets; a type in the
-    // global namespace has none (`urn:message:TypeName`).
-    let head = rest.split('[').next().unwrap_or(rest);
-    let (namespace, name) = head.rsplit_once(':').unwrap_or(("", head));
-    let allowed = |c: char| c.is_alphanumeric() || matches!(c, '.' | '_' | '+' | '`');
-    let brackets = &rest[head.len()..];
-    if name.is_empty()
-        || !name.chars().all(allowed)
-        || namespace
-            .split('.')
-            .any(|part| !namespace.is_empty() && part.is_empty())
-        || !namespace.chars().all(|c| allowed(c) && c != '+')
-        || !brackets
-            .chars()
-            .all(|c| allowed(c) || matches!(c, '[' | ']' | ',' | ':'))
-    {
-        return Err(invalid());
-    }
-    Ok(urn.to_owned())
 }
 
 #[cfg(test)]
@@ -458,195 +320,16 @@ mod tests {
     use crate::ports::Message;
     use crate::testing::ContextBuilder;
 
-    const TYPE: &str = "urn:message:Shop.Contracts:OrderConfirmed";
+    pub(super) const TYPE: &str = "urn:message:Shop.Contracts:OrderConfirmed";
 
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
-    struct OrderConfirmed {
-        order_id: String,
+    pub(super) struct OrderConfirmed {
+        pub(super) order_id: String,
     }
 
-    fn json(message: &OutboxMessage) -> serde_json::Value {
+    pub(super) fn json(message: &OutboxMessage) -> serde_json::Value {
         serde_json::from_slice(&message.body).unwrap()
-    }
-
-    /// MassTransit's documented envelope: the example in "Message Serialization" → "Message
-    /// Envelope" (<https://masstransit.io/documentation/configuration/serialization>), verbatim.
-    const DOCUMENTED_EXAMPLE: &str = r#"{
-        "messageId": "181c0000-6393-3630-36a4-08daf4e7c6da",
-        "requestId": "ef375b18-69ee-4a9e-b5ec-44ee1177a27e",
-        "correlationId": null,
-        "conversationId": null,
-        "initiatorId": null,
-        "sourceAddress": "rabbitmq://localhost/source",
-        "destinationAddress": "rabbitmq://localhost/destination",
-        "responseAddress": "rabbitmq://localhost/response",
-        "faultAddress": "rabbitmq://localhost/fault",
-        "messageType": [
-            "urn:message:Company.Project:SubmitOrder"
-        ],
-        "message": {
-            "orderId": "181c0000-6393-3630-36a4-08daf4e7c6da",
-            "timestamp": "2023-01-12T21:55:53.714Z"
-        },
-        "expirationTime": null,
-        "sentTime": "2023-01-12T21:55:53.715882Z",
-        "headers": {
-            "Application-Header": "SomeValue"
-        },
-        "host": {
-            "machineName": "MyComputer",
-            "processName": "dotnet",
-            "processId": 427,
-            "assembly": "TestProject",
-            "assemblyVersion": "2.11.1.93",
-            "frameworkVersion": "6.0.7",
-            "massTransitVersion": "8.0.10.0",
-            "operatingSystemVersion": "Unix 12.6.2"
-        }
-    }"#;
-
-    /// True for a UUID in the hyphenated form the documentation's example shows.
-    fn hyphenated_uuid(value: &serde_json::Value) -> bool {
-        value
-            .as_str()
-            .is_some_and(|s| s.len() == 36 && Uuid::parse_str(s).is_ok())
-    }
-
-    /// The envelope, field by field, against MassTransit's documentation (the example above and
-    /// its table: type, "Notes", "Set").
-    #[test]
-    fn the_envelope_matches_masstransits_documented_format() {
-        let documented: serde_json::Value = serde_json::from_str(DOCUMENTED_EXAMPLE).unwrap();
-        let consumed = Message::new(
-            "3b241101-e2bb-4255-8caf-4136c566a962",
-            "orders.order-placed.v1",
-            "{}",
-        )
-        .with_correlation_id("7c9e6679-7425-40de-944b-e07fc1f90ae7");
-        let builder = ContextBuilder::new("shop.confirmations", consumed).unwrap();
-        let message = MassTransitEnvelope::new("confirmations", TYPE)
-            .unwrap()
-            .with_message_id("181c0000-6393-3630-36a4-08daf4e7c6da")
-            .unwrap()
-            .caused_by(&builder.build(()))
-            .with_source_and_destination_addresses("shop.servicebus.windows.net", "orders")
-            .unwrap()
-            .with_header("Application-Header", "SomeValue")
-            .unwrap()
-            .at(UNIX_EPOCH + Duration::new(1_673_560_553, 715_882_000))
-            .message(&OrderConfirmed {
-                order_id: "o-1".into(),
-            })
-            .unwrap();
-        let written = json(&message);
-
-        // Every member written is one the documented envelope has, with the documented JSON
-        // type where the example shows a value (its ids are null or strings: Guid).
-        let members = written.as_object().unwrap();
-        for (name, value) in members {
-            let example = documented
-                .get(name)
-                .unwrap_or_else(|| panic!("{name} is not a documented envelope member"));
-            if !example.is_null() {
-                assert_eq!(
-                    std::mem::discriminant(value),
-                    std::mem::discriminant(example),
-                    "{name}: {value} is not of the documented type of {example}"
-                );
-            }
-        }
-        // messageId: Guid, "Recommended", set by MassTransit.
-        assert_eq!(written["messageId"], "181c0000-6393-3630-36a4-08daf4e7c6da");
-        // messageType: Urn[], "Required": urn:message:Namespace:TypeName.
-        assert_eq!(written["messageType"], serde_json::json!([TYPE]));
-        // message: the payload object, camelCase as MassTransit's serializer writes it.
-        assert_eq!(written["message"], serde_json::json!({ "orderId": "o-1" }));
-        // conversationId: Guid, optional, set by MassTransit: the consumed message starts it.
-        assert_eq!(
-            written["conversationId"],
-            "3b241101-e2bb-4255-8caf-4136c566a962"
-        );
-        // initiatorId: Guid, optional: the message that caused this one.
-        assert_eq!(
-            written["initiatorId"],
-            "3b241101-e2bb-4255-8caf-4136c566a962"
-        );
-        // correlationId: Guid, optional: carried over from the consumed message.
-        assert_eq!(
-            written["correlationId"],
-            "7c9e6679-7425-40de-944b-e07fc1f90ae7"
-        );
-        for id in [
-            "messageId",
-            "conversationId",
-            "initiatorId",
-            "correlationId",
-        ] {
-            assert!(hyphenated_uuid(&written[id]), "{id}");
-        }
-        // sourceAddress / destinationAddress: Uri, optional; Azure Service Bus addresses.
-        assert_eq!(
-            written["sourceAddress"],
-            "sb://shop.servicebus.windows.net/orders"
-        );
-        assert_eq!(
-            written["destinationAddress"],
-            "sb://shop.servicebus.windows.net/confirmations"
-        );
-        // sentTime: ISO-8601, optional, set by MassTransit: the example's own instant and form.
-        assert_eq!(written["sentTime"], documented["sentTime"]);
-        // headers: a name → value object.
-        assert_eq!(written["headers"], documented["headers"]);
-        // host: only the documented HostInfo members, with their types.
-        for (name, value) in written["host"].as_object().unwrap() {
-            let example = &documented["host"][name];
-            assert!(!example.is_null(), "host.{name} is not documented");
-            assert_eq!(
-                std::mem::discriminant(value),
-                std::mem::discriminant(example),
-                "host.{name}"
-            );
-        }
-        // requestId, responseAddress, faultAddress ("R": requests only) and expirationTime
-        // ("S": with a time to live) do not apply to a published event: not written.
-        for situational in [
-            "requestId",
-            "responseAddress",
-            "faultAddress",
-            "expirationTime",
-        ] {
-            assert!(members.get(situational).is_none(), "{situational}");
-        }
-    }
-
-    #[test]
-    fn message_urns_follow_masstransits_format() {
-        for good in [
-            TYPE,
-            "urn:message:MyProject.Messages.Events:AccountUpdated",
-            "urn:message:MyProject.AccountService:MyService+AccountUpdatedEvent",
-            "urn:message:Ns:Wrapper[[Ns.Inner:Payload]]",
-            "urn:message:TypeInGlobalNamespace",
-        ] {
-            assert!(message_urn(good).is_ok(), "{good}");
-        }
-        for bad in [
-            "",
-            "Shop.Contracts:OrderConfirmed",
-            "urn:message:",
-            "urn:message:Shop.Contracts:",
-            "urn:message:Shop..Contracts:Order",
-            "urn:message:Shop Contracts:Order",
-            "urn:message:Shop:Order\n",
-            "urn:messages:Shop:Order",
-            &format!("urn:message:Ns:{}", "T".repeat(300)),
-        ] {
-            assert!(
-                matches!(message_urn(bad), Err(PublishError::InvalidMessageType(_))),
-                "{bad:?}"
-            );
-        }
     }
 
     #[test]

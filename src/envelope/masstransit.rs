@@ -202,7 +202,7 @@ pub(crate) fn media_type(content_type: &str) -> &str {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::runtime::Contract;
+    use crate::envelope::Contract;
 
     /// A MassTransit envelope as MassTransit's documentation shows it
     /// (masstransit.io/documentation/configuration/serialization, "Envelope"), carrying the

@@ -22,7 +22,6 @@
 mod cloudevents;
 mod masstransit;
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod round_trip;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -49,7 +48,7 @@ pub const MAX_PROPERTIES_LEN: usize = 60 * 1024;
 const MAX_NAME_LEN: usize = 256;
 
 /// An envelope that cannot be written. Permanent: the same input fails the same way on every
-/// delivery (map it with [`HandlerError::permanent`](crate::HandlerError::permanent)).
+/// delivery (map it with [`HandlerError::permanent`](crate::runtime::HandlerError::permanent)).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PublishError {
@@ -126,7 +125,7 @@ pub enum PublishError {
 
 /// Cuts an offending value for an error message.
 fn shown(value: &str) -> String {
-    crate::runtime::truncate(value, 64)
+    crate::envelope::truncate(value, 64)
 }
 
 /// A JSON object from bytes the caller encoded: not JSON, or JSON but not an object, is refused.

@@ -23,8 +23,8 @@ use serde::Serialize;
 
 use super::super::{CLOUDEVENTS_JSON, MAX_ENVELOPE_HEADERS};
 use super::{PublishError, bounded, bounded_properties, header_value, printable, rfc3339, shown};
+use crate::envelope::MAX_MESSAGE_ID_LEN;
 use crate::ports::{OutboxMessage, PropertyValue};
-use crate::runtime::MAX_MESSAGE_ID_LEN;
 
 /// The prefix written for a binary event's attributes: the binding's own (v1.0.2, 3.1.3.1).
 /// Readers accept `cloudEvents_` too (the binding's later drafts, and the CloudEvents Python SDK
