@@ -50,16 +50,6 @@ impl SettleError {
     pub fn is_permanent(&self) -> bool {
         matches!(self, SettleError::Permanent { .. })
     }
-
-    /// The bounded `error.type` telemetry reports for this error.
-    pub fn error_type(&self) -> &'static str {
-        use crate::telemetry::names::error;
-        match self {
-            SettleError::LockLost => error::LOCK_LOST,
-            SettleError::Transient(_) => error::TRANSIENT,
-            SettleError::Permanent { .. } => error::REFUSED,
-        }
-    }
 }
 
 /// A received, peek-locked delivery.

@@ -68,7 +68,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -162,84 +162,16 @@ async fn batches<R, S, H>(
         inner.config.held().saturating_mul(super::SETTLING_FACTOR),
     ));
     let (size, linger) = (inner.config.batch_size, inner.config.batch_linger);
-    loop {
-        let permit = tokio::select! {
-            // Biased: once shutting down, nothing new starts.
-            biased;
-            () = stopping.cancelled() => None,
-            permit = handling.clone().acquire_owned() => permit.ok(),
-        };
-        let Some(permit) = permit else { break };
-        let first = tokio::select! {
-            biased;
-            () = stopping.cancelled() => None,
-            first = incoming.recv() => first,
-        };
-        let Some(first) = first else { break };
-        let mut batch = vec![first];
-        let closes = Instant::now() + linger;
-        while batch.len() < size {
-            tokio::select! {
-                next = incoming.recv() => match next {
-                    Some(next) => batch.push(next),
-                    None => break,
-                },
-                () = tokio::time::sleep_until(closes) => break,
-            }
-        }
-        // Paused by the kill switch while the batch formed: what has not started is released.
-        let (held_back, batch): (Vec<_>, Vec<_>) = batch
-            .into_iter()
-            .partition(|(_, _, slot, _)| inner.circuit.holds_back(&slot.ticket));
-        for queued in held_back {
-            give_back(&inner, queued).await;
-        }
+    while let Some((permit, batch)) =
+        next_batch(&handling, &mut incoming, &stopping, size, linger).await
+    {
+        let batch = hold_back(&inner, batch).await;
         if batch.is_empty() {
             continue;
         }
         let (inner, abort, settling) = (inner.clone(), abort.clone(), settling.clone());
         let stopping = stopping.clone();
-        tracker.spawn(async move {
-            // A batch never holds more members than the runtime holds, half the bound: these
-            // places always come once earlier settlements are answered.
-            let places = tokio::select! {
-                biased;
-                () = stopping.cancelled() => None,
-                places = settlement_places(&settling, batch.len()) => places,
-            };
-            let Some(places) = places else {
-                for queued in batch {
-                    give_back(&inner, queued).await;
-                }
-                return;
-            };
-            let mut slots = Vec::with_capacity(batch.len());
-            let mut members = Vec::with_capacity(batch.len());
-            for ((delivery, lock, mut slot, received_at), place) in batch.into_iter().zip(places) {
-                // A lock that ran out while it waited for its batch is given back, never
-                // handled late: its redelivery may already be in another instance's hands.
-                if lock.is_held() {
-                    // Queued from receipt until its batch starts: the linger and the wait for a
-                    // handling slot, as the unbatched trace's queue.
-                    inner
-                        .phases
-                        .record(super::phases::Phase::Queued, received_at.elapsed());
-                    slots.push(slot.take_permit());
-                    members.push((delivery, lock, (slot, place)));
-                } else {
-                    give_back(&inner, (delivery, lock, slot, received_at)).await;
-                }
-            }
-            if members.is_empty() {
-                return;
-            }
-            // The slot watch covers the settlements too (one that never returns is stuck).
-            let _busy = inner.slots.enter();
-            // All three end with the batch's transactions: its handling slot, its places held
-            // and its busy time in the phase trace.
-            let freed = (permit, slots, inner.phases.busy());
-            handle(&inner, members, &abort, freed).await;
-        });
+        tracker.spawn(start(inner, batch, permit, settling, stopping, abort));
     }
     incoming.close();
     while let Some(queued) = incoming.recv().await {
@@ -247,12 +179,131 @@ async fn batches<R, S, H>(
     }
 }
 
+/// Takes a handling slot, then the batch's first delivery, then more until it holds `size` or
+/// `linger` passed since the first. `None` once stopping, or when the queue closed.
+async fn next_batch<D>(
+    handling: &Arc<Semaphore>,
+    incoming: &mut mpsc::UnboundedReceiver<Queued<D>>,
+    stopping: &CancellationToken,
+    size: usize,
+    linger: Duration,
+) -> Option<(OwnedSemaphorePermit, Vec<Queued<D>>)> {
+    let permit = tokio::select! {
+        // Biased: once shutting down, nothing new starts.
+        biased;
+        () = stopping.cancelled() => None,
+        permit = handling.clone().acquire_owned() => permit.ok(),
+    }?;
+    let first = tokio::select! {
+        biased;
+        () = stopping.cancelled() => None,
+        first = incoming.recv() => first,
+    }?;
+    let mut batch = vec![first];
+    let closes = Instant::now() + linger;
+    while batch.len() < size {
+        tokio::select! {
+            next = incoming.recv() => match next {
+                Some(next) => batch.push(next),
+                None => break,
+            },
+            () = tokio::time::sleep_until(closes) => break,
+        }
+    }
+    Some((permit, batch))
+}
+
+/// Gives back the members the kill switch paused while the batch formed (what has not started
+/// is released); the rest go on.
+async fn hold_back<R, S, H, D: Delivery>(
+    inner: &Inner<R, S, H>,
+    batch: Vec<Queued<D>>,
+) -> Vec<Queued<D>> {
+    let (held_back, batch): (Vec<_>, Vec<_>) = batch
+        .into_iter()
+        .partition(|(_, _, slot, _)| inner.circuit.holds_back(&slot.ticket));
+    for queued in held_back {
+        give_back(inner, queued).await;
+    }
+    batch
+}
+
+/// Starts a formed batch in its own task: once each member has its place among settlements in
+/// flight, admits the members whose lock is still held and handles them as one batch.
+async fn start<R, S, H>(
+    inner: Arc<Inner<R, S, H>>,
+    batch: Vec<Queued<R::Delivery>>,
+    permit: OwnedSemaphorePermit,
+    settling: Arc<Semaphore>,
+    stopping: CancellationToken,
+    abort: CancellationToken,
+) where
+    R: Receiver,
+    S: Store,
+    H: Handler<S::Tx>,
+{
+    // A batch never holds more members than the runtime holds, half the bound: these
+    // places always come once earlier settlements are answered.
+    let places = tokio::select! {
+        biased;
+        () = stopping.cancelled() => None,
+        places = settlement_places(&settling, batch.len()) => places,
+    };
+    let Some(places) = places else {
+        for queued in batch {
+            give_back(&inner, queued).await;
+        }
+        return;
+    };
+    let (slots, members) = admit(&inner, batch, places).await;
+    if members.is_empty() {
+        return;
+    }
+    // The slot watch covers the settlements too (one that never returns is stuck).
+    let _busy = inner.slots.enter();
+    // All three end with the batch's transactions: its handling slot, its places held
+    // and its busy time in the phase trace.
+    let freed = (permit, slots, inner.phases.busy());
+    handle(&inner, members, &abort, freed).await;
+}
+
+/// A batch member as [`handle`] takes it: what it holds until its settlement is answered is its
+/// `held` slot (its ticket, once the permit is taken) and its place among settlements.
+type Admitted<D> = (Arc<D>, KeptLock, (Slot, OwnedSemaphorePermit));
+
+/// Admits the members whose lock is still held, each with its place; returns their `held`
+/// permits (freed once the batch's transactions ended) and the members.
+async fn admit<R, S, H, D: Delivery>(
+    inner: &Inner<R, S, H>,
+    batch: Vec<Queued<D>>,
+    places: Vec<OwnedSemaphorePermit>,
+) -> (Vec<Option<OwnedSemaphorePermit>>, Vec<Admitted<D>>) {
+    let mut slots = Vec::with_capacity(batch.len());
+    let mut members = Vec::with_capacity(batch.len());
+    for ((delivery, lock, mut slot, received_at), place) in batch.into_iter().zip(places) {
+        // A lock that ran out while it waited for its batch is given back, never
+        // handled late: its redelivery may already be in another instance's hands.
+        if lock.is_held() {
+            // Queued from receipt until its batch starts: the linger and the wait for a
+            // handling slot, as the unbatched trace's queue.
+            inner
+                .phases
+                .record(super::phases::Phase::Queued, received_at.elapsed());
+            slots.push(slot.take_permit());
+            members.push((delivery, lock, (slot, place)));
+        } else {
+            give_back(inner, (delivery, lock, slot, received_at)).await;
+        }
+    }
+    (slots, members)
+}
+
 /// One place among settlements in flight for each of `n` members; `None` once the semaphore is
 /// closed (only when the runtime is dropped mid-run).
 async fn settlement_places(
     settling: &Arc<Semaphore>,
     n: usize,
-) -> Option<Vec<tokio::sync::OwnedSemaphorePermit>> {
+) -> Option<Vec<OwnedSemaphorePermit>> {
     let mut places = Vec::with_capacity(n);
     for _ in 0..n {
         places.push(settling.clone().acquire_owned().await.ok()?);
@@ -374,8 +425,42 @@ where
 {
     let step = inner.processor();
     step.observer.batch(members.len());
+    let (mut members, held_until_settled) = take(&step, members);
+    let started = Instant::now();
+    let ended = decide(&step, &mut members, cancel).await;
+    drop(freed);
+    // The batch's transactions, once per batch; each member's settlement from here to its
+    // answer (the phase trace of issue 42, as unbatched).
+    let transactions_ended = Instant::now();
+    inner.phases.record(
+        super::phases::Phase::Transaction,
+        transactions_ended - started,
+    );
+    settle_all(
+        inner,
+        members,
+        held_until_settled,
+        &ended,
+        cancel,
+        transactions_ended,
+    )
+    .await
+}
+
+/// Takes each delivery into the batch: opens its process span and accepts its envelope (a
+/// refused one is decided alone at once). Returns the members and, in the same order, what each
+/// holds until its settlement is answered.
+fn take<S, H, D, P>(
+    step: &Processor<'_, S, H>,
+    members: Vec<(Arc<D>, KeptLock, P)>,
+) -> (Vec<Member<D>>, Vec<P>)
+where
+    S: Store,
+    H: Handler<S::Tx>,
+    D: Delivery,
+{
     let mut held_until_settled = Vec::with_capacity(members.len());
-    let mut members: Vec<Member<D>> = members
+    let members = members
         .into_iter()
         .map(|(delivery, lock, place)| {
             held_until_settled.push(place);
@@ -395,17 +480,32 @@ where
             }
         })
         .collect();
-    let started = Instant::now();
+    (members, held_until_settled)
+}
+
+/// Runs the batch's transactions within `max_processing` and until `cancel`. A failure the
+/// batch cannot pin on one member runs each undecided member again alone
+/// ([`isolate::one_by_one`]), so only the culprit fails.
+async fn decide<S, H, D>(
+    step: &Processor<'_, S, H>,
+    members: &mut [Member<D>],
+    cancel: &CancellationToken,
+) -> Result<(), Whole>
+where
+    S: Store,
+    H: Handler<S::Tx>,
+    D: Delivery,
+{
     let ended = tokio::select! {
         biased;
         () = cancel.cancelled() => Err(Whole::Shutdown),
         () = tokio::time::sleep(step.max_processing) => Err(Whole::TooLong(step.too_long())),
-        ended = step.observer.transaction(transact(&step, &mut members)) => ended,
+        ended = step.observer.transaction(transact(step, members)) => ended,
     };
     // One member's fault the batch could not pin on it: each runs again alone.
-    let ended = match ended {
+    match ended {
         Err(Whole::Failed(_, false)) if !cancel.is_cancelled() => {
-            isolate::one_by_one(&step, &mut members, None, cancel).await;
+            isolate::one_by_one(step, members, None, cancel).await;
             Ok(())
         }
         Err(Whole::TooLong(_)) if !cancel.is_cancelled() => {
@@ -414,60 +514,38 @@ where
             let running = members
                 .iter()
                 .position(|m| matches!(m.state, State::Pending));
-            isolate::one_by_one(&step, &mut members, running, cancel).await;
+            isolate::one_by_one(step, members, running, cancel).await;
             Ok(())
         }
         ended => ended,
-    };
-    drop(freed);
-    // The batch's transactions, once per batch; each member's settlement from here to its
-    // answer (the phase trace of issue 42, as unbatched).
-    let transactions_ended = Instant::now();
-    inner.phases.record(
-        super::phases::Phase::Transaction,
-        transactions_ended - started,
-    );
-    // Every settlement at once, each in its own process span.
+    }
+}
+
+/// Every settlement at once, each in its own process span; the reports in the order of
+/// `members`. `ended` is how the batch's transactions ended (`Err` when it was abandoned as a
+/// whole), at `transactions_ended`. Each member's `P` is dropped once its settlement is answered.
+async fn settle_all<R, S, H, D, P>(
+    inner: &Arc<Inner<R, S, H>>,
+    members: Vec<Member<D>>,
+    held_until_settled: Vec<P>,
+    ended: &Result<(), Whole>,
+    cancel: &CancellationToken,
+    transactions_ended: Instant,
+) -> Vec<Report>
+where
+    R: Receiver,
+    S: Store,
+    H: Handler<S::Tx>,
+    D: Delivery,
+    P: Send + 'static,
+{
     let mut settling = tokio::task::JoinSet::new();
-    for ((index, member), place) in members.into_iter().enumerate().zip(held_until_settled) {
-        let Member {
-            delivery,
-            lock,
-            processing,
-            logical_id,
-            state,
-        } = member;
-        let verdict = match (state, &ended) {
-            (State::Decided(verdict), _) => verdict,
-            (_, Err(whole)) => Err(whole.abort()),
-            // A committed batch has decided every member.
-            (_, Ok(())) => Err(Abort::SettleAs(
-                Outcome::Transient,
-                "not handled in its batch".to_owned(),
-            )),
-        };
+    for ((index, mut member), place) in members.into_iter().enumerate().zip(held_until_settled) {
+        let state = std::mem::replace(&mut member.state, State::Pending);
+        let verdict = verdict_of(state, ended);
         let (inner, cancel) = (inner.clone(), cancel.clone());
         settling.spawn(async move {
-            let step = inner.processor();
-            let report = step
-                .conclude(
-                    &*delivery,
-                    logical_id.as_deref().unwrap_or_default(),
-                    verdict,
-                    &lock,
-                    &cancel,
-                )
-                .instrument(processing.span.clone())
-                .await;
-            inner.phases.record(
-                super::phases::Phase::Settlement,
-                transactions_ended.elapsed(),
-            );
-            // The renewals stop only now, after the settlement was answered.
-            lock.release().await;
-            step.observer
-                .finish(processing, &*delivery, &report, step.handler.contracts());
-            inner.stats.record(&report);
+            let report = settle(&inner, member, verdict, &cancel, transactions_ended).await;
             drop(place);
             (index, report)
         });
@@ -475,6 +553,65 @@ where
     let mut reports: Vec<(usize, Report)> = settling.join_all().await.into_iter().collect();
     reports.sort_by_key(|(index, _)| *index);
     reports.into_iter().map(|(_, report)| report).collect()
+}
+
+/// A member's verdict once the batch's transactions ended: its own if it was decided, else the
+/// whole batch's.
+fn verdict_of(state: State, ended: &Result<(), Whole>) -> Result<Outcome, Abort> {
+    match (state, ended) {
+        (State::Decided(verdict), _) => verdict,
+        (_, Err(whole)) => Err(whole.abort()),
+        // A committed batch has decided every member.
+        (_, Ok(())) => Err(Abort::SettleAs(
+            Outcome::Transient,
+            "not handled in its batch".to_owned(),
+        )),
+    }
+}
+
+/// Settles one member with `verdict` in its process span, then stops keeping its lock, closes
+/// its span and records it in the stats.
+async fn settle<R, S, H, D>(
+    inner: &Arc<Inner<R, S, H>>,
+    member: Member<D>,
+    verdict: Result<Outcome, Abort>,
+    cancel: &CancellationToken,
+    transactions_ended: Instant,
+) -> Report
+where
+    R: Receiver,
+    S: Store,
+    H: Handler<S::Tx>,
+    D: Delivery,
+{
+    let Member {
+        delivery,
+        lock,
+        processing,
+        logical_id,
+        ..
+    } = member;
+    let step = inner.processor();
+    let report = step
+        .conclude(
+            &*delivery,
+            logical_id.as_deref().unwrap_or_default(),
+            verdict,
+            &lock,
+            cancel,
+        )
+        .instrument(processing.span.clone())
+        .await;
+    inner.phases.record(
+        super::phases::Phase::Settlement,
+        transactions_ended.elapsed(),
+    );
+    // The renewals stop only now, after the settlement was answered.
+    lock.release().await;
+    step.observer
+        .finish(processing, &*delivery, &report, step.handler.contracts());
+    inner.stats.record(&report);
+    report
 }
 
 /// The batch's transactions: repeated without a delivery whose statement ended one, and again

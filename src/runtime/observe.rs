@@ -205,40 +205,24 @@ impl Observer {
         contracts: &[Contract],
     ) {
         let Processing { span, started } = processing;
-        let message = delivery.message();
-        let contract = message
-            .subject
-            .as_deref()
-            .and_then(|s| s.parse::<Contract>().ok())
-            .filter(|c| contracts.contains(c))
-            .map_or_else(|| value::OTHER.to_owned(), |c| c.to_string());
-        let outcome = report.outcome;
-        let settlement = settlement_name(outcome.settlement());
-        let settle_error = match &report.settled {
-            Some(Err(error)) => Some(error.error_type()),
-            _ => None,
-        };
-        let error_type = match outcome {
-            Outcome::Transient => Some(error::TRANSIENT_FAILURE),
-            Outcome::Permanent(reason) => Some(reason.as_str()),
-            Outcome::LockLost => Some(error::LOCK_LOST),
-            Outcome::HandlerPanicked => Some(error::HANDLER_PANICKED),
-            _ => settle_error,
-        };
-        span.record(attr::CONTRACT, contract.as_str());
-        span.record(attr::OUTCOME, outcome.as_str());
-        span.record(attr::SETTLEMENT, settlement);
-        if let Outcome::Permanent(reason) = outcome {
-            span.record(attr::DEAD_LETTER_REASON, reason.as_str());
-        }
-        if let Some(error_type) = error_type {
-            span.record(attr::ERROR_TYPE, error_type);
-            span.record("otel.status_code", "error");
-        }
-        drop(span);
+        let ending = Ending::of(delivery.message(), report, contracts);
+        ending.close(span);
+        self.record_ending(&ending, started, delivery);
+    }
 
+    /// The metrics of one finished delivery: its duration and age, its outcome, and the
+    /// counters that single out duplicates, lost locks, unknown contracts and failed
+    /// settlements.
+    fn record_ending<D: Delivery>(&self, ending: &Ending, started: Instant, delivery: &D) {
+        let Ending {
+            outcome,
+            settlement,
+            settle_error,
+            error_type,
+            ..
+        } = *ending;
         let mut labels = self.base.clone();
-        labels.push(KeyValue::new(attr::CONTRACT, contract));
+        labels.push(KeyValue::new(attr::CONTRACT, ending.contract.clone()));
         let mut outcome_labels = labels.clone();
         outcome_labels.push(KeyValue::new(attr::OUTCOME, outcome.as_str()));
         let mut process_labels = outcome_labels.clone();
@@ -262,19 +246,29 @@ impl Observer {
             settle_error.unwrap_or(value::OK),
         ));
         self.outcomes.add(1, &outcome_labels);
-        if let Outcome::Duplicate(scope) = outcome {
+        self.count_singled_out(ending, delivery.message(), labels);
+    }
+
+    /// The counters only some outcomes add to, each labelled by contract.
+    fn count_singled_out(
+        &self,
+        ending: &Ending,
+        message: &crate::ports::Message,
+        labels: Vec<KeyValue>,
+    ) {
+        if let Outcome::Duplicate(scope) = ending.outcome {
             self.count_duplicate(message, scope, labels.clone());
         }
-        if outcome == Outcome::LockLost {
+        if ending.outcome == Outcome::LockLost {
             self.lock_lost.add(1, &labels);
         }
-        if outcome == Outcome::Ignored {
+        if ending.outcome == Outcome::Ignored {
             // `contract` is `_other` here: the name is another team's, unbounded.
             self.unknown_contracts.add(1, &labels);
         }
-        if let Some(error_type) = settle_error {
+        if let Some(error_type) = ending.settle_error {
             let mut failure_labels = labels;
-            failure_labels.push(KeyValue::new(attr::DISPOSITION_STATUS, settlement));
+            failure_labels.push(KeyValue::new(attr::DISPOSITION_STATUS, ending.settlement));
             failure_labels.push(KeyValue::new(attr::ERROR_TYPE, error_type));
             self.settlement_failures.add(1, &failure_labels);
         }
@@ -298,6 +292,63 @@ impl Observer {
             },
         ));
         self.duplicates.add(1, &labels);
+    }
+}
+
+/// How one delivery ended, as its span and its metrics label it.
+struct Ending {
+    /// The contract name if the handler knows it, else [`value::OTHER`].
+    contract: String,
+    outcome: Outcome,
+    /// The name of the settlement the outcome asks for.
+    settlement: &'static str,
+    /// Why the settlement failed, if it did.
+    settle_error: Option<&'static str>,
+    /// The error the process span reports: the outcome's failure, else the settlement's.
+    error_type: Option<&'static str>,
+}
+
+impl Ending {
+    fn of(message: &crate::ports::Message, report: &Report, contracts: &[Contract]) -> Self {
+        let contract = message
+            .subject
+            .as_deref()
+            .and_then(|s| s.parse::<Contract>().ok())
+            .filter(|c| contracts.contains(c))
+            .map_or_else(|| value::OTHER.to_owned(), |c| c.to_string());
+        let outcome = report.outcome;
+        let settle_error = match &report.settled {
+            Some(Err(error)) => Some(error.error_type()),
+            _ => None,
+        };
+        let error_type = match outcome {
+            Outcome::Transient => Some(error::TRANSIENT_FAILURE),
+            Outcome::Permanent(reason) => Some(reason.as_str()),
+            Outcome::LockLost => Some(error::LOCK_LOST),
+            Outcome::HandlerPanicked => Some(error::HANDLER_PANICKED),
+            _ => settle_error,
+        };
+        Ending {
+            contract,
+            outcome,
+            settlement: settlement_name(outcome.settlement()),
+            settle_error,
+            error_type,
+        }
+    }
+
+    /// Records the ending on the process span and closes it.
+    fn close(&self, span: Span) {
+        span.record(attr::CONTRACT, self.contract.as_str());
+        span.record(attr::OUTCOME, self.outcome.as_str());
+        span.record(attr::SETTLEMENT, self.settlement);
+        if let Outcome::Permanent(reason) = self.outcome {
+            span.record(attr::DEAD_LETTER_REASON, reason.as_str());
+        }
+        if let Some(error_type) = self.error_type {
+            span.record(attr::ERROR_TYPE, error_type);
+            span.record("otel.status_code", "error");
+        }
     }
 }
 

@@ -26,3 +26,17 @@ pub use export::{
     LogFormat, LogFormatError, OTEL_ENV_VARS, Telemetry, TelemetryConfig, TelemetryError, init,
     init_default,
 };
+
+// Telemetry's word for a settlement error, defined here rather than with the error in `ports`:
+// the ports sit below telemetry and import nothing of its names.
+impl crate::ports::SettleError {
+    /// The bounded `error.type` telemetry reports for this error.
+    pub fn error_type(&self) -> &'static str {
+        use crate::ports::SettleError;
+        match self {
+            SettleError::LockLost => names::error::LOCK_LOST,
+            SettleError::Transient(_) => names::error::TRANSIENT,
+            SettleError::Permanent { .. } => names::error::REFUSED,
+        }
+    }
+}

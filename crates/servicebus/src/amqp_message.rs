@@ -6,15 +6,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use sb_amqp::codec::primitives::OrderedMap;
+use sb_amqp::types::definitions::Fields;
 use sb_amqp::types::messaging::annotations::OwnedKey;
 use sb_amqp::types::messaging::{
     AmqpValue, ApplicationProperties, Body, Data, Header, Message as AmqpMessage,
     MessageAnnotations, MessageId, Properties,
 };
 use sb_amqp::types::primitives::{Binary, SimpleValue, Symbol, Timestamp};
-use sb_amqp::{AnyMessage, codec::Value};
+use sb_amqp::{AmqpError, AnyMessage, Outcome, codec::Value};
 
-use sb_amqp::servicebus::annotation;
+use sb_amqp::servicebus::{annotation, condition, dead_letter};
 
 use super::SendOptions;
 use crate::dead_letter_reason;
@@ -349,6 +350,32 @@ pub(crate) fn to_amqp(message: &ServiceBusMessage, options: &SendOptions) -> Amq
 fn expiry_timestamp(at: SystemTime, ttl: Duration) -> Timestamp {
     at.checked_add(ttl)
         .map_or(Timestamp::from_milliseconds(i64::MAX), system_to_timestamp)
+}
+
+/// The disposition that dead-letters with a reason and a description.
+pub(super) fn dead_letter_outcome(reason: &str, description: &str) -> Outcome {
+    let info = fields([
+        (
+            dead_letter::REASON.to_owned(),
+            Value::String(reason.to_owned()),
+        ),
+        (
+            dead_letter::ERROR_DESCRIPTION.to_owned(),
+            Value::String(description.to_owned()),
+        ),
+    ]);
+    Outcome::Rejected(Some(
+        AmqpError::new(condition::DEAD_LETTER, None).with_info(info),
+    ))
+}
+
+/// AMQP fields (a symbol-keyed map) from `entries`, in their order.
+pub(super) fn fields(entries: impl IntoIterator<Item = (String, Value)>) -> Fields {
+    let mut map = OrderedMap::new();
+    for (key, value) in entries {
+        map.insert(Symbol::from(key), value);
+    }
+    map
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use sb_amqp::types::messaging::{AmqpValue, ApplicationProperties, Message};
 use sb_amqp::types::primitives::SimpleValue;
 
 use super::amqp_message::system_to_timestamp;
-use super::client::ConnectionScope;
+use super::scope::ConnectionScope;
 use super::{AccessToken, ServiceBusError};
 
 /// Reads an integer application property of a reply.

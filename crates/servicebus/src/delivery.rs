@@ -10,11 +10,11 @@ use sb_amqp::Outcome;
 use sb_amqp::codec::Value;
 use tracing::Instrument as _;
 
-use super::amqp_message::Received;
+use super::amqp_message::{Received, dead_letter_outcome, fields};
 use super::management::{self, Disposition, Request};
-use super::receiver::{LinkShared, ReceiverInner};
-use super::session::SessionLock;
-use super::settlement::{Attempt, dead_letter_outcome, fields, settle_error};
+use super::receive_link::{LinkShared, ReceiverInner};
+use super::session_lock::SessionLock;
+use super::settlement_error::{Attempt, settle_error};
 use super::telemetry::Kind;
 use crate::names::span;
 use crate::{PropertyValue, ServiceBusReceivedMessage, SettlementError};

@@ -54,6 +54,13 @@
 //!   broker's state), [`PropertyValue`].
 //! - [`ServiceBusClient::peek`] / [`PeekedMessage`]: `$management` peek-message, e.g. of a
 //!   dead-letter queue. [`admin`]: the HTTPS management API (entity settings).
+//! - Inside, files import one way, down (`.ci/legible` counts the circles): the links
+//!   (`sender`, `receiver`, `session`, each making its own link in an `impl ServiceBusClient`
+//!   block) import the `client` (connection, tokens, `$management`), which imports the
+//!   connection's `scope`, `cbs` and `management`, never a link. A delivery reaches what its
+//!   link shares through `receive_link` and `session_lock`, which its receiver and the session
+//!   receiver import as well; `settlement` extends the delivery, and the types both sides need
+//!   (settlement attempts, dead-letter outcomes, send options) sit below them.
 //! - [`names`]: every span, attribute and metric name the client emits;
 //!   [`trace_context`]: the W3C Trace Context propagator it reads and writes producers'
 //!   context with.
@@ -89,11 +96,14 @@ mod peek;
 mod propagation;
 mod proxy;
 mod receive_error;
+mod receive_link;
 mod receiver;
 mod retry;
 mod sas;
+mod scope;
 mod sender;
 mod session;
+mod session_lock;
 mod settlement;
 mod settlement_error;
 mod telemetry;
@@ -113,7 +123,8 @@ pub use connector::{ConnectFuture, Connector, WallClock};
 pub use delivery::ServiceBusDelivery;
 pub use error::ServiceBusError;
 pub use message::{
-    PropertyValue, ServiceBusMessage, ServiceBusReceivedMessage, TYPED_MESSAGE_ID_PREFIX,
+    PropertyValue, SendOptions, ServiceBusMessage, ServiceBusReceivedMessage,
+    TYPED_MESSAGE_ID_PREFIX,
 };
 pub use peek::{DEAD_LETTER_ERROR_DESCRIPTION, DEAD_LETTER_REASON, PeekedMessage};
 pub use proxy::{ProxyConfig, ProxyError};
@@ -122,7 +133,7 @@ pub use receiver::{DEFAULT_LINK_IDLE_GUARD, ServiceBusReceiver};
 pub use retry::RetryOptions;
 pub use sas::{SasToken, sign_sas};
 pub use sb_amqp::HttpProxy;
-pub use sender::{SendError, SendErrorKind, SendOptions, ServiceBusSender};
+pub use sender::{SendError, SendErrorKind, ServiceBusSender};
 pub use session::{ServiceBusSessionReceiver, ServiceBusSessionSource};
 pub use settlement_error::SettlementError;
 pub use telemetry::EntityNames;

@@ -9,7 +9,7 @@
 //! and the header (`delivery-count`).
 
 use std::collections::BTreeMap;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use sb_amqp::servicebus::dead_letter;
@@ -269,5 +269,36 @@ impl ServiceBusReceivedMessage {
             to: self.to.clone(),
             reply_to: self.reply_to.clone(),
         }
+    }
+}
+
+/// Per-message send options.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SendOptions {
+    /// The message's time-to-live (the entity's default when `None`).
+    pub time_to_live: Option<Duration>,
+    /// Keep the message invisible until this time (Service Bus scheduled messages).
+    pub scheduled_enqueue_time: Option<SystemTime>,
+}
+
+impl SendOptions {
+    /// Options that schedule the message for `at`.
+    pub fn scheduled(at: SystemTime) -> Self {
+        SendOptions::default().with_scheduled_enqueue_time(at)
+    }
+
+    /// The options with the message's time-to-live.
+    #[must_use]
+    pub fn with_time_to_live(mut self, time_to_live: Duration) -> Self {
+        self.time_to_live = Some(time_to_live);
+        self
+    }
+
+    /// The options keeping the message invisible until `at`.
+    #[must_use]
+    pub fn with_scheduled_enqueue_time(mut self, at: SystemTime) -> Self {
+        self.scheduled_enqueue_time = Some(at);
+        self
     }
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 
 use sb_amqp::types::definitions::{ReceiverSettleMode, SenderSettleMode};
-use sb_amqp::{Outcome, ReceiverOptions, Settler, unique_name};
+use sb_amqp::{Outcome, ReceiverOptions, unique_name};
 use tokio::sync::Mutex;
 
 use tracing::Instrument as _;
@@ -17,7 +17,8 @@ use super::client::management_node;
 use super::delivery::ServiceBusDelivery;
 use super::error::{Recovery, recovery};
 use super::lock_clock::LockClock;
-use super::session::{SESSION_LINK_GONE, SessionLock, SessionRequest, session_refusal};
+use super::receive_link::{LinkShared, ReceiveLink, ReceiverInner};
+use super::session_lock::{SESSION_LINK_GONE, SessionRequest, session_refusal};
 use super::telemetry::{EntityNames, EntityTelemetry, Kind};
 use super::window::{SETTLING_FACTOR, Sizer, WindowState};
 use super::{ServiceBusClient, ServiceBusError};
@@ -64,72 +65,16 @@ pub struct ServiceBusReceiver {
     inner: Arc<ReceiverInner>,
 }
 
-#[derive(Debug)]
-pub(super) struct ReceiverInner {
-    pub(super) client: ServiceBusClient,
-    pub(super) entity: String,
-    prefetch: u32,
-    /// With pipelining ([`ServiceBusReceiver::with_capacity`]), the most deliveries on the link
-    /// (credit granted, transfers queued) plus handed out and not being settled yet; 0: one
-    /// credit per receive.
-    capacity: AtomicU32,
-    /// Deliveries handed out, not dropped and not being settled (whatever their link): what the
-    /// caller holds in its queue and handlers.
-    pub(super) in_hand: AtomicUsize,
-    /// Deliveries whose settlement started and that are not dropped yet: bounded apart from
-    /// the window ([`SETTLING_FACTOR`]), not in it.
-    pub(super) settling: AtomicUsize,
-    /// Told when a delivery leaves the window (its settlement starts, or it is dropped) or a
-    /// settlement in flight ends: a receive waiting for room to grant credit looks again.
-    pub(super) freed: tokio::sync::Notify,
-    /// Set by [`ServiceBusReceiver::with_auto_window`]: the window sizes itself under the
-    /// capacity from what the receiver measures.
-    sizer: StdMutex<Option<Sizer>>,
-    pub(super) link: Mutex<Option<ReceiveLink>>,
-    /// True while a link is attached: what readiness reports.
-    pub(super) attached: AtomicBool,
-    /// The service detached the link as unauthorized: the next attach puts a fresh token, and
-    /// a refusal right after it is fatal.
-    pub(super) reauthorize: AtomicBool,
-    pub(super) telemetry: EntityTelemetry,
-    /// Set for a session receiver: its one link, once lost, is not re-attached (the session
-    /// lock went with it), and its deliveries are settled on that link only.
-    pub(super) session: std::sync::OnceLock<Arc<SessionLock>>,
-    /// The name of the link attached now: what `$management` requests name as their
-    /// associated link (read without waiting on a receive that holds `link`).
-    current_link: StdMutex<Option<String>>,
-    /// Whether that link is still attached, as the engine sees it (the service may have
-    /// detached it while nobody was receiving).
-    current_status: StdMutex<Option<sb_amqp::LinkStatus>>,
-    /// [`DEFAULT_LINK_IDLE_GUARD`] unless set, in milliseconds.
-    idle_guard_ms: AtomicU64,
-    /// The broker's clock as its deliveries tell it: whether a delivery's lock ran out on the
-    /// link, and what settlement deadlines compare with.
-    pub(super) lock_clock: LockClock,
-}
-
-#[derive(Debug)]
-pub(super) struct ReceiveLink {
-    pub(super) receiver: sb_amqp::Receiver,
-    /// The connection it lives on, told of the link's failures (`ConnectionScope::observe`).
-    conn: std::sync::Weak<super::client::ConnectionScope>,
-    pub(super) shared: Arc<LinkShared>,
-    pub(super) granted: bool,
-    /// Not pipelined: the receiver's prefetch is granted on the link (at attach, and again by
-    /// the next receive after a [`ServiceBusReceiver::withdraw`]).
-    pub(super) prefetched: bool,
-    /// Pipelined: credit granted on this link not yet turned into a delivery taken from it
-    /// (the link's credit plus its queued transfers).
-    pub(super) pending: u32,
-}
-
-/// What deliveries of one link share.
-#[derive(Debug)]
-pub(super) struct LinkShared {
-    pub(super) settler: Settler,
-    pub(super) name: String,
-    /// Set once the link failed: its deliveries settle through `$management`.
-    pub(super) gone: AtomicBool,
+// Made here rather than in `client`: the receiver holds a client to reach its connection, so
+// the client does not import its links (no import circle between the two).
+impl ServiceBusClient {
+    /// A peek-lock receiver on `entity` (a queue, `TOPIC/Subscriptions/SUB`, or either's
+    /// `/$DeadLetterQueue`), holding at most `prefetch` deliveries beyond those asked for.
+    /// Deliveries waiting on the link are not renewed: a caller that renews the locks of what
+    /// it holds passes 0 and pipelines with [`ServiceBusReceiver::with_capacity`].
+    pub fn receiver(&self, entity: &str, prefetch: u32) -> ServiceBusReceiver {
+        ServiceBusReceiver::new(self.clone(), entity, prefetch)
+    }
 }
 
 impl ServiceBusReceiver {
@@ -602,7 +547,7 @@ impl ServiceBusReceiver {
         {
             Ok(Some(delivery)) => {
                 if let Some(conn) = link.conn.upgrade() {
-                    conn.observe_healthy(super::client::LinkKind::Entity);
+                    conn.observe_healthy(super::scope::LinkKind::Entity);
                 }
                 self.hand_out(link, &delivery, capacity).await
             }

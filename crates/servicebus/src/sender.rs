@@ -2,7 +2,7 @@
 //! rejections ([`SendError`] hands the message back) and scheduled enqueue times.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use sb_amqp::{Outcome, Sendable, SenderOptions, unique_name};
 use tokio::sync::Mutex;
@@ -13,9 +13,9 @@ use super::amqp_message::to_amqp;
 use super::error::{Recovery, is_busy_condition, is_server_busy, recovery};
 use super::telemetry::{EntityTelemetry, Kind};
 use super::{ServiceBusClient, ServiceBusError};
-use crate::ServiceBusMessage;
 use crate::names::{attr, error, span};
 use crate::propagation::stamp;
+use crate::{SendOptions, ServiceBusMessage};
 
 /// How long a send waits for the broker's outcome (Service Bus's own server timeout is 30 s).
 const SEND_TIMEOUT: Duration = Duration::from_secs(30);
@@ -79,37 +79,6 @@ impl SendErrorKind {
     }
 }
 
-/// Per-message send options.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct SendOptions {
-    /// The message's time-to-live (the entity's default when `None`).
-    pub time_to_live: Option<Duration>,
-    /// Keep the message invisible until this time (Service Bus scheduled messages).
-    pub scheduled_enqueue_time: Option<SystemTime>,
-}
-
-impl SendOptions {
-    /// Options that schedule the message for `at`.
-    pub fn scheduled(at: SystemTime) -> Self {
-        SendOptions::default().with_scheduled_enqueue_time(at)
-    }
-
-    /// The options with the message's time-to-live.
-    #[must_use]
-    pub fn with_time_to_live(mut self, time_to_live: Duration) -> Self {
-        self.time_to_live = Some(time_to_live);
-        self
-    }
-
-    /// The options keeping the message invisible until `at`.
-    #[must_use]
-    pub fn with_scheduled_enqueue_time(mut self, at: SystemTime) -> Self {
-        self.scheduled_enqueue_time = Some(at);
-        self
-    }
-}
-
 /// A sender bound to one entity that awaits the broker's `accepted` for every message (the
 /// SDKs' `ServiceBusSender`). A send the service's detach interrupted is tried again on a
 /// re-attached link, as the client's [`RetryOptions`](crate::RetryOptions) say.
@@ -128,6 +97,15 @@ struct SenderInner {
     /// Links attached so far ([`ServiceBusSender::links_attached`]).
     attached: std::sync::atomic::AtomicU64,
     telemetry: EntityTelemetry,
+}
+
+// Made here rather than in `client`: the sender holds a client to reach its connection, so the
+// client does not import its links (no import circle between the two).
+impl ServiceBusClient {
+    /// A sender to `entity`.
+    pub fn sender(&self, entity: &str) -> ServiceBusSender {
+        ServiceBusSender::new(self.clone(), entity)
+    }
 }
 
 impl ServiceBusSender {

@@ -12,26 +12,21 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sb_amqp::ReceiverOptions;
 use sb_amqp::codec::Value;
-use sb_amqp::types::definitions::Fields;
-use sb_amqp::types::messaging::FilterSet;
-use sb_amqp::types::primitives::{Binary, Symbol};
+use sb_amqp::types::primitives::Binary;
 
+use sb_amqp::servicebus::link;
 use sb_amqp::servicebus::management::{Operation, key};
-use sb_amqp::servicebus::{condition, link};
 
 use super::ServiceBusError;
 use super::amqp_message::timestamp_to_system;
 use super::delivery::ServiceBusDelivery;
 use super::management::{self, Request};
-use super::receiver::{ReceiverInner, ServiceBusReceiver};
-use super::settlement::settle_error;
+use super::receive_link::ReceiverInner;
+use super::receiver::ServiceBusReceiver;
+use super::session_lock::{NO_SESSION, SessionLock, SessionRequest};
+use super::settlement_error::settle_error;
 use crate::{ReceiveError, SettlementError};
-
-/// A session receiver's receive after its link was lost.
-pub(super) const SESSION_LINK_GONE: &str =
-    "the session's link is gone, and the session lock with it";
 
 /// Deliveries a session link keeps in flight: the one handled, nothing ahead of it (V1). With
 /// a message fetched ahead, an abandon put the abandoned message behind the fetched one unless
@@ -43,88 +38,14 @@ pub(super) const SESSION_LINK_GONE: &str =
 /// what one credit costs is a round trip per message of one session.
 const SESSION_PIPELINE: u32 = 1;
 
-/// The attach of a next available session timed out: no session became available.
-pub(super) const NO_SESSION: &str = "no session became available";
-
-/// A refused session attach the session receiver classifies itself: no session available in
-/// time, or the session held by another receiver (both worth trying again later).
-pub(super) fn session_refusal(error: &sb_amqp::Error) -> Option<ReceiveError> {
-    // A pending accept the service ends without an error is no session either: .NET's
-    // `AmqpReceiver.OpenReceiverLinkAsync` (azure-sdk-for-net `src/Amqp/AmqpReceiver.cs`) lets
-    // the `OperationCanceledException` of a session link closed while opening become a
-    // `TimeoutException`, which `ServiceBusSessionReceiver.CreateSessionReceiverAsync` reports
-    // as `ServiceBusFailureReason.ServiceTimeout`, the reason its session processor answers by
-    // accepting again at once. As an error it would grow a caller's backoff to 30 s.
-    if matches!(
-        error,
-        sb_amqp::Error::AttachRefused(None) | sb_amqp::Error::LinkDetached(None)
-    ) {
-        return Some(no_session());
-    }
-    match error.condition() {
-        // The attach's operation timeout ran out: the service answers with the same symbol.
-        Some(condition::TIMEOUT) => Some(no_session()),
-        Some(condition::SESSION_CANNOT_BE_LOCKED) => {
-            Some(ReceiveError::Transient(ServiceBusError::from_amqp(error)))
-        }
-        _ => None,
-    }
-}
-
-fn no_session() -> ReceiveError {
-    ReceiveError::Transient(ServiceBusError::Timeout(NO_SESSION.to_owned()))
-}
-
 /// Whether a session attach failed only because no session became available.
 fn is_no_session(error: &ReceiveError) -> bool {
     matches!(error, ReceiveError::Transient(ServiceBusError::Timeout(why)) if why == NO_SESSION)
 }
 
-/// What a session attach asks for.
-#[derive(Debug)]
-pub(super) struct SessionRequest {
-    /// `None`: the next available session.
-    session_id: Option<String>,
-    /// How long the service may wait for a next available session.
-    pub(super) wait: Duration,
-}
-
-impl SessionRequest {
-    pub(super) fn apply(&self, options: ReceiverOptions) -> ReceiverOptions {
-        let mut filter = FilterSet::default();
-        filter.insert(
-            Symbol::from(link::SESSION_FILTER),
-            self.session_id.clone().map_or(Value::Null, Value::String),
-        );
-        let mut properties = Fields::default();
-        let ms = u32::try_from(self.wait.as_millis()).unwrap_or(u32::MAX);
-        properties.insert(Symbol::from(link::OPERATION_TIMEOUT), Value::Uint(ms));
-        let mut options = options.filter(filter);
-        options.properties = Some(properties);
-        options
-    }
-}
-
-/// A session lock as the client knows it.
-#[derive(Debug)]
-pub(super) struct SessionLock {
-    id: String,
-    locked_until: StdMutex<SystemTime>,
-}
-
+// Renewing is a `$management` request on the receiver's link, so it lives with the session
+// receiver rather than with the lock, which the receiver and its deliveries share.
 impl SessionLock {
-    /// The session's id.
-    pub(super) fn id(&self) -> &str {
-        &self.id
-    }
-
-    pub(super) fn locked_until(&self) -> SystemTime {
-        *self
-            .locked_until
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
     /// `com.microsoft:renew-session-lock`; a lost session link means a lost lock.
     pub(super) async fn renew(
         &self,
@@ -440,6 +361,9 @@ impl ServiceBusSessionSource {
 
 #[cfg(test)]
 mod tests {
+    use sb_amqp::servicebus::condition;
+
+    use super::super::session_lock::session_refusal;
     use super::*;
 
     /// Issue 29 item 8: a pending next-session accept the service closes without an error is

@@ -5,51 +5,20 @@
 use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
+use sb_amqp::Outcome;
 use sb_amqp::codec::Value;
-use sb_amqp::codec::primitives::OrderedMap;
+use sb_amqp::servicebus::condition;
 use sb_amqp::servicebus::management::key;
-use sb_amqp::servicebus::{condition, dead_letter};
-use sb_amqp::types::definitions::Fields;
-use sb_amqp::types::primitives::Symbol;
-use sb_amqp::{AmqpError, Outcome};
 use tracing::Instrument as _;
 
 use super::ServiceBusError;
 use super::delivery::ServiceBusDelivery;
 use super::error::{is_busy_condition, is_server_busy};
 use super::management::{self, Disposition, Request};
+use super::settlement_error::{Attempt, settle_error};
 use super::telemetry::Kind;
 use crate::SettlementError;
 use crate::retry::Backoff;
-
-/// The disposition that dead-letters with a reason and a description.
-pub(super) fn dead_letter_outcome(reason: &str, description: &str) -> Outcome {
-    let info = fields([
-        (
-            dead_letter::REASON.to_owned(),
-            Value::String(reason.to_owned()),
-        ),
-        (
-            dead_letter::ERROR_DESCRIPTION.to_owned(),
-            Value::String(description.to_owned()),
-        ),
-    ]);
-    Outcome::Rejected(Some(
-        AmqpError::new(condition::DEAD_LETTER, None).with_info(info),
-    ))
-}
-
-/// One settlement attempt's result.
-pub(super) enum Attempt {
-    Done,
-    /// The delivery's link is gone: settle by lock token instead.
-    LinkGone,
-    /// Timed out, or no answer: worth another try while the lock lasts.
-    Retry(ServiceBusError),
-    /// The service answered busy: another try after the client-wide busy pause.
-    Busy(ServiceBusError),
-    Failed(SettlementError),
-}
 
 impl ServiceBusDelivery {
     /// Settles under a `{disposition} {entity}` client span.
@@ -275,29 +244,4 @@ impl ServiceBusDelivery {
             Err(error) => Attempt::Failed(error),
         }
     }
-}
-
-/// A `$management` request failure as a settlement error, keeping the broker's condition.
-pub(super) fn settle_error(error: ServiceBusError) -> SettlementError {
-    if error.is_transient() {
-        SettlementError::Transient(error)
-    } else {
-        let condition = match &error {
-            ServiceBusError::Broker { condition, .. } => condition.clone(),
-            ServiceBusError::NotFound(_) => condition::NOT_FOUND.to_owned(),
-            _ => condition::UNAUTHORIZED_ACCESS.to_owned(),
-        };
-        SettlementError::Permanent {
-            condition,
-            description: error.to_string(),
-        }
-    }
-}
-
-pub(super) fn fields(entries: impl IntoIterator<Item = (String, Value)>) -> Fields {
-    let mut map = OrderedMap::new();
-    for (key, value) in entries {
-        map.insert(Symbol::from(key), value);
-    }
-    map
 }

@@ -1,6 +1,8 @@
 //! [`SettlementError`]: why a lock renewal or a settlement failed, in the three words a caller
 //! acts on (lock lost, transient, refused), keeping the broker's condition.
 
+use sb_amqp::servicebus::condition;
+
 use crate::ServiceBusError;
 use crate::names::error;
 
@@ -45,6 +47,35 @@ impl SettlementError {
             SettlementError::LockLost => error::LOCK_LOST,
             SettlementError::Transient(_) => error::TRANSIENT,
             SettlementError::Permanent { .. } => error::REFUSED,
+        }
+    }
+}
+
+/// One settlement attempt's result (the delivery's settlement loop and its release read it).
+pub(super) enum Attempt {
+    Done,
+    /// The delivery's link is gone: settle by lock token instead.
+    LinkGone,
+    /// Timed out, or no answer: worth another try while the lock lasts.
+    Retry(ServiceBusError),
+    /// The service answered busy: another try after the client-wide busy pause.
+    Busy(ServiceBusError),
+    Failed(SettlementError),
+}
+
+/// A `$management` request failure as a settlement error, keeping the broker's condition.
+pub(super) fn settle_error(error: ServiceBusError) -> SettlementError {
+    if error.is_transient() {
+        SettlementError::Transient(error)
+    } else {
+        let condition = match &error {
+            ServiceBusError::Broker { condition, .. } => condition.clone(),
+            ServiceBusError::NotFound(_) => condition::NOT_FOUND.to_owned(),
+            _ => condition::UNAUTHORIZED_ACCESS.to_owned(),
+        };
+        SettlementError::Permanent {
+            condition,
+            description: error.to_string(),
         }
     }
 }

@@ -30,14 +30,14 @@ mod tx;
 use bb8::{ManageConnection, Pool, PooledConnection};
 use tiberius::{Row, ToSql};
 
-pub use classify::{TRANSIENT, breaks_connection, classify};
+pub use classify::{TRANSIENT, TX_ENDED, breaks_connection, classify};
 pub use config::{DEFAULT_COMMAND_TIMEOUT, MssqlConfig};
 pub use conn::{MssqlClient, MssqlConn, MssqlManager};
 pub use migrate::MIGRATIONS;
 pub use token::{
     AZURE_SQL_SCOPE, AzureTokenSource, StaticToken, TokenFuture, TokenSource, parse_authentication,
 };
-pub use tx::{MssqlTx, TX_ENDED};
+pub use tx::MssqlTx;
 
 pub(crate) use config::{is_ado, is_url};
 

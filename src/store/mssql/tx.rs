@@ -50,8 +50,9 @@ impl Store for MssqlStore {
 /// With `XACT_ABORT ON` an error rolls the whole transaction back on the server, and a later
 /// statement would run outside any transaction and autocommit. This type refuses every
 /// statement and the commit after the first error ([`Tx`]'s rule), and each statement checks
-/// `@@TRANCOUNT` on the server first ([`TX_ENDED`]). A savepoint turns `XACT_ABORT` off for
-/// the rest of the transaction, since with it on no error can be rolled back to a savepoint.
+/// `@@TRANCOUNT` on the server first ([`TX_ENDED`](super::TX_ENDED)). A savepoint turns
+/// `XACT_ABORT` off for the rest of the transaction, since with it on no error can be rolled
+/// back to a savepoint.
 #[derive(Debug)]
 pub struct MssqlTx {
     conn: PooledConnection<'static, MssqlManager>,
@@ -61,10 +62,6 @@ pub struct MssqlTx {
     /// [`StoreTx::bound_lock_waits`](crate::StoreTx::bound_lock_waits) changed the session's `LOCK_TIMEOUT`; the end restores it.
     lock_waits_bounded: bool,
 }
-
-/// The error number the statement guard raises when the transaction has ended on the server
-/// (`@@TRANCOUNT` is 0): the statement does not run.
-pub const TX_ENDED: u32 = 59_317;
 
 /// Put before every statement of an [`MssqlTx`].
 const GUARD: &str = "IF @@TRANCOUNT = 0 THROW 59317, N'sb-inbox: the transaction has ended on the server; statement refused', 1;\n";
