@@ -74,6 +74,11 @@ impl SqlxPgStore {
         let pool = PgPoolOptions::new()
             .max_connections(max_size.max(1))
             .min_connections(1)
+            // sqlx pings every idle connection it hands out: one more round trip per inbox
+            // transaction (PgStore checks only that the socket is open). A connection that
+            // died idle fails its first statement instead, a transient error the runtime
+            // retries, and sqlx drops it.
+            .test_before_acquire(false)
             .after_connect(move |conn, _| {
                 let setup = setup.clone();
                 Box::pin(async move {
