@@ -6,7 +6,14 @@
 //! `cargo bench -p sb-inbox-cli --bench sqlx_store` (PostgreSQL at `DATABASE_URL`, default
 //! `postgres://postgres@127.0.0.1:5432/test`). Concurrency 1 and 8; the two stores alternate
 //! `ROUNDS` times on fresh schemas, each round `MESSAGES` transactions; the best round of each
-//! is printed with the ratio sqlx ÷ tokio-postgres.
+//! is printed with the ratio sqlx ÷ tokio-postgres. A third column runs `SqlxPgStore` on a pool
+//! with sqlx's default options (`SqlxPgStore::from_pool`), which pings every connection it
+//! hands out: the round trip `SqlxPgStore::connect` turns off.
+//!
+//! It needs sb-inbox alone (`postgres`, `sqlx-postgres`), so a release build can skip the
+//! workspace's dev-dependencies: a scratch crate outside the workspace with this file as its
+//! bench, `sb-inbox = { path = …, features = ["postgres", "sqlx-postgres"] }` and tokio with
+//! `rt-multi-thread`, then `cargo bench` there.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::future::Future;
@@ -20,9 +27,44 @@ const ROUNDS: usize = 3;
 const MESSAGES: usize = 2000;
 const CONSUMER: &str = "bench.sqlx";
 
-#[path = "common/pg_schema.rs"]
-#[allow(dead_code)]
-mod pg_schema;
+/// The bench's schemas: the core migrations only (no reference-consumer tables).
+mod pg_schema {
+    use sb_inbox::PgStore;
+
+    /// `DATABASE_URL`, defaulting to the local server.
+    pub(crate) fn pg_url() -> String {
+        std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+    }
+
+    /// [`pg_url`] with `schema` as the search path.
+    pub(crate) fn schema_url(schema: &str) -> String {
+        let sep = if pg_url().contains('?') { '&' } else { '?' };
+        format!("{}{sep}options=-csearch_path%3D{schema}", pg_url())
+    }
+
+    /// Drops and recreates `schema` with the core migrations.
+    pub(crate) async fn fresh_schema(schema: &str, pool: u32) -> PgStore {
+        drop_schema(schema).await;
+        let admin = PgStore::connect(&pg_url(), 1).await.unwrap();
+        admin
+            .query(&format!("CREATE SCHEMA {schema}"), &[])
+            .await
+            .unwrap();
+        let store = PgStore::connect(&schema_url(schema), pool).await.unwrap();
+        store.migrate().await.unwrap();
+        store
+    }
+
+    /// Drops `schema` and everything in it.
+    pub(crate) async fn drop_schema(schema: &str) {
+        let admin = PgStore::connect(&pg_url(), 1).await.unwrap();
+        admin
+            .query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"), &[])
+            .await
+            .unwrap();
+    }
+}
 
 /// One inbox transaction of message `i`, on either store.
 trait Bench: Clone + Send + Sync + 'static {
@@ -118,12 +160,12 @@ fn main() {
             pg_schema::pg_url()
         );
         println!(
-            "{:>11} | {:>18} | {:>12} | {:>11}",
-            "concurrency", "tokio-postgres tx/s", "sqlx tx/s", "sqlx/tokio"
+            "{:>11} | {:>18} | {:>12} | {:>11} | {:>22}",
+            "concurrency", "tokio-postgres tx/s", "sqlx tx/s", "sqlx/tokio", "sqlx, pool pinging tx/s"
         );
         for concurrency in [1usize, 8] {
             let pool = concurrency as u32 + 1;
-            let (mut pg_best, mut sqlx_best) = (0f64, 0f64);
+            let (mut pg_best, mut sqlx_best, mut ping_best) = (0f64, 0f64, 0f64);
             for round in 0..ROUNDS {
                 let url = schema(&format!("pg{concurrency}_{round}")).await;
                 let pg = PgStore::connect(&url, pool).await.unwrap();
@@ -131,15 +173,23 @@ fn main() {
                 let url = schema(&format!("sqlx{concurrency}_{round}")).await;
                 let sqlx = SqlxPgStore::connect(&url, pool).await.unwrap();
                 sqlx_best = sqlx_best.max(rate(sqlx, concurrency).await);
+                let url = schema(&format!("ping{concurrency}_{round}")).await;
+                let pinging = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(pool)
+                    .connect(&url)
+                    .await
+                    .unwrap();
+                let pinging = SqlxPgStore::from_pool(pinging);
+                ping_best = ping_best.max(rate(pinging, concurrency).await);
             }
             println!(
-                "{concurrency:>11} | {pg_best:>18.0} | {sqlx_best:>12.0} | {:>10.2}x",
+                "{concurrency:>11} | {pg_best:>18.0} | {sqlx_best:>12.0} | {:>10.2}x | {ping_best:>22.0}",
                 sqlx_best / pg_best
             );
         }
         for concurrency in [1usize, 8] {
             for round in 0..ROUNDS {
-                for kind in ["pg", "sqlx"] {
+                for kind in ["pg", "sqlx", "ping"] {
                     let schema = format!("bench_sqlx_{}_{kind}{concurrency}_{round}", std::process::id());
                     pg_schema::drop_schema(&schema).await;
                 }

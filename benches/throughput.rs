@@ -59,7 +59,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 use sb_inbox::Message;
 use sb_inbox::servicebus::{ConnectionString, ServiceBusClient, ServiceBusSenderPort};
 use sb_inbox_cli::inventory::{OrderLine, OrderPlaced};

@@ -129,6 +129,8 @@
 //! | `sqlite` | `SqliteStore` (rusqlite, SQLite bundled) |
 //! | `mssql` | `MssqlStore` (tiberius, bb8, `tiberius` re-exported); turns on `entra` for Azure SQL logins |
 //! | `entra` | `entra`: Entra ID tokens (sb-servicebus's `entra`: azure_identity, reqwest), `ServiceBusClient::with_entra` |
+//! | `websockets` | AMQP over WebSockets (`servicebus.transport = "websockets"`, `TransportType=AmqpWebSockets`; tokio-tungstenite's handshake). Without it such a configuration is refused at load |
+//! | `native-roots` | the operating system's trust store for Service Bus TLS (`servicebus.native_roots`; rustls-native-certs). Without it: Mozilla's roots (webpki-roots) and `servicebus.ca_file` |
 //! | `toml` | `worker.toml` files for [`worker::WorkerConfig`] (JSON files need no feature) |
 //! | `serde` | `serde::Deserialize` on the public configuration types |
 //! | `logs` | `telemetry::init` and `telemetry::init_default`: the log subscriber and the OpenTelemetry SDK providers (tracing-subscriber, opentelemetry_sdk) |
@@ -137,7 +139,12 @@
 //! | `test-util` | `testing`: `ContextBuilder` (also with an envelope), `RecordingTx` (with the service's own operations, `recording_tx!`), the store conformance suite, the in-memory broker |
 //!
 //! `sb-inbox = { version = "0.1", default-features = false, features = ["postgres"] }`
-//! compiles neither tiberius nor rusqlite, azure_identity, tonic, clap, toml or the emulator.
+//! compiles neither tiberius nor rusqlite, azure_identity, tonic, clap, toml or the emulator,
+//! nor WebSockets or the OS trust store. Of tokio the library enables only what it uses (`rt`,
+//! `macros`, `net`, `time`, `sync`, `io-util`, `signal`): the service's `#[tokio::main]` picks
+//! its scheduler (`rt-multi-thread` is the service's to enable). TLS is rustls on ring
+//! throughout. The worker's start-up read of its entity needs sb-servicebus's management API
+//! (`admin`, quick-xml), which the library always enables.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![doc(test(attr(deny(warnings))))]
 // docs.rs (all features, `--cfg docsrs`): each feature-gated item shows the feature it needs.

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 
 /// Exponential backoff with "equal jitter": each delay is half the current step plus a random
 /// part up to the other half, and the step doubles up to a cap. The random half keeps many
@@ -36,7 +36,7 @@ pub(crate) fn exponential_step(base: Duration, max: Duration, attempt: u32) -> D
 }
 
 /// Half of `step` plus a random part up to the other half: "equal jitter".
-pub(crate) fn equal_jitter(step: Duration, rng: &mut impl Rng) -> Duration {
+pub(crate) fn equal_jitter(step: Duration, rng: &mut impl RngExt) -> Duration {
     let half = step / 2;
     let spread = u64::try_from((step - half).as_micros()).unwrap_or(u64::MAX);
     half + Duration::from_micros(rng.random_range(0..=spread))
@@ -45,7 +45,7 @@ pub(crate) fn equal_jitter(step: Duration, rng: &mut impl Rng) -> Duration {
 impl Backoff {
     /// Steps `base`, 2 × `base`, … up to `max`, seeded from the OS.
     pub fn new(base: Duration, max: Duration) -> Self {
-        Self::with_rng(base, max, SmallRng::from_os_rng())
+        Self::with_rng(base, max, rand::make_rng::<SmallRng>())
     }
 
     /// As [`Backoff::new`], seeded from `jitter` (the runtime's [`super::RuntimeConfig::jitter`]).

@@ -31,7 +31,7 @@ impl JitterSource {
     /// Numbers from a generator seeded with `seed`: the same sequence on every run, for
     /// reproducible tests and simulations.
     pub fn seeded(seed: u64) -> Self {
-        use rand::{Rng as _, SeedableRng as _};
+        use rand::{RngExt as _, SeedableRng as _};
         let rng = std::sync::Mutex::new(rand::rngs::SmallRng::seed_from_u64(seed));
         JitterSource(Arc::new(move || {
             rng.lock()

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use rand::{Rng, SeedableRng as _};
+use rand::{RngExt, SeedableRng as _};
 use tokio_util::sync::CancellationToken;
 
 use std::collections::BTreeMap;
@@ -32,7 +32,7 @@ pub(super) fn delay(
     number: u32,
     max: Duration,
     lock_left: Duration,
-    rng: &mut impl Rng,
+    rng: &mut impl RngExt,
 ) -> Duration {
     if max.is_zero() {
         return Duration::ZERO;

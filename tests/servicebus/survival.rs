@@ -436,7 +436,7 @@ async fn batched_workers_killed_at_random(
     skus: usize,
     faults: &[&str],
 ) -> String {
-    use rand::Rng as _;
+    use rand::RngExt as _;
     const KILLS: usize = 8;
     let Some(emulator) = EmulatorProcess::spawn_locked(test, "PT3S", faults) else {
         return String::new();

@@ -49,7 +49,15 @@
 //! receiver.accept(&delivery).await?;
 //! # Ok(()) }
 //! ```
+//!
+//! # Cargo features
+//! - `websockets` (off by default): AMQP over WebSockets, `ws://` and `wss://` addresses
+//!   and [`Listener::bind_websocket`] / [`Listener::bind_amqp_and_websocket`], with the
+//!   handshake from `tokio-tungstenite`. Without it a `ws`/`wss` [`Address`] is refused and a
+//!   WebSocket listener fails every handshake, each naming the feature.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+// docs.rs (all features, `--cfg docsrs`): each feature-gated item shows the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![doc(test(attr(deny(warnings), allow(dead_code))))]
 
 mod builder;

@@ -48,15 +48,23 @@ impl Address {
     /// (AMQP over WebSockets).
     ///
     /// # Errors
-    /// [`Error::InvalidAddress`] for other schemes or a bad port.
+    /// [`Error::InvalidAddress`] for other schemes or a bad port, and for `ws`/`wss` in a
+    /// build without the `websockets` feature.
     pub fn parse(url: &str) -> Result<Self> {
         let bad = || Error::InvalidAddress(url.to_string());
         let (scheme, rest) = url.split_once("://").ok_or_else(bad)?;
         let (tls, websocket) = match scheme.to_ascii_lowercase().as_str() {
             "amqp" => (false, false),
             "amqps" => (true, false),
+            #[cfg(feature = "websockets")]
             "ws" => (false, true),
+            #[cfg(feature = "websockets")]
             "wss" => (true, true),
+            #[cfg(not(feature = "websockets"))]
+            "ws" | "wss" => {
+                let why = crate::websocket::NO_FEATURE;
+                return Err(Error::InvalidAddress(format!("{url}: {why}")));
+            }
             _ => return Err(bad()),
         };
         let authority = rest.split('/').next().unwrap_or_default();

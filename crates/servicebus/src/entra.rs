@@ -37,25 +37,31 @@ pub enum EntraMode {
 /// reqwest is built with `rustls-no-provider` (its `rustls` feature means aws-lc-rs), so without
 /// a configuration of our own it would need a process-wide provider; installing one is a global
 /// side effect a library must not have (the application may install another). The roots are
-/// Mozilla's plus the operating system's, as reqwest's platform verifier would trust; the
-/// identity endpoints (`login.microsoftonline.com`, IMDS over plain HTTP) need nothing else.
+/// Mozilla's plus, with `native-roots`, the operating system's, as reqwest's platform verifier
+/// would trust; the identity endpoints (`login.microsoftonline.com`, IMDS over plain HTTP)
+/// need nothing else.
 fn client_options() -> azure_core::Result<ClientOptions> {
     // rustls 0.23.48 deprecates ring's provider (no post-quantum key exchange). ring is kept on
     // purpose: the project's one provider, lighter to build than aws-lc-rs.
     #[allow(deprecated)]
     let provider = Arc::new(rustls::crypto::ring::default_provider());
+    #[cfg_attr(not(feature = "native-roots"), allow(unused_mut))]
     let mut roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
-    // A store that cannot be read leaves Mozilla's roots, which cover Entra ID's endpoints.
-    let native = rustls_native_certs::load_native_certs();
-    let (added, ignored) = roots.add_parsable_certificates(native.certs);
-    tracing::debug!(
-        added,
-        ignored,
-        errors = native.errors.len(),
-        "Entra ID HTTP trust roots."
-    );
+    // A store that cannot be read leaves Mozilla's roots, which cover Entra ID's endpoints
+    // (and are all a build without `native-roots` trusts).
+    #[cfg(feature = "native-roots")]
+    {
+        let native = rustls_native_certs::load_native_certs();
+        let (added, ignored) = roots.add_parsable_certificates(native.certs);
+        tracing::debug!(
+            added,
+            ignored,
+            errors = native.errors.len(),
+            "Entra ID HTTP trust roots."
+        );
+    }
     let tls = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| other(e, "TLS protocol versions"))?

@@ -53,7 +53,7 @@
 //! - [`ServiceBusMessage`] (to send), [`ServiceBusReceivedMessage`] (as received, with the
 //!   broker's state), [`PropertyValue`].
 //! - [`ServiceBusClient::peek`] / [`PeekedMessage`]: `$management` peek-message, e.g. of a
-//!   dead-letter queue. [`admin`]: the HTTPS management API (entity settings).
+//!   dead-letter queue. `admin` (feature `admin`): the HTTPS management API (entity settings).
 //! - Inside, files import one way, down (`.ci/legible` counts the circles): the links
 //!   (`sender`, `receiver`, `session`, each making its own link in an `impl ServiceBusClient`
 //!   block) import the `client` (connection, tokens, `$management`), which imports the
@@ -66,11 +66,21 @@
 //!   context with.
 //!
 //! # Features
+//! None is on by default: AMQP over TCP and TLS, SAS tokens, Mozilla's trust roots.
+//! - `admin`: the HTTPS management API (`admin`), over quick-xml.
+//! - `websockets`: AMQP over WebSockets (`Transport::AmqpWebSockets`), sb-amqp's
+//!   `websockets` (tokio-tungstenite's handshake). Without it such a client fails to connect,
+//!   naming the feature.
+//! - `native-roots`: the operating system's trust store (`TrustRoots::with_native_roots`),
+//!   through rustls-native-certs; also trusted by Entra ID's HTTP client.
 //! - `entra`: Microsoft Entra ID tokens (`entra`, `EntraProvider`,
 //!   `ServiceBusClient::with_entra`) through `azure_identity` over reqwest.
 //! - `fuzzing`: entry points for cargo-fuzz targets (not public API).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+// docs.rs (all features, `--cfg docsrs`): each feature-gated item shows the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "admin")]
 pub mod admin;
 mod amqp_message;
 mod auth;

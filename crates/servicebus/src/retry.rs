@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 
 /// How the client retries.
 ///
@@ -105,7 +105,7 @@ impl RetryOptions {
             attempt: 1,
             rng: self
                 .jitter_seed
-                .map_or_else(SmallRng::from_os_rng, SmallRng::seed_from_u64),
+                .map_or_else(rand::make_rng::<SmallRng>, SmallRng::seed_from_u64),
         }
     }
 }

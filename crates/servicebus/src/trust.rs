@@ -40,6 +40,7 @@ pub enum TrustError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TrustRoots {
     ca_files: Vec<PathBuf>,
+    #[cfg(feature = "native-roots")]
     native: bool,
 }
 
@@ -56,7 +57,9 @@ impl TrustRoots {
         self
     }
 
-    /// Also trusts the operating system's store (`rustls-native-certs`).
+    /// Also trusts the operating system's store (`rustls-native-certs`; feature
+    /// `native-roots`).
+    #[cfg(feature = "native-roots")]
     #[must_use]
     pub fn with_native_roots(mut self) -> Self {
         self.native = true;
@@ -78,6 +81,7 @@ impl TrustRoots {
                 return Err(TrustError::NoCertificate(path.clone()));
             }
         }
+        #[cfg(feature = "native-roots")]
         if self.native {
             let native = rustls_native_certs::load_native_certs();
             if native.certs.is_empty() && !native.errors.is_empty() {

@@ -33,6 +33,22 @@ const MIGRATION_LOCK: i64 = 0x5b1_0b0c;
 
 /// A PostgreSQL store on a sqlx pool.
 ///
+/// # What it does not do (yet)
+/// It is a [`Store`](crate::Store): the inbox transaction, which a [`Runtime`](crate::Runtime)
+/// runs handlers in (`testing::TestDb::run_sqlx` does that in tests). It is not yet a whole
+/// worker's store:
+/// - not an [`OutboxStore`](crate::OutboxStore): the outbox [`relay`](crate::relay) cannot
+///   claim rows through it. Rows a handler appends here are the same `sb_outbox` rows
+///   `PgStore` reads: run the relay on a `PgStore` over the same database.
+/// - not a [`RetentionStore`](crate::RetentionStore): run [`retention`](crate::retention) on a
+///   `PgStore` over the same database likewise.
+/// - not a `worker::Ping` or `worker::OpenStore`, so `worker::Worker` (which needs all four)
+///   and `Worker::from_config` cannot host it; host its consumers with
+///   [`Runtime::run`](crate::Runtime::run) on a `servicebus::ServiceBusReceiver` (a
+///   [`Receiver`](crate::Receiver)).
+///
+/// The schema and migrations are `PgStore`'s, so both stores can serve one database at once.
+///
 /// # Examples
 /// ```no_run
 /// # #[allow(dead_code)]
@@ -61,6 +77,9 @@ impl SqlxPgStore {
     /// `sslmode=require` or `verify-full`, on rustls with the webpki roots). Each session gets
     /// a 60 s statement timeout and a 30 s lock timeout unless the URL's `options` sets them.
     /// One connection is made before returning, so a wrong host or password fails here.
+    /// Connections are not pinged when the pool hands them out (sqlx's default would cost
+    /// a round trip per inbox transaction); one that died idle fails its first statement, a
+    /// transient error.
     ///
     /// # Errors
     /// [`ErrorKind::Configuration`] for a URL sqlx cannot parse; the classified error of the
@@ -74,6 +93,11 @@ impl SqlxPgStore {
         let pool = PgPoolOptions::new()
             .max_connections(max_size.max(1))
             .min_connections(1)
+            // sqlx pings every idle connection it hands out: one more round trip per inbox
+            // transaction (PgStore checks only that the socket is open). A connection that
+            // died idle fails its first statement instead, a transient error the runtime
+            // retries, and sqlx drops it.
+            .test_before_acquire(false)
             .after_connect(move |conn, _| {
                 let setup = setup.clone();
                 Box::pin(async move {
@@ -90,7 +114,9 @@ impl SqlxPgStore {
     }
 
     /// A store on a pool the service built itself (its own options, or one it shares with the
-    /// rest of the service). Session bounds are then the pool's own.
+    /// rest of the service). Session bounds are then the pool's own, and so is sqlx's default
+    /// ping of every connection it hands out, one more round trip per inbox transaction
+    /// (`PgPoolOptions::test_before_acquire(false)` turns it off, as [`Self::connect`] does).
     pub fn from_pool(pool: PgPool) -> Self {
         SqlxPgStore { pool }
     }

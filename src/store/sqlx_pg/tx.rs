@@ -298,11 +298,21 @@ impl StoreTx for SqlxPgTx {
     }
 
     async fn bound_lock_waits(&mut self, limit: std::time::Duration) -> Result<(), StoreError> {
-        // `set_config(…, true)` is `SET LOCAL` with a parameter: it ends with the transaction,
-        // so the pooled connection goes back with the server's default.
-        let limit = format!("{}ms", limit.as_millis().max(1));
-        let query = sqlx::query("SELECT set_config('lock_timeout', $1, true)").bind(limit);
-        self.execute(query).await.map(drop)
+        self.state.check()?;
+        // `SET LOCAL` ends with the transaction, so the pooled connection goes back with the
+        // server's default. The value is a number of ours, so it can be written into the text,
+        // and the statement can go in one simple-protocol message with `BEGIN` when this is the
+        // first statement (as the batch runtime sends it): the round trip sqlx's API would
+        // otherwise spend on `BEGIN` alone. If `BEGIN` fails, the rest of the message is
+        // skipped.
+        let mut sql = format!("SET LOCAL lock_timeout = '{}ms'", limit.as_millis().max(1));
+        if !self.begun {
+            sql.insert_str(0, "BEGIN; ");
+            self.begun = true;
+            self.open = true;
+        }
+        let result = self.simple(&sql).await;
+        self.state.record(result)
     }
 
     async fn commit(self) -> Result<(), StoreError> {

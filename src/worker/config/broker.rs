@@ -52,8 +52,26 @@ pub(super) fn server_busy_wait(r: &mut Reader<'_>, file: &ServiceBusFile) -> Dur
         .map_or(DEFAULT_SERVER_BUSY_WAIT, Duration::from_millis)
 }
 
-/// The broker: a connection string or a namespace (with `AZURE_CLIENT_ID`), one of the two.
+/// The broker: a connection string or a namespace (with `AZURE_CLIENT_ID`), one of the two,
+/// over a transport this build has.
 pub(super) fn address(r: &mut Reader<'_>, file: &ServiceBusFile) -> Option<BrokerAddress> {
+    let address = written_address(r, file)?;
+    let transport = match &address {
+        BrokerAddress::Connection(cs) => cs.transport(),
+        BrokerAddress::Namespace { transport, .. } => *transport,
+    };
+    // Refused now, not at the first connect: the fix is a rebuild, not a retry.
+    if transport == Transport::AmqpWebSockets && !cfg!(feature = "websockets") {
+        r.fail(
+            TRANSPORT,
+            "websockets needs sb-inbox's `websockets` cargo feature, which this build lacks",
+        );
+    }
+    Some(address)
+}
+
+/// The broker as written, whatever the transport.
+fn written_address(r: &mut Reader<'_>, file: &ServiceBusFile) -> Option<BrokerAddress> {
     let connection = r.text(CONNECTION, file.connection.clone());
     let namespace = r.text(NAMESPACE, file.namespace.clone());
     let transport = r.text(TRANSPORT, file.transport.clone()).and_then(|t| {
@@ -139,7 +157,15 @@ pub(super) fn trust(r: &mut Reader<'_>, file: &ServiceBusFile) -> TrustRoots {
         roots = roots.with_ca_file(path);
     }
     if r.flag(NATIVE_ROOTS, file.native_roots) == Some(true) {
-        roots = roots.with_native_roots();
+        #[cfg(feature = "native-roots")]
+        {
+            roots = roots.with_native_roots();
+        }
+        #[cfg(not(feature = "native-roots"))]
+        r.fail(
+            NATIVE_ROOTS,
+            "the OS trust store needs sb-inbox's `native-roots` cargo feature, which this build lacks",
+        );
     }
     if let Err(error) = roots.client_config() {
         r.fail(CA_FILE, error.to_string());

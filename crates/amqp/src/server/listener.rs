@@ -153,7 +153,8 @@ impl Listener {
 
     /// Binds to `addr` for AMQP over WebSockets on `path` (Service Bus uses
     /// [`crate::WEBSOCKET_PATH`]), subprotocol `AMQPWSB10`; with [`ServerOptions::tls`] set it
-    /// serves `wss`. The handshake then runs as on a plain listener.
+    /// serves `wss`. The handshake then runs as on a plain listener. Needs the `websockets`
+    /// feature: without it every connection's handshake fails, naming the feature.
     ///
     /// # Errors
     /// I/O errors.
@@ -168,6 +169,8 @@ impl Listener {
     /// Binds to `addr` for AMQP and AMQP over WebSockets (on `path`) on the same port, as one
     /// TLS listener serves `amqps` and `wss`: each connection's first bytes (after TLS, when
     /// [`ServerOptions::tls`] is set) say which, the AMQP protocol header or an HTTP request.
+    /// Without the `websockets` feature a WebSocket upgrade fails its handshake, naming the
+    /// feature.
     ///
     /// # Errors
     /// I/O errors.

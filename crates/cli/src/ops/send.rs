@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use rand::rngs::StdRng;
-use rand::{Rng as _, SeedableRng as _};
+use rand::{RngExt as _, SeedableRng as _};
 use serde::Deserialize;
 
 use super::OpsError;
