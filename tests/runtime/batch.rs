@@ -809,6 +809,13 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for PipelineTrace {
 #[tokio::test(start_paused = true)]
 async fn the_batched_phase_trace_has_the_queue_the_transaction_and_the_settlement() {
     use tracing_subscriber::layer::SubscriberExt as _;
+    // tracing caches each callsite's interest for the whole process, computed by the first
+    // thread to reach it from that thread's default while at most one dispatcher exists
+    // (tracing-core 0.1.36 `DefaultCallsite::register`, `Rebuilder::JustOne`): a sibling test
+    // with no subscriber would cache `never` for the pipeline trace and blind this test's scoped
+    // subscriber (seen once under load). With the global one installed, two dispatchers exist
+    // and every callsite's interest is the union of both.
+    crate::support::init_tracing();
     let trace = PipelineTrace::default();
     let _default =
         tracing::subscriber::set_default(tracing_subscriber::registry().with(trace.clone()));

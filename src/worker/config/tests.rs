@@ -578,6 +578,15 @@ fn load_logged(toml: &str, env: &[(&str, &str)]) -> (Result<WorkerConfig, Config
         .with_max_level(tracing::Level::WARN)
         .with_writer(move || writer.clone())
         .finish();
+    // tracing caches each callsite's interest for the whole process, computed by the first
+    // thread to reach it from that thread's default while at most one dispatcher exists
+    // (tracing-core 0.1.36 `DefaultCallsite::register`, `Rebuilder::JustOne`): a sibling test
+    // loading a config with no subscriber would cache `never` for a warning and blind this
+    // scoped subscriber. A bare global registry makes two dispatchers, so interest is their union.
+    static GLOBAL: std::sync::Once = std::sync::Once::new();
+    GLOBAL.call_once(|| {
+        let _ = tracing::subscriber::set_global_default(tracing_subscriber::registry());
+    });
     let result = tracing::subscriber::with_default(subscriber, || load(toml, env));
     let logged = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
     (result, logged)
