@@ -47,7 +47,9 @@
 //!    transaction are published by the outbox relay (`RelayConfig::default()`, batch 1000)
 //!    to an in-process emulator that far away, on a queue with duplicate detection: events/s
 //!    from the first claim to the last mark, and every row counted on the destination once
-//!    (sent = the backlog, no duplicate dropped).
+//!    (sent = the backlog, no duplicate dropped). `--relay-in-flight N` sets its
+//!    `max_in_flight` (the ceiling of each destination's window), for experiments; with
+//!    `--trace` each RTT's passes are timed (per pass, and the bench's backlog reads between).
 //!
 //! Workloads: `wide` (2000 SKUs: little contention) and `hot` (20 SKUs: every order shares
 //! rows with the ones in flight beside it).
@@ -430,7 +432,11 @@ async fn relay(rtt_ms: u64, trace: bool, in_flight: Option<usize>) -> (f64, u64,
     if let Some(in_flight) = in_flight {
         config = config.with_max_in_flight(in_flight);
     }
-    let relay = Relay::new(store.clone(), ServiceBusSenderPort::new(client.clone()), config);
+    let relay = Relay::new(
+        store.clone(),
+        ServiceBusSenderPort::new(client.clone()),
+        config,
+    );
     let stop = tokio_util::sync::CancellationToken::new();
     let start = Instant::now();
     let (mut passes, mut in_passes, mut in_backlog) = (0_u32, Duration::ZERO, Duration::ZERO);
@@ -789,7 +795,8 @@ fn main() {
         println!("|---:|---:|---:|---:|---:|");
         let mut local = None;
         for &rtt in &options.rtts {
-            let (rate, sent, duplicates) = rt.block_on(relay(rtt, options.trace, options.relay_in_flight));
+            let (rate, sent, duplicates) =
+                rt.block_on(relay(rtt, options.trace, options.relay_in_flight));
             let local = *local.get_or_insert(rate);
             println!(
                 "| {rtt} | {rate:.0} | {:.2} | {sent} | {duplicates} |",

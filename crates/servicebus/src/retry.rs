@@ -136,9 +136,9 @@ impl Backoff {
         let spread = u64::try_from((step - half).as_micros()).unwrap_or(u64::MAX);
         self.attempt = self.attempt.saturating_add(1);
         let seed = self.seed;
-        let rng = self
-            .rng
-            .get_or_insert_with(|| seed.map_or_else(SmallRng::from_os_rng, SmallRng::seed_from_u64));
+        let rng = self.rng.get_or_insert_with(|| {
+            seed.map_or_else(SmallRng::from_os_rng, SmallRng::seed_from_u64)
+        });
         half + Duration::from_micros(rng.random_range(0..=spread))
     }
 }
@@ -174,7 +174,11 @@ mod tests {
         assert!(backoff.rng.is_some());
         let seeded = RetryOptions::default().with_jitter_seed(7);
         let (mut a, mut b) = (seeded.backoff(), seeded.backoff());
-        assert_eq!(a.next_delay(), b.next_delay(), "the same seed, the same pauses");
+        assert_eq!(
+            a.next_delay(),
+            b.next_delay(),
+            "the same seed, the same pauses"
+        );
     }
 
     #[test]
