@@ -47,7 +47,9 @@
 //!    transaction are published by the outbox relay (`RelayConfig::default()`, batch 1000)
 //!    to an in-process emulator that far away, on a queue with duplicate detection: events/s
 //!    from the first claim to the last mark, and every row counted on the destination once
-//!    (sent = the backlog, no duplicate dropped).
+//!    (sent = the backlog, no duplicate dropped). `--relay-in-flight N` sets its
+//!    `max_in_flight` (the ceiling of each destination's window), for experiments; with
+//!    `--trace` each RTT's passes are timed (per pass, and the bench's backlog reads between).
 //!
 //! Workloads: `wide` (2000 SKUs: little contention) and `hot` (20 SKUs: every order shares
 //! rows with the ones in flight beside it).
@@ -110,6 +112,9 @@ struct Options {
     steady: bool,
     /// The worker logs the `sb_inbox::pipeline` phase trace to stderr (`--trace`).
     trace: bool,
+    /// The relay's `max_in_flight` (`--relay-in-flight N`); unset: the default, as a user
+    /// gets it.
+    relay_in_flight: Option<usize>,
     secs: u64,
 }
 
@@ -126,6 +131,7 @@ impl Options {
             relay: false,
             steady: false,
             trace: false,
+            relay_in_flight: None,
             secs: 8,
         };
         let (mut workload_given, mut no_steady, mut no_relay) = (false, false, false);
@@ -159,6 +165,13 @@ impl Options {
                 "--no-relay" => no_relay = true,
                 "--no-steady" => no_steady = true,
                 "--trace" => options.trace = true,
+                "--relay-in-flight" => {
+                    options.relay_in_flight = Some(
+                        args.next()
+                            .and_then(|s| s.parse().ok())
+                            .expect("--relay-in-flight takes a number"),
+                    );
+                }
                 "--baseline" => {
                     options.baseline = Some(args.next().expect("--baseline takes a path"));
                 }
@@ -383,7 +396,9 @@ const RELAY_BACKLOG: usize = 20_000;
 
 /// The relay's events/s from a backlog of [`RELAY_BACKLOG`] rows to a broker `rtt_ms` away,
 /// and the destination's (accepted, duplicates dropped) counts.
-async fn relay(rtt_ms: u64) -> (f64, u64, u64) {
+/// With `trace`, the passes' time is printed split into the relay's passes and the bench's
+/// backlog reads between them.
+async fn relay(rtt_ms: u64, trace: bool, in_flight: Option<usize>) -> (f64, u64, u64) {
     use sb_inbox::relay::{Relay, RelayConfig};
     use sb_inbox::{OutboxMessage, OutboxStore as _, Store as _, StoreTx, Tx as _};
     let config = sb_emulator::Config::new("sbemulatorns").with_queue(
@@ -413,17 +428,38 @@ async fn relay(rtt_ms: u64) -> (f64, u64, u64) {
     tx.commit().await.unwrap();
     let cs: ConnectionString = emulator.connection_string().parse().unwrap();
     let client = ServiceBusClient::from_connection_string(&cs);
+    let mut config = RelayConfig::default().with_batch_size(1000);
+    if let Some(in_flight) = in_flight {
+        config = config.with_max_in_flight(in_flight);
+    }
     let relay = Relay::new(
         store.clone(),
         ServiceBusSenderPort::new(client.clone()),
-        RelayConfig::default().with_batch_size(1000),
+        config,
     );
     let stop = tokio_util::sync::CancellationToken::new();
     let start = Instant::now();
-    while store.outbox_backlog().await.unwrap().pending > 0 {
+    let (mut passes, mut in_passes, mut in_backlog) = (0_u32, Duration::ZERO, Duration::ZERO);
+    loop {
+        let read = Instant::now();
+        let pending = store.outbox_backlog().await.unwrap().pending;
+        in_backlog += read.elapsed();
+        if pending == 0 {
+            break;
+        }
+        let pass = Instant::now();
         relay.relay_once(&stop).await.unwrap();
+        in_passes += pass.elapsed();
+        passes += 1;
     }
     let rate = RELAY_BACKLOG as f64 / start.elapsed().as_secs_f64();
+    if trace {
+        eprintln!(
+            "relay rtt {rtt_ms} ms: {passes} passes, {:.1} ms per pass, {:.1} ms per backlog read",
+            in_passes.as_secs_f64() * 1000.0 / f64::from(passes.max(1)),
+            in_backlog.as_secs_f64() * 1000.0 / f64::from(passes + 1),
+        );
+    }
     let counts = emulator.broker().entity("events").unwrap().counts();
     emulator.shutdown().await;
     drop_schema(&schema).await;
@@ -759,7 +795,8 @@ fn main() {
         println!("|---:|---:|---:|---:|---:|");
         let mut local = None;
         for &rtt in &options.rtts {
-            let (rate, sent, duplicates) = rt.block_on(relay(rtt));
+            let (rate, sent, duplicates) =
+                rt.block_on(relay(rtt, options.trace, options.relay_in_flight));
             let local = *local.get_or_insert(rate);
             println!(
                 "| {rtt} | {rate:.0} | {:.2} | {sent} | {duplicates} |",

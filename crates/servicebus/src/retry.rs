@@ -103,9 +103,8 @@ impl RetryOptions {
             base: self.delay,
             max: self.max_delay.max(self.delay),
             attempt: 1,
-            rng: self
-                .jitter_seed
-                .map_or_else(rand::make_rng::<SmallRng>, SmallRng::seed_from_u64),
+            seed: self.jitter_seed,
+            rng: None,
         }
     }
 }
@@ -116,7 +115,12 @@ pub(crate) struct Backoff {
     base: Duration,
     max: Duration,
     attempt: u32,
-    rng: SmallRng,
+    /// [`RetryOptions::with_jitter_seed`]'s seed; `None`: the OS seeds the generator.
+    seed: Option<u64>,
+    /// Made at the first pause, not with the backoff: every send and settlement makes a
+    /// backoff and almost none pauses, and seeding from the OS is a system call (`getrandom`)
+    /// per message on the hot path.
+    rng: Option<SmallRng>,
 }
 
 impl Backoff {
@@ -131,7 +135,11 @@ impl Backoff {
         let half = step / 2;
         let spread = u64::try_from((step - half).as_micros()).unwrap_or(u64::MAX);
         self.attempt = self.attempt.saturating_add(1);
-        half + Duration::from_micros(self.rng.random_range(0..=spread))
+        let seed = self.seed;
+        let rng = self.rng.get_or_insert_with(|| {
+            seed.map_or_else(rand::make_rng::<SmallRng>, SmallRng::seed_from_u64)
+        });
+        half + Duration::from_micros(rng.random_range(0..=spread))
     }
 }
 
@@ -154,6 +162,23 @@ mod tests {
                 "step {step} ms: {delay:?}"
             );
         }
+    }
+
+    /// A backoff that never pauses (nearly every send's and settlement's) seeds no generator,
+    /// so it costs no `getrandom` system call; a seeded one pauses as before.
+    #[test]
+    fn the_generator_is_made_at_the_first_pause() {
+        let mut backoff = RetryOptions::default().backoff();
+        assert!(backoff.rng.is_none(), "no generator before a pause");
+        backoff.next_delay();
+        assert!(backoff.rng.is_some());
+        let seeded = RetryOptions::default().with_jitter_seed(7);
+        let (mut a, mut b) = (seeded.backoff(), seeded.backoff());
+        assert_eq!(
+            a.next_delay(),
+            b.next_delay(),
+            "the same seed, the same pauses"
+        );
     }
 
     #[test]

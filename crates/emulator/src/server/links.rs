@@ -105,6 +105,14 @@ impl Feed {
     }
 }
 
+/// The credit a client's sending link is granted and kept topped up at (refilled at half).
+/// azure-amqp, which the service is built on, gives a link it accepts from a peer's attach
+/// 1000 (`AmqpLinkSettings.Create(Attach)`: `TotalLinkCredit = AmqpConstants.DefaultLinkCredit`,
+/// with `AutoSendFlow`). With 100, refilled at 50, a sender could have only 50 to 100 sends
+/// on their way per round trip whatever it kept in flight (5000 to 10 000 a second at 10 ms):
+/// the emulator, not the distance, would bound a relay that keeps more in flight.
+const SEND_LINK_CREDIT: u32 = 1000;
+
 async fn receive_from_client(
     request: LinkRequest,
     entity: Entity,
@@ -116,7 +124,7 @@ async fn receive_from_client(
     // The engine takes a batch's envelope beyond the advertised size; the service's own
     // measure (`codec::measured_size`) decides below.
     let answer = LinkAnswer::default()
-        .credit(100)
+        .credit(SEND_LINK_CREDIT)
         .max_message_size(max_size)
         .max_incoming(max_size.saturating_add(codec::BATCH_ENVELOPE_ALLOWANCE))
         .rcv_settle_mode(ReceiverSettleMode::First);
