@@ -526,9 +526,9 @@ fn an_unreadable_inbox_row_gives_the_duplicate_back_seeds_5777_8175_9672_all() {
 // delivery count 10, the delayed retries' span, no resubmission window), the database's clock
 // on the run's virtual time.
 
-/// Retention deletes every inbox row once the horizon passed after the drain (and, in the
-/// longer runs, rows older than the horizon while messages still flow), and one effect per
-/// message holds across the deletes.
+/// Retention deletes every inbox row once the horizon passed after the drain, and one effect
+/// per message holds across the deletes (a row deleted while a copy could still come back
+/// would show as a second effect).
 #[test]
 fn retention_deletes_within_a_run_and_every_invariant_holds_all_retention() {
     let mix = "all,retention";
