@@ -181,6 +181,8 @@ impl<T: sb_inbox::Tx, H: sb_inbox::Handler<T>> sb_inbox::Handler<T> for DecoderP
         self.inner.contracts()
     }
 
+    // The panic is the test's: user code that panics while decoding.
+    #[allow(clippy::panic_in_result_fn)]
     fn decode(
         &self,
         contract: &sb_inbox::Contract,
@@ -201,11 +203,11 @@ impl<T: sb_inbox::Tx, H: sb_inbox::Handler<T>> sb_inbox::Handler<T> for DecoderP
     }
 }
 
-/// A decoder's panic counted out is a verdict too: the copy's decoding panics (`max_panics`
-/// 1) and it is dead-lettered `HandlerPanicked` with its verdict recorded; the original, back
-/// after its completion failed, decodes and meets the verdict: dead-lettered as well. Before,
-/// a panic before the envelope's logical id was handed on dead-lettered without a verdict and
-/// the original was processed: both outcomes for one message (issue 41, item 4).
+/// A decoder's panic counted out is a verdict too: the copy's decoding panics (one panic
+/// dead-letters) and it is dead-lettered `HandlerPanicked` with its verdict recorded; the
+/// original, back after its completion failed, decodes and meets the verdict: dead-lettered as
+/// well. Before, a panic before the envelope's logical id was handed on dead-lettered without a
+/// verdict and the original was processed: both outcomes for one message (issue 41, item 4).
 async fn the_copy_panics_out_in_its_decoder_first<S>(store: S)
 where
     S: InventoryStore + Clone,
