@@ -370,7 +370,7 @@ struct Member<D> {
     delivery: Arc<D>,
     lock: KeptLock,
     processing: Processing,
-    /// The logical message id; `None` when the envelope or body was refused.
+    /// The logical message id; `None` when the envelope was refused.
     logical_id: Option<String>,
     state: State,
 }
@@ -468,8 +468,12 @@ where
             lock.follow(&processing.span);
             let (logical_id, state) = match step.accept(&*delivery) {
                 Ok((envelope, _)) => (Some(envelope.logical_id), State::Pending),
-                // Refused or panicked: decided alone, the others go on.
-                Err(refused) => (None, State::Decided(Err(refused))),
+                // Refused or panicked: decided alone, the others go on (under its logical id
+                // when the envelope was read: a decoder's panic counted out is a verdict).
+                Err(refused) => (
+                    Some(refused.logical_id).filter(|id| !id.is_empty()),
+                    State::Decided(Err(refused.abort)),
+                ),
             };
             Member {
                 delivery,
@@ -742,7 +746,7 @@ where
                     .instrument(member.processing.span.clone())
                     .await
             }
-            Err(refused) => Err(refused),
+            Err(refused) => Err(refused.abort),
         };
         let undone = match result {
             Ok(handled) => {

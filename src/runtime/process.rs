@@ -121,6 +121,25 @@ pub(super) enum Abort {
     Shutdown,
 }
 
+/// A delivery refused before its transaction ([`Processor::accept`]): how it settles, and its
+/// logical id when the envelope was read (empty when not).
+pub(super) struct Refused {
+    /// How it settles.
+    pub(super) abort: Abort,
+    /// The logical id, or empty when the envelope itself was refused.
+    pub(super) logical_id: String,
+}
+
+impl Refused {
+    /// Refused before its logical id was known.
+    fn unread(abort: Abort) -> Self {
+        Refused {
+            abort,
+            logical_id: String::new(),
+        }
+    }
+}
+
 /// Whether a message's inbox row is there, as the store answers a probe.
 enum InboxRow {
     /// It is: some delivery of the message committed.
@@ -249,7 +268,13 @@ where
             Err(refused) => {
                 drop(slot);
                 return self
-                    .conclude(&*delivery, "", Err(refused), lock, cancel)
+                    .conclude(
+                        &*delivery,
+                        &refused.logical_id,
+                        Err(refused.abort),
+                        lock,
+                        cancel,
+                    )
                     .await;
             }
         };
@@ -278,26 +303,41 @@ where
     /// The envelope check and the body's decoding, before any database work: a failure is
     /// permanent, dead-lettered without a transaction. Both run user code (an envelope reader,
     /// upcasters, validation), so a panic in them is caught here and counted like a handler's
-    /// ([`Processor::panicked`]).
+    /// ([`Processor::panicked`]). A refusal after the envelope was read carries its logical id:
+    /// a decoder's panic counted out is decided by the message's history, like a handler's, so
+    /// it is dead-lettered through the message's verdict (a twin whose decoding passes must
+    /// meet it, issue 41).
     pub(super) fn accept<'d, D: Delivery>(
         &self,
         delivery: &'d D,
-    ) -> Result<(envelope::Envelope<'d>, H::Payload), Abort> {
+    ) -> Result<(envelope::Envelope<'d>, H::Payload), Refused> {
         let message = delivery.message();
-        let decoded = panic::catch_decoding(|| {
-            let envelope = envelope::check(message, self.envelope, self.handler.contracts())?;
-            match self.handler.decode(&envelope.contract, &envelope.body) {
-                Ok(payload) => Ok((envelope, payload)),
-                Err(error) => Err(Rejection::new(
-                    DeadLetterReason::InvalidPayload,
-                    error.to_string(),
-                )),
-            }
+        let checked = panic::catch_decoding(|| {
+            envelope::check(message, self.envelope, self.handler.contracts())
         });
-        match decoded {
-            Ok(accepted) => accepted.map_err(Abort::DeadLetter),
-            Err(panicked) => Err(self.panicked(delivery.delivery_count(), panicked)),
-        }
+        let envelope = match checked {
+            Ok(Ok(envelope)) => envelope,
+            Ok(Err(rejection)) => return Err(Refused::unread(Abort::DeadLetter(rejection))),
+            Err(panicked) => {
+                return Err(Refused::unread(
+                    self.panicked(delivery.delivery_count(), panicked),
+                ));
+            }
+        };
+        let decoded =
+            panic::catch_decoding(|| self.handler.decode(&envelope.contract, &envelope.body));
+        let abort = match decoded {
+            Ok(Ok(payload)) => return Ok((envelope, payload)),
+            Ok(Err(error)) => Abort::DeadLetter(Rejection::new(
+                DeadLetterReason::InvalidPayload,
+                error.to_string(),
+            )),
+            Err(panicked) => self.panicked(delivery.delivery_count(), panicked),
+        };
+        Err(Refused {
+            abort,
+            logical_id: envelope.logical_id,
+        })
     }
 
     /// What the handler sees of an accepted delivery.

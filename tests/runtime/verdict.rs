@@ -166,6 +166,84 @@ where
     assert_eq!(broker.dead_letters().len(), 2);
 }
 
+/// Decodes as `inner` does, but panics while `on` is set: an upcaster or decoder whose panic
+/// depends on more than the body (a lookup that fails for a while, a cache that is cold).
+#[derive(Debug)]
+struct DecoderPanicsWhile<H> {
+    inner: H,
+    on: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl<T: sb_inbox::Tx, H: sb_inbox::Handler<T>> sb_inbox::Handler<T> for DecoderPanicsWhile<H> {
+    type Payload = H::Payload;
+
+    fn contracts(&self) -> &[sb_inbox::Contract] {
+        self.inner.contracts()
+    }
+
+    // The panic is the test's: user code that panics while decoding.
+    #[allow(clippy::panic_in_result_fn)]
+    fn decode(
+        &self,
+        contract: &sb_inbox::Contract,
+        body: &[u8],
+    ) -> Result<H::Payload, sb_inbox::DecodeError> {
+        if self.on.load(std::sync::atomic::Ordering::Acquire) {
+            panic!("injected panic in the decoder");
+        }
+        self.inner.decode(contract, body)
+    }
+
+    async fn handle(
+        &self,
+        ctx: &sb_inbox::Context<'_, H::Payload>,
+        tx: &mut T,
+    ) -> Result<sb_inbox::Handled, sb_inbox::HandlerError> {
+        self.inner.handle(ctx, tx).await
+    }
+}
+
+/// A decoder's panic counted out is a verdict too: the copy's decoding panics (one panic
+/// dead-letters) and it is dead-lettered `HandlerPanicked` with its verdict recorded; the
+/// original, back after its completion failed, decodes and meets the verdict: dead-lettered as
+/// well. Before, a panic before the envelope's logical id was handed on dead-lettered without a
+/// verdict and the original was processed: both outcomes for one message (issue 41, item 4).
+async fn the_copy_panics_out_in_its_decoder_first<S>(store: S)
+where
+    S: InventoryStore + Clone,
+    OrderPlacedConsumer: sb_inbox::Handler<S::Tx>,
+{
+    use std::sync::atomic::Ordering;
+    let broker = MemoryBroker::new(Clock::new());
+    let on = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let handler = DecoderPanicsWhile {
+        inner: OrderPlacedConsumer::new(),
+        on: on.clone(),
+    };
+    let runtime = Runtime::new(
+        broker.receiver(),
+        store.clone(),
+        handler,
+        retry_config(&broker),
+    );
+    broker.send(last_copy());
+    broker.send(two_line_order("m-1", "o-1"));
+    let panicked = Outcome::Permanent(sb_inbox::DeadLetterReason::HandlerPanicked);
+    let copy = runtime.process(broker.try_receive().unwrap()).await;
+    assert_eq!(copy.outcome, panicked);
+    on.store(false, Ordering::Release);
+    let original = runtime.process(broker.try_receive().unwrap()).await;
+    assert_eq!(original.outcome, panicked, "{original:?}");
+    let verdict = Verdict {
+        reason: "HandlerPanicked".to_owned(),
+        resubmission: 0,
+    };
+    assert_eq!(entry(&store).await, Some(InboxEntry::DeadLettered(verdict)));
+    let counts = store.inventory_counts().await.unwrap();
+    assert_eq!((counts.reservations, counts.inbox_rows), (0, 1));
+    assert_eq!(broker.dead_letters().len(), 2);
+}
+
 /// The fork with the original deciding first: it is processed; the last copy then meets the
 /// processed row and completes as its duplicate, nothing dead-lettered.
 async fn the_original_decides_first<S>(store: S)
@@ -213,6 +291,18 @@ async fn a_twin_after_the_processed_one_completes_as_its_duplicate_postgres() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicked_out_copy_decides_its_twin_too_sqlite() {
     the_copy_panics_out_first(sqlite_store("verdict_panicked", 1).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_panicked_out_in_its_decoder_decides_its_twin_too_sqlite() {
+    the_copy_panics_out_in_its_decoder_first(sqlite_store("verdict_decoder_panicked", 1).await)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_panicked_out_in_its_decoder_decides_its_twin_too_postgres() {
+    the_copy_panics_out_in_its_decoder_first(pg_store("rt_verdict_decoder_panicked", 2).await)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

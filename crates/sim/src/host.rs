@@ -232,9 +232,11 @@ fn bare(world: &World, parts: Parts) -> Result<Started, Box<dyn std::error::Erro
 }
 
 /// `sb_inbox`'s `Worker` hosting the consumer as users run it: its start checks, its relay,
-/// retention (whose replay horizon, an hour's TTL plus a thousand 10 s locks, is longer than
-/// any run: it sweeps and deletes nothing), delayed retries when planned, and its self-sizing
-/// receive window when the plan's prefetch is 0.
+/// retention, delayed retries when planned, and its self-sizing receive window when the plan's
+/// prefetch is 0. Retention's horizon is `orders`' as configured ([`replay_horizon`]): by
+/// default an hour's TTL plus a thousand 10 s locks plus the resubmission window, longer than
+/// any run (it sweeps and deletes nothing); with [`plan::Plan::retention`] a short one, which
+/// passes within a run.
 fn worker(world: &World, parts: Parts) -> Result<Started, Box<dyn std::error::Error>> {
     let Parts {
         client,
@@ -245,13 +247,9 @@ fn worker(world: &World, parts: Parts) -> Result<Started, Box<dyn std::error::Er
     } = parts;
     let mut consumer = ConsumerConfig::new(ConsumerName::new(CONSUMER)?, "orders");
     consumer.runtime = runtime_config(&world.plan)?;
-    let horizon = ReplayHorizon::new(
-        sb_emulator::DEFAULT_MESSAGE_TIME_TO_LIVE,
-        plan::LOCK_DURATION,
-        plan::MAX_DELIVERY_COUNT,
-    );
+    let horizon = replay_horizon(&world.plan);
     let mut retention = RetentionConfig::new(horizon.span());
-    retention.interval = Duration::from_secs(20);
+    retention.interval = Duration::from_secs(if world.plan.retention { 10 } else { 20 });
     let readiness = Readiness::new();
     let mut worker = Worker::new(client, store)
         .readiness(readiness.clone())
@@ -272,6 +270,29 @@ fn worker(world: &World, parts: Parts) -> Result<Started, Box<dyn std::error::Er
         }
     });
     Ok((vec![task], Switch::Worker(readiness)))
+}
+
+/// The replay horizon of `orders` as the plan configures it: its TTL, lock duration and max
+/// delivery count, the delayed retries' span (retries × the longest delay), and, with
+/// retention, no resubmission window (nothing in a run resubmits a dead letter).
+pub(crate) fn replay_horizon(plan: &plan::Plan) -> ReplayHorizon {
+    let (ttl, max_delivery) = plan.orders_limits();
+    let retry_span = if plan.delayed_retry {
+        plan::RETRY_MAX_DELAY.saturating_mul(plan.retries)
+    } else {
+        Duration::ZERO
+    };
+    let horizon = ReplayHorizon::new(
+        ttl.unwrap_or(sb_emulator::DEFAULT_MESSAGE_TIME_TO_LIVE),
+        plan::LOCK_DURATION,
+        max_delivery,
+    )
+    .with_retry_span(retry_span);
+    if plan.retention {
+        horizon.with_dlq_resubmit_window(Duration::ZERO)
+    } else {
+        horizon
+    }
 }
 
 /// The process now running, if any (none between a crash and its restart).
@@ -332,10 +353,8 @@ fn session_config(plan: &plan::Plan) -> Option<SessionConfig> {
 
 /// The delayed retries' policy from the plan.
 fn retry_policy(plan: &plan::Plan) -> Result<RetryPolicy, Box<dyn std::error::Error>> {
-    Ok(RetryPolicy::new(
-        plan.retries,
-        Duration::from_secs(1),
-        Duration::from_secs(10),
-    )?
-    .with_jitter(0.2, JitterSource::seeded(plan.seed ^ 0x7e7))?)
+    Ok(
+        RetryPolicy::new(plan.retries, Duration::from_secs(1), plan::RETRY_MAX_DELAY)?
+            .with_jitter(0.2, JitterSource::seeded(plan.seed ^ 0x7e7))?,
+    )
 }

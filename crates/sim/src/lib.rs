@@ -5,6 +5,7 @@
 //!
 //! `SIM_SEED=N cargo run -p sim --release -- --seed N` replays one run; see the crate README.
 
+pub mod dbclock;
 pub mod handler;
 pub mod host;
 pub mod net;

@@ -34,6 +34,11 @@ pub struct Mix {
     /// and the runtime runs in session mode (`sessions`; opt-in; no delayed retries, which
     /// session mode refuses).
     pub sessions: bool,
+    /// Not a fault: the Worker (implied) runs retention on a replay horizon short enough to
+    /// pass within a run and true of `orders` (a short TTL, expired messages dead-lettered, a
+    /// low max delivery count, no resubmission window), so its deletes run while messages may
+    /// still come back (`retention`; opt-in).
+    pub retention: bool,
 }
 
 impl Mix {
@@ -47,10 +52,11 @@ impl Mix {
         process: false,
         worker: false,
         sessions: false,
+        retention: false,
     };
 
     /// Parses `net,broker,store,handler,clock,process` (any subset; `all` is every kind but
-    /// `process`), `worker` and `sessions`.
+    /// `process`), `worker`, `sessions` and `retention`.
     ///
     /// # Errors
     /// The unknown name.
@@ -64,6 +70,7 @@ impl Mix {
             process: false,
             worker: false,
             sessions: false,
+            retention: false,
         };
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             match part {
@@ -72,6 +79,7 @@ impl Mix {
                         process: mix.process,
                         worker: mix.worker,
                         sessions: mix.sessions,
+                        retention: mix.retention,
                         ..Mix::ALL
                     }
                 }
@@ -83,6 +91,7 @@ impl Mix {
                 "process" => mix.process = true,
                 "worker" => mix.worker = true,
                 "sessions" => mix.sessions = true,
+                "retention" => mix.retention = true,
                 other => return Err(format!("unknown fault kind {other:?}")),
             }
         }
@@ -203,8 +212,10 @@ pub struct Plan {
     /// When the consumer's process crashes, and how long it stays down before its restart
     /// (process faults only; from a stream of their own, so the other draws stay as they were).
     pub crashes: Vec<(Duration, Duration)>,
-    /// The consumer runs in the `Worker` ([`Mix::worker`]).
+    /// The consumer runs in the `Worker` ([`Mix::worker`], or implied by [`Mix::retention`]).
     pub worker: bool,
+    /// Retention on a short, true replay horizon ([`Mix::retention`]).
+    pub retention: bool,
     /// In session mode ([`Mix::sessions`]): how many sessions the messages are spread over
     /// (message `i` is in session `s-{i % n}`), and how many the runtime takes at once.
     pub sessions: Option<(usize, usize)>,
@@ -217,6 +228,27 @@ pub struct Plan {
 pub const LOCK_DURATION: Duration = Duration::from_secs(10);
 /// The queue's max delivery count: high, so that only the runtime's own rules dead-letter.
 pub const MAX_DELIVERY_COUNT: u32 = 1000;
+/// With retention ([`Mix::retention`]): `orders`' message TTL (expired messages are
+/// dead-lettered `TTLExpiredException`) and max delivery count, so that its replay horizon
+/// (TTL + lock duration × max delivery count + delayed retries) passes within a run.
+pub const RETENTION_TTL: Duration = Duration::from_secs(120);
+/// With retention: `orders`' max delivery count (see [`RETENTION_TTL`]).
+pub const RETENTION_MAX_DELIVERY_COUNT: u32 = 10;
+/// The delayed retries' longest delay (`host::retry_policy`): a copy comes at most this much
+/// later per retry (the jitter only shortens it).
+pub const RETRY_MAX_DELAY: Duration = Duration::from_secs(10);
+
+impl Plan {
+    /// `orders`' message TTL and max delivery count as configured for this plan (`None`: the
+    /// emulator's default TTL).
+    pub fn orders_limits(&self) -> (Option<Duration>, u32) {
+        if self.retention {
+            (Some(RETENTION_TTL), RETENTION_MAX_DELIVERY_COUNT)
+        } else {
+            (None, MAX_DELIVERY_COUNT)
+        }
+    }
+}
 
 impl Plan {
     /// The plan of `seed` drawing faults from `mix`.
@@ -268,7 +300,8 @@ impl Plan {
         });
         Plan {
             crashes,
-            worker: mix.worker,
+            worker: mix.worker || mix.retention,
+            retention: mix.retention,
             sessions,
             swallowing,
             typed,

@@ -17,14 +17,20 @@ use crate::plan::{self, Plan};
 use crate::process::Life;
 use crate::store::FaultyStore;
 
-/// The namespace: the consumed queue (requiring sessions in session mode) and the two outbox
+/// The namespace: the consumed queue (requiring sessions in session mode; with retention a
+/// short TTL, expired messages dead-lettered, and a low max delivery count) and the two outbox
 /// destinations.
 pub(crate) fn config_json(plan: &Plan) -> String {
     let lock = sb_emulator::format_iso8601_duration(plan::LOCK_DURATION);
-    let q = |name: &str, sessions: bool| {
+    let q = |name: &str, sessions: bool, (ttl, max_delivery): (Option<Duration>, u32)| {
+        let ttl = ttl.map_or(String::new(), |ttl| {
+            format!(
+                r#","DefaultMessageTimeToLive":"{}","DeadLetteringOnMessageExpiration":true"#,
+                sb_emulator::format_iso8601_duration(ttl)
+            )
+        });
         format!(
-            r#"{{"Name":"{name}","Properties":{{"LockDuration":"{lock}","MaxDeliveryCount":{}{}}}}}"#,
-            plan::MAX_DELIVERY_COUNT,
+            r#"{{"Name":"{name}","Properties":{{"LockDuration":"{lock}","MaxDeliveryCount":{max_delivery}{ttl}{}}}}}"#,
             if sessions {
                 r#","RequiresSession":true"#
             } else {
@@ -32,11 +38,12 @@ pub(crate) fn config_json(plan: &Plan) -> String {
             }
         )
     };
+    let plain = (None, plan::MAX_DELIVERY_COUNT);
     format!(
         r#"{{"UserConfig":{{"Namespaces":[{{"Name":"sim","Queues":[{},{},{}],"Topics":[]}}],"Logging":{{"Type":"File"}}}}}}"#,
-        q("orders", plan.sessions.is_some()),
-        q("out-a", false),
-        q("out-b", false)
+        q("orders", plan.sessions.is_some(), plan.orders_limits()),
+        q("out-a", false, plain),
+        q("out-b", false, plain)
     )
 }
 
@@ -57,6 +64,10 @@ pub(crate) async fn world(plan: Arc<Plan>) -> Result<World, Box<dyn std::error::
     // Whole seconds: every instant of the run is then a whole number of milliseconds from it.
     let anchor =
         UNIX_EPOCH + Duration::from_secs(SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs());
+    let start = Instant::now();
+    // The database's clock reads the run's time too (inbox rows age there; retention).
+    crate::dbclock::install();
+    crate::dbclock::anchor(start, anchor);
     let broker = Broker::with_clock(
         Config::from_json(&config_json(&plan))?,
         sb_emulator::Clock::anchored_at(anchor),
@@ -90,7 +101,7 @@ pub(crate) async fn world(plan: Arc<Plan>) -> Result<World, Box<dyn std::error::
             life: Life::new(),
         },
         clock_step_ms: Arc::default(),
-        start: Instant::now(),
+        start,
         anchor,
         plan,
     })

@@ -60,7 +60,7 @@ pub(super) async fn one_by_one<S, H, D>(
         let (envelope, payload) = match step.accept(&*member.delivery) {
             Ok(accepted) => accepted,
             Err(refused) => {
-                member.state = State::Decided(Err(refused));
+                member.state = State::Decided(Err(refused.abort));
                 continue;
             }
         };

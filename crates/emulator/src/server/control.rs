@@ -2,7 +2,7 @@
 //! (from tests through [`crate::Emulator`] and from `--fault detach-link`) and the per-operation
 //! fault draws.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -94,7 +94,9 @@ impl Entry {
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
     next: AtomicU64,
-    links: Mutex<HashMap<u64, Entry>>,
+    /// Ordered by id: a forced detach of an entity's links reaches them in the order they
+    /// attached, so a seeded run (the simulator's `SIM_SEED`) replays bit for bit.
+    links: Mutex<BTreeMap<u64, Entry>>,
 }
 
 impl Registry {

@@ -18,7 +18,7 @@
 //! - `amqp:internal-error` repeated on one connection: issue 29 item 9 (docs/servicebus-amqp.md
 //!   records Go recovering the connection for internal and unknown errors).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
@@ -78,7 +78,7 @@ pub(crate) struct LiveConnection {
     /// Its put-token grants, to revoke ([`Survival::revoke_token`]).
     grants: Weak<Grants>,
     /// Channels whose sessions attached links.
-    channels: Mutex<HashSet<u16>>,
+    channels: Mutex<BTreeSet<u16>>,
     /// Every attach on it is refused with `amqp:internal-error`.
     sticky_internal_error: AtomicBool,
 }

@@ -38,18 +38,22 @@ fn main() {
     let started = Instant::now();
     let mut failures = 0u64;
     let mut first: Option<u64> = None;
-    let (mut virtual_secs, mut messages) = (0.0, 0usize);
+    let (mut virtual_secs, mut messages, mut again, mut early) = (0.0, 0usize, 0usize, 0u64);
     for seed in from..from + seeds {
         let report = sim::run(seed, mix);
         virtual_secs += report.virtual_time.as_secs_f64();
         messages += report.messages;
+        again += report.outbox_again;
+        early += report.retention_early;
         if !report.passed() {
             failures += 1;
             first.get_or_insert(seed);
             eprintln!("{}", report.explain(&mix_name));
             if first_only {
                 if tally {
-                    println!("tally {failures} {virtual_secs} {messages} {seed} {seed}");
+                    println!(
+                        "tally {failures} {virtual_secs} {messages} {seed} {seed} {again} {early}"
+                    );
                 }
                 println!(
                     "first failure at seed {seed} ({} seeds in)",
@@ -61,7 +65,9 @@ fn main() {
                 // Its thread still spins and would slow every later seed.
                 eprintln!("stopping after a hang at seed {seed}");
                 if tally {
-                    println!("tally {failures} {virtual_secs} {messages} {seed} {seed}");
+                    println!(
+                        "tally {failures} {virtual_secs} {messages} {seed} {seed} {again} {early}"
+                    );
                 }
                 std::process::exit(2);
             }
@@ -70,11 +76,11 @@ fn main() {
     if tally {
         let first = first.map_or("-".to_owned(), |s| s.to_string());
         let last = from + seeds - 1;
-        println!("tally {failures} {virtual_secs} {messages} {first} {last}");
+        println!("tally {failures} {virtual_secs} {messages} {first} {last} {again} {early}");
     }
     let wall = started.elapsed().as_secs_f64();
     println!(
-        "{seeds} seeds from {from} ({mix_name}): {failures} failed{}; {wall:.1} s wall ({:.1} s per 1000 seeds), {:.0} s virtual and {} messages per seed on average",
+        "{seeds} seeds from {from} ({mix_name}): {failures} failed{}; {wall:.1} s wall ({:.1} s per 1000 seeds), {:.0} s virtual and {} messages per seed on average; {again} outbox rows relayed again (at-least-once), {early} inbox rows deleted by retention before a drain",
         first
             .map(|s| format!(", first at seed {s} ({} seeds in)", s - from + 1))
             .unwrap_or_default(),
@@ -130,6 +136,10 @@ struct Tally {
     first: Option<u64>,
     /// The last seed it ran (before the chunk's end when it stopped at a hang).
     last: u64,
+    /// Outbox rows relayed again (at-least-once), over its seeds.
+    again: u64,
+    /// Inbox rows retention deleted before a drain (`retention`), over its seeds.
+    early: u64,
 }
 
 impl Tally {
@@ -141,6 +151,8 @@ impl Tally {
             messages: fields.next()?.parse().ok()?,
             first: fields.next()?.parse().ok(),
             last: fields.next()?.parse().ok()?,
+            again: fields.next().and_then(|a| a.parse().ok()).unwrap_or(0),
+            early: fields.next().and_then(|a| a.parse().ok()).unwrap_or(0),
         })
     }
 }
@@ -244,6 +256,8 @@ fn parallel(from: u64, seeds: u64, jobs: u64, first_only: bool, mix_name: &str) 
         total.failures += tally.failures;
         total.virtual_secs += tally.virtual_secs;
         total.messages += tally.messages;
+        total.again += tally.again;
+        total.early += tally.early;
         total.first = match (total.first, tally.first) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -251,7 +265,7 @@ fn parallel(from: u64, seeds: u64, jobs: u64, first_only: bool, mix_name: &str) 
     }
     let wall = started.elapsed().as_secs_f64();
     println!(
-        "{seeds} seeds from {from} ({mix_name}, {jobs} jobs): {} failed{}; {wall:.1} s wall ({:.1} s per 1000 seeds), {:.0} s virtual and {} messages per seed on average",
+        "{seeds} seeds from {from} ({mix_name}, {jobs} jobs): {} failed{}; {wall:.1} s wall ({:.1} s per 1000 seeds), {:.0} s virtual and {} messages per seed on average; {} outbox rows relayed again (at-least-once), {} inbox rows deleted by retention before a drain",
         total.failures,
         total
             .first
@@ -259,7 +273,9 @@ fn parallel(from: u64, seeds: u64, jobs: u64, first_only: bool, mix_name: &str) 
             .unwrap_or_default(),
         wall * 1000.0 / seeds.max(1) as f64,
         total.virtual_secs / seeds.max(1) as f64,
-        total.messages / seeds.max(1)
+        total.messages / seeds.max(1),
+        total.again,
+        total.early
     );
     i32::from(total.failures > 0)
 }

@@ -24,7 +24,7 @@ mod link_state;
 mod session_state;
 mod transfer;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -63,11 +63,12 @@ pub(crate) struct Driver {
     frames: mpsc::Receiver<Result<Option<Frame>>>,
     writer: FrameWriter,
     neg: Negotiated,
-    sessions: HashMap<u16, Session>,
-    remote_channels: HashMap<u16, u16>,
+    // Ordered: sessions fail in channel order when the connection ends (a seeded run replays).
+    sessions: BTreeMap<u16, Session>,
+    remote_channels: BTreeMap<u16, u16>,
     /// Remote channels whose session has ended and that no `begin` reused yet: a frame that
     /// crossed our `end` on the wire (the legal end/begin race) is dropped, not fatal.
-    ended_channels: HashSet<u16>,
+    ended_channels: BTreeSet<u16>,
     /// Where peer-initiated links go (server role); `None` refuses them (client role).
     peer_links: Option<mpsc::UnboundedSender<PeerAttach>>,
     self_ref: SelfRef,
@@ -117,9 +118,9 @@ pub(crate) fn spawn(
         frames: frx,
         writer,
         neg,
-        sessions: HashMap::new(),
-        remote_channels: HashMap::new(),
-        ended_channels: HashSet::new(),
+        sessions: BTreeMap::new(),
+        remote_channels: BTreeMap::new(),
+        ended_channels: BTreeSet::new(),
         peer_links,
         self_ref,
         stats: stats.clone(),
@@ -167,7 +168,7 @@ impl Driver {
         let _ = self.writer.flush().await; // best effort: the socket may be gone
         self.writer.shutdown().await;
         self.terminal.send_replace(Some(err.clone()));
-        for (_, mut s) in self.sessions.drain() {
+        for (_, mut s) in std::mem::take(&mut self.sessions) {
             s.fail(&err);
         }
         for w in self.close_waiters.drain(..) {

@@ -1,7 +1,11 @@
 //! What the driver keeps per session: windows, delivery ids, links by local and remote
 //! handle, unsettled deliveries both ways.
+//!
+//! Ordered maps, not hash maps: a session that fails, settles a range or pumps its senders
+//! wakes its waiters in map order, and a hash map's order is drawn afresh per map, so a seeded
+//! run (the simulator's `SIM_SEED`) would not replay bit for bit.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use fe2o3_amqp_types::definitions::{Handle, Role};
 
@@ -23,11 +27,11 @@ pub(super) struct Session {
     pub(super) next_incoming_id: u32,
     pub(super) remote_incoming_window: u32,
     pub(super) next_delivery_id: u32,
-    pub(super) links: HashMap<u32, Link>,
-    pub(super) by_remote: HashMap<u32, u32>,
-    pub(super) pending_remote: HashMap<u32, PendingRemote>,
-    pub(super) unsettled_out: HashMap<u32, OutUnsettled>,
-    pub(super) unsettled_in: HashMap<u32, InUnsettled>,
+    pub(super) links: BTreeMap<u32, Link>,
+    pub(super) by_remote: BTreeMap<u32, u32>,
+    pub(super) pending_remote: BTreeMap<u32, PendingRemote>,
+    pub(super) unsettled_out: BTreeMap<u32, OutUnsettled>,
+    pub(super) unsettled_in: BTreeMap<u32, InUnsettled>,
     pub(super) begin_waiter: Option<Reply<u16>>,
     pub(super) end_sent: bool,
     pub(super) end_waiters: Vec<Reply<()>>,
@@ -48,11 +52,11 @@ impl Session {
             next_incoming_id: 0,
             remote_incoming_window: 0,
             next_delivery_id: 0,
-            links: HashMap::new(),
-            by_remote: HashMap::new(),
-            pending_remote: HashMap::new(),
-            unsettled_out: HashMap::new(),
-            unsettled_in: HashMap::new(),
+            links: BTreeMap::new(),
+            by_remote: BTreeMap::new(),
+            pending_remote: BTreeMap::new(),
+            unsettled_out: BTreeMap::new(),
+            unsettled_in: BTreeMap::new(),
             begin_waiter: None,
             end_sent: false,
             end_waiters: Vec::new(),
@@ -71,15 +75,15 @@ impl Session {
         if let Some(w) = self.begin_waiter.take() {
             let _ = w.send(Err(err.clone())); // the caller may have given up
         }
-        for (_, mut l) in self.links.drain() {
+        for (_, mut l) in std::mem::take(&mut self.links) {
             l.fail(err);
         }
-        for (_, u) in self.unsettled_out.drain() {
+        for (_, u) in std::mem::take(&mut self.unsettled_out) {
             if let Some(w) = u.waiter {
                 let _ = w.send(Err(err.clone())); // the caller may have given up
             }
         }
-        for (_, u) in self.unsettled_in.drain() {
+        for (_, u) in std::mem::take(&mut self.unsettled_in) {
             if let Some(w) = u.waiter {
                 let _ = w.send(Err(err.clone())); // the caller may have given up
             }

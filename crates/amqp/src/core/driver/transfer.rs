@@ -2,7 +2,7 @@
 //! above our `max-message-size` or the connection's bound on unfinished deliveries), and the
 //! pump that writes queued sends as credit and the session window allow.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use bytes::{Bytes, BytesMut};
 use fe2o3_amqp_types::definitions::{Fields, Handle, Role};
@@ -395,7 +395,7 @@ fn frame_overhead(t: &Transfer, max_frame: usize) -> usize {
 /// The last frame of a send is written: reply now (pre-settled, or events), or wait for the
 /// peer's outcome.
 fn finish_send(
-    unsettled_out: &mut HashMap<u32, OutUnsettled>,
+    unsettled_out: &mut BTreeMap<u32, OutUnsettled>,
     p: PendingSend,
     (h, key): (u32, u64),
     id: u32,
