@@ -28,43 +28,8 @@ const MESSAGES: usize = 2000;
 const CONSUMER: &str = "bench.sqlx";
 
 /// The bench's schemas: the core migrations only (no reference-consumer tables).
-mod pg_schema {
-    use sb_inbox::PgStore;
-
-    /// `DATABASE_URL`, defaulting to the local server.
-    pub(crate) fn pg_url() -> String {
-        std::env::var("DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
-    }
-
-    /// [`pg_url`] with `schema` as the search path.
-    pub(crate) fn schema_url(schema: &str) -> String {
-        let sep = if pg_url().contains('?') { '&' } else { '?' };
-        format!("{}{sep}options=-csearch_path%3D{schema}", pg_url())
-    }
-
-    /// Drops and recreates `schema` with the core migrations.
-    pub(crate) async fn fresh_schema(schema: &str, pool: u32) -> PgStore {
-        drop_schema(schema).await;
-        let admin = PgStore::connect(&pg_url(), 1).await.unwrap();
-        admin
-            .query(&format!("CREATE SCHEMA {schema}"), &[])
-            .await
-            .unwrap();
-        let store = PgStore::connect(&schema_url(schema), pool).await.unwrap();
-        store.migrate().await.unwrap();
-        store
-    }
-
-    /// Drops `schema` and everything in it.
-    pub(crate) async fn drop_schema(schema: &str) {
-        let admin = PgStore::connect(&pg_url(), 1).await.unwrap();
-        admin
-            .query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"), &[])
-            .await
-            .unwrap();
-    }
-}
+#[path = "common/pg_core.rs"]
+mod pg_schema;
 
 /// One inbox transaction of message `i`, on either store.
 trait Bench: Clone + Send + Sync + 'static {
@@ -107,7 +72,7 @@ impl Bench for SqlxPgStore {
 /// A fresh schema `bench_sqlx_<pid>_<tag>` with the core migrations and 64 stock rows; its URL.
 async fn schema(tag: &str) -> String {
     let schema = format!("bench_sqlx_{}_{tag}", std::process::id());
-    let store = pg_schema::fresh_schema(&schema, 2).await;
+    let store = pg_schema::fresh_core_schema(&schema, 2).await;
     store
         .query(
             "CREATE TABLE bench_stock (sku text PRIMARY KEY, n bigint NOT NULL)",

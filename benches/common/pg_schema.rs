@@ -4,37 +4,15 @@
 use sb_inbox::PgStore;
 use sb_inbox_cli::inventory::InventoryStore;
 
-/// `DATABASE_URL`, defaulting to the local server.
-pub(crate) fn pg_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
-}
+#[path = "pg_core.rs"]
+mod pg_core;
 
-/// [`pg_url`] with `schema` as the search path.
-pub(crate) fn schema_url(schema: &str) -> String {
-    let sep = if pg_url().contains('?') { '&' } else { '?' };
-    format!("{}{sep}options=-csearch_path%3D{schema}", pg_url())
-}
+#[allow(unused_imports)]
+pub(crate) use pg_core::{drop_schema, pg_url, schema_url};
 
 /// Drops and recreates `schema`, then applies the core and inventory migrations in it.
 pub(crate) async fn fresh_schema(schema: &str, pool: u32) -> PgStore {
-    drop_schema(schema).await;
-    let admin = PgStore::connect(&pg_url(), 1).await.unwrap();
-    admin
-        .query(&format!("CREATE SCHEMA {schema}"), &[])
-        .await
-        .unwrap();
-    let store = PgStore::connect(&schema_url(schema), pool).await.unwrap();
-    store.migrate().await.unwrap();
+    let store = pg_core::fresh_core_schema(schema, pool).await;
     store.migrate_inventory().await.unwrap();
     store
-}
-
-/// Drops `schema` and everything in it.
-pub(crate) async fn drop_schema(schema: &str) {
-    let admin = PgStore::connect(&pg_url(), 1).await.unwrap();
-    admin
-        .query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"), &[])
-        .await
-        .unwrap();
 }
