@@ -13,8 +13,10 @@
 //!   this one's answers (its held keys and windows); a claim skips a session's rows while an
 //!   earlier row of the session is leased, so rows claimed ahead never include a later row of a
 //!   session this turn is publishing;
-//! - a claim taken ahead that is not published (shutdown, a store error, a turn that published
-//!   nothing: its destination is down) is handed back untried at once, its attempt not counted.
+//! - a claim taken ahead that is not published is handed back untried at once, its attempt not
+//!   counted: at shutdown, after a store error, after a turn that published nothing (its
+//!   destination down: the relay waits its poll interval, as before) or handed rows back untried
+//!   (those are claimed again later, and rows claimed ahead of them would overtake them).
 
 use std::time::Duration;
 
@@ -110,9 +112,9 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
     }
 
     /// One turn: publishes `ahead` (or a claim taken now) while `marking` is marked and, when
-    /// this claim is a full batch, the next one is claimed. The next turn follows at once only
-    /// when all three went well and this turn published something; otherwise this turn's
-    /// claim is marked now and the claim ahead handed back, before the wait.
+    /// this claim is a full batch, the next one is claimed. The claim ahead is kept only when
+    /// all three went well and this turn published something and handed nothing back;
+    /// otherwise this turn's claim is marked now and the claim ahead handed back.
     async fn turn(
         &self,
         ahead: Option<Claimed>,
@@ -149,8 +151,11 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
             outcome,
         };
         let sent = !published.outcome.sent.is_empty();
+        // Rows of this claim handed back untried (its lease half gone, a destination down) are
+        // claimed again later: rows claimed ahead of them would overtake them.
+        let whole = published.outcome.untried.is_empty();
         match (marked, next) {
-            (Ok(()), Some(Ok(ahead))) if sent => Turn {
+            (Ok(()), Some(Ok(ahead))) if sent && whole => Turn {
                 ahead: Some(ahead),
                 marking: Some(published),
                 busy: Ok(true),
