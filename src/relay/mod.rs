@@ -66,7 +66,6 @@ use crate::ports::{
 };
 use crate::runtime::{Clock, exponential_step};
 use lanes::{Key, Outcome, Plan, Window};
-use pipeline::Claimed;
 
 /// The longest wait before a failed row is tried again, and between failed claims.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
@@ -184,6 +183,14 @@ pub struct Pass {
     pub untried: usize,
     /// Rows that did not read back as messages, quarantined (counted in `failed` too).
     pub quarantined: usize,
+}
+
+/// A claimed batch: its lease, the time after which none of its sends may start, its rows.
+#[derive(Debug)]
+struct Claimed {
+    lease: OutboxLease,
+    send_until: SystemTime,
+    claim: OutboxClaim,
 }
 
 /// The outbox relay over one store and one publisher.

@@ -22,16 +22,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{BACKLOG_SAMPLE_INTERVAL, Outcome, Relay};
-use crate::ports::{OutboxClaim, OutboxLease, OutboxStore, Sender, StoreError};
-
-/// A claimed batch: its lease, the time after which none of its sends may start, its rows.
-#[derive(Debug)]
-pub(super) struct Claimed {
-    pub(super) lease: OutboxLease,
-    pub(super) send_until: std::time::SystemTime,
-    pub(super) claim: OutboxClaim,
-}
+use super::{BACKLOG_SAMPLE_INTERVAL, Claimed, Outcome, Relay};
+use crate::ports::{OutboxLease, OutboxStore, Sender, StoreError};
 
 /// A claim whose answers are all in, to be marked.
 #[derive(Debug)]
