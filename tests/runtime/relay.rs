@@ -331,6 +331,58 @@ async fn run_claims_the_next_batch_while_one_publishes_and_hands_it_back_at_shut
     );
 }
 
+/// Fails every send transiently (a destination down); stops the relay at the `stop_at`-th.
+struct Down {
+    attempts: std::sync::atomic::AtomicUsize,
+    stop_at: usize,
+    shutdown: CancellationToken,
+}
+
+impl Sender for Down {
+    async fn send(&self, _: &str, _: Message, _: Option<SystemTime>) -> Result<(), SendFailure> {
+        let n = self
+            .attempts
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 1;
+        if n >= self.stop_at {
+            self.shutdown.cancel();
+        }
+        Err(SendFailure::Transient("connection reset".into()))
+    }
+}
+
+/// Issue 42: a turn that published nothing (its destination down) hands the batch it claimed
+/// ahead back and waits its poll interval, as a pass did before passes overlapped: one failed
+/// send per poll interval, not a claim-send-release loop as fast as the store answers. The
+/// rows all stay due, none marked.
+#[tokio::test(start_paused = true)]
+async fn a_destination_down_costs_one_send_per_poll_interval_with_passes_overlapped() {
+    let store = sqlite_store("relay_down_ahead", 1).await;
+    append(&store, &["down"; 6]).await;
+    let shutdown = CancellationToken::new();
+    let sender = Down {
+        attempts: 0.into(),
+        stop_at: 10,
+        shutdown: shutdown.clone(),
+    };
+    // Batches of one: every turn's batch fails whole, nothing left untried in it.
+    let relay = Relay::with_clock(store.clone(), sender, config(1), Clock::new());
+    let start = tokio::time::Instant::now();
+    relay.run(shutdown).await;
+    let attempts = relay
+        .publisher()
+        .attempts
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(attempts, 10);
+    assert!(
+        start.elapsed() >= 9 * POLL,
+        "10 failed sends took {:?}, not one poll interval each",
+        start.elapsed()
+    );
+    assert_eq!(relay.stats().snapshot().marked, 0);
+    assert_eq!(pending(&store).await, 6);
+}
+
 /// Counts the sends awaiting their answer at once; each waits 10 ms (on the paused clock), as
 /// a send awaits a broker 10 ms away, and is accepted.
 #[derive(Default)]
