@@ -44,7 +44,8 @@
 //! out), so that `--concurrency 16,8 --batch 1,64 --rtt 0,2,10,40` alone gives every row.
 //!
 //! 4. **Relay** (`--relay`): for each RTT, [`RELAY_BACKLOG`] outbox rows written in one
-//!    transaction are published by the outbox relay (`RelayConfig::default()`, batch 1000)
+//!    transaction are published by the outbox relay (`RelayConfig::default()`, batch 1000;
+//!    `--relay-batch N` sets it, `RelayConfig`'s own default being 100)
 //!    running as the worker runs it (`Relay::run`) to an in-process emulator that far away,
 //!    on a queue with duplicate detection: events/s between 10 % and 90 % of the rows marked
 //!    (start-up and the tail left out, as in the worker's rows) and from the start to the
@@ -118,6 +119,9 @@ struct Options {
     /// The relay's `max_in_flight` (`--relay-in-flight N`); unset: the default, as a user
     /// gets it.
     relay_in_flight: Option<usize>,
+    /// The relay's `batch_size` (`--relay-batch N`, default 1000; `RelayConfig`'s own default
+    /// is 100).
+    relay_batch: usize,
     secs: u64,
 }
 
@@ -135,6 +139,7 @@ impl Options {
             steady: false,
             trace: false,
             relay_in_flight: None,
+            relay_batch: 1000,
             secs: 8,
         };
         let (mut workload_given, mut no_steady, mut no_relay) = (false, false, false);
@@ -168,6 +173,12 @@ impl Options {
                 "--no-relay" => no_relay = true,
                 "--no-steady" => no_steady = true,
                 "--trace" => options.trace = true,
+                "--relay-batch" => {
+                    options.relay_batch = args
+                        .next()
+                        .and_then(|n| n.parse().ok())
+                        .expect("--relay-batch takes a number");
+                }
                 "--relay-in-flight" => {
                     options.relay_in_flight = Some(
                         args.next()
@@ -400,7 +411,8 @@ const RELAY_BACKLOG: usize = 20_000;
 /// The relay's events/s from a backlog of [`RELAY_BACKLOG`] rows to a broker `rtt_ms` away,
 /// and the destination's (accepted, duplicates dropped) counts.
 /// With `trace`, the rows claimed and the time per 1000 rows are printed.
-async fn relay(rtt_ms: u64, trace: bool, in_flight: Option<usize>) -> (f64, f64, u64, u64) {
+async fn relay(rtt_ms: u64, options: &Options) -> (f64, f64, u64, u64) {
+    let (trace, in_flight) = (options.trace, options.relay_in_flight);
     use sb_inbox::relay::{Relay, RelayConfig};
     use sb_inbox::{OutboxMessage, OutboxStore as _, Store as _, StoreTx, Tx as _};
     let config = sb_emulator::Config::new("sbemulatorns").with_queue(
@@ -430,7 +442,7 @@ async fn relay(rtt_ms: u64, trace: bool, in_flight: Option<usize>) -> (f64, f64,
     tx.commit().await.unwrap();
     let cs: ConnectionString = emulator.connection_string().parse().unwrap();
     let client = ServiceBusClient::from_connection_string(&cs);
-    let mut config = RelayConfig::default().with_batch_size(1000);
+    let mut config = RelayConfig::default().with_batch_size(options.relay_batch);
     if let Some(in_flight) = in_flight {
         config = config.with_max_in_flight(in_flight);
     }
@@ -812,8 +824,7 @@ fn main() {
         println!("|---:|---:|---:|---:|---:|---:|---:|");
         let mut local = None;
         for &rtt in &options.rtts {
-            let (steady, whole, sent, duplicates) =
-                rt.block_on(relay(rtt, options.trace, options.relay_in_flight));
+            let (steady, whole, sent, duplicates) = rt.block_on(relay(rtt, &options));
             let (local_steady, local_whole) = *local.get_or_insert((steady, whole));
             println!(
                 "| {rtt} | {steady:.0} | {:.2} | {whole:.0} | {:.2} | {sent} | {duplicates} |",
