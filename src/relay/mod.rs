@@ -26,6 +26,10 @@
 //! 5. **Mark** the accepted rows dispatched by id and lease token, then release the failed and
 //!    untried ones.
 //!
+//! [`Relay::run`] overlaps the steps of consecutive passes: while a full batch is published,
+//! the batch before it is marked and the one after it claimed (`pipeline.rs`), so a broker a
+//! round trip away costs the publishing, not the store's statements as well.
+//!
 //! A relay that stops between 3 and 5 leaves its rows leased; once the lease ends another pass
 //! (of any relay) claims and publishes them again under the same ids: at most a duplicate,
 //! which downstream inboxes (and broker duplicate detection, within its window) drop; never a
@@ -43,6 +47,7 @@
 //! The relay sees only [`crate::ports`]: the worker hands it the Service Bus publisher.
 
 mod lanes;
+mod pipeline;
 mod stats;
 
 use std::collections::HashMap;
@@ -69,12 +74,15 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 pub const BACKLOG_SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
 
 /// The default [`RelayConfig::max_in_flight`], the ceiling of each destination's
-/// self-sizing window: 256 sends in flight allow 25 600 rows/s at 10 ms from the broker and
-/// 6400 at 40 ms. The window asks for twice rate × round trip, so a relay that publishes
-/// 12 000 rows/s locally needs about 200 at 10 ms to keep 0.8 of that rate; 64 capped it at
-/// 6400 rows/s there (3649 measured, 0.30 of the local rate, issue 42). A broker close by or
-/// few rows keep the window small whatever the ceiling (`lanes.rs`).
-pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
+/// self-sizing window: the link credit Service Bus grants a sending link, 1000 (azure-amqp's
+/// `AmqpConstants.DefaultLinkCredit`, which the service's accepted links take; the emulator
+/// grants the same, `links.rs` `SEND_LINK_CREDIT`), so sends beyond it would only wait for
+/// credit on the link. The window asks for twice rate × round trip: a relay that publishes
+/// 20 000 rows/s locally needs about 400 at 10 ms to keep 0.8 of that rate, and 256 left a pass
+/// of 1000 rows four round trips of sending (0.65 of the local rate at 10 ms, issue 42). The
+/// sends in flight are rows of the claim, held in memory anyway; a broker close by or few rows
+/// keep the window small whatever the ceiling (`lanes.rs`).
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 1000;
 
 /// How a [`Relay`] runs. Built from [`RelayConfig::default`] and the `with_*` methods (new
 /// settings are added without breaking callers); deserialisable with the `serde` feature
@@ -145,7 +153,7 @@ impl RelayConfig {
 }
 
 impl Default for RelayConfig {
-    /// 100 rows per pass, polling every 500 ms, 60 s leases, at most 256 sends in flight,
+    /// 100 rows per pass, polling every 500 ms, 60 s leases, at most 1000 sends in flight,
     /// order kept per session only.
     fn default() -> Self {
         RelayConfig {
@@ -175,6 +183,14 @@ pub struct Pass {
     pub untried: usize,
     /// Rows that did not read back as messages, quarantined (counted in `failed` too).
     pub quarantined: usize,
+}
+
+/// A claimed batch: its lease, the time after which none of its sends may start, its rows.
+#[derive(Debug)]
+struct Claimed {
+    lease: OutboxLease,
+    send_until: SystemTime,
+    claim: OutboxClaim,
 }
 
 /// The outbox relay over one store and one publisher.
@@ -293,6 +309,14 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
     /// published again after their lease: duplicates, not losses). A failed send is no error:
     /// the row waits for its backoff.
     pub async fn relay_once(&self, stop: &CancellationToken) -> Result<Pass, StoreError> {
+        let claimed = self.claim().await?;
+        let outcome = self.publish(&claimed.claim, stop, claimed.send_until).await;
+        self.settle(&claimed.lease, claimed.claim.len(), outcome)
+            .await
+    }
+
+    /// Step 1: claims a batch under a new lease, whose sends must start before half of it.
+    async fn claim(&self) -> Result<Claimed, StoreError> {
         let claimed_at = self.clock.now();
         let lease = OutboxLease::new(claimed_at + self.config.lease);
         let claim = self
@@ -300,10 +324,11 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
             .claim_outbox(claimed_at, &lease, self.config.batch_size)
             .await?;
         self.stats.add_claimed(claim.len());
-        let outcome = self
-            .publish(&claim, stop, claimed_at + self.config.lease / 2)
-            .await;
-        self.settle(&lease, claim.len(), outcome).await
+        Ok(Claimed {
+            lease,
+            send_until: claimed_at + self.config.lease / 2,
+            claim,
+        })
     }
 
     /// Steps 2 to 4: plans the claim in lanes and sends until every row is sent, failed or
@@ -413,54 +438,6 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
             self.store.release_outbox(lease, ids, *due, None).await?;
         }
         Ok(pass)
-    }
-
-    /// Relays until `shutdown`: a pass right after a full batch, otherwise every poll
-    /// interval; samples the backlog every [`BACKLOG_SAMPLE_INTERVAL`]. Store errors are logged
-    /// and retried with backoff.
-    pub async fn run(&self, shutdown: CancellationToken) {
-        tracing::info!(
-            batch = self.config.batch_size,
-            poll = ?self.config.poll_interval,
-            lease = ?self.config.lease,
-            "Outbox relay started."
-        );
-        let mut failures = 0u32;
-        let mut sampled: Option<tokio::time::Instant> = None;
-        while !shutdown.is_cancelled() {
-            let wait = match self.relay_once(&shutdown).await {
-                Ok(pass) => {
-                    failures = 0;
-                    if pass.claimed == self.config.batch_size && pass.published > 0 {
-                        Duration::ZERO
-                    } else {
-                        self.config.poll_interval
-                    }
-                }
-                Err(error) => {
-                    failures = failures.saturating_add(1);
-                    let wait = self.backoff(failures);
-                    tracing::warn!(%error, ?wait, "Outbox relay pass failed; retrying.");
-                    wait
-                }
-            };
-            if sampled.is_none_or(|at| at.elapsed() >= BACKLOG_SAMPLE_INTERVAL) {
-                sampled = Some(tokio::time::Instant::now());
-                if let Err(error) = self.backlog().await {
-                    tracing::debug!(%error, "Outbox backlog not sampled.");
-                }
-            }
-            if wait.is_zero() {
-                tokio::task::yield_now().await;
-            } else if shutdown
-                .run_until_cancelled(tokio::time::sleep(wait))
-                .await
-                .is_none()
-            {
-                break;
-            }
-        }
-        tracing::info!(stats = ?self.stats.snapshot(), "Outbox relay stopped.");
     }
 
     /// Poll interval × 2^(n − 1), at most [`MAX_BACKOFF`]: the runtime's exponential step,

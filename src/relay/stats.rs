@@ -24,7 +24,8 @@ pub struct RelayStats {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RelayStatsSnapshot {
-    /// Rows claimed (a row claimed again after a lease ran out counts again).
+    /// Rows claimed (a row claimed again after a lease ran out, or after the running relay
+    /// handed back a batch it had claimed ahead, counts again).
     pub claimed: u64,
     /// Messages the broker accepted.
     pub published: u64,

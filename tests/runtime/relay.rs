@@ -257,6 +257,132 @@ async fn run_relays_until_shutdown_and_samples_the_backlog() {
     assert!(snapshot.backlog.is_some(), "sampled at the first pass");
 }
 
+/// Holds the first send until the relay has claimed `claimed` rows (or a second has passed on
+/// the paused clock), records whether it had, then stops the relay and accepts.
+struct ClaimsAhead {
+    stats: std::sync::OnceLock<std::sync::Arc<sb_inbox::relay::RelayStats>>,
+    claimed: u64,
+    shutdown: CancellationToken,
+    seen: std::sync::atomic::AtomicBool,
+}
+
+impl Sender for ClaimsAhead {
+    async fn send(&self, _: &str, _: Message, _: Option<SystemTime>) -> Result<(), SendFailure> {
+        let stats = self.stats.get().unwrap();
+        let ahead = async {
+            while stats.snapshot().claimed < self.claimed {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        };
+        let seen = tokio::time::timeout(Duration::from_secs(1), ahead)
+            .await
+            .is_ok();
+        self.seen
+            .fetch_or(seen, std::sync::atomic::Ordering::SeqCst);
+        self.shutdown.cancel();
+        Ok(())
+    }
+}
+
+/// Issue 42: the running relay claims the next batch while a batch's sends await their
+/// answers (passes overlap: the store's statements no longer wait for the broker's round
+/// trips), and at shutdown hands the batch claimed ahead back untried, with the pass's own
+/// untried row: the next claim takes all three as first attempts, none published twice.
+#[tokio::test(start_paused = true)]
+async fn run_claims_the_next_batch_while_one_publishes_and_hands_it_back_at_shutdown() {
+    let store = sqlite_store("relay_ahead", 1).await;
+    append(&store, &["a"; 4]).await;
+    let shutdown = CancellationToken::new();
+    let sender = ClaimsAhead {
+        stats: std::sync::OnceLock::new(),
+        claimed: 4,
+        shutdown: shutdown.clone(),
+        seen: false.into(),
+    };
+    let relay = Relay::with_clock(store.clone(), sender, config(2), Clock::new());
+    let stats = relay.stats();
+    relay.publisher().stats.set(stats.clone()).ok().unwrap();
+    relay.run(shutdown).await;
+    let seen = relay
+        .publisher()
+        .seen
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        seen,
+        "the second batch was claimed while the first one's send was in flight"
+    );
+    let snapshot = stats.snapshot();
+    assert_eq!(
+        (snapshot.claimed, snapshot.published, snapshot.marked),
+        (4, 1, 1)
+    );
+    assert_eq!(
+        pending(&store).await,
+        3,
+        "the untried row and the two claimed ahead"
+    );
+    let again = Relay::with_clock(store.clone(), Script::new(&[]), config(10), Clock::new());
+    let pass = again.relay_once(&CancellationToken::new()).await.unwrap();
+    assert_eq!((pass.claimed, pass.marked), (3, 3));
+    assert_eq!(
+        again.stats().snapshot().republished,
+        0,
+        "first attempts all"
+    );
+}
+
+/// Fails every send transiently (a destination down); stops the relay at the `stop_at`-th.
+struct Down {
+    attempts: std::sync::atomic::AtomicUsize,
+    stop_at: usize,
+    shutdown: CancellationToken,
+}
+
+impl Sender for Down {
+    async fn send(&self, _: &str, _: Message, _: Option<SystemTime>) -> Result<(), SendFailure> {
+        let n = self
+            .attempts
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 1;
+        if n >= self.stop_at {
+            self.shutdown.cancel();
+        }
+        Err(SendFailure::Transient("connection reset".into()))
+    }
+}
+
+/// Issue 42: a turn that published nothing (its destination down) hands the batch it claimed
+/// ahead back and waits its poll interval, as a pass did before passes overlapped: one failed
+/// send per poll interval, not a claim-send-release loop as fast as the store answers. The
+/// rows all stay due, none marked.
+#[tokio::test(start_paused = true)]
+async fn a_destination_down_costs_one_send_per_poll_interval_with_passes_overlapped() {
+    let store = sqlite_store("relay_down_ahead", 1).await;
+    append(&store, &["down"; 6]).await;
+    let shutdown = CancellationToken::new();
+    let sender = Down {
+        attempts: 0.into(),
+        stop_at: 10,
+        shutdown: shutdown.clone(),
+    };
+    // Batches of one: every turn's batch fails whole, nothing left untried in it.
+    let relay = Relay::with_clock(store.clone(), sender, config(1), Clock::new());
+    let start = tokio::time::Instant::now();
+    relay.run(shutdown).await;
+    let attempts = relay
+        .publisher()
+        .attempts
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(attempts, 10);
+    assert!(
+        start.elapsed() >= 9 * POLL,
+        "10 failed sends took {:?}, not one poll interval each",
+        start.elapsed()
+    );
+    assert_eq!(relay.stats().snapshot().marked, 0);
+    assert_eq!(pending(&store).await, 6);
+}
+
 /// Counts the sends awaiting their answer at once; each waits 10 ms (on the paused clock), as
 /// a send awaits a broker 10 ms away, and is accepted.
 #[derive(Default)]
