@@ -44,8 +44,8 @@
 //! out), so that `--concurrency 16,8 --batch 1,64 --rtt 0,2,10,40` alone gives every row.
 //!
 //! 4. **Relay** (`--relay`): for each RTT, [`RELAY_BACKLOG`] outbox rows written in one
-//!    transaction are published by the outbox relay (`RelayConfig::default()`, batch 1000;
-//!    `--relay-batch N` sets it, `RelayConfig`'s own default being 100)
+//!    transaction are published by the outbox relay with `RelayConfig::default()` (batch 100,
+//!    the claim sizing itself from the windows; `--relay-batch N` sets the batch, a tuned figure)
 //!    running as the worker runs it (`Relay::run`) to an in-process emulator that far away,
 //!    on a queue with duplicate detection: events/s between 10 % and 90 % of the rows marked
 //!    (start-up and the tail left out, as in the worker's rows) and from the start to the
@@ -119,9 +119,9 @@ struct Options {
     /// The relay's `max_in_flight` (`--relay-in-flight N`); unset: the default, as a user
     /// gets it.
     relay_in_flight: Option<usize>,
-    /// The relay's `batch_size` (`--relay-batch N`, default 1000; `RelayConfig`'s own default
-    /// is 100).
-    relay_batch: usize,
+    /// The relay's `batch_size` (`--relay-batch N`, for experiments); unset: the default, as a
+    /// user gets it.
+    relay_batch: Option<usize>,
     secs: u64,
 }
 
@@ -139,7 +139,7 @@ impl Options {
             steady: false,
             trace: false,
             relay_in_flight: None,
-            relay_batch: 1000,
+            relay_batch: None,
             secs: 8,
         };
         let (mut workload_given, mut no_steady, mut no_relay) = (false, false, false);
@@ -174,10 +174,11 @@ impl Options {
                 "--no-steady" => no_steady = true,
                 "--trace" => options.trace = true,
                 "--relay-batch" => {
-                    options.relay_batch = args
-                        .next()
-                        .and_then(|n| n.parse().ok())
-                        .expect("--relay-batch takes a number");
+                    options.relay_batch = Some(
+                        args.next()
+                            .and_then(|n| n.parse().ok())
+                            .expect("--relay-batch takes a number"),
+                    );
                 }
                 "--relay-in-flight" => {
                     options.relay_in_flight = Some(
@@ -442,7 +443,10 @@ async fn relay(rtt_ms: u64, options: &Options) -> (f64, f64, u64, u64) {
     tx.commit().await.unwrap();
     let cs: ConnectionString = emulator.connection_string().parse().unwrap();
     let client = ServiceBusClient::from_connection_string(&cs);
-    let mut config = RelayConfig::default().with_batch_size(options.relay_batch);
+    let mut config = RelayConfig::default();
+    if let Some(batch) = options.relay_batch {
+        config = config.with_batch_size(batch);
+    }
     if let Some(in_flight) = in_flight {
         config = config.with_max_in_flight(in_flight);
     }

@@ -49,6 +49,32 @@ pub(super) fn window_size(rate: f64, rtt: Duration, ceiling: usize) -> usize {
     in_transit.clamp(1, ceiling.max(1))
 }
 
+/// How many windows the running relay claims at once ([`claim_size`]).
+///
+/// A claim is a barrier: its last answers are all in before the next claim's sends start, so
+/// each turn of [`super::Relay::run`] ends with a round trip in which no send starts. A window
+/// is [`HEADROOM`] × the measured rate × the round trip, so a claim of `CLAIM_WINDOWS` windows
+/// is 8 round trips of rows at that rate, and the round trip at the turn's end is at most about
+/// 1/8 of the turn: a claim sized so settles at 7/8 of the rate the relay makes with the
+/// broker close by (rate r = C ÷ (C ÷ R + RTT) with C = 8 × r × RTT gives r = 7/8 × R), where
+/// a claim of one window would settle at 1/2 (issue 42).
+pub(super) const CLAIM_WINDOWS: usize = 4;
+
+/// Rows the running relay claims at once: [`CLAIM_WINDOWS`] × the sum of the destinations'
+/// carried windows, at least `floor` (the configured batch size: a broker close by or a
+/// destination with one send in flight keeps the configured claim), at most `ceiling` (the
+/// relay's `max_in_flight`, the window's own ceiling: it bounds the rows one claim leases, and
+/// so what a relay that crashes leaves to be published again) or `floor` if that is larger.
+pub(super) fn claim_size(windows: &HashMap<String, Window>, floor: usize, ceiling: usize) -> usize {
+    let floor = floor.max(1);
+    let in_flight = windows
+        .values()
+        .fold(0usize, |sum, window| sum.saturating_add(window.size));
+    in_flight
+        .saturating_mul(CLAIM_WINDOWS)
+        .clamp(floor, ceiling.max(floor))
+}
+
 /// A destination's window as carried between passes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Window {
@@ -377,6 +403,29 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    fn windows(sizes: &[usize]) -> HashMap<String, Window> {
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(n, &size)| (format!("d{n}"), Window { size, srtt: None }))
+            .collect()
+    }
+
+    /// The running relay claims four windows over all destinations, between the batch size
+    /// and the ceiling: with nothing measured (or a broker close by) the batch size.
+    #[test]
+    fn a_claim_spans_four_windows_between_the_batch_size_and_the_ceiling() {
+        assert_eq!(claim_size(&windows(&[]), 100, 1000), 100);
+        assert_eq!(claim_size(&windows(&[1, 3]), 100, 1000), 100);
+        assert_eq!(claim_size(&windows(&[50]), 100, 1000), 200);
+        assert_eq!(claim_size(&windows(&[50, 25]), 100, 1000), 300);
+        assert_eq!(claim_size(&windows(&[400]), 100, 1000), 1000);
+        assert_eq!(claim_size(&windows(&[usize::MAX]), 100, 1000), 1000);
+        // A batch larger than the ceiling is still claimed whole, as configured.
+        assert_eq!(claim_size(&windows(&[400]), 2000, 1000), 2000);
+        assert_eq!(claim_size(&windows(&[]), 0, 0), 1);
+    }
 
     /// The window is the bandwidth-delay product with its headroom, rounded up.
     #[test]

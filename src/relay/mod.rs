@@ -189,6 +189,8 @@ pub struct Pass {
 #[derive(Debug)]
 struct Claimed {
     lease: OutboxLease,
+    /// Rows asked for: a claim that got fewer found the outbox drained.
+    asked: usize,
     send_until: SystemTime,
     claim: OutboxClaim,
 }
@@ -309,23 +311,22 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
     /// published again after their lease: duplicates, not losses). A failed send is no error:
     /// the row waits for its backoff.
     pub async fn relay_once(&self, stop: &CancellationToken) -> Result<Pass, StoreError> {
-        let claimed = self.claim().await?;
+        let claimed = self.claim(self.config.batch_size).await?;
         let outcome = self.publish(&claimed.claim, stop, claimed.send_until).await;
         self.settle(&claimed.lease, claimed.claim.len(), outcome)
             .await
     }
 
-    /// Step 1: claims a batch under a new lease, whose sends must start before half of it.
-    async fn claim(&self) -> Result<Claimed, StoreError> {
+    /// Step 1: claims up to `asked` rows under a new lease, whose sends must start before half
+    /// of it.
+    async fn claim(&self, asked: usize) -> Result<Claimed, StoreError> {
         let claimed_at = self.clock.now();
         let lease = OutboxLease::new(claimed_at + self.config.lease);
-        let claim = self
-            .store
-            .claim_outbox(claimed_at, &lease, self.config.batch_size)
-            .await?;
+        let claim = self.store.claim_outbox(claimed_at, &lease, asked).await?;
         self.stats.add_claimed(claim.len());
         Ok(Claimed {
             lease,
+            asked,
             send_until: claimed_at + self.config.lease / 2,
             claim,
         })

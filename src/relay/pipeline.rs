@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::lanes::claim_size;
 use super::{BACKLOG_SAMPLE_INTERVAL, Claimed, Outcome, Relay};
 use crate::ports::{OutboxLease, OutboxStore, Sender, StoreError};
 
@@ -115,7 +116,7 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
     ) -> Turn {
         let current = match ahead {
             Some(current) => current,
-            None => match self.claim().await {
+            None => match self.claim(self.claim_size()).await {
                 Ok(current) => current,
                 Err(error) => {
                     let marked = self.mark(marking).await;
@@ -127,10 +128,10 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
                 }
             },
         };
-        let full = current.claim.len() >= self.config.batch_size.max(1);
+        let full = current.claim.len() >= current.asked.max(1);
         let next = async {
             if full && !stop.is_cancelled() {
-                Some(self.claim().await)
+                Some(self.claim(self.claim_size()).await)
             } else {
                 None
             }
@@ -167,6 +168,17 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
                 }
             }
         }
+    }
+
+    /// Rows the next claim asks for: [`CLAIM_WINDOWS`](super::lanes::CLAIM_WINDOWS) × the windows carried from the last
+    /// pass, at least [`super::RelayConfig::batch_size`], at most `max_in_flight` (or the batch
+    /// size, if larger). The module's doc says why.
+    fn claim_size(&self) -> usize {
+        let windows = self
+            .windows
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        claim_size(&windows, self.config.batch_size, self.config.max_in_flight)
     }
 
     /// Step 5 for a published claim, if any.

@@ -445,6 +445,72 @@ async fn sends_overlap_up_to_max_in_flight_and_publish_each_row_once_under_its_i
     assert_eq!(pending(&store).await, 0);
 }
 
+/// Issue 42: the running relay's claim sizes itself from the destination's window, as the
+/// window sizes itself: with the default batch of 100 and a broker 10 ms away, a batch is a
+/// barrier (its answers all in before the next batch's sends start), so claims of 100 would cap
+/// the sends in flight at 100 and cost a round trip per 100 rows. The claims grow past the
+/// batch (up to `max_in_flight`) and every row is still published once and marked; with the
+/// broker close by (answers at once) the claims stay at the batch size.
+#[tokio::test(start_paused = true)]
+async fn run_claims_grow_past_the_batch_with_the_window_of_a_distant_broker() {
+    let store = sqlite_store("relay_claim_grows", 1).await;
+    let ids = append(&store, &["events"; 3000]).await;
+    let relay = Relay::with_clock(
+        store.clone(),
+        InFlight::default(),
+        config(100),
+        Clock::new(),
+    );
+    let stats = relay.stats();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            relay.run(shutdown).await;
+            relay
+        }
+    });
+    while stats.snapshot().marked < 3000 {
+        tokio::time::sleep(POLL).await;
+    }
+    shutdown.cancel();
+    let relay = running.await.unwrap();
+    let peak = relay
+        .publisher()
+        .peak
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        peak > 100,
+        "sends in flight at once: {peak}, capped by claims of the batch size"
+    );
+    assert!(peak <= 1000, "within max_in_flight: {peak}");
+    let mut published = relay.publisher().ids.lock().unwrap().clone();
+    published.sort();
+    let mut expected = ids;
+    expected.sort();
+    assert_eq!(published, expected, "each row once, under its own id");
+    assert_eq!(pending(&store).await, 0);
+
+    // A broker close by: the windows stay small and so do the claims.
+    let store = sqlite_store("relay_claim_stays", 1).await;
+    append(&store, &["events"; 1000]).await;
+    let relay = Relay::with_clock(store.clone(), Script::new(&[]), config(100), Clock::new());
+    let stats = relay.stats();
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { relay.run(shutdown).await }
+    });
+    while stats.snapshot().marked < 1000 {
+        tokio::time::sleep(POLL).await;
+    }
+    shutdown.cancel();
+    running.await.unwrap();
+    let snapshot = stats.snapshot();
+    // Every claim of 100 came back full: ten of them, and the last one claimed ahead (empty).
+    assert_eq!((snapshot.claimed, snapshot.marked), (1000, 1000));
+}
+
 /// Writes two events per message, each carrying every application property of the message it
 /// handles (a handler forwarding its headers), then runs the inner handler.
 struct CopiesHeaders<H> {
