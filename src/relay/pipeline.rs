@@ -17,6 +17,12 @@
 //!   counted: at shutdown, after a store error, after a turn that published nothing (its
 //!   destination down: the relay waits its poll interval, as before) or handed rows back untried
 //!   (those are claimed again later, and rows claimed ahead of them would overtake them).
+//!
+//! Each turn asks for [`CLAIM_WINDOWS`](super::lanes::CLAIM_WINDOWS) times the rows the
+//! destinations' windows carried from the last pass keep in flight, between the batch size and
+//! `max_in_flight`: a turn ends with a round trip in which no send of the next claim starts, so
+//! claims of a fixed 100 rows to a broker 10 ms away would make at most 100 rows per round trip
+//! (issue 42). The rules above do not depend on the claim's size.
 
 use std::time::Duration;
 
