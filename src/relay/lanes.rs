@@ -62,11 +62,17 @@ pub(super) const CLAIM_WINDOWS: usize = 4;
 
 /// Rows the running relay claims at once: [`CLAIM_WINDOWS`] × the sum of the destinations'
 /// carried windows, at least `floor` (the configured batch size: a broker close by or a
-/// destination with one send in flight keeps the configured claim), at most `ceiling` (the
-/// relay's `max_in_flight`, the window's own ceiling: it bounds the rows one claim leases, and
-/// so what a relay that crashes leaves to be published again) or `floor` if that is larger.
-pub(super) fn claim_size(windows: &HashMap<String, Window>, floor: usize, ceiling: usize) -> usize {
+/// destination with one send in flight keeps the configured claim), at most [`CLAIM_WINDOWS`]
+/// × `max_in_flight` (the pass's ceiling on sends in flight: four of the largest windows; it
+/// bounds the rows one claim leases, and so what a relay that crashes leaves to be published
+/// again), or `floor` if that is larger.
+pub(super) fn claim_size(
+    windows: &HashMap<String, Window>,
+    floor: usize,
+    max_in_flight: usize,
+) -> usize {
     let floor = floor.max(1);
+    let ceiling = max_in_flight.max(1).saturating_mul(CLAIM_WINDOWS);
     let in_flight = windows
         .values()
         .fold(0usize, |sum, window| sum.saturating_add(window.size));
@@ -413,17 +419,20 @@ mod tests {
     }
 
     /// The running relay claims four windows over all destinations, between the batch size
-    /// and the ceiling: with nothing measured (or a broker close by) the batch size.
+    /// and four times `max_in_flight`: with nothing measured (or a broker close by) the batch
+    /// size.
     #[test]
     fn a_claim_spans_four_windows_between_the_batch_size_and_the_ceiling() {
         assert_eq!(claim_size(&windows(&[]), 100, 1000), 100);
         assert_eq!(claim_size(&windows(&[1, 3]), 100, 1000), 100);
         assert_eq!(claim_size(&windows(&[50]), 100, 1000), 200);
         assert_eq!(claim_size(&windows(&[50, 25]), 100, 1000), 300);
-        assert_eq!(claim_size(&windows(&[400]), 100, 1000), 1000);
-        assert_eq!(claim_size(&windows(&[usize::MAX]), 100, 1000), 1000);
+        assert_eq!(claim_size(&windows(&[400]), 100, 1000), 1600);
+        assert_eq!(claim_size(&windows(&[1000, 1000]), 100, 1000), 4000);
+        assert_eq!(claim_size(&windows(&[usize::MAX]), 100, 1000), 4000);
+        assert_eq!(claim_size(&windows(&[400]), 100, 16), 100);
         // A batch larger than the ceiling is still claimed whole, as configured.
-        assert_eq!(claim_size(&windows(&[400]), 2000, 1000), 2000);
+        assert_eq!(claim_size(&windows(&[400]), 5000, 1000), 5000);
         assert_eq!(claim_size(&windows(&[]), 0, 0), 1);
     }
 

@@ -31,7 +31,7 @@
 //! round trip away costs the publishing, not the store's statements as well. Its claims size
 //! themselves from the windows, as the windows do from the round trip: four windows of rows
 //! (eight round trips at the measured rate), at least [`RelayConfig::batch_size`] and at most
-//! [`RelayConfig::max_in_flight`], since a batch is a barrier and a claim of 100 rows to a
+//! four times [`RelayConfig::max_in_flight`], since a batch is a barrier and a claim of 100 rows to a
 //! broker 10 ms away would cost a round trip per 100 rows (`lanes.rs`, `CLAIM_WINDOWS`).
 //!
 //! A relay that stops between 3 and 5 leaves its rows leased; once the lease ends another pass
@@ -101,10 +101,10 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 1000;
 pub struct RelayConfig {
     /// Rows claimed per pass: what [`Relay::relay_once`] claims, and the least
     /// [`Relay::run`] claims; the running relay claims more while its windows need more: four
-    /// windows of rows, at most [`RelayConfig::max_in_flight`] (a batch is a barrier, so with a
-    /// broker 10 ms away claims of 100 would cost a round trip per 100 rows). More rows are then
-    /// leased at once: a relay that crashes leaves up to two claims published but not marked
-    /// (published again after the lease: duplicates, not losses).
+    /// windows of rows, at most four times [`RelayConfig::max_in_flight`] (a batch is a
+    /// barrier, so with a broker 10 ms away claims of 100 would cost a round trip per 100 rows).
+    /// More rows are then leased at once: a relay that crashes leaves up to two claims published
+    /// but not marked (published again after the lease: duplicates, not losses).
     pub batch_size: usize,
     /// Wait between passes while the outbox has nothing due.
     pub poll_interval: Duration,

@@ -20,9 +20,9 @@
 //!
 //! Each turn asks for [`CLAIM_WINDOWS`](super::lanes::CLAIM_WINDOWS) times the rows the
 //! destinations' windows carried from the last pass keep in flight, between the batch size and
-//! `max_in_flight`: a turn ends with a round trip in which no send of the next claim starts, so
-//! claims of a fixed 100 rows to a broker 10 ms away would make at most 100 rows per round trip
-//! (issue 42). The rules above do not depend on the claim's size.
+//! four times `max_in_flight`: a turn ends with a round trip in which no send of the next claim
+//! starts, so claims of a fixed 100 rows to a broker 10 ms away would make at most 100 rows per
+//! round trip (issue 42). The rules above do not depend on the claim's size.
 
 use std::time::Duration;
 
@@ -176,9 +176,9 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
         }
     }
 
-    /// Rows the next claim asks for: [`CLAIM_WINDOWS`](super::lanes::CLAIM_WINDOWS) × the windows carried from the last
-    /// pass, at least [`super::RelayConfig::batch_size`], at most `max_in_flight` (or the batch
-    /// size, if larger). The module's doc says why.
+    /// Rows the next claim asks for: [`CLAIM_WINDOWS`](super::lanes::CLAIM_WINDOWS) × the
+    /// windows carried from the last pass, at least [`super::RelayConfig::batch_size`], at most
+    /// four times `max_in_flight` (or the batch size, if larger). The module's doc says why.
     fn claim_size(&self) -> usize {
         let windows = self
             .windows

@@ -215,7 +215,7 @@ pub(super) const HEALTH_PORT: Key = Key::new(
 pub(super) const OUTBOX_BATCH: Key = Key::new(
     "SB_INBOX_OUTBOX_BATCH",
     "outbox.batch_size",
-    "rows the relay claims per pass at least (default 100; more, up to 1000, for a distant broker)",
+    "rows the relay claims per pass at least (default 100; more, up to 4000, for a distant broker)",
 );
 pub(super) const OUTBOX_POLL_MS: Key = Key::new(
     "SB_INBOX_OUTBOX_POLL_MS",
