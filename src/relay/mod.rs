@@ -31,8 +31,9 @@
 //! round trip away costs the publishing, not the store's statements as well. Its claims size
 //! themselves from the windows, as the windows do from the round trip: four windows of rows
 //! (eight round trips at the measured rate), at least [`RelayConfig::batch_size`] and at most
-//! four times [`RelayConfig::max_in_flight`], since a batch is a barrier and a claim of 100 rows to a
-//! broker 10 ms away would cost a round trip per 100 rows (`lanes.rs`, `CLAIM_WINDOWS`).
+//! four times [`RelayConfig::max_in_flight`], since a batch is a barrier and a claim of 100
+//! rows to a broker 10 ms away would cost a round trip per 100 rows (`lanes.rs`,
+//! `CLAIM_WINDOWS`).
 //!
 //! A relay that stops between 3 and 5 leaves its rows leased; once the lease ends another pass
 //! (of any relay) claims and publishes them again under the same ids: at most a duplicate,
