@@ -631,7 +631,14 @@ async fn steady(binary: &str, run: WorkerRun, rate: f64, secs: u64) -> (f64, f64
     // orders measured find it as traffic that resumes finds a running worker, not as a
     // process just started (whose window has measured nothing yet).
     let warm = ((rate * STEADY_WARM_UP.as_secs_f64()) as usize).max(1);
-    send_paced(&sender, &mut rng, run.workload, rate, count + 1..count + 1 + warm).await;
+    send_paced(
+        &sender,
+        &mut rng,
+        run.workload,
+        rate,
+        count + 1..count + 1 + warm,
+    )
+    .await;
     let warmed = i64::try_from(warm).unwrap() + 1;
     committed(warmed).await;
     tokio::time::sleep(STEADY_IDLE_GAP).await;

@@ -536,7 +536,11 @@ mod tests {
         // Three seconds with nothing to receive (past the peak hold), then a burst: it finds
         // the window as the busy link left it, not shrunk to the slots, and keeps it.
         after_gap(&mut sizer, Duration::from_secs(3), 0, lock).await;
-        assert_eq!(sizer.window(AUTO_WINDOW_CEILING), busy, "kept across the gap");
+        assert_eq!(
+            sizer.window(AUTO_WINDOW_CEILING),
+            busy,
+            "kept across the gap"
+        );
         busy_for(&mut sizer, 2, 150, 4, lock).await;
         let burst = sizer.window(AUTO_WINDOW_CEILING);
         assert!((16 + 150..=16 + 170).contains(&burst), "{burst}");
