@@ -651,7 +651,14 @@ impl ServiceBusReceiver {
         let delivery = match idle_guard {
             Some(idle) => match tokio::time::timeout(idle, link.receiver.recv()).await {
                 Ok(delivery) => delivery?,
-                Err(_) => return Ok(None),
+                Err(_) => {
+                    // Idle past the guard: the link is replaced, and the quiet spell is no
+                    // rate sample either (the window stays for the traffic that resumes).
+                    if capacity > 0 {
+                        self.inner.waited(idle);
+                    }
+                    return Ok(None);
+                }
             },
             None => link.receiver.recv().await?,
         };
