@@ -8,12 +8,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use sb_amqp::performative::{Begin, Flow, Performative, Transfer};
-use sb_amqp::types::definitions::Handle;
-use sb_amqp::{Frame, FrameBody, ServerOptions, frame, serve_io};
+use sb_amqp::performative::{Attach, Begin, Flow, Performative, Transfer};
+use sb_amqp::types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
+use sb_amqp::types::messaging::{Source, Target, TargetArchetype};
+use sb_amqp::{
+    ConnectionEvent, Frame, FrameBody, LinkAnswer, Outcome, ServerOptions, frame, serve_io,
+};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
 
-use crate::raw_peer::open;
+use crate::raw_peer::{next, open, transfer};
+use crate::support::{data_message, spawn_server};
 
 /// A stream that counts the writes that moved bytes.
 struct CountingIo {
@@ -184,4 +188,116 @@ async fn frames_that_arrive_together_are_answered_in_one_write_in_order() {
         answered_in <= 3,
         "{ECHOES} answers took {answered_in} writes"
     );
+}
+
+/// Two settlements asked for one after the other by tasks that run in the same turn of the
+/// scheduler: the second is asked for after the driver was woken for the first, and both
+/// still leave in one write, as one disposition covering both deliveries.
+#[tokio::test]
+async fn settlements_asked_for_together_leave_as_one_disposition() {
+    let addr = spawn_server(ServerOptions::default(), move |mut conn| {
+        async move {
+            let Some(ConnectionEvent::Link(req)) = conn.next_event().await else {
+                return;
+            };
+            let r = req
+                .accept_receiver(
+                    LinkAnswer::default()
+                        .credit(10)
+                        .rcv_settle_mode(ReceiverSettleMode::First),
+                )
+                .await
+                .unwrap();
+            let (first, second) = (r.recv().await.unwrap(), r.recv().await.unwrap());
+            let wake = Arc::new(tokio::sync::Notify::new());
+            let (waiting_tx, waiting_rx) = tokio::sync::oneshot::channel();
+            let later = tokio::spawn({
+                let (settler, wake) = (r.settler(), wake.clone());
+                async move {
+                    let woken = wake.notified();
+                    waiting_tx.send(()).unwrap();
+                    woken.await;
+                    settler
+                        .settle(second.delivery_id, Outcome::Accepted)
+                        .await
+                        .unwrap();
+                }
+            });
+            waiting_rx.await.unwrap();
+            let settler = r.settler();
+            let mut settling = Box::pin(settler.settle(first.delivery_id, Outcome::Accepted));
+            // Polled once: its command is queued and the driver woken; only then is the
+            // other task woken, behind the driver.
+            std::future::poll_fn(|cx| {
+                let _ = settling.as_mut().poll(cx);
+                Poll::Ready(())
+            })
+            .await;
+            wake.notify_one();
+            settling.await.unwrap();
+            later.await.unwrap();
+            // The connection stays open while the peer reads.
+            std::future::pending::<()>().await;
+        }
+    })
+    .await;
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut f = sb_amqp::FramedIo::new(Box::new(tcp), 65536);
+    f.write_header(frame::AMQP_HEADER).await.unwrap();
+    f.write_frame(&Frame::amqp(0, open("settle-together")))
+        .await
+        .unwrap();
+    let begin = Begin {
+        remote_channel: None,
+        next_outgoing_id: 0,
+        incoming_window: 100,
+        outgoing_window: 100,
+        handle_max: Default::default(),
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    };
+    f.write_frame(&Frame::amqp(0, begin)).await.unwrap();
+    f.write_frame(&Frame::amqp(0, sender_attach()))
+        .await
+        .unwrap();
+    assert_eq!(f.read_header().await.unwrap().unwrap(), frame::AMQP_HEADER);
+    assert!(matches!(next(&mut f).await, Performative::Open(_)));
+    assert!(matches!(next(&mut f).await, Performative::Begin(_)));
+    assert!(matches!(next(&mut f).await, Performative::Attach(_)));
+    assert!(matches!(next(&mut f).await, Performative::Flow(_)));
+    f.write_frame(&transfer(0, vec![0], data_message(b"a").payload))
+        .await
+        .unwrap();
+    f.write_frame(&transfer(1, vec![1], data_message(b"b").payload))
+        .await
+        .unwrap();
+    let Performative::Disposition(d) = next(&mut f).await else {
+        panic!("not a disposition")
+    };
+    assert!(d.settled);
+    assert_eq!((d.first, d.last.unwrap_or(d.first)), (0, 1), "{d:?}");
+}
+
+/// An unsettled sender on handle 0 whose deliveries the receiver settles first.
+fn sender_attach() -> Attach {
+    Attach {
+        name: "together".into(),
+        handle: Handle(0),
+        role: Role::Sender,
+        snd_settle_mode: SenderSettleMode::Unsettled,
+        rcv_settle_mode: ReceiverSettleMode::First,
+        source: Some(Box::new(Source::default())),
+        target: Some(Box::new(TargetArchetype::Target(Target {
+            address: Some("q1".into()),
+            ..Default::default()
+        }))),
+        unsettled: None,
+        incomplete_unsettled: false,
+        initial_delivery_count: Some(0),
+        max_message_size: None,
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    }
 }

@@ -226,6 +226,13 @@ impl Driver {
             if let Some(e) = stop {
                 return e;
             }
+            if cmds_open && self.finished.is_none() && self.has_output() {
+                // Tasks woken together with this one (settlements whose commits ended in one
+                // poll of the I/O driver) queue their commands first and leave in this write,
+                // not in one write each (issue 42: a write per disposition).
+                tokio::task::yield_now().await;
+                self.drain_commands();
+            }
             self.flush_dispositions();
             if self.writer.pending() > 0 {
                 if let Err(e) = self.writer.flush().await {
@@ -237,6 +244,11 @@ impl Driver {
                 return e;
             }
         }
+    }
+
+    /// Something waits to be written.
+    fn has_output(&self) -> bool {
+        self.writer.pending() > 0 || !self.queued_dispositions.is_empty()
     }
 
     /// One result of the reader task; `Some` ends the connection.
