@@ -34,7 +34,9 @@
 //! Each row also gives the emulator's CPU per message (it shares the cores with the worker and
 //! PostgreSQL). `--steady` adds, per row, p50/p99 enqueue → commit at half the rate just
 //! measured: orders sent at a steady rate to an idle worker (no backlog), enqueue being the
-//! bench's send and commit the inbox row's `processed_at`. `--trace` has the worker log the
+//! bench's send and commit the inbox row's `processed_at`. The worker first runs 2 s at that
+//! rate (not measured) and idles 2 s, past the receive window's peak hold: the orders measured
+//! find it as resumed traffic finds a running worker, not as a process just started. `--trace` has the worker log the
 //! runtime's phase trace (`RUST_LOG=sb_inbox::pipeline=debug`: receive wait, slot wait, queued,
 //! transaction, settlement, mean deliveries held and busy) to stderr every 2 s. The load
 //! average is printed before and after.
@@ -615,7 +617,8 @@ async fn worker(binary: &str, run: WorkerRun, count: usize) -> Measured {
 }
 
 /// Enqueue → commit latency (p50, p99 in ms) of orders arriving at a steady `rate` per second
-/// for `secs`, to a worker that is idle when they start (no backlog). "Commit" is the inbox
+/// for `secs`, to a worker that is idle when they start (no backlog): it ran at that rate for
+/// [`STEADY_WARM_UP`] (not measured), then idled for [`STEADY_IDLE_GAP`]. "Commit" is the inbox
 /// row's `processed_at` (PostgreSQL's `now()`: the transaction's start, so the commit's own
 /// round trip is not in it); enqueue is the moment the bench hands the order to its sender.
 /// The first 10 % are left out (warm-up).
@@ -657,27 +660,28 @@ async fn steady(binary: &str, run: WorkerRun, rate: f64, secs: u64) -> (f64, f64
         }
     };
     committed(1).await;
-    let every = Duration::from_secs_f64(1.0 / rate);
-    let begin = tokio::time::Instant::now();
-    let mut sends = Vec::with_capacity(count);
-    for i in 0..count {
-        tokio::time::sleep_until(begin + every.mul_f64(i as f64)).await;
-        let message = order(&mut rng, run.workload, i);
-        let sender = sender.clone();
-        let at = SystemTime::now();
-        sends.push(tokio::spawn(async move {
-            sender.send(message).await.unwrap();
-            (at, at.elapsed().unwrap_or_default())
-        }));
-    }
-    let mut sent = Vec::with_capacity(count);
-    let mut acks = Vec::with_capacity(count);
-    for send in sends {
-        let (at, ack) = send.await.unwrap();
-        sent.push(at);
-        acks.push(ack.as_secs_f64() * 1000.0);
-    }
-    committed(i64::try_from(count).unwrap() + 1).await;
+    // A worker that has run at this rate, then idled past the window's peak hold: the
+    // orders measured find it as traffic that resumes finds a running worker, not as a
+    // process just started (whose window has measured nothing yet).
+    let warm = ((rate * STEADY_WARM_UP.as_secs_f64()) as usize).max(1);
+    send_paced(
+        &sender,
+        &mut rng,
+        run.workload,
+        rate,
+        count + 1..count + 1 + warm,
+    )
+    .await;
+    let warmed = i64::try_from(warm).unwrap() + 1;
+    committed(warmed).await;
+    tokio::time::sleep(STEADY_IDLE_GAP).await;
+    let (sent, mut acks): (Vec<SystemTime>, Vec<f64>) =
+        send_paced(&sender, &mut rng, run.workload, rate, 0..count)
+            .await
+            .into_iter()
+            .map(|(at, ack)| (at, ack.as_secs_f64() * 1000.0))
+            .unzip();
+    committed(i64::try_from(count).unwrap() + warmed).await;
     let rows = store
         .query(
             "SELECT message_id, extract(epoch FROM processed_at)::float8 FROM sb_inbox",
@@ -722,6 +726,42 @@ async fn steady(binary: &str, run: WorkerRun, rate: f64, secs: u64) -> (f64, f64
     let _ = child.wait();
     drop_schema(&schema).await;
     (at(0.5), at(0.99))
+}
+
+/// How long the steady phase runs its worker at the steady rate before the orders measured.
+const STEADY_WARM_UP: Duration = Duration::from_secs(2);
+/// The idle gap between the warm-up and the orders measured: past the window's peak hold
+/// (`sb_servicebus::window::PEAK_HOLD`, 1 s).
+const STEADY_IDLE_GAP: Duration = Duration::from_secs(2);
+
+/// Sends orders `ids` at `rate` per second, each by a task of its own (a slow answer does not
+/// hold the next send back); returns when each was handed to the sender and how long its
+/// answer took, in the order of `ids`.
+async fn send_paced(
+    sender: &sb_inbox::servicebus::ServiceBusSender,
+    rng: &mut StdRng,
+    workload: Workload,
+    rate: f64,
+    ids: std::ops::Range<usize>,
+) -> Vec<(std::time::SystemTime, Duration)> {
+    let every = Duration::from_secs_f64(1.0 / rate);
+    let begin = tokio::time::Instant::now();
+    let mut sends = Vec::with_capacity(ids.len());
+    for (n, i) in ids.enumerate() {
+        tokio::time::sleep_until(begin + every.mul_f64(n as f64)).await;
+        let message = order(rng, workload, i);
+        let sender = sender.clone();
+        let at = std::time::SystemTime::now();
+        sends.push(tokio::spawn(async move {
+            sender.send(message).await.unwrap();
+            (at, at.elapsed().unwrap_or_default())
+        }));
+    }
+    let mut answered = Vec::with_capacity(sends.len());
+    for send in sends {
+        answered.push(send.await.unwrap());
+    }
+    answered
 }
 
 /// The `q` quantile of `sorted` (nearest rank).

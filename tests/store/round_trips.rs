@@ -149,11 +149,11 @@ fn urls_are_rewritten_to_the_proxy() {
 /// The reference consumer's transaction for a 2-line order, run by the runtime: `pgbench -M
 /// prepared` needs 9 round trips for these statements (begin; inbox; business key;
 /// reservation; 2 × (line + upsert); commit), and the store needed 15 before issue 15 (a health
-/// query at checkout, `BEGIN` alone, a prepare before each business statement). Now: `BEGIN`
-/// with the inbox insert, the business key, the reservation with its lines and upserts, and
-/// the commit.
+/// query at checkout, `BEGIN` alone, a prepare before each business statement), 4 before
+/// issue 42 (the business key alone). Now: `BEGIN` with the inbox insert, the business key
+/// with the reservation, its lines and upserts, and the commit.
 #[tokio::test]
-async fn a_two_line_order_takes_four_round_trips_on_postgres() {
+async fn a_two_line_order_takes_three_round_trips_on_postgres() {
     let (store, proxy) = counted_pg_store("round_trips_pg_order").await;
     let broker = MemoryBroker::new(Clock::new());
     let config = RuntimeConfig::new(ConsumerName::new(CONSUMER).unwrap());
@@ -172,7 +172,7 @@ async fn a_two_line_order_takes_four_round_trips_on_postgres() {
     runtime.process(broker.try_receive().unwrap()).await;
     let turns = proxy.take();
     assert_eq!(
-        turns, 4,
+        turns, 3,
         "round trips of a 2-line order (the first took {first})"
     );
     assert!(turns <= 9, "at or below pgbench's 9");
@@ -264,6 +264,50 @@ async fn a_failure_inside_a_pipeline_is_the_first_error_and_ends_it() {
     assert!(!called, "the statement after the failure ran");
     assert_eq!(store.count("sb_inbox_business_key").await.unwrap(), 0);
     assert_eq!(store.count("sb_inbox").await.unwrap(), 1);
+}
+
+/// A business key claimed with statements behind it in one round trip: claimed before, it
+/// fails as a business-key duplicate, the statements behind it do not run and the commit is
+/// refused; a fresh key runs them all and returns their counts alone.
+#[tokio::test]
+async fn a_claim_with_statements_behind_it_is_one_round_trip_and_its_duplicate_runs_none() {
+    let (store, proxy) = counted_pg_store("round_trips_pg_claim_then").await;
+    store
+        .query("CREATE SEQUENCE after_claim", &[])
+        .await
+        .unwrap();
+    let next = "SELECT nextval('after_claim')";
+    let mut tx = store.begin().await.unwrap();
+    tx.insert_inbox("c", "m-1").await.unwrap();
+    // Prepares its statements (once per connection).
+    let counts = tx
+        .claim_business_key_then("c", "order:1", "m-1", &[(next, &[]), (next, &[])])
+        .await
+        .unwrap();
+    assert_eq!(counts, [1, 1]);
+    tx.commit().await.unwrap();
+
+    let mut tx = store.begin().await.unwrap();
+    tx.insert_inbox("c", "m-2").await.unwrap();
+    proxy.take();
+    let error = tx
+        .claim_business_key_then("c", "order:1", "m-2", &[(next, &[])])
+        .await
+        .unwrap_err();
+    assert_eq!(proxy.take(), 1, "the claim and the statement behind it");
+    assert_eq!(
+        error.kind(),
+        ErrorKind::Duplicate(sb_inbox::DuplicateScope::BusinessKey),
+        "{error}"
+    );
+    assert!(tx.commit().await.unwrap_err().is_refused());
+    let last: i64 = store
+        .query("SELECT last_value FROM after_claim", &[])
+        .await
+        .unwrap()[0]
+        .get(0);
+    assert_eq!(last, 2, "a statement behind the refused claim ran");
+    assert_eq!(store.count("sb_inbox_business_key").await.unwrap(), 1);
 }
 
 /// Savepoints around pipelined statements: a duplicate inside a savepoint is rolled back to

@@ -395,6 +395,19 @@ impl ReceiverInner {
         }
     }
 
+    /// A receive waited `waited` on a link with credit (see [`Sizer::waited`]).
+    fn waited(&self, waited: Duration) {
+        let in_hand = self.in_hand.load(Ordering::Acquire);
+        if let Some(sizer) = self
+            .sizer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_mut()
+        {
+            sizer.waited(waited, in_hand);
+        }
+    }
+
     /// A delivery handed out: counts towards the rate the window is sized for.
     fn taken(&self, bytes: usize, lock_left: Option<Duration>, capacity: u32) {
         let report = self
@@ -634,15 +647,25 @@ impl ServiceBusReceiver {
             link.receiver.add_credit(1).await?;
             link.granted = true;
         }
+        let waiting = tokio::time::Instant::now();
         let delivery = match idle_guard {
             Some(idle) => match tokio::time::timeout(idle, link.receiver.recv()).await {
                 Ok(delivery) => delivery?,
-                Err(_) => return Ok(None),
+                Err(_) => {
+                    // Idle past the guard: the link is replaced, and the quiet spell is no
+                    // rate sample either (the window stays for the traffic that resumes).
+                    if capacity > 0 {
+                        self.inner.waited(idle);
+                    }
+                    return Ok(None);
+                }
             },
             None => link.receiver.recv().await?,
         };
         if capacity > 0 {
             link.pending = link.pending.saturating_sub(1);
+            // How long the link, with credit, had nothing: an idle gap is not a rate sample.
+            self.inner.waited(waiting.elapsed());
         } else {
             link.granted = false;
         }

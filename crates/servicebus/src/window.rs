@@ -62,6 +62,17 @@ pub const SAMPLE_PERIOD: Duration = Duration::from_millis(100);
 /// shrink it. Past it (an idle link, a rate that fell for good) the window follows the rate.
 pub const PEAK_HOLD: Duration = Duration::from_secs(1);
 
+/// A receive that waited on a link with credit longer than this many round trips (plus
+/// [`IDLE_SLACK`]) found the broker with nothing to send: the time beyond it is idle, not a
+/// measure of how fast the pipeline takes deliveries. A delivery asked for arrives within one
+/// round trip; the second is margin, so that a window that limits the rate (each credit
+/// answered a round trip after it was granted) never counts as idle.
+const IDLE_AFTER_ROUND_TRIPS: u32 = 2;
+
+/// Scheduling slack on top of [`IDLE_AFTER_ROUND_TRIPS`] (a local broker's round trip is well
+/// under a millisecond, a busy host's wake-up is not).
+const IDLE_SLACK: Duration = Duration::from_millis(5);
+
 /// How often the window is logged under `sb_inbox::pipeline` (as the runtime's phase trace).
 const REPORT_EVERY: Duration = Duration::from_secs(2);
 
@@ -223,9 +234,30 @@ impl Sizer {
         });
     }
 
+    /// A receive waited `waited` on a link with credit before its delivery came, with
+    /// `in_hand` deliveries handed out. Longer than [`IDLE_AFTER_ROUND_TRIPS`] round trips and
+    /// [`IDLE_SLACK`], with a slot free for the delivery, the link was idle: the broker had
+    /// nothing to send and the caller was keeping up. The sample under way is then dropped and
+    /// the window kept as it is: an idle gap measures neither the pipeline nor the caller, and
+    /// the window the last busy samples gave is what the next burst needs (BBR likewise keeps
+    /// application-limited samples from lowering its bandwidth estimate: Cheng et al., "Delivery
+    /// Rate Estimation", IETF draft-cheng-iccrg-delivery-rate-estimation, 2017). With
+    /// deliveries waiting beyond the slots the sample goes on: its rate is what bounds their
+    /// wait by the lock.
+    pub(crate) fn waited(&mut self, waited: Duration, in_hand: usize) {
+        let expected = self.rtt.unwrap_or_default() * IDLE_AFTER_ROUND_TRIPS + IDLE_SLACK;
+        let slot_free = u32::try_from(in_hand).is_ok_and(|held| held < self.base);
+        if waited > expected && slot_free {
+            self.sample_start = None;
+            self.sample_taken = 0;
+            self.sample_lock = None;
+        }
+    }
+
     /// A delivery taken at `now`, of `bytes`, with `lock_left` of its lock; once a sample
-    /// period has passed, the rate is sampled and the window recomputed under `ceiling`.
-    /// Returns the new state when it is time to report it.
+    /// period has passed (since the sample began: an idle gap drops it, see [`Sizer::waited`]),
+    /// the rate is sampled and the window recomputed under `ceiling`. Returns the new state
+    /// when it is time to report it.
     pub(crate) fn taken(
         &mut self,
         now: Instant,
@@ -471,6 +503,77 @@ mod tests {
             "past the hold it follows the rate: {after}"
         );
         assert!(after >= 16, "{after}");
+    }
+
+    /// Takes `per_ms` deliveries each millisecond for `ms` (paused clock), each receive
+    /// having waited under a millisecond, with `in_hand` handed out.
+    async fn busy_for(sizer: &mut Sizer, per_ms: u32, ms: u32, in_hand: usize, lock: Duration) {
+        for _ in 0..ms {
+            tokio::time::advance(Duration::from_millis(1)).await;
+            for _ in 0..per_ms {
+                sizer.waited(Duration::from_micros(500), in_hand);
+                sizer.taken(Instant::now(), 300, Some(lock), AUTO_WINDOW_CEILING);
+            }
+        }
+    }
+
+    /// The link, with credit, sat idle for `gap` with `in_hand` handed out; then one delivery.
+    async fn after_gap(sizer: &mut Sizer, gap: Duration, in_hand: usize, lock: Duration) {
+        tokio::time::advance(gap).await;
+        sizer.waited(gap, in_hand);
+        sizer.taken(Instant::now(), 300, Some(lock), AUTO_WINDOW_CEILING);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_gap_keeps_the_window_the_next_burst_needs() {
+        let lock = Duration::from_secs(60);
+        let mut sizer = Sizer::new(16);
+        sizer.round_trip(Duration::from_millis(40));
+        busy_for(&mut sizer, 2, 550, 4, lock).await;
+        let busy = sizer.window(AUTO_WINDOW_CEILING);
+        // 2000/s over 40 ms: 80 in transit, twice that as headroom.
+        assert!((16 + 150..=16 + 170).contains(&busy), "{busy}");
+        // Three seconds with nothing to receive (past the peak hold), then a burst: it finds
+        // the window as the busy link left it, not shrunk to the slots, and keeps it.
+        after_gap(&mut sizer, Duration::from_secs(3), 0, lock).await;
+        assert_eq!(
+            sizer.window(AUTO_WINDOW_CEILING),
+            busy,
+            "kept across the gap"
+        );
+        busy_for(&mut sizer, 2, 150, 4, lock).await;
+        let burst = sizer.window(AUTO_WINDOW_CEILING);
+        assert!((16 + 150..=16 + 170).contains(&burst), "{burst}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_gap_with_deliveries_waiting_beyond_the_slots_still_counts_for_the_lock() {
+        // 100/s with a 2 s lock, 400 ms away: the lock binds (16 + 50).
+        let lock = Duration::from_secs(2);
+        let mut sizer = Sizer::new(16);
+        sizer.round_trip(Duration::from_millis(400));
+        for _ in 0..50 {
+            tokio::time::advance(Duration::from_millis(10)).await;
+            sizer.taken(Instant::now(), 300, Some(lock), AUTO_WINDOW_CEILING);
+        }
+        assert_eq!(sizer.window(AUTO_WINDOW_CEILING), 16 + 50);
+        // Every slot busy and more waiting: a long wait on the link is the caller's pace, not
+        // idleness, so it is sampled and the lock's share shrinks the window (1 in 10 s).
+        after_gap(&mut sizer, Duration::from_secs(10), 20, lock).await;
+        assert_eq!(sizer.window(AUTO_WINDOW_CEILING), 16);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_receive_answered_within_two_round_trips_is_not_idle() {
+        let mut sizer = Sizer::new(16);
+        sizer.round_trip(Duration::from_millis(40));
+        sizer.taken(Instant::now(), 300, None, AUTO_WINDOW_CEILING);
+        // A window that limits the rate: each credit is answered a round trip later.
+        sizer.waited(Duration::from_millis(85), 0);
+        assert_eq!(sizer.sample_taken, 1, "the sample goes on");
+        sizer.waited(Duration::from_millis(86), 0);
+        assert_eq!(sizer.sample_taken, 0, "an idle gap drops it");
+        assert_eq!(sizer.sample_start, None);
     }
 
     #[test]

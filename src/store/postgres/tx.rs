@@ -88,6 +88,10 @@ const BEGIN: &str = "BEGIN; SET LOCAL sb_inbox.tx = 'on'";
 const INBOX_INSERT: &str = "INSERT INTO sb_inbox (consumer, message_id)
      SELECT $1::varchar, $2::varchar WHERE current_setting('sb_inbox.tx', true) = 'on'";
 
+/// A business key's claim ([`Tx::claim_business_key`], [`PgTx::claim_business_key_then`]).
+const CLAIM_BUSINESS_KEY: &str =
+    "INSERT INTO sb_inbox_business_key (consumer, business_key, message_id) VALUES ($1, $2, $3)";
+
 /// A pipelined request's future: the statements of one round trip differ in type.
 type Request<'a> = Pin<Box<dyn Future<Output = Result<u64, tokio_postgres::Error>> + Send + 'a>>;
 
@@ -203,6 +207,35 @@ impl PgTx {
             .await
     }
 
+    /// Claims a business key as [`Tx::claim_business_key`] does and runs `statements` behind
+    /// it in the same round trip ([`PgTx::pipeline`]); returns the rows each of `statements`
+    /// affected. For a handler whose statements need nothing from the claim but that it
+    /// succeeds: a round trip less per message than claiming first (issue 42).
+    ///
+    /// A key claimed before fails with [`ErrorKind::Duplicate`]`(`[`DuplicateScope::BusinessKey`]`)`
+    /// as the claim alone does; PostgreSQL then aborts the transaction at the claim and runs
+    /// none of `statements`.
+    ///
+    /// # Errors
+    /// As [`PgTx::pipeline`], the claim being the first statement.
+    ///
+    /// [`DuplicateScope::BusinessKey`]: crate::DuplicateScope::BusinessKey
+    pub async fn claim_business_key_then(
+        &mut self,
+        consumer: &str,
+        key: &str,
+        logical_id: &str,
+        statements: &[(&str, &[&(dyn ToSql + Sync)])],
+    ) -> Result<Vec<u64>, StoreError> {
+        let claim: [&(dyn ToSql + Sync); 3] = [&consumer, &key, &logical_id];
+        let mut all: Vec<(&str, &[&(dyn ToSql + Sync)])> = Vec::with_capacity(1 + statements.len());
+        all.push((CLAIM_BUSINESS_KEY, &claim));
+        all.extend_from_slice(statements);
+        let mut counts = self.pipeline(&all).await?;
+        counts.remove(0);
+        Ok(counts)
+    }
+
     /// The inbox insert; on a transaction's first statement, pipelined with `BEGIN`.
     async fn insert_inbox_row(
         &mut self,
@@ -268,12 +301,9 @@ impl Tx for PgTx {
         key: &str,
         logical_id: &str,
     ) -> Result<(), StoreError> {
-        self.execute(
-            "INSERT INTO sb_inbox_business_key (consumer, business_key, message_id) VALUES ($1, $2, $3)",
-            &[&consumer, &key, &logical_id],
-        )
-        .await
-        .map(drop)
+        self.execute(CLAIM_BUSINESS_KEY, &[&consumer, &key, &logical_id])
+            .await
+            .map(drop)
     }
 
     async fn advance_version(

@@ -2,6 +2,7 @@
 // Helpers outside #[test] functions panic on setup failures by design.
 #![allow(clippy::unwrap_used)]
 
+mod coalesce;
 mod e2e;
 mod model;
 mod proton;

@@ -177,6 +177,23 @@ pub trait InventoryTx: Tx {
         order: &OrderPlaced,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Claims the business key `key` for `logical_id` ([`Tx::claim_business_key`]), then
+    /// reserves `order` ([`InventoryTx::reserve`]). PostgreSQL sends both in one round trip
+    /// ([`sb_inbox::PgTx::claim_business_key_then`]); a key claimed before fails as the claim
+    /// alone does, and nothing is reserved.
+    fn claim_and_reserve(
+        &mut self,
+        consumer: &str,
+        key: &str,
+        logical_id: &str,
+        order: &OrderPlaced,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        async move {
+            self.claim_business_key(consumer, key, logical_id).await?;
+            self.reserve(logical_id, order).await
+        }
+    }
+
     /// Releases the reservation of `order_id`: its lines are deleted and their units taken off
     /// the reserved stock, SKU by SKU in SKU order (as [`OrderPlaced::stock_by_sku`] locks
     /// them). `false` when the order holds no reservation.
@@ -299,13 +316,13 @@ async fn place<T: InventoryTx, P>(
     events: Option<&str>,
     tx: &mut T,
 ) -> Result<Handled, HandlerError> {
-    tx.claim_business_key(
+    tx.claim_and_reserve(
         ctx.consumer.as_str(),
         &format!("order:{}", order.order_id),
         ctx.logical_id(),
+        order,
     )
     .await?;
-    tx.reserve(ctx.logical_id(), order).await?;
     if let Some(destination) = events {
         let event = StockReserved {
             order_id: order.order_id.clone(),

@@ -77,31 +77,19 @@ impl InventoryTx for PgTx {
     /// The reservation, its lines and the stock upserts need nothing from one another: one
     /// round trip ([`PgTx::pipeline`]), with the upserts still in SKU order.
     async fn reserve(&mut self, logical_id: &str, order: &OrderPlaced) -> Result<(), StoreError> {
-        const RESERVATION: &str =
-            "INSERT INTO inventory_reservation (order_id, message_id) VALUES ($1, $2)";
-        const LINE: &str = "INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES ($1, $2, $3, $4)";
-        const STOCK: &str = "INSERT INTO inventory_stock (sku, reserved) VALUES ($1, $2)
-                 ON CONFLICT (sku) DO UPDATE SET reserved = inventory_stock.reserved + excluded.reserved";
-        let line_numbers: Vec<i32> = (1..).take(order.lines.len()).collect();
-        let stock: Vec<(&str, i64)> = order.stock_by_sku().into_iter().collect();
-        let reservation: [&(dyn ToSql + Sync); 2] = [&order.order_id, &logical_id];
-        let lines: Vec<[&(dyn ToSql + Sync); 4]> = line_numbers
-            .iter()
-            .zip(&order.lines)
-            .map(|(line_no, line)| -> [&(dyn ToSql + Sync); 4] {
-                [&order.order_id, line_no, &line.sku, &line.quantity]
-            })
-            .collect();
-        let upserts: Vec<[&(dyn ToSql + Sync); 2]> = stock
-            .iter()
-            .map(|(sku, units)| -> [&(dyn ToSql + Sync); 2] { [sku, units] })
-            .collect();
-        let mut statements: Vec<(&str, &[&(dyn ToSql + Sync)])> =
-            Vec::with_capacity(1 + lines.len() + upserts.len());
-        statements.push((RESERVATION, &reservation));
-        statements.extend(lines.iter().map(|params| (LINE, &params[..])));
-        statements.extend(upserts.iter().map(|params| (STOCK, &params[..])));
-        self.pipeline(&statements).await.map(drop)
+        pg_reserve(self, None, logical_id, order).await
+    }
+
+    /// The claim needs nothing from the reservation either: it goes first in the same round
+    /// trip ([`PgTx::claim_business_key_then`]).
+    async fn claim_and_reserve(
+        &mut self,
+        consumer: &str,
+        key: &str,
+        logical_id: &str,
+        order: &OrderPlaced,
+    ) -> Result<(), StoreError> {
+        pg_reserve(self, Some((consumer, key)), logical_id, order).await
     }
 
     async fn release_reservation(&mut self, order_id: &str) -> Result<bool, StoreError> {
@@ -133,6 +121,48 @@ impl InventoryTx for PgTx {
             )
             .await?;
         Ok(released > 0)
+    }
+}
+
+/// The reservation's statements in one round trip, behind the claim of `claim` (consumer,
+/// business key) when given.
+#[cfg(feature = "postgres")]
+async fn pg_reserve(
+    tx: &mut PgTx,
+    claim: Option<(&str, &str)>,
+    logical_id: &str,
+    order: &OrderPlaced,
+) -> Result<(), StoreError> {
+    const RESERVATION: &str =
+        "INSERT INTO inventory_reservation (order_id, message_id) VALUES ($1, $2)";
+    const LINE: &str = "INSERT INTO inventory_reservation_line (order_id, line_no, sku, quantity) VALUES ($1, $2, $3, $4)";
+    const STOCK: &str = "INSERT INTO inventory_stock (sku, reserved) VALUES ($1, $2)
+                 ON CONFLICT (sku) DO UPDATE SET reserved = inventory_stock.reserved + excluded.reserved";
+    let line_numbers: Vec<i32> = (1..).take(order.lines.len()).collect();
+    let stock: Vec<(&str, i64)> = order.stock_by_sku().into_iter().collect();
+    let reservation: [&(dyn ToSql + Sync); 2] = [&order.order_id, &logical_id];
+    let lines: Vec<[&(dyn ToSql + Sync); 4]> = line_numbers
+        .iter()
+        .zip(&order.lines)
+        .map(|(line_no, line)| -> [&(dyn ToSql + Sync); 4] {
+            [&order.order_id, line_no, &line.sku, &line.quantity]
+        })
+        .collect();
+    let upserts: Vec<[&(dyn ToSql + Sync); 2]> = stock
+        .iter()
+        .map(|(sku, units)| -> [&(dyn ToSql + Sync); 2] { [sku, units] })
+        .collect();
+    let mut statements: Vec<(&str, &[&(dyn ToSql + Sync)])> =
+        Vec::with_capacity(1 + lines.len() + upserts.len());
+    statements.push((RESERVATION, &reservation));
+    statements.extend(lines.iter().map(|params| (LINE, &params[..])));
+    statements.extend(upserts.iter().map(|params| (STOCK, &params[..])));
+    match claim {
+        Some((consumer, key)) => tx
+            .claim_business_key_then(consumer, key, logical_id, &statements)
+            .await
+            .map(drop),
+        None => tx.pipeline(&statements).await.map(drop),
     }
 }
 

@@ -91,6 +91,13 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many queued commands one turn of the loop takes before it flushes.
 const COMMAND_BATCH: usize = 64;
 
+/// How many frames the reader queued one turn of the loop takes (after the one it woke for)
+/// before it flushes: the reader's whole queue.
+const FRAME_BATCH: usize = READ_QUEUE;
+
+/// Frames the reader task may parse ahead of the driver.
+const READ_QUEUE: usize = 64;
+
 /// Starts the reader and driver tasks.
 pub(crate) fn spawn(
     reader: FrameReader,
@@ -103,7 +110,7 @@ pub(crate) fn spawn(
     use tracing::Instrument;
     let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
     let (terminal, terminal_rx) = watch::channel(None);
-    let (ftx, frx) = mpsc::channel(64);
+    let (ftx, frx) = mpsc::channel(READ_QUEUE);
     let stats = Arc::new(Stats::default());
     let reader_task = tokio::spawn(read_loop(reader, ftx).instrument(span.clone()));
     let ctx = ConnCtx {
@@ -203,7 +210,7 @@ impl Driver {
             let deadline = self.next_deadline();
             let stop = tokio::select! {
                 biased;
-                f = self.frames.recv() => self.on_read(f),
+                f = self.frames.recv() => self.on_reads(f, cmds_open),
                 c = self.cmd_rx.recv(), if cmds_open => {
                     match c {
                         Some(c) => self.on_commands(c),
@@ -219,6 +226,13 @@ impl Driver {
             if let Some(e) = stop {
                 return e;
             }
+            if cmds_open && self.finished.is_none() && self.has_output() {
+                // Tasks woken together with this one (settlements whose commits ended in one
+                // poll of the I/O driver) queue their commands first and leave in this write,
+                // not in one write each (issue 42: a write per disposition).
+                tokio::task::yield_now().await;
+                self.drain_commands();
+            }
             self.flush_dispositions();
             if self.writer.pending() > 0 {
                 if let Err(e) = self.writer.flush().await {
@@ -230,6 +244,11 @@ impl Driver {
                 return e;
             }
         }
+    }
+
+    /// Something waits to be written.
+    fn has_output(&self) -> bool {
+        self.writer.pending() > 0 || !self.queued_dispositions.is_empty()
     }
 
     /// One result of the reader task; `Some` ends the connection.
@@ -265,12 +284,47 @@ impl Driver {
     /// settlements asked for together leave in one disposition).
     fn on_commands(&mut self, first: Command) {
         self.on_command(first);
+        self.drain_commands();
+    }
+
+    /// Runs the commands already queued, at most [`COMMAND_BATCH`]; a closed queue is left for
+    /// the loop's `recv` to notice.
+    fn drain_commands(&mut self) {
         for _ in 0..COMMAND_BATCH {
             match self.cmd_rx.try_recv() {
                 Ok(c) => self.on_command(c),
                 Err(_) => break,
             }
         }
+    }
+
+    /// Takes `first` and the frames the reader has already queued behind it, then the commands
+    /// queued meanwhile, so that what they all answer (dispositions, flows, transfers) leaves in
+    /// one write: a frame per turn cost a write syscall per frame (issue 42, the worker's CPU).
+    /// `Some` ends the connection.
+    fn on_reads(&mut self, first: Option<Result<Option<Frame>>>, cmds_open: bool) -> Option<Error> {
+        if let Some(e) = self.on_read(first) {
+            return Some(e);
+        }
+        for _ in 0..FRAME_BATCH {
+            // A frame that ended the connection (the peer's `close`) is the turn's last.
+            if self.finished.is_some() {
+                return None;
+            }
+            match self.frames.try_recv() {
+                Ok(f) => {
+                    if let Some(e) = self.on_read(Some(f)) {
+                        return Some(e);
+                    }
+                }
+                // Empty, or the reader is gone: the next turn's `recv` sees the end.
+                Err(_) => break,
+            }
+        }
+        if cmds_open {
+            self.drain_commands();
+        }
+        None
     }
 
     /// A deadline passed: the close timeout, our idle timeout, or time for a heartbeat.
