@@ -450,7 +450,8 @@ async fn sends_overlap_up_to_max_in_flight_and_publish_each_row_once_under_its_i
 /// barrier (its answers all in before the next batch's sends start), so claims of 100 would cap
 /// the sends in flight at 100 and cost a round trip per 100 rows. The claims grow past the
 /// batch (up to `max_in_flight`) and every row is still published once and marked; with the
-/// broker close by (answers at once) the claims stay at the batch size.
+/// broker close by (answers at once) every row is claimed once (no claim ahead handed back).
+/// That claims stay at the batch size then is `claim_size`'s unit test (`lanes.rs`).
 #[tokio::test(start_paused = true)]
 async fn run_claims_grow_past_the_batch_with_the_window_of_a_distant_broker() {
     let store = sqlite_store("relay_claim_grows", 1).await;
@@ -491,7 +492,7 @@ async fn run_claims_grow_past_the_batch_with_the_window_of_a_distant_broker() {
     assert_eq!(published, expected, "each row once, under its own id");
     assert_eq!(pending(&store).await, 0);
 
-    // A broker close by: the windows stay small and so do the claims.
+    // A broker close by: every row claimed once and marked.
     let store = sqlite_store("relay_claim_stays", 1).await;
     append(&store, &["events"; 1000]).await;
     let relay = Relay::with_clock(store.clone(), Script::new(&[]), config(100), Clock::new());
@@ -507,7 +508,6 @@ async fn run_claims_grow_past_the_batch_with_the_window_of_a_distant_broker() {
     shutdown.cancel();
     running.await.unwrap();
     let snapshot = stats.snapshot();
-    // Every claim of 100 came back full: ten of them, and the last one claimed ahead (empty).
     assert_eq!((snapshot.claimed, snapshot.marked), (1000, 1000));
 }
 
