@@ -145,7 +145,7 @@ param batchSize int = 1
 @maxValue(10000)
 param batchLingerMs int = 5
 
-@description('Outbox rows the relay claims per pass.')
+@description('Outbox rows the relay claims per pass at least (the running relay claims more, up to 4000, while a distant broker needs them).')
 @minValue(1)
 @maxValue(1000)
 param outboxBatchSize int = 100
