@@ -462,20 +462,7 @@ async fn run_claims_grow_past_the_batch_with_the_window_of_a_distant_broker() {
         config(100),
         Clock::new(),
     );
-    let stats = relay.stats();
-    let shutdown = CancellationToken::new();
-    let running = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            relay.run(shutdown).await;
-            relay
-        }
-    });
-    while stats.snapshot().marked < 3000 {
-        tokio::time::sleep(POLL).await;
-    }
-    shutdown.cancel();
-    let relay = running.await.unwrap();
+    let relay = run_until_marked(relay, 3000).await;
     let peak = relay
         .publisher()
         .peak
@@ -496,19 +483,29 @@ async fn run_claims_grow_past_the_batch_with_the_window_of_a_distant_broker() {
     let store = sqlite_store("relay_claim_stays", 1).await;
     append(&store, &["events"; 1000]).await;
     let relay = Relay::with_clock(store.clone(), Script::new(&[]), config(100), Clock::new());
+    let snapshot = run_until_marked(relay, 1000).await.stats().snapshot();
+    assert_eq!((snapshot.claimed, snapshot.marked), (1000, 1000));
+}
+
+/// Runs `relay` until it has marked `rows`, then shuts it down and gives it back.
+async fn run_until_marked<P: Sender + 'static>(
+    relay: Relay<SqliteStore, P>,
+    rows: u64,
+) -> Relay<SqliteStore, P> {
     let stats = relay.stats();
     let shutdown = CancellationToken::new();
     let running = tokio::spawn({
         let shutdown = shutdown.clone();
-        async move { relay.run(shutdown).await }
+        async move {
+            relay.run(shutdown).await;
+            relay
+        }
     });
-    while stats.snapshot().marked < 1000 {
+    while stats.snapshot().marked < rows {
         tokio::time::sleep(POLL).await;
     }
     shutdown.cancel();
-    running.await.unwrap();
-    let snapshot = stats.snapshot();
-    assert_eq!((snapshot.claimed, snapshot.marked), (1000, 1000));
+    running.await.unwrap()
 }
 
 /// Writes two events per message, each carrying every application property of the message it

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use sb_amqp::performative::{Attach, Begin, Flow, Performative, Transfer};
+use sb_amqp::performative::{Attach, Flow, Performative, Transfer};
 use sb_amqp::types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
 use sb_amqp::types::messaging::{Source, Target, TargetArchetype};
 use sb_amqp::{
@@ -16,7 +16,7 @@ use sb_amqp::{
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
 
-use crate::raw_peer::{next, open, transfer};
+use crate::raw_peer::{begin, next, open, transfer};
 use crate::support::{data_message, spawn_server};
 
 /// A stream that counts the writes that moved bytes.
@@ -145,17 +145,7 @@ async fn frames_that_arrive_together_are_answered_in_one_write_in_order() {
         Performative::Open(_)
     ));
     let _server = server.await.unwrap().unwrap();
-    let begin = Begin {
-        remote_channel: None,
-        next_outgoing_id: 0,
-        incoming_window: 100,
-        outgoing_window: 100,
-        handle_max: Default::default(),
-        offered_capabilities: None,
-        desired_capabilities: None,
-        properties: None,
-    };
-    write_frames(&mut ours, &[Frame::amqp(0, begin)]).await;
+    write_frames(&mut ours, &[Frame::amqp(0, begin(None, 100))]).await;
     let Performative::Begin(b) = next_raw(&mut ours, &mut buf).await else {
         panic!("no begin")
     };
@@ -247,17 +237,9 @@ async fn settlements_asked_for_together_leave_as_one_disposition() {
     f.write_frame(&Frame::amqp(0, open("settle-together")))
         .await
         .unwrap();
-    let begin = Begin {
-        remote_channel: None,
-        next_outgoing_id: 0,
-        incoming_window: 100,
-        outgoing_window: 100,
-        handle_max: Default::default(),
-        offered_capabilities: None,
-        desired_capabilities: None,
-        properties: None,
-    };
-    f.write_frame(&Frame::amqp(0, begin)).await.unwrap();
+    f.write_frame(&Frame::amqp(0, begin(None, 100)))
+        .await
+        .unwrap();
     f.write_frame(&Frame::amqp(0, sender_attach()))
         .await
         .unwrap();

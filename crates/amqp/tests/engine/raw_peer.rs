@@ -2,7 +2,7 @@
 //! performative read, a plain `open`, an unsettled single-frame `transfer`.
 
 use bytes::Bytes;
-use sb_amqp::performative::{Open, Performative, Transfer};
+use sb_amqp::performative::{Begin, Open, Performative, Transfer};
 use sb_amqp::types::definitions::Handle;
 use sb_amqp::types::performatives::{ChannelMax, MaxFrameSize};
 use sb_amqp::{Frame, FrameBody, FramedIo};
@@ -28,6 +28,21 @@ pub(crate) fn open(container_id: &str) -> Open {
         idle_time_out: None,
         outgoing_locales: None,
         incoming_locales: None,
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    }
+}
+
+/// A `begin` answering `remote_channel` (or starting a session, `None`) with both windows at
+/// `window`, nothing else set.
+pub(crate) fn begin(remote_channel: Option<u16>, window: u32) -> Begin {
+    Begin {
+        remote_channel,
+        next_outgoing_id: 0,
+        incoming_window: window,
+        outgoing_window: window,
+        handle_max: Default::default(),
         offered_capabilities: None,
         desired_capabilities: None,
         properties: None,

@@ -4,28 +4,15 @@
 
 use std::collections::BTreeMap;
 
-use sb_amqp::performative::{Attach, Begin, Disposition, Performative};
+use sb_amqp::performative::{Attach, Disposition, Performative};
 use sb_amqp::types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
 use sb_amqp::types::messaging::{DeliveryState, Source, Target, TargetArchetype};
 use sb_amqp::{
     Connection, ConnectionOptions, Frame, FramedIo, Outcome, ReceiverOptions, SaslClient, frame,
 };
 
-use crate::raw_peer::{next, open, transfer};
+use crate::raw_peer::{begin, next, open, transfer};
 use crate::support::data_message;
-
-fn begin() -> Begin {
-    Begin {
-        remote_channel: Some(0),
-        next_outgoing_id: 0,
-        incoming_window: 1000,
-        outgoing_window: 1000,
-        handle_max: Default::default(),
-        offered_capabilities: None,
-        desired_capabilities: None,
-        properties: None,
-    }
-}
 
 fn sender_attach(name: String) -> Attach {
     Attach {
@@ -59,7 +46,9 @@ async fn raw_broker(mut f: FramedIo, n: u32, expected: usize) -> (Vec<Dispositio
         .await
         .unwrap();
     assert!(matches!(next(&mut f).await, Performative::Begin(_)));
-    f.write_frame(&Frame::amqp(0, begin())).await.unwrap();
+    f.write_frame(&Frame::amqp(0, begin(Some(0), 1000)))
+        .await
+        .unwrap();
     let Performative::Attach(a) = next(&mut f).await else {
         panic!("expected attach")
     };
