@@ -2,8 +2,8 @@
 //! retention, in small batches beside the consumers.
 //!
 //! Each batch is one short statement of the store's own ([`RetentionStore`]): at most
-//! [`MAX_RETENTION_BATCH`] rows, rows locked by others skipped, so consumers never wait long and
-//! SQL Server never escalates to a table lock. A sweep deletes batch after batch until one comes
+//! [`MAX_ROWS_PER_STATEMENT`] rows, rows locked by others skipped, so consumers never wait long
+//! and SQL Server never escalates to a table lock. A sweep deletes batch after batch until one comes
 //! back short, then the task sleeps for the interval. The retention must cover the replay
 //! horizon; the worker checks that before it starts ([`crate::worker::ReplayHorizon`]).
 //! Aggregate versions and business keys are never deleted (see [`RetentionStore`]).
@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::ports::{MAX_RETENTION_BATCH, RetentionStore, StoreError};
+use crate::ports::{MAX_ROWS_PER_STATEMENT, RetentionStore, StoreError};
 use crate::runtime::Clock;
 
 /// How a [`RetentionTask`] runs: [`RetentionConfig::new`] and the `with_*` methods;
@@ -29,7 +29,7 @@ use crate::runtime::Clock;
 pub struct RetentionConfig {
     /// Rows processed (or dispatched) longer ago than this are deleted.
     pub retention: Duration,
-    /// Rows per delete statement (clamped to 1..=[`MAX_RETENTION_BATCH`]).
+    /// Rows per delete statement (clamped to 1..=[`MAX_ROWS_PER_STATEMENT`]).
     pub batch_size: usize,
     /// Time between sweeps.
     pub interval: Duration,
@@ -70,7 +70,7 @@ impl RetentionConfig {
     }
 
     fn batch(&self) -> usize {
-        self.batch_size.clamp(1, MAX_RETENTION_BATCH)
+        self.batch_size.clamp(1, MAX_ROWS_PER_STATEMENT)
     }
 }
 

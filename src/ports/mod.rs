@@ -27,7 +27,7 @@ pub use delivery::{Delivery, ReceiveError, Receiver, SettleError, Source};
 pub use error::Cause;
 pub use message::{INBOX_PROPERTY_PREFIX, Message, PropertyValue, TYPED_MESSAGE_ID_PREFIX};
 pub use outbox::{
-    BacklogSample, MAX_RETENTION_BATCH, OutboxBacklog, OutboxClaim, OutboxLease, OutboxRow,
+    BacklogSample, MAX_ROWS_PER_STATEMENT, OutboxBacklog, OutboxClaim, OutboxLease, OutboxRow,
     OutboxStore, RetentionStore, UnreadableRow,
 };
 pub use sender::{SendFailure, Sender};

@@ -191,6 +191,10 @@ pub trait OutboxStore: Send + Sync + 'static {
     ///
     /// Each row is read on its own: one that does not read back as a message comes back in
     /// [`OutboxClaim::unreadable`], leased like the others, and never fails the claim.
+    ///
+    /// The relay asks for at most [`MAX_ROWS_PER_STATEMENT`] rows: a claim of more would lock
+    /// enough rows for SQL Server to escalate to a table lock on the outbox, blocking every
+    /// consumer transaction that writes to it. Other callers should keep to it too.
     fn claim_outbox(
         &self,
         now: SystemTime,
@@ -222,9 +226,11 @@ pub trait OutboxStore: Send + Sync + 'static {
     fn outbox_backlog(&self) -> impl Future<Output = Result<OutboxBacklog, StoreError>> + Send;
 }
 
-/// The most rows one retention batch may delete: below the 5 000 locks on one object at which
-/// SQL Server escalates a statement's row locks to a table lock (which would block consumers).
-pub const MAX_RETENTION_BATCH: usize = 4000;
+/// The most rows one outbox or inbox statement may touch: a retention batch's delete, a relay's
+/// claim (and so the mark and release over its ids). Below the 5 000 locks on one object at
+/// which SQL Server escalates a statement's row locks to a table lock, which would block every
+/// consumer transaction that writes to the table.
+pub const MAX_ROWS_PER_STATEMENT: usize = 4000;
 
 /// Retention's deletes: one bounded batch per call, each its own short transaction, so locks
 /// stay few (below SQL Server's lock escalation) and consumers keep running beside them.
@@ -234,7 +240,7 @@ pub const MAX_RETENTION_BATCH: usize = 4000;
 /// do business keys (a producer may repeat a business request at any time, not only within the
 /// broker's replay horizon).
 pub trait RetentionStore: Send + Sync + 'static {
-    /// Deletes up to `limit` (at most [`MAX_RETENTION_BATCH`]) inbox rows processed more than
+    /// Deletes up to `limit` (at most [`MAX_ROWS_PER_STATEMENT`]) inbox rows processed more than
     /// `older_than` ago on the database's clock (`processed_at` is the database's `now()` at
     /// insert, so the age is measured against the same clock: a worker whose clock is ahead
     /// would otherwise delete rows still inside the retention, and let a redelivery through);

@@ -25,7 +25,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, SystemTime};
 
-use crate::ports::{OutboxClaim, OutboxRow, UnreadableRow};
+use crate::ports::{MAX_ROWS_PER_STATEMENT, OutboxClaim, OutboxRow, UnreadableRow};
 
 /// An ordering key: a destination and a session id (`None`: the destination's rows without
 /// one, kept in order only when the relay is told to).
@@ -65,14 +65,18 @@ pub(super) const CLAIM_WINDOWS: usize = 4;
 /// destination with one send in flight keeps the configured claim), at most [`CLAIM_WINDOWS`]
 /// × `max_in_flight` (the pass's ceiling on sends in flight: four of the largest windows; it
 /// bounds the rows one claim leases, and so what a relay that crashes leaves to be published
-/// again), or `floor` if that is larger.
+/// again), or `floor` if that is larger; never more than [`MAX_ROWS_PER_STATEMENT`], whatever
+/// the configuration (SQL Server would escalate a larger claim to a table lock).
 pub(super) fn claim_size(
     windows: &HashMap<String, Window>,
     floor: usize,
     max_in_flight: usize,
 ) -> usize {
-    let floor = floor.max(1);
-    let ceiling = max_in_flight.max(1).saturating_mul(CLAIM_WINDOWS);
+    let floor = floor.clamp(1, MAX_ROWS_PER_STATEMENT);
+    let ceiling = max_in_flight
+        .max(1)
+        .saturating_mul(CLAIM_WINDOWS)
+        .min(MAX_ROWS_PER_STATEMENT);
     let in_flight = windows
         .values()
         .fold(0usize, |sum, window| sum.saturating_add(window.size));
@@ -432,8 +436,23 @@ mod tests {
         assert_eq!(claim_size(&windows(&[usize::MAX]), 100, 1000), 4000);
         assert_eq!(claim_size(&windows(&[400]), 100, 16), 100);
         // A batch larger than the ceiling is still claimed whole, as configured.
-        assert_eq!(claim_size(&windows(&[400]), 5000, 1000), 5000);
+        assert_eq!(claim_size(&windows(&[400]), 2000, 100), 2000);
         assert_eq!(claim_size(&windows(&[]), 0, 0), 1);
+    }
+
+    /// No configuration makes a claim larger than one statement may lock on SQL Server without
+    /// escalating to a table lock: not `max_in_flight` above 1000 with its windows full, not a
+    /// batch size above the cap.
+    #[test]
+    fn a_claim_never_exceeds_the_rows_one_statement_may_lock() {
+        let cap = MAX_ROWS_PER_STATEMENT;
+        assert_eq!(claim_size(&windows(&[5000]), 100, 5000), cap);
+        assert_eq!(claim_size(&windows(&[5000, 5000]), 100, 5000), cap);
+        assert_eq!(claim_size(&windows(&[usize::MAX]), 100, usize::MAX), cap);
+        assert_eq!(claim_size(&windows(&[]), 10_000, 1000), cap);
+        assert_eq!(claim_size(&windows(&[400]), 5000, 1000), cap);
+        // Below the cap the windows still decide.
+        assert_eq!(claim_size(&windows(&[900]), 100, 5000), 3600);
     }
 
     /// The window is the bandwidth-delay product with its headroom, rounded up.

@@ -33,7 +33,8 @@
 //! (eight round trips at the measured rate), at least [`RelayConfig::batch_size`] and at most
 //! four times [`RelayConfig::max_in_flight`], since a batch is a barrier and a claim of 100
 //! rows to a broker 10 ms away would cost a round trip per 100 rows (`lanes.rs`,
-//! `CLAIM_WINDOWS`).
+//! `CLAIM_WINDOWS`). No claim, of either, exceeds [`MAX_ROWS_PER_STATEMENT`] rows: SQL Server
+//! would escalate it (and the mark over its ids) to a table lock on the outbox.
 //!
 //! A relay that stops between 3 and 5 leaves its rows leased; once the lease ends another pass
 //! (of any relay) claims and publishes them again under the same ids: at most a duplicate,
@@ -67,7 +68,8 @@ pub use crate::ports::BacklogSample;
 pub use stats::{RelayStats, RelayStatsSnapshot};
 
 use crate::ports::{
-    OutboxBacklog, OutboxClaim, OutboxLease, OutboxRow, OutboxStore, Sender, StoreError,
+    MAX_ROWS_PER_STATEMENT, OutboxBacklog, OutboxClaim, OutboxLease, OutboxRow, OutboxStore,
+    Sender, StoreError,
 };
 use crate::runtime::{Clock, exponential_step};
 use lanes::{Key, Outcome, Plan, Window};
@@ -105,7 +107,9 @@ pub struct RelayConfig {
     /// windows of rows, at most four times [`RelayConfig::max_in_flight`] (a batch is a
     /// barrier, so with a broker 10 ms away claims of 100 would cost a round trip per 100 rows).
     /// More rows are then leased at once: a relay that crashes leaves up to two claims published
-    /// but not marked (published again after the lease: duplicates, not losses).
+    /// but not marked (published again after the lease: duplicates, not losses). Claims are
+    /// capped at [`MAX_ROWS_PER_STATEMENT`] (4000) rows whatever this says, so SQL Server never
+    /// escalates a claim to a table lock on the outbox.
     pub batch_size: usize,
     /// Wait between passes while the outbox has nothing due.
     pub poll_interval: Duration,
@@ -116,7 +120,9 @@ pub struct RelayConfig {
     pub lease: Duration,
     /// Sends of one pass awaiting the broker's answer at once (at least 1), and the ceiling of
     /// each destination's self-sizing window (which keeps fewer when the broker is close or
-    /// the rows few). Each row is still marked only after its own `accepted`.
+    /// the rows few). Each row is still marked only after its own `accepted`. The running
+    /// relay's claims grow to four times this, but are capped at [`MAX_ROWS_PER_STATEMENT`]
+    /// (4000) rows: above 1000 the cap, not this, bounds a claim.
     pub max_in_flight: usize,
     /// Publish the rows without a session id of each destination in write order, one at a
     /// time, a failed row holding back the later ones. Off by default: such rows then go out
@@ -126,7 +132,7 @@ pub struct RelayConfig {
 }
 
 impl RelayConfig {
-    /// Rows claimed per pass.
+    /// Rows claimed per pass (claims are capped at [`MAX_ROWS_PER_STATEMENT`] rows).
     #[must_use]
     pub fn with_batch_size(mut self, batch_size: usize) -> Self {
         self.batch_size = batch_size;
@@ -147,7 +153,8 @@ impl RelayConfig {
         self
     }
 
-    /// Sends of one pass awaiting the broker's answer at once.
+    /// Sends of one pass awaiting the broker's answer at once (claims are capped at
+    /// [`MAX_ROWS_PER_STATEMENT`] rows whatever this is).
     #[must_use]
     pub fn with_max_in_flight(mut self, max_in_flight: usize) -> Self {
         self.max_in_flight = max_in_flight;
@@ -313,8 +320,9 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
         Ok(backlog)
     }
 
-    /// Claims one batch, publishes it and marks what the broker accepted. With `stop`
-    /// cancelled, the send in flight finishes, the rest is handed back untried.
+    /// Claims one batch ([`RelayConfig::batch_size`] rows, at most [`MAX_ROWS_PER_STATEMENT`]),
+    /// publishes it and marks what the broker accepted. With `stop` cancelled, the send in
+    /// flight finishes, the rest is handed back untried.
     ///
     /// # Errors
     /// A [`StoreError`] from the claim or the mark (published rows that could not be marked are
@@ -327,9 +335,12 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
             .await
     }
 
-    /// Step 1: claims up to `asked` rows under a new lease, whose sends must start before half
-    /// of it.
+    /// Step 1: claims up to `asked` rows (at most [`MAX_ROWS_PER_STATEMENT`]) under a new
+    /// lease, whose sends must start before half of it.
     async fn claim(&self, asked: usize) -> Result<Claimed, StoreError> {
+        // Every claim passes here, `relay_once`'s unsized batch too: capped once for all of
+        // them, and `asked` kept capped so a full claim of the cap still reads as full.
+        let asked = asked.min(MAX_ROWS_PER_STATEMENT);
         let claimed_at = self.clock.now();
         let lease = OutboxLease::new(claimed_at + self.config.lease);
         let claim = self.store.claim_outbox(claimed_at, &lease, asked).await?;
@@ -517,5 +528,85 @@ mod serde_tests {
             serde_json::from_str::<RetentionConfig>("{}").is_err(),
             "retention is required"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::ports::{Message, SendFailure};
+
+    /// An empty outbox that records the limit of every claim asked of it.
+    #[derive(Default)]
+    struct ClaimSpy {
+        limits: Mutex<Vec<usize>>,
+    }
+
+    impl OutboxStore for ClaimSpy {
+        async fn claim_outbox(
+            &self,
+            _: SystemTime,
+            _: &OutboxLease,
+            limit: usize,
+        ) -> Result<OutboxClaim, StoreError> {
+            self.limits
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(limit);
+            Ok(OutboxClaim::default())
+        }
+
+        async fn mark_dispatched(
+            &self,
+            _: &OutboxLease,
+            _: &[i64],
+            _: SystemTime,
+        ) -> Result<u64, StoreError> {
+            Ok(0)
+        }
+
+        async fn release_outbox(
+            &self,
+            _: &OutboxLease,
+            _: &[i64],
+            _: SystemTime,
+            _: Option<&str>,
+        ) -> Result<u64, StoreError> {
+            Ok(0)
+        }
+
+        async fn outbox_backlog(&self) -> Result<OutboxBacklog, StoreError> {
+            Ok(OutboxBacklog::default())
+        }
+    }
+
+    /// Never called: the spy's claims are empty.
+    struct NoSends;
+
+    impl Sender for NoSends {
+        async fn send(
+            &self,
+            _: &str,
+            _: Message,
+            _: Option<SystemTime>,
+        ) -> Result<(), SendFailure> {
+            Ok(())
+        }
+    }
+
+    /// A batch size above the cap still asks the store for at most the cap: a single pass's
+    /// claim is no way around SQL Server's lock escalation.
+    #[tokio::test]
+    async fn a_single_pass_claims_at_most_the_rows_one_statement_may_lock() {
+        let config = RelayConfig::default().with_batch_size(10_000);
+        let relay = Relay::new(ClaimSpy::default(), NoSends, config);
+        relay
+            .relay_once(&CancellationToken::new())
+            .await
+            .expect("the spy never fails");
+        let limits = relay.store.limits.lock().expect("not poisoned").clone();
+        assert_eq!(limits, vec![MAX_ROWS_PER_STATEMENT]);
     }
 }

@@ -178,7 +178,8 @@ impl<S: OutboxStore, P: Sender> Relay<S, P> {
 
     /// Rows the next claim asks for: [`CLAIM_WINDOWS`](super::lanes::CLAIM_WINDOWS) × the
     /// windows carried from the last pass, at least [`super::RelayConfig::batch_size`], at most
-    /// four times `max_in_flight` (or the batch size, if larger). The module's doc says why.
+    /// four times `max_in_flight` (or the batch size, if larger), never more than
+    /// [`crate::ports::MAX_ROWS_PER_STATEMENT`]. The module's doc says why.
     fn claim_size(&self) -> usize {
         let windows = self
             .windows

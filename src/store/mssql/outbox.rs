@@ -10,7 +10,7 @@ use tiberius::Row;
 
 use super::{MssqlStore, classify};
 use crate::ports::{
-    ErrorKind, MAX_RETENTION_BATCH, OutboxBacklog, OutboxClaim, OutboxLease, OutboxMessage,
+    ErrorKind, MAX_ROWS_PER_STATEMENT, OutboxBacklog, OutboxClaim, OutboxLease, OutboxMessage,
     OutboxRow, OutboxStore, RetentionStore, StoreError, UnreadableRow,
 };
 use crate::store::{
@@ -240,7 +240,7 @@ impl RetentionStore for MssqlStore {
         older_than: Duration,
         limit_to: usize,
     ) -> Result<u64, StoreError> {
-        let batch = limit(limit_to.min(MAX_RETENTION_BATCH));
+        let batch = limit(limit_to.min(MAX_ROWS_PER_STATEMENT));
         let secs = i32::try_from(older_than.as_secs()).unwrap_or(i32::MAX);
         self.execute(DELETE_INBOX, &[&secs, &batch]).await
     }
@@ -250,7 +250,7 @@ impl RetentionStore for MssqlStore {
         before: SystemTime,
         limit_to: usize,
     ) -> Result<u64, StoreError> {
-        let batch = limit(limit_to.min(MAX_RETENTION_BATCH));
+        let batch = limit(limit_to.min(MAX_ROWS_PER_STATEMENT));
         self.execute(DELETE_OUTBOX, &[&unix_millis(before), &batch])
             .await
     }

@@ -8,7 +8,7 @@ use super::keys::{
     DLQ_RESUBMIT_WINDOW_SECS, RETENTION_BATCH, RETENTION_INTERVAL_SECS, RETENTION_SECS,
 };
 use super::reader::{Reader, to_usize};
-use crate::ports::MAX_RETENTION_BATCH;
+use crate::ports::MAX_ROWS_PER_STATEMENT;
 use crate::retention::RetentionConfig;
 use crate::worker::{DEFAULT_RESUBMIT_WINDOW, ReplayHorizon};
 
@@ -37,7 +37,7 @@ impl RetentionSection {
             file.dlq_resubmit_window_secs,
             0..=u64::MAX,
         );
-        let max_batch = MAX_RETENTION_BATCH as u64;
+        let max_batch = MAX_ROWS_PER_STATEMENT as u64;
         let batch_size = r.number(RETENTION_BATCH, file.batch_size, 1..=max_batch);
         let interval = r.number(RETENTION_INTERVAL_SECS, file.interval_secs, 1..=86_400);
         let horizon = horizon(entity, retry_span, dlq_window);
