@@ -243,8 +243,8 @@ async fn linger_for_more<D>(
                 Some(next) => batch.push(next),
                 None => break,
             },
-            // Only this loop takes handling slots, so nothing else waits for the one that
-            // freed: it is given straight back (dropped) for the next batch.
+            // Only the batcher takes handling slots, one batch at a time, so nothing else waits
+            // for the one that freed: it is given straight back (dropped) for the next batch.
             _freed = handling.acquire() => break,
             () = tokio::time::sleep_until(closes) => break,
         }
