@@ -140,7 +140,7 @@ param maxProcessingSecs int = 300
 @maxValue(1000)
 param batchSize int = 1
 
-@description('Milliseconds a batch waits for more deliveries after its first.')
+@description('Milliseconds a batch waits for more deliveries after its first, only while every other slot runs a batch.')
 @minValue(0)
 @maxValue(10000)
 param batchLingerMs int = 5

@@ -2,9 +2,14 @@
 //! database transaction, each inside its own savepoint, then one commit and every settlement.
 //!
 //! # Algorithm
-//! 1. A batch closes when it holds `batch_size` deliveries or `batch_linger` after its first
-//!    arrived, and starts once one of `concurrency` slots is free. Every lock is kept from
-//!    receipt until that delivery's settlement is answered.
+//! 1. A batch takes one of `concurrency` handling slots, then its first delivery and what is
+//!    queued behind it, up to `batch_size`. While another slot is free it starts at once: the
+//!    database has room, and a delivery arriving later starts in that slot. Only a batch holding
+//!    the last free slot lingers for more, until it holds `batch_size`, `batch_linger` passed
+//!    since its first delivery, or another slot frees (PostgreSQL's group commit has the rule:
+//!    `commit_delay` waits only while `commit_siblings` transactions are active). Under a
+//!    backlog a batch's worth is already queued, so every batch starts full at once. Every
+//!    lock is kept from receipt until that delivery's settlement is answered.
 //! 2. Envelope and decode failures are dead-lettered without touching the transaction.
 //! 3. One transaction; for each delivery in turn: `SAVEPOINT`, inbox row, handler. On success
 //!    the savepoint is released ([`Tx::release`]; PostgreSQL and SQLite fold the `RELEASE` into
@@ -57,13 +62,15 @@
 //!
 //! # What batching trades
 //! One commit (and its log flush) serves the whole batch, which is where the throughput comes
-//! from. In exchange a delivery waits up to the linger and then for the batch's other handlers
-//! before it is committed and settled; one commit failure re-runs every undecided delivery of
+//! from. In exchange a delivery waits for the batch's other handlers before it is committed and
+//! settled, and, only while every other slot runs a batch, up to the linger before its batch
+//! starts (with a slot free it never lingers, so at low rates a batch is what was queued, often
+//! one delivery, and costs no latency); one commit failure re-runs every undecided delivery of
 //! the batch one by one (a systemic one abandons them all, and each delivery attempt counts
-//! against the entity's max delivery count); the locks a batch
-//! takes are held until its commit, so hot rows serialise longer; and a lost lock of an early
-//! delivery re-runs the handlers after it. A lost lock does not cancel a running handler (the
-//! shared transaction cannot be dropped for one delivery): the fence removes it before commit.
+//! against the entity's max delivery count); the locks a batch takes are held until its commit,
+//! so hot rows serialise longer; and a lost lock of an early delivery re-runs the handlers after
+//! it. A lost lock does not cancel a running handler (the shared transaction cannot be dropped
+//! for one delivery): the fence removes it before commit.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -140,9 +147,9 @@ where
     result
 }
 
-/// Forms batches from `incoming` (the first delivery, then more until the batch is full or the
-/// linger has passed), each once a handling slot is free, and runs each in its own task. On
-/// shutdown, deliveries not started are given back.
+/// Forms batches from `incoming` (the first delivery and what is queued behind it, lingering
+/// for more only in the last free handling slot: [`next_batch`]), each once a handling slot is
+/// free, and runs each in its own task. On shutdown, deliveries not started are given back.
 async fn batches<R, S, H>(
     inner: Arc<Inner<R, S, H>>,
     mut incoming: mpsc::UnboundedReceiver<Queued<R::Delivery>>,
@@ -179,8 +186,10 @@ async fn batches<R, S, H>(
     }
 }
 
-/// Takes a handling slot, then the batch's first delivery, then more until it holds `size` or
-/// `linger` passed since the first. `None` once stopping, or when the queue closed.
+/// Takes a handling slot, then the batch's first delivery and whatever is queued behind it (up
+/// to `size`). Only when that slot was the last free one does the batch linger for more: until
+/// it holds `size`, `linger` passed since the first, or another slot frees. `None` once
+/// stopping, or when the queue closed.
 async fn next_batch<D>(
     handling: &Arc<Semaphore>,
     incoming: &mut mpsc::UnboundedReceiver<Queued<D>>,
@@ -200,6 +209,33 @@ async fn next_batch<D>(
         first = incoming.recv() => first,
     }?;
     let mut batch = vec![first];
+    while batch.len() < size {
+        match incoming.try_recv() {
+            Ok(next) => batch.push(next),
+            Err(_) => break,
+        }
+    }
+    // Group commit's rule (PostgreSQL's `commit_delay` waits only with `commit_siblings`
+    // transactions active): while another slot is free the database has room, and a delivery
+    // arriving later starts there at once, so waiting here would only delay this batch. With
+    // every other slot busy, what arrives would wait for a slot anyway: better in this commit.
+    if batch.len() < size && handling.available_permits() == 0 {
+        linger_for_more(handling, incoming, &mut batch, size, linger).await;
+    }
+    Some((permit, batch))
+}
+
+/// Adds to `batch` what arrives until it holds `size`, `linger` passed, or another handling
+/// slot frees. The last is checked all along, not only when the linger began: the rule holds
+/// for the whole wait, and once a slot frees the next delivery can start there at once, so
+/// lingering further would delay this batch for nothing (one more `select!` arm, no state).
+async fn linger_for_more<D>(
+    handling: &Semaphore,
+    incoming: &mut mpsc::UnboundedReceiver<Queued<D>>,
+    batch: &mut Vec<Queued<D>>,
+    size: usize,
+    linger: Duration,
+) {
     let closes = Instant::now() + linger;
     while batch.len() < size {
         tokio::select! {
@@ -207,10 +243,12 @@ async fn next_batch<D>(
                 Some(next) => batch.push(next),
                 None => break,
             },
+            // Only the batcher takes handling slots, one batch at a time, so nothing else waits
+            // for the one that freed: it is given straight back (dropped) for the next batch.
+            _freed = handling.acquire() => break,
             () = tokio::time::sleep_until(closes) => break,
         }
     }
-    Some((permit, batch))
 }
 
 /// Gives back the members the kill switch paused while the batch formed (what has not started

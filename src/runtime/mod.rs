@@ -148,7 +148,9 @@ pub struct RuntimeConfig {
     /// whole batch; see the `batch` module for what batching trades.
     pub batch_size: usize,
     /// How long a batch waits for more deliveries after its first before it starts with what it
-    /// has (`runtime.batch_linger_ms`).
+    /// has (`runtime.batch_linger_ms`), and only when it holds the last free handling slot
+    /// (every other slot runs a batch); with a slot free it starts at once with what is queued.
+    /// It stops waiting early once full or once another slot frees.
     pub batch_linger: Duration,
     /// The kill switch: pause deliveries while the store fails for every message alike
     /// (`runtime.circuit.*`); see [`Circuit`].
@@ -268,7 +270,8 @@ impl RuntimeConfig {
 }
 
 /// The default [`RuntimeConfig::batch_linger`]: short against a transaction's round trips, long
-/// enough for a prefetched burst to fill a batch.
+/// enough for a prefetched burst to fill a batch. Spent only while every other handling slot
+/// runs a batch, so it adds no latency to a runtime with room.
 pub const DEFAULT_BATCH_LINGER: Duration = Duration::from_millis(5);
 
 /// How often the `sb_inbox::pipeline` debug trace reports the phases.

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use sb_inbox::runtime::LAST_ERROR_PROPERTY;
@@ -14,10 +14,11 @@ use sb_inbox::{
     Receiver, Runtime, Savepoint, SettleError, Store, StoreError, StoreTx,
 };
 use sb_inbox_cli::inventory::{InventoryStore, OrderPlacedConsumer};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::support::handlers::{Flaky, Noop, Slow};
-use crate::support::orders::{order_with_lines, two_line_order};
+use crate::support::orders::{order, order_with_lines, two_line_order};
 use crate::support::runtime::{BATCH, batched, on_test_clock, outcomes, ready_deliveries};
 use crate::support::{Count, inventory_totals, pg_store, sqlite_store};
 
@@ -857,5 +858,216 @@ async fn the_batched_phase_trace_has_the_queue_the_transaction_and_the_settlemen
     assert!(
         worked["transaction_ms"] >= 20.0,
         "four handlers of 5 ms in each batch's transaction: {worked:?}"
+    );
+}
+
+/// Counts the transactions begun, so that a handler can tell which transaction it runs in.
+#[derive(Debug, Clone)]
+struct Begins<S> {
+    inner: S,
+    count: Arc<AtomicUsize>,
+}
+
+impl<S: Store> Store for Begins<S> {
+    type Tx = S::Tx;
+
+    async fn begin(&self) -> Result<S::Tx, StoreError> {
+        let tx = self.inner.begin().await?;
+        self.count.fetch_add(1, Ordering::SeqCst);
+        Ok(tx)
+    }
+}
+
+/// Records, for each delivery, its message id, the transaction it ran in (the `begin`s so far:
+/// SQLite runs one transaction at a time) and when its handler started. A message whose id
+/// starts with `held` signals `started` and keeps its handling slot until `open`.
+struct Recorder<H> {
+    inner: H,
+    begins: Arc<AtomicUsize>,
+    ran: std::sync::Mutex<Vec<(String, usize, tokio::time::Instant)>>,
+    started: Arc<Notify>,
+    open: Arc<Notify>,
+}
+
+impl<H> Recorder<H> {
+    /// The transaction each message ran in, by message id.
+    fn transactions(&self) -> BTreeMap<String, usize> {
+        let ran = self.ran.lock().unwrap();
+        ran.iter().map(|(id, tx, _)| (id.clone(), *tx)).collect()
+    }
+
+    /// When the handler of `id` started.
+    fn started_at(&self, id: &str) -> tokio::time::Instant {
+        let ran = self.ran.lock().unwrap();
+        ran.iter().find(|(ran, ..)| ran == id).expect("handled").2
+    }
+}
+
+crate::support::handlers::wrapper_handler!(Recorder, inner, |self, ctx, tx| {
+    let id = ctx.message.message_id.clone().unwrap_or_default();
+    let begins = self.begins.load(Ordering::SeqCst);
+    let now = tokio::time::Instant::now();
+    self.ran.lock().unwrap().push((id.clone(), begins, now));
+    let handled = self.inner.handle(ctx, tx).await?;
+    if id.starts_with("held") {
+        self.started.notify_one();
+        self.open.notified().await;
+    }
+    Ok(handled)
+});
+
+type LingeringRuntime = Runtime<MemoryReceiver, Begins<sb_inbox::SqliteStore>, Recorder<Noop>>;
+
+/// A batched runtime on the test's clock with two handling slots and `linger`, over an
+/// in-memory SQLite store whose transactions the handler can tell apart; the runtime runs in
+/// its own task until the token is cancelled.
+struct Lingering {
+    broker: MemoryBroker,
+    runtime: Arc<LingeringRuntime>,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), sb_inbox::RuntimeError>>,
+    started: Arc<Notify>,
+    open: Arc<Notify>,
+}
+
+impl Lingering {
+    /// Sends `queued` before the runtime starts, so that they are a backlog.
+    async fn start(batch: usize, linger: Duration, queued: &[&str]) -> Self {
+        let count = Arc::new(AtomicUsize::new(0));
+        let store = Begins {
+            inner: sqlite_store("rt_batch_linger", 1).await,
+            count: count.clone(),
+        };
+        let broker = MemoryBroker::with_options(Clock::new(), Duration::from_secs(60), 10);
+        for id in queued {
+            broker.send(order(id, id));
+        }
+        let (started, open) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let handler = Recorder {
+            inner: Noop::new(),
+            begins: count,
+            ran: std::sync::Mutex::default(),
+            started: started.clone(),
+            open: open.clone(),
+        };
+        let mut config = batched(INVENTORY, batch);
+        config.concurrency = 2;
+        config.batch_linger = linger;
+        let runtime = Arc::new(on_test_clock(&broker, &store, handler, config));
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn({
+            let (runtime, shutdown) = (runtime.clone(), shutdown.clone());
+            async move { runtime.run(shutdown).await }
+        });
+        Lingering {
+            broker,
+            runtime,
+            shutdown,
+            task,
+            started,
+            open,
+        }
+    }
+
+    /// Sends `held`, whose handler then keeps one of the two slots, and returns once it does.
+    async fn hold_a_slot(&self) {
+        self.broker.send(order("held", "held"));
+        self.started.notified().await;
+    }
+
+    /// Lets everything finish, stops the runtime and returns the recorder.
+    async fn finish(self) -> Arc<LingeringRuntime> {
+        self.broker.wait_idle().await;
+        self.shutdown.cancel();
+        self.task.await.unwrap().unwrap();
+        let counts = self.broker.counts();
+        assert_eq!(counts.completed, counts.sent, "{counts:?}");
+        self.runtime
+    }
+}
+
+/// Issue 42: a batch lingers only when the database is busy. With the other handling slot free
+/// a lone delivery's batch starts at once (the linger, an hour here, is never spent); before, it
+/// always waited the whole linger, which at half rate made batched p99 miss by the linger.
+#[tokio::test(start_paused = true)]
+async fn with_a_slot_free_a_batch_starts_without_lingering() {
+    let linger = Duration::from_secs(3600);
+    let lingering = Lingering::start(BATCH, linger, &[]).await;
+    let sent = tokio::time::Instant::now();
+    lingering.broker.send(order("m-1", "o-1"));
+    let runtime = lingering.finish().await;
+    let waited = runtime.handler().started_at("m-1") - sent;
+    assert!(waited < linger, "handled {waited:?} after it was sent");
+}
+
+/// With every other slot busy (its handler held) a batch lingers: the deliveries that arrive
+/// within the linger join it and run in its one transaction.
+#[tokio::test(start_paused = true)]
+async fn with_every_other_slot_busy_a_batch_gathers_what_arrives_within_the_linger() {
+    let linger = Duration::from_secs(1);
+    let lingering = Lingering::start(BATCH, linger, &[]).await;
+    lingering.hold_a_slot().await;
+    let first = tokio::time::Instant::now();
+    lingering.broker.send(order("m-1", "o-1"));
+    tokio::time::sleep(linger / 2).await;
+    lingering.broker.send(order("m-2", "o-2"));
+    lingering.broker.send(order("m-3", "o-3"));
+    tokio::time::sleep(linger).await;
+    lingering.open.notify_one();
+    let runtime = lingering.finish().await;
+    let recorder = runtime.handler();
+    let transactions = recorder.transactions();
+    assert_eq!(
+        transactions.values().copied().collect::<Vec<_>>(),
+        [1, 2, 2, 2],
+        "held, then m-1 to m-3 in one transaction: {transactions:?}"
+    );
+    assert!(recorder.started_at("m-1") - first >= linger);
+}
+
+/// A lingering batch stops waiting once another slot frees: from then on a later delivery can
+/// start there at once, so the batch starts with what it has. Before, it waited the whole
+/// linger and took the later delivery in.
+#[tokio::test(start_paused = true)]
+async fn a_lingering_batch_starts_once_another_slot_frees() {
+    let linger = Duration::from_secs(1);
+    let lingering = Lingering::start(BATCH, linger, &[]).await;
+    lingering.hold_a_slot().await;
+    let first = tokio::time::Instant::now();
+    lingering.broker.send(order("m-1", "o-1"));
+    tokio::time::sleep(linger / 4).await;
+    lingering.open.notify_one();
+    tokio::time::sleep(linger / 4).await;
+    lingering.broker.send(order("m-2", "o-2"));
+    let runtime = lingering.finish().await;
+    let recorder = runtime.handler();
+    let transactions = recorder.transactions();
+    assert_eq!(
+        transactions.values().copied().collect::<Vec<_>>(),
+        [1, 2, 3],
+        "held, m-1, m-2 each in its own transaction: {transactions:?}"
+    );
+    assert_eq!(recorder.started_at("m-1") - first, linger / 4);
+}
+
+/// Under a backlog nothing changes: batches start full at once, even with a slot free (12
+/// queued in batches of 4: three transactions, none waiting the linger).
+#[tokio::test(start_paused = true)]
+async fn a_backlog_still_forms_full_batches() {
+    let linger = Duration::from_secs(3600);
+    let ids: Vec<String> = (1..=12).map(|n| format!("m-{n:02}")).collect();
+    let queued: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let started = tokio::time::Instant::now();
+    let lingering = Lingering::start(4, linger, &queued).await;
+    let runtime = lingering.finish().await;
+    assert!(started.elapsed() < linger, "{:?}", started.elapsed());
+    let mut sizes = BTreeMap::<usize, usize>::new();
+    for tx in runtime.handler().transactions().into_values() {
+        *sizes.entry(tx).or_default() += 1;
+    }
+    assert_eq!(
+        sizes.into_values().collect::<Vec<_>>(),
+        [4, 4, 4],
+        "three full batches"
     );
 }

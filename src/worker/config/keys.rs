@@ -130,7 +130,7 @@ pub(super) const BATCH_SIZE: Key = Key::new(
 pub(super) const BATCH_LINGER_MS: Key = Key::new(
     "SB_INBOX_BATCH_LINGER_MS",
     "runtime.batch_linger_ms",
-    "how long a batch waits for more deliveries after its first (default 5)",
+    "how long a batch waits for more deliveries after its first, only while every other slot runs a batch (default 5)",
 );
 pub(super) const SERVER_BUSY_WAIT_MS: Key = Key::new(
     "SB_INBOX_SERVICEBUS_SERVER_BUSY_WAIT_MS",
