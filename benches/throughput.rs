@@ -34,8 +34,10 @@
 //! Each row also gives the emulator's CPU per message (it shares the cores with the worker and
 //! PostgreSQL). `--steady` adds, per row, p50/p99 enqueue → commit at half the rate just
 //! measured: orders sent at a steady rate to an idle worker (no backlog), enqueue being the
-//! bench's send and commit the inbox row's `processed_at`. The worker first runs 2 s at that
-//! rate (not measured) and idles 2 s, past the receive window's peak hold: the orders measured
+//! bench's send and commit the inbox row's `processed_at`; beside them, the p99 of the bench's
+//! own sends answered in the same phase (a round trip to the same emulator: the lab's floor, the
+//! machine's stalls included, for the worker's tail to be read against). The worker first runs
+//! 2 s at that rate (not measured) and idles 2 s, past the receive window's peak hold: the orders measured
 //! find it as resumed traffic finds a running worker, not as a process just started. `--trace` has the worker log the
 //! runtime's phase trace (`RUST_LOG=sb_inbox::pipeline=debug`: receive wait, slot wait, queued,
 //! transaction, settlement, mean deliveries held and busy) to stderr every 2 s. The load
@@ -622,7 +624,7 @@ async fn worker(binary: &str, run: WorkerRun, count: usize) -> Measured {
 /// row's `processed_at` (PostgreSQL's `now()`: the transaction's start, so the commit's own
 /// round trip is not in it); enqueue is the moment the bench hands the order to its sender.
 /// The first 10 % are left out (warm-up).
-async fn steady(binary: &str, run: WorkerRun, rate: f64, secs: u64) -> (f64, f64) {
+async fn steady(binary: &str, run: WorkerRun, rate: f64, secs: u64) -> (f64, f64, f64) {
     use std::time::SystemTime;
     let emulator = EmulatorProcess::start(run.rtt_ms);
     let schema = format!("bench_tp_steady_{}", std::process::id());
@@ -675,7 +677,7 @@ async fn steady(binary: &str, run: WorkerRun, rate: f64, secs: u64) -> (f64, f64
     let warmed = i64::try_from(warm).unwrap() + 1;
     committed(warmed).await;
     tokio::time::sleep(STEADY_IDLE_GAP).await;
-    let (sent, mut acks): (Vec<SystemTime>, Vec<f64>) =
+    let (sent, acks): (Vec<SystemTime>, Vec<f64>) =
         send_paced(&sender, &mut rng, run.workload, rate, 0..count)
             .await
             .into_iter()
@@ -704,10 +706,13 @@ async fn steady(binary: &str, run: WorkerRun, rate: f64, secs: u64) -> (f64, f64
         .collect();
     in_order.sort_by_key(|(i, _)| *i);
     let mut latencies: Vec<f64> = in_order.into_iter().map(|(_, ms)| ms).collect();
+    // The lab's own floor beside the worker's tail: the bench's sends to the same emulator
+    // (answered a round trip later when all is well) share the machine's stalls. The same
+    // first tenth is left out.
+    let mut acks = acks[(count / 10).min(acks.len())..].to_vec();
+    acks.sort_by(f64::total_cmp);
     if run.trace {
-        // Where the tail lies: the bench's own sends (answered a round trip later when all
-        // is well), and the latencies of each tenth of the run in order.
-        acks.sort_by(f64::total_cmp);
+        // Where the tail lies: the latencies of each tenth of the run in order.
         let tenths: Vec<String> = latencies
             .chunks(latencies.len().div_ceil(10).max(1))
             .map(|tenth| format!("{:.0}", tenth.iter().copied().fold(0.0, f64::max)))
@@ -725,7 +730,7 @@ async fn steady(binary: &str, run: WorkerRun, rate: f64, secs: u64) -> (f64, f64
     let _ = child.kill();
     let _ = child.wait();
     drop_schema(&schema).await;
-    (at(0.5), at(0.99))
+    (at(0.5), at(0.99), quantile(&acks, 0.99))
 }
 
 /// How long the steady phase runs its worker at the steady rate before the orders measured.
@@ -778,9 +783,9 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     println!("load: {}", load_average());
     println!(
-        "| workload | concurrency | pgbench tx/s | batch | RTT ms | sb-inbox msg/s | sb-inbox / ceiling | / local (RTT 0) | / min(local, concurrency ÷ RTT) | worker CPU ms/msg | emulator CPU ms/msg | worker peak RSS MiB | p50 / p99 ms at half rate |"
+        "| workload | concurrency | pgbench tx/s | batch | RTT ms | sb-inbox msg/s | sb-inbox / ceiling | / local (RTT 0) | / min(local, concurrency ÷ RTT) | worker CPU ms/msg | emulator CPU ms/msg | worker peak RSS MiB | p50 / p99 ms at half rate | the bench's sends answered, p99 ms |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for workload in &options.workloads {
         for &concurrency in &options.concurrency {
             let ceiling = rt.block_on(pgbench(*workload, concurrency, options.secs));
@@ -817,15 +822,15 @@ fn main() {
                         None => ("—".to_owned(), "—".to_owned()),
                     };
                     let latency = if options.steady {
-                        let (p50, p99) = rt.block_on(steady(
+                        let (p50, p99, sends_p99) = rt.block_on(steady(
                             binary,
                             run(rtt),
                             measured.rate / 2.0,
                             options.secs,
                         ));
-                        format!("{p50:.1} / {p99:.1}")
+                        format!("{p50:.1} / {p99:.1} | {sends_p99:.1}")
                     } else {
-                        "—".to_owned()
+                        "— | —".to_owned()
                     };
                     println!(
                         "| {} ({} SKUs){label} | {concurrency} | {ceiling:.0} | {batch} | {rtt} | {:.0}{} | {:.2} | {of_local} | {of_bound} | {:.2} | {:.2} | {:.0} | {latency} |",
