@@ -392,6 +392,20 @@ struct InFlight {
     ids: Mutex<Vec<String>>,
 }
 
+impl InFlight {
+    /// The most sends that were in flight at once.
+    fn peak(&self) -> usize {
+        self.peak.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The message ids published, sorted.
+    fn published(&self) -> Vec<String> {
+        let mut published = self.ids.lock().unwrap().clone();
+        published.sort();
+        published
+    }
+}
+
 impl Sender for InFlight {
     async fn send(
         &self,
@@ -432,13 +446,9 @@ async fn sends_overlap_up_to_max_in_flight_and_publish_each_row_once_under_its_i
             .unwrap()
             .marked;
     }
-    let peak = relay
-        .publisher()
-        .peak
-        .load(std::sync::atomic::Ordering::SeqCst);
+    let peak = relay.publisher().peak();
     assert_eq!(peak, 16, "sends in flight at once");
-    let mut published = relay.publisher().ids.lock().unwrap().clone();
-    published.sort();
+    let published = relay.publisher().published();
     let mut expected = ids;
     expected.sort();
     assert_eq!(published, expected, "each row once, under its own id");
@@ -463,17 +473,13 @@ async fn run_claims_grow_past_the_batch_with_the_window_of_a_distant_broker() {
         Clock::new(),
     );
     let relay = run_until_marked(relay, 3000).await;
-    let peak = relay
-        .publisher()
-        .peak
-        .load(std::sync::atomic::Ordering::SeqCst);
+    let peak = relay.publisher().peak();
     assert!(
         peak > 100,
         "sends in flight at once: {peak}, capped by claims of the batch size"
     );
     assert!(peak <= 1000, "within max_in_flight: {peak}");
-    let mut published = relay.publisher().ids.lock().unwrap().clone();
-    published.sort();
+    let published = relay.publisher().published();
     let mut expected = ids;
     expected.sort();
     assert_eq!(published, expected, "each row once, under its own id");
@@ -760,8 +766,7 @@ async fn one_unreadable_row_among_200_is_quarantined_and_the_rest_published() {
     for _ in 0..5 {
         relay.relay_once(&stop).await.unwrap();
     }
-    let mut published = relay.publisher().ids.lock().unwrap().clone();
-    published.sort();
+    let published = relay.publisher().published();
     let mut expected: Vec<String> = ids.iter().filter(|id| **id != ids[99]).cloned().collect();
     expected.sort();
     assert_eq!(published, expected, "199 published, each once");

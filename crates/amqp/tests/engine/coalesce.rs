@@ -8,15 +8,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use sb_amqp::performative::{Attach, Flow, Performative, Transfer};
-use sb_amqp::types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
-use sb_amqp::types::messaging::{Source, Target, TargetArchetype};
+use sb_amqp::performative::{Flow, Performative};
+use sb_amqp::types::definitions::{Handle, ReceiverSettleMode};
 use sb_amqp::{
     ConnectionEvent, Frame, FrameBody, LinkAnswer, Outcome, ServerOptions, frame, serve_io,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
 
-use crate::raw_peer::{begin, next, open, transfer};
+use crate::raw_peer::{begin, next, open, sender_attach, transfer, transfer_on};
 use crate::support::{data_message, spawn_server};
 
 /// A stream that counts the writes that moved bytes.
@@ -80,25 +79,7 @@ fn echo_flow() -> Frame {
 /// A transfer on a handle no link holds: dropped, but it spends the session's window, so the
 /// next echoed `flow` shows it passed (`next-incoming-id` one further).
 fn stray_transfer(id: u32, payload: Bytes) -> Frame {
-    Frame {
-        channel: 0,
-        body: FrameBody::Amqp(
-            Box::new(Performative::Transfer(Transfer {
-                handle: Handle(7),
-                delivery_id: Some(id),
-                delivery_tag: Some(vec![0].into()),
-                message_format: Some(0),
-                settled: Some(true),
-                more: false,
-                rcv_settle_mode: None,
-                state: None,
-                resume: false,
-                aborted: false,
-                batchable: false,
-            })),
-            payload,
-        ),
-    }
+    transfer_on(Handle(7), id, vec![0], true, payload)
 }
 
 /// The next performative on a raw stream, skipping heartbeats.
@@ -240,7 +221,7 @@ async fn settlements_asked_for_together_leave_as_one_disposition() {
     f.write_frame(&Frame::amqp(0, begin(None, 100)))
         .await
         .unwrap();
-    f.write_frame(&Frame::amqp(0, sender_attach()))
+    f.write_frame(&Frame::amqp(0, sender_attach("together", "q1")))
         .await
         .unwrap();
     assert_eq!(f.read_header().await.unwrap().unwrap(), frame::AMQP_HEADER);
@@ -259,27 +240,4 @@ async fn settlements_asked_for_together_leave_as_one_disposition() {
     };
     assert!(d.settled);
     assert_eq!((d.first, d.last.unwrap_or(d.first)), (0, 1), "{d:?}");
-}
-
-/// An unsettled sender on handle 0 whose deliveries the receiver settles first.
-fn sender_attach() -> Attach {
-    Attach {
-        name: "together".into(),
-        handle: Handle(0),
-        role: Role::Sender,
-        snd_settle_mode: SenderSettleMode::Unsettled,
-        rcv_settle_mode: ReceiverSettleMode::First,
-        source: Some(Box::new(Source::default())),
-        target: Some(Box::new(TargetArchetype::Target(Target {
-            address: Some("q1".into()),
-            ..Default::default()
-        }))),
-        unsettled: None,
-        incomplete_unsettled: false,
-        initial_delivery_count: Some(0),
-        max_message_size: None,
-        offered_capabilities: None,
-        desired_capabilities: None,
-        properties: None,
-    }
 }

@@ -3,12 +3,12 @@
 
 use bytes::Bytes;
 use sb_amqp::performative::{Attach, Begin, Performative};
-use sb_amqp::types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
-use sb_amqp::types::messaging::{DeliveryState, Source, Target, TargetArchetype};
+use sb_amqp::types::definitions::{Handle, ReceiverSettleMode, Role};
+use sb_amqp::types::messaging::DeliveryState;
 use sb_amqp::{ConnectionEvent, Frame, FramedIo, LinkAnswer, ServerOptions, condition, frame};
 use tokio::sync::mpsc;
 
-use crate::raw_peer::{next, open, transfer};
+use crate::raw_peer::{next, open, sender_attach, transfer};
 use crate::support::{body_bytes, data_message, spawn_server};
 
 #[tokio::test]
@@ -57,23 +57,9 @@ async fn pipelined_client_and_oversize_refusal() {
     };
     f.write_frame(&Frame::amqp(0, begin)).await.unwrap();
     let attach = Attach {
-        name: "raw-sender".into(),
-        handle: Handle(0),
-        role: Role::Sender,
-        snd_settle_mode: SenderSettleMode::Unsettled,
         rcv_settle_mode: ReceiverSettleMode::Second,
-        source: Some(Box::new(Source::default())),
-        target: Some(Box::new(TargetArchetype::Target(Target {
-            address: Some("q1".into()),
-            ..Default::default()
-        }))),
-        unsettled: None,
-        incomplete_unsettled: false,
         initial_delivery_count: Some(5),
-        max_message_size: None,
-        offered_capabilities: None,
-        desired_capabilities: None,
-        properties: None,
+        ..sender_attach("raw-sender", "q1")
     };
     f.write_frame(&Frame::amqp(0, attach.clone()))
         .await
@@ -145,25 +131,11 @@ async fn pipelined_client_and_oversize_refusal() {
 }
 
 /// A sender link named `name` on `handle`, initial delivery count 5 (as the test above).
-fn sender_attach(name: &str, handle: u32) -> Attach {
+fn sender_on(name: &str, handle: u32) -> Attach {
     Attach {
-        name: name.into(),
         handle: Handle(handle),
-        role: Role::Sender,
-        snd_settle_mode: SenderSettleMode::Unsettled,
-        rcv_settle_mode: ReceiverSettleMode::First,
-        source: Some(Box::new(Source::default())),
-        target: Some(Box::new(TargetArchetype::Target(Target {
-            address: Some("q1".into()),
-            ..Default::default()
-        }))),
-        unsettled: None,
-        incomplete_unsettled: false,
         initial_delivery_count: Some(5),
-        max_message_size: None,
-        offered_capabilities: None,
-        desired_capabilities: None,
-        properties: None,
+        ..sender_attach(name, "q1")
     }
 }
 
@@ -227,7 +199,7 @@ async fn unfinished_deliveries_are_bounded_across_links() {
     assert_eq!(f.read_header().await.unwrap().unwrap(), frame::AMQP_HEADER);
     let mut theirs = Vec::new();
     for (name, handle) in [("a", 0), ("b", 1)] {
-        f.write_frame(&Frame::amqp(0, sender_attach(name, handle)))
+        f.write_frame(&Frame::amqp(0, sender_on(name, handle)))
             .await
             .unwrap();
         loop {
@@ -304,7 +276,7 @@ async fn transfers_before_the_attach_is_answered_are_not_held() {
         properties: None,
     };
     f.write_frame(&Frame::amqp(0, begin.clone())).await.unwrap();
-    f.write_frame(&Frame::amqp(0, sender_attach("early", 0)))
+    f.write_frame(&Frame::amqp(0, sender_on("early", 0)))
         .await
         .unwrap();
     // 8 MB of one unfinished delivery, far past the 100 kB bound the answer will carry.

@@ -1,9 +1,11 @@
-//! Building blocks of the scripted raw-frame peers (`raw`, `settlement`): the next
-//! performative read, a plain `open`, an unsettled single-frame `transfer`.
+//! Building blocks of the scripted raw-frame peers (`raw`, `settlement`, `coalesce`): the next
+//! performative read, a plain `open` and `begin`, single-frame transfers, a sending link's
+//! `attach`.
 
 use bytes::Bytes;
-use sb_amqp::performative::{Begin, Open, Performative, Transfer};
-use sb_amqp::types::definitions::Handle;
+use sb_amqp::performative::{Attach, Begin, Open, Performative, Transfer};
+use sb_amqp::types::definitions::{Handle, ReceiverSettleMode, Role, SenderSettleMode};
+use sb_amqp::types::messaging::{Source, Target, TargetArchetype};
 use sb_amqp::types::performatives::{ChannelMax, MaxFrameSize};
 use sb_amqp::{Frame, FrameBody, FramedIo};
 
@@ -51,15 +53,26 @@ pub(crate) fn begin(remote_channel: Option<u16>, window: u32) -> Begin {
 
 /// Delivery `id` on channel 0, handle 0, tagged `tag`: unsettled, in one frame.
 pub(crate) fn transfer(id: u32, tag: Vec<u8>, payload: Bytes) -> Frame {
+    transfer_on(Handle(0), id, tag, false, payload)
+}
+
+/// Delivery `id` on channel 0 and `handle`, tagged `tag`, in one frame.
+pub(crate) fn transfer_on(
+    handle: Handle,
+    id: u32,
+    tag: Vec<u8>,
+    settled: bool,
+    payload: Bytes,
+) -> Frame {
     Frame {
         channel: 0,
         body: FrameBody::Amqp(
             Box::new(Performative::Transfer(Transfer {
-                handle: Handle(0),
+                handle,
                 delivery_id: Some(id),
                 delivery_tag: Some(tag.into()),
                 message_format: Some(0),
-                settled: Some(false),
+                settled: Some(settled),
                 more: false,
                 rcv_settle_mode: None,
                 state: None,
@@ -69,5 +82,29 @@ pub(crate) fn transfer(id: u32, tag: Vec<u8>, payload: Bytes) -> Frame {
             })),
             payload,
         ),
+    }
+}
+
+/// An unsettled sending link `name` on handle 0 to `address`, the receiver settling first,
+/// its delivery count from 0 (callers change what their test needs).
+pub(crate) fn sender_attach(name: &str, address: &str) -> Attach {
+    Attach {
+        name: name.into(),
+        handle: Handle(0),
+        role: Role::Sender,
+        snd_settle_mode: SenderSettleMode::Unsettled,
+        rcv_settle_mode: ReceiverSettleMode::First,
+        source: Some(Box::new(Source::default())),
+        target: Some(Box::new(TargetArchetype::Target(Target {
+            address: Some(address.into()),
+            ..Default::default()
+        }))),
+        unsettled: None,
+        incomplete_unsettled: false,
+        initial_delivery_count: Some(0),
+        max_message_size: None,
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
     }
 }
