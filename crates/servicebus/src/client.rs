@@ -568,6 +568,18 @@ impl ServiceBusClient {
         entity: &str,
         request: super::management::Request,
     ) -> Result<AnyMessage, ServiceBusError> {
+        // Boxed: a request's state (authorization, the request link's exchange) is about 7 KiB,
+        // and every future that may fall back to `$management` would carry it inline: a
+        // delivery's settlement and its lock renewal, held for each delivery in flight although
+        // they almost always settle on the link (issue 42).
+        Box::pin(self.management_unboxed(entity, request)).await
+    }
+
+    async fn management_unboxed(
+        &self,
+        entity: &str,
+        request: super::management::Request,
+    ) -> Result<AnyMessage, ServiceBusError> {
         let node = management_node(entity);
         let request = request.into_message();
         let conn = self.connection().await?;
@@ -692,6 +704,27 @@ mod tests {
             Duration::from_secs(45)
         );
         assert_eq!(refresh_delay(Duration::ZERO), Duration::from_secs(1));
+    }
+
+    /// A settlement or a lock renewal may fall back to `$management`, and each delivery in
+    /// flight holds its settlement's future: the request's own state must be allocated when a
+    /// request is made, not carried inline by every such future. Before, a request future took
+    /// 7 KiB (release build), a delivery's `complete()` 8.7 KiB.
+    #[test]
+    fn a_management_request_holds_its_state_apart() {
+        let cs: ConnectionString = "Endpoint=sb://127.0.0.1:5699;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true;"
+            .parse()
+            .unwrap();
+        let client = ServiceBusClient::from_connection_string(&cs);
+        let request = client.management(
+            "orders",
+            super::super::management::Request::renew_lock(uuid::Uuid::nil()),
+        );
+        let size = std::mem::size_of_val(&request);
+        assert!(
+            size < 1024,
+            "a management request's future takes {size} bytes"
+        );
     }
 
     #[test]
