@@ -290,10 +290,10 @@ impl<D: Delivery> Renewer<D> {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .clone();
-            // Boxed: a renewal's future (a management request on the client's link) is tens of
-            // kilobytes, and this task lives as long as its delivery is held; inline, every
-            // delivery in the receive window would carry it (and every spawn copy it) although
-            // most are settled before their first renewal.
+            // Boxed: a delivery's renewal may be a large future (a client's request on its
+            // management link), and this task lives as long as its delivery is held; inline,
+            // every delivery in the receive window would carry it (and every spawn copy it)
+            // although most are settled before their first renewal.
             let renewed = Box::pin(self.delivery.renew_lock().instrument(parent)).await;
             if let Some(meter) = &self.meter {
                 meter.record(match &renewed {
