@@ -718,7 +718,7 @@ mod tests {
         let client = ServiceBusClient::from_connection_string(&cs);
         let request = client.management(
             "orders",
-            super::super::management::Request::renew_lock(uuid::Uuid::nil()),
+            crate::management::Request::renew_lock(uuid::Uuid::nil()),
         );
         let size = std::mem::size_of_val(&request);
         assert!(
