@@ -473,10 +473,9 @@ where
         if config.batch_size > 1 {
             return batch::run(&self.inner, shutdown).await;
         }
-        let (held, handling, settling) = limits(config);
+        let (held, gates) = limits(config, &shutdown);
         let _probing = self.inner.probing();
         let tracker = TaskTracker::new();
-        let abort = CancellationToken::new();
         let mut backoff = receive_backoff(&config.jitter);
         let result = loop {
             let (delivery, slot) = match self
@@ -488,73 +487,63 @@ where
                 Ok(None) => break Ok(()),
                 Err(error) => break Err(error),
             };
-            let inner = self.inner.clone();
-            let (handling, settling) = (handling.clone(), settling.clone());
-            let mut slot = slot;
-            let (abort, stopping) = (abort.clone(), shutdown.clone());
             let delivery = Arc::new(delivery);
             // Kept from receipt: a delivery waiting for a handler slot must not expire there.
-            let lock = inner.processor().keeper.keep(delivery.clone());
-            let received_at = tokio::time::Instant::now();
-            tracker.spawn(async move {
-                let permit = tokio::select! {
-                    // Biased: once shutting down, nothing new starts.
-                    biased;
-                    () = stopping.cancelled() => None,
-                    // Paused by the kill switch: released, not left to wait.
-                    () = inner.circuit.opened_for(&slot.ticket) => None,
-                    // Its lock was lost while it waited: another receiver may hold it by now.
-                    () = lock.lost().cancelled() => None,
-                    // Closed only when the runtime is dropped mid-run.
-                    permits = handler_and_settlement(handling, settling) => permits,
-                };
-                // A delivery whose lock ran out while it waited is given back, never handled
-                // late: its redelivery may already be in another instance's hands.
-                let permit =
-                    permit.filter(|_| !inner.circuit.holds_back(&slot.ticket) && lock.is_held());
-                let Some((permit, settlement)) = permit else {
-                    inner.give_back_queued(&*delivery, lock).await;
-                    drop(slot);
-                    return;
-                };
-                // All three end with the transaction: the handler slot, the place held and the
-                // slot's busy time in the phase trace.
-                let freed = (permit, slot.take_permit(), inner.phases.busy());
-                inner
-                    .phases
-                    .record(phases::Phase::Queued, received_at.elapsed());
-                let report = {
-                    // The slot watch covers the settlement too (one that never returns is stuck).
-                    let _busy = inner.slots.enter();
-                    inner
-                        .processor()
-                        .run_freeing(delivery, lock, &abort, Some(freed))
-                        .await
-                };
-                inner.stats.record(&report);
-                drop((settlement, slot));
-            });
+            let lock = self.inner.processor().keeper.keep(delivery.clone());
+            let received = Received {
+                delivery,
+                lock,
+                slot,
+                at: tokio::time::Instant::now(),
+            };
+            tracker.spawn(self.inner.clone().handle_received(received, gates.clone()));
         };
-        self.inner.drain(&tracker, &abort).await;
+        self.inner.drain(&tracker, &gates.abort).await;
         result
     }
+}
+
+/// A delivery from receipt to its handler slot.
+struct Received<D> {
+    delivery: Arc<D>,
+    /// Kept from receipt.
+    lock: KeptLock,
+    /// Its place among what the runtime holds, and its kill-switch ticket.
+    slot: Slot,
+    at: tokio::time::Instant,
+}
+
+/// What a received delivery waits on before its handler runs, and what stops it.
+#[derive(Clone)]
+struct Gates {
+    handling: Arc<Semaphore>,
+    settling: Arc<Semaphore>,
+    /// Shutdown: nothing new starts.
+    stopping: CancellationToken,
+    /// The shutdown grace ran out: in-flight work rolls back and abandons.
+    abort: CancellationToken,
 }
 
 /// Settlements in flight may reach this many times what the runtime holds.
 const SETTLING_FACTOR: usize = 2;
 
-/// The receive loop's three limits: what the runtime holds, its handler slots, settlements in
-/// flight.
-fn limits(config: &RuntimeConfig) -> (Arc<Semaphore>, Arc<Semaphore>, Arc<Semaphore>) {
+/// The receive loop's limits: what the runtime holds; its handler slots and settlements in
+/// flight, with the shutdown that stops what waits on them.
+fn limits(config: &RuntimeConfig, shutdown: &CancellationToken) -> (Arc<Semaphore>, Gates) {
     let held = Arc::new(Semaphore::new(config.held()));
-    let handling = Arc::new(Semaphore::new(config.concurrency));
     // A delivery leaves what the runtime holds once its transaction ended; from its
     // handler slot to its settlement's answer it counts here instead, so that a slow
     // broker cannot pile up settlements (issue 42).
     let settling = Arc::new(Semaphore::new(
         config.held().saturating_mul(SETTLING_FACTOR),
     ));
-    (held, handling, settling)
+    let gates = Gates {
+        handling: Arc::new(Semaphore::new(config.concurrency)),
+        settling,
+        stopping: shutdown.clone(),
+        abort: CancellationToken::new(),
+    };
+    (held, gates)
 }
 
 /// The receive loop's backoff after a failed receive.
@@ -723,6 +712,59 @@ where
         stop.drop_guard()
     }
 
+    /// One received delivery: waits for a place among settlements and a handler slot, then
+    /// handles it, unless it should be given back first (shutdown, the kill switch, its lock
+    /// lost while it waited).
+    async fn handle_received<D: crate::ports::Delivery>(
+        self: Arc<Self>,
+        received: Received<D>,
+        gates: Gates,
+    ) {
+        let Received {
+            delivery,
+            lock,
+            mut slot,
+            at,
+        } = received;
+        let permit = tokio::select! {
+            // Biased: once shutting down, nothing new starts.
+            biased;
+            () = gates.stopping.cancelled() => None,
+            // Paused by the kill switch: released, not left to wait.
+            () = self.circuit.opened_for(&slot.ticket) => None,
+            // Its lock was lost while it waited: another receiver may hold it by now.
+            () = lock.lost().cancelled() => None,
+            // Closed only when the runtime is dropped mid-run.
+            permits = handler_and_settlement(gates.handling, gates.settling) => permits,
+        };
+        // A delivery whose lock ran out while it waited is given back, never handled
+        // late: its redelivery may already be in another instance's hands.
+        let permit = permit.filter(|_| !self.circuit.holds_back(&slot.ticket) && lock.is_held());
+        let Some((permit, settlement)) = permit else {
+            self.give_back_queued(&*delivery, lock).await;
+            drop(slot);
+            return;
+        };
+        // All three end with the transaction: the handler slot, the place held and the
+        // slot's busy time in the phase trace.
+        let freed = (permit, slot.take_permit(), self.phases.busy());
+        self.phases.record(phases::Phase::Queued, at.elapsed());
+        let report = {
+            // The slot watch covers the settlement too (one that never returns is stuck).
+            let _busy = self.slots.enter();
+            // Boxed when it starts: a delivery that only waits for a slot (the window holds
+            // up to twice the handler slots) carries none of the handling's state, which
+            // holds the transaction's and the settlement's (kilobytes each; issue 42).
+            Box::pin(
+                self.processor()
+                    .run_freeing(delivery, lock, &gates.abort, Some(freed)),
+            )
+            .await
+        };
+        self.stats.record(&report);
+        drop((settlement, slot));
+    }
+
     fn processor(&self) -> process::Processor<'_, S, H> {
         process::Processor {
             store: &self.store,
@@ -742,5 +784,66 @@ where
             phases: &self.phases,
             envelope: &*self.config.envelope,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ports::Tx;
+    use crate::testing::MemoryBroker;
+    use crate::{Context, Contract, DecodeError, Handled, HandlerError, Message, SqliteStore};
+
+    /// A handler whose transaction holds 64 KiB across an await.
+    struct Heavy;
+
+    impl<T: Tx> Handler<T> for Heavy {
+        type Payload = ();
+
+        fn contracts(&self) -> &[Contract] {
+            &[]
+        }
+
+        fn decode(&self, _: &Contract, _: &[u8]) -> Result<(), DecodeError> {
+            Ok(())
+        }
+
+        async fn handle(&self, _: &Context<'_, ()>, _: &mut T) -> Result<Handled, HandlerError> {
+            let scratch = [7u8; 64 * 1024];
+            tokio::task::yield_now().await;
+            std::hint::black_box(&scratch);
+            Ok(Handled::Processed)
+        }
+    }
+
+    /// The window holds up to twice the handler slots, each received delivery a task waiting
+    /// for a slot; a worker far from its broker holds hundreds. Such a task must not carry the
+    /// handling's state (the handler's transaction, the settlement) before it starts: before,
+    /// the unbatched worker's per-delivery task was 8 KiB from receipt (release), and as large as
+    /// any handler's future.
+    #[tokio::test]
+    async fn a_received_delivery_holds_no_handling_state_until_it_starts() {
+        let store = SqliteStore::open_in_memory().unwrap();
+        let broker = MemoryBroker::new(Clock::new());
+        let config = RuntimeConfig::new(ConsumerName::new("orders").unwrap());
+        let runtime = Runtime::new(broker.receiver(), store, Heavy, config.clone());
+        broker.send(Message::new("m-1", "orders.order-placed.v1", "{}"));
+        let delivery = Arc::new(broker.try_receive().unwrap());
+        let inner = runtime.inner.clone();
+        let lock = inner.processor().keeper.keep(delivery.clone());
+        let (held, gates) = limits(&config, &CancellationToken::new());
+        let slot = Slot::new(
+            held.try_acquire_owned().unwrap(),
+            inner.circuit.try_admit().unwrap(),
+        );
+        let received = Received {
+            delivery,
+            lock,
+            slot,
+            at: tokio::time::Instant::now(),
+        };
+        let task = inner.handle_received(received, gates);
+        let size = std::mem::size_of_val(&task);
+        assert!(size < 1024, "a received delivery's task takes {size} bytes");
     }
 }
