@@ -752,9 +752,9 @@ where
         let report = {
             // The slot watch covers the settlement too (one that never returns is stuck).
             let _busy = self.slots.enter();
-            // Boxed when it starts: a delivery that only waits for a slot (the window holds
-            // up to twice the handler slots) carries none of the handling's state, which
-            // holds the transaction's and the settlement's (kilobytes each; issue 42).
+            // Boxed when it starts: a delivery that only waits for a slot (a window far from
+            // its broker holds many more than the slots) carries none of the handling's
+            // state, the transaction's and the settlement's (kilobytes each; issue 42).
             Box::pin(
                 self.processor()
                     .run_freeing(delivery, lock, &gates.abort, Some(freed)),
@@ -816,11 +816,11 @@ mod tests {
         }
     }
 
-    /// The window holds up to twice the handler slots, each received delivery a task waiting
-    /// for a slot; a worker far from its broker holds hundreds. Such a task must not carry the
-    /// handling's state (the handler's transaction, the settlement) before it starts: before,
-    /// the unbatched worker's per-delivery task was 8 KiB from receipt (release), and as large as
-    /// any handler's future.
+    /// The window holds more deliveries than there are handler slots (its prefetch, or what a
+    /// self-sized window holds far from its broker), each a task waiting for a slot. Such a
+    /// task must not carry the handling's state (the handler's transaction, the settlement)
+    /// before it starts: before, the unbatched worker's per-delivery task was 8 KiB from
+    /// receipt (release), and as large as any handler's future.
     #[tokio::test]
     async fn a_received_delivery_holds_no_handling_state_until_it_starts() {
         let store = SqliteStore::open_in_memory().unwrap();
