@@ -173,6 +173,25 @@ impl LockKeeper {
     /// whose lock is the session's, granted before the delivery (its enqueued time bounds
     /// nothing), as the session's own keep-alive reckons it.
     pub(crate) fn keep_for<D: Delivery>(&self, delivery: Arc<D>, remaining: Duration) -> KeptLock {
+        let (mut kept, renewer) = self.renewer(delivery, remaining);
+        let stop = kept.stop.clone();
+        // In the current span: each renewal's client span is its child.
+        kept.task = Some(tokio::spawn(
+            async move {
+                // Stopping ends the renewals: the delivery is settled or abandoned to redelivery.
+                stop.run_until_cancelled(renewer.run()).await;
+            }
+            .in_current_span(),
+        ));
+        kept
+    }
+
+    /// The kept lock and what renews it, not yet started.
+    fn renewer<D: Delivery>(
+        &self,
+        delivery: Arc<D>,
+        remaining: Duration,
+    ) -> (KeptLock, Renewer<D>) {
         let base = Instant::now();
         let state = Arc::new(LockState {
             base,
@@ -180,29 +199,20 @@ impl LockKeeper {
             renewals: AtomicU32::new(0),
             parent: std::sync::Mutex::new(tracing::Span::current()),
         });
-        let mut kept = KeptLock {
+        let kept = KeptLock {
             lost: CancellationToken::new(),
             stop: CancellationToken::new(),
             task: None,
             state: state.clone(),
         };
-        let task = Renewer {
+        let renewer = Renewer {
             delivery,
             margin: self.margin,
             lost: kept.lost.clone(),
             state,
             meter: self.meter.clone(),
         };
-        let stop = kept.stop.clone();
-        // In the current span: each renewal's client span is its child.
-        kept.task = Some(tokio::spawn(
-            async move {
-                // Stopping ends the renewals: the delivery is settled or abandoned to redelivery.
-                stop.run_until_cancelled(task.run()).await;
-            }
-            .in_current_span(),
-        ));
-        kept
+        (kept, renewer)
     }
 }
 
@@ -386,18 +396,9 @@ mod tests {
     /// of heap at its peak, heaptrack).
     #[test]
     fn a_kept_lock_holds_no_renewal_state_until_it_renews() {
-        let renewer = Renewer {
-            delivery: Arc::new(HeavyRenewal(crate::Message::new("m-1", "c.v1", "{}"))),
-            margin: Duration::from_secs(10),
-            lost: CancellationToken::new(),
-            state: Arc::new(LockState {
-                base: Instant::now(),
-                expiry_ns: AtomicU64::new(0),
-                renewals: AtomicU32::new(0),
-                parent: std::sync::Mutex::new(tracing::Span::none()),
-            }),
-            meter: None,
-        };
+        let keeper = LockKeeper::new(Duration::from_secs(10), Clock::new());
+        let delivery = Arc::new(HeavyRenewal(crate::Message::new("m-1", "c.v1", "{}")));
+        let (_kept, renewer) = keeper.renewer(delivery, Duration::from_secs(30));
         let task = renewer.run();
         let size = std::mem::size_of_val(&task);
         assert!(size < 1024, "the renewing task takes {size} bytes");

@@ -487,15 +487,7 @@ where
                 Ok(None) => break Ok(()),
                 Err(error) => break Err(error),
             };
-            let delivery = Arc::new(delivery);
-            // Kept from receipt: a delivery waiting for a handler slot must not expire there.
-            let lock = self.inner.processor().keeper.keep(delivery.clone());
-            let received = Received {
-                delivery,
-                lock,
-                slot,
-                at: tokio::time::Instant::now(),
-            };
+            let received = self.inner.receipt(delivery, slot);
             tracker.spawn(self.inner.clone().handle_received(received, gates.clone()));
         };
         self.inner.drain(&tracker, &gates.abort).await;
@@ -712,6 +704,19 @@ where
         stop.drop_guard()
     }
 
+    /// A delivery just received in `slot`, its lock kept from now: a delivery waiting for a
+    /// handler slot must not expire there.
+    fn receipt<D: crate::ports::Delivery>(&self, delivery: D, slot: Slot) -> Received<D> {
+        let delivery = Arc::new(delivery);
+        let lock = self.processor().keeper.keep(delivery.clone());
+        Received {
+            delivery,
+            lock,
+            slot,
+            at: tokio::time::Instant::now(),
+        }
+    }
+
     /// One received delivery: waits for a place among settlements and a handler slot, then
     /// handles it, unless it should be given back first (shutdown, the kill switch, its lock
     /// lost while it waited).
@@ -828,20 +833,13 @@ mod tests {
         let config = RuntimeConfig::new(ConsumerName::new("orders").unwrap());
         let runtime = Runtime::new(broker.receiver(), store, Heavy, config.clone());
         broker.send(Message::new("m-1", "orders.order-placed.v1", "{}"));
-        let delivery = Arc::new(broker.try_receive().unwrap());
         let inner = runtime.inner.clone();
-        let lock = inner.processor().keeper.keep(delivery.clone());
         let (held, gates) = limits(&config, &CancellationToken::new());
         let slot = Slot::new(
             held.try_acquire_owned().unwrap(),
             inner.circuit.try_admit().unwrap(),
         );
-        let received = Received {
-            delivery,
-            lock,
-            slot,
-            at: tokio::time::Instant::now(),
-        };
+        let received = inner.receipt(broker.try_receive().unwrap(), slot);
         let task = inner.handle_received(received, gates);
         let size = std::mem::size_of_val(&task);
         assert!(size < 1024, "a received delivery's task takes {size} bytes");
